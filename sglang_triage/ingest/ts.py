@@ -1,0 +1,84 @@
+"""Thin helpers over py-tree-sitter (>= 0.25) and the Python grammar.
+
+Tree-sitter works in bytes and 0-based rows; everything this module returns
+is in the 1-based, inclusive line numbers that Python tracebacks use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import lru_cache
+
+import tree_sitter_python
+from tree_sitter import Language, Node, Parser, Query, QueryCursor, Tree
+
+
+@lru_cache(maxsize=1)
+def language() -> Language:
+    return Language(tree_sitter_python.language())
+
+
+def parser() -> Parser:
+    """A new parser (parsers are not shared across threads)."""
+    return Parser(language())
+
+
+def parse(source: bytes) -> Tree:
+    return parser().parse(source)
+
+
+@lru_cache(maxsize=64)
+def query(pattern: str) -> Query:
+    return Query(language(), pattern)
+
+
+def captures(pattern: str, node: Node) -> dict[str, list[Node]]:
+    """Run a tree-sitter query with ``QueryCursor`` and return its captures by name."""
+    return QueryCursor(query(pattern)).captures(node)
+
+
+def text(node: Node | None) -> str:
+    if node is None or node.text is None:
+        return ""
+    return node.text.decode("utf-8", errors="replace")
+
+
+def start_line(node: Node) -> int:
+    """1-based first line of ``node``."""
+    return node.start_point[0] + 1
+
+
+def end_line(node: Node) -> int:
+    """1-based last line of ``node`` (a node ending at column 0 ends on the line before)."""
+    row, col = node.end_point
+    if col == 0 and row > node.start_point[0]:
+        return row
+    return row + 1
+
+
+def walk(node: Node) -> Iterator[Node]:
+    """Pre-order walk of every named and anonymous descendant, ``node`` included."""
+    cursor = node.walk()
+    visited_children = False
+    while True:
+        if not visited_children:
+            yield cursor.node  # type: ignore[misc]
+            if cursor.goto_first_child():
+                continue
+        if cursor.goto_next_sibling():
+            visited_children = False
+            continue
+        if not cursor.goto_parent():
+            return
+        visited_children = True
+
+
+def error_lines(tree: Tree) -> list[int]:
+    """1-based lines holding ERROR or MISSING nodes (empty for a clean parse)."""
+    if not tree.root_node.has_error:
+        return []
+    lines: set[int] = set()
+    for node in walk(tree.root_node):
+        if node.type == "ERROR" or node.is_missing:
+            lines.add(start_line(node))
+    return sorted(lines)
