@@ -27,6 +27,15 @@ def parse(source: bytes) -> Tree:
     return parser().parse(source)
 
 
+#: One query for everything ingest needs from a file, so each tree is walked once.
+FILE_QUERY = (
+    "(function_definition) @f (assert_statement) @a (raise_statement) @r "
+    "(attribute) @attr (call) @call (return_statement) @ret"
+)
+#: The same without the (numerous) attribute/call/return captures.
+FILE_QUERY_LIGHT = "(function_definition) @f (assert_statement) @a (raise_statement) @r"
+
+
 @lru_cache(maxsize=64)
 def query(pattern: str) -> Query:
     return Query(language(), pattern)
