@@ -107,6 +107,7 @@ def guards_of(node: Node) -> list[Guard]:
     child = node
     cur = node.parent
     while cur is not None and cur.type not in ("function_definition", "class_definition", "module"):
+        level: list[Guard] = []
         if cur.type == "block":
             # early exits among the previous siblings of ``child`` in this block
             for sib in cur.named_children:
@@ -115,38 +116,38 @@ def guards_of(node: Node) -> list[Guard]:
                 if sib.type == "if_statement" and not sib.children_by_field_name("alternative") \
                         and _exits(sib.child_by_field_name("consequence")):
                     cond = sib.child_by_field_name("condition")
-                    guards.append(Guard(ts.text(cond), False, ts.start_line(sib), "early_exit"))
+                    level.append(Guard(ts.text(cond), False, ts.start_line(sib), "early_exit"))
         elif cur.type == "if_statement":
             chain = _if_chain_conditions(cur)
             cons = cur.child_by_field_name("consequence")
             if cons is not None and cons.id == child.id:
-                guards.append(Guard(chain[0][0], True, chain[0][1], "if"))
+                level.append(Guard(chain[0][0], True, chain[0][1], "if"))
         elif cur.type == "elif_clause":
             parent_if = cur.parent
             chain = _if_chain_conditions(parent_if) if parent_if is not None else []
             for cond, line, block in chain:
                 if block is not None and block.parent is not None and block.parent.id == cur.id:
-                    guards.append(Guard(cond, True, line, "elif"))
+                    level.append(Guard(cond, True, line, "elif"))
                     break
-                guards.append(Guard(cond, False, line, "elif"))
+                level.append(Guard(cond, False, line, "elif"))
         elif cur.type == "else_clause" and cur.parent is not None and cur.parent.type == "if_statement":
             for cond, line, _ in _if_chain_conditions(cur.parent):
-                guards.append(Guard(cond, False, line, "else"))
+                level.append(Guard(cond, False, line, "else"))
         elif cur.type == "while_statement":
             cond = cur.child_by_field_name("condition")
             body = cur.child_by_field_name("body")
             if body is not None and body.id == child.id:
-                guards.append(Guard(ts.text(cond), True, ts.start_line(cur), "while"))
+                level.append(Guard(ts.text(cond), True, ts.start_line(cur), "while"))
         elif cur.type == "case_clause":
             pattern = [c for c in cur.named_children if c.type == "case_pattern"]
             subject = cur.parent.parent if cur.parent is not None else None
             subj = ts.text(subject.child_by_field_name("subject")) if subject is not None else "?"
             if pattern:
-                guards.append(Guard(f"{subj} == {ts.text(pattern[0])}", True,
-                                    ts.start_line(cur), "match"))
+                level.append(Guard(f"{subj} == {ts.text(pattern[0])}", True,
+                                   ts.start_line(cur), "match"))
+        guards[:0] = level
         child = cur
         cur = cur.parent
-    guards.reverse()
     return guards
 
 

@@ -36,7 +36,9 @@ class Embedder:
         self.name = path.name
         self.batch_size = batch_size
         self.model = SentenceTransformer(self.path, device="cpu", local_files_only=True)
-        self.dim = int(self.model.get_sentence_embedding_dimension() or 0)
+        dim_of = getattr(self.model, "get_embedding_dimension", None) or \
+            self.model.get_sentence_embedding_dimension
+        self.dim = int(dim_of() or 0)
 
     @property
     def key(self) -> str:

@@ -26,7 +26,9 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import lru_cache
 from multiprocessing import get_context
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -150,6 +152,23 @@ def _merge_rows(rows: dict[str, list[tuple]], part: dict[str, list[tuple]],
     report.parse_errors.update(errors)
 
 
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """sha256 of the extraction code itself (``ingest/*.py`` and the index schema).
+
+    It is part of every release's content hash, so a KB built by older
+    extraction code is re-indexed rather than trusted; vectors survive, since
+    they are cached by the text they embed.
+    """
+    here = Path(__file__).resolve().parent
+    files = sorted(here.glob("*.py")) + [here.parent / "kb" / "store.py"]
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.name.encode())
+        digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
 def in_scope(path: str, scope: str) -> bool:
     if scope == "full":
         return True
@@ -170,7 +189,8 @@ def index_structure(kb: KnowledgeBase, source: ReleaseSource, *, force: bool = F
     blobs = {_rel(source, f): f.read_bytes() for f in files}
     shas = {p: hashlib.sha256(b).hexdigest() for p, b in blobs.items()}
     content_hash = hashlib.sha256(
-        "\n".join(f"{p} {s}" for p, s in sorted(shas.items())).encode()).hexdigest()
+        "\n".join([code_fingerprint(), *(f"{p} {s}" for p, s in sorted(shas.items()))]).encode()
+    ).hexdigest()
     report = IngestReport(source.version, source.origin, "unchanged", files=len(files))
     existing = kb.store.release(source.version)
     if (not force and existing and existing["content_hash"] == content_hash
@@ -265,7 +285,7 @@ def embed_release(kb: KnowledgeBase, version: str, scope: str, report: IngestRep
             todo[r["text_hash"]] = chunk.embed_text
     report.reused = len(rows) - sum(1 for r in rows if r["text_hash"] in todo)
     hashes = list(todo)
-    step = max(embedder.batch_size * 8, 256)
+    step = embedder.batch_size * 4  # commit vectors every few batches
     for i in range(0, len(hashes), step):
         part = hashes[i : i + step]
         if progress:

@@ -1,0 +1,149 @@
+"""The ``sglang-triage`` command line.
+
+Sub-commands: ``ingest``, ``releases``, ``search``, ``serve`` and, from the
+engine and rule modules, ``triage``, ``lint``, ``eval`` and ``replay``. Every
+command reads :class:`~sglang_triage.config.Settings` from the environment,
+so ``TRIAGE_HOME``/``TRIAGE_KB_DIR`` pick the cache and KB folders.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..config import Settings
+from ..errors import TriageError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Explain why an SGLang server refused to start, and check the fix.")
+console = Console(stderr=True)
+out = Console()
+
+
+def _settings() -> Settings:
+    return Settings()
+
+
+def _fail(exc: TriageError) -> None:
+    console.print(f"[red]error:[/red] {exc.message}")
+    raise typer.Exit(2)
+
+
+class _BarProgress:
+    """Adapts the ingest progress callback to one rich bar per stage."""
+
+    def __init__(self, bar: Progress, version: str) -> None:
+        self.bar, self.version, self.tasks = bar, version, {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage not in self.tasks:
+            self.tasks[stage] = self.bar.add_task(f"{self.version} {stage}", total=total)
+        self.bar.update(self.tasks[stage], completed=done, total=total)
+
+
+@app.command()
+def ingest(
+    release: Annotated[list[str] | None, typer.Option("--release", "-r",
+                       help="PyPI release to ingest (repeatable).")] = None,
+    path: Annotated[list[Path] | None, typer.Option("--path", help="Local checkout or site-packages.")] = None,
+    version: Annotated[str | None, typer.Option(help="Version for --path when metadata has none.")] = None,
+    scope: Annotated[str, typer.Option(help="Embedding scope: none | default | full.")] = "default",
+    force: Annotated[bool, typer.Option(help="Re-index even if unchanged.")] = False,
+    defaults: Annotated[bool, typer.Option("--defaults", help="Ingest TRIAGE_RELEASES.")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Download (or read) SGLang releases and index them into the KB."""
+    from ..ingest.acquire import fetch_release, read_local
+    from ..ingest.pipeline import ingest as run_ingest
+    from ..kb.base import KnowledgeBase
+
+    settings = _settings()
+    releases = list(release or [])
+    if defaults:
+        releases += [r for r in settings.releases if r not in releases]
+    if not releases and not path:
+        console.print("nothing to ingest: give --release, --path or --defaults")
+        raise typer.Exit(2)
+    kb = KnowledgeBase(settings)
+    reports = []
+    try:
+        sources = [fetch_release(r, wheel_dir=settings.wheel_dir, source_dir=settings.source_dir,
+                                 index_url=settings.pip_index_url) for r in releases]
+        sources += [read_local(p, version=version) for p in (path or [])]
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=True) as bar:
+            for src in sources:
+                progress = _BarProgress(bar, src.version)
+                report = run_ingest(kb, src, scope=scope, force=force, progress=progress)
+                reports.append(report.as_dict())
+                console.print(
+                    f"[green]{src.version}[/green] {report.structure}: {report.files} files, "
+                    f"{report.functions} functions, {report.checks} checks, {report.flags} flags; "
+                    f"embedded {report.embedded} new, {report.reused} reused "
+                    f"({report.scope}); {report.timings}")
+                if report.parse_errors:
+                    console.print(f"  [yellow]{len(report.parse_errors)} files with syntax "
+                                  f"errors (indexed as far as they parse)[/yellow]")
+    except TriageError as exc:
+        _fail(exc)
+    if as_json:
+        out.print_json(json.dumps(reports))
+
+
+@app.command()
+def releases(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """List the releases in the KB."""
+    from ..kb.base import KnowledgeBase
+
+    rows = KnowledgeBase(_settings()).store.releases()
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    table = Table("release", "status", "files", "functions", "checks", "flags", "embedded", "origin")
+    for r in rows:
+        table.add_row(r["version"], r["status"], str(r["files"]), str(r["functions"]),
+                      str(r["checks"]), str(r["flags"]), r["embedded_scope"] or "", r["origin"])
+    out.print(table)
+
+
+@app.command()
+def search(
+    query: str,
+    release: Annotated[str, typer.Option("--release", "-r")],
+    k: Annotated[int, typer.Option("-k")] = 5,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Hybrid (BM25 + dense) search over one release's source."""
+    from ..kb.base import KnowledgeBase
+    from ..kb.search import hybrid_search
+
+    try:
+        result = hybrid_search(KnowledgeBase(_settings()), query, release, k=k)
+    except TriageError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        out.print_json(json.dumps(result.as_dict()))
+        return
+    if result.degraded:
+        console.print(f"[yellow]keyword only: {result.degraded}[/yellow]")
+    for hit in result.hits:
+        out.print(f"[bold]{hit.citation}[/bold]  {hit.qualname}  score={hit.score} {hit.ranks}")
+        first = hit.text.strip().splitlines()[:3]
+        for line in first:
+            out.print(f"    {line}", markup=False, highlight=False)
+
+
+def main() -> None:  # pragma: no cover - console entry
+    try:
+        app()
+    except TriageError as exc:
+        console.print(f"[red]error:[/red] {exc.message}")
+        sys.exit(2)
