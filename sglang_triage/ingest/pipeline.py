@@ -18,6 +18,7 @@ Scopes: ``none`` (structure only), ``default`` (the validation surface, see
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -85,13 +86,21 @@ class IngestReport:
 
 
 _TABLES = ("files", "functions", "chunks", "chunks_fts", "checks", "refs", "flags",
-           "flag_spellings", "declarations")
+           "flag_spellings", "declarations", "catalogs")
 
 
 def _workers(n_files: int) -> int:
     """Processes for parsing: one per core beyond the first, only for big trees."""
     cores = os.cpu_count() or 1
     return min(cores, 4) if n_files >= 400 and cores > 1 else 1
+
+
+def _mp_context():  # noqa: ANN202
+    """``fork`` where available: workers only run tree-sitter, and need no re-import of __main__."""
+    try:
+        return get_context("fork")
+    except ValueError:  # pragma: no cover - platforms without fork
+        return get_context("spawn")
 
 
 def analyze_file(v: str, path: str, blob: bytes, known_attrs: frozenset[str]
@@ -209,7 +218,7 @@ def index_structure(kb: KnowledgeBase, source: ReleaseSource, *, force: bool = F
     workers = _workers(len(items))
     done = 0
     if workers > 1:
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        with ProcessPoolExecutor(workers, mp_context=_mp_context()) as pool:
             results = pool.map(_analyze_batch, jobs)
             for part, errors, n in results:
                 _merge_rows(rows, part, report, errors)
@@ -233,6 +242,7 @@ def index_structure(kb: KnowledgeBase, source: ReleaseSource, *, force: bool = F
                               dumps(f.default), int(f.default_known), f.default_src,
                               dumps(f.choices) if f.choices is not None else None, f.choices_src,
                               f.help, int(f.required), int(f.deprecated), f.path, f.line, f.layout))
+    rows["catalogs"].append((v, json.dumps(dataclasses.asdict(catalog), default=repr)))
     seen: set[str] = set()
     for f in catalog.flags:
         for spelling in f.flags:

@@ -8,7 +8,8 @@ Tables, all keyed by release version (see the README's "KB layout"):
 ``chunks``     search/embedding units tiling each file; ``chunks_fts`` (FTS5) beside it
 ``checks``     every assert/raise with guards (JSON), condition, message and lines
 ``refs``       reads/writes/declarations of argument fields, with guards
-``flags``      the flag catalog; ``flag_spellings`` maps every spelling to its attribute
+``flags``      the flag catalog; ``flag_spellings`` maps every spelling to its attribute;
+               ``catalogs`` holds the whole catalog of a release as one JSON document
 ``embeddings`` vectors cached by (model, sha256 of the embedded text)
 
 A release's structural rows are replaced in one transaction, so an
@@ -89,13 +90,14 @@ CREATE TABLE IF NOT EXISTS declarations (
     default_known INTEGER, default_src TEXT, help TEXT, path TEXT, line INTEGER
 );
 CREATE INDEX IF NOT EXISTS declarations_attr ON declarations (release, attr);
+CREATE TABLE IF NOT EXISTS catalogs (release TEXT PRIMARY KEY, data TEXT);
 CREATE TABLE IF NOT EXISTS embeddings (
     model TEXT, text_hash TEXT, dim INTEGER, vector BLOB, PRIMARY KEY (model, text_hash)
 );
 """
 
 _RELEASE_TABLES = ("files", "functions", "chunks", "chunks_fts", "checks", "refs", "flags",
-                   "flag_spellings", "declarations")
+                   "flag_spellings", "declarations", "catalogs")
 
 _IDENT_SPLIT = re.compile(r"[A-Za-z][a-z0-9]*|[A-Z]+(?![a-z])|\d+")
 
@@ -267,6 +269,13 @@ class Store:
             d["choices"] = json.loads(d["choices"]) if d["choices"] else None
             out.append(d)
         return out
+
+    def catalog_json(self, version: str) -> dict[str, Any]:
+        rows = self.query("SELECT data FROM catalogs WHERE release = ?", (version,))
+        if not rows:
+            raise ReleaseNotIngested(f"release {version} has no flag catalog in the KB",
+                                     details={"release": version})
+        return json.loads(rows[0]["data"])
 
     def declarations(self, version: str, attr: str) -> list[dict[str, Any]]:
         rows = self.query("SELECT * FROM declarations WHERE release = ? AND attr = ? ORDER BY line",

@@ -1,0 +1,58 @@
+# sglang-triage: two commands set up a fresh machine.
+#   make run   venv + install + ingest the default releases + serve on 127.0.0.1:8000
+#   make test  venv + install (dev extras) + the whole suite (unit, integration, eval gate)
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export ANONYMIZED_TELEMETRY := False
+
+.PHONY: run test install install-dev ingest serve lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# torch first, pinned: 2.13.0 is a CPU build already on disk here; an unpinned
+# torch would pull several GB of CUDA wheels.
+$(VENV)/.torch: | $(BIN)/python
+	$(BIN)/pip install --quiet torch==2.13.0
+	touch $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.torch
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml $(VENV)/.torch
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+ingest: install
+	$(BIN)/sglang-triage ingest --defaults
+
+serve: install
+	@echo ""
+	@echo "sglang-triage is starting on http://$(HOST):$(PORT)  (docs: http://$(HOST):$(PORT)/docs)"
+	@echo "Try it:"
+	@echo "  curl -s -X POST http://$(HOST):$(PORT)/triage -H 'content-type: text/plain' --data-binary @examples/seed_attempt1.log | python3 -m json.tool"
+	@echo ""
+	$(BIN)/sglang-triage serve --host $(HOST) --port $(PORT)
+
+run: ingest serve
+
+test: install-dev
+	$(BIN)/ruff check sglang_triage tests bench
+	$(BIN)/pytest -q
+
+bench: install-dev
+	$(BIN)/python -m bench.run
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
