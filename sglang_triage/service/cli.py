@@ -141,6 +141,48 @@ def search(
             out.print(f"    {line}", markup=False, highlight=False)
 
 
+@app.command()
+def triage(
+    file: Annotated[str, typer.Argument(help="Crash log file, or - for stdin.")],
+    release: Annotated[str | None, typer.Option("--release", "-r")] = None,
+    hardware: Annotated[str | None, typer.Option(help="Hardware profile, e.g. rtx-pro-6000-x8.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model path or name.")] = None,
+    model_arch: Annotated[str | None, typer.Option(help="HF architecture, e.g. DeepseekV3ForCausalLM.")] = None,
+    command: Annotated[str | None, typer.Option(help="The launch command, if not in the log.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Diagnose a crash log and propose checked fixes."""
+    from ..kb.base import KnowledgeBase
+    from .engine import Engine
+    from .render import render_result
+
+    text = sys.stdin.read() if file == "-" else Path(file).read_text(errors="replace")
+    payload: str | dict = {"log": text, "command": command} if command else text
+    try:
+        result = Engine(KnowledgeBase(_settings())).triage(
+            payload, release=release, hardware=hardware, model=model, model_arch=model_arch)
+    except TriageError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        out.print_json(result.model_dump_json())
+        return
+    render_result(result, out)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    port: Annotated[int, typer.Option()] = 8000,
+    workers: Annotated[int, typer.Option(help="uvicorn workers (use Chroma server mode for >1).")] = 1,
+) -> None:
+    """Run the HTTP API (FastAPI + uvicorn)."""
+    import uvicorn
+
+    uvicorn.run("sglang_triage.service.api:app", host=host, port=port, workers=workers,
+                log_level="info")
+
+
 def main() -> None:  # pragma: no cover - console entry
     try:
         app()

@@ -1,0 +1,239 @@
+"""The HTTP API (FastAPI): ``POST /triage`` and friends.
+
+Settings come from :func:`~sglang_triage.config.get_settings` through
+``Depends``; the KB and engine are built once per KB folder. Tests swap them
+with ``app.dependency_overrides``. Every error is JSON with a ``detail`` and,
+for inputs we could not use, what *was* understood; no input produces a 500.
+
+Endpoints: ``POST /triage`` (text/plain log or JSON ``{log, command?,
+release?, hardware?, model?, python?}``), ``GET /triage/{id}``,
+``POST /incidents/{id}/confirm``, ``GET /search``, ``GET /releases``,
+``GET /healthz``, ``GET /readyz``. Bearer API keys (``TRIAGE_API_KEYS``)
+guard everything but the health checks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from functools import lru_cache
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from ..config import Settings, get_settings
+from ..errors import (
+    BinaryInput,
+    ConfigError,
+    EmptyInput,
+    InputTooLarge,
+    LogParseError,
+    ReleaseNotIngested,
+    TriageError,
+    UnknownRelease,
+    VectorStoreError,
+)
+from ..kb.base import KnowledgeBase
+from ..kb.records import Records, triage_id
+from .engine import Engine
+
+log = logging.getLogger("sglang_triage.api")
+
+_STATUS: list[tuple[type[TriageError], int]] = [
+    (EmptyInput, 400), (BinaryInput, 415), (InputTooLarge, 413), (LogParseError, 422),
+    (ReleaseNotIngested, 404), (UnknownRelease, 422), (ConfigError, 400), (VectorStoreError, 503),
+]
+
+EXAMPLE_LOG = (
+    "python -m sglang.launch_server --model-path /models/Kimi-K2.6 --tp 8 "
+    "--speculative-algorithm EAGLE3 --speculative-draft-model-path /models/eagle3 "
+    "--speculative-eagle-topk 4 --speculative-num-draft-tokens 8\n"
+    "Traceback (most recent call last):\n"
+    '  File "/usr/lib/python3.12/site-packages/sglang/srt/server_args.py", line 3519, '
+    "in _handle_speculative_decoding\n    assert (\nAssertionError\n"
+)
+
+
+@lru_cache(maxsize=8)
+def _kb_for(kb_path: str, chroma_url: str | None, model: str | None) -> KnowledgeBase:
+    return KnowledgeBase(Settings(kb_dir=kb_path, chroma_url=chroma_url, embedding_model=model))
+
+
+def get_kb(settings: Annotated[Settings, Depends(get_settings)]) -> KnowledgeBase:
+    return _kb_for(str(settings.kb_path), settings.chroma_url, settings.embedding_model)
+
+
+def get_engine(kb: Annotated[KnowledgeBase, Depends(get_kb)]) -> Engine:
+    return Engine(kb)
+
+
+def get_records(settings: Annotated[Settings, Depends(get_settings)]) -> Records:
+    return _records_for(str(settings.kb_path))
+
+
+@lru_cache(maxsize=8)
+def _records_for(kb_path: str) -> Records:
+    from pathlib import Path
+
+    return Records(Path(kb_path) / "records.sqlite")
+
+
+def require_key(request: Request, settings: Annotated[Settings, Depends(get_settings)]) -> None:
+    if not settings.api_keys:
+        return
+    auth = request.headers.get("authorization", "")
+    token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+    if token not in settings.api_keys:
+        raise HTTPException(401, "missing or wrong bearer API key",
+                            headers={"WWW-Authenticate": "Bearer"})
+
+
+class TriageRequest(BaseModel):
+    log: str
+    command: str | list[str] | None = None
+    release: str | None = None
+    hardware: str | None = None
+    model: str | None = None
+    model_arch: str | None = None
+    python: str | None = None
+
+
+class ConfirmRequest(BaseModel):
+    fix: dict[str, Any]
+    note: str = ""
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title="sglang-triage", version="0.1.0",
+                  description="Why did SGLang refuse to start, and which flag change fixes it?")
+
+    @app.middleware("http")
+    async def request_id(request: Request, call_next):  # noqa: ANN001, ANN202
+        rid = request.headers.get("x-request-id") or uuid.uuid4().hex[:12]
+        t0 = time.perf_counter()
+        response = await call_next(request)
+        response.headers["x-request-id"] = rid
+        log.info(json.dumps({"request_id": rid, "method": request.method, "path": request.url.path,
+                             "status": response.status_code,
+                             "ms": round((time.perf_counter() - t0) * 1000, 2)}))
+        return response
+
+    @app.exception_handler(TriageError)
+    async def triage_error(_: Request, exc: TriageError) -> JSONResponse:
+        status = next((code for cls, code in _STATUS if isinstance(exc, cls)), 422)
+        return JSONResponse({"detail": exc.message, "error": type(exc).__name__, **exc.details},
+                            status_code=status)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    def readyz(kb: Annotated[KnowledgeBase, Depends(get_kb)]) -> JSONResponse:
+        releases = [r["version"] for r in kb.store.releases()]
+        chroma = kb.vectors_ok()
+        ready = bool(releases)
+        body = {"ready": ready, "releases": releases, "chroma": "ok" if chroma else "unreachable",
+                "degraded": not chroma}
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    @app.get("/releases", dependencies=[Depends(require_key)])
+    def releases(kb: Annotated[KnowledgeBase, Depends(get_kb)]) -> list[dict[str, Any]]:
+        return kb.store.releases()
+
+    @app.get("/search", dependencies=[Depends(require_key)])
+    def search(q: Annotated[str, Query(min_length=1, max_length=2000)],
+               release: str, kb: Annotated[KnowledgeBase, Depends(get_kb)],
+               k: Annotated[int, Query(ge=1, le=50)] = 5) -> dict[str, Any]:
+        from ..kb.search import hybrid_search
+
+        return hybrid_search(kb, q, release, k=k).as_dict()
+
+    @app.post("/triage", dependencies=[Depends(require_key)],
+              openapi_extra={"requestBody": {"content": {
+                  "text/plain": {"schema": {"type": "string"}, "example": EXAMPLE_LOG},
+                  "application/json": {"schema": TriageRequest.model_json_schema(),
+                                       "example": {"log": EXAMPLE_LOG, "release": "0.5.11",
+                                                   "hardware": "rtx-pro-6000-x8"}}},
+                  "required": True}})
+    async def triage(request: Request, settings: Annotated[Settings, Depends(get_settings)],
+                     engine: Annotated[Engine, Depends(get_engine)],
+                     records: Annotated[Records, Depends(get_records)],
+                     release: str | None = None, hardware: str | None = None,
+                     model: str | None = None, model_arch: str | None = None) -> JSONResponse:
+        body = await _read_limited(request, settings.max_body_bytes)
+        payload: str | dict[str, Any]
+        ctype = request.headers.get("content-type", "text/plain").split(";")[0].strip().lower()
+        if ctype == "application/json":
+            try:
+                data = json.loads(body.decode("utf-8"))
+                req = TriageRequest.model_validate(data)
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise HTTPException(422, f"invalid JSON body: {str(exc)[:300]}") from exc
+            payload = req.model_dump(exclude_none=True)
+            if isinstance(req.command, list):
+                payload["command"] = " ".join(req.command)
+            release = release or req.release
+            hardware = hardware or req.hardware
+            model_arch = model_arch or req.model_arch
+            text = req.log
+        else:
+            if b"\x00" in body:
+                raise BinaryInput("the body holds NUL bytes: send the crash log as UTF-8 text")
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise BinaryInput("the body is not UTF-8 text") from exc
+            payload = text
+        from starlette.concurrency import run_in_threadpool
+
+        result = await run_in_threadpool(
+            engine.triage, payload, release=release, hardware=hardware, model=model,
+            model_arch=model_arch, max_bytes=settings.max_body_bytes)
+        options = {"release": release, "hardware": hardware, "model": model, "model_arch": model_arch}
+        tid = triage_id(text if isinstance(payload, str) else json.dumps(payload, sort_keys=True), options)
+        result.id = tid
+        out = result.model_dump(mode="json")
+        records.save(tid, {"options": options, "log": text[:200_000]}, out)
+        return JSONResponse(out)
+
+    @app.get("/triage/{tid}", dependencies=[Depends(require_key)])
+    def get_triage(tid: str, records: Annotated[Records, Depends(get_records)]) -> dict[str, Any]:
+        rec = records.get(tid)
+        if rec is None:
+            raise HTTPException(404, f"no stored triage {tid}")
+        return rec
+
+    @app.post("/incidents/{tid}/confirm", dependencies=[Depends(require_key)])
+    def confirm(tid: str, body: ConfirmRequest,
+                records: Annotated[Records, Depends(get_records)]) -> dict[str, Any]:
+        if not records.confirm(tid, body.fix, body.note):
+            raise HTTPException(404, f"no stored triage {tid}")
+        return {"id": tid, "confirmed": True}
+
+    return app
+
+
+async def _read_limited(request: Request, limit: int) -> bytes:
+    length = request.headers.get("content-length")
+    if length and length.isdigit() and int(length) > limit:
+        raise InputTooLarge(f"the body is {int(length)} bytes; the limit is {limit}",
+                            details={"limit": limit})
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise InputTooLarge(f"the body exceeds the limit of {limit} bytes", details={"limit": limit})
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    if not body.strip():
+        raise EmptyInput("the body is empty: POST the crash log as text/plain or JSON {\"log\": ...}")
+    return body
+
+
+app = create_app()

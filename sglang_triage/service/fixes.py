@@ -1,0 +1,267 @@
+"""Candidate flag fixes: minimal edits that make the failing path condition false.
+
+Candidates come from the condition itself, never from a list of known answers:
+
+* dropping flags the user set that the condition reads (alone, in pairs, in
+  threes);
+* setting an attribute to a constant the condition compares it with, to one
+  of the flag's choices, or toggling a boolean flag;
+* "what SGLang would choose": when the check's own function assigns the
+  attributes right after the check (``(steps, topk, draft) =
+  auto_choose_speculative_params(self)``), the values that call returns for
+  these flags and facts, set explicitly together.
+
+Each candidate is re-evaluated: the check must become definitely false. Then
+it is re-checked against the other checks of the release that read an edited
+attribute (the rest of the function, its neighbours in the validation files);
+a candidate that makes another check fire is demoted and says which. Ranking:
+verified-clean first, then fewer edits, removals before additions.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..ingest.catalog import Catalog
+from ..kb.store import Store
+from . import chain
+from .evaluation import PathEvaluation, evaluate_path
+from .expr import UNKNOWN, Env, Provenance, Value
+from .flags import ParsedArgs
+from .summarize import call_value
+
+MAX_CANDIDATES = 40
+MAX_NEIGHBOURS = 150
+
+
+@dataclass
+class Edit:
+    set: dict[str, object] = field(default_factory=dict)  # attr -> value
+    remove: list[str] = field(default_factory=list)  # attrs
+    origin: str = ""
+
+    def key(self) -> tuple[Any, ...]:
+        return (tuple(sorted((k, repr(v)) for k, v in self.set.items())), tuple(sorted(self.remove)))
+
+    def size(self) -> int:
+        return len(self.set) + len(self.remove)
+
+
+@dataclass
+class Verdict:
+    edit: Edit
+    fixes_check: object  # True / False / UNKNOWN
+    trips: list[dict[str, Any]] = field(default_factory=list)  # checks that would fire instead
+    unknown_neighbours: int = 0
+    evaluation: PathEvaluation | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.fixes_check is True and not self.trips
+
+
+def _constants_for(attr: str, conditions: list[str]) -> list[object]:
+    """Constants that ``attr`` is compared with in ``conditions``."""
+    values: list[object] = []
+
+    def refers(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == attr
+
+    for text in conditions:
+        try:
+            tree = ast.parse(text.strip(), mode="eval")
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            if not any(refers(s) for s in sides):
+                continue
+            for side in sides:
+                if isinstance(side, ast.Constant) and side.value is not None:
+                    values.append(side.value)
+                    if isinstance(side.value, int) and not isinstance(side.value, bool):
+                        values.extend([side.value + 1, side.value - 1])
+                elif isinstance(side, ast.Tuple | ast.List | ast.Set):
+                    values.extend(e.value for e in side.elts if isinstance(e, ast.Constant))
+    out: list[object] = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return out[:8]
+
+
+def _sglang_choice(store: Store, version: str, check: dict[str, Any], attrs: dict[str, Value],
+                   facts: dict[str, Value]) -> dict[str, object]:
+    """Values the check's function assigns right after it, as SGLang would compute them."""
+    fn_rows = store.functions_at(version, check["path"], check["start_line"])
+    if not fn_rows:
+        return {}
+    node = chain.function_ast(store, version, fn_rows[0])
+    if node is None:
+        return {}
+    offset = fn_rows[0]["start_line"] - 1
+    env = Env(attrs, facts)
+    for stmt in ast.walk(node):
+        if not isinstance(stmt, ast.Assign) or stmt.lineno + offset <= check["end_line"]:
+            continue
+        if stmt.lineno + offset > check["end_line"] + 12:
+            continue
+        target = stmt.targets[0]
+        names = [e.attr for e in (target.elts if isinstance(target, ast.Tuple) else [target])
+                 if isinstance(e, ast.Attribute)]
+        if not names or not isinstance(stmt.value, ast.Call):
+            continue
+        value = call_value(store, version, ast.unparse(stmt.value), env)
+        if value is UNKNOWN:
+            continue
+        if len(names) == 1:
+            return {names[0]: value}
+        if isinstance(value, tuple | list) and len(value) == len(names):
+            return dict(zip(names, value, strict=True))
+    return {}
+
+
+def candidate_edits(store: Store, version: str, check: dict[str, Any], ev: PathEvaluation,
+                    parsed: ParsedArgs, catalog: Catalog, attrs: dict[str, Value],
+                    facts: dict[str, Value]) -> list[Edit]:
+    by_attr = catalog.by_attr()
+    conditions = [p.condition for p in ev.parts]
+    user_set = [a for a in sorted(ev.attrs) if a in parsed.values]
+    edits: list[Edit] = []
+    for n in (1, 2, 3):
+        for combo in itertools.combinations(user_set, n):
+            edits.append(Edit(remove=list(combo), origin="drop flags the check reads"))
+    choice = _sglang_choice(store, version, check, attrs, facts)
+    if choice and all(a in by_attr for a in choice):
+        edits.append(Edit(set=dict(choice), origin="set explicitly what SGLang would choose"))
+    for attr in sorted(ev.attrs):
+        spec = by_attr.get(attr)
+        if spec is None:
+            continue
+        current = attrs.get(attr, Value(UNKNOWN, Provenance("unknown"))).value
+        if spec.action in ("store_true", "store_false"):
+            edits.append(Edit(set={attr: not bool(current) if current is not UNKNOWN else True},
+                              origin="toggle"))
+            continue
+        values = _constants_for(attr, conditions)
+        values += [c for c in (spec.choices or [])[:8] if c not in values]
+        for v in values:
+            if v != current:
+                edits.append(Edit(set={attr: v}, origin="a value the check accepts"))
+    unique: dict[tuple[Any, ...], Edit] = {}
+    for e in edits:
+        unique.setdefault(e.key(), e)
+    return list(unique.values())[: MAX_CANDIDATES * 3]
+
+
+def edited_attrs(attrs: dict[str, Value], edit: Edit, catalog: Catalog) -> dict[str, Value]:
+    new = dict(attrs)
+    defaults = {s.attr: s for s in catalog.flags}
+    for attr in edit.remove:
+        spec = defaults.get(attr)
+        decl = catalog.declaration(attr)
+        if decl is not None and decl.default_known:
+            new[attr] = Value(decl.default, Provenance("default", f"default {decl.default!r} "
+                                                       f"({decl.path}:{decl.line}) after the fix"))
+        elif spec is not None and spec.default_known:
+            new[attr] = Value(spec.default, Provenance("default", f"default {spec.default!r}"))
+        else:
+            new[attr] = Value(UNKNOWN, Provenance("unknown", "default not known statically"))
+    for attr, value in edit.set.items():
+        new[attr] = Value(value, Provenance("flag", f"set by the fix to {value!r}"))
+    return new
+
+
+def neighbours(store: Store, version: str, check: dict[str, Any], attrs: set[str]) -> list[dict[str, Any]]:
+    """Other checks of the validation files that read any of ``attrs``."""
+    if not attrs:
+        return []
+    likes = " OR ".join(["condition LIKE ?"] * len(attrs) + ["guards LIKE ?"] * len(attrs))
+    params = [f"%{a}%" for a in attrs] * 2
+    rows = store.checks(version, where=f"(path = ? OR path LIKE ?) AND ({likes})",
+                        params=[check["path"], "sglang/srt/arg_groups/%", *params])
+    return [r for r in rows if r["id"] != check["id"]][:MAX_NEIGHBOURS]
+
+
+def verify(store: Store, version: str, check: dict[str, Any], edit: Edit, attrs: dict[str, Value],
+           facts: dict[str, Value], catalog: Catalog) -> Verdict:
+    new_attrs = edited_attrs(attrs, edit, catalog)
+    ev = evaluate_path(store, version, check, new_attrs, facts)
+    verdict = Verdict(edit, ev.fired is False if ev.fired is not UNKNOWN else UNKNOWN, evaluation=ev)
+    if verdict.fixes_check is not True:
+        return verdict
+    touched = set(edit.set) | set(edit.remove)
+    for other in neighbours(store, version, check, touched):
+        other_ev = evaluate_path(store, version, other, new_attrs, facts, apply_writes=False)
+        if other_ev.fired is True:
+            verdict.trips.append({"id": other["id"], "path": other["path"],
+                                  "function": other["function"], "line": other["start_line"],
+                                  "message": other["message"], "condition": other["condition"]})
+        elif other_ev.fired is UNKNOWN:
+            verdict.unknown_neighbours += 1
+    return verdict
+
+
+def intent_tier(edit: Edit, ev: PathEvaluation) -> int:
+    """How much of the user's intent an edit gives up (lower keeps more).
+
+    0: touches only what the failing test reads; 1: SGLang's own choice;
+    2: the innermost guard; 3: outer guards and call sites, which usually
+    switch the whole feature off (dropping ``--speculative-algorithm``, say).
+    """
+    if edit.origin.startswith("set explicitly what SGLang"):
+        return 1
+    touched = set(edit.set) | set(edit.remove)
+    test_names: set[str] = set()
+    inner_names: set[str] = set()
+    guards = [p for p in ev.parts if p.role == "guard"]
+    for part in ev.parts:
+        names = {n for a in part.result.atoms for n, _, _ in a.inputs}
+        if part.role == "test":
+            test_names |= names
+        elif guards and part is guards[-1]:
+            inner_names |= names
+    if ev.parts and ev.parts[-1].role != "test":  # a raise: its innermost guard is its test
+        test_names |= inner_names
+    if touched <= test_names:
+        return 0
+    if touched <= test_names | inner_names:
+        return 2
+    return 3
+
+
+def rank(verdicts: list[Verdict], ev: PathEvaluation | None = None) -> list[Verdict]:
+    def key(v: Verdict) -> tuple[Any, ...]:
+        status = 0 if v.ok else (1 if v.fixes_check is True else 2)
+        tier = intent_tier(v.edit, ev) if ev is not None else 0
+        return (status, tier, len(v.trips), v.edit.size(), -len(v.edit.remove),
+                v.unknown_neighbours, v.edit.key())
+
+    return sorted(verdicts, key=key)
+
+
+def propose(store: Store, version: str, check: dict[str, Any], ev: PathEvaluation,
+            parsed: ParsedArgs, catalog: Catalog, attrs: dict[str, Value],
+            facts: dict[str, Value], *, limit: int = 5) -> list[Verdict]:
+    """The best ``limit`` candidate fixes for ``check`` (only those that fix it)."""
+    verdicts = []
+    for edit in candidate_edits(store, version, check, ev, parsed, catalog, attrs, facts):
+        v = verify(store, version, check, edit, attrs, facts, catalog)
+        if v.fixes_check is True:
+            verdicts.append(v)
+        if len(verdicts) >= MAX_CANDIDATES:
+            break
+    ranked = rank(verdicts, ev)
+    # drop supersets of a clean fix (dropping A and B when dropping A alone is enough)
+    out: list[Verdict] = []
+    for v in ranked:
+        if any(o.ok and set(o.edit.remove) < set(v.edit.remove) and not o.edit.set and not v.edit.set
+               for o in out):
+            continue
+        out.append(v)
+    return out[:limit]
