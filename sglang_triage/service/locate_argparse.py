@@ -496,6 +496,8 @@ def diagnose_argparse(err: ArgparseError, argv: list[str] | None, store: Store,
     """Explain ``err`` with the flag catalog of ``release`` (see the module docstring)."""
     catalog = load_catalog(store, release)
     w = _Work(store, release, catalog, list(argv) if argv is not None else None)
+    # "--model-path/--model" (argparse's display of one option) -> its first spelling
+    err = err.model_copy(update={"flags": [f.split("/", 1)[0] for f in err.flags]})
     flag = err.flags[0] if err.flags else None
     value = err.values[0] if err.values else None
     spec = _resolve(flag, catalog) if flag else None

@@ -20,14 +20,17 @@
 3. **The nearest release by anchor lines**, when no release has every printed
    line at its reported number (a dev build or a patched install). Each frame
    is looked up as an *anchor*: the same function (by name, in the same file)
-   and, inside it, the line whose stripped text equals the printed source;
-   ``offset = reported - found``. For the innermost frame of a bare
-   ``AssertionError`` only lines of bare asserts in that function qualify
-   (the checks table), and further printed lines must follow. When the text
-   occurs several times, the occurrence nearest the offset of the other
-   anchors in that file wins. The release with most anchors found, then the
-   smallest total ``|offset|``, is the nearest; :attr:`ReleaseResolution.line_offsets`
-   lets the localizer map reported lines onto it.
+   and, inside it, the line whose stripped text equals the printed source
+   (failing that, equals it once ``self.``/``server_args.``/``cfg.`` are
+   spelled alike, as checks moved into 0.5.23's ``arg_groups`` hooks);
+   ``offset = reported - found``. For the innermost frame of the primary
+   exception only lines inside checks raising that type qualify (bare asserts
+   for a bare ``AssertionError``), and further printed lines must follow. Of
+   several occurrences, the one nearest the other anchors' offset in that file
+   wins. Most anchors found, then the smallest total ``|offset|``, is nearest;
+   :attr:`ReleaseResolution.line_offsets` lets the localizer map reported lines
+   onto it. If no line is found anywhere, files and functions alone may still
+   single out a release, with low confidence.
 
 Without frames, a hint that names an ingested release decides; a dev version
 (``0.5.19.dev410+g...``) picks the newest ingested release not after it.
@@ -446,6 +449,27 @@ def _not_after(reported: str | None, ingested: Sequence[str]) -> list[str]:
 # ----------------------------------------------------------------------------- resolve
 
 
+@dataclass
+class _Ctx:
+    """What one resolution has gathered so far; :meth:`done` builds the answer."""
+
+    ingested: list[str]
+    reported: str | None
+    scored: dict[str, _Scored]
+    hinted: dict[str, float]  # ingested release named by a log hint -> hint strength
+    evidence: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def done(self, release: str | None, confidence: float, method: Method, dev: bool = False,
+             order: Sequence[str] = ()) -> ReleaseResolution:
+        offsets = dict(self.scored[release].per_path) if release in self.scored else {}
+        return ReleaseResolution(
+            release=release, confidence=round(max(0.0, min(1.0, confidence)), 3), method=method,
+            dev_build=dev or _is_dev(self.reported), reported_version=self.reported,
+            note="; ".join(self.notes) or None, evidence=self.evidence,
+            candidates=_ordered(self.scored, release, order), line_offsets=offsets)
+
+
 def resolve_release(parsed: ParsedLog, store: Store, *,
                     explicit: str | None = None) -> ReleaseResolution:
     """Decide which ingested release to analyse ``parsed`` against (see the module docstring)."""
@@ -455,108 +479,113 @@ def resolve_release(parsed: ParsedLog, store: Store, *,
     hints = _hints(parsed, explicit)
     explicit_hint = next((h for h in hints if h.kind == "explicit"), None)
     reported = hints[0].version if hints else None
-    evidence: list[str] = []
-    notes: list[str] = []
     if not ingested:
         return ReleaseResolution(
             release=None, confidence=0.0, method="none", dev_build=_is_dev(reported),
-            reported_version=reported, evidence=[],
+            reported_version=reported,
             note="no release is ingested; run `sglang-triage ingest --release X`")
-
     frames = _frames(parsed)
     scored = {r["version"]: _score_release(store, r, frames) for r in rows} if frames else {}
-    hinted: dict[str, float] = {}
+    ctx = _Ctx(ingested, reported, scored, {})
     for h in hints:
+        if h.kind == "explicit":
+            continue
         rel = _match(h.version, ingested)
-        if rel is not None and h.kind != "explicit":
-            hinted[rel] = max(hinted.get(rel, 0.0), _HINT_STRENGTH.get(h.kind, 0.5))
-            evidence.append(f"{h.kind} hint names {rel}: {_short(h.evidence, 120)}")
-        elif rel is None and h.kind != "explicit":
-            evidence.append(f"{h.kind} hint {h.version} is not an ingested release")
+        if rel is not None:
+            ctx.hinted[rel] = max(ctx.hinted.get(rel, 0.0), _HINT_STRENGTH.get(h.kind, 0.5))
+            ctx.evidence.append(f"{h.kind} hint names {rel}: {_short(h.evidence, 120)}")
+        else:
+            ctx.evidence.append(f"{h.kind} hint {h.version} is not an ingested release")
 
-    def done(release: str | None, confidence: float, method: Method, dev: bool = False,
-             offsets: dict[str, int] | None = None, order: Sequence[str] = ()) -> ReleaseResolution:
-        cands = _ordered(scored, release, order)
-        if release is not None and offsets is None:
-            offsets = dict(scored[release].per_path) if release in scored else {}
-        return ReleaseResolution(
-            release=release, confidence=round(max(0.0, min(1.0, confidence)), 3), method=method,
-            dev_build=dev or _is_dev(reported), reported_version=reported,
-            note="; ".join(notes) or None, evidence=evidence, candidates=cands,
-            line_offsets=offsets or {})
-
-    # 1. explicit
-    if explicit_hint is not None:
+    if explicit_hint is not None:  # 1. explicit
         rel = _match(explicit_hint.version, ingested)
         if rel is not None:
-            evidence.insert(0, f"release {rel} given explicitly")
-            if scored:
-                best = max(scored.values(), key=lambda s: (s.exact, s.score))
-                mine = scored[rel]
-                if best.release != rel and best.exact and not mine.exact:
-                    evidence.append(f"the traceback matches {best.release} line for line, "
-                                    f"not the given {rel}")
-                elif mine.anchors and not mine.exact and mine.found:
-                    notes.append(f"lines differ from release {rel} "
-                                 f"({_offset_range([o for _, o in mine.offsets])})")
-            return done(rel, 1.0, "explicit")
-        notes.append(f"release {explicit_hint.version} was given but is not ingested "
-                     f"(ingested: {', '.join(ingested)}); resolved from the log instead")
-
-    # 2. fingerprint
-    if scored:
-        ranked = sorted(scored.values(), key=lambda s: (s.exact, s.score, hinted.get(s.release, 0),
-                                                        release_sort_key(s.release)), reverse=True)
-        best = ranked[0]
-        if best.exact:
-            tied = [s for s in ranked if s.exact and s.score == best.score]
-            pick = _tie_break([s.release for s in tied], hinted, reported)
-            conf = best.score * (0.97 if len(tied) == 1 else 0.6 / len(tied) + 0.2)
-            if len(tied) > 1:
-                evidence.append("the traceback matches " + ", ".join(s.release for s in tied)
-                                + f" equally; took {pick}")
-            conf = _hint_adjust(conf, pick, hinted, evidence, "frames")
-            return done(pick, conf, "fingerprint", order=[s.release for s in tied])
-        # 3. nearest by anchors
-        near = sorted((s for s in scored.values() if s.found),
-                      key=lambda s: (-s.found / max(s.anchors, 1), s.total_offset,
-                                     _distance(s.release, reported)))
-        if near:
-            pick_s = near[0]
-            share = pick_s.found / max(pick_s.anchors, 1)
-            conf = 0.35 + 0.4 * share
-            if len(near) > 1 and (near[1].found, near[1].total_offset) == (
-                    pick_s.found, pick_s.total_offset):
-                conf -= 0.2
-                evidence.append(f"{near[1].release} fits the anchors equally well")
-            conf = _hint_adjust(conf, pick_s.release, hinted, evidence, "anchor lines")
-            rng = _offset_range([o for _, o in pick_s.offsets])
-            what = (f"dev build {reported}" if _is_dev(reported)
-                    else "lines match no ingested release exactly (a dev build or a patched "
-                         "install)")
-            notes.append(f"{what}; nearest release {pick_s.release} ({rng})")
-            return done(pick_s.release, conf, "nearest", dev=True,
-                        order=[s.release for s in near])
-        if best.score > 0 and not hinted:
-            evidence.append("no printed frame line was found in any ingested release")
-    # hints without usable frames
-    if hinted:
-        rel = max(hinted, key=lambda r: (hinted[r], release_sort_key(r)))
-        return done(rel, 0.9 * hinted[rel] if not frames else 0.8 * hinted[rel], "hint")
+            _explicit_evidence(ctx, rel)
+            return ctx.done(rel, 1.0, "explicit")
+        ctx.notes.append(f"release {explicit_hint.version} was given but is not ingested "
+                         f"(ingested: {', '.join(ingested)}); resolved from the log instead")
+    if scored:  # 2. and 3.
+        res = _from_frames(ctx)
+        if res is not None:
+            return res
+    if ctx.hinted:  # hints without usable frames
+        rel = max(ctx.hinted, key=lambda r: (ctx.hinted[r], release_sort_key(r)))
+        return ctx.done(rel, (0.8 if frames else 0.9) * ctx.hinted[rel], "hint")
     if _is_dev(reported):
         base = _not_after(reported, ingested)
         if base:
-            notes.append(f"dev build {reported}; nearest release {base[0]} by version number "
-                         "(no traceback lines to compare)")
-            return done(base[0], 0.3, "nearest", dev=True)
+            ctx.notes.append(f"dev build {reported}; nearest release {base[0]} by version "
+                             "number (no traceback lines to compare)")
+            return ctx.done(base[0], 0.3, "nearest", dev=True)
     if len(ingested) == 1:
-        notes.append(f"only {ingested[0]} is ingested and the log does not name a release; "
-                     f"{_SETTLE}")
-        return done(ingested[0], 0.3, "only_release")
-    newest = ingested[-1]
-    notes.append(f"nothing in the log identifies the release; analysing against the newest "
-                 f"ingested release {newest}. To settle it, {_SETTLE}")
-    return done(newest, 0.15, "none")
+        ctx.notes.append(f"only {ingested[0]} is ingested and the log does not name a "
+                         f"release; {_SETTLE}")
+        return ctx.done(ingested[0], 0.3, "only_release")
+    ctx.notes.append(f"nothing in the log identifies the release; analysing against the "
+                     f"newest ingested release {ingested[-1]}. To settle it, {_SETTLE}")
+    return ctx.done(ingested[-1], 0.15, "none")
+
+
+def _explicit_evidence(ctx: _Ctx, rel: str) -> None:
+    """Say where the traceback disagrees with an explicitly given release."""
+    ctx.evidence.insert(0, f"release {rel} given explicitly")
+    if not ctx.scored:
+        return
+    best = max(ctx.scored.values(), key=lambda s: (s.exact, s.score))
+    mine = ctx.scored[rel]
+    if best.release != rel and best.exact and not mine.exact:
+        ctx.evidence.append(f"the traceback matches {best.release} line for line, "
+                            f"not the given {rel}")
+    elif mine.anchors and not mine.exact and mine.found:
+        ctx.notes.append(f"lines differ from release {rel} "
+                         f"({_offset_range([o for _, o in mine.offsets])})")
+
+
+def _from_frames(ctx: _Ctx) -> ReleaseResolution | None:
+    """Fingerprint, then nearest by anchors, then files and functions alone; None if undecided."""
+    hinted, evidence = ctx.hinted, ctx.evidence
+    ranked = sorted(ctx.scored.values(), key=lambda s: (
+        s.exact, s.score, hinted.get(s.release, 0), release_sort_key(s.release)), reverse=True)
+    best = ranked[0]
+    if best.exact:
+        tied = [s for s in ranked if s.exact and s.score == best.score]
+        pick = _tie_break([s.release for s in tied], hinted, ctx.reported)
+        conf = best.score * (0.97 if len(tied) == 1 else 0.6 / len(tied) + 0.2)
+        if len(tied) > 1:
+            evidence.append("the traceback matches " + ", ".join(s.release for s in tied)
+                            + f" equally; took {pick}")
+        conf = _hint_adjust(conf, pick, hinted, evidence, "frames")
+        return ctx.done(pick, conf, "fingerprint", order=[s.release for s in tied])
+    near = sorted((s for s in ranked if s.found), key=lambda s: (
+        -s.found / max(s.anchors, 1), s.total_offset, _distance(s.release, ctx.reported)))
+    if near:
+        top = near[0]
+        conf = 0.35 + 0.4 * top.found / max(top.anchors, 1)
+        if len(near) > 1 and (near[1].found, near[1].total_offset) == (top.found,
+                                                                       top.total_offset):
+            conf -= 0.2
+            evidence.append(f"{near[1].release} fits the anchors equally well")
+        conf = _hint_adjust(conf, top.release, hinted, evidence, "anchor lines")
+        what = (f"dev build {ctx.reported}" if _is_dev(ctx.reported) else
+                "lines match no ingested release exactly (a dev build or a patched install)")
+        ctx.notes.append(f"{what}; nearest release {top.release} "
+                         f"({_offset_range([o for _, o in top.offsets])})")
+        return ctx.done(top.release, conf, "nearest", dev=True, order=[s.release for s in near])
+    # no printed line found anywhere: the files and functions alone may single one out
+    second = ranked[1].score if len(ranked) > 1 else 0.0
+    if best.score > second and (not hinted or best.release in hinted):
+        if any(s.anchors for s in ranked):
+            ctx.notes.append(f"no printed frame line is in any ingested release; nearest "
+                             f"release {best.release} (the traceback's files and functions "
+                             "exist there)")
+            return ctx.done(best.release, 0.2 + 0.3 * best.score, "nearest", dev=True)
+        evidence.append(f"the traceback's files and functions fit {best.release} best "
+                        "(no source lines were printed)")
+        conf = _hint_adjust(0.25 + 0.35 * best.score, best.release, hinted, evidence, "frames")
+        return ctx.done(best.release, conf, "fingerprint")
+    if best.score > 0:
+        evidence.append("the traceback's frames do not single out a release")
+    return None
 
 
 def _distance(release: str, reported: str | None) -> int:

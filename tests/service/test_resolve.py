@@ -271,3 +271,36 @@ def test_release_sort_key() -> None:
     vs = ["0.5.11", "0.5.9", "0.5.19.dev410+gedff717ef", "0.5.23", "weird", "0.5.11rc1"]
     assert sorted(vs, key=release_sort_key) == [
         "weird", "0.5.9", "0.5.11rc1", "0.5.11", "0.5.19.dev410+gedff717ef", "0.5.23"]
+
+
+def test_check_moved_to_another_argument_object(store: Store) -> None:
+    """0.5.23 hooks read ``cfg.X`` where older code read ``server_args.X``; a dev build
+    printing ``server_args.`` still anchors on the 0.5.23 line (like issue 38236)."""
+    for chk in store.checks("0.5.23", where="path LIKE 'sglang/srt/arg_groups/%' AND "
+                                           "kind = 'assert'"):
+        path = chk["path"]
+        text = line_text(store, "0.5.23", path, chk["start_line"])
+        if text.startswith("assert cfg."):
+            break
+    else:
+        raise AssertionError("no assert reading cfg. in arg_groups")
+    fn = store.function("0.5.23", chk["function"], path)
+    assert fn is not None
+    printed = text.replace("cfg.", "server_args.")
+    frame = F(path, chk["start_line"] + 1, fn["name"], printed)
+    res = resolve_release(parse_log(render([frame], exc=f"{chk['exc_type']}: x")), store)
+    assert res.release == "0.5.23" and res.method == "nearest" and res.dev_build
+    assert res.line_offsets == {path: 1}
+    assert any("another argument object" in e for e in res.candidates[0].evidence)
+
+
+def test_frames_without_source_lines(store: Store) -> None:
+    path = "sglang/srt/arg_groups/speculative_hook.py"
+    chk = store.checks("0.5.23", path=path)[0]
+    fn = store.function("0.5.23", chk["function"], path)
+    assert fn is not None
+    text = (f'Traceback (most recent call last):\n  File "{SITE}/{path}", line '
+            f'{chk["start_line"]}, in {fn["name"]}\nValueError: x\n')
+    res = resolve_release(parse_log(text), store)
+    assert res.release == "0.5.23" and res.method == "fingerprint"
+    assert 0.3 < res.confidence < 0.7
