@@ -130,6 +130,8 @@ class Store:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
+        self._texts: dict[tuple[str, str], str | None] = {}
+        self._texts_lock = threading.Lock()
         con = self.connection()
         con.executescript(_SCHEMA)  # idempotent DDL; executescript commits on its own
         con.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
@@ -194,6 +196,8 @@ class Store:
 
     def replace_release(self, version: str, row: dict[str, Any], tables: dict[str, list[tuple]]) -> None:
         """Atomically replace every structural row of ``version``."""
+        with self._texts_lock:
+            self._texts.clear()
         with self.transaction() as con:
             for table in _RELEASE_TABLES:
                 con.execute(f"DELETE FROM {table} WHERE release = ?", (version,))
@@ -209,12 +213,26 @@ class Store:
 
     # -- reads -----------------------------------------------------------------------
     def file_text(self, version: str, path: str) -> str | None:
+        """The source of one file (kept in a small in-process cache of split lines)."""
+        lines = self._lines(version, path)
+        return "\n".join(lines) if lines is not None else None
+
+    def _lines(self, version: str, path: str) -> list[str] | None:
+        key = (version, path)
+        with self._texts_lock:
+            if key in self._texts:
+                return self._texts[key]  # type: ignore[return-value]
         rows = self.query("SELECT text FROM files WHERE release = ? AND path = ?", (version, path))
-        return zlib.decompress(rows[0]["text"]).decode("utf-8", "replace") if rows else None
+        lines = zlib.decompress(rows[0]["text"]).decode("utf-8", "replace").split("\n") if rows else None
+        with self._texts_lock:
+            if len(self._texts) > 256:
+                self._texts.clear()
+            self._texts[key] = lines  # type: ignore[assignment]
+        return lines
 
     def file_lines(self, version: str, path: str, start: int, end: int) -> list[str]:
-        text = self.file_text(version, path)
-        return text.split("\n")[max(start - 1, 0) : end] if text is not None else []
+        lines = self._lines(version, path)
+        return lines[max(start - 1, 0) : end] if lines is not None else []
 
     def paths(self, version: str) -> list[str]:
         return [r["path"] for r in self.query("SELECT path FROM files WHERE release = ?", (version,))]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import textwrap
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,19 +40,42 @@ _lock = threading.Lock()
 _cache: dict[tuple[Any, ...], Any] = {}
 
 
-def _cached(key: tuple[Any, ...], build):  # noqa: ANN001, ANN202
+_MAX_ENTRIES = 50_000
+_HASH_TTL_S = 5.0
+_hashes: dict[tuple[str, str], tuple[float, str | None]] = {}
+
+
+def cached(key: tuple[Any, ...], build):  # noqa: ANN001, ANN202
+    """Memoise ``build()`` under ``key`` (process-wide, bounded, thread-safe)."""
     with _lock:
         if key in _cache:
             return _cache[key]
     value = build()
     with _lock:
+        if len(_cache) >= _MAX_ENTRIES:
+            _cache.clear()
         _cache[key] = value
     return value
 
 
-def _release_key(store: Store, version: str, what: str) -> tuple[Any, ...]:
-    rel = store.release(version) or {}
-    return (str(store.path), version, rel.get("content_hash"), what)
+_cached = cached
+
+
+def release_key(store: Store, version: str, what: str) -> tuple[Any, ...]:
+    """A cache key that changes when the release is re-indexed (hash looked up every few s)."""
+    now = time.monotonic()
+    hk = (str(store.path), version)
+    with _lock:
+        hit = _hashes.get(hk)
+    if hit is None or now - hit[0] > _HASH_TTL_S:
+        rel = store.release(version) or {}
+        hit = (now, rel.get("content_hash"))
+        with _lock:
+            _hashes[hk] = hit
+    return (hk[0], version, hit[1], what)
+
+
+_release_key = release_key
 
 
 def function_source(store: Store, version: str, fn: dict[str, Any]) -> str:
@@ -60,12 +84,17 @@ def function_source(store: Store, version: str, fn: dict[str, Any]) -> str:
 
 
 def function_ast(store: Store, version: str, fn: dict[str, Any]) -> ast.FunctionDef | None:
-    try:
-        mod = ast.parse(function_source(store, version, fn))
-    except SyntaxError:
-        return None
-    node = mod.body[0] if mod.body else None
-    return node if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else None  # type: ignore[return-value]
+    """The parsed function (cached; callers must not mutate it)."""
+
+    def build() -> ast.FunctionDef | None:
+        try:
+            mod = ast.parse(function_source(store, version, fn))
+        except SyntaxError:
+            return None
+        node = mod.body[0] if mod.body else None
+        return node if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else None  # type: ignore[return-value]
+
+    return _cached(_release_key(store, version, f"ast:{fn['path']}:{fn['start_line']}"), build)
 
 
 def _calls_with_nodes(node: ast.AST) -> list[tuple[ast.Call, str]]:
@@ -195,6 +224,11 @@ def earlier_writes(store: Store, version: str, attr: str, check: dict[str, Any])
     function at an earlier line. Writes whose order is unknown are returned
     with ``rank=None`` so callers can report them as "may be changed".
     """
+    return _cached(_release_key(store, version, f"writes:{check['id']}:{attr}"),
+                   lambda: _earlier_writes(store, version, attr, check))
+
+
+def _earlier_writes(store: Store, version: str, attr: str, check: dict[str, Any]) -> list[Write]:
     check_rank = rank_of(store, version, check["function"])
     out: list[Write] = []
     for ref in store.refs(version, attr, kinds=("write", "declare", "return_dict")):

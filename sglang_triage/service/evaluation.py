@@ -87,6 +87,11 @@ def _locals_before(store: Store, version: str, fn: dict[str, Any] | None,
     """Simple ``name = expr`` assignments in ``fn`` before ``line`` (last one wins)."""
     if fn is None:
         return {}
+    return chain.cached(chain.release_key(store, version, f"locals:{fn['path']}:{fn['start_line']}:{line}"),
+                        lambda: _scan_locals(store, version, fn, line))
+
+
+def _scan_locals(store: Store, version: str, fn: dict[str, Any], line: int) -> dict[str, ast.expr]:
     node = chain.function_ast(store, version, fn)
     if node is None:
         return {}
@@ -115,7 +120,7 @@ class _Subst(ast.NodeTransformer):
         return node
 
 
-def substitute(condition: str, local: dict[str, ast.expr], facts: dict[str, Value]) -> str:
+def substitute(condition: str, local: dict[str, ast.expr], facts: dict[str, Any]) -> str:
     """``condition`` with local variables replaced by their assigned expressions."""
     if not local:
         return condition
@@ -178,9 +183,15 @@ def _transforms_itself(value_src: str | None, attr: str) -> bool:
         return False
 
 
-def evaluate_path(store: Store, version: str, check: dict[str, Any], attrs: dict[str, Value],
-                  facts: dict[str, Value], *, apply_writes: bool = True) -> PathEvaluation:
-    """Evaluate every piece of ``check``'s path condition."""
+def prepared_pieces(store: Store, version: str, check: dict[str, Any], fact_names: frozenset[str]
+                    ) -> tuple[list[tuple[str, str, bool, int | None]], set[str]]:
+    """The pieces of ``check``'s path condition with locals substituted (cached per check)."""
+    key = chain.release_key(store, version, f"pieces:{check['id']}:{hash(fact_names)}")
+    return chain.cached(key, lambda: _prepare(store, version, check, fact_names))
+
+
+def _prepare(store: Store, version: str, check: dict[str, Any], fact_names: frozenset[str]
+             ) -> tuple[list[tuple[str, str, bool, int | None]], set[str]]:
     fns = store.functions_at(version, check["path"], check["start_line"])
     fn = fns[0] if fns else None
     local = _locals_before(store, version, fn, check["start_line"])
@@ -194,13 +205,22 @@ def evaluate_path(store: Store, version: str, check: dict[str, Any], attrs: dict
         pieces.append(("guard", g["condition"], g["polarity"], g["line"]))
     if check["kind"] == "assert" and check["condition"]:
         pieces.append(("test", check["condition"], False, check["test_start"]))
-    texts = [(role, substitute(cond, local, facts), pol, line) for role, cond, pol, line in pieces]
+    facts = dict.fromkeys(fact_names)
+    texts = [(role, substitute(cond, local, facts), pol, line)  # type: ignore[arg-type]
+             for role, cond, pol, line in pieces]
     names: set[str] = set()
     for _, cond, _, _ in texts:
         try:
             names |= set(referenced_names(cond))
         except Exception:  # noqa: BLE001 - unparsable text is evaluated as unknown below
             continue
+    return texts, names
+
+
+def evaluate_path(store: Store, version: str, check: dict[str, Any], attrs: dict[str, Value],
+                  facts: dict[str, Value], *, apply_writes: bool = True) -> PathEvaluation:
+    """Evaluate every piece of ``check``'s path condition."""
+    texts, names = prepared_pieces(store, version, check, frozenset(facts))
     attrs = dict(attrs)
     caveats: list[str] = []
     notes: dict[str, list[str]] = {}

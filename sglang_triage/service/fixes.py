@@ -35,6 +35,7 @@ from .summarize import call_value
 
 MAX_CANDIDATES = 40
 MAX_NEIGHBOURS = 150
+RECHECK_SPARE = 5  # candidates re-checked beyond the number returned
 
 
 @dataclass
@@ -188,13 +189,28 @@ def neighbours(store: Store, version: str, check: dict[str, Any], attrs: set[str
     return [r for r in rows if r["id"] != check["id"]][:MAX_NEIGHBOURS]
 
 
-def verify(store: Store, version: str, check: dict[str, Any], edit: Edit, attrs: dict[str, Value],
-           facts: dict[str, Value], catalog: Catalog) -> Verdict:
+def fixes_check(store: Store, version: str, check: dict[str, Any], edit: Edit,
+                attrs: dict[str, Value], facts: dict[str, Value], catalog: Catalog) -> Verdict:
+    """Phase 1: does ``edit`` make the check itself definitely pass?"""
     new_attrs = edited_attrs(attrs, edit, catalog)
     ev = evaluate_path(store, version, check, new_attrs, facts)
-    verdict = Verdict(edit, ev.fired is False if ev.fired is not UNKNOWN else UNKNOWN, evaluation=ev)
-    if verdict.fixes_check is not True:
-        return verdict
+    return Verdict(edit, ev.fired is False if ev.fired is not UNKNOWN else UNKNOWN, evaluation=ev)
+
+
+def verify(store: Store, version: str, check: dict[str, Any], edit: Edit, attrs: dict[str, Value],
+           facts: dict[str, Value], catalog: Catalog) -> Verdict:
+    """Both phases: the check passes, and no neighbouring check fires instead."""
+    verdict = fixes_check(store, version, check, edit, attrs, facts, catalog)
+    if verdict.fixes_check is True:
+        recheck_neighbours(store, version, check, verdict, attrs, facts, catalog)
+    return verdict
+
+
+def recheck_neighbours(store: Store, version: str, check: dict[str, Any], verdict: Verdict,
+                       attrs: dict[str, Value], facts: dict[str, Value], catalog: Catalog) -> None:
+    """Phase 2: record the other checks that ``verdict.edit`` would make fire."""
+    edit = verdict.edit
+    new_attrs = edited_attrs(attrs, edit, catalog)
     touched = set(edit.set) | set(edit.remove)
     for other in neighbours(store, version, check, touched):
         other_ev = evaluate_path(store, version, other, new_attrs, facts, apply_writes=False)
@@ -204,7 +220,6 @@ def verify(store: Store, version: str, check: dict[str, Any], edit: Edit, attrs:
                                   "message": other["message"], "condition": other["condition"]})
         elif other_ev.fired is UNKNOWN:
             verdict.unknown_neighbours += 1
-    return verdict
 
 
 def intent_tier(edit: Edit, ev: PathEvaluation) -> int:
@@ -249,14 +264,18 @@ def propose(store: Store, version: str, check: dict[str, Any], ev: PathEvaluatio
             parsed: ParsedArgs, catalog: Catalog, attrs: dict[str, Value],
             facts: dict[str, Value], *, limit: int = 5) -> list[Verdict]:
     """The best ``limit`` candidate fixes for ``check`` (only those that fix it)."""
-    verdicts = []
+    passing = []
     for edit in candidate_edits(store, version, check, ev, parsed, catalog, attrs, facts):
-        v = verify(store, version, check, edit, attrs, facts, catalog)
+        v = fixes_check(store, version, check, edit, attrs, facts, catalog)
         if v.fixes_check is True:
-            verdicts.append(v)
-        if len(verdicts) >= MAX_CANDIDATES:
+            passing.append(v)
+        if len(passing) >= MAX_CANDIDATES:
             break
-    ranked = rank(verdicts, ev)
+    # phase 2 only for the most promising few: neighbour re-checks are the costly part
+    shortlist = rank(passing, ev)[: limit + RECHECK_SPARE]
+    for v in shortlist:
+        recheck_neighbours(store, version, check, v, attrs, facts, catalog)
+    ranked = rank(shortlist, ev)
     # drop supersets of a clean fix (dropping A and B when dropping A alone is enough)
     out: list[Verdict] = []
     for v in ranked:
