@@ -132,15 +132,35 @@ def substitute(condition: str, local: dict[str, ast.expr], facts: dict[str, Any]
     return ast.unparse(new)
 
 
+def _truth(cond: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> object:
+    """``evaluate(cond).truth``, memoised on the values of the attributes it reads."""
+    if memo is None:
+        return evaluate(cond, env).truth
+    try:
+        names = referenced_names(cond)
+    except Exception:  # noqa: BLE001 - let evaluate report it
+        return evaluate(cond, env).truth
+    key = (cond, tuple((n, repr(env.attrs[n].value) if n in env.attrs else "?")
+                       for n in sorted(names)))
+    if key not in memo:
+        memo[key] = evaluate(cond, env).truth
+    return memo[key]
+
+
 def apply_earlier_writes(store: Store, version: str, check: dict[str, Any], attrs: dict[str, Value],
-                         facts: dict[str, Value], names: set[str]) -> tuple[list[str], dict[str, list[str]]]:
-    """Fold the writes that run before ``check`` into ``attrs`` (in place)."""
+                         facts: dict[str, Value], names: set[str],
+                         memo: dict[tuple[Any, ...], object] | None = None,
+                         ) -> tuple[list[str], dict[str, list[str]]]:
+    """Fold the writes that run before ``check`` into ``attrs`` (in place).
+
+    ``memo`` (one per triage, whose facts are fixed) caches guard truths.
+    """
     caveats: list[str] = []
     notes: dict[str, list[str]] = {}
     for attr in sorted(names):
         for w in chain.earlier_writes(store, version, attr, check):
             env = Env(attrs, facts)
-            holds = _and([_holds(evaluate(g["condition"], env).truth, g["polarity"])
+            holds = _and([_holds(_truth(g["condition"], env, memo), g["polarity"])
                           for g in w.guards])
             when = " and ".join(
                 (g["condition"] if g["polarity"] else f"not ({g['condition']})") for g in w.guards
@@ -218,14 +238,15 @@ def _prepare(store: Store, version: str, check: dict[str, Any], fact_names: froz
 
 
 def evaluate_path(store: Store, version: str, check: dict[str, Any], attrs: dict[str, Value],
-                  facts: dict[str, Value], *, apply_writes: bool = True) -> PathEvaluation:
+                  facts: dict[str, Value], *, apply_writes: bool = True,
+                  memo: dict[tuple[Any, ...], object] | None = None) -> PathEvaluation:
     """Evaluate every piece of ``check``'s path condition."""
     texts, names = prepared_pieces(store, version, check, frozenset(facts))
     attrs = dict(attrs)
     caveats: list[str] = []
     notes: dict[str, list[str]] = {}
     if apply_writes:
-        caveats, notes = apply_earlier_writes(store, version, check, attrs, facts, names)
+        caveats, notes = apply_earlier_writes(store, version, check, attrs, facts, names, memo)
     env = Env(attrs, facts)
     parts: list[PiecePart] = []
     for role, cond, pol, line in texts:

@@ -26,6 +26,7 @@ canonical text live in ``expr_syntax``, the value model (:data:`UNKNOWN`,
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -116,8 +117,10 @@ class Env:
         functions: Mapping[str, Callable[..., object]] | None = None,
         arg_objects: Collection[str] = DEFAULT_ARG_OBJECTS,
     ) -> None:
-        self.attrs: dict[str, Value] = {k: _as_value(v) for k, v in attrs.items()}
-        self.facts: dict[str, Value] = {k: _as_value(v) for k, v in (facts or {}).items()}
+        # kept as given (no copy: building an Env is on the hot path); values that are
+        # not a Value are wrapped when they are looked up
+        self.attrs: Mapping[str, Value] = attrs
+        self.facts: Mapping[str, Value] = facts if facts is not None else {}
         self.functions: dict[str, Callable[..., object]] = dict(functions or {})
         self.arg_objects: frozenset[str] = frozenset(arg_objects)
 
@@ -182,6 +185,17 @@ def referenced_names(
     expr: str | ast.AST, arg_objects: Collection[str] = DEFAULT_ARG_OBJECTS
 ) -> frozenset[str]:
     """The ``attrs`` keys ``expr`` reads (``self.X``, ``getattr(cfg, "X")``), without evaluating."""
+    if isinstance(expr, str):
+        return _referenced_names_text(expr, frozenset(arg_objects))
+    return _referenced_names(expr, arg_objects)
+
+
+@functools.lru_cache(maxsize=16384)
+def _referenced_names_text(expr: str, arg_objects: frozenset[str]) -> frozenset[str]:
+    return _referenced_names(expr, arg_objects)
+
+
+def _referenced_names(expr: str | ast.AST, arg_objects: Collection[str]) -> frozenset[str]:
     root = to_node(expr, whitelist=False)
     funcs = {id(n.func) for n in ast.walk(root) if isinstance(n, ast.Call)}
     names: set[str] = set()
@@ -220,17 +234,19 @@ class _Evaluator:
 
     def attr(self, name: str) -> object:
         self.names.add(name)
-        v = self.env.attrs.get(name)
-        if v is None:
+        raw = self.env.attrs.get(name)
+        if raw is None:
             self.record(name, UNKNOWN, Provenance("unknown", f"attribute {name} not known"))
             return UNKNOWN
+        v = _as_value(raw)
         self.record(name, v.value, v.provenance)
         return v.value
 
     def fact(self, key: str) -> tuple[bool, object]:
-        v = self.env.facts.get(key)
-        if v is None:
+        raw = self.env.facts.get(key)
+        if raw is None:
             return False, UNKNOWN
+        v = _as_value(raw)
         self.record(key, v.value, v.provenance)
         return True, v.value
 
@@ -526,7 +542,7 @@ def evaluate(expr: str | ast.AST, env: Env) -> Result:
         for name, v, _ in ev.atoms[i].inputs:
             if v is UNKNOWN and name not in unknowns:
                 unknowns.append(name)
-    names = referenced_names(node, env.arg_objects) | ev.names
+    names = referenced_names(expr if isinstance(expr, str) else node, env.arg_objects) | ev.names
     return Result(value, t, tuple(ev.atoms), frozenset(names), tuple(unknowns))
 
 

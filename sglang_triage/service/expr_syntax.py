@@ -113,7 +113,7 @@ def _check_node(node: ast.AST) -> None:
         raise UnsafeExpression("getattr of a dunder attribute not allowed")
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=16384)
 def _parse(text: str, whitelist: bool) -> ast.expr:
     node = _parse_text(text)
     _check_shape(node, whitelist)

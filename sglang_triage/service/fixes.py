@@ -28,7 +28,7 @@ from typing import Any
 from ..ingest.catalog import Catalog
 from ..kb.store import Store
 from . import chain
-from .evaluation import PathEvaluation, evaluate_path
+from .evaluation import PathEvaluation, evaluate_path, prepared_pieces
 from .expr import UNKNOWN, Env, Provenance, Value
 from .flags import ParsedArgs
 from .summarize import call_value
@@ -190,10 +190,11 @@ def neighbours(store: Store, version: str, check: dict[str, Any], attrs: set[str
 
 
 def fixes_check(store: Store, version: str, check: dict[str, Any], edit: Edit,
-                attrs: dict[str, Value], facts: dict[str, Value], catalog: Catalog) -> Verdict:
+                attrs: dict[str, Value], facts: dict[str, Value], catalog: Catalog,
+                memo: dict[tuple[Any, ...], object] | None = None) -> Verdict:
     """Phase 1: does ``edit`` make the check itself definitely pass?"""
     new_attrs = edited_attrs(attrs, edit, catalog)
-    ev = evaluate_path(store, version, check, new_attrs, facts)
+    ev = evaluate_path(store, version, check, new_attrs, facts, memo=memo)
     return Verdict(edit, ev.fired is False if ev.fired is not UNKNOWN else UNKNOWN, evaluation=ev)
 
 
@@ -207,18 +208,30 @@ def verify(store: Store, version: str, check: dict[str, Any], edit: Edit, attrs:
 
 
 def recheck_neighbours(store: Store, version: str, check: dict[str, Any], verdict: Verdict,
-                       attrs: dict[str, Value], facts: dict[str, Value], catalog: Catalog) -> None:
-    """Phase 2: record the other checks that ``verdict.edit`` would make fire."""
+                       attrs: dict[str, Value], facts: dict[str, Value], catalog: Catalog,
+                       memo: dict[tuple[Any, ...], object] | None = None) -> None:
+    """Phase 2: record the other checks that ``verdict.edit`` would make fire.
+
+    ``memo`` (one per triage) remembers each neighbour's verdict for the values
+    of the attributes it reads, so candidates that agree on them share the work.
+    """
     edit = verdict.edit
     new_attrs = edited_attrs(attrs, edit, catalog)
     touched = set(edit.set) | set(edit.remove)
+    memo = memo if memo is not None else {}
     for other in neighbours(store, version, check, touched):
-        other_ev = evaluate_path(store, version, other, new_attrs, facts, apply_writes=False)
-        if other_ev.fired is True:
+        _, names = prepared_pieces(store, version, other, frozenset(facts))
+        key = (other["id"], tuple(sorted((n, repr(new_attrs[n].value) if n in new_attrs else "?")
+                                         for n in names)))
+        if key not in memo:
+            memo[key] = evaluate_path(store, version, other, new_attrs, facts,
+                                      apply_writes=False).fired
+        fired = memo[key]
+        if fired is True:
             verdict.trips.append({"id": other["id"], "path": other["path"],
                                   "function": other["function"], "line": other["start_line"],
                                   "message": other["message"], "condition": other["condition"]})
-        elif other_ev.fired is UNKNOWN:
+        elif fired is UNKNOWN:
             verdict.unknown_neighbours += 1
 
 
@@ -265,16 +278,22 @@ def propose(store: Store, version: str, check: dict[str, Any], ev: PathEvaluatio
             facts: dict[str, Value], *, limit: int = 5) -> list[Verdict]:
     """The best ``limit`` candidate fixes for ``check`` (only those that fix it)."""
     passing = []
-    for edit in candidate_edits(store, version, check, ev, parsed, catalog, attrs, facts):
-        v = fixes_check(store, version, check, edit, attrs, facts, catalog)
+    edits = candidate_edits(store, version, check, ev, parsed, catalog, attrs, facts)
+    # cheapest-to-accept first, so phase 1 can stop once it has enough passing fixes
+    edits.sort(key=lambda e: (intent_tier(e, ev), e.size(), -len(e.remove)))
+    wanted = limit + RECHECK_SPARE
+    guard_memo: dict[tuple[Any, ...], object] = {}
+    for edit in edits:
+        v = fixes_check(store, version, check, edit, attrs, facts, catalog, guard_memo)
         if v.fixes_check is True:
             passing.append(v)
-        if len(passing) >= MAX_CANDIDATES:
+        if len(passing) >= wanted:
             break
     # phase 2 only for the most promising few: neighbour re-checks are the costly part
-    shortlist = rank(passing, ev)[: limit + RECHECK_SPARE]
+    shortlist = rank(passing, ev)[:wanted]
+    memo: dict[tuple[Any, ...], object] = {}
     for v in shortlist:
-        recheck_neighbours(store, version, check, v, attrs, facts, catalog)
+        recheck_neighbours(store, version, check, v, attrs, facts, catalog, memo)
     ranked = rank(shortlist, ev)
     # drop supersets of a clean fix (dropping A and B when dropping A alone is enough)
     out: list[Verdict] = []
