@@ -70,6 +70,13 @@ class Settings(BaseSettings):
     llm_api_key: str | None = None
     llm_timeout_s: float = 20.0
 
+    # slack
+    slack_bot_token: str | None = None
+    slack_signing_secret: str | None = None
+    slack_app_token: str | None = Field(None, description="xapp- token for Socket Mode.")
+    slack_api_url: str | None = Field(None, description="Slack Web API base URL (tests: a stub).")
+    public_url: str = Field("http://127.0.0.1:8000", description="Base URL for report links.")
+
     @field_validator("home", "kb_dir", mode="after")
     @classmethod
     def _absolute(cls, value: Path | None) -> Path | None:
