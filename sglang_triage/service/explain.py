@@ -16,8 +16,12 @@ def _flagish(attr: str) -> str:
 
 
 def failing_inputs(atoms: list[AtomOut]) -> list[str]:
+    """Inputs of the failing atoms, the assert test's first (they are why it fired)."""
     out: list[str] = []
-    for atom in atoms:
+    ordered = sorted(atoms, key=lambda a: {"test": 0, "guard": 1}.get(a.role, 2))
+    if any(a.failing and a.role == "test" for a in atoms):
+        ordered = [a for a in ordered if a.role == "test"]
+    for atom in ordered:
         if not atom.failing:
             continue
         for inp in atom.inputs:

@@ -36,6 +36,9 @@ STUB_DIRS = (_HERE, os.path.join(os.path.dirname(_HERE), "fallback"))
 #: import raise; ``"call:<name>"`` makes the named fake hardware query raise.
 FORCED_FAILURE: str | None = None
 
+#: the declared hardware profile (set by the child before SGLang is imported)
+HARDWARE: dict[str, Any] = {}
+
 
 class StubError(RuntimeError):
     """Raised by a stub on purpose (forced failures, unsupported operations)."""

@@ -1,0 +1,343 @@
+"""Replay runner, executed as a script inside the isolated subprocess (stdlib only).
+
+``python child.py <config.json>`` reads the job written by
+:mod:`sglang_triage.replay.harness`, then
+
+1. fixes ``sys.path`` (the force-stub folder, then the release's source root),
+   blocks non-loopback network connections and installs the stub finders;
+2. makes torch report the declared GPUs and fakes ``nvidia-smi``;
+3. imports ``sglang.srt.server_args`` (phase ``import``: any failure here is
+   the harness's, never SGLang's verdict) and pins SGLang's hardware probes to
+   the declared values;
+4. runs the release's own validation (phase ``validate``):
+   ``prepare_server_args(argv)`` and, where the release has it (0.5.19+),
+   ``server_args.resolve_once()``;
+5. classifies the outcome and writes it as JSON to the result path.
+
+It never imports ``sglang_triage``: the child's interpreter sees only the
+release, the stubs and the venv's third-party packages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import io
+import ipaddress
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+_HARNESS_FILES = {str(Path(__file__).resolve())}
+
+
+class NetworkBlocked(OSError):
+    """A connection to a non-loopback address was attempted during replay."""
+
+
+def _is_loopback(host: Any) -> bool:
+    if host is None:
+        return True
+    host = str(host)
+    if host in ("localhost", "") or host.startswith("/"):
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def install_socket_guard() -> None:
+    """Refuse ``connect`` (and name lookups) for anything but loopback and Unix sockets."""
+    orig_connect = socket.socket.connect
+    orig_connect_ex = socket.socket.connect_ex
+    orig_getaddrinfo = socket.getaddrinfo
+
+    def _check(self: socket.socket, address: Any) -> None:
+        if self.family == getattr(socket, "AF_UNIX", None):
+            return
+        host = address[0] if isinstance(address, tuple) else address
+        if not _is_loopback(host):
+            raise NetworkBlocked(f"replay harness: network access to {address!r} is blocked")
+
+    def connect(self: socket.socket, address: Any) -> None:
+        _check(self, address)
+        return orig_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        _check(self, address)
+        return orig_connect_ex(self, address)
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _is_loopback(host if not isinstance(host, bytes) else host.decode()):
+            raise NetworkBlocked(f"replay harness: name lookup of {host!r} is blocked")
+        return orig_getaddrinfo(host, *args, **kwargs)
+
+    socket.socket.connect = connect  # type: ignore[method-assign]
+    socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]
+    socket.getaddrinfo = getaddrinfo  # type: ignore[assignment]
+
+
+# ------------------------------------------------------------------ JSON-safe values
+
+
+def json_safe(value: Any, depth: int = 0) -> Any:
+    """A JSON-serialisable rendering of a ServerArgs field value."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+    if isinstance(value, enum.Enum):
+        return json_safe(value.value, depth + 1)
+    if depth > 6:
+        return repr(value)[:200]
+    if isinstance(value, dict):
+        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+        return [json_safe(v, depth + 1) for v in items]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: json_safe(getattr(value, f.name, None), depth + 1)
+                for f in dataclasses.fields(value)}
+    if isinstance(value, Path):
+        return str(value)
+    return repr(value)[:200]
+
+
+def dump_fields(server_args: Any) -> dict[str, Any]:
+    """Every dataclass field of the final ServerArgs, JSON-safe."""
+    out: dict[str, Any] = {}
+    names = ([f.name for f in dataclasses.fields(server_args)]
+             if dataclasses.is_dataclass(server_args) else sorted(vars(server_args)))
+    for name in names:
+        try:
+            out[name] = json_safe(getattr(server_args, name))
+        except Exception as exc:  # noqa: BLE001 - a property may fail; report it
+            out[name] = f"<unreadable: {type(exc).__name__}>"
+    return out
+
+
+# ------------------------------------------------------------------ classification
+
+
+def _where(filename: str, roots: dict[str, str]) -> tuple[str, str | None]:
+    """(kind, package-relative path) of a traceback frame's file."""
+    path = os.path.abspath(filename)
+    for stub_dir in roots["stubs"]:
+        if path.startswith(stub_dir + os.sep):
+            return "stub", os.path.relpath(path, stub_dir)
+    if path in _HARNESS_FILES:
+        return "harness", os.path.basename(path)
+    release = roots["release"] + os.sep
+    if path.startswith(release):
+        return "sglang", os.path.relpath(path, roots["release"]).replace(os.sep, "/")
+    if "site-packages" in path or "dist-packages" in path:
+        rel = path.split("-packages" + os.sep, 1)[1].replace(os.sep, "/")
+        return "third_party", rel
+    if filename.startswith("<"):
+        return "internal", filename
+    return "stdlib", os.path.basename(path)
+
+
+def _frames(exc: BaseException, roots: dict[str, str]) -> list[dict[str, Any]]:
+    out = []
+    for fs in traceback.extract_tb(exc.__traceback__):
+        kind, rel = _where(fs.filename, roots)
+        out.append({"kind": kind, "path": rel, "line": fs.lineno, "function": fs.name,
+                    "code": (fs.line or "").strip()[:300]})
+    return out
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in seen and len(seen) < 10:
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return seen
+
+
+_STUB_WORDS = ("replay stub", "StubAttr", "StubModule", "_replay_stubkit", "_replay_hw")
+_GPU_WORDS = ("Torch not compiled with CUDA", "CUDA driver", "no CUDA GPUs", "CUDA error",
+              "NVML", "nvidia-smi", "Found no NVIDIA driver")
+
+
+def harness_reason(exc: BaseException, frames: list[dict[str, Any]]) -> str | None:
+    """Why ``exc`` is the harness's fault rather than SGLang's verdict, or None."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, NetworkBlocked):
+        return "network access was attempted (blocked by the harness)"
+    if isinstance(exc, ImportError):
+        return f"import failed: {text} (a package missing here or a stub lacking a name)"
+    if any(w in text for w in _STUB_WORDS):
+        return f"operation on a stub object: {text}"
+    if frames:
+        last = frames[-1]
+        if last["kind"] in ("stub", "harness"):
+            return f"raised inside the {last['kind']} ({last['path']}:{last['line']})"
+        if last["kind"] == "third_party" and last["path"].startswith("torch/cuda"):
+            return f"a real CUDA call reached CPU torch ({last['path']}:{last['line']})"
+    if any(w in text for w in _GPU_WORDS):
+        return f"needs a real GPU or driver: {text}"
+    if not any(f["kind"] == "sglang" for f in frames):
+        return "raised outside SGLang's code"
+    return None
+
+
+def classify(exc: BaseException, roots: dict[str, str]) -> dict[str, Any]:
+    """``raised`` (SGLang's own verdict) or ``harness_error``, with SGLang's frames."""
+    frames = _frames(exc, roots)
+    reason = harness_reason(exc, frames)
+    if reason is None:
+        for inner in _chain(exc)[1:]:
+            inner_reason = harness_reason(inner, _frames(inner, roots))
+            if inner_reason is not None and (
+                isinstance(inner, ImportError) or "stub" in inner_reason
+                or "harness" in inner_reason or "network" in inner_reason
+            ):
+                reason = f"caused by: {inner_reason}"
+                break
+    origin = next((f for f in reversed(frames) if f["kind"] == "sglang"), None)
+    return {
+        "status": "harness_error" if reason else "raised",
+        "exception_type": type(exc).__name__,
+        "exception_module": type(exc).__module__,
+        "message": str(exc)[:4000],
+        "frames": [f for f in frames if f["kind"] == "sglang"],
+        "all_frames": frames[-40:],
+        "origin": frames[-1] if frames else None,
+        "sglang_origin": origin,
+        "harness_reason": reason,
+    }
+
+
+# ------------------------------------------------------------------ the run
+
+
+def run(cfg: dict[str, Any]) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    force_dir, fallback_dir = cfg["stub_dirs"]
+    roots = {"release": os.path.abspath(cfg["release_root"]),
+             "stubs": [os.path.abspath(force_dir), os.path.abspath(fallback_dir)]}
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != str(HERE)]
+    sys.path[0:0] = [force_dir, cfg["release_root"]]
+    install_socket_guard()
+
+    import _replay_stubkit as kit
+
+    kit.FORCED_FAILURE = cfg.get("forced_failure")
+    kit.HARDWARE.update(cfg.get("hardware") or {})
+    force, fallback = kit.install(set(cfg["force_stubs"]), set(cfg["fallback_stubs"]))
+    result: dict[str, Any] = {"phase": "setup", "notes": []}
+
+    try:
+        import _replay_hw as hw
+
+        if cfg.get("hardware"):
+            hw.patch_torch(cfg["hardware"])
+            hw.patch_subprocess(cfg["hardware"])
+        timings["setup_s"] = time.perf_counter() - t0
+
+        result["phase"] = "import"
+        t1 = time.perf_counter()
+        import sglang.srt.server_args as sa
+
+        timings["import_s"] = time.perf_counter() - t1
+        if cfg.get("hardware"):
+            memory = cfg["hardware"].get("memory_mib")
+            result["probe_disagreements"] = hw.patch_probes(cfg.get("probes") or {}, memory)
+    except BaseException as exc:  # noqa: BLE001 - everything here is the harness's
+        info = classify(exc, roots)
+        info["status"] = "harness_error"
+        info["harness_reason"] = (f"failed while {result['phase']}ing the release: "
+                                  f"{info['harness_reason'] or info['exception_type']}")
+        result.update(info)
+        result["stubs_served"] = sorted(set(force.served + fallback.served))
+        result["timings"] = timings
+        return result
+
+    result["phase"] = "validate"
+    t2 = time.perf_counter()
+    stderr = io.StringIO()
+    server_args = None
+    try:
+        with contextlib.redirect_stderr(_Tee(stderr, sys.stderr)):
+            server_args = sa.prepare_server_args(list(cfg["argv"]))
+        resolve = getattr(server_args, "resolve_once", None)
+        if callable(resolve):
+            result["ran"] = "prepare_server_args + resolve_once"
+            resolve()
+        else:
+            result["ran"] = "prepare_server_args"
+        result["status"] = "passed"
+        result["server_args"] = dump_fields(server_args)
+    except SystemExit as exc:
+        usage = stderr.getvalue()
+        if exc.code == 2 or "usage:" in usage:
+            result.update(status="argparse_error", exit_code=exc.code,
+                          message=_argparse_message(usage), usage=usage[-4000:])
+        else:
+            result.update(classify(exc, roots))
+            result["status"] = "harness_error"
+            result["harness_reason"] = f"SystemExit({exc.code!r}) during validation"
+    except BaseException as exc:  # noqa: BLE001 - classified below
+        result.update(classify(exc, roots))
+    timings["validate_s"] = time.perf_counter() - t2
+    timings["child_total_s"] = time.perf_counter() - t0
+    result["timings"] = timings
+    result["stubs_served"] = sorted(set(force.served + fallback.served))
+    return result
+
+
+def _argparse_message(usage: str) -> str:
+    lines = [ln for ln in usage.strip().splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if ": error:" in line:
+            return line.split(": error:", 1)[1].strip()
+    return lines[-1] if lines else ""
+
+
+class _Tee(io.TextIOBase):
+    """Writes to two streams (argparse's usage goes to the capture and to the log)."""
+
+    def __init__(self, a: io.StringIO, b: Any) -> None:
+        self._a, self._b = a, b
+
+    def write(self, s: str) -> int:
+        self._a.write(s)
+        with contextlib.suppress(Exception):
+            self._b.write(s)
+        return len(s)
+
+    def flush(self) -> None:
+        with contextlib.suppress(Exception):
+            self._b.flush()
+
+
+def main() -> int:
+    cfg = json.loads(Path(sys.argv[1]).read_text())
+    out_path = Path(cfg["result_path"])
+    try:
+        result = run(cfg)
+    except BaseException as exc:  # noqa: BLE001 - report rather than crash
+        result = {"status": "harness_error", "phase": "harness",
+                  "exception_type": type(exc).__name__, "message": str(exc)[:4000],
+                  "harness_reason": "the replay runner itself failed",
+                  "all_frames": [{"path": fs.filename, "line": fs.lineno, "function": fs.name}
+                                 for fs in traceback.extract_tb(exc.__traceback__)]}
+    out_path.write_text(json.dumps(result, default=repr))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip atexit hooks and non-daemon threads the release may have started
+
+
+if __name__ == "__main__":
+    main()

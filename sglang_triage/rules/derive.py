@@ -1,0 +1,296 @@
+"""Derived cards: every validation check of every ingested release, as a rule card.
+
+For each ``assert``/``raise`` in the validation surface (``sglang/srt/server_args.py``
+and ``sglang/srt/arg_groups/``):
+
+* ``when`` is the AND of the function's reach condition (call sites across the
+  surface, see :mod:`.callsites`) and the check's guards, each negated where its
+  polarity is false (``else`` branches, early exits);
+* ``require`` is the assert's test. A ``raise`` has no test: its innermost guard
+  is what decides it, so ``require`` is ``not (<innermost guard>)`` and ``when``
+  holds the outer guards only. (The alternative, ``when`` = all guards and
+  ``require`` = ``False``, would make every such card read as "never allowed"
+  and would give the lint nothing to aim a fix at.) A raise with no guard of its
+  own is skipped: reaching it is the whole condition.
+
+Local variables are substituted by the expressions assigned to them earlier in
+the function (``model_arch`` stays a fact), then conditions are normalised with
+:func:`~sglang_triage.service.expr.normalize` (``self.X``/``cfg.X``/
+``server_args.X``/``resolved_view(server_args).X`` -> ``args.X``). Only checks
+whose normalised conditions read at least one ``args.X`` and pass the evaluator's
+whitelist become cards.
+
+The same normalised ``(when, require)`` in several releases (or several times in
+one) is one card: its ``releases`` range covers the releases it appears in
+(``!=`` excludes ingested releases in between that lack it), with a citation per
+occurrence. Ids are ``d-`` + the first 10 hex digits of the SHA-256 of the pair,
+so they are stable across runs and KBs.
+
+:func:`derive_cards` caches the result in memory and in ``<kb>/rules/derived.jsonl``
+(a header line with the cache key, then one card per line), keyed by the
+releases' content hashes and :data:`DERIVATION_VERSION`; a KB with unchanged
+releases never derives twice.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from ..errors import UnsafeExpression
+from ..kb.store import Store
+from ..service.evaluation import substitute
+from ..service.expr import normalize, referenced_names, validate
+from .callsites import ARG_OBJECTS, FACT_LOCALS, guard_text, local_map, reach_condition
+from .cards import Card
+
+__all__ = ["DERIVATION_VERSION", "DerivedCheck", "derivation_key", "derive_cards",
+           "derive_release", "derived_path", "qualifying_checks", "version_range"]
+
+DERIVATION_VERSION = "1"
+_lock = threading.Lock()
+_memory: dict[tuple[str, str], list[Card]] = {}
+
+
+@dataclass(frozen=True)
+class DerivedCheck:
+    """One qualifying check of one release, with its normalised card conditions."""
+
+    when: str
+    require: str
+    release: str
+    citation: str
+    check_id: int
+    kind: str
+    function: str
+    path: str
+    start: int
+    end: int
+    bare: bool
+    message: str | None
+
+
+# ------------------------------------------------------------------------ one check
+
+
+def _norm(text: str) -> str:
+    out = normalize(text, ARG_OBJECTS)
+    validate(out)
+    return out
+
+
+def _derive_check(store: Store, version: str, row: dict[str, Any]) -> DerivedCheck | None:
+    fns = store.functions_at(version, row["path"], row["start_line"])
+    fn_start = fns[0]["start_line"] if fns else None
+    local = local_map(store, version, row["path"], fn_start, row["start_line"])
+    pieces: list[str] = []
+    reach = reach_condition(store, version, row["function"])
+    if reach is not None:
+        pieces.append(f"({reach})")
+    guards = row["guards"]
+    if row["kind"] == "assert" and row["condition"]:
+        pieces += [guard_text(g["condition"], g["polarity"], local) for g in guards]
+        test = row["condition"]
+        require = substitute(test, local, dict.fromkeys(FACT_LOCALS)) if local else test
+    else:
+        if not guards:
+            return None
+        pieces += [guard_text(g["condition"], g["polarity"], local) for g in guards[:-1]]
+        last = guards[-1]
+        require = guard_text(last["condition"], not last["polarity"], local)
+    try:
+        when_n = _norm(" and ".join(pieces)) if pieces else "True"
+        require_n = _norm(require)
+    except (UnsafeExpression, SyntaxError, ValueError, RecursionError):
+        return None
+    if not (referenced_names(when_n) | referenced_names(require_n)):
+        return None
+    start, end = row["start_line"], row["end_line"]
+    span = f"{start}-{end}" if end != start else str(start)
+    return DerivedCheck(when_n, require_n, version,
+                        f"{version}:{row['path']}:{row['function']}:{span}", row["id"],
+                        row["kind"], row["function"], row["path"], start, end, bool(row["bare"]),
+                        row["message"])
+
+
+def qualifying_checks(store: Store, version: str) -> list[dict[str, Any]]:
+    """The checks of ``version``'s validation surface (the candidates for derivation)."""
+    return store.checks(version, where="path = ? OR path LIKE ?",
+                        params=["sglang/srt/server_args.py", "sglang/srt/arg_groups/%"])
+
+
+def derive_release(store: Store, version: str) -> list[DerivedCheck]:
+    """Every qualifying check of ``version`` that yields a card, in source order."""
+    out: list[DerivedCheck] = []
+    for row in qualifying_checks(store, version):
+        d = _derive_check(store, version, row)
+        if d is not None:
+            out.append(d)
+    return out
+
+
+# ---------------------------------------------------------------------- text helpers
+
+
+def _message_text(src: str | None) -> str | None:
+    """Readable text of a message expression: literals joined, f-string fields kept as {x}."""
+    if not src or not src.strip():
+        return None
+    text = src.strip()
+    try:
+        node = ast.parse(text if "\n" not in text else f"(\n{text}\n)", mode="eval").body
+    except SyntaxError:
+        return " ".join(text.split())
+
+    def render(n: ast.AST) -> str:
+        if isinstance(n, ast.Constant):
+            return str(n.value)
+        if isinstance(n, ast.JoinedStr):
+            return "".join(render(v) for v in n.values)
+        if isinstance(n, ast.FormattedValue):
+            return "{" + ast.unparse(n.value) + "}"
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Add):
+            return render(n.left) + render(n.right)
+        return "{" + ast.unparse(n) + "}"
+
+    return " ".join(render(node).split())
+
+
+def _short(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _fix_hints(require: str) -> dict[str, Any]:
+    """Edits the ``require`` text itself names: ``args.X is None`` -> remove X, ``== c`` -> set."""
+    try:
+        node = ast.parse(require, mode="eval").body
+    except SyntaxError:
+        return {}
+    terms = node.values if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And) else [node]
+    hints: dict[str, Any] = {"set": {}, "remove": []}
+
+    def attr_of(n: ast.AST) -> str | None:
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "args":
+            return n.attr
+        return None
+
+    for t in terms:
+        if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not) and attr_of(t.operand):
+            hints["remove"].append(attr_of(t.operand))
+        elif isinstance(t, ast.Compare) and len(t.ops) == 1 and attr_of(t.left):
+            right, op, attr = t.comparators[0], t.ops[0], attr_of(t.left)
+            if isinstance(op, ast.Is) and isinstance(right, ast.Constant) and right.value is None:
+                hints["remove"].append(attr)
+            elif isinstance(op, ast.Eq) and isinstance(right, ast.Constant):
+                hints["set"][attr] = right.value
+    return {k: v for k, v in hints.items() if v}
+
+
+def version_range(present: list[str], all_releases: list[str]) -> str:
+    """PEP 440 range over ``present``: ``>=lo,<=hi`` minus the ingested releases in between."""
+    order = sorted(set(all_releases) | set(present), key=Version)
+    have = sorted(set(present), key=Version)
+    lo, hi = have[0], have[-1]
+    inside = [r for r in order if Version(lo) <= Version(r) <= Version(hi)]
+    spec = f">={lo},<={hi}"
+    return spec + "".join(f",!={r}" for r in inside if r not in have)
+
+
+def _card(group: list[DerivedCheck], all_releases: list[str]) -> Card:
+    first = max(group, key=lambda d: Version(d.release))  # newest wording
+    text = _message_text(first.message)
+    digest = hashlib.sha256(f"{first.when}\n{first.require}".encode()).hexdigest()[:10]
+    releases = version_range([d.release for d in group], all_releases)
+    if text:
+        title, message = _short(text), text
+    else:
+        title = _short(f"{first.function.rsplit('.', 1)[-1]} requires {first.require}")
+        message = (f"bare {'AssertionError' if first.kind == 'assert' else 'raise'} in "
+                   f"{first.function}: requires `{first.require}`")
+    how = ("the assert's test" if first.kind == "assert"
+           else "not (the innermost guard of the raise)")
+    rationale = (f"Derived from the {first.kind} in {first.function} "
+                 f"({first.path}:{first.start}-{first.end} in {first.release}); seen in "
+                 f"{', '.join(sorted({d.release for d in group}, key=Version))}. "
+                 f"`when` is the call-site and enclosing guards, `require` is {how}.")
+    return Card(id=f"d-{digest}", title=title, releases=releases, when=first.when,
+                require=first.require, severity="error", message=message,
+                rationale=rationale, citations=list(dict.fromkeys(d.citation for d in group)),
+                fix_hints=_fix_hints(first.require), origin="derived")
+
+
+# ------------------------------------------------------------------------- caching
+
+
+def derivation_key(store: Store) -> tuple[str, list[str]]:
+    """(cache key, ingested releases): changes when any release is re-indexed."""
+    rows = [r for r in store.releases() if r["status"] in ("indexed", "complete")]
+    releases = sorted((r["version"] for r in rows), key=Version)
+    basis = json.dumps([DERIVATION_VERSION, sorted((r["version"], r["content_hash"]) for r in rows)])
+    return hashlib.sha256(basis.encode()).hexdigest()[:24], releases
+
+
+def derived_path(store: Store) -> Path:
+    """Where derived cards are kept: ``<kb>/rules/derived.jsonl`` next to the index."""
+    return store.path.parent / "rules" / "derived.jsonl"
+
+
+def _read_file(path: Path, key: str) -> list[Card] | None:
+    try:
+        with path.open(encoding="utf-8") as fh:
+            header = json.loads(fh.readline() or "{}")
+            if header.get("_meta", {}).get("key") != key:
+                return None
+            return [Card.model_validate_json(line) for line in fh if line.strip()]
+    except (OSError, ValueError):
+        return None
+
+
+def _write_file(path: Path, key: str, releases: list[str], cards: list[Card]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".derived-", suffix=".jsonl")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            meta = {"key": key, "version": DERIVATION_VERSION, "releases": releases,
+                    "cards": len(cards)}
+            fh.write(json.dumps({"_meta": meta}) + "\n")
+            for c in cards:
+                fh.write(c.model_dump_json(by_alias=True, exclude_defaults=True) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only KB still works; derivation just repeats in the next process
+
+
+def derive_cards(store: Store, *, use_cache: bool = True) -> list[Card]:
+    """Derived cards of every ingested release (memory, then file cache, then derivation)."""
+    key, releases = derivation_key(store)
+    mkey = (str(store.path), key)
+    if use_cache:
+        with _lock:
+            hit = _memory.get(mkey)
+        if hit is not None:
+            return hit
+        cached = _read_file(derived_path(store), key)
+        if cached is not None:
+            with _lock:
+                _memory[mkey] = cached
+            return cached
+    groups: dict[tuple[str, str], list[DerivedCheck]] = {}
+    for version in releases:
+        for d in derive_release(store, version):
+            groups.setdefault((d.when, d.require), []).append(d)
+    cards = [_card(g, releases) for g in groups.values()]
+    _write_file(derived_path(store), key, releases, cards)
+    with _lock:
+        _memory[mkey] = cards
+    return cards
