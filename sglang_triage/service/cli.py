@@ -189,3 +189,7 @@ def main() -> None:  # pragma: no cover - console entry
     except TriageError as exc:
         console.print(f"[red]error:[/red] {exc.message}")
         sys.exit(2)
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m sglang_triage.service.cli`
+    app()
