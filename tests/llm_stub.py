@@ -34,6 +34,7 @@ class ScriptedLLM:
     def __init__(self) -> None:
         self.replies: deque[dict[str, Any]] = deque()
         self.requests: list[dict[str, Any]] = []
+        self._closing = threading.Event()
         self.app = FastAPI()
         self.app.post("/v1/chat/completions")(self._chat)
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -63,6 +64,7 @@ class ScriptedLLM:
         return self
 
     def stop(self) -> None:
+        self._closing.set()
         self._server.should_exit = True
         self._thread.join(timeout=5)
         self._sock.close()
@@ -77,8 +79,10 @@ class ScriptedLLM:
         body = await request.json()
         self.requests.append(body)
         reply = self.replies.popleft() if self.replies else {"status": 500}
-        if reply.get("sleep"):
-            await asyncio.sleep(float(reply["sleep"]))
+        if reply.get("sleep"):  # a hang, cut short when the server stops
+            until = time.monotonic() + float(reply["sleep"])
+            while time.monotonic() < until and not self._closing.is_set():
+                await asyncio.sleep(0.05)
         if reply.get("status"):
             return JSONResponse({"error": {"message": "scripted failure", "type": "server_error"}},
                                 status_code=int(reply["status"]))

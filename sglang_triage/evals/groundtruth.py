@@ -38,13 +38,16 @@ from ..kb.catalogs import load_catalog
 from ..kb.store import Store
 from ..service import chain
 from ..service.evaluation import PathEvaluation, base_attrs, evaluate_path, prepared_pieces
-from ..service.expr import Provenance, Value, fact_key, referenced_names
+from ..service.expr import UNKNOWN, Provenance, Value, fact_key, referenced_names
 from ..service.facts import fact_values, get_profile
 from ..service.flags import apply_edits, parse_argv
 
 #: attributes a generated command never edits (the model is the context, not a flag to fix)
 FROZEN_ATTRS = frozenset({"model_path", "tokenizer_path", "device"})
 _INT_VALUES = (1, 2, 4, 8)
+#: parallel sizes, kept within the GPUs of the hardware profile
+PARALLEL_SIZES = frozenset({"tp_size", "dp_size", "pp_size", "ep_size", "moe_dp_size",
+                            "attn_cp_size", "dcp_size", "cp_size", "moe_ep_size"})
 _FLOAT_VALUES = (0.5,)
 
 
@@ -85,6 +88,15 @@ def _fired_index(ev: PathEvaluation) -> int:
         if part.holds is not True:
             return i
     return len(ev.parts)
+
+
+def _progress(ev: PathEvaluation) -> tuple[int, int]:
+    """(first piece that does not hold, atoms of it already pointing the way it must go)."""
+    k = _fired_index(ev)
+    if k >= len(ev.parts):
+        return (k, 0)
+    part = ev.parts[k]
+    return (k, sum(1 for a in part.result.atoms if a.value is part.polarity))
 
 
 def _compared_constants(attr: str, conditions: list[str]) -> list[object]:
@@ -137,6 +149,15 @@ class Prober:
         self.checks.sort(key=lambda c: self.order[c["id"]])
         self._base: dict[tuple[Context, int], object] = {}
         self._names: dict[tuple[int, frozenset[str]], frozenset[str]] = {}
+        self._attrs: dict[tuple[str, ...], dict[str, Value]] = {}
+        self._memos: dict[int, dict[tuple[Any, ...], object]] = {}
+        self._facts: dict[Context, dict[str, Value]] = {}
+
+    def facts(self, ctx: Context) -> dict[str, Value]:
+        """The facts of ``ctx`` (one object per context, so memoised guard truths are reused)."""
+        if ctx not in self._facts:
+            self._facts[ctx] = facts_for(ctx)
+        return self._facts[ctx]
 
     # -- evaluation ---------------------------------------------------------------------
     def argv_for(self, ctx: Context, assign: dict[str, object],
@@ -144,11 +165,26 @@ class Prober:
         return apply_edits(list(ctx.base_argv), self.catalog, set=dict(assign), remove=remove or [])
 
     def attrs_for(self, argv: list[str]) -> dict[str, Value]:
-        return base_attrs(self.catalog, parse_argv(argv, self.catalog))
+        """Defaults overlaid with the flags of ``argv`` (cached; callers must not mutate)."""
+        key = tuple(argv)
+        hit = self._attrs.get(key)
+        if hit is None:
+            if len(self._attrs) > 4096:
+                self._attrs.clear()
+            hit = self._attrs[key] = base_attrs(self.catalog, parse_argv(argv, self.catalog))
+        return hit
 
     def evaluate(self, check: dict[str, Any], argv: list[str], facts: dict[str, Value]
                  ) -> PathEvaluation:
-        return evaluate_path(self.store, self.release, check, self.attrs_for(argv), facts)
+        # guard truths are memoised per set of facts (keyed by the attribute values they read)
+        memo = self._memos.setdefault(id(facts), {})
+        if len(memo) > 200_000:
+            memo.clear()
+        try:
+            return evaluate_path(self.store, self.release, check, self.attrs_for(argv), facts,
+                                 memo=memo)
+        except Exception as exc:  # noqa: BLE001 - e.g. a write guard the evaluator refuses
+            return PathEvaluation(UNKNOWN, [], set(), [f"evaluation failed: {exc}"])
 
     def names(self, check: dict[str, Any], facts: dict[str, Value]) -> frozenset[str]:
         key = (check["id"], frozenset(facts))
@@ -200,12 +236,16 @@ class Prober:
             values += list(_FLOAT_VALUES)
         elif not spec.choices and (attr.endswith(("_path", "_dir")) or "path" in attr):
             values.append(_path_value(attr, ctx))
+        gpus = get_profile(ctx.hardware).count or 1
         out: list[object] = []
         for v in values:
             if v is None or isinstance(v, bool) and spec.action not in NO_VALUE_ACTIONS:
                 continue
-            if isinstance(v, int | float) and not isinstance(v, bool) and v < 0:
-                continue
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                if v < 0 or v == 0 and attr.endswith("_size"):
+                    continue
+                if attr in PARALLEL_SIZES and v > gpus:
+                    continue  # more ranks than the machine has GPUs
             if spec.choices and v not in spec.choices:
                 continue
             if v not in out:
@@ -214,9 +254,16 @@ class Prober:
 
     # -- search -------------------------------------------------------------------------
     def make_fire(self, check: dict[str, Any], ctx: Context, rng: random.Random, *,
-                  budget: int = 60, depth: int = 4) -> Probe | None:
-        """An assignment under which ``check``'s path condition is True, or None."""
-        facts = facts_for(ctx)
+                  budget: int = 120, depth: int = 5) -> Probe | None:
+        """An assignment under which ``check``'s path condition is True, or None.
+
+        Depth-first: the first piece of the path condition that does not hold is
+        pushed towards holding by one flag (then by two, a flag it reads plus one
+        that guards an earlier write of it); a move counts as progress when a later
+        piece becomes the first that does not hold, or more of this piece's atoms
+        point the way it must go.
+        """
+        facts = self.facts(ctx)
         left = [budget]
 
         def ev_of(assign: dict[str, object]) -> PathEvaluation:
@@ -229,17 +276,23 @@ class Prober:
             k = _fired_index(ev)
             if d == 0 or k >= len(ev.parts):
                 return None
+            score = _progress(ev)
             part = ev.parts[k]
             conditions = [p.condition for p in ev.parts]
-            options = [(a, v) for a in self.levers(check, part.condition)
-                       for v in self.candidates(a, conditions, ctx) if assign.get(a, None) != v]
-            rng.shuffle(options)
-            for attr, value in options:
+            direct = self.flag_attrs(part.condition)
+            levers = [a for a in self.levers(check, part.condition) if a not in direct]
+            singles = [((a, v),) for a in direct + levers
+                       for v in self.candidates(a, conditions, ctx) if assign.get(a) != v]
+            pairs = [((a, v), (b, w)) for (a, v), in singles for (b, w), in singles
+                     if a in direct and b in levers]
+            rng.shuffle(singles)
+            rng.shuffle(pairs)
+            for moves in [*singles, *pairs]:
                 if left[0] <= 0:
                     return None
-                new = {**assign, attr: value}
+                new = {**assign, **dict(moves)}
                 ev2 = ev_of(new)
-                if _fired_index(ev2) > k:
+                if _progress(ev2) > score:
                     found = dfs(new, ev2, d - 1)
                     if found is not None:
                         return found
@@ -258,7 +311,7 @@ class Prober:
         Checks that read none of ``changed`` (nor anything their earlier writes read)
         keep the verdict they have under the base command, which is cached per context.
         """
-        facts = facts_for(ctx)
+        facts = self.facts(ctx)
         base = list(ctx.base_argv)
         for other in self.earlier(check):
             if changed & self.names(other, facts):
@@ -276,7 +329,7 @@ class Prober:
     def acceptable_fixes(self, check: dict[str, Any], ctx: Context, probe: Probe, *,
                          max_pairs: int = 40) -> list[dict[str, Any]]:
         """Single and pair edits that make the check definitely pass without new failures."""
-        facts = facts_for(ctx)
+        facts = self.facts(ctx)
         ev = probe.evaluation
         parsed = parse_argv(probe.argv, self.catalog)
         conditions = [p.condition for p in ev.parts]

@@ -169,6 +169,18 @@ _GPU_WORDS = ("Torch not compiled with CUDA", "CUDA driver", "no CUDA GPUs", "CU
               "NVML", "nvidia-smi", "Found no NVIDIA driver")
 
 
+def _lazy_import_frame(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first module-level SGLang frame below validation code (a lazy import), if any."""
+    seen_sglang = False
+    for frame in frames:
+        if frame["kind"] != "sglang":
+            continue
+        if seen_sglang and frame["function"] == "<module>":
+            return frame
+        seen_sglang = True
+    return None
+
+
 def harness_reason(exc: BaseException, frames: list[dict[str, Any]]) -> str | None:
     """Why ``exc`` is the harness's fault rather than SGLang's verdict, or None."""
     text = f"{type(exc).__name__}: {exc}"
@@ -178,6 +190,10 @@ def harness_reason(exc: BaseException, frames: list[dict[str, Any]]) -> str | No
         return f"import failed: {text} (a package missing here or a stub lacking a name)"
     if any(w in text for w in _STUB_WORDS):
         return f"operation on a stub object: {text}"
+    lazy = _lazy_import_frame(frames)
+    if lazy is not None:
+        return (f"failed while importing {lazy['path']} (module level, line {lazy['line']}): "
+                f"{text}; import-time failures come from the environment, not from validation")
     if frames:
         last = frames[-1]
         if last["kind"] in ("stub", "harness"):
@@ -241,9 +257,12 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
     try:
         import _replay_hw as hw
 
+        hw.patch_torch(cfg.get("hardware") or {})
         if cfg.get("hardware"):
-            hw.patch_torch(cfg["hardware"])
             hw.patch_subprocess(cfg["hardware"])
+        import _replay_compat
+
+        result["shims"] = _replay_compat.patch_transformers()
         timings["setup_s"] = time.perf_counter() - t0
 
         result["phase"] = "import"

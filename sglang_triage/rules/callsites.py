@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ from ..service import chain
 from ..service.evaluation import substitute
 
 __all__ = ["FACT_LOCALS", "Site", "call_index", "guard_text", "local_map", "reach_condition",
-           "validation_paths"]
+           "validation_paths", "with_locals"]
 
 VALIDATION_PREFIXES = ("sglang/srt/server_args.py", "sglang/srt/arg_groups/")
 #: Local names kept as they are: they are facts the checker can be told directly.
@@ -164,10 +165,27 @@ def local_map(store: Store, version: str, path: str, fn_start: int | None,
     return out
 
 
-def guard_text(condition: str, polarity: bool, local: dict[str, ast.expr]) -> str:
-    """``condition`` (negated when ``polarity`` is False) with locals substituted."""
-    text = substitute(condition, local, dict.fromkeys(FACT_LOCALS)) if local else condition
-    return f"({text})" if polarity else f"not ({text})"
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def with_locals(store: Store, version: str, path: str, fn_start: int | None, line: int,
+                condition: str) -> str:
+    """``condition`` with the function's earlier locals substituted (cached; facts kept)."""
+    if fn_start is None:
+        return condition
+    lines, items = _assignments(store, version, path, fn_start)
+    pos = bisect.bisect_left(lines, line)
+    names = {n for n, _ in items[:pos]} - FACT_LOCALS
+    if not names or not names.intersection(_IDENT.findall(condition)):
+        return condition
+    key = chain.release_key(store, version, f"rules:subst:{path}:{fn_start}:{pos}:{condition}")
+    return chain.cached(key, lambda: substitute(
+        condition, local_map(store, version, path, fn_start, line), dict.fromkeys(FACT_LOCALS)))
+
+
+def guard_text(condition: str, polarity: bool) -> str:
+    """``condition``, negated when ``polarity`` is False, parenthesised."""
+    return f"({condition})" if polarity else f"not ({condition})"
 
 
 # ---------------------------------------------------------------------- reachability
@@ -180,6 +198,11 @@ def reach_condition(store: Store, version: str, qualname: str, depth: int = 0) -
     :data:`MAX_SITES` sites, a site without guards or a caller at depth
     :data:`MAX_DEPTH` count as "always" (None), which only ever widens a card.
     """
+    key = chain.release_key(store, version, f"rules:reach:{qualname}:{depth}")
+    return chain.cached(key, lambda: _reach(store, version, qualname, depth))
+
+
+def _reach(store: Store, version: str, qualname: str, depth: int) -> str | None:
     name = qualname.rsplit(".", 1)[-1]
     sites = call_index(store, version).get(name, [])
     if not sites or len(sites) > MAX_SITES or depth >= MAX_DEPTH:
@@ -191,8 +214,8 @@ def reach_condition(store: Store, version: str, qualname: str, depth: int = 0) -
             up = reach_condition(store, version, s.caller, depth + 1)
             if up is not None:
                 parts.append(f"({up})")
-        local = local_map(store, version, s.path, s.caller_start, s.line)
-        parts += [guard_text(c, p, local) for c, p in s.guards]
+        parts += [guard_text(with_locals(store, version, s.path, s.caller_start, s.line, c), p)
+                  for c, p in s.guards]
         if not parts:
             return None
         alts.append(" and ".join(parts))

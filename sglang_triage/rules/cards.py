@@ -40,8 +40,9 @@ from ..kb.store import Store
 from ..service.expr import referenced_names, validate
 
 __all__ = [
-    "RULES_DIR", "SCHEMA_PATH", "Card", "Citation", "Example", "FixHints", "card_schema",
-    "citation_problem", "load_curated", "load_card_file", "parse_citation", "schema_errors",
+    "HELPER_READS", "RULES_DIR", "SCHEMA_PATH", "Card", "Citation", "Example", "FixHints",
+    "card_schema", "citation_problem", "helper_reads", "load_curated", "load_card_file",
+    "parse_citation", "remember_reads", "schema_errors",
 ]  # fmt: skip
 
 RULES_DIR = Path(__file__).resolve().parent.parent / "kb" / "rules"
@@ -174,7 +175,8 @@ class Card(BaseModel):
     @property
     def reads(self) -> frozenset[str]:
         """Attributes the conditions read (``args.X``), without evaluating them."""
-        return _reads(self.when, self.require)
+        hit = _known_reads.get((self.when, self.require))
+        return hit if hit is not None else _reads(self.when, self.require)
 
     @property
     def uses_given(self) -> bool:
@@ -201,6 +203,33 @@ def _applies(spec: str, release: str) -> bool:
 @functools.lru_cache(maxsize=65536)
 def _reads(when: str, require: str) -> frozenset[str]:
     return referenced_names(when) | referenced_names(require)
+
+
+_known_reads: dict[tuple[str, str], frozenset[str]] = {}
+
+
+def remember_reads(when: str, require: str, reads: frozenset[str]) -> None:
+    """Record what a card reads (known from derivation) so it is not re-parsed."""
+    _known_reads[(when, require)] = reads
+
+
+#: Helpers of SGLang 0.5.2x that conditions may call with the argument object, and the
+#: attributes each reads (the checker evaluates them; see ``checker._HELPERS``).
+HELPER_READS: dict[str, tuple[str, ...]] = {
+    "attn_dp_enabled_of": ("attn_dp_size", "ep_join_mode"),
+    "num_dp_ranks_of": ("dp_size", "attn_dp_size"),
+    "attention_backends_of": ("attention_backend", "prefill_attention_backend",
+                              "decode_attention_backend"),
+}
+
+
+def helper_reads(*texts: str) -> frozenset[str]:
+    """Attributes read inside the helpers that ``texts`` call."""
+    out: set[str] = set()
+    for helper, reads in HELPER_READS.items():
+        if any(helper in t for t in texts):
+            out.update(reads)
+    return frozenset(out)
 
 
 # --------------------------------------------------------------------------- loading

@@ -17,8 +17,9 @@ Local variables are substituted by the expressions assigned to them earlier in
 the function (``model_arch`` stays a fact), then conditions are normalised with
 :func:`~sglang_triage.service.expr.normalize` (``self.X``/``cfg.X``/
 ``server_args.X``/``resolved_view(server_args).X`` -> ``args.X``). Only checks
-whose normalised conditions read at least one ``args.X`` and pass the evaluator's
-whitelist become cards.
+whose normalised conditions read at least one public ``args.X`` (internal
+``_state`` fields do not count) and pass the evaluator's whitelist become cards;
+bare re-raises inside ``except`` blocks are not checks and are skipped.
 
 The same normalised ``(when, require)`` in several releases (or several times in
 one) is one card: its ``releases`` range covers the releases it appears in
@@ -35,6 +36,7 @@ releases never derives twice.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import os
@@ -48,17 +50,18 @@ from packaging.version import Version
 
 from ..errors import UnsafeExpression
 from ..kb.store import Store
-from ..service.evaluation import substitute
+from ..service import chain
 from ..service.expr import normalize, referenced_names, validate
-from .callsites import ARG_OBJECTS, FACT_LOCALS, guard_text, local_map, reach_condition
-from .cards import Card
+from .callsites import ARG_OBJECTS, reach_condition, with_locals
+from .cards import Card, helper_reads, remember_reads
 
-__all__ = ["DERIVATION_VERSION", "DerivedCheck", "derivation_key", "derive_cards",
-           "derive_release", "derived_path", "qualifying_checks", "version_range"]
+__all__ = ["DERIVATION_VERSION", "DerivedCheck", "SourceInfo", "derivation_key", "derive_cards",
+           "derive_release", "derived_path", "derived_sources", "qualifying_checks",
+           "version_range"]
 
-DERIVATION_VERSION = "1"
+DERIVATION_VERSION = "3"
 _lock = threading.Lock()
-_memory: dict[tuple[str, str], list[Card]] = {}
+_memory: dict[tuple[str, str], Any] = {}
 
 
 @dataclass(frozen=True)
@@ -77,49 +80,99 @@ class DerivedCheck:
     end: int
     bare: bool
     message: str | None
+    reads: frozenset[str] = frozenset()
+    deps: tuple[str, ...] = ()  # reads + what the earlier writes folded in for them read
+    writes: bool = False  # does any earlier write of a read attribute exist?
 
 
 # ------------------------------------------------------------------------ one check
 
 
-def _norm(text: str) -> str:
-    out = normalize(text, ARG_OBJECTS)
-    validate(out)
-    return out
+@functools.lru_cache(maxsize=32768)
+def _piece(text: str) -> tuple[str, frozenset[str], bool] | None:
+    """(normalised text, attributes read, needs parentheses under ``and``) or None if refused."""
+    try:
+        out = normalize(text, ARG_OBJECTS)
+        validate(out)
+        node = ast.parse(out, mode="eval").body
+    except (UnsafeExpression, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    loose = isinstance(node, (ast.BoolOp, ast.IfExp, ast.NamedExpr, ast.Lambda))
+    return out, referenced_names(out), loose
+
+
+def _conj(pieces: list[tuple[str, bool]]) -> tuple[str, frozenset[str]] | None:
+    """AND of (condition, polarity) pieces, normalised piece by piece (cached per piece)."""
+    parts: list[str] = []
+    reads: frozenset[str] = frozenset()
+    for text, polarity in pieces:
+        got = _piece(text)
+        if got is None:
+            return None
+        out, names, loose = got
+        reads |= names
+        if polarity:
+            parts.append(f"({out})" if loose and len(pieces) > 1 else out)
+        else:
+            inner = _piece(f"not ({text})")
+            if inner is None:
+                return None
+            parts.append(f"({inner[0]})" if inner[2] and len(pieces) > 1 else inner[0])
+    return (" and ".join(parts) if parts else "True"), reads
 
 
 def _derive_check(store: Store, version: str, row: dict[str, Any]) -> DerivedCheck | None:
     fns = store.functions_at(version, row["path"], row["start_line"])
     fn_start = fns[0]["start_line"] if fns else None
-    local = local_map(store, version, row["path"], fn_start, row["start_line"])
-    pieces: list[str] = []
+
+    def local(text: str) -> str:
+        return with_locals(store, version, row["path"], fn_start, row["start_line"], text)
+
+    pieces: list[tuple[str, bool]] = []
     reach = reach_condition(store, version, row["function"])
     if reach is not None:
-        pieces.append(f"({reach})")
+        pieces.append((reach, True))
     guards = row["guards"]
     if row["kind"] == "assert" and row["condition"]:
-        pieces += [guard_text(g["condition"], g["polarity"], local) for g in guards]
-        test = row["condition"]
-        require = substitute(test, local, dict.fromkeys(FACT_LOCALS)) if local else test
+        pieces += [(local(g["condition"]), bool(g["polarity"])) for g in guards]
+        require = [(local(row["condition"]), True)]
     else:
-        if not guards:
-            return None
-        pieces += [guard_text(g["condition"], g["polarity"], local) for g in guards[:-1]]
-        last = guards[-1]
-        require = guard_text(last["condition"], not last["polarity"], local)
+        if not guards or not (row["exc_type"] or row["message"]):
+            return None  # unguarded, or a bare re-raise inside an ``except``
+        pieces += [(local(g["condition"]), bool(g["polarity"])) for g in guards[:-1]]
+        require = [(local(guards[-1]["condition"]), not guards[-1]["polarity"])]
+    when = _conj(pieces)
+    req = _conj(require)
+    if when is None or req is None or not any(not n.startswith("_") for n in when[1] | req[1]):
+        return None  # reads no (public) argument attribute
     try:
-        when_n = _norm(" and ".join(pieces)) if pieces else "True"
-        require_n = _norm(require)
-    except (UnsafeExpression, SyntaxError, ValueError, RecursionError):
-        return None
-    if not (referenced_names(when_n) | referenced_names(require_n)):
-        return None
+        validate(when[0])
+    except UnsafeExpression:
+        return None  # too large for the evaluator as a whole
     start, end = row["start_line"], row["end_line"]
     span = f"{start}-{end}" if end != start else str(start)
-    return DerivedCheck(when_n, require_n, version,
+    reads = when[1] | req[1]
+    deps, writes = _write_deps(store, version, row, reads)
+    return DerivedCheck(when[0], req[0], version,
                         f"{version}:{row['path']}:{row['function']}:{span}", row["id"],
                         row["kind"], row["function"], row["path"], start, end, bool(row["bare"]),
-                        row["message"])
+                        row["message"], reads, tuple(sorted(deps | helper_reads(when[0], req[0]))),
+                        writes)
+
+
+def _write_deps(store: Store, version: str, row: dict[str, Any],
+                reads: frozenset[str]) -> tuple[set[str], bool]:
+    """(attributes the earlier writes of ``reads`` depend on, any such write?)."""
+    deps, writes = set(reads), False
+    for attr in reads:
+        for w in chain.earlier_writes(store, version, attr, row):
+            writes = True
+            for text in [*(g["condition"] for g in w.guards), w.value or "None"]:
+                try:
+                    deps |= referenced_names(text)
+                except Exception:  # noqa: BLE001 - unparsable: only the attribute itself
+                    continue
+    return deps, writes
 
 
 def qualifying_checks(store: Store, version: str) -> list[dict[str, Any]]:
@@ -245,18 +298,44 @@ def derived_path(store: Store) -> Path:
     return store.path.parent / "rules" / "derived.jsonl"
 
 
-def _read_file(path: Path, key: str) -> list[Card] | None:
+@dataclass(frozen=True)
+class SourceInfo:
+    """Where a derived card comes from in one release, for the checker."""
+
+    path: str
+    start: int
+    deps: tuple[str, ...]
+    writes: bool
+
+
+Derived = tuple[list[Card], dict[str, dict[str, SourceInfo]]]
+
+
+def _read_file(path: Path, key: str) -> Derived | None:
     try:
         with path.open(encoding="utf-8") as fh:
             header = json.loads(fh.readline() or "{}")
             if header.get("_meta", {}).get("key") != key:
                 return None
-            return [Card.model_validate_json(line) for line in fh if line.strip()]
-    except (OSError, ValueError):
+            cards: list[Card] = []
+            sources: dict[str, dict[str, SourceInfo]] = {}
+            for line in fh:
+                if not line.strip():
+                    continue
+                rec = json.loads(line)
+                card = Card.model_validate(rec["card"])
+                remember_reads(card.when, card.require, frozenset(rec["reads"]))
+                cards.append(card)
+                sources[card.id] = {r: SourceInfo(v["path"], v["start"], tuple(v["deps"]),
+                                                  v["writes"]) for r, v in rec["sources"].items()}
+            return cards, sources
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _write_file(path: Path, key: str, releases: list[str], cards: list[Card]) -> None:
+def _write_file(path: Path, key: str, releases: list[str], derived: Derived,
+                reads: dict[str, frozenset[str]]) -> None:
+    cards, sources = derived
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".derived-", suffix=".jsonl")
@@ -265,14 +344,17 @@ def _write_file(path: Path, key: str, releases: list[str], cards: list[Card]) ->
                     "cards": len(cards)}
             fh.write(json.dumps({"_meta": meta}) + "\n")
             for c in cards:
-                fh.write(c.model_dump_json(by_alias=True, exclude_defaults=True) + "\n")
+                rec = {"card": c.model_dump(mode="json", by_alias=True, exclude_defaults=True),
+                       "reads": sorted(reads[c.id]),
+                       "sources": {r: {"path": i.path, "start": i.start, "deps": list(i.deps),
+                                       "writes": i.writes} for r, i in sources[c.id].items()}}
+                fh.write(json.dumps(rec) + "\n")
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only KB still works; derivation just repeats in the next process
 
 
-def derive_cards(store: Store, *, use_cache: bool = True) -> list[Card]:
-    """Derived cards of every ingested release (memory, then file cache, then derivation)."""
+def _derived(store: Store, use_cache: bool = True) -> Derived:
     key, releases = derivation_key(store)
     mkey = (str(store.path), key)
     if use_cache:
@@ -289,8 +371,30 @@ def derive_cards(store: Store, *, use_cache: bool = True) -> list[Card]:
     for version in releases:
         for d in derive_release(store, version):
             groups.setdefault((d.when, d.require), []).append(d)
-    cards = [_card(g, releases) for g in groups.values()]
-    _write_file(derived_path(store), key, releases, cards)
+    cards: list[Card] = []
+    sources: dict[str, dict[str, SourceInfo]] = {}
+    reads: dict[str, frozenset[str]] = {}
+    for group in groups.values():
+        card = _card(group, releases)
+        cards.append(card)
+        reads[card.id] = group[0].reads
+        remember_reads(card.when, card.require, group[0].reads)
+        per: dict[str, SourceInfo] = {}
+        for d in group:
+            per.setdefault(d.release, SourceInfo(d.path, d.start, d.deps, d.writes))
+        sources[card.id] = per
+    result: Derived = (cards, sources)
+    _write_file(derived_path(store), key, releases, result, reads)
     with _lock:
-        _memory[mkey] = cards
-    return cards
+        _memory[mkey] = result
+    return result
+
+
+def derive_cards(store: Store, *, use_cache: bool = True) -> list[Card]:
+    """Derived cards of every ingested release (memory, then file cache, then derivation)."""
+    return _derived(store, use_cache)[0]
+
+
+def derived_sources(store: Store) -> dict[str, dict[str, SourceInfo]]:
+    """card id -> release -> :class:`SourceInfo` (the check it was derived from there)."""
+    return _derived(store)[1]

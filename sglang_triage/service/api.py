@@ -67,8 +67,9 @@ def get_kb(settings: Annotated[Settings, Depends(get_settings)]) -> KnowledgeBas
     return _kb_for(str(settings.kb_path), settings.chroma_url, settings.embedding_model)
 
 
-def get_engine(kb: Annotated[KnowledgeBase, Depends(get_kb)]) -> Engine:
-    return Engine(kb)
+def get_engine(kb: Annotated[KnowledgeBase, Depends(get_kb)],
+               settings: Annotated[Settings, Depends(get_settings)]) -> Engine:
+    return Engine(kb, settings)
 
 
 def get_records(settings: Annotated[Settings, Depends(get_settings)]) -> Records:

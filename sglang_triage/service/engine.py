@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..config import Settings
 from ..errors import ConfigError, NoCrashFound, UnknownRelease
 from ..kb.base import KnowledgeBase
 from ..kb.catalogs import load_catalog
@@ -22,6 +23,8 @@ from .expr import UNKNOWN, Provenance, Value, fact_key
 from .facts import fact_values, get_profile, model_arch_for, profile_from_gpus
 from .fixes import Verdict, propose
 from .flags import apply_edits, parse_argv, render_command
+from .llm import AssistContext, assist
+from .llm import enabled as llm_enabled
 from .locate import Located, locate_by_frames, locate_by_message, locate_by_search
 from .logparse import ParsedLog, parse_input
 from .models import (
@@ -47,9 +50,10 @@ _HW_FACT_HINTS = ("sm", "cuda", "hip", "npu", "blackwell", "hopper", "device", "
 class Engine:
     """Stateless apart from the KB handle; safe to share between threads."""
 
-    def __init__(self, kb: KnowledgeBase) -> None:
+    def __init__(self, kb: KnowledgeBase, settings: Settings | None = None) -> None:
         self.kb = kb
         self.store = kb.store
+        self.settings = settings or kb.settings
 
     # -- facts ------------------------------------------------------------------------
     def facts_for(self, parsed: ParsedLog, hardware: str | None, model: str | None,
@@ -147,8 +151,7 @@ class Engine:
         md = explain.markdown(result, location, atoms, fixes, unknowns, version,
                               [r.model_dump() for r in references], caveats + located.notes)
         citations = [location.citation] + [r.citation for r in references]
-        timings["total"] = _ms(t0)
-        return TriageResult(
+        result_obj = TriageResult(
             **{**base, "status": "located", "confidence": conf},
             summary=explain.summary(exc.type, exc.bare, location, atoms, fixes, version),
             explanation=md, location=location,
@@ -160,6 +163,14 @@ class Engine:
             fixes=fixes, no_flag_fix=no_fix, references=references, unknowns=unknowns,
             citations=citations, timings_ms=timings,
         )
+        if llm_enabled(self.settings):
+            t = time.perf_counter()
+            ctx = AssistContext(store=self.store, release=version, catalog=catalog, argv=argv,
+                                attrs=attrs, facts=facts, check=check, prefix=_prefix(parsed))
+            result_obj = assist(result_obj, engine_ctx=ctx, settings=self.settings)
+            timings["llm"] = _ms(t)
+        timings["total"] = _ms(t0)
+        return result_obj
 
     # -- pieces -----------------------------------------------------------------------
     def _search_locate(self, exc, version: str) -> Located | None:  # noqa: ANN001

@@ -60,6 +60,7 @@ three edits, each one :func:`.fixes.verify`).
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shlex
@@ -69,7 +70,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
@@ -152,7 +153,6 @@ class AssistContext:
     check: dict[str, Any] | None = None
     rule_check: RuleCheck | None = None
     prefix: str = _DEFAULT_PREFIX
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def context_from_result(store: Store, result: TriageResult, *, attrs: dict[str, Value] | None = None,
@@ -197,6 +197,14 @@ def _scrub(text: str) -> str:
     return _LINE_WORD.sub("", _PY_LINE.sub(r"\1", text))
 
 
+def _norm(code: str) -> str:
+    """``code`` in one canonical spelling (``ast.unparse``) when it parses."""
+    try:
+        return ast.unparse(ast.parse(textwrap.dedent(code).strip(), mode="eval"))
+    except SyntaxError:
+        return " ".join(code.split())
+
+
 def _flag_text(spec: FlagSpec) -> str:
     bits = []
     if spec.type:
@@ -239,19 +247,26 @@ def build_snippets(result: TriageResult, ctx: AssistContext) -> list[Snippet]:
                 cite)
     if result.evaluation is not None and loc is not None:
         ev = result.evaluation
+        guard_cites = [(_norm(g.get("condition") or ""), f"{ctx.release}:{loc.path}:{g['line']}")
+                       for g in (chk.guards if chk else []) if g.get("line")]
         add("evaluation", "the check's path condition with this command",
             f"fires: {ev.fired}" + "".join(f"\ncaveat: {c}" for c in ev.caveats[:6]), loc.citation)
         for atom in ev.atoms:
+            cite = loc.citation
+            if atom.role == "guard":  # cite the guard the atom belongs to when it is known
+                text = _norm(atom.text)
+                cite = next((c for cond, c in guard_cites if text in cond), loc.citation)
             inputs = "; ".join(f"{i.name} = {i.value!r} from {i.source}"
                                + (f" ({i.detail})" if i.detail else "") for i in atom.inputs)
             add("evaluation", f"{atom.role} atom",
                 f"`{atom.text}` is {atom.value}"
                 + (" (pushes towards firing)" if atom.failing else "")
-                + f"; inputs: {inputs or 'none'}", loc.citation)
+                + f"; inputs: {inputs or 'none'}", cite)
     seen = set()
     for ref in result.references[:_MAX_REFS]:
         seen.add(ref.citation)
-        add(ref.kind, "reference", ref.text, ref.citation)
+        parts = ref.citation.split(":")
+        add(ref.kind, f"in {parts[1]}" if len(parts) == 3 else "reference", ref.text, ref.citation)
     by_attr = ctx.catalog.by_attr()
     involved = list(parse_argv(ctx.argv, ctx.catalog).values)
     if result.evaluation is not None:
@@ -446,21 +461,23 @@ def check_edit(edit: LLMEdit, ctx: AssistContext, result: TriageResult
                ) -> tuple[FixOut | None, str | None, int | None]:
     """-> (fix, rejection reason, rank of the deterministic fix it equals)."""
     cat, table = ctx.catalog, flag_table(ctx)
-    unknown = [k for k in [*edit.set, *edit.remove] if k not in table]
+    before = parse_argv(ctx.argv, cat)
+    typos = {k for k in edit.remove if k in before.unknown}  # the user's own unknown tokens
+    unknown = [k for k in [*edit.set, *edit.remove] if k not in table and k not in typos]
     if unknown:
         return None, f"{', '.join(unknown)}: not a flag of SGLang {ctx.release}", None
-    specs = {k: table[k] for k in [*edit.set, *edit.remove]}
+    specs = {k: table[k] for k in [*edit.set, *edit.remove] if k not in typos}
     to_set = {specs[k].flags[0]: (value if specs[k].takes_value else _as_bool(value))
               for k, value in edit.set.items()}
-    to_remove = [specs[k].flags[0] for k in edit.remove]
-    touched = [specs[k].attr for k in [*edit.set, *edit.remove]]
+    to_remove = [k if k in typos else specs[k].flags[0] for k in edit.remove]
+    touched = [specs[k].attr for k in [*edit.set, *edit.remove] if k not in typos]
     try:
         new_argv = apply_edits(ctx.argv, cat, set=to_set, remove=to_remove)
     except (KeyError, ValueError) as exc:
         return None, f"cannot apply the edit: {exc}", None
     if new_argv == ctx.argv:
         return None, "does not change the command", None
-    before, after = parse_argv(ctx.argv, cat), parse_argv(new_argv, cat)
+    after = parse_argv(new_argv, cat)
     errors = [e for e in after.errors if e not in before.errors]
     strays = [u for u in after.unknown if u not in before.unknown]
     if errors or strays:
@@ -550,7 +567,8 @@ def assist(result: TriageResult, *, engine_ctx: AssistContext, settings: Setting
 def _merge(result: TriageResult, answer: LLMAnswer, snippets: list[Snippet], ctx: AssistContext,
            info: dict[str, Any], t0: float) -> TriageResult:
     ids = {s.id for s in snippets}
-    flags = {k for k in flag_table(ctx) if k.startswith("-")}
+    typed = [t.split("=", 1)[0] for t in parse_argv(ctx.argv, ctx.catalog).unknown]
+    flags = {k for k in [*flag_table(ctx), *typed] if k.startswith("-")}  # and the user's typos
     rejected: list[dict[str, str]] = []
     update: dict[str, Any] = {}
     # edits

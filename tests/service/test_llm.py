@@ -6,6 +6,7 @@ assert in ``ServerArgs._handle_speculative_decoding``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -21,7 +22,6 @@ from sglang_triage.service.engine import Engine
 from sglang_triage.service.evaluation import base_attrs
 from sglang_triage.service.flags import parse_argv
 from sglang_triage.service.llm import (
-    AssistContext,
     Snippet,
     assist,
     build_snippets,
@@ -76,12 +76,12 @@ def _settings(stub: ScriptedLLM, timeout: float = 10.0) -> Settings:
 
 
 def _ids(snippets: list[Snippet]) -> dict[str, str]:
-    """Handy ids: the check, the topk test atom, the flag help of --speculative-num-steps."""
+    """Handy ids: the check, the topk test atom, the guard on --speculative-num-steps."""
     out = {"check": next(s.id for s in snippets if s.kind == "check")}
     out["topk"] = next(s.id for s in snippets if s.kind == "evaluation"
                        and "`self.speculative_eagle_topk is None`" in s.text)
-    out["steps"] = next(s.id for s in snippets if s.kind == "evaluation"
-                        and "`self.speculative_num_steps is None`" in s.text)
+    out["steps"] = next(s.id for s in snippets if s.kind == "guard"
+                        and s.text.startswith("self.speculative_num_steps is None"))
     return out
 
 
@@ -119,7 +119,8 @@ def test_good_answer_is_used_with_real_citations(seed, stub) -> None:
     # [S..] rewritten to our own release:path:line citations
     assert "[S" not in out.explanation
     assert f"[`{CHECK_CITE}`]" in out.explanation
-    assert CHECK_CITE in out.citations
+    assert "ran [`0.5.11:sglang/srt/server_args.py:3518`]" in out.explanation
+    assert CHECK_CITE in out.citations and "0.5.11:sglang/srt/server_args.py:3518" in out.citations
     # the model's fix passed the verifier and is added, the deterministic one stays recommended
     (llm_fix,) = _llm_fixes(out)
     assert llm_fix.set == {"--speculative-num-steps": 3} and llm_fix.fixes_check == "true"
@@ -255,7 +256,7 @@ def test_fix_that_violates_a_rule_is_rejected(seed, stub) -> None:
                             verdict="violated" if bad else "satisfied",
                             reason="topk > 1 needs num-steps >= topk" if bad else "")], bad
 
-    ctx_rules = AssistContext(**{**ctx.__dict__, "rule_check": rule_check})
+    ctx_rules = dataclasses.replace(ctx, rule_check=rule_check)
     unrecommended = result.model_copy(update={"fixes": [f.model_copy(update={"recommended": False})
                                                         for f in result.fixes]})
     stub.push(content=_answer(_good_explanation(ids),
@@ -328,3 +329,34 @@ def test_check_text_keeps_clean_sentences() -> None:
     clean, rejected = check_text(text, {"S1", "S2"}, {"--tp"})
     assert clean == "Fired [S1]. Also `--tp 8` [S2].\n\n```\npython -m x --tp 8\n```"
     assert rejected == [{"item": "Bad [S7].", "reason": "cites S7, which is not one of the snippets given"}]
+
+
+def test_snippets_cite_our_own_data(seed) -> None:
+    result, ctx = seed
+    snippets = build_snippets(result, ctx)
+    assert [s.id for s in snippets] == [f"S{i}" for i in range(1, len(snippets) + 1)]
+    known = set(result.citations) | {result.location.citation}
+    for s in snippets:
+        assert s.citation is None or s.citation.startswith("0.5.11:sglang/")
+        if s.kind in ("declaration", "write"):
+            assert s.citation in known
+    steps_atom = next(s for s in snippets if s.kind == "evaluation"
+                      and "`self.speculative_num_steps is None`" in s.text)
+    assert steps_atom.citation == "0.5.11:sglang/srt/server_args.py:3518"
+
+
+def test_argparse_result_edits_are_checked_by_parsing(kb, stub) -> None:
+    log = ("$ python -m sglang.launch_server --model-path /moonshotai/Kimi-K2-Thinking --tp 8 "
+           "--reasoning_parser kimi_k2\n"
+           "launch_server.py: error: unrecognized arguments: --reasoning_parser kimi_k2\n")
+    result = Engine(kb).triage(log, release=RELEASE)
+    assert result.status == "argparse"
+    ctx = context_from_result(kb.store, result)
+    help_id = next(s.id for s in build_snippets(result, ctx) if s.kind == "help")
+    good = {"set": {"--reasoning-parser": "kimi_k2"}, "remove": ["--reasoning_parser"]}
+    stub.push(content=_answer(f"`--reasoning_parser` is not a flag; the dash spelling is [{help_id}].",
+                              [good, {"set": {"--tp": 4}, "remove": []}], summary="Use dashes."))
+    out = assist(result, engine_ctx=ctx, settings=_settings(stub))
+    assert out.llm["agrees_with"] == [1] and out.fixes[0].recommended
+    assert _reasons(out) == ["the edited command still fails argparse"]
+    assert out.llm["used"] is True and out.summary == "Use dashes."

@@ -31,7 +31,7 @@ _ORIG_CHECK_OUTPUT = subprocess.check_output
 
 
 def _maybe_fail(name: str) -> None:
-    if kit.FORCED_FAILURE == f"call:{name}":
+    if f"call:{name}" == kit.FORCED_FAILURE:
         raise kit.StubError(f"{kit.STUB_MARK}: forced failure of fake {name}() (test hook)")
 
 
@@ -58,10 +58,23 @@ class _Props:
         return f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor})"
 
 
+def _no_compile(model: Any = None, **options: Any) -> Any:
+    """``torch.compile`` without dynamo/inductor: validation never runs compiled code."""
+    if model is None:
+        return lambda fn: fn
+    return model
+
+
 def patch_torch(hw: dict[str, Any]) -> None:
-    """Make the real CPU torch report the declared GPUs (no-op for the ``cpu`` profile)."""
+    """Make the real CPU torch report the declared GPUs (no-op for the ``cpu`` profile).
+
+    ``torch.compile`` becomes the identity for every profile: SGLang decorates
+    kernels with it at import time, and inductor would otherwise import the
+    (stubbed) triton and fail inside torch.
+    """
     import torch
 
+    torch.compile = _no_compile  # type: ignore[assignment]
     if hw.get("vendor") not in ("nvidia", "amd"):
         return
     cuda = torch.cuda

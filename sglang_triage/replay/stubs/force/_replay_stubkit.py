@@ -81,6 +81,12 @@ class StubAttr:
         object.__setattr__(self, "_qualname", qualname)
 
     def __getattr__(self, name: str) -> Any:
+        if name in ("__name__", "__qualname__"):
+            return self._qualname.rpartition(".")[2]
+        if name == "__module__":
+            return self._qualname.rpartition(".")[0] or "_replay_stubkit"
+        if name == "__doc__":
+            return None
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(f"{STUB_MARK} {self._qualname} has no {name}")
         return StubAttr(f"{self._qualname}.{name}")
@@ -164,7 +170,7 @@ def _file_stub(name: str) -> tuple[str, bool] | None:
 
 
 class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Answers imports of the top-level names in ``roots`` with stubs.
+    """Answers imports of the names in ``roots`` (and their submodules) with stubs.
 
     ``served`` records every module this finder handed out, for the report.
     """
@@ -174,10 +180,14 @@ class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.tier = tier
         self.served: list[str] = []
 
+    def covers(self, fullname: str) -> bool:
+        """True if ``fullname`` is one of the roots or inside one (roots may be dotted)."""
+        return any(fullname == r or fullname.startswith(r + ".") for r in self.roots)
+
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname.partition(".")[0] not in self.roots:
+        if not self.covers(fullname):
             return None
-        if FORCED_FAILURE == f"import:{fullname}":
+        if f"import:{fullname}" == FORCED_FAILURE:
             raise StubError(f"{STUB_MARK}: forced import failure of {fullname} (test hook)")
         self.served.append(fullname)
         found = _file_stub(fullname)

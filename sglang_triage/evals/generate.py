@@ -1,0 +1,273 @@
+"""Generate eval incidents from the ingested releases (deterministic for a seed).
+
+``python -m sglang_triage.evals.generate --out incidents/generated.jsonl [--seed 0]``
+
+For each release (0.5.9, 0.5.11, 0.5.23 by default) the validation checks of
+``server_args.py`` and ``arg_groups/`` whose place in the validation order is
+known are tried in a seeded order, bare asserts and speculative, attention,
+parallelism, page-size, quantization and disaggregation checks first. For a
+check, a launch context is drawn (a real model name, a hardware profile, base
+flags) and :class:`~sglang_triage.evals.groundtruth.Prober` searches for flag
+values that make its path condition evaluate to True while no earlier check of
+the validation order fires. The expected answer is computed by the evaluator
+alone (see :mod:`.groundtruth`), and the crash log is rendered with
+:func:`~sglang_triage.evals.render.render_log` (Python 3.10-3.13, sometimes
+with timestamp prefixes, sometimes only the command and the exception line).
+
+Nothing is tuned by hand; ``confirmed_by`` stays None until a replay of the
+release's own validation confirms the incident.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ..kb.store import Store
+from ..service.evaluation import apply_earlier_writes
+from ..service.expr import referenced_names
+from ..service.facts import get_profile, model_arch_for
+from ..service.flags import parse_argv
+from .groundtruth import Context, Probe, Prober, root_cause_attrs
+from .incidents import Expected, ExpectedLocation, FixSpec, Incident, dump_incidents
+from .render import render_log, render_message
+
+DEFAULT_RELEASES = ("0.5.9", "0.5.11", "0.5.23")
+#: (model, default tensor parallelism, needs --trust-remote-code)
+MODELS: tuple[tuple[str, int, bool], ...] = (
+    ("/models/DeepSeek-V3", 8, True),
+    ("meta-llama/Llama-3.1-8B-Instruct", 1, False),
+    ("Qwen/Qwen3-30B-A3B", 2, False),
+    ("moonshotai/Kimi-K2-Instruct", 8, True),
+    ("openai/gpt-oss-120b", 4, False),
+)
+HARDWARE = ("h100-x8", "h200-x8", "b200-x8", "rtx-pro-6000-x8", "a100-x8", "gb200-x4",
+            "mi300x-x8", "l40s-x4")
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+_PREFERRED = ("speculative", "attention", "attn", "parallel", "page", "quant", "kv4", "fp8",
+              "disaggregation", "moe", "a2a", "dp", "tp")
+_PARALLEL_ATTRS = ("tp_size", "dp_size", "pp_size", "ep_size", "enable_dp_attention", "nnodes",
+                   "attn_cp_size", "moe_dp_size", "context_parallel", "dcp_size", "cp_size")
+
+
+def categorize(check: dict[str, Any], root: list[str]) -> str:
+    """The incident category, from the root-cause flags first, then the check's function."""
+    fn = f"{check['path']} {check['function']}".lower()
+    attrs = " ".join(root)
+    if "page_size" in root:
+        return "page_size"
+    if "disaggregation" in fn or "disaggregation" in attrs:
+        return "disaggregation"
+    if "speculative" in fn or "speculative" in attrs:
+        return "speculative"
+    if any(k in attrs for k in ("quantization", "dtype", "fp8", "fp4", "kv4")) or \
+            any(k in fn for k in ("quant", "kv4", "fp8", "fp4")):
+        return "quantization"
+    if "attention_backend" in attrs or "attention" in fn or "attn" in fn:
+        return "attention"
+    if any(a in attrs for a in _PARALLEL_ATTRS) or \
+            any(k in fn for k in ("parallel", "moe", "a2a", "eplb", "elastic_ep")):
+        return "parallelism"
+    return "other"
+
+
+def _tier(check: dict[str, Any]) -> int:
+    """0: a bare assert or a check of a preferred area; 1: the rest."""
+    fn = check["function"].lower()
+    if check["kind"] == "assert" and check["bare"]:
+        return 0
+    return 0 if any(k in fn for k in _PREFERRED) else 1
+
+
+def context_pool(release: str, rng: random.Random, size: int = 8) -> list[Context]:
+    """The launch contexts of a release: every model twice, on seeded hardware."""
+    return [_context(release, rng, MODELS[i % len(MODELS)]) for i in range(size)]
+
+
+def _context(release: str, rng: random.Random, spec: tuple[str, int, bool]) -> Context:
+    model, tp, trust = spec
+    hardware = rng.choice(HARDWARE)
+    count = get_profile(hardware).count
+    argv = ["--model-path", model, rng.choice(["--tp", "--tp-size"]), str(min(tp, count))]
+    if trust:
+        argv.append("--trust-remote-code")
+    if rng.random() < 0.3:
+        argv += ["--host", "0.0.0.0", "--port", str(rng.choice([30000, 8000, 8080]))]
+    return Context(release, model, model_arch_for(model), hardware, tuple(argv))
+
+
+def _message(prober: Prober, check: dict[str, Any], probe: Probe, ctx: Context) -> str | None:
+    """The exception message SGLang would print (values after the earlier writes)."""
+    if check["bare"] or not check["message"]:
+        return None
+    attrs = dict(prober.attrs_for(probe.argv))
+    try:
+        names = set(referenced_names(check["message"]))
+    except Exception:  # noqa: BLE001 - unparsable message source
+        names = set()
+    apply_earlier_writes(prober.store, prober.release, check, attrs, prober.facts(ctx), names)
+    return render_message(check, attrs)
+
+
+def _renderable(check: dict[str, Any]) -> bool:
+    """Bare, or a message that is a literal or an f-string (else it names locals)."""
+    if check["bare"] or not check["message"]:
+        return check["bare"] or check["kind"] == "assert"
+    src = check["message"].lstrip("( \n")
+    return render_message(check, {}) is not None or src.startswith(("f'", 'f"'))
+
+
+def _log(prober: Prober, check: dict[str, Any], probe: Probe, ctx: Context, message: str | None,
+         rng: random.Random) -> tuple[str, str]:
+    """(crash log, style) for one incident."""
+    python = rng.choice(PYTHONS)
+    entry = rng.choice(["python3 -m sglang.launch_server", "python -m sglang.launch_server"])
+    site = rng.choice([None, f"/opt/venv/lib/python{python}/site-packages",
+                       f"/root/.venv/lib/python{python}/site-packages"])
+    pin = f"sglang=={ctx.release}"
+    styles = ["traceback", "timestamped"] + (["message_only"] if message and check["kind"] == "raise"
+                                             else [])
+    style = rng.choice(styles)
+    if style == "message_only":
+        lines = [f"$ {entry} " + " ".join(_quote(a) for a in probe.argv)]
+        if rng.random() < 0.8:
+            lines.insert(0, f"$ pip list | grep sglang\n{pin}")
+        lines.append(f"{check['exc_type'] or 'AssertionError'}: {message}")
+        return "\n".join(lines) + "\n", style
+    preamble = [pin] if rng.random() < 0.3 else []
+    log = render_log(prober.store, prober.release, check, python=python, argv=probe.argv,
+                     entry=entry, message=message, site=site, preamble=preamble)
+    if style == "timestamped":
+        stamp = f"[2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} " \
+                f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}]"
+        head, _, rest = log.partition("\n")
+        log = head + "\n" + "".join(f"{stamp} {line}\n" for line in rest.splitlines())
+    return log, style
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
+
+
+def build_incident(prober: Prober, check: dict[str, Any], ctx: Context, probe: Probe,
+                   rng: random.Random, seed: int, message: str | None) -> Incident:
+    """The incident for a firing ``probe`` (expected answer from the evaluator only)."""
+    parsed = parse_argv(probe.argv, prober.catalog)
+    user = set(parsed.values)
+    root = root_cause_attrs(probe.evaluation, user)
+    spell = {a: prober.by_attr[a].flags[0] for a in root}
+    fixes = prober.acceptable_fixes(check, ctx, probe)
+    log, style = _log(prober, check, probe, ctx, message, rng)
+    short = check["function"].rsplit(".", 1)[-1].strip("_")
+    category = categorize(check, root)
+    return Incident(
+        id=f"gen-{ctx.release}-{short}-{check['start_line']}",
+        source=f"generated:seed={seed}",
+        release=ctx.release, hardware=ctx.hardware, model=ctx.model, model_arch=ctx.model_arch,
+        command=list(probe.argv), crash_log=log,
+        expected=Expected(
+            release=ctx.release,
+            location=ExpectedLocation(path=check["path"], function=check["function"],
+                                      start_line=check["start_line"], end_line=check["end_line"]),
+            root_cause_flags=[spell[a] for a in root],
+            acceptable_fixes=[FixSpec(**f) for f in fixes],
+            no_flag_fix=None if fixes else "no single or pair edit of the launch flags makes "
+                                           "this check pass (computed)"),
+        category=category,  # type: ignore[arg-type]
+        notes=f"generated: {style} log; flags searched with the evaluator "
+              f"({', '.join(f'{k}={v!r}' for k, v in sorted(probe.assign.items()))})",
+    )
+
+
+def generate_release(store: Store, release: str, quota: int, seed: int, *,
+                     per_function: int = 3, contexts: int = 2, log=None) -> list[Incident]:  # noqa: ANN001
+    """Up to ``quota`` incidents for ``release`` (at most a third of them in one category)."""
+    rng = random.Random(f"{seed}:{release}")
+    prober = Prober(store, release)
+    pool = context_pool(release, rng)
+    cands = [c for c in prober.checks if c["kind"] in ("assert", "raise") and _renderable(c)]
+    cands.sort(key=lambda c: c["id"])
+    rng.shuffle(cands)
+    cands.sort(key=_tier)
+    out: list[Incident] = []
+    per_fn: Counter[str] = Counter()
+    per_cat: Counter[str] = Counter()
+    cat_cap = max(2, -(-quota // 3))
+    for check in cands:
+        if len(out) >= quota:
+            break
+        if per_fn[check["function"]] >= per_function:
+            continue
+        pieces = [check["condition"] or "True", *(g["condition"] for g in check["guards"])]
+        if not prober.levers(check, " and ".join(f"({p})" for p in pieces)):
+            continue  # no flag can make it fire
+        for ctx in rng.sample(pool, contexts):
+            probe = prober.make_fire(check, ctx, rng, budget=60)
+            if probe is None:
+                continue
+            changed = set(parse_argv(probe.argv, prober.catalog).values) ^ \
+                set(parse_argv(list(ctx.base_argv), prober.catalog).values) | set(probe.assign)
+            if prober.earlier_firing(check, ctx, probe.argv, changed) is not None:
+                continue
+            message = _message(prober, check, probe, ctx)
+            if message is None and not check["bare"] and check["message"]:
+                break  # SGLang would print a message we cannot render faithfully
+            user = set(parse_argv(probe.argv, prober.catalog).values)
+            if per_cat[categorize(check, root_cause_attrs(probe.evaluation, user))] >= cat_cap:
+                break
+            inc = build_incident(prober, check, ctx, probe, rng, seed, message)
+            out.append(inc)
+            per_fn[check["function"]] += 1
+            per_cat[inc.category] += 1
+            if log:
+                log(f"{release}: {inc.id} [{inc.category}] {len(out)}/{quota}")
+            break
+    return out
+
+
+def generate(store: Store, *, seed: int = 0, count: int = 72,
+             releases: tuple[str, ...] = DEFAULT_RELEASES, log=None) -> list[Incident]:  # noqa: ANN001
+    """``count`` incidents spread evenly over ``releases`` (fewer if a release runs dry)."""
+    out: list[Incident] = []
+    for i, release in enumerate(releases):
+        quota = count // len(releases) + (1 if i < count % len(releases) else 0)
+        out.extend(generate_release(store, release, quota, seed, log=log))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sglang_triage.evals.generate",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="JSONL file to write")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--count", type=int, default=72)
+    ap.add_argument("--releases", default=",".join(DEFAULT_RELEASES))
+    ap.add_argument("--kb", default=None, help="KB folder (default: TRIAGE_KB_DIR or <home>/kb)")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    from ..config import Settings
+
+    settings = Settings()
+    if args.kb:
+        settings = settings.model_copy(update={"kb_dir": Path(args.kb).expanduser().resolve()})
+    store = Store(settings.kb_path / "index.sqlite")
+    releases = tuple(r.strip() for r in args.releases.split(",") if r.strip())
+    for r in releases:
+        store.require(r)
+    log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    incidents = generate(store, seed=args.seed, count=args.count, releases=releases, log=log)
+    dump_incidents(incidents, args.out)
+    cats = Counter(i.category for i in incidents)
+    print(f"wrote {len(incidents)} incidents to {args.out}: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(cats.items())))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""Version-skew shims between the release and the venv's real packages (child side).
+
+The replay runs the release against whatever ``transformers`` the venv has
+(5.x here), not the version the release pins. Newer transformers ships some
+configs SGLang registers itself (``qwen3_asr``...), and registering a known
+name raises. The shim makes every Auto* registration ``exist_ok``, so SGLang's
+own class is registered over the built-in one, as under the pinned version.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _exist_ok(register: Any) -> Any:
+    def wrapper(self: Any, key: Any, value: Any, exist_ok: bool = True) -> Any:
+        return register(self, key, value, exist_ok=True)
+
+    wrapper.__wrapped__ = register  # type: ignore[attr-defined]
+    return wrapper
+
+
+def patch_transformers() -> list[str]:
+    """Make Auto* registrations tolerant; returns what was patched (empty without transformers)."""
+    patched: list[str] = []
+    try:
+        from transformers.models.auto import auto_factory, configuration_auto
+    except Exception:  # noqa: BLE001 - no transformers: nothing to shim
+        return patched
+    for mod, cls_name in ((configuration_auto, "_LazyConfigMapping"),
+                          (auto_factory, "_LazyAutoMapping")):
+        cls = getattr(mod, cls_name, None)
+        if cls is not None and hasattr(cls, "register"):
+            cls.register = _exist_ok(cls.register)
+            patched.append(f"{mod.__name__}.{cls_name}.register")
+    return patched
