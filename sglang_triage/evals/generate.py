@@ -33,7 +33,14 @@ from ..service.expr import referenced_names
 from ..service.facts import get_profile, model_arch_for
 from ..service.flags import parse_argv
 from .groundtruth import Context, Probe, Prober, root_cause_attrs
-from .incidents import Expected, ExpectedLocation, FixSpec, Incident, dump_incidents
+from .incidents import (
+    Expected,
+    ExpectedLocation,
+    FixSpec,
+    Incident,
+    categorize,
+    dump_incidents,
+)
 from .render import render_log, render_message
 
 DEFAULT_RELEASES = ("0.5.9", "0.5.11", "0.5.23")
@@ -50,29 +57,6 @@ HARDWARE = ("h100-x8", "h200-x8", "b200-x8", "rtx-pro-6000-x8", "a100-x8", "gb20
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 _PREFERRED = ("speculative", "attention", "attn", "parallel", "page", "quant", "kv4", "fp8",
               "disaggregation", "moe", "a2a", "dp", "tp")
-_PARALLEL_ATTRS = ("tp_size", "dp_size", "pp_size", "ep_size", "enable_dp_attention", "nnodes",
-                   "attn_cp_size", "moe_dp_size", "context_parallel", "dcp_size", "cp_size")
-
-
-def categorize(check: dict[str, Any], root: list[str]) -> str:
-    """The incident category, from the root-cause flags first, then the check's function."""
-    fn = f"{check['path']} {check['function']}".lower()
-    attrs = " ".join(root)
-    if "page_size" in root:
-        return "page_size"
-    if "disaggregation" in fn or "disaggregation" in attrs:
-        return "disaggregation"
-    if "speculative" in fn or "speculative" in attrs:
-        return "speculative"
-    if any(k in attrs for k in ("quantization", "dtype", "fp8", "fp4", "kv4")) or \
-            any(k in fn for k in ("quant", "kv4", "fp8", "fp4")):
-        return "quantization"
-    if "attention_backend" in attrs or "attention" in fn or "attn" in fn:
-        return "attention"
-    if any(a in attrs for a in _PARALLEL_ATTRS) or \
-            any(k in fn for k in ("parallel", "moe", "a2a", "eplb", "elastic_ep")):
-        return "parallelism"
-    return "other"
 
 
 def _tier(check: dict[str, Any]) -> int:
@@ -187,7 +171,12 @@ def build_incident(prober: Prober, check: dict[str, Any], ctx: Context, probe: P
 
 def generate_release(store: Store, release: str, quota: int, seed: int, *,
                      per_function: int = 3, contexts: int = 2, log=None) -> list[Incident]:  # noqa: ANN001
-    """Up to ``quota`` incidents for ``release`` (at most a third of them in one category)."""
+    """Up to ``quota`` incidents for ``release``.
+
+    A first pass takes at most a fifth of the quota per category (so no area
+    crowds out the others); incidents found beyond that fill the rest in a
+    second pass, in the order they were found.
+    """
     rng = random.Random(f"{seed}:{release}")
     prober = Prober(store, release)
     pool = context_pool(release, rng)
@@ -196,9 +185,19 @@ def generate_release(store: Store, release: str, quota: int, seed: int, *,
     rng.shuffle(cands)
     cands.sort(key=_tier)
     out: list[Incident] = []
+    spare: list[tuple[dict[str, Any], Context, Probe, str | None]] = []
     per_fn: Counter[str] = Counter()
     per_cat: Counter[str] = Counter()
-    cat_cap = max(2, -(-quota // 3))
+    cat_cap = max(2, -(-quota // 5))
+
+    def take(check: dict[str, Any], ctx: Context, probe: Probe, message: str | None) -> None:
+        inc = build_incident(prober, check, ctx, probe, rng, seed, message)
+        out.append(inc)
+        per_fn[check["function"]] += 1
+        per_cat[inc.category] += 1
+        if log:
+            log(f"{release}: {inc.id} [{inc.category}] {len(out)}/{quota}")
+
     for check in cands:
         if len(out) >= quota:
             break
@@ -220,14 +219,15 @@ def generate_release(store: Store, release: str, quota: int, seed: int, *,
                 break  # SGLang would print a message we cannot render faithfully
             user = set(parse_argv(probe.argv, prober.catalog).values)
             if per_cat[categorize(check, root_cause_attrs(probe.evaluation, user))] >= cat_cap:
-                break
-            inc = build_incident(prober, check, ctx, probe, rng, seed, message)
-            out.append(inc)
-            per_fn[check["function"]] += 1
-            per_cat[inc.category] += 1
-            if log:
-                log(f"{release}: {inc.id} [{inc.category}] {len(out)}/{quota}")
+                spare.append((check, ctx, probe, message))
+            else:
+                take(check, ctx, probe, message)
             break
+    for check, ctx, probe, message in spare:
+        if len(out) >= quota:
+            break
+        if per_fn[check["function"]] < per_function:
+            take(check, ctx, probe, message)
     return out
 
 

@@ -101,6 +101,32 @@ class Incident(BaseModel):
             return text.split()
 
 
+_PARALLEL_ATTRS = ("tp_size", "dp_size", "pp_size", "ep_size", "enable_dp_attention", "nnodes",
+                   "attn_cp_size", "moe_dp_size", "context_parallel", "dcp_size", "cp_size")
+
+
+def categorize(check: dict[str, Any], root: list[str]) -> str:
+    """The category of a crash at ``check`` (needs ``path`` and ``function``) whose root-cause
+    attributes are ``root``: from the attributes first, then the check's function."""
+    fn = f"{check['path']} {check['function']}".lower()
+    attrs = " ".join(root)
+    if "page_size" in root:
+        return "page_size"
+    if "disaggregation" in fn or "disaggregation" in attrs:
+        return "disaggregation"
+    if "speculative" in fn or "speculative" in attrs:
+        return "speculative"
+    if any(k in attrs for k in ("quantization", "dtype", "fp8", "fp4", "kv4")) or \
+            any(k in fn for k in ("quant", "kv4", "fp8", "fp4")):
+        return "quantization"
+    if "attention_backend" in attrs or "attention" in fn or "attn" in fn:
+        return "attention"
+    if any(a in attrs for a in _PARALLEL_ATTRS) or \
+            any(k in fn for k in ("parallel", "moe", "a2a", "eplb", "elastic_ep")):
+        return "parallelism"
+    return "other"
+
+
 class IncidentError(ValueError):
     """A malformed incident file (names the file and line)."""
 
@@ -156,5 +182,5 @@ def dump_incidents(incidents: Iterable[Incident], path: str | Path) -> Path:
 
 
 __all__ = ["CATEGORIES", "INCIDENTS_DIR", "Category", "Expected", "ExpectedLocation", "FixSpec",
-           "Incident", "IncidentError", "dump_incidents", "load_incidents", "parse_incidents",
+           "Incident", "IncidentError", "categorize", "dump_incidents", "load_incidents", "parse_incidents",
            "shipped_paths"]

@@ -128,8 +128,8 @@ def _describe(pred: Prediction) -> tuple[str | None, str | None]:
     fix = None
     if pred.fixes:
         f = pred.fixes[0]
-        parts = [f"-{r}" for r in f.get("remove") or []]
-        parts += [f"{k}={v}" for k, v in (f.get("set") or {}).items()]
+        parts = [f"drop {r}" for r in f.get("remove") or []]
+        parts += [f"{k} {v}" for k, v in (f.get("set") or {}).items()]
         fix = " ".join(parts) or None
     return where, fix
 

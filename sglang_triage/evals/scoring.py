@@ -53,6 +53,7 @@ class Prediction:
     root_cause: list[str] | None = None  # flag spellings or attrs
     fixes: list[dict[str, Any]] | None = None  # set, remove, argv?, fixes_check?, trips?
     verified_fixes: bool = True  # False: fixes carry no verification (fix_valid N/A)
+    resolves_release: bool = True  # False: the release was given (release@1 N/A)
     citations: list[str] | None = None
     error: str | None = None
     latency_ms: float = 0.0
@@ -222,7 +223,7 @@ def score(incident: Incident, pred: Prediction, store: Store | None) -> dict[str
     exp = incident.expected
     catalog = catalog_for(store, exp.release or pred.release)
     out: dict[str, Any] = dict.fromkeys(METRICS)
-    if exp.release is not None:
+    if exp.release is not None and pred.resolves_release:
         out["release_at_1"] = pred.release == exp.release
     loc = pred.location
     if exp.location is not None:

@@ -27,6 +27,8 @@ engine can afford a rule check on every fix.
 
 from __future__ import annotations
 
+import ast
+import functools
 import hashlib
 import threading
 from collections import ChainMap
@@ -48,7 +50,6 @@ from ..service.expr import (
     Value,
     evaluate,
     fact_key,
-    referenced_names,
 )
 from ..service.facts import fact_values, get_profile, model_arch_for
 from ..service.flags import ParsedArgs, ParsedFlag, parse_argv
@@ -242,25 +243,55 @@ def _describe(inputs: list[tuple[str, object, str]], limit: int = 5) -> str:
     return "; ".join(shown)
 
 
+@functools.lru_cache(maxsize=16384)
+def _conjuncts(text: str) -> tuple[str, ...]:
+    """The top-level ``and`` operands of ``text``, innermost (last) first."""
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return (text,)
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+        return tuple(ast.unparse(v) for v in reversed(node.values))
+    return (text,)
+
+
+def _when(card: Card, env: Env) -> tuple[object, list[Result]]:
+    """Kleene AND of ``when``'s operands, innermost guard first, stopping at the first false.
+
+    Derived ``when``s are long chains of early exits; the innermost guard is the
+    one most likely to be false, so this usually evaluates one operand, not all.
+    """
+    truth: object = True
+    results: list[Result] = []
+    for part in _conjuncts(card.when):
+        res = evaluate(part, env)
+        results.append(res)
+        if res.truth is False:
+            return False, results
+        if res.truth is UNKNOWN:
+            truth = UNKNOWN
+    return truth, results
+
+
 def _judge(card: Card, env: Env, notes: list[str]) -> CardResult:
     try:
-        when = evaluate(card.when, env)
         req = evaluate(card.require, env)
+        if req.truth is True:
+            return CardResult(card, "satisfied", "`require` holds", [], _inputs([req]), notes)
+        w, parts = _when(card, env)
     except UnsafeExpression as exc:
         return CardResult(card, "unknown", f"unknown because the card could not be evaluated: "
                           f"{exc.message}", [card.id], notes=notes)
-    w, r = when.truth, req.truth
-    inputs = _inputs([when, req])
+    r = req.truth
+    inputs = _inputs([*parts, req])
     if w is False:
         return CardResult(card, "not_applicable", "`when` is false", [], inputs, notes)
-    if r is True:
-        return CardResult(card, "satisfied", "`require` holds", [], inputs, notes)
     if w is True and r is False:
         why = _describe(_inputs([req])) or _describe(inputs)
         reason = f"{card.message} — `require` is false" + (f" with {why}" if why else "")
         return CardResult(card, "violated", reason, [], inputs, notes)
-    unknowns = list(dict.fromkeys([*(when.unknowns if w is UNKNOWN else ()),
-                                   *(req.unknowns if r is UNKNOWN else ())]))
+    when_unknowns = [n for p in parts if p.truth is UNKNOWN for n in p.unknowns]
+    unknowns = list(dict.fromkeys([*when_unknowns, *(req.unknowns if r is UNKNOWN else ())]))
     names = ", ".join(unknowns[:6]) or "some inputs"
     verb = "is" if len(unknowns) == 1 else "are"
     part = "`when`" if w is UNKNOWN and r is not UNKNOWN else \

@@ -92,40 +92,71 @@ class LintReport(BaseModel):
 # ------------------------------------------------------------------------ candidates
 
 
+_NEGATED: dict[type, type] = {ast.Gt: ast.LtE, ast.GtE: ast.Lt, ast.Lt: ast.GtE, ast.LtE: ast.Gt,
+                              ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn,
+                              ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+
+
 def _constants(require: str) -> list[tuple[str, object]]:
-    """(attr, value) pairs that ``require`` compares ``args.X`` with and would accept."""
+    """(attr, value) pairs that ``require`` compares ``args.X`` with and would accept.
+
+    ``not (args.x > 1)`` is read as ``args.x <= 1`` (negations are pushed inward);
+    comparisons under ``or``/``and`` are all offered, each is verified anyway.
+    """
     try:
-        tree = ast.parse(require, mode="eval")
+        tree = ast.parse(require, mode="eval").body
     except SyntaxError:
         return []
     out: list[tuple[str, object]] = []
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
-            continue
-        left, op, right = node.left, node.ops[0], node.comparators[0]
+
+    def visit(node: ast.AST, negated: bool) -> None:
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            visit(node.operand, not negated)
+        elif isinstance(node, ast.BoolOp):
+            for v in node.values:
+                visit(v, negated)
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1:
+            op = node.ops[0]
+            if negated:
+                op = _NEGATED.get(type(op), type(op))()
+            _accept(node.left, op, node.comparators[0])
+        elif isinstance(node, ast.IfExp):
+            visit(node.body, negated)
+            visit(node.orelse, negated)
+
+    def _accept(left: ast.AST, op: ast.cmpop, right: ast.AST) -> None:
         if not (isinstance(left, ast.Attribute) and isinstance(left.value, ast.Name)
                 and left.value.id == "args"):
-            continue
+            return
         attr = left.attr
         if isinstance(right, ast.Constant) and right.value is not None:
             v = right.value
+            numeric = isinstance(v, int) and not isinstance(v, bool)
             if isinstance(op, (ast.Eq, ast.LtE, ast.GtE)):
                 out.append((attr, v))
-            elif isinstance(op, ast.Gt) and isinstance(v, int) and not isinstance(v, bool):
+            elif isinstance(op, ast.Gt) and numeric:
                 out.append((attr, v + 1))
-            elif isinstance(op, ast.Lt) and isinstance(v, int) and not isinstance(v, bool):
+            elif isinstance(op, ast.Lt) and numeric:
                 out.append((attr, v - 1))
         elif isinstance(op, ast.In) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
-            out += [(attr, e.value) for e in right.elts
-                    if isinstance(e, ast.Constant) and e.value is not None][:3]
-    return out
+            out.extend((attr, e.value) for e in right.elts[:3]
+                       if isinstance(e, ast.Constant) and e.value is not None)
+
+    visit(tree, False)
+    return list(dict.fromkeys(out))
 
 
 def _candidates(card: Card, user_set: set[str], catalog: Catalog) -> list[tuple[dict, list, str]]:
-    by_attr = catalog.by_attr()
+    by_attr, by_flag = catalog.by_attr(), catalog.by_flag()
+
+    def attr_of(key: str) -> str:
+        spec = by_flag.get(key) if key.startswith("-") else None
+        return spec.attr if spec is not None else key
+
     out: list[tuple[dict, list, str]] = []
     if not card.fix_hints.empty():
-        out.append((dict(card.fix_hints.set), list(card.fix_hints.remove), "card fix_hints"))
+        out.append(({attr_of(k): v for k, v in card.fix_hints.set.items()},
+                    [attr_of(k) for k in card.fix_hints.remove], "card fix_hints"))
     user_set = {a for a in user_set if a not in _KEEP and not _required(a, by_attr)}
     req_reads = sorted(_reads(card.require))
     for attr in req_reads:

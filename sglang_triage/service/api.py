@@ -216,6 +216,11 @@ def create_app() -> FastAPI:
             raise HTTPException(404, f"no stored triage {tid}")
         return {"id": tid, "confirmed": True}
 
+    settings = get_settings()
+    if settings.slack_bot_token and settings.slack_signing_secret:
+        from .slack_bot import mount_slack
+
+        mount_slack(app, settings)
     return app
 
 

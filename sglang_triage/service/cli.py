@@ -183,6 +183,21 @@ def serve(
                 log_level="info")
 
 
+@app.command()
+def slack(socket: Annotated[bool, typer.Option("--socket", help="Socket Mode (TRIAGE_SLACK_APP_TOKEN).")] = False) -> None:
+    """Run the Slack bot over Socket Mode (HTTP Events mode is served by `serve` at /slack/events)."""
+    if not socket:
+        console.print("HTTP mode: set TRIAGE_SLACK_BOT_TOKEN and TRIAGE_SLACK_SIGNING_SECRET and run "
+                      "`sglang-triage serve`; events go to /slack/events")
+        raise typer.Exit(2)
+    from .slack_bot import run_socket_mode
+
+    try:
+        run_socket_mode(_settings())
+    except TriageError as exc:
+        _fail(exc)
+
+
 def main() -> None:  # pragma: no cover - console entry
     try:
         app()

@@ -398,6 +398,8 @@ class SlackTriageBot:
 
     def _followup(self, ctx: ThreadContext, text: str, options: dict[str, str]) -> None:
         kind, value = classify_followup(text)
+        if kind == "release" and value == (ctx.result.release or {}).get("release"):
+            kind, value = classify_followup(_VERSION.sub("", text))  # names the current release
         if options:
             kind = "rerun"
         if kind in ("hardware", "release", "rerun"):
@@ -544,7 +546,7 @@ def _defaults(settings: Settings, engine_factory: EngineFactory | None,
               records: Records | None) -> tuple[EngineFactory, Records]:
     from .api import _records_for, get_engine, get_kb
 
-    factory = engine_factory or (lambda: get_engine(get_kb(settings)))
+    factory = engine_factory or (lambda: get_engine(kb=get_kb(settings), settings=settings))
     return factory, records or _records_for(str(settings.kb_path))
 
 
