@@ -174,8 +174,8 @@ def generate_release(store: Store, release: str, quota: int, seed: int, *,
     """Up to ``quota`` incidents for ``release``.
 
     A first pass takes at most a fifth of the quota per category (so no area
-    crowds out the others); incidents found beyond that fill the rest in a
-    second pass, in the order they were found.
+    crowds out the others) and nothing of category ``other``; incidents set
+    aside there fill the rest in a second pass, in the order they were found.
     """
     rng = random.Random(f"{seed}:{release}")
     prober = Prober(store, release)
@@ -206,8 +206,9 @@ def generate_release(store: Store, release: str, quota: int, seed: int, *,
         pieces = [check["condition"] or "True", *(g["condition"] for g in check["guards"])]
         if not prober.levers(check, " and ".join(f"({p})" for p in pieces)):
             continue  # no flag can make it fire
-        for ctx in rng.sample(pool, contexts):
-            probe = prober.make_fire(check, ctx, rng, budget=60)
+        rare = "page_size" in " ".join(pieces)  # few page-size checks can fire: search harder
+        for ctx in rng.sample(pool, 4 if rare else contexts):
+            probe = prober.make_fire(check, ctx, rng, budget=200 if rare else 60)
             if probe is None:
                 continue
             changed = set(parse_argv(probe.argv, prober.catalog).values) ^ \
@@ -218,7 +219,8 @@ def generate_release(store: Store, release: str, quota: int, seed: int, *,
             if message is None and not check["bare"] and check["message"]:
                 break  # SGLang would print a message we cannot render faithfully
             user = set(parse_argv(probe.argv, prober.catalog).values)
-            if per_cat[categorize(check, root_cause_attrs(probe.evaluation, user))] >= cat_cap:
+            cat = categorize(check, root_cause_attrs(probe.evaluation, user))
+            if cat == "other" or per_cat[cat] >= cat_cap:
                 spare.append((check, ctx, probe, message))
             else:
                 take(check, ctx, probe, message)

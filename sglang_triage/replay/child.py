@@ -1,7 +1,8 @@
 """Replay runner, executed as a script inside the isolated subprocess (stdlib only).
 
-``python child.py <config.json>`` reads the job written by
-:mod:`sglang_triage.replay.harness`, then
+``python child.py <config.json>`` reads the batch written by
+:mod:`sglang_triage.replay.harness` (one release, one hardware profile, one
+or more command lines), then
 
 1. fixes ``sys.path`` (the force-stub folder, then the release's source root),
    blocks non-loopback network connections and installs the stub finders;
@@ -9,10 +10,13 @@
 3. imports ``sglang.srt.server_args`` (phase ``import``: any failure here is
    the harness's, never SGLang's verdict) and pins SGLang's hardware probes to
    the declared values;
-4. runs the release's own validation (phase ``validate``):
-   ``prepare_server_args(argv)`` and, where the release has it (0.5.19+),
-   ``server_args.resolve_once()``;
-5. classifies the outcome and writes it as JSON to the result path.
+4. for each command line, forks the warmed-up process and runs the release's
+   own validation there (phase ``validate``): ``prepare_server_args(argv)``
+   and, where the release has it (0.5.19+), ``server_args.resolve_once()``.
+   The fork keeps every replay isolated from the others (SGLang keeps global
+   state) while the 10-20 s of importing torch and SGLang is paid once; a fork
+   that outlives its time limit is killed;
+5. classifies each outcome and writes it as JSON to the job's result path.
 
 It never imports ``sglang_triage``: the child's interpreter sees only the
 release, the stubs and the venv's third-party packages.
@@ -237,12 +241,10 @@ def classify(exc: BaseException, roots: dict[str, str]) -> dict[str, Any]:
 # ------------------------------------------------------------------ the run
 
 
-def run(cfg: dict[str, Any]) -> dict[str, Any]:
+def setup(cfg: dict[str, Any], roots: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Stubs, hardware, import: (``sglang.srt.server_args`` or None, setup report)."""
     t0 = time.perf_counter()
-    timings: dict[str, float] = {}
-    force_dir, fallback_dir = cfg["stub_dirs"]
-    roots = {"release": os.path.abspath(cfg["release_root"]),
-             "stubs": [os.path.abspath(force_dir), os.path.abspath(fallback_dir)]}
+    force_dir = cfg["stub_dirs"][0]
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != str(HERE)]
     sys.path[0:0] = [force_dir, cfg["release_root"]]
     install_socket_guard()
@@ -251,45 +253,50 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
 
     kit.FORCED_FAILURE = cfg.get("forced_failure")
     kit.HARDWARE.update(cfg.get("hardware") or {})
-    force, fallback = kit.install(set(cfg["force_stubs"]), set(cfg["fallback_stubs"]))
-    result: dict[str, Any] = {"phase": "setup", "notes": []}
-
+    finders = kit.install(set(cfg["force_stubs"]), set(cfg["fallback_stubs"]))
+    report: dict[str, Any] = {"phase": "setup", "timings": {}}
+    roots["finders"] = finders
     try:
+        import _replay_compat
         import _replay_hw as hw
 
         hw.patch_torch(cfg.get("hardware") or {})
         if cfg.get("hardware"):
             hw.patch_subprocess(cfg["hardware"])
-        import _replay_compat
+        report["shims"] = _replay_compat.patch_transformers()
+        report["timings"]["setup_s"] = time.perf_counter() - t0
 
-        result["shims"] = _replay_compat.patch_transformers()
-        timings["setup_s"] = time.perf_counter() - t0
-
-        result["phase"] = "import"
+        report["phase"] = "import"
         t1 = time.perf_counter()
         import sglang.srt.server_args as sa
 
-        timings["import_s"] = time.perf_counter() - t1
+        report["timings"]["import_s"] = time.perf_counter() - t1
         if cfg.get("hardware"):
             memory = cfg["hardware"].get("memory_mib")
-            result["probe_disagreements"] = hw.patch_probes(cfg.get("probes") or {}, memory)
+            report["probe_disagreements"] = hw.patch_probes(cfg.get("probes") or {}, memory)
+        return sa, report
     except BaseException as exc:  # noqa: BLE001 - everything here is the harness's
         info = classify(exc, roots)
         info["status"] = "harness_error"
-        info["harness_reason"] = (f"failed while {result['phase']}ing the release: "
+        info["harness_reason"] = (f"failed while {report['phase']}ing the release: "
                                   f"{info['harness_reason'] or info['exception_type']}")
-        result.update(info)
-        result["stubs_served"] = sorted(set(force.served + fallback.served))
-        result["timings"] = timings
-        return result
+        report.update(info)
+        report["stubs_served"] = _served(roots)
+        return None, report
 
-    result["phase"] = "validate"
-    t2 = time.perf_counter()
+
+def _served(roots: dict[str, Any]) -> list[str]:
+    return sorted({n for f in roots.get("finders", ()) for n in f.served})
+
+
+def validate(sa: Any, argv: list[str], roots: dict[str, Any]) -> dict[str, Any]:
+    """Run the release's own validation on ``argv`` and classify the outcome."""
+    result: dict[str, Any] = {"phase": "validate"}
+    t0 = time.perf_counter()
     stderr = io.StringIO()
-    server_args = None
     try:
         with contextlib.redirect_stderr(_Tee(stderr, sys.stderr)):
-            server_args = sa.prepare_server_args(list(cfg["argv"]))
+            server_args = sa.prepare_server_args(list(argv))
         resolve = getattr(server_args, "resolve_once", None)
         if callable(resolve):
             result["ran"] = "prepare_server_args + resolve_once"
@@ -301,19 +308,68 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
     except SystemExit as exc:
         usage = stderr.getvalue()
         if exc.code == 2 or "usage:" in usage:
-            result.update(status="argparse_error", exit_code=exc.code,
-                          message=_argparse_message(usage), usage=usage[-4000:])
+            result.update(status="argparse_error", exception_type="SystemExit",
+                          exit_code=exc.code, message=_argparse_message(usage),
+                          usage=usage[-4000:])
         else:
             result.update(classify(exc, roots))
             result["status"] = "harness_error"
             result["harness_reason"] = f"SystemExit({exc.code!r}) during validation"
     except BaseException as exc:  # noqa: BLE001 - classified below
         result.update(classify(exc, roots))
-    timings["validate_s"] = time.perf_counter() - t2
-    timings["child_total_s"] = time.perf_counter() - t0
-    result["timings"] = timings
-    result["stubs_served"] = sorted(set(force.served + fallback.served))
+    result["timings"] = {"validate_s": time.perf_counter() - t0}
+    result["stubs_served"] = _served(roots)
     return result
+
+
+def _write(path: str, result: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    Path(tmp).write_text(json.dumps(result, default=repr))
+    os.replace(tmp, path)
+
+
+def _run_forked(sa: Any, job: dict[str, Any], roots: dict[str, Any], timeout_s: float) -> None:
+    """Validate one job in a forked copy of the warmed-up process, killed after ``timeout_s``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the fork: own log file, validate, write, leave without cleanup
+        try:
+            fd = os.open(job["log_path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            _write(job["result_path"], validate(sa, job["argv"], roots))
+        except BaseException as exc:  # noqa: BLE001
+            with contextlib.suppress(Exception):
+                _write(job["result_path"], _runner_failure(exc))
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            _write(job["result_path"], {
+                "status": "harness_error", "phase": "timeout",
+                "harness_reason": f"validation did not finish within {timeout_s:.0f}s (killed)"})
+            return
+        time.sleep(0.02)
+    if not Path(job["result_path"]).exists():
+        _write(job["result_path"], {
+            "status": "harness_error", "phase": "crash",
+            "harness_reason": f"the validating process died (wait status {status})"})
+
+
+def _runner_failure(exc: BaseException) -> dict[str, Any]:
+    return {"status": "harness_error", "phase": "harness",
+            "exception_type": type(exc).__name__, "message": str(exc)[:4000],
+            "harness_reason": "the replay runner itself failed",
+            "all_frames": [{"kind": "harness", "path": fs.filename, "line": fs.lineno,
+                            "function": fs.name, "code": (fs.line or "")[:300]}
+                           for fs in traceback.extract_tb(exc.__traceback__)]}
 
 
 def _argparse_message(usage: str) -> str:
@@ -343,16 +399,31 @@ class _Tee(io.TextIOBase):
 
 def main() -> int:
     cfg = json.loads(Path(sys.argv[1]).read_text())
-    out_path = Path(cfg["result_path"])
+    jobs = cfg["jobs"]
+    roots: dict[str, Any] = {
+        "release": os.path.abspath(cfg["release_root"]),
+        "stubs": [os.path.abspath(d) for d in cfg["stub_dirs"]],
+    }
     try:
-        result = run(cfg)
+        sa, report = setup(cfg, roots)
+        if sa is None:
+            for job in jobs:
+                _write(job["result_path"], report)
+        else:
+            for job in jobs:
+                if Path(job["result_path"]).exists():
+                    continue
+                _run_forked(sa, job, roots, float(cfg["job_timeout_s"]))
+                with contextlib.suppress(Exception):
+                    result = json.loads(Path(job["result_path"]).read_text())
+                    result["setup"] = {k: report.get(k) for k in
+                                       ("timings", "shims", "probe_disagreements")}
+                    _write(job["result_path"], result)
     except BaseException as exc:  # noqa: BLE001 - report rather than crash
-        result = {"status": "harness_error", "phase": "harness",
-                  "exception_type": type(exc).__name__, "message": str(exc)[:4000],
-                  "harness_reason": "the replay runner itself failed",
-                  "all_frames": [{"path": fs.filename, "line": fs.lineno, "function": fs.name}
-                                 for fs in traceback.extract_tb(exc.__traceback__)]}
-    out_path.write_text(json.dumps(result, default=repr))
+        for job in jobs:
+            if not Path(job["result_path"]).exists():
+                with contextlib.suppress(Exception):
+                    _write(job["result_path"], _runner_failure(exc))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # skip atexit hooks and non-daemon threads the release may have started

@@ -151,10 +151,15 @@ def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def draft_config(target_arch: str, algorithm: str | None) -> dict[str, Any]:
-    """A speculative draft head matching the target's hidden size and vocabulary."""
-    text = _text_config(MODEL_CONFIGS[target_arch])
-    eagle3 = (algorithm or "").upper() == "EAGLE3"
-    arch = "LlamaForCausalLMEagle3" if eagle3 else "LlamaForCausalLMEagle"
+    """A speculative draft matching the target: an EAGLE3 head, an EAGLE head for
+    Llama targets, otherwise a copy of the target's own config (NEXTN/MTP and
+    standalone drafts share the target's architecture)."""
+    target = MODEL_CONFIGS[target_arch]
+    algo = (algorithm or "").upper()
+    if algo not in ("EAGLE3", "EAGLE") or (algo == "EAGLE" and target_arch != "LlamaForCausalLM"):
+        return copy.deepcopy(target)
+    text = _text_config(target)
+    arch = "LlamaForCausalLMEagle3" if algo == "EAGLE3" else "LlamaForCausalLMEagle"
     hidden = int(text.get("hidden_size", 4096))
     heads = int(text.get("num_attention_heads", 32))
     return {

@@ -136,7 +136,7 @@ def create_app() -> FastAPI:
     @app.get("/readyz")
     def readyz(kb: Annotated[KnowledgeBase, Depends(get_kb)]) -> JSONResponse:
         releases = [r["version"] for r in kb.store.releases()]
-        chroma = kb.vectors_ok()
+        chroma = _vectors_ok(kb, ttl_s=0.0)
         ready = bool(releases)
         body = {"ready": ready, "releases": releases, "chroma": "ok" if chroma else "unreachable",
                 "degraded": not chroma}
@@ -173,8 +173,9 @@ def create_app() -> FastAPI:
             try:
                 data = json.loads(body.decode("utf-8"))
                 req = TriageRequest.model_validate(data)
-            except (UnicodeDecodeError, ValueError) as exc:
-                raise HTTPException(422, f"invalid JSON body: {str(exc)[:300]}") from exc
+            except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+                raise HTTPException(422, f"invalid JSON body: {str(exc)[:300] or type(exc).__name__}",
+                                    ) from exc
             payload = req.model_dump(exclude_none=True)
             if isinstance(req.command, list):
                 payload["command"] = " ".join(req.command)
@@ -198,6 +199,8 @@ def create_app() -> FastAPI:
         options = {"release": release, "hardware": hardware, "model": model, "model_arch": model_arch}
         tid = triage_id(text if isinstance(payload, str) else json.dumps(payload, sort_keys=True), options)
         result.id = tid
+        if not _vectors_ok(engine.kb):
+            result.degraded.append("vector store unreachable: search falls back to keywords")
         out = result.model_dump(mode="json")
         records.save(tid, {"options": options, "log": text[:200_000]}, out)
         return JSONResponse(out)
@@ -222,6 +225,22 @@ def create_app() -> FastAPI:
 
         mount_slack(app, settings)
     return app
+
+
+_health: dict[int, tuple[float, bool]] = {}
+
+
+def _vectors_ok(kb: KnowledgeBase, ttl_s: float = 5.0) -> bool:
+    """Chroma's health, re-checked at most every ``ttl_s`` seconds per KB."""
+    now = time.monotonic()
+    hit = _health.get(id(kb))
+    if hit is None or now - hit[0] > ttl_s:
+        ok = kb.vectors_ok()
+        if not ok:
+            kb.reset_vectors()  # reconnect on the next check
+        hit = (now, ok)
+        _health[id(kb)] = hit
+    return hit[1]
 
 
 async def _read_limited(request: Request, limit: int) -> bytes:

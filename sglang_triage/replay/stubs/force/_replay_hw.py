@@ -111,6 +111,7 @@ def patch_torch(hw: dict[str, Any]) -> None:
         "empty_cache": lambda: None,
         "get_arch_list": lambda: [f"sm_{hw.get('sm') or 90}"],
         "_lazy_init": lambda: None,
+        "_get_nvml_device_index": lambda device=0: int(device or 0),
     }
     for name, fake in fakes.items():
         setattr(cuda, name, fake)

@@ -63,10 +63,16 @@ def stub_base(qualname: str) -> type:
                 raise AttributeError(name)
             return StubAttr(f"{qualname}().{name}")
 
+        def __get_pydantic_core_schema__(cls: type, source: Any, handler: Any) -> Any:
+            from pydantic_core import core_schema
+
+            return core_schema.any_schema()
+
         name = qualname.rpartition(".")[2] or "Stub"
         _BASES[qualname] = type(name, (), {
             "__init__": __init__, "__init_subclass__": classmethod(__init_subclass__),
             "__getattr__": __getattr__, "__replay_stub__": True, "__module__": "_replay_stubkit",
+            "__get_pydantic_core_schema__": classmethod(__get_pydantic_core_schema__),
         })  # fmt: skip
     return _BASES[qualname]
 
@@ -108,6 +114,11 @@ class StubAttr:
 
     def __or__(self, other: Any) -> Any:
         return self
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.any_schema()
 
     __ror__ = __or__
 
@@ -187,6 +198,9 @@ class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if not self.covers(fullname):
             return None
+        top = sys.modules.get(fullname.partition(".")[0])
+        if self.tier == "fallback" and top is not None and not is_stub_object(top):
+            return None  # a missing submodule of a real package stays missing
         if f"import:{fullname}" == FORCED_FAILURE:
             raise StubError(f"{STUB_MARK}: forced import failure of {fullname} (test hook)")
         self.served.append(fullname)

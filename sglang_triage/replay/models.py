@@ -1,0 +1,87 @@
+"""What a replay reports: :class:`ReplayResult` and its traceback :class:`Frame`."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+__all__ = ["Frame", "ReplayResult", "ReplayStatus"]
+
+ReplayStatus = Literal["passed", "raised", "harness_error", "argparse_error"]
+
+
+class Frame(BaseModel):
+    """One traceback frame. ``path`` is package-relative for SGLang (``sglang/srt/...``)."""
+
+    kind: str = "sglang"  # sglang | stub | harness | third_party | stdlib | internal
+    path: str
+    line: int | None = None
+    function: str = ""
+    code: str = ""
+
+    def where(self) -> str:
+        return f"{self.path}:{self.line} in {self.function}"
+
+
+class ReplayResult(BaseModel):
+    """The outcome of running one command line through a release's own validation.
+
+    ``status``:
+
+    * ``passed``: validation accepted the flags; ``server_args`` holds every
+      field of the final ServerArgs (JSON-safe).
+    * ``raised``: SGLang's own code refused them; ``exception_type``,
+      ``message`` and ``frames`` (the frames inside ``sglang/``, outermost
+      first) say where; ``origin`` is the innermost SGLang frame.
+    * ``argparse_error``: argparse exited with status 2; ``message`` is its
+      error line and ``usage`` the full text.
+    * ``harness_error``: the replay itself failed (a stub, a missing package,
+      a lazy import, a timeout, a crash); ``harness_reason`` says why. Never
+      SGLang's verdict on the flags.
+    """
+
+    status: ReplayStatus
+    version: str
+    argv: list[str] = Field(description="The command line as given.")
+    effective_argv: list[str] = Field(default_factory=list,
+                                      description="As run (model paths replaced).")
+    hardware: str | None = None
+    model_arch: str | None = None
+    substitutions: list[str] = Field(default_factory=list)
+    ran: str | None = None
+    phase: str | None = None
+
+    exception_type: str | None = None
+    message: str | None = None
+    frames: list[Frame] = Field(default_factory=list)
+    origin: Frame | None = None
+    raised_at: Frame | None = Field(None, description="Innermost frame, wherever it is.")
+    harness_reason: str | None = None
+    usage: str | None = None
+
+    server_args: dict[str, Any] | None = None
+    probe_disagreements: dict[str, Any] = Field(default_factory=dict)
+    stubs_served: list[str] = Field(default_factory=list)
+    shims: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    log_tail: str = ""
+
+    timings: dict[str, float] = Field(default_factory=dict)
+    cached: bool = False
+    cache_key: str = ""
+
+    @property
+    def location(self) -> str | None:
+        """``sglang/srt/server_args.py:3521 in _handle_speculative_decoding`` or None."""
+        return self.origin.where() if self.origin else None
+
+    def summary(self) -> str:
+        """One line for humans."""
+        if self.status == "passed":
+            return f"passed ({self.version}, {self.hardware or 'this machine'})"
+        if self.status == "raised":
+            return f"raised {self.exception_type} at {self.location}: {self.message}"
+        if self.status == "argparse_error":
+            return f"argparse error: {self.message}"
+        return f"harness error: {self.harness_reason}"

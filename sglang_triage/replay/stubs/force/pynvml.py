@@ -1,0 +1,107 @@
+"""Replay stub of ``pynvml`` (NVML needs the driver): answers from the declared profile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import _replay_stubkit as kit
+
+__version__ = kit.VERSIONS["pynvml"]
+__replay_stub__ = True
+__getattr__ = kit.module_getattr("pynvml")
+
+NVML_P2P_STATUS_OK = 0
+NVML_P2P_CAPS_INDEX_NVLINK = 2
+NVML_CC_SYSTEM_FEATURE_DISABLED = 0
+NVML_CC_SYSTEM_FEATURE_ENABLED = 1
+NVML_CC_SYSTEM_MULTIGPU_NONE = 0
+NVML_CC_SYSTEM_MULTIGPU_PROTECTED_PCIE = 1
+
+
+class NVMLError(Exception):
+    def __init__(self, value: int = 999) -> None:
+        super().__init__(f"NVML error {value} (replay stub)")
+        self.value = value
+
+
+class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's spelling
+    def __init__(self, value: int = 3) -> None:
+        super().__init__(value)
+
+
+class _Memory:
+    def __init__(self) -> None:
+        total = int(kit.HARDWARE.get("memory_mib", 0)) * 1024 * 1024
+        self.total, self.free, self.used = total, total, 0
+
+
+class _CCState:
+    ccFeature = NVML_CC_SYSTEM_FEATURE_DISABLED  # noqa: N815 - NVML's spelling
+    devToolsMode = 0  # noqa: N815
+    environment = 0
+
+
+def _require_nvidia() -> None:
+    kit_fail = kit.FORCED_FAILURE
+    if kit_fail == "call:nvml":
+        raise kit.StubError(f"{kit.STUB_MARK}: forced NVML failure (test hook)")
+    if kit.HARDWARE.get("vendor") != "nvidia":
+        raise NVMLError(9)  # NVML_ERROR_DRIVER_NOT_LOADED
+
+
+def nvmlInit() -> None:  # noqa: N802 - NVML's spelling
+    _require_nvidia()
+
+
+def nvmlShutdown() -> None:  # noqa: N802
+    return None
+
+
+def nvmlDeviceGetCount() -> int:  # noqa: N802
+    _require_nvidia()
+    return int(kit.HARDWARE.get("count", 0))
+
+
+def nvmlDeviceGetHandleByIndex(index: int) -> int:  # noqa: N802
+    _require_nvidia()
+    if not 0 <= int(index) < nvmlDeviceGetCount():
+        raise NVMLError(2)
+    return int(index)
+
+
+def nvmlDeviceGetCudaComputeCapability(handle: Any) -> tuple[int, int]:  # noqa: N802
+    cap = kit.HARDWARE.get("capability") or (0, 0)
+    return int(cap[0]), int(cap[1])
+
+
+def nvmlDeviceGetName(handle: Any) -> str:  # noqa: N802
+    return str(kit.HARDWARE.get("gpu", ""))
+
+
+def nvmlDeviceGetMemoryInfo(handle: Any) -> _Memory:  # noqa: N802
+    return _Memory()
+
+
+def nvmlSystemGetDriverVersion() -> str:  # noqa: N802
+    return str(kit.HARDWARE.get("driver", "580.82.07"))
+
+
+def nvmlDeviceGetP2PStatus(a: Any, b: Any, index: Any) -> int:  # noqa: N802
+    return NVML_P2P_STATUS_OK
+
+
+def nvmlSystemGetConfComputeSettings(settings: Any) -> int:  # noqa: N802
+    raise NVMLError_NotSupported()
+
+
+def nvmlSystemGetConfComputeState() -> _CCState:  # noqa: N802
+    return _CCState()
+
+
+def _nvmlCheckReturn(ret: Any) -> Any:  # noqa: N802
+    return ret
+
+
+class c_nvmlSystemConfComputeSettings_v1_t:  # noqa: N801
+    ccFeature = 0  # noqa: N815
+    multiGpuMode = 0  # noqa: N815
