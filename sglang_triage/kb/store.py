@@ -211,6 +211,15 @@ class Store:
             con.execute(f"INSERT INTO releases ({cols}) VALUES ({', '.join('?' * len(row))})",
                         tuple(row.values()))
 
+    def delete_release(self, version: str) -> None:
+        """Remove every structural row of ``version`` (vectors live in Chroma)."""
+        with self._texts_lock:
+            self._texts.clear()
+        with self.transaction() as con:
+            for table in _RELEASE_TABLES:
+                con.execute(f"DELETE FROM {table} WHERE release = ?", (version,))
+            con.execute("DELETE FROM releases WHERE version = ?", (version,))
+
     # -- reads -----------------------------------------------------------------------
     def file_text(self, version: str, path: str) -> str | None:
         """The source of one file (kept in a small in-process cache of split lines)."""

@@ -116,10 +116,21 @@ def json_safe(value: Any, depth: int = 0) -> Any:
 
 
 def dump_fields(server_args: Any) -> dict[str, Any]:
-    """Every dataclass field of the final ServerArgs, JSON-safe."""
+    """Every field of the final ServerArgs, JSON-safe.
+
+    0.5.19+ keeps the record as the user's input and resolves into a separate
+    view; its ``resolved_dict()`` is what the server would run with.
+    """
+    resolved = getattr(server_args, "resolved_dict", None)
+    if callable(resolved):
+        with contextlib.suppress(Exception):
+            return {str(k): json_safe(v) for k, v in resolved().items()}
     out: dict[str, Any] = {}
-    names = ([f.name for f in dataclasses.fields(server_args)]
-             if dataclasses.is_dataclass(server_args) else sorted(vars(server_args)))
+    if dataclasses.is_dataclass(server_args):
+        names = [f.name for f in dataclasses.fields(server_args)]
+    else:
+        names = list(getattr(type(server_args), "__struct_fields__", ())) or sorted(
+            vars(server_args))
     for name in names:
         try:
             out[name] = json_safe(getattr(server_args, name))
@@ -263,7 +274,8 @@ def setup(cfg: dict[str, Any], roots: dict[str, Any]) -> tuple[Any, dict[str, An
         hw.patch_torch(cfg.get("hardware") or {})
         if cfg.get("hardware"):
             hw.patch_subprocess(cfg["hardware"])
-        report["shims"] = _replay_compat.patch_transformers()
+        report["shims"] = _replay_compat.patch_transformers() + _replay_compat.patch_torch_library(
+            {r for r in cfg["force_stubs"] if "." not in r})
         report["timings"]["setup_s"] = time.perf_counter() - t0
 
         report["phase"] = "import"

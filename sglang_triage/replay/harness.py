@@ -168,7 +168,8 @@ def _to_result(raw: dict[str, Any], base: dict[str, Any]) -> ReplayResult:
 
 def replay_many(
     release_root: Path, version: str, argvs: Sequence[Sequence[str]], *,
-    hardware: str | None, model_arch: str | None, timeout_s: float = 60,
+    hardware: str | None, model_arch: str | None | Sequence[str | None],
+    timeout_s: float = 60,
     job_timeout_s: float = 30, env: Mapping[str, str] | None = None,
     settings: Settings | None = None, use_cache: bool = True, stub_failure: str | None = None,
 ) -> list[ReplayResult]:
@@ -176,7 +177,9 @@ def replay_many(
 
     Cached answers are returned without starting anything; the rest share one
     subprocess that imports torch and SGLang once and forks per command line
-    (each fork limited to ``job_timeout_s``). ``timeout_s`` bounds the import
+    (each fork limited to ``job_timeout_s``). ``model_arch`` is one
+    architecture for all, or one per command line (the machine is shared, the
+    model folder is per command line). ``timeout_s`` bounds the import
     plus the first command line; each further one adds ``job_timeout_s``.
     ``env`` adds environment variables (e.g. ``SGLANG_*`` seen in a log).
     ``stub_failure`` (or ``$TRIAGE_REPLAY_STUB_FAILURE``) is a test hook that
@@ -190,11 +193,17 @@ def replay_many(
     stub_failure = stub_failure or os.environ.get(STUB_FAILURE_ENV) or None
     tree, tree_note = replay_tree(Path(release_root), version, home=settings.home,
                                   wheel_dir=settings.wheel_dir)
+    if model_arch is None or isinstance(model_arch, str):
+        archs: list[str | None] = [model_arch] * len(argvs)
+    else:
+        archs = list(model_arch)
+        if len(archs) != len(argvs):
+            raise ReplayError("model_arch must be one architecture or one per command line")
     results: list[ReplayResult | None] = [None] * len(argvs)
     pending: list[tuple[int, str, dict[str, Any], list[str]]] = []
     for i, argv in enumerate(argvs):
         argv = [str(a) for a in argv]
-        run_argv, arch, notes = substitute_argv(argv, model_arch, settings.home)
+        run_argv, arch, notes = substitute_argv(argv, archs[i], settings.home)
         base = {"version": version, "argv": argv, "effective_argv": run_argv,
                 "hardware": hw.name if hw else None, "model_arch": arch,
                 "substitutions": notes, "notes": [f"release tree: {tree} ({tree_note})"]}
@@ -210,7 +219,7 @@ def replay_many(
     if pending:
         fresh = _run_batch(tree, hw, [p[3] for p in pending], env, timeout_s, job_timeout_s,
                            stub_failure, [p[2] for p in pending])
-        for (i, key, _, _), result in zip(pending, fresh):
+        for (i, key, _, _), result in zip(pending, fresh, strict=True):
             results[i] = result
             if use_cache and not stub_failure:
                 _cache_put(settings.home, key, result)
@@ -254,7 +263,7 @@ def _run_batch(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
                 proc.wait()
         wall = time.perf_counter() - t0
         out: list[ReplayResult] = []
-        for job, base in zip(jobs, bases):
+        for job, base in zip(jobs, bases, strict=True):
             raw = _read_job(Path(job["result_path"]), killed, proc.returncode, overall)
             result = _to_result(raw, base)
             result.timings["subprocess_wall_s"] = round(wall, 3)

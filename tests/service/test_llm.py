@@ -22,6 +22,7 @@ from sglang_triage.service.engine import Engine
 from sglang_triage.service.evaluation import base_attrs
 from sglang_triage.service.flags import parse_argv
 from sglang_triage.service.llm import (
+    AssistContext,
     Snippet,
     assist,
     build_snippets,

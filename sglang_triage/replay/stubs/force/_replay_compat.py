@@ -3,8 +3,15 @@
 The replay runs the release against whatever ``transformers`` the venv has
 (5.x here), not the version the release pins. Newer transformers ships some
 configs SGLang registers itself (``qwen3_asr``...), and registering a known
-name raises. The shim makes every Auto* registration ``exist_ok``, so SGLang's
-own class is registered over the built-in one, as under the pinned version.
+name raises. :func:`patch_transformers` makes every Auto* registration
+``exist_ok``, so SGLang's own class is registered over the built-in one, as
+under the pinned version.
+
+:func:`patch_torch_library`: SGLang registers fake (meta) implementations
+for operators that ``sgl_kernel``'s compiled library defines
+(``torch.library.register_fake("sgl_kernel::...")``). With ``sgl_kernel``
+stubbed those operators do not exist, so registrations for the stubbed
+packages' namespaces become no-ops (they only matter to ``torch.compile``).
 """
 
 from __future__ import annotations
@@ -33,4 +40,27 @@ def patch_transformers() -> list[str]:
         if cls is not None and hasattr(cls, "register"):
             cls.register = _exist_ok(cls.register)
             patched.append(f"{mod.__name__}.{cls_name}.register")
+    return patched
+
+
+def patch_torch_library(namespaces: set[str]) -> list[str]:
+    """Skip ``register_fake``/``impl_abstract`` for operators of stubbed packages."""
+    import torch.library as tl
+
+    patched: list[str] = []
+    for name in ("register_fake", "impl_abstract"):
+        original = getattr(tl, name, None)
+        if original is None:
+            continue
+
+        def wrapper(op: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            if isinstance(op, str) and op.partition("::")[0] in namespaces:
+                if args and callable(args[0]):
+                    return args[0]
+                return lambda fn: fn
+            return _original(op, *args, **kwargs)
+
+        wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+        setattr(tl, name, wrapper)
+        patched.append(f"torch.library.{name} (no-op for {', '.join(sorted(namespaces))})")
     return patched

@@ -31,8 +31,14 @@ _ORIG_CHECK_OUTPUT = subprocess.check_output
 
 
 def _maybe_fail(name: str) -> None:
+    """Test hook: ``call:<name>`` makes this fake raise a plain ``ValueError``.
+
+    The message deliberately looks like an ordinary validation error, so the
+    child has to recognise it by where it was raised (a stub file), not by
+    its text.
+    """
     if f"call:{name}" == kit.FORCED_FAILURE:
-        raise kit.StubError(f"{kit.STUB_MARK}: forced failure of fake {name}() (test hook)")
+        raise ValueError(f"{name}() failed: device query returned no value")
 
 
 def _capability(hw: dict[str, Any]) -> tuple[int, int]:

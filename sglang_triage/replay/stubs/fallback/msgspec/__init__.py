@@ -230,7 +230,7 @@ class Struct(metaclass=StructMeta):
         positional = cls.__match_args__
         if len(args) > len(positional):
             raise TypeError(f"Extra positional arguments provided to {cls.__name__}")
-        values = dict(zip(positional, args))
+        values = dict(zip(positional, args, strict=False))
         for key, value in kwargs.items():
             if key not in specs:
                 raise TypeError(f"Unexpected keyword argument '{key}'")

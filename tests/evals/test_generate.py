@@ -1,0 +1,106 @@
+"""The incident generator: deterministic, grounded in the KB, independent of the engine's fixes."""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from sglang_triage.evals import generate as gen
+from sglang_triage.evals.groundtruth import Context, Prober, root_cause_attrs
+from sglang_triage.evals.incidents import INCIDENTS_DIR, load_incidents
+from sglang_triage.service.flags import parse_argv
+from sglang_triage.service.logparse import parse_log
+
+GENERATED = INCIDENTS_DIR / "generated.jsonl"
+
+
+@pytest.fixture(scope="module")
+def generated() -> list:
+    return load_incidents([GENERATED])
+
+
+def _dump(incidents: list) -> list[dict]:
+    return [i.model_dump(mode="json") for i in incidents]
+
+
+def test_same_seed_same_output_and_another_seed_differs(kb) -> None:  # noqa: ANN001
+    a = gen.generate_release(kb.store, "0.5.9", 2, seed=11)
+    b = gen.generate_release(kb.store, "0.5.9", 2, seed=11)
+    c = gen.generate_release(kb.store, "0.5.9", 2, seed=12)
+    assert len(a) == 2
+    assert _dump(a) == _dump(b)
+    assert _dump(a) != _dump(c)
+
+
+def test_shipped_file_is_the_scripts_output(kb, generated) -> None:  # noqa: ANN001
+    """The 0.5.9 part of generated.jsonl is exactly what seed 0 produces (nothing hand-edited)."""
+    shipped = [i for i in generated if i.release == "0.5.9"]
+    again = gen.generate_release(kb.store, "0.5.9", len(shipped), seed=0)
+    assert _dump(again) == _dump(shipped)
+
+
+def test_enough_incidents_over_three_releases(generated) -> None:  # noqa: ANN001
+    assert len(generated) >= 60
+    assert Counter(i.release for i in generated).keys() == {"0.5.9", "0.5.11", "0.5.23"}
+    cats = Counter(i.category for i in generated)
+    assert len(cats) >= 5
+    assert all(i.source.startswith("generated:") and i.confirmed_by is None for i in generated)
+
+
+def test_expected_locations_exist_and_logs_parse(kb, generated) -> None:  # noqa: ANN001
+    for inc in generated:
+        loc = inc.expected.location
+        rows = kb.store.checks(inc.expected.release, path=loc.path, function=loc.function,
+                               where="start_line = ? AND end_line = ?",
+                               params=[loc.start_line, loc.end_line])
+        assert len(rows) == 1, inc.id
+        parsed = parse_log(inc.crash_log)
+        assert parsed.primary is not None, inc.id
+        assert parsed.primary.type == (rows[0]["exc_type"] or "AssertionError"), inc.id
+        assert parsed.command == inc.command, inc.id
+        sglang = [f for f in parsed.primary.frames if (f.package_path or "").startswith("sglang/")]
+        if sglang:  # not a message-only log: the innermost frame is inside the check
+            assert sglang[-1].package_path == loc.path, inc.id
+            assert loc.start_line <= sglang[-1].line <= loc.end_line, inc.id
+        assert inc.expected.acceptable_fixes or inc.expected.no_flag_fix, inc.id
+
+
+def test_ground_truth_reevaluates(kb, generated) -> None:  # noqa: ANN001
+    """The recorded command fires the check, and every acceptable fix makes it definitely pass."""
+    from sglang_triage.service.flags import apply_edits
+
+    for inc in [i for i in generated if i.release == "0.5.11"][:6]:
+        prober = Prober(kb.store, inc.release)
+        ctx = Context(inc.release, inc.model, inc.model_arch, inc.hardware, tuple())
+        loc = inc.expected.location
+        check = kb.store.checks(inc.release, path=loc.path, function=loc.function,
+                                where="start_line = ?", params=[loc.start_line])[0]
+        facts = prober.facts(ctx)
+        ev = prober.evaluate(check, inc.command, facts)
+        assert ev.fired is True, inc.id
+        user = set(parse_argv(inc.command, prober.catalog).values)
+        want = {prober.by_attr[a].flags[0] for a in root_cause_attrs(ev, user)}
+        assert want == set(inc.expected.root_cause_flags), inc.id
+        for fix in inc.expected.acceptable_fixes:
+            argv = apply_edits(inc.command, prober.catalog, set=fix.set, remove=fix.remove)
+            assert prober.evaluate(check, argv, facts).fired is False, (inc.id, fix)
+
+
+def test_generator_does_not_use_the_engines_fixes_or_locate() -> None:
+    root = Path(gen.__file__).parent
+    for name in ("generate.py", "groundtruth.py"):
+        tree = ast.parse((root / name).read_text())
+        mods = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert not any(m.endswith(("fixes", "locate", "engine")) or ".locate_" in m for m in mods), name
+
+
+def test_cli_writes_jsonl(kb_settings, tmp_path, ingest_reports) -> None:  # noqa: ANN001
+    out = tmp_path / "g.jsonl"
+    rc = gen.main(["--out", str(out), "--count", "1", "--releases", "0.5.9",
+                   "--kb", str(kb_settings.kb_path), "--quiet"])
+    assert rc == 0
+    assert len(load_incidents([out])) == 1
