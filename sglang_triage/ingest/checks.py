@@ -94,9 +94,10 @@ def _if_chain_conditions(if_node: Node) -> list[tuple[str, int, Node | None]]:
 
 def _exits(block: Node | None) -> bool:
     """Does ``block`` end in a ``return``/``raise``/``continue``/``break``?"""
-    if block is None or block.named_child_count == 0:
+    statements = [c for c in block.named_children if c.type != "comment"] if block is not None else []
+    if not statements:
         return False
-    last = block.named_children[-1]
+    last = statements[-1]
     return last.type in ("return_statement", "raise_statement", "continue_statement",
                          "break_statement")
 

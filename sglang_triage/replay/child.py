@@ -306,6 +306,7 @@ def validate(sa: Any, argv: list[str], roots: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"phase": "validate"}
     t0 = time.perf_counter()
     stderr = io.StringIO()
+    result["ran"] = "prepare_server_args"
     try:
         with contextlib.redirect_stderr(_Tee(stderr, sys.stderr)):
             server_args = sa.prepare_server_args(list(argv))
@@ -313,8 +314,6 @@ def validate(sa: Any, argv: list[str], roots: dict[str, Any]) -> dict[str, Any]:
         if callable(resolve):
             result["ran"] = "prepare_server_args + resolve_once"
             resolve()
-        else:
-            result["ran"] = "prepare_server_args"
         result["status"] = "passed"
         result["server_args"] = dump_fields(server_args)
     except SystemExit as exc:
@@ -322,7 +321,7 @@ def validate(sa: Any, argv: list[str], roots: dict[str, Any]) -> dict[str, Any]:
         if exc.code == 2 or "usage:" in usage:
             result.update(status="argparse_error", exception_type="SystemExit",
                           exit_code=exc.code, message=_argparse_message(usage),
-                          usage=usage[-4000:])
+                          usage=_clip(usage))
         else:
             result.update(classify(exc, roots))
             result["status"] = "harness_error"
@@ -382,6 +381,13 @@ def _runner_failure(exc: BaseException) -> dict[str, Any]:
             "all_frames": [{"kind": "harness", "path": fs.filename, "line": fs.lineno,
                             "function": fs.name, "code": (fs.line or "")[:300]}
                            for fs in traceback.extract_tb(exc.__traceback__)]}
+
+
+def _clip(text: str, head: int = 2500, tail: int = 1500) -> str:
+    """The start (``usage: ...``) and the end (``error: ...``) of a long text."""
+    if len(text) <= head + tail:
+        return text
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters ...]\n{text[-tail:]}"
 
 
 def _argparse_message(usage: str) -> str:

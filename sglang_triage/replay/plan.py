@@ -73,7 +73,7 @@ def hardware_payload(hw: HardwareProfile | None) -> dict[str, Any]:
         cap = _AMD_CAP.get(base, (9, 4))
     return {
         "name": hw.name, "gpu": hw.gpu, "vendor": hw.vendor, "sm": hw.sm,
-        "count": hw.count, "memory_mib": hw.memory_gb * 1024, "cuda": hw.cuda,
+        "count": hw.count, "memory_mib": hw.memory_gb * 1024 or None, "cuda": hw.cuda,
         "capability": list(cap) if cap else None, "sm_count": _SM_COUNT.get(base, 132),
         "gcn_arch": _GCN_ARCH.get(base, ""), "driver": "580.82.07",
     }  # fmt: skip

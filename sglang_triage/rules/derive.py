@@ -349,6 +349,7 @@ def _write_file(path: Path, key: str, releases: list[str], derived: Derived,
                        "sources": {r: {"path": i.path, "start": i.start, "deps": list(i.deps),
                                        "writes": i.writes} for r, i in sources[c.id].items()}}
                 fh.write(json.dumps(rec) + "\n")
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only KB still works; derivation just repeats in the next process

@@ -205,6 +205,29 @@ def create_app() -> FastAPI:
         records.save(tid, {"options": options, "log": text[:200_000]}, out)
         return JSONResponse(out)
 
+    @app.post("/lint", dependencies=[Depends(require_key)],
+              openapi_extra={"requestBody": {"content": {"application/json": {"example": {
+                  "release": "0.5.11", "hardware": "rtx-pro-6000-x8",
+                  "command": "python -m sglang.launch_server --model-path /models/Kimi-K2.6 --tp 8 "
+                             "--speculative-algorithm EAGLE3 --speculative-eagle-topk 4"}}}}})
+    def lint(body: dict[str, Any], kb: Annotated[KnowledgeBase, Depends(get_kb)]) -> dict[str, Any]:
+        from ..rules.cli_lint import lint_payload
+
+        try:
+            return lint_payload(kb.store, body)
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)[:500]) from exc
+
+    @app.get("/rules", dependencies=[Depends(require_key)])
+    def rules(kb: Annotated[KnowledgeBase, Depends(get_kb)], release: str | None = None,
+              origin: str | None = None, severity: str | None = None, q: str | None = None,
+              limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+              offset: Annotated[int, Query(ge=0)] = 0) -> dict[str, Any]:
+        from ..rules.cli_lint import rules_payload
+
+        return rules_payload(kb.store, release=release, origin=origin, severity=severity, q=q,
+                             limit=limit, offset=offset)
+
     @app.get("/triage/{tid}", dependencies=[Depends(require_key)])
     def get_triage(tid: str, records: Annotated[Records, Depends(get_records)]) -> dict[str, Any]:
         rec = records.get(tid)

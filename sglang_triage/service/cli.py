@@ -170,6 +170,23 @@ def triage(
     render_result(result, out)
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def lint(
+    ctx: typer.Context,
+    release: Annotated[str, typer.Option("--release", "-r")],
+    hardware: Annotated[str | None, typer.Option(help="Hardware profile, e.g. b200-x8.")] = None,
+    model_arch: Annotated[str | None, typer.Option(help="HF architecture.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Check a launch command against the rule cards before anyone waits for a model to load.
+
+    Usage: sglang-triage lint --release 0.5.11 --hardware rtx-pro-6000-x8 -- <launch flags>
+    """
+    from ..rules.cli_lint import lint_command
+
+    raise typer.Exit(lint_command(release, hardware, model_arch, list(ctx.args), as_json))
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option()] = "127.0.0.1",

@@ -128,10 +128,9 @@ class Engine:
         location = self._location(version, check, located)
         atoms = _atoms(ev)
         fixes = [self._fix_out(i + 1, v, argv, catalog, parsed, version) for i, v in enumerate(verdicts)]
-        for f in fixes:
-            if f.trips == [] and f.fixes_check == "true":
-                f.recommended = True
-                break
+        t = time.perf_counter()
+        self._rule_verdicts(fixes, version, facts)
+        timings["rules"] = _ms(t)
         unknowns = _unknowns(ev, hw_name, arch, argv)
         no_fix = None
         if not fixes:
@@ -213,6 +212,28 @@ class Engine:
         return FixOut(rank=rank, set=spelled_set, remove=spelled_remove, argv=new_argv,
                       command=command, origin=v.edit.origin, fixes_check=tri(v.fixes_check),
                       trips=v.trips, unknown_neighbours=v.unknown_neighbours, verdict=verdict)
+
+    def _rule_verdicts(self, fixes: list[FixOut], version: str, facts: dict[str, Value]) -> None:
+        """Put the rule cards' verdicts on every fix; recommend the best fix that violates no
+        error-severity card (re-ranking the clean ones first)."""
+        from ..rules.checker import check_fix
+
+        bad: dict[int, bool] = {}
+        for f in fixes:
+            verdicts, violates = check_fix(self.store, version, f.argv, facts)
+            f.rule_verdicts = verdicts
+            bad[id(f)] = violates
+            if violates:
+                worst = next((v for v in verdicts if v.verdict == "violated" and v.severity == "error"),
+                             None)
+                f.verdict += f"; violates rule {worst.rule}" if worst else "; violates a rule card"
+        fixes.sort(key=lambda f: (bad[id(f)], f.rank))
+        for i, f in enumerate(fixes, start=1):
+            f.rank = i
+        for f in fixes:
+            if not bad[id(f)] and f.fixes_check == "true" and not f.trips:
+                f.recommended = True
+                break
 
     def _references(self, version: str, check: dict[str, Any], attrs: set[str], catalog) -> list[Reference]:  # noqa: ANN001
         refs: list[Reference] = []

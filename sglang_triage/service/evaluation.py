@@ -21,6 +21,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import UnsafeExpression
 from ..ingest.catalog import Catalog
 from ..kb.store import Store
 from . import chain
@@ -132,18 +133,25 @@ def substitute(condition: str, local: dict[str, ast.expr], facts: dict[str, Any]
     return ast.unparse(new)
 
 
+def _safe_truth(cond: str, env: Env) -> object:
+    try:
+        return evaluate(cond, env).truth
+    except UnsafeExpression:  # e.g. a generator or walrus in SGLang's guard: undecidable here
+        return UNKNOWN
+
+
 def _truth(cond: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> object:
     """``evaluate(cond).truth``, memoised on the values of the attributes it reads."""
     if memo is None:
-        return evaluate(cond, env).truth
+        return _safe_truth(cond, env)
     try:
         names = referenced_names(cond)
-    except Exception:  # noqa: BLE001 - let evaluate report it
-        return evaluate(cond, env).truth
+    except Exception:  # noqa: BLE001 - unparsable: let the evaluator decide (unknown)
+        return _safe_truth(cond, env)
     key = (cond, tuple((n, repr(env.attrs[n].value) if n in env.attrs else "?")
                        for n in sorted(names)))
     if key not in memo:
-        memo[key] = evaluate(cond, env).truth
+        memo[key] = _safe_truth(cond, env)
     return memo[key]
 
 
@@ -174,7 +182,10 @@ def apply_earlier_writes(store: Store, version: str, check: dict[str, Any], attr
                 continue
             if holds is True and w.rank != int(w.rank) and w.function != check["function"]:
                 holds = UNKNOWN  # in a helper of a step: the helper's own call guards are unknown
-            value = evaluate(w.value, env).value if w.value else UNKNOWN
+            try:
+                value = evaluate(w.value, env).value if w.value else UNKNOWN
+            except UnsafeExpression:
+                value = UNKNOWN
             if value is UNKNOWN and _transforms_itself(w.value, attr):
                 # e.g. model_path = _resolve_or_download(self.model_path): same meaning, new form
                 notes.setdefault(attr, []).append(f"rewritten at {where} from its own value")

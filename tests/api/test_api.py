@@ -105,3 +105,22 @@ def test_api_keys_guard_everything_but_health(api_settings, kb) -> None:  # noqa
         assert c.get("/releases").status_code == 401
         assert c.get("/releases", headers={"authorization": "Bearer wrong"}).status_code == 401
         assert c.get("/releases", headers={"authorization": "Bearer s3cret"}).status_code == 200
+
+
+def test_lint_flags_the_seed_command_and_rules_are_listed(client: httpx.Client) -> None:
+    r = client.post("/lint", json={"release": "0.5.11", "hardware": "rtx-pro-6000-x8",
+                                   "command": "python -m sglang.launch_server " + " ".join(SEED_ARGV)})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    cited = [c for f in body["violated"] for c in f["citations"]]
+    assert any("_handle_speculative_decoding" in c and ":3519-3522" in c for c in cited)
+    rules = client.get("/rules", params={"release": "0.5.11", "origin": "curated"}).json()
+    assert rules["count"] >= 1 and all(c["origin"] == "curated" for c in rules["cards"])
+
+
+def test_every_fix_carries_rule_verdicts(client: httpx.Client, kb) -> None:  # noqa: ANN001
+    body = client.post("/triage?release=0.5.11&hardware=rtx-pro-6000-x8", content=_seed_log(kb)).json()
+    recommended = [f for f in body["fixes"] if f["recommended"]]
+    assert len(recommended) == 1
+    assert not any(v["verdict"] == "violated" and v["severity"] == "error"
+                   for v in recommended[0]["rule_verdicts"])

@@ -107,9 +107,13 @@ def test_derived_cards_are_valid_cards(store: Store, derived: list[Card]) -> Non
         assert "self." not in c.when + c.require and "cfg." not in c.when + c.require
 
 
-def test_cache_file(store: Store, derived: list[Card]) -> None:
-    path = derived_path(store)
-    assert path.exists()
-    header = json.loads(path.read_text().splitlines()[0])["_meta"]
+def test_cache_file(store: Store) -> None:
+    from sglang_triage.rules.derive import derive_cards
+
+    for _ in range(3):  # another process may re-ingest the shared KB meanwhile
+        cards = derive_cards(store)
+        header = json.loads(derived_path(store).read_text().splitlines()[0])["_meta"]
+        if header["key"] == derivation_key(store)[0]:
+            break
     assert header["key"] == derivation_key(store)[0]
-    assert header["cards"] == len(derived)
+    assert header["cards"] == len(cards)

@@ -206,8 +206,8 @@ def patch_probes(declared: dict[str, Any], memory_mib: float | None) -> dict[str
         return {}
     replacements: dict[int, Any] = {}
     disagreements: dict[str, Any] = {}
-    values = dict(declared)
-    if memory_mib is not None:
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in declared.items()}
+    if memory_mib:  # none for the cpu profile: SGLang reads this host's memory itself
         values["get_device_memory_capacity"] = memory_mib
         values["get_nvgpu_memory_capacity"] = memory_mib
     for name, value in values.items():

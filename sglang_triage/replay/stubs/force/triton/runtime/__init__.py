@@ -12,8 +12,9 @@ __getattr__ = module_getattr("triton.runtime")
 
 class _Target:
     def __init__(self) -> None:
-        amd = HARDWARE.get("vendor") == "amd"
-        self.backend = "hip" if amd else "cuda"
+        vendor = HARDWARE.get("vendor")
+        amd = vendor == "amd"
+        self.backend = {"amd": "hip", "nvidia": "cuda"}.get(str(vendor), "cpu")
         sm = HARDWARE.get("sm") or 0
         self.arch = HARDWARE.get("gcn_arch", "gfx942") if amd else sm
         self.warp_size = 64 if amd else 32
