@@ -70,6 +70,8 @@ class Settings(BaseSettings):
     llm_api_key: str | None = None
     llm_timeout_s: float = 20.0
 
+    replay_enabled: bool = Field(True, description="Verify fixes by replay in the background.")
+
     # slack
     slack_bot_token: str | None = None
     slack_signing_secret: str | None = None

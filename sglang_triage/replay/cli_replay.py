@@ -50,7 +50,7 @@ def render_replay(result: ReplayResult, console: Console) -> None:
                   f"{machine}, model {result.model_arch or '(as given)'}"
                   + ("  [dim](cached)[/dim]" if result.cached else ""))
     for note in result.substitutions:
-        console.print(f"  [dim]{note}[/dim]", highlight=False)
+        console.print(f"  [dim]{note}[/dim]", highlight=False, soft_wrap=True)
     if result.status == "raised":
         console.print(f"  {result.exception_type}: {result.message}", markup=False)
         for frame in result.frames:

@@ -165,7 +165,8 @@ def create_app() -> FastAPI:
                      engine: Annotated[Engine, Depends(get_engine)],
                      records: Annotated[Records, Depends(get_records)],
                      release: str | None = None, hardware: str | None = None,
-                     model: str | None = None, model_arch: str | None = None) -> JSONResponse:
+                     model: str | None = None, model_arch: str | None = None,
+                     replay: bool = True) -> JSONResponse:
         body = await _read_limited(request, settings.max_body_bytes)
         payload: str | dict[str, Any]
         ctype = request.headers.get("content-type", "text/plain").split(";")[0].strip().lower()
@@ -202,7 +203,17 @@ def create_app() -> FastAPI:
         if not _vectors_ok(engine.kb):
             result.degraded.append("vector store unreachable: search falls back to keywords")
         out = result.model_dump(mode="json")
-        records.save(tid, {"options": options, "log": text[:200_000]}, out)
+        request_record = {"options": options, "log": text[:200_000]}
+        if replay and result.status == "located" and settings.replay_enabled:
+            from .verify import schedule
+
+            fut = schedule(settings, out, list(result.parsed.command or []), result.parsed.hardware,
+                           result.parsed.model_arch,
+                           lambda updated: records.save(tid, request_record, updated))
+            out["replay"] = {"status": "pending" if fut else "unavailable",
+                             "detail": f"GET /triage/{tid} shows the replay verdicts when done"
+                             if fut else "replay needs the release's PyPI wheel and a command"}
+        records.save(tid, request_record, out)
         return JSONResponse(out)
 
     @app.post("/lint", dependencies=[Depends(require_key)],

@@ -187,6 +187,23 @@ def lint(
     raise typer.Exit(lint_command(release, hardware, model_arch, list(ctx.args), as_json))
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def replay(
+    ctx: typer.Context,
+    release: Annotated[str, typer.Option("--release", "-r")],
+    hardware: Annotated[str | None, typer.Option(help="Hardware profile, e.g. rtx-pro-6000-x8.")] = None,
+    model_arch: Annotated[str | None, typer.Option(help="HF architecture of the generated model.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Run the release's own argument validation on a declared machine (CPU-only, isolated).
+
+    Exit status: 0 passed, 1 SGLang refused the flags, 3 harness error (no verdict), 2 bad input.
+    """
+    from ..replay.cli_replay import replay_command
+
+    raise typer.Exit(replay_command(release, hardware, model_arch, list(ctx.args), as_json))
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option()] = "127.0.0.1",

@@ -167,5 +167,6 @@ class TriageResult(BaseModel):
     citations: list[str] = Field(default_factory=list)
     degraded: list[str] = Field(default_factory=list)
     llm: dict[str, Any] | None = None
+    replay: dict[str, Any] | None = None
     similar: list[dict[str, Any]] = Field(default_factory=list)
     timings_ms: dict[str, float] = Field(default_factory=dict)

@@ -52,7 +52,8 @@ def make_server(settings: Settings) -> ServerThread:
 
 @pytest.fixture(scope="session")
 def api_settings(kb_settings: Settings, kb, tmp_path_factory) -> Settings:  # noqa: ANN001
-    return kb_settings
+    """The suite's KB; background replay off (one test turns it on and waits for it)."""
+    return kb_settings.model_copy(update={"replay_enabled": False})
 
 
 @pytest.fixture(scope="session")

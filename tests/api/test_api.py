@@ -124,3 +124,28 @@ def test_every_fix_carries_rule_verdicts(client: httpx.Client, kb) -> None:  # n
     assert len(recommended) == 1
     assert not any(v["verdict"] == "violated" and v["severity"] == "error"
                    for v in recommended[0]["rule_verdicts"])
+
+
+def test_triage_verifies_the_crash_and_fixes_by_replay_in_the_background(api_settings, kb) -> None:  # noqa: ANN001
+    import time
+
+    on = api_settings.model_copy(update={"replay_enabled": True})
+    with make_server(on) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+        t = time.monotonic()
+        first = c.post("/triage?release=0.5.11&hardware=rtx-pro-6000-x8&model_arch=DeepseekV3ForCausalLM",
+                       content=_seed_log(kb))
+        assert first.status_code == 200
+        assert first.json()["replay"]["status"] == "pending"
+        assert time.monotonic() - t < 30  # the fast path did not wait for replay
+        tid = first.json()["id"]
+        deadline = time.monotonic() + 400
+        stored = {}
+        while time.monotonic() < deadline:
+            stored = c.get(f"/triage/{tid}").json()["result"]
+            if stored.get("replay", {}).get("status") != "pending":
+                break
+            time.sleep(2)
+        assert stored["replay"]["status"] == "reproduced", stored["replay"]
+        top = stored["fixes"][0]
+        assert top["replay"]["status"] == "verified"
+        assert "verified by replay on 0.5.11 with rtx-pro-6000-x8" in top["replay"]["detail"]

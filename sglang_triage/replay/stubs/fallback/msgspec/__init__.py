@@ -149,6 +149,7 @@ class StructMeta(type):
             for fname in base.__struct_fields__:
                 fields[fname] = base.__struct_field_specs__[fname]
             renamed.update(getattr(base, "__struct_encode_names__", {}))
+        inherited.pop("kw_only", None)  # applies to the fields a class defines, not inherited
         inherited.update(options)
         config = StructConfig(**inherited)
         annotations = ns.get("__annotations__", {})

@@ -1,0 +1,50 @@
+"""The CI gate: the real engine over every shipped incident, in-process."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sglang_triage.evals.gate import check_gate, load_thresholds
+from sglang_triage.evals.incidents import load_incidents
+from sglang_triage.evals.reports import write_reports
+from sglang_triage.evals.runner import run_eval
+from sglang_triage.service.engine import Engine
+
+
+@pytest.fixture(scope="module")
+def report(kb):  # noqa: ANN001, ANN201
+    t0 = time.perf_counter()
+    rep = run_eval(load_incidents(), Engine(kb), kb=kb)
+    rep.systems["engine"].aggregate["wall_s"] = round(time.perf_counter() - t0, 1)
+    return rep
+
+
+def test_gate_holds_over_all_shipped_incidents(report) -> None:  # noqa: ANN001
+    failures = check_gate(report, load_thresholds())
+    assert failures == [], failures
+    assert report.incidents == len(load_incidents()) >= 67
+
+
+def test_thresholds_only_name_measured_metrics(report) -> None:  # noqa: ANN001
+    th = load_thresholds()
+    agg = report.engine.aggregate
+    assert set(th["min"]) | set(th["max"]) <= set(agg)
+    assert all(0.0 < v <= 1.0 for v in th["min"].values())
+
+
+def test_reports_are_written(report, tmp_path) -> None:  # noqa: ANN001
+    paths = write_reports(report, tmp_path)
+    assert paths["json"].stat().st_size > 1000
+    text = paths["markdown"].read_text()
+    assert "| release@1 |" in text and "## Engine by category" in text
+    assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_failing_gate_says_why(report) -> None:  # noqa: ANN001
+    failures = check_gate(report, {"min": {"fix_match": 1.01, "no_such": 0.5},
+                                   "max": {"latency_p50_ms": 0.0}})
+    assert any(f.startswith("engine.fix_match:") for f in failures)
+    assert any("no_such: not measured" in f for f in failures)
+    assert any("latency_p50_ms" in f for f in failures)

@@ -1,0 +1,50 @@
+"""Confirmed triages exported as eval incidents."""
+
+from __future__ import annotations
+
+from sglang_triage.evals.incidents import INCIDENTS_DIR, dump_incidents, load_incidents
+from sglang_triage.evals.recording import export_confirmed
+from sglang_triage.evals.runner import run_eval
+from sglang_triage.kb.records import Records, triage_id
+from sglang_triage.service.engine import Engine
+
+
+def _save(records: Records, engine: Engine, log: str, options: dict) -> str:
+    result = engine.triage(log, **options)
+    tid = triage_id(log, options)
+    records.save(tid, {"options": options, "log": log}, result.model_dump(mode="json"))
+    return tid
+
+
+def test_export_confirmed(kb, tmp_path) -> None:  # noqa: ANN001
+    seed = {i.id: i for i in load_incidents([INCIDENTS_DIR / "seed.jsonl"])}
+    engine = Engine(kb)
+    records = Records(tmp_path / "records.sqlite")
+    opts = {"release": None, "hardware": "rtx-pro-6000-x8", "model": None, "model_arch": None}
+    t1 = _save(records, engine, seed["seed-attempt-2"].crash_log, opts)
+    t2 = _save(records, engine, seed["seed-attempt-1"].crash_log, {**opts, "hardware": None})
+    t3 = _save(records, engine, "$ python -m sglang.launch_server --model-path /m/x --tp 2 "
+               "--reasoning_parser kimi_k2\nlaunch_server.py: error: unrecognized arguments: "
+               "--reasoning_parser kimi_k2\n", opts)
+    assert records.confirm(t1, {"rank": 1}, note="worked")
+    assert records.confirm(t2, {"no_flag_fix": "upgrade"})
+    assert not records.confirm("nope", {"rank": 1})
+    incidents = {i.id: i for i in export_confirmed(records, kb.store)}
+    assert set(incidents) == {f"rec-{t1}", f"rec-{t2}"}  # t3 was never confirmed
+    one = incidents[f"rec-{t1}"]
+    assert one.source == f"recorded:{t1}" and one.confirmed_by == f"api:{t1}"
+    assert one.expected.release == "0.5.11" and one.category == "speculative"
+    assert (one.expected.location.start_line, one.expected.location.end_line) == (3519, 3522)
+    assert one.expected.root_cause_flags == ["--speculative-num-draft-tokens"]
+    assert one.expected.acceptable_fixes[0].remove == ["--speculative-num-draft-tokens"]
+    assert one.hardware == "rtx-pro-6000-x8" and one.command and "worked" in one.notes
+    two = incidents[f"rec-{t2}"]
+    assert two.expected.no_flag_fix == "upgrade" and not two.expected.acceptable_fixes
+    # the exported file is a valid incident file, and the engine agrees with itself on it
+    path = dump_incidents(incidents.values(), tmp_path / "recorded.jsonl")
+    report = run_eval(load_incidents([path]), engine)
+    scores = {s.id: s.metrics for s in report.engine.incidents}
+    assert scores[f"rec-{t1}"]["fix_match"] is True
+    assert scores[f"rec-{t1}"]["exact_location"] is True
+    assert scores[f"rec-{t2}"]["no_fix_declined"] is False  # the engine did propose a fix
+    assert t3
