@@ -196,12 +196,8 @@ class Store:
 
     def replace_release(self, version: str, row: dict[str, Any], tables: dict[str, list[tuple]]) -> None:
         """Atomically replace every structural row of ``version``."""
-        with self._texts_lock:
-            self._texts.clear()
         with self.transaction() as con:
-            for table in _RELEASE_TABLES:
-                con.execute(f"DELETE FROM {table} WHERE release = ?", (version,))
-            con.execute("DELETE FROM releases WHERE version = ?", (version,))
+            self._delete(con, version)
             for table, rows in tables.items():
                 if not rows:
                     continue
@@ -213,12 +209,15 @@ class Store:
 
     def delete_release(self, version: str) -> None:
         """Remove every structural row of ``version`` (vectors live in Chroma)."""
+        with self.transaction() as con:
+            self._delete(con, version)
+
+    def _delete(self, con: sqlite3.Connection, version: str) -> None:
         with self._texts_lock:
             self._texts.clear()
-        with self.transaction() as con:
-            for table in _RELEASE_TABLES:
-                con.execute(f"DELETE FROM {table} WHERE release = ?", (version,))
-            con.execute("DELETE FROM releases WHERE version = ?", (version,))
+        for table in _RELEASE_TABLES:
+            con.execute(f"DELETE FROM {table} WHERE release = ?", (version,))
+        con.execute("DELETE FROM releases WHERE version = ?", (version,))
 
     # -- reads -----------------------------------------------------------------------
     def file_text(self, version: str, path: str) -> str | None:

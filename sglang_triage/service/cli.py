@@ -204,6 +204,20 @@ def replay(
     raise typer.Exit(replay_command(release, hardware, model_arch, list(ctx.args), as_json))
 
 
+@app.command(name="eval")
+def eval_(
+    incidents: Annotated[list[str] | None, typer.Option("--incidents", help="JSONL files or folders.")] = None,
+    against: Annotated[str | None, typer.Option(help="URL of a running service (else in-process).")] = None,
+    out: Annotated[str, typer.Option(help="Folder for the JSON, markdown and PNG reports.")] = "evals/reports",
+    baselines: Annotated[bool, typer.Option(help="Score the grep and naive-RAG baselines too.")] = True,
+    gate: Annotated[bool, typer.Option(help="Exit 1 when a metric is below the checked-in thresholds.")] = False,
+) -> None:
+    """Run the eval suite over recorded incidents (the shipped ones by default)."""
+    from ..evals.cli_eval import eval_command
+
+    raise typer.Exit(eval_command(incidents, against, out, baselines, gate=gate))
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option()] = "127.0.0.1",

@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from sglang_triage.ingest.catalog import Catalog, FlagSpec
+from sglang_triage.ingest.catalog_records import NO_VALUE_ACTIONS
 
 __all__ = [
     "ParsedArgs",
@@ -26,16 +27,7 @@ __all__ = [
 ]
 
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
-_NO_VALUE_ACTIONS = {
-    "store_true",
-    "store_false",
-    "store_const",
-    "append_const",
-    "count",
-    "help",
-    "version",
-    "BooleanOptionalAction",
-}
+_NO_VALUE_ACTIONS = NO_VALUE_ACTIONS
 _HELP = FlagSpec(
     attr="help",
     flags=["-h", "--help"],
