@@ -35,7 +35,8 @@ from .summarize import call_value
 
 MAX_CANDIDATES = 40
 MAX_NEIGHBOURS = 150
-RECHECK_SPARE = 5  # candidates re-checked beyond the number returned
+RECHECK_SPARE = 5
+_NEVER_DROP = frozenset({"model_path"})  # candidates re-checked beyond the number returned
 
 
 @dataclass
@@ -132,7 +133,9 @@ def candidate_edits(store: Store, version: str, check: dict[str, Any], ev: PathE
                     facts: dict[str, Value]) -> list[Edit]:
     by_attr = catalog.by_attr()
     conditions = [p.condition for p in ev.parts]
-    user_set = [a for a in sorted(ev.attrs) if a in parsed.values]
+    # a required flag (the model path) is never dropped: no launch works without it
+    user_set = [a for a in sorted(ev.attrs) if a in parsed.values
+                and not (a in by_attr and by_attr[a].required) and a not in _NEVER_DROP]
     edits: list[Edit] = []
     for n in (1, 2, 3):
         for combo in itertools.combinations(user_set, n):
