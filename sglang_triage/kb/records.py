@@ -73,6 +73,23 @@ class Records:
             (tid, datetime.now(timezone.utc).isoformat(timespec="seconds"), json.dumps(fix), note, source))
         return True
 
+    def similar(self, path: str, function: str, *, exclude: str | None = None,
+                limit: int = 3) -> list[dict[str, Any]]:
+        """Confirmed past triages that failed in the same function, newest first, with their fixes."""
+        out: list[dict[str, Any]] = []
+        for rec in reversed(self.confirmed()):
+            loc = rec["result"].get("location") or {}
+            if rec["id"] == exclude or loc.get("path") != path or loc.get("function") != function:
+                continue
+            out.append({"id": rec["id"], "release": (rec["result"].get("release") or {}).get("release"),
+                        "summary": rec["result"].get("summary"),
+                        "confirmed_fix": rec["confirmation"]["fix"],
+                        "note": rec["confirmation"].get("note", ""),
+                        "confirmed_at": rec["confirmation"]["created"]})
+            if len(out) >= limit:
+                break
+        return out
+
     def confirmed(self) -> list[dict[str, Any]]:
         rows = self._con().execute("SELECT id FROM confirmations ORDER BY created").fetchall()
         return [r for r in (self.get(row["id"]) for row in rows) if r is not None]

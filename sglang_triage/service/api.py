@@ -202,6 +202,9 @@ def create_app() -> FastAPI:
         result.id = tid
         if not _vectors_ok(engine.kb):
             result.degraded.append("vector store unreachable: search falls back to keywords")
+        if result.location is not None:
+            result.similar = records.similar(result.location.path, result.location.function,
+                                             exclude=tid)
         out = result.model_dump(mode="json")
         request_record = {"options": options, "log": text[:200_000]}
         if replay and result.status == "located" and settings.replay_enabled:

@@ -55,6 +55,12 @@ def test_confirm_records_the_fix(client: httpx.Client, kb) -> None:  # noqa: ANN
     rec = client.get(f"/triage/{body['id']}").json()
     assert rec["confirmation"]["fix"] == fix
     assert client.post("/incidents/nope/confirm", json={"fix": {}}).status_code == 404
+    # a later crash in the same check shows the confirmed fix as a similar past incident
+    check = next(c for c in kb.store.checks("0.5.11", function="ServerArgs._handle_speculative_decoding")
+                 if c["bare"])
+    other = render_log(kb.store, "0.5.11", check, python="3.11", argv=SEED_ARGV[:-2])
+    later = client.post("/triage?release=0.5.11", content=other).json()
+    assert any(s["id"] == body["id"] and s["confirmed_fix"] == fix for s in later["similar"])
 
 
 def test_bad_inputs_get_clear_4xx(client: httpx.Client, api_settings) -> None:  # noqa: ANN001

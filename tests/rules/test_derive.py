@@ -110,8 +110,8 @@ def test_derived_cards_are_valid_cards(store: Store, derived: list[Card]) -> Non
 def test_cache_file(store: Store) -> None:
     from sglang_triage.rules.derive import derive_cards
 
-    for _ in range(3):  # another process may re-ingest the shared KB meanwhile
-        cards = derive_cards(store)
+    for attempt in range(3):  # another test may add/remove a release of the shared KB meanwhile
+        cards = derive_cards(store, use_cache=attempt == 0)
         header = json.loads(derived_path(store).read_text().splitlines()[0])["_meta"]
         if header["key"] == derivation_key(store)[0]:
             break
