@@ -169,6 +169,7 @@ class Engine:
             result_obj = assist(result_obj, engine_ctx=ctx, settings=self.settings)
             timings["llm"] = _ms(t)
         timings["total"] = _ms(t0)
+        result_obj.timings_ms = dict(timings)
         return result_obj
 
     # -- pieces -----------------------------------------------------------------------
