@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,23 +85,30 @@ def download_wheel(version: str, wheel_dir: Path, *, index_url: str | None = Non
     return wheel
 
 
-def unpack_wheel(wheel: Path, dest: Path) -> Path:
-    """Extract the ``sglang/`` Python files and dist-info of ``wheel`` into ``dest``.
+def _python_and_metadata(name: str) -> bool:
+    return (name.startswith("sglang/") and name.endswith(".py")) or (
+        ".dist-info/" in name and name.endswith(("METADATA", "RECORD")))
 
-    Idempotent: a complete ``dest`` (marked by ``.complete``) is reused.
+
+def unpack_wheel(wheel: Path, dest: Path,
+                 keep: Callable[[str], bool] = _python_and_metadata) -> Path:
+    """Extract the members of ``wheel`` that ``keep`` accepts into ``dest``.
+
+    By default: the ``sglang/`` Python files and the dist-info metadata.
+    Idempotent: a complete ``dest`` (marked by ``.complete`` naming the wheel) is
+    reused. Extraction goes through a temporary folder renamed into place, so an
+    interrupted run never leaves half a tree; if another process finished the same
+    tree first, its result is used.
     """
-    if (dest / ".complete").exists():
+    marker = dest / ".complete"
+    if marker.is_file() and marker.read_text() == wheel.name:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     try:
         with zipfile.ZipFile(wheel) as zf:
             for info in zf.infolist():
-                name = info.filename
-                keep = (name.startswith("sglang/") and name.endswith(".py")) or (
-                    ".dist-info/" in name and name.endswith(("METADATA", "RECORD"))
-                )
-                if not keep or info.is_dir() or ".." in Path(name).parts:
+                if info.is_dir() or ".." in Path(info.filename).parts or not keep(info.filename):
                     continue
                 zf.extract(info, tmp)
         (tmp / ".complete").write_text(wheel.name)
@@ -109,6 +117,8 @@ def unpack_wheel(wheel: Path, dest: Path) -> Path:
         tmp.rename(dest)
     except (zipfile.BadZipFile, OSError) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if marker.is_file():  # another process won the race
+            return dest
         raise AcquireError(f"cannot unpack {wheel.name}: {exc}") from exc
     return dest
 

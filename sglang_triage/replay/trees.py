@@ -18,7 +18,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from sglang_triage.errors import ReplayError
+from sglang_triage.errors import AcquireError, ReplayError
+from sglang_triage.ingest.acquire import unpack_wheel
 
 __all__ = ["replay_tree"]
 
@@ -33,8 +34,11 @@ def _wheel_for(release_root: Path, wheel_dir: Path) -> Path | None:
 
 
 def _extract(wheel: Path, dest: Path) -> Path:
-    if (dest / ".complete").is_file() and (dest / ".complete").read_text() == wheel.name:
-        return dest
+    """The whole ``sglang/`` package (JSON configs, jit kernels' sources too)."""
+    try:
+        return unpack_wheel(wheel, dest, keep=lambda name: name.startswith("sglang/"))
+    except AcquireError as exc:
+        raise ReplayError(f"cannot extract {wheel.name} for replay: {exc.message}") from exc
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     try:
