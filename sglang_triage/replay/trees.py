@@ -13,9 +13,6 @@ used as it is. File paths and line numbers are the same in both trees.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import zipfile
 from pathlib import Path
 
 from sglang_triage.errors import AcquireError, ReplayError
@@ -39,25 +36,6 @@ def _extract(wheel: Path, dest: Path) -> Path:
         return unpack_wheel(wheel, dest, keep=lambda name: name.startswith("sglang/"))
     except AcquireError as exc:
         raise ReplayError(f"cannot extract {wheel.name} for replay: {exc.message}") from exc
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
-    try:
-        with zipfile.ZipFile(wheel) as zf:
-            for info in zf.infolist():
-                parts = Path(info.filename).parts
-                if info.is_dir() or ".." in parts or not parts or parts[0] != "sglang":
-                    continue
-                zf.extract(info, tmp)
-        (tmp / ".complete").write_text(wheel.name)
-        if dest.exists():
-            shutil.rmtree(dest)
-        tmp.rename(dest)
-    except (zipfile.BadZipFile, OSError) as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if (dest / ".complete").is_file():  # another process won the race
-            return dest
-        raise ReplayError(f"cannot extract {wheel.name} for replay: {exc}") from exc
-    return dest
 
 
 def replay_tree(release_root: Path, version: str, *, home: Path, wheel_dir: Path) -> tuple[Path, str]:

@@ -180,7 +180,7 @@ def with_locals(store: Store, version: str, path: str, fn_start: int | None, lin
         return condition
     key = chain.release_key(store, version, f"rules:subst:{path}:{fn_start}:{pos}:{condition}")
     return chain.cached(key, lambda: substitute(
-        condition, local_map(store, version, path, fn_start, line), dict.fromkeys(FACT_LOCALS)))
+        condition, local_map(store, version, path, fn_start, line), FACT_LOCALS))
 
 
 def guard_text(condition: str, polarity: bool) -> str:

@@ -58,7 +58,6 @@ def cached(key: tuple[Any, ...], build):  # noqa: ANN001, ANN202
     return value
 
 
-_cached = cached
 
 
 def release_key(store: Store, version: str, what: str) -> tuple[Any, ...]:
@@ -75,7 +74,6 @@ def release_key(store: Store, version: str, what: str) -> tuple[Any, ...]:
     return (hk[0], version, hit[1], what)
 
 
-_release_key = release_key
 
 
 def function_source(store: Store, version: str, fn: dict[str, Any]) -> str:
@@ -94,7 +92,7 @@ def function_ast(store: Store, version: str, fn: dict[str, Any]) -> ast.Function
         node = mod.body[0] if mod.body else None
         return node if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else None  # type: ignore[return-value]
 
-    return _cached(_release_key(store, version, f"ast:{fn['path']}:{fn['start_line']}"), build)
+    return cached(release_key(store, version, f"ast:{fn['path']}:{fn['start_line']}"), build)
 
 
 def _calls_with_nodes(node: ast.AST) -> list[tuple[ast.Call, str]]:
@@ -151,7 +149,7 @@ def validation_order(store: Store, version: str) -> dict[str, float]:
                     ranks.setdefault(callee, rank + (i + 1) / 1000.0)
         return ranks
 
-    return _cached(_release_key(store, version, "order"), build)
+    return cached(release_key(store, version, "order"), build)
 
 
 def rank_of(store: Store, version: str, qualname: str) -> float | None:
@@ -198,7 +196,7 @@ def call_site_guards(store: Store, version: str, qualname: str, path: str) -> li
             sites.append(CallSite(path, caller, line, guards_of(call)))
         return sites
 
-    return _cached(_release_key(store, version, f"calls:{path}:{name}"), build)
+    return cached(release_key(store, version, f"calls:{path}:{name}"), build)
 
 
 @dataclass
@@ -224,7 +222,7 @@ def earlier_writes(store: Store, version: str, attr: str, check: dict[str, Any])
     function at an earlier line. Writes whose order is unknown are returned
     with ``rank=None`` so callers can report them as "may be changed".
     """
-    return _cached(_release_key(store, version, f"writes:{check['id']}:{attr}"),
+    return cached(release_key(store, version, f"writes:{check['id']}:{attr}"),
                    lambda: _earlier_writes(store, version, attr, check))
 
 

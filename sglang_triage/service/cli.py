@@ -246,13 +246,5 @@ def slack(socket: Annotated[bool, typer.Option("--socket", help="Socket Mode (TR
         _fail(exc)
 
 
-def main() -> None:  # pragma: no cover - console entry
-    try:
-        app()
-    except TriageError as exc:
-        console.print(f"[red]error:[/red] {exc.message}")
-        sys.exit(2)
-
-
 if __name__ == "__main__":  # pragma: no cover - `python -m sglang_triage.service.cli`
     app()

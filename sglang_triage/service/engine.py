@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from ..config import Settings
-from ..errors import ConfigError, NoCrashFound, UnknownRelease
+from ..errors import NoCrashFound, UnknownRelease
 from ..kb.base import KnowledgeBase
 from ..kb.catalogs import load_catalog
 from . import explain
@@ -93,10 +93,7 @@ class Engine:
         catalog = load_catalog(self.store, version)
         argv = list(parsed.command or [])
         pargs = parse_argv(argv, catalog)
-        try:
-            facts, hw_name, arch = self.facts_for(parsed, hardware, model, model_arch)
-        except ConfigError:
-            raise
+        facts, hw_name, arch = self.facts_for(parsed, hardware, model, model_arch)
         summary_parsed = ParsedSummary(
             exception=parsed.primary.type if parsed.primary else None,
             message=parsed.primary.message if parsed.primary else None,

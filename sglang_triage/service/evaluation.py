@@ -18,6 +18,7 @@ becomes unknown rather than guessed. Local variables of the checking function
 from __future__ import annotations
 
 import ast
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,15 +122,18 @@ class _Subst(ast.NodeTransformer):
         return node
 
 
-def substitute(condition: str, local: dict[str, ast.expr], facts: dict[str, Any]) -> str:
-    """``condition`` with local variables replaced by their assigned expressions."""
+def substitute(condition: str, local: dict[str, ast.expr], keep: Collection[str] = ()) -> str:
+    """``condition`` with local variables replaced by their assigned expressions.
+
+    Names in ``keep`` (those a fact supplies, e.g. ``model_arch``) stay as they are.
+    """
     if not local:
         return condition
     try:
         tree = ast.parse(condition.strip(), mode="eval")
     except SyntaxError:
         return condition
-    new = _Subst(local, set(facts)).visit(tree)
+    new = _Subst(local, set(keep)).visit(tree)
     return ast.unparse(new)
 
 
@@ -236,8 +240,7 @@ def _prepare(store: Store, version: str, check: dict[str, Any], fact_names: froz
         pieces.append(("guard", g["condition"], g["polarity"], g["line"]))
     if check["kind"] == "assert" and check["condition"]:
         pieces.append(("test", check["condition"], False, check["test_start"]))
-    facts = dict.fromkeys(fact_names)
-    texts = [(role, substitute(cond, local, facts), pol, line)  # type: ignore[arg-type]
+    texts = [(role, substitute(cond, local, fact_names), pol, line)
              for role, cond, pol, line in pieces]
     names: set[str] = set()
     for _, cond, _, _ in texts:

@@ -27,7 +27,6 @@ __all__ = [
 ]
 
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
-_NO_VALUE_ACTIONS = NO_VALUE_ACTIONS
 _HELP = FlagSpec(
     attr="help",
     flags=["-h", "--help"],
@@ -86,7 +85,7 @@ class _Occ:
 
 
 def _nargs(spec: FlagSpec) -> str:
-    if spec.action in _NO_VALUE_ACTIONS:
+    if spec.action in NO_VALUE_ACTIONS:
         return "0"
     return spec.nargs if spec.nargs is not None else "None"
 
