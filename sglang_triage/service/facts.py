@@ -31,7 +31,7 @@ from pydantic import BaseModel
 
 from sglang_triage.errors import ConfigError
 from sglang_triage.service.expr import Provenance, Value
-from sglang_triage.service.logparse_command import GpuHint, gpu_sm
+from sglang_triage.service.logparse_environment import GpuHint, gpu_sm
 
 __all__ = [
     "ARCH_BY_MODEL", "PROFILES", "EnvField", "HardwareProfile", "env_fields_from_source",

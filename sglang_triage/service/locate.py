@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..kb.store import Store
-from .logparse import ExceptionInfo, Frame
+from .logparse_traceback import ExceptionInfo, Frame
 
 
 @dataclass

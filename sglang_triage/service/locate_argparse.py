@@ -2,7 +2,7 @@
 
 An argparse failure has no traceback: the parser printed one line and exited
 with status 2. :func:`diagnose_argparse` reads the parsed line
-(:class:`~sglang_triage.service.logparse_command.ArgparseError`) with the flag
+(:class:`~sglang_triage.service.logparse_argparse.ArgparseError`) with the flag
 catalog of the release that printed it and answers:
 
 * which valid spellings are closest (``--reasoning_parser`` -> ``--reasoning-parser``);
@@ -32,7 +32,7 @@ from ..ingest.catalog import Catalog, FlagSpec
 from ..kb.catalogs import load_catalog
 from ..kb.store import Store
 from .flags import apply_edits, parse_argv, suggest_flag
-from .logparse_command import ArgparseError
+from .logparse_argparse import ArgparseError
 
 __all__ = ["ArgparseDiagnosis", "FlagHistory", "diagnose_argparse", "flag_history"]
 

@@ -1,54 +1,36 @@
-"""Evidence around a crash: launch command, argparse error, env, ServerArgs, release, GPUs.
+"""Launch commands in a crash log: shell lines, ``\\`` continuations, YAML/JSON lists.
 
-Helpers of :mod:`sglang_triage.service.logparse`, kept in their own module so
-that each stays short. Everything here is pure: functions take the cleaned log
-lines (see :func:`sglang_triage.service.logparse.clean_log`) and return data;
-nothing is read, written or fetched. Values from ``ServerArgs(...)`` reprs are
-read with :func:`ast.literal_eval` only, one value at a time.
+:func:`find_commands` finds every SGLang launch command in the cleaned log
+lines (see :func:`~.logparse_text.clean_log`): shell command lines joined over
+trailing-backslash continuations, YAML/JSON ``command:``/``args:`` lists (flow
+or block style, as in Kubernetes manifests and compose files) and ``sh -c``
+strings inside either. A command is kept from its SGLang entrypoint on
+(``python -m sglang.launch_server``, ``sglang serve``, ``launch_server.py``;
+``docker run`` options, ``env`` assignments and ``nohup`` are dropped) up to the
+first shell operator or redirection. :func:`tokenize_command` tokenises a
+command given by the user the same way, and :func:`model_from_argv` reads the
+model from an argv.
 
-Every regular expression is linear: no nested quantifiers that can overlap,
-bounded repetitions, and callers scan at most :data:`SCAN_CHARS` characters of
-any line.
+Pure: nothing is read, written or fetched. Shell-style splitting uses
+:mod:`shlex` within a character budget, then falls back to whitespace; every
+regular expression is linear and sees at most
+:data:`~.logparse_text.SCAN_CHARS` characters of a line.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 import shlex
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
-from pydantic import BaseModel
+from .logparse_text import SCAN_CHARS, split_top_level, unquote
 
-SCAN_CHARS = 10_000
-"""Characters of a line that regular expressions look at; the rest is ignored."""
+__all__ = ["FoundCommand", "find_commands", "model_from_argv", "tokenize_command"]
 
 _MAX_LOGICAL = 20_000  # a command joined from ``\\`` continuations is cut here
 _SHLEX_BUDGET = 200_000  # characters of command-looking text tokenised at most
-_LITERAL_MAX = 10_000  # longest ServerArgs value handed to ast.literal_eval
-
-
-ReleaseKind = Literal["pip", "check_env", "dist_info", "version_string", "explicit"]
-
-
-class ReleaseHint(BaseModel):
-    """A clue to the SGLang release that produced the log."""
-
-    version: str
-    evidence: str
-    kind: ReleaseKind
-
-
-class GpuHint(BaseModel):
-    """A GPU mentioned in the log, with its compute capability when the name is known."""
-
-    name: str
-    sm: int | None
-    count: int | None
-    memory_gb: int | None
 
 
 @dataclass(frozen=True)
@@ -59,29 +41,6 @@ class FoundCommand:
     text: str
     entrypoint: str | None
     line: int  # 1-based line of the cleaned log where the command starts
-
-
-ArgparseKind = Literal[
-    "unrecognized_arguments",
-    "invalid_choice",
-    "expected_argument",
-    "required",
-    "invalid_value",
-    "ambiguous",
-    "other",
-]
-
-
-class ArgparseError(BaseModel):
-    """A ``prog: error: ...`` line printed by argparse (exit status 2, no traceback)."""
-
-    prog: str | None
-    kind: ArgparseKind
-    message: str
-    flags: list[str]
-    values: list[str]
-    choices: list[str] | None
-    usage: str | None
 
 
 # --------------------------------------------------------------------------- commands
@@ -233,23 +192,12 @@ def _logical_lines(lines: Sequence[str], wanted: str = "sglang") -> Iterator[tup
         yield start, " ".join(p for p in buf if p)
 
 
-def _unquote(item: str) -> str:
-    s = item.strip()
-    if s.endswith(","):
-        s = s[:-1].rstrip()
-    if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"":
-        return s[1:-1]
-    if " #" in s:
-        s = s.split(" #", 1)[0].rstrip()
-    return s
-
-
 def _split_flow(text: str) -> list[str]:
     """Items of the flow list ``[a, "b", 'c']`` that ``text`` starts with (text after the
     closing bracket is ignored); read as JSON when possible, else split on commas
     outside quotes."""
-    parts, _ = _split_top_level(text[1:])
-    items = [_unquote(p) for p in parts]
+    parts, _ = split_top_level(text[1:])
+    items = [unquote(p) for p in parts]
     try:
         data = json.loads("[" + ",".join(parts) + "]")
     except (ValueError, RecursionError):
@@ -293,7 +241,7 @@ def _yaml_lists(lines: Sequence[str]) -> list[tuple[int, str, list[str], int]]:
                 if rest and rest[0] in ">|" and cur_indent > indent:
                     block.append(cur.strip())
                 elif item and cur_indent >= indent:
-                    items.append(_unquote(item[1]))
+                    items.append(unquote(item[1]))
                 else:
                     break
                 j += 1
@@ -362,399 +310,3 @@ def model_from_argv(argv: Sequence[str]) -> str | None:
             elif k + 1 < len(argv) and not argv[k + 1].startswith("--"):
                 model = argv[k + 1]
     return model
-
-
-# --------------------------------------------------------------------------- argparse
-
-_ARGUMENT_RE = re.compile(r"argument ([^:]{1,300}): (.*)")
-_INVALID_VALUE_RE = re.compile(r"invalid \S{1,100} value: (.*)")
-_ARGERR_RE = re.compile(r"(?:([^\s:][^:\n]{0,200}): )?error: (.*)")
-_FLAG_RE = re.compile(r"(?<![\w-])--?[A-Za-z][\w-]{0,100}")
-
-
-def _argparse_fields(msg: str) -> tuple[ArgparseKind, list[str], list[str], list[str] | None]:
-    """``(kind, flags, values, choices)`` of an argparse error message."""
-    if msg.startswith("unrecognized arguments:"):
-        flags, values = [], []
-        for tok in msg.partition(":")[2].split():
-            name, eq, value = tok.partition("=")
-            if tok.startswith("-"):
-                flags.append(name)
-                if eq:
-                    values.append(value)
-            else:
-                values.append(tok)
-        return "unrecognized_arguments", flags, values, None
-    if msg.startswith("the following arguments are required:"):
-        names = [f.strip() for f in msg.partition(":")[2].split(",") if f.strip()]
-        return "required", names, [], None
-    if msg.startswith("ambiguous option:"):
-        opt, _, cands = msg.partition(":")[2].partition(" could match ")
-        name, eq, value = opt.strip().partition("=")
-        matches = [c.strip() for c in cands.split(",") if c.strip()]
-        return "ambiguous", [name, *matches], [value] if eq else [], matches or None
-    m = _ARGUMENT_RE.match(msg)
-    if m is None:
-        return "other", _FLAG_RE.findall(msg), [], None
-    flags = [f.strip() for f in m[1].split("/") if f.strip()]
-    rest = m[2]
-    if rest.startswith("invalid choice:"):
-        body = rest.partition(":")[2].strip()
-        k = body.rfind(" (choose from ")
-        value, listed = (body[:k], body[k + len(" (choose from ") :]) if k >= 0 else (body, "")
-        listed = listed[:-1] if listed.endswith(")") else listed
-        choices = [_unquote(c) for c in listed.split(",") if c.strip()]
-        return "invalid_choice", flags, [_unquote(value)], choices or None
-    v = _INVALID_VALUE_RE.match(rest)
-    if v is not None:
-        return "invalid_value", flags, [_unquote(v[1])], None
-    if rest.startswith("expected "):
-        return "expected_argument", flags, [], None
-    return "other", flags + [f for f in _FLAG_RE.findall(rest) if f not in flags], [], None
-
-
-def find_argparse_error(lines: Sequence[str]) -> ArgparseError | None:
-    """The last argparse error line, with the ``usage:`` block printed just before it.
-
-    A ``prog: error: ...`` line of a known argparse form always counts; any other
-    ``error:`` line counts only right after a usage block.
-    """
-    best: ArgparseError | None = None
-    usage: tuple[int, str] | None = None  # (index after the block, text)
-    i, n = 0, len(lines)
-    while i < n:
-        line = lines[i][:SCAN_CHARS]
-        if line.startswith("usage: "):
-            j = i + 1
-            while j < n and j - i < 5000 and lines[j][:1] in (" ", "\t") and lines[j].strip():
-                j += 1
-            usage = (j, "\n".join(x.rstrip() for x in lines[i:j])[:65536])
-            i = j
-            continue
-        m = _ARGERR_RE.fullmatch(line) if "error: " in line else None
-        if m is not None:
-            near = usage is not None and 0 <= i - usage[0] <= 2
-            kind, flags, values, choices = _argparse_fields(m[2].strip())
-            if kind != "other" or near:
-                best = ArgparseError(
-                    prog=m[1],
-                    kind=kind,
-                    message=m[2].strip(),
-                    flags=flags,
-                    values=values,
-                    choices=choices,
-                    usage=usage[1] if near and usage else None,
-                )
-        i += 1
-    return best
-
-
-# --------------------------------------------------------------------------- env
-
-_ENV_NAME = r"SGLANG_[A-Za-z0-9_]{1,100}|CUDA_VISIBLE_DEVICES"
-_ENV_ASSIGN_RE = re.compile(
-    rf"""(?<![\w$])({_ENV_NAME})=("[^"\n]{{0,1000}}"|'[^'\n]{{0,1000}}'|[^\s"';&|)]{{0,1000}})"""
-)
-_ENV_MAP_RE = re.compile(rf"""^[ \t]*(?:-[ \t]+)?({_ENV_NAME})[ \t]*:[ \t]*(\S.*)$""")
-_ENV_PAIR_RE = re.compile(
-    rf"""["']({_ENV_NAME})["'][ \t]*:[ \t]*("[^"\n]{{0,1000}}"|'[^'\n]{{0,1000}}'|[\w.+-]{{1,100}})"""
-)
-_ENV_K8S_NAME_RE = re.compile(
-    rf"""^[ \t]*(?:-[ \t]+)?name[ \t]*:[ \t]*["']?({_ENV_NAME})["']?\s*$"""
-)
-_ENV_K8S_VALUE_RE = re.compile(r"^[ \t]*value[ \t]*:[ \t]*(.*)$")
-
-
-def find_env(lines: Sequence[str]) -> dict[str, str]:
-    """``SGLANG_*`` and ``CUDA_VISIBLE_DEVICES`` settings seen anywhere, last one wins.
-
-    Understood: ``SGLANG_X=1 python ...``, ``export SGLANG_X=1``, ``-e SGLANG_X=1``
-    (docker), ``SGLANG_X: '1'`` (compose/YAML maps, JSON objects) and Kubernetes
-    ``- name: SGLANG_X`` / ``value: "1"`` pairs.
-    """
-    env: dict[str, str] = {}
-    for i, raw in enumerate(lines):
-        line = raw[:SCAN_CHARS]
-        if "SGLANG_" not in line and "CUDA_VISIBLE_DEVICES" not in line:
-            continue
-        for m in _ENV_ASSIGN_RE.finditer(line):
-            env[m[1]] = _unquote(m[2])
-        for m in _ENV_PAIR_RE.finditer(line):
-            env[m[1]] = _unquote(m[2])
-        m = _ENV_MAP_RE.match(line)
-        if m is not None and "=" not in m[2]:
-            env[m[1]] = _unquote(m[2])
-        m = _ENV_K8S_NAME_RE.match(line)
-        if m is not None:
-            for nxt in lines[i + 1 : i + 3]:
-                v = _ENV_K8S_VALUE_RE.match(nxt[:SCAN_CHARS])
-                if v is not None:
-                    env[m[1]] = _unquote(v[1])
-                    break
-    return env
-
-
-# --------------------------------------------------------------------------- ServerArgs
-
-
-def _split_top_level(body: str) -> tuple[list[str], bool]:
-    """Split ``a=1, b=[2, 3])`` at top-level commas up to the closing parenthesis."""
-    parts: list[str] = []
-    depth = 0
-    quote = ""
-    escaped = False
-    start = 0
-    for i, ch in enumerate(body):
-        if quote:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == quote:
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            if depth == 0:
-                parts.append(body[start:i])
-                return parts, True
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(body[start:i])
-            start = i + 1
-    parts.append(body[start:])
-    return parts, False
-
-
-def _plain(value: object) -> object:
-    """A JSON-ready copy of a literal (tuples become lists); TypeError for anything else."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {k: _plain(v) for k, v in value.items()}
-    raise TypeError(type(value).__name__)
-
-
-def _literal(src: str) -> object:
-    """``ast.literal_eval(src)`` made JSON-friendly; the source string when it is not a literal."""
-    if len(src) > _LITERAL_MAX:
-        return src
-    try:
-        return _plain(ast.literal_eval(src))
-    except Exception:  # SyntaxError, ValueError, TypeError, MemoryError, RecursionError...
-        return src
-
-
-def parse_server_args(lines: Sequence[str]) -> tuple[dict[str, object] | None, list[str]]:
-    """The fields of the last ``ServerArgs(...)`` repr in the log (SGLang logs ``server_args=``).
-
-    Each value is read with :func:`ast.literal_eval` on its own text; values that
-    are not literals (enums, paths, objects) are kept as their source string.
-    """
-    for raw in reversed(lines):
-        k = raw.find("ServerArgs(")
-        if k < 0:
-            continue
-        parts, closed = _split_top_level(raw[k + len("ServerArgs(") :])
-        notes = (
-            [] if closed else ["the ServerArgs(...) line is cut; read the fields before the cut"]
-        )
-        args: dict[str, object] = {}
-        for part in parts:
-            name, eq, value = part.partition("=")
-            name = name.strip()
-            if eq and name.isidentifier():
-                args[name] = _literal(value.strip())
-        if args:
-            return args, notes
-    return None, []
-
-
-# --------------------------------------------------------------------------- release
-
-_V = r"\d{1,4}(?:\.\d{1,6}){1,3}(?:(?:a|b|rc|\.?post|\.?dev)\d{1,9})*(?:\+[A-Za-z0-9.]{1,64})?"
-VERSION_RE = re.compile(_V)
-_RELEASE_PATTERNS: list[tuple[ReleaseKind, re.Pattern[str]]] = [
-    ("dist_info", re.compile(rf"\bsglang-({_V})\.dist-info", re.I)),
-    (
-        "pip",
-        re.compile(rf"\bsglang(?:\[[\w, -]{{0,100}}\])?[ \t]{{0,5}}==[ \t]{{0,5}}({_V})", re.I),
-    ),
-    ("pip", re.compile(rf"\bsglang-({_V})(?=$|[\s,;)'\"]|-py|-cp|\.tar|\.zip)", re.I)),
-    ("check_env", re.compile(rf"^[ \t]*(?:[-*][ \t]+)?sglang[ \t]*:[ \t]*`?v?({_V})", re.I)),
-    (
-        "version_string",
-        re.compile(
-            rf"\bsglang(?:[ \t]{{1,3}}version)?(?:[ \t]{{0,3}}[:=][ \t]{{0,3}}|[ \t]{{1,3}})[`'\"(]?v?({_V})",
-            re.I,
-        ),
-    ),
-]
-_RELEASE_QUICK_RE = re.compile(r"sglang[-:= \t\[`'\"]", re.I)
-
-
-def find_release_hints(lines: Sequence[str]) -> list[ReleaseHint]:
-    """Version clues in log order: pins and pip output, ``check_env`` rows, dist-info paths
-    and free text such as ``SGLang `0.5.19.dev410+gedff717ef``` or image tags.
-
-    A version already found on a line by a more specific kind is not repeated.
-    """
-    hints: list[ReleaseHint] = []
-    seen: set[tuple[str, str]] = set()
-    for raw in lines:
-        line = raw[:SCAN_CHARS]
-        if not _RELEASE_QUICK_RE.search(line):
-            continue
-        found: list[tuple[ReleaseKind, str]] = []
-        on_line: set[str] = set()
-        for kind, pattern in _RELEASE_PATTERNS:
-            for m in pattern.finditer(line):
-                version = m[1].rstrip(".")
-                if version not in on_line:
-                    on_line.add(version)
-                    found.append((kind, version))
-        for kind, version in found:
-            if (version, kind) not in seen:
-                seen.add((version, kind))
-                evidence = line.strip()[:200]
-                hints.append(ReleaseHint(version=version, evidence=evidence, kind=kind))
-    return hints
-
-
-# --------------------------------------------------------------------------- GPUs
-
-# (model names, compute capability); the first match wins, names stand between word boundaries
-_GPU_MODELS: list[tuple[str, int]] = [
-    (r"G?B300", 103),
-    (r"G?B200|B100", 100),
-    (r"GB10|DGX ?Spark", 121),
-    (r"RTX ?PRO ?\d{4}|RTX ?50[5-9]0(?: Ti)?", 120),
-    (r"GH200|H200|H100|H800|H20", 90),
-    (r"RTX ?6000 Ada|L40S|L40|L20|L4|RTX ?40[5-9]0(?: Ti)?", 89),
-    (r"A100|A800|A30", 80),
-    (r"A10G|A10|A40|RTX ?A[456]000|RTX ?30[5-9]0(?: Ti)?", 86),
-    (r"V100", 70),
-    (r"T4", 75),
-]
-_SM_TABLE = [(re.compile(rf"\b(?:{p})\b", re.I), sm) for p, sm in _GPU_MODELS]
-_GPU_NAME = "|".join(p for p, _ in _GPU_MODELS)
-_GPU_SUFFIX = r"(?:[ -](?:Blackwell|Server|Workstation|Edition|Max-Q|SXM\d?|PCIe|NVL|HBM3e?|Ada|\d{2,3} ?GB))*"
-_GPU_TEXT_RE = re.compile(
-    rf"(?:\b(\d{{1,3}}) ?[x×*] ?|\b)((?:NVIDIA |Tesla |GeForce ){{0,2}}(?:{_GPU_NAME})\b{_GPU_SUFFIX})"
-)
-_GPU_IDS_RE = re.compile(r"^[ \t]*GPU ([\d, -]{1,200}):[ \t]*(\S.*)$")
-_GPU_CC_RE = re.compile(r"^[ \t]*GPU [\d, -]{1,200} Compute Capability:[ \t]*(\d{1,2})\.(\d)")
-_MEM_NAME_RE = re.compile(r"\b(\d{2,3}) ?GB\b")
-_MIB_RE = re.compile(r"/[ \t]*(\d{1,7})[ \t]*MiB")
-_COUNT_RE = re.compile(r"\d ?[x×]")
-
-
-def gpu_sm(name: str) -> int | None:
-    """Compute capability as an int (``"H100 80GB HBM3"`` -> 90) or None for unknown names."""
-    norm = " ".join(name.split())
-    for pattern, sm in _SM_TABLE:
-        if pattern.search(norm):
-            return sm
-    return None
-
-
-def _ids(spec: str) -> set[int]:
-    ids: set[int] = set()
-    for part in spec.replace(" ", "").split(","):
-        lo, dash, hi = part.partition("-")
-        if lo.isdecimal() and dash and hi.isdecimal() and int(hi) - int(lo) < 1024:
-            ids.update(range(int(lo), int(hi) + 1))
-        elif lo.isdecimal() and not dash:
-            ids.add(int(lo))
-    return ids
-
-
-def _smi_row(line: str, nxt: str) -> tuple[str, int, int | None] | None:
-    """``(name, index, memory GB)`` of an ``nvidia-smi`` table row such as
-    ``|   0  NVIDIA H100 80GB HBM3   On  |  00000000:18:00.0 Off | 0 |``."""
-    cells = line.split("|")
-    if len(cells) < 3:
-        return None
-    cell = cells[1].strip()
-    for tail in (" On", " Off"):
-        if cell.endswith(tail):
-            cell = cell[: -len(tail)].rstrip()
-            break
-    else:
-        return None
-    index, _, name = cell.partition(" ")
-    name = name.strip()
-    if (
-        not index.isdecimal()
-        or not name
-        or not (gpu_sm(name) or name.startswith(("NVIDIA", "Tesla")))
-    ):
-        return None
-    mem = _MIB_RE.search(nxt)
-    return name, int(index), round(int(mem[1]) / 1024) if mem else None
-
-
-def find_gpus(lines: Sequence[str]) -> list[GpuHint]:
-    """GPUs from ``check_env``/``nvidia-smi -L`` rows (``GPU 0,1: NAME``), ``nvidia-smi``
-    tables and free text (``8x RTX PRO 6000``, ``on 8× H100``), merged by name."""
-    order: list[str] = []
-    ids: dict[str, set[int]] = {}
-    counts: dict[str, int] = {}
-    memory: dict[str, int] = {}
-    sm_seen: dict[str, int] = {}
-
-    def note(name: str) -> str:
-        name = " ".join(name.split())
-        if name not in ids:
-            order.append(name)
-            ids[name] = set()
-        return name
-
-    for i, raw in enumerate(lines):
-        line = raw[:SCAN_CHARS]
-        has_gpu = "GPU" in line
-        vendor = "NVIDIA" in line or "Tesla" in line or "GeForce" in line
-        if not (has_gpu or vendor or "|" in line or _COUNT_RE.search(line)):
-            continue
-        m = _GPU_IDS_RE.match(line) if has_gpu else None
-        if m is not None and "Compute Capability" not in line:
-            name = note(m[2].split("(UUID", 1)[0].strip())
-            ids[name] |= _ids(m[1])
-            continue
-        m = _GPU_CC_RE.match(line) if has_gpu else None
-        if m is not None and order:
-            sm_seen[order[-1]] = int(m[1]) * 10 + int(m[2])
-            continue
-        if line.lstrip().startswith("|"):
-            row = _smi_row(line, lines[i + 1][:SCAN_CHARS] if i + 1 < len(lines) else "")
-            if row is not None:
-                name = note(row[0])
-                ids[name].add(row[1])
-                if row[2]:
-                    memory[name] = row[2]
-            continue
-        for m in _GPU_TEXT_RE.finditer(line):
-            if (
-                not m[1]
-                and not m[2].startswith(("NVIDIA", "Tesla", "GeForce"))
-                and "GPU" not in line
-            ):
-                continue
-            name = note(m[2])
-            if m[1]:
-                counts[name] = max(counts.get(name, 0), int(m[1]))
-    hints = []
-    for name in order:
-        mem = memory.get(name)
-        if mem is None:
-            mm = _MEM_NAME_RE.search(name)
-            mem = int(mm[1]) if mm else None
-        count = len(ids[name]) or counts.get(name) or None
-        hints.append(
-            GpuHint(name=name, sm=sm_seen.get(name, gpu_sm(name)), count=count, memory_gb=mem)
-        )
-    return hints

@@ -16,24 +16,22 @@ fact. The "This fixed it" button records the incident with
 ``Records.confirm(..., source="slack")``.
 
 Safety: event retries are dropped by ``event_id`` (and by message ts), posts
-are rate-limited per channel by a token bucket, and every outgoing payload is
-redacted of secrets. Two modes: HTTP (:func:`mount_slack` adds
-``POST /slack/events`` to the FastAPI app, signatures verified by Bolt) and
-Socket Mode (:func:`run_socket_mode`). Thread context lives in memory, so
-HTTP mode should run a single worker process.
+are rate-limited per channel by a token bucket (see :mod:`.slack_state`), and
+every outgoing payload is redacted of secrets (see :mod:`.slack_blocks`).
+Message text is read by :mod:`.slack_text`. Two modes: HTTP
+(:func:`mount_slack` adds ``POST /slack/events`` to the FastAPI app,
+signatures verified by Bolt) and Socket Mode (:func:`run_socket_mode`).
+Thread context lives in memory, so HTTP mode should run a single worker
+process.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
-import time
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -52,9 +50,15 @@ from ..errors import ConfigError, TriageError
 from ..kb.records import Records, triage_id
 from . import slack_blocks as sb
 from .engine import Engine
-from .facts import get_profile, profile_from_gpus
-from .logparse_command import GpuHint
 from .models import TriageResult
+from .slack_state import Seen, ThreadContext, ThreadStore, TokenBucket
+from .slack_text import (
+    classify_followup,
+    drop_versions,
+    looks_like_log,
+    normalize_text,
+    split_options,
+)
 
 log = logging.getLogger("sglang_triage.slack")
 
@@ -65,185 +69,6 @@ SLASH_COMMAND = "/sglang-triage"
 FILE_HOSTS = ("files.slack.com",)
 TEXT_FILETYPES = {"text", "python", "shell", "log", "json", "yaml", "markdown", "post", "diff",
                   "javascript", "plain", "txt", "csv", "toml", "ini"}
-
-
-# ------------------------------------------------------------------------------ plumbing
-
-class TokenBucket:
-    """Per-key token buckets: ``rate`` tokens a second, at most ``burst`` saved up."""
-
-    def __init__(self, rate: float = 1.0, burst: int = 5,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate, self.burst, self.clock = rate, float(burst), clock
-        self._state: dict[str, tuple[float, float]] = {}
-        self._lock = threading.Lock()
-
-    def try_take(self, key: str) -> float:
-        """Take a token: 0.0 on success, else the seconds until one is available."""
-        with self._lock:
-            now = self.clock()
-            tokens, last = self._state.get(key, (self.burst, now))
-            tokens = min(self.burst, tokens + (now - last) * self.rate)
-            if tokens >= 1.0:
-                self._state[key] = (tokens - 1.0, now)
-                return 0.0
-            self._state[key] = (tokens, now)
-            return (1.0 - tokens) / self.rate
-
-    def acquire(self, key: str, max_wait: float = 10.0) -> bool:
-        """Block until a token is free (True) or ``max_wait`` would be exceeded (False)."""
-        deadline = self.clock() + max_wait
-        while True:
-            wait = self.try_take(key)
-            if wait == 0.0:
-                return True
-            if self.clock() + wait > deadline:
-                return False
-            time.sleep(min(wait, 0.5))
-
-
-class Seen:
-    """A bounded, expiring set: ``add(key)`` is False when the key was already there."""
-
-    def __init__(self, ttl_s: float = 3600.0, max_items: int = 20_000) -> None:
-        self.ttl_s, self.max_items = ttl_s, max_items
-        self._items: OrderedDict[str, float] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def add(self, key: str) -> bool:
-        now = time.monotonic()
-        with self._lock:
-            while self._items and (len(self._items) >= self.max_items
-                                   or next(iter(self._items.values())) < now - self.ttl_s):
-                self._items.popitem(last=False)
-            if key in self._items:
-                return False
-            self._items[key] = now
-            return True
-
-
-@dataclass
-class ThreadContext:
-    """What a thread's follow-ups are answered from."""
-
-    channel: str
-    thread_ts: str
-    payload: str
-    options: dict[str, str | None]
-    tid: str
-    result: TriageResult
-    updated: float = field(default_factory=time.monotonic)
-
-
-class ThreadStore:
-    """LRU of :class:`ThreadContext` by ``(channel, thread_ts)``."""
-
-    def __init__(self, max_items: int = 2000, ttl_s: float = 7 * 86400.0) -> None:
-        self.max_items, self.ttl_s = max_items, ttl_s
-        self._items: OrderedDict[tuple[str, str], ThreadContext] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, channel: str, thread_ts: str | None) -> ThreadContext | None:
-        if not thread_ts:
-            return None
-        with self._lock:
-            ctx = self._items.get((channel, thread_ts))
-            if ctx is None or ctx.updated < time.monotonic() - self.ttl_s:
-                return None
-            self._items.move_to_end((channel, thread_ts))
-            return ctx
-
-    def put(self, ctx: ThreadContext) -> None:
-        with self._lock:
-            ctx.updated = time.monotonic()
-            self._items[(ctx.channel, ctx.thread_ts)] = ctx
-            self._items.move_to_end((ctx.channel, ctx.thread_ts))
-            while len(self._items) > self.max_items:
-                self._items.popitem(last=False)
-
-
-# ------------------------------------------------------------------------------ text
-
-_MENTION = re.compile(r"<@[UWB][A-Z0-9]+(?:\|[^>]*)?>")
-_LINK = re.compile(r"<((?:https?|mailto|ftp|file):[^>|]*)(?:\|([^>]*))?>")
-_SPECIAL = re.compile(r"<[!#][^>|]*(?:\|([^>]*))?>")
-_OPTION = re.compile(r"^(release|hardware|hw|model|model_arch|arch)=(\S+)$", re.I)
-_OPTION_KEYS = {"hw": "hardware", "arch": "model_arch"}
-_LOG_HINTS = re.compile(r"Traceback \(most recent call last\)|launch_server|sglang serve|--model-path|"
-                        r"error: argument|usage: |^\w+(?:Error|Exception)\b", re.I | re.M)
-_VERSION = re.compile(r"\b(\d+\.\d+\.\d+(?:\.post\d+|rc\d+)?)\b")
-_COUNT = re.compile(r"\b(\d{1,3})\s*[x×*]\s*(?=[A-Za-z])|\b[A-Za-z]+\d+[A-Za-z]*\s*[x×*]\s*(\d{1,3})\b")
-
-
-def normalize_text(text: str) -> str:
-    """Slack message text as the user typed it: mentions dropped, links and entities undone."""
-    text = _MENTION.sub("", text or "")
-    text = _LINK.sub(lambda m: m[2] or m[1].removeprefix("mailto:"), text)
-    text = _SPECIAL.sub(lambda m: m[1] or "", text)
-    text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-    text = re.sub(r"```(?:[ \t]*(?:python|py|text|bash|sh|shell|console|log)[ \t]*(?=\n))?", "\n", text)
-    return text.strip()
-
-
-def split_options(text: str) -> tuple[dict[str, str], str]:
-    """Leading ``key=value`` options (``release= hardware= model= model_arch=``) and the rest."""
-    options: dict[str, str] = {}
-    rest = text.lstrip()
-    while rest:
-        tok = re.match(r"(\S+)\s*", rest)
-        m = _OPTION.match(tok[1]) if tok else None
-        if tok is None or m is None:
-            break
-        key = m[1].lower()
-        options[_OPTION_KEYS.get(key, key)] = m[2]
-        rest = rest[tok.end():]
-    return options, rest
-
-
-def looks_like_log(text: str) -> bool:
-    """True for text that is a crash log rather than a question about one."""
-    return len(text) > 400 or bool(_LOG_HINTS.search(text))
-
-
-def hardware_from_text(text: str) -> str | None:
-    """A hardware profile name for the GPU words in ``text`` (``"on 2x H100"`` -> ``h100-x2``)."""
-    for token in re.findall(r"[A-Za-z0-9][\w.-]*-x\d{1,3}\b", text):
-        try:
-            return get_profile(token).name
-        except ConfigError:
-            pass
-    prof = profile_from_gpus([GpuHint(name=text, sm=None, count=None, memory_gb=None)])
-    if prof is None or prof.name.startswith("gpu-sm"):
-        if re.search(r"\bcpu\b", text, re.I):
-            return "cpu"
-        return None
-    base = prof.name.rpartition("-x")[0] or prof.name
-    m = _COUNT.search(text)
-    count = next((g for g in (m.groups() if m else ()) if g), None)
-    try:
-        return get_profile(f"{base}-x{count}" if count else base).name
-    except ConfigError:
-        return None
-
-
-def classify_followup(text: str) -> tuple[str, str | None]:
-    """``(kind, value)`` for a follow-up: hardware, release, why, check, fixes, unknowns or help."""
-    hw = hardware_from_text(text)
-    if hw:
-        return "hardware", hw
-    m = _VERSION.search(text)
-    if m:
-        return "release", m[1]
-    low = text.lower()
-    if re.search(r"\bwhy\b|explain|reason|cause", low):
-        return "why", None
-    if re.search(r"\bcheck\b|\bcode\b|source|\bline\b|assert|condition", low):
-        return "check", None
-    if re.search(r"\bfix(es)?\b|alternative|other|option|command", low):
-        return "fixes", None
-    if re.search(r"unknown|missing|not sure|uncertain", low):
-        return "unknowns", None
-    return "help", None
 
 
 # ------------------------------------------------------------------------------ the bot
@@ -399,7 +224,7 @@ class SlackTriageBot:
     def _followup(self, ctx: ThreadContext, text: str, options: dict[str, str]) -> None:
         kind, value = classify_followup(text)
         if kind == "release" and value == (ctx.result.release or {}).get("release"):
-            kind, value = classify_followup(_VERSION.sub("", text))  # names the current release
+            kind, value = classify_followup(drop_versions(text))  # names the current release
         if options:
             kind = "rerun"
         if kind in ("hardware", "release", "rerun"):
@@ -600,5 +425,4 @@ def run_socket_mode(settings: Settings, engine_factory: EngineFactory | None = N
     SocketModeHandler(bot.app, settings.slack_app_token, web_client=bot.client).start()
 
 
-__all__ = ["SlackTriageBot", "TokenBucket", "classify_followup", "hardware_from_text", "make_client",
-           "mount_slack", "normalize_text", "run_socket_mode"]
+__all__ = ["SlackTriageBot", "make_client", "mount_slack", "run_socket_mode"]

@@ -21,12 +21,12 @@ from sglang_triage.kb.catalogs import load_catalog
 from sglang_triage.service.engine import Engine
 from sglang_triage.service.evaluation import base_attrs
 from sglang_triage.service.flags import parse_argv
-from sglang_triage.service.llm import (
+from sglang_triage.service.llm import assist
+from sglang_triage.service.llm_checks import check_text
+from sglang_triage.service.llm_prompt import (
     AssistContext,
     Snippet,
-    assist,
     build_snippets,
-    check_text,
     context_from_result,
 )
 from sglang_triage.service.logparse import parse_input

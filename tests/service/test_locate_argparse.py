@@ -10,7 +10,7 @@ from packaging.version import Version
 from sglang_triage.kb.catalogs import load_catalog
 from sglang_triage.service.flags import parse_argv
 from sglang_triage.service.locate_argparse import diagnose_argparse, flag_history
-from sglang_triage.service.logparse_command import ArgparseError, find_argparse_error
+from sglang_triage.service.logparse_argparse import ArgparseError, find_argparse_error
 
 
 @pytest.fixture(scope="module")

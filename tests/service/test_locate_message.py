@@ -8,7 +8,9 @@ import time
 import pytest
 
 from sglang_triage.service import locate_message as lm
-from sglang_triage.service.locate_message import match_message, message_pattern
+from sglang_triage.service.locate_message import match_message, split_exception_prefix
+from sglang_triage.service.message_align import type_factor
+from sglang_triage.service.message_template import MessageTemplate, message_pattern
 
 TRTLLM = "trtllm_mha backend only supports topk = 1 for speculative decoding."
 TBO_USER = (
@@ -71,18 +73,18 @@ def test_template_regex_matches_renderings() -> None:
 
 
 def test_split_exception_prefix() -> None:
-    assert lm.split_exception_prefix("ValueError: boom") == ("ValueError", "boom")
-    assert lm.split_exception_prefix("torch.OutOfMemoryError: x") == ("OutOfMemoryError", "x")
-    assert lm.split_exception_prefix("note: not an error") == (None, "note: not an error")
+    assert split_exception_prefix("ValueError: boom") == ("ValueError", "boom")
+    assert split_exception_prefix("torch.OutOfMemoryError: x") == ("OutOfMemoryError", "x")
+    assert split_exception_prefix("note: not an error") == (None, "note: not an error")
 
 
 def test_type_factor() -> None:
-    assert lm.type_factor(None, "raise", "ValueError") == 1.0
-    assert lm.type_factor("ValueError", "raise", "ValueError") == 1.0
-    assert lm.type_factor("AssertionError", "assert", "AssertionError") == 1.0
-    assert lm.type_factor("NotImplementedError", "raise", "RuntimeError") == 0.85
-    assert lm.type_factor("ValueError", "raise", "MyCustomError") == 0.75
-    assert lm.type_factor("AssertionError", "raise", "ValueError") == 0.5
+    assert type_factor(None, "raise", "ValueError") == 1.0
+    assert type_factor("ValueError", "raise", "ValueError") == 1.0
+    assert type_factor("AssertionError", "assert", "AssertionError") == 1.0
+    assert type_factor("NotImplementedError", "raise", "RuntimeError") == 0.85
+    assert type_factor("ValueError", "raise", "MyCustomError") == 0.75
+    assert type_factor("AssertionError", "raise", "ValueError") == 0.5
 
 
 # --------------------------------------------------------------------------- real KB
@@ -107,7 +109,7 @@ def test_trtllm_message_in_0_5_23(store) -> None:
     assert rows and TRTLLM in rows[0]["message"]
 
 
-def _fstring_raise(store, release: str) -> tuple[dict, lm.MessageTemplate]:
+def _fstring_raise(store, release: str) -> tuple[dict, MessageTemplate]:
     """A ValueError raise with an f-string message in server_args.py (else in arg_groups/,
     where later releases moved the ServerArgs checks)."""
     for scope in ("path = 'sglang/srt/server_args.py'", "path LIKE 'sglang/srt/arg_groups/%'"):

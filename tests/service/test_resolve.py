@@ -15,7 +15,8 @@ import pytest
 
 from sglang_triage.kb.store import Store, pack_text
 from sglang_triage.service.logparse import parse_log
-from sglang_triage.service.resolve import release_sort_key, resolve_release
+from sglang_triage.service.release_versions import release_sort_key
+from sglang_triage.service.resolve import resolve_release
 
 SITE = "/venv/lib/python3.12/site-packages"
 SERVER_ARGS = "sglang/srt/server_args.py"

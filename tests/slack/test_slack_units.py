@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sglang_triage.service import slack_blocks as sb
-from sglang_triage.service.slack_bot import (
-    Seen,
-    TokenBucket,
+from sglang_triage.service.slack_state import Seen, TokenBucket
+from sglang_triage.service.slack_text import (
     classify_followup,
     hardware_from_text,
     looks_like_log,

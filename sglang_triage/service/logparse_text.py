@@ -1,0 +1,182 @@
+"""Text handling shared by the crash-log readers: cleaning, the scan limit, quote-aware splitting.
+
+:func:`clean_log` turns a pasted log into plain lines: CR line ends, a BOM and
+ANSI escapes go, and so do per-line transport prefixes (SGLang's
+``[timestamp]``, ISO timestamps, kubectl, journald and docker compose
+prefixes). :func:`clean_log_marked` also says which lines start a new log
+record, which the traceback scanner (:mod:`.logparse_traceback`) uses to end
+messages and tracebacks.
+
+The other readers (:mod:`.logparse_command`, :mod:`.logparse_argparse`,
+:mod:`.logparse_environment`) share :func:`unquote` and
+:func:`split_top_level`, and look at most :data:`SCAN_CHARS` characters of a
+line. Every regular expression here is linear-time (no overlapping nested
+quantifiers). Everything is pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+__all__ = [
+    "MAX_LINE_CHARS",
+    "SCAN_CHARS",
+    "clean_log",
+    "clean_log_marked",
+    "split_top_level",
+    "unquote",
+]
+
+SCAN_CHARS = 10_000
+"""Characters of a line that regular expressions look at; the rest is ignored."""
+MAX_LINE_CHARS = 100_000  # longer lines are cut (a ServerArgs repr can be ~15k characters)
+
+
+# --------------------------------------------------------------------------- cleaning
+
+_ANSI_RE = re.compile(
+    r"\x1b\[[0-?]{0,64}[ -/]{0,16}[@-~]|\x1b\][^\x07\x1b\n]{0,4096}(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]?"
+)
+_BRACKET_TS_RE = re.compile(r"\[\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}[^\]\n]{0,80}\] ?")
+_ISO_TS_RE = re.compile(
+    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})? ?"
+)
+_JOURNALD_RE = re.compile(
+    r"[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} [^\s:]{1,255} [^\s:\[]{1,255}(?:\[\d{1,10}\])?: ?"
+)
+_KUBECTL_RE = re.compile(r"\[pod/[^\]\s]{1,512}\] ?")
+_COMPOSE_RE = re.compile(r"([A-Za-z0-9][\w.-]{0,63}) {0,40}\|(?: |$)")
+
+
+def _compose_services(lines: Sequence[str]) -> frozenset[str]:
+    """docker compose service prefixes (``svc-1  | ``) that are consistent enough to strip.
+
+    A name counts when it prefixes at least two lines and compose-style lines make
+    up at least 30% of the non-blank lines, so ``a | b`` in prose is left alone.
+    """
+    counts: Counter[str] = Counter()
+    nonblank = 0
+    for line in lines:
+        if line.strip():
+            nonblank += 1
+            m = _COMPOSE_RE.match(line, 0, 200) if "|" in line else None
+            if m is not None:
+                counts[m[1]] += 1
+    if sum(counts.values()) < max(2, 0.3 * nonblank):
+        return frozenset()
+    return frozenset(name for name, c in counts.items() if c >= 2)
+
+
+def _strip_prefix(line: str, compose: frozenset[str]) -> tuple[str, bool, str | None]:
+    """Remove transport prefixes from one line.
+
+    Returns the rest, whether an SGLang ``[timestamp]`` was removed, and the compose
+    service. Exactly one space after a prefix is removed, so indentation survives.
+    """
+    marked = False
+    service = None
+    if line[:1] in ("", " ", "\t"):
+        return line, marked, service  # no prefix starts with blank space
+    for _ in range(6):
+        m = _KUBECTL_RE.match(line) or _JOURNALD_RE.match(line) or _ISO_TS_RE.match(line)
+        if m is None:
+            m = _BRACKET_TS_RE.match(line)
+            marked = marked or m is not None
+        if m is None and compose:
+            c = _COMPOSE_RE.match(line, 0, 200)
+            m = c if c is not None and c[1] in compose else None
+            service = m[1] if m is not None else service
+        if m is None:
+            break
+        line = line[m.end() :]
+    return line, marked, service
+
+
+def clean_log_marked(text: str) -> tuple[list[str], list[bool], list[str]]:
+    """The lines of :func:`clean_log`, per-line marks and notes (such as cut long lines).
+
+    A line is marked when it starts a new log record: it carried an SGLang
+    ``[timestamp]`` or comes from another compose service than the line before.
+    """
+    notes: list[str] = []
+    text = text.replace("\r\n", "\n").replace("\r", "\n").removeprefix("\ufeff")
+    text = _ANSI_RE.sub("", text)
+    raw = text.split("\n")
+    if raw and not raw[-1]:
+        raw.pop()
+    long_lines = sum(1 for line in raw if len(line) > MAX_LINE_CHARS)
+    if long_lines:
+        notes.append(f"{long_lines} line(s) longer than {MAX_LINE_CHARS} characters were cut")
+    compose = _compose_services(raw)
+    lines: list[str] = []
+    marks: list[bool] = []
+    previous = None
+    for line in raw:
+        cleaned, marked, service = _strip_prefix(line[:MAX_LINE_CHARS], compose)
+        lines.append(cleaned.rstrip())
+        marks.append(marked or (service is not None and service != previous))
+        previous = service or previous
+    return lines, marks, notes
+
+
+def clean_log(text: str) -> list[str]:
+    """The log as lines without ANSI escapes, CR line ends or per-line prefixes.
+
+    Removed prefixes: ``[2026-03-23 14:01:38 TP0] `` and other bracketed
+    timestamps, ISO timestamps (``2026-03-23T14:01:38.123Z ``), kubectl
+    ``[pod/name/container] ``, journald ``Mar 23 14:01:38 host python[1234]: ``
+    and docker compose ``svc-1  | `` (only for service names that prefix the log
+    consistently). Indentation after a prefix is kept; trailing blanks are not.
+    """
+    return clean_log_marked(text)[0]
+
+
+# --------------------------------------------------------------------------- splitting
+
+
+def unquote(item: str) -> str:
+    """``item`` without surrounding quotes, a trailing comma or a `` # comment``."""
+    s = item.strip()
+    if s.endswith(","):
+        s = s[:-1].rstrip()
+    if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"":
+        return s[1:-1]
+    if " #" in s:
+        s = s.split(" #", 1)[0].rstrip()
+    return s
+
+
+def split_top_level(body: str) -> tuple[list[str], bool]:
+    """Split ``a=1, b=[2, 3])`` at top-level commas up to the closing parenthesis.
+
+    Returns the parts and whether the closing parenthesis (or bracket) was reached.
+    """
+    parts: list[str] = []
+    depth = 0
+    quote = ""
+    escaped = False
+    start = 0
+    for i, ch in enumerate(body):
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            if depth == 0:
+                parts.append(body[start:i])
+                return parts, True
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(body[start:i])
+            start = i + 1
+    parts.append(body[start:])
+    return parts, False

@@ -1,0 +1,197 @@
+"""Message templates: the literal text of a check's message expression, with placeholders.
+
+Every check in the KB stores the *source* of its message expression.
+:func:`message_pattern` turns that source into a :class:`MessageTemplate`:
+literal fragments separated by placeholders, whitespace-normalised as
+:func:`normalise` normalises a user's message. The source is read with
+:func:`ast.parse` only (never evaluated): string literals, implicit
+concatenation, f-strings (``{expr}``, ``{expr!r:fmt}``; ``{{``/``}}`` are
+literal braces), ``"..." % x`` (``%s``/``%d``/``%(name)s``; ``%%`` is a literal
+``%``), ``"...".format(...)`` (``{}``/``{0}``/``{name}``) and ``+`` between
+literal and non-literal parts. Messages that are a bare variable or call give
+``None``.
+
+:mod:`.message_align` aligns a message with a template;
+:mod:`.locate_message` indexes a release's templates and finds the checks.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import string
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+__all__ = ["MessageTemplate", "message_pattern", "normalise"]
+
+_MAX_SOURCE_CHARS = 20_000
+_WS = re.compile(r"\s+")
+_PERCENT_SPEC = re.compile(
+    r"%(?:\([^)]{0,100}\))?[#0 +-]{0,5}(?:\*|\d{1,5})?(?:\.(?:\*|\d{1,5}))?[hlL]?[diouxXeEfFgGcrsab%]"
+)
+
+
+class _Hole:
+    """A placeholder in a list of template parts."""
+
+
+_HOLE = _Hole()
+_Part = str | _Hole
+
+
+@dataclass(eq=False)
+class MessageTemplate:
+    """Literal fragments of a message with a placeholder between each pair.
+
+    ``fragments`` always has one more item than there are placeholders (the
+    first and last may be empty when the message starts or ends with a
+    placeholder). Fragments are whitespace-normalised: runs of whitespace are one
+    space and the message's leading/trailing whitespace is dropped, the same
+    normalisation :func:`.locate_message.match_message` applies to users' messages.
+    """
+
+    fragments: list[str]
+    literal_chars: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.literal_chars = sum(len(f) for f in self.fragments)
+
+    @property
+    def placeholders(self) -> int:
+        return len(self.fragments) - 1
+
+    @property
+    def text(self) -> str:
+        """Human-readable form, placeholders shown as ``{…}``."""
+        return "{…}".join(self.fragments)
+
+    @cached_property
+    def regex(self) -> re.Pattern[str]:
+        """The template as a regular expression (use with ``fullmatch``).
+
+        Literal parts are escaped with whitespace as ``\\s+``; each placeholder is a
+        non-greedy ``(.*?)`` (DOTALL). Adjacent placeholders are already merged. Bound
+        the input length when matching untrusted text with it.
+        """
+        parts = []
+        for frag in self.fragments:
+            parts.append(r"\s+".join(re.escape(w) for w in frag.split(" ")))
+        return re.compile(r"\s*" + "(.*?)".join(parts) + r"\s*", re.DOTALL)
+
+
+def normalise(text: str) -> str:
+    """Collapse whitespace runs to one space and strip the ends."""
+    return _WS.sub(" ", text).strip()
+
+
+def message_pattern(message_src: str) -> MessageTemplate | None:
+    """The :class:`MessageTemplate` of a message expression's source, or ``None``.
+
+    ``None`` when the source is not a string-valued expression built from
+    literals (a variable, a call, a conditional, a tuple, bytes ...) or when it
+    has no literal text at all.
+    """
+    if not message_src or len(message_src) > _MAX_SOURCE_CHARS:
+        return None
+    try:
+        tree = ast.parse("(\n" + message_src + "\n)", mode="eval")
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    parts = _parts(tree.body)
+    if parts is None:
+        return None
+    template = _template(parts)
+    if not any(template.fragments):
+        return None
+    return template
+
+
+def _parts(node: ast.expr) -> list[_Part] | None:
+    """Template parts of a string-valued expression; ``None`` if it is not one."""
+    if isinstance(node, ast.Constant):
+        return [node.value] if isinstance(node.value, str) else None
+    if isinstance(node, ast.JoinedStr):
+        out: list[_Part] = []
+        for value in node.values:
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                out.append(value.value)
+            else:
+                out.append(_HOLE)
+        return out
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _parts(node.left), _parts(node.right)
+        if left is None and right is None:
+            return None  # e.g. ``a + b``: nothing literal to anchor on
+        return (left if left is not None else [_HOLE]) + (right if right is not None else [_HOLE])
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+        left = _parts(node.left)
+        if left is None:
+            return None
+        return _expand(left, _percent_parts)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+    ):
+        base = _parts(node.func.value)
+        if base is None:
+            return None
+        return _expand(base, _format_parts)
+    return None
+
+
+def _expand(parts: list[_Part],
+            split: Callable[[str], list[_Part] | None]) -> list[_Part] | None:
+    out: list[_Part] = []
+    for part in parts:
+        if isinstance(part, str):
+            pieces = split(part)
+            if pieces is None:
+                return None
+            out.extend(pieces)
+        else:
+            out.append(part)
+    return out
+
+
+def _percent_parts(text: str) -> list[_Part]:
+    """``%``-format specs become placeholders; ``%%`` is a literal ``%``."""
+    out: list[_Part] = []
+    pos = 0
+    for m in _PERCENT_SPEC.finditer(text):
+        out.append(text[pos : m.start()])
+        out.append("%" if m.group() == "%%" else _HOLE)
+        pos = m.end()
+    out.append(text[pos:])
+    return out
+
+
+def _format_parts(text: str) -> list[_Part] | None:
+    """``str.format`` fields become placeholders; ``{{``/``}}`` are literal braces."""
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError:
+        return None
+    out: list[_Part] = []
+    for literal, field_name, _spec, _conv in parsed:
+        out.append(literal)
+        if field_name is not None:
+            out.append(_HOLE)
+    return out
+
+
+def _template(parts: Iterable[_Part]) -> MessageTemplate:
+    """Merge adjacent literals and adjacent placeholders, then normalise whitespace."""
+    frags: list[str] = [""]
+    for part in parts:
+        if isinstance(part, str):
+            frags[-1] += part
+        elif len(frags) == 1 or frags[-1]:
+            frags.append("")
+        # else: a placeholder right after another one merges with it
+    normed = [_WS.sub(" ", f) for f in frags]
+    normed[0] = normed[0].lstrip()
+    normed[-1] = normed[-1].rstrip()
+    return MessageTemplate(fragments=normed)
