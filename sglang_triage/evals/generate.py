@@ -14,8 +14,10 @@ alone (see :mod:`.groundtruth`), and the crash log is rendered with
 :func:`~sglang_triage.evals.render.render_log` (Python 3.10-3.13, sometimes
 with timestamp prefixes, sometimes only the command and the exception line).
 
-Nothing is tuned by hand; ``confirmed_by`` stays None until a replay of the
-release's own validation confirms the incident.
+Nothing is tuned by hand. By default every incident is then confirmed by a
+replay of the release's own validation (:mod:`.confirm`): only incidents whose
+crash SGLang reproduces at the expected check are kept, with the fixes that
+really make it pass, and ``confirmed_by`` says so (``--no-replay`` skips it).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ..service.evaluation import apply_earlier_writes
 from ..service.expr import referenced_names
 from ..service.facts import get_profile, model_arch_for
 from ..service.flags import parse_argv
+from .confirm import Confirm, ReplayConfirmer
 from .groundtruth import Context, Probe, Prober, root_cause_attrs
 from .incidents import (
     Expected,
@@ -170,12 +173,19 @@ def build_incident(prober: Prober, check: dict[str, Any], ctx: Context, probe: P
 
 
 def generate_release(store: Store, release: str, quota: int, seed: int, *,
-                     per_function: int = 3, contexts: int = 2, log=None) -> list[Incident]:  # noqa: ANN001
+                     per_function: int = 3, contexts: int = 2, log=None,  # noqa: ANN001
+                     confirm: Confirm | None = None) -> list[Incident]:
     """Up to ``quota`` incidents for ``release``.
 
     A first pass takes at most a fifth of the quota per category (so no area
     crowds out the others) and nothing of category ``other``; incidents set
     aside there fill the rest in a second pass, in the order they were found.
+
+    With ``confirm`` (e.g. :class:`~.confirm.ReplayConfirmer`), incidents are
+    taken tentatively; whenever the quota is tentatively full they are confirmed
+    in one batch, those refused are dropped (their function and category slots
+    freed) and the search goes on where it stopped. Without it every incident
+    is kept as the evaluator found it.
     """
     rng = random.Random(f"{seed}:{release}")
     prober = Prober(store, release)
@@ -185,6 +195,7 @@ def generate_release(store: Store, release: str, quota: int, seed: int, *,
     rng.shuffle(cands)
     cands.sort(key=_tier)
     out: list[Incident] = []
+    pending: list[tuple[Incident, str]] = []
     spare: list[tuple[dict[str, Any], Context, Probe, str | None]] = []
     per_fn: Counter[str] = Counter()
     per_cat: Counter[str] = Counter()
@@ -192,14 +203,33 @@ def generate_release(store: Store, release: str, quota: int, seed: int, *,
 
     def take(check: dict[str, Any], ctx: Context, probe: Probe, message: str | None) -> None:
         inc = build_incident(prober, check, ctx, probe, rng, seed, message)
-        out.append(inc)
+        pending.append((inc, check["function"]))
         per_fn[check["function"]] += 1
         per_cat[inc.category] += 1
-        if log:
-            log(f"{release}: {inc.id} [{inc.category}] {len(out)}/{quota}")
+
+    def settle() -> None:
+        verdicts = confirm(release, [inc for inc, _ in pending]) if confirm and pending \
+            else [inc for inc, _ in pending]
+        for (inc, function), kept in zip(pending, verdicts, strict=True):
+            if kept is None:
+                per_fn[function] -= 1
+                per_cat[inc.category] -= 1
+            else:
+                out.append(kept)
+            if log:
+                log(f"{release}: {inc.id} [{inc.category}] "
+                    f"{'dropped: not confirmed' if kept is None else 'kept'} {len(out)}/{quota}")
+        pending.clear()
+
+    def full() -> bool:
+        """Tentatively full: confirm what is pending; True when the quota is really met."""
+        if len(out) + len(pending) < quota:
+            return False
+        settle()
+        return len(out) >= quota
 
     for check in cands:
-        if len(out) >= quota:
+        if full():
             break
         if per_fn[check["function"]] >= per_function:
             continue
@@ -225,21 +255,24 @@ def generate_release(store: Store, release: str, quota: int, seed: int, *,
             else:
                 take(check, ctx, probe, message)
             break
+    settle()
     for check, ctx, probe, message in spare:
-        if len(out) >= quota:
+        if full():
             break
         if per_fn[check["function"]] < per_function:
             take(check, ctx, probe, message)
+    settle()
     return out
 
 
 def generate(store: Store, *, seed: int = 0, count: int = 72,
-             releases: tuple[str, ...] = DEFAULT_RELEASES, log=None) -> list[Incident]:  # noqa: ANN001
+             releases: tuple[str, ...] = DEFAULT_RELEASES, log=None,  # noqa: ANN001
+             confirm: Confirm | None = None) -> list[Incident]:
     """``count`` incidents spread evenly over ``releases`` (fewer if a release runs dry)."""
     out: list[Incident] = []
     for i, release in enumerate(releases):
         quota = count // len(releases) + (1 if i < count % len(releases) else 0)
-        out.extend(generate_release(store, release, quota, seed, log=log))
+        out.extend(generate_release(store, release, quota, seed, log=log, confirm=confirm))
     return out
 
 
@@ -251,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=72)
     ap.add_argument("--releases", default=",".join(DEFAULT_RELEASES))
     ap.add_argument("--kb", default=None, help="KB folder (default: TRIAGE_KB_DIR or <home>/kb)")
+    ap.add_argument("--no-replay", action="store_true",
+                    help="keep the evaluator's ground truth unconfirmed (no replay)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     from ..config import Settings
@@ -263,7 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in releases:
         store.require(r)
     log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    incidents = generate(store, seed=args.seed, count=args.count, releases=releases, log=log)
+    confirm = None if args.no_replay else ReplayConfirmer(settings, store, log=log)
+    incidents = generate(store, seed=args.seed, count=args.count, releases=releases, log=log,
+                         confirm=confirm)
     dump_incidents(incidents, args.out)
     cats = Counter(i.category for i in incidents)
     print(f"wrote {len(incidents)} incidents to {args.out}: "

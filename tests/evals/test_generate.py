@@ -35,11 +35,46 @@ def test_same_seed_same_output_and_another_seed_differs(kb) -> None:  # noqa: AN
     assert _dump(a) != _dump(c)
 
 
+class _ShippedVerdicts:
+    """Replay's verdicts as the shipped file records them (the real replay is re-run on a
+    sample in test_shipped_verdicts_replay_again): kept incidents come back as shipped."""
+
+    def __init__(self, shipped: list) -> None:
+        self.by_id = {i.id: i for i in shipped}
+        self.asked: list[str] = []
+
+    def __call__(self, release: str, incidents: list) -> list:
+        self.asked += [i.id for i in incidents]
+        return [self.by_id.get(i.id) for i in incidents]
+
+
 def test_shipped_file_is_the_scripts_output(kb, generated) -> None:  # noqa: ANN001
-    """The 0.5.9 part of generated.jsonl is exactly what seed 0 produces (nothing hand-edited)."""
+    """The 0.5.9 part of generated.jsonl is exactly what seed 0 produces, given replay's
+    verdicts (nothing hand-edited): same incidents, same order, same logs."""
     shipped = [i for i in generated if i.release == "0.5.9"]
-    again = gen.generate_release(kb.store, "0.5.9", len(shipped), seed=0)
+    verdicts = _ShippedVerdicts(shipped)
+    again = gen.generate_release(kb.store, "0.5.9", len(shipped), seed=0, confirm=verdicts)
     assert _dump(again) == _dump(shipped)
+    # every shipped incident was proposed by the generator before replay judged it
+    assert set(verdicts.by_id) <= set(verdicts.asked)
+
+
+def test_shipped_verdicts_replay_again(kb, cache_settings, generated) -> None:  # noqa: ANN001
+    """A sample of shipped incidents, replayed again with SGLang's own validation: the crash
+    fires at the expected check and every shipped fix makes it pass."""
+    from sglang_triage.evals.confirm import ReplayConfirmer
+
+    confirmer = ReplayConfirmer(cache_settings, kb.store)
+    for release in ("0.5.9", "0.5.11", "0.5.23"):
+        mine = [i for i in generated if i.release == release]
+        hardware = Counter(i.hardware for i in mine).most_common(1)[0][0]
+        sample = sorted((i for i in mine if i.hardware == hardware),
+                        key=lambda i: (len(i.expected.acceptable_fixes), i.id))[:2]
+        again = confirmer(release, sample)
+        for inc, back in zip(sample, again, strict=True):
+            assert back is not None, inc.id
+            assert back.expected.acceptable_fixes == inc.expected.acceptable_fixes, inc.id
+            assert back.confirmed_by == inc.confirmed_by == f"replay:{release}:{hardware}"
 
 
 def test_enough_incidents_over_three_releases(generated) -> None:  # noqa: ANN001
@@ -47,7 +82,8 @@ def test_enough_incidents_over_three_releases(generated) -> None:  # noqa: ANN00
     assert Counter(i.release for i in generated).keys() == {"0.5.9", "0.5.11", "0.5.23"}
     cats = Counter(i.category for i in generated)
     assert len(cats) >= 5
-    assert all(i.source.startswith("generated:") and i.confirmed_by is None for i in generated)
+    assert all(i.source.startswith("generated:") for i in generated)
+    assert all((i.confirmed_by or "").startswith(f"replay:{i.release}:") for i in generated)
 
 
 def test_expected_locations_exist_and_logs_parse(kb, generated) -> None:  # noqa: ANN001
