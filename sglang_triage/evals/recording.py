@@ -80,11 +80,18 @@ def incident_from_record(rec: dict[str, Any], store: Store | None = None) -> Inc
         confirmed_by=f"{conf.get('source') or 'user'}:{tid}")
 
 
-def export_confirmed(records: Records, store: Store | None = None) -> list[Incident]:
-    """Every confirmed triage as an incident (records without a usable answer are skipped)."""
+def export_confirmed(records: Records, store: Store | None = None, *,
+                     source: str | None = None) -> list[Incident]:
+    """Every confirmed triage as an incident, oldest confirmation first.
+
+    ``source`` keeps only confirmations from one front end (``"api"``,
+    ``"slack"``, ``"web"``); records without a usable answer are skipped.
+    """
     out: list[Incident] = []
     for rec in records.confirmed():
         if not (rec.get("request") or {}).get("log"):
+            continue
+        if source and ((rec.get("confirmation") or {}).get("source") or "api") != source:
             continue
         inc = incident_from_record(rec, store)
         if inc is not None:

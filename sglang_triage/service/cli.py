@@ -218,6 +218,33 @@ def eval_(
     raise typer.Exit(eval_command(incidents, against, out, baselines, gate=gate))
 
 
+@app.command(name="export-incidents")
+def export_incidents(
+    out_path: Annotated[Path | None, typer.Option("--out", help="JSONL file (default: stdout).")] = None,
+    source: Annotated[str | None, typer.Option(help="Only confirmations from api | slack | web.")] = None,
+) -> None:
+    """Export confirmed triages ("this fixed it") as eval incidents, one JSON per line.
+
+    The file feeds ``sglang-triage eval --incidents FILE``.
+    """
+    from ..evals.incidents import dump_incidents
+    from ..evals.recording import export_confirmed
+    from ..kb.records import Records
+    from ..kb.store import Store
+
+    settings = _settings()
+    records = Records(settings.kb_path / "records.sqlite")
+    store = Store(settings.kb_path / "index.sqlite")
+    incidents = export_confirmed(records, store, source=source)
+    if out_path is None:
+        for inc in incidents:
+            print(json.dumps(inc.model_dump(mode="json"), ensure_ascii=False))
+    else:
+        dump_incidents(incidents, out_path)
+    console.print(f"{len(incidents)} confirmed incident(s)"
+                  + (f" from {source}" if source else "") + (f" -> {out_path}" if out_path else ""))
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option()] = "127.0.0.1",

@@ -48,3 +48,41 @@ def test_export_confirmed(kb, tmp_path) -> None:  # noqa: ANN001
     assert scores[f"rec-{t1}"]["exact_location"] is True
     assert scores[f"rec-{t2}"]["no_fix_declined"] is False  # the engine did propose a fix
     assert t3
+
+
+def test_export_by_source_and_cli(kb, kb_settings, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """Slack confirmations export on their own; the CLI writes the same JSONL."""
+    from typer.testing import CliRunner
+
+    from sglang_triage.service.cli import app
+
+    seed = {i.id: i for i in load_incidents([INCIDENTS_DIR / "seed.jsonl"])}
+    engine = Engine(kb)
+    home = tmp_path / "kb"
+    records = Records(home / "records.sqlite")
+    opts = {"release": None, "hardware": "rtx-pro-6000-x8", "model": None, "model_arch": None}
+    t_api = _save(records, engine, seed["seed-attempt-2"].crash_log, opts)
+    t_slack = _save(records, engine, seed["seed-attempt-1"].crash_log, opts)
+    assert records.confirm(t_api, {"rank": 1})
+    assert records.confirm(t_slack, {"rank": 2}, note="confirmed in Slack by U1", source="slack")
+    slack = export_confirmed(records, kb.store, source="slack")
+    assert [i.id for i in slack] == [f"rec-{t_slack}"]
+    assert slack[0].confirmed_by == f"slack:{t_slack}"
+    assert {i.id for i in export_confirmed(records, kb.store)} == {f"rec-{t_api}", f"rec-{t_slack}"}
+
+    # the CLI reads the records of TRIAGE_KB_DIR
+    import sqlite3
+
+    src = sqlite3.connect(kb_settings.kb_path / "index.sqlite")
+    dst = sqlite3.connect(home / "index.sqlite")
+    src.backup(dst)
+    src.close()
+    dst.close()
+    monkeypatch.setenv("TRIAGE_KB_DIR", str(home))
+    out = tmp_path / "slack.jsonl"
+    res = CliRunner().invoke(app, ["export-incidents", "--source", "slack", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    exported = load_incidents([out])
+    assert [i.model_dump() for i in exported] == [i.model_dump() for i in slack]
+    res = CliRunner().invoke(app, ["export-incidents"])
+    assert res.exit_code == 0 and res.stdout.count("\n") == 2
