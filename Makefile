@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export ANONYMIZED_TELEMETRY := False
 
-.PHONY: run test install install-dev ingest serve lint bench clean
+.PHONY: run test install install-dev ingest serve lint bench clean browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,7 +47,11 @@ serve: install
 
 run: ingest serve
 
-test: install-dev
+# Debian's chromium for the browser tests (tests/web); a no-op when /usr/bin/chromium exists.
+browser:
+	sh scripts/install-browser.sh
+
+test: install-dev browser
 	$(BIN)/ruff check sglang_triage tests bench
 	$(BIN)/pytest -q
 

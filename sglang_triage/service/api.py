@@ -8,8 +8,9 @@ for inputs we could not use, what *was* understood; no input produces a 500.
 Endpoints: ``POST /triage`` (text/plain log or JSON ``{log, command?,
 release?, hardware?, model?, python?}``), ``GET /triage/{id}``,
 ``POST /incidents/{id}/confirm``, ``GET /search``, ``GET /releases``,
-``GET /healthz``, ``GET /readyz``. Bearer API keys (``TRIAGE_API_KEYS``)
-guard everything but the health checks.
+``GET /healthz``, ``GET /readyz``; the web page (:mod:`.web`) at ``/``.
+Bearer API keys (``TRIAGE_API_KEYS``)
+guard everything but the health checks and the static page.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ import logging
 import time
 import uuid
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel
 
 from ..config import Settings, get_settings
@@ -106,6 +107,8 @@ class TriageRequest(BaseModel):
 class ConfirmRequest(BaseModel):
     fix: dict[str, Any]
     note: str = ""
+    #: which front end the confirmation came from (``export-incidents --source``)
+    source: Literal["api", "web"] = "api"
 
 
 def create_app() -> FastAPI:
@@ -252,10 +255,25 @@ def create_app() -> FastAPI:
     @app.post("/incidents/{tid}/confirm", dependencies=[Depends(require_key)])
     def confirm(tid: str, body: ConfirmRequest,
                 records: Annotated[Records, Depends(get_records)]) -> dict[str, Any]:
-        if not records.confirm(tid, body.fix, body.note):
+        if not records.confirm(tid, body.fix, body.note, source=body.source):
             raise HTTPException(404, f"no stored triage {tid}")
         return {"id": tid, "confirmed": True}
 
+    @app.get("/incidents", dependencies=[Depends(require_key)],
+             response_class=PlainTextResponse)
+    def export(records: Annotated[Records, Depends(get_records)],
+               kb: Annotated[KnowledgeBase, Depends(get_kb)],
+               source: Literal["api", "web", "slack"] | None = None) -> PlainTextResponse:
+        """Confirmed triages as eval incidents, JSONL (``sglang-triage eval --incidents``)."""
+        from ..evals.recording import export_confirmed
+
+        lines = [json.dumps(i.model_dump(mode="json"), ensure_ascii=False) + "\n"
+                 for i in export_confirmed(records, kb.store, source=source)]
+        return PlainTextResponse("".join(lines), media_type="application/x-ndjson")
+
+    from .web import mount_web
+
+    mount_web(app, require_key, get_kb)  # the page at / and /t/{id}, /static, /hardware, /source
     settings = get_settings()
     if settings.slack_bot_token and settings.slack_signing_secret:
         from .slack_bot import mount_slack

@@ -6,7 +6,7 @@ uploaded text file/snippet, fetched from its ``url_private_download`` with the
 bot token (only from Slack's file host or the configured API host). Bolt
 acknowledges within 3 s (``process_before_response=False``); the triage runs
 on the listener thread pool and the answer is posted in the thread as Block
-Kit (see :mod:`.slack_blocks`), with a link to ``{public_url}/triage/{id}``
+Kit (see :mod:`.slack_blocks`), with a link to ``{public_url}/t/{id}`` (the web page of the stored triage)
 (stored with :meth:`Records.save`).
 
 Follow-ups in the thread ("why?", "show the check", "other fixes", "what
@@ -117,7 +117,7 @@ class SlackTriageBot:
             return self._engine
 
     def report_url(self, tid: str) -> str:
-        return f"{self.settings.public_url.rstrip('/')}/triage/{tid}"
+        return f"{self.settings.public_url.rstrip('/')}/t/{tid}"
 
     # -- middleware -------------------------------------------------------------------
     def _dedupe(self, req: BoltRequest, body: dict[str, Any],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 
 from sglang_triage.evals.render import render_log
@@ -61,6 +63,17 @@ def test_confirm_records_the_fix(client: httpx.Client, kb) -> None:  # noqa: ANN
     other = render_log(kb.store, "0.5.11", check, python="3.11", argv=SEED_ARGV[:-2])
     later = client.post("/triage?release=0.5.11", content=other).json()
     assert any(s["id"] == body["id"] and s["confirmed_fix"] == fix for s in later["similar"])
+    # the confirmation exports as an eval incident (JSONL), filtered by front end
+    exported = client.get("/incidents")
+    assert exported.status_code == 200
+    assert exported.headers["content-type"].startswith("application/x-ndjson")
+    rows = [json.loads(line) for line in exported.text.splitlines()]
+    mine = next(r for r in rows if r["id"] == f"rec-{body['id']}")
+    assert mine["confirmed_by"] == f"api:{body['id']}"
+    assert mine["expected"]["acceptable_fixes"] == [fix]
+    assert all(r["id"] != mine["id"] for r in
+               map(json.loads, client.get("/incidents?source=web").text.splitlines()))
+    assert client.get("/incidents?source=nope").status_code == 422
 
 
 def test_bad_inputs_get_clear_4xx(client: httpx.Client, api_settings) -> None:  # noqa: ANN001

@@ -66,8 +66,10 @@ def test_signed_mention_gets_a_threaded_reply_with_the_fix(slack, slack_stub, se
     # the full-report link resolves on the same app
     url = next(e["url"] for b in reply["blocks"] if b["type"] == "actions" for e in b["elements"]
                if e.get("url"))
-    assert url.startswith(f"{slack_server.url}/triage/")
-    got = httpx.get(url, timeout=10)
+    assert url.startswith(f"{slack_server.url}/t/")  # the web page of the stored triage
+    page = httpx.get(url, timeout=10)
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    got = httpx.get(url.replace("/t/", "/triage/"), timeout=10)
     assert got.status_code == 200 and got.json()["result"]["fixes"][0]["command"] == seed_fix
 
 
