@@ -6,7 +6,8 @@
 # when chromium is already there: it checks the binary and exits. Otherwise it
 # runs apt-get non-interactively (as root, or through sudo when available),
 # refreshing the package lists only when chromium has no install candidate.
-# Set TRIAGE_SKIP_BROWSER=1 to skip it (the browser tests then skip too).
+# Set TRIAGE_SKIP_BROWSER=1 to skip it; the browser tests then skip too (otherwise a
+# missing browser fails them).
 set -eu
 
 CHROMIUM="${TRIAGE_CHROMIUM:-/usr/bin/chromium}"
@@ -20,7 +21,7 @@ if [ -x "$CHROMIUM" ]; then
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
     echo "install-browser: $CHROMIUM is missing and apt-get is not available;" \
-         "install chromium by hand (the browser tests will be skipped)" >&2
+         "install chromium by hand (the browser tests fail without it)" >&2
     exit 0
 fi
 

@@ -6,7 +6,7 @@ and its own ``records.sqlite`` in a temporary folder, so confirmations made
 here never reach the shared KB's records. The browser is ``/usr/bin/chromium``
 (``scripts/install-browser.sh`` installs it; ``make test`` runs that script)
 driven by the Python ``playwright`` package; ``playwright install`` is never
-used. Without either, the browser tests fail (skip them with TRIAGE_ALLOW_NO_BROWSER=1).
+used. Without either, the browser tests fail (skip them with TRIAGE_SKIP_BROWSER=1).
 
 Screenshots go to ``$TRIAGE_ARTIFACTS/screenshots`` (default
 ``artifacts/screenshots`` in the repo, which is gitignored).
@@ -88,7 +88,7 @@ def browser() -> Iterator[Any]:
     """Headless Debian Chromium through playwright.
 
     ``make test`` installs both, so a missing one fails the run; set
-    ``TRIAGE_ALLOW_NO_BROWSER=1`` to skip the browser tests on a machine without them.
+    ``TRIAGE_SKIP_BROWSER=1`` to skip the browser tests on a machine without them.
     """
     missing = None
     try:
@@ -98,7 +98,7 @@ def browser() -> Iterator[Any]:
     if missing is None and not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
         missing = f"{CHROMIUM} is missing: run scripts/install-browser.sh"
     if missing:
-        if os.environ.get("TRIAGE_ALLOW_NO_BROWSER") == "1":
+        if os.environ.get("TRIAGE_SKIP_BROWSER") == "1":
             pytest.skip(missing)
         pytest.fail(missing)
     pw = sync_api.sync_playwright().start()
