@@ -18,6 +18,8 @@ Nothing is tuned by hand. By default every incident is then confirmed by a
 replay of the release's own validation (:mod:`.confirm`): only incidents whose
 crash SGLang reproduces at the expected check are kept, with the fixes that
 really make it pass, and ``confirmed_by`` says so (``--no-replay`` skips it).
+Replay also adds the crashes of plain commands (model and hardware alone, see
+:mod:`.generate_context`), the source of "no flag fix" incidents.
 """
 
 from __future__ import annotations
@@ -301,6 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     confirm = None if args.no_replay else ReplayConfirmer(settings, store, log=log)
     incidents = generate(store, seed=args.seed, count=args.count, releases=releases, log=log,
                          confirm=confirm)
+    if confirm is not None:  # crashes of plain commands: replay is their only judge
+        from .generate_context import context_incidents
+
+        incidents += context_incidents(store, settings, releases, contexts=MODELS,
+                                       hardware=HARDWARE, seed=args.seed, log=log)
     dump_incidents(incidents, args.out)
     cats = Counter(i.category for i in incidents)
     print(f"wrote {len(incidents)} incidents to {args.out}: "

@@ -163,3 +163,26 @@ def render_log(store: Store, release: str, check: dict[str, Any], *, python: str
     msg = message if message is not None else render_message(check)
     out.append(f"{exc}: {msg}" if msg else exc)
     return "\n".join(out) + "\n"
+
+
+def render_replay_log(store: Store, release: str, result: Any, argv: list[str], *,
+                      entry: str = "python3 -m sglang.launch_server",
+                      site: str | None = None) -> str:
+    """The crash log of a replay (:class:`~sglang_triage.replay.models.ReplayResult`):
+    SGLang's real frames and message, as Python 3.11 (the replay's) prints them."""
+    site = site or SITE.format(py="3.11")
+    launcher = [f for f in _entry_frames(store, release) if f.path == "sglang/launch_server.py"]
+    frames = launcher + [FrameSpec(f.path, f.line or 0, f.function, f.code or None)
+                         for f in result.frames]
+    out = ["$ " + entry + " " + shlex.join(argv), "Traceback (most recent call last):",
+           '  File "<frozen runpy>", line 198, in _run_module_as_main',
+           '  File "<frozen runpy>", line 88, in _run_code']
+    for prev, f in zip([None, *frames], frames, strict=False):
+        if prev is not None and prev.function == "from_cli_args" and f.function == "__post_init__":
+            out.append('  File "<string>", line 300, in __init__')  # the dataclass __init__
+        out.append(f'  File "{site}/{f.path}", line {f.line}, in {f.function}')
+        if f.source:
+            out.append(f"    {f.source}")
+    message = (result.message or "").strip()
+    out.append(f"{result.exception_type}: {message}" if message else str(result.exception_type))
+    return "\n".join(out) + "\n"

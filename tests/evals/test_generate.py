@@ -51,7 +51,7 @@ class _ShippedVerdicts:
 def test_shipped_file_is_the_scripts_output(kb, generated) -> None:  # noqa: ANN001
     """The 0.5.9 part of generated.jsonl is exactly what seed 0 produces, given replay's
     verdicts (nothing hand-edited): same incidents, same order, same logs."""
-    shipped = [i for i in generated if i.release == "0.5.9"]
+    shipped = [i for i in generated if i.release == "0.5.9" and i.source == "generated:seed=0"]
     verdicts = _ShippedVerdicts(shipped)
     again = gen.generate_release(kb.store, "0.5.9", len(shipped), seed=0, confirm=verdicts)
     assert _dump(again) == _dump(shipped)
@@ -66,7 +66,7 @@ def test_shipped_verdicts_replay_again(kb, cache_settings, generated) -> None:  
 
     confirmer = ReplayConfirmer(cache_settings, kb.store)
     for release in ("0.5.9", "0.5.11", "0.5.23"):
-        mine = [i for i in generated if i.release == release]
+        mine = [i for i in generated if i.release == release and i.source == "generated:seed=0"]
         hardware = Counter(i.hardware for i in mine).most_common(1)[0][0]
         sample = sorted((i for i in mine if i.hardware == hardware),
                         key=lambda i: (len(i.expected.acceptable_fixes), i.id))[:2]
@@ -137,6 +137,29 @@ def test_generator_does_not_use_the_engines_fixes_or_locate() -> None:
 def test_cli_writes_jsonl(kb_settings, tmp_path, ingest_reports) -> None:  # noqa: ANN001
     out = tmp_path / "g.jsonl"
     rc = gen.main(["--out", str(out), "--count", "1", "--releases", "0.5.9",
-                   "--kb", str(kb_settings.kb_path), "--quiet"])
+                   "--kb", str(kb_settings.kb_path), "--quiet", "--no-replay"])
     assert rc == 0
-    assert len(load_incidents([out])) == 1
+    written = load_incidents([out])
+    assert len(written) == 1 and written[0].confirmed_by is None  # not replayed
+
+
+def test_context_incidents_replay_again(kb, cache_settings, sglang_source,  # noqa: ANN001
+                                        generated) -> None:
+    """Crashes of plain commands (model + hardware alone) reproduce under SGLang's own
+    validation, with its real message, and include at least one "no flag fix" incident."""
+    from sglang_triage.evals.confirm import fires_expected_check
+    from sglang_triage.replay.harness import replay_many
+
+    ctx = [i for i in generated if i.source.startswith("generated:context:")]
+    assert ctx and any(i.expected.no_flag_fix for i in ctx)
+    for inc in ctx:
+        assert inc.confirmed_by == f"replay:{inc.release}:{inc.hardware}"
+        assert inc.expected.acceptable_fixes or inc.expected.no_flag_fix
+        parsed = parse_log(inc.crash_log)
+        assert parsed.command == inc.command and parsed.primary is not None
+    first = ctx[0]
+    root = sglang_source(first.release).root
+    again = replay_many(root, first.release, [first.command_argv()], hardware=first.hardware,
+                        model_arch=first.model_arch, settings=cache_settings)[0]
+    assert fires_expected_check(again, first)
+    assert first.crash_log.rstrip().endswith(f"{again.exception_type}: {again.message.strip()}")
