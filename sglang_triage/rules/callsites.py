@@ -106,7 +106,9 @@ def call_index(store: Store, version: str) -> dict[str, list[Site]]:
             if not text:
                 continue
             tree = ts.parse(text.encode())
-            for call in ts.captures("(call) @c", tree.root_node).get("c", []):
+            # captures come in no stable order: source order keeps sites deterministic
+            for call in sorted(ts.captures("(call) @c", tree.root_node).get("c", []),
+                               key=lambda n: n.start_byte):
                 name = _callee(call)
                 if name not in defined:
                     continue

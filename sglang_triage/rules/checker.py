@@ -14,23 +14,26 @@ The attribute environment is the release's own: defaults from its flag catalog
 parsed with that catalog (:func:`~sglang_triage.service.flags.parse_argv`).
 For a *derived* card, the writes that run before its check in that release
 (``NEXTN`` -> ``EAGLE``, a default chosen from others) are folded in first with
-:func:`~sglang_triage.service.evaluation.apply_earlier_writes`, exactly as the
+:func:`~sglang_triage.service.evaluation.fold_earlier_writes`, exactly as the
 engine does for the check itself; curated cards speak about the flags as given.
 
-Speed: each card's verdict is memoised on the values of everything it depends
-on (the attributes its conditions read, plus those read by the guards and
-values of the writes folded in for it) and on the facts. The first check of a
-release evaluates every card once; later checks (another command, a fix
-candidate) re-evaluate only the cards whose inputs changed, which is how the
-engine can afford a rule check on every fix.
+Speed: each card's verdict is memoised on the values (and provenance) of
+everything it depends on (the attributes its conditions read, plus those read
+by the guards and values of the writes folded in for it) and on the facts.
+The cards of a release are indexed by those dependencies: the verdicts under
+the release's defaults are computed once per set of facts, and a command
+(another fix candidate) re-evaluates only the cards depending on an attribute
+it changes, plus those that look at flag spellings. :func:`check_fix` answers
+are cached per (release, argv, facts) as well; every cache is bounded and
+thread-safe (:mod:`sglang_triage.service.memo`).
 """
 
 from __future__ import annotations
 
 import ast
 import functools
-import hashlib
 import threading
+import time
 from collections import ChainMap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,7 +44,7 @@ from ..ingest.catalog import Catalog
 from ..kb.catalogs import load_catalog
 from ..kb.store import Store
 from ..service import chain
-from ..service.evaluation import apply_earlier_writes, base_attrs
+from ..service.evaluation import base_attrs, fold_earlier_writes
 from ..service.expr import (
     UNKNOWN,
     Env,
@@ -53,6 +56,7 @@ from ..service.expr import (
 )
 from ..service.facts import fact_values, get_profile, model_arch_for
 from ..service.flags import ParsedArgs, ParsedFlag, parse_argv
+from ..service.memo import LRUCache, facts_signature
 from ..service.models import RuleVerdict, jsonable
 from .cards import Card, helper_reads, load_curated
 from .derive import derivation_key, derive_cards, derived_sources, qualifying_checks
@@ -63,10 +67,14 @@ __all__ = ["CardResult", "Verdict", "baseline_violations", "cards_for", "check",
 Verdict = Literal["violated", "satisfied", "unknown", "not_applicable"]
 
 _lock = threading.Lock()
-_memo: dict[tuple[Any, ...], CardResult] = {}
-_MEMO_MAX = 200_000
 _releases_cache: dict[tuple[Any, ...], list[Card]] = {}
-_baselines: dict[tuple[Any, ...], frozenset[str]] = {}
+# (release, card, facts, values of its dependencies) -> its verdict
+_memo: LRUCache[CardResult] = LRUCache("rules.card_verdicts", 30_000)
+# (release, cards, facts) -> every card's verdict for the release's defaults
+_reference: LRUCache[list[CardResult]] = LRUCache("rules.defaults_verdicts", 16)
+# (release, argv, facts) -> check_fix's answer
+_fix_answers: LRUCache[tuple[list[RuleVerdict], bool]] = LRUCache("rules.check_fix", 4096)
+_baselines: LRUCache[frozenset[str]] = LRUCache("rules.baselines", 256)
 
 
 @dataclass
@@ -99,11 +107,6 @@ def facts_for(hardware: str | None = None, model_arch: str | None = None,
         key = fact_key("self.get_model_config().hf_config.architectures")
         facts.setdefault(key, Value([arch], Provenance("fact", f"model architecture {arch}")))
     return facts
-
-
-def _facts_sig(facts: Mapping[str, Any]) -> str:
-    items = sorted((k, repr(v.value if isinstance(v, Value) else v)) for k, v in facts.items())
-    return hashlib.sha1(repr(items).encode()).hexdigest()
 
 
 # -------------------------------------------------------------------------- helpers
@@ -144,10 +147,27 @@ _HELPERS = {"attn_dp_enabled_of": _attn_dp_enabled_of, "num_dp_ranks_of": _num_d
 # ----------------------------------------------------------------------- the cards
 
 
+_DKEY_TTL_S = 5.0
+_dkeys: dict[str, tuple[float, str]] = {}
+
+
+def _derivation_key(store: Store) -> str:
+    """:func:`derivation_key` of ``store``, re-read at most every few seconds (as
+    :func:`~sglang_triage.service.chain.release_key` re-reads content hashes)."""
+    now = time.monotonic()
+    with _lock:
+        hit = _dkeys.get(str(store.path))
+    if hit is None or now - hit[0] > _DKEY_TTL_S:
+        hit = (now, derivation_key(store)[0])
+        with _lock:
+            _dkeys[str(store.path)] = hit
+    return hit[1]
+
+
 def cards_for(store: Store, release: str) -> list[Card]:
     """Curated and derived cards whose range contains ``release`` (cached)."""
     curated = load_curated()
-    key = (str(store.path), derivation_key(store)[0], release, id(curated[0]) if curated else 0,
+    key = (str(store.path), _derivation_key(store), release, id(curated[0]) if curated else 0,
            len(curated))
     with _lock:
         hit = _releases_cache.get(key)
@@ -186,6 +206,53 @@ def _meta(store: Store, release: str, card: Card) -> tuple[dict[str, Any] | None
     return None, tuple(sorted(card.reads | helper_reads(card.when, card.require)))
 
 
+@dataclass(frozen=True)
+class _Entry:
+    """What evaluating one card in one release needs besides the inputs."""
+
+    card: Card
+    row: dict[str, Any] | None  # the check whose earlier writes are folded in, if any
+    deps: tuple[str, ...]
+    uses_given: bool
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The cards of a release, indexed by the attributes their verdicts depend on."""
+
+    key: tuple[Any, ...]
+    cards: list[Card]
+    entries: list[_Entry]
+    by_dep: dict[str, tuple[int, ...]]  # attribute -> indexes of the cards depending on it
+    given: tuple[int, ...]  # indexes of the cards that look at flag spellings
+
+
+def _entry(store: Store, release: str, card: Card) -> _Entry:
+    meta = _release_meta(store, release)
+    got = meta.get(card.id)
+    if got is None or got[0] is not card:
+        got = meta[card.id] = (card, *_meta(store, release, card))
+    return _Entry(card, got[1], got[2], card.uses_given)
+
+
+def _plan(store: Store, release: str) -> _Plan:
+    """Every card of ``release`` with its dependencies, and the index by dependency (cached)."""
+    cards = cards_for(store, release)
+    key = (*chain.release_key(store, release, "rules:plan"), id(cards), len(cards))
+
+    def build() -> _Plan:
+        entries = [_entry(store, release, c) for c in cards]
+        by_dep: dict[str, list[int]] = {}
+        for i, e in enumerate(entries):
+            for d in e.deps:
+                by_dep.setdefault(d, []).append(i)
+        return _Plan(key, cards, entries, {d: tuple(v) for d, v in by_dep.items()},
+                     tuple(i for i, e in enumerate(entries) if e.uses_given))
+
+    plan = chain.cached(key, build)
+    return plan if plan.cards is cards else build()
+
+
 # ------------------------------------------------------------------------ flags
 
 
@@ -193,8 +260,7 @@ def prepare_flags(store: Store, release: str, flags: list[str] | Mapping[str, An
                   catalog: Catalog | None = None) -> tuple[dict[str, Value], ParsedArgs]:
     """(attribute environment, parsed argv) for a token list or a ``{flag or attr: value}`` dict."""
     catalog = catalog or load_catalog(store, release)
-    defaults = chain.cached(chain.release_key(store, release, "rules:defaults"),
-                            lambda: base_attrs(catalog, ParsedArgs()))
+    defaults = _defaults(store, release, catalog)
     if isinstance(flags, Mapping):
         parsed = ParsedArgs()
         by_flag, by_attr = catalog.by_flag(), catalog.by_attr()
@@ -302,56 +368,105 @@ def _judge(card: Card, env: Env, notes: list[str]) -> CardResult:
     return CardResult(card, "unknown", reason, unknowns, inputs, notes)
 
 
+def _defaults(store: Store, release: str, catalog: Catalog | None = None) -> dict[str, Value]:
+    """The release's attribute defaults (:func:`base_attrs` without flags), cached; read-only."""
+    def build() -> dict[str, Value]:
+        return base_attrs(catalog or load_catalog(store, release), ParsedArgs())
+
+    return chain.cached(chain.release_key(store, release, "rules:defaults"), build)
+
+
+def _value_sig(v: object) -> object:
+    """What a memo key holds for one input: its value's ``repr`` and its provenance."""
+    if v is None:
+        return "?"
+    if isinstance(v, Value):
+        return (repr(v.value), v.provenance)
+    return (repr(v), None)
+
+
+def _changed(attrs: Mapping[str, Value], defaults: Mapping[str, Value]) -> set[str]:
+    """Attributes whose value or provenance in ``attrs`` differs from the defaults'."""
+    out: set[str] = set()
+    for key in attrs.keys() | defaults.keys():
+        a, d = attrs.get(key), defaults.get(key)
+        if a is not d and _value_sig(a) != _value_sig(d):
+            out.add(key)
+    return out
+
+
 def evaluate_cards(store: Store, release: str, attrs: Mapping[str, Value],
                    facts: Mapping[str, Value], parsed: ParsedArgs | None = None,
-                   *, cards: list[Card] | None = None) -> list[CardResult]:
-    """A :class:`CardResult` per card (default: every card of ``release``), memoised."""
-    cards = cards if cards is not None else cards_for(store, release)
-    given, typed = _given_fn(parsed or ParsedArgs())
+                   *, cards: list[Card] | None = None,
+                   facts_sig: str | None = None) -> list[CardResult]:
+    """A :class:`CardResult` per card (default: every card of ``release``), memoised.
+
+    A verdict depends only on the card's dependencies (see :func:`_meta`), the
+    facts and, for cards using ``given()``, the spellings typed. For the whole
+    release the verdicts under the release's defaults are computed once per set
+    of facts; a command re-evaluates (through the per-card memo) only the cards
+    that depend on an attribute it changes, and the cards using ``given()``.
+    """
+    parsed = parsed or ParsedArgs()
+    fsig = facts_sig or facts_signature(facts)
+    if cards is not None:
+        entries = [_entry(store, release, c) for c in cards]
+        return _evaluate(store, release, entries, attrs, facts, parsed, fsig)
+    plan = _plan(store, release)
+    defaults = _defaults(store, release)
+    ref = _reference.get_or_build((plan.key, fsig), lambda: _evaluate(
+        store, release, plan.entries, defaults, facts, ParsedArgs(), fsig))
+    todo = set(plan.given)
+    for attr in _changed(attrs, defaults):
+        todo.update(plan.by_dep.get(attr, ()))
+    out = list(ref)
+    order = sorted(todo)
+    for i, res in zip(order, _evaluate(store, release, [plan.entries[i] for i in order], attrs,
+                                       facts, parsed, fsig), strict=True):
+        out[i] = res
+    return out
+
+
+def _evaluate(store: Store, release: str, entries: list[_Entry], attrs: Mapping[str, Value],
+              facts: Mapping[str, Value], parsed: ParsedArgs, fsig: str) -> list[CardResult]:
+    """Each entry's verdict, through the per-card memo."""
+    given, typed = _given_fn(parsed)
     functions = {**_HELPERS, "given": given}
-    fsig = _facts_sig(facts)
     guard_memo: dict[tuple[Any, ...], object] = {}
     base_env = Env(attrs, facts, functions)
-    meta = _release_meta(store, release)
-    reprs: dict[str, str] = {}
-    spath = str(store.path)
+    sigs: dict[str, object] = {}
+    rkey = chain.release_key(store, release, "rules:verdict")
     out: list[CardResult] = []
-    for card in cards:
-        got = meta.get(card.id)
-        if got is None or got[0] is not card:
-            got = meta[card.id] = (card, *_meta(store, release, card))
-        _, row, deps = got
+    for e in entries:
+        card = e.card
         values = []
-        for d in deps:
-            r = reprs.get(d)
-            if r is None:
-                r = reprs[d] = repr(attrs[d].value) if d in attrs else "?"
-            values.append(r)
-        key = (spath, release, card.id, card.when, card.require, fsig, tuple(values),
-               typed if card.uses_given else ())
-        with _lock:
-            hit = _memo.get(key)
+        for d in e.deps:
+            sig = sigs.get(d)
+            if sig is None:
+                sig = sigs[d] = _value_sig(attrs.get(d))
+            values.append(sig)
+        key = (rkey, card.id, card.when, card.require, fsig, tuple(values),
+               typed if e.uses_given else ())
+        hit = _memo.get(key)
         if hit is not None:
             out.append(hit)
             continue
         env, notes = base_env, []
-        if row is not None:
-            local = dict(attrs)
+        if e.row is not None:
             try:
-                caveats, _ = apply_earlier_writes(store, release, row, local, dict(facts),
-                                                  set(card.reads), guard_memo)
+                # the card's verdict is memoised on the same inputs: no need to keep the fold
+                assigned, caveats, _ = fold_earlier_writes(
+                    store, release, e.row, attrs, dict(facts), card.reads, guard_memo,
+                    facts_sig=fsig, cache=False)
             except UnsafeExpression as exc:  # a write's guard outside the whitelist
-                local = dict(attrs)
-                caveats = [f"earlier writes not folded in: {exc.message}"]
-            changed = {k: v for k, v in local.items() if attrs.get(k) is not v}
+                assigned, caveats = (), [f"earlier writes not folded in: {exc.message}"]
+            final = dict(assigned)  # the last assignment of each attribute wins
+            changed = {k: v for k, v in final.items() if attrs.get(k) is not v}
             if changed:
                 env = Env(ChainMap(changed, attrs), facts, functions)  # type: ignore[arg-type]
             notes = caveats[:3]
         result = _judge(card, env, notes)
-        with _lock:
-            if len(_memo) >= _MEMO_MAX:
-                _memo.clear()
-            _memo[key] = result
+        _memo.put(key, result)
         out.append(result)
     return out
 
@@ -372,17 +487,34 @@ def check(flags: list[str] | Mapping[str, Any], release: str,
 
 
 def check_fix(store: Store, release: str, argv: list[str] | Mapping[str, Any],
-              facts: Mapping[str, Value] | None = None) -> tuple[list[RuleVerdict], bool]:
+              facts: Mapping[str, Value] | None = None, *,
+              facts_sig: str | None = None) -> tuple[list[RuleVerdict], bool]:
     """For the engine, on every candidate fix: (the decided verdicts, any error violated?).
 
     Only ``violated`` verdicts and the ``unknown`` ones of cards that read a flag
     of ``argv`` are returned (the others carry no news). The flag is True when an
     ``error`` card is violated that ``--model-path`` alone would not violate
     (see :func:`baseline_violations`); such a fix must not be recommended.
+    The answer is a pure function of the release, ``argv`` and the facts, and is
+    cached on them (bounded); the verdicts returned are fresh copies. ``facts_sig``
+    is :func:`~sglang_triage.service.memo.facts_signature` of ``facts`` when known.
     """
+    facts = facts or {}
+    fsig = facts_sig or facts_signature(facts)
+    flags = tuple((k, repr(v)) for k, v in argv.items()) if isinstance(argv, Mapping) \
+        else ("argv", *map(str, argv))
+    key = (chain.release_key(store, release, "rules:check_fix"), _derivation_key(store),
+           flags, fsig)
+    verdicts, bad = _fix_answers.get_or_build(
+        key, lambda: _check_fix(store, release, argv, facts, fsig))
+    return [v.model_copy() for v in verdicts], bad
+
+
+def _check_fix(store: Store, release: str, argv: list[str] | Mapping[str, Any],
+               facts: Mapping[str, Value], fsig: str) -> tuple[list[RuleVerdict], bool]:
     attrs, parsed = prepare_flags(store, release, argv)
-    results = evaluate_cards(store, release, attrs, facts or {}, parsed)
-    background = baseline_violations(store, release, attrs, facts or {})
+    results = evaluate_cards(store, release, attrs, facts, parsed, facts_sig=fsig)
+    background = baseline_violations(store, release, attrs, facts, facts_sig=fsig)
     touched = set(parsed.values)
     relevant = [r.as_rule_verdict() for r in results if r.verdict == "violated"
                 or (r.verdict == "unknown" and r.card.reads & touched)]
@@ -392,7 +524,8 @@ def check_fix(store: Store, release: str, argv: list[str] | Mapping[str, Any],
 
 
 def baseline_violations(store: Store, release: str, attrs: Mapping[str, Value],
-                        facts: Mapping[str, Value]) -> frozenset[str]:
+                        facts: Mapping[str, Value], *,
+                        facts_sig: str | None = None) -> frozenset[str]:
     """Cards violated by ``--model-path <the same model>`` alone (with the same facts).
 
     No flag choice causes (or cures) these: they hold for the release's defaults
@@ -401,17 +534,14 @@ def baseline_violations(store: Store, release: str, attrs: Mapping[str, Value],
     """
     model = attrs.get("model_path")
     value = str(model.value if model is not None and model.value is not None else "/models/model")
-    key = ("baseline", str(store.path), derivation_key(store)[0], release, value,
-           _facts_sig(facts))
-    with _lock:
-        hit = _baselines.get(key)
-    if hit is not None:
-        return hit
-    base, parsed = prepare_flags(store, release, ["--model-path", value])
-    out = frozenset(r.card.id for r in evaluate_cards(store, release, base, facts, parsed)
-                    if r.verdict == "violated")
-    with _lock:
-        if len(_baselines) > 256:
-            _baselines.clear()
-        _baselines[key] = out
-    return out
+    fsig = facts_sig or facts_signature(facts)
+    key = ("baseline", chain.release_key(store, release, "rules:baseline"),
+           _derivation_key(store), value, fsig)
+
+    def build() -> frozenset[str]:
+        base, parsed = prepare_flags(store, release, ["--model-path", value])
+        return frozenset(r.card.id for r in evaluate_cards(store, release, base, facts, parsed,
+                                                            facts_sig=fsig)
+                         if r.verdict == "violated")
+
+    return _baselines.get_or_build(key, build)

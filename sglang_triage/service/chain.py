@@ -40,16 +40,21 @@ _lock = threading.Lock()
 _cache: dict[tuple[Any, ...], Any] = {}
 
 
+_MISSING = object()
 _MAX_ENTRIES = 50_000
 _HASH_TTL_S = 5.0
 _hashes: dict[tuple[str, str], tuple[float, str | None]] = {}
 
 
 def cached(key: tuple[Any, ...], build):  # noqa: ANN001, ANN202
-    """Memoise ``build()`` under ``key`` (process-wide, bounded, thread-safe)."""
-    with _lock:
-        if key in _cache:
-            return _cache[key]
+    """Memoise ``build()`` under ``key`` (process-wide, bounded, thread-safe).
+
+    A hit is one ``dict.get`` (atomic in CPython, so no lock on the hot path);
+    writes, and the clear when the table is full, take the lock.
+    """
+    value = _cache.get(key, _MISSING)
+    if value is not _MISSING:
+        return value
     value = build()
     with _lock:
         if len(_cache) >= _MAX_ENTRIES:
@@ -64,8 +69,7 @@ def release_key(store: Store, version: str, what: str) -> tuple[Any, ...]:
     """A cache key that changes when the release is re-indexed (hash looked up every few s)."""
     now = time.monotonic()
     hk = (str(store.path), version)
-    with _lock:
-        hit = _hashes.get(hk)
+    hit = _hashes.get(hk)  # atomic read; the lock only guards writes
     if hit is None or now - hit[0] > _HASH_TTL_S:
         rel = store.release(version) or {}
         hit = (now, rel.get("content_hash"))
@@ -175,7 +179,11 @@ def call_site_guards(store: Store, version: str, qualname: str, path: str) -> li
             return []
         tree = ts.parse(text.encode())
         sites: list[CallSite] = []
-        for call in ts.captures("(call) @c", tree.root_node).get("c", []):
+        # tree-sitter returns captures in no stable order: sort them into source order,
+        # so that "the first call site" is the same in every process
+        calls = sorted(ts.captures("(call) @c", tree.root_node).get("c", []),
+                       key=lambda n: n.start_byte)
+        for call in calls:
             func = call.child_by_field_name("function")
             callee = ""
             if func is not None and func.type == "identifier":

@@ -11,13 +11,14 @@ LLM layer and replay run on top of its result.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from ..config import Settings
 from ..errors import NoCrashFound, UnknownRelease
 from ..kb.base import KnowledgeBase
 from ..kb.catalogs import load_catalog
-from . import explain
+from . import chain, explain
 from .evaluation import base_attrs, evaluate_path
 from .expr import UNKNOWN, Provenance, Value, fact_key
 from .facts import fact_values, get_profile, model_arch_for, profile_from_gpus
@@ -27,6 +28,7 @@ from .llm import AssistContext, assist
 from .llm import enabled as llm_enabled
 from .locate import Located, locate_by_frames, locate_by_message, locate_by_search
 from .logparse import ParsedLog, parse_input
+from .memo import LRUCache, facts_signature
 from .models import (
     AtomInput,
     AtomOut,
@@ -43,6 +45,9 @@ from .models import (
     tri,
 )
 from .resolve import resolve_release
+
+#: (release, vector store, exception) -> where search located it (wrapped in a 1-tuple)
+_SEARCH_LOCATED: LRUCache[tuple[Located | None]] = LRUCache("engine.search_locate", 1024)
 
 _HW_FACT_HINTS = ("sm", "cuda", "hip", "npu", "blackwell", "hopper", "device", "gpu", "xpu", "cpu")
 
@@ -116,17 +121,19 @@ class Engine:
             return self._unlocated(exc, version, base, timings, t0, resolution.confidence)
         check = located.check
         attrs = base_attrs(catalog, pargs, parsed.server_args)
+        fsig = facts_signature(facts)  # keys the memo tables of every stage below
         t = time.perf_counter()
-        ev = evaluate_path(self.store, version, check, attrs, facts)
+        ev = evaluate_path(self.store, version, check, attrs, facts, facts_sig=fsig)
         timings["evaluate"] = _ms(t)
         t = time.perf_counter()
-        verdicts = propose(self.store, version, check, ev, pargs, catalog, attrs, facts)
+        verdicts = propose(self.store, version, check, ev, pargs, catalog, attrs, facts,
+                           facts_sig=fsig)
         timings["fixes"] = _ms(t)
         location = self._location(version, check, located)
         atoms = _atoms(ev)
         fixes = [self._fix_out(i + 1, v, argv, catalog, parsed, version) for i, v in enumerate(verdicts)]
         t = time.perf_counter()
-        self._rule_verdicts(fixes, version, facts)
+        self._rule_verdicts(fixes, version, facts, fsig)
         timings["rules"] = _ms(t)
         unknowns = _unknowns(ev, hw_name, arch, argv)
         no_fix = None
@@ -171,10 +178,32 @@ class Engine:
 
     # -- pieces -----------------------------------------------------------------------
     def _search_locate(self, exc, version: str) -> Located | None:  # noqa: ANN001
+        """Locate by hybrid search, memoised per release and exception (type and message).
+
+        A result obtained while the vector store was unreachable is not kept, so
+        search recovers with the store; a re-indexed release changes the key.
+        """
         from ..kb.search import hybrid_search
 
-        return locate_by_search(exc, self.store, version,
-                                lambda q, r: hybrid_search(self.kb, q, r, k=5))
+        s = self.kb.settings
+        key = (chain.release_key(self.store, version, "search-locate"), s.chroma_url,
+               s.embedding_model, exc.type, exc.qualified_type, exc.message)
+        hit = _SEARCH_LOCATED.get(key)
+        if hit is None:
+            complete = True
+
+            def search(query: str, release: str):  # noqa: ANN202
+                nonlocal complete
+                result = hybrid_search(self.kb, query, release, k=5)
+                complete = complete and not (result.degraded or "").startswith("vector store")
+                return result
+
+            hit = (locate_by_search(exc, self.store, version, search),)
+            if complete:
+                _SEARCH_LOCATED.put(key, hit)
+        located = hit[0]
+        return None if located is None else replace(
+            located, alternatives=list(located.alternatives), notes=list(located.notes))
 
     def _location(self, version: str, check: dict[str, Any], located: Located) -> Location:
         start = max(1, check["start_line"] - 4)
@@ -211,14 +240,15 @@ class Engine:
                       command=command, origin=v.edit.origin, fixes_check=tri(v.fixes_check),
                       trips=v.trips, unknown_neighbours=v.unknown_neighbours, verdict=verdict)
 
-    def _rule_verdicts(self, fixes: list[FixOut], version: str, facts: dict[str, Value]) -> None:
+    def _rule_verdicts(self, fixes: list[FixOut], version: str, facts: dict[str, Value],
+                       facts_sig: str | None = None) -> None:
         """Put the rule cards' verdicts on every fix; recommend the best fix that violates no
         error-severity card (re-ranking the clean ones first)."""
         from ..rules.checker import check_fix
 
         bad: dict[int, bool] = {}
         for f in fixes:
-            verdicts, violates = check_fix(self.store, version, f.argv, facts)
+            verdicts, violates = check_fix(self.store, version, f.argv, facts, facts_sig=facts_sig)
             f.rule_verdicts = verdicts
             bad[id(f)] = violates
             if violates:
@@ -245,7 +275,9 @@ class Engine:
             if spec is not None and spec.line:
                 refs.append(Reference(kind="help", citation=f"{version}:{spec.path}:{spec.line}",
                                       text=f"{' / '.join(spec.flags)}: {(spec.help or '')[:160]}"))
-            for w in self.store.refs(version, attr, kinds=("write", "declare"))[:3]:
+            for w in chain.cached(chain.release_key(self.store, version, f"ref-writes:{attr}"),
+                                  lambda a=attr: self.store.refs(version, a,
+                                                                 kinds=("write", "declare"))[:3]):
                 refs.append(Reference(kind="write", citation=f"{version}:{w['path']}:{w['line']}",
                                       text=f"{attr} = {(w['value'] or '')[:80]}"))
         return refs

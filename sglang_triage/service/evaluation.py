@@ -18,7 +18,9 @@ becomes unknown rather than guessed. Local variables of the checking function
 from __future__ import annotations
 
 import ast
-from collections.abc import Collection
+import functools
+from collections import ChainMap
+from collections.abc import Collection, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +30,17 @@ from ..kb.store import Store
 from . import chain
 from .expr import UNKNOWN, Env, Provenance, Result, Value, evaluate, referenced_names
 from .flags import ParsedArgs
+from .memo import LRUCache, facts_signature
 
 _MAX_SUBST_DEPTH = 3
+_MISSING = object()
+
+# (catalog) -> the attribute defaults it declares (see base_attrs)
+_DEFAULTS: LRUCache[tuple[Catalog, dict[str, Value]]] = LRUCache("evaluation.defaults", 16)
+# (release, check, names, facts, values read) -> what folding the earlier writes does
+_FOLDS: LRUCache[Fold] = LRUCache("evaluation.folds", 20_000)
+# (condition, facts, inputs read with their provenance) -> its Result
+_PIECES: LRUCache[Result] = LRUCache("evaluation.pieces", 30_000)
 
 
 @dataclass
@@ -53,7 +64,30 @@ class PathEvaluation:
 
 def base_attrs(catalog: Catalog, parsed: ParsedArgs,
                server_args_log: dict[str, Any] | None = None) -> dict[str, Value]:
-    """Defaults < logged resolved values < the user's flags."""
+    """Defaults < logged resolved values < the user's flags.
+
+    The defaults part is built once per catalog (catalogs are cached and read-only)
+    and copied, so the dict, its order and its values are those of a fresh build.
+    """
+    attrs = dict(_catalog_defaults(catalog))
+    for key, value in (server_args_log or {}).items():
+        attrs[key] = Value(value, Provenance("derived", "value in the logged server_args line"))
+    for attr, pf in parsed.values.items():
+        attrs[attr] = Value(pf.value, Provenance("flag", " ".join(pf.raw)))
+    return attrs
+
+
+def _catalog_defaults(catalog: Catalog) -> dict[str, Value]:
+    """attr -> its default: the flags' first, then the declarations' (read-only).
+
+    Cached for the KB's read-only catalogs (:class:`~..kb.catalogs.IndexedCatalog`).
+    """
+    from ..kb.catalogs import IndexedCatalog
+
+    cacheable = isinstance(catalog, IndexedCatalog)
+    hit = _DEFAULTS.get(id(catalog)) if cacheable else None
+    if hit is not None and hit[0] is catalog:
+        return hit[1]
     attrs: dict[str, Value] = {}
     for spec in catalog.flags:
         if spec.default_known and spec.attr not in attrs:
@@ -63,11 +97,16 @@ def base_attrs(catalog: Catalog, parsed: ParsedArgs,
         if decl.default_known:
             attrs[decl.attr] = Value(decl.default, Provenance(
                 "default", f"default {decl.default!r} ({decl.path}:{decl.line})"))
-    for key, value in (server_args_log or {}).items():
-        attrs[key] = Value(value, Provenance("derived", "value in the logged server_args line"))
-    for attr, pf in parsed.values.items():
-        attrs[attr] = Value(pf.value, Provenance("flag", " ".join(pf.raw)))
+    if cacheable:
+        _DEFAULTS.put(id(catalog), (catalog, attrs))  # the catalog is kept: its id stays unique
     return attrs
+
+
+def _value_key(v: object) -> str:
+    """A memo key's view of one attribute: its value's ``repr`` ("?" when absent)."""
+    if v is None:
+        return "?"
+    return repr(v.value) if isinstance(v, Value) else repr(v)
 
 
 def _holds(truth: object, polarity: bool) -> object:
@@ -144,29 +183,107 @@ def _safe_truth(cond: str, env: Env) -> object:
         return UNKNOWN
 
 
+@functools.lru_cache(maxsize=16384)
+def _sorted_reads(cond: str) -> tuple[str, ...] | None:
+    """The attributes ``cond`` reads, sorted (None when it cannot be read)."""
+    try:
+        return tuple(sorted(referenced_names(cond)))
+    except Exception:  # noqa: BLE001 - unparsable: the evaluator decides (unknown)
+        return None
+
+
 def _truth(cond: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> object:
     """``evaluate(cond).truth``, memoised on the values of the attributes it reads."""
     if memo is None:
         return _safe_truth(cond, env)
-    try:
-        names = referenced_names(cond)
-    except Exception:  # noqa: BLE001 - unparsable: let the evaluator decide (unknown)
+    names = _sorted_reads(cond)
+    if names is None:
         return _safe_truth(cond, env)
-    key = (cond, tuple((n, repr(env.attrs[n].value) if n in env.attrs else "?")
-                       for n in sorted(names)))
-    if key not in memo:
-        memo[key] = _safe_truth(cond, env)
-    return memo[key]
+    attrs = env.attrs
+    key = (cond, tuple((n, _value_key(attrs.get(n))) for n in names))
+    hit = memo.get(key, _MISSING)
+    if hit is _MISSING:
+        hit = memo[key] = _safe_truth(cond, env)
+    return hit
+
+
+Fold = tuple[tuple[tuple[str, Value], ...], list[str], dict[str, list[str]]]
 
 
 def apply_earlier_writes(store: Store, version: str, check: dict[str, Any], attrs: dict[str, Value],
                          facts: dict[str, Value], names: set[str],
                          memo: dict[tuple[Any, ...], object] | None = None,
+                         *, facts_sig: str | None = None,
                          ) -> tuple[list[str], dict[str, list[str]]]:
     """Fold the writes that run before ``check`` into ``attrs`` (in place).
 
-    ``memo`` (one per triage, whose facts are fixed) caches guard truths.
+    Returns (caveats, notes by attribute); see :func:`fold_earlier_writes`.
     """
+    assigned, caveats, notes = fold_earlier_writes(store, version, check, attrs, facts, names,
+                                                   memo, facts_sig=facts_sig)
+    for attr, value in assigned:
+        attrs[attr] = value
+    return list(caveats), {k: list(v) for k, v in notes.items()}
+
+
+def fold_earlier_writes(store: Store, version: str, check: dict[str, Any],
+                        attrs: Mapping[str, Value], facts: dict[str, Value], names: Collection[str],
+                        memo: dict[tuple[Any, ...], object] | None = None,
+                        *, facts_sig: str | None = None, cache: bool = True) -> Fold:
+    """What folding the writes that run before ``check`` does to ``attrs`` (left untouched):
+    (the assignments in order, caveats, notes by attribute). The result is shared: read-only.
+
+    ``memo`` (one per triage, whose facts are fixed) caches guard truths. The
+    fold depends only on the values of :func:`write_dependencies` and on the
+    facts (``facts_sig``, computed when not given), so it is memoised
+    process-wide on them (bounded). ``cache=False`` skips that table, for
+    callers that memoise what they derive from the fold themselves.
+    """
+    frozen = frozenset(names)
+    if not cache:
+        return _fold(store, version, check, ChainMap({}, attrs), facts, frozen, memo)  # type: ignore[arg-type]
+    deps = write_dependencies(store, version, check, frozen)
+    key = (chain.release_key(store, version, "folds"), check["id"], tuple(sorted(frozen)),
+           facts_sig or facts_signature(facts), tuple(_value_key(attrs.get(d)) for d in deps))
+    hit = _FOLDS.get(key)
+    if hit is None:
+        hit = _fold(store, version, check, ChainMap({}, attrs), facts, frozen, memo)  # type: ignore[arg-type]
+        _FOLDS.put(key, hit)
+    return hit
+
+
+def write_dependencies(store: Store, version: str, check: dict[str, Any], names: frozenset[str]
+                       ) -> tuple[str, ...]:
+    """The attributes that decide how the earlier writes of ``names`` fold in (cached).
+
+    ``names`` themselves and every attribute read by those writes' guards and values.
+    """
+    def build() -> tuple[str, ...]:
+        deps = set(names)
+        for attr in names:
+            for w in chain.earlier_writes(store, version, attr, check):
+                for text in [w.value or "", *(g["condition"] for g in w.guards)]:
+                    try:
+                        deps |= referenced_names(text) if text else set()
+                    except Exception:  # noqa: BLE001 - unparsable: evaluated as unknown
+                        continue
+        return tuple(sorted(deps))
+
+    key = (*chain.release_key(store, version, "write-deps"), check["id"], tuple(sorted(names)))
+    return chain.cached(key, build)
+
+
+def _fold(store: Store, version: str, check: dict[str, Any], attrs: MutableMapping[str, Value],
+          facts: dict[str, Value], names: frozenset[str],
+          memo: dict[tuple[Any, ...], object] | None) -> Fold:
+    """The uncached fold: (assignments in order, caveats, notes); ``attrs`` is scratch space
+    (assigned in place)."""
+    done: list[tuple[str, Value]] = []
+
+    def assign(attr: str, value: Value) -> None:
+        attrs[attr] = value
+        done.append((attr, value))
+
     caveats: list[str] = []
     notes: dict[str, list[str]] = {}
     for attr in sorted(names):
@@ -195,17 +312,17 @@ def apply_earlier_writes(store: Store, version: str, check: dict[str, Any], attr
                 notes.setdefault(attr, []).append(f"rewritten at {where} from its own value")
                 continue
             if holds is True and value is not UNKNOWN:
-                attrs[attr] = Value(value, Provenance("write", f"set to {value!r} at {where}"
-                                                      + (f" because {when}" if w.guards else "")))
+                assign(attr, Value(value, Provenance("write", f"set to {value!r} at {where}"
+                                                         + (f" because {when}" if w.guards else ""))))
                 notes.setdefault(attr, []).append(f"set to {value!r} at {where}")
             else:
                 msg = f"may be changed at {where} when {when}"
                 notes.setdefault(attr, []).append(msg)
                 if holds is True:
-                    attrs[attr] = Value(UNKNOWN, Provenance("write", f"set at {where} to "
-                                                            f"`{w.value}`, not known statically"))
+                    assign(attr, Value(UNKNOWN, Provenance("write", f"set at {where} to "
+                                                               f"`{w.value}`, not known statically")))
                 caveats.append(f"`{attr}` {msg}")
-    return caveats, notes
+    return tuple(done), caveats, notes
 
 
 def _transforms_itself(value_src: str | None, attr: str) -> bool:
@@ -253,22 +370,46 @@ def _prepare(store: Store, version: str, check: dict[str, Any], fact_names: froz
 
 def evaluate_path(store: Store, version: str, check: dict[str, Any], attrs: dict[str, Value],
                   facts: dict[str, Value], *, apply_writes: bool = True,
-                  memo: dict[tuple[Any, ...], object] | None = None) -> PathEvaluation:
-    """Evaluate every piece of ``check``'s path condition."""
+                  memo: dict[tuple[Any, ...], object] | None = None,
+                  facts_sig: str | None = None) -> PathEvaluation:
+    """Evaluate every piece of ``check``'s path condition.
+
+    ``facts_sig`` is :func:`~.memo.facts_signature` of ``facts`` when the caller
+    has it (it is computed otherwise); the earlier writes and each piece are
+    memoised on it and on the inputs they read.
+    """
     texts, names = prepared_pieces(store, version, check, frozenset(facts))
+    fsig = facts_sig or facts_signature(facts)
     attrs = dict(attrs)
     caveats: list[str] = []
     notes: dict[str, list[str]] = {}
     if apply_writes:
-        caveats, notes = apply_earlier_writes(store, version, check, attrs, facts, names, memo)
+        caveats, notes = apply_earlier_writes(store, version, check, attrs, facts, names, memo,
+                                              facts_sig=fsig)
     env = Env(attrs, facts)
     parts: list[PiecePart] = []
     for role, cond, pol, line in texts:
         try:
-            res = evaluate(cond, env)
+            res = _evaluate_piece(cond, env, fsig)
         except Exception as exc:  # noqa: BLE001 - UnsafeExpression / syntax: unknown, said so
             caveats.append(f"could not evaluate `{cond[:80]}`: {exc}")
             res = Result(UNKNOWN, UNKNOWN, (), frozenset(), (cond[:80],))
         parts.append(PiecePart(role, cond, pol, line, res, _holds(res.truth, pol)))
     fired = _and([p.holds for p in parts]) if parts else UNKNOWN
     return PathEvaluation(fired, parts, names, caveats, notes)
+
+
+def _evaluate_piece(cond: str, env: Env, fsig: str) -> Result:
+    """``evaluate(cond, env)``, memoised on the facts and on the value *and provenance*
+    of every attribute ``cond`` reads (a Result lists its inputs with their provenance)."""
+    try:
+        read = referenced_names(cond)
+    except Exception:  # noqa: BLE001 - let the evaluator raise its own error
+        return evaluate(cond, env)
+    key = (cond, fsig, tuple((n, _value_key(v), getattr(v, "provenance", None))
+                             for n in sorted(read) for v in (env.attrs.get(n),)))
+    hit = _PIECES.get(key)
+    if hit is None:
+        hit = evaluate(cond, env)
+        _PIECES.put(key, hit)
+    return hit

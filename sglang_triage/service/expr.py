@@ -40,6 +40,7 @@ from sglang_triage.service.expr_syntax import (
     is_arg_root,
     norm_text,
     to_node,
+    unparse,
 )
 from sglang_triage.service.expr_syntax import MAX_DEPTH as MAX_DEPTH
 from sglang_triage.service.expr_syntax import MAX_NODES as MAX_NODES
@@ -296,7 +297,7 @@ class _Evaluator:
         try:
             v = self.interp(node, depth)
             t = truth_value(v)
-            self.atoms.append(Atom(ast.unparse(node), t, tuple(self.inputs)))
+            self.atoms.append(Atom(unparse(node), t, tuple(self.inputs)))
         finally:
             self.inputs = outer
         return v, t, frozenset({len(self.atoms) - 1}) if t is UNKNOWN else frozenset()
@@ -503,7 +504,7 @@ class _Evaluator:
                 return UNKNOWN
             args, kwargs = self.eval_args(node, d)
             return apply_method(recv, func.attr, args, kwargs)
-        return self.missing(ast.unparse(node), "call")
+        return self.missing(unparse(node), "call")
 
     def eval_isinstance(self, node: ast.Call, d: int) -> object:
         v = self.interp(node.args[0], d)
@@ -513,7 +514,7 @@ class _Evaluator:
         for e in elts:
             if isinstance(e, ast.Name) and e.id in TYPES:
                 types.append(TYPES[e.id])
-            elif ast.unparse(e) in ("None", "type(None)"):
+            elif unparse(e) in ("None", "type(None)"):
                 types.append(type(None))
             else:
                 return UNKNOWN

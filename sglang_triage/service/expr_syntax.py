@@ -19,7 +19,7 @@ from sglang_triage.errors import UnsafeExpression
 
 __all__ = [
     "DEFAULT_ARG_OBJECTS", "MAX_DEPTH", "MAX_NODES", "MAX_TEXT", "VIEW_FUNCTIONS",
-    "arg_attr_read", "attr_chain", "check_depth", "is_arg_root", "norm_text", "to_node",
+    "arg_attr_read", "attr_chain", "check_depth", "is_arg_root", "norm_text", "to_node", "unparse",
 ]  # fmt: skip
 
 MAX_DEPTH = 64  # AST nesting; the interpreter recurses a few frames per level
@@ -117,7 +117,46 @@ def _check_node(node: ast.AST) -> None:
 def _parse(text: str, whitelist: bool) -> ast.expr:
     node = _parse_text(text)
     _check_shape(node, whitelist)
+    _freeze(node)
     return node
+
+
+# --------------------------------------------------------------- per-node memo
+# Trees parsed from text are cached and never modified, so what is derived from
+# one of their nodes (its text, its canonical text, its attribute chain) is kept
+# on the node itself. A node is "frozen" when it carries its own id under
+# _FROZEN: a copy (copy.deepcopy) carries a stale id, so copies, and nodes a
+# caller built, are never served from these memos.
+
+_FROZEN = "_triage_frozen"
+_MEMO = "_triage_memo"
+
+
+def _freeze(root: ast.AST) -> None:
+    for n in ast.walk(root):
+        setattr(n, _FROZEN, id(n))
+
+
+def _node_memo(node: ast.AST) -> dict[object, object] | None:
+    """The memo dict of a frozen node (created on first use), else None."""
+    if getattr(node, _FROZEN, None) != id(node):
+        return None
+    memo = node.__dict__.get(_MEMO)
+    if memo is None:
+        memo = {}
+        setattr(node, _MEMO, memo)
+    return memo
+
+
+def unparse(node: ast.AST) -> str:
+    """``ast.unparse(node)``, memoised on frozen nodes."""
+    memo = _node_memo(node)
+    if memo is None:
+        return ast.unparse(node)
+    hit = memo.get("unparse")
+    if hit is None:
+        hit = memo["unparse"] = ast.unparse(node)
+    return hit  # type: ignore[return-value]
 
 
 def to_node(expr: str | ast.AST, whitelist: bool = True) -> ast.expr:
@@ -162,14 +201,37 @@ class _Normalizer(ast.NodeTransformer):
 
 
 def norm_text(node: ast.AST, arg_objects: Collection[str]) -> str:
-    return ast.unparse(_Normalizer(arg_objects).visit(copy.deepcopy(node)))
+    """``node``'s text with every argument-object root spelled ``args`` (memoised on frozen nodes)."""
+    memo = _node_memo(node)
+    key = ("norm", arg_objects if isinstance(arg_objects, tuple | frozenset) else tuple(arg_objects))
+    if memo is not None:
+        hit = memo.get(key)
+        if hit is not None:
+            return hit  # type: ignore[return-value]
+    text = ast.unparse(_Normalizer(arg_objects).visit(copy.deepcopy(node)))
+    if memo is not None:
+        memo[key] = text
+    return text
 
 
 def attr_chain(node: ast.AST, arg_objects: Collection[str]) -> tuple[bool, list[str]] | None:
     """Split ``self.a.b()`` into ``(True, ["a", "b()"])``; ``envs.X.get()`` into ``(False, [...])``.
 
     Returns None when the chain is not made of attributes and method calls on a name.
+    The answer is memoised on frozen nodes; the list returned is the caller's own.
     """
+    memo = _node_memo(node)
+    key = ("chain", arg_objects if isinstance(arg_objects, tuple | frozenset) else tuple(arg_objects))
+    if memo is not None and key in memo:
+        hit = memo[key]
+        return None if hit is None else (hit[0], list(hit[1]))  # type: ignore[index]
+    found = _attr_chain(node, arg_objects)
+    if memo is not None:
+        memo[key] = None if found is None else (found[0], tuple(found[1]))
+    return found
+
+
+def _attr_chain(node: ast.AST, arg_objects: Collection[str]) -> tuple[bool, list[str]] | None:
     segs: list[str] = []
     cur = node
     while True:

@@ -16,12 +16,21 @@ it is re-checked against the other checks of the release that read an edited
 attribute (the rest of the function, its neighbours in the validation files);
 a candidate that makes another check fire is demoted and says which. Ranking:
 verified-clean first, then fewer edits, removals before additions.
+
+Speed: the neighbours of a check are found without SQL per request (candidate
+rows read once per release and file, matched per attribute name as SQL
+``LIKE`` would); a neighbour's verdict is memoised on the values its pieces
+read and the facts, and a whole re-check on the values all neighbours read.
+Every table is bounded and thread-safe (:mod:`.memo`); answers are those of
+the uncached computation.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,12 +40,25 @@ from . import chain
 from .evaluation import PathEvaluation, evaluate_path, prepared_pieces
 from .expr import UNKNOWN, Env, Provenance, Value
 from .flags import ParsedArgs
+from .memo import LRUCache, facts_signature
 from .summarize import call_value
 
 MAX_CANDIDATES = 40
 MAX_NEIGHBOURS = 150
 RECHECK_SPARE = 5
 _NEVER_DROP = frozenset({"model_path"})  # candidates re-checked beyond the number returned
+
+# (release key, file) -> neighbour candidate rows and their raw condition/guards text
+_NEIGHBOUR_ROWS: LRUCache[tuple[list[dict[str, Any]], list[tuple[str | None, str | None]]]] = \
+    LRUCache("fixes.neighbour_rows", 64)
+# ((release key, file), attr) -> indexes of the candidate rows that mention attr
+_ATTR_ROWS: LRUCache[frozenset[int]] = LRUCache("fixes.attr_rows", 8192)
+# (release key, facts, (check id, values read)) -> the check's verdict without earlier writes
+_FIRED: LRUCache[object] = LRUCache("fixes.neighbour_fired", 50_000)
+# (release key, check, touched attrs, facts) -> its neighbours and what they read
+_PLANS: LRUCache[_NeighbourPlan] = LRUCache("fixes.neighbour_plans", 2048)
+# (release key, facts, check, touched attrs, values the neighbours read) -> (trips, unknown count)
+_RECHECKS: LRUCache[tuple[tuple[dict[str, Any], ...], int]] = LRUCache("fixes.rechecks", 5_000)
 
 
 @dataclass
@@ -65,17 +87,30 @@ class Verdict:
         return self.fixes_check is True and not self.trips
 
 
+@functools.lru_cache(maxsize=4096)
+def _condition_tree(text: str) -> ast.Expression | None:
+    """The parsed condition (cached; callers must not modify it), None if it does not parse."""
+    try:
+        return ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        return None
+
+
 def _constants_for(attr: str, conditions: list[str]) -> list[object]:
-    """Constants that ``attr`` is compared with in ``conditions``."""
+    """Constants that ``attr`` is compared with in ``conditions`` (a fresh list)."""
+    return list(_constants(attr, tuple(conditions)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _constants(attr: str, conditions: tuple[str, ...]) -> tuple[object, ...]:
     values: list[object] = []
 
     def refers(node: ast.AST) -> bool:
         return isinstance(node, ast.Attribute) and node.attr == attr
 
     for text in conditions:
-        try:
-            tree = ast.parse(text.strip(), mode="eval")
-        except SyntaxError:
+        tree = _condition_tree(text)
+        if tree is None:
             continue
         for node in ast.walk(tree):
             if not isinstance(node, ast.Compare):
@@ -94,31 +129,44 @@ def _constants_for(attr: str, conditions: list[str]) -> list[object]:
     for v in values:
         if v not in out:
             out.append(v)
-    return out[:8]
+    return tuple(out[:8])
+
+
+def _choice_sites(store: Store, version: str, check: dict[str, Any]) -> list[tuple[list[str], str]]:
+    """Assignments from a call within 12 lines after ``check`` in its function:
+    (attributes assigned, call source), in ``ast.walk`` order (cached per release and check)."""
+
+    def build() -> list[tuple[list[str], str]]:
+        fn_rows = store.functions_at(version, check["path"], check["start_line"])
+        if not fn_rows:
+            return []
+        node = chain.function_ast(store, version, fn_rows[0])
+        if node is None:
+            return []
+        offset = fn_rows[0]["start_line"] - 1
+        sites: list[tuple[list[str], str]] = []
+        for stmt in ast.walk(node):
+            if not isinstance(stmt, ast.Assign) or stmt.lineno + offset <= check["end_line"]:
+                continue
+            if stmt.lineno + offset > check["end_line"] + 12:
+                continue
+            target = stmt.targets[0]
+            names = [e.attr for e in (target.elts if isinstance(target, ast.Tuple) else [target])
+                     if isinstance(e, ast.Attribute)]
+            if not names or not isinstance(stmt.value, ast.Call):
+                continue
+            sites.append((names, ast.unparse(stmt.value)))
+        return sites
+
+    return chain.cached(chain.release_key(store, version, f"choice-sites:{check['id']}"), build)
 
 
 def _sglang_choice(store: Store, version: str, check: dict[str, Any], attrs: dict[str, Value],
                    facts: dict[str, Value]) -> dict[str, object]:
     """Values the check's function assigns right after it, as SGLang would compute them."""
-    fn_rows = store.functions_at(version, check["path"], check["start_line"])
-    if not fn_rows:
-        return {}
-    node = chain.function_ast(store, version, fn_rows[0])
-    if node is None:
-        return {}
-    offset = fn_rows[0]["start_line"] - 1
     env = Env(attrs, facts)
-    for stmt in ast.walk(node):
-        if not isinstance(stmt, ast.Assign) or stmt.lineno + offset <= check["end_line"]:
-            continue
-        if stmt.lineno + offset > check["end_line"] + 12:
-            continue
-        target = stmt.targets[0]
-        names = [e.attr for e in (target.elts if isinstance(target, ast.Tuple) else [target])
-                 if isinstance(e, ast.Attribute)]
-        if not names or not isinstance(stmt.value, ast.Call):
-            continue
-        value = call_value(store, version, ast.unparse(stmt.value), env)
+    for names, call in _choice_sites(store, version, check):
+        value = call_value(store, version, call, env)
         if value is UNKNOWN:
             continue
         if len(names) == 1:
@@ -165,7 +213,7 @@ def candidate_edits(store: Store, version: str, check: dict[str, Any], ev: PathE
 
 def edited_attrs(attrs: dict[str, Value], edit: Edit, catalog: Catalog) -> dict[str, Value]:
     new = dict(attrs)
-    defaults = {s.attr: s for s in catalog.flags}
+    defaults = _last_spec_by_attr(catalog)
     for attr in edit.remove:
         spec = defaults.get(attr)
         decl = catalog.declaration(attr)
@@ -181,23 +229,67 @@ def edited_attrs(attrs: dict[str, Value], edit: Edit, catalog: Catalog) -> dict[
     return new
 
 
+def _last_spec_by_attr(catalog: Catalog) -> dict[str, Any]:
+    """attr -> the last flag spec writing it (once per read-only KB catalog; not to be modified)."""
+    def build() -> dict[str, Any]:
+        return {s.attr: s for s in catalog.flags}
+
+    cached = getattr(catalog, "cached", None)
+    return cached("fixes:last_spec", build) if cached is not None else build()
+
+
 def neighbours(store: Store, version: str, check: dict[str, Any], attrs: set[str]) -> list[dict[str, Any]]:
-    """Other checks of the validation files that read any of ``attrs``."""
+    """Other checks of the validation files that read any of ``attrs``.
+
+    The checks of ``check``'s file and of ``arg_groups/`` whose condition or
+    guards contain an attribute name, as SQL ``LIKE '%name%'`` matches it
+    (``_`` any one character, ASCII case folded), in file and line order. The
+    candidate rows are read once per release and file, and which of them
+    mention a name once per name (both cached), so a triage runs no query here.
+    Rows are shared: read-only.
+    """
     if not attrs:
         return []
-    likes = " OR ".join(["condition LIKE ?"] * len(attrs) + ["guards LIKE ?"] * len(attrs))
-    params = [f"%{a}%" for a in attrs] * 2
-    rows = store.checks(version, where=f"(path = ? OR path LIKE ?) AND ({likes})",
-                        params=[check["path"], "sglang/srt/arg_groups/%", *params])
-    return [r for r in rows if r["id"] != check["id"]][:MAX_NEIGHBOURS]
+    rkey = chain.release_key(store, version, f"neighbours:{check['path']}")
+    rows, texts = _NEIGHBOUR_ROWS.get_or_build(rkey, lambda: _candidate_rows(store, version, check))
+    hit: set[int] = set()
+    for attr in attrs:
+        hit |= _ATTR_ROWS.get_or_build((rkey, attr), lambda a=attr: _rows_mentioning(texts, a))
+    return [rows[i] for i in sorted(hit) if rows[i]["id"] != check["id"]][:MAX_NEIGHBOURS]
+
+
+def _candidate_rows(store: Store, version: str, check: dict[str, Any]
+                    ) -> tuple[list[dict[str, Any]], list[tuple[str | None, str | None]]]:
+    """Checks of ``check``'s file and of ``arg_groups/`` with their raw condition/guards text."""
+    where = "(path = ? OR path LIKE ?)"
+    params = [check["path"], "sglang/srt/arg_groups/%"]
+    rows = store.checks(version, where=where, params=params)
+    raw = {r["id"]: (r["condition"], r["guards"]) for r in store.query(
+        f"SELECT id, condition, guards FROM checks WHERE release = ? AND {where}",
+        [version, *params])}
+    return rows, [raw.get(r["id"], (None, None)) for r in rows]
+
+
+def _like_pattern(text: str) -> re.Pattern[str]:
+    """SQLite's ``LIKE '%text%'``: ``_`` one character, ``%`` any run, ASCII case-insensitive."""
+    body = "".join("." if c == "_" else ".*" if c == "%" else re.escape(c) for c in text)
+    return re.compile(body, re.IGNORECASE | re.ASCII | re.DOTALL)
+
+
+def _rows_mentioning(texts: list[tuple[str | None, str | None]], attr: str) -> frozenset[int]:
+    pat = _like_pattern(attr)
+    return frozenset(i for i, (cond, guards) in enumerate(texts)
+                     if (cond is not None and pat.search(cond))
+                     or (guards is not None and pat.search(guards)))
 
 
 def fixes_check(store: Store, version: str, check: dict[str, Any], edit: Edit,
                 attrs: dict[str, Value], facts: dict[str, Value], catalog: Catalog,
-                memo: dict[tuple[Any, ...], object] | None = None) -> Verdict:
+                memo: dict[tuple[Any, ...], object] | None = None,
+                *, facts_sig: str | None = None) -> Verdict:
     """Phase 1: does ``edit`` make the check itself definitely pass?"""
     new_attrs = edited_attrs(attrs, edit, catalog)
-    ev = evaluate_path(store, version, check, new_attrs, facts, memo=memo)
+    ev = evaluate_path(store, version, check, new_attrs, facts, memo=memo, facts_sig=facts_sig)
     return Verdict(edit, ev.fired is False if ev.fired is not UNKNOWN else UNKNOWN, evaluation=ev)
 
 
@@ -212,30 +304,64 @@ def verify(store: Store, version: str, check: dict[str, Any], edit: Edit, attrs:
 
 def recheck_neighbours(store: Store, version: str, check: dict[str, Any], verdict: Verdict,
                        attrs: dict[str, Value], facts: dict[str, Value], catalog: Catalog,
-                       memo: dict[tuple[Any, ...], object] | None = None) -> None:
+                       memo: dict[tuple[Any, ...], object] | None = None,
+                       *, facts_sig: str | None = None) -> None:
     """Phase 2: record the other checks that ``verdict.edit`` would make fire.
 
-    ``memo`` (one per triage) remembers each neighbour's verdict for the values
-    of the attributes it reads, so candidates that agree on them share the work.
+    Without earlier writes a neighbour's verdict depends only on the values of
+    the attributes its pieces read and on the facts, so it is memoised on them:
+    in ``memo`` (one per triage) and process-wide (bounded, thread-safe). The
+    whole re-check is memoised too, on the values of every attribute the
+    neighbours read.
     """
     edit = verdict.edit
     new_attrs = edited_attrs(attrs, edit, catalog)
-    touched = set(edit.set) | set(edit.remove)
+    touched = frozenset(edit.set) | frozenset(edit.remove)
     memo = memo if memo is not None else {}
-    for other in neighbours(store, version, check, touched):
-        _, names = prepared_pieces(store, version, other, frozenset(facts))
-        key = (other["id"], tuple(sorted((n, repr(new_attrs[n].value) if n in new_attrs else "?")
-                                         for n in names)))
-        if key not in memo:
-            memo[key] = evaluate_path(store, version, other, new_attrs, facts,
-                                      apply_writes=False).fired
-        fired = memo[key]
-        if fired is True:
-            verdict.trips.append({"id": other["id"], "path": other["path"],
-                                  "function": other["function"], "line": other["start_line"],
-                                  "message": other["message"], "condition": other["condition"]})
-        elif fired is UNKNOWN:
-            verdict.unknown_neighbours += 1
+    fact_names = frozenset(facts)
+    fsig = facts_sig or facts_signature(facts)
+    rkey = chain.release_key(store, version, "neighbour-fired")
+    plan = _neighbour_plan(store, version, check, touched, fact_names)
+    values = {n: repr(new_attrs[n].value) if n in new_attrs else "?" for n in plan.names}
+    whole = (rkey, fsig, check["id"], touched, tuple(values[n] for n in plan.names))
+    hit = _RECHECKS.get(whole)
+    if hit is None:
+        trips: list[dict[str, Any]] = []
+        unknown = 0
+        for other, names in plan.rows:
+            key = (other["id"], tuple((n, values[n]) for n in names))
+            if key not in memo:
+                memo[key] = _FIRED.get_or_build((rkey, fsig, key), lambda o=other: evaluate_path(
+                    store, version, o, new_attrs, facts, apply_writes=False, facts_sig=fsig).fired)
+            fired = memo[key]
+            if fired is True:
+                trips.append({"id": other["id"], "path": other["path"],
+                              "function": other["function"], "line": other["start_line"],
+                              "message": other["message"], "condition": other["condition"]})
+            elif fired is UNKNOWN:
+                unknown += 1
+        hit = (tuple(trips), unknown)
+        _RECHECKS.put(whole, hit)
+    verdict.trips.extend(dict(t) for t in hit[0])
+    verdict.unknown_neighbours += hit[1]
+
+
+@dataclass(frozen=True)
+class _NeighbourPlan:
+    rows: tuple[tuple[dict[str, Any], tuple[str, ...]], ...]  # (neighbour, attributes it reads)
+    names: tuple[str, ...]  # every attribute any neighbour reads, sorted
+
+
+def _neighbour_plan(store: Store, version: str, check: dict[str, Any], touched: frozenset[str],
+                    fact_names: frozenset[str]) -> _NeighbourPlan:
+    """The neighbours for ``touched`` with the sorted attributes each reads (cached)."""
+    def build() -> _NeighbourPlan:
+        rows = tuple((o, tuple(sorted(prepared_pieces(store, version, o, fact_names)[1])))
+                     for o in neighbours(store, version, check, set(touched)))
+        return _NeighbourPlan(rows, tuple(sorted({n for _, names in rows for n in names})))
+
+    key = (*chain.release_key(store, version, "neighbour-plan"), check["id"], touched, fact_names)
+    return _PLANS.get_or_build(key, build)
 
 
 def intent_tier(edit: Edit, ev: PathEvaluation) -> int:
@@ -278,16 +404,22 @@ def rank(verdicts: list[Verdict], ev: PathEvaluation | None = None) -> list[Verd
 
 def propose(store: Store, version: str, check: dict[str, Any], ev: PathEvaluation,
             parsed: ParsedArgs, catalog: Catalog, attrs: dict[str, Value],
-            facts: dict[str, Value], *, limit: int = 5) -> list[Verdict]:
-    """The best ``limit`` candidate fixes for ``check`` (only those that fix it)."""
+            facts: dict[str, Value], *, limit: int = 5,
+            facts_sig: str | None = None) -> list[Verdict]:
+    """The best ``limit`` candidate fixes for ``check`` (only those that fix it).
+
+    ``facts_sig`` (:func:`~.memo.facts_signature` of ``facts``) keys the memo tables.
+    """
     passing = []
     edits = candidate_edits(store, version, check, ev, parsed, catalog, attrs, facts)
     # cheapest-to-accept first, so phase 1 can stop once it has enough passing fixes
     edits.sort(key=lambda e: (intent_tier(e, ev), e.size(), -len(e.remove)))
     wanted = limit + RECHECK_SPARE
     guard_memo: dict[tuple[Any, ...], object] = {}
+    fsig = facts_sig or facts_signature(facts)
     for edit in edits:
-        v = fixes_check(store, version, check, edit, attrs, facts, catalog, guard_memo)
+        v = fixes_check(store, version, check, edit, attrs, facts, catalog, guard_memo,
+                        facts_sig=fsig)
         if v.fixes_check is True:
             passing.append(v)
         if len(passing) >= wanted:
@@ -296,7 +428,7 @@ def propose(store: Store, version: str, check: dict[str, Any], ev: PathEvaluatio
     shortlist = rank(passing, ev)[:wanted]
     memo: dict[tuple[Any, ...], object] = {}
     for v in shortlist:
-        recheck_neighbours(store, version, check, v, attrs, facts, catalog, memo)
+        recheck_neighbours(store, version, check, v, attrs, facts, catalog, memo, facts_sig=fsig)
     ranked = rank(shortlist, ev)
     # drop supersets of a clean fix (dropping A and B when dropping A alone is enough)
     out: list[Verdict] = []

@@ -9,9 +9,11 @@ never stops at the first error: every problem is collected.
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import re
 import shlex
+import threading
 from dataclasses import dataclass, field
 
 from sglang_triage.ingest.catalog import Catalog, FlagSpec
@@ -84,6 +86,59 @@ class _Occ:
     error: str | None = None
 
 
+_tables_lock = threading.Lock()
+# id(catalog) -> (catalog, option table, negative-number option?, prefix index)
+_tables: dict[int, tuple[Catalog, dict[str, FlagSpec], bool, _PrefixIndex]] = {}
+
+
+class _PrefixIndex:
+    """The spellings of an option table sorted, for abbreviation look-ups by bisection."""
+
+    def __init__(self, options: dict[str, FlagSpec]) -> None:
+        self.sorted = sorted(options)
+        self.position = {o: i for i, o in enumerate(options)}
+
+    def starting_with(self, prefix: str) -> set[str]:
+        out: set[str] = set()
+        for o in self.sorted[bisect.bisect_left(self.sorted, prefix):]:
+            if not o.startswith(prefix):
+                break
+            out.add(o)
+        return out
+
+    def in_table_order(self, found: set[str]) -> list[str]:
+        return sorted(found, key=self.position.__getitem__)
+
+
+def _option_table(catalog: Catalog) -> tuple[dict[str, FlagSpec], bool, _PrefixIndex | None]:
+    """(every spelling -> its spec, with ``-h``/``--help``; any option like a negative
+    number?; a prefix index of the spellings, or None).
+
+    Cached per catalog object when the catalog is a KB's read-only
+    :class:`~sglang_triage.kb.catalogs.IndexedCatalog` (the entry keeps the catalog
+    alive, so its id is not reused while cached; at most 32 are kept); only then is
+    there a prefix index. The dict must not be modified.
+    """
+    from sglang_triage.kb.catalogs import IndexedCatalog
+
+    with _tables_lock:
+        hit = _tables.get(id(catalog))
+    if hit is not None and hit[0] is catalog:
+        return hit[1], hit[2], hit[3]
+    options = dict(catalog.by_flag())
+    for spelling in _HELP.flags:
+        options.setdefault(spelling, _HELP)
+    negative = any(_NEGATIVE_NUMBER.match(o) for o in options)
+    if not isinstance(catalog, IndexedCatalog):
+        return options, negative, None
+    index = _PrefixIndex(options)
+    with _tables_lock:
+        if len(_tables) >= 32:
+            _tables.clear()
+        _tables[id(catalog)] = (catalog, options, negative, index)
+    return options, negative, index
+
+
 def _nargs(spec: FlagSpec) -> str:
     if spec.action in NO_VALUE_ACTIONS:
         return "0"
@@ -92,10 +147,9 @@ def _nargs(spec: FlagSpec) -> str:
 
 class _Parser:
     def __init__(self, catalog: Catalog) -> None:
-        self.options: dict[str, FlagSpec] = dict(catalog.by_flag())
-        for spelling in _HELP.flags:
-            self.options.setdefault(spelling, _HELP)
-        self.has_negative_number_options = any(_NEGATIVE_NUMBER.match(o) for o in self.options)
+        # the option table depends only on the catalog: built once per catalog, shared read-only
+        self.options: dict[str, FlagSpec]
+        self.options, self.has_negative_number_options, self._index = _option_table(catalog)
 
     # argparse._parse_optional
     def classify(self, tok: str) -> tuple[str, FlagSpec | None, str | None, str | None, str | None]:
@@ -134,11 +188,20 @@ class _Parser:
 
     # argparse._get_option_tuples (long options only; SGLang has no short ones but -h)
     def prefix_matches(self, tok: str) -> list[str]:
+        """Options ``tok`` abbreviates, in the table's order (by bisection when indexed)."""
+        index = self._index
         if tok.startswith("--"):
             prefix = tok.split("=", 1)[0]
+            if index is not None:
+                return index.in_table_order(index.starting_with(prefix))
             return [o for o in self.options if o.startswith(prefix)]
         if len(tok) > 1 and tok[1] != "-":
             short = tok[:2]
+            if index is not None:
+                found = index.starting_with(tok)
+                if short in self.options:
+                    found.add(short)
+                return index.in_table_order(found)
             return [o for o in self.options if o == short or o.startswith(tok)]
         return []
 

@@ -24,11 +24,15 @@ _ARG_NAMES = ("self", "server_args", "cfg", "args")
 
 
 def _find_function(store: Store, version: str, name: str) -> dict[str, Any] | None:
-    for row in store.query("SELECT * FROM functions WHERE release = ? AND name = ? ORDER BY path",
-                           (version, name)):
-        if row["path"].startswith(chain.VALIDATION_PATHS):
-            return dict(row)
-    return None
+    """The first function called ``name`` in the validation files (cached per release; read-only)."""
+    def build() -> dict[str, Any] | None:
+        for row in store.query("SELECT * FROM functions WHERE release = ? AND name = ? "
+                               "ORDER BY path", (version, name)):
+            if row["path"].startswith(chain.VALIDATION_PATHS):
+                return dict(row)
+        return None
+
+    return chain.cached(chain.release_key(store, version, f"function-named:{name}"), build)
 
 
 def _subst(expr: ast.expr, local: dict[str, ast.expr]) -> str:
