@@ -116,22 +116,22 @@ def context_incidents(store: Store, settings: Settings, releases: Sequence[str],
             plain[(release, hw)] = run(release, hw, argvs, list(archs))
     out: list[Incident] = []
     for r_i, release in enumerate(releases):
-        by_attr = load_catalog(store, release).by_attr()
+        catalog = load_catalog(store, release)
+        by_attr = catalog.by_attr()
         for hw in hardware:
-            for (model, tp, trust), arch, res in zip(contexts, archs, plain[(release, hw)],
-                                                     strict=True):
+            for c_i, ((model, tp, trust), arch, res) in enumerate(
+                    zip(contexts, archs, plain[(release, hw)], strict=True)):
                 check = _check_of(store, release, res)
                 if check is None:
                     continue
                 argv = plain_command(model, tp, trust, hw)
                 edits = _edits(check, argv, by_attr, rng, max_edits)
-                tried = run(release, hw, [apply_edits(argv, load_catalog(store, release),
-                                                      set=dict(e.set), remove=list(e.remove))
-                                          for e in edits], [arch] * len(edits)) if edits else []
+                tried = run(release, hw, [apply_edits(argv, catalog, set=dict(e.set),
+                                                      remove=list(e.remove)) for e in edits],
+                            [arch] * len(edits)) if edits else []
                 # with no static analysis behind them, only an edit SGLang fully accepts counts
                 fixes = [e for e, t in zip(edits, tried, strict=True) if t.status == "passed"]
-                later = [r for r in releases[r_i + 1:] if plain[(r, hw)][archs.index(arch)]
-                         .status == "passed"]
+                later = [r for r in releases[r_i + 1:] if plain[(r, hw)][c_i].status == "passed"]
                 no_fix = None if fixes else (
                     f"upgrade: {later[0]} accepts the same command on {hw} (replay); none of "
                     f"{len(edits)} single edits of the flags the check reads passes"
