@@ -28,7 +28,7 @@ from .llm import AssistContext, assist
 from .llm import enabled as llm_enabled
 from .locate import Located, locate_by_frames, locate_by_message, locate_by_search
 from .logparse import ParsedLog, parse_input
-from .memo import LRUCache, facts_signature
+from .memo import LRUCache, facts_signature, freeze_long_lived
 from .models import (
     AtomInput,
     AtomOut,
@@ -46,6 +46,8 @@ from .models import (
 )
 from .resolve import resolve_release
 
+#: a triage this slow built caches (or loaded the embedder): freeze what it built
+_SETTLE_AFTER_MS = 250.0
 #: (release, vector store, exception) -> where search located it (wrapped in a 1-tuple)
 _SEARCH_LOCATED: LRUCache[tuple[Located | None]] = LRUCache("engine.search_locate", 1024)
 
@@ -174,6 +176,8 @@ class Engine:
             timings["llm"] = _ms(t)
         timings["total"] = _ms(t0)
         result_obj.timings_ms = dict(timings)
+        if timings["total"] >= _SETTLE_AFTER_MS:
+            freeze_long_lived()  # a cold triage built long-lived state: out of later GC passes
         return result_obj
 
     # -- pieces -----------------------------------------------------------------------

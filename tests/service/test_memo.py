@@ -75,3 +75,17 @@ def test_facts_signature_sees_values_and_provenance_not_order() -> None:
     assert facts_signature(same) == sig
     assert len({sig, facts_signature(other_value), facts_signature(other_source),
                 facts_signature(one_vs_true), facts_signature({})}) == 5
+
+
+def test_freeze_long_lived_moves_objects_out_of_collections() -> None:
+    import gc
+
+    from sglang_triage.service.memo import freeze_long_lived
+
+    keep = [[i] for i in range(1000)]  # long-lived, GC-tracked objects
+    freeze_long_lived()
+    try:
+        assert gc.get_freeze_count() >= len(keep)
+        assert keep[999] == [999]  # still alive and usable
+    finally:
+        gc.unfreeze()
