@@ -17,6 +17,7 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 from sglang_triage.config import Settings  # noqa: E402
 from sglang_triage.ingest.acquire import ReleaseSource, fetch_release  # noqa: E402
+from sglang_triage.kb.store import SCHEMA_VERSION  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +63,27 @@ def kb_settings(cache_settings: Settings) -> Settings:
     while a fresh machine or changed extraction code re-indexes for real.
     """
     kb_dir = Path(os.environ.get("TRIAGE_TEST_KB", cache_settings.home / "test-kb"))
+    if _index_schema(kb_dir) > SCHEMA_VERSION:
+        # the cache is shared by checkouts: one of a later schema keeps its KB, we use our own
+        kb_dir = kb_dir.with_name(f"{kb_dir.name}-s{SCHEMA_VERSION}")
     return cache_settings.model_copy(update={"kb_dir": kb_dir, "chroma_url": None})
+
+
+def _index_schema(kb_dir: Path) -> int:
+    """Schema version of ``kb_dir``'s structured index (0 when there is none yet)."""
+    import sqlite3
+
+    db = kb_dir / "index.sqlite"
+    if not db.exists():
+        return 0
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.Error:
+        return 0
+    finally:
+        con.close()
+    return int(row[0]) if row else 0
 
 
 @pytest.fixture(scope="session")

@@ -28,10 +28,13 @@ from . import ts
 
 #: Names that denote the argument object being validated.
 ARG_OBJECTS = frozenset({"server_args", "cfg", "args", "sa"})
+_ARG_OBJECT_BYTES = frozenset(n.encode() for n in ARG_OBJECTS)
 #: Calls that return a view of the argument object (attribute reads pass through).
 VIEW_CALLS = frozenset({"resolved_view", "resolving_view", "ResolvedView"})
 #: Calls whose keyword arguments are writes of fields.
 DECLARE_CALLS = frozenset({"declare_resolution"})
+#: Callee names :func:`extract_refs` looks at among all calls.
+_REF_CALL_BYTES = frozenset(n.encode() for n in (*DECLARE_CALLS, "setattr"))
 
 
 @dataclass
@@ -69,6 +72,16 @@ class Ref:
     obj: str  # the receiver as written: "self", "server_args", "cfg", "resolved_view(server_args)"
     value: str | None = None  # source of the written value
     guards: list[Guard] = field(default_factory=list)
+
+
+def _callee_bytes(call: Node) -> bytes:
+    """:func:`_callee_name` as raw bytes, without decoding (for quick rejection)."""
+    fn = call.child_by_field_name("function")
+    if fn is None:
+        return b""
+    if fn.type == "attribute":
+        fn = fn.child_by_field_name("attribute")
+    return (fn.text or b"") if fn is not None else b""
 
 
 def _callee_name(call: Node) -> str:
@@ -255,12 +268,26 @@ def extract_refs(root: Node, found: dict[str, list[Node]] | None = None, *,
     refs: list[Ref] = []
     if found is None:
         found = ts.captures(ts.FILE_QUERY, root)
+    # ``self`` can only denote the argument object in a file that names an args class
+    source = root.text or b""
+    self_possible = any(n.encode() in source for n in args_classes)
     for node in found.get("attr", []):
         obj = node.child_by_field_name("object")
-        name = node.child_by_field_name("attribute")
-        if obj is None or name is None:
+        if obj is None:
             continue
-        in_cls = _in_class(node, args_classes) if ts.text(obj) == "self" else False
+        is_self = False
+        if obj.type == "identifier":  # fast path: most receivers are other names
+            receiver_name = obj.text
+            if receiver_name == b"self":
+                if not self_possible:
+                    continue
+                is_self = True
+            elif receiver_name not in _ARG_OBJECT_BYTES:
+                continue
+        name = node.child_by_field_name("attribute")
+        if name is None:
+            continue
+        in_cls = _in_class(node, args_classes) if is_self else False
         receiver = _receiver(obj, in_cls)
         if receiver is None:
             continue
@@ -268,6 +295,8 @@ def extract_refs(root: Node, found: dict[str, list[Node]] | None = None, *,
         refs.append(Ref(ts.text(name), "write" if is_write else "read", ts.start_line(node),
                         receiver, value, guards_of(node) if is_write else []))
     for call in found.get("call", []):
+        if _callee_bytes(call) not in _REF_CALL_BYTES:  # fast path: most calls are not refs
+            continue
         callee = _callee_name(call)
         args = call.child_by_field_name("arguments")
         if args is None:

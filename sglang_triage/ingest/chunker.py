@@ -11,26 +11,43 @@ Two products come out of one parse:
   module-level statements, class-level statements (dataclass fields, say) and
   each top-level function or method. A unit too long for the embedding
   model's window is split at statement boundaries, recursing into compound
-  statements, and the pieces are merged back greedily up to the budget
-  (split-then-merge, as in cAST). Every chunk carries a header naming its
-  path, qualname and part, so no part is anonymous. The header deliberately
-  holds no line numbers: an unchanged function whose lines moved keeps the
-  same embedding text, so its vector is reused across releases.
+  statements, and the pieces are merged back (split-then-merge, as in cAST)
+  at *content-defined* cut points: a statement whose own text hashes to an
+  anchor starts a new chunk once the current one holds
+  :data:`MIN_CHUNK_CHARS`, and no chunk exceeds :data:`MAX_CHUNK_CHARS`.
+  Cuts therefore do not depend on what precedes them: an edit in one place
+  of a long function changes the chunk it falls in (and rarely the next),
+  not every later part.
+
+Every chunk carries a header naming its path and qualname, and ``(part)``
+when its unit was split, so no part is anonymous. The header deliberately
+holds no line numbers and no part index: an unchanged function (or part)
+whose lines moved, or that gained a part elsewhere, keeps the same embedding
+text, so its vector is reused across releases.
 """
 
 from __future__ import annotations
 
 import hashlib
+import zlib
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from tree_sitter import Node
 
 from . import ts
 
 #: Budget of one chunk in non-whitespace characters. Python source averages
-#: about 0.3 MiniLM word pieces per such character, so 700 keeps a chunk and
-#: its header inside the model's 256-token window: nothing is truncated away.
+#: about 0.4 MiniLM word pieces per such character, so a chunk near the budget,
+#: with its header, can exceed the model's 256-token window; with the cuts
+#: below most chunks stay well under it (in 0.5.11's default scope about one
+#: embedding text in eight is truncated at 256 tokens, against two in five
+#: with the greedy packing used before).
 MAX_CHUNK_CHARS = 700
+#: A chunk is closed at an anchor statement only once it holds this much.
+MIN_CHUNK_CHARS = 150
+#: One statement in this many is an anchor (a content-defined cut point).
+ANCHOR_ODDS = 3
 
 _DEF_TYPES = ("function_definition", "class_definition")
 
@@ -63,7 +80,8 @@ class Chunk:
 
     @property
     def header(self) -> str:
-        suffix = f" (part {self.part}/{self.parts})" if self.parts > 1 else ""
+        """``# <path> :: <qualname>`` plus `` (part)`` for a piece of a split unit."""
+        suffix = " (part)" if self.parts > 1 else ""
         return f"# {self.path} :: {self.qualname}{suffix}"
 
     @property
@@ -129,9 +147,9 @@ def _scope_prefix(node: Node) -> tuple[str, str | None, str | None]:
 
 
 def _docstring(body: Node | None) -> str | None:
-    if body is None or body.named_child_count == 0:
+    first = body.named_child(0) if body is not None else None
+    if first is None:
         return None
-    first = body.named_children[0]
     if first.type == "expression_statement" and first.named_child_count == 1:
         expr = first.named_children[0]
         if expr.type == "string":
@@ -174,8 +192,35 @@ def function_info(node: Node, source: bytes) -> FunctionInfo:
     )
 
 
-def _lines(source_lines: list[str], start: int, end: int) -> str:
-    return "\n".join(source_lines[start - 1 : end])
+class _Text:
+    """One file's lines with prefix sums of their weights (O(1) weight of any span)."""
+
+    __slots__ = ("compact", "cum", "lines")
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.split("\n")
+        compact = text.replace(" ", "")
+        if "\t" in compact:
+            compact = compact.replace("\t", "")
+        #: each line without spaces and tabs: its length is its weight
+        self.compact = compact.split("\n")
+        self.cum = [0, *accumulate(map(len, self.compact))]
+
+    def weight(self, start: int, end: int) -> int:
+        """:func:`_weight` of lines ``start``..``end`` (1-based, inclusive)."""
+        return self.cum[end] - self.cum[start - 1]
+
+    def text(self, start: int, end: int) -> str:
+        return "\n".join(self.lines[start - 1 : end])
+
+    def anchor(self, start: int, end: int) -> bool:
+        """Whether a span is a content-defined cut point (a chunk may start at it).
+
+        Decided by the span's own text only, without spaces and tabs, so the
+        same statement is an anchor wherever it moves and however it is indented.
+        """
+        key = "\n".join(self.compact[start - 1 : end])
+        return zlib.crc32(key.encode()) % ANCHOR_ODDS == 0
 
 
 def _split_units(node: Node) -> list[Node]:
@@ -190,28 +235,21 @@ def _split_units(node: Node) -> list[Node]:
     return out
 
 
-def _split(node: Node, source_lines: list[str]) -> list[tuple[int, int]]:
+def _split(node: Node, src: _Text) -> list[tuple[int, int]]:
     """Split ``node`` into line spans each within budget, at statement boundaries."""
     start, end = ts.start_line(node), ts.end_line(node)
-    if _weight(_lines(source_lines, start, end)) <= MAX_CHUNK_CHARS:
+    if src.weight(start, end) <= MAX_CHUNK_CHARS:
         return [(start, end)]
     children = _split_units(node)
     if not children:
-        # An indivisible statement (a huge literal): cut by lines.
-        spans, cur = [], start
-        while cur <= end:
-            stop = cur
-            while stop < end and _weight(_lines(source_lines, cur, stop + 1)) <= MAX_CHUNK_CHARS:
-                stop += 1
-            spans.append((cur, stop))
-            cur = stop + 1
-        return spans
+        # An indivisible statement (a huge literal): one span per line, merged later.
+        return [(i, i) for i in range(start, end + 1)]
     spans: list[tuple[int, int]] = []
     first_child = ts.start_line(children[0])
     if first_child > start:
         spans.append((start, first_child - 1))  # header of the compound statement
     for child in children:
-        spans.extend(_split(child, source_lines))
+        spans.extend(_split(child, src))
     # cover gaps (comments between statements) by extending the previous span
     filled: list[tuple[int, int]] = []
     for s, e in spans:
@@ -223,12 +261,24 @@ def _split(node: Node, source_lines: list[str]) -> list[tuple[int, int]]:
     return filled
 
 
-def _merge(spans: list[tuple[int, int]], source_lines: list[str]) -> list[tuple[int, int]]:
+def _merge(spans: list[tuple[int, int]], src: _Text) -> list[tuple[int, int]]:
+    """Group consecutive spans into chunks at content-defined cut points.
+
+    A chunk is closed before a span that is an *anchor* (see
+    :meth:`_Text.anchor`) once it holds at least :data:`MIN_CHUNK_CHARS`, and
+    before any span that would take it over :data:`MAX_CHUNK_CHARS`. Because
+    anchors depend on a span's own text, not on its position, an edit changes
+    the chunk it falls in and cuts re-synchronise at the next anchor: the
+    chunks after it keep their text, and so their vectors.
+    """
     merged: list[tuple[int, int]] = []
     for s, e in spans:
         if merged:
-            ms, me = merged[-1]
-            if _weight(_lines(source_lines, ms, e)) <= MAX_CHUNK_CHARS:
+            ms, _ = merged[-1]
+            held = src.weight(ms, s - 1) if s > ms else 0
+            if held + src.weight(s, e) <= MAX_CHUNK_CHARS and not (
+                held >= MIN_CHUNK_CHARS and src.anchor(s, e)
+            ):
                 merged[-1] = (ms, e)
                 continue
         merged.append((s, e))
@@ -236,44 +286,43 @@ def _merge(spans: list[tuple[int, int]], source_lines: list[str]) -> list[tuple[
 
 
 def _unit_chunks(
-    path: str, qualname: str, kind: str, node: Node, source_lines: list[str],
-    start: int | None = None,
+    path: str, qualname: str, kind: str, node: Node, src: _Text, start: int | None = None,
 ) -> list[Chunk]:
-    spans = _merge(_split(node, source_lines), source_lines)
+    spans = _merge(_split(node, src), src)
     if start is not None and spans and spans[0][0] > start:
         spans[0] = (start, spans[0][1])
     if len(spans) == 1:
         s, e = spans[0]
-        return [Chunk(path, qualname, kind, s, e, _lines(source_lines, s, e))]
+        return [Chunk(path, qualname, kind, s, e, src.text(s, e))]
     part_kind = "function_part" if kind == "function" else kind
     return [
-        Chunk(path, qualname, part_kind, s, e, _lines(source_lines, s, e), i + 1, len(spans))
+        Chunk(path, qualname, part_kind, s, e, src.text(s, e), i + 1, len(spans))
         for i, (s, e) in enumerate(spans)
     ]
 
 
 def _group_statements(
-    path: str, qualname: str, kind: str, stmts: list[Node], source_lines: list[str]
+    path: str, qualname: str, kind: str, stmts: list[Node], src: _Text
 ) -> list[Chunk]:
     """Chunk a run of loose statements (module or class level) by split-then-merge."""
     spans: list[tuple[int, int]] = []
     for stmt in stmts:
-        spans.extend(_split(stmt, source_lines))
-    spans = _merge(spans, source_lines)
+        spans.extend(_split(stmt, src))
+    spans = _merge(spans, src)
     return [
-        Chunk(path, qualname, kind, s, e, _lines(source_lines, s, e), i + 1, len(spans))
+        Chunk(path, qualname, kind, s, e, src.text(s, e), i + 1, len(spans))
         for i, (s, e) in enumerate(spans)
     ]
 
 
 def _chunk_scope(
-    path: str, scope_q: str, kind: str, stmts: list[Node], source_lines: list[str], out: list[Chunk]
+    path: str, scope_q: str, kind: str, stmts: list[Node], src: _Text, out: list[Chunk]
 ) -> None:
     loose: list[Node] = []
 
     def flush() -> None:
         if loose:
-            out.extend(_group_statements(path, scope_q or "<module>", kind, loose, source_lines))
+            out.extend(_group_statements(path, scope_q or "<module>", kind, loose, src))
             loose.clear()
 
     for stmt in stmts:
@@ -283,7 +332,7 @@ def _chunk_scope(
             name = ts.text(inner.child_by_field_name("name"))
             q = f"{scope_q}.{name}" if scope_q else name
             out.extend(
-                _unit_chunks(path, q, "function", inner, source_lines, start=ts.start_line(stmt))
+                _unit_chunks(path, q, "function", inner, src, start=ts.start_line(stmt))
             )
         elif inner.type == "class_definition":
             flush()
@@ -293,15 +342,15 @@ def _chunk_scope(
             header_end = ts.start_line(body) - 1 if body is not None else ts.end_line(inner)
             members = body.named_children if body is not None else []
             class_out: list[Chunk] = []
-            _chunk_scope(path, q, "class", members, source_lines, class_out)
+            _chunk_scope(path, q, "class", members, src, class_out)
             if class_out and class_out[0].kind == "class":
                 first = class_out[0]
                 first.start_line = ts.start_line(stmt)
-                first.text = _lines(source_lines, first.start_line, first.end_line)
+                first.text = src.text(first.start_line, first.end_line)
             elif header_end >= ts.start_line(stmt):
                 s = ts.start_line(stmt)
                 e = max(header_end, s)
-                class_out.insert(0, Chunk(path, q, "class", s, e, _lines(source_lines, s, e)))
+                class_out.insert(0, Chunk(path, q, "class", s, e, src.text(s, e)))
             out.extend(class_out)
         else:
             loose.append(stmt)
@@ -309,16 +358,20 @@ def _chunk_scope(
 
 
 def chunk_file(path: str, tree_root: Node, source: bytes,
-               found: dict[str, list[Node]] | None = None) -> FileChunks:
-    """Functions and search chunks of one parsed file (``path`` is package-relative)."""
-    source_lines = source.decode("utf-8", "replace").split("\n")
+               found: dict[str, list[Node]] | None = None, text: str | None = None) -> FileChunks:
+    """Functions and search chunks of one parsed file (``path`` is package-relative).
+
+    ``found`` may carry the captures of :data:`ts.FILE_QUERY` (or its light
+    variant) already run on the tree, ``text`` the decoded source.
+    """
+    src = _Text(text if text is not None else source.decode("utf-8", "replace"))
     result = FileChunks()
     if found is None:
         found = ts.captures(ts.FILE_QUERY, tree_root)
     for node in found.get("f", []):
         result.functions.append(function_info(node, source))
     result.functions.sort(key=lambda f: (f.start_line, f.qualname))
-    _chunk_scope(path, "", "module", tree_root.named_children, source_lines, result.chunks)
+    _chunk_scope(path, "", "module", tree_root.named_children, src, result.chunks)
     return result
 
 

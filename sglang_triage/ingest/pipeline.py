@@ -3,14 +3,21 @@
 Stages, each idempotent by content hash:
 
 1. **structure** — every ``.py`` file of the package is parsed with
-   tree-sitter; functions, chunks, checks, references and the flag catalog
-   are extracted and written to the structured index in one transaction. A
-   release whose content hash (of every file's sha256) is unchanged is
-   skipped.
+   tree-sitter (in a process pool for big trees); functions, chunks, checks,
+   references and the flag catalog are extracted and written to the
+   structured index in one transaction, batch by batch as the workers deliver
+   them (the main process extracts the flag catalog and writes while the
+   workers parse). Files unchanged since another release indexed by the same
+   code are not parsed at all: their rows are copied inside SQLite (see
+   :func:`index_structure`). A release whose content hash (of every file's
+   sha256 and the extraction code) is unchanged is skipped.
 2. **embed** — the chunks in scope are embedded. Vectors are cached by the
-   sha256 of the embedded text, so a function unchanged since another release
-   costs no encoding; Chroma receives stable ids (``<release>:<chunk id>``) by
-   upsert, so an interrupted run resumes without duplicates.
+   sha256 of the embedded text, so a chunk unchanged since another release
+   costs no encoding (content-defined chunk boundaries, see
+   :mod:`.chunker`, keep most chunks of an edited function unchanged);
+   Chroma receives stable ids (``<release>:<chunk id>``) by upsert, from a
+   writer thread that overlaps encoding, so an interrupted run resumes
+   without duplicates.
 
 Scopes: ``none`` (structure only), ``default`` (the validation surface, see
 :data:`VALIDATION_SURFACE`), ``full`` (the whole package).
@@ -19,12 +26,14 @@ Scopes: ``none`` (structure only), ``default`` (the validation surface, see
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import json
 import os
 import time
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -35,12 +44,11 @@ from typing import Any
 import numpy as np
 
 from ..kb.base import KnowledgeBase
-from ..kb.store import dumps, pack_text
-from . import ts
+from ..kb.store import dumps
 from .acquire import ReleaseSource, iter_python_files
-from .catalog import extract_catalog
-from .checks import extract_checks, extract_refs
-from .chunker import Chunk, chunk_file, enclosing_function
+from .analyze import TABLES, BatchRows, analyze_batch, batches, keep_refs, stored_refs
+from .catalog import Catalog, extract_catalog
+from .chunker import Chunk
 
 #: Path prefixes (package-relative) embedded by the default scope: where launch
 #: arguments are declared, resolved and validated.
@@ -57,9 +65,6 @@ VALIDATION_SURFACE: tuple[str, ...] = (
 
 SCOPES = ("none", "default", "full")
 
-#: Files whose refs are worth indexing must mention one of these.
-_REF_MARKERS = (b"server_args", b"ServerArgs", b"cfg.", b"args.")
-
 Progress = Callable[[str, int, int], None]
 
 
@@ -75,6 +80,9 @@ class IngestReport:
     refs: int = 0
     flags: int = 0
     parse_errors: dict[str, list[int]] = field(default_factory=dict)
+    parsed: int = 0  # files parsed now
+    reused_files: int = 0  # unchanged files whose rows were copied from ``reused_from``
+    reused_from: str | None = None
     embedded: int = 0  # chunks whose vectors were computed now
     reused: int = 0  # chunks whose vectors came from the cache
     upserted: int = 0
@@ -85,12 +93,8 @@ class IngestReport:
         return dict(self.__dict__)
 
 
-_TABLES = ("files", "functions", "chunks", "chunks_fts", "checks", "refs", "flags",
-           "flag_spellings", "declarations", "catalogs")
-
-
 def _workers(n_files: int) -> int:
-    """Processes for parsing: one per core beyond the first, only for big trees."""
+    """Processes for parsing: one per core (at most 4), only for big trees."""
     cores = os.cpu_count() or 1
     return min(cores, 4) if n_files >= 400 and cores > 1 else 1
 
@@ -103,71 +107,14 @@ def _mp_context():  # noqa: ANN202
         return get_context("spawn")
 
 
-def analyze_file(v: str, path: str, blob: bytes, known_attrs: frozenset[str]
-                 ) -> tuple[dict[str, list[tuple]], list[int]]:
-    """Every structural row of one file (pure: safe to run in a worker process)."""
-    rows: dict[str, list[tuple]] = {k: [] for k in _TABLES}
-    tree = ts.parse(blob)
-    errors = ts.error_lines(tree)
-    text = blob.decode("utf-8", "replace")
-    wants_refs = any(m in blob for m in _REF_MARKERS)
-    found = ts.captures(ts.FILE_QUERY if wants_refs else ts.FILE_QUERY_LIGHT, tree.root_node)
-    rows["files"].append((v, path, hashlib.sha256(blob).hexdigest(), text.count("\n") + 1,
-                          json.dumps(errors[:50]), pack_text(text)))
-    fc = chunk_file(path, tree.root_node, blob, found)
-    for fn in fc.functions:
-        rows["functions"].append((v, path, fn.qualname, fn.name, fn.class_name, fn.start_line,
-                                  fn.end_line, fn.decorator_start, fn.signature,
-                                  json.dumps(fn.decorators), fn.docstring, fn.parent))
-    for ch in fc.chunks:
-        rows["chunks"].append((ch.id, v, path, ch.qualname, ch.kind, ch.start_line,
-                               ch.end_line, ch.part, ch.parts, ch.text_hash, ch.text))
-        rows["chunks_fts"].append((v, ch.id, f"{path} {ch.qualname}\n{ch.text}"))
-    for ck in extract_checks(tree.root_node, found):
-        fn = enclosing_function(fc.functions, ck.start_line)
-        rows["checks"].append((None, v, path, fn.qualname if fn else "<module>", ck.kind,
-                               ck.exc_type, int(ck.bare), ck.condition, ck.message,
-                               ck.start_line, ck.end_line, ck.test_start, ck.test_end,
-                               json.dumps([g.as_dict() for g in ck.guards]), ck.source))
-    if wants_refs:
-        for ref in extract_refs(tree.root_node, found):
-            if known_attrs and ref.attr not in known_attrs:
-                continue
-            fn = enclosing_function(fc.functions, ref.line)
-            rows["refs"].append((v, path, fn.qualname if fn else "<module>", ref.attr,
-                                 ref.kind, ref.line, ref.obj, ref.value,
-                                 json.dumps([g.as_dict() for g in ref.guards])))
-    return rows, errors
-
-
-def _analyze_batch(job: tuple[str, list[tuple[str, bytes]], frozenset[str]]
-                   ) -> tuple[dict[str, list[tuple]], dict[str, list[int]], int]:
-    v, items, known = job
-    out: dict[str, list[tuple]] = {k: [] for k in _TABLES}
-    errors: dict[str, list[int]] = {}
-    for path, blob in items:
-        part, errs = analyze_file(v, path, blob, known)
-        for k, r in part.items():
-            out[k].extend(r)
-        if errs:
-            errors[path] = errs[:20]
-    return out, errors, len(items)
-
-
-def _merge_rows(rows: dict[str, list[tuple]], part: dict[str, list[tuple]],
-                report: IngestReport, errors: dict[str, list[int]]) -> None:
-    for k, r in part.items():
-        rows[k].extend(r)
-    report.parse_errors.update(errors)
-
-
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """sha256 of the extraction code itself (``ingest/*.py`` and the index schema).
 
     It is part of every release's content hash, so a KB built by older
     extraction code is re-indexed rather than trusted; vectors survive, since
-    they are cached by the text they embed.
+    they are cached by the text they embed. Rows are only ever reused from a
+    release indexed by the same code.
     """
     here = Path(__file__).resolve().parent
     files = sorted(here.glob("*.py")) + [here.parent / "kb" / "store.py"]
@@ -190,48 +137,22 @@ def _rel(source: ReleaseSource, file) -> str:  # noqa: ANN001
     return file.relative_to(source.root).as_posix()
 
 
-def index_structure(kb: KnowledgeBase, source: ReleaseSource, *, force: bool = False,
-                    progress: Progress | None = None) -> IngestReport:
-    """Stage 1: the structured index of ``source`` (skipped when unchanged)."""
-    t0 = time.perf_counter()
-    files = iter_python_files(source)
-    blobs = {_rel(source, f): f.read_bytes() for f in files}
-    shas = {p: hashlib.sha256(b).hexdigest() for p, b in blobs.items()}
-    content_hash = hashlib.sha256(
-        "\n".join([code_fingerprint(), *(f"{p} {s}" for p, s in sorted(shas.items()))]).encode()
-    ).hexdigest()
-    report = IngestReport(source.version, source.origin, "unchanged", files=len(files))
-    existing = kb.store.release(source.version)
-    if (not force and existing and existing["content_hash"] == content_hash
-            and existing["status"] in ("indexed", "complete")):
-        for key in ("functions", "chunks", "checks", "refs", "flags"):
-            setattr(report, key, existing[key])
-        report.timings["structure_s"] = round(time.perf_counter() - t0, 3)
-        return report
+def _parsed_batches(v: str, items: list[tuple[str, bytes]], workers: int,
+                    stack: ExitStack) -> Iterator[BatchRows]:
+    """Rows of ``items``, batch by batch, in order. With several workers the pool is
+    started at once, so parsing runs while the caller does other work."""
+    jobs = [(v, b) for b in batches(items)]
+    if workers > 1 and len(jobs) > 1:
+        pool = ProcessPoolExecutor(workers, mp_context=_mp_context())
+        # on an error downstream, drop the batches not started yet rather than parse them
+        stack.callback(pool.shutdown, wait=True, cancel_futures=True)
+        return pool.map(analyze_batch, jobs)
+    return (analyze_batch(job) for job in jobs)
 
-    catalog = extract_catalog(source.package_dir)
-    known_attrs = frozenset({f.attr for f in catalog.flags} | {d.attr for d in catalog.declarations})
-    v = source.version
-    rows: dict[str, list[tuple]] = {k: [] for k in _TABLES}
-    items = sorted(blobs.items())
-    jobs = [(v, items[i : i + 64], known_attrs) for i in range(0, len(items), 64)]
-    workers = _workers(len(items))
-    done = 0
-    if workers > 1:
-        with ProcessPoolExecutor(workers, mp_context=_mp_context()) as pool:
-            results = pool.map(_analyze_batch, jobs)
-            for part, errors, n in results:
-                _merge_rows(rows, part, report, errors)
-                done += n
-                if progress:
-                    progress("parse", done, len(items))
-    else:
-        for job in jobs:
-            part, errors, n = _analyze_batch(job)
-            _merge_rows(rows, part, report, errors)
-            done += n
-            if progress:
-                progress("parse", done, len(items))
+
+def _catalog_rows(v: str, catalog: Catalog) -> dict[str, list[tuple]]:
+    rows: dict[str, list[tuple]] = {"declarations": [], "refs": [], "flags": [],
+                                    "catalogs": [], "flag_spellings": []}
     for d in catalog.declarations:
         rows["declarations"].append((v, d.attr, d.cls, d.annotation, dumps(d.default),
                                      int(d.default_known), d.default_src, d.help, d.path, d.line))
@@ -249,21 +170,85 @@ def index_structure(kb: KnowledgeBase, source: ReleaseSource, *, force: bool = F
             if spelling not in seen:
                 seen.add(spelling)
                 rows["flag_spellings"].append((v, spelling, f.attr))
-    report.structure = "indexed"
-    report.functions = len(rows["functions"])
-    report.chunks = len(rows["chunks"])
-    report.checks = len(rows["checks"])
-    report.refs = len(rows["refs"])
-    report.flags = len(catalog.flags)
-    release_row = {
-        "version": v, "origin": source.origin, "content_hash": content_hash, "status": "indexed",
-        "files": len(files), "functions": report.functions, "chunks": report.chunks,
-        "checks": report.checks, "refs": report.refs, "flags": report.flags,
-        "parse_errors": len(report.parse_errors), "embedded_scope": "none",
-        "ingested_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "timings": "{}",
-    }
-    kb.store.replace_release(v, release_row, rows)
+    return rows
+
+
+def index_structure(kb: KnowledgeBase, source: ReleaseSource, *, force: bool = False,
+                    reuse: bool = True, progress: Progress | None = None) -> IngestReport:
+    """Stage 1: the structured index of ``source`` (skipped when unchanged).
+
+    Files whose sha256 matches a file of another release indexed by the same
+    extraction code (the one sharing most files) are not parsed: their rows
+    are copied from that release inside SQLite, and their stored unfiltered
+    refs are filtered by this release's catalog, which yields exactly the rows
+    a parse would (``reuse=False`` parses everything). The rest is parsed in a
+    process pool while the main process extracts the flag catalog and then
+    writes each batch as it arrives, all in one transaction.
+    """
+    t0 = time.perf_counter()
+    files = iter_python_files(source)
+    blobs = {_rel(source, f): f.read_bytes() for f in files}
+    shas = {p: hashlib.sha256(b).hexdigest() for p, b in blobs.items()}
+    code = code_fingerprint()
+    content_hash = hashlib.sha256(
+        "\n".join([code, *(f"{p} {s}" for p, s in sorted(shas.items()))]).encode()
+    ).hexdigest()
+    report = IngestReport(source.version, source.origin, "unchanged", files=len(files))
+    existing = kb.store.release(source.version)
+    if (not force and existing and existing["content_hash"] == content_hash
+            and existing["status"] in ("indexed", "complete")):
+        for key in ("functions", "chunks", "checks", "refs", "flags"):
+            setattr(report, key, existing[key])
+        report.timings["structure_s"] = round(time.perf_counter() - t0, 3)
+        return report
+
+    v = source.version
+    base = kb.store.reuse_base(v, code, shas) if reuse else None
+    copied = base[1] if base else set()
+    items = sorted((p, b) for p, b in blobs.items() if p not in copied)
+    report.parsed, report.reused_files = len(items), len(copied)
+    report.reused_from = base[0] if base else None
+    done = 0
+    with ExitStack() as stack:
+        if gc.isenabled():  # bulk rows are acyclic: the collector would only scan them in vain
+            gc.disable()
+            stack.callback(gc.enable)
+        parsed = _parsed_batches(v, items, _workers(len(items)), stack)
+        catalog = extract_catalog(source.package_dir)  # while the workers parse
+        known = frozenset({f.attr for f in catalog.flags} | {d.attr for d in catalog.declarations})
+        with kb.store.release_writer(v, code=code) as writer:
+            if base:
+                report.parse_errors.update(writer.copy_files(base[0], copied))
+                for path, refs in writer.file_refs(copied):
+                    writer.add("refs", keep_refs(stored_refs(v, path, refs), known))
+                done = len(copied)
+                if progress:
+                    progress("parse", done, len(files))
+            for part in parsed:
+                for table in TABLES:
+                    writer.add(table, part.tables[table])
+                writer.add("refs", keep_refs(part.refs, known))
+                report.parse_errors.update(part.errors)
+                done += part.files
+                if progress:
+                    progress("parse", done, len(files))
+            for table, rows in _catalog_rows(v, catalog).items():
+                writer.add(table, rows)
+            report.structure = "indexed"
+            report.functions = writer.counts["functions"]
+            report.chunks = writer.counts["chunks"]
+            report.checks = writer.counts["checks"]
+            report.refs = writer.counts["refs"]
+            report.flags = len(catalog.flags)
+            writer.finish({
+                "version": v, "origin": source.origin, "content_hash": content_hash,
+                "status": "indexed", "files": len(files), "functions": report.functions,
+                "chunks": report.chunks, "checks": report.checks, "refs": report.refs,
+                "flags": report.flags, "parse_errors": len(report.parse_errors),
+                "embedded_scope": "none",
+                "ingested_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "timings": "{}",
+            })
     report.timings["structure_s"] = round(time.perf_counter() - t0, 3)
     return report
 
@@ -274,16 +259,30 @@ def _scope_rank(scope: str) -> int:
 
 def embed_release(kb: KnowledgeBase, version: str, scope: str, report: IngestReport,
                   *, progress: Progress | None = None) -> None:
-    """Stage 2: vectors for the chunks of ``version`` in ``scope``."""
+    """Stage 2: vectors for the chunks of ``version`` in ``scope``.
+
+    Texts without a cached vector are encoded longest first, one model batch
+    per call (the order ``SentenceTransformer.encode`` itself uses, so
+    padding is minimal), while a writer thread commits each batch's vectors to
+    the cache and upserts the chunks waiting for them into Chroma: storage
+    overlaps encoding, and an interrupted run keeps every committed batch.
+    Chroma is reconciled with the release's chunk rows: ids that no longer
+    exist are deleted, and a chunk whose stored text hash differs (or is
+    missing) is upserted again.
+    """
     rel = kb.store.require(version)
     report.scope = scope
     if _scope_rank(scope) == 0:
         return
     t0 = time.perf_counter()
-    rows = [dict(r) for r in kb.store.query(
+    ids = {f"{version}:{r['id']}": r["path"] for r in kb.store.query(
+        "SELECT id, path FROM chunks WHERE release = ?", (version,))}
+    paths = sorted({p for p in ids.values() if in_scope(p, scope)})
+    rows = [dict(r) for i in range(0, len(paths), 500) for r in kb.store.query(
         "SELECT id, path, qualname, kind, start_line, end_line, part, parts, text_hash, text "
-        "FROM chunks WHERE release = ? ORDER BY path, start_line", (version,))]
-    rows = [r for r in rows if in_scope(r["path"], scope)]
+        f"FROM chunks WHERE release = ? AND path IN ({', '.join('?' * len(paths[i : i + 500]))})",
+        (version, *paths[i : i + 500]))]
+    rows.sort(key=lambda r: (r["path"], r["start_line"]))
     embedder = kb.embedder
     model = embedder.key
     cached = kb.store.cached_vectors(model, [r["text_hash"] for r in rows])
@@ -294,37 +293,116 @@ def embed_release(kb: KnowledgeBase, version: str, scope: str, report: IngestRep
                           r["text"], r["part"], r["parts"])
             todo[r["text_hash"]] = chunk.embed_text
     report.reused = len(rows) - sum(1 for r in rows if r["text_hash"] in todo)
-    hashes = list(todo)
-    step = embedder.batch_size * 4  # commit vectors every few batches
-    for i in range(0, len(hashes), step):
-        part = hashes[i : i + step]
+
+    stored = kb.vectors.release_hashes(version)
+    stale = [i for i in stored if i not in ids]
+    waiting: dict[str, list[tuple[str, dict[str, Any]]]] = {}  # text hash -> chunks to upsert
+    for r in rows:
+        cid = f"{version}:{r['id']}"
+        if stored.get(cid) != r["text_hash"]:
+            waiting.setdefault(r["text_hash"], []).append((cid, r))
+    writer = _VectorWriter(kb, version, model, waiting)
+    try:
+        if stale:
+            writer.submit(writer.delete, stale)
+        writer.submit(writer.upsert, cached)
+        order = sorted(todo, key=lambda h: -len(todo[h]))  # stable: equal lengths keep order
+        step = embedder.batch_size
+        for i in range(0, len(order), step):
+            if progress:
+                progress("embed", i, len(order))
+            part = order[i : i + step]
+            vecs = embedder.encode([todo[h] for h in part])
+            writer.submit(writer.store, part, vecs)
+            report.embedded += len(part)
         if progress:
-            progress("embed", i, len(hashes))
-        vecs = embedder.encode([todo[h] for h in part])
-        kb.store.put_vectors(model, [(h, vecs.shape[1], vecs[j].tobytes())
-                                     for j, h in enumerate(part)])
-        report.embedded += len(part)
-    if progress:
-        progress("embed", len(hashes), len(hashes))
+            progress("embed", len(order), len(order))
+    finally:
+        writer.close()
+    writer.raise_errors()
+    report.upserted = writer.upserted
     report.timings["embed_s"] = round(time.perf_counter() - t0, 3)
-    t1 = time.perf_counter()
-    all_vecs = kb.store.cached_vectors(model, [r["text_hash"] for r in rows])
-    ids = [f"{version}:{r['id']}" for r in rows]
-    present = kb.vectors.existing(ids)
-    pending = [(i, r) for i, r in zip(ids, rows, strict=True) if i not in present]
-    if pending:
-        kb.vectors.upsert(
-            [i for i, _ in pending],
-            [np.frombuffer(all_vecs[r["text_hash"]], dtype=np.float32) for _, r in pending],
-            [{"release": version, "path": r["path"], "qualname": r["qualname"],
-              "start_line": r["start_line"], "end_line": r["end_line"], "kind": r["kind"]}
-             for _, r in pending],
-        )
-    report.upserted = len(pending)
-    report.timings["upsert_s"] = round(time.perf_counter() - t1, 3)
+    report.timings["upsert_s"] = round(writer.upsert_s, 3)
     best = scope if _scope_rank(scope) >= _scope_rank(rel["embedded_scope"] or "none") \
         else rel["embedded_scope"]
     kb.store.set_release_fields(version, status="complete", embedded_scope=best)
+
+
+class _VectorWriter:
+    """A single background thread that writes what :func:`embed_release` encodes.
+
+    Each encoded batch is committed to the vector cache at once (so an
+    interruption loses at most the batch being encoded); the chunks waiting
+    for those vectors are upserted into Chroma in groups of
+    :attr:`UPSERT_EVERY` (fewer, larger calls cost Chroma less CPU, which on
+    a small machine is CPU the encoder does not get). Tasks run in submission
+    order; after the first failure the rest are skipped and
+    :meth:`raise_errors` re-raises it in the caller's thread.
+    """
+
+    UPSERT_EVERY = 256
+
+    def __init__(self, kb: KnowledgeBase, version: str, model: str,
+                 waiting: dict[str, list[tuple[str, dict[str, Any]]]]) -> None:
+        self.kb, self.version, self.model, self.waiting = kb, version, model, waiting
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="vector-writer")
+        self.error: BaseException | None = None
+        self.upserted = 0
+        self.upsert_s = 0.0
+        self._pending: tuple[list[str], list[np.ndarray], list[dict[str, Any]]] = ([], [], [])
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        def run() -> None:
+            if self.error is not None:
+                return
+            try:
+                fn(*args)
+            except BaseException as exc:  # re-raised in the caller's thread
+                self.error = exc
+
+        self.pool.submit(run)
+
+    def close(self) -> None:
+        """Upsert what is still pending and wait for every submitted task."""
+        self.submit(self.flush)
+        self.pool.shutdown(wait=True)
+
+    def raise_errors(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def delete(self, ids: list[str]) -> None:
+        self.kb.vectors.delete_ids(ids)
+
+    def store(self, hashes: list[str], vecs: np.ndarray) -> None:
+        """Commit one encoded batch to the cache; queue the chunks that wait for it."""
+        self.kb.store.put_vectors(self.model, [(h, vecs.shape[1], vecs[j].tobytes())
+                                               for j, h in enumerate(hashes)])
+        self.upsert({h: vecs[j] for j, h in enumerate(hashes)})
+
+    def upsert(self, vectors: dict[str, Any]) -> None:
+        """Queue every waiting chunk whose text hash is in ``vectors`` (bytes or arrays)."""
+        ids, vecs, metas = self._pending
+        for h, vec in vectors.items():
+            for cid, r in self.waiting.pop(h, ()):
+                ids.append(cid)
+                vecs.append(np.frombuffer(vec, dtype=np.float32) if isinstance(vec, bytes) else vec)
+                metas.append({"release": self.version, "path": r["path"],
+                              "qualname": r["qualname"], "start_line": r["start_line"],
+                              "end_line": r["end_line"], "kind": r["kind"],
+                              "text_hash": r["text_hash"]})
+        if len(ids) >= self.UPSERT_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        ids, vecs, metas = self._pending
+        if not ids:
+            return
+        t = time.perf_counter()
+        self.kb.vectors.upsert(ids, vecs, metas)
+        self.upserted += len(ids)
+        self._pending = ([], [], [])
+        self.upsert_s += time.perf_counter() - t
 
 
 def ingest(kb: KnowledgeBase, source: ReleaseSource, *, scope: str = "default",

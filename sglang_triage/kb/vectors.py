@@ -26,7 +26,12 @@ COLLECTION = "sglang-chunks"
 
 
 class VectorStore:
-    """One Chroma collection of chunk vectors; ids are ``<release>:<chunk id>``."""
+    """One Chroma collection of chunk vectors; ids are ``<release>:<chunk id>``.
+
+    Each vector's metadata names its release, path, qualname, lines, kind and
+    the ``text_hash`` of the text it embeds, so ingest can tell a current
+    vector from one left by older chunking.
+    """
 
     def __init__(self, *, path: Path | None = None, url: str | None = None) -> None:
         import chromadb
@@ -68,6 +73,23 @@ class VectorStore:
                 raise VectorStoreError(f"Chroma get failed: {exc}") from exc
             out.update(got["ids"])
         return out
+
+    def release_hashes(self, release: str) -> dict[str, str | None]:
+        """Every stored id of ``release`` with the ``text_hash`` its vector was made from
+        (None for vectors stored without one)."""
+        try:
+            got = self.collection.get(where={"release": release}, include=["metadatas"])
+        except Exception as exc:
+            raise VectorStoreError(f"Chroma get failed: {exc}") from exc
+        metas = got.get("metadatas") or [None] * len(got["ids"])
+        return {i: (m or {}).get("text_hash") for i, m in zip(got["ids"], metas, strict=True)}
+
+    def delete_ids(self, ids: Sequence[str], batch: int = 2000) -> None:
+        for i in range(0, len(ids), batch):
+            try:
+                self.collection.delete(ids=list(ids[i : i + batch]))
+            except Exception as exc:
+                raise VectorStoreError(f"Chroma delete failed: {exc}") from exc
 
     def upsert(self, ids: Sequence[str], vectors: Sequence[Sequence[float]],
                metadatas: Sequence[dict[str, Any]], batch: int = 1000) -> None:

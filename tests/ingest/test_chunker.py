@@ -90,7 +90,7 @@ def test_chunks_tile_the_file_and_fit_the_budget() -> None:
     assert parts[0].start_line == 1 and parts[-1].end_line == src.count("\n")
     for a, b in zip(parts, parts[1:], strict=False):
         assert b.start_line == a.end_line + 1
-    assert parts[1].header == f"# sglang/big.py :: big (part 2/{len(parts)})"
+    assert parts[1].header == "# sglang/big.py :: big (part)"
     assert "big" in parts[1].embed_text.splitlines()[0]
     # the header carries no line numbers, so a moved function keeps its text hash
     moved = chunker.chunk_file("sglang/big.py", *reversed(_parse("\n\n" + src)))
@@ -173,3 +173,51 @@ def test_syntax_errors_are_indexed_as_far_as_they_parse() -> None:
     fc = chunker.chunk_file("sglang/broken.py", tree.root_node, data)
     assert "good" in {f.qualname for f in fc.functions}
     assert {c.kind for c in extract_checks(tree.root_node)} == {"assert", "raise"}
+
+
+def _long_function(n: int, inserted: int | None = None) -> str:
+    """A function of ``n`` distinct statements, with one extra statement after ``inserted``."""
+    lines = ["def configure(server_args):"]
+    for i in range(n):
+        lines.append(f"    server_args.option_{i} = resolve_value(server_args, 'option_{i}', {i})")
+        if i == inserted:
+            lines.append("    server_args.extra_option = compute_extra(server_args.option_7)")
+    return "\n".join(lines) + "\n"
+
+
+def test_an_edit_in_a_long_function_changes_only_the_sub_chunk_it_falls_in() -> None:
+    before = chunker.chunk_file("sglang/c.py", *reversed(_parse(_long_function(120))))
+    after = chunker.chunk_file("sglang/c.py", *reversed(_parse(_long_function(120, inserted=60))))
+    assert len(before.chunks) > 6
+    old = {c.text_hash for c in before.chunks}
+    new = [c for c in after.chunks if c.text_hash not in old]
+    # content-defined cuts re-synchronise right after the edit: one or two new texts,
+    # and every part before and after the edit keeps its text (and its vector)
+    assert 1 <= len(new) <= 2
+    assert any("extra_option" in c.text for c in new)
+    assert len(after.chunks) - len(new) >= len(before.chunks) - 2
+    for fc in (before, after):  # still a tiling within the budget
+        parts = fc.chunks
+        assert parts[0].start_line == 1
+        assert all(b.start_line == a.end_line + 1 for a, b in zip(parts, parts[1:], strict=False))
+        assert all(chunker._weight(c.text) <= chunker.MAX_CHUNK_CHARS for c in parts)
+
+
+def test_a_split_unit_keeps_its_part_headers_when_it_gains_a_part() -> None:
+    short = chunker.chunk_file("sglang/c.py", *reversed(_parse(_long_function(40))))
+    longer = chunker.chunk_file("sglang/c.py", *reversed(_parse(_long_function(60))))
+    assert len(longer.chunks) > len(short.chunks) > 1
+    assert {c.header for c in short.chunks} == {"# sglang/c.py :: configure (part)"}
+    # the first parts are the same text in both (no "part i/n" in the header)
+    assert short.chunks[0].text_hash == longer.chunks[0].text_hash
+
+
+def test_enclosing_function_by_bisection_matches_the_linear_scan() -> None:
+    from sglang_triage.ingest.analyze import _Enclosing
+
+    data, root = _parse(SOURCE)
+    functions = chunker.chunk_file("sglang/x.py", root, data).functions
+    where = _Enclosing(functions)
+    for line in range(1, SOURCE.count("\n") + 2):
+        fn = chunker.enclosing_function(functions, line)
+        assert where.qualname(line) == (fn.qualname if fn else "<module>"), line
