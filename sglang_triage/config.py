@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -59,6 +60,9 @@ class Settings(BaseSettings):
         None, description="Local sentence-transformers folder; defaults to all-MiniLM-L6-v2."
     )
     embedding_batch_size: int = 64
+    query_encoder: Literal["numpy", "sentence-transformers"] = Field(
+        "numpy", description="How the service embeds search queries: the same model run in NumPy "
+        "(no torch in the API process) or through sentence-transformers.")
     releases: list[str] = Field(default_factory=lambda: list(DEFAULT_RELEASES))
     pip_index_url: str | None = Field(None, description="Passed to pip download as --index-url.")
 

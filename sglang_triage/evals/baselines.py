@@ -200,7 +200,7 @@ class RagBaseline:
         if not chunks:
             return Prediction(status="unlocated", release=release, root_cause=[],
                               resolves_release=False)
-        qv = self.kb.embedder.encode([self.query_text(parsed, incident)])[0]
+        qv = self.kb.query_embedder.encode([self.query_text(parsed, incident)])[0]
         sims = matrix @ qv
         order = np.argsort(-sims, kind="stable")[: self.top_k]
         top = chunks[int(order[0])]

@@ -1,22 +1,27 @@
 """The knowledge base as one object: structured index + vectors + embedder.
 
 ``KnowledgeBase(settings)`` opens ``<kb>/index.sqlite`` at once and Chroma and
-the embedding model lazily, on first use, so a process that only reads the
+the embedding model lazily, on first use (queries are embedded by
+:attr:`KnowledgeBase.query_embedder`, without torch), so a process that only reads the
 structured index (most of triage) never pays for them. When Chroma is down,
 :attr:`vectors_ok` turns False and callers fall back to keyword search.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from functools import cached_property
 from pathlib import Path
 
 from ..config import Settings
-from ..errors import VectorStoreError
+from ..errors import ConfigError, VectorStoreError
 from ..ingest.embed import Embedder, get_embedder
+from .minilm import NumpyBertEncoder, get_query_encoder
 from .store import Store
 from .vectors import VectorStore
+
+log = logging.getLogger("sglang_triage.kb")
 
 
 class KnowledgeBase:
@@ -51,6 +56,18 @@ class KnowledgeBase:
     def embedder(self) -> Embedder:
         return get_embedder(self.settings.resolved_embedding_model(),
                             batch_size=self.settings.embedding_batch_size)
+
+    @cached_property
+    def query_embedder(self) -> Embedder | NumpyBertEncoder:
+        """What embeds search queries: by default the embedding model run in NumPy
+        (:mod:`.minilm`; same vectors, no torch in the process), or
+        :attr:`embedder` when configured so or when the model is no BERT encoder."""
+        if self.settings.query_encoder == "numpy":
+            try:
+                return get_query_encoder(self.settings.resolved_embedding_model())
+            except ConfigError as exc:
+                log.info("query encoder: sentence-transformers (%s)", exc.message)
+        return self.embedder
 
     def reset_vectors(self) -> None:
         """Forget the Chroma client (after a server restart, say)."""

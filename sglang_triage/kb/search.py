@@ -60,7 +60,7 @@ def hybrid_search(kb: KnowledgeBase, query: str, release: str, *, k: int = 10,
             degraded = f"release {release} has no embeddings (ingested with --scope none)"
         else:
             try:
-                vec = kb.embedder.encode([query])[0]
+                vec = kb.query_embedder.encode([query])[0]
                 rankings["dense"] = [cid for cid, _ in kb.vectors.query(vec, release, pool)]
             except VectorStoreError as exc:
                 degraded = f"vector store unavailable: {exc.message}"
