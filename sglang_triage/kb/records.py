@@ -52,11 +52,13 @@ class Records:
             self._local.con = con
         return con
 
-    def save(self, tid: str, request: dict[str, Any], result: dict[str, Any]) -> None:
+    def save(self, tid: str, request: dict[str, Any], result: dict[str, Any] | str) -> None:
+        """Store (or replace) triage ``tid``; ``result`` as a dict or already-encoded JSON."""
+        encoded = result if isinstance(result, str) else json.dumps(result, default=str)
         self._con().execute(
             "INSERT OR REPLACE INTO triages VALUES (?, ?, ?, ?)",
             (tid, datetime.now(timezone.utc).isoformat(timespec="seconds"),
-             json.dumps(request, default=str), json.dumps(result, default=str)))
+             json.dumps(request, default=str), encoded))
 
     def get(self, tid: str) -> dict[str, Any] | None:
         rows = self._con().execute("SELECT * FROM triages WHERE id = ?", (tid,)).fetchall()
@@ -78,19 +80,24 @@ class Records:
 
     def similar(self, path: str, function: str, *, exclude: str | None = None,
                 limit: int = 3) -> list[dict[str, Any]]:
-        """Confirmed past triages that failed in the same function, newest first, with their fixes."""
+        """Confirmed past triages that failed in the same function, newest first, with their fixes.
+
+        Filtered inside SQLite (``json_extract`` over the confirmed triages only),
+        so a triage does not decode every confirmed record.
+        """
+        rows = self._con().execute(
+            "SELECT t.id, t.result, c.created, c.fix, c.note FROM confirmations AS c "
+            "JOIN triages AS t ON t.id = c.id "
+            "WHERE json_extract(t.result, '$.location.path') = ? "
+            "AND json_extract(t.result, '$.location.function') = ? AND t.id != ? "
+            "ORDER BY c.created DESC, c.rowid DESC LIMIT ?",
+            (path, function, exclude or "", limit)).fetchall()
         out: list[dict[str, Any]] = []
-        for rec in reversed(self.confirmed()):
-            loc = rec["result"].get("location") or {}
-            if rec["id"] == exclude or loc.get("path") != path or loc.get("function") != function:
-                continue
-            out.append({"id": rec["id"], "release": (rec["result"].get("release") or {}).get("release"),
-                        "summary": rec["result"].get("summary"),
-                        "confirmed_fix": rec["confirmation"]["fix"],
-                        "note": rec["confirmation"].get("note", ""),
-                        "confirmed_at": rec["confirmation"]["created"]})
-            if len(out) >= limit:
-                break
+        for row in rows:
+            result = json.loads(row["result"])
+            out.append({"id": row["id"], "release": (result.get("release") or {}).get("release"),
+                        "summary": result.get("summary"), "confirmed_fix": json.loads(row["fix"]),
+                        "note": row["note"] or "", "confirmed_at": row["created"]})
         return out
 
     def confirmed(self) -> list[dict[str, Any]]:

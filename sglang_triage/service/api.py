@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 
 from ..config import Settings, get_settings
 from ..errors import (
@@ -64,19 +66,6 @@ def _kb_for(kb_path: str, chroma_url: str | None, model: str | None) -> Knowledg
     return KnowledgeBase(Settings(kb_dir=kb_path, chroma_url=chroma_url, embedding_model=model))
 
 
-def get_kb(settings: Annotated[Settings, Depends(get_settings)]) -> KnowledgeBase:
-    return _kb_for(str(settings.kb_path), settings.chroma_url, settings.embedding_model)
-
-
-def get_engine(kb: Annotated[KnowledgeBase, Depends(get_kb)],
-               settings: Annotated[Settings, Depends(get_settings)]) -> Engine:
-    return Engine(kb, settings)
-
-
-def get_records(settings: Annotated[Settings, Depends(get_settings)]) -> Records:
-    return _records_for(str(settings.kb_path))
-
-
 @lru_cache(maxsize=8)
 def _records_for(kb_path: str) -> Records:
     from pathlib import Path
@@ -84,7 +73,34 @@ def _records_for(kb_path: str) -> Records:
     return Records(Path(kb_path) / "records.sqlite")
 
 
-def require_key(request: Request, settings: Annotated[Settings, Depends(get_settings)]) -> None:
+def kb_for(settings: Settings) -> KnowledgeBase:
+    """The process-wide KB of ``settings`` (one per KB folder, Chroma URL and model)."""
+    return _kb_for(str(settings.kb_path), settings.chroma_url, settings.embedding_model)
+
+
+def records_for(settings: Settings) -> Records:
+    """The process-wide triage records of ``settings``' KB folder."""
+    return _records_for(str(settings.kb_path))
+
+
+# The dependencies are ``async`` although they do not await: FastAPI runs a sync
+# dependency on a worker thread, and these are cheap lookups that would spend
+# more on the thread hop than on their work.
+async def get_kb(settings: Annotated[Settings, Depends(get_settings)]) -> KnowledgeBase:
+    return kb_for(settings)
+
+
+async def get_engine(kb: Annotated[KnowledgeBase, Depends(get_kb)],
+                     settings: Annotated[Settings, Depends(get_settings)]) -> Engine:
+    return Engine(kb, settings)
+
+
+async def get_records(settings: Annotated[Settings, Depends(get_settings)]) -> Records:
+    return records_for(settings)
+
+
+async def require_key(request: Request,
+                      settings: Annotated[Settings, Depends(get_settings)]) -> None:
     if not settings.api_keys:
         return
     auth = request.headers.get("authorization", "")
@@ -115,16 +131,7 @@ def create_app() -> FastAPI:
     app = FastAPI(title="sglang-triage", version="0.1.0",
                   description="Why did SGLang refuse to start, and which flag change fixes it?")
 
-    @app.middleware("http")
-    async def request_id(request: Request, call_next):  # noqa: ANN001, ANN202
-        rid = request.headers.get("x-request-id") or uuid.uuid4().hex[:12]
-        t0 = time.perf_counter()
-        response = await call_next(request)
-        response.headers["x-request-id"] = rid
-        log.info(json.dumps({"request_id": rid, "method": request.method, "path": request.url.path,
-                             "status": response.status_code,
-                             "ms": round((time.perf_counter() - t0) * 1000, 2)}))
-        return response
+    app.add_middleware(RequestIdMiddleware)
 
     @app.exception_handler(TriageError)
     async def triage_error(_: Request, exc: TriageError) -> JSONResponse:
@@ -169,7 +176,7 @@ def create_app() -> FastAPI:
                      records: Annotated[Records, Depends(get_records)],
                      release: str | None = None, hardware: str | None = None,
                      model: str | None = None, model_arch: str | None = None,
-                     replay: bool = True) -> JSONResponse:
+                     replay: bool = True) -> Response:
         body = await _read_limited(request, settings.max_body_bytes)
         payload: str | dict[str, Any]
         ctype = request.headers.get("content-type", "text/plain").split(";")[0].strip().lower()
@@ -195,32 +202,10 @@ def create_app() -> FastAPI:
             except UnicodeDecodeError as exc:
                 raise BinaryInput("the body is not UTF-8 text") from exc
             payload = text
-        from starlette.concurrency import run_in_threadpool
-
-        result = await run_in_threadpool(
-            engine.triage, payload, release=release, hardware=hardware, model=model,
-            model_arch=model_arch, max_bytes=settings.max_body_bytes)
         options = {"release": release, "hardware": hardware, "model": model, "model_arch": model_arch}
-        tid = triage_id(text if isinstance(payload, str) else json.dumps(payload, sort_keys=True), options)
-        result.id = tid
-        if not _vectors_ok(engine.kb):
-            result.degraded.append("vector store unreachable: search falls back to keywords")
-        if result.location is not None:
-            result.similar = records.similar(result.location.path, result.location.function,
-                                             exclude=tid)
-        out = result.model_dump(mode="json")
-        request_record = {"options": options, "log": text[:200_000]}
-        if replay and result.status == "located" and settings.replay_enabled:
-            from .verify import schedule
-
-            fut = schedule(settings, out, list(result.parsed.command or []), result.parsed.hardware,
-                           result.parsed.model_arch,
-                           lambda updated: records.save(tid, request_record, updated))
-            out["replay"] = {"status": "pending" if fut else "unavailable",
-                             "detail": f"GET /triage/{tid} shows the replay verdicts when done"
-                             if fut else "replay needs the release's PyPI wheel and a command"}
-        records.save(tid, request_record, out)
-        return JSONResponse(out)
+        body = await run_in_threadpool(_answer, engine, records, settings, payload, text, options,
+                                       replay)
+        return Response(body, media_type="application/json")
 
     @app.post("/lint", dependencies=[Depends(require_key)],
               openapi_extra={"requestBody": {"content": {"application/json": {"example": {
@@ -280,6 +265,80 @@ def create_app() -> FastAPI:
 
         mount_slack(app, settings)
     return app
+
+
+def _answer(engine: Engine, records: Records, settings: Settings, payload: str | dict[str, Any],
+            text: str, options: dict[str, str | None], replay: bool) -> bytes:
+    """Triage, store and encode one answer (on a worker thread: all of it blocks).
+
+    The answer is encoded to JSON once; the same text is stored and returned.
+    """
+    result = engine.triage(payload, max_bytes=settings.max_body_bytes, **options)
+    tid = triage_id(text if isinstance(payload, str) else json.dumps(payload, sort_keys=True), options)
+    result.id = tid
+    if not _vectors_ok(engine.kb):
+        result.degraded.append("vector store unreachable: search falls back to keywords")
+    if result.location is not None:
+        result.similar = records.similar(result.location.path, result.location.function,
+                                         exclude=tid)
+    request_record = {"options": options, "log": text[:200_000]}
+    if replay and result.status == "located" and settings.replay_enabled:
+        from .verify import schedule
+
+        out = result.model_dump(mode="json")
+        fut = schedule(settings, out, list(result.parsed.command or []), result.parsed.hardware,
+                       result.parsed.model_arch,
+                       lambda updated: records.save(tid, request_record, updated))
+        result.replay = out["replay"] = {
+            "status": "pending" if fut else "unavailable",
+            "detail": f"GET /triage/{tid} shows the replay verdicts when done"
+            if fut else "replay needs the release's PyPI wheel and a command"}
+    encoded = result.model_dump_json()
+    records.save(tid, request_record, encoded)
+    return encoded.encode("utf-8")
+
+
+class RequestIdMiddleware:
+    """Gives every HTTP response an ``x-request-id`` (the client's, if sane) and logs
+    one JSON line per request (method, path, status, ms).
+
+    A plain ASGI middleware: Starlette's ``BaseHTTPMiddleware`` would add a task
+    and a stream copy to every request.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = _request_id(dict(scope.get("headers") or ()).get(b"x-request-id", b""))
+        t0 = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()), (b"x-request-id", rid)]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            if log.isEnabledFor(logging.INFO):
+                log.info(json.dumps({"request_id": rid.decode(), "method": scope.get("method"),
+                                     "path": scope.get("path"), "status": status,
+                                     "ms": round((time.perf_counter() - t0) * 1000, 2)}))
+
+
+_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,64}")
+
+
+def _request_id(given: bytes) -> bytes:
+    """The client's request id when it is short and plain, else a fresh one."""
+    return given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex[:12].encode()
 
 
 _health: dict[int, tuple[float, bool]] = {}

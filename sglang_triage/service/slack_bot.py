@@ -369,10 +369,11 @@ def make_client(settings: Settings) -> WebClient:
 
 def _defaults(settings: Settings, engine_factory: EngineFactory | None,
               records: Records | None) -> tuple[EngineFactory, Records]:
-    from .api import _records_for, get_engine, get_kb
+    from .api import kb_for, records_for
+    from .engine import Engine
 
-    factory = engine_factory or (lambda: get_engine(kb=get_kb(settings), settings=settings))
-    return factory, records or _records_for(str(settings.kb_path))
+    factory = engine_factory or (lambda: Engine(kb_for(settings), settings))
+    return factory, records or records_for(settings)
 
 
 class _ThreadedHandler(SlackRequestHandler):

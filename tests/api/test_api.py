@@ -40,6 +40,18 @@ def test_triage_text_plain_returns_the_check_and_a_fix(client: httpx.Client, kb)
     assert body["id"]
     stored = client.get(f"/triage/{body['id']}")
     assert stored.status_code == 200 and stored.json()["result"]["summary"] == body["summary"]
+    assert stored.json()["result"] == body  # the stored answer is the one sent
+
+
+def test_request_ids_are_echoed_only_when_plain(client: httpx.Client) -> None:
+    assert client.get("/healthz", headers={"x-request-id": "run-7:a.b"}).headers["x-request-id"] \
+        == "run-7:a.b"
+    for bad in ("x" * 65, "a;b", "<script>"):
+        rid = client.get("/healthz", headers={"x-request-id": bad}).headers["x-request-id"]
+        assert rid != bad and len(rid) == 12
+    assert len(client.get("/healthz").headers["x-request-id"]) == 12
+    # error answers carry one too
+    assert client.get("/triage/nope").headers["x-request-id"]
 
 
 def test_triage_json_body_with_hardware(client: httpx.Client, kb) -> None:  # noqa: ANN001

@@ -165,10 +165,10 @@ def test_socket_mode_uses_the_app_token_and_the_configured_api(monkeypatch, tmp_
 
 
 def test_default_engine_and_records_are_the_apis(kb_settings, kb) -> None:  # noqa: ANN001
-    from sglang_triage.service.api import get_records
+    from sglang_triage.service.api import records_for
     from sglang_triage.service.engine import Engine
     from sglang_triage.service.slack_bot import _defaults
 
     factory, records = _defaults(kb_settings, None, None)
     assert isinstance(factory(), Engine)
-    assert records is get_records(kb_settings)
+    assert records is records_for(kb_settings)
