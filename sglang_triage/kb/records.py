@@ -82,12 +82,13 @@ class Records:
                 limit: int = 3) -> list[dict[str, Any]]:
         """Confirmed past triages that failed in the same function, newest first, with their fixes.
 
-        Filtered inside SQLite (``json_extract`` over the confirmed triages only),
-        so a triage does not decode every confirmed record.
+        Filtered inside SQLite, over the confirmed triages only (``CROSS JOIN``
+        fixes confirmations as the outer loop; otherwise the planner may scan
+        every stored triage and decode its JSON).
         """
         rows = self._con().execute(
             "SELECT t.id, t.result, c.created, c.fix, c.note FROM confirmations AS c "
-            "JOIN triages AS t ON t.id = c.id "
+            "CROSS JOIN triages AS t ON t.id = c.id "  # confirmations outer: never scan triages
             "WHERE json_extract(t.result, '$.location.path') = ? "
             "AND json_extract(t.result, '$.location.function') = ? AND t.id != ? "
             "ORDER BY c.created DESC, c.rowid DESC LIMIT ?",

@@ -32,3 +32,14 @@ def test_similar_finds_confirmed_triages_of_the_same_function_newest_first(tmp_p
                       "note": "ok", "confirmed_at": got[0]["confirmed_at"]}
     assert records.similar("sglang/x.py", "f") == []
     assert records.get("plain")["result"] == _result(*spec)
+
+
+def test_similar_never_reads_unconfirmed_triages(tmp_path: Path) -> None:
+    """Only confirmed triages are decoded: an unconfirmed record is never parsed, so the
+    cost of a triage does not grow with the number of stored ones."""
+    records = Records(tmp_path / "records.sqlite")
+    records.save("good", {}, _result("a.py", "f"))
+    records.confirm("good", {"flags": {}}, "")
+    for i in range(50):  # json_extract would fail on these if the query scanned them
+        records.save(f"junk{i}", {}, "not JSON at all")
+    assert [s["id"] for s in records.similar("a.py", "f")] == ["good"]
