@@ -128,7 +128,7 @@ def _status_kb(pid: int, field: str) -> int:
 
 
 def _maps_torch(pid: int) -> bool:
-    """Has ``pid`` loaded torch (the embedder behind the search fallback)?"""
+    """Has ``pid`` loaded torch (it should not: the service embeds queries in NumPy)?"""
     try:
         with open(f"/proc/{pid}/maps") as fh:
             return any("libtorch" in line for line in fh)
@@ -137,14 +137,28 @@ def _maps_torch(pid: int) -> bool:
 
 
 def rss(pid: int) -> dict[str, Any]:
-    """RSS of ``pid`` and its descendants: total and peak (MB), per process, and which
-    processes hold torch (loaded on first use of the search fallback's embedder)."""
+    """RSS of ``pid`` and its descendants: total and peak (MB), their PSS, per process, and
+    which processes hold torch (the service should not: queries are embedded in NumPy)."""
     pids = [pid, *_children(pid)]
     per = {p: round(_status_kb(p, "VmRSS") / 1024, 1) for p in pids}
     peak = {p: round(_status_kb(p, "VmHWM") / 1024, 1) for p in pids}
     return {"rss_mb": round(sum(per.values()), 1), "peak_rss_mb": round(sum(peak.values()), 1),
+            # PSS counts a page shared by n processes (libraries, the memory-mapped model) 1/n
+            # times: what the service really occupies. The target is judged on RSS.
+            "pss_mb": round(sum(_pss_kb(p) for p in pids) / 1024, 1),
             "processes": len(pids), "per_process_mb": {str(p): v for p, v in per.items()},
             "with_torch": [str(p) for p in pids if _maps_torch(p)]}
+
+
+def _pss_kb(pid: int) -> int:
+    """Proportional set size of ``pid`` in kB (``/proc/<pid>/smaps_rollup``; 0 if gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def cpu_s(pid: int) -> float:

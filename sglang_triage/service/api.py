@@ -1,7 +1,7 @@
 """The HTTP API (FastAPI): ``POST /triage`` and friends.
 
 Settings come from :func:`~sglang_triage.config.get_settings` through
-``Depends``; the KB and engine are built once per KB folder. Tests swap them
+``Depends(app_settings)``; the KB and engine are built once per KB folder. Tests swap them
 with ``app.dependency_overrides``. Every error is JSON with a ``detail`` and,
 for inputs we could not use, what *was* understood; no input produces a 500.
 
@@ -86,21 +86,26 @@ def records_for(settings: Settings) -> Records:
 # The dependencies are ``async`` although they do not await: FastAPI runs a sync
 # dependency on a worker thread, and these are cheap lookups that would spend
 # more on the thread hop than on their work.
-async def get_kb(settings: Annotated[Settings, Depends(get_settings)]) -> KnowledgeBase:
+async def app_settings() -> Settings:
+    """The process-wide :func:`~sglang_triage.config.get_settings` (tests override this)."""
+    return get_settings()
+
+
+async def get_kb(settings: Annotated[Settings, Depends(app_settings)]) -> KnowledgeBase:
     return kb_for(settings)
 
 
 async def get_engine(kb: Annotated[KnowledgeBase, Depends(get_kb)],
-                     settings: Annotated[Settings, Depends(get_settings)]) -> Engine:
+                     settings: Annotated[Settings, Depends(app_settings)]) -> Engine:
     return Engine(kb, settings)
 
 
-async def get_records(settings: Annotated[Settings, Depends(get_settings)]) -> Records:
+async def get_records(settings: Annotated[Settings, Depends(app_settings)]) -> Records:
     return records_for(settings)
 
 
 async def require_key(request: Request,
-                      settings: Annotated[Settings, Depends(get_settings)]) -> None:
+                      settings: Annotated[Settings, Depends(app_settings)]) -> None:
     if not settings.api_keys:
         return
     auth = request.headers.get("authorization", "")
@@ -171,7 +176,7 @@ def create_app() -> FastAPI:
                                        "example": {"log": EXAMPLE_LOG, "release": "0.5.11",
                                                    "hardware": "rtx-pro-6000-x8"}}},
                   "required": True}})
-    async def triage(request: Request, settings: Annotated[Settings, Depends(get_settings)],
+    async def triage(request: Request, settings: Annotated[Settings, Depends(app_settings)],
                      engine: Annotated[Engine, Depends(get_engine)],
                      records: Annotated[Records, Depends(get_records)],
                      release: str | None = None, hardware: str | None = None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -250,12 +250,31 @@ def serve(
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     port: Annotated[int, typer.Option()] = 8000,
     workers: Annotated[int, typer.Option(help="uvicorn workers (use Chroma server mode for >1).")] = 1,
+    access_log: Annotated[bool, typer.Option(help="One JSON line per request (with its x-request-id).")] = True,
 ) -> None:
     """Run the HTTP API (FastAPI + uvicorn)."""
     import uvicorn
 
     uvicorn.run("sglang_triage.service.api:app", host=host, port=port, workers=workers,
-                log_level="info")
+                log_level="info", access_log=False, log_config=serve_log_config(access_log))
+
+
+def serve_log_config(access_log: bool) -> dict[str, Any]:
+    """uvicorn's logging config, with the API's own access lines instead of uvicorn's.
+
+    :class:`~sglang_triage.service.api.RequestIdMiddleware` logs one JSON line
+    per request to ``sglang_triage.api`` (request id, method, path, status, ms);
+    uvicorn's plain access log would only repeat it, without the id.
+    """
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["sglang_triage"] = {"handlers": ["default"], "level": "INFO",
+                                          "propagate": False}
+    config["loggers"]["sglang_triage.api"] = {"level": "INFO" if access_log else "WARNING"}
+    return config
 
 
 @app.command()

@@ -11,8 +11,8 @@ import httpx
 import pytest
 import uvicorn
 
-from sglang_triage.config import Settings, get_settings
-from sglang_triage.service.api import create_app
+from sglang_triage.config import Settings
+from sglang_triage.service.api import app_settings, create_app
 
 
 def free_port() -> int:
@@ -46,7 +46,7 @@ class ServerThread:
 
 def make_server(settings: Settings) -> ServerThread:
     app = create_app()
-    app.dependency_overrides[get_settings] = lambda: settings
+    app.dependency_overrides[app_settings] = lambda: settings
     return ServerThread(app, free_port())
 
 

@@ -13,9 +13,9 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
-from sglang_triage.config import Settings, get_settings
+from sglang_triage.config import Settings
 from sglang_triage.evals.render import render_log
-from sglang_triage.service.api import create_app
+from sglang_triage.service.api import app_settings, create_app
 from sglang_triage.service.engine import Engine
 from sglang_triage.service.slack_bot import SlackTriageBot, mount_slack
 from tests.api.conftest import ServerThread, free_port
@@ -98,7 +98,7 @@ def slack_settings(kb_settings: Settings, kb, slack_stub: SlackStub) -> Settings
 @pytest.fixture(scope="session")
 def slack_server(slack_settings: Settings, kb) -> Iterator[ServerThread]:  # noqa: ANN001
     app = create_app()
-    app.dependency_overrides[get_settings] = lambda: slack_settings
+    app.dependency_overrides[app_settings] = lambda: slack_settings
     bot = mount_slack(app, slack_settings, engine_factory=lambda: Engine(kb))
     port = int(slack_settings.public_url.rsplit(":", 1)[1])
     with ServerThread(app, port) as srv:

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from sglang_triage.config import Settings, get_settings
+from sglang_triage.config import Settings
 from sglang_triage.kb.records import Records
-from sglang_triage.service.api import create_app, get_records
+from sglang_triage.service.api import app_settings, create_app, get_records
 
 from ..api.conftest import ServerThread, free_port
 
@@ -46,7 +46,7 @@ def make_web_server(settings: Settings, records_dir: Path) -> WebServer:
     """The real app over loopback with ``settings`` and records kept in ``records_dir``."""
     records = Records(records_dir / "records.sqlite")
     app = create_app()
-    app.dependency_overrides[get_settings] = lambda: settings
+    app.dependency_overrides[app_settings] = lambda: settings
     app.dependency_overrides[get_records] = lambda: records
     srv = WebServer(app, free_port())
     srv.settings = settings

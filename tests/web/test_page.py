@@ -7,8 +7,7 @@ import re
 import httpx
 from fastapi.testclient import TestClient
 
-from sglang_triage.config import get_settings
-from sglang_triage.service.api import create_app
+from sglang_triage.service.api import app_settings, create_app
 from sglang_triage.service.web.routes import STATIC_DIR
 
 from .conftest import WebServer
@@ -74,7 +73,7 @@ def test_hardware_and_source_lookups(web_server: WebServer) -> None:
 
 def test_page_needs_no_key_but_the_lookups_do(web_settings) -> None:  # noqa: ANN001
     app = create_app()
-    app.dependency_overrides[get_settings] = lambda: web_settings.model_copy(update={"api_keys": ["k1"]})
+    app.dependency_overrides[app_settings] = lambda: web_settings.model_copy(update={"api_keys": ["k1"]})
     with TestClient(app) as client:
         assert client.get("/").status_code == 200
         assert client.get("/t/abc").status_code == 200
