@@ -130,11 +130,12 @@ class NumpyBertEncoder:
 
     @staticmethod
     def _layer(w: dict[str, np.ndarray], p: str) -> dict[str, np.ndarray]:
+        """One layer's weights as views of the mapped file (``x @ W.T`` for a Linear)."""
         a = p + "attention."
-        qkv = np.concatenate([w[f"{a}self.{n}.weight"] for n in ("query", "key", "value")]).T
         return {
-            "qkv_w": np.ascontiguousarray(qkv, dtype=np.float32),
-            "qkv_b": np.concatenate([w[f"{a}self.{n}.bias"] for n in ("query", "key", "value")]),
+            "q_w": w[f"{a}self.query.weight"].T, "q_b": w[f"{a}self.query.bias"],
+            "k_w": w[f"{a}self.key.weight"].T, "k_b": w[f"{a}self.key.bias"],
+            "v_w": w[f"{a}self.value.weight"].T, "v_b": w[f"{a}self.value.bias"],
             "out_w": w[f"{a}output.dense.weight"].T, "out_b": w[f"{a}output.dense.bias"],
             "ln1_w": w[f"{a}output.LayerNorm.weight"], "ln1_b": w[f"{a}output.LayerNorm.bias"],
             "ff1_w": w[p + "intermediate.dense.weight"].T, "ff1_b": w[p + "intermediate.dense.bias"],
@@ -152,9 +153,8 @@ class NumpyBertEncoder:
         x = _layer_norm(word[ids] + pos[:n] + tok_type, ln_w, ln_b, self.eps)
         h, d = self.heads, self.dim // self.heads
         for L in self.layers:
-            qkv = x @ L["qkv_w"] + L["qkv_b"]
-            q, k, v = (qkv[:, i * self.dim:(i + 1) * self.dim].reshape(n, h, d).transpose(1, 0, 2)
-                       for i in range(3))
+            q, k, v = ((x @ L[f"{p}_w"] + L[f"{p}_b"]).reshape(n, h, d).transpose(1, 0, 2)
+                       for p in "qkv")
             scores = q @ k.transpose(0, 2, 1) / np.sqrt(d)
             scores = np.exp(scores - scores.max(-1, keepdims=True))
             scores /= scores.sum(-1, keepdims=True)
