@@ -287,19 +287,25 @@ def _answer(engine: Engine, records: Records, settings: Settings, payload: str |
         result.similar = records.similar(result.location.path, result.location.function,
                                          exclude=tid)
     request_record = {"options": options, "log": text[:200_000]}
-    if replay and result.status == "located" and settings.replay_enabled:
+    wants_replay = replay and result.status == "located" and settings.replay_enabled
+    if wants_replay:
+        result.replay = {"status": "pending",
+                         "detail": f"GET /triage/{tid} shows the replay verdicts when done"}
+    encoded = result.model_dump_json()
+    # stored before the replay starts: a replay answered from its cache may finish (and
+    # store its verdicts) at once, and must not be overwritten by this "pending" record
+    records.save(tid, request_record, encoded)
+    if wants_replay:
         from .verify import schedule
 
-        out = result.model_dump(mode="json")
-        fut = schedule(settings, out, list(result.parsed.command or []), result.parsed.hardware,
-                       result.parsed.model_arch,
+        fut = schedule(settings, json.loads(encoded), list(result.parsed.command or []),
+                       result.parsed.hardware, result.parsed.model_arch,
                        lambda updated: records.save(tid, request_record, updated))
-        result.replay = out["replay"] = {
-            "status": "pending" if fut else "unavailable",
-            "detail": f"GET /triage/{tid} shows the replay verdicts when done"
-            if fut else "replay needs the release's PyPI wheel and a command"}
-    encoded = result.model_dump_json()
-    records.save(tid, request_record, encoded)
+        if fut is None:
+            result.replay = {"status": "unavailable",
+                             "detail": "replay needs the release's PyPI wheel and a command"}
+            encoded = result.model_dump_json()
+            records.save(tid, request_record, encoded)
     return encoded.encode("utf-8")
 
 

@@ -180,3 +180,32 @@ def test_triage_verifies_the_crash_and_fixes_by_replay_in_the_background(api_set
         top = stored["fixes"][0]
         assert top["replay"]["status"] == "verified"
         assert "verified by replay on 0.5.11 with rtx-pro-6000-x8" in top["replay"]["detail"]
+
+
+def test_a_replay_that_finishes_at_once_is_not_overwritten(api_settings, kb, tmp_path,
+                                                           monkeypatch) -> None:  # noqa: ANN001
+    """A replay answered from its disk cache can store its verdicts before the request
+    returns; the "pending" record must already be stored by then, never after."""
+    from concurrent.futures import Future
+
+    from sglang_triage.kb.records import Records
+    from sglang_triage.service import verify
+    from sglang_triage.service.api import _answer
+    from sglang_triage.service.engine import Engine
+
+    def instant(settings, result, argv, hardware, model_arch, on_done):  # noqa: ANN001, ANN202
+        assert result["replay"]["status"] == "pending"
+        on_done(result | {"replay": {"status": "reproduced", "detail": "from the cache"}})
+        fut: Future = Future()
+        fut.set_result([])
+        return fut
+
+    monkeypatch.setattr(verify, "schedule", instant)
+    records = Records(tmp_path / "records.sqlite")
+    settings = api_settings.model_copy(update={"replay_enabled": True})
+    text = _seed_log(kb)
+    options = {"release": "0.5.11", "hardware": None, "model": None, "model_arch": None}
+    body = json.loads(_answer(Engine(kb, settings), records, settings, text, text, options, True))
+    assert body["replay"]["status"] == "pending"
+    assert records.get(body["id"])["result"]["replay"] == {"status": "reproduced",
+                                                           "detail": "from the cache"}
