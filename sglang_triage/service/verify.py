@@ -39,17 +39,33 @@ def _same_check(res: ReplayResult, result: dict[str, Any]) -> bool:
 
 def summarise(results: list[ReplayResult], result: dict[str, Any], release: str,
               hardware: str | None) -> dict[str, Any]:
-    """Fold replay results into the stored triage (first = the user's command, then fixes)."""
+    """Fold replay results into the stored triage (first = the user's command, then fixes).
+
+    Without a hardware profile, replay runs the release on this CPU-only machine,
+    and validation that asks for the GPU stops before the check. When the user's
+    command then fails elsewhere, that says nothing about the crash: the command
+    and every fix failing at the same place are *unverified*, with what would
+    settle it (the hardware), never "different failure" or "next failure".
+    """
     on = f"{release} with {hardware or 'no declared hardware'}"
     first, rest = results[0], results[1:]
+    blocked_at: str | None = None  # where a replay without hardware stopped short
     if first.status == "harness_error":
         repro = {"status": "unverified", "detail": f"replay harness error: {first.harness_reason}"}
     elif first.status == "raised":
         same = _same_check(first, result)
-        repro = {"status": "reproduced" if same else "different_failure",
-                 "detail": f"replay on {on}: {first.exception_type} "
-                           f"{'at the same check' if same else 'elsewhere'}",
-                 "location": _loc(first)}
+        if not same and hardware is None:
+            blocked_at = first.location
+            repro = {"status": "unverified", "location": blocked_at,
+                     "detail": f"replay on {release} without a hardware profile stopped at "
+                               f"{blocked_at or 'an earlier check'} ({first.exception_type}) "
+                               "before the crash's check; give the hardware (GET /hardware "
+                               "lists the profiles) to verify"}
+        else:
+            repro = {"status": "reproduced" if same else "different_failure",
+                     "detail": f"replay on {on}: {first.exception_type} "
+                               f"{'at the same check' if same else 'elsewhere'}",
+                     "location": _loc(first)}
     else:
         repro = {"status": first.status, "detail": f"replay on {on}: {first.status}"}
     for fix, res in zip(result.get("fixes", []), rest, strict=False):
@@ -57,6 +73,9 @@ def summarise(results: list[ReplayResult], result: dict[str, Any], release: str,
             fix["replay"] = {"status": "verified", "detail": f"verified by replay on {on}"}
         elif res.status == "harness_error":
             fix["replay"] = {"status": "unverified", "detail": f"replay harness error: {res.harness_reason}"}
+        elif blocked_at is not None and res.location == blocked_at:
+            fix["replay"] = {"status": "unverified", "detail": "replay without a hardware profile "
+                             "stopped at the same place as the command; give the hardware to verify"}
         else:
             fix["replay"] = {"status": "next_failure", "detail": f"replay on {on}: then "
                              f"{res.exception_type}", "location": _loc(res)}
