@@ -8,7 +8,8 @@ for each, on the deterministic path (no LLM, no replay):
    (with several workers a body must have been seen by each of them);
 2. **latency**: requests one at a time (a single client), p50/p95/p99;
 3. **throughput**: a pool of concurrent clients (each with a kept-alive
-   connection; a minimal asyncio HTTP/1.1 client with requests encoded in
+   connection, renewed every :data:`RENEW_EVERY` requests so that the workers
+   share the load; a minimal asyncio HTTP/1.1 client with requests encoded in
    advance, so the load generator takes little of the machine), requests/s and
    the latencies under that load; for both phases, the service's own CPU time per request
    (``/proc/<pid>/stat``, all its processes), which other load on the machine
@@ -218,12 +219,21 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     return status
 
 
+#: Requests a load client sends on one connection before it opens a new one. uvicorn's
+#: workers share one listening socket and a kept-alive connection stays with the worker
+#: that accepted it, so 8 long-lived connections may all land on one worker; renewed
+#: connections are accepted by whichever worker is free, as behind a load balancer.
+RENEW_EVERY = 16
+
+
 async def _load(url: str, bodies: list[dict], total: int, concurrency: int, max_s: float,
-                timeout_s: float = 60.0, reconnect: bool = False) -> dict:
+                timeout_s: float = 60.0, reconnect: bool = False,
+                renew_every: int = RENEW_EVERY) -> dict:
     """``total`` requests (bounded by ``max_s``) from ``concurrency`` clients, each with its
-    own keep-alive connection (a new one per request with ``reconnect``, which spreads
-    requests over the workers). The client is a minimal asyncio HTTP/1.1 one with requests
-    encoded in advance, so that the load generator spends little of the machine's CPU."""
+    own keep-alive connection, renewed every ``renew_every`` requests (every request with
+    ``reconnect``), which spreads requests over the workers. The client is a minimal asyncio
+    HTTP/1.1 one with requests encoded in advance, so that the load generator spends little
+    of the machine's CPU."""
     host, port = url.split("://", 1)[1].split(":")
     encoded = _requests(url, bodies)
     latencies: list[float] = []
@@ -234,6 +244,7 @@ async def _load(url: str, bodies: list[dict], total: int, concurrency: int, max_
     async def worker() -> None:
         nonlocal sent
         conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        on_conn = 0
         while sent < total and time.monotonic() < deadline:
             request = encoded[sent % len(encoded)]
             sent += 1
@@ -250,9 +261,10 @@ async def _load(url: str, bodies: list[dict], total: int, concurrency: int, max_
                 conn = None
             latencies.append((time.perf_counter() - t) * 1000)
             statuses[code] = statuses.get(code, 0) + 1
-            if reconnect and conn is not None:
+            on_conn += 1
+            if conn is not None and (reconnect or on_conn >= renew_every):
                 conn[1].close()
-                conn = None
+                conn, on_conn = None, 0
         if conn is not None:
             conn[1].close()
 
@@ -260,7 +272,8 @@ async def _load(url: str, bodies: list[dict], total: int, concurrency: int, max_
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - t0
     errors = sum(n for code, n in statuses.items() if code != "200")
-    return {"requests": len(latencies), "concurrency": concurrency, "errors": errors,
+    return {"requests": len(latencies), "concurrency": concurrency,
+            "requests_per_connection": 1 if reconnect else renew_every, "errors": errors,
             "statuses": statuses, "wall_s": round(wall, 2),
             "rps": round(len(latencies) / wall, 1) if wall else 0.0,
             "p50_ms": _pct(latencies, 0.5), "p95_ms": _pct(latencies, 0.95),
