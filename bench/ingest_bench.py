@@ -180,7 +180,8 @@ def run(release_a: str, release_b: str, big: str | None, full_sample: int,
         "big_chunks": big_rep.chunks if big_rep else None,
         "big_checks": big_rep.checks if big_rep else None,
         "full_scope_chunks": len(all_texts),
-        "full_scope_embed_s_extrapolated": round(sample_s / len(sample) * len(all_texts), 1),
+        "full_scope_embed_s_extrapolated":
+            round(sample_s / len(sample) * len(all_texts), 1) if sample else None,
         "full_scope_sample": len(sample), "full_scope_sample_s": round(sample_s, 2),
         "targets": {**TARGETS, "big_structure_s": TARGETS["structure_s"]},
     }
@@ -199,7 +200,8 @@ def main() -> None:
     ap.add_argument("--release-a", default="0.5.11")
     ap.add_argument("--release-b", default="0.5.12")
     ap.add_argument("--big-release", default="0.5.23", help="'' to skip")
-    ap.add_argument("--full-sample", type=int, default=512)
+    ap.add_argument("--full-sample", type=int, default=512,
+                    help="full-scope texts encoded for the extrapolation (0: skip)")
     ap.add_argument("--work-dir", default=None,
                     help="where the bench's own KBs go (default: a temporary folder)")
     ap.add_argument("--out", default="bench/results/ingest.json")
