@@ -16,7 +16,9 @@ class IndexedCatalog(Catalog):
     Catalogs read from the KB are shared (cached per release) and never
     modified, so ``by_flag``/``by_attr``/``declaration``/``specs_for`` answer
     from indexes built on first use; the dicts and lists handed out are copies,
-    exactly as the plain catalog returns fresh ones.
+    exactly as the plain catalog returns fresh ones. Other modules keep tables
+    derived from the catalog here too, through :meth:`cached` (the defaults of
+    ``base_attrs``, the flag parser's option table).
     """
 
     def cached(self, name: str, build):  # noqa: ANN001, ANN202

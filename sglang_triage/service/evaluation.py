@@ -35,8 +35,6 @@ from .memo import LRUCache, facts_signature
 _MAX_SUBST_DEPTH = 3
 _MISSING = object()
 
-# (catalog) -> the attribute defaults it declares (see base_attrs)
-_DEFAULTS: LRUCache[tuple[Catalog, dict[str, Value]]] = LRUCache("evaluation.defaults", 16)
 # (release, check, names, facts, values read) -> what folding the earlier writes does
 _FOLDS: LRUCache[Fold] = LRUCache("evaluation.folds", 20_000)
 # (condition, facts, inputs read with their provenance) -> its Result
@@ -80,26 +78,24 @@ def base_attrs(catalog: Catalog, parsed: ParsedArgs,
 def _catalog_defaults(catalog: Catalog) -> dict[str, Value]:
     """attr -> its default: the flags' first, then the declarations' (read-only).
 
-    Cached for the KB's read-only catalogs (:class:`~..kb.catalogs.IndexedCatalog`).
+    Built once per KB catalog (:class:`~..kb.catalogs.IndexedCatalog`, read-only and
+    shared), every time for any other catalog.
     """
     from ..kb.catalogs import IndexedCatalog
 
-    cacheable = isinstance(catalog, IndexedCatalog)
-    hit = _DEFAULTS.get(id(catalog)) if cacheable else None
-    if hit is not None and hit[0] is catalog:
-        return hit[1]
-    attrs: dict[str, Value] = {}
-    for spec in catalog.flags:
-        if spec.default_known and spec.attr not in attrs:
-            attrs[spec.attr] = Value(spec.default, Provenance(
-                "default", f"default {spec.default!r} ({spec.path}:{spec.line})"))
-    for decl in catalog.declarations:
-        if decl.default_known:
-            attrs[decl.attr] = Value(decl.default, Provenance(
-                "default", f"default {decl.default!r} ({decl.path}:{decl.line})"))
-    if cacheable:
-        _DEFAULTS.put(id(catalog), (catalog, attrs))  # the catalog is kept: its id stays unique
-    return attrs
+    def build() -> dict[str, Value]:
+        attrs: dict[str, Value] = {}
+        for spec in catalog.flags:
+            if spec.default_known and spec.attr not in attrs:
+                attrs[spec.attr] = Value(spec.default, Provenance(
+                    "default", f"default {spec.default!r} ({spec.path}:{spec.line})"))
+        for decl in catalog.declarations:
+            if decl.default_known:
+                attrs[decl.attr] = Value(decl.default, Provenance(
+                    "default", f"default {decl.default!r} ({decl.path}:{decl.line})"))
+        return attrs
+
+    return catalog.cached("_defaults", build) if isinstance(catalog, IndexedCatalog) else build()
 
 
 def _value_key(v: object) -> str:
@@ -107,6 +103,14 @@ def _value_key(v: object) -> str:
     if v is None:
         return "?"
     return repr(v.value) if isinstance(v, Value) else repr(v)
+
+
+def value_signature(v: object) -> object:
+    """A memo key's view of one input whose provenance matters too (a :class:`Result`
+    lists its inputs with their provenance): value ``repr`` and provenance, "?" when absent."""
+    if v is None:
+        return "?"
+    return (repr(v.value), v.provenance) if isinstance(v, Value) else (repr(v), None)
 
 
 def _holds(truth: object, polarity: bool) -> object:
@@ -406,8 +410,7 @@ def _evaluate_piece(cond: str, env: Env, fsig: str) -> Result:
         read = referenced_names(cond)
     except Exception:  # noqa: BLE001 - let the evaluator raise its own error
         return evaluate(cond, env)
-    key = (cond, fsig, tuple((n, _value_key(v), getattr(v, "provenance", None))
-                             for n in sorted(read) for v in (env.attrs.get(n),)))
+    key = (cond, fsig, tuple((n, value_signature(env.attrs.get(n))) for n in sorted(read)))
     hit = _PIECES.get(key)
     if hit is None:
         hit = evaluate(cond, env)

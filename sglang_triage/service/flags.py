@@ -13,7 +13,6 @@ import bisect
 import difflib
 import re
 import shlex
-import threading
 from dataclasses import dataclass, field
 
 from sglang_triage.ingest.catalog import Catalog, FlagSpec
@@ -86,11 +85,6 @@ class _Occ:
     error: str | None = None
 
 
-_tables_lock = threading.Lock()
-# id(catalog) -> (catalog, option table, negative-number option?, prefix index)
-_tables: dict[int, tuple[Catalog, dict[str, FlagSpec], bool, _PrefixIndex]] = {}
-
-
 class _PrefixIndex:
     """The spellings of an option table sorted, for abbreviation look-ups by bisection."""
 
@@ -114,29 +108,26 @@ def _option_table(catalog: Catalog) -> tuple[dict[str, FlagSpec], bool, _PrefixI
     """(every spelling -> its spec, with ``-h``/``--help``; any option like a negative
     number?; a prefix index of the spellings, or None).
 
-    Cached per catalog object when the catalog is a KB's read-only
-    :class:`~sglang_triage.kb.catalogs.IndexedCatalog` (the entry keeps the catalog
-    alive, so its id is not reused while cached; at most 32 are kept); only then is
-    there a prefix index. The dict must not be modified.
+    Built once per catalog when the catalog is a KB's read-only
+    :class:`~sglang_triage.kb.catalogs.IndexedCatalog`; only then is there a prefix
+    index. The dict must not be modified.
     """
     from sglang_triage.kb.catalogs import IndexedCatalog
 
-    with _tables_lock:
-        hit = _tables.get(id(catalog))
-    if hit is not None and hit[0] is catalog:
-        return hit[1], hit[2], hit[3]
-    options = dict(catalog.by_flag())
-    for spelling in _HELP.flags:
-        options.setdefault(spelling, _HELP)
-    negative = any(_NEGATIVE_NUMBER.match(o) for o in options)
+    def build() -> tuple[dict[str, FlagSpec], bool]:
+        options = dict(catalog.by_flag())
+        for spelling in _HELP.flags:
+            options.setdefault(spelling, _HELP)
+        return options, any(_NEGATIVE_NUMBER.match(o) for o in options)
+
     if not isinstance(catalog, IndexedCatalog):
-        return options, negative, None
-    index = _PrefixIndex(options)
-    with _tables_lock:
-        if len(_tables) >= 32:
-            _tables.clear()
-        _tables[id(catalog)] = (catalog, options, negative, index)
-    return options, negative, index
+        return (*build(), None)
+
+    def build_indexed() -> tuple[dict[str, FlagSpec], bool, _PrefixIndex]:
+        options, negative = build()
+        return options, negative, _PrefixIndex(options)
+
+    return catalog.cached("_option_table", build_indexed)
 
 
 def _nargs(spec: FlagSpec) -> str:
