@@ -44,7 +44,7 @@ from ..ingest.catalog import Catalog
 from ..kb.catalogs import load_catalog
 from ..kb.store import Store
 from ..service import chain
-from ..service.evaluation import base_attrs, fold_earlier_writes
+from ..service.evaluation import base_attrs, fold_earlier_writes, value_signature
 from ..service.expr import (
     UNKNOWN,
     Env,
@@ -376,21 +376,12 @@ def _defaults(store: Store, release: str, catalog: Catalog | None = None) -> dic
     return chain.cached(chain.release_key(store, release, "rules:defaults"), build)
 
 
-def _value_sig(v: object) -> object:
-    """What a memo key holds for one input: its value's ``repr`` and its provenance."""
-    if v is None:
-        return "?"
-    if isinstance(v, Value):
-        return (repr(v.value), v.provenance)
-    return (repr(v), None)
-
-
 def _changed(attrs: Mapping[str, Value], defaults: Mapping[str, Value]) -> set[str]:
     """Attributes whose value or provenance in ``attrs`` differs from the defaults'."""
     out: set[str] = set()
     for key in attrs.keys() | defaults.keys():
         a, d = attrs.get(key), defaults.get(key)
-        if a is not d and _value_sig(a) != _value_sig(d):
+        if a is not d and value_signature(a) != value_signature(d):
             out.add(key)
     return out
 
@@ -443,7 +434,7 @@ def _evaluate(store: Store, release: str, entries: list[_Entry], attrs: Mapping[
         for d in e.deps:
             sig = sigs.get(d)
             if sig is None:
-                sig = sigs[d] = _value_sig(attrs.get(d))
+                sig = sigs[d] = value_signature(attrs.get(d))
             values.append(sig)
         key = (rkey, card.id, card.when, card.require, fsig, tuple(values),
                typed if e.uses_given else ())
