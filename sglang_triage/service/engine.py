@@ -46,7 +46,7 @@ from .models import (
 )
 from .resolve import resolve_release
 
-#: a triage this slow built caches (or loaded the embedder): freeze what it built
+#: a triage this slow built caches (or loaded the query encoder): freeze what it built
 _SETTLE_AFTER_MS = 250.0
 #: (release, vector store, exception) -> where search located it (wrapped in a 1-tuple)
 _SEARCH_LOCATED: LRUCache[tuple[Located | None]] = LRUCache("engine.search_locate", 1024)

@@ -119,7 +119,7 @@ def freeze_long_lived() -> None:
     """Move every object alive now into the garbage collector's permanent generation.
 
     A cold request builds long-lived state (catalogs, card plans, parse trees,
-    the embedder's modules): ~1M tracked objects once warm. CPython's full
+    the query encoder): ~1M tracked objects once warm. CPython's full
     collections rescan all of them and pause every thread meanwhile (over a
     second on this workload), which is what a warm request's p99 then sees.
     ``gc.freeze()`` is O(1) and takes them out of later collections; objects
