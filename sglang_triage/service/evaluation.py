@@ -98,7 +98,7 @@ def _catalog_defaults(catalog: Catalog) -> dict[str, Value]:
     return catalog.cached("_defaults", build) if isinstance(catalog, IndexedCatalog) else build()
 
 
-def _value_key(v: object) -> str:
+def value_key(v: object) -> str:
     """A memo key's view of one attribute: its value's ``repr`` ("?" when absent)."""
     if v is None:
         return "?"
@@ -204,7 +204,7 @@ def _truth(cond: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> o
     if names is None:
         return _safe_truth(cond, env)
     attrs = env.attrs
-    key = (cond, tuple((n, _value_key(attrs.get(n))) for n in names))
+    key = (cond, tuple((n, value_key(attrs.get(n))) for n in names))
     hit = memo.get(key, _MISSING)
     if hit is _MISSING:
         hit = memo[key] = _safe_truth(cond, env)
@@ -248,7 +248,7 @@ def fold_earlier_writes(store: Store, version: str, check: dict[str, Any],
         return _fold(store, version, check, ChainMap({}, attrs), facts, frozen, memo)  # type: ignore[arg-type]
     deps = write_dependencies(store, version, check, frozen)
     key = (chain.release_key(store, version, "folds"), check["id"], tuple(sorted(frozen)),
-           facts_sig or facts_signature(facts), tuple(_value_key(attrs.get(d)) for d in deps))
+           facts_sig or facts_signature(facts), tuple(value_key(attrs.get(d)) for d in deps))
     hit = _FOLDS.get(key)
     if hit is None:
         hit = _fold(store, version, check, ChainMap({}, attrs), facts, frozen, memo)  # type: ignore[arg-type]

@@ -37,7 +37,7 @@ from typing import Any
 from ..ingest.catalog import Catalog
 from ..kb.store import Store
 from . import chain
-from .evaluation import PathEvaluation, evaluate_path, prepared_pieces
+from .evaluation import PathEvaluation, evaluate_path, prepared_pieces, value_key
 from .expr import UNKNOWN, Env, Provenance, Value
 from .flags import ParsedArgs
 from .memo import LRUCache, facts_signature
@@ -322,7 +322,7 @@ def recheck_neighbours(store: Store, version: str, check: dict[str, Any], verdic
     fsig = facts_sig or facts_signature(facts)
     rkey = chain.release_key(store, version, "neighbour-fired")
     plan = _neighbour_plan(store, version, check, touched, fact_names)
-    values = {n: repr(new_attrs[n].value) if n in new_attrs else "?" for n in plan.names}
+    values = {n: value_key(new_attrs.get(n)) for n in plan.names}
     whole = (rkey, fsig, check["id"], touched, tuple(values[n] for n in plan.names))
     hit = _RECHECKS.get(whole)
     if hit is None:
