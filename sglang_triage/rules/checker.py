@@ -33,7 +33,6 @@ from __future__ import annotations
 import ast
 import functools
 import threading
-import time
 from collections import ChainMap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -147,21 +146,10 @@ _HELPERS = {"attn_dp_enabled_of": _attn_dp_enabled_of, "num_dp_ranks_of": _num_d
 # ----------------------------------------------------------------------- the cards
 
 
-_DKEY_TTL_S = 5.0
-_dkeys: dict[str, tuple[float, str]] = {}
-
-
 def _derivation_key(store: Store) -> str:
     """:func:`derivation_key` of ``store``, re-read at most every few seconds (as
     :func:`~sglang_triage.service.chain.release_key` re-reads content hashes)."""
-    now = time.monotonic()
-    with _lock:
-        hit = _dkeys.get(str(store.path))
-    if hit is None or now - hit[0] > _DKEY_TTL_S:
-        hit = (now, derivation_key(store)[0])
-        with _lock:
-            _dkeys[str(store.path)] = hit
-    return hit[1]
+    return chain.recent(("derivation-key", str(store.path)), lambda: derivation_key(store)[0])
 
 
 def cards_for(store: Store, release: str) -> list[Card]:

@@ -42,9 +42,8 @@ _cache: dict[tuple[Any, ...], Any] = {}
 
 _MISSING = object()
 _MAX_ENTRIES = 50_000
-_HASH_TTL_S = 5.0
-_hashes: dict[tuple[str, str], tuple[float, str | None]] = {}
-
+_RECENT_TTL_S = 5.0
+_recent: dict[tuple[Any, ...], tuple[float, Any]] = {}
 
 def cached(key: tuple[Any, ...], build):  # noqa: ANN001, ANN202
     """Memoise ``build()`` under ``key`` (process-wide, bounded, thread-safe).
@@ -65,19 +64,27 @@ def cached(key: tuple[Any, ...], build):  # noqa: ANN001, ANN202
 
 
 
+def recent(key: tuple[Any, ...], read):  # noqa: ANN001, ANN202
+    """``read()``, re-run at most every few seconds per ``key`` (for values in the KB
+    that change only when it is re-indexed: content hashes, the cards' derivation key).
+
+    A fresh hit is one ``dict.get`` (no lock); the lock only guards writes.
+    """
+    now = time.monotonic()
+    hit = _recent.get(key)
+    if hit is None or now - hit[0] > _RECENT_TTL_S:
+        hit = (now, read())
+        with _lock:
+            _recent[key] = hit
+    return hit[1]
+
+
 def release_key(store: Store, version: str, what: str) -> tuple[Any, ...]:
     """A cache key that changes when the release is re-indexed (hash looked up every few s)."""
-    now = time.monotonic()
-    hk = (str(store.path), version)
-    hit = _hashes.get(hk)  # atomic read; the lock only guards writes
-    if hit is None or now - hit[0] > _HASH_TTL_S:
-        rel = store.release(version) or {}
-        hit = (now, rel.get("content_hash"))
-        with _lock:
-            _hashes[hk] = hit
-    return (hk[0], version, hit[1], what)
-
-
+    path = str(store.path)
+    content_hash = recent(("content-hash", path, version),
+                          lambda: (store.release(version) or {}).get("content_hash"))
+    return (path, version, content_hash, what)
 
 
 def function_source(store: Store, version: str, fn: dict[str, Any]) -> str:
