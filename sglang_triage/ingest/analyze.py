@@ -51,9 +51,9 @@ class _Enclosing:
         self.starts = [f.start_line for f in functions]
 
     def qualname(self, line: int) -> str:
-        """Same answer as :func:`chunker.enclosing_function` (``<module>`` outside any):
-        the function with the latest start whose range holds ``line`` (the last one
-        in sort order among equal starts)."""
+        """The qualname of the innermost function holding ``line`` (``<module>`` outside
+        any): the function with the latest start whose range holds ``line`` (the last
+        one in sort order among equal starts)."""
         for i in range(bisect.bisect_right(self.starts, line) - 1, -1, -1):
             fn = self.functions[i]
             if fn.end_line >= line:

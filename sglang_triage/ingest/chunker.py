@@ -373,14 +373,3 @@ def chunk_file(path: str, tree_root: Node, source: bytes,
     result.functions.sort(key=lambda f: (f.start_line, f.qualname))
     _chunk_scope(path, "", "module", tree_root.named_children, src, result.chunks)
     return result
-
-
-def enclosing_function(functions: list[FunctionInfo], line: int) -> FunctionInfo | None:
-    """The innermost function whose ``def``..end range holds ``line``."""
-    best: FunctionInfo | None = None
-    for fn in functions:
-        if fn.start_line <= line <= fn.end_line and (
-            best is None or fn.start_line >= best.start_line
-        ):
-            best = fn
-    return best

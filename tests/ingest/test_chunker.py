@@ -212,6 +212,18 @@ def test_a_split_unit_keeps_its_part_headers_when_it_gains_a_part() -> None:
     assert short.chunks[0].text_hash == longer.chunks[0].text_hash
 
 
+def _enclosing_by_scan(functions: list, line: int):  # noqa: ANN202
+    """The innermost function whose ``def``..end range holds ``line``, by a linear scan
+    (the lookup ingest used before it bisected)."""
+    best = None
+    for fn in functions:
+        if fn.start_line <= line <= fn.end_line and (
+            best is None or fn.start_line >= best.start_line
+        ):
+            best = fn
+    return best
+
+
 def test_enclosing_function_by_bisection_matches_the_linear_scan() -> None:
     from sglang_triage.ingest.analyze import _Enclosing
 
@@ -219,5 +231,5 @@ def test_enclosing_function_by_bisection_matches_the_linear_scan() -> None:
     functions = chunker.chunk_file("sglang/x.py", root, data).functions
     where = _Enclosing(functions)
     for line in range(1, SOURCE.count("\n") + 2):
-        fn = chunker.enclosing_function(functions, line)
+        fn = _enclosing_by_scan(functions, line)
         assert where.qualname(line) == (fn.qualname if fn else "<module>"), line
