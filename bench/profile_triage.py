@@ -28,17 +28,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script (bench/ is not installed)
+    sys.path.insert(0, str(ROOT))
 
-
-def default_kb_dir() -> Path:
-    from sglang_triage.config import Settings
-
-    return Path(os.environ.get("TRIAGE_TEST_KB", Settings().home / "test-kb"))
-
-
-def _pct(values: list[float], q: float) -> float:
-    vals = sorted(values)
-    return round(vals[min(len(vals) - 1, int(q * len(vals)))], 2) if vals else 0.0
+from bench.common import percentile, test_kb_dir  # noqa: E402
 
 
 def stable(result: dict[str, Any]) -> dict[str, Any]:
@@ -65,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     from sglang_triage.kb.base import KnowledgeBase
     from sglang_triage.service.engine import Engine
 
-    kb_dir = args.kb_dir or default_kb_dir()
+    kb_dir = args.kb_dir or test_kb_dir()
     settings = Settings(kb_dir=kb_dir, chroma_url=None, llm_base_url=None, replay_enabled=False)
     kb = KnowledgeBase(settings)
     engine = Engine(kb, settings)
@@ -115,10 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(args.cprofile)
 
     report = {"incidents": len(incidents), "errors": errors,
-              "first_pass": {"p50_ms": _pct(first, 0.5), "p95_ms": _pct(first, 0.95),
+              "first_pass": {"p50_ms": percentile(first, 0.5), "p95_ms": percentile(first, 0.95),
                              "mean_ms": round(statistics.fmean(first), 2) if first else 0.0},
-              "warm": {s: {"p50_ms": _pct(v, 0.5), "p95_ms": _pct(v, 0.95),
-                           "p99_ms": _pct(v, 0.99)} for s, v in sorted(stages.items())},
+              "warm": {s: {"p50_ms": percentile(v, 0.5), "p95_ms": percentile(v, 0.95),
+                           "p99_ms": percentile(v, 0.99)} for s, v in sorted(stages.items())},
               "slowest_warm": dict(sorted(((k, round(min(v), 2)) for k, v in slow.items()),
                                           key=lambda kv: -kv[1])[:8])}
     print(json.dumps(report, indent=2))

@@ -47,6 +47,11 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script (bench/ is not installed)
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import percentile, test_kb_dir  # noqa: E402
+
 TARGETS = {"p50_ms": 30.0, "p99_ms": 150.0, "rps": 100.0, "rss_mb": 1024.0}
 
 
@@ -70,10 +75,10 @@ def _bodies(incidents: list[Any]) -> list[dict]:
 
 
 def default_kb_dir() -> Path:
+    """``TRIAGE_KB_DIR`` when set, else the test suite's KB."""
     if os.environ.get("TRIAGE_KB_DIR"):
         return Path(os.environ["TRIAGE_KB_DIR"])
-    home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sglang-triage"
-    return Path(os.environ.get("TRIAGE_TEST_KB", home / "test-kb"))
+    return test_kb_dir()
 
 
 def _releases(kb_dir: Path) -> list[str]:
@@ -178,13 +183,6 @@ def cpu_s(pid: int) -> float:
 # ---------------------------------------------------------------------------- load
 
 
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    vals = sorted(values)
-    return round(vals[min(len(vals) - 1, int(q * len(vals)))], 2)
-
-
 def _requests(url: str, bodies: list[dict]) -> list[bytes]:
     """Each body as a complete, pre-encoded ``POST /triage`` HTTP/1.1 request (keep-alive)."""
     host = url.split("://", 1)[1]
@@ -276,8 +274,8 @@ async def _load(url: str, bodies: list[dict], total: int, concurrency: int, max_
             "requests_per_connection": 1 if reconnect else renew_every, "errors": errors,
             "statuses": statuses, "wall_s": round(wall, 2),
             "rps": round(len(latencies) / wall, 1) if wall else 0.0,
-            "p50_ms": _pct(latencies, 0.5), "p95_ms": _pct(latencies, 0.95),
-            "p99_ms": _pct(latencies, 0.99), "max_ms": _pct(latencies, 1.0),
+            "p50_ms": percentile(latencies, 0.5), "p95_ms": percentile(latencies, 0.95),
+            "p99_ms": percentile(latencies, 0.99), "max_ms": percentile(latencies, 1.0),
             "mean_ms": round(statistics.fmean(latencies), 2) if latencies else None}
 
 
@@ -392,8 +390,8 @@ def rag_baseline(kb_dir: Path, incidents: list[Any], limit: int, max_s: float) -
         latencies.append((time.perf_counter() - t) * 1000)
     kb.close()
     return {"incidents": len(latencies), "first_call_s": round(build_s, 1),
-            "p50_ms": _pct(latencies, 0.5), "p95_ms": _pct(latencies, 0.95),
-            "p99_ms": _pct(latencies, 0.99),
+            "p50_ms": percentile(latencies, 0.5), "p95_ms": percentile(latencies, 0.95),
+            "p99_ms": percentile(latencies, 0.99),
             "note": "in-process, after the first call (index build, embedder load); "
                     "later calls may still embed other releases' chunks"}
 
