@@ -64,16 +64,6 @@ class VectorStore:
         except Exception:
             return False
 
-    def existing(self, ids: Sequence[str]) -> set[str]:
-        out: set[str] = set()
-        for i in range(0, len(ids), 2000):
-            try:
-                got = self.collection.get(ids=list(ids[i : i + 2000]), include=[])
-            except Exception as exc:
-                raise VectorStoreError(f"Chroma get failed: {exc}") from exc
-            out.update(got["ids"])
-        return out
-
     def release_hashes(self, release: str) -> dict[str, str | None]:
         """Every stored id of ``release`` with the ``text_hash`` its vector was made from
         (None for vectors stored without one)."""
