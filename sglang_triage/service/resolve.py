@@ -35,6 +35,16 @@
 
 Without frames, a hint that names an ingested release decides; a dev version
 (``0.5.19.dev410+g...``) picks the newest ingested release not after it.
+
+4. **The message.** Most crashes carry ``SomeError: <message>`` and nothing
+   else. Its text is matched against the message templates of every
+   ingested release (:func:`~.locate_message.match_message`). When only some
+   releases hold a check whose template matches it well (score at least
+   :data:`MESSAGE_MIN`, the localizer's own bar), the newest of those matching
+   best is taken (``message``), with low confidence: releases that were not
+   ingested may hold the same text. A message every ingested release matches
+   equally decides nothing, and the evidence says so.
+
 Otherwise a single ingested release is taken with low confidence
 (``only_release``), or the newest one (``none``) with a note saying which
 fact would settle it.
@@ -55,6 +65,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ..kb.store import Store
+from .locate_message import MessageMatch, match_message
 from .logparse import ParsedLog
 from .logparse_environment import ReleaseHint
 from .release_fingerprint import (
@@ -69,7 +80,13 @@ from .release_versions import is_dev, match_release, not_after, parse_version, r
 
 __all__ = ["ReleaseResolution", "resolve_release"]
 
-Method = Literal["explicit", "hint", "fingerprint", "nearest", "only_release", "none"]
+Method = Literal["explicit", "hint", "fingerprint", "nearest", "message", "only_release", "none"]
+
+#: The lowest template-match score that counts as the message's check (as in
+#: :func:`~.locate.locate_by_message`); releases within :data:`_MESSAGE_TIE` of the
+#: best score match equally well.
+MESSAGE_MIN = 0.5
+_MESSAGE_TIE = 0.02
 
 _HINT_STRENGTH = {"explicit": 1.0, "dist_info": 1.0, "check_env": 1.0, "pip": 0.9,
                   "version_string": 0.7}
@@ -174,6 +191,10 @@ def resolve_release(parsed: ParsedLog, store: Store, *,
             ctx.notes.append(f"dev build {reported}; nearest release {base[0]} by version "
                              "number (no traceback lines to compare)")
             return ctx.done(base[0], 0.3, "nearest", dev=True)
+    if len(ingested) > 1:
+        res = _from_message(ctx, parsed, store)
+        if res is not None:
+            return res
     if len(ingested) == 1:
         ctx.notes.append(f"only {ingested[0]} is ingested and the log does not name a "
                          f"release; {_SETTLE}")
@@ -243,6 +264,47 @@ def _from_frames(ctx: _Ctx) -> ReleaseResolution | None:
     if best.score > 0:
         evidence.append("the traceback's frames do not single out a release")
     return None
+
+
+def _from_message(ctx: _Ctx, parsed: ParsedLog, store: Store) -> ReleaseResolution | None:
+    """The newest release whose checks match the primary exception's message best, if
+    only some ingested releases match it (see the module docstring); else None."""
+    exc = parsed.primary
+    if exc is None or not exc.message:
+        return None
+    best: dict[str, MessageMatch] = {}
+    for rel in ctx.ingested:
+        found = match_message(store, rel, exc.message, exc_type=exc.type, limit=1)
+        if found and found[0].score >= MESSAGE_MIN:
+            best[rel] = found[0]
+    if not best:
+        return None
+    top = max(m.score for m in best.values())
+    tied = sorted((r for r, m in best.items() if m.score >= top - _MESSAGE_TIE),
+                  key=release_sort_key)
+    pick = _tie_break(tied, ctx.hinted, ctx.reported)
+    m = best[pick]
+    where = f"`{shorten(m.template, 80)}` ({m.path}:{m.start_line})"
+    if len(tied) == len(ctx.ingested):
+        ctx.evidence.append(f"the message matches {where} in {pick}, and alike in every "
+                            "ingested release")
+        return None
+    also = [r for r in tied if r != pick]
+    lesser = [r for r in ctx.ingested if r in best and r not in tied]
+    absent = [r for r in ctx.ingested if r not in best]
+    ctx.evidence.append(
+        f"the message matches {where} in {pick}"
+        + (f" ({m.match_kind} match, score {m.score})" if m.match_kind != "full" else "")
+        + (f", and alike in {', '.join(also)}" if also else "")
+        + (f"; {', '.join(lesser)} match it less well" if lesser else "")
+        + (f"; {', '.join(absent)} hold no such check" if absent else ""))
+    ctx.notes.append(f"the log names no release; {pick} is the newest ingested release whose "
+                     f"checks match the message best (releases not ingested may match too). "
+                     f"To settle it, {_SETTLE}")
+    conf = (0.45 if len(tied) == 1 else 0.3) * min(1.0, 0.5 + m.score / 2)
+    rest = sorted(ctx.ingested, key=lambda r: (r not in tied, r not in best,
+                                               -best[r].score if r in best else 0))
+    return ctx.done(pick, conf, "message", order=rest)
 
 
 def _distance(release: str, reported: str | None) -> int:

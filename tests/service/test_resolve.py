@@ -254,6 +254,33 @@ def test_message_only_is_none_with_note(store: Store) -> None:
     assert res.note is not None and "pip show sglang" in res.note
 
 
+def test_message_held_by_one_release_picks_it(store: Store) -> None:
+    # 0.5.11 reworded this check (it names SM100 and SM120); 0.5.23 moved it into a hook
+    log = ("ValueError: TRTLLM MHA backend is only supported on Blackwell GPUs (SM100). "
+           "Please use a different backend.\n")
+    res = resolve_release(parse_log(log), store)
+    assert res.release == "0.5.9" and res.method == "message"
+    assert 0.3 < res.confidence < 0.5  # the text alone: releases not ingested may hold it too
+    assert any("sglang/srt/server_args.py" in e and "in 0.5.9" in e for e in res.evidence)
+    assert res.note is not None and "pip show sglang" in res.note
+
+
+def test_message_every_release_holds_decides_nothing(store: Store) -> None:
+    log = "ValueError: Cannot set --encoder-only and --disaggregation-mode prefill/decode together\n"
+    res = resolve_release(parse_log(log), store)
+    newest = max((r["version"] for r in store.releases()), key=release_sort_key)
+    assert res.method == "none" and res.release == newest and res.confidence < 0.3
+    assert any("alike in every ingested release" in e for e in res.evidence)
+
+
+def test_a_release_hint_outweighs_the_message(store: Store) -> None:
+    log = ("Successfully installed sglang-0.5.23\n"
+           "ValueError: TRTLLM MHA backend is only supported on Blackwell GPUs (SM100). "
+           "Please use a different backend.\n")
+    res = resolve_release(parse_log(log), store)
+    assert res.release == "0.5.23" and res.method == "hint"
+
+
 def test_only_release(tmp_path: Path) -> None:
     one = Store(tmp_path / "index.sqlite")
     one.replace_release(
