@@ -8,7 +8,12 @@ Definitions (every KB is a fresh, empty folder of this run):
 * **next release** = structural index of B into the KB that holds A (files
   unchanged since A are copied, not parsed) + default-scope embedding of B
   (only texts A does not share are encoded) = ``next_release_s``;
-  ``next_release_ratio`` = next release / cold ingest.
+  ``next_release_ratio`` = next release / cold ingest. How much of B is new
+  text bounds it from below: ``next_new_token_share`` is the share of A's
+  default-scope tokens (as the model counts them, truncated to its window)
+  that B's new texts hold, and ``next_embed_floor_ratio`` the ratio that
+  encoding just those texts at the cold run's rate would give, with a free
+  structural stage.
 * **throughput**: the default-scope embedding of A against a raw
   sentence-transformers ``encode`` of the very same texts (batch size as
   configured) in the same process; the raw encode runs just before and just
@@ -66,6 +71,13 @@ def _texts(kb: KnowledgeBase, version: str, scope: str) -> list[str]:
     return out
 
 
+def _tokens(emb: Any, texts: list[str]) -> int:
+    """Tokens the model encodes for ``texts`` (special tokens included, truncated to its window)."""
+    window = emb.model.max_seq_length
+    ids = emb.model.tokenizer(texts, add_special_tokens=True)["input_ids"] if texts else []
+    return sum(min(len(i), window) for i in ids)
+
+
 def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -119,6 +131,9 @@ def run(release_a: str, release_b: str, big: str | None, full_sample: int,
     embed_release(kb, release_b, "default", rep_b)
     next_b = time.perf_counter() - t
     loads["after_next"] = _load()
+    known = set(texts)
+    new_b = [x for x in _texts(kb, release_b, "default") if x not in known]
+    new_share = _tokens(emb, new_b) / max(_tokens(emb, texts), 1)
 
     scratch = _kb(settings, work / "b-alone")
     t = time.perf_counter()
@@ -172,6 +187,8 @@ def run(release_a: str, release_b: str, big: str | None, full_sample: int,
         "next_files_parsed": getattr(rep_b, "parsed", rep_b.files),
         "next_embed_s": round(next_b - structure_b, 2),
         "next_release_embedded": rep_b.embedded, "next_release_reused": rep_b.reused,
+        "next_new_texts": len(new_b), "next_new_token_share": round(new_share, 3),
+        "next_embed_floor_ratio": round(new_share * embed_a / cold, 3),
         "big_release": big, "big_structure_s": round(big_s, 2) if big_s is not None else None,
         "big_structure_cpu_s": round(c_big.cpu, 2) if big else None,
         "big_deferred_checkpoint_s": round(c_ckpt.wall, 2) if big else None,
