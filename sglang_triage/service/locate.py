@@ -97,10 +97,10 @@ def locate_by_frames(exc: ExceptionInfo, store: Store, release: str,
 def locate_by_message(exc: ExceptionInfo, store: Store, release: str) -> Located | None:
     if not exc.message:
         return None
-    from .locate_message import match_message
+    from .locate_message import MESSAGE_MIN, match_message
 
     matches = match_message(store, release, exc.message, exc_type=exc.type, limit=4)
-    if not matches or matches[0].score < 0.5:
+    if not matches or matches[0].score < MESSAGE_MIN:
         return None
     rows = store.checks(release, where="id = ?", params=(matches[0].check_id,))
     if not rows:

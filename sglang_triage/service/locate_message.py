@@ -37,12 +37,15 @@ from .message_align import (
 )
 from .message_template import MessageTemplate, message_pattern, normalise
 
-__all__ = ["MAX_MESSAGE_CHARS", "MessageMatch", "match_message", "split_exception_prefix"]
+__all__ = ["MAX_MESSAGE_CHARS", "MESSAGE_MIN", "MessageMatch", "match_message",
+           "split_exception_prefix"]
 
 MAX_MESSAGE_CHARS = 2000
 """Characters of a user's message that are looked at; the rest is ignored."""
 
 _MIN_SCORE = 0.1
+MESSAGE_MIN = 0.5
+"""The score from which a match is taken for the check that raised the message."""
 _PARTIAL_WORDS = 6  # rarest message words whose postings feed partial matches
 _PARTIAL_CANDIDATES = 80
 _WORD = re.compile(r"\w+")

@@ -40,7 +40,7 @@ Without frames, a hint that names an ingested release decides; a dev version
    else. Its text is matched against the message templates of every
    ingested release (:func:`~.locate_message.match_message`). When only some
    releases hold a check whose template matches it well (score at least
-   :data:`MESSAGE_MIN`, the localizer's own bar), the newest of those matching
+   :data:`~.locate_message.MESSAGE_MIN`, the localizer's own bar), the newest of those matching
    best is taken (``message``), with low confidence: releases that were not
    ingested may hold the same text. A message every ingested release matches
    equally decides nothing, and the evidence says so.
@@ -65,7 +65,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ..kb.store import Store
-from .locate_message import MessageMatch, match_message
+from .locate_message import MESSAGE_MIN, MessageMatch, match_message
 from .logparse import ParsedLog
 from .logparse_environment import ReleaseHint
 from .release_fingerprint import (
@@ -82,10 +82,8 @@ __all__ = ["ReleaseResolution", "resolve_release"]
 
 Method = Literal["explicit", "hint", "fingerprint", "nearest", "message", "only_release", "none"]
 
-#: The lowest template-match score that counts as the message's check (as in
-#: :func:`~.locate.locate_by_message`); releases within :data:`_MESSAGE_TIE` of the
-#: best score match equally well.
-MESSAGE_MIN = 0.5
+#: Releases whose best template match for the message is within this of the best
+#: release's match it equally well.
 _MESSAGE_TIE = 0.02
 
 _HINT_STRENGTH = {"explicit": 1.0, "dist_info": 1.0, "check_env": 1.0, "pip": 0.9,
@@ -298,9 +296,11 @@ def _from_message(ctx: _Ctx, parsed: ParsedLog, store: Store) -> ReleaseResoluti
         + (f", and alike in {', '.join(also)}" if also else "")
         + (f"; {', '.join(lesser)} match it less well" if lesser else "")
         + (f"; {', '.join(absent)} hold no such check" if absent else ""))
-    ctx.notes.append(f"the log names no release; {pick} is the newest ingested release whose "
-                     f"checks match the message best (releases not ingested may match too). "
-                     f"To settle it, {_SETTLE}")
+    named = (f"the log names {ctx.reported}, which is not ingested" if ctx.reported
+             else "the log names no release")
+    ctx.notes.append(f"{named}; {pick} is the newest ingested release whose checks match the "
+                     f"message best (releases not ingested may match too). To settle it, "
+                     f"{_SETTLE}")
     conf = (0.45 if len(tied) == 1 else 0.3) * min(1.0, 0.5 + m.score / 2)
     rest = sorted(ctx.ingested, key=lambda r: (r not in tied, r not in best,
                                                -best[r].score if r in best else 0))

@@ -263,6 +263,9 @@ def test_message_held_by_one_release_picks_it(store: Store) -> None:
     assert 0.3 < res.confidence < 0.5  # the text alone: releases not ingested may hold it too
     assert any("sglang/srt/server_args.py" in e and "in 0.5.9" in e for e in res.evidence)
     assert res.note is not None and "pip show sglang" in res.note
+    named = resolve_release(parse_log("SGLang version: 0.5.10\n" + log), store)
+    assert named.release == "0.5.9" and named.method == "message"
+    assert named.note is not None and "0.5.10, which is not ingested" in named.note
 
 
 def test_message_every_release_holds_decides_nothing(store: Store) -> None:
