@@ -12,7 +12,7 @@ together what the readers find:
 * :mod:`.logparse_argparse` finds the argparse error;
 * :mod:`.logparse_command` finds the launch command;
 * :mod:`.logparse_environment` reads ``ServerArgs(...)`` fields, environment,
-  release, Python and GPU hints.
+  release, Python and GPU hints, and warnings printed from SGLang's files.
 
 The parser is pure (no I/O) and tolerant of cut frames and interleaved log
 lines. Every regular expression is linear-time and sees at most
@@ -27,7 +27,7 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from sglang_triage.errors import (
     BinaryInput,
@@ -43,10 +43,12 @@ from .logparse_environment import (
     VERSION_RE,
     GpuHint,
     ReleaseHint,
+    WarningLine,
     find_env,
     find_gpus,
     find_python_version,
     find_release_hints,
+    find_sglang_warnings,
     parse_server_args,
 )
 from .logparse_text import clean_log_marked
@@ -83,6 +85,7 @@ class ParsedLog(BaseModel):
     model: str | None
     notes: list[str]
     cleaned_lines: int
+    warnings: list[WarningLine] = Field(default_factory=list)  # from SGLang's own files
 
 
 # --------------------------------------------------------------------------- entry points
@@ -151,6 +154,7 @@ def parse_log(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ParsedLog:
         model=model,
         notes=notes,
         cleaned_lines=len(lines),
+        warnings=find_sglang_warnings(lines),
     )
     if not exceptions and argparse_error is None:
         raise NoCrashFound(

@@ -8,6 +8,8 @@ Readers of the cleaned log lines (see :func:`~.logparse_text.clean_log`):
   each value read with :func:`ast.literal_eval` only, one value at a time;
 * :func:`find_release_hints` — SGLang version clues (:class:`ReleaseHint`):
   pins and pip output, ``check_env`` rows, ``dist-info`` paths, version strings;
+* :func:`find_sglang_warnings` — Python warnings printed from SGLang's own files
+  (:class:`WarningLine`: package path, line, category, message);
 * :func:`find_python_version` — from frame paths or ``Python 3.x`` text;
 * :func:`find_gpus` — GPUs (:class:`GpuHint`) from ``check_env``,
   ``nvidia-smi`` and free text, with :func:`gpu_sm` for compute capabilities.
@@ -27,6 +29,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from .logparse_text import SCAN_CHARS, split_top_level, unquote
+from .logparse_traceback import package_path
 
 __all__ = [
     "VERSION_RE",
@@ -52,6 +55,43 @@ class ReleaseHint(BaseModel):
     version: str
     evidence: str
     kind: ReleaseKind
+
+
+class WarningLine(BaseModel):
+    """A Python warning printed from a file inside SGLang: ``<path>.py:51: UserWarning: msg``.
+
+    Its line is where the release's ``warnings.warn`` call sits, so, like a
+    traceback frame, it tells releases apart.
+    """
+
+    path: str  # package-relative: sglang/...
+    line: int
+    category: str
+    message: str
+
+
+_WARNING_RE = re.compile(r"^[ \t]*(\S{1,500}?\.py):(\d{1,6}): ([A-Za-z_]\w{0,60}Warning): (.{0,300})")
+MAX_WARNINGS = 20
+
+
+def find_sglang_warnings(lines: Sequence[str]) -> list[WarningLine]:
+    """Python warnings raised in SGLang's own files (at most :data:`MAX_WARNINGS`, each
+    file and line once)."""
+    out: list[WarningLine] = []
+    seen: set[tuple[str, int]] = set()
+    for raw in lines:
+        if "Warning: " not in raw or ".py:" not in raw:
+            continue
+        m = _WARNING_RE.match(raw[:SCAN_CHARS])
+        path = package_path(m.group(1)) if m else None
+        if m is None or path is None or (path, int(m.group(2))) in seen:
+            continue
+        seen.add((path, int(m.group(2))))
+        out.append(WarningLine(path=path, line=int(m.group(2)), category=m.group(3),
+                               message=m.group(4).strip()))
+        if len(out) >= MAX_WARNINGS:
+            break
+    return out
 
 
 class GpuHint(BaseModel):

@@ -14,6 +14,10 @@ a dev build or a patched install can be mapped onto its nearest release.
 The result is a :class:`ReleaseScore`; :class:`ReleaseCandidate` is its
 public summary. :mod:`.resolve` weighs the scores of every release.
 
+A Python warning printed from an SGLang file (``launch_server.py:54:
+UserWarning: ...``) is a line of the same kind: :func:`warning_fits` asks
+whether a release has a ``warn`` call there that carries the warning's text.
+
 A file's stripped lines, functions and checks are read with a few bounded SQL
 queries and cached per (KB path, release, content hash, path).
 """
@@ -31,6 +35,7 @@ from pydantic import BaseModel, Field
 
 from ..kb.store import Store
 from .logparse import ParsedLog
+from .logparse_environment import WarningLine
 from .logparse_traceback import ExceptionInfo
 
 __all__ = [
@@ -46,6 +51,7 @@ __all__ = [
     "score_release",
     "sglang_frames",
     "shorten",
+    "warning_fits",
 ]
 
 NEAR = 3  # lines around the reported one searched for the printed text
@@ -347,6 +353,30 @@ def _pick_offsets(sc: ReleaseScore, choices: list[tuple[FrameRef, list[int]]]) -
     elif sc.anchors:
         sc.evidence.insert(0, f"{sc.matched}/{sc.anchors} printed frame lines match "
                               f"{sc.release} exactly; {sc.found} found nearby")
+
+
+_WORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{3,}")
+_CALL_LINES = 8  # lines of a multi-line warn(...) call searched for its message
+
+
+def warning_fits(store: Store, rel: dict[str, Any], warning: WarningLine) -> bool:
+    """Does release ``rel`` issue ``warning`` at its reported line?
+
+    The reported line (or one of the two before it: Python versions disagree
+    on which line of a multi-line call they report) must hold a ``warn`` call,
+    and most words of the warning's message must appear in the call's text.
+    """
+    key = _Key(str(store.path), rel["version"], rel.get("content_hash") or "", warning.path, store)
+    idx = _file_index(key)
+    if idx is None:
+        return False
+    words = list(dict.fromkeys(w.lower() for w in _WORD_RE.findall(warning.message[:120])))[:8]
+    for n in range(warning.line, max(warning.line - 3, 0), -1):
+        text = idx.line(n)
+        if text and "warn" in text:
+            window = " ".join(idx.lines[n - 1 : n - 1 + _CALL_LINES]).lower()
+            return sum(w in window for w in words) >= 0.6 * len(words)
+    return False
 
 
 def shorten(text: str, n: int = 60) -> str:

@@ -33,10 +33,17 @@
    onto it. If no line is found anywhere, files and functions alone may still
    single out a release, with low confidence.
 
+4. **Warnings from SGLang's files.** ``…/sglang/launch_server.py:54:
+   UserWarning: …`` pins a ``warn`` call to a line, as a frame does
+   (:func:`~.release_fingerprint.warning_fits`). When only some ingested
+   releases issue every such warning at its line, the choice is made among
+   them (``warnings``): by a release hint, else by the message (below), else
+   the newest. A hint naming another release is reported as contradicted.
+
 Without frames, a hint that names an ingested release decides; a dev version
 (``0.5.19.dev410+g...``) picks the newest ingested release not after it.
 
-4. **The message.** Most crashes carry ``SomeError: <message>`` and nothing
+5. **The message.** Most crashes carry ``SomeError: <message>`` and nothing
    else. Its text is matched against the message templates of every
    ingested release (:func:`~.locate_message.match_message`). When only some
    releases hold a check whose template matches it well (score at least
@@ -60,7 +67,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -75,12 +82,14 @@ from .release_fingerprint import (
     score_release,
     sglang_frames,
     shorten,
+    warning_fits,
 )
 from .release_versions import is_dev, match_release, not_after, parse_version, release_sort_key
 
 __all__ = ["ReleaseResolution", "resolve_release"]
 
-Method = Literal["explicit", "hint", "fingerprint", "nearest", "message", "only_release", "none"]
+Method = Literal["explicit", "hint", "fingerprint", "nearest", "warnings", "message",
+                 "only_release", "none"]
 
 #: Releases whose best template match for the message is within this of the best
 #: release's match it equally well.
@@ -180,6 +189,9 @@ def resolve_release(parsed: ParsedLog, store: Store, *,
         res = _from_frames(ctx)
         if res is not None:
             return res
+    fit = _fitting_warnings(ctx, parsed, store, rows)  # 4.
+    if fit is not None:
+        return _among(ctx, parsed, store, fit)
     if ctx.hinted:  # hints without usable frames
         rel = max(ctx.hinted, key=lambda r: (ctx.hinted[r], release_sort_key(r)))
         return ctx.done(rel, (0.8 if frames else 0.9) * ctx.hinted[rel], "hint")
@@ -189,8 +201,8 @@ def resolve_release(parsed: ParsedLog, store: Store, *,
             ctx.notes.append(f"dev build {reported}; nearest release {base[0]} by version "
                              "number (no traceback lines to compare)")
             return ctx.done(base[0], 0.3, "nearest", dev=True)
-    if len(ingested) > 1:
-        res = _from_message(ctx, parsed, store)
+    if len(ingested) > 1:  # 5.
+        res = _from_message(ctx, parsed, store, ingested)
         if res is not None:
             return res
     if len(ingested) == 1:
@@ -264,14 +276,56 @@ def _from_frames(ctx: _Ctx) -> ReleaseResolution | None:
     return None
 
 
-def _from_message(ctx: _Ctx, parsed: ParsedLog, store: Store) -> ReleaseResolution | None:
-    """The newest release whose checks match the primary exception's message best, if
-    only some ingested releases match it (see the module docstring); else None."""
+def _fitting_warnings(ctx: _Ctx, parsed: ParsedLog, store: Store,
+                      rows: list[dict[str, Any]]) -> list[str] | None:
+    """The ingested releases that issue every SGLang warning of the log at its line, when
+    that singles out some but not all of them; else None (the evidence says why)."""
+    if not parsed.warnings:
+        return None
+    fit = [r["version"] for r in rows
+           if all(warning_fits(store, r, w) for w in parsed.warnings)]
+    where = ", ".join(f"{w.path}:{w.line}" for w in parsed.warnings[:3])
+    what = "the warning at " if len(parsed.warnings) == 1 else "the warnings at "
+    if not fit:
+        ctx.evidence.append(f"{what}{where} fit no ingested release")
+        return None
+    if len(fit) == len(rows):
+        ctx.evidence.append(f"{what}{where} fit every ingested release")
+        return None
+    ctx.evidence.append(f"{what}{where} fit {', '.join(fit)} and no other ingested release")
+    return fit
+
+
+def _among(ctx: _Ctx, parsed: ParsedLog, store: Store, fit: list[str]) -> ReleaseResolution:
+    """Pick among the releases the warnings fit: a hint, else the message, else the newest."""
+    named = [r for r in fit if r in ctx.hinted]
+    if named:
+        pick = max(named, key=lambda r: (ctx.hinted[r], release_sort_key(r)))
+        return ctx.done(pick, 0.6 + 0.3 * ctx.hinted[pick], "warnings", order=fit)
+    if ctx.hinted:
+        ctx.evidence.append(f"the warnings contradict the release hint(s) "
+                            f"{', '.join(sorted(ctx.hinted, key=release_sort_key))}; "
+                            "trusted the warnings")
+    if len(fit) > 1:
+        res = _from_message(ctx, parsed, store, fit)
+        if res is not None:
+            return res
+    pick = _tie_break(fit, {}, ctx.reported)
+    if len(fit) > 1:
+        ctx.notes.append(f"the warnings fit {', '.join(fit)}; took {pick}. To settle it, "
+                         f"{_SETTLE}")
+    return ctx.done(pick, 0.6 if len(fit) == 1 else 0.4, "warnings", order=fit)
+
+
+def _from_message(ctx: _Ctx, parsed: ParsedLog, store: Store,
+                  among: list[str]) -> ReleaseResolution | None:
+    """The newest release of ``among`` whose checks match the primary exception's message
+    best, if only some of them match it (see the module docstring); else None."""
     exc = parsed.primary
     if exc is None or not exc.message:
         return None
     best: dict[str, MessageMatch] = {}
-    for rel in ctx.ingested:
+    for rel in among:
         found = match_message(store, rel, exc.message, exc_type=exc.type, limit=1)
         if found and found[0].score >= MESSAGE_MIN:
             best[rel] = found[0]
@@ -283,13 +337,14 @@ def _from_message(ctx: _Ctx, parsed: ParsedLog, store: Store) -> ReleaseResoluti
     pick = _tie_break(tied, ctx.hinted, ctx.reported)
     m = best[pick]
     where = f"`{shorten(m.template, 80)}` ({m.path}:{m.start_line})"
-    if len(tied) == len(ctx.ingested):
-        ctx.evidence.append(f"the message matches {where} in {pick}, and alike in every "
-                            "ingested release")
+    if len(tied) == len(among):
+        ctx.evidence.append(f"the message matches {where} in {pick}, and alike in "
+                            + ("every ingested release" if among == ctx.ingested
+                               else ", ".join(among)))
         return None
     also = [r for r in tied if r != pick]
-    lesser = [r for r in ctx.ingested if r in best and r not in tied]
-    absent = [r for r in ctx.ingested if r not in best]
+    lesser = [r for r in among if r in best and r not in tied]
+    absent = [r for r in among if r not in best]
     ctx.evidence.append(
         f"the message matches {where} in {pick}"
         + (f" ({m.match_kind} match, score {m.score})" if m.match_kind != "full" else "")
@@ -302,8 +357,8 @@ def _from_message(ctx: _Ctx, parsed: ParsedLog, store: Store) -> ReleaseResoluti
                      f"message best (releases not ingested may match too). To settle it, "
                      f"{_SETTLE}")
     conf = (0.45 if len(tied) == 1 else 0.3) * min(1.0, 0.5 + m.score / 2)
-    rest = sorted(ctx.ingested, key=lambda r: (r not in tied, r not in best,
-                                               -best[r].score if r in best else 0))
+    rest = sorted(among, key=lambda r: (r not in tied, r not in best,
+                                        -best[r].score if r in best else 0))
     return ctx.done(pick, conf, "message", order=rest)
 
 

@@ -121,3 +121,23 @@ def test_gpu_free_text_forms() -> None:
     assert [(g.name, g.sm, g.count) for g in ranged.gpus] == [("NVIDIA B200", 100, 4)]
     none = _command("model L4 layer T4 variable")  # no count, vendor or "GPU": not a GPU
     assert none.gpus == []
+
+
+def test_warnings_from_sglang_files() -> None:
+    lines = [
+        "/sgl-workspace/sglang/python/sglang/launch_server.py:54: UserWarning: "
+        "'python -m sglang.launch_server' is still supported",
+        "  warnings.warn(",
+        "/usr/lib/python3.12/site-packages/transformers/utils.py:10: FutureWarning: not ours",
+        "/usr/local/lib/python3.11/dist-packages/sglang/srt/server_args.py:900: "
+        "DeprecationWarning: --foo is deprecated",
+        "/sgl-workspace/sglang/python/sglang/launch_server.py:54: UserWarning: printed twice",
+        "[2026-03-23 14:01:38] WARNING model_config.py:1098: a logger line, not a warning",
+    ]
+    found = _command("\n".join(lines)).warnings
+    assert [(w.path, w.line, w.category) for w in found] == [
+        ("sglang/launch_server.py", 54, "UserWarning"),
+        ("sglang/srt/server_args.py", 900, "DeprecationWarning"),
+    ]
+    assert found[1].message == "--foo is deprecated"
+    assert _command("\n".join(["/x/sglang_x.py:1: UserWarning: " + "a" * 1000] * 100)).warnings == []

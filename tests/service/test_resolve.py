@@ -284,6 +284,36 @@ def test_a_release_hint_outweighs_the_message(store: Store) -> None:
     assert res.release == "0.5.23" and res.method == "hint"
 
 
+def _launch_warning(line: int) -> str:
+    """The deprecation warning ``python -m sglang.launch_server`` prints (0.5.11 and later)."""
+    return (f"/sgl-workspace/sglang/python/sglang/launch_server.py:{line}: UserWarning: "
+            "'python -m sglang.launch_server' is still supported, but 'sglang serve' is the "
+            "recommended entrypoint.\n  Example: sglang serve --model-path <model> [options]\n"
+            "  warnings.warn(\n")
+
+
+def test_a_warning_line_picks_the_releases_that_issue_it_there(store: Store) -> None:
+    message = "ValueError: Cannot set --encoder-only and --disaggregation-mode prefill/decode together\n"
+    for version in ("0.5.11", "0.5.23"):
+        line = next(i for i in range(1, 200)
+                    if line_text(store, version, "sglang/launch_server.py", i) == "warnings.warn(")
+        res = resolve_release(parse_log(_launch_warning(line) + message), store)
+        assert res.release == version and res.method == "warnings"
+        assert any(f"launch_server.py:{line} fit {version} and no other" in e for e in res.evidence)
+    # 0.5.9 has no such warning; at a line where no release issues it, the warning decides nothing
+    res = resolve_release(parse_log(_launch_warning(3) + message), store)
+    assert res.method == "none" and any("fit no ingested release" in e for e in res.evidence)
+
+
+def test_warnings_outweigh_a_contradicting_hint(store: Store) -> None:
+    line = next(i for i in range(1, 200)
+                if line_text(store, "0.5.11", "sglang/launch_server.py", i) == "warnings.warn(")
+    log = "Successfully installed sglang-0.5.9\n" + _launch_warning(line) + "ValueError: boom\n"
+    res = resolve_release(parse_log(log), store)
+    assert res.release == "0.5.11" and res.method == "warnings"
+    assert any("contradict the release hint" in e for e in res.evidence)
+
+
 def test_only_release(tmp_path: Path) -> None:
     one = Store(tmp_path / "index.sqlite")
     one.replace_release(
