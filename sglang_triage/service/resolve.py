@@ -351,8 +351,12 @@ def _from_message(ctx: _Ctx, parsed: ParsedLog, store: Store,
         + (f", and alike in {', '.join(also)}" if also else "")
         + (f"; {', '.join(lesser)} match it less well" if lesser else "")
         + (f"; {', '.join(absent)} hold no such check" if absent else ""))
-    named = (f"the log names {ctx.reported}, which is not ingested" if ctx.reported
-             else "the log names no release")
+    if not ctx.reported:
+        named = "the log names no release"
+    elif match_release(ctx.reported, ctx.ingested) is None:
+        named = f"the log names {ctx.reported}, which is not ingested"
+    else:  # named, but ruled out by the warnings (see _among)
+        named = f"the warnings rule out {ctx.reported}, the release the log names"
     ctx.notes.append(f"{named}; {pick} is the newest ingested release whose checks match the "
                      f"message best (releases not ingested may match too). To settle it, "
                      f"{_SETTLE}")
