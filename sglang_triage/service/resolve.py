@@ -301,11 +301,12 @@ def _among(ctx: _Ctx, parsed: ParsedLog, store: Store, fit: list[str]) -> Releas
     named = [r for r in fit if r in ctx.hinted]
     if named:
         pick = max(named, key=lambda r: (ctx.hinted[r], release_sort_key(r)))
-        return ctx.done(pick, 0.6 + 0.3 * ctx.hinted[pick], "warnings", order=fit)
+        return ctx.done(pick, _hint_adjust(0.6, pick, ctx.hinted, ctx.evidence, "warnings"),
+                        "warnings", order=fit)
+    penalty = 0.0
     if ctx.hinted:
-        ctx.evidence.append(f"the warnings contradict the release hint(s) "
-                            f"{', '.join(sorted(ctx.hinted, key=release_sort_key))}; "
-                            "trusted the warnings")
+        _contradicted(ctx.hinted, ctx.evidence, "warnings")
+        penalty = 0.1
     if len(fit) > 1:
         res = _from_message(ctx, parsed, store, fit)
         if res is not None:
@@ -314,7 +315,7 @@ def _among(ctx: _Ctx, parsed: ParsedLog, store: Store, fit: list[str]) -> Releas
     if len(fit) > 1:
         ctx.notes.append(f"the warnings fit {', '.join(fit)}; took {pick}. To settle it, "
                          f"{_SETTLE}")
-    return ctx.done(pick, 0.6 if len(fit) == 1 else 0.4, "warnings", order=fit)
+    return ctx.done(pick, (0.6 if len(fit) == 1 else 0.4) - penalty, "warnings", order=fit)
 
 
 def _from_message(ctx: _Ctx, parsed: ParsedLog, store: Store,
@@ -386,9 +387,13 @@ def _hint_adjust(conf: float, pick: str, hinted: dict[str, float], evidence: lis
         return conf
     if pick in hinted:
         return conf + 0.05 * hinted[pick]
+    _contradicted(hinted, evidence, what)
+    return conf - 0.1
+
+
+def _contradicted(hinted: dict[str, float], evidence: list[str], what: str) -> None:
     evidence.append(f"the {what} contradict the release hint(s) "
                     f"{', '.join(sorted(hinted, key=release_sort_key))}; trusted the {what}")
-    return conf - 0.1
 
 
 def _ordered(scored: dict[str, ReleaseScore], first: str | None,
