@@ -162,6 +162,12 @@ def _file_index(key: _Key) -> _FileIndex | None:
     )
 
 
+def _release_file(store: Store, rel: dict[str, Any], path: str) -> _FileIndex | None:
+    """The cached :class:`_FileIndex` of ``path`` in the release row ``rel``."""
+    return _file_index(_Key(str(store.path), rel["version"], rel.get("content_hash") or "",
+                            path, store))
+
+
 # ------------------------------------------------------------------------------ frames
 
 
@@ -299,8 +305,7 @@ def score_release(store: Store, rel: dict[str, Any], frames: list[FrameRef]) -> 
     choices: list[tuple[FrameRef, list[int]]] = []
     for fr in frames:
         sc.total += 1
-        key = _Key(str(store.path), version, rel.get("content_hash") or "", fr.path, store)
-        idx = _file_index(key)
+        idx = _release_file(store, rel, fr.path)
         sc.possible += W_FUNCTION + (W_LINE if fr.text else 0.0)
         if idx is None:
             sc.evidence.append(f"{fr.path} is not in {version}")
@@ -366,8 +371,7 @@ def warning_fits(store: Store, rel: dict[str, Any], warning: WarningLine) -> boo
     on which line of a multi-line call they report) must hold a ``warn`` call,
     and most words of the warning's message must appear in the call's text.
     """
-    key = _Key(str(store.path), rel["version"], rel.get("content_hash") or "", warning.path, store)
-    idx = _file_index(key)
+    idx = _release_file(store, rel, warning.path)
     if idx is None:
         return False
     words = list(dict.fromkeys(w.lower() for w in _WORD_RE.findall(warning.message[:120])))[:8]
