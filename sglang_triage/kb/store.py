@@ -127,9 +127,22 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 #: FTS5 ``hashsize``: postings buffered in memory before a segment is written.
 FTS_HASH_BYTES = 32 << 20
 
-#: What ``chunks_fts`` indexes for a chunk row (SQL over ``chunks``); deleting a row
-#: from the contentless index needs exactly the same text.
-_FTS_BODY = "path || ' ' || qualname || char(10) || text"
+def fts_body(path: str, qualname: str, text: str) -> str:
+    """What ``chunks_fts`` indexes for a chunk. The index is contentless, so deleting
+    a row must give exactly the same body again: inserts and deletes both use this."""
+    return f"{path} {qualname}\n{text}"
+
+
+def _fts_rows(con: sqlite3.Connection, where: str, params: Sequence[Any]) -> list[tuple[int, str]]:
+    """``(seq, body)`` of the chunk rows matching ``where``, in ``seq`` order.
+
+    Bodies are built here and bound as values: an ``INSERT INTO chunks_fts ...
+    SELECT`` would make SQLite stage every row in a temporary table first (it
+    does so for any insert into a virtual table from a query), which costs a
+    third more than this.
+    """
+    return [(seq, fts_body(path, qualname, text)) for seq, path, qualname, text in con.execute(
+        f"SELECT seq, path, qualname, text FROM chunks {where} ORDER BY seq", params)]
 
 #: Per-file tables whose rows :meth:`ReleaseWriter.copy_files` copies from another release.
 _COPIED = ("files", "functions", "chunks", "checks")
@@ -218,7 +231,8 @@ class Store:
             con.execute(f"INSERT INTO chunks ({cols}) SELECT {cols} FROM chunks_v1 "
                         "ORDER BY release, path, start_line")
             con.execute("DROP TABLE chunks_v1")
-            con.execute(f"INSERT INTO chunks_fts (rowid, body) SELECT seq, {_FTS_BODY} FROM chunks")
+            con.executemany("INSERT INTO chunks_fts (rowid, body) VALUES (?, ?)",
+                            _fts_rows(con, "", ()))
             con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
                         (str(SCHEMA_VERSION),))
 
@@ -340,9 +354,8 @@ class Store:
     def _delete(self, con: sqlite3.Connection, version: str) -> None:
         with self._texts_lock:
             self._texts.clear()
-        con.execute("INSERT INTO chunks_fts (chunks_fts, rowid, body) "
-                    f"SELECT 'delete', seq, {_FTS_BODY} FROM chunks WHERE release = ? ORDER BY seq",
-                    (version,))
+        con.executemany("INSERT INTO chunks_fts (chunks_fts, rowid, body) VALUES ('delete', ?, ?)",
+                        _fts_rows(con, "WHERE release = ?", (version,)))
         for table in _RELEASE_TABLES:
             con.execute(f"DELETE FROM {table} WHERE release = ?", (version,))
         con.execute("DELETE FROM releases WHERE version = ?", (version,))
@@ -513,8 +526,9 @@ class ReleaseWriter:
         return int(self.con.execute("SELECT COALESCE(MAX(seq), 0) FROM chunks").fetchone()[0])
 
     def _index_chunks(self) -> None:
-        self.con.execute(f"INSERT INTO chunks_fts (rowid, body) SELECT seq, {_FTS_BODY} "
-                         "FROM chunks WHERE seq > ?", (self._fts_seq,))
+        """Index the chunk rows added in SQL since the last call (see :meth:`copy_files`)."""
+        self.con.executemany("INSERT INTO chunks_fts (rowid, body) VALUES (?, ?)",
+                             _fts_rows(self.con, "WHERE seq > ?", (self._fts_seq,)))
         self._fts_seq = self._max_seq()
 
     def add(self, table: str, rows: Sequence[tuple]) -> None:
@@ -522,11 +536,29 @@ class ReleaseWriter:
         if not rows:
             return
         cols = COLUMNS[table][: len(rows[0])]
+        if table == "chunks" and len(cols) == len(COLUMNS["chunks"]):
+            self._add_chunks(rows)
+            return
         self.con.executemany(f"INSERT INTO {table} ({', '.join(cols)}) "
                              f"VALUES ({', '.join('?' * len(cols))})", rows)
         self.counts[table] += len(rows)
         if table == "chunks":
             self._index_chunks()
+
+    def _add_chunks(self, rows: Sequence[tuple]) -> None:
+        """Insert whole chunk rows under the next ``seq`` keys and index them for
+        keywords from the rows in hand, without reading them back."""
+        first = self._fts_seq + 1
+        cols = ("seq", *COLUMNS["chunks"])
+        self.con.executemany(f"INSERT INTO chunks ({', '.join(cols)}) "
+                             f"VALUES ({', '.join('?' * len(cols))})",
+                             [(first + i, *r) for i, r in enumerate(rows)])
+        path, qualname, text = (COLUMNS["chunks"].index(c) for c in ("path", "qualname", "text"))
+        self.con.executemany("INSERT INTO chunks_fts (rowid, body) VALUES (?, ?)",
+                             [(first + i, fts_body(r[path], r[qualname], r[text]))
+                              for i, r in enumerate(rows)])
+        self._fts_seq = first + len(rows) - 1
+        self.counts["chunks"] += len(rows)
 
     def copy_files(self, base: str, paths: Iterable[str]) -> dict[str, list[int]]:
         """Copy the per-file rows (files, functions, chunks, checks) of ``paths`` from
@@ -579,4 +611,4 @@ def pack_text(text: str) -> bytes:
     return zlib.compress(text.encode("utf-8"), 1)
 
 
-__all__ = ["COLUMNS", "ReleaseWriter", "Store", "fts_query", "pack_text"]
+__all__ = ["COLUMNS", "ReleaseWriter", "Store", "fts_body", "fts_query", "pack_text"]
