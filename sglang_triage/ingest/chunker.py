@@ -176,7 +176,8 @@ def function_info(node: Node, source: bytes) -> FunctionInfo:
     sig_end = body.start_byte if body is not None else node.end_byte
     signature = source[node.start_byte : sig_end].decode("utf-8", "replace").rstrip()
     signature = " ".join(signature.split()).removesuffix(":").rstrip()
-    is_async = any(c.type == "async" for c in node.children)
+    first = node.child(0)  # the grammar puts an ``async`` keyword first
+    is_async = first is not None and first.type == "async"
     return FunctionInfo(
         qualname=prefix + name,
         name=name,
@@ -237,8 +238,12 @@ def _split_units(node: Node) -> list[Node]:
 
 def _split(node: Node, src: _Text) -> list[tuple[int, int]]:
     """Split ``node`` into line spans each within budget, at statement boundaries."""
-    start, end = ts.start_line(node), ts.end_line(node)
-    if src.weight(start, end) <= MAX_CHUNK_CHARS:
+    # (ts.start_line / ts.end_line / src.weight inlined: this runs for every statement
+    # of every long unit)
+    start = node.start_point[0] + 1
+    row, col = node.end_point
+    end = row if col == 0 and row >= start else row + 1
+    if src.cum[end] - src.cum[start - 1] <= MAX_CHUNK_CHARS:
         return [(start, end)]
     children = _split_units(node)
     if not children:
@@ -272,11 +277,12 @@ def _merge(spans: list[tuple[int, int]], src: _Text) -> list[tuple[int, int]]:
     chunks after it keep their text, and so their vectors.
     """
     merged: list[tuple[int, int]] = []
+    cum = src.cum  # src.weight(a, b) == cum[b] - cum[a - 1], inlined
     for s, e in spans:
         if merged:
-            ms, _ = merged[-1]
-            held = src.weight(ms, s - 1) if s > ms else 0
-            if held + src.weight(s, e) <= MAX_CHUNK_CHARS and not (
+            ms = merged[-1][0]
+            held = cum[s - 1] - cum[ms - 1] if s > ms else 0
+            if held + cum[e] - cum[s - 1] <= MAX_CHUNK_CHARS and not (
                 held >= MIN_CHUNK_CHARS and src.anchor(s, e)
             ):
                 merged[-1] = (ms, e)
