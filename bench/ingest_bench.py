@@ -27,10 +27,12 @@ Definitions (every KB is a fresh, empty folder of this run):
   texts, the pipeline's way (longest first, one batch per call), extrapolated
   to all of them, and labelled as such.
 
-The machine's load average and core count are recorded beside the numbers,
-and CPU seconds (this process, its threads and its reaped parse workers)
-beside the wall times of the structure and embedding stages: on a shared
-machine the CPU seconds vary much less with the load than wall time does.
+The machine's load average, core count and speed (``probe_parse_mb_s``: a
+fixed single-thread parse, at the start and at the end) are recorded beside
+the numbers, and CPU seconds (this process, its threads and its reaped parse workers)
+beside the wall times of the structure and embedding stages: CPU seconds vary
+less than wall time with the machine's load, but not less with its speed,
+which is what the probe shows.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_triage.config import Settings
+from sglang_triage.ingest import ts
 from sglang_triage.ingest.acquire import fetch_release
 from sglang_triage.ingest.chunker import Chunk
 from sglang_triage.ingest.pipeline import embed_release, in_scope, index_structure
@@ -82,6 +85,22 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def _probe(source: Any) -> float:
+    """Machine speed now: single-thread tree-sitter parse rate (MB/s) of one fixed
+    folder of a release (``sglang/srt/layers``), read into memory first.
+
+    The same code has been measured 15-25 % slower on this machine an hour
+    apart; the probe, taken at the start and at the end, shows such drift
+    beside the numbers instead of leaving it to guesswork.
+    """
+    blobs = [f.read_bytes() for f in sorted((source.package_dir / "srt" / "layers").rglob("*.py"))]
+    parser = ts.parser()
+    t = time.perf_counter()
+    for blob in blobs:
+        parser.parse(blob)
+    return round(sum(map(len, blobs)) / 1e6 / (time.perf_counter() - t), 2)
+
+
 class _Clock:
     """Wall time and CPU time (this process, its threads and its reaped children)."""
 
@@ -106,6 +125,7 @@ def run(release_a: str, release_b: str, big: str | None, full_sample: int,
     src_a = fetch_release(release_a, wheel_dir=settings.wheel_dir, source_dir=settings.source_dir)
     src_b = fetch_release(release_b, wheel_dir=settings.wheel_dir, source_dir=settings.source_dir)
     loads = {"start": _load()}
+    probe = {"start": _probe(src_a)}
     kb = _kb(settings, work / "ab")
     emb = kb.embedder
     emb.encode(["warm up"])  # model load is not ingest work
@@ -162,11 +182,12 @@ def run(release_a: str, release_b: str, big: str | None, full_sample: int,
     sample_s = time.perf_counter() - t
     kb.close()
     loads["end"] = _load()
+    probe["end"] = _probe(src_a)
 
     cold = structure_a + embed_a
     result: dict[str, Any] = {
         "release_a": release_a, "release_b": release_b, "cpus": os.cpu_count(),
-        "load_avg_1_5_15": loads,
+        "load_avg_1_5_15": loads, "probe_parse_mb_s": probe,
         "structure_s": round(structure_a, 2), "structure_cpu_s": round(c_struct.cpu, 2),
         "files": rep_a.files, "chunks": rep_a.chunks,
         "functions": rep_a.functions, "checks": rep_a.checks,
