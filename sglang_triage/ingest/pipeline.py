@@ -277,7 +277,7 @@ def embed_release(kb: KnowledgeBase, version: str, scope: str, report: IngestRep
     t0 = time.perf_counter()
     ids = {f"{version}:{r['id']}": r["path"] for r in kb.store.query(
         "SELECT id, path FROM chunks WHERE release = ?", (version,))}
-    paths = sorted({p for p in ids.values() if in_scope(p, scope)})
+    paths = sorted(p for p in set(ids.values()) if in_scope(p, scope))  # per file, not per chunk
     rows = [dict(r) for i in range(0, len(paths), 500) for r in kb.store.query(
         "SELECT id, path, qualname, kind, start_line, end_line, part, parts, text_hash, text "
         f"FROM chunks WHERE release = ? AND path IN ({', '.join('?' * len(paths[i : i + 500]))})",
