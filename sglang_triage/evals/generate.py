@@ -46,7 +46,7 @@ from .incidents import (
     categorize,
     dump_incidents,
 )
-from .render import render_log, render_message
+from .render import SITE, launcher_warning, render_log, render_message
 
 DEFAULT_RELEASES = ("0.5.9", "0.5.11", "0.5.23")
 #: (model, default tensor parallelism, needs --trust-remote-code)
@@ -111,26 +111,35 @@ def _renderable(check: dict[str, Any]) -> bool:
 
 
 def _log(prober: Prober, check: dict[str, Any], probe: Probe, ctx: Context, message: str | None,
-         rng: random.Random) -> tuple[str, str]:
-    """(crash log, style) for one incident."""
+         rng: random.Random, seed: int) -> tuple[str, str]:
+    """(crash log, style) for one incident.
+
+    Half of the logs (by a coin of their own, so the main stream of draws is
+    unchanged) keep the warning the launcher itself prints when the release
+    has one (see :func:`~.render.launcher_warning`), right after the command,
+    as a pasted terminal or collected stderr shows it.
+    """
     python = rng.choice(PYTHONS)
     entry = rng.choice(["python3 -m sglang.launch_server", "python -m sglang.launch_server"])
     site = rng.choice([None, f"/opt/venv/lib/python{python}/site-packages",
                        f"/root/.venv/lib/python{python}/site-packages"])
+    coin = random.Random(f"{seed}:{ctx.release}:{check['path']}:{check['start_line']}:warning")
+    warning = launcher_warning(prober.store, prober.release, site or SITE.format(py=python)) \
+        if coin.random() < 0.5 else []
     pin = f"sglang=={ctx.release}"
     styles = ["traceback", "timestamped"] + (["message_only"] if message and check["kind"] == "raise"
                                              else [])
-    style = rng.choice(styles)
-    if style == "message_only":
-        lines = [f"$ {entry} " + " ".join(_quote(a) for a in probe.argv)]
+    style = rng.choice(styles) + (" (with the launcher's warning)" if warning else "")
+    if style.startswith("message_only"):
+        lines = [f"$ {entry} " + " ".join(_quote(a) for a in probe.argv), *warning]
         if rng.random() < 0.8:
             lines.insert(0, f"$ pip list | grep sglang\n{pin}")
         lines.append(f"{check['exc_type'] or 'AssertionError'}: {message}")
         return "\n".join(lines) + "\n", style
-    preamble = [pin] if rng.random() < 0.3 else []
+    preamble = warning + ([pin] if rng.random() < 0.3 else [])
     log = render_log(prober.store, prober.release, check, python=python, argv=probe.argv,
                      entry=entry, message=message, site=site, preamble=preamble)
-    if style == "timestamped":
+    if style.startswith("timestamped"):
         stamp = f"[2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} " \
                 f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}]"
         head, _, rest = log.partition("\n")
@@ -152,7 +161,7 @@ def build_incident(prober: Prober, check: dict[str, Any], ctx: Context, probe: P
     root = root_cause_attrs(probe.evaluation, user)
     spell = {a: prober.by_attr[a].flags[0] for a in root}
     fixes = prober.acceptable_fixes(check, ctx, probe)
-    log, style = _log(prober, check, probe, ctx, message, rng)
+    log, style = _log(prober, check, probe, ctx, message, rng, seed)
     short = check["function"].rsplit(".", 1)[-1].strip("_")
     category = categorize(check, root)
     return Incident(
@@ -193,7 +202,9 @@ def generate_release(store: Store, release: str, quota: int, seed: int, *,
     prober = Prober(store, release)
     pool = context_pool(release, rng)
     cands = [c for c in prober.checks if c["kind"] in ("assert", "raise") and _renderable(c)]
-    cands.sort(key=lambda c: c["id"])
+    # by place, not by row id: ids follow the KB's ingest history (a file copied from
+    # another release gets its rows first), and the output must not
+    cands.sort(key=lambda c: (c["path"], c["start_line"], c["end_line"], c["kind"]))
     rng.shuffle(cands)
     cands.sort(key=_tier)
     out: list[Incident] = []

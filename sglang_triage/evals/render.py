@@ -16,6 +16,7 @@ cannot be found is left out, as in a cut log.
 
 from __future__ import annotations
 
+import ast
 import shlex
 from dataclasses import dataclass
 from typing import Any
@@ -91,6 +92,52 @@ def _entry_frames(store: Store, release: str) -> list[FrameSpec]:
                          "from_cli_args"))
     frames.append(FrameSpec("<string>", 300, "__init__", None))
     return [f for f in frames if f is not None]
+
+
+def _main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"``."""
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)
+            and test.left.id == "__name__" and len(test.comparators) == 1
+            and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value == "__main__")
+
+
+def launcher_warning(store: Store, release: str, site: str) -> list[str]:
+    """What Python prints for the warning ``python -m sglang.launch_server`` raises itself
+    at start-up (from 0.5.11: "... 'sglang serve' is the recommended entrypoint"), read
+    from the release's ``launch_server.py``: ``<site>/sglang/launch_server.py:<line>:
+    <Category>: <message>`` (the message's further lines as they are) and then the
+    call's first source line indented by two. Python 3.10 to 3.13 all report a
+    multi-line ``warnings.warn(`` call at its first line.
+
+    Only a ``warnings.warn`` statement of the ``if __name__ == "__main__":`` block with
+    a literal message and no ``stacklevel`` but 1 is rendered (the source is parsed
+    with ``ast``, never run); otherwise, as for 0.5.9, whose launcher warns nothing,
+    the answer is empty.
+    """
+    path = "sglang/launch_server.py"
+    text = store.file_text(release, path)
+    try:
+        tree = ast.parse(text or "")
+    except SyntaxError:
+        return []
+    blocks = [n.body for n in tree.body if isinstance(n, ast.If) and _main_guard(n.test)]
+    for stmt in (s for body in blocks for s in body):
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if not (isinstance(call, ast.Call) and ast.unparse(call.func) == "warnings.warn"
+                and call.args and isinstance(call.args[0], ast.Constant)
+                and isinstance(call.args[0].value, str)):
+            continue
+        keywords = {k.arg: k.value for k in call.keywords}
+        level = keywords.get("stacklevel")
+        if level is not None and not (isinstance(level, ast.Constant) and level.value == 1):
+            return []
+        category = call.args[1] if len(call.args) > 1 else keywords.get("category")
+        name = "UserWarning" if category is None else ast.unparse(category).rsplit(".", 1)[-1]
+        head, *rest = call.args[0].value.split("\n")
+        source = (text or "").split("\n")[call.lineno - 1].strip()
+        return [f"{site}/{path}:{call.lineno}: {name}: {head}", *rest, f"  {source}"]
+    return []
 
 
 def call_chain(store: Store, release: str, check: dict[str, Any]) -> list[FrameSpec]:

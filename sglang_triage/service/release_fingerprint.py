@@ -367,20 +367,18 @@ _CALL_LINES = 8  # lines of a multi-line warn(...) call searched for its message
 def warning_fits(store: Store, rel: dict[str, Any], warning: WarningLine) -> bool:
     """Does release ``rel`` issue ``warning`` at its reported line?
 
-    The reported line (or one of the two before it: Python versions disagree
-    on which line of a multi-line call they report) must hold a ``warn`` call,
-    and most words of the warning's message must appear in the call's text.
+    The reported line must hold a ``warn`` call (Python 3.8 to 3.13 all report
+    a multi-line ``warnings.warn(`` call at its first line; 3.7 reported its
+    last), and most words of the warning's message must appear in the call's
+    text.
     """
     idx = _release_file(store, rel, warning.path)
-    if idx is None:
+    text = idx.line(warning.line) if idx is not None else None
+    if idx is None or not text or "warn" not in text:
         return False
     words = list(dict.fromkeys(w.lower() for w in _WORD_RE.findall(warning.message[:120])))[:8]
-    for n in range(warning.line, max(warning.line - 3, 0), -1):
-        text = idx.line(n)
-        if text and "warn" in text:
-            window = " ".join(idx.lines[n - 1 : n - 1 + _CALL_LINES]).lower()
-            return sum(w in window for w in words) >= 0.6 * len(words)
-    return False
+    window = " ".join(idx.lines[warning.line - 1 : warning.line - 1 + _CALL_LINES]).lower()
+    return sum(w in window for w in words) >= 0.6 * len(words)
 
 
 def shorten(text: str, n: int = 60) -> str:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -11,6 +14,7 @@ import pytest
 from sglang_triage.evals import generate as gen
 from sglang_triage.evals.groundtruth import Context, Prober, root_cause_attrs
 from sglang_triage.evals.incidents import INCIDENTS_DIR, load_incidents
+from sglang_triage.evals.render import launcher_warning
 from sglang_triage.service.flags import parse_argv
 from sglang_triage.service.logparse import parse_log
 
@@ -48,12 +52,13 @@ class _ShippedVerdicts:
         return [self.by_id.get(i.id) for i in incidents]
 
 
-def test_shipped_file_is_the_scripts_output(kb, generated) -> None:  # noqa: ANN001
-    """The 0.5.9 part of generated.jsonl is exactly what seed 0 produces, given replay's
-    verdicts (nothing hand-edited): same incidents, same order, same logs."""
-    shipped = [i for i in generated if i.release == "0.5.9" and i.source == "generated:seed=0"]
+@pytest.mark.parametrize("release", ["0.5.9", "0.5.11", "0.5.23"])
+def test_shipped_file_is_the_scripts_output(kb, generated, release) -> None:  # noqa: ANN001
+    """Each release's part of generated.jsonl is exactly what seed 0 produces, given
+    replay's verdicts (nothing hand-edited): same incidents, same order, same logs."""
+    shipped = [i for i in generated if i.release == release and i.source == "generated:seed=0"]
     verdicts = _ShippedVerdicts(shipped)
-    again = gen.generate_release(kb.store, "0.5.9", len(shipped), seed=0, confirm=verdicts)
+    again = gen.generate_release(kb.store, release, len(shipped), seed=0, confirm=verdicts)
     assert _dump(again) == _dump(shipped)
     # every shipped incident was proposed by the generator before replay judged it
     assert set(verdicts.by_id) <= set(verdicts.asked)
@@ -123,6 +128,57 @@ def test_ground_truth_reevaluates(kb, generated) -> None:  # noqa: ANN001
         for fix in inc.expected.acceptable_fixes:
             argv = apply_edits(inc.command, prober.catalog, set=fix.set, remove=fix.remove)
             assert prober.evaluate(check, argv, facts).fired is False, (inc.id, fix)
+
+
+def _warn_statement(text: str) -> tuple[int, int]:
+    """Lines of the first ``warnings.warn`` statement under ``if __name__ == "__main__":``."""
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            for stmt in node.body:
+                if ast.unparse(stmt).startswith("warnings.warn("):
+                    return stmt.lineno, stmt.end_lineno or stmt.lineno
+    raise AssertionError("no warnings.warn under the main guard")
+
+
+@pytest.mark.parametrize("release", ["0.5.11", "0.5.23"])
+def test_launcher_warning_is_what_python_prints(kb, tmp_path, release) -> None:  # noqa: ANN001
+    """The rendered warning equals what Python prints for the release's own call: a module
+    that keeps only ``import warnings``, the main guard and that call (on their lines,
+    the rest blanked) is run with ``-m`` and its stderr compared line by line."""
+    text = kb.store.file_text(release, "sglang/launch_server.py")
+    first, last = _warn_statement(text)
+    lines = text.split("\n")
+    keep = {i for i, line in enumerate(lines, 1) if line.strip() in (
+        "import warnings", 'if __name__ == "__main__":')} | set(range(first, last + 1))
+    package = tmp_path / "sglang"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "launch_server.py").write_text(
+        "\n".join(line if i in keep else "" for i, line in enumerate(lines, 1)))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    run = subprocess.run([sys.executable, "-m", "sglang.launch_server"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=60, check=True)
+    rendered = launcher_warning(kb.store, release, str(tmp_path))
+    assert rendered and rendered[0].startswith(f"{tmp_path}/sglang/launch_server.py:{first}: ")
+    assert run.stderr.splitlines() == rendered
+
+
+def test_launcher_warning_only_where_the_launcher_warns(kb) -> None:  # noqa: ANN001
+    assert launcher_warning(kb.store, "0.5.9", "/site") == []  # 0.5.9's launcher warns nothing
+
+
+def test_shipped_logs_with_the_launcher_warning_fit_their_release(kb, generated) -> None:  # noqa: ANN001
+    """Some generated logs carry the launcher's warning (never 0.5.9's, which has none), and
+    the engine's parser reads it as a warning that fits the incident's release."""
+    from sglang_triage.service.release_fingerprint import warning_fits
+
+    marked = [i for i in generated if "launcher's warning" in i.notes]
+    assert marked and {i.release for i in marked} <= {"0.5.11", "0.5.23"}
+    for inc in generated:
+        parsed = parse_log(inc.crash_log)
+        assert bool(parsed.warnings) == (inc in marked), inc.id
+        rel = kb.store.release(inc.release)
+        assert all(warning_fits(kb.store, rel, w) for w in parsed.warnings), inc.id
 
 
 def test_generator_does_not_use_the_engines_fixes_or_locate() -> None:
