@@ -101,7 +101,9 @@ def _constants(require: str) -> list[tuple[str, object]]:
     """(attr, value) pairs that ``require`` compares ``args.X`` with and would accept.
 
     ``not (args.x > 1)`` is read as ``args.x <= 1`` (negations are pushed inward);
-    comparisons under ``or``/``and`` are all offered, each is verified anyway.
+    comparisons under ``or``/``and`` are all offered, each is verified anyway. A bare
+    ``args.x`` asks for a true value (``not args.x`` for a false one): offered as
+    ``True``/``False``, which :func:`card_candidates` keeps for on/off flags only.
     """
     try:
         tree = ast.parse(require, mode="eval").body
@@ -112,6 +114,9 @@ def _constants(require: str) -> list[tuple[str, object]]:
     def visit(node: ast.AST, negated: bool) -> None:
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             visit(node.operand, not negated)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == "args":
+            out.append((node.attr, not negated))
         elif isinstance(node, ast.BoolOp):
             for v in node.values:
                 visit(v, negated)
@@ -146,7 +151,10 @@ def _constants(require: str) -> list[tuple[str, object]]:
     return list(dict.fromkeys(out))
 
 
-def _candidates(card: Card, user_set: set[str], catalog: Catalog) -> list[tuple[dict, list, str]]:
+def card_candidates(card: Card, user_set: set[str], catalog: Catalog) -> list[tuple[dict, list, str]]:
+    """Unchecked ``(set, remove, origin)`` edits (attribute keys) that may satisfy ``card``,
+    most likely first: its ``fix_hints``, dropping a flag of ``user_set`` its ``require``
+    reads, a value ``require`` accepts, dropping a flag its ``when`` reads."""
     by_attr, by_flag = catalog.by_attr(), catalog.by_flag()
 
     def attr_of(key: str) -> str:
@@ -163,7 +171,9 @@ def _candidates(card: Card, user_set: set[str], catalog: Catalog) -> list[tuple[
         if attr in user_set:
             out.append(({}, [attr], "drop a flag the card requires"))
     for attr, value in _constants(card.require):
-        if attr in by_attr:
+        spec = by_attr.get(attr)
+        if spec is not None and (not isinstance(value, bool)
+                                 or spec.action in ("store_true", "store_false")):
             out.append(({attr: value}, [], "a value the card accepts"))
     for attr in sorted(_reads(card.when) - set(req_reads)):
         if attr in user_set:
@@ -285,7 +295,7 @@ def lint(store: Store, release: str, argv: list[str], hardware: str | None = Non
     for i, x in enumerate(violated):
         finding = _finding(x, release)
         if i < MAX_FIXED_FINDINGS:
-            fixes = [f for s, r, origin in _candidates(x.card, user_set, catalog)
+            fixes = [f for s, r, origin in card_candidates(x.card, user_set, catalog)
                      if (f := _try_fix(ctx, x.card, argv, before_bad, s, r, origin)) is not None]
             fixes.sort(key=lambda f: (not f.verified, f.card_after == "violated", len(f.trips),
                                       _ORIGIN_RANK.get(f.origin, 3), len(f.set) + len(f.remove)))

@@ -44,6 +44,7 @@ from .models import (
     jsonable,
     tri,
 )
+from .repair import repair
 from .resolve import resolve_release
 
 #: a triage this slow built caches (or loaded the query encoder): freeze what it built
@@ -135,7 +136,15 @@ class Engine:
         atoms = _atoms(ev)
         fixes = [self._fix_out(i + 1, v, argv, catalog, parsed, version) for i, v in enumerate(verdicts)]
         t = time.perf_counter()
+        pairs = list(zip(verdicts, fixes, strict=True))  # before the re-ranking below
         self._rule_verdicts(fixes, version, facts, fsig)
+        repaired = repair(self.store, version, check, pairs, argv, pargs, catalog, attrs, facts,
+                          facts_sig=fsig)
+        if repaired:  # no fix was clean: the extensions that are join the list
+            added = [self._fix_out(len(fixes) + i + 1, v, argv, catalog, parsed, version)
+                     for i, (_, v) in enumerate(repaired)]
+            self._rule_verdicts(fixes + added, version, facts, fsig)
+            fixes = _with_bases(added, [base for base, _ in repaired], fixes)
         timings["rules"] = _ms(t)
         unknowns = _unknowns(ev, hw_name, arch, argv)
         no_fix = None
@@ -325,6 +334,18 @@ class Engine:
                             explanation=f"No check of {version} matches this {exc.type}. "
                                         "Nothing is claimed about its cause.",
                             unknowns=[unknown], timings_ms=timings)
+
+
+def _with_bases(added: list[FixOut], bases: list[FixOut], fixes: list[FixOut]) -> list[FixOut]:
+    """Repaired fixes first (clean, ranked by :meth:`Engine._rule_verdicts`), each followed
+    by the fix it extends; then the other fixes in their order; ranks renumbered."""
+    out: list[FixOut] = []
+    for fix, base in sorted(zip(added, bases, strict=True), key=lambda p: p[0].rank):
+        out += [f for f in (fix, base) if all(f is not o for o in out)]
+    out += [f for f in sorted(fixes, key=lambda f: f.rank) if all(f is not o for o in out)]
+    for i, f in enumerate(out, start=1):
+        f.rank = i
+    return out
 
 
 def _atoms(ev) -> list[AtomOut]:  # noqa: ANN001
