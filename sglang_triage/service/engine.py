@@ -140,7 +140,7 @@ class Engine:
         self._rule_verdicts(fixes, version, facts, fsig)
         repaired = repair(self.store, version, check, pairs, argv, pargs, catalog, attrs, facts,
                           facts_sig=fsig)
-        if repaired:  # no fix was clean: the extensions that are join the list
+        if repaired:  # no fix was clean: the clean extensions join the list
             added = [self._fix_out(len(fixes) + i + 1, v, argv, catalog, parsed, version)
                      for i, (_, v) in enumerate(repaired)]
             self._rule_verdicts(fixes + added, version, facts, fsig)

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..ingest.catalog import Catalog
 from ..kb.store import Store
-from ..rules.checker import cards_for, check_fix
+from ..rules.checker import baseline_violations, cards_for, check_fix
 from ..rules.lint import card_candidates
 from .expr import Value
 from .fixes import Edit, Verdict, verify
@@ -34,8 +34,10 @@ MAX_REPAIRED = 3
 MAX_KEPT = 2
 
 
-def _violated(fix: FixOut) -> list[str]:
-    return [v.rule for v in fix.rule_verdicts if v.verdict == "violated" and v.severity == "error"]
+def _violated(fix: FixOut, background: frozenset[str]) -> list[str]:
+    """Error cards ``fix`` violates, but for those ``--model-path`` alone violates."""
+    return [v.rule for v in fix.rule_verdicts if v.verdict == "violated"
+            and v.severity == "error" and v.rule not in background]
 
 
 def _extended(edit: Edit, set_: dict[str, Any], remove: list[str], note: str) -> Edit | None:
@@ -55,13 +57,14 @@ def repair(store: Store, version: str, check: dict[str, Any],
     """Verified extensions of the proposed fixes (each verdict with its fix, the card
     verdicts already on it) that violate one error card, best-ranked fixes first, each
     with the fix it extends; empty when a fix is already clean or none can be repaired."""
-    if any(not _violated(f) and f.fixes_check == "true" and not f.trips for _, f in pairs):
+    if any(f.recommended for _, f in pairs):
         return []
+    background = baseline_violations(store, version, attrs, facts, facts_sig=facts_sig)
     cards = {c.id: c for c in cards_for(store, version)}
     seen = {v.edit.key() for v, _ in pairs}
     out: list[tuple[FixOut, Verdict]] = []
     for v, fix in sorted(pairs, key=lambda p: p[1].rank)[:MAX_REPAIRED]:
-        rules = _violated(fix)
+        rules = _violated(fix, background)
         if len(rules) != 1 or rules[0] not in cards or fix.fixes_check != "true" or fix.trips:
             continue
         card = cards[rules[0]]
