@@ -137,13 +137,13 @@ class Engine:
         fixes = [self._fix_out(i + 1, v, argv, catalog, parsed, version) for i, v in enumerate(verdicts)]
         t = time.perf_counter()
         pairs = list(zip(verdicts, fixes, strict=True))  # before the re-ranking below
-        self._rule_verdicts(fixes, version, facts, fsig)
+        judged = self._rule_verdicts(fixes, version, facts, fsig)
         repaired = repair(self.store, version, check, pairs, argv, pargs, catalog, attrs, facts,
                           facts_sig=fsig)
         if repaired:  # no fix was clean: the clean extensions join the list
             added = [self._fix_out(len(fixes) + i + 1, v, argv, catalog, parsed, version)
                      for i, (_, v) in enumerate(repaired)]
-            self._rule_verdicts(fixes + added, version, facts, fsig)
+            self._rule_verdicts(fixes + added, version, facts, fsig, judged)
             fixes = _with_bases(added, [base for base, _ in repaired], fixes)
         timings["rules"] = _ms(t)
         unknowns = _unknowns(ev, hw_name, arch, argv)
@@ -254,13 +254,20 @@ class Engine:
                       trips=v.trips, unknown_neighbours=v.unknown_neighbours, verdict=verdict)
 
     def _rule_verdicts(self, fixes: list[FixOut], version: str, facts: dict[str, Value],
-                       facts_sig: str | None = None) -> None:
-        """Put the rule cards' verdicts on every fix; recommend the best fix that violates no
-        error-severity card (re-ranking the clean ones first)."""
+                       facts_sig: str | None = None,
+                       judged: dict[int, bool] | None = None) -> dict[int, bool]:
+        """Put the rule cards' verdicts on every fix not already in ``judged``; recommend the
+        best fix that violates no error-severity card (re-ranking the clean ones first).
+
+        Returns ``judged`` (``id`` of each fix -> violates an error card), so that a later
+        call with more fixes judges only the new ones.
+        """
         from ..rules.checker import check_fix
 
-        bad: dict[int, bool] = {}
+        bad: dict[int, bool] = dict(judged or {})
         for f in fixes:
+            if id(f) in bad:
+                continue
             verdicts, violates = check_fix(self.store, version, f.argv, facts, facts_sig=facts_sig)
             f.rule_verdicts = verdicts
             bad[id(f)] = violates
@@ -275,6 +282,7 @@ class Engine:
             if not bad[id(f)] and f.fixes_check == "true" and not f.trips:
                 f.recommended = True
                 break
+        return bad
 
     def _references(self, version: str, check: dict[str, Any], attrs: set[str], catalog) -> list[Reference]:  # noqa: ANN001
         refs: list[Reference] = []

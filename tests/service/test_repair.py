@@ -39,7 +39,7 @@ def test_every_single_edit_trips_a_card_and_the_repaired_fix_is_clean(result) ->
     base = result.fixes[1]
     assert base.remove == top.remove and not base.set and "violates rule" in base.verdict
     others = [f for f in result.fixes if not f.recommended]
-    assert all("violates rule" in f.verdict for f in others)
+    assert all(f.verdict.count("violates rule") == 1 for f in others)  # said once each
     assert [f.rank for f in result.fixes] == list(range(1, len(result.fixes) + 1))
 
 
