@@ -135,7 +135,7 @@ def launcher_warning(store: Store, release: str, site: str) -> list[str]:
         category = call.args[1] if len(call.args) > 1 else keywords.get("category")
         name = "UserWarning" if category is None else ast.unparse(category).rsplit(".", 1)[-1]
         head, *rest = call.args[0].value.split("\n")
-        source = (text or "").split("\n")[call.lineno - 1].strip()
+        source = store.file_lines(release, path, call.lineno, call.lineno)[0].strip()
         return [f"{site}/{path}:{call.lineno}: {name}: {head}", *rest, f"  {source}"]
     return []
 
