@@ -67,7 +67,7 @@ def analyze_file(v: str, path: str, blob: bytes, out: BatchRows) -> None:
     errors = ts.error_lines(tree)
     text = blob.decode("utf-8", "replace")
     wants_refs = any(m in blob for m in REF_MARKERS)
-    found = ts.captures(ts.FILE_QUERY if wants_refs else ts.FILE_QUERY_LIGHT, tree.root_node)
+    found = ts.statement_captures(tree.root_node)
     fc = chunk_file(path, tree.root_node, blob, found, text)
     rows = out.tables
     rows["functions"].extend(

