@@ -21,6 +21,8 @@ import json
 import zlib
 from dataclasses import dataclass, field
 
+from tree_sitter import Tree
+
 from ..kb.store import pack_text
 from . import ts
 from .checks import extract_checks, extract_refs
@@ -61,8 +63,8 @@ class _Enclosing:
         return "<module>"
 
 
-def analyze_file(v: str, path: str, blob: bytes, out: BatchRows) -> None:
-    """Append every structural row of one file to ``out``."""
+def analyze_file(v: str, path: str, blob: bytes, out: BatchRows) -> Tree:
+    """Append every structural row of one file to ``out``; returns the parse tree."""
     tree = ts.parse(blob)
     errors = ts.error_lines(tree)
     text = blob.decode("utf-8", "replace")
@@ -96,6 +98,7 @@ def analyze_file(v: str, path: str, blob: bytes, out: BatchRows) -> None:
     if errors:
         out.errors[path] = errors[:20]
     out.files += 1
+    return tree
 
 
 def analyze_batch(job: tuple[str, list[tuple[str, bytes]]]) -> BatchRows:
@@ -103,15 +106,22 @@ def analyze_batch(job: tuple[str, list[tuple[str, bytes]]]) -> BatchRows:
 
     The cyclic garbage collector is paused meanwhile: the batch allocates
     many small, acyclic objects (rows, tree-sitter nodes) that it would only
-    scan in vain.
+    scan in vain. The batch's parse trees are freed together at its end, not
+    each after its file: over 0.5.23 that measured 3-6 % less CPU (batches
+    alternating between the two ways in one process), presumably as the
+    parser then allocates from consolidated memory rather than from the
+    scattered chunks of the tree just freed. A batch holds at most 512 KB of
+    source, so the trees held stay small.
     """
     v, items = job
     out = BatchRows()
+    trees: list[Tree] = []
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         for path, blob in items:
-            analyze_file(v, path, blob, out)
+            trees.append(analyze_file(v, path, blob, out))
+        trees.clear()
     finally:
         if was_enabled:
             gc.enable()

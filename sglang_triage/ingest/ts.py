@@ -68,23 +68,24 @@ def statement_captures(root: Node) -> dict[str, list[Node]]:
     if root.has_error:
         return captures(FILE_QUERY_LIGHT, root)
     found: dict[str, list[Node]] = {"f": [], "a": [], "r": []}
-    functions, asserts, raises = found["f"], found["a"], found["r"]
-    holders = _STATEMENT_HOLDERS
-
-    def visit(node: Node) -> None:
-        for child in node.named_children:
-            kind = child.type
-            if kind in holders:
-                if kind == "function_definition":
-                    functions.append(child)
-                visit(child)
-            elif kind == "assert_statement":
-                asserts.append(child)
-            elif kind == "raise_statement":
-                raises.append(child)
-
-    visit(root)
+    _visit_statements(root, found["f"], found["a"], found["r"])
     return found
+
+
+def _visit_statements(node: Node, functions: list[Node], asserts: list[Node],
+                      raises: list[Node]) -> None:
+    # (a plain function, not a closure: a recursive closure is a reference cycle that
+    # would keep every node it found, and so the tree, alive until the next collection)
+    for child in node.named_children:
+        kind = child.type
+        if kind in _STATEMENT_HOLDERS:
+            if kind == "function_definition":
+                functions.append(child)
+            _visit_statements(child, functions, asserts, raises)
+        elif kind == "assert_statement":
+            asserts.append(child)
+        elif kind == "raise_statement":
+            raises.append(child)
 
 
 def text(node: Node | None) -> str:

@@ -3,6 +3,7 @@ tree-sitter query they replace: same nodes, and the same rows downstream."""
 
 from __future__ import annotations
 
+import gc
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from sglang_triage.ingest import ts
 from sglang_triage.ingest.acquire import ReleaseSource
+from sglang_triage.ingest.analyze import analyze_batch
 from sglang_triage.ingest.checks import extract_checks, extract_refs, ref_candidates
 
 #: Starts with a blank line on purpose: a module node starts at its first token.
@@ -140,3 +142,16 @@ def test_real_release_files_give_the_same_rows(
         pytest.skip("no source files")
     for f in picked:
         _assert_same(f.read_bytes())
+
+
+def test_analyzing_files_leaves_no_reference_cycles() -> None:
+    """Trees and nodes are freed by reference counting, with the collector paused
+    during a batch: a cycle (a recursive closure, say) would keep them all alive."""
+    gc.collect()
+    gc.disable()
+    try:
+        out = analyze_batch(("v", [("a.py", TRICKY.encode()), ("b.py", b"def f(:\n  pass\n")]))
+        assert out.files == 2 and out.tables["functions"]
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
