@@ -29,8 +29,9 @@ Definitions (every KB is a fresh, empty folder of this run):
 
 The machine's load average, core count and speed (``probe_parse_mb_s``: a
 fixed single-thread parse, at the start and at the end) are recorded beside
-the numbers, and CPU seconds (this process, its threads and its reaped parse workers)
-beside the wall times of the structure and embedding stages: CPU seconds vary
+the numbers, and CPU seconds (this process, its threads and its reaped parse workers;
+for the structure stages also this process's own share) beside the wall times of the
+structure and embedding stages: CPU seconds vary
 less than wall time with the machine's load, but not less with its speed,
 which is what the probe shows.
 """
@@ -111,7 +112,8 @@ class _Clock:
     def __exit__(self, *exc: object) -> None:
         c = os.times()
         self.wall = time.perf_counter() - self.t
-        self.cpu = (c.user - self.c.user) + (c.system - self.c.system) + \
+        self.cpu_self = (c.user - self.c.user) + (c.system - self.c.system)
+        self.cpu = self.cpu_self + \
             (c.children_user - self.c.children_user) + (c.children_system - self.c.children_system)
 
 
@@ -189,6 +191,7 @@ def run(release_a: str, release_b: str, big: str | None, full_sample: int,
         "release_a": release_a, "release_b": release_b, "cpus": os.cpu_count(),
         "load_avg_1_5_15": loads, "probe_parse_mb_s": probe,
         "structure_s": round(structure_a, 2), "structure_cpu_s": round(c_struct.cpu, 2),
+        "structure_cpu_main_s": round(c_struct.cpu_self, 2),
         "files": rep_a.files, "chunks": rep_a.chunks,
         "functions": rep_a.functions, "checks": rep_a.checks,
         "default_embed_s": round(embed_a, 2), "default_chunks": rep_a.embedded + rep_a.reused,
@@ -212,6 +215,8 @@ def run(release_a: str, release_b: str, big: str | None, full_sample: int,
         "next_embed_floor_ratio": round(new_share * embed_a / cold, 3),
         "big_release": big, "big_structure_s": round(big_s, 2) if big_s is not None else None,
         "big_structure_cpu_s": round(c_big.cpu, 2) if big else None,
+        # of which this process (writing the index, reading the catalog; its threads too)
+        "big_structure_cpu_main_s": round(c_big.cpu_self, 2) if big else None,
         "big_deferred_checkpoint_s": round(c_ckpt.wall, 2) if big else None,
         "big_files": big_rep.files if big_rep else None,
         "big_functions": big_rep.functions if big_rep else None,
