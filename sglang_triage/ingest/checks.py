@@ -197,10 +197,11 @@ def _string_literal(node: Node | None) -> str | None:
 def extract_checks(root: Node, found: dict[str, list[Node]] | None = None) -> list[Check]:
     """Every ``assert`` and ``raise`` under ``root`` with its guards.
 
-    ``found`` may carry captures of :data:`ts.FILE_QUERY` already run on ``root``.
+    ``found`` may carry the tree's ``a`` and ``r`` captures already (see
+    :func:`ts.statement_captures`).
     """
     if found is None:
-        found = ts.captures(ts.FILE_QUERY, root)
+        found = ts.statement_captures(root)
     checks: list[Check] = []
     for node in found.get("a", []):
         exprs = [c for c in node.named_children if c.type != "comment"]

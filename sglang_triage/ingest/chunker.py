@@ -367,13 +367,13 @@ def chunk_file(path: str, tree_root: Node, source: bytes,
                found: dict[str, list[Node]] | None = None, text: str | None = None) -> FileChunks:
     """Functions and search chunks of one parsed file (``path`` is package-relative).
 
-    ``found`` may carry the captures of :data:`ts.FILE_QUERY` (or its light
-    variant) already run on the tree, ``text`` the decoded source.
+    ``found`` may carry the tree's ``f`` captures already (see
+    :func:`ts.statement_captures`), ``text`` the decoded source.
     """
     src = _Text(text if text is not None else source.decode("utf-8", "replace"))
     result = FileChunks()
     if found is None:
-        found = ts.captures(ts.FILE_QUERY, tree_root)
+        found = ts.statement_captures(tree_root)
     for node in found.get("f", []):
         result.functions.append(function_info(node, source))
     result.functions.sort(key=lambda f: (f.start_line, f.qualname))

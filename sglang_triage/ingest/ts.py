@@ -27,7 +27,9 @@ def parse(source: bytes) -> Tree:
     return parser().parse(source)
 
 
-#: One query for everything ingest needs from a file, so each tree is walked once.
+#: Everything ingest needs from a file, as one query. It visits every node, so ingest
+#: runs it only on trees with syntax errors; clean trees go through
+#: :func:`statement_captures` and ``checks.ref_candidates``, which find the same nodes.
 FILE_QUERY = (
     "(function_definition) @f (assert_statement) @a (raise_statement) @r "
     "(attribute) @attr (call) @call (return_statement) @ret"
