@@ -296,9 +296,9 @@ def ref_candidates(root: Node, *, with_self: bool) -> dict[str, list[Node]]:
     (``resolved_view(server_args).X``). Likewise a ``setattr`` or
     ``declare_resolution`` callee, and a ``return`` keyword. The result holds
     every node of the full query's ``attr``/``call``/``ret`` captures that
-    :func:`extract_refs` could keep (and few others), each once, in document
-    order. Only for trees without syntax errors, whose nodes nest as the
-    grammar says.
+    :func:`extract_refs` could keep (and few others), each once (two of them
+    may start at the same byte: ``args.resolved_view(server_args).x``). Only
+    for trees without syntax errors, whose nodes nest as the grammar says.
     """
     source = root.text or b""
     at = root.start_byte  # ``root.text`` starts there (a module starts at its first token)
@@ -311,7 +311,7 @@ def ref_candidates(root: Node, *, with_self: bool) -> dict[str, list[Node]]:
             keyword = root.descendant_for_byte_range(at + m.start(), at + m.end())
             ret = keyword.parent if keyword is not None and keyword.type == "return" else None
             if ret is not None and ret.type == "return_statement":
-                rets.setdefault(ret.start_byte, ret)
+                rets.setdefault(ret.id, ret)
             continue
         name = _identifier_at(root, at + m.start(), at + m.end())
         parent = name.parent if name is not None else None
@@ -321,7 +321,7 @@ def ref_candidates(root: Node, *, with_self: bool) -> dict[str, list[Node]]:
             if parent.type == "attribute":
                 parent = parent.parent
             if parent is not None and parent.type == "call":
-                calls.setdefault(parent.start_byte, parent)
+                calls.setdefault(parent.id, parent)
             continue
         if parent.type == "argument_list":  # a view call's argument
             parent = parent.parent
@@ -331,7 +331,7 @@ def ref_candidates(root: Node, *, with_self: bool) -> dict[str, list[Node]]:
             if parent is None:
                 continue
         if parent.type == "attribute" and parent.child(0) == name:
-            attrs.setdefault(parent.start_byte, parent)
+            attrs.setdefault(parent.id, parent)
     return {"attr": list(attrs.values()), "call": list(calls.values()),
             "ret": list(rets.values())}
 

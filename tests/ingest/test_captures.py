@@ -60,6 +60,7 @@ TRICKY = textwrap.dedent('''
             myargs.nope = 1
             args_.nope = 2
             resolved_view(server_args, args).viewed = 3
+            args.resolved_view(sa).nested = 4
             hooks.declare_resolution(server_args, "src", chosen=args.pick)
             (setattr)(args, "ignored", 1)
             lambda: args.in_lambda
@@ -104,6 +105,8 @@ def test_statement_walk_and_ref_candidates_match_the_query_on_tricky_code() -> N
     assert ("fake", "read", "args") not in refs and ("in_comment", "write", "server_args") not in refs
     assert ("nope", "write", "myargs") not in refs and ("nope", "write", "args_") not in refs
     assert ("viewed", "write", "resolved_view(server_args, args)") in refs
+    assert ("nested", "write", "args.resolved_view(sa)") in refs  # starts where args.… does
+    assert ("resolved_view", "read", "args") in refs
     assert ("mode", "read", "resolved_view(self)") not in refs  # only a named receiver is
     assert ("dp_size", "write", "self") in refs and ("chosen", "declare", "declare_resolution") in refs
     assert ("mode", "return_dict", "return") in refs and ("final", "return_dict", "return") in refs
