@@ -341,7 +341,8 @@ def extract_refs(root: Node, found: dict[str, list[Node]] | None = None, *,
     """Reads and writes of argument-object fields under ``root``.
 
     ``self.X`` counts only inside a class named in ``args_classes``. ``found``
-    may carry the ``attr``/``call``/``ret`` captures of :data:`ts.FILE_QUERY`;
+    may carry the ``attr``/``call``/``ret`` captures of :data:`ts.FILE_QUERY`
+    (:func:`ts.statement_captures` gives them for a tree with syntax errors);
     without them the candidates come from :func:`ref_candidates` (or from the
     query, for a tree with syntax errors).
     """

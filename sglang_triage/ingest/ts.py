@@ -34,8 +34,6 @@ FILE_QUERY = (
     "(function_definition) @f (assert_statement) @a (raise_statement) @r "
     "(attribute) @attr (call) @call (return_statement) @ret"
 )
-#: The same without the (numerous) attribute/call/return captures.
-FILE_QUERY_LIGHT = "(function_definition) @f (assert_statement) @a (raise_statement) @r"
 
 
 @lru_cache(maxsize=64)
@@ -58,17 +56,19 @@ _STATEMENT_HOLDERS = frozenset({
 
 
 def statement_captures(root: Node) -> dict[str, list[Node]]:
-    """The captures of :data:`FILE_QUERY_LIGHT` (``f`` functions, ``a`` asserts,
-    ``r`` raises), found by walking statements only, in document order.
+    """The ``f`` (functions), ``a`` (asserts) and ``r`` (raises) captures of
+    :data:`FILE_QUERY`, found by walking statements only, in document order.
 
     Functions, asserts and raises are statements, and statements only occur in
     the bodies of compound statements, so expressions (most of a tree's nodes)
     are never entered; that makes this about 2.5x cheaper than the query, which
     visits every node. A tree with syntax errors may hold statements inside
-    ``ERROR`` nodes anywhere, so it is handed to the query instead.
+    ``ERROR`` nodes anywhere, so it is handed to the whole query instead, whose
+    ``attr``/``call``/``ret`` captures then serve ``checks.extract_refs`` too
+    (the tree is queried once).
     """
     if root.has_error:
-        return captures(FILE_QUERY_LIGHT, root)
+        return captures(FILE_QUERY, root)
     found: dict[str, list[Node]] = {"f": [], "a": [], "r": []}
     _visit_statements(root, found["f"], found["a"], found["r"])
     return found
