@@ -52,7 +52,7 @@ browser:
 	sh scripts/install-browser.sh
 
 test: install-dev browser
-	$(BIN)/ruff check sglang_triage tests bench
+	$(BIN)/ruff check kb ingest service evals tests bench
 	$(BIN)/pytest -q
 
 bench: install-dev

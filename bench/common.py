@@ -10,7 +10,7 @@ from pathlib import Path
 def test_kb_dir() -> Path:
     """The test suite's KB: ``TRIAGE_TEST_KB``, else ``<TRIAGE_HOME or cache>/test-kb``
     (the folder ``tests/conftest.py`` ingests into)."""
-    from sglang_triage.config import Settings
+    from service.settings import Settings
 
     return Path(os.environ.get("TRIAGE_TEST_KB", Settings().home / "test-kb"))
 

@@ -47,12 +47,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sglang_triage.config import Settings
-from sglang_triage.ingest import ts
-from sglang_triage.ingest.acquire import fetch_release
-from sglang_triage.ingest.chunker import Chunk
-from sglang_triage.ingest.pipeline import embed_release, in_scope, index_structure
-from sglang_triage.kb.base import KnowledgeBase
+from service.settings import Settings
+from ingest import ts
+from kb.sources import fetch_release
+from ingest.chunker import Chunk
+from ingest.pipeline import embed_release, in_scope, index_structure
+from kb.knowledge import KnowledgeBase
 
 TARGETS = {"structure_s": 20.0, "default_embed_s": 60.0, "next_release_ratio": 0.25,
            "embed_vs_raw": 0.9}

@@ -1,7 +1,7 @@
 """In-process triage latency per stage, and a stable dump of every answer.
 
 Opens a KB (``--kb-dir``, default ``TRIAGE_TEST_KB`` or ``<cache>/test-kb``, the
-suite's KB), builds one :class:`~sglang_triage.service.engine.Engine`, warms it
+suite's KB), builds one :class:`~service.engine.triage.Engine`, warms it
 on the seed logs, then triages the shipped eval incidents exactly as the eval
 runner sends them (``--passes`` times) and prints p50/p95 per engine stage
 (``timings_ms``). Deterministic path: the LLM is switched off.
@@ -52,11 +52,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="profile the first pass (first sight of each incident) instead")
     args = ap.parse_args(argv)
 
-    from sglang_triage.config import Settings
-    from sglang_triage.evals.incidents import load_incidents
-    from sglang_triage.evals.runner import request_for
-    from sglang_triage.kb.base import KnowledgeBase
-    from sglang_triage.service.engine import Engine
+    from service.settings import Settings
+    from kb.incidents import load_incidents
+    from evals.runner import request_for
+    from kb.knowledge import KnowledgeBase
+    from service.engine.triage import Engine
 
     kb_dir = args.kb_dir or test_kb_dir()
     settings = Settings(kb_dir=kb_dir, chroma_url=None, llm_base_url=None, replay_enabled=False)

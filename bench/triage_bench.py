@@ -20,7 +20,7 @@ for each, on the deterministic path (no LLM, no replay):
 Every request is a shipped eval incident (crash log, hardware, model, command);
 any status other than 200 counts as an error. Everything is bounded in count and
 time (``--requests``, ``--latency-requests``, ``--max-seconds``, warm-up limits).
-The naive-RAG baseline (:class:`~sglang_triage.evals.baselines.RagBaseline`) is
+The naive-RAG baseline (:class:`~evals.baselines.RagBaseline`) is
 timed in-process on the same incidents, for comparison. The service reads the KB
 given by ``--kb-dir`` (default ``TRIAGE_KB_DIR``, else the test suite's KB) through
 a scratch folder of symlinks, so its triage records do not land in that KB.
@@ -62,14 +62,14 @@ def _port() -> int:
 
 
 def _incidents(limit: int) -> list[Any]:
-    from sglang_triage.evals.incidents import load_incidents
+    from kb.incidents import load_incidents
 
     return load_incidents()[:limit]
 
 
 def _bodies(incidents: list[Any]) -> list[dict]:
     """Request bodies exactly as the eval runner sends them."""
-    from sglang_triage.evals.runner import request_for
+    from evals.runner import request_for
 
     return [request_for(inc) for inc in incidents]
 
@@ -316,7 +316,7 @@ def run_workers(workers: int, bodies: list[dict], kb_dir: Path, args: argparse.N
                TRIAGE_REPLAY_ENABLED="false", TRIAGE_API_KEYS="[]")
     log_path = kb_dir / "serve.log"
     log = log_path.open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "sglang_triage.service.cli", "serve", "--port",
+    proc = subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--port",
                              str(port), "--workers", str(workers)], env=env, cwd=ROOT,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -369,9 +369,9 @@ def _error_lines(path: Path, limit: int = 40) -> list[str]:
 
 def rag_baseline(kb_dir: Path, incidents: list[Any], limit: int, max_s: float) -> dict:
     """In-process latency of the naive-RAG baseline (warm: index built first, timed apart)."""
-    from sglang_triage.config import Settings
-    from sglang_triage.evals.baselines import RagBaseline
-    from sglang_triage.kb.base import KnowledgeBase
+    from service.settings import Settings
+    from evals.baselines import RagBaseline
+    from kb.knowledge import KnowledgeBase
 
     kb = KnowledgeBase(Settings(kb_dir=kb_dir, chroma_url=None))
     rag = RagBaseline(kb)

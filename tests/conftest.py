@@ -15,9 +15,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
-from sglang_triage.config import Settings  # noqa: E402
-from sglang_triage.ingest.acquire import ReleaseSource, fetch_release  # noqa: E402
-from sglang_triage.kb.store import SCHEMA_VERSION  # noqa: E402
+from service.settings import Settings  # noqa: E402
+from kb.sources import ReleaseSource, fetch_release  # noqa: E402
+from kb.store import SCHEMA_VERSION  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -88,8 +88,8 @@ def _index_schema(kb_dir: Path) -> int:
 
 @pytest.fixture(scope="session")
 def ingest_reports(kb_settings: Settings, sglang_source: Callable[[str], ReleaseSource]) -> dict:
-    from sglang_triage.ingest.pipeline import ingest
-    from sglang_triage.kb.base import KnowledgeBase
+    from ingest.pipeline import ingest
+    from kb.knowledge import KnowledgeBase
 
     kb = KnowledgeBase(kb_settings)
     reports = {v: ingest(kb, sglang_source(v), scope=scope) for v, scope in TEST_RELEASES.items()}
@@ -100,6 +100,6 @@ def ingest_reports(kb_settings: Settings, sglang_source: Callable[[str], Release
 @pytest.fixture(scope="session")
 def kb(kb_settings: Settings, ingest_reports: dict):
     """The ingested KB (0.5.9, 0.5.11, 0.5.23), shared by the whole session."""
-    from sglang_triage.kb.base import KnowledgeBase
+    from kb.knowledge import KnowledgeBase
 
     return KnowledgeBase(kb_settings)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_triage.evals.baselines import RagBaseline, baseline_release, grep_baseline
-from sglang_triage.evals.incidents import INCIDENTS_DIR, load_incidents
-from sglang_triage.evals.scoring import score
+from evals.baselines import RagBaseline, baseline_release, grep_baseline
+from kb.incidents import INCIDENTS_DIR, load_incidents
+from evals.scoring import score
 
 
 @pytest.fixture(scope="module")

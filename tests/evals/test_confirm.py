@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sglang_triage.evals.confirm import fires_expected_check, judge
-from sglang_triage.evals.incidents import Expected, ExpectedLocation, FixSpec, Incident
-from sglang_triage.replay.models import Frame, ReplayResult
+from evals.confirm import fires_expected_check, judge
+from kb.incidents import Expected, ExpectedLocation, FixSpec, Incident
+from service.replay.results import Frame, ReplayResult
 
 PATH = "sglang/srt/server_args.py"
 
@@ -83,7 +83,7 @@ def test_location_match_needs_path_and_line_range() -> None:
 
 
 def test_refusal_says_why() -> None:
-    from sglang_triage.evals.confirm import refusal
+    from evals.confirm import refusal
 
     inc = _incident()
     assert "raised AssertionError at sglang/srt/server_args.py:2500" in refusal(

@@ -6,11 +6,11 @@ import time
 
 import pytest
 
-from sglang_triage.evals.gate import check_gate, load_thresholds
-from sglang_triage.evals.incidents import load_incidents
-from sglang_triage.evals.reports import write_reports
-from sglang_triage.evals.runner import run_eval
-from sglang_triage.service.engine import Engine
+from evals.gate import check_gate, load_thresholds
+from kb.incidents import load_incidents
+from evals.reports import write_reports
+from evals.runner import run_eval
+from service.engine.triage import Engine
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from sglang_triage.evals import generate as gen
-from sglang_triage.evals.groundtruth import Context, Prober, root_cause_attrs
-from sglang_triage.evals.incidents import INCIDENTS_DIR, load_incidents
-from sglang_triage.evals.render import launcher_warning
-from sglang_triage.service.flags import parse_argv
-from sglang_triage.service.logparse import parse_log
+from evals import generate as gen
+from evals.groundtruth import Context, Prober, root_cause_attrs
+from kb.incidents import INCIDENTS_DIR, load_incidents
+from evals.render import launcher_warning
+from service.engine.flags.parse import parse_argv
+from service.engine.logparse.parse import parse_log
 
 GENERATED = INCIDENTS_DIR / "generated.jsonl"
 
@@ -67,7 +67,7 @@ def test_shipped_file_is_the_scripts_output(kb, generated, release) -> None:  # 
 def test_shipped_verdicts_replay_again(kb, cache_settings, generated) -> None:  # noqa: ANN001
     """A sample of shipped incidents, replayed again with SGLang's own validation: the crash
     fires at the expected check and every shipped fix makes it pass."""
-    from sglang_triage.evals.confirm import ReplayConfirmer
+    from evals.confirm import ReplayConfirmer
 
     confirmer = ReplayConfirmer(cache_settings, kb.store)
     for release in ("0.5.9", "0.5.11", "0.5.23"):
@@ -111,7 +111,7 @@ def test_expected_locations_exist_and_logs_parse(kb, generated) -> None:  # noqa
 
 def test_ground_truth_reevaluates(kb, generated) -> None:  # noqa: ANN001
     """The recorded command fires the check, and every acceptable fix makes it definitely pass."""
-    from sglang_triage.service.flags import apply_edits
+    from service.engine.flags.parse import apply_edits
 
     for inc in [i for i in generated if i.release == "0.5.11"][:6]:
         prober = Prober(kb.store, inc.release)
@@ -170,7 +170,7 @@ def test_launcher_warning_only_where_the_launcher_warns(kb) -> None:  # noqa: AN
 def test_shipped_logs_with_the_launcher_warning_fit_their_release(kb, generated) -> None:  # noqa: ANN001
     """Some generated logs carry the launcher's warning (never 0.5.9's, which has none), and
     the engine's parser reads it as a warning that fits the incident's release."""
-    from sglang_triage.service.release_fingerprint import warning_fits
+    from service.engine.release.fingerprint import warning_fits
 
     marked = [i for i in generated if "launcher's warning" in i.notes]
     assert marked and {i.release for i in marked} <= {"0.5.11", "0.5.23"}
@@ -203,8 +203,8 @@ def test_context_incidents_replay_again(kb, cache_settings, sglang_source,  # no
                                         generated) -> None:
     """Crashes of plain commands (model + hardware alone) reproduce under SGLang's own
     validation, with its real message, and include at least one "no flag fix" incident."""
-    from sglang_triage.evals.confirm import fires_expected_check
-    from sglang_triage.replay.harness import replay_many
+    from evals.confirm import fires_expected_check
+    from service.replay.harness import replay_many
 
     ctx = [i for i in generated if i.source.startswith("generated:context:")]
     assert ctx and any(i.expected.no_flag_fix for i in ctx)

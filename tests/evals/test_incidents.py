@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_triage.evals.incidents import (
+from kb.incidents import (
     CATEGORIES,
     INCIDENTS_DIR,
     Incident,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from sglang_triage.evals.incidents import INCIDENTS_DIR, dump_incidents, load_incidents
-from sglang_triage.evals.recording import export_confirmed
-from sglang_triage.evals.runner import run_eval
-from sglang_triage.kb.records import Records, triage_id
-from sglang_triage.service.engine import Engine
+from kb.incidents import INCIDENTS_DIR, dump_incidents, load_incidents
+from kb.recording import export_confirmed
+from evals.runner import run_eval
+from kb.records import Records, triage_id
+from service.engine.triage import Engine
 
 
 def _save(records: Records, engine: Engine, log: str, options: dict) -> str:
@@ -54,7 +54,7 @@ def test_export_by_source_and_cli(kb, kb_settings, tmp_path, monkeypatch) -> Non
     """Slack confirmations export on their own; the CLI writes the same JSONL."""
     from typer.testing import CliRunner
 
-    from sglang_triage.service.cli import app
+    from service.cli.main import app
 
     seed = {i.id: i for i in load_incidents([INCIDENTS_DIR / "seed.jsonl"])}
     engine = Engine(kb)

@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_triage.evals.cli_eval import eval_command
-from sglang_triage.evals.incidents import INCIDENTS_DIR, FixSpec, Incident, load_incidents
-from sglang_triage.evals.runner import request_for, run_eval
-from sglang_triage.evals.scoring import (
-    Prediction,
-    engine_root_cause,
-    fix_matches,
-    grounded,
-    score,
-)
-from sglang_triage.kb.catalogs import load_catalog
-from sglang_triage.service.engine import Engine
-from tests.api.conftest import make_server
+from evals.cli import eval_command
+from kb.incidents import INCIDENTS_DIR, FixSpec, Incident, load_incidents
+from evals.runner import request_for, run_eval
+from evals.scoring import Prediction, engine_root_cause, fix_matches, grounded, score
+from kb.catalogs import load_catalog
+from service.engine.triage import Engine
+from tests.service.api.conftest import make_server
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_triage.ingest import ts
-from sglang_triage.ingest.acquire import ReleaseSource
-from sglang_triage.ingest.analyze import analyze_batch
-from sglang_triage.ingest.checks import extract_checks, extract_refs, ref_candidates
+from ingest import ts
+from kb.sources import ReleaseSource
+from ingest.analyze import analyze_batch
+from ingest.checks import extract_checks, extract_refs, ref_candidates
 
 #: Starts with a blank line on purpose: a module node starts at its first token.
 TRICKY = textwrap.dedent('''

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_triage.ingest.catalog import Catalog, extract_catalog
+from kb.catalog_types import Catalog
+from ingest.catalog import extract_catalog
 
 
 def _extract(sglang_source, version: str) -> Catalog:

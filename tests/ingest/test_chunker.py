@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from sglang_triage.ingest import chunker, ts
-from sglang_triage.ingest.checks import extract_checks, extract_refs
+from ingest import chunker, ts
+from ingest.checks import extract_checks, extract_refs
 
 SOURCE = textwrap.dedent('''
     import functools
@@ -225,7 +225,7 @@ def _enclosing_by_scan(functions: list, line: int):  # noqa: ANN202
 
 
 def test_enclosing_function_by_bisection_matches_the_linear_scan() -> None:
-    from sglang_triage.ingest.analyze import _Enclosing
+    from ingest.analyze import _Enclosing
 
     data, root = _parse(SOURCE)
     functions = chunker.chunk_file("sglang/x.py", root, data).functions

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_triage.ingest.acquire import read_local
-from sglang_triage.ingest.pipeline import in_scope, index_structure, ingest
-from sglang_triage.kb.base import KnowledgeBase
+from kb.sources import read_local
+from ingest.pipeline import in_scope, index_structure, ingest
+from kb.knowledge import KnowledgeBase
 
 SPEC_FN = "ServerArgs._handle_speculative_decoding"
 SA = "sglang/srt/server_args.py"
@@ -165,7 +165,7 @@ def test_interrupted_embedding_resumes_without_duplicates(kb_settings, sglang_so
         return real_encode(texts, **kw)
 
     monkeypatch.setattr(small.embedder, "encode", dying_encode)
-    from sglang_triage.ingest.pipeline import embed_release
+    from ingest.pipeline import embed_release
 
     with pytest.raises(KeyboardInterrupt):
         embed_release(small, "0.5.11", "default", report)

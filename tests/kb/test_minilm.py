@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sglang_triage.config import Settings
-from sglang_triage.errors import ConfigError
-from sglang_triage.ingest.embed import get_embedder
-from sglang_triage.kb.minilm import NumpyBertEncoder, load_safetensors
+from service.settings import Settings
+from kb.errors import ConfigError
+from kb.embedder import get_embedder
+from kb.query_encoder import NumpyBertEncoder, load_safetensors
 
 TEXTS = [
     "speculative_eagle_topk must be 1 with the trtllm_mha attention backend",
@@ -40,7 +40,7 @@ def test_vectors_equal_sentence_transformers(model_dir: str) -> None:
 
 
 def test_the_api_process_never_imports_torch(model_dir: str) -> None:
-    code = ("import sys; from sglang_triage.kb.minilm import NumpyBertEncoder; "
+    code = ("import sys; from kb.query_encoder import NumpyBertEncoder; "
             f"NumpyBertEncoder({model_dir!r}).encode(['topk']); "
             "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers') "
             "if m in sys.modules))")
@@ -70,7 +70,7 @@ def test_other_folders_are_refused_for_the_fallback(model_dir: str, tmp_path: Pa
 
 
 def test_the_kb_uses_it_unless_told_otherwise(cache_settings: Settings, tmp_path: Path) -> None:
-    from sglang_triage.kb.base import KnowledgeBase
+    from kb.knowledge import KnowledgeBase
 
     settings = cache_settings.model_copy(update={"kb_dir": tmp_path / "kb"})
     fast = KnowledgeBase(settings)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sglang_triage.kb.records import Records
+from kb.records import Records
 
 
 def _result(path: str, function: str, release: str = "0.5.11") -> dict:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sglang_triage.kb.base import KnowledgeBase
-from sglang_triage.kb.search import hybrid_search
-from sglang_triage.kb.store import fts_query
+from kb.knowledge import KnowledgeBase
+from kb.search import hybrid_search
+from kb.store import fts_query
 
 
 def _holds(hit, text: str) -> bool:

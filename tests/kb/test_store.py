@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_triage.errors import KBError
-from sglang_triage.kb.store import SCHEMA_VERSION, Store, pack_text
+from kb.errors import KBError
+from kb.store import SCHEMA_VERSION, Store, pack_text
 
 #: The parts of schema 1 that schema 2 changed.
 SCHEMA_1 = """

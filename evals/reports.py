@@ -1,0 +1,105 @@
+"""Write an :class:`~evals.runner.EvalReport` as JSON, markdown and a PNG plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from evals.runner import EvalReport, SystemReport
+from evals.scoring import METRICS
+
+LABELS = {
+    "release_at_1": "release@1", "exact_location": "exact location",
+    "function_match": "function", "rc_precision": "root-cause P", "rc_recall": "root-cause R",
+    "fix_valid": "fix valid", "fix_match": "fix matches (top-3)",
+    "no_fix_declined": "no-fix declined", "grounded": "grounded",
+}
+PLOTTED = ("exact_location", "function_match", "rc_recall", "fix_match")
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.3f}" if value <= 1.0 else f"{value:.1f}"
+    return str(value)
+
+
+def markdown(report: EvalReport) -> str:
+    """A summary table per system, per category for the engine, and the misses."""
+    names = list(report.systems)
+    lines = [f"# sglang-triage eval — {report.incidents} incidents", "",
+             f"Target: {report.target} · {report.created}", "",
+             "| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for m in METRICS:
+        cells = []
+        for n in names:
+            agg = report.systems[n].aggregate
+            cells.append(f"{_fmt(agg.get(m))} (n={agg.get(f'{m}_n', 0)})"
+                         if agg.get(m) is not None else "–")
+        lines.append(f"| {LABELS[m]} | " + " | ".join(cells) + " |")
+    for key in ("latency_p50_ms", "latency_p95_ms", "errors"):
+        lines.append(f"| {key} | " + " | ".join(_fmt(report.systems[n].aggregate.get(key))
+                                                 for n in names) + " |")
+    eng = report.systems.get("engine")
+    if eng is not None:
+        lines += ["", "## Engine by category", "",
+                  "| category | n | " + " | ".join(LABELS[m] for m in METRICS) + " |",
+                  "|---|---|" + "---|" * len(METRICS)]
+        for cat, agg in eng.by_category.items():
+            lines.append(f"| {cat} | {agg['n']} | "
+                         + " | ".join(_fmt(agg.get(m)) for m in METRICS) + " |")
+        misses = [s for s in eng.incidents if s.error or any(v is False or (
+            isinstance(v, float) and v < 1.0) for v in s.metrics.values())]
+        if misses:
+            lines += ["", "## Engine misses", "", "| incident | status | location | missed |",
+                      "|---|---|---|---|"]
+            for s in misses:
+                missed = ", ".join(LABELS[k] for k, v in s.metrics.items()
+                                   if v is False or (isinstance(v, float) and v < 1.0))
+                lines.append(f"| {s.id} | {s.error or s.status} | {s.location or '–'} | {missed} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: EvalReport, path: Path) -> Path:
+    """Bars of the main metrics by category, one group per system (Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems: list[SystemReport] = list(report.systems.values())
+    cats = sorted({c for s in systems for c in s.by_category})
+    fig, axes = plt.subplots(1, len(PLOTTED), figsize=(4.2 * len(PLOTTED), 4.2), sharey=True)
+    width = 0.8 / max(1, len(systems))
+    for ax, metric in zip(axes, PLOTTED, strict=True):
+        for k, system in enumerate(systems):
+            vals = [system.by_category.get(c, {}).get(metric) for c in cats]
+            xs = [i + k * width for i in range(len(cats))]
+            ax.bar(xs, [v if v is not None else 0.0 for v in vals], width, label=system.name)
+        ax.set_title(LABELS[metric])
+        ax.set_xticks([i + width * (len(systems) - 1) / 2 for i in range(len(cats))])
+        ax.set_xticklabels(cats, rotation=45, ha="right", fontsize=8)
+        ax.set_ylim(0, 1.05)
+    axes[0].set_ylabel("mean over incidents where it applies")
+    axes[-1].legend(fontsize=8)
+    fig.suptitle(f"sglang-triage eval: {report.incidents} incidents")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_reports(report: EvalReport, out_dir: str | Path) -> dict[str, Path]:
+    """``report.json``, ``report.md`` and ``metrics_by_category.png`` in ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "report.json", "markdown": out / "report.md",
+             "plot": out / "metrics_by_category.png"}
+    paths["json"].write_text(json.dumps(report.model_dump(mode="json"), indent=1), encoding="utf-8")
+    paths["markdown"].write_text(markdown(report), encoding="utf-8")
+    plot(report, paths["plot"])
+    return paths
+
+
+__all__ = ["markdown", "plot", "write_reports"]

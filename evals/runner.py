@@ -1,0 +1,217 @@
+"""Run the eval: every incident through the engine (in-process or over HTTP), and baselines.
+
+``run_eval(incidents, engine_or_url)`` sends each incident the way a user would:
+the crash log, the hardware profile and the model (and the model architecture
+when given), plus the launch command when the log itself holds none. The
+release is *not* sent: resolving it is part of what is measured (release@1).
+Against a URL, ``POST {url}/triage`` gets the JSON ``{log, hardware?, model?,
+model_arch?, command?}`` via httpx.
+
+Metrics are defined in :mod:`.scoring`; each system (``engine``, ``grep``,
+``rag``) gets per-incident scores, an aggregate (means over the incidents where
+a metric applies, latency p50/p95) and the same by category.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from kb.knowledge import KnowledgeBase
+from kb.store import Store
+from service.engine.logparse.parse import parse_log
+from kb.incidents import Incident
+from evals.scoring import METRICS, Prediction, from_triage, score
+
+SYSTEMS = ("engine", "grep", "rag")
+
+
+class IncidentScore(BaseModel):
+    id: str
+    category: str
+    source: str
+    status: str
+    error: str | None = None
+    release: str | None = None
+    location: str | None = None
+    root_cause: list[str] = Field(default_factory=list)
+    top_fix: str | None = None
+    latency_ms: float
+    metrics: dict[str, bool | float | None]
+
+
+class SystemReport(BaseModel):
+    name: str
+    incidents: list[IncidentScore]
+    aggregate: dict[str, float | int | None]
+    by_category: dict[str, dict[str, float | int | None]]
+
+
+class EvalReport(BaseModel):
+    created: str
+    target: str
+    incidents: int
+    systems: dict[str, SystemReport]
+
+    @property
+    def engine(self) -> SystemReport:
+        return self.systems["engine"]
+
+
+def request_for(incident: Incident) -> dict[str, Any]:
+    """The JSON a user would send for ``incident`` (no release: that is measured)."""
+    body: dict[str, Any] = {"log": incident.crash_log}
+    for key in ("hardware", "model", "model_arch"):
+        value = getattr(incident, key)
+        if value:
+            body[key] = value
+    if incident.command:
+        try:
+            has_command = parse_log(incident.crash_log).command is not None
+        except Exception:  # noqa: BLE001 - the engine will report the log itself
+            has_command = False
+        if not has_command:
+            body["command"] = incident.command if isinstance(incident.command, str) \
+                else " ".join(incident.command)
+    return body
+
+
+def _engine_call(engine: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def call(body: dict[str, Any]) -> dict[str, Any]:
+        payload = {k: v for k, v in body.items() if k in ("log", "command", "model")}
+        result = engine.triage(payload, hardware=body.get("hardware"), model=body.get("model"),
+                               model_arch=body.get("model_arch"))
+        return result.model_dump(mode="json")
+
+    return call
+
+
+def _http_call(url: str, timeout: float, headers: dict[str, str] | None
+               ) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    import httpx
+
+    client = httpx.Client(base_url=url.rstrip("/"), timeout=timeout, headers=headers or {})
+
+    def call(body: dict[str, Any]) -> dict[str, Any]:
+        resp = client.post("/triage", json=body)
+        if resp.status_code != 200:
+            try:
+                detail = resp.json().get("detail")
+            except ValueError:
+                detail = resp.text[:300]
+            raise RuntimeError(f"HTTP {resp.status_code}: {str(detail)[:300]}")
+        return resp.json()
+
+    return call
+
+
+def _predict_engine(call: Callable[[dict[str, Any]], dict[str, Any]],
+                    incident: Incident) -> Prediction:
+    t0 = time.perf_counter()
+    try:
+        result = call(request_for(incident))
+    except Exception as exc:  # noqa: BLE001 - any failure is scored as a miss, and reported
+        return Prediction(status="error", error=f"{type(exc).__name__}: {str(exc)[:300]}",
+                          root_cause=[], fixes=[], citations=[],
+                          latency_ms=(time.perf_counter() - t0) * 1000)
+    return from_triage(result, (time.perf_counter() - t0) * 1000)
+
+
+def _describe(pred: Prediction) -> tuple[str | None, str | None]:
+    loc = pred.location
+    where = f"{loc.get('path')}:{loc.get('start_line')}-{loc.get('end_line')}" if loc else None
+    fix = None
+    if pred.fixes:
+        f = pred.fixes[0]
+        parts = [f"drop {r}" for r in f.get("remove") or []]
+        parts += [f"{k} {v}" for k, v in (f.get("set") or {}).items()]
+        fix = " ".join(parts) or None
+    return where, fix
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    vals = sorted(values)
+    if len(vals) == 1:
+        return round(vals[0], 1)
+    return round(statistics.quantiles(vals, n=100, method="inclusive")[int(q) - 1], 1)
+
+
+def aggregate(scores: list[IncidentScore]) -> dict[str, float | int | None]:
+    """Means of each metric over the incidents where it applies; latency p50/p95."""
+    out: dict[str, float | int | None] = {"n": len(scores),
+                                          "errors": sum(1 for s in scores if s.error)}
+    for m in METRICS:
+        vals = [float(s.metrics[m]) for s in scores if s.metrics.get(m) is not None]
+        out[m] = round(sum(vals) / len(vals), 4) if vals else None
+        out[f"{m}_n"] = len(vals)
+    lat = [s.latency_ms for s in scores]
+    out["latency_p50_ms"] = _percentile(lat, 50)
+    out["latency_p95_ms"] = _percentile(lat, 95)
+    return out
+
+
+def _system(name: str, incidents: list[Incident], preds: list[Prediction],
+            store: Store | None) -> SystemReport:
+    scores: list[IncidentScore] = []
+    for inc, pred in zip(incidents, preds, strict=True):
+        where, fix = _describe(pred)
+        scores.append(IncidentScore(
+            id=inc.id, category=inc.category, source=inc.source.split(":", 1)[0],
+            status=pred.status, error=pred.error, release=pred.release, location=where,
+            root_cause=list(pred.root_cause or []), top_fix=fix,
+            latency_ms=round(pred.latency_ms, 2), metrics=score(inc, pred, store)))
+    cats: dict[str, list[IncidentScore]] = {}
+    for s in scores:
+        cats.setdefault(s.category, []).append(s)
+    return SystemReport(name=name, incidents=scores, aggregate=aggregate(scores),
+                        by_category={c: aggregate(v) for c, v in sorted(cats.items())})
+
+
+def run_eval(incidents: list[Incident], engine_or_url: Any, *, kb: KnowledgeBase | None = None,
+             baselines: bool = False, timeout: float = 120.0,
+             headers: dict[str, str] | None = None,
+             progress: Callable[[str, int, int], None] | None = None) -> EvalReport:
+    """Evaluate ``incidents`` with the engine (an ``Engine`` or a service URL).
+
+    ``kb`` is needed for grounding checks and baselines; for an in-process engine
+    it defaults to the engine's own KB.
+    """
+    if isinstance(engine_or_url, str):
+        call = _http_call(engine_or_url, timeout, headers)
+        target = engine_or_url
+    else:
+        call = _engine_call(engine_or_url)
+        target = "in-process"
+        kb = kb or getattr(engine_or_url, "kb", None)
+    store = kb.store if kb is not None else None
+    preds: dict[str, list[Prediction]] = {"engine": []}
+    for i, inc in enumerate(incidents, start=1):
+        preds["engine"].append(_predict_engine(call, inc))
+        if progress:
+            progress("engine", i, len(incidents))
+    if baselines:
+        if kb is None:
+            raise ValueError("baselines need a local KB (kb=...)")
+        from evals.baselines import RagBaseline, grep_baseline
+
+        preds["grep"] = [grep_baseline(kb.store, inc) for inc in incidents]
+        rag = RagBaseline(kb)
+        preds["rag"] = []
+        for i, inc in enumerate(incidents, start=1):
+            preds["rag"].append(rag.predict(inc))
+            if progress:
+                progress("rag", i, len(incidents))
+    systems = {name: _system(name, incidents, p, store) for name, p in preds.items()}
+    return EvalReport(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                      target=target, incidents=len(incidents), systems=systems)
+
+
+__all__ = ["SYSTEMS", "EvalReport", "IncidentScore", "SystemReport", "aggregate", "request_for",
+           "run_eval"]

@@ -1,0 +1,298 @@
+"""Score one prediction against an incident's expected answer.
+
+A :class:`Prediction` is what any system under evaluation said (the engine's
+``TriageResult`` JSON through :func:`from_triage`, or a baseline). The metrics,
+each None where it does not apply:
+
+``release_at_1``  the resolved release equals ``expected.release`` (scored when set)
+``exact_location`` same release, path, start and end line (scored when the expected
+                  location has lines)
+``function_match`` same path and function name (scored when a location is expected)
+``rc_precision`` / ``rc_recall``  root-cause flags, compared as attributes. The
+                  engine's root-cause flags are the user-set flags (input source
+                  ``flag``) read by failing atoms of the innermost piece of the path
+                  condition that has any: the assert's test, else the innermost guard,
+                  then outwards; call-site guards never count. (For an argparse error:
+                  the flags the top fix removes or renames.) Precision is scored when
+                  something is predicted, recall when something is expected.
+``fix_valid``     the top fix verifies: ``fixes_check`` true, no trips, and no rule
+                  verdict ``violated`` with severity ``error`` (scored when a flag fix
+                  is expected, or one was proposed)
+``fix_match``     one of the top three fixes equals an acceptable fix (same flags
+                  removed, same values set, spellings compared as attributes; or the
+                  same resulting command once parsed) — scored when acceptable fixes exist
+``no_fix_declined`` no verified fix is proposed (scored when ``expected.no_flag_fix``)
+``grounded``      every citation resolves to an existing line of an ingested release
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from kb.catalog_types import Catalog
+from kb.catalogs import load_catalog
+from kb.store import Store
+from service.engine.flags.parse import apply_edits, parse_argv
+from kb.incidents import FixSpec, Incident
+
+METRICS: tuple[str, ...] = ("release_at_1", "exact_location", "function_match", "rc_precision",
+                            "rc_recall", "fix_valid", "fix_match", "no_fix_declined", "grounded")
+
+_CITE = re.compile(r"^(?P<rel>[^:]+):(?P<path>[^:]+):(?P<start>\d+)(?:-(?P<end>\d+))?$")
+
+
+@dataclass
+class Prediction:
+    """What a system said about one incident (fields it does not produce stay None)."""
+
+    status: str = "unlocated"
+    release: str | None = None
+    location: dict[str, Any] | None = None  # path, function, start_line, end_line
+    root_cause: list[str] | None = None  # flag spellings or attrs
+    fixes: list[dict[str, Any]] | None = None  # set, remove, argv?, fixes_check?, trips?
+    verified_fixes: bool = True  # False: fixes carry no verification (fix_valid N/A)
+    resolves_release: bool = True  # False: the release was given (release@1 N/A)
+    citations: list[str] | None = None
+    error: str | None = None
+    latency_ms: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------ engine results
+
+
+def _norm_text(text: str) -> str:
+    return re.sub(r"\s+", "", text).replace('"', "'").replace("(", "").replace(")", "")
+
+
+def _leaves(condition: str) -> list[str]:
+    """The atom texts a condition splits into (operands of and/or/not), normalised."""
+    try:
+        node = ast.parse(condition.strip(), mode="eval").body
+    except SyntaxError:
+        return [_norm_text(condition)]
+    out: list[str] = []
+
+    def walk(n: ast.expr) -> None:
+        if isinstance(n, ast.BoolOp):
+            for v in n.values:
+                walk(v)
+        elif isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
+            walk(n.operand)
+        else:
+            out.append(_norm_text(ast.unparse(n)))
+
+    walk(node)
+    return out
+
+
+def _group_guard_atoms(atoms: list[dict[str, Any]], guards: list[str]) -> dict[int, list[dict[str, Any]]]:
+    """Assign guard atoms (in order) to the guards they came from.
+
+    Each guard's leaves are consumed in turn; an atom that is not a leaf of the
+    current guard moves on to the first later guard that has it (the same text
+    may appear in several guards). Atoms no guard explains stay with the current one.
+    """
+    pending = [_leaves(g) for g in guards]
+    groups: dict[int, list[dict[str, Any]]] = {}
+    pointer = 0
+    for atom in atoms:
+        text = _norm_text(atom.get("text") or "")
+        for idx in range(pointer, len(guards)):
+            if text in pending[idx]:
+                pending[idx].remove(text)
+                pointer = idx
+                break
+        groups.setdefault(pointer, []).append(atom)
+    return groups
+
+
+def engine_root_cause(result: dict[str, Any]) -> list[str]:
+    """Root-cause attrs from a ``TriageResult`` JSON (see the module docstring)."""
+    if result.get("status") == "argparse":
+        flags: list[str] = []
+        for fix in result.get("fixes", [])[:1]:
+            flags += list(fix.get("remove") or [])
+            if not flags:
+                flags += list((fix.get("set") or {}).keys())
+        return flags
+    ev = result.get("evaluation") or {}
+    check = result.get("check") or {}
+    guards = [g.get("condition") or "" for g in check.get("guards") or []]
+    atoms = [a for a in ev.get("atoms") or [] if a.get("role") == "guard"]
+    groups = _group_guard_atoms(atoms, guards)
+    tests = [a for a in ev.get("atoms") or [] if a.get("role") == "test"]
+    if tests:
+        groups[len(guards)] = tests
+    for idx in sorted(groups, reverse=True):
+        found: list[str] = []
+        for atom in groups[idx]:
+            if not atom.get("failing"):
+                continue
+            for inp in atom.get("inputs") or []:
+                if inp.get("source") == "flag" and inp.get("name") not in found:
+                    found.append(inp["name"])
+        if found:
+            return sorted(found)
+    return []
+
+
+def from_triage(result: dict[str, Any], latency_ms: float = 0.0) -> Prediction:
+    """A :class:`Prediction` from a ``TriageResult`` (as JSON)."""
+    loc = result.get("location")
+    citations = list(result.get("citations") or [])
+    if loc and loc.get("citation"):
+        citations.append(loc["citation"])
+    citations += [r["citation"] for r in result.get("references") or [] if r.get("citation")]
+    fixes = [{"set": f.get("set") or {}, "remove": f.get("remove") or [], "argv": f.get("argv"),
+              "fixes_check": f.get("fixes_check"), "trips": f.get("trips") or [],
+              "rule_verdicts": f.get("rule_verdicts") or []}
+             for f in result.get("fixes") or []]
+    return Prediction(
+        status=result.get("status", "unlocated"),
+        release=(result.get("release") or {}).get("release"),
+        location={k: loc.get(k) for k in ("path", "function", "start_line", "end_line")}
+        if loc else None,
+        root_cause=engine_root_cause(result), fixes=fixes, citations=citations,
+        latency_ms=latency_ms)
+
+
+# ------------------------------------------------------------------------ scoring
+
+
+def _attr(flag: str, catalog: Catalog | None) -> str:
+    if catalog is None:
+        return flag
+    spec = catalog.by_flag().get(flag.split("=", 1)[0])
+    if spec is not None:
+        return spec.attr
+    if flag in catalog.by_attr():
+        return flag
+    return flag
+
+
+def _norm_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(float(value))
+    text = str(value).strip()
+    if text.lower() in ("true", "false"):
+        return text.lower()
+    try:
+        return repr(float(text))
+    except ValueError:
+        return text
+
+
+def _edit_key(set_: dict[str, Any], remove: list[str], catalog: Catalog | None
+              ) -> tuple[frozenset[tuple[str, str]], frozenset[str]]:
+    return (frozenset((_attr(k, catalog), _norm_value(v)) for k, v in set_.items()),
+            frozenset(_attr(r, catalog) for r in remove))
+
+
+def _effect(argv: list[str], catalog: Catalog) -> tuple[Any, ...]:
+    parsed = parse_argv(argv, catalog)
+    return (tuple(sorted((a, _norm_value(pf.value)) for a, pf in parsed.values.items())),
+            tuple(sorted(parsed.unknown)))
+
+
+def fix_matches(fix: dict[str, Any], acceptable: FixSpec, command: list[str],
+                catalog: Catalog | None) -> bool:
+    """Does ``fix`` (set/remove, maybe argv) equal the acceptable edit?"""
+    if _edit_key(fix.get("set") or {}, fix.get("remove") or [], catalog) == \
+            _edit_key(acceptable.set, acceptable.remove, catalog):
+        return True
+    if catalog is None or not command or not fix.get("argv"):
+        return False
+    try:
+        wanted = apply_edits(command, catalog, set=dict(acceptable.set),
+                             remove=list(acceptable.remove))
+    except KeyError:
+        return False
+    before = _effect(command, catalog)
+    after = _effect(wanted, catalog)
+    return after != before and after == _effect(list(fix["argv"]), catalog)
+
+
+def grounded(store: Store, citations: list[str]) -> bool | None:
+    """Every citation names an existing line of an ingested release (None: no citations)."""
+    if not citations:
+        return None
+    for cite in citations:
+        m = _CITE.match(cite.strip())
+        if m is None or store.release(m["rel"]) is None:
+            return False
+        first = int(m["start"])
+        last = int(m["end"] or first)
+        if not store.file_lines(m["rel"], m["path"], first, first) or \
+                not store.file_lines(m["rel"], m["path"], last, last) or last < first:
+            return False
+    return True
+
+
+def catalog_for(store: Store | None, release: str | None) -> Catalog | None:
+    if store is None:
+        return None
+    rels = [r["version"] for r in store.releases()]
+    version = release if release in rels else (sorted(rels, key=_vkey)[-1] if rels else None)
+    if version is None:
+        return None
+    try:
+        return load_catalog(store, version)
+    except Exception:  # noqa: BLE001 - a release without catalog: compare spellings
+        return None
+
+
+def _vkey(v: str) -> tuple[int, ...]:
+    return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.+]", v)[:4])
+
+
+def score(incident: Incident, pred: Prediction, store: Store | None) -> dict[str, Any]:
+    """Per-incident metrics (None where a metric does not apply)."""
+    exp = incident.expected
+    catalog = catalog_for(store, exp.release or pred.release)
+    out: dict[str, Any] = dict.fromkeys(METRICS)
+    if exp.release is not None and pred.resolves_release:
+        out["release_at_1"] = pred.release == exp.release
+    loc = pred.location
+    if exp.location is not None:
+        same_fn = bool(loc) and loc.get("path") == exp.location.path and \
+            str(loc.get("function") or "").rsplit(".", 1)[-1] == exp.location.function.rsplit(".", 1)[-1]
+        out["function_match"] = same_fn
+        if exp.location.start_line is not None and exp.release is not None:
+            out["exact_location"] = bool(
+                same_fn and pred.release == exp.release and loc
+                and (loc.get("start_line"), loc.get("end_line"))
+                == (exp.location.start_line, exp.location.end_line))
+    if pred.root_cause is not None:
+        want = {_attr(f, catalog) for f in exp.root_cause_flags}
+        got = {_attr(f, catalog) for f in pred.root_cause}
+        if got:
+            out["rc_precision"] = len(got & want) / len(got)
+        if want:
+            out["rc_recall"] = len(got & want) / len(want)
+    if pred.fixes is not None:
+        top = pred.fixes[0] if pred.fixes else None
+        if pred.verified_fixes and (exp.no_flag_fix is None or top is not None):
+            out["fix_valid"] = bool(top) and top.get("fixes_check") == "true" and \
+                not top.get("trips") and not any(
+                    rv.get("verdict") == "violated" and rv.get("severity") == "error"
+                    for rv in top.get("rule_verdicts") or [])
+        if exp.acceptable_fixes:
+            command = incident.command_argv()
+            out["fix_match"] = any(fix_matches(f, a, command, catalog)
+                                   for f in pred.fixes[:3] for a in exp.acceptable_fixes)
+        if exp.no_flag_fix is not None:
+            out["no_fix_declined"] = not any(
+                f.get("fixes_check") in ("true", None) for f in pred.fixes)
+    if store is not None and pred.citations is not None:
+        out["grounded"] = grounded(store, pred.citations)
+    return out
+
+
+__all__ = ["METRICS", "Prediction", "engine_root_cause", "fix_matches", "from_triage",
+           "grounded", "score"]

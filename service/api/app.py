@@ -1,0 +1,380 @@
+"""The HTTP API (FastAPI): ``POST /triage`` and friends.
+
+Settings come from :func:`~service.settings.get_settings` through
+``Depends(app_settings)``; the KB and engine are built once per KB folder. Tests swap them
+with ``app.dependency_overrides``. Every error is JSON with a ``detail`` and,
+for inputs we could not use, what *was* understood; no input produces a 500.
+
+Endpoints: ``POST /triage`` (text/plain log or JSON ``{log, command?,
+release?, hardware?, model?, python?}``), ``GET /triage/{id}``,
+``POST /incidents/{id}/confirm``, ``GET /search``, ``GET /releases``,
+``GET /healthz``, ``GET /readyz``; the web page (:mod:`.web`) at ``/``.
+Bearer API keys (``TRIAGE_API_KEYS``)
+guard everything but the health checks and the static page.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from functools import lru_cache
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+
+from service.settings import Settings, get_settings
+from service.errors import BinaryInput, EmptyInput, InputTooLarge, LogParseError, UnknownRelease
+from kb.errors import ConfigError, ReleaseNotIngested, TriageError, VectorStoreError
+from kb.knowledge import KnowledgeBase
+from kb.records import Records, triage_id
+from service.engine.triage import Engine
+
+log = logging.getLogger("api")
+
+_STATUS: list[tuple[type[TriageError], int]] = [
+    (EmptyInput, 400), (BinaryInput, 415), (InputTooLarge, 413), (LogParseError, 422),
+    (ReleaseNotIngested, 404), (UnknownRelease, 422), (ConfigError, 400), (VectorStoreError, 503),
+]
+
+EXAMPLE_LOG = (
+    "python -m sglang.launch_server --model-path /models/Kimi-K2.6 --tp 8 "
+    "--speculative-algorithm EAGLE3 --speculative-draft-model-path /models/eagle3 "
+    "--speculative-eagle-topk 4 --speculative-num-draft-tokens 8\n"
+    "Traceback (most recent call last):\n"
+    '  File "/usr/lib/python3.12/site-packages/sglang/srt/server_args.py", line 3519, '
+    "in _handle_speculative_decoding\n    assert (\nAssertionError\n"
+)
+
+
+@lru_cache(maxsize=8)
+def _kb_for(kb_path: str, chroma_url: str | None, model: str | None) -> KnowledgeBase:
+    return KnowledgeBase(Settings(kb_dir=kb_path, chroma_url=chroma_url, embedding_model=model))
+
+
+@lru_cache(maxsize=8)
+def _records_for(kb_path: str) -> Records:
+    from pathlib import Path
+
+    return Records(Path(kb_path) / "records.sqlite")
+
+
+def kb_for(settings: Settings) -> KnowledgeBase:
+    """The process-wide KB of ``settings`` (one per KB folder, Chroma URL and model)."""
+    return _kb_for(str(settings.kb_path), settings.chroma_url, settings.embedding_model)
+
+
+def records_for(settings: Settings) -> Records:
+    """The process-wide triage records of ``settings``' KB folder."""
+    return _records_for(str(settings.kb_path))
+
+
+# The dependencies are ``async`` although they do not await: FastAPI runs a sync
+# dependency on a worker thread, and these are cheap lookups that would spend
+# more on the thread hop than on their work.
+async def app_settings() -> Settings:
+    """The process-wide :func:`~service.settings.get_settings` (tests override this)."""
+    return get_settings()
+
+
+async def get_kb(settings: Annotated[Settings, Depends(app_settings)]) -> KnowledgeBase:
+    return kb_for(settings)
+
+
+async def get_engine(kb: Annotated[KnowledgeBase, Depends(get_kb)],
+                     settings: Annotated[Settings, Depends(app_settings)]) -> Engine:
+    return Engine(kb, settings)
+
+
+async def get_records(settings: Annotated[Settings, Depends(app_settings)]) -> Records:
+    return records_for(settings)
+
+
+async def require_key(request: Request,
+                      settings: Annotated[Settings, Depends(app_settings)]) -> None:
+    if not settings.api_keys:
+        return
+    auth = request.headers.get("authorization", "")
+    token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+    if token not in settings.api_keys:
+        raise HTTPException(401, "missing or wrong bearer API key",
+                            headers={"WWW-Authenticate": "Bearer"})
+
+
+class TriageRequest(BaseModel):
+    log: str
+    command: str | list[str] | None = None
+    release: str | None = None
+    hardware: str | None = None
+    model: str | None = None
+    model_arch: str | None = None
+    python: str | None = None
+
+
+class ConfirmRequest(BaseModel):
+    fix: dict[str, Any]
+    note: str = ""
+    #: which front end the confirmation came from (``export-incidents --source``)
+    source: Literal["api", "web"] = "api"
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title="sglang-triage", version="0.1.0",
+                  description="Why did SGLang refuse to start, and which flag change fixes it?")
+
+    app.add_middleware(RequestIdMiddleware)
+
+    @app.exception_handler(TriageError)
+    async def triage_error(_: Request, exc: TriageError) -> JSONResponse:
+        status = next((code for cls, code in _STATUS if isinstance(exc, cls)), 422)
+        return JSONResponse({"detail": exc.message, "error": type(exc).__name__, **exc.details},
+                            status_code=status)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    def readyz(kb: Annotated[KnowledgeBase, Depends(get_kb)]) -> JSONResponse:
+        releases = [r["version"] for r in kb.store.releases()]
+        chroma = _vectors_ok(kb, ttl_s=0.0)
+        ready = bool(releases)
+        body = {"ready": ready, "releases": releases, "chroma": "ok" if chroma else "unreachable",
+                "degraded": not chroma}
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    @app.get("/releases", dependencies=[Depends(require_key)])
+    def releases(kb: Annotated[KnowledgeBase, Depends(get_kb)]) -> list[dict[str, Any]]:
+        return kb.store.releases()
+
+    @app.get("/search", dependencies=[Depends(require_key)])
+    def search(q: Annotated[str, Query(min_length=1, max_length=2000)],
+               release: str, kb: Annotated[KnowledgeBase, Depends(get_kb)],
+               k: Annotated[int, Query(ge=1, le=50)] = 5) -> dict[str, Any]:
+        from kb.search import hybrid_search
+
+        return hybrid_search(kb, q, release, k=k).as_dict()
+
+    @app.post("/triage", dependencies=[Depends(require_key)],
+              openapi_extra={"requestBody": {"content": {
+                  "text/plain": {"schema": {"type": "string"}, "example": EXAMPLE_LOG},
+                  "application/json": {"schema": TriageRequest.model_json_schema(),
+                                       "example": {"log": EXAMPLE_LOG, "release": "0.5.11",
+                                                   "hardware": "rtx-pro-6000-x8"}}},
+                  "required": True}})
+    async def triage(request: Request, settings: Annotated[Settings, Depends(app_settings)],
+                     engine: Annotated[Engine, Depends(get_engine)],
+                     records: Annotated[Records, Depends(get_records)],
+                     release: str | None = None, hardware: str | None = None,
+                     model: str | None = None, model_arch: str | None = None,
+                     replay: bool = True) -> Response:
+        body = await _read_limited(request, settings.max_body_bytes)
+        payload: str | dict[str, Any]
+        ctype = request.headers.get("content-type", "text/plain").split(";")[0].strip().lower()
+        if ctype == "application/json":
+            try:
+                data = json.loads(body.decode("utf-8"))
+                req = TriageRequest.model_validate(data)
+            except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+                raise HTTPException(422, f"invalid JSON body: {str(exc)[:300] or type(exc).__name__}",
+                                    ) from exc
+            payload = req.model_dump(exclude_none=True)
+            if isinstance(req.command, list):
+                payload["command"] = " ".join(req.command)
+            release = release or req.release
+            hardware = hardware or req.hardware
+            model_arch = model_arch or req.model_arch
+            text = req.log
+        else:
+            if b"\x00" in body:
+                raise BinaryInput("the body holds NUL bytes: send the crash log as UTF-8 text")
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise BinaryInput("the body is not UTF-8 text") from exc
+            payload = text
+        options = {"release": release, "hardware": hardware, "model": model, "model_arch": model_arch}
+        body = await run_in_threadpool(_answer, engine, records, settings, payload, text, options,
+                                       replay)
+        return Response(body, media_type="application/json")
+
+    @app.post("/lint", dependencies=[Depends(require_key)],
+              openapi_extra={"requestBody": {"content": {"application/json": {"example": {
+                  "release": "0.5.11", "hardware": "rtx-pro-6000-x8",
+                  "command": "python -m sglang.launch_server --model-path /models/Kimi-K2.6 --tp 8 "
+                             "--speculative-algorithm EAGLE3 --speculative-eagle-topk 4"}}}}})
+    def lint(body: dict[str, Any], kb: Annotated[KnowledgeBase, Depends(get_kb)]) -> dict[str, Any]:
+        from service.engine.rules.payloads import lint_payload
+
+        try:
+            return lint_payload(kb.store, body)
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)[:500]) from exc
+
+    @app.get("/rules", dependencies=[Depends(require_key)])
+    def rules(kb: Annotated[KnowledgeBase, Depends(get_kb)], release: str | None = None,
+              origin: str | None = None, severity: str | None = None, q: str | None = None,
+              limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+              offset: Annotated[int, Query(ge=0)] = 0) -> dict[str, Any]:
+        from service.engine.rules.payloads import rules_payload
+
+        return rules_payload(kb.store, release=release, origin=origin, severity=severity, q=q,
+                             limit=limit, offset=offset)
+
+    @app.get("/triage/{tid}", dependencies=[Depends(require_key)])
+    def get_triage(tid: str, records: Annotated[Records, Depends(get_records)]) -> dict[str, Any]:
+        rec = records.get(tid)
+        if rec is None:
+            raise HTTPException(404, f"no stored triage {tid}")
+        return rec
+
+    @app.post("/incidents/{tid}/confirm", dependencies=[Depends(require_key)])
+    def confirm(tid: str, body: ConfirmRequest,
+                records: Annotated[Records, Depends(get_records)]) -> dict[str, Any]:
+        if not records.confirm(tid, body.fix, body.note, source=body.source):
+            raise HTTPException(404, f"no stored triage {tid}")
+        return {"id": tid, "confirmed": True}
+
+    @app.get("/incidents", dependencies=[Depends(require_key)],
+             response_class=PlainTextResponse)
+    def export(records: Annotated[Records, Depends(get_records)],
+               kb: Annotated[KnowledgeBase, Depends(get_kb)],
+               source: Literal["api", "web", "slack"] | None = None) -> PlainTextResponse:
+        """Confirmed triages as eval incidents, JSONL (``sglang-triage eval --incidents``)."""
+        from kb.recording import export_confirmed
+
+        lines = [json.dumps(i.model_dump(mode="json"), ensure_ascii=False) + "\n"
+                 for i in export_confirmed(records, kb.store, source=source)]
+        return PlainTextResponse("".join(lines), media_type="application/x-ndjson")
+
+    from service.web import mount_web
+
+    mount_web(app, require_key, get_kb)  # the page at / and /t/{id}, /static, /hardware, /source
+    settings = get_settings()
+    if settings.slack_bot_token and settings.slack_signing_secret:
+        from service.slack.bot import mount_slack
+
+        mount_slack(app, settings)
+    return app
+
+
+def _answer(engine: Engine, records: Records, settings: Settings, payload: str | dict[str, Any],
+            text: str, options: dict[str, str | None], replay: bool) -> bytes:
+    """Triage, store and encode one answer (on a worker thread: all of it blocks).
+
+    The answer is encoded to JSON once; the same text is stored and returned.
+    """
+    result = engine.triage(payload, max_bytes=settings.max_body_bytes, **options)
+    tid = triage_id(text if isinstance(payload, str) else json.dumps(payload, sort_keys=True), options)
+    result.id = tid
+    if not _vectors_ok(engine.kb):
+        result.degraded.append("vector store unreachable: search falls back to keywords")
+    if result.location is not None:
+        result.similar = records.similar(result.location.path, result.location.function,
+                                         exclude=tid)
+    request_record = {"options": options, "log": text[:200_000]}
+    wants_replay = replay and result.status == "located" and settings.replay_enabled
+    if wants_replay:
+        result.replay = {"status": "pending",
+                         "detail": f"GET /triage/{tid} shows the replay verdicts when done"}
+    encoded = result.model_dump_json()
+    # stored before the replay starts: a replay answered from its cache may finish (and
+    # store its verdicts) at once, and must not be overwritten by this "pending" record
+    records.save(tid, request_record, encoded)
+    if wants_replay:
+        from service.replay.background import schedule
+
+        fut = schedule(settings, json.loads(encoded), list(result.parsed.command or []),
+                       result.parsed.hardware, result.parsed.model_arch,
+                       lambda updated: records.save(tid, request_record, updated))
+        if fut is None:
+            result.replay = {"status": "unavailable",
+                             "detail": "replay needs the release's PyPI wheel and a command"}
+            encoded = result.model_dump_json()
+            records.save(tid, request_record, encoded)
+    return encoded.encode("utf-8")
+
+
+class RequestIdMiddleware:
+    """Gives every HTTP response an ``x-request-id`` (the client's, if sane) and logs
+    one JSON line per request (method, path, status, ms).
+
+    A plain ASGI middleware: Starlette's ``BaseHTTPMiddleware`` would add a task
+    and a stream copy to every request.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = _request_id(dict(scope.get("headers") or ()).get(b"x-request-id", b""))
+        t0 = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()), (b"x-request-id", rid)]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            if log.isEnabledFor(logging.INFO):
+                log.info(json.dumps({"request_id": rid.decode(), "method": scope.get("method"),
+                                     "path": scope.get("path"), "status": status,
+                                     "ms": round((time.perf_counter() - t0) * 1000, 2)}))
+
+
+_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,64}")
+
+
+def _request_id(given: bytes) -> bytes:
+    """The client's request id when it is short and plain, else a fresh one."""
+    return given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex[:12].encode()
+
+
+_health: dict[int, tuple[float, bool]] = {}
+
+
+def _vectors_ok(kb: KnowledgeBase, ttl_s: float = 5.0) -> bool:
+    """Chroma's health, re-checked at most every ``ttl_s`` seconds per KB."""
+    now = time.monotonic()
+    hit = _health.get(id(kb))
+    if hit is None or now - hit[0] > ttl_s:
+        ok = kb.vectors_ok()
+        if not ok:
+            kb.reset_vectors()  # reconnect on the next check
+        hit = (now, ok)
+        _health[id(kb)] = hit
+    return hit[1]
+
+
+async def _read_limited(request: Request, limit: int) -> bytes:
+    length = request.headers.get("content-length")
+    if length and length.isdigit() and int(length) > limit:
+        raise InputTooLarge(f"the body is {int(length)} bytes; the limit is {limit}",
+                            details={"limit": limit})
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise InputTooLarge(f"the body exceeds the limit of {limit} bytes", details={"limit": limit})
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    if not body.strip():
+        raise EmptyInput("the body is empty: POST the crash log as text/plain or JSON {\"log\": ...}")
+    return body
+
+
+app = create_app()

@@ -1,0 +1,296 @@
+"""The ``sglang-triage`` command line.
+
+Sub-commands: ``ingest``, ``releases``, ``search``, ``serve`` and, from the
+engine and rule modules, ``triage``, ``lint``, ``eval`` and ``replay``. Every
+command reads :class:`~service.settings.Settings` from the environment,
+so ``TRIAGE_HOME``/``TRIAGE_KB_DIR`` pick the cache and KB folders.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from service.settings import Settings
+from kb.errors import TriageError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Explain why an SGLang server refused to start, and check the fix.")
+console = Console(stderr=True)
+out = Console()
+
+
+def _settings() -> Settings:
+    return Settings()
+
+
+def _fail(exc: TriageError) -> None:
+    console.print(f"[red]error:[/red] {exc.message}")
+    raise typer.Exit(2)
+
+
+class _BarProgress:
+    """Adapts the ingest progress callback to one rich bar per stage."""
+
+    def __init__(self, bar: Progress, version: str) -> None:
+        self.bar, self.version, self.tasks = bar, version, {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage not in self.tasks:
+            self.tasks[stage] = self.bar.add_task(f"{self.version} {stage}", total=total)
+        self.bar.update(self.tasks[stage], completed=done, total=total)
+
+
+@app.command()
+def ingest(
+    release: Annotated[list[str] | None, typer.Option("--release", "-r",
+                       help="PyPI release to ingest (repeatable).")] = None,
+    path: Annotated[list[Path] | None, typer.Option("--path", help="Local checkout or site-packages.")] = None,
+    version: Annotated[str | None, typer.Option(help="Version for --path when metadata has none.")] = None,
+    scope: Annotated[str, typer.Option(help="Embedding scope: none | default | full.")] = "default",
+    force: Annotated[bool, typer.Option(help="Re-index even if unchanged.")] = False,
+    defaults: Annotated[bool, typer.Option("--defaults", help="Ingest TRIAGE_RELEASES.")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Download (or read) SGLang releases and index them into the KB."""
+    from kb.sources import fetch_release, read_local
+    from ingest.pipeline import ingest as run_ingest
+    from kb.knowledge import KnowledgeBase
+
+    settings = _settings()
+    releases = list(release or [])
+    if defaults:
+        releases += [r for r in settings.releases if r not in releases]
+    if not releases and not path:
+        console.print("nothing to ingest: give --release, --path or --defaults")
+        raise typer.Exit(2)
+    kb = KnowledgeBase(settings)
+    reports = []
+    try:
+        sources = [fetch_release(r, wheel_dir=settings.wheel_dir, source_dir=settings.source_dir,
+                                 index_url=settings.pip_index_url) for r in releases]
+        sources += [read_local(p, version=version) for p in (path or [])]
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=True) as bar:
+            for src in sources:
+                progress = _BarProgress(bar, src.version)
+                report = run_ingest(kb, src, scope=scope, force=force, progress=progress)
+                reports.append(report.as_dict())
+                console.print(
+                    f"[green]{src.version}[/green] {report.structure}: {report.files} files, "
+                    f"{report.functions} functions, {report.checks} checks, {report.flags} flags; "
+                    f"embedded {report.embedded} new, {report.reused} reused "
+                    f"({report.scope}); {report.timings}")
+                if report.parse_errors:
+                    console.print(f"  [yellow]{len(report.parse_errors)} files with syntax "
+                                  f"errors (indexed as far as they parse)[/yellow]")
+    except TriageError as exc:
+        _fail(exc)
+    if as_json:
+        out.print_json(json.dumps(reports))
+
+
+@app.command()
+def releases(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """List the releases in the KB."""
+    from kb.knowledge import KnowledgeBase
+
+    rows = KnowledgeBase(_settings()).store.releases()
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    table = Table("release", "status", "files", "functions", "checks", "flags", "embedded", "origin")
+    for r in rows:
+        table.add_row(r["version"], r["status"], str(r["files"]), str(r["functions"]),
+                      str(r["checks"]), str(r["flags"]), r["embedded_scope"] or "", r["origin"])
+    out.print(table)
+
+
+@app.command()
+def search(
+    query: str,
+    release: Annotated[str, typer.Option("--release", "-r")],
+    k: Annotated[int, typer.Option("-k")] = 5,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Hybrid (BM25 + dense) search over one release's source."""
+    from kb.knowledge import KnowledgeBase
+    from kb.search import hybrid_search
+
+    try:
+        result = hybrid_search(KnowledgeBase(_settings()), query, release, k=k)
+    except TriageError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        out.print_json(json.dumps(result.as_dict()))
+        return
+    if result.degraded:
+        console.print(f"[yellow]keyword only: {result.degraded}[/yellow]")
+    for hit in result.hits:
+        out.print(f"[bold]{hit.citation}[/bold]  {hit.qualname}  score={hit.score} {hit.ranks}")
+        first = hit.text.strip().splitlines()[:3]
+        for line in first:
+            out.print(f"    {line}", markup=False, highlight=False)
+
+
+@app.command()
+def triage(
+    file: Annotated[str, typer.Argument(help="Crash log file, or - for stdin.")],
+    release: Annotated[str | None, typer.Option("--release", "-r")] = None,
+    hardware: Annotated[str | None, typer.Option(help="Hardware profile, e.g. rtx-pro-6000-x8.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model path or name.")] = None,
+    model_arch: Annotated[str | None, typer.Option(help="HF architecture, e.g. DeepseekV3ForCausalLM.")] = None,
+    command: Annotated[str | None, typer.Option(help="The launch command, if not in the log.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Diagnose a crash log and propose checked fixes."""
+    from kb.knowledge import KnowledgeBase
+    from service.engine.triage import Engine
+    from service.cli.render import render_result
+
+    text = sys.stdin.read() if file == "-" else Path(file).read_text(errors="replace")
+    payload: str | dict = {"log": text, "command": command} if command else text
+    try:
+        result = Engine(KnowledgeBase(_settings())).triage(
+            payload, release=release, hardware=hardware, model=model, model_arch=model_arch)
+    except TriageError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        out.print_json(result.model_dump_json())
+        return
+    render_result(result, out)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def lint(
+    ctx: typer.Context,
+    release: Annotated[str, typer.Option("--release", "-r")],
+    hardware: Annotated[str | None, typer.Option(help="Hardware profile, e.g. b200-x8.")] = None,
+    model_arch: Annotated[str | None, typer.Option(help="HF architecture.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Check a launch command against the rule cards before anyone waits for a model to load.
+
+    Usage: sglang-triage lint --release 0.5.11 --hardware rtx-pro-6000-x8 -- <launch flags>
+    """
+    from service.engine.rules.payloads import lint_command
+
+    raise typer.Exit(lint_command(release, hardware, model_arch, list(ctx.args), as_json))
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def replay(
+    ctx: typer.Context,
+    release: Annotated[str, typer.Option("--release", "-r")],
+    hardware: Annotated[str | None, typer.Option(help="Hardware profile, e.g. rtx-pro-6000-x8.")] = None,
+    model_arch: Annotated[str | None, typer.Option(help="HF architecture of the generated model.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Run the release's own argument validation on a declared machine (CPU-only, isolated).
+
+    Exit status: 0 passed, 1 SGLang refused the flags, 3 harness error (no verdict), 2 bad input.
+    """
+    from service.cli.replay import replay_command
+
+    raise typer.Exit(replay_command(release, hardware, model_arch, list(ctx.args), as_json))
+
+
+@app.command(name="eval")
+def eval_(
+    incidents: Annotated[list[str] | None, typer.Option("--incidents", help="JSONL files or folders.")] = None,
+    against: Annotated[str | None, typer.Option(help="URL of a running service (else in-process).")] = None,
+    out: Annotated[str, typer.Option(help="Folder for the JSON, markdown and PNG reports.")] = "evals/reports",
+    baselines: Annotated[bool, typer.Option(help="Score the grep and naive-RAG baselines too.")] = True,
+    gate: Annotated[bool, typer.Option(help="Exit 1 when a metric is below the checked-in thresholds.")] = False,
+) -> None:
+    """Run the eval suite over recorded incidents (the shipped ones by default)."""
+    from evals.cli import eval_command
+
+    raise typer.Exit(eval_command(incidents, against, out, baselines, gate=gate))
+
+
+@app.command(name="export-incidents")
+def export_incidents(
+    out_path: Annotated[Path | None, typer.Option("--out", help="JSONL file (default: stdout).")] = None,
+    source: Annotated[str | None, typer.Option(help="Only confirmations from api | slack | web.")] = None,
+) -> None:
+    """Export confirmed triages ("this fixed it") as eval incidents, one JSON per line.
+
+    The file feeds ``sglang-triage eval --incidents FILE``.
+    """
+    from kb.incidents import dump_incidents
+    from kb.recording import export_confirmed
+    from kb.records import Records
+    from kb.store import Store
+
+    settings = _settings()
+    records = Records(settings.kb_path / "records.sqlite")
+    store = Store(settings.kb_path / "index.sqlite")
+    incidents = export_confirmed(records, store, source=source)
+    if out_path is None:
+        for inc in incidents:
+            print(json.dumps(inc.model_dump(mode="json"), ensure_ascii=False))
+    else:
+        dump_incidents(incidents, out_path)
+    console.print(f"{len(incidents)} confirmed incident(s)"
+                  + (f" from {source}" if source else "") + (f" -> {out_path}" if out_path else ""))
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    port: Annotated[int, typer.Option()] = 8000,
+    workers: Annotated[int, typer.Option(help="uvicorn workers (use Chroma server mode for >1).")] = 1,
+    access_log: Annotated[bool, typer.Option(help="One JSON line per request (with its x-request-id).")] = True,
+) -> None:
+    """Run the HTTP API (FastAPI + uvicorn)."""
+    import uvicorn
+
+    uvicorn.run("service.api.app:app", host=host, port=port, workers=workers,
+                log_level="info", access_log=False, log_config=serve_log_config(access_log))
+
+
+def serve_log_config(access_log: bool) -> dict[str, Any]:
+    """uvicorn's logging config, with the API's own access lines instead of uvicorn's.
+
+    :class:`~service.api.app.RequestIdMiddleware` logs one JSON line
+    per request to ``api`` (request id, method, path, status, ms);
+    uvicorn's plain access log would only repeat it, without the id.
+    """
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["sglang_triage"] = {"handlers": ["default"], "level": "INFO",
+                                          "propagate": False}
+    config["loggers"]["api"] = {"level": "INFO" if access_log else "WARNING"}
+    return config
+
+
+@app.command()
+def slack(socket: Annotated[bool, typer.Option("--socket", help="Socket Mode (TRIAGE_SLACK_APP_TOKEN).")] = False) -> None:
+    """Run the Slack bot over Socket Mode (HTTP Events mode is served by `serve` at /slack/events)."""
+    if not socket:
+        console.print("HTTP mode: set TRIAGE_SLACK_BOT_TOKEN and TRIAGE_SLACK_SIGNING_SECRET and run "
+                      "`sglang-triage serve`; events go to /slack/events")
+        raise typer.Exit(2)
+    from service.slack.bot import run_socket_mode
+
+    try:
+        run_socket_mode(_settings())
+    except TriageError as exc:
+        _fail(exc)
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m service.cli.main`
+    app()

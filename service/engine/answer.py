@@ -1,0 +1,172 @@
+"""The triage answer: pydantic models that serialise to stable JSON.
+
+Every place in SGLang's source is a :class:`Citation` (``release:path:line``)
+that exists in the KB. Values that may be :data:`~.expr.UNKNOWN` are rendered
+by :func:`jsonable` as the string ``"unknown"``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from service.engine.expr.interpreter import UNKNOWN
+
+
+def jsonable(value: object) -> Any:
+    """A JSON-safe rendering of an evaluated value."""
+    if value is UNKNOWN:
+        return "unknown"
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    return repr(value)
+
+
+def tri(value: object) -> Literal["true", "false", "unknown"]:
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return "unknown"
+
+
+class Citation(BaseModel):
+    release: str
+    path: str
+    line: int
+    end_line: int | None = None
+
+    def __str__(self) -> str:
+        span = f"{self.line}-{self.end_line}" if self.end_line and self.end_line != self.line else f"{self.line}"
+        return f"{self.release}:{self.path}:{span}"
+
+    @property
+    def ref(self) -> str:
+        return str(self)
+
+
+class ExcerptLine(BaseModel):
+    line: int
+    text: str
+    highlight: bool = False
+
+
+class Location(BaseModel):
+    path: str
+    function: str
+    start_line: int
+    end_line: int
+    reported_line: int | None = None
+    method: Literal["frame_line", "function_kind", "message", "search", "argparse"]
+    confidence: float
+    citation: str
+    excerpt: list[ExcerptLine] = Field(default_factory=list)
+    alternatives: list[str] = Field(default_factory=list)
+
+
+class CheckInfo(BaseModel):
+    id: int
+    kind: str
+    exc_type: str | None
+    bare: bool
+    condition: str | None
+    message: str | None
+    guards: list[dict[str, Any]]
+
+
+class AtomInput(BaseModel):
+    name: str
+    value: Any
+    source: str  # flag | default | write | fact | derived | unknown
+    detail: str
+
+
+class AtomOut(BaseModel):
+    text: str
+    role: str  # call_site | guard | test
+    value: Literal["true", "false", "unknown"]
+    failing: bool
+    inputs: list[AtomInput]
+
+
+class EvaluationOut(BaseModel):
+    fired: Literal["true", "false", "unknown"]
+    atoms: list[AtomOut]
+    caveats: list[str] = Field(default_factory=list)
+    writes: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class RuleVerdict(BaseModel):
+    rule: str
+    verdict: Literal["violated", "satisfied", "unknown", "not_applicable"]
+    severity: str
+    reason: str = ""
+
+
+class FixOut(BaseModel):
+    rank: int
+    set: dict[str, Any] = Field(default_factory=dict)  # flag spelling -> value
+    remove: list[str] = Field(default_factory=list)  # flag spellings
+    argv: list[str]
+    command: str
+    origin: str
+    fixes_check: Literal["true", "false", "unknown"]
+    trips: list[dict[str, Any]] = Field(default_factory=list)
+    unknown_neighbours: int = 0
+    verdict: str
+    recommended: bool = False
+    rule_verdicts: list[RuleVerdict] = Field(default_factory=list)
+    replay: dict[str, Any] | None = None
+
+
+class UnknownFact(BaseModel):
+    what: str
+    why: str
+    settle: str
+
+
+class Reference(BaseModel):
+    kind: str  # declaration | help | write | check
+    citation: str
+    text: str
+
+
+class ParsedSummary(BaseModel):
+    exception: str | None = None
+    message: str | None = None
+    bare: bool | None = None
+    python: str | None = None
+    command: list[str] | None = None
+    model: str | None = None
+    model_arch: str | None = None
+    hardware: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+
+
+class TriageResult(BaseModel):
+    id: str | None = None
+    status: Literal["located", "argparse", "unlocated"]
+    summary: str
+    explanation: str
+    confidence: float
+    release: dict[str, Any]
+    parsed: ParsedSummary
+    location: Location | None = None
+    check: CheckInfo | None = None
+    evaluation: EvaluationOut | None = None
+    fixes: list[FixOut] = Field(default_factory=list)
+    no_flag_fix: str | None = None
+    references: list[Reference] = Field(default_factory=list)
+    unknowns: list[UnknownFact] = Field(default_factory=list)
+    citations: list[str] = Field(default_factory=list)
+    degraded: list[str] = Field(default_factory=list)
+    llm: dict[str, Any] | None = None
+    replay: dict[str, Any] | None = None
+    similar: list[dict[str, Any]] = Field(default_factory=list)
+    timings_ms: dict[str, float] = Field(default_factory=dict)

@@ -1,0 +1,273 @@
+"""The validation chain of a release: order, call-site guards and earlier writes.
+
+SGLang validates in a fixed order: ``ServerArgs.__post_init__`` calls its
+``_handle_*`` methods one after another (up to 0.5.18), and from 0.5.19
+``run_resolution_pipeline`` runs hooks through ``run_hook(fn, server_args)``.
+A check only sees the values that earlier steps wrote, so we need:
+
+* :func:`validation_order` — the rank of each step, read from the dispatcher;
+* :func:`call_site_guards` — the conditions under which a function is called
+  (``_handle_eagle_family`` runs only for EAGLE-family algorithms);
+* :func:`earlier_writes` — the writes of an attribute that run before a check,
+  each with its guards, from the structured index.
+
+Everything is read from the KB's stored source with Python's ``ast`` (for a
+single function) or tree-sitter (for call sites); nothing is executed.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingest import ts
+from ingest.checks import Guard, guards_of
+from kb.store import Store
+
+#: Dispatchers whose call order is the validation order.
+DISPATCHERS: tuple[tuple[str, str], ...] = (
+    ("sglang/srt/server_args.py", "ServerArgs.__post_init__"),
+    ("sglang/srt/arg_groups/pipeline.py", "run_resolution_pipeline"),
+    ("sglang/srt/server_args.py", "ServerArgs.resolve_once"),
+)
+VALIDATION_PATHS = ("sglang/srt/server_args.py", "sglang/srt/arg_groups/")
+
+_lock = threading.Lock()
+_cache: dict[tuple[Any, ...], Any] = {}
+
+
+_MISSING = object()
+_MAX_ENTRIES = 50_000
+_RECENT_TTL_S = 5.0
+_recent: dict[tuple[Any, ...], tuple[float, Any]] = {}
+
+def cached(key: tuple[Any, ...], build):  # noqa: ANN001, ANN202
+    """Memoise ``build()`` under ``key`` (process-wide, bounded, thread-safe).
+
+    A hit is one ``dict.get`` (atomic in CPython, so no lock on the hot path);
+    writes, and the clear when the table is full, take the lock.
+    """
+    value = _cache.get(key, _MISSING)
+    if value is not _MISSING:
+        return value
+    value = build()
+    with _lock:
+        if len(_cache) >= _MAX_ENTRIES:
+            _cache.clear()
+        _cache[key] = value
+    return value
+
+
+
+
+def recent(key: tuple[Any, ...], read):  # noqa: ANN001, ANN202
+    """``read()``, re-run at most every few seconds per ``key`` (for values in the KB
+    that change only when it is re-indexed: content hashes, the cards' derivation key).
+
+    A fresh hit is one ``dict.get`` (no lock); the lock only guards writes.
+    """
+    now = time.monotonic()
+    hit = _recent.get(key)
+    if hit is None or now - hit[0] > _RECENT_TTL_S:
+        hit = (now, read())
+        with _lock:
+            _recent[key] = hit
+    return hit[1]
+
+
+def release_key(store: Store, version: str, what: str) -> tuple[Any, ...]:
+    """A cache key that changes when the release is re-indexed (hash looked up every few s)."""
+    path = str(store.path)
+    content_hash = recent(("content-hash", path, version),
+                          lambda: (store.release(version) or {}).get("content_hash"))
+    return (path, version, content_hash, what)
+
+
+def function_source(store: Store, version: str, fn: dict[str, Any]) -> str:
+    lines = store.file_lines(version, fn["path"], fn["start_line"], fn["end_line"])
+    return textwrap.dedent("\n".join(lines))
+
+
+def function_ast(store: Store, version: str, fn: dict[str, Any]) -> ast.FunctionDef | None:
+    """The parsed function (cached; callers must not mutate it)."""
+
+    def build() -> ast.FunctionDef | None:
+        try:
+            mod = ast.parse(function_source(store, version, fn))
+        except SyntaxError:
+            return None
+        node = mod.body[0] if mod.body else None
+        return node if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else None  # type: ignore[return-value]
+
+    return cached(release_key(store, version, f"ast:{fn['path']}:{fn['start_line']}"), build)
+
+
+def _calls_with_nodes(node: ast.AST) -> list[tuple[ast.Call, str]]:
+    """Calls in ``node`` with the called name (``self.f()``, ``f(x)``, ``run_hook(f, x)``)."""
+    out: list[tuple[ast.Call, str]] = []
+    for sub in ast.walk(node):
+        if not isinstance(sub, ast.Call):
+            continue
+        func = sub.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+            out.append((sub, func.attr))
+        elif isinstance(func, ast.Name):
+            if func.id == "run_hook" and sub.args and isinstance(sub.args[0], ast.Name):
+                out.append((sub, sub.args[0].id))
+            else:
+                out.append((sub, func.id))
+    return out
+
+
+def _called_names(node: ast.AST) -> list[str]:
+    """Names of the functions called in ``node``, in source order."""
+    calls = sorted(_calls_with_nodes(node), key=lambda c: (c[0].lineno, c[0].col_offset))
+    return [name for _, name in calls]
+
+
+def validation_order(store: Store, version: str) -> dict[str, float]:
+    """Function name -> rank in the validation chain (lower runs earlier).
+
+    Steps the dispatcher calls directly get integer ranks; functions they call
+    in turn get the caller's rank plus a fraction (one level deep).
+    """
+
+    def build() -> dict[str, float]:
+        ranks: dict[str, float] = {}
+        for path, qualname in DISPATCHERS:
+            fn = store.function(version, qualname, path)
+            if fn is None:
+                continue
+            node = function_ast(store, version, fn)
+            if node is None:
+                continue
+            for name in _called_names(node):
+                ranks.setdefault(name, float(len(ranks)))
+        # one level below each step
+        for name, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+            for row in store.query("SELECT * FROM functions WHERE release = ? AND name = ?",
+                                   (version, name)):
+                if not row["path"].startswith(VALIDATION_PATHS):
+                    continue
+                node = function_ast(store, version, dict(row))
+                if node is None:
+                    continue
+                for i, callee in enumerate(_called_names(node)):
+                    ranks.setdefault(callee, rank + (i + 1) / 1000.0)
+        return ranks
+
+    return cached(release_key(store, version, "order"), build)
+
+
+def rank_of(store: Store, version: str, qualname: str) -> float | None:
+    name = qualname.rsplit(".", 1)[-1]
+    return validation_order(store, version).get(name)
+
+
+@dataclass
+class CallSite:
+    path: str
+    caller: str
+    line: int
+    guards: list[Guard] = field(default_factory=list)
+
+
+def call_site_guards(store: Store, version: str, qualname: str, path: str) -> list[CallSite]:
+    """Where ``qualname`` is called in ``path`` (its module), with each call's guards."""
+    name = qualname.rsplit(".", 1)[-1]
+
+    def build() -> list[CallSite]:
+        text = store.file_text(version, path)
+        if text is None or name not in text:
+            return []
+        tree = ts.parse(text.encode())
+        sites: list[CallSite] = []
+        # tree-sitter returns captures in no stable order: sort them into source order,
+        # so that "the first call site" is the same in every process
+        calls = sorted(ts.captures("(call) @c", tree.root_node).get("c", []),
+                       key=lambda n: n.start_byte)
+        for call in calls:
+            func = call.child_by_field_name("function")
+            callee = ""
+            if func is not None and func.type == "identifier":
+                callee = ts.text(func)
+            elif func is not None and func.type == "attribute":
+                callee = ts.text(func.child_by_field_name("attribute"))
+            if callee == "run_hook":
+                args = call.child_by_field_name("arguments")
+                first = args.named_children[0] if args is not None and args.named_children else None
+                callee = ts.text(first) if first is not None else ""
+            if callee != name:
+                continue
+            line = ts.start_line(call)
+            fns = store.functions_at(version, path, line)
+            caller = fns[0]["qualname"] if fns else "<module>"
+            if caller.rsplit(".", 1)[-1] == name:
+                continue  # recursion
+            sites.append(CallSite(path, caller, line, guards_of(call)))
+        return sites
+
+    return cached(release_key(store, version, f"calls:{path}:{name}"), build)
+
+
+@dataclass
+class Write:
+    attr: str
+    path: str
+    function: str
+    line: int
+    kind: str
+    value: str | None
+    guards: list[dict[str, Any]]
+    rank: float | None
+
+    @property
+    def citation(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def earlier_writes(store: Store, version: str, attr: str, check: dict[str, Any]) -> list[Write]:
+    """Writes of ``attr`` in the validation files that run before ``check``.
+
+    "Before" means an earlier step of the validation chain, or the same
+    function at an earlier line. Writes whose order is unknown are returned
+    with ``rank=None`` so callers can report them as "may be changed".
+    """
+    return cached(release_key(store, version, f"writes:{check['id']}:{attr}"),
+                   lambda: _earlier_writes(store, version, attr, check))
+
+
+def _earlier_writes(store: Store, version: str, attr: str, check: dict[str, Any]) -> list[Write]:
+    check_rank = rank_of(store, version, check["function"])
+    out: list[Write] = []
+    for ref in store.refs(version, attr, kinds=("write", "declare", "return_dict")):
+        if not ref["path"].startswith(VALIDATION_PATHS):
+            continue
+        rank = rank_of(store, version, ref["function"])
+        same_fn = ref["function"] == check["function"] and ref["path"] == check["path"]
+        if same_fn:
+            if ref["line"] >= check["start_line"]:
+                continue
+        elif rank is not None and check_rank is not None and rank >= check_rank:
+            continue
+        elif rank is None and check_rank is not None:
+            pass  # unknown order: keep, flagged by rank None
+        out.append(Write(attr, ref["path"], ref["function"], ref["line"], ref["kind"],
+                         ref["value"], ref["guards"], rank if not same_fn else check_rank))
+    out.sort(key=lambda w: (w.rank if w.rank is not None else -1.0, w.line))
+    return out
+
+
+def later_writes(store: Store, version: str, attr: str, check: dict[str, Any]) -> list[Write]:
+    """Writes of ``attr`` at or after ``check`` in its own function (e.g. auto-chosen values)."""
+    out: list[Write] = []
+    for ref in store.refs(version, attr, kinds=("write", "declare")):
+        if ref["function"] == check["function"] and ref["path"] == check["path"] \
+                and ref["line"] > check["end_line"]:
+            out.append(Write(attr, ref["path"], ref["function"], ref["line"], ref["kind"],
+                             ref["value"], ref["guards"], None))
+    return out

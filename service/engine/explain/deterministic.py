@@ -1,0 +1,88 @@
+"""The deterministic explanation: a short summary and cited markdown.
+
+Every sentence about SGLang's behaviour carries a ``release:path:line``
+citation that the engine took from the KB; nothing here invents a place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.engine.answer import AtomOut, FixOut, Location, UnknownFact
+
+
+def _flagish(attr: str) -> str:
+    return "--" + attr.replace("_", "-")
+
+
+def failing_inputs(atoms: list[AtomOut]) -> list[str]:
+    """Inputs of the failing atoms, the assert test's first (they are why it fired)."""
+    out: list[str] = []
+    ordered = sorted(atoms, key=lambda a: {"test": 0, "guard": 1}.get(a.role, 2))
+    if any(a.failing and a.role == "test" for a in atoms):
+        ordered = [a for a in ordered if a.role == "test"]
+    for atom in ordered:
+        if not atom.failing:
+            continue
+        for inp in atom.inputs:
+            label = f"{_flagish(inp.name)}={inp.value!r}" if inp.source in ("flag", "default") \
+                else f"{inp.name}={inp.value!r}"
+            if label not in out:
+                out.append(label)
+    return out
+
+
+def summary(exc_type: str | None, bare: bool, location: Location | None, atoms: list[AtomOut],
+            fixes: list[FixOut], release: str) -> str:
+    if location is None:
+        return f"Could not locate the failing check in {release}."
+    what = f"{'bare ' if bare else ''}{exc_type or 'check'} in {location.function.rsplit('.', 1)[-1]}"
+    inputs = failing_inputs(atoms)[:2]
+    why = f" because {', '.join(inputs)}" if inputs else ""
+    fix = ""
+    if fixes:
+        f = fixes[0]
+        parts = [f"drop {' '.join(f.remove)}"] if f.remove else []
+        parts += [f"set {k} {v}" for k, v in f.set.items()]
+        fix = "; fix: " + ", ".join(parts)
+    words = f"{what} ({release}){why}{fix}.".split()
+    return " ".join(words[:29])
+
+
+def markdown(result: dict[str, Any], location: Location | None, atoms: list[AtomOut],
+             fixes: list[FixOut], unknowns: list[UnknownFact], release: str,
+             references: list[dict[str, str]], caveats: list[str]) -> str:
+    lines: list[str] = []
+    res = result
+    if location is None:
+        lines.append(f"The crash could not be tied to a check in SGLang {release}.")
+    else:
+        lines.append(f"**Where:** `{location.function}` at `{location.citation}` "
+                     f"(located by {location.method.replace('_', ' ')}, confidence "
+                     f"{location.confidence:.2f}).")
+        cond = res.get("condition")
+        if cond:
+            lines.append(f"\n**The check** (`{location.citation}`):\n\n```python\n{cond.strip()}\n```")
+        fired = [a for a in atoms if a.failing]
+        if fired:
+            lines.append("\n**Why it fired:**")
+            for atom in fired:
+                srcs = "; ".join(f"`{i.name}` = `{i.value!r}` from {i.source}"
+                                 + (f" ({i.detail})" if i.detail else "") for i in atom.inputs)
+                lines.append(f"- `{atom.text}` is **{atom.value}** ({atom.role}) — {srcs or 'no inputs'}")
+    if caveats:
+        lines.append("\n**Values SGLang changes before this check:**")
+        lines.extend(f"- {c}" for c in caveats[:8])
+    if fixes:
+        lines.append("\n**Fixes** (re-checked against the release's other checks):")
+        for f in fixes[:3]:
+            lines.append(f"{f.rank}. {f.verdict}\n\n   ```\n   {f.command}\n   ```")
+    elif res.get("no_flag_fix"):
+        lines.append(f"\n**No flag fix:** {res['no_flag_fix']}")
+    if unknowns:
+        lines.append("\n**Unknown:**")
+        lines.extend(f"- {u.what}: {u.why} — would settle it: {u.settle}" for u in unknowns)
+    if references:
+        lines.append("\n**References:**")
+        lines.extend(f"- {r['kind']}: `{r['citation']}` {r['text']}" for r in references[:8])
+    return "\n".join(lines)

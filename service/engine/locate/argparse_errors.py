@@ -1,0 +1,582 @@
+"""Explain an argparse error (``launch_server.py: error: ...``) against one release.
+
+An argparse failure has no traceback: the parser printed one line and exited
+with status 2. :func:`diagnose_argparse` reads the parsed line
+(:class:`~service.engine.logparse.argparse_errors.ArgparseError`) with the flag
+catalog of the release that printed it and answers:
+
+* which valid spellings are closest (``--reasoning_parser`` -> ``--reasoning-parser``);
+* for an invalid choice, the valid choices of that release and the closest one;
+* for an invalid value, the type the flag expects; for a missing value, how the
+  flag takes one; for a required flag, what it is; for an ambiguous prefix, the
+  candidates;
+* the flag's history across every ingested release (added, removed, renamed);
+* edits in :func:`~service.engine.flags.parse.apply_edits` terms (``remove`` /
+  ``set``) and, when the command is known, the corrected argv.
+
+Two edit keys go beyond ``apply_edits``: ``drop`` lists stray value tokens to
+delete (e.g. ``true`` after a ``store_true`` flag) and ``inline`` maps a flag to
+a value that must be written ``--flag=value`` because it starts with ``-``. Both
+are applied here when building ``fixed_argv``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel
+
+from kb.catalog_types import Catalog, FlagSpec
+from kb.catalogs import load_catalog
+from kb.store import Store
+from service.engine.flags.parse import apply_edits, parse_argv, suggest_flag
+from service.engine.logparse.argparse_errors import ArgparseError
+
+__all__ = ["ArgparseDiagnosis", "FlagHistory", "diagnose_argparse", "flag_history"]
+
+_FALSE_WORDS = frozenset({"false", "0", "no", "n", "off", "none"})
+_CONFIDENT = 0.8  # difflib ratio of a misspelt word (see _typo_of)
+
+
+class FlagHistory(BaseModel):
+    """Where a flag spelling exists among the ingested releases."""
+
+    flag: str
+    present_in: list[str]
+    absent_in: list[str]
+    note: str | None
+    renamed_to: str | None = None  # its attribute's spelling in the diagnosed release
+
+
+class ArgparseDiagnosis(BaseModel):
+    kind: str
+    flag: str | None
+    value: str | None
+    suggestions: list[str]  # nearest valid spellings in this release
+    valid_choices: list | None  # for invalid_choice
+    closest_choices: list[str]  # for invalid_choice: valid choices nearest the value
+    history: list[FlagHistory]
+    edits: list[dict[str, Any]]
+    fixed_argv: list[str] | None
+    flag_line: tuple[str, int] | None
+    explanation: str
+
+
+# ---------------------------------------------------------------------------
+# history
+# ---------------------------------------------------------------------------
+
+
+def _vkey(version: str) -> tuple[int, Any]:
+    try:
+        return (0, Version(version))
+    except InvalidVersion:
+        return (1, version)
+
+
+def _releases(store: Store) -> list[str]:
+    rows = store.query(
+        "SELECT version FROM releases WHERE status IN ('indexed', 'complete') "
+        "AND version IN (SELECT DISTINCT release FROM flag_spellings)")
+    return sorted((r["version"] for r in rows), key=_vkey)
+
+
+def flag_history(store: Store, flag: str, release: str) -> FlagHistory:
+    """Presence of ``flag`` in each ingested release, relative to ``release``.
+
+    The note names the transitions between consecutive releases ("added after
+    0.5.11", "removed after 0.5.11"); when the flag is missing from ``release``
+    but its attribute exists there under another spelling, ``renamed_to`` is that
+    spelling.
+    """
+    flag = flag.split("=", 1)[0]
+    releases = _releases(store)
+    rows = store.query("SELECT release, attr FROM flag_spellings WHERE spelling = ?", (flag,))
+    attrs = {r["release"]: r["attr"] for r in rows}
+    present = [v for v in releases if v in attrs]
+    absent = [v for v in releases if v not in attrs]
+    renamed: str | None = None
+    if release not in attrs and attrs:
+        renamed = _renamed_spelling(store, release, set(attrs.values()))
+    if not present:
+        note: str | None = f"{flag} is not a flag in any ingested release ({', '.join(releases)})"
+    elif not absent:
+        note = None
+    else:
+        steps = []
+        for a, b in zip(releases, releases[1:], strict=False):
+            if (a in attrs) != (b in attrs):
+                steps.append(f"{'removed' if a in attrs else 'added'} after {a}")
+        note = (f"{flag} exists in {', '.join(present)} but not in {', '.join(absent)}"
+                f" ({'; '.join(steps)})")
+    if renamed is not None:
+        attr = next(iter(sorted(set(attrs.values()))))
+        note = (note + "; " if note else "") + (
+            f"its attribute `{attr}` is spelled {renamed} in {release}")
+    return FlagHistory(flag=flag, present_in=present, absent_in=absent, note=note,
+                       renamed_to=renamed)
+
+
+def _renamed_spelling(store: Store, release: str, attrs: set[str]) -> str | None:
+    try:
+        catalog = load_catalog(store, release)
+    except Exception:  # noqa: BLE001 - no catalog: no rename information
+        return None
+    for attr in sorted(attrs):
+        spec = catalog.by_attr().get(attr)
+        if spec is not None and spec.flags:
+            return spec.flags[0]
+    return None
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+
+def _resolve(token: str, catalog: Catalog) -> FlagSpec | None:
+    """The spec a typed spelling (or unique prefix) selects in ``catalog``."""
+    name = token.split("=", 1)[0]
+    by_flag = catalog.by_flag()
+    if name in by_flag:
+        return by_flag[name]
+    if name.startswith("--"):
+        matches = [f for f in by_flag if f.startswith(name)]
+        if len({by_flag[m].attr for m in matches}) == 1:
+            return by_flag[matches[0]]
+    return None
+
+
+def _normalise(token: str) -> str:
+    tok = token.split("=", 1)[0].strip().lower().replace("_", "-")
+    if not tok.startswith("-"):
+        return "--" + tok
+    if not tok.startswith("--") and len(tok) > 2:
+        return "-" + tok
+    return tok
+
+
+def _describe(spec: FlagSpec) -> str:
+    bits = []
+    if spec.action and spec.action not in ("store", "append"):
+        bits.append(f"action {spec.action}")
+    if spec.type:
+        bits.append(f"type {spec.type}")
+    if spec.nargs:
+        bits.append(f"nargs {spec.nargs}")
+    if spec.default_known:
+        bits.append(f"default {spec.default!r}")
+    return ", ".join(bits)
+
+
+def _line(spec: FlagSpec | None) -> tuple[str, int] | None:
+    return (spec.path, spec.line) if spec is not None and spec.path else None
+
+
+def _closest(value: str, choices: list) -> list[str]:
+    texts = [str(c) for c in choices]
+    norm = value.strip().lower().replace("-", "_")
+    exact = [t for t in texts if t.lower().replace("-", "_") == norm]
+    if exact:
+        return exact[:1]
+    return difflib.get_close_matches(value, texts, n=3, cutoff=0.5) or \
+        difflib.get_close_matches(value.lower(), texts, n=3, cutoff=0.5)
+
+
+def _choice_value(spec: FlagSpec | None, text: str) -> object:
+    if spec is not None and spec.choices:
+        for c in spec.choices:
+            if str(c) == text:
+                return c
+    return text
+
+
+def _unrecognized_groups(message: str) -> list[tuple[str | None, list[str]]]:
+    """``"--a=1 x --b"`` -> ``[("--a", ["1", "x"]), ("--b", [])]``; a leading stray value
+    gets the flag ``None``."""
+    groups: list[tuple[str | None, list[str]]] = []
+    for tok in message.partition(":")[2].split():
+        if tok.startswith("-") and len(tok) > 1 and not tok[1:2].isdigit():
+            name, eq, value = tok.partition("=")
+            groups.append((name, [value] if eq else []))
+        elif groups:
+            groups[-1][1].append(tok)
+        else:
+            groups.append((None, [tok]))
+    return groups
+
+
+def _adjacent_values(argv: list[str], flag: str, values: list[str]) -> tuple[list[str], list[str]]:
+    """Split ``values`` into those following ``flag`` in ``argv`` and the stray rest."""
+    for i, tok in enumerate(argv):
+        name, eq, inline = tok.partition("=")
+        if name != flag:
+            continue
+        taken: list[str] = []
+        if eq:
+            taken.append(inline)
+        j = i + 1
+        while j < len(argv) and len(taken) < len(values) and argv[j] == values[len(taken)]:
+            taken.append(argv[j])
+            j += 1
+        return taken, values[len(taken):]
+    return values, []
+
+
+# ---------------------------------------------------------------------------
+# per kind
+# ---------------------------------------------------------------------------
+
+
+class _Work:
+    """Mutable state of one diagnosis."""
+
+    def __init__(self, store: Store, release: str, catalog: Catalog,
+                 argv: list[str] | None) -> None:
+        self.store, self.release, self.catalog, self.argv = store, release, catalog, argv
+        self.suggestions: list[str] = []
+        self.edits: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+        self.history_flags: list[str] = []
+        self.line: tuple[str, int] | None = None
+
+    def history(self) -> list[FlagHistory]:
+        seen: list[str] = []
+        for f in self.history_flags:
+            f = f.split("=", 1)[0]
+            if f.startswith("-") and f not in seen:
+                seen.append(f)
+        return [flag_history(self.store, f, self.release) for f in seen]
+
+
+def _unrecognized(err: ArgparseError, w: _Work) -> tuple[str | None, str | None]:
+    first_flag: str | None = None
+    first_value: str | None = None
+    for flag, values in _unrecognized_groups(err.message):
+        if flag is None:
+            _stray(values, w)
+            continue
+        if w.argv is not None:
+            values, stray = _adjacent_values(w.argv, flag, values)
+            if stray:
+                _stray(stray, w)
+        first_flag = first_flag or flag
+        first_value = first_value or (values[0] if values else None)
+        w.history_flags.append(flag)
+        suggestions = suggest_flag(flag, w.catalog)
+        for s in suggestions:
+            if s not in w.suggestions:
+                w.suggestions.append(s)
+        hist = flag_history(w.store, flag, w.release)
+        target = _rename_target(flag, suggestions, hist, w.catalog)
+        if target is None:
+            w.edits.append({"remove": [flag]})
+            where = f" ({hist.note})" if hist.note else ""
+            maybe = f"; closest spellings: {', '.join(suggestions)}" if suggestions else ""
+            w.notes.append(f"{flag} is not an option of SGLang {w.release}{where}{maybe}. "
+                           "Remove it or use a release that has it.")
+            continue
+        spec = w.catalog.by_flag()[target]
+        w.history_flags.append(target)
+        w.line = w.line or _line(spec)
+        edit, note = _rename_edit(flag, target, spec, values)
+        w.edits.append(edit)
+        w.notes.append(note)
+    return first_flag, first_value
+
+
+def _rename_target(flag: str, suggestions: list[str], hist: FlagHistory,
+                   catalog: Catalog) -> str | None:
+    by_flag = catalog.by_flag()
+    norm = _normalise(flag)
+    if norm in by_flag:
+        return norm
+    if hist.renamed_to is not None:
+        return hist.renamed_to
+    if suggestions and not hist.present_in and _typo_of(norm, suggestions[0]):
+        return suggestions[0]
+    return None
+
+
+def _typo_of(typed: str, flag: str) -> bool:
+    """Whether ``typed`` looks like a misspelling of ``flag`` rather than another option.
+
+    Word by word (split on ``-``): same number of words, and every differing word is
+    at least 4 characters long and close (difflib ratio >= 0.8). So ``--reasoning-parsr``
+    is ``--reasoning-parser``, but ``--attn-dp-size`` is not ``--attn-cp-size``.
+    """
+    a, b = typed.strip("-").split("-"), flag.strip("-").split("-")
+    if len(a) != len(b) or a == b:
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x == y:
+            continue
+        if min(len(x), len(y)) < 4 or difflib.SequenceMatcher(None, x, y).ratio() < _CONFIDENT:
+            return False
+    return True
+
+
+def _rename_edit(flag: str, target: str, spec: FlagSpec,
+                 values: list[str]) -> tuple[dict[str, Any], str]:
+    why = (f"{flag} is not a spelling argparse knows in this release; "
+           f"the option is {target} ({_describe(spec)})")
+    if not spec.takes_value:
+        negated = flag.startswith("--no-") and not target.startswith("--no-")
+        falsy = negated or (bool(values) and values[0].lower() in _FALSE_WORDS)
+        if negated:
+            default = "which is the default" if not spec.default else f"but its default is {spec.default!r}"
+            return {"remove": [flag]}, why + f"; {flag} asked for the negation, {default}"
+        if falsy:
+            return {"remove": [flag]}, why + f"; it takes no value, and {values[0]!r} asks for the default"
+        extra = f"; it takes no value, so {values[0]!r} is dropped" if values else ""
+        return {"remove": [flag], "set": {target: True}}, why + extra
+    if not values:
+        return {"remove": [flag]}, why + f"; no value was given for {flag}, so add {target} <value>"
+    value: object = values if spec.nargs in ("+", "*") or (spec.nargs or "").isdigit() \
+        else _choice_value(spec, values[0])
+    return {"remove": [flag], "set": {target: value}}, why + "; rename it keeping the value"
+
+
+def _stray(values: list[str], w: _Work) -> None:
+    """Value tokens argparse could not attach to any option."""
+    where = ""
+    if w.argv is not None:
+        for v in values:
+            if v in w.argv:
+                i = w.argv.index(v)
+                prev = w.argv[i - 1] if i > 0 else None
+                spec = _resolve(prev, w.catalog) if prev and prev.startswith("-") else None
+                if spec is not None and not spec.takes_value:
+                    where = f"; {prev} is a switch ({spec.action}) and takes no value"
+                    w.line = w.line or _line(spec)
+                    w.history_flags.append(prev)
+                elif spec is not None:
+                    where = f"; {prev} already took its value(s) ({_describe(spec)})"
+                break
+    w.edits.append({"drop": list(values)})
+    w.notes.append(f"stray value(s) {' '.join(values)} belong to no option{where}")
+
+
+def _invalid_choice(err: ArgparseError, w: _Work, spec: FlagSpec | None,
+                    flag: str | None) -> tuple[list | None, list[str]]:
+    value = err.values[0] if err.values else ""
+    valid: list | None = list(spec.choices) if spec is not None and spec.choices else err.choices
+    closest = _closest(value, valid) if valid else []
+    if closest and flag:
+        w.edits.append({"set": {flag: _choice_value(spec, closest[0])}})
+    other = _choice_elsewhere(w, spec, value)
+    note = f"{value!r} is not a valid choice for {flag} in {w.release}"
+    if closest:
+        note += f"; closest: {', '.join(closest)}"
+    if other:
+        note += f"; it is a valid choice in {', '.join(other)}"
+    w.notes.append(note)
+    return valid, closest
+
+
+def _choice_elsewhere(w: _Work, spec: FlagSpec | None, value: str) -> list[str]:
+    if spec is None:
+        return []
+    out = []
+    for rel in _releases(w.store):
+        if rel == w.release:
+            continue
+        try:
+            other = load_catalog(w.store, rel).by_attr().get(spec.attr)
+        except Exception:  # noqa: BLE001 - a release without catalog is skipped
+            continue
+        if other is not None and other.choices and value in [str(c) for c in other.choices]:
+            out.append(rel)
+    return out
+
+
+def _coerce(spec: FlagSpec, value: str) -> object | None:
+    text = value.strip().replace("_", "")
+    try:
+        if spec.type == "int":
+            f = float(text.replace(",", ""))
+            return int(f) if f.is_integer() else None
+        if spec.type == "float":
+            return float(text.replace(",", "."))
+    except ValueError:
+        return None
+    return None
+
+
+def _invalid_value(err: ArgparseError, w: _Work, spec: FlagSpec | None, flag: str | None) -> None:
+    value = err.values[0] if err.values else ""
+    if spec is None:
+        w.notes.append(f"{value!r} is not a valid value for {flag}")
+        return
+    fixed = _coerce(spec, value)
+    w.notes.append(f"{flag} expects a value of type {spec.type or 'str'} ({_describe(spec)}); "
+                   f"got {value!r}")
+    if fixed is not None and flag:
+        w.edits.append({"set": {flag: fixed}})
+        w.notes.append(f"{value!r} reads as {fixed!r}")
+
+
+def _expected(err: ArgparseError, w: _Work, spec: FlagSpec | None, flag: str | None) -> None:
+    if spec is None or flag is None:
+        w.notes.append(f"{flag} needs a value")
+        return
+    need = {"+": "at least one value", "*": "values", "?": "an optional value"}.get(
+        spec.nargs or "", "one value" if not (spec.nargs or "").isdigit() else f"{spec.nargs} values")
+    note = f"{flag} expects {need} ({_describe(spec)})"
+    if w.argv is not None:
+        for i, tok in enumerate(w.argv):
+            if _resolve(tok, w.catalog) is not spec or "=" in tok:
+                continue
+            nxt = w.argv[i + 1] if i + 1 < len(w.argv) else None
+            if nxt is None:
+                note += "; it is the last token of the command, with no value after it"
+            elif nxt.startswith("-") and _resolve(nxt, w.catalog) is None:
+                note += (f"; the next token {nxt!r} starts with '-', so argparse reads it as an "
+                         f"option: write {tok}={nxt}")
+                w.edits.append({"inline": {tok: nxt}})
+            elif nxt.startswith("-"):
+                note += f"; it is followed directly by the option {nxt}"
+    w.notes.append(note)
+
+
+def _ambiguous(err: ArgparseError, w: _Work, flag: str | None) -> None:
+    prefix = (flag or "").split("=", 1)[0]
+    by_flag = w.catalog.by_flag()
+    here = [f for f in by_flag if prefix and f.startswith(prefix)]
+    cands = here or list(err.choices or [])
+    w.suggestions.extend(c for c in cands if c not in w.suggestions)
+    note = f"{prefix} is an abbreviation of several options: {', '.join(cands)}"
+    if here and len({by_flag[c].attr for c in here}) == 1:
+        target = here[0]
+        edit = _expand_edit(prefix, target, by_flag[target], w.argv)
+        if edit is not None:
+            w.edits.append(edit)
+        note += f"; in {w.release} they are all {target}"
+    else:
+        note += "; spell the option out in full"
+    w.notes.append(note)
+
+
+def _expand_edit(prefix: str, target: str, spec: FlagSpec,
+                 argv: list[str] | None) -> dict[str, Any] | None:
+    """Replace an abbreviation by the full spelling, keeping its value from ``argv``."""
+    if not spec.takes_value:
+        return {"remove": [prefix], "set": {target: True}}
+    if argv is None:
+        return None
+    for i, tok in enumerate(argv):
+        name, eq, inline = tok.partition("=")
+        if name == prefix:
+            value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+            return None if value is None else {"remove": [prefix], "set": {target: value}}
+    return None
+
+
+def _required(err: ArgparseError, w: _Work) -> None:
+    for flag in err.flags:
+        spec = _resolve(flag, w.catalog)
+        w.history_flags.append(flag)
+        if spec is None:
+            w.notes.append(f"{flag} is required")
+            continue
+        w.line = w.line or _line(spec)
+        helptext = f": {spec.help}" if spec.help else ""
+        w.notes.append(f"{flag} is required and was not given{helptext}")
+
+
+# ---------------------------------------------------------------------------
+# entry point
+# ---------------------------------------------------------------------------
+
+
+def diagnose_argparse(err: ArgparseError, argv: list[str] | None, store: Store,
+                      release: str) -> ArgparseDiagnosis:
+    """Explain ``err`` with the flag catalog of ``release`` (see the module docstring)."""
+    catalog = load_catalog(store, release)
+    w = _Work(store, release, catalog, list(argv) if argv is not None else None)
+    # "--model-path/--model" (argparse's display of one option) -> its first spelling
+    err = err.model_copy(update={"flags": [f.split("/", 1)[0] for f in err.flags]})
+    flag = err.flags[0] if err.flags else None
+    value = err.values[0] if err.values else None
+    spec = _resolve(flag, catalog) if flag else None
+    valid: list | None = None
+    closest: list[str] = []
+    if err.kind == "unrecognized_arguments":
+        flag, value = _unrecognized(err, w)
+    elif err.kind == "invalid_choice":
+        valid, closest = _invalid_choice(err, w, spec, flag)
+    elif err.kind == "invalid_value":
+        _invalid_value(err, w, spec, flag)
+    elif err.kind == "expected_argument":
+        _expected(err, w, spec, flag)
+    elif err.kind == "ambiguous":
+        _ambiguous(err, w, flag)
+    elif err.kind == "required":
+        _required(err, w)
+    else:
+        w.notes.append(err.message)
+    if err.kind not in ("unrecognized_arguments", "required"):
+        w.history_flags.extend(err.flags[:1])
+        if spec is not None:
+            w.line = w.line or _line(spec)
+        elif flag and err.kind != "ambiguous":
+            w.suggestions.extend(s for s in suggest_flag(flag, catalog) if s not in w.suggestions)
+    if spec is not None and spec.deprecated and spec.help:
+        w.notes.append(f"{flag} is deprecated in {release}: {spec.help}")
+    return ArgparseDiagnosis(
+        kind=err.kind, flag=flag, value=value, suggestions=w.suggestions,
+        valid_choices=valid, closest_choices=closest, history=w.history(), edits=w.edits,
+        fixed_argv=_fix(w), flag_line=w.line,
+        explanation=f"argparse rejected the command: {err.message}. " + " ".join(
+            n if n.endswith(".") else n + "." for n in w.notes),
+    )
+
+
+def _fix(w: _Work) -> list[str] | None:
+    """The argv with every applicable edit applied (``None`` without argv or edits)."""
+    if w.argv is None or not w.edits:
+        return None
+    tokens = list(w.argv)
+    changed = False
+    for edit in w.edits:
+        for key, val in edit.get("inline", {}).items():
+            for i, tok in enumerate(tokens[:-1]):
+                if tok == key and tokens[i + 1] == val:
+                    tokens[i : i + 2] = [f"{key}={val}"]
+                    changed = True
+                    break
+        for stray in edit.get("drop", []):
+            i = _stray_index(tokens, stray, w.catalog)
+            if i is not None:
+                del tokens[i]
+                changed = True
+        remove = list(edit.get("remove", []))
+        if remove and not any(t.split("=", 1)[0] in remove for t in tokens):
+            continue  # the command does not carry the offending flag: leave it alone
+        if remove or edit.get("set"):
+            try:
+                tokens = apply_edits(tokens, w.catalog, set=edit.get("set"), remove=remove)
+            except KeyError:
+                continue
+            changed = True
+    if not changed:
+        return None
+    return tokens
+
+
+def _stray_index(tokens: list[str], stray: str, catalog: Catalog) -> int | None:
+    """Position of ``stray``: after a switch if possible, else its only occurrence."""
+    hits = [i for i, t in enumerate(tokens) if t == stray]
+    for i in hits:
+        prev = _resolve(tokens[i - 1], catalog) if i > 0 and tokens[i - 1].startswith("-") else None
+        if prev is not None and not prev.takes_value:
+            return i
+    return hits[0] if len(hits) == 1 else None
+
+
+def reparse_problems(argv: list[str], catalog: Catalog) -> list[str]:
+    """Unknown tokens and errors left when ``argv`` is parsed again (empty: clean)."""
+    parsed = parse_argv(argv, catalog)
+    return [*parsed.unknown, *parsed.errors]

@@ -1,0 +1,128 @@
+"""Localization: from the innermost SGLang frame to the check that fired.
+
+In order of preference:
+
+1. **frame_line** — the check (of the exception's kind) whose statement spans
+   the reported line, after mapping the line onto the release (dev builds are
+   offset). Python 3.10/3.11 report a multi-line assert at the last line of
+   its test, 3.12 at the ``assert`` line and 3.13 at the first line of the
+   test; all fall inside the statement's span.
+2. **function_kind** — lines drifted: among the checks of the reported
+   function, those of the same kind and bareness (a bare ``AssertionError``
+   narrows to bare asserts); the one nearest the mapped line wins, and the
+   others are listed as alternatives.
+3. **message** — no usable frames: the exception message is matched against
+   the checks' message templates (:mod:`.locate_message`).
+4. **search** — last resort: hybrid search over the message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kb.store import Store
+from service.engine.logparse.frames import ExceptionInfo, Frame
+
+
+@dataclass
+class Located:
+    check: dict[str, Any]
+    method: str
+    confidence: float
+    reported_line: int | None = None
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _kind_matches(check: dict[str, Any], exc: ExceptionInfo) -> bool:
+    if exc.type == "AssertionError":
+        return check["kind"] == "assert" or check["exc_type"] == "AssertionError"
+    if exc.type in ("<unknown>", ""):
+        return True
+    return check["kind"] == "raise" and (check["exc_type"] in (exc.type, None) or
+                                         check["exc_type"] == exc.qualified_type)
+
+
+def sglang_frames(exc: ExceptionInfo, store: Store, release: str) -> list[Frame]:
+    """Frames inside the sglang package whose file exists in ``release`` (innermost last)."""
+    paths = set()
+    out = []
+    for frame in exc.frames:
+        if frame.package_path and frame.package_path.startswith("sglang/"):
+            if frame.package_path not in paths:
+                if store.file_text(release, frame.package_path) is None:
+                    continue
+                paths.add(frame.package_path)
+            out.append(frame)
+    return out
+
+
+def locate_by_frames(exc: ExceptionInfo, store: Store, release: str,
+                     line_offsets: dict[str, int]) -> Located | None:
+    frames = sglang_frames(exc, store, release)
+    if not frames:
+        return None
+    frame = frames[-1]
+    path = frame.package_path or ""
+    notes: list[str] = []
+    mapped = None
+    if frame.line is not None:
+        mapped = frame.line - line_offsets.get(path, 0)
+        if mapped != frame.line:
+            notes.append(f"reported line {frame.line} maps to {mapped} in {release}")
+        spanning = [c for c in store.checks(release, path=path,
+                                            where="start_line <= ? AND end_line >= ?",
+                                            params=(mapped, mapped)) if _kind_matches(c, exc)]
+        if exc.bare:
+            spanning = [c for c in spanning if c["bare"]] or spanning
+        if spanning:
+            best = max(spanning, key=lambda c: c["start_line"])  # innermost statement
+            return Located(best, "frame_line", 0.97 if not notes else 0.9, frame.line, notes=notes)
+    function = frame.function or ""
+    candidates = [c for c in store.checks(release, path=path)
+                  if c["function"].rsplit(".", 1)[-1] == function and _kind_matches(c, exc)]
+    if exc.bare:
+        candidates = [c for c in candidates if c["bare"]]
+    if not candidates:
+        return None
+    target = mapped if mapped is not None else candidates[0]["start_line"]
+    candidates.sort(key=lambda c: abs(c["start_line"] - target))
+    conf = 0.85 if len(candidates) == 1 else max(0.4, 0.8 - 0.1 * (len(candidates) - 1))
+    notes.append(f"line {frame.line} is not a {exc.type} check in {release}; located by function "
+                 f"{function} and check kind ({len(candidates)} candidate(s))")
+    return Located(candidates[0], "function_kind", conf, frame.line, candidates[1:4], notes)
+
+
+def locate_by_message(exc: ExceptionInfo, store: Store, release: str) -> Located | None:
+    if not exc.message:
+        return None
+    from service.engine.locate.message import MESSAGE_MIN, match_message
+
+    matches = match_message(store, release, exc.message, exc_type=exc.type, limit=4)
+    if not matches or matches[0].score < MESSAGE_MIN:
+        return None
+    rows = store.checks(release, where="id = ?", params=(matches[0].check_id,))
+    if not rows:
+        return None
+    alts = []
+    for m in matches[1:]:
+        alts.extend(store.checks(release, where="id = ?", params=(m.check_id,)))
+    return Located(rows[0], "message", round(min(0.95, matches[0].score), 3), None, alts,
+                   [f"matched the message template `{matches[0].template}`"])
+
+
+def locate_by_search(exc: ExceptionInfo, store: Store, release: str, search) -> Located | None:  # noqa: ANN001
+    """Last resort: the best-ranked chunk holding a check of the right kind."""
+    if not exc.message:
+        return None
+    result = search(exc.message, release)
+    for hit in result.hits:
+        rows = [c for c in store.checks(release, path=hit.path,
+                                        where="start_line >= ? AND end_line <= ?",
+                                        params=(hit.start_line, hit.end_line))
+                if _kind_matches(c, exc)]
+        if rows:
+            return Located(rows[0], "search", 0.3, None, rows[1:3],
+                           ["located by search only: the message matched no check template"])
+    return None

@@ -1,0 +1,256 @@
+"""Read a pasted SGLang crash log into a :class:`ParsedLog`: the entry points of log parsing.
+
+:func:`parse_log` (text), :func:`parse_bytes` (strict UTF-8) and
+:func:`parse_input` (a raw log or a structured ``{"log", "command", "release",
+...}`` report) refuse inputs that are too large, empty or binary, then put
+together what the readers find:
+
+* :mod:`.logparse_text` cleans transport noise (timestamps, docker compose /
+  kubectl / journald prefixes, ANSI colours, CRLF line ends);
+* :mod:`.logparse_traceback` finds tracebacks, chained exceptions, exception
+  groups and exception lines without frames, and picks the primary exception;
+* :mod:`.logparse_argparse` finds the argparse error;
+* :mod:`.logparse_command` finds the launch command;
+* :mod:`.logparse_environment` reads ``ServerArgs(...)`` fields, environment,
+  release, Python and GPU hints, and warnings printed from SGLang's files.
+
+The parser is pure (no I/O) and tolerant of cut frames and interleaved log
+lines. Every regular expression is linear-time and sees at most
+:data:`~.logparse_text.SCAN_CHARS` characters of a line, so a 10 MB input
+finishes in bounded time. Nothing is ever evaluated; ``ServerArgs`` values go
+through :func:`ast.literal_eval` only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from service.errors import BinaryInput, EmptyInput, InputTooLarge, LogParseError, NoCrashFound
+
+from service.engine.logparse.argparse_errors import ArgparseError, find_argparse_error
+from service.engine.logparse.command import find_commands, model_from_argv, tokenize_command
+from service.engine.logparse.environment import (
+    VERSION_RE,
+    GpuHint,
+    ReleaseHint,
+    WarningLine,
+    find_env,
+    find_gpus,
+    find_python_version,
+    find_release_hints,
+    find_sglang_warnings,
+    parse_server_args,
+)
+from service.engine.logparse.text import clean_log_marked
+from service.engine.logparse.frames import ExceptionInfo, find_exceptions, pick_primary
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "ParsedLog",
+    "parse_bytes",
+    "parse_input",
+    "parse_log",
+]
+
+DEFAULT_MAX_BYTES = 10 * 1024 * 1024
+_BAD_CHAR_RATIO = 0.05
+_STRUCTURED_KEYS = frozenset({"log", "command", "release", "hardware", "model", "python"})
+_BAD_CHARS_RE = re.compile("[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f\x7f-\x9f\ufffd\ud800-\udfff]")
+
+
+class ParsedLog(BaseModel):
+    """Everything understood from one crash log."""
+
+    exceptions: list[ExceptionInfo]
+    primary: ExceptionInfo | None
+    argparse_error: ArgparseError | None
+    command: list[str] | None
+    command_text: str | None
+    entrypoint: str | None
+    server_args: dict[str, object] | None
+    env: dict[str, str]
+    release_hints: list[ReleaseHint]
+    python_version: str | None
+    gpus: list[GpuHint]
+    model: str | None
+    notes: list[str]
+    cleaned_lines: int
+    warnings: list[WarningLine] = Field(default_factory=list)  # from SGLang's own files
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def _too_large(max_bytes: int) -> InputTooLarge:
+    return InputTooLarge(
+        f"the input is larger than {max_bytes} bytes", details={"max_bytes": max_bytes}
+    )
+
+
+def _check_text(text: str, max_bytes: int) -> None:
+    if len(text) > max_bytes or (
+        len(text) * 4 > max_bytes and len(text.encode("utf-8", "surrogatepass")) > max_bytes
+    ):
+        raise _too_large(max_bytes)
+    if not text.strip():
+        raise EmptyInput("the log is empty")
+    if "\x00" in text:
+        raise BinaryInput("the input holds NUL bytes; this does not look like a text log")
+    bad = len(text) - len(_BAD_CHARS_RE.sub("", text))
+    if bad > _BAD_CHAR_RATIO * len(text):
+        raise BinaryInput(
+            f"{bad} of {len(text)} characters are control or replacement characters",
+            details={"bad_chars": bad, "chars": len(text)},
+        )
+
+
+def parse_log(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ParsedLog:
+    """Parse a crash log pasted as text.
+
+    Raises :class:`InputTooLarge` (over ``max_bytes`` UTF-8 bytes),
+    :class:`EmptyInput` (blank), :class:`BinaryInput` (NUL bytes, or more than 5%
+    control/replacement characters) and :class:`NoCrashFound` when there is no
+    traceback, exception line or argparse error; its ``details["understood"]``
+    says what was found instead (command, release hints, GPUs...).
+    """
+    _check_text(text, max_bytes)
+    lines, marks, notes = clean_log_marked(text)
+    exceptions, traceback_notes = find_exceptions(lines, marks)
+    notes.extend(traceback_notes)
+    argparse_error = find_argparse_error(lines)
+    commands, command_notes = find_commands(lines)
+    notes.extend(command_notes)
+    command = commands[-1] if commands else None
+    if command is not None and len(commands) > 1:
+        notes.append(f"{len(commands)} launch commands found; using the last (line {command.line})")
+    server_args, sa_notes = parse_server_args(lines)
+    notes.extend(sa_notes)
+    paths = [f.path for e in exceptions for f in e.frames]
+    model = model_from_argv(command.argv) if command else None
+    if model is None and server_args and isinstance(server_args.get("model_path"), str):
+        model = str(server_args["model_path"])
+    parsed = ParsedLog(
+        exceptions=exceptions,
+        primary=pick_primary(exceptions),
+        argparse_error=argparse_error,
+        command=command.argv if command else None,
+        command_text=command.text if command else None,
+        entrypoint=command.entrypoint if command else None,
+        server_args=server_args,
+        env=find_env(lines),
+        release_hints=find_release_hints(lines),
+        python_version=find_python_version(paths, lines),
+        gpus=find_gpus(lines),
+        model=model,
+        notes=notes,
+        cleaned_lines=len(lines),
+        warnings=find_sglang_warnings(lines),
+    )
+    if not exceptions and argparse_error is None:
+        raise NoCrashFound(
+            "no traceback, exception line or argparse error was found in the log",
+            details={"understood": _understood(parsed)},
+        )
+    return parsed
+
+
+def _understood(parsed: ParsedLog) -> dict[str, Any]:
+    keys = {"cleaned_lines", "command", "entrypoint", "model", "env", "python_version", "notes"}
+    return parsed.model_dump(include=keys) | {
+        "server_args": parsed.server_args is not None,
+        "release_hints": [h.version for h in parsed.release_hints],
+        "gpus": [g.name for g in parsed.gpus],
+    }
+
+
+def _decode(data: bytes, max_bytes: int) -> str:
+    """Strict UTF-8 (a BOM is dropped); NUL bytes are refused later by :func:`parse_log`."""
+    if len(data) > max_bytes:
+        raise _too_large(max_bytes)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise BinaryInput(f"the input is not valid UTF-8 (byte {exc.start})") from exc
+
+
+def parse_bytes(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ParsedLog:
+    """Decode ``data`` as strict UTF-8 (:class:`BinaryInput` otherwise) and :func:`parse_log` it."""
+    return parse_log(_decode(data, max_bytes), max_bytes=max_bytes)
+
+
+_PY_VERSION_RE = re.compile(r"(\d{1,2})\.(\d{1,3})")
+
+
+def parse_input(
+    payload: str | bytes | dict[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> tuple[ParsedLog, dict[str, Any]]:
+    """Parse a raw log or a structured report ``{"log", "command"?, "release"?, "hardware"?,
+    "model"?, "python"?}`` (a dict, or a JSON object given as text or bytes).
+
+    ``command`` replaces the command found in the log (tokenised like found
+    commands: continuations joined, ``docker run``/interpreter/entrypoint
+    dropped; a flags-only string is kept whole). ``release`` becomes the first
+    release hint (kind ``explicit``), ``python`` the Python version (``"3.12"``),
+    ``model`` the model. The second element is ``{"hardware": ..., "release": ...}``
+    exactly as given (None when absent), for the engine to resolve.
+    """
+    if isinstance(payload, bytes):
+        payload = _decode(payload, max_bytes)
+    if isinstance(payload, str):
+        data: object = None
+        if payload.lstrip().startswith("{"):
+            if len(payload) > max_bytes:
+                raise _too_large(max_bytes)
+            try:
+                data = json.loads(payload)
+            except (ValueError, RecursionError):
+                data = None
+        if not (isinstance(data, dict) and "log" in data):
+            return parse_log(payload, max_bytes=max_bytes), {"hardware": None, "release": None}
+        payload = data
+    if not isinstance(payload, dict):
+        raise LogParseError(f"unsupported input of type {type(payload).__name__}")
+    return _parse_structured(payload, max_bytes)
+
+
+def _parse_structured(payload: dict[str, Any], max_bytes: int) -> tuple[ParsedLog, dict[str, Any]]:
+    log = payload.get("log")
+    if isinstance(log, list) and all(isinstance(x, str) for x in log):
+        log = "\n".join(log)
+    if not isinstance(log, str):
+        raise EmptyInput("structured input needs a 'log' string")
+    parsed = parse_log(log, max_bytes=max_bytes)
+    update: dict[str, Any] = {}
+    notes = list(parsed.notes)
+    extra = sorted(str(k) for k in payload if k not in _STRUCTURED_KEYS)
+    if extra:
+        notes.append(f"ignored input field(s): {', '.join(extra)}")
+    command = payload.get("command")
+    if isinstance(command, str) and command.strip() or isinstance(command, list) and command:
+        found = tokenize_command(command)
+        update |= {
+            "command": found.argv,
+            "command_text": found.text,
+            "entrypoint": found.entrypoint,
+            "model": model_from_argv(found.argv) or parsed.model,
+        }
+    release = payload.get("release")
+    if isinstance(release, (str, int, float)) and str(release).strip():
+        m = VERSION_RE.search(str(release))
+        version = m[0].rstrip(".") if m else str(release).strip()
+        hint = ReleaseHint(version=version, evidence=f"release given: {release}", kind="explicit")
+        update["release_hints"] = [hint, *parsed.release_hints]
+    python = payload.get("python")
+    if isinstance(python, (str, int, float)) and str(python).strip():
+        m = _PY_VERSION_RE.search(str(python))
+        update["python_version"] = f"{m[1]}.{m[2]}" if m else str(python).strip()
+    model = payload.get("model")
+    if isinstance(model, str) and model.strip():
+        update["model"] = model.strip()
+    update["notes"] = notes
+    extras = {"hardware": payload.get("hardware"), "release": payload.get("release")}
+    return parsed.model_copy(update=update), extras

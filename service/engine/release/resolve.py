@@ -1,0 +1,410 @@
+"""Which SGLang release raised this crash? Evidence from the traceback, the log and the user.
+
+:func:`resolve_release` weighs, in order:
+
+1. **An explicit release** (the ``explicit`` argument, or a release hint of
+   kind ``explicit`` from a structured report). If it is ingested it wins
+   with confidence 1.0; if not, the note says so and resolution goes on from
+   the log, never pretending.
+2. **A fingerprint of the traceback.** For every frame inside the ``sglang``
+   package, each ingested release is asked: does the file exist, does the
+   function named by the frame enclose the reported line, and is the printed
+   source line the file's line at that number? A frame scores 0.4 for the
+   function and 0.6 for the exact line (0.3 when the text sits within
+   :data:`~.release_fingerprint.NEAR` lines: Python versions disagree on
+   which line of a multi-line statement they report). Frames without a
+   printed line can only earn the 0.4. The score is the weighted fraction
+   (see :mod:`.release_fingerprint`). Release hints from the log (pip
+   pins, ``check_env`` rows, ``dist-info`` paths, version strings) that name an
+   ingested release break ties and add confidence; when the frames contradict
+   them, the evidence says so.
+3. **The nearest release by anchor lines**, when no release has every printed
+   line at its reported number (a dev build or a patched install). Each frame
+   is looked up as an *anchor*: the same function (by name, in the same file)
+   and, inside it, the line whose stripped text equals the printed source
+   (failing that, equals it once ``self.``/``server_args.``/``cfg.`` are
+   spelled alike, as checks moved into 0.5.23's ``arg_groups`` hooks);
+   ``offset = reported - found``. For the innermost frame of the primary
+   exception only lines inside checks raising that type qualify (bare asserts
+   for a bare ``AssertionError``), and further printed lines must follow. Of
+   several occurrences, the one nearest the other anchors' offset in that file
+   wins. Most anchors found, then the smallest total ``|offset|``, is nearest;
+   :attr:`ReleaseResolution.line_offsets` lets the localizer map reported lines
+   onto it. If no line is found anywhere, files and functions alone may still
+   single out a release, with low confidence.
+
+4. **Warnings from SGLang's files.** ``…/sglang/launch_server.py:54:
+   UserWarning: …`` pins a ``warn`` call to a line, as a frame does
+   (:func:`~.release_fingerprint.warning_fits`). When only some ingested
+   releases issue every such warning at its line, the choice is made among
+   them (``warnings``): by a release hint, else by the message (below), else
+   the newest. A hint naming another release is reported as contradicted.
+
+Without frames, a hint that names an ingested release decides; a dev version
+(``0.5.19.dev410+g...``) picks the newest ingested release not after it.
+
+5. **The message.** Most crashes carry ``SomeError: <message>`` and nothing
+   else. Its text is matched against the message templates of every
+   ingested release (:func:`~.locate_message.match_message`). When only some
+   releases hold a check whose template matches it well (score at least
+   :data:`~.locate_message.MESSAGE_MIN`, the localizer's own bar), the newest of those matching
+   best is taken (``message``), with low confidence: releases that were not
+   ingested may hold the same text. A message every ingested release matches
+   equally decides nothing, and the evidence says so.
+
+Otherwise a single ingested release is taken with low confidence
+(``only_release``), or the newest one (``none``) with a note saying which
+fact would settle it.
+
+This module holds the decision; :mod:`.release_fingerprint` scores the frames
+against each release and :mod:`.release_versions` parses, orders and matches
+version strings. Everything is a handful of bounded SQL queries; file lines,
+the functions and the checks of a file are cached per (KB path, release,
+content hash, path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from kb.store import Store
+from service.engine.locate.message import MESSAGE_MIN, MessageMatch, match_message
+from service.engine.logparse.parse import ParsedLog
+from service.engine.logparse.environment import ReleaseHint
+from service.engine.release.fingerprint import (
+    ReleaseCandidate,
+    ReleaseScore,
+    describe_offsets,
+    score_release,
+    sglang_frames,
+    shorten,
+    warning_fits,
+)
+from service.engine.release.versions import (
+    is_dev,
+    match_release,
+    not_after,
+    parse_version,
+    release_sort_key,
+)
+
+__all__ = ["ReleaseResolution", "resolve_release"]
+
+Method = Literal["explicit", "hint", "fingerprint", "nearest", "warnings", "message",
+                 "only_release", "none"]
+
+#: Releases whose best template match for the message is within this of the best
+#: release's match it equally well.
+_MESSAGE_TIE = 0.02
+
+_HINT_STRENGTH = {"explicit": 1.0, "dist_info": 1.0, "check_env": 1.0, "pip": 0.9,
+                  "version_string": 0.7}
+_HINT_ORDER = ("explicit", "dist_info", "check_env", "pip", "version_string")
+_SETTLE = "pass the release, e.g. from `pip show sglang` or `python -m sglang.check_env`"
+
+
+class ReleaseResolution(BaseModel):
+    """The release to analyse against, how sure we are, and how reported lines map onto it."""
+
+    release: str | None
+    confidence: float
+    method: Method
+    dev_build: bool
+    reported_version: str | None
+    note: str | None
+    evidence: list[str] = Field(default_factory=list)
+    candidates: list[ReleaseCandidate] = Field(default_factory=list)
+    line_offsets: dict[str, int] = Field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------ hints
+
+
+def _hints(parsed: ParsedLog, explicit: str | None) -> list[ReleaseHint]:
+    hints = list(parsed.release_hints)
+    if explicit:
+        hints.insert(0, ReleaseHint(version=explicit, evidence=f"release given: {explicit}",
+                                    kind="explicit"))
+    order = {k: i for i, k in enumerate(_HINT_ORDER)}
+    return sorted(hints, key=lambda h: order.get(h.kind, len(order)))
+
+
+# ----------------------------------------------------------------------------- resolve
+
+
+@dataclass
+class _Ctx:
+    """What one resolution has gathered so far; :meth:`done` builds the answer."""
+
+    ingested: list[str]
+    reported: str | None
+    scored: dict[str, ReleaseScore]
+    hinted: dict[str, float]  # ingested release named by a log hint -> hint strength
+    evidence: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def done(self, release: str | None, confidence: float, method: Method, dev: bool = False,
+             order: Sequence[str] = ()) -> ReleaseResolution:
+        offsets = dict(self.scored[release].per_path) if release in self.scored else {}
+        return ReleaseResolution(
+            release=release, confidence=round(max(0.0, min(1.0, confidence)), 3), method=method,
+            dev_build=dev or is_dev(self.reported), reported_version=self.reported,
+            note="; ".join(self.notes) or None, evidence=self.evidence,
+            candidates=_ordered(self.scored, release, order), line_offsets=offsets)
+
+
+def resolve_release(parsed: ParsedLog, store: Store, *,
+                    explicit: str | None = None) -> ReleaseResolution:
+    """Decide which ingested release to analyse ``parsed`` against (see the module docstring)."""
+    rows = [r for r in store.releases() if r.get("status") in ("indexed", "complete")]
+    rows.sort(key=lambda r: release_sort_key(r["version"]))
+    ingested = [r["version"] for r in rows]
+    hints = _hints(parsed, explicit)
+    explicit_hint = next((h for h in hints if h.kind == "explicit"), None)
+    reported = hints[0].version if hints else None
+    if not ingested:
+        return ReleaseResolution(
+            release=None, confidence=0.0, method="none", dev_build=is_dev(reported),
+            reported_version=reported,
+            note="no release is ingested; run `sglang-triage ingest --release X`")
+    frames = sglang_frames(parsed)
+    scored = {r["version"]: score_release(store, r, frames) for r in rows} if frames else {}
+    ctx = _Ctx(ingested, reported, scored, {})
+    for h in hints:
+        if h.kind == "explicit":
+            continue
+        rel = match_release(h.version, ingested)
+        if rel is not None:
+            ctx.hinted[rel] = max(ctx.hinted.get(rel, 0.0), _HINT_STRENGTH.get(h.kind, 0.5))
+            ctx.evidence.append(f"{h.kind} hint names {rel}: {shorten(h.evidence, 120)}")
+        else:
+            ctx.evidence.append(f"{h.kind} hint {h.version} is not an ingested release")
+
+    if explicit_hint is not None:  # 1. explicit
+        rel = match_release(explicit_hint.version, ingested)
+        if rel is not None:
+            _explicit_evidence(ctx, rel)
+            return ctx.done(rel, 1.0, "explicit")
+        ctx.notes.append(f"release {explicit_hint.version} was given but is not ingested "
+                         f"(ingested: {', '.join(ingested)}); resolved from the log instead")
+    if scored:  # 2. and 3.
+        res = _from_frames(ctx)
+        if res is not None:
+            return res
+    fit = _fitting_warnings(ctx, parsed, store, rows)  # 4.
+    if fit is not None:
+        return _among(ctx, parsed, store, fit)
+    if ctx.hinted:  # hints without usable frames
+        rel = max(ctx.hinted, key=lambda r: (ctx.hinted[r], release_sort_key(r)))
+        return ctx.done(rel, (0.8 if frames else 0.9) * ctx.hinted[rel], "hint")
+    if is_dev(reported):
+        base = not_after(reported, ingested)
+        if base:
+            ctx.notes.append(f"dev build {reported}; nearest release {base[0]} by version "
+                             "number (no traceback lines to compare)")
+            return ctx.done(base[0], 0.3, "nearest", dev=True)
+    if len(ingested) > 1:  # 5.
+        res = _from_message(ctx, parsed, store, ingested)
+        if res is not None:
+            return res
+    if len(ingested) == 1:
+        ctx.notes.append(f"only {ingested[0]} is ingested and the log does not name a "
+                         f"release; {_SETTLE}")
+        return ctx.done(ingested[0], 0.3, "only_release")
+    ctx.notes.append(f"nothing in the log identifies the release; analysing against the "
+                     f"newest ingested release {ingested[-1]}. To settle it, {_SETTLE}")
+    return ctx.done(ingested[-1], 0.15, "none")
+
+
+def _explicit_evidence(ctx: _Ctx, rel: str) -> None:
+    """Say where the traceback disagrees with an explicitly given release."""
+    ctx.evidence.insert(0, f"release {rel} given explicitly")
+    if not ctx.scored:
+        return
+    best = max(ctx.scored.values(), key=lambda s: (s.exact, s.score))
+    mine = ctx.scored[rel]
+    if best.release != rel and best.exact and not mine.exact:
+        ctx.evidence.append(f"the traceback matches {best.release} line for line, "
+                            f"not the given {rel}")
+    elif mine.anchors and not mine.exact and mine.found:
+        ctx.notes.append(f"lines differ from release {rel} "
+                         f"({describe_offsets([o for _, o in mine.offsets])})")
+
+
+def _from_frames(ctx: _Ctx) -> ReleaseResolution | None:
+    """Fingerprint, then nearest by anchors, then files and functions alone; None if undecided."""
+    hinted, evidence = ctx.hinted, ctx.evidence
+    ranked = sorted(ctx.scored.values(), key=lambda s: (
+        s.exact, s.score, hinted.get(s.release, 0), release_sort_key(s.release)), reverse=True)
+    best = ranked[0]
+    if best.exact:
+        tied = [s for s in ranked if s.exact and s.score == best.score]
+        pick = _tie_break([s.release for s in tied], hinted, ctx.reported)
+        conf = best.score * (0.97 if len(tied) == 1 else 0.6 / len(tied) + 0.2)
+        if len(tied) > 1:
+            evidence.append("the traceback matches " + ", ".join(s.release for s in tied)
+                            + f" equally; took {pick}")
+        conf = _hint_adjust(conf, pick, hinted, evidence, "frames")
+        return ctx.done(pick, conf, "fingerprint", order=[s.release for s in tied])
+    near = sorted((s for s in ranked if s.found), key=lambda s: (
+        -s.found / max(s.anchors, 1), s.total_offset, _distance(s.release, ctx.reported)))
+    if near:
+        top = near[0]
+        conf = 0.35 + 0.4 * top.found / max(top.anchors, 1)
+        if len(near) > 1 and (near[1].found, near[1].total_offset) == (top.found,
+                                                                       top.total_offset):
+            conf -= 0.2
+            evidence.append(f"{near[1].release} fits the anchors equally well")
+        conf = _hint_adjust(conf, top.release, hinted, evidence, "anchor lines")
+        what = (f"dev build {ctx.reported}" if is_dev(ctx.reported) else
+                "lines match no ingested release exactly (a dev build or a patched install)")
+        ctx.notes.append(f"{what}; nearest release {top.release} "
+                         f"({describe_offsets([o for _, o in top.offsets])})")
+        return ctx.done(top.release, conf, "nearest", dev=True, order=[s.release for s in near])
+    # no printed line found anywhere: the files and functions alone may single one out
+    second = ranked[1].score if len(ranked) > 1 else 0.0
+    if best.score > second and (not hinted or best.release in hinted):
+        if any(s.anchors for s in ranked):
+            ctx.notes.append(f"no printed frame line is in any ingested release; nearest "
+                             f"release {best.release} (the traceback's files and functions "
+                             "exist there)")
+            return ctx.done(best.release, 0.2 + 0.3 * best.score, "nearest", dev=True)
+        evidence.append(f"the traceback's files and functions fit {best.release} best "
+                        "(no source lines were printed)")
+        conf = _hint_adjust(0.25 + 0.35 * best.score, best.release, hinted, evidence, "frames")
+        return ctx.done(best.release, conf, "fingerprint")
+    if best.score > 0:
+        evidence.append("the traceback's frames do not single out a release")
+    return None
+
+
+def _fitting_warnings(ctx: _Ctx, parsed: ParsedLog, store: Store,
+                      rows: list[dict[str, Any]]) -> list[str] | None:
+    """The ingested releases that issue every SGLang warning of the log at its line, when
+    that singles out some but not all of them; else None (the evidence says why)."""
+    if not parsed.warnings:
+        return None
+    fit = [r["version"] for r in rows
+           if all(warning_fits(store, r, w) for w in parsed.warnings)]
+    where = ", ".join(f"{w.path}:{w.line}" for w in parsed.warnings[:3])
+    what = "the warning at " if len(parsed.warnings) == 1 else "the warnings at "
+    if not fit:
+        ctx.evidence.append(f"{what}{where} fit no ingested release")
+        return None
+    if len(fit) == len(rows):
+        ctx.evidence.append(f"{what}{where} fit every ingested release")
+        return None
+    ctx.evidence.append(f"{what}{where} fit {', '.join(fit)} and no other ingested release")
+    return fit
+
+
+def _among(ctx: _Ctx, parsed: ParsedLog, store: Store, fit: list[str]) -> ReleaseResolution:
+    """Pick among the releases the warnings fit: a hint, else the message, else the newest."""
+    named = [r for r in fit if r in ctx.hinted]
+    if named:
+        pick = max(named, key=lambda r: (ctx.hinted[r], release_sort_key(r)))
+        return ctx.done(pick, _hint_adjust(0.6, pick, ctx.hinted, ctx.evidence, "warnings"),
+                        "warnings", order=fit)
+    penalty = 0.0
+    if ctx.hinted:
+        _contradicted(ctx.hinted, ctx.evidence, "warnings")
+        penalty = 0.1
+    if len(fit) > 1:
+        res = _from_message(ctx, parsed, store, fit)
+        if res is not None:
+            return res
+    pick = _tie_break(fit, {}, ctx.reported)
+    if len(fit) > 1:
+        ctx.notes.append(f"the warnings fit {', '.join(fit)}; took {pick}. To settle it, "
+                         f"{_SETTLE}")
+    return ctx.done(pick, (0.6 if len(fit) == 1 else 0.4) - penalty, "warnings", order=fit)
+
+
+def _from_message(ctx: _Ctx, parsed: ParsedLog, store: Store,
+                  among: list[str]) -> ReleaseResolution | None:
+    """The newest release of ``among`` whose checks match the primary exception's message
+    best, if only some of them match it (see the module docstring); else None."""
+    exc = parsed.primary
+    if exc is None or not exc.message:
+        return None
+    best: dict[str, MessageMatch] = {}
+    for rel in among:
+        found = match_message(store, rel, exc.message, exc_type=exc.type, limit=1)
+        if found and found[0].score >= MESSAGE_MIN:
+            best[rel] = found[0]
+    if not best:
+        return None
+    top = max(m.score for m in best.values())
+    tied = sorted((r for r, m in best.items() if m.score >= top - _MESSAGE_TIE),
+                  key=release_sort_key)
+    pick = _tie_break(tied, ctx.hinted, ctx.reported)
+    m = best[pick]
+    where = f"`{shorten(m.template, 80)}` ({m.path}:{m.start_line})"
+    if len(tied) == len(among):
+        ctx.evidence.append(f"the message matches {where} in {pick}, and alike in "
+                            + ("every ingested release" if among == ctx.ingested
+                               else ", ".join(among)))
+        return None
+    also = [r for r in tied if r != pick]
+    lesser = [r for r in among if r in best and r not in tied]
+    absent = [r for r in among if r not in best]
+    ctx.evidence.append(
+        f"the message matches {where} in {pick}"
+        + (f" ({m.match_kind} match, score {m.score})" if m.match_kind != "full" else "")
+        + (f", and alike in {', '.join(also)}" if also else "")
+        + (f"; {', '.join(lesser)} match it less well" if lesser else "")
+        + (f"; {', '.join(absent)} hold no such check" if absent else ""))
+    if not ctx.reported:
+        named = "the log names no release"
+    elif match_release(ctx.reported, ctx.ingested) is None:
+        named = f"the log names {ctx.reported}, which is not ingested"
+    else:  # named, but ruled out by the warnings (see _among)
+        named = f"the warnings rule out {ctx.reported}, the release the log names"
+    ctx.notes.append(f"{named}; {pick} is the newest ingested release whose checks match the "
+                     f"message best (releases not ingested may match too). To settle it, "
+                     f"{_SETTLE}")
+    conf = (0.45 if len(tied) == 1 else 0.3) * min(1.0, 0.5 + m.score / 2)
+    rest = sorted(among, key=lambda r: (r not in tied, r not in best,
+                                        -best[r].score if r in best else 0))
+    return ctx.done(pick, conf, "message", order=rest)
+
+
+def _distance(release: str, reported: str | None) -> int:
+    """Tie-break: 0 for a release not after the reported version, else 1."""
+    v, rv = (parse_version(reported) if reported else None), parse_version(release)
+    return 0 if v is not None and rv is not None and rv <= v else 1
+
+
+def _tie_break(tied: list[str], hinted: dict[str, float], reported: str | None) -> str:
+    named = [r for r in tied if r in hinted]
+    if named:
+        return max(named, key=lambda r: (hinted[r], release_sort_key(r)))
+    older = not_after(reported, tied)
+    return older[0] if older else max(tied, key=release_sort_key)
+
+
+def _hint_adjust(conf: float, pick: str, hinted: dict[str, float], evidence: list[str],
+                 what: str) -> float:
+    if not hinted:
+        return conf
+    if pick in hinted:
+        return conf + 0.05 * hinted[pick]
+    _contradicted(hinted, evidence, what)
+    return conf - 0.1
+
+
+def _contradicted(hinted: dict[str, float], evidence: list[str], what: str) -> None:
+    evidence.append(f"the {what} contradict the release hint(s) "
+                    f"{', '.join(sorted(hinted, key=release_sort_key))}; trusted the {what}")
+
+
+def _ordered(scored: dict[str, ReleaseScore], first: str | None,
+             order: Sequence[str]) -> list[ReleaseCandidate]:
+    rank = {r: i for i, r in enumerate([first, *order] if first else order)}
+    items = sorted(scored.values(), key=lambda s: (rank.get(s.release, len(rank)), -s.score,
+                                                   s.total_offset))
+    return [s.candidate() for s in items]

@@ -1,0 +1,225 @@
+"""Reachability of validation checks, for card derivation: call sites and local variables.
+
+A check inside a helper only runs when the helper is called. The engine's
+:func:`~service.engine.evaluate.chain.call_site_guards` looks for call sites in
+the check's own file; cards need more, because SGLang 0.5.2x calls its
+model hooks across files (``model_hook.py`` calls
+``apply_deepseek_v4_defaults`` only ``if model_arch in ["DeepseekV4ForCausalLM"]``).
+Without that guard a card derived from the hook would fire for every model.
+
+:func:`call_index` parses every file of the validation surface once with
+tree-sitter and records, for each function name defined there, its call
+sites with their guards. :func:`reach_condition` turns them into one
+condition: the OR over call sites of (the caller's own reach condition AND
+the site's guards), two levels deep. A function with no call site in the
+surface (a dispatcher step, a registered post-process pass) is taken as
+always reached. Local variables in the guards are replaced by the expressions
+assigned to them earlier in the same function (:func:`local_map`), except
+the names kept as facts (``model_arch``).
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ingest import ts
+from ingest.checks import guards_of
+from kb.store import Store
+from service.engine.evaluate import chain
+from service.engine.evaluate.path_condition import substitute
+
+__all__ = ["FACT_LOCALS", "Site", "call_index", "guard_text", "local_map", "reach_condition",
+           "validation_paths", "with_locals"]
+
+VALIDATION_PREFIXES = ("sglang/srt/server_args.py", "sglang/srt/arg_groups/")
+#: Local names kept as they are: they are facts the checker can be told directly.
+FACT_LOCALS = frozenset({"model_arch"})
+#: Argument-object names for normalisation (``view`` is the post-process passes' parameter).
+ARG_OBJECTS = ("self", "server_args", "cfg", "args", "sa", "view")
+MAX_SITES = 6
+MAX_DEPTH = 2
+# calls whose n-th positional argument is the function actually run
+_INDIRECT = {"run_hook": 0, "run_post_process_pass": 1}
+
+
+@dataclass(frozen=True)
+class Site:
+    path: str
+    caller: str  # qualname, or "<module>"
+    caller_start: int | None
+    line: int
+    guards: tuple[tuple[str, bool], ...]  # (condition, polarity), outermost first
+
+
+def validation_paths(store: Store, version: str) -> list[str]:
+    return [p for p in store.paths(version) if p.startswith(VALIDATION_PREFIXES)]
+
+
+def _functions(store: Store, version: str, path: str) -> list[dict[str, Any]]:
+    rows = store.query("SELECT qualname, name, path, start_line, end_line FROM functions "
+                       "WHERE release = ? AND path = ? ORDER BY start_line", (version, path))
+    return [dict(r) for r in rows]
+
+
+def _innermost(fns: list[dict[str, Any]], line: int) -> dict[str, Any] | None:
+    best = None
+    for f in fns:
+        if f["start_line"] <= line <= f["end_line"] and (
+                best is None or f["start_line"] >= best["start_line"]):
+            best = f
+    return best
+
+
+def _callee(call: Any) -> str:
+    func = call.child_by_field_name("function")
+    if func is None:
+        return ""
+    if func.type == "identifier":
+        name = ts.text(func)
+    elif func.type == "attribute":
+        name = ts.text(func.child_by_field_name("attribute"))
+    else:
+        return ""
+    if name in _INDIRECT:
+        args = call.child_by_field_name("arguments")
+        pos = [c for c in (args.named_children if args is not None else [])
+               if c.type not in ("keyword_argument", "comment")]
+        idx = _INDIRECT[name]
+        return ts.text(pos[idx]) if len(pos) > idx and pos[idx].type == "identifier" else ""
+    return name
+
+
+def call_index(store: Store, version: str) -> dict[str, list[Site]]:
+    """Function name -> its call sites in the validation surface (cached per release)."""
+
+    def build() -> dict[str, list[Site]]:
+        paths = validation_paths(store, version)
+        fns_by_path = {p: _functions(store, version, p) for p in paths}
+        defined = {f["name"] for fns in fns_by_path.values() for f in fns}
+        index: dict[str, list[Site]] = {}
+        for path in paths:
+            text = store.file_text(version, path)
+            if not text:
+                continue
+            tree = ts.parse(text.encode())
+            # captures come in no stable order: source order keeps sites deterministic
+            for call in sorted(ts.captures("(call) @c", tree.root_node).get("c", []),
+                               key=lambda n: n.start_byte):
+                name = _callee(call)
+                if name not in defined:
+                    continue
+                line = ts.start_line(call)
+                fn = _innermost(fns_by_path[path], line)
+                caller = fn["qualname"] if fn else "<module>"
+                if caller.rsplit(".", 1)[-1] == name:
+                    continue  # recursion
+                guards = tuple((g.condition, g.polarity) for g in guards_of(call))
+                index.setdefault(name, []).append(
+                    Site(path, caller, fn["start_line"] if fn else None, line, guards))
+        return index
+
+    return chain.cached(chain.release_key(store, version, "rules:call_index"), build)
+
+
+# ------------------------------------------------------------------------- locals
+
+
+def _assignments(store: Store, version: str, path: str, start: int
+                 ) -> tuple[list[int], list[tuple[str, ast.expr]]]:
+    """Simple ``name = expr`` assignments of one function, by absolute line (cached)."""
+
+    def build() -> tuple[list[int], list[tuple[str, ast.expr]]]:
+        rows = store.query("SELECT * FROM functions WHERE release = ? AND path = ? "
+                           "AND start_line = ?", (version, path, start))
+        if not rows:
+            return [], []
+        fn = dict(rows[0])
+        node = chain.function_ast(store, version, fn)
+        if node is None:
+            return [], []
+        offset = fn["start_line"] - 1
+        found: list[tuple[int, str, ast.expr]] = []
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Assign) and len(sub.targets) == 1 \
+                    and isinstance(sub.targets[0], ast.Name):
+                name = sub.targets[0].id
+                if name not in ARG_OBJECTS:
+                    found.append((sub.lineno + offset, name, sub.value))
+        found.sort(key=lambda t: t[0])
+        return [t[0] for t in found], [(t[1], t[2]) for t in found]
+
+    return chain.cached(chain.release_key(store, version, f"rules:assign:{path}:{start}"), build)
+
+
+def local_map(store: Store, version: str, path: str, fn_start: int | None,
+              line: int) -> dict[str, ast.expr]:
+    """Locals of the function starting at ``fn_start`` assigned before ``line`` (last wins)."""
+    if fn_start is None:
+        return {}
+    lines, items = _assignments(store, version, path, fn_start)
+    out: dict[str, ast.expr] = {}
+    for name, value in items[: bisect.bisect_left(lines, line)]:
+        out[name] = value
+    return out
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def with_locals(store: Store, version: str, path: str, fn_start: int | None, line: int,
+                condition: str) -> str:
+    """``condition`` with the function's earlier locals substituted (cached; facts kept)."""
+    if fn_start is None:
+        return condition
+    lines, items = _assignments(store, version, path, fn_start)
+    pos = bisect.bisect_left(lines, line)
+    names = {n for n, _ in items[:pos]} - FACT_LOCALS
+    if not names or not names.intersection(_IDENT.findall(condition)):
+        return condition
+    key = chain.release_key(store, version, f"rules:subst:{path}:{fn_start}:{pos}:{condition}")
+    return chain.cached(key, lambda: substitute(
+        condition, local_map(store, version, path, fn_start, line), FACT_LOCALS))
+
+
+def guard_text(condition: str, polarity: bool) -> str:
+    """``condition``, negated when ``polarity`` is False, parenthesised."""
+    return f"({condition})" if polarity else f"not ({condition})"
+
+
+# ---------------------------------------------------------------------- reachability
+
+
+def reach_condition(store: Store, version: str, qualname: str, depth: int = 0) -> str | None:
+    """The condition under which ``qualname`` runs, or None for "always" / "cannot tell".
+
+    OR over call sites of (caller's reach AND site guards); more than
+    :data:`MAX_SITES` sites, a site without guards or a caller at depth
+    :data:`MAX_DEPTH` count as "always" (None), which only ever widens a card.
+    """
+    key = chain.release_key(store, version, f"rules:reach:{qualname}:{depth}")
+    return chain.cached(key, lambda: _reach(store, version, qualname, depth))
+
+
+def _reach(store: Store, version: str, qualname: str, depth: int) -> str | None:
+    name = qualname.rsplit(".", 1)[-1]
+    sites = call_index(store, version).get(name, [])
+    if not sites or len(sites) > MAX_SITES or depth >= MAX_DEPTH:
+        return None
+    alts: list[str] = []
+    for s in sites:
+        parts: list[str] = []
+        if s.caller != "<module>":
+            up = reach_condition(store, version, s.caller, depth + 1)
+            if up is not None:
+                parts.append(f"({up})")
+        parts += [guard_text(with_locals(store, version, s.path, s.caller_start, s.line, c), p)
+                  for c, p in s.guards]
+        if not parts:
+            return None
+        alts.append(" and ".join(parts))
+    unique = list(dict.fromkeys(alts))
+    return unique[0] if len(unique) == 1 else " or ".join(f"({a})" for a in unique)

@@ -1,0 +1,163 @@
+"""Front-end glue for the rule cards: the ``lint`` CLI command and the HTTP payloads.
+
+The CLI module wires :func:`lint_command` as
+``sglang-triage lint --release 0.5.11 --hardware rtx-pro-6000-x8 -- <flags>``;
+the API wires :func:`lint_payload` as ``POST /lint`` and :func:`rules_payload`
+as ``GET /rules``. All three raise (or, for the CLI, report) the project's
+:class:`~service.errors.TriageError` subclasses, so the usual status
+mapping applies (unknown release -> 404, bad hardware name -> 400).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, model_validator
+from rich.console import Console
+from rich.markup import escape
+
+from kb.errors import ConfigError, TriageError
+from kb.store import Store
+from kb.rules.cards import load_curated
+from service.engine.rules.checker import cards_for
+from service.engine.rules.derive import derive_cards
+from service.engine.rules.lint import LintReport, lint
+
+__all__ = ["LintRequest", "lint_command", "lint_payload", "render_report", "rules_payload",
+           "split_command"]
+
+_PROGRAMS = ("sglang", "serve", "python", "python3", "-m", "sglang.launch_server",
+             "sglang.launch_server")
+
+
+def split_command(flags: list[str] | str) -> list[str]:
+    """Flags only: a command string is shell-split and a leading launcher dropped.
+
+    ``python -m sglang.launch_server --tp 8`` and ``sglang serve --tp 8`` both give
+    ``["--tp", "8"]``; a bare flag list is returned as it is.
+    """
+    tokens = shlex.split(flags) if isinstance(flags, str) else [str(t) for t in flags]
+    i = 0
+    while i < len(tokens) and not tokens[i].startswith("-") and (
+            tokens[i] in _PROGRAMS or tokens[i].endswith(("/python", "/python3", "/sglang"))):
+        i += 1
+    if i < len(tokens) and tokens[i] == "-m" and i + 1 < len(tokens):
+        i += 2
+    return tokens[i:]
+
+
+class LintRequest(BaseModel):
+    """Body of ``POST /lint``: ``flags`` (argv tokens) or ``command`` (one string)."""
+
+    release: str = Field(min_length=1, max_length=64)
+    flags: list[str] | None = Field(default=None, max_length=4096)
+    command: str | None = Field(default=None, max_length=100_000)
+    hardware: str | None = None
+    model_arch: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> LintRequest:
+        if self.flags is None and self.command is None:
+            raise ValueError("give `flags` (a list of tokens) or `command` (a string)")
+        return self
+
+
+def lint_payload(store: Store, body: dict[str, Any] | LintRequest) -> dict[str, Any]:
+    """``POST /lint``: the :class:`~.lint.LintReport` as JSON-ready data.
+
+    Raises :class:`ConfigError` for a malformed body or hardware name and
+    :class:`~service.errors.ReleaseNotIngested` for a release not in the KB.
+    """
+    try:
+        req = body if isinstance(body, LintRequest) else LintRequest.model_validate(body)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid lint request: {exc.errors()[0]['msg']}",
+                          details={"errors": exc.errors(include_url=False)}) from exc
+    try:
+        argv = split_command(req.flags if req.flags is not None else req.command or "")
+    except ValueError as exc:  # shlex: unbalanced quotes
+        raise ConfigError(f"cannot split the command: {exc}") from exc
+    report = lint(store, req.release, argv, req.hardware, req.model_arch, env=req.env or None)
+    return report.model_dump(mode="json")
+
+
+def rules_payload(store: Store, release: str | None = None, origin: str | None = None,
+                  severity: str | None = None, q: str | None = None, limit: int = 100,
+                  offset: int = 0) -> dict[str, Any]:
+    """``GET /rules``: cards (curated first), filtered by release range, origin, severity, text."""
+    cards = cards_for(store, release) if release else [*load_curated(), *derive_cards(store)]
+    if origin:
+        cards = [c for c in cards if c.origin == origin]
+    if severity:
+        cards = [c for c in cards if c.severity == severity]
+    if q:
+        needle = q.lower()
+        cards = [c for c in cards if needle in c.title.lower() or needle in c.id
+                 or needle in c.when.lower() or needle in c.require.lower()]
+    cards = sorted(cards, key=lambda c: (c.origin != "curated", c.id))
+    limit = max(1, min(limit, 1000))
+    page = cards[max(offset, 0): max(offset, 0) + limit]
+    return {"count": len(cards), "offset": offset, "limit": limit,
+            "cards": [c.model_dump(mode="json", by_alias=True) for c in page]}
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def render_report(report: LintReport, console: Console) -> None:
+    """Human-readable lint output (errors first, each with its best fix)."""
+    head = f"SGLang {report.release}"
+    if report.hardware:
+        head += f" on {report.hardware}"
+    if report.model_arch:
+        head += f", model {report.model_arch}"
+    console.print(f"[bold]{escape(head)}[/bold]: {escape(report.command)}")
+    for problem in [*report.parse_errors, *(f"unknown flag {u}" for u in report.unknown_flags)]:
+        console.print(f"  [yellow]parse:[/yellow] {escape(problem)}")
+    for f in report.violated:
+        mark = "[red]✗ error[/red]" if f.severity == "error" else "[yellow]! warning[/yellow]"
+        console.print(f"{mark} [bold]{escape(f.rule)}[/bold] {escape(f.title)}")
+        console.print(f"    {escape(f.reason)}", highlight=False)
+        for c in f.citations[:3]:
+            console.print(f"    cites {escape(c)}", style="dim")
+        for fix in f.fixes[:2]:
+            tag = "[green]verified[/green]" if fix.verified else "[yellow]not clean[/yellow]"
+            console.print(f"    fix ({tag}, {escape(fix.origin)}): {escape(fix.command)}",
+                          highlight=False)
+            if not fix.verified:
+                console.print(f"      {escape(fix.note)}", style="dim")
+    for f in report.unknown[:10]:
+        console.print(f"[cyan]? {escape(f.rule)}[/cyan] {escape(f.title)} — {escape(f.reason)}",
+                      highlight=False)
+    if len(report.unknown) > 10:
+        console.print(f"[cyan]? … {len(report.unknown) - 10} more undecided cards[/cyan]")
+    if report.background:
+        console.print(f"[dim]{len(report.background)} card(s) are violated by --model-path alone "
+                      "on this machine and model and are not counted[/dim]")
+    errors = sum(1 for f in report.violated if f.severity == "error")
+    warnings = len(report.violated) - errors
+    verdict = "[green]ok[/green]" if report.ok else "[red]would fail[/red]"
+    console.print(f"{verdict}: {errors} error(s), {warnings} warning(s), "
+                  f"{len(report.unknown)} undecided; {report.timings_ms.get('total', 0)} ms")
+
+
+def lint_command(release: str, hardware: str | None, model_arch: str | None,
+                 flags: list[str], as_json: bool) -> int:
+    """``sglang-triage lint``: print the report; exit code 0 ok, 1 error cards violated, 2 usage."""
+    from service.settings import Settings
+    from kb.knowledge import KnowledgeBase
+
+    out, err = Console(), Console(stderr=True)
+    try:
+        store = KnowledgeBase(Settings()).store
+        report = lint(store, release, split_command(flags), hardware, model_arch)
+    except (TriageError, ValueError) as exc:
+        err.print(f"[red]error:[/red] {escape(getattr(exc, 'message', str(exc)))}")
+        return 2
+    if as_json:
+        out.print_json(report.model_dump_json())
+    else:
+        render_report(report, out)
+    return 0 if report.ok else 1

@@ -1,0 +1,435 @@
+"""The triage engine: crash log in, grounded diagnosis and checked fixes out.
+
+``Engine(kb).triage(payload)`` runs, in order: parse the log
+(:mod:`.logparse`), resolve the release (:mod:`.resolve`), locate the check
+(:mod:`.locate`), evaluate its path condition (:mod:`.evaluation`), propose
+and verify fixes (:mod:`.fixes`), and write the summary and cited
+explanation (:mod:`.explain`). It is deterministic and offline; the optional
+LLM layer and replay run on top of its result.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from service.settings import Settings
+from service.errors import NoCrashFound, UnknownRelease
+from kb.knowledge import KnowledgeBase
+from kb.catalogs import load_catalog
+from service.engine.evaluate import chain
+from service.engine.explain import deterministic as explain
+from service.engine.evaluate.path_condition import base_attrs, evaluate_path
+from service.engine.expr.interpreter import UNKNOWN, Provenance, Value, fact_key
+from service.engine.facts.core import fact_values, get_profile, model_arch_for, profile_from_gpus
+from service.engine.fixes.propose import Verdict, propose
+from service.engine.flags.parse import apply_edits, parse_argv, render_command
+from service.engine.llm.writer import AssistContext, assist
+from service.engine.llm.writer import enabled as llm_enabled
+from service.engine.locate.localize import (
+    Located,
+    locate_by_frames,
+    locate_by_message,
+    locate_by_search,
+)
+from service.engine.logparse.parse import ParsedLog, parse_input
+from service.engine.cache import LRUCache, facts_signature, freeze_long_lived
+from service.engine.answer import (
+    AtomInput,
+    AtomOut,
+    CheckInfo,
+    EvaluationOut,
+    ExcerptLine,
+    FixOut,
+    Location,
+    ParsedSummary,
+    Reference,
+    TriageResult,
+    UnknownFact,
+    jsonable,
+    tri,
+)
+from service.engine.fixes.repair import repair
+from service.engine.release.resolve import resolve_release
+
+#: a triage this slow built caches (or loaded the query encoder): freeze what it built
+_SETTLE_AFTER_MS = 250.0
+#: (release, vector store, exception) -> where search located it (wrapped in a 1-tuple)
+_SEARCH_LOCATED: LRUCache[tuple[Located | None]] = LRUCache("engine.search_locate", 1024)
+
+_HW_FACT_HINTS = ("sm", "cuda", "hip", "npu", "blackwell", "hopper", "device", "gpu", "xpu", "cpu")
+
+
+class Engine:
+    """Stateless apart from the KB handle; safe to share between threads."""
+
+    def __init__(self, kb: KnowledgeBase, settings: Settings | None = None) -> None:
+        self.kb = kb
+        self.store = kb.store
+        self.settings = settings or kb.settings
+
+    # -- facts ------------------------------------------------------------------------
+    def facts_for(self, parsed: ParsedLog, hardware: str | None, model: str | None,
+                  model_arch: str | None) -> tuple[dict[str, Value], str | None, str | None]:
+        hw = None
+        if hardware:
+            hw = get_profile(hardware)
+        elif parsed.gpus:
+            hw = profile_from_gpus(parsed.gpus)
+        arch = model_arch or model_arch_for(model or parsed.model)
+        facts = dict(fact_values(hw, arch, parsed.env))
+        if arch:
+            key = fact_key("self.get_model_config().hf_config.architectures")
+            facts.setdefault(key, Value([arch], Provenance("fact", f"model architecture {arch}")))
+        return facts, (hw.name if hw else None), arch
+
+    # -- main -------------------------------------------------------------------------
+    def triage(self, payload: str | bytes | dict[str, Any], *, release: str | None = None,
+               hardware: str | None = None, model: str | None = None,
+               model_arch: str | None = None, max_bytes: int = 1024 * 1024) -> TriageResult:
+        t0 = time.perf_counter()
+        timings: dict[str, float] = {}
+        parsed, extras = parse_input(payload, max_bytes=max_bytes)
+        timings["parse"] = _ms(t0)
+        release = release or extras.get("release")
+        hardware = hardware or extras.get("hardware")
+        model = model or (extras.get("model") if isinstance(extras.get("model"), str) else None)
+        if not self.store.releases():
+            raise UnknownRelease("the KB holds no releases; run `sglang-triage ingest --defaults`")
+        t = time.perf_counter()
+        resolution = resolve_release(parsed, self.store, explicit=release)
+        timings["resolve"] = _ms(t)
+        if resolution.release is None:
+            raise UnknownRelease("no ingested release matches this log",
+                                 details={"understood": _understood(parsed), **resolution.model_dump()})
+        version = resolution.release
+        catalog = load_catalog(self.store, version)
+        argv = list(parsed.command or [])
+        pargs = parse_argv(argv, catalog)
+        facts, hw_name, arch = self.facts_for(parsed, hardware, model, model_arch)
+        summary_parsed = ParsedSummary(
+            exception=parsed.primary.type if parsed.primary else None,
+            message=parsed.primary.message if parsed.primary else None,
+            bare=parsed.primary.bare if parsed.primary else None, python=parsed.python_version,
+            command=parsed.command, model=model or parsed.model, model_arch=arch,
+            hardware=hw_name, env=parsed.env, notes=parsed.notes[:10])
+        base = dict(status="unlocated", release=resolution.model_dump(), parsed=summary_parsed,
+                    confidence=0.0)
+        if parsed.argparse_error is not None:
+            return self._argparse(parsed, argv, version, resolution.confidence, base, timings, t0)
+        exc = parsed.primary
+        if exc is None:
+            raise NoCrashFound("no exception to triage", details={"understood": _understood(parsed)})
+        t = time.perf_counter()
+        located = (locate_by_frames(exc, self.store, version, resolution.line_offsets)
+                   or locate_by_message(exc, self.store, version)
+                   or self._search_locate(exc, version))
+        timings["locate"] = _ms(t)
+        if located is None:
+            return self._unlocated(exc, version, base, timings, t0, resolution.confidence)
+        check = located.check
+        attrs = base_attrs(catalog, pargs, parsed.server_args)
+        fsig = facts_signature(facts)  # keys the memo tables of every stage below
+        t = time.perf_counter()
+        ev = evaluate_path(self.store, version, check, attrs, facts, facts_sig=fsig)
+        timings["evaluate"] = _ms(t)
+        t = time.perf_counter()
+        verdicts = propose(self.store, version, check, ev, pargs, catalog, attrs, facts,
+                           facts_sig=fsig)
+        timings["fixes"] = _ms(t)
+        location = self._location(version, check, located)
+        atoms = _atoms(ev)
+        fixes = [self._fix_out(i + 1, v, argv, catalog, parsed, version) for i, v in enumerate(verdicts)]
+        t = time.perf_counter()
+        pairs = list(zip(verdicts, fixes, strict=True))  # before the re-ranking below
+        judged = self._rule_verdicts(fixes, version, facts, fsig)
+        repaired = repair(self.store, version, check, pairs, argv, pargs, catalog, attrs, facts,
+                          facts_sig=fsig)
+        if repaired:  # no fix was clean: the clean extensions join the list
+            added = [self._fix_out(len(fixes) + i + 1, v, argv, catalog, parsed, version)
+                     for i, (_, v) in enumerate(repaired)]
+            self._rule_verdicts(fixes + added, version, facts, fsig, judged)
+            fixes = _with_bases(added, [base for base, _ in repaired], fixes)
+        timings["rules"] = _ms(t)
+        unknowns = _unknowns(ev, hw_name, arch, argv)
+        no_fix = None
+        if not fixes:
+            no_fix = _no_fix_reason(ev, check)
+        references = self._references(version, check, ev.attrs, catalog)
+        result: dict[str, Any] = {"condition": check["condition"] or _guards_text(check),
+                                  "no_flag_fix": no_fix}
+        caveats = ev.caveats
+        conf = round(min(resolution.confidence, located.confidence)
+                     * (0.7 if ev.fired is UNKNOWN else 1.0) * (0.5 if ev.fired is False else 1.0), 3)
+        if ev.fired is False:
+            unknowns.insert(0, UnknownFact(
+                what="why the check fired",
+                why="with the flags and facts given, the check's condition evaluates to false",
+                settle="the full launch command, the hardware (--hardware) and the model "
+                       "architecture, or a replay of the release's validation"))
+        md = explain.markdown(result, location, atoms, fixes, unknowns, version,
+                              [r.model_dump() for r in references], caveats + located.notes)
+        citations = [location.citation] + [r.citation for r in references]
+        result_obj = TriageResult(
+            **{**base, "status": "located", "confidence": conf},
+            summary=explain.summary(exc.type, exc.bare, location, atoms, fixes, version),
+            explanation=md, location=location,
+            check=CheckInfo(id=check["id"], kind=check["kind"], exc_type=check["exc_type"],
+                            bare=check["bare"], condition=check["condition"],
+                            message=check["message"], guards=check["guards"]),
+            evaluation=EvaluationOut(fired=tri(ev.fired), atoms=atoms, caveats=caveats,
+                                     writes=ev.write_notes),
+            fixes=fixes, no_flag_fix=no_fix, references=references, unknowns=unknowns,
+            citations=citations, timings_ms=timings,
+        )
+        if llm_enabled(self.settings):
+            t = time.perf_counter()
+            ctx = AssistContext(store=self.store, release=version, catalog=catalog, argv=argv,
+                                attrs=attrs, facts=facts, check=check, prefix=_prefix(parsed))
+            result_obj = assist(result_obj, engine_ctx=ctx, settings=self.settings)
+            timings["llm"] = _ms(t)
+        timings["total"] = _ms(t0)
+        result_obj.timings_ms = dict(timings)
+        if timings["total"] >= _SETTLE_AFTER_MS:
+            freeze_long_lived()  # a cold triage built long-lived state: out of later GC passes
+        return result_obj
+
+    # -- pieces -----------------------------------------------------------------------
+    def _search_locate(self, exc, version: str) -> Located | None:  # noqa: ANN001
+        """Locate by hybrid search, memoised per release and exception (type and message).
+
+        A result obtained while the vector store was unreachable is not kept, so
+        search recovers with the store; a re-indexed release changes the key.
+        """
+        from kb.search import hybrid_search
+
+        s = self.kb.settings
+        key = (chain.release_key(self.store, version, "search-locate"), s.chroma_url,
+               s.embedding_model, exc.type, exc.qualified_type, exc.message)
+        hit = _SEARCH_LOCATED.get(key)
+        if hit is None:
+            complete = True
+
+            def search(query: str, release: str):  # noqa: ANN202
+                nonlocal complete
+                result = hybrid_search(self.kb, query, release, k=5)
+                complete = complete and not (result.degraded or "").startswith("vector store")
+                return result
+
+            hit = (locate_by_search(exc, self.store, version, search),)
+            if complete:
+                _SEARCH_LOCATED.put(key, hit)
+        located = hit[0]
+        return None if located is None else replace(
+            located, alternatives=list(located.alternatives), notes=list(located.notes))
+
+    def _location(self, version: str, check: dict[str, Any], located: Located) -> Location:
+        start = max(1, check["start_line"] - 4)
+        end = check["end_line"] + 3
+        lines = self.store.file_lines(version, check["path"], start, end)
+        excerpt = [ExcerptLine(line=start + i, text=text,
+                               highlight=check["start_line"] <= start + i <= check["end_line"])
+                   for i, text in enumerate(lines)]
+        span = f"{check['start_line']}-{check['end_line']}" if check["end_line"] != check["start_line"] \
+            else str(check["start_line"])
+        return Location(
+            path=check["path"], function=check["function"], start_line=check["start_line"],
+            end_line=check["end_line"], reported_line=located.reported_line,
+            method=located.method, confidence=located.confidence,  # type: ignore[arg-type]
+            citation=f"{version}:{check['path']}:{span}", excerpt=excerpt,
+            alternatives=[f"{version}:{a['path']}:{a['start_line']}" for a in located.alternatives])
+
+    def _fix_out(self, rank: int, v: Verdict, argv: list[str], catalog, parsed: ParsedLog,  # noqa: ANN001
+                 version: str) -> FixOut:
+        by_attr = catalog.by_attr()
+        spelled_set = {by_attr[a].flags[0] if a in by_attr else a: jsonable(val)
+                       for a, val in v.edit.set.items()}
+        spelled_remove = [by_attr[a].flags[0] if a in by_attr else a for a in v.edit.remove]
+        new_argv = apply_edits(argv, catalog, set=dict(v.edit.set), remove=list(v.edit.remove))
+        command = render_command(new_argv, prefix=_prefix(parsed))
+        if v.trips:
+            t = v.trips[0]
+            verdict = (f"fixes this check, but then {t['function']} at "
+                       f"{version}:{t['path']}:{t['line']} would fire")
+        else:
+            extra = f" ({v.unknown_neighbours} related checks undecided)" if v.unknown_neighbours else ""
+            verdict = f"fixes the check; no other check of {version} that reads these flags fires{extra}"
+        return FixOut(rank=rank, set=spelled_set, remove=spelled_remove, argv=new_argv,
+                      command=command, origin=v.edit.origin, fixes_check=tri(v.fixes_check),
+                      trips=v.trips, unknown_neighbours=v.unknown_neighbours, verdict=verdict)
+
+    def _rule_verdicts(self, fixes: list[FixOut], version: str, facts: dict[str, Value],
+                       facts_sig: str | None = None,
+                       judged: dict[int, bool] | None = None) -> dict[int, bool]:
+        """Put the rule cards' verdicts on every fix not already in ``judged``; recommend the
+        best fix that violates no error-severity card (re-ranking the clean ones first).
+
+        Returns ``judged`` (``id`` of each fix -> violates an error card), so that a later
+        call with more fixes judges only the new ones.
+        """
+        from service.engine.rules.checker import check_fix
+
+        bad: dict[int, bool] = dict(judged or {})
+        for f in fixes:
+            if id(f) in bad:
+                continue
+            verdicts, violates = check_fix(self.store, version, f.argv, facts, facts_sig=facts_sig)
+            f.rule_verdicts = verdicts
+            bad[id(f)] = violates
+            if violates:
+                worst = next((v for v in verdicts if v.verdict == "violated" and v.severity == "error"),
+                             None)
+                f.verdict += f"; violates rule {worst.rule}" if worst else "; violates a rule card"
+        fixes.sort(key=lambda f: (bad[id(f)], f.rank))
+        for i, f in enumerate(fixes, start=1):
+            f.rank = i
+        for f in fixes:
+            if not bad[id(f)] and f.fixes_check == "true" and not f.trips:
+                f.recommended = True
+                break
+        return bad
+
+    def _references(self, version: str, check: dict[str, Any], attrs: set[str], catalog) -> list[Reference]:  # noqa: ANN001
+        refs: list[Reference] = []
+        by_attr = catalog.by_attr()
+        for attr in sorted(attrs)[:6]:
+            decl = catalog.declaration(attr)
+            if decl is not None:
+                refs.append(Reference(kind="declaration", citation=f"{version}:{decl.path}:{decl.line}",
+                                      text=f"{attr}: {decl.annotation} = {decl.default_src}"))
+            spec = by_attr.get(attr)
+            if spec is not None and spec.line:
+                refs.append(Reference(kind="help", citation=f"{version}:{spec.path}:{spec.line}",
+                                      text=f"{' / '.join(spec.flags)}: {(spec.help or '')[:160]}"))
+            for w in chain.cached(chain.release_key(self.store, version, f"ref-writes:{attr}"),
+                                  lambda a=attr: self.store.refs(version, a,
+                                                                 kinds=("write", "declare"))[:3]):
+                refs.append(Reference(kind="write", citation=f"{version}:{w['path']}:{w['line']}",
+                                      text=f"{attr} = {(w['value'] or '')[:80]}"))
+        return refs
+
+    def _argparse(self, parsed: ParsedLog, argv: list[str], version: str, conf: float,
+                  base: dict[str, Any], timings: dict[str, float], t0: float) -> TriageResult:
+        from service.engine.locate.argparse_errors import diagnose_argparse
+
+        err = parsed.argparse_error
+        assert err is not None
+        diag = diagnose_argparse(err, argv or None, self.store, version)
+        fixes: list[FixOut] = []
+        if diag.fixed_argv is not None:
+            for edit in diag.edits[:1]:
+                fixes.append(FixOut(rank=1, set={k: jsonable(v) for k, v in edit.get("set", {}).items()},
+                                    remove=list(edit.get("remove", [])), argv=diag.fixed_argv,
+                                    command=render_command(diag.fixed_argv, prefix=_prefix(parsed)),
+                                    origin="argparse: nearest valid spelling or choice",
+                                    fixes_check="true", verdict=diag.explanation, recommended=True))
+        cite = f"{version}:{diag.flag_line[0]}:{diag.flag_line[1]}" if diag.flag_line else None
+        summary = diag.explanation.split(". ")[0][:200]
+        md = diag.explanation + (f"\n\nDeclared at `{cite}`." if cite else "")
+        if diag.history:
+            md += "\n\n" + "\n".join(f"- {h.note}" for h in diag.history if h.note)
+        timings["total"] = _ms(t0)
+        return TriageResult(**{**base, "status": "argparse", "confidence": conf},
+                            summary=" ".join(summary.split()[:29]), explanation=md, fixes=fixes,
+                            citations=[cite] if cite else [], timings_ms=timings,
+                            references=[Reference(kind="help", citation=cite, text=diag.flag or "")]
+                            if cite else [])
+
+    def _unlocated(self, exc, version: str, base: dict[str, Any], timings: dict[str, float],  # noqa: ANN001
+                   t0: float, conf: float) -> TriageResult:
+        timings["total"] = _ms(t0)
+        unknown = UnknownFact(
+            what="the failing check",
+            why=f"the {exc.type} could not be matched to a check of {version} by frame, message or search",
+            settle="the full traceback (with the File \".../sglang/...\", line N frames) or the exact release")
+        return TriageResult(**{**base, "confidence": round(conf * 0.2, 3)},
+                            summary=f"Could not locate this {exc.type} in SGLang {version}.",
+                            explanation=f"No check of {version} matches this {exc.type}. "
+                                        "Nothing is claimed about its cause.",
+                            unknowns=[unknown], timings_ms=timings)
+
+
+def _with_bases(added: list[FixOut], bases: list[FixOut], fixes: list[FixOut]) -> list[FixOut]:
+    """Repaired fixes first (clean, ranked by :meth:`Engine._rule_verdicts`), each followed
+    by the fix it extends; then the other fixes in their order; ranks renumbered."""
+    out: list[FixOut] = []
+    for fix, base in sorted(zip(added, bases, strict=True), key=lambda p: p[0].rank):
+        out += [f for f in (fix, base) if all(f is not o for o in out)]
+    out += [f for f in sorted(fixes, key=lambda f: f.rank) if all(f is not o for o in out)]
+    for i, f in enumerate(out, start=1):
+        f.rank = i
+    return out
+
+
+def _atoms(ev) -> list[AtomOut]:  # noqa: ANN001
+    out: list[AtomOut] = []
+    for part in ev.parts:
+        for atom in part.result.atoms:
+            # an atom "fails" when its value pushes the piece towards firing
+            failing = (atom.value is False) if not part.polarity else (atom.value is True)
+            if part.holds is not True:
+                failing = False
+            out.append(AtomOut(
+                text=atom.text, role=part.role, value=tri(atom.value), failing=failing,
+                inputs=[AtomInput(name=n, value=jsonable(v), source=p.kind, detail=p.detail)
+                        for n, v, p in atom.inputs]))
+    return out
+
+
+def _unknowns(ev, hw: str | None, arch: str | None, argv: list[str]) -> list[UnknownFact]:  # noqa: ANN001
+    out: list[UnknownFact] = []
+    seen: set[str] = set()
+    for part in ev.parts:
+        for name in part.result.unknowns:
+            if name in seen:
+                continue
+            seen.add(name)
+            low = name.lower()
+            if any(h in low for h in _HW_FACT_HINTS) and hw is None:
+                settle = "the hardware profile, e.g. --hardware rtx-pro-6000-x8"
+            elif "arch" in low or "model_config" in low or "hf_config" in low:
+                settle = "the model architecture, e.g. --model-arch DeepseekV3ForCausalLM"
+            elif not argv:
+                settle = "the full launch command"
+            else:
+                settle = "a replay of the release's validation with these flags"
+            out.append(UnknownFact(what=name, why=f"`{part.condition[:80]}` needs it", settle=settle))
+    return out
+
+
+def _no_fix_reason(ev, check: dict[str, Any]) -> str:  # noqa: ANN001
+    if ev.fired is UNKNOWN:
+        return ("no flag edit could be shown to make this check pass, because some of its "
+                "inputs are unknown (see unknowns)")
+    if not ev.attrs:
+        return ("the check reads no launch flag: it depends on the model, hardware or environment, "
+                "so no flag change avoids it; an upgrade or a different model/hardware may")
+    return "no edit of the flags this check reads makes it pass; the validator or an upgrade is the fix"
+
+
+def _guards_text(check: dict[str, Any]) -> str:
+    return " and ".join(g["condition"] if g["polarity"] else f"not ({g['condition']})"
+                        for g in check["guards"])
+
+
+def _prefix(parsed: ParsedLog) -> str:
+    ep = (parsed.entrypoint or "").strip()
+    if ep.startswith("sglang serve") or ep == "sglang serve":
+        return "sglang serve"
+    if "launch_server" in ep:
+        return ep if ep.startswith("python") else "python -m sglang.launch_server"
+    return "python -m sglang.launch_server"
+
+
+def _understood(parsed: ParsedLog) -> dict[str, Any]:
+    return {"exceptions": len(parsed.exceptions), "command_found": parsed.command is not None,
+            "release_hints": [h.version for h in parsed.release_hints],
+            "python": parsed.python_version, "gpus": [g.name for g in parsed.gpus]}
+
+
+def _ms(t: float) -> float:
+    return round((time.perf_counter() - t) * 1000, 2)
+
+
+__all__ = ["Engine", "UNKNOWN"]

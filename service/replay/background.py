@@ -1,0 +1,114 @@
+"""Verify by replay, in the background: reproduce the crash and check every fix.
+
+After the deterministic answer is returned, :func:`schedule` replays the
+user's command line and each candidate fix with the release's own validation
+(:mod:`service.replay`) on the declared hardware profile, in one
+background batch with a time budget. When it finishes, the stored triage is
+updated: ``replay`` on the result says whether the same check fired, and each
+fix gets ``replay``: "verified by replay on 0.5.11 with rtx-pro-6000-x8", or
+the next failure. A ``harness_error`` is recorded as *unverified*, never as
+SGLang's verdict. Results are cached on disk by the replay harness.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from service.settings import Settings
+from kb.sources import find_wheel
+from service.replay.results import ReplayResult
+
+log = logging.getLogger("verify")
+
+
+def available(settings: Settings, release: str) -> bool:
+    """Replay needs the release's wheel in the cache (dev builds and --path trees have none)."""
+    return find_wheel(settings.wheel_dir, release) is not None
+
+
+def _same_check(res: ReplayResult, result: dict[str, Any]) -> bool:
+    """Did the replay fail inside the check the static diagnosis located?"""
+    loc = result.get("location") or {}
+    origin = res.origin
+    return bool(origin is not None and origin.path == loc.get("path") and origin.line is not None
+                and loc.get("start_line", 0) <= origin.line <= loc.get("end_line", -1))
+
+
+def summarise(results: list[ReplayResult], result: dict[str, Any], release: str,
+              hardware: str | None) -> dict[str, Any]:
+    """Fold replay results into the stored triage (first = the user's command, then fixes).
+
+    Without a hardware profile, replay runs the release on this CPU-only machine,
+    and validation that asks for the GPU stops before the check. When the user's
+    command then fails elsewhere, that says nothing about the crash: the command
+    and every fix failing at the same place are *unverified*, with what would
+    settle it (the hardware), never "different failure" or "next failure".
+    """
+    on = f"{release} with {hardware or 'no declared hardware'}"
+    first, rest = results[0], results[1:]
+    blocked_at: str | None = None  # where a replay without hardware stopped short
+    if first.status == "harness_error":
+        repro = {"status": "unverified", "detail": f"replay harness error: {first.harness_reason}"}
+    elif first.status == "raised":
+        same = _same_check(first, result)
+        if not same and hardware is None:
+            blocked_at = first.location
+            repro = {"status": "unverified", "location": blocked_at,
+                     "detail": f"replay on {release} without a hardware profile stopped at "
+                               f"{blocked_at or 'an earlier check'} ({first.exception_type}) "
+                               "before the crash's check; give the hardware (GET /hardware "
+                               "lists the profiles) to verify"}
+        else:
+            repro = {"status": "reproduced" if same else "different_failure",
+                     "detail": f"replay on {on}: {first.exception_type} "
+                               f"{'at the same check' if same else 'elsewhere'}",
+                     "location": _loc(first)}
+    else:
+        repro = {"status": first.status, "detail": f"replay on {on}: {first.status}"}
+    for fix, res in zip(result.get("fixes", []), rest, strict=False):
+        if res.status == "passed":
+            fix["replay"] = {"status": "verified", "detail": f"verified by replay on {on}"}
+        elif res.status == "harness_error":
+            fix["replay"] = {"status": "unverified", "detail": f"replay harness error: {res.harness_reason}"}
+        elif blocked_at is not None and res.location == blocked_at:
+            fix["replay"] = {"status": "unverified", "detail": "replay without a hardware profile "
+                             "stopped at the same place as the command; give the hardware to verify"}
+        else:
+            fix["replay"] = {"status": "next_failure", "detail": f"replay on {on}: then "
+                             f"{res.exception_type}", "location": _loc(res)}
+    result["replay"] = repro
+    return result
+
+
+def _loc(res: ReplayResult) -> str | None:
+    return res.location
+
+
+def schedule(settings: Settings, result: dict[str, Any], argv: list[str], hardware: str | None,
+             model_arch: str | None, on_done: Callable[[dict[str, Any]], None],
+             budget_s: float = 180.0) -> Future | None:
+    """Start the background replay of ``argv`` and the fixes; ``on_done`` gets the updated result."""
+    from kb.sources import fetch_release
+    from service.replay.harness import replay_async
+
+    release = (result.get("release") or {}).get("release")
+    if not release or not argv or not available(settings, release):
+        return None
+    src = fetch_release(release, wheel_dir=settings.wheel_dir, source_dir=settings.source_dir)
+    argvs = [argv] + [f["argv"] for f in result.get("fixes", [])]
+    fut = replay_async(src.root, release, argvs, hardware=hardware, model_arch=model_arch,
+                       timeout_s=budget_s, settings=settings)
+
+    def done(f: Future) -> None:
+        try:
+            on_done(summarise(f.result(), result, release, hardware))
+        except Exception as exc:  # noqa: BLE001 - a background failure must not kill the service
+            log.warning("replay failed: %s", exc)
+            result["replay"] = {"status": "unverified", "detail": f"replay failed: {exc}"}
+            on_done(result)
+
+    fut.add_done_callback(done)
+    return fut

@@ -1,0 +1,451 @@
+"""Replay runner, executed as a script inside the isolated subprocess (stdlib only).
+
+``python child.py <config.json>`` reads the batch written by
+:mod:`service.replay.harness` (one release, one hardware profile, one
+or more command lines), then
+
+1. fixes ``sys.path`` (the force-stub folder, then the release's source root),
+   blocks non-loopback network connections and installs the stub finders;
+2. makes torch report the declared GPUs and fakes ``nvidia-smi``;
+3. imports ``sglang.srt.server_args`` (phase ``import``: any failure here is
+   the harness's, never SGLang's verdict) and pins SGLang's hardware probes to
+   the declared values;
+4. for each command line, forks the warmed-up process and runs the release's
+   own validation there (phase ``validate``): ``prepare_server_args(argv)``
+   and, where the release has it (0.5.19+), ``server_args.resolve_once()``.
+   The fork keeps every replay isolated from the others (SGLang keeps global
+   state) while the 10-20 s of importing torch and SGLang is paid once; a fork
+   that outlives its time limit is killed;
+5. classifies each outcome and writes it as JSON to the job's result path.
+
+It never imports ``sglang_triage``: the child's interpreter sees only the
+release, the stubs and the venv's third-party packages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import io
+import ipaddress
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+_HARNESS_FILES = {str(Path(__file__).resolve())}
+
+
+class NetworkBlocked(OSError):
+    """A connection to a non-loopback address was attempted during replay."""
+
+
+def _is_loopback(host: Any) -> bool:
+    if host is None:
+        return True
+    host = str(host)
+    if host in ("localhost", "") or host.startswith("/"):
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def install_socket_guard() -> None:
+    """Refuse ``connect`` (and name lookups) for anything but loopback and Unix sockets."""
+    orig_connect = socket.socket.connect
+    orig_connect_ex = socket.socket.connect_ex
+    orig_getaddrinfo = socket.getaddrinfo
+
+    def _check(self: socket.socket, address: Any) -> None:
+        if self.family == getattr(socket, "AF_UNIX", None):
+            return
+        host = address[0] if isinstance(address, tuple) else address
+        if not _is_loopback(host):
+            raise NetworkBlocked(f"replay harness: network access to {address!r} is blocked")
+
+    def connect(self: socket.socket, address: Any) -> None:
+        _check(self, address)
+        return orig_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        _check(self, address)
+        return orig_connect_ex(self, address)
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _is_loopback(host if not isinstance(host, bytes) else host.decode()):
+            raise NetworkBlocked(f"replay harness: name lookup of {host!r} is blocked")
+        return orig_getaddrinfo(host, *args, **kwargs)
+
+    socket.socket.connect = connect  # type: ignore[method-assign]
+    socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]
+    socket.getaddrinfo = getaddrinfo  # type: ignore[assignment]
+
+
+# ------------------------------------------------------------------ JSON-safe values
+
+
+def json_safe(value: Any, depth: int = 0) -> Any:
+    """A JSON-serialisable rendering of a ServerArgs field value."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+    if isinstance(value, enum.Enum):
+        return json_safe(value.value, depth + 1)
+    if depth > 6:
+        return repr(value)[:200]
+    if isinstance(value, dict):
+        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+        return [json_safe(v, depth + 1) for v in items]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: json_safe(getattr(value, f.name, None), depth + 1)
+                for f in dataclasses.fields(value)}
+    if isinstance(value, Path):
+        return str(value)
+    return repr(value)[:200]
+
+
+def dump_fields(server_args: Any) -> dict[str, Any]:
+    """Every field of the final ServerArgs, JSON-safe.
+
+    0.5.19+ keeps the record as the user's input and resolves into a separate
+    view; its ``resolved_dict()`` is what the server would run with.
+    """
+    resolved = getattr(server_args, "resolved_dict", None)
+    if callable(resolved):
+        with contextlib.suppress(Exception):
+            return {str(k): json_safe(v) for k, v in resolved().items()}
+    out: dict[str, Any] = {}
+    if dataclasses.is_dataclass(server_args):
+        names = [f.name for f in dataclasses.fields(server_args)]
+    else:
+        names = list(getattr(type(server_args), "__struct_fields__", ())) or sorted(
+            vars(server_args))
+    for name in names:
+        try:
+            out[name] = json_safe(getattr(server_args, name))
+        except Exception as exc:  # noqa: BLE001 - a property may fail; report it
+            out[name] = f"<unreadable: {type(exc).__name__}>"
+    return out
+
+
+# ------------------------------------------------------------------ classification
+
+
+def _where(filename: str, roots: dict[str, str]) -> tuple[str, str | None]:
+    """(kind, package-relative path) of a traceback frame's file."""
+    path = os.path.abspath(filename)
+    for stub_dir in roots["stubs"]:
+        if path.startswith(stub_dir + os.sep):
+            return "stub", os.path.relpath(path, stub_dir)
+    if path in _HARNESS_FILES:
+        return "harness", os.path.basename(path)
+    release = roots["release"] + os.sep
+    if path.startswith(release):
+        return "sglang", os.path.relpath(path, roots["release"]).replace(os.sep, "/")
+    if "site-packages" in path or "dist-packages" in path:
+        rel = path.split("-packages" + os.sep, 1)[1].replace(os.sep, "/")
+        return "third_party", rel
+    if filename.startswith("<"):
+        return "internal", filename
+    return "stdlib", os.path.basename(path)
+
+
+def _frames(exc: BaseException, roots: dict[str, str]) -> list[dict[str, Any]]:
+    out = []
+    for fs in traceback.extract_tb(exc.__traceback__):
+        kind, rel = _where(fs.filename, roots)
+        out.append({"kind": kind, "path": rel, "line": fs.lineno, "function": fs.name,
+                    "code": (fs.line or "").strip()[:300]})
+    return out
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in seen and len(seen) < 10:
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return seen
+
+
+_STUB_WORDS = ("replay stub", "StubAttr", "StubModule", "_replay_stubkit", "_replay_hw")
+_GPU_WORDS = ("Torch not compiled with CUDA", "CUDA driver", "no CUDA GPUs", "CUDA error",
+              "NVML", "nvidia-smi", "Found no NVIDIA driver")
+
+
+def _lazy_import_frame(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first module-level SGLang frame below validation code (a lazy import), if any."""
+    seen_sglang = False
+    for frame in frames:
+        if frame["kind"] != "sglang":
+            continue
+        if seen_sglang and frame["function"] == "<module>":
+            return frame
+        seen_sglang = True
+    return None
+
+
+def harness_reason(exc: BaseException, frames: list[dict[str, Any]]) -> str | None:
+    """Why ``exc`` is the harness's fault rather than SGLang's verdict, or None."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, NetworkBlocked):
+        return "network access was attempted (blocked by the harness)"
+    if isinstance(exc, ImportError):
+        return f"import failed: {text} (a package missing here or a stub lacking a name)"
+    if any(w in text for w in _STUB_WORDS):
+        return f"operation on a stub object: {text}"
+    lazy = _lazy_import_frame(frames)
+    if lazy is not None:
+        return (f"failed while importing {lazy['path']} (module level, line {lazy['line']}): "
+                f"{text}; import-time failures come from the environment, not from validation")
+    if frames:
+        last = frames[-1]
+        if last["kind"] in ("stub", "harness"):
+            return f"raised inside the {last['kind']} ({last['path']}:{last['line']})"
+        if last["kind"] == "third_party" and last["path"].startswith("torch/cuda"):
+            return f"a real CUDA call reached CPU torch ({last['path']}:{last['line']})"
+    if any(w in text for w in _GPU_WORDS):
+        return f"needs a real GPU or driver: {text}"
+    if not any(f["kind"] == "sglang" for f in frames):
+        return "raised outside SGLang's code"
+    return None
+
+
+def classify(exc: BaseException, roots: dict[str, str]) -> dict[str, Any]:
+    """``raised`` (SGLang's own verdict) or ``harness_error``, with SGLang's frames."""
+    frames = _frames(exc, roots)
+    reason = harness_reason(exc, frames)
+    if reason is None:
+        for inner in _chain(exc)[1:]:
+            inner_reason = harness_reason(inner, _frames(inner, roots))
+            if inner_reason is not None and (
+                isinstance(inner, ImportError) or "stub" in inner_reason
+                or "harness" in inner_reason or "network" in inner_reason
+            ):
+                reason = f"caused by: {inner_reason}"
+                break
+    origin = next((f for f in reversed(frames) if f["kind"] == "sglang"), None)
+    return {
+        "status": "harness_error" if reason else "raised",
+        "exception_type": type(exc).__name__,
+        "exception_module": type(exc).__module__,
+        "message": str(exc)[:4000],
+        "frames": [f for f in frames if f["kind"] == "sglang"],
+        "all_frames": frames[-40:],
+        "origin": frames[-1] if frames else None,
+        "sglang_origin": origin,
+        "harness_reason": reason,
+    }
+
+
+# ------------------------------------------------------------------ the run
+
+
+def setup(cfg: dict[str, Any], roots: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Stubs, hardware, import: (``sglang.srt.server_args`` or None, setup report)."""
+    t0 = time.perf_counter()
+    force_dir = cfg["stub_dirs"][0]
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != str(HERE)]
+    sys.path[0:0] = [force_dir, cfg["release_root"]]
+    install_socket_guard()
+
+    import _replay_stubkit as kit
+
+    kit.FORCED_FAILURE = cfg.get("forced_failure")
+    kit.HARDWARE.update(cfg.get("hardware") or {})
+    finders = kit.install(set(cfg["force_stubs"]), set(cfg["fallback_stubs"]))
+    report: dict[str, Any] = {"phase": "setup", "timings": {}}
+    roots["finders"] = finders
+    try:
+        import _replay_compat
+        import _replay_hw as hw
+
+        hw.patch_torch(cfg.get("hardware") or {})
+        if cfg.get("hardware"):
+            hw.patch_subprocess(cfg["hardware"])
+        report["shims"] = _replay_compat.patch_transformers() + _replay_compat.patch_torch_library(
+            {r for r in cfg["force_stubs"] if "." not in r})
+        report["timings"]["setup_s"] = time.perf_counter() - t0
+
+        report["phase"] = "import"
+        t1 = time.perf_counter()
+        import sglang.srt.server_args as sa
+
+        report["timings"]["import_s"] = time.perf_counter() - t1
+        if cfg.get("hardware"):
+            memory = cfg["hardware"].get("memory_mib")
+            report["probe_disagreements"] = hw.patch_probes(cfg.get("probes") or {}, memory)
+        return sa, report
+    except BaseException as exc:  # noqa: BLE001 - everything here is the harness's
+        info = classify(exc, roots)
+        info["status"] = "harness_error"
+        info["harness_reason"] = (f"failed while {report['phase']}ing the release: "
+                                  f"{info['harness_reason'] or info['exception_type']}")
+        report.update(info)
+        report["stubs_served"] = _served(roots)
+        return None, report
+
+
+def _served(roots: dict[str, Any]) -> list[str]:
+    return sorted({n for f in roots.get("finders", ()) for n in f.served})
+
+
+def validate(sa: Any, argv: list[str], roots: dict[str, Any]) -> dict[str, Any]:
+    """Run the release's own validation on ``argv`` and classify the outcome."""
+    result: dict[str, Any] = {"phase": "validate"}
+    t0 = time.perf_counter()
+    stderr = io.StringIO()
+    result["ran"] = "prepare_server_args"
+    try:
+        with contextlib.redirect_stderr(_Tee(stderr, sys.stderr)):
+            server_args = sa.prepare_server_args(list(argv))
+        resolve = getattr(server_args, "resolve_once", None)
+        if callable(resolve):
+            result["ran"] = "prepare_server_args + resolve_once"
+            resolve()
+        result["status"] = "passed"
+        result["server_args"] = dump_fields(server_args)
+    except SystemExit as exc:
+        usage = stderr.getvalue()
+        if exc.code == 2 or "usage:" in usage:
+            result.update(status="argparse_error", exception_type="SystemExit",
+                          exit_code=exc.code, message=_argparse_message(usage),
+                          usage=_clip(usage))
+        else:
+            result.update(classify(exc, roots))
+            result["status"] = "harness_error"
+            result["harness_reason"] = f"SystemExit({exc.code!r}) during validation"
+    except BaseException as exc:  # noqa: BLE001 - classified below
+        result.update(classify(exc, roots))
+    result["timings"] = {"validate_s": time.perf_counter() - t0}
+    result["stubs_served"] = _served(roots)
+    return result
+
+
+def _write(path: str, result: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    Path(tmp).write_text(json.dumps(result, default=repr))
+    os.replace(tmp, path)
+
+
+def _run_forked(sa: Any, job: dict[str, Any], roots: dict[str, Any], timeout_s: float) -> None:
+    """Validate one job in a forked copy of the warmed-up process, killed after ``timeout_s``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the fork: own log file, validate, write, leave without cleanup
+        try:
+            fd = os.open(job["log_path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            _write(job["result_path"], validate(sa, job["argv"], roots))
+        except BaseException as exc:  # noqa: BLE001
+            with contextlib.suppress(Exception):
+                _write(job["result_path"], _runner_failure(exc))
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            _write(job["result_path"], {
+                "status": "harness_error", "phase": "timeout",
+                "harness_reason": f"validation did not finish within {timeout_s:.0f}s (killed)"})
+            return
+        time.sleep(0.02)
+    if not Path(job["result_path"]).exists():
+        _write(job["result_path"], {
+            "status": "harness_error", "phase": "crash",
+            "harness_reason": f"the validating process died (wait status {status})"})
+
+
+def _runner_failure(exc: BaseException) -> dict[str, Any]:
+    return {"status": "harness_error", "phase": "harness",
+            "exception_type": type(exc).__name__, "message": str(exc)[:4000],
+            "harness_reason": "the replay runner itself failed",
+            "all_frames": [{"kind": "harness", "path": fs.filename, "line": fs.lineno,
+                            "function": fs.name, "code": (fs.line or "")[:300]}
+                           for fs in traceback.extract_tb(exc.__traceback__)]}
+
+
+def _clip(text: str, head: int = 2500, tail: int = 1500) -> str:
+    """The start (``usage: ...``) and the end (``error: ...``) of a long text."""
+    if len(text) <= head + tail:
+        return text
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters ...]\n{text[-tail:]}"
+
+
+def _argparse_message(usage: str) -> str:
+    lines = [ln for ln in usage.strip().splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if ": error:" in line:
+            return line.split(": error:", 1)[1].strip()
+    return lines[-1] if lines else ""
+
+
+class _Tee(io.TextIOBase):
+    """Writes to two streams (argparse's usage goes to the capture and to the log)."""
+
+    def __init__(self, a: io.StringIO, b: Any) -> None:
+        self._a, self._b = a, b
+
+    def write(self, s: str) -> int:
+        self._a.write(s)
+        with contextlib.suppress(Exception):
+            self._b.write(s)
+        return len(s)
+
+    def flush(self) -> None:
+        with contextlib.suppress(Exception):
+            self._b.flush()
+
+
+def main() -> int:
+    cfg = json.loads(Path(sys.argv[1]).read_text())
+    jobs = cfg["jobs"]
+    roots: dict[str, Any] = {
+        "release": os.path.abspath(cfg["release_root"]),
+        "stubs": [os.path.abspath(d) for d in cfg["stub_dirs"]],
+    }
+    try:
+        sa, report = setup(cfg, roots)
+        if sa is None:
+            for job in jobs:
+                _write(job["result_path"], report)
+        else:
+            for job in jobs:
+                if Path(job["result_path"]).exists():
+                    continue
+                _run_forked(sa, job, roots, float(cfg["job_timeout_s"]))
+                with contextlib.suppress(Exception):
+                    result = json.loads(Path(job["result_path"]).read_text())
+                    result["setup"] = {k: report.get(k) for k in
+                                       ("timings", "shims", "probe_disagreements")}
+                    _write(job["result_path"], result)
+    except BaseException as exc:  # noqa: BLE001 - report rather than crash
+        for job in jobs:
+            if not Path(job["result_path"]).exists():
+                with contextlib.suppress(Exception):
+                    _write(job["result_path"], _runner_failure(exc))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip atexit hooks and non-daemon threads the release may have started
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,310 @@
+"""Verify by replay: run a release's OWN argument validation on this CPU-only machine.
+
+:func:`replay` (one command line) and :func:`replay_many` (several, sharing
+one warmed-up subprocess) start ``child.py`` in an isolated interpreter:
+
+* a clean environment (``HF_HUB_OFFLINE=1``, ``TRANSFORMERS_OFFLINE=1``, no
+  user site, ``cwd`` and ``HOME`` in a temporary folder), ``PYTHONPATH`` = the
+  force-stub folder, then the release tree (see :mod:`.trees`);
+* a socket guard in the child refusing non-loopback connections;
+* the declared hardware (:mod:`.plan`) and a generated model folder per
+  architecture (:mod:`.model_configs`);
+* a time limit: the whole process group is killed when it runs over.
+
+Outcomes are :class:`~.models.ReplayResult` objects, cached on disk in
+``<home>/replay-cache/`` by a hash of (version, release tree, argv, hardware,
+model architecture, environment, this package's code and the venv's torch and
+transformers versions). Timeouts and crashes are not cached.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from service.settings import Settings, get_settings
+from service.errors import ReplayError
+from service.replay.results import Frame, ReplayResult
+from service.replay.plan import hardware_payload, probe_values, stub_plan, substitute_argv
+from service.replay.trees import replay_tree
+from service.engine.facts.core import HardwareProfile, get_profile
+
+__all__ = ["HARNESS_DIR", "STUB_FAILURE_ENV", "harness_version", "replay", "replay_async",
+           "replay_many"]
+
+HARNESS_DIR = Path(__file__).resolve().parent
+CHILD = HARNESS_DIR / "child.py"
+STUB_DIRS = (HARNESS_DIR / "stubs" / "force", HARNESS_DIR / "stubs" / "fallback")
+#: test hook: ``import:<module>`` or ``call:<fake>`` makes a stub raise inside the child
+STUB_FAILURE_ENV = "TRIAGE_REPLAY_STUB_FAILURE"
+_LOG_TAIL_LINES = 40
+_UNCACHED_PHASES = {"timeout", "crash", "harness"}
+
+
+@functools.lru_cache(maxsize=1)
+def harness_version() -> str:
+    """A hash of every file of this package (code, stubs) and the venv's key packages."""
+    h = hashlib.sha256()
+    for path in sorted(HARNESS_DIR.rglob("*")):
+        if path.is_file() and path.suffix in (".py", ".json") and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(HARNESS_DIR)).encode())
+            h.update(path.read_bytes())
+    for dist in ("torch", "transformers", "pydantic", "numpy"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            h.update(f"{dist}={importlib.metadata.version(dist)}".encode())
+    h.update(sys.version.encode())
+    return h.hexdigest()[:16]
+
+
+def _cache_key(payload: dict[str, Any]) -> str:
+    blob = json.dumps({**payload, "harness": harness_version()}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _cache_path(home: Path, key: str) -> Path:
+    return home / "replay-cache" / key[:2] / f"{key}.json"
+
+
+def _cache_get(home: Path, key: str) -> ReplayResult | None:
+    path = _cache_path(home, key)
+    try:
+        result = ReplayResult.model_validate_json(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return result.model_copy(update={"cached": True})
+
+
+def _cache_put(home: Path, key: str, result: ReplayResult) -> None:
+    if result.status == "harness_error" and result.phase in _UNCACHED_PHASES:
+        return
+    path = _cache_path(home, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(result.model_dump_json())
+    os.replace(tmp, path)
+
+
+def _child_env(tmp: Path, tree: Path, hw: HardwareProfile | None,
+               extra: Mapping[str, str] | None) -> dict[str, str]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp), "TMPDIR": str(tmp), "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
+        "PYTHONPATH": os.pathsep.join([str(STUB_DIRS[0]), str(tree)]),
+        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+        "HF_HOME": str(tmp / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1",
+        "DO_NOT_TRACK": "1", "SGLANG_DISABLE_REQUEST_LOGGING": "1",
+        "TRITON_CACHE_DIR": str(tmp / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
+        "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+    }  # fmt: skip
+    if hw is not None and hw.vendor == "cpu":
+        env["SGLANG_USE_CPU_ENGINE"] = "1"
+    if hw is not None and hw.vendor == "nvidia":
+        env["CUDA_HOME"] = "/usr/local/cuda"
+    for key, value in (extra or {}).items():
+        if key.isidentifier() and key not in ("PYTHONPATH", "HOME", "PATH"):
+            env[key] = str(value)
+    return env
+
+
+def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _frame(raw: Any) -> Frame | None:
+    if not isinstance(raw, dict) or "path" not in raw:
+        return None
+    return Frame(kind=str(raw.get("kind", "sglang")), path=str(raw["path"]),
+                 line=raw.get("line"), function=str(raw.get("function", "")),
+                 code=str(raw.get("code", "")))
+
+
+def _to_result(raw: dict[str, Any], base: dict[str, Any]) -> ReplayResult:
+    setup = raw.get("setup") or {}
+    timings = {**(setup.get("timings") or {}), **(raw.get("timings") or {})}
+    all_frames = [f for f in (_frame(x) for x in raw.get("all_frames") or []) if f]
+    status = raw.get("status") or "harness_error"
+    if status not in ("passed", "raised", "harness_error", "argparse_error"):
+        status = "harness_error"
+    reason = raw.get("harness_reason")
+    if status == "harness_error" and not reason:
+        reason = "the replay produced no verdict"
+    return ReplayResult(
+        **base, status=status, ran=raw.get("ran"), phase=raw.get("phase"),
+        exception_type=raw.get("exception_type"), message=raw.get("message"),
+        frames=[f for f in (_frame(x) for x in raw.get("frames") or []) if f],
+        origin=_frame(raw.get("sglang_origin")) if status == "raised" else None,
+        raised_at=all_frames[-1] if all_frames else None,
+        harness_reason=reason if status == "harness_error" else None,
+        usage=raw.get("usage"), server_args=raw.get("server_args"),
+        probe_disagreements=setup.get("probe_disagreements") or raw.get("probe_disagreements")
+        or {},
+        stubs_served=raw.get("stubs_served") or [],
+        shims=setup.get("shims") or raw.get("shims") or [],
+        timings={k: round(float(v), 3) for k, v in timings.items()},
+    )
+
+
+def replay_many(
+    release_root: Path, version: str, argvs: Sequence[Sequence[str]], *,
+    hardware: str | None, model_arch: str | None | Sequence[str | None],
+    timeout_s: float = 60,
+    job_timeout_s: float = 30, env: Mapping[str, str] | None = None,
+    settings: Settings | None = None, use_cache: bool = True, stub_failure: str | None = None,
+) -> list[ReplayResult]:
+    """Replay several command lines of one release on one declared machine.
+
+    Cached answers are returned without starting anything; the rest share one
+    subprocess that imports torch and SGLang once and forks per command line
+    (each fork limited to ``job_timeout_s``). ``model_arch`` is one
+    architecture for all, or one per command line (the machine is shared, the
+    model folder is per command line). ``timeout_s`` bounds the import
+    plus the first command line; each further one adds ``job_timeout_s``.
+    ``env`` adds environment variables (e.g. ``SGLANG_*`` seen in a log).
+    ``stub_failure`` (or ``$TRIAGE_REPLAY_STUB_FAILURE``) is a test hook that
+    makes a stub raise (``import:<module>`` or ``call:<fake probe>``).
+
+    Raises :class:`~service.errors.ConfigError` for an unknown hardware
+    profile and :class:`ReplayError` when the release tree is unusable.
+    """
+    settings = settings or get_settings()
+    hw = get_profile(hardware) if hardware else None
+    stub_failure = stub_failure or os.environ.get(STUB_FAILURE_ENV) or None
+    tree, tree_note = replay_tree(Path(release_root), version, home=settings.home,
+                                  wheel_dir=settings.wheel_dir)
+    if model_arch is None or isinstance(model_arch, str):
+        archs: list[str | None] = [model_arch] * len(argvs)
+    else:
+        archs = list(model_arch)
+        if len(archs) != len(argvs):
+            raise ReplayError("model_arch must be one architecture or one per command line")
+    results: list[ReplayResult | None] = [None] * len(argvs)
+    pending: list[tuple[int, str, dict[str, Any], list[str]]] = []
+    for i, argv in enumerate(argvs):
+        argv = [str(a) for a in argv]
+        run_argv, arch, notes = substitute_argv(argv, archs[i], settings.home)
+        base = {"version": version, "argv": argv, "effective_argv": run_argv,
+                "hardware": hw.name if hw else None, "model_arch": arch,
+                "substitutions": notes, "notes": [f"release tree: {tree} ({tree_note})"]}
+        key = _cache_key({"version": version, "tree": str(tree), "argv": argv,
+                          "hardware": hw.model_dump() if hw else None, "arch": arch,
+                          "env": dict(sorted((env or {}).items())), "fail": stub_failure})
+        base["cache_key"] = key
+        cached = _cache_get(settings.home, key) if use_cache and not stub_failure else None
+        if cached is not None:
+            results[i] = cached
+        else:
+            pending.append((i, key, base, run_argv))
+    if pending:
+        fresh = _run_batch(tree, hw, [p[3] for p in pending], env, timeout_s, job_timeout_s,
+                           stub_failure, [p[2] for p in pending])
+        for (i, key, _, _), result in zip(pending, fresh, strict=True):
+            results[i] = result
+            if use_cache and not stub_failure:
+                _cache_put(settings.home, key, result)
+    return [r for r in results if r is not None]
+
+
+def _run_batch(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
+               env: Mapping[str, str] | None, timeout_s: float, job_timeout_s: float,
+               stub_failure: str | None, bases: list[dict[str, Any]]) -> list[ReplayResult]:
+    force, fallback = stub_plan(hw)
+    overall = timeout_s + job_timeout_s * max(0, len(argvs) - 1)
+    with tempfile.TemporaryDirectory(prefix="sglang-replay-") as tmp_name:
+        tmp = Path(tmp_name)
+        jobs = [{"argv": argv, "result_path": str(tmp / f"result-{i}.json"),
+                 "log_path": str(tmp / f"log-{i}.txt")} for i, argv in enumerate(argvs)]
+        cfg = {
+            "release_root": str(tree), "stub_dirs": [str(d) for d in STUB_DIRS],
+            "force_stubs": force, "fallback_stubs": fallback,
+            "hardware": hardware_payload(hw), "probes": probe_values(hw),
+            "forced_failure": stub_failure, "jobs": jobs,
+            "job_timeout_s": min(job_timeout_s, overall),
+        }  # fmt: skip
+        (tmp / "config.json").write_text(json.dumps(cfg))
+        main_log = tmp / "child.log"
+        t0 = time.perf_counter()
+        killed = False
+        with open(main_log, "wb") as log:
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-s", str(CHILD), str(tmp / "config.json")],
+                    cwd=tmp, env=_child_env(tmp, tree, hw, env), stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            except OSError as exc:
+                raise ReplayError(f"cannot start the replay subprocess: {exc}") from exc
+            try:
+                proc.wait(timeout=overall)
+            except subprocess.TimeoutExpired:
+                killed = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        wall = time.perf_counter() - t0
+        out: list[ReplayResult] = []
+        for job, base in zip(jobs, bases, strict=True):
+            raw = _read_job(Path(job["result_path"]), killed, proc.returncode, overall)
+            result = _to_result(raw, base)
+            result.timings["subprocess_wall_s"] = round(wall, 3)
+            result.log_tail = _tail(Path(job["log_path"])) or _tail(main_log)
+            out.append(result)
+        return out
+
+
+def _read_job(path: Path, killed: bool, returncode: int | None, overall: float) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    if killed:
+        return {"status": "harness_error", "phase": "timeout",
+                "harness_reason": f"the replay did not finish within {overall:.0f}s (killed)"}
+    return {"status": "harness_error", "phase": "crash",
+            "harness_reason": f"the replay subprocess exited ({returncode}) without a result"}
+
+
+def replay(
+    release_root: Path, version: str, argv: list[str], *, hardware: str | None,
+    model_arch: str | None, timeout_s: float = 60, env: Mapping[str, str] | None = None,
+    settings: Settings | None = None, use_cache: bool = True, stub_failure: str | None = None,
+) -> ReplayResult:
+    """Replay one command line (``argv`` without the program name) of ``version``.
+
+    ``release_root`` is the folder holding ``sglang/`` (``ReleaseSource.root``);
+    ``hardware`` a profile name (``"rtx-pro-6000-x8"``); ``model_arch`` the HF
+    architecture the generated ``--model-path`` folder declares (guessed from
+    the given model path when None). See :func:`replay_many` for the rest.
+    """
+    return replay_many(release_root, version, [argv], hardware=hardware,
+                       model_arch=model_arch, timeout_s=timeout_s, job_timeout_s=timeout_s,
+                       env=env, settings=settings, use_cache=use_cache,
+                       stub_failure=stub_failure)[0]
+
+
+_EXECUTOR: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def replay_async(release_root: Path, version: str, argvs: Sequence[Sequence[str]],
+                 **kwargs: Any) -> concurrent.futures.Future[list[ReplayResult]]:
+    """:func:`replay_many` in a background thread (one batch at a time, in order)."""
+    global _EXECUTOR
+    if _EXECUTOR is None:
+        _EXECUTOR = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                          thread_name_prefix="replay")
+    return _EXECUTOR.submit(replay_many, release_root, version, argvs, **kwargs)

@@ -1,0 +1,181 @@
+"""Everything the parent decides before a replay starts: machine, stubs, model folders, argv.
+
+* :func:`hardware_payload` turns a declared :class:`HardwareProfile` into what
+  the child's fakes answer (capability, memory in MiB, SM count, driver) and
+  :func:`probe_values` into the values SGLang's probes are pinned to; both
+  follow :mod:`service.engine.facts.core` so replay and the static engine
+  agree on what "rtx-pro-6000-x8" means.
+* :func:`stub_plan` says which modules are stubbed: *force* (GPU-only, stubbed
+  even when installed) per vendor, *fallback* (only when missing here).
+* :func:`substitute_argv` swaps the user's ``--model-path`` (and a
+  speculative draft path) for generated config-only folders.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from service.replay.model_configs import MODEL_CONFIGS, draft_config, write_config_dir
+from service.engine.facts.core import HardwareProfile, _probe_values, model_arch_for
+
+__all__ = [
+    "FALLBACK_STUBS", "FORCE_STUBS", "hardware_payload", "probe_values", "stub_plan",
+    "substitute_argv",
+]  # fmt: skip
+
+# streaming multiprocessors per GPU (torch's multi_processor_count), by profile base name
+_SM_COUNT = {
+    "h100": 132, "h200": 132, "h20": 78, "h800": 132, "gh200": 132, "b200": 148, "gb200": 152,
+    "b300": 148, "gb300": 152, "rtx-pro-6000": 188, "rtx-5090": 170, "dgx-spark": 48,
+    "a100": 108, "l40s": 142, "mi300x": 304, "mi325x": 304, "mi355x": 256,
+}  # fmt: skip
+_GCN_ARCH = {"mi300x": "gfx942", "mi325x": "gfx942", "mi355x": "gfx950"}
+_AMD_CAP = {"mi300x": (9, 4), "mi325x": (9, 4), "mi355x": (9, 5)}
+
+#: GPU-only packages: stubbed even if installed (they cannot run without a device)
+FORCE_STUBS: dict[str, tuple[str, ...]] = {
+    "nvidia": ("triton", "flashinfer", "sgl_kernel", "deep_gemm", "cuda", "pynvml", "tvm_ffi",
+               "cutlass", "cuda_python"),
+    "amd": ("triton", "aiter", "sgl_kernel"),
+    "cpu": ("triton",),
+}
+#: packages SGLang imports unconditionally on the validation path, stubbed only when this
+#: venv lacks them. Kept to what is needed: stubbing an *optional* package (xgrammar,
+#: mooncake, granian...) would make SGLang believe it is installed and change its choices.
+FALLBACK_STUBS: tuple[str, ...] = (
+    "psutil", "msgspec", "zmq", "IPython", "partial_json_parser", "torchvision", "dill",
+    "sentencepiece", "compressed_tensors", "gguf", "tvm_ffi",
+)
+
+
+def _base(hw: HardwareProfile) -> str:
+    return hw.name.rpartition("-x")[0] or hw.name
+
+
+def hardware_payload(hw: HardwareProfile | None) -> dict[str, Any]:
+    """What the child's torch/nvidia-smi/NVML fakes report for ``hw`` ({} for none)."""
+    if hw is None:
+        return {}
+    base = _base(hw)
+    cap: tuple[int, int] | None = None
+    if hw.vendor == "nvidia" and hw.sm is not None:
+        cap = (hw.sm // 10, hw.sm % 10)
+    elif hw.vendor == "amd":
+        cap = _AMD_CAP.get(base, (9, 4))
+    return {
+        "name": hw.name, "gpu": hw.gpu, "vendor": hw.vendor, "sm": hw.sm,
+        "count": hw.count, "memory_mib": hw.memory_gb * 1024 or None, "cuda": hw.cuda,
+        "capability": list(cap) if cap else None, "sm_count": _SM_COUNT.get(base, 132),
+        "gcn_arch": _GCN_ARCH.get(base, ""), "driver": "580.82.07",
+    }  # fmt: skip
+
+
+def probe_values(hw: HardwareProfile | None) -> dict[str, Any]:
+    """Values SGLang's zero-argument hardware probes are pinned to (same as the engine's facts)."""
+    if hw is None:
+        return {}
+    values = _probe_values(hw, True)
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in values.items()}
+
+
+def stub_plan(hw: HardwareProfile | None) -> tuple[list[str], list[str]]:
+    """(force, fallback) module roots for a replay on ``hw``."""
+    vendor = hw.vendor if hw is not None else "cpu"
+    force = list(FORCE_STUBS.get(vendor, ("triton",)))
+    fallback = [m for m in FALLBACK_STUBS if m not in force]
+    return force, fallback
+
+
+# ------------------------------------------------------------------ model folders
+
+_MODEL_FLAGS = ("--model-path", "--model")
+_DRAFT_FLAGS = ("--speculative-draft-model-path", "--speculative-draft-model")
+
+
+def _flag_value(argv: list[str], names: tuple[str, ...]) -> tuple[int, str | None, bool]:
+    """(index, value, inline) of the last occurrence of one of ``names``; (-1, None, False)."""
+    found: tuple[int, str | None, bool] = (-1, None, False)
+    for i, arg in enumerate(argv):
+        for name in names:
+            if arg == name and i + 1 < len(argv):
+                found = (i, argv[i + 1], False)
+            elif arg.startswith(name + "="):
+                found = (i, arg.split("=", 1)[1], True)
+    return found
+
+
+def _set_flag(argv: list[str], index: int, inline: bool, value: str) -> None:
+    if inline:
+        argv[index] = argv[index].split("=", 1)[0] + "=" + value
+    else:
+        argv[index + 1] = value
+
+
+def _stable_dir(home: Path, label: str, config: dict[str, Any]) -> Path:
+    """A config-only model folder named by its content, written once (atomically)."""
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:10]
+    dest = home / "replay-models" / f"{label}-{digest}"
+    if (dest / "config.json").is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    write_config_dir(tmp, config)
+    try:
+        os.replace(tmp, dest)
+    except OSError:  # another replay wrote it first
+        for child in tmp.iterdir():
+            child.unlink()
+        tmp.rmdir()
+    return dest
+
+
+def substitute_argv(argv: list[str], model_arch: str | None, home: Path,
+                    ) -> tuple[list[str], str | None, list[str]]:
+    """(argv as run, architecture used, notes on what was replaced).
+
+    With an architecture (given, or guessed from the model path by
+    :func:`~service.engine.facts.core.model_arch_for`) the model path is
+    replaced by a generated folder holding that architecture's ``config.json``;
+    a local folder that already has a ``config.json`` is kept when no
+    architecture is given. The speculative draft path, if any, gets a draft
+    head matching the target (EAGLE3 head, EAGLE head for Llama targets, else
+    a copy of the target config).
+    """
+    out = list(argv)
+    notes: list[str] = []
+    idx, model, inline = _flag_value(out, _MODEL_FLAGS)
+    arch = model_arch
+    if arch is None and model is not None:
+        if (Path(model) / "config.json").is_file():
+            return out, None, [f"model path {model} kept: it is a local folder with config.json"]
+        arch = model_arch_for(model)
+        if arch is not None:
+            notes.append(f"architecture {arch} guessed from the model path {model}")
+    if arch is None or arch not in MODEL_CONFIGS or idx < 0:
+        return out, arch, notes
+    target = _stable_dir(home, arch, MODEL_CONFIGS[arch])
+    _set_flag(out, idx, inline, str(target))
+    notes.append(f"--model-path {model} replaced by a generated {arch} config folder {target}")
+    t_idx, tokenizer, t_inline = _flag_value(out, ("--tokenizer-path",))
+    if t_idx >= 0 and tokenizer == model:
+        _set_flag(out, t_idx, t_inline, str(target))
+        notes.append("--tokenizer-path (same as the model path) replaced as well")
+    d_idx, draft, d_inline = _flag_value(out, _DRAFT_FLAGS)
+    if d_idx >= 0 and draft is not None:
+        if draft == model:
+            _set_flag(out, d_idx, d_inline, str(target))
+            notes.append("--speculative-draft-model-path (same as the model path) replaced too")
+        else:
+            _, algo, _ = _flag_value(out, ("--speculative-algorithm",))
+            cfg = draft_config(arch, algo)
+            label = f"draft-{cfg['architectures'][0]}-for-{arch}"
+            draft_dir = _stable_dir(home, label, cfg)
+            _set_flag(out, d_idx, d_inline, str(draft_dir))
+            notes.append(f"--speculative-draft-model-path {draft} replaced by a generated "
+                         f"{cfg['architectures'][0]} config folder {draft_dir}")
+    return out, arch, notes

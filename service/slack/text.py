@@ -1,0 +1,107 @@
+"""Reading Slack message text: formatting undone, leading options, log or question, follow-ups.
+
+:func:`normalize_text` gives the text as the user typed it (mentions dropped,
+links, entities and code fences undone); :func:`split_options` takes leading
+``release= hardware= model= model_arch=`` options off; :func:`looks_like_log`
+tells a crash log from a question about one; :func:`classify_followup` reads
+a follow-up in a thread ("why?", "show the check", "other fixes", "what about
+on H100?", "on 0.5.23?"), with :func:`hardware_from_text` mapping GPU words to
+a hardware profile name. Pure functions, used by :mod:`.slack_bot`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kb.errors import ConfigError
+from service.engine.facts.core import get_profile, profile_from_gpus
+from service.engine.logparse.environment import GpuHint
+
+__all__ = ["classify_followup", "drop_versions", "hardware_from_text", "looks_like_log",
+           "normalize_text", "split_options"]
+
+_MENTION = re.compile(r"<@[UWB][A-Z0-9]+(?:\|[^>]*)?>")
+_LINK = re.compile(r"<((?:https?|mailto|ftp|file):[^>|]*)(?:\|([^>]*))?>")
+_SPECIAL = re.compile(r"<[!#][^>|]*(?:\|([^>]*))?>")
+_OPTION = re.compile(r"^(release|hardware|hw|model|model_arch|arch)=(\S+)$", re.I)
+_OPTION_KEYS = {"hw": "hardware", "arch": "model_arch"}
+_LOG_HINTS = re.compile(r"Traceback \(most recent call last\)|launch_server|sglang serve|--model-path|"
+                        r"error: argument|usage: |^\w+(?:Error|Exception)\b", re.I | re.M)
+_VERSION = re.compile(r"\b(\d+\.\d+\.\d+(?:\.post\d+|rc\d+)?)\b")
+_COUNT = re.compile(r"\b(\d{1,3})\s*[x×*]\s*(?=[A-Za-z])|\b[A-Za-z]+\d+[A-Za-z]*\s*[x×*]\s*(\d{1,3})\b")
+
+
+def normalize_text(text: str) -> str:
+    """Slack message text as the user typed it: mentions dropped, links and entities undone."""
+    text = _MENTION.sub("", text or "")
+    text = _LINK.sub(lambda m: m[2] or m[1].removeprefix("mailto:"), text)
+    text = _SPECIAL.sub(lambda m: m[1] or "", text)
+    text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    text = re.sub(r"```(?:[ \t]*(?:python|py|text|bash|sh|shell|console|log)[ \t]*(?=\n))?", "\n", text)
+    return text.strip()
+
+
+def split_options(text: str) -> tuple[dict[str, str], str]:
+    """Leading ``key=value`` options (``release= hardware= model= model_arch=``) and the rest."""
+    options: dict[str, str] = {}
+    rest = text.lstrip()
+    while rest:
+        tok = re.match(r"(\S+)\s*", rest)
+        m = _OPTION.match(tok[1]) if tok else None
+        if tok is None or m is None:
+            break
+        key = m[1].lower()
+        options[_OPTION_KEYS.get(key, key)] = m[2]
+        rest = rest[tok.end():]
+    return options, rest
+
+
+def looks_like_log(text: str) -> bool:
+    """True for text that is a crash log rather than a question about one."""
+    return len(text) > 400 or bool(_LOG_HINTS.search(text))
+
+
+def hardware_from_text(text: str) -> str | None:
+    """A hardware profile name for the GPU words in ``text`` (``"on 2x H100"`` -> ``h100-x2``)."""
+    for token in re.findall(r"[A-Za-z0-9][\w.-]*-x\d{1,3}\b", text):
+        try:
+            return get_profile(token).name
+        except ConfigError:
+            pass
+    prof = profile_from_gpus([GpuHint(name=text, sm=None, count=None, memory_gb=None)])
+    if prof is None or prof.name.startswith("gpu-sm"):
+        if re.search(r"\bcpu\b", text, re.I):
+            return "cpu"
+        return None
+    base = prof.name.rpartition("-x")[0] or prof.name
+    m = _COUNT.search(text)
+    count = next((g for g in (m.groups() if m else ()) if g), None)
+    try:
+        return get_profile(f"{base}-x{count}" if count else base).name
+    except ConfigError:
+        return None
+
+
+def classify_followup(text: str) -> tuple[str, str | None]:
+    """``(kind, value)`` for a follow-up: hardware, release, why, check, fixes, unknowns or help."""
+    hw = hardware_from_text(text)
+    if hw:
+        return "hardware", hw
+    m = _VERSION.search(text)
+    if m:
+        return "release", m[1]
+    low = text.lower()
+    if re.search(r"\bwhy\b|explain|reason|cause", low):
+        return "why", None
+    if re.search(r"\bcheck\b|\bcode\b|source|\bline\b|assert|condition", low):
+        return "check", None
+    if re.search(r"\bfix(es)?\b|alternative|other|option|command", low):
+        return "fixes", None
+    if re.search(r"unknown|missing|not sure|uncertain", low):
+        return "unknowns", None
+    return "help", None
+
+
+def drop_versions(text: str) -> str:
+    """``text`` without the release numbers (``0.5.11``) that :func:`classify_followup` reads."""
+    return _VERSION.sub("", text)

@@ -1,0 +1,7 @@
+"""The triage web page (``/``, ``/t/{id}``, ``/static/``): see :mod:`.routes`."""
+
+from __future__ import annotations
+
+from service.web.routes import mount_web, web_router
+
+__all__ = ["mount_web", "web_router"]

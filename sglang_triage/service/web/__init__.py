@@ -1,7 +1,0 @@
-"""The triage web page (``/``, ``/t/{id}``, ``/static/``): see :mod:`.routes`."""
-
-from __future__ import annotations
-
-from .routes import mount_web, web_router
-
-__all__ = ["mount_web", "web_router"]

@@ -1,0 +1,141 @@
+"""Fix search and path evaluation through their memo tables give the uncached answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from kb.catalogs import load_catalog
+from service.engine.rules.checker import facts_for
+from service.engine.evaluate import path_condition as evaluation
+from service.engine.fixes import propose as fixes
+from service.engine.evaluate.path_condition import base_attrs, evaluate_path, prepared_pieces
+from service.engine.expr.interpreter import Env, Provenance, Value, evaluate
+from service.engine.flags.parse import parse_argv
+from service.engine.cache import LRUCache, clear_all
+
+RELEASE = "0.5.11"
+ARGV = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--trust-remote-code",
+        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/d",
+        "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"]
+
+
+@pytest.fixture(scope="module")
+def seed(kb):  # noqa: ANN001, ANN201 - the session KnowledgeBase fixture
+    store = kb.store
+    check = next(c for c in store.checks(RELEASE, function="ServerArgs._handle_speculative_decoding")
+                 if c["bare"] and "speculative_eagle_topk is None" in c["condition"])
+    catalog = load_catalog(store, RELEASE)
+    parsed = parse_argv(ARGV, catalog)
+    attrs = base_attrs(catalog, parsed)
+    facts = facts_for("rtx-pro-6000-x8", None, "/models/Kimi-K2.6")
+    return store, check, catalog, parsed, attrs, facts
+
+
+def _old_neighbours(store, check, attrs) -> list[str]:  # noqa: ANN001
+    """The original query: one SQL LIKE scan per call."""
+    likes = " OR ".join(["condition LIKE ?"] * len(attrs) + ["guards LIKE ?"] * len(attrs))
+    params = [f"%{a}%" for a in attrs] * 2
+    rows = store.checks(RELEASE, where=f"(path = ? OR path LIKE ?) AND ({likes})",
+                        params=[check["path"], "sglang/srt/arg_groups/%", *params])
+    return [r["id"] for r in rows if r["id"] != check["id"]][: fixes.MAX_NEIGHBOURS]
+
+
+@pytest.mark.parametrize("attrs", [
+    {"speculative_eagle_topk"}, {"page_size", "tp_size"},
+    {"speculative_num_draft_tokens", "speculative_algorithm"}, {"ATTENTION_backend"},
+])
+def test_neighbours_match_the_sql_like_query(seed, attrs: set[str]) -> None:  # noqa: ANN001
+    store, check = seed[0], seed[1]
+    clear_all()
+    assert [r["id"] for r in fixes.neighbours(store, RELEASE, check, attrs)] == \
+        _old_neighbours(store, check, attrs)
+    # and again from the cache
+    assert [r["id"] for r in fixes.neighbours(store, RELEASE, check, attrs)] == \
+        _old_neighbours(store, check, attrs)
+
+
+def test_like_pattern_follows_sqlite() -> None:
+    pat = fixes._like_pattern("tp_size")
+    assert pat.search("self.TP_SIZE > 1") and pat.search("self.tp-size") and pat.search("tp\nsize")
+    assert not pat.search("tpsize") and not pat.search("tp__size")
+
+
+def _uncached(store, check, attrs, facts):  # noqa: ANN001, ANN202
+    """evaluate_path without any memo: the fold and every piece evaluated afresh."""
+    texts, names = prepared_pieces(store, RELEASE, check, frozenset(facts))
+    attrs = dict(attrs)
+    _, caveats, notes = evaluation._fold(store, RELEASE, check, attrs, facts, frozenset(names), None)
+    env = Env(attrs, facts)
+    return [evaluate(cond, env) for _, cond, _, _ in texts], caveats, notes
+
+
+def test_memoised_path_evaluation_equals_the_uncached_one(seed) -> None:  # noqa: ANN001
+    store, check, catalog, parsed, attrs, facts = seed
+    clear_all()
+    ev = evaluate_path(store, RELEASE, check, attrs, facts)
+    edits = fixes.candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, facts)
+    assert len(edits) > 5
+    for _ in range(2):  # cold, then from the memo tables
+        for edit in edits:
+            new = fixes.edited_attrs(attrs, edit, catalog)
+            got = evaluate_path(store, RELEASE, check, new, facts)
+            results, caveats, notes = _uncached(store, check, new, facts)
+            assert [p.result for p in got.parts] == results
+            assert got.caveats == caveats and got.write_notes == notes
+
+
+def test_fold_replay_leaves_the_same_environment(seed) -> None:  # noqa: ANN001
+    store, check, _, _, attrs, facts = seed
+    _, names = prepared_pieces(store, RELEASE, check, frozenset(facts))
+    fresh = dict(attrs)
+    evaluation._fold(store, RELEASE, check, fresh, facts, frozenset(names), None)
+    for _ in range(2):
+        replayed = dict(attrs)
+        evaluation.apply_earlier_writes(store, RELEASE, check, replayed, facts, set(names))
+        assert list(replayed.items()) == list(fresh.items())
+
+
+def _answer(verdicts) -> list[tuple]:  # noqa: ANN001
+    return [(v.edit.key(), v.edit.origin, v.fixes_check, v.trips, v.unknown_neighbours)
+            for v in verdicts]
+
+
+def test_propose_with_warm_caches_equals_propose_without(seed, monkeypatch) -> None:  # noqa: ANN001
+    store, check, catalog, parsed, attrs, facts = seed
+    clear_all()
+    ev = evaluate_path(store, RELEASE, check, attrs, facts)
+    warm = [fixes.propose(store, RELEASE, check, ev, parsed, catalog, attrs, facts) for _ in range(2)]
+    # caches of one entry: nothing is reused between calls
+    for module, name in [(fixes, "_FIRED"), (fixes, "_ATTR_ROWS"), (fixes, "_RECHECKS"),
+                         (fixes, "_PLANS"), (evaluation, "_FOLDS"), (evaluation, "_PIECES")]:
+        monkeypatch.setattr(module, name, LRUCache(f"test.{name}", 1))
+    cold = fixes.propose(store, RELEASE, check, ev, parsed, catalog, attrs, facts)
+    assert _answer(warm[0]) == _answer(warm[1]) == _answer(cold)
+    assert cold and cold[0].fixes_check is True
+
+
+def _base_attrs_reference(catalog, parsed, log=None) -> dict:  # noqa: ANN001
+    """base_attrs as it was before its defaults were cached."""
+    attrs: dict = {}
+    for spec in catalog.flags:
+        if spec.default_known and spec.attr not in attrs:
+            attrs[spec.attr] = Value(spec.default, Provenance(
+                "default", f"default {spec.default!r} ({spec.path}:{spec.line})"))
+    for decl in catalog.declarations:
+        if decl.default_known:
+            attrs[decl.attr] = Value(decl.default, Provenance(
+                "default", f"default {decl.default!r} ({decl.path}:{decl.line})"))
+    for key, value in (log or {}).items():
+        attrs[key] = Value(value, Provenance("derived", "value in the logged server_args line"))
+    for attr, pf in parsed.values.items():
+        attrs[attr] = Value(pf.value, Provenance("flag", " ".join(pf.raw)))
+    return attrs
+
+
+def test_base_attrs_equals_a_full_build_and_is_a_fresh_dict(seed) -> None:  # noqa: ANN001
+    _, _, catalog, parsed, _, _ = seed
+    for log in (None, {"page_size": 64, "not_a_flag": 1}):
+        got = base_attrs(catalog, parsed, log)
+        assert list(got.items()) == list(_base_attrs_reference(catalog, parsed, log).items())
+    got["tp_size"] = Value(3, Provenance("flag", "mutated"))
+    assert base_attrs(catalog, parsed)["tp_size"].provenance.detail != "mutated"

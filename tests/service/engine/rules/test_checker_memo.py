@@ -1,0 +1,88 @@
+"""The checker's caches (per-card verdicts, the index by dependency, check_fix answers)
+give exactly the verdicts of an uncached evaluation, and stay bounded."""
+
+from __future__ import annotations
+
+import pytest
+
+from kb.store import Store
+from service.engine.rules import checker
+from service.engine.rules.checker import (
+    cards_for,
+    check_fix,
+    evaluate_cards,
+    facts_for,
+    prepare_flags,
+)
+from service.engine.cache import LRUCache, clear_all
+
+SEED = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "EAGLE3",
+        "--speculative-draft-model-path", "/d", "--speculative-eagle-topk", "4",
+        "--speculative-num-draft-tokens", "8"]
+COMMANDS = [
+    SEED,
+    SEED[:6],
+    ["--model-path", "/models/m", "--attention-backend", "trtllm_mha", "--speculative-algorithm",
+     "EAGLE", "--speculative-eagle-topk", "4"],
+    ["--model-path", "/models/m", "--tp", "1", "--page-size", "16"],  # --tp 1 equals the default
+    ["--model-path", "/models/m", "--enable-dp-attention", "--dp", "2", "--tp", "4"],
+]
+
+
+def _view(results) -> list[tuple]:  # noqa: ANN001
+    return [(r.card.id, r.verdict, r.reason, r.unknowns, r.inputs, r.notes) for r in results]
+
+
+@pytest.mark.parametrize("release", ["0.5.11", "0.5.23"])
+def test_indexed_evaluation_equals_evaluating_every_card(store: Store, release: str,
+                                                         monkeypatch) -> None:  # noqa: ANN001
+    facts = facts_for("rtx-pro-6000-x8", None, "/models/Kimi-K2.6")
+    clear_all()
+    indexed = {}
+    for argv in COMMANDS:
+        attrs, parsed = prepare_flags(store, release, argv)
+        indexed[tuple(argv)] = _view(evaluate_cards(store, release, attrs, facts, parsed))
+    # a per-card memo of one entry and every card passed explicitly: no reuse, no index
+    monkeypatch.setattr(checker, "_memo", LRUCache("test.card_memo", 1))
+    cards = cards_for(store, release)
+    for argv in COMMANDS:
+        attrs, parsed = prepare_flags(store, release, argv)
+        plain = _view(evaluate_cards(store, release, attrs, facts, parsed, cards=list(cards)))
+        assert indexed[tuple(argv)] == plain, argv
+
+
+def test_check_fix_answers_equal_the_uncached_ones(store: Store) -> None:
+    facts = facts_for("rtx-pro-6000-x8", None, "/models/Kimi-K2.6")
+    clear_all()
+    for argv in COMMANDS:
+        first = check_fix(store, "0.5.11", argv, facts)
+        again = check_fix(store, "0.5.11", argv, facts)
+        fresh = checker._check_fix(store, "0.5.11", argv, facts,
+                                   checker.facts_signature(facts))
+        assert first == again == fresh
+        assert first[0] is not again[0]  # callers get their own list
+    # a mapping of flags is keyed by its items
+    assert check_fix(store, "0.5.11", {"--tp": 2}, facts) == \
+        checker._check_fix(store, "0.5.11", {"--tp": 2}, facts, checker.facts_signature(facts))
+
+
+def test_check_fix_cache_is_bounded(store: Store, monkeypatch) -> None:  # noqa: ANN001
+    small: LRUCache = LRUCache("test.check_fix", 3)
+    monkeypatch.setattr(checker, "_fix_answers", small)
+    for tp in range(1, 9):
+        check_fix(store, "0.5.11", ["--model-path", "/models/m", "--tp", str(tp)])
+    assert len(small) == 3
+
+
+def test_a_flag_equal_to_its_default_keeps_its_own_provenance(store: Store) -> None:
+    """Verdicts are keyed on provenance too: ``--tp 1`` is explained as the flag, not as
+    the default, whichever was evaluated first."""
+    clear_all()
+    facts = facts_for("rtx-pro-6000-x8", None, "/models/m")
+    base_attrs, base_parsed = prepare_flags(store, "0.5.11", ["--model-path", "/models/m"])
+    evaluate_cards(store, "0.5.11", base_attrs, facts, base_parsed)
+    attrs, parsed = prepare_flags(store, "0.5.11", ["--model-path", "/models/m", "--tp", "1"])
+    for r in evaluate_cards(store, "0.5.11", attrs, facts, parsed):
+        for name, _, detail in r.inputs:
+            if name == "tp_size":
+                assert detail == "flag: --tp 1", (r.card.id, detail)
