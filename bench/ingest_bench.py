@@ -47,12 +47,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from service.settings import Settings
 from ingest import ts
-from kb.sources import fetch_release
 from ingest.chunker import Chunk
 from ingest.pipeline import embed_release, in_scope, index_structure
 from kb.knowledge import KnowledgeBase
+from kb.sources import fetch_release
+from service.settings import Settings
 
 TARGETS = {"structure_s": 20.0, "default_embed_s": 60.0, "next_release_ratio": 0.25,
            "embed_vs_raw": 0.9}

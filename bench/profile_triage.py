@@ -52,11 +52,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="profile the first pass (first sight of each incident) instead")
     args = ap.parse_args(argv)
 
-    from service.settings import Settings
-    from kb.incidents import load_incidents
+    from evals.incidents import load_incidents
     from evals.runner import request_for
     from kb.knowledge import KnowledgeBase
-    from service.engine.triage import Engine
+    from service.engine import Engine
+    from service.settings import Settings
 
     kb_dir = args.kb_dir or test_kb_dir()
     settings = Settings(kb_dir=kb_dir, chroma_url=None, llm_base_url=None, replay_enabled=False)

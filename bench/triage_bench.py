@@ -62,7 +62,7 @@ def _port() -> int:
 
 
 def _incidents(limit: int) -> list[Any]:
-    from kb.incidents import load_incidents
+    from evals.incidents import load_incidents
 
     return load_incidents()[:limit]
 
@@ -369,9 +369,9 @@ def _error_lines(path: Path, limit: int = 40) -> list[str]:
 
 def rag_baseline(kb_dir: Path, incidents: list[Any], limit: int, max_s: float) -> dict:
     """In-process latency of the naive-RAG baseline (warm: index built first, timed apart)."""
-    from service.settings import Settings
     from evals.baselines import RagBaseline
     from kb.knowledge import KnowledgeBase
+    from service.settings import Settings
 
     kb = KnowledgeBase(Settings(kb_dir=kb_dir, chroma_url=None))
     rag = RagBaseline(kb)

@@ -28,14 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from kb.knowledge import KnowledgeBase
-from kb.catalogs import load_catalog
-from kb.store import Store
-from service.engine.evaluate.chain import VALIDATION_PATHS
-from service.engine.flags.parse import parse_argv
-from service.engine.logparse.parse import ParsedLog, parse_log
-from kb.incidents import Incident
+from evals.incidents import Incident
 from evals.scoring import Prediction
+from kb.catalogs import load_catalog
+from kb.knowledge import KnowledgeBase
+from kb.store import VALIDATION_PREFIXES, Store
+from service.engine import ParsedLog, parse_argv, parse_log
 
 GREP_WINDOW = 10
 RAG_CHUNK = 1200
@@ -147,7 +145,7 @@ class RagBaseline:
             add_start_index=True)
         out: list[dict[str, Any]] = []
         for path in sorted(self.store.paths(release)):
-            if not path.startswith(VALIDATION_PATHS) or not path.endswith(".py"):
+            if not path.startswith(VALIDATION_PREFIXES) or not path.endswith(".py"):
                 continue
             text = self.store.file_text(release, path) or ""
             for doc in splitter.create_documents([text]):

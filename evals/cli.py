@@ -1,24 +1,29 @@
-"""``sglang-triage eval``: run the eval suite and print a per-incident table.
+"""``sglang-triage eval`` and ``sglang-triage export-incidents``: the eval suite's commands.
 
-The lead wires :func:`eval_command` as a typer command; it prints the table
-and the aggregate metrics with rich, writes ``report.json``, ``report.md`` and
-``metrics_by_category.png`` to ``out`` and returns the exit code (1 when the
-CI gate fails and ``gate`` is set, 2 on bad input, else 0).
+:func:`eval_command` prints the per-incident table and the aggregate metrics
+with rich, writes ``report.json``, ``report.md`` and ``metrics_by_category.png``
+to ``out`` and returns the exit code (1 when the CI gate fails and ``gate`` is
+set, 2 on bad input, else 0). :func:`register` adds both commands to the
+service's CLI; it is the ``sglang_triage.commands`` entry point, so the service
+never imports the eval suite.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Annotated
 
+import typer
 from rich.console import Console
 from rich.table import Table
 
-from service.settings import Settings
 from evals.gate import check_gate
-from kb.incidents import IncidentError, load_incidents
+from evals.incidents import IncidentError, dump_incidents, load_incidents
 from evals.reports import LABELS, write_reports
 from evals.runner import EvalReport, run_eval
 from evals.scoring import METRICS
+from service.settings import Settings
 
 _SHORT = {"release_at_1": "rel", "exact_location": "loc", "function_match": "fn",
           "rc_precision": "rcP", "rc_recall": "rcR", "fix_valid": "valid",
@@ -88,7 +93,7 @@ def eval_command(incidents: list[str] | None, against: str | None, out: str, bas
         console.print("[yellow]baselines need a local KB; skipped[/yellow]")
         baselines = False
     if against is None:
-        from service.engine.triage import Engine
+        from service.engine import Engine
 
         target: object = Engine(kb)
     else:
@@ -106,10 +111,46 @@ def eval_command(incidents: list[str] | None, against: str | None, out: str, bas
     return 1 if gate and failures else 0
 
 
-__all__ = ["eval_command", "print_report"]
+def _eval(
+    incidents: Annotated[list[str] | None, typer.Option("--incidents", help="JSONL files or folders.")] = None,
+    against: Annotated[str | None, typer.Option(help="URL of a running service (else in-process).")] = None,
+    out: Annotated[str, typer.Option(help="Folder for the JSON, markdown and PNG reports.")] = "evals/reports",
+    baselines: Annotated[bool, typer.Option(help="Score the grep and naive-RAG baselines too.")] = True,
+    gate: Annotated[bool, typer.Option(help="Exit 1 when a metric is below the checked-in thresholds.")] = False,
+) -> None:
+    """Run the eval suite over recorded incidents (the shipped ones by default)."""
+    raise typer.Exit(eval_command(incidents, against, out, baselines, gate=gate))
 
 
-if __name__ == "__main__":  # pragma: no cover - for manual runs before the lead wires it
-    import sys
+def _export_incidents(
+    out_path: Annotated[Path | None, typer.Option("--out", help="JSONL file (default: stdout).")] = None,
+    source: Annotated[str | None, typer.Option(help="Only confirmations from api | slack | web.")] = None,
+) -> None:
+    """Export confirmed triages ("this fixed it") as eval incidents, one JSON per line.
 
-    raise SystemExit(eval_command(None, None, str(Path("eval-out")), "--baselines" in sys.argv))
+    The file feeds ``sglang-triage eval --incidents FILE``.
+    """
+    from kb.recording import export_confirmed
+    from kb.records import Records
+    from kb.store import Store
+
+    settings = Settings()
+    records = Records(settings.kb_path / "records.sqlite")
+    store = Store(settings.kb_path / "index.sqlite")
+    incidents = export_confirmed(records, store, source=source)
+    if out_path is None:
+        for inc in incidents:
+            print(json.dumps(inc.model_dump(mode="json"), ensure_ascii=False))
+    else:
+        dump_incidents(incidents, out_path)
+    Console(stderr=True).print(f"{len(incidents)} confirmed incident(s)"
+                  + (f" from {source}" if source else "") + (f" -> {out_path}" if out_path else ""))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``eval`` and ``export-incidents`` to the ``sglang-triage`` command line."""
+    app.command(name="eval")(_eval)
+    app.command(name="export-incidents")(_export_incidents)
+
+
+__all__ = ["eval_command", "print_report", "register"]

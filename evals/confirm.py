@@ -28,13 +28,13 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from service.settings import Settings
+from evals.incidents import FixSpec, Incident
 from kb.catalog_types import Catalog
 from kb.catalogs import load_catalog
 from kb.store import Store
+from service.engine import apply_edits
 from service.replay.results import ReplayResult
-from service.engine.flags.parse import apply_edits
-from kb.incidents import FixSpec, Incident
+from service.settings import Settings
 
 #: ``confirm(release, incidents) -> confirmed copies, None where not confirmed``
 Confirm = Callable[[str, Sequence[Incident]], list[Incident | None]]

@@ -31,15 +31,25 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from kb.store import Store
-from service.engine.evaluate.path_condition import apply_earlier_writes
-from service.engine.expr.interpreter import referenced_names
-from service.engine.facts.core import get_profile, model_arch_for
-from service.engine.flags.parse import parse_argv
 from evals.confirm import Confirm, ReplayConfirmer
 from evals.groundtruth import Context, Probe, Prober, root_cause_attrs
-from kb.incidents import Expected, ExpectedLocation, FixSpec, Incident, categorize, dump_incidents
+from evals.incidents import (
+    Expected,
+    ExpectedLocation,
+    FixSpec,
+    Incident,
+    categorize,
+    dump_incidents,
+)
 from evals.render import SITE, launcher_warning, render_log, render_message
+from kb.store import Store
+from service.engine import (
+    apply_earlier_writes,
+    get_profile,
+    model_arch_for,
+    parse_argv,
+    referenced_names,
+)
 
 DEFAULT_RELEASES = ("0.5.9", "0.5.11", "0.5.23")
 #: (model, default tensor parallelism, needs --trust-remote-code)

@@ -32,15 +32,13 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from service.settings import Settings
+from evals.incidents import Expected, ExpectedLocation, FixSpec, Incident, categorize
+from evals.render import render_replay_log
 from kb.catalogs import load_catalog
 from kb.store import Store
+from service.engine import apply_edits, get_profile, model_arch_for, referenced_names
 from service.replay.results import ReplayResult
-from service.engine.expr.interpreter import referenced_names
-from service.engine.facts.core import get_profile, model_arch_for
-from service.engine.flags.parse import apply_edits
-from kb.incidents import Expected, ExpectedLocation, FixSpec, Incident, categorize
-from evals.render import render_replay_log
+from service.settings import Settings
 
 __all__ = ["context_incidents", "plain_command"]
 

@@ -32,20 +32,27 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from kb.catalog_types import Catalog, FlagSpec
-from kb.catalog_types import NO_VALUE_ACTIONS
+from kb.catalog_types import NO_VALUE_ACTIONS, Catalog, FlagSpec
 from kb.catalogs import load_catalog
-from kb.store import Store
-from service.engine.evaluate import chain
-from service.engine.evaluate.path_condition import (
+from kb.store import VALIDATION_PREFIXES, Store
+from service.engine import (
+    UNKNOWN,
     PathEvaluation,
+    Provenance,
+    Value,
+    apply_edits,
     base_attrs,
+    call_site_guards,
+    earlier_writes,
     evaluate_path,
+    fact_key,
+    fact_values,
+    get_profile,
+    parse_argv,
     prepared_pieces,
+    referenced_names,
+    validation_order,
 )
-from service.engine.expr.interpreter import UNKNOWN, Provenance, Value, fact_key, referenced_names
-from service.engine.facts.core import fact_values, get_profile
-from service.engine.flags.parse import apply_edits, parse_argv
 
 #: attributes a generated command never edits (the model is the context, not a flag to fix)
 FROZEN_ATTRS = frozenset({"model_path", "tokenizer_path", "device"})
@@ -197,7 +204,7 @@ class Prober:
             _, names = prepared_pieces(self.store, self.release, check, frozenset(facts))
             deps = set(names)
             for attr in names:
-                for w in chain.earlier_writes(self.store, self.release, attr, check):
+                for w in earlier_writes(self.store, self.release, attr, check):
                     for text in [w.value or "", *(g["condition"] for g in w.guards)]:
                         try:
                             deps |= referenced_names(text) if text else set()
@@ -220,7 +227,7 @@ class Prober:
         direct = self.flag_attrs(condition)
         extra: list[str] = []
         for attr in direct:
-            for w in chain.earlier_writes(self.store, self.release, attr, check):
+            for w in earlier_writes(self.store, self.release, attr, check):
                 for g in w.guards:
                     extra += [a for a in self.flag_attrs(g["condition"])
                               if a not in direct and a not in extra]
@@ -429,7 +436,7 @@ def _order_keys(store: Store, release: str) -> dict[int, tuple[float, ...]]:
     called (in the same file) from a step at line L as ``(rank, L, line)``, and so on.
     Checks in functions that cannot be placed are left out.
     """
-    order = chain.validation_order(store, release)
+    order = validation_order(store, release)
     prefixes: dict[tuple[str, str], tuple[float, ...] | None] = {}
 
     def prefix(qual: str, path: str, depth: int = 0) -> tuple[float, ...] | None:
@@ -443,7 +450,7 @@ def _order_keys(store: Store, release: str) -> dict[int, tuple[float, ...]]:
         if rank is not None and rank == int(rank):
             result = (rank,)
         elif depth < 4:
-            sites = chain.call_site_guards(store, release, qual, path)
+            sites = call_site_guards(store, release, qual, path)
             if sites:
                 up = prefix(sites[0].caller, path, depth + 1)
                 result = (*up, float(sites[0].line)) if up is not None else None
@@ -452,7 +459,7 @@ def _order_keys(store: Store, release: str) -> dict[int, tuple[float, ...]]:
 
     out: dict[int, tuple[float, ...]] = {}
     for check in store.checks(release):
-        if not check["path"].startswith(chain.VALIDATION_PATHS):
+        if not check["path"].startswith(VALIDATION_PREFIXES):
             continue
         p = prefix(check["function"], check["path"])
         if p is not None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kb.store import Store
-from service.engine.evaluate import chain
+from service.engine import DISPATCHERS, call_site_guards, validation_order
 
 SITE = "/usr/local/lib/python{py}/dist-packages"
 
@@ -145,12 +145,12 @@ def call_chain(store: Store, release: str, check: dict[str, Any]) -> list[FrameS
     frames: list[FrameSpec] = []
     qual = check["function"]
     path = check["path"]
-    order = chain.validation_order(store, release)
+    order = validation_order(store, release)
     for _ in range(4):
         name = qual.rsplit(".", 1)[-1]
         rank = order.get(name)
         if rank is not None and rank == int(rank):
-            for dpath, dqual in chain.DISPATCHERS:
+            for dpath, dqual in DISPATCHERS:
                 dfn = store.function(release, dqual, dpath)
                 needle_a, needle_b = f"self.{name}(", f"run_hook({name},"
                 line = _line_with(store, release, dpath, dfn, needle_a) or \
@@ -159,7 +159,7 @@ def call_chain(store: Store, release: str, check: dict[str, Any]) -> list[FrameS
                     frames.insert(0, _frame(store, release, dpath, line, dqual.rsplit(".", 1)[-1]))
                     break
             break
-        sites = chain.call_site_guards(store, release, qual, path)
+        sites = call_site_guards(store, release, qual, path)
         if not sites:
             break
         site = sites[0]
@@ -172,7 +172,7 @@ def render_message(check: dict[str, Any], values: dict[str, Any] | None = None) 
     """The message text a check raises, placeholders filled from ``values`` when possible."""
     if check["bare"] or not check["message"]:
         return None
-    from service.engine.expr.interpreter import Env, evaluate
+    from service.engine import Env, evaluate
 
     try:
         res = evaluate(check["message"], Env(values or {}))

@@ -22,11 +22,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from evals.incidents import Incident
+from evals.scoring import METRICS, Prediction, from_triage, score
 from kb.knowledge import KnowledgeBase
 from kb.store import Store
-from service.engine.logparse.parse import parse_log
-from kb.incidents import Incident
-from evals.scoring import METRICS, Prediction, from_triage, score
+from service.engine import parse_log
 
 SYSTEMS = ("engine", "grep", "rag")
 

@@ -27,16 +27,16 @@ each None where it does not apply:
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from evals.incidents import FixSpec, Incident
 from kb.catalog_types import Catalog
 from kb.catalogs import load_catalog
+from kb.recording import engine_root_cause
 from kb.store import Store
-from service.engine.flags.parse import apply_edits, parse_argv
-from kb.incidents import FixSpec, Incident
+from service.engine import apply_edits, parse_argv
 
 METRICS: tuple[str, ...] = ("release_at_1", "exact_location", "function_match", "rc_precision",
                             "rc_recall", "fix_valid", "fix_match", "no_fix_declined", "grounded")
@@ -62,82 +62,6 @@ class Prediction:
 
 
 # ------------------------------------------------------------------ engine results
-
-
-def _norm_text(text: str) -> str:
-    return re.sub(r"\s+", "", text).replace('"', "'").replace("(", "").replace(")", "")
-
-
-def _leaves(condition: str) -> list[str]:
-    """The atom texts a condition splits into (operands of and/or/not), normalised."""
-    try:
-        node = ast.parse(condition.strip(), mode="eval").body
-    except SyntaxError:
-        return [_norm_text(condition)]
-    out: list[str] = []
-
-    def walk(n: ast.expr) -> None:
-        if isinstance(n, ast.BoolOp):
-            for v in n.values:
-                walk(v)
-        elif isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
-            walk(n.operand)
-        else:
-            out.append(_norm_text(ast.unparse(n)))
-
-    walk(node)
-    return out
-
-
-def _group_guard_atoms(atoms: list[dict[str, Any]], guards: list[str]) -> dict[int, list[dict[str, Any]]]:
-    """Assign guard atoms (in order) to the guards they came from.
-
-    Each guard's leaves are consumed in turn; an atom that is not a leaf of the
-    current guard moves on to the first later guard that has it (the same text
-    may appear in several guards). Atoms no guard explains stay with the current one.
-    """
-    pending = [_leaves(g) for g in guards]
-    groups: dict[int, list[dict[str, Any]]] = {}
-    pointer = 0
-    for atom in atoms:
-        text = _norm_text(atom.get("text") or "")
-        for idx in range(pointer, len(guards)):
-            if text in pending[idx]:
-                pending[idx].remove(text)
-                pointer = idx
-                break
-        groups.setdefault(pointer, []).append(atom)
-    return groups
-
-
-def engine_root_cause(result: dict[str, Any]) -> list[str]:
-    """Root-cause attrs from a ``TriageResult`` JSON (see the module docstring)."""
-    if result.get("status") == "argparse":
-        flags: list[str] = []
-        for fix in result.get("fixes", [])[:1]:
-            flags += list(fix.get("remove") or [])
-            if not flags:
-                flags += list((fix.get("set") or {}).keys())
-        return flags
-    ev = result.get("evaluation") or {}
-    check = result.get("check") or {}
-    guards = [g.get("condition") or "" for g in check.get("guards") or []]
-    atoms = [a for a in ev.get("atoms") or [] if a.get("role") == "guard"]
-    groups = _group_guard_atoms(atoms, guards)
-    tests = [a for a in ev.get("atoms") or [] if a.get("role") == "test"]
-    if tests:
-        groups[len(guards)] = tests
-    for idx in sorted(groups, reverse=True):
-        found: list[str] = []
-        for atom in groups[idx]:
-            if not atom.get("failing"):
-                continue
-            for inp in atom.get("inputs") or []:
-                if inp.get("source") == "flag" and inp.get("name") not in found:
-                    found.append(inp["name"])
-        if found:
-            return sorted(found)
-    return []
 
 
 def from_triage(result: dict[str, Any], latency_ms: float = 0.0) -> Prediction:

@@ -18,10 +18,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kb.store import Store
-from service.engine.facts.core import model_arch_for
-from kb.incidents import Expected, ExpectedLocation, FixSpec, Incident, dump_incidents
+from evals.incidents import Expected, ExpectedLocation, FixSpec, Incident, dump_incidents
 from evals.render import render_log
+from kb.store import Store
+from service.engine import model_arch_for
 
 MODEL = "/models/Kimi-K2.6"
 BASE = ["--model-path", MODEL, "--tp", "8", "--trust-remote-code",

@@ -2,7 +2,7 @@
 
 :func:`analyze_file` parses one file once with tree-sitter and returns every
 row it contributes to the index (``files``, ``functions``, ``chunks``,
-``checks``) plus its *unfiltered* attribute references. Which references are
+``checks``, ``calls``) plus its *unfiltered* attribute references. Which references are
 indexed depends on the release's flag catalog (see :func:`keep_refs`), so the
 filter is applied by the caller; the unfiltered list is also stored, zlib'd,
 in ``files.all_refs``, which lets a later release reuse the file's rows
@@ -23,16 +23,17 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Tree
 
-from kb.store import pack_text
 from ingest import ts
+from ingest.calls import extract_calls
 from ingest.checks import extract_checks, extract_refs
 from ingest.chunker import FunctionInfo, chunk_file
+from kb.store import pack_text
 
 #: Files whose refs are worth extracting must mention one of these.
 REF_MARKERS = (b"server_args", b"ServerArgs", b"cfg.", b"args.")
 
 #: Row tables a batch returns, in insert order.
-TABLES = ("files", "functions", "chunks", "checks")
+TABLES = ("files", "functions", "chunks", "checks", "calls")
 
 
 @dataclass
@@ -52,15 +53,20 @@ class _Enclosing:
         self.functions = functions  # sorted by (start_line, qualname)
         self.starts = [f.start_line for f in functions]
 
-    def qualname(self, line: int) -> str:
-        """The qualname of the innermost function holding ``line`` (``<module>`` outside
-        any): the function with the latest start whose range holds ``line`` (the last
-        one in sort order among equal starts)."""
+    def function(self, line: int) -> FunctionInfo | None:
+        """The innermost function holding ``line`` (None outside any): the function with
+        the latest start whose range holds ``line`` (the last one in sort order among
+        equal starts)."""
         for i in range(bisect.bisect_right(self.starts, line) - 1, -1, -1):
             fn = self.functions[i]
             if fn.end_line >= line:
-                return fn.qualname
-        return "<module>"
+                return fn
+        return None
+
+    def qualname(self, line: int) -> str:
+        """The qualname of :meth:`function` (``<module>`` outside any function)."""
+        fn = self.function(line)
+        return fn.qualname if fn is not None else "<module>"
 
 
 def analyze_file(v: str, path: str, blob: bytes, out: BatchRows) -> Tree:
@@ -81,11 +87,14 @@ def analyze_file(v: str, path: str, blob: bytes, out: BatchRows) -> Tree:
          ch.text_hash, ch.text)
         for ch in fc.chunks)
     where = _Enclosing(fc.functions)
+    checks = extract_checks(tree.root_node, found)
     rows["checks"].extend(
         (None, v, path, where.qualname(ck.start_line), ck.kind, ck.exc_type, int(ck.bare),
          ck.condition, ck.message, ck.start_line, ck.end_line, ck.test_start, ck.test_end,
          json.dumps([g.as_dict() for g in ck.guards]), ck.source)
-        for ck in extract_checks(tree.root_node, found))
+        for ck in checks)
+    rows["calls"].extend(extract_calls(v, path, tree.root_node, fc.functions, bool(checks),
+                                       where.function))
     refs: list[list] = []
     if wants_refs:
         refs = [[where.qualname(r.line), r.attr, r.kind, r.line, r.obj, r.value,

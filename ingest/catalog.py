@@ -26,9 +26,9 @@ from pathlib import Path
 
 from ingest.catalog_argparse import ArgparseReader
 from ingest.catalog_fields import FieldReader
-from kb.catalog_types import Catalog, Declaration, FlagSpec, nargs_kind
 from ingest.static_modules import ModuleLoader
 from ingest.static_values import StaticEvaluator, forget_local_scopes
+from kb.catalog_types import Catalog, Declaration, FlagSpec, nargs_kind
 
 __all__ = ["Catalog", "Declaration", "FlagSpec", "extract_catalog"]
 

@@ -14,7 +14,6 @@ import re
 from tree_sitter import Node
 
 from ingest import ts
-from kb.catalog_types import FlagSpec
 from ingest.static_modules import SourceModule
 from ingest.static_values import (
     UNKNOWN,
@@ -25,6 +24,7 @@ from ingest.static_values import (
     string_value,
     text_of,
 )
+from kb.catalog_types import FlagSpec
 
 __all__ = [
     "ArgparseReader",

@@ -26,7 +26,6 @@ from ingest.catalog_argparse import (
     optional_str,
     value_or_source,
 )
-from kb.catalog_types import Declaration, FlagSpec
 from ingest.static_modules import SourceModule
 from ingest.static_values import (
     UNKNOWN,
@@ -36,6 +35,7 @@ from ingest.static_values import (
     string_value,
     text_of,
 )
+from kb.catalog_types import Declaration, FlagSpec
 
 __all__ = ["FieldReader"]
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from tree_sitter import Node
 
 from ingest import ts
+from kb.code_types import Guard
 
 #: Names that denote the argument object being validated.
 ARG_OBJECTS = frozenset({"server_args", "cfg", "args", "sa"})
@@ -50,18 +51,6 @@ def _ref_words(receivers: frozenset[bytes]) -> re.Pattern[bytes]:
 #: Where a reference can start in the source text (see :func:`ref_candidates`).
 _REF_WORDS = _ref_words(_ARG_OBJECT_BYTES)
 _REF_WORDS_SELF = _ref_words(_ARG_OBJECT_BYTES | {b"self"})
-
-
-@dataclass
-class Guard:
-    condition: str
-    polarity: bool  # True: the check runs when the condition holds
-    line: int
-    kind: str  # "if" | "elif" | "else" | "while" | "early_exit" | "match"
-
-    def as_dict(self) -> dict[str, object]:
-        return {"condition": self.condition, "polarity": self.polarity, "line": self.line,
-                "kind": self.kind}
 
 
 @dataclass
@@ -90,7 +79,7 @@ class Ref:
 
 
 def _callee_bytes(call: Node) -> bytes:
-    """:func:`_callee_name` as raw bytes, without decoding (for quick rejection)."""
+    """:func:`callee_name` of a direct call as raw bytes, without decoding (for quick rejection)."""
     fn = call.child_by_field_name("function")
     if fn is None:
         return b""
@@ -99,13 +88,32 @@ def _callee_bytes(call: Node) -> bytes:
     return (fn.text or b"") if fn is not None else b""
 
 
-def _callee_name(call: Node) -> str:
-    fn = call.child_by_field_name("function")
-    if fn is None:
+#: Calls whose n-th positional argument is the function actually run.
+INDIRECT = {"run_hook": 0, "run_post_process_pass": 1}
+
+
+def callee_name(call: Node) -> str:
+    """The name of the function ``call`` runs: ``f`` for ``f(x)``, ``self.f(x)`` and
+    ``run_hook(f, x)``; ``""`` when it has none (a subscript, a lambda, a non-name hook).
+
+    The one callee resolver of the project: checks, references and call sites
+    (:mod:`ingest.calls`) all name calls through it."""
+    func = call.child_by_field_name("function")
+    if func is None:
         return ""
-    if fn.type == "attribute":
-        return ts.text(fn.child_by_field_name("attribute"))
-    return ts.text(fn)
+    if func.type == "identifier":
+        name = ts.text(func)
+    elif func.type == "attribute":
+        name = ts.text(func.child_by_field_name("attribute"))
+    else:
+        return ""
+    if name in INDIRECT:
+        args = call.child_by_field_name("arguments")
+        pos = [c for c in (args.named_children if args is not None else [])
+               if c.type not in ("keyword_argument", "comment")]
+        idx = INDIRECT[name]
+        return ts.text(pos[idx]) if len(pos) > idx and pos[idx].type == "identifier" else ""
+    return name
 
 
 def _if_chain_conditions(if_node: Node) -> list[tuple[str, int, Node | None]]:
@@ -249,7 +257,7 @@ def _receiver(obj: Node, in_args_class: bool) -> str | None:
         if name in ARG_OBJECTS or (name == "self" and in_args_class):
             return name
         return None
-    if obj.type == "call" and _callee_name(obj) in VIEW_CALLS:
+    if obj.type == "call" and callee_name(obj) in VIEW_CALLS:
         args = obj.child_by_field_name("arguments")
         first = args.named_children[0] if args is not None and args.named_children else None
         if first is not None and first.type == "identifier" and (
@@ -379,7 +387,7 @@ def extract_refs(root: Node, found: dict[str, list[Node]] | None = None, *,
     for call in found.get("call", []):
         if _callee_bytes(call) not in _REF_CALL_BYTES:  # fast path: most calls are not refs
             continue
-        callee = _callee_name(call)
+        callee = callee_name(call)
         args = call.child_by_field_name("arguments")
         if args is None:
             continue

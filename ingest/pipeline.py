@@ -43,13 +43,14 @@ from typing import Any
 
 import numpy as np
 
-from kb.knowledge import KnowledgeBase
-from kb.store import dumps
-from kb.sources import ReleaseSource, iter_python_files
+import kb
 from ingest.analyze import TABLES, BatchRows, analyze_batch, batches, keep_refs, stored_refs
-from kb.catalog_types import Catalog
 from ingest.catalog import extract_catalog
 from ingest.chunker import Chunk
+from kb.catalog_types import Catalog
+from kb.knowledge import KnowledgeBase
+from kb.sources import ReleaseSource, iter_python_files
+from kb.store import dumps
 
 #: Path prefixes (package-relative) embedded by the default scope: where launch
 #: arguments are declared, resolved and validated.
@@ -108,17 +109,24 @@ def _mp_context():  # noqa: ANN202
         return get_context("spawn")
 
 
+#: ``kb`` modules whose code shapes the rows ingest writes (hashed with ``ingest/*.py``).
+KB_SHAPING: tuple[str, ...] = ("catalog_types", "code_types", "embedder", "knowledge", "sources", "store")
+
+
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """sha256 of the extraction code itself (``ingest/*.py`` and the index schema).
+    """sha256 of the extraction code itself: ``ingest/*.py`` and the KB modules that
+    shape what it writes (:data:`KB_SHAPING`: the index schema and the record types).
 
     It is part of every release's content hash, so a KB built by older
     extraction code is re-indexed rather than trusted; vectors survive, since
     they are cached by the text they embed. Rows are only ever reused from a
-    release indexed by the same code.
+    release indexed by the same code. A test checks that every ``kb`` module
+    that ``ingest`` imports is listed in :data:`KB_SHAPING`.
     """
     here = Path(__file__).resolve().parent
-    files = sorted(here.glob("*.py")) + [here.parent / "kb" / "store.py"]
+    kb_dir = Path(kb.__file__).resolve().parent
+    files = sorted(here.glob("*.py")) + [kb_dir / f"{m}.py" for m in KB_SHAPING]
     digest = hashlib.sha256()
     for f in files:
         digest.update(f.name.encode())

@@ -1,4 +1,9 @@
-"""Syntax side of the safe expression evaluator: parsing, the whitelist and canonical text.
+"""The condition language of the KB: parsing, the whitelist, canonical text and the names read.
+
+Checks' conditions, guards and rule cards' ``when``/``require`` are stored as
+Python expression text; this module is how anything reads them without
+running them. The engine's three-valued interpreter
+(:mod:`service.engine.expr`) evaluates what this module parses.
 
 Text is parsed with ``ast.parse(mode="eval")`` (cached), bounded in length, depth
 and node count, and checked against a whitelist of node types (anything else
@@ -19,7 +24,8 @@ from kb.errors import UnsafeExpression
 
 __all__ = [
     "DEFAULT_ARG_OBJECTS", "MAX_DEPTH", "MAX_NODES", "MAX_TEXT", "VIEW_FUNCTIONS",
-    "arg_attr_read", "attr_chain", "check_depth", "is_arg_root", "norm_text", "to_node", "unparse",
+    "arg_attr_read", "attr_chain", "check_depth", "fact_key", "is_arg_root", "norm_text", "normalize",
+    "referenced_names", "to_node", "unparse", "validate",
 ]  # fmt: skip
 
 MAX_DEPTH = 64  # AST nesting; the interpreter recurses a few frames per level
@@ -265,3 +271,64 @@ def arg_attr_read(node: ast.Call, arg_objects: Collection[str]) -> str | None:
     return (
         target.value if isinstance(target, ast.Constant) and isinstance(target.value, str) else None
     )
+
+
+# --------------------------------------------------------------- validation and naming
+
+
+def validate(expr: str | ast.AST) -> None:
+    """Raise :class:`UnsafeExpression` unless ``expr`` parses and uses only whitelisted syntax."""
+    to_node(expr, whitelist=True)
+
+
+def normalize(expr: str | ast.AST, arg_objects: Collection[str] = DEFAULT_ARG_OBJECTS) -> str:
+    """Canonical text: every argument-object root spelled ``args`` and ``ast.unparse`` layout.
+
+    ``self.a is None``, ``cfg.a is None`` and ``resolved_view(server_args).a is None``
+    all become ``args.a is None``. Only parsing and size limits apply, not the whitelist.
+    """
+    return norm_text(to_node(expr, whitelist=False), arg_objects)
+
+
+def fact_key(expr: str | ast.AST, arg_objects: Collection[str] = DEFAULT_ARG_OBJECTS) -> str:
+    """The key under which :class:`Env` ``facts`` are looked up for ``expr``.
+
+    ``self.get_model_config().hf_config.x`` -> ``get_model_config().hf_config.x``;
+    ``is_sm100_supported()`` -> ``is_sm100_supported()``; ``get_bool_env_var("X")``
+    -> ``get_bool_env_var('X')``.
+    """
+    node = to_node(expr, whitelist=False)
+    ch = attr_chain(node, arg_objects)
+    return ".".join(ch[1]) if ch is not None and ch[1] else norm_text(node, arg_objects)
+
+
+def referenced_names(
+    expr: str | ast.AST, arg_objects: Collection[str] = DEFAULT_ARG_OBJECTS
+) -> frozenset[str]:
+    """The ``attrs`` keys ``expr`` reads (``self.X``, ``getattr(cfg, "X")``), without evaluating."""
+    if isinstance(expr, str):
+        return _referenced_names_text(expr, frozenset(arg_objects))
+    return _referenced_names(expr, arg_objects)
+
+
+@functools.lru_cache(maxsize=16384)
+def _referenced_names_text(expr: str, arg_objects: frozenset[str]) -> frozenset[str]:
+    return _referenced_names(expr, arg_objects)
+
+
+def _referenced_names(expr: str | ast.AST, arg_objects: Collection[str]) -> frozenset[str]:
+    root = to_node(expr, whitelist=False)
+    funcs = {id(n.func) for n in ast.walk(root) if isinstance(n, ast.Call)}
+    names: set[str] = set()
+    for n in ast.walk(root):
+        if (
+            isinstance(n, ast.Attribute)
+            and id(n) not in funcs
+            and is_arg_root(n.value, arg_objects)
+        ):
+            names.add(n.attr)
+        elif isinstance(n, ast.Call):
+            attr = arg_attr_read(n, arg_objects)
+            if attr is not None:
+                names.add(attr)
+    return frozenset(names)

@@ -1,9 +1,9 @@
-"""Recorded incidents: the eval suite's JSONL format, its pydantic model and loader.
+"""Recorded incidents: the JSONL format, its pydantic model, reader and writer.
 
-One JSON object per line (see ``evals/README.md`` for every field). The shipped
-files live in ``sglang_triage/evals/incidents/``: ``seed.jsonl`` (the seed case),
-``public.jsonl`` (public issue reports, converted) and ``generated.jsonl``
-(written by :mod:`evals.generate`).
+One JSON object per line (see ``evals/README.md`` for every field). The format
+lives in the KB because confirmed triages become incidents here
+(:mod:`kb.recording`, served by the API's ``/incidents``); the shipped files and
+the default set are :mod:`evals.incidents`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-INCIDENTS_DIR = Path(__file__).resolve().parent / "incidents"
-SHIPPED = ("seed.jsonl", "public.jsonl", "generated.jsonl")
 
 Category = Literal["speculative", "attention", "parallelism", "page_size", "quantization",
                    "disaggregation", "argparse", "other"]
@@ -143,17 +140,13 @@ def parse_incidents(lines: Iterable[str], origin: str = "<string>") -> list[Inci
     return out
 
 
-def shipped_paths() -> list[Path]:
-    return [INCIDENTS_DIR / name for name in SHIPPED if (INCIDENTS_DIR / name).is_file()]
+def read_incidents(paths: Iterable[str | Path]) -> list[Incident]:
+    """Incidents from ``paths`` (files or folders of ``*.jsonl``).
 
-
-def load_incidents(paths: Iterable[str | Path] | None = None) -> list[Incident]:
-    """Incidents from ``paths`` (files or folders of ``*.jsonl``); the shipped ones by default.
-
-    Ids must be unique across everything loaded.
+    Ids must be unique across everything read.
     """
     files: list[Path] = []
-    for p in (shipped_paths() if paths is None else [Path(x) for x in paths]):
+    for p in (Path(x) for x in paths):
         if p.is_dir():
             files.extend(sorted(p.glob("*.jsonl")))
         elif p.is_file():
@@ -181,6 +174,5 @@ def dump_incidents(incidents: Iterable[Incident], path: str | Path) -> Path:
     return path
 
 
-__all__ = ["CATEGORIES", "INCIDENTS_DIR", "Category", "Expected", "ExpectedLocation", "FixSpec",
-           "Incident", "IncidentError", "categorize", "dump_incidents", "load_incidents", "parse_incidents",
-           "shipped_paths"]
+__all__ = ["CATEGORIES", "Category", "Expected", "ExpectedLocation", "FixSpec", "Incident",
+           "IncidentError", "categorize", "dump_incidents", "parse_incidents", "read_incidents"]

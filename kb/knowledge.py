@@ -14,10 +14,10 @@ import threading
 from functools import cached_property
 from pathlib import Path
 
-from kb.settings import KBSettings
-from kb.errors import ConfigError, VectorStoreError
 from kb.embedder import Embedder, get_embedder
+from kb.errors import ConfigError, VectorStoreError
 from kb.query_encoder import NumpyBertEncoder, get_query_encoder
+from kb.settings import KBSettings
 from kb.store import Store
 from kb.vectors import VectorStore
 

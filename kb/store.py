@@ -27,7 +27,6 @@ readers (API workers) can query while an ingest writes.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import threading
 import zlib
@@ -37,138 +36,20 @@ from pathlib import Path
 from typing import Any
 
 from kb.errors import KBError, ReleaseNotIngested
-
-SCHEMA_VERSION = 2
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE IF NOT EXISTS releases (
-    version TEXT PRIMARY KEY, origin TEXT, content_hash TEXT, status TEXT,
-    files INTEGER, functions INTEGER, chunks INTEGER, checks INTEGER, refs INTEGER,
-    flags INTEGER, parse_errors INTEGER, embedded_scope TEXT, ingested_at TEXT,
-    timings TEXT
-);
-CREATE TABLE IF NOT EXISTS files (
-    release TEXT, path TEXT, sha256 TEXT, lines INTEGER, parse_errors TEXT, text BLOB,
-    all_refs BLOB, PRIMARY KEY (release, path)
-);
-CREATE TABLE IF NOT EXISTS functions (
-    release TEXT, path TEXT, qualname TEXT, name TEXT, class_name TEXT,
-    start_line INTEGER, end_line INTEGER, decorator_start INTEGER, signature TEXT,
-    decorators TEXT, docstring TEXT, parent TEXT
-);
-CREATE INDEX IF NOT EXISTS functions_loc ON functions (release, path, start_line);
-CREATE INDEX IF NOT EXISTS functions_name ON functions (release, name);
-CREATE TABLE IF NOT EXISTS chunks (
-    seq INTEGER PRIMARY KEY, id TEXT, release TEXT, path TEXT, qualname TEXT, kind TEXT,
-    start_line INTEGER, end_line INTEGER, part INTEGER, parts INTEGER, text_hash TEXT,
-    text TEXT, UNIQUE (release, id)
-);
-CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5 (
-    body, content = '', tokenize = 'unicode61'
-);
-DROP INDEX IF EXISTS chunks_hash;  -- schema 1's (unused), re-created by older code opening the KB
-CREATE TABLE IF NOT EXISTS checks (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, release TEXT, path TEXT, function TEXT,
-    kind TEXT, exc_type TEXT, bare INTEGER, condition TEXT, message TEXT,
-    start_line INTEGER, end_line INTEGER, test_start INTEGER, test_end INTEGER,
-    guards TEXT, source TEXT
-);
-CREATE INDEX IF NOT EXISTS checks_loc ON checks (release, path, start_line);
-CREATE INDEX IF NOT EXISTS checks_fn ON checks (release, function);
-CREATE TABLE IF NOT EXISTS refs (
-    release TEXT, path TEXT, function TEXT, attr TEXT, kind TEXT, line INTEGER,
-    obj TEXT, value TEXT, guards TEXT
-);
-CREATE INDEX IF NOT EXISTS refs_attr ON refs (release, attr);
-CREATE TABLE IF NOT EXISTS flags (
-    release TEXT, attr TEXT, flags TEXT, type TEXT, action TEXT, nargs TEXT,
-    default_json TEXT, default_known INTEGER, default_src TEXT, choices TEXT,
-    choices_src TEXT, help TEXT, required INTEGER, deprecated INTEGER, path TEXT,
-    line INTEGER, layout TEXT
-);
-CREATE INDEX IF NOT EXISTS flags_attr ON flags (release, attr);
-CREATE TABLE IF NOT EXISTS flag_spellings (
-    release TEXT, spelling TEXT, attr TEXT, PRIMARY KEY (release, spelling)
-);
-CREATE TABLE IF NOT EXISTS declarations (
-    release TEXT, attr TEXT, cls TEXT, annotation TEXT, default_json TEXT,
-    default_known INTEGER, default_src TEXT, help TEXT, path TEXT, line INTEGER
-);
-CREATE INDEX IF NOT EXISTS declarations_attr ON declarations (release, attr);
-CREATE TABLE IF NOT EXISTS catalogs (release TEXT PRIMARY KEY, data TEXT);
-CREATE TABLE IF NOT EXISTS embeddings (
-    model TEXT, text_hash TEXT, dim INTEGER, vector BLOB, PRIMARY KEY (model, text_hash)
-);
-"""
-
-_RELEASE_TABLES = ("files", "functions", "chunks", "checks", "refs", "flags",
-                   "flag_spellings", "declarations", "catalogs")
-
-#: Insert columns of each release table, in the order rows are given.
-COLUMNS: dict[str, tuple[str, ...]] = {
-    "files": ("release", "path", "sha256", "lines", "parse_errors", "text", "all_refs"),
-    "functions": ("release", "path", "qualname", "name", "class_name", "start_line", "end_line",
-                  "decorator_start", "signature", "decorators", "docstring", "parent"),
-    "chunks": ("id", "release", "path", "qualname", "kind", "start_line", "end_line", "part",
-               "parts", "text_hash", "text"),
-    "checks": ("id", "release", "path", "function", "kind", "exc_type", "bare", "condition",
-               "message", "start_line", "end_line", "test_start", "test_end", "guards", "source"),
-    "refs": ("release", "path", "function", "attr", "kind", "line", "obj", "value", "guards"),
-    "flags": ("release", "attr", "flags", "type", "action", "nargs", "default_json",
-              "default_known", "default_src", "choices", "choices_src", "help", "required",
-              "deprecated", "path", "line", "layout"),
-    "flag_spellings": ("release", "spelling", "attr"),
-    "declarations": ("release", "attr", "cls", "annotation", "default_json", "default_known",
-                     "default_src", "help", "path", "line"),
-    "catalogs": ("release", "data"),
-}
-
-#: FTS5 ``hashsize``: postings buffered in memory before a segment is written.
-FTS_HASH_BYTES = 32 << 20
-
-def fts_body(path: str, qualname: str, text: str) -> str:
-    """What ``chunks_fts`` indexes for a chunk. The index is contentless, so deleting
-    a row must give exactly the same body again: inserts and deletes both use this."""
-    return f"{path} {qualname}\n{text}"
-
-
-def _fts_rows(con: sqlite3.Connection, where: str, params: Sequence[Any]) -> list[tuple[int, str]]:
-    """``(seq, body)`` of the chunk rows matching ``where``, in ``seq`` order.
-
-    Bodies are built here and bound as values: an ``INSERT INTO chunks_fts ...
-    SELECT`` would make SQLite stage every row in a temporary table first (it
-    does so for any insert into a virtual table from a query), which costs a
-    third more than this.
-    """
-    return [(seq, fts_body(path, qualname, text)) for seq, path, qualname, text in con.execute(
-        f"SELECT seq, path, qualname, text FROM chunks {where} ORDER BY seq", params)]
-
-#: Per-file tables whose rows :meth:`ReleaseWriter.copy_files` copies from another release.
-_COPIED = ("files", "functions", "chunks", "checks")
-
-_IDENT_SPLIT = re.compile(r"[A-Za-z][a-z0-9]*|[A-Z]+(?![a-z])|\d+")
-
-
-def fts_query(text: str) -> str:
-    """A safe FTS5 MATCH expression (OR of quoted terms) from free text.
-
-    FTS5's ``unicode61`` tokenizer already splits identifiers at ``_`` and
-    ``-`` (they are not token characters), so ``speculative_eagle_topk`` in
-    the source and ``--speculative-eagle-topk`` in a query meet as the same
-    three tokens; camelCase is split here on the query side only.
-    """
-    terms: list[str] = []
-    for raw in re.findall(r"[A-Za-z0-9]+", text):
-        for piece in (raw.lower(), *(p.lower() for p in _IDENT_SPLIT.findall(raw))):
-            if len(piece) >= 2 and piece not in terms:
-                terms.append(piece)
-    return " OR ".join(f'"{t}"' for t in terms[:64])
-
-
-def dumps(value: Any) -> str:
-    """Stable JSON for stored values (non-JSON objects become their repr)."""
-    return json.dumps(value, default=repr, sort_keys=True)
+from kb.schema import (
+    COLUMNS,
+    FTS_HASH_BYTES,
+    RELEASE_TABLES,
+    SCHEMA,
+    SCHEMA_VERSION,
+    VALIDATION_PREFIXES,
+    dumps,
+    fts_body,
+    fts_query,
+    fts_rows,
+    pack_text,
+)
+from kb.writer import ReleaseWriter
 
 
 class Store:
@@ -183,7 +64,7 @@ class Store:
         self._checkpointer: threading.Thread | None = None
         con = self.connection()
         self._migrate(con)
-        con.executescript(_SCHEMA)  # idempotent DDL; executescript commits on its own
+        con.executescript(SCHEMA)  # idempotent DDL; executescript commits on its own
         con.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
                     (str(SCHEMA_VERSION),))
         if not con.execute("SELECT 1 FROM chunks_fts_config WHERE k = 'hashsize'").fetchall():
@@ -215,7 +96,10 @@ class Store:
                 f"{self.path} has index schema {found}, newer than this sglang-triage's "
                 f"({SCHEMA_VERSION}): upgrade sglang-triage, or ingest into another KB folder",
                 details={"kb": str(self.path), "schema": found, "supported": SCHEMA_VERSION})
-        if found >= 2:
+        if found == 2:
+            self._migrate_2_to_3(con, version)
+            return
+        if found >= 3:
             return
         with self.transaction():
             if version() >= 2:
@@ -224,15 +108,27 @@ class Store:
             con.execute("DROP TABLE IF EXISTS chunks_fts")
             con.execute("DROP INDEX IF EXISTS chunks_hash")
             con.execute("ALTER TABLE files ADD COLUMN all_refs BLOB")
-            for stmt in _SCHEMA.split(";"):
+            for stmt in SCHEMA.split(";"):
                 if "chunks" in stmt and "CREATE" in stmt:
                     con.execute(stmt)
             cols = ", ".join(COLUMNS["chunks"])
             con.execute(f"INSERT INTO chunks ({cols}) SELECT {cols} FROM chunks_v1 "
                         "ORDER BY release, path, start_line")
             con.execute("DROP TABLE chunks_v1")
+            con.execute("UPDATE releases SET content_hash = NULL")  # no ``calls`` rows yet
             con.executemany("INSERT INTO chunks_fts (rowid, body) VALUES (?, ?)",
-                            _fts_rows(con, "", ()))
+                            fts_rows(con, "", ()))
+            con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                        (str(SCHEMA_VERSION),))
+
+    def _migrate_2_to_3(self, con: sqlite3.Connection, version) -> None:  # noqa: ANN001
+        """Schema 3 adds ``calls`` (call sites with their guards, found at ingest so that
+        query time never parses). Schema-2 releases have no such rows: their content
+        hash is cleared, so the next ``ingest`` re-indexes them instead of trusting them."""
+        with self.transaction():
+            if version() >= 3:
+                return
+            con.execute("UPDATE releases SET content_hash = NULL")
             con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
                         (str(SCHEMA_VERSION),))
 
@@ -355,8 +251,8 @@ class Store:
         with self._texts_lock:
             self._texts.clear()
         con.executemany("INSERT INTO chunks_fts (chunks_fts, rowid, body) VALUES ('delete', ?, ?)",
-                        _fts_rows(con, "WHERE release = ?", (version,)))
-        for table in _RELEASE_TABLES:
+                        fts_rows(con, "WHERE release = ?", (version,)))
+        for table in RELEASE_TABLES:
             con.execute(f"DELETE FROM {table} WHERE release = ?", (version,))
         con.execute("DELETE FROM releases WHERE version = ?", (version,))
         con.execute("DELETE FROM meta WHERE key = ?", (f"code:{version}",))
@@ -433,6 +329,19 @@ class Store:
             args.extend(params)
         return [_check_row(r) for r in self.query(sql + " ORDER BY path, start_line", args)]
 
+    def calls(self, version: str, path: str, callee: str | None = None) -> list[dict[str, Any]]:
+        """Call sites in ``path`` (of ``callee`` when given), in source order, guards decoded.
+
+        Rows are what ingest stored: each call whose callee is a function of the same
+        file, and in the validation files every named call (see :mod:`ingest.calls`)."""
+        sql = "SELECT * FROM calls WHERE release = ? AND path = ?"
+        params: tuple[Any, ...] = (version, path)
+        if callee is not None:
+            sql += " AND callee = ?"
+            params += (callee,)
+        rows = self.query(sql + " ORDER BY rowid", params)
+        return [dict(r) | {"guards": json.loads(r["guards"] or "[]")} for r in rows]
+
     def refs(self, version: str, attr: str, kinds: Sequence[str] | None = None) -> list[dict[str, Any]]:
         sql = "SELECT * FROM refs WHERE release = ? AND attr = ?"
         args: list[Any] = [version, attr]
@@ -506,100 +415,6 @@ class Store:
                             [(model, h, dim, vec) for h, dim, vec in rows])
 
 
-class ReleaseWriter:
-    """Adds one release's rows inside :meth:`Store.release_writer`'s transaction.
-
-    Chunk rows are indexed for keywords as they are added (the FTS body is
-    built in SQL from the stored row), so the index work overlaps whatever
-    produces the next batch.
-    """
-
-    def __init__(self, con: sqlite3.Connection, version: str, code: str | None) -> None:
-        self.con = con
-        self.version = version
-        self.code = code
-        self.counts: dict[str, int] = dict.fromkeys(_RELEASE_TABLES, 0)
-        self.finished = False
-        self._fts_seq = self._max_seq()
-
-    def _max_seq(self) -> int:
-        return int(self.con.execute("SELECT COALESCE(MAX(seq), 0) FROM chunks").fetchone()[0])
-
-    def _index_chunks(self) -> None:
-        """Index the chunk rows added in SQL since the last call (see :meth:`copy_files`)."""
-        self.con.executemany("INSERT INTO chunks_fts (rowid, body) VALUES (?, ?)",
-                             _fts_rows(self.con, "WHERE seq > ?", (self._fts_seq,)))
-        self._fts_seq = self._max_seq()
-
-    def add(self, table: str, rows: Sequence[tuple]) -> None:
-        """Insert ``rows`` (tuples in :data:`COLUMNS` order; trailing columns may be left out)."""
-        if not rows:
-            return
-        cols = COLUMNS[table][: len(rows[0])]
-        if table == "chunks" and len(cols) == len(COLUMNS["chunks"]):
-            self._add_chunks(rows)
-            return
-        self.con.executemany(f"INSERT INTO {table} ({', '.join(cols)}) "
-                             f"VALUES ({', '.join('?' * len(cols))})", rows)
-        self.counts[table] += len(rows)
-        if table == "chunks":
-            self._index_chunks()
-
-    def _add_chunks(self, rows: Sequence[tuple]) -> None:
-        """Insert whole chunk rows under the next ``seq`` keys and index them for
-        keywords from the rows in hand, without reading them back."""
-        first = self._fts_seq + 1
-        cols = ("seq", *COLUMNS["chunks"])
-        self.con.executemany(f"INSERT INTO chunks ({', '.join(cols)}) "
-                             f"VALUES ({', '.join('?' * len(cols))})",
-                             [(first + i, *r) for i, r in enumerate(rows)])
-        path, qualname, text = (COLUMNS["chunks"].index(c) for c in ("path", "qualname", "text"))
-        self.con.executemany("INSERT INTO chunks_fts (rowid, body) VALUES (?, ?)",
-                             [(first + i, fts_body(r[path], r[qualname], r[text]))
-                              for i, r in enumerate(rows)])
-        self._fts_seq = first + len(rows) - 1
-        self.counts["chunks"] += len(rows)
-
-    def copy_files(self, base: str, paths: Iterable[str]) -> dict[str, list[int]]:
-        """Copy the per-file rows (files, functions, chunks, checks) of ``paths`` from
-        release ``base``, in SQL. Refs are not copied: the caller filters
-        ``all_refs`` (see :meth:`file_refs`) for this release. Returns the copied
-        files' parse errors."""
-        con = self.con
-        con.execute("CREATE TEMP TABLE IF NOT EXISTS reuse_paths (path TEXT PRIMARY KEY)")
-        con.execute("DELETE FROM temp.reuse_paths")
-        con.executemany("INSERT INTO temp.reuse_paths VALUES (?)", [(p,) for p in sorted(paths)])
-        where = "WHERE release = ? AND path IN (SELECT path FROM temp.reuse_paths)"
-        for table in _COPIED:
-            cols = [c for c in COLUMNS[table] if c != "id" or table == "chunks"]
-            picked = ", ".join("?" if c == "release" else c for c in cols)
-            order = {"chunks": "seq", "checks": "id"}.get(table, "rowid")
-            cur = con.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {picked} "
-                              f"FROM {table} {where} ORDER BY {order}", (self.version, base))
-            self.counts[table] += cur.rowcount
-        self._index_chunks()
-        return {r[0]: json.loads(r[1])[:20] for r in con.execute(
-            f"SELECT path, parse_errors FROM files {where} AND parse_errors != '[]'",
-            (self.version,))}
-
-    def file_refs(self, paths: Iterable[str]) -> list[tuple[str, list[list[Any]]]]:
-        """(path, unfiltered refs) of files already in this release that have refs."""
-        wanted = set(paths)
-        return [(r[0], json.loads(zlib.decompress(r[1]))) for r in self.con.execute(
-            "SELECT path, all_refs FROM files WHERE release = ? AND all_refs IS NOT NULL "
-            "ORDER BY path", (self.version,)) if r[0] in wanted]
-
-    def finish(self, row: dict[str, Any]) -> None:
-        """Write the release row (and the extraction code that built it)."""
-        cols = ", ".join(row)
-        self.con.execute(f"INSERT INTO releases ({cols}) VALUES ({', '.join('?' * len(row))})",
-                         tuple(row.values()))
-        if self.code:
-            self.con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                             (f"code:{self.version}", self.code))
-        self.finished = True
-
-
 def _check_row(row: sqlite3.Row) -> dict[str, Any]:
     d = dict(row)
     d["guards"] = json.loads(d["guards"] or "[]")
@@ -607,8 +422,5 @@ def _check_row(row: sqlite3.Row) -> dict[str, Any]:
     return d
 
 
-def pack_text(text: str) -> bytes:
-    return zlib.compress(text.encode("utf-8"), 1)
-
-
-__all__ = ["COLUMNS", "ReleaseWriter", "Store", "fts_body", "fts_query", "pack_text"]
+__all__ = ["COLUMNS", "SCHEMA_VERSION", "VALIDATION_PREFIXES", "ReleaseWriter", "Store", "dumps",
+           "fts_body", "fts_query", "pack_text"]

@@ -15,9 +15,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
-from service.settings import Settings  # noqa: E402
 from kb.sources import ReleaseSource, fetch_release  # noqa: E402
 from kb.store import SCHEMA_VERSION  # noqa: E402
+from service.settings import Settings  # noqa: E402
 
 
 @pytest.fixture(scope="session")

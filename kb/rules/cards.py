@@ -35,9 +35,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kb.conditions import referenced_names, validate
 from kb.errors import ConfigError, UnsafeExpression
 from kb.store import Store
-from service.engine.expr.interpreter import referenced_names, validate
 
 __all__ = [
     "HELPER_READS", "RULES_DIR", "SCHEMA_PATH", "Card", "Citation", "Example", "FixHints",
@@ -45,7 +45,7 @@ __all__ = [
     "parse_citation", "remember_reads", "schema_errors",
 ]  # fmt: skip
 
-RULES_DIR = Path(__file__).resolve().parent.parent / "kb" / "rules"
+RULES_DIR = Path(__file__).resolve().parent
 SCHEMA_PATH = RULES_DIR / "schema.json"
 
 _CITATION = re.compile(r"^(?P<release>[^:\s]+):(?P<path>[^:\s]+):(?P<function>[^:\s]+):"

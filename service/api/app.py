@@ -20,7 +20,6 @@ import logging
 import re
 import time
 import uuid
-from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
@@ -28,12 +27,13 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from service.settings import Settings, get_settings
-from service.errors import BinaryInput, EmptyInput, InputTooLarge, LogParseError, UnknownRelease
 from kb.errors import ConfigError, ReleaseNotIngested, TriageError, VectorStoreError
 from kb.knowledge import KnowledgeBase
 from kb.records import Records, triage_id
-from service.engine.triage import Engine
+from service.engine import Engine
+from service.errors import BinaryInput, EmptyInput, InputTooLarge, LogParseError, UnknownRelease
+from service.settings import Settings, get_settings
+from service.wiring import kb_for, records_for
 
 log = logging.getLogger("api")
 
@@ -50,28 +50,6 @@ EXAMPLE_LOG = (
     '  File "/usr/lib/python3.12/site-packages/sglang/srt/server_args.py", line 3519, '
     "in _handle_speculative_decoding\n    assert (\nAssertionError\n"
 )
-
-
-@lru_cache(maxsize=8)
-def _kb_for(kb_path: str, chroma_url: str | None, model: str | None) -> KnowledgeBase:
-    return KnowledgeBase(Settings(kb_dir=kb_path, chroma_url=chroma_url, embedding_model=model))
-
-
-@lru_cache(maxsize=8)
-def _records_for(kb_path: str) -> Records:
-    from pathlib import Path
-
-    return Records(Path(kb_path) / "records.sqlite")
-
-
-def kb_for(settings: Settings) -> KnowledgeBase:
-    """The process-wide KB of ``settings`` (one per KB folder, Chroma URL and model)."""
-    return _kb_for(str(settings.kb_path), settings.chroma_url, settings.embedding_model)
-
-
-def records_for(settings: Settings) -> Records:
-    """The process-wide triage records of ``settings``' KB folder."""
-    return _records_for(str(settings.kb_path))
 
 
 # The dependencies are ``async`` although they do not await: FastAPI runs a sync
@@ -209,7 +187,7 @@ def create_app() -> FastAPI:
                   "command": "python -m sglang.launch_server --model-path /models/Kimi-K2.6 --tp 8 "
                              "--speculative-algorithm EAGLE3 --speculative-eagle-topk 4"}}}}})
     def lint(body: dict[str, Any], kb: Annotated[KnowledgeBase, Depends(get_kb)]) -> dict[str, Any]:
-        from service.engine.rules.payloads import lint_payload
+        from service.engine import lint_payload
 
         try:
             return lint_payload(kb.store, body)
@@ -221,7 +199,7 @@ def create_app() -> FastAPI:
               origin: str | None = None, severity: str | None = None, q: str | None = None,
               limit: Annotated[int, Query(ge=1, le=1000)] = 100,
               offset: Annotated[int, Query(ge=0)] = 0) -> dict[str, Any]:
-        from service.engine.rules.payloads import rules_payload
+        from service.engine import rules_payload
 
         return rules_payload(kb.store, release=release, origin=origin, severity=severity, q=q,
                              limit=limit, offset=offset)

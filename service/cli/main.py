@@ -1,7 +1,8 @@
 """The ``sglang-triage`` command line.
 
-Sub-commands: ``ingest``, ``releases``, ``search``, ``serve`` and, from the
-engine and rule modules, ``triage``, ``lint``, ``eval`` and ``replay``. Every
+Sub-commands: ``ingest``, ``releases``, ``search``, ``serve``, ``slack``, ``triage``,
+``lint`` and ``replay``; ``eval`` and ``export-incidents`` come from the eval suite
+(:mod:`evals.cli`), registered through the ``sglang_triage.commands`` entry point. Every
 command reads :class:`~service.settings.Settings` from the environment,
 so ``TRIAGE_HOME``/``TRIAGE_KB_DIR`` pick the cache and KB folders.
 """
@@ -18,8 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from service.settings import Settings
 from kb.errors import TriageError
+from service.settings import Settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Explain why an SGLang server refused to start, and check the fix.")
@@ -60,9 +61,9 @@ def ingest(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Download (or read) SGLang releases and index them into the KB."""
-    from kb.sources import fetch_release, read_local
     from ingest.pipeline import ingest as run_ingest
     from kb.knowledge import KnowledgeBase
+    from kb.sources import fetch_release, read_local
 
     settings = _settings()
     releases = list(release or [])
@@ -153,8 +154,8 @@ def triage(
 ) -> None:
     """Diagnose a crash log and propose checked fixes."""
     from kb.knowledge import KnowledgeBase
-    from service.engine.triage import Engine
     from service.cli.render import render_result
+    from service.engine import Engine
 
     text = sys.stdin.read() if file == "-" else Path(file).read_text(errors="replace")
     payload: str | dict = {"log": text, "command": command} if command else text
@@ -182,7 +183,7 @@ def lint(
 
     Usage: sglang-triage lint --release 0.5.11 --hardware rtx-pro-6000-x8 -- <launch flags>
     """
-    from service.engine.rules.payloads import lint_command
+    from service.cli.lint import lint_command
 
     raise typer.Exit(lint_command(release, hardware, model_arch, list(ctx.args), as_json))
 
@@ -202,47 +203,6 @@ def replay(
     from service.cli.replay import replay_command
 
     raise typer.Exit(replay_command(release, hardware, model_arch, list(ctx.args), as_json))
-
-
-@app.command(name="eval")
-def eval_(
-    incidents: Annotated[list[str] | None, typer.Option("--incidents", help="JSONL files or folders.")] = None,
-    against: Annotated[str | None, typer.Option(help="URL of a running service (else in-process).")] = None,
-    out: Annotated[str, typer.Option(help="Folder for the JSON, markdown and PNG reports.")] = "evals/reports",
-    baselines: Annotated[bool, typer.Option(help="Score the grep and naive-RAG baselines too.")] = True,
-    gate: Annotated[bool, typer.Option(help="Exit 1 when a metric is below the checked-in thresholds.")] = False,
-) -> None:
-    """Run the eval suite over recorded incidents (the shipped ones by default)."""
-    from evals.cli import eval_command
-
-    raise typer.Exit(eval_command(incidents, against, out, baselines, gate=gate))
-
-
-@app.command(name="export-incidents")
-def export_incidents(
-    out_path: Annotated[Path | None, typer.Option("--out", help="JSONL file (default: stdout).")] = None,
-    source: Annotated[str | None, typer.Option(help="Only confirmations from api | slack | web.")] = None,
-) -> None:
-    """Export confirmed triages ("this fixed it") as eval incidents, one JSON per line.
-
-    The file feeds ``sglang-triage eval --incidents FILE``.
-    """
-    from kb.incidents import dump_incidents
-    from kb.recording import export_confirmed
-    from kb.records import Records
-    from kb.store import Store
-
-    settings = _settings()
-    records = Records(settings.kb_path / "records.sqlite")
-    store = Store(settings.kb_path / "index.sqlite")
-    incidents = export_confirmed(records, store, source=source)
-    if out_path is None:
-        for inc in incidents:
-            print(json.dumps(inc.model_dump(mode="json"), ensure_ascii=False))
-    else:
-        dump_incidents(incidents, out_path)
-    console.print(f"{len(incidents)} confirmed incident(s)"
-                  + (f" from {source}" if source else "") + (f" -> {out_path}" if out_path else ""))
 
 
 @app.command()
@@ -290,6 +250,25 @@ def slack(socket: Annotated[bool, typer.Option("--socket", help="Socket Mode (TR
         run_socket_mode(_settings())
     except TriageError as exc:
         _fail(exc)
+
+
+def _load_plugins() -> None:
+    """Add the sub-commands other installed parts register (group ``sglang_triage.commands``).
+
+    The eval suite registers ``eval`` and ``export-incidents`` this way: it sits on top of the
+    service, so the service's CLI finds it through its entry point instead of importing it.
+    A plugin that fails to load is reported and skipped; the service's own commands still run.
+    """
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="sglang_triage.commands"):
+        try:
+            ep.load()(app)
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the CLI
+            console.print(f"[yellow]warning:[/yellow] CLI plugin {ep.name!r} not loaded: {exc}")
+
+
+_load_plugins()
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m service.cli.main`

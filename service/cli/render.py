@@ -7,7 +7,7 @@ from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
 
-from service.engine.answer import TriageResult
+from service.engine import TriageResult
 
 
 def render_result(result: TriageResult, console: Console) -> None:

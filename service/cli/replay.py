@@ -24,10 +24,10 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from service.settings import Settings
 from kb.errors import TriageError
 from service.replay.harness import replay
 from service.replay.results import ReplayResult
+from service.settings import Settings
 
 __all__ = ["EXIT_CODES", "render_replay", "replay_command"]
 

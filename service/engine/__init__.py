@@ -1,1 +1,76 @@
-"""service/engine."""
+"""The triage engine: from a crash log to the failing check, its inputs and verified fixes.
+
+Stages, each a sub-package owning its models, in the order a triage runs them:
+
+``logparse``  read the log: frames, exception, argparse error, command, environment
+``release``   which SGLang release raised it (frames, warnings, hints, message)
+``locate``    the check that fired (frame line, function and kind, message, argparse)
+``evaluate``  its path condition under the flags, the release's defaults and earlier
+              writes (``chain``: validation order, call-site guards; ``symbolic``: what
+              SGLang would choose)
+``expr``      the three-valued interpreter those conditions run in
+``facts``     hardware, model and environment facts
+``flags``     the user's command line parsed with the release's catalog; edits
+``fixes``     candidate fixes, re-checked against neighbouring checks; repair
+``rules``     the rule-card checker and linter (derived and curated cards)
+``explain``   the deterministic, cited explanation; ``llm`` an optional LLM one,
+              checked in code
+``answer``    the answer schema (:class:`TriageResult`)
+
+The engine reads only :mod:`kb`; it never imports ``ingest``, a front end or
+``evals`` (``pyproject.toml`` holds the import-linter contracts). Everything
+outside the engine uses the names below.
+"""
+
+from __future__ import annotations
+
+from service.engine.answer import FixOut, RuleVerdict, TriageResult
+from service.engine.cache import clear_all as clear_caches
+from service.engine.evaluate.chain import (
+    DISPATCHERS,
+    call_site_guards,
+    earlier_writes,
+    validation_order,
+)
+from service.engine.evaluate.path_condition import (
+    PathEvaluation,
+    apply_earlier_writes,
+    base_attrs,
+    evaluate_path,
+    prepared_pieces,
+)
+from service.engine.expr.interpreter import (
+    UNKNOWN,
+    Env,
+    Provenance,
+    Value,
+    evaluate,
+    fact_key,
+    referenced_names,
+)
+from service.engine.facts.core import (
+    ARCH_BY_MODEL,
+    PROFILES,
+    HardwareProfile,
+    fact_values,
+    get_profile,
+    model_arch_for,
+    probe_values,
+    profile_from_gpus,
+)
+from service.engine.flags.parse import apply_edits, parse_argv
+from service.engine.logparse.environment import GpuHint
+from service.engine.logparse.parse import ParsedLog, parse_log
+from service.engine.rules.lint import LintReport, lint
+from service.engine.rules.payloads import LintRequest, lint_payload, rules_payload, split_command
+from service.engine.triage import Engine
+
+__all__ = [
+    "ARCH_BY_MODEL", "DISPATCHERS", "PROFILES", "UNKNOWN", "Engine", "Env", "FixOut", "GpuHint",
+    "HardwareProfile", "LintReport", "LintRequest", "ParsedLog", "PathEvaluation", "Provenance",
+    "RuleVerdict", "TriageResult", "Value", "apply_earlier_writes", "apply_edits", "base_attrs",
+    "call_site_guards", "clear_caches", "earlier_writes", "evaluate", "evaluate_path", "fact_key",
+    "fact_values", "get_profile", "lint", "lint_payload", "model_arch_for", "parse_argv",
+    "parse_log", "prepared_pieces", "probe_values", "profile_from_gpus", "referenced_names",
+    "rules_payload", "split_command", "validation_order",
+]  # fmt: skip

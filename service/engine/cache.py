@@ -7,10 +7,15 @@ bounded: :class:`LRUCache` evicts the least recently used entry once it holds
 build the same entry at once; both get an equal value, the later one is kept),
 so a slow build never blocks readers of other keys.
 
+Values derived from one release of the KB (parsed functions, call sites,
+the validation order, card plans) go through :func:`cached` under a
+:func:`release_key`, which changes when the release is re-indexed. Its hit is
+one ``dict.get`` without a lock (the hottest path of a warm triage), and the
+table is emptied when it reaches its bound; :func:`recent` re-reads KB values
+that only change on re-index (content hashes) at most every few seconds.
+
 Cached values are shared between callers and must be treated as read-only.
-Keys that depend on the KB's content include
-:func:`~service.engine.evaluate.chain.release_key` (which changes when a release
-is re-indexed); keys that depend on the facts include :func:`facts_signature`.
+Keys that depend on the facts include :func:`facts_signature`.
 """
 
 from __future__ import annotations
@@ -18,11 +23,16 @@ from __future__ import annotations
 import gc
 import hashlib
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-__all__ = ["LRUCache", "clear_all", "facts_signature", "freeze_long_lived", "stats"]
+if TYPE_CHECKING:
+    from kb.store import Store
+
+__all__ = ["LRUCache", "cached", "clear_all", "facts_signature", "freeze_long_lived", "recent",
+           "release_key", "stats"]
 
 V = TypeVar("V")
 
@@ -83,12 +93,71 @@ class LRUCache(Generic[V]):
             self.hits = self.misses = 0
 
 
+# ------------------------------------------------ values derived from the KB
+
+_kb_lock = threading.Lock()
+_kb_cache: dict[tuple[Any, ...], Any] = {}
+
+
+_MAX_ENTRIES = 50_000
+_RECENT_TTL_S = 5.0
+_recent: dict[tuple[Any, ...], tuple[float, Any]] = {}
+
+def cached(key: tuple[Any, ...], build):  # noqa: ANN001, ANN202
+    """Memoise ``build()`` under ``key`` (process-wide, bounded, thread-safe).
+
+    A hit is one ``dict.get`` (atomic in CPython, so no lock on the hot path);
+    writes, and the clear when the table is full, take the lock.
+    """
+    value = _kb_cache.get(key, _MISSING)
+    if value is not _MISSING:
+        return value
+    value = build()
+    with _kb_lock:
+        if len(_kb_cache) >= _MAX_ENTRIES:
+            _kb_cache.clear()
+        _kb_cache[key] = value
+    return value
+
+
+
+
+def recent(key: tuple[Any, ...], read):  # noqa: ANN001, ANN202
+    """``read()``, re-run at most every few seconds per ``key`` (for values in the KB
+    that change only when it is re-indexed: content hashes, the cards' derivation key).
+
+    A fresh hit is one ``dict.get`` (no lock); the lock only guards writes.
+    """
+    now = time.monotonic()
+    hit = _recent.get(key)
+    if hit is None or now - hit[0] > _RECENT_TTL_S:
+        hit = (now, read())
+        with _kb_lock:
+            _recent[key] = hit
+    return hit[1]
+
+
+def release_key(store: Store, version: str, what: str) -> tuple[Any, ...]:
+    """A cache key that changes when the release is re-indexed (hash looked up every few s)."""
+    path = str(store.path)
+    content_hash = recent(("content-hash", path, version),
+                          lambda: (store.release(version) or {}).get("content_hash"))
+    return (path, version, content_hash, what)
+
+
+
+# ------------------------------------------------------------------ all caches
+
+
 def clear_all() -> None:
     """Empty every :class:`LRUCache` of the process (tests; a re-indexed KB needs no call)."""
     with _registry_lock:
         caches = list(_registry)
     for cache in caches:
         cache.clear()
+    with _kb_lock:
+        _kb_cache.clear()
+        _recent.clear()
 
 
 def stats() -> dict[str, dict[str, int]]:

@@ -14,27 +14,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from service.settings import Settings
-from service.errors import NoCrashFound, UnknownRelease
-from kb.knowledge import KnowledgeBase
 from kb.catalogs import load_catalog
-from service.engine.evaluate import chain
-from service.engine.explain import deterministic as explain
-from service.engine.evaluate.path_condition import base_attrs, evaluate_path
-from service.engine.expr.interpreter import UNKNOWN, Provenance, Value, fact_key
-from service.engine.facts.core import fact_values, get_profile, model_arch_for, profile_from_gpus
-from service.engine.fixes.propose import Verdict, propose
-from service.engine.flags.parse import apply_edits, parse_argv, render_command
-from service.engine.llm.writer import AssistContext, assist
-from service.engine.llm.writer import enabled as llm_enabled
-from service.engine.locate.localize import (
-    Located,
-    locate_by_frames,
-    locate_by_message,
-    locate_by_search,
-)
-from service.engine.logparse.parse import ParsedLog, parse_input
-from service.engine.cache import LRUCache, facts_signature, freeze_long_lived
+from kb.knowledge import KnowledgeBase
 from service.engine.answer import (
     AtomInput,
     AtomOut,
@@ -50,8 +31,26 @@ from service.engine.answer import (
     jsonable,
     tri,
 )
+from service.engine.cache import LRUCache, cached, facts_signature, freeze_long_lived, release_key
+from service.engine.evaluate.path_condition import base_attrs, evaluate_path
+from service.engine.explain import deterministic as explain
+from service.engine.expr.interpreter import UNKNOWN, Provenance, Value, fact_key
+from service.engine.facts.core import fact_values, get_profile, model_arch_for, profile_from_gpus
+from service.engine.fixes.propose import Verdict, propose
 from service.engine.fixes.repair import repair
+from service.engine.flags.parse import apply_edits, parse_argv, render_command
+from service.engine.llm.writer import AssistContext, assist
+from service.engine.llm.writer import enabled as llm_enabled
+from service.engine.locate.localize import (
+    Located,
+    locate_by_frames,
+    locate_by_message,
+    locate_by_search,
+)
+from service.engine.logparse.parse import ParsedLog, parse_input
 from service.engine.release.resolve import resolve_release
+from service.errors import NoCrashFound, UnknownRelease
+from service.settings import Settings
 
 #: a triage this slow built caches (or loaded the query encoder): freeze what it built
 _SETTLE_AFTER_MS = 250.0
@@ -205,7 +204,7 @@ class Engine:
         from kb.search import hybrid_search
 
         s = self.kb.settings
-        key = (chain.release_key(self.store, version, "search-locate"), s.chroma_url,
+        key = (release_key(self.store, version, "search-locate"), s.chroma_url,
                s.embedding_model, exc.type, exc.qualified_type, exc.message)
         hit = _SEARCH_LOCATED.get(key)
         if hit is None:
@@ -302,7 +301,7 @@ class Engine:
             if spec is not None and spec.line:
                 refs.append(Reference(kind="help", citation=f"{version}:{spec.path}:{spec.line}",
                                       text=f"{' / '.join(spec.flags)}: {(spec.help or '')[:160]}"))
-            for w in chain.cached(chain.release_key(self.store, version, f"ref-writes:{attr}"),
+            for w in cached(release_key(self.store, version, f"ref-writes:{attr}"),
                                   lambda a=attr: self.store.refs(version, a,
                                                                  kinds=("write", "declare"))[:3]):
                 refs.append(Reference(kind="write", citation=f"{version}:{w['path']}:{w['line']}",

@@ -35,12 +35,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from service.settings import Settings, get_settings
+from service.engine import HardwareProfile, get_profile
 from service.errors import ReplayError
-from service.replay.results import Frame, ReplayResult
 from service.replay.plan import hardware_payload, probe_values, stub_plan, substitute_argv
+from service.replay.results import Frame, ReplayResult
 from service.replay.trees import replay_tree
-from service.engine.facts.core import HardwareProfile, get_profile
+from service.settings import Settings, get_settings
 
 __all__ = ["HARNESS_DIR", "STUB_FAILURE_ENV", "harness_version", "replay", "replay_async",
            "replay_many"]

@@ -20,8 +20,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kb.hardware import AMD_CAPABILITY
+from service.engine import HardwareProfile, model_arch_for
+from service.engine import probe_values as engine_probe_values
 from service.replay.model_configs import MODEL_CONFIGS, draft_config, write_config_dir
-from service.engine.facts.core import HardwareProfile, _probe_values, model_arch_for
 
 __all__ = [
     "FALLBACK_STUBS", "FORCE_STUBS", "hardware_payload", "probe_values", "stub_plan",
@@ -35,7 +37,7 @@ _SM_COUNT = {
     "a100": 108, "l40s": 142, "mi300x": 304, "mi325x": 304, "mi355x": 256,
 }  # fmt: skip
 _GCN_ARCH = {"mi300x": "gfx942", "mi325x": "gfx942", "mi355x": "gfx950"}
-_AMD_CAP = {"mi300x": (9, 4), "mi325x": (9, 4), "mi355x": (9, 5)}
+
 
 #: GPU-only packages: stubbed even if installed (they cannot run without a device)
 FORCE_STUBS: dict[str, tuple[str, ...]] = {
@@ -66,7 +68,7 @@ def hardware_payload(hw: HardwareProfile | None) -> dict[str, Any]:
     if hw.vendor == "nvidia" and hw.sm is not None:
         cap = (hw.sm // 10, hw.sm % 10)
     elif hw.vendor == "amd":
-        cap = _AMD_CAP.get(base, (9, 4))
+        cap = AMD_CAPABILITY.get(base, (9, 4))
     return {
         "name": hw.name, "gpu": hw.gpu, "vendor": hw.vendor, "sm": hw.sm,
         "count": hw.count, "memory_mib": hw.memory_gb * 1024 or None, "cuda": hw.cuda,
@@ -79,7 +81,7 @@ def probe_values(hw: HardwareProfile | None) -> dict[str, Any]:
     """Values SGLang's zero-argument hardware probes are pinned to (same as the engine's facts)."""
     if hw is None:
         return {}
-    values = _probe_values(hw, True)
+    values = engine_probe_values(hw, True)
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in values.items()}
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kb.errors import AcquireError
-from service.errors import ReplayError
 from kb.sources import unpack_wheel
+from service.errors import ReplayError
 
 __all__ = ["replay_tree"]
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from service.engine.answer import FixOut, TriageResult
+from service.engine import FixOut, TriageResult
 
 Block = dict[str, Any]
 

@@ -45,12 +45,11 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
-from service.settings import Settings
 from kb.errors import ConfigError, TriageError
 from kb.records import Records, triage_id
+from service.engine import Engine, TriageResult
+from service.settings import Settings
 from service.slack import blocks as sb
-from service.engine.triage import Engine
-from service.engine.answer import TriageResult
 from service.slack.state import Seen, ThreadContext, ThreadStore, TokenBucket
 from service.slack.text import (
     classify_followup,
@@ -369,10 +368,9 @@ def make_client(settings: Settings) -> WebClient:
 
 def _defaults(settings: Settings, engine_factory: EngineFactory | None,
               records: Records | None) -> tuple[EngineFactory, Records]:
-    from service.api.app import kb_for, records_for
-    from service.engine.triage import Engine
+    from service.wiring import engine_for, records_for
 
-    factory = engine_factory or (lambda: Engine(kb_for(settings), settings))
+    factory = engine_factory or (lambda: engine_for(settings))
     return factory, records or records_for(settings)
 
 

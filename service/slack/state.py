@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from service.engine.answer import TriageResult
+from service.engine import TriageResult
 
 __all__ = ["Seen", "ThreadContext", "ThreadStore", "TokenBucket"]
 

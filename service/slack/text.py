@@ -14,8 +14,7 @@ from __future__ import annotations
 import re
 
 from kb.errors import ConfigError
-from service.engine.facts.core import get_profile, profile_from_gpus
-from service.engine.logparse.environment import GpuHint
+from service.engine import GpuHint, get_profile, profile_from_gpus
 
 __all__ = ["classify_followup", "drop_versions", "hardware_from_text", "looks_like_log",
            "normalize_text", "split_options"]

@@ -69,7 +69,7 @@ def web_router(require_key: Callable[..., None], get_kb: Callable[..., Any]) -> 
     @router.get("/hardware", dependencies=[Depends(require_key)])
     def hardware() -> dict[str, Any]:
         """Named hardware profiles (any base with ``-xN`` works too) and known model architectures."""
-        from service.engine.facts.core import ARCH_BY_MODEL, PROFILES
+        from service.engine import ARCH_BY_MODEL, PROFILES
 
         profiles = [p.model_dump() for p in PROFILES.values()]
         archs = sorted({arch for _, arch in ARCH_BY_MODEL})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from evals.baselines import RagBaseline, baseline_release, grep_baseline
-from kb.incidents import INCIDENTS_DIR, load_incidents
+from evals.incidents import INCIDENTS_DIR, load_incidents
 from evals.scoring import score
 
 

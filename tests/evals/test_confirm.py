@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from evals.confirm import fires_expected_check, judge
-from kb.incidents import Expected, ExpectedLocation, FixSpec, Incident
+from evals.incidents import Expected, ExpectedLocation, FixSpec, Incident
 from service.replay.results import Frame, ReplayResult
 
 PATH = "sglang/srt/server_args.py"

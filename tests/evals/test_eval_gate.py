@@ -7,7 +7,7 @@ import time
 import pytest
 
 from evals.gate import check_gate, load_thresholds
-from kb.incidents import load_incidents
+from evals.incidents import load_incidents
 from evals.reports import write_reports
 from evals.runner import run_eval
 from service.engine.triage import Engine

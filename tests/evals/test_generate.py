@@ -13,7 +13,7 @@ import pytest
 
 from evals import generate as gen
 from evals.groundtruth import Context, Prober, root_cause_attrs
-from kb.incidents import INCIDENTS_DIR, load_incidents
+from evals.incidents import INCIDENTS_DIR, load_incidents
 from evals.render import launcher_warning
 from service.engine.flags.parse import parse_argv
 from service.engine.logparse.parse import parse_log

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kb.incidents import (
+from evals.incidents import (
     CATEGORIES,
     INCIDENTS_DIR,
     Incident,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kb.incidents import INCIDENTS_DIR, dump_incidents, load_incidents
-from kb.recording import export_confirmed
+from evals.incidents import INCIDENTS_DIR, dump_incidents, load_incidents
 from evals.runner import run_eval
+from kb.recording import export_confirmed
 from kb.records import Records, triage_id
 from service.engine.triage import Engine
 

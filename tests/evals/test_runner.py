@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from evals.cli import eval_command
-from kb.incidents import INCIDENTS_DIR, FixSpec, Incident, load_incidents
+from evals.incidents import INCIDENTS_DIR, FixSpec, Incident, load_incidents
 from evals.runner import request_for, run_eval
 from evals.scoring import Prediction, engine_root_cause, fix_matches, grounded, score
 from kb.catalogs import load_catalog

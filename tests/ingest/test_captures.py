@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from ingest import ts
-from kb.sources import ReleaseSource
 from ingest.analyze import analyze_batch
 from ingest.checks import extract_checks, extract_refs, ref_candidates
+from kb.sources import ReleaseSource
 
 #: Starts with a blank line on purpose: a module node starts at its first token.
 TRICKY = textwrap.dedent('''

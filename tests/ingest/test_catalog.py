@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kb.catalog_types import Catalog
 from ingest.catalog import extract_catalog
+from kb.catalog_types import Catalog
 
 
 def _extract(sglang_source, version: str) -> Catalog:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kb.sources import read_local
 from ingest.pipeline import in_scope, index_structure, ingest
 from kb.knowledge import KnowledgeBase
+from kb.sources import read_local
 
 SPEC_FN = "ServerArgs._handle_speculative_decoding"
 SA = "sglang/srt/server_args.py"

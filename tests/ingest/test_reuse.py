@@ -6,9 +6,9 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from kb.sources import read_local
 from ingest.pipeline import embed_release, index_structure, ingest
 from kb.knowledge import KnowledgeBase
+from kb.sources import read_local
 
 SA = "sglang/srt/server_args.py"
 UNCHANGED = ["sglang/launch_server.py", "sglang/srt/configs/device_config.py",

@@ -8,7 +8,6 @@ import pytest
 import yaml
 
 from kb.errors import ConfigError
-from kb.store import Store
 from kb.rules.cards import (
     RULES_DIR,
     Card,
@@ -18,6 +17,7 @@ from kb.rules.cards import (
     parse_citation,
     schema_errors,
 )
+from kb.store import Store
 from service.engine.rules.checker import evaluate_cards, facts_for, prepare_flags
 
 CURATED = load_curated()

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.settings import Settings
-from kb.errors import ConfigError
 from kb.embedder import get_embedder
+from kb.errors import ConfigError
 from kb.query_encoder import NumpyBertEncoder, load_safetensors
+from service.settings import Settings
 
 TEXTS = [
     "speculative_eagle_topk must be 1 with the trtllm_mha attention backend",

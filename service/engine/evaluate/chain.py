@@ -11,22 +11,21 @@ A check only sees the values that earlier steps wrote, so we need:
 * :func:`earlier_writes` — the writes of an attribute that run before a check,
   each with its guards, from the structured index.
 
-Everything is read from the KB's stored source with Python's ``ast`` (for a
-single function) or tree-sitter (for call sites); nothing is executed.
+Everything is read from the KB: call sites as ingest stored them, a single
+function's body with Python's ``ast``; nothing is parsed with tree-sitter and
+nothing is executed.
 """
 
 from __future__ import annotations
 
 import ast
 import textwrap
-import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest import ts
-from ingest.checks import Guard, guards_of
-from kb.store import Store
+from kb.code_types import Guard
+from kb.store import VALIDATION_PREFIXES, Store
+from service.engine.cache import cached, release_key
 
 #: Dispatchers whose call order is the validation order.
 DISPATCHERS: tuple[tuple[str, str], ...] = (
@@ -34,58 +33,7 @@ DISPATCHERS: tuple[tuple[str, str], ...] = (
     ("sglang/srt/arg_groups/pipeline.py", "run_resolution_pipeline"),
     ("sglang/srt/server_args.py", "ServerArgs.resolve_once"),
 )
-VALIDATION_PATHS = ("sglang/srt/server_args.py", "sglang/srt/arg_groups/")
-
-_lock = threading.Lock()
-_cache: dict[tuple[Any, ...], Any] = {}
-
-
-_MISSING = object()
-_MAX_ENTRIES = 50_000
-_RECENT_TTL_S = 5.0
-_recent: dict[tuple[Any, ...], tuple[float, Any]] = {}
-
-def cached(key: tuple[Any, ...], build):  # noqa: ANN001, ANN202
-    """Memoise ``build()`` under ``key`` (process-wide, bounded, thread-safe).
-
-    A hit is one ``dict.get`` (atomic in CPython, so no lock on the hot path);
-    writes, and the clear when the table is full, take the lock.
-    """
-    value = _cache.get(key, _MISSING)
-    if value is not _MISSING:
-        return value
-    value = build()
-    with _lock:
-        if len(_cache) >= _MAX_ENTRIES:
-            _cache.clear()
-        _cache[key] = value
-    return value
-
-
-
-
-def recent(key: tuple[Any, ...], read):  # noqa: ANN001, ANN202
-    """``read()``, re-run at most every few seconds per ``key`` (for values in the KB
-    that change only when it is re-indexed: content hashes, the cards' derivation key).
-
-    A fresh hit is one ``dict.get`` (no lock); the lock only guards writes.
-    """
-    now = time.monotonic()
-    hit = _recent.get(key)
-    if hit is None or now - hit[0] > _RECENT_TTL_S:
-        hit = (now, read())
-        with _lock:
-            _recent[key] = hit
-    return hit[1]
-
-
-def release_key(store: Store, version: str, what: str) -> tuple[Any, ...]:
-    """A cache key that changes when the release is re-indexed (hash looked up every few s)."""
-    path = str(store.path)
-    content_hash = recent(("content-hash", path, version),
-                          lambda: (store.release(version) or {}).get("content_hash"))
-    return (path, version, content_hash, what)
-
+VALIDATION_PATHS = VALIDATION_PREFIXES
 
 def function_source(store: Store, version: str, fn: dict[str, Any]) -> str:
     lines = store.file_lines(version, fn["path"], fn["start_line"], fn["end_line"])
@@ -177,39 +125,15 @@ class CallSite:
 
 
 def call_site_guards(store: Store, version: str, qualname: str, path: str) -> list[CallSite]:
-    """Where ``qualname`` is called in ``path`` (its module), with each call's guards."""
+    """Where ``qualname`` is called in ``path`` (its module), with each call's guards,
+    in source order (from the ``calls`` rows ingest stored)."""
     name = qualname.rsplit(".", 1)[-1]
 
     def build() -> list[CallSite]:
-        text = store.file_text(version, path)
-        if text is None or name not in text:
-            return []
-        tree = ts.parse(text.encode())
-        sites: list[CallSite] = []
-        # tree-sitter returns captures in no stable order: sort them into source order,
-        # so that "the first call site" is the same in every process
-        calls = sorted(ts.captures("(call) @c", tree.root_node).get("c", []),
-                       key=lambda n: n.start_byte)
-        for call in calls:
-            func = call.child_by_field_name("function")
-            callee = ""
-            if func is not None and func.type == "identifier":
-                callee = ts.text(func)
-            elif func is not None and func.type == "attribute":
-                callee = ts.text(func.child_by_field_name("attribute"))
-            if callee == "run_hook":
-                args = call.child_by_field_name("arguments")
-                first = args.named_children[0] if args is not None and args.named_children else None
-                callee = ts.text(first) if first is not None else ""
-            if callee != name:
-                continue
-            line = ts.start_line(call)
-            fns = store.functions_at(version, path, line)
-            caller = fns[0]["qualname"] if fns else "<module>"
-            if caller.rsplit(".", 1)[-1] == name:
-                continue  # recursion
-            sites.append(CallSite(path, caller, line, guards_of(call)))
-        return sites
+        return [CallSite(path, row["caller"], row["line"],
+                         [Guard.from_dict(g) for g in row["guards"]])
+                for row in store.calls(version, path, name)
+                if row["caller"].rsplit(".", 1)[-1] != name]  # not recursion
 
     return cached(release_key(store, version, f"calls:{path}:{name}"), build)
 

@@ -24,9 +24,10 @@ from collections.abc import Collection, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kb.errors import UnsafeExpression
 from kb.catalog_types import Catalog
+from kb.errors import UnsafeExpression
 from kb.store import Store
+from service.engine.cache import LRUCache, cached, facts_signature, release_key
 from service.engine.evaluate import chain
 from service.engine.expr.interpreter import (
     UNKNOWN,
@@ -38,7 +39,6 @@ from service.engine.expr.interpreter import (
     referenced_names,
 )
 from service.engine.flags.parse import ParsedArgs
-from service.engine.cache import LRUCache, facts_signature
 
 _MAX_SUBST_DEPTH = 3
 _MISSING = object()
@@ -140,7 +140,7 @@ def _locals_before(store: Store, version: str, fn: dict[str, Any] | None,
     """Simple ``name = expr`` assignments in ``fn`` before ``line`` (last one wins)."""
     if fn is None:
         return {}
-    return chain.cached(chain.release_key(store, version, f"locals:{fn['path']}:{fn['start_line']}:{line}"),
+    return cached(release_key(store, version, f"locals:{fn['path']}:{fn['start_line']}:{line}"),
                         lambda: _scan_locals(store, version, fn, line))
 
 
@@ -255,7 +255,7 @@ def fold_earlier_writes(store: Store, version: str, check: dict[str, Any],
     if not cache:
         return _fold(store, version, check, ChainMap({}, attrs), facts, frozen, memo)  # type: ignore[arg-type]
     deps = write_dependencies(store, version, check, frozen)
-    key = (chain.release_key(store, version, "folds"), check["id"], tuple(sorted(frozen)),
+    key = (release_key(store, version, "folds"), check["id"], tuple(sorted(frozen)),
            facts_sig or facts_signature(facts), tuple(value_key(attrs.get(d)) for d in deps))
     hit = _FOLDS.get(key)
     if hit is None:
@@ -281,8 +281,8 @@ def write_dependencies(store: Store, version: str, check: dict[str, Any], names:
                         continue
         return tuple(sorted(deps))
 
-    key = (*chain.release_key(store, version, "write-deps"), check["id"], tuple(sorted(names)))
-    return chain.cached(key, build)
+    key = (*release_key(store, version, "write-deps"), check["id"], tuple(sorted(names)))
+    return cached(key, build)
 
 
 def _fold(store: Store, version: str, check: dict[str, Any], attrs: MutableMapping[str, Value],
@@ -350,8 +350,8 @@ def _transforms_itself(value_src: str | None, attr: str) -> bool:
 def prepared_pieces(store: Store, version: str, check: dict[str, Any], fact_names: frozenset[str]
                     ) -> tuple[list[tuple[str, str, bool, int | None]], set[str]]:
     """The pieces of ``check``'s path condition with locals substituted (cached per check)."""
-    key = chain.release_key(store, version, f"pieces:{check['id']}:{hash(fact_names)}")
-    return chain.cached(key, lambda: _prepare(store, version, check, fact_names))
+    key = release_key(store, version, f"pieces:{check['id']}:{hash(fact_names)}")
+    return cached(key, lambda: _prepare(store, version, check, fact_names))
 
 
 def _prepare(store: Store, version: str, check: dict[str, Any], fact_names: frozenset[str]

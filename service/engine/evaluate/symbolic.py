@@ -16,6 +16,7 @@ import ast
 from typing import Any
 
 from kb.store import Store
+from service.engine.cache import cached, release_key
 from service.engine.evaluate import chain
 from service.engine.expr.interpreter import UNKNOWN, Env, evaluate
 
@@ -32,7 +33,7 @@ def _find_function(store: Store, version: str, name: str) -> dict[str, Any] | No
                 return dict(row)
         return None
 
-    return chain.cached(chain.release_key(store, version, f"function-named:{name}"), build)
+    return cached(release_key(store, version, f"function-named:{name}"), build)
 
 
 def _subst(expr: ast.expr, local: dict[str, ast.expr]) -> str:

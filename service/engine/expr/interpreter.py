@@ -26,26 +26,29 @@ canonical text live in ``expr_syntax``, the value model (:data:`UNKNOWN`,
 from __future__ import annotations
 
 import ast
-import functools
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kb.errors import UnsafeExpression
 from kb.conditions import (
     DEFAULT_ARG_OBJECTS,
     arg_attr_read,
     attr_chain,
     check_depth,
+    fact_key,
     is_arg_root,
     norm_text,
+    normalize,
+    referenced_names,
     to_node,
     unparse,
+    validate,
 )
 from kb.conditions import MAX_DEPTH as MAX_DEPTH
 from kb.conditions import MAX_NODES as MAX_NODES
 from kb.conditions import MAX_TEXT as MAX_TEXT
 from kb.conditions import VIEW_FUNCTIONS as VIEW_FUNCTIONS
+from kb.errors import UnsafeExpression
 from service.engine.expr.values import (
     BIG_FORMAT,
     BUILTINS,
@@ -151,67 +154,6 @@ class Result:
     atoms: tuple[Atom, ...]
     names: frozenset[str]
     unknowns: tuple[str, ...]
-
-
-# --------------------------------------------------------------- parsing and naming
-
-
-def validate(expr: str | ast.AST) -> None:
-    """Raise :class:`UnsafeExpression` unless ``expr`` parses and uses only whitelisted syntax."""
-    to_node(expr, whitelist=True)
-
-
-def normalize(expr: str | ast.AST, arg_objects: Collection[str] = DEFAULT_ARG_OBJECTS) -> str:
-    """Canonical text: every argument-object root spelled ``args`` and ``ast.unparse`` layout.
-
-    ``self.a is None``, ``cfg.a is None`` and ``resolved_view(server_args).a is None``
-    all become ``args.a is None``. Only parsing and size limits apply, not the whitelist.
-    """
-    return norm_text(to_node(expr, whitelist=False), arg_objects)
-
-
-def fact_key(expr: str | ast.AST, arg_objects: Collection[str] = DEFAULT_ARG_OBJECTS) -> str:
-    """The key under which :class:`Env` ``facts`` are looked up for ``expr``.
-
-    ``self.get_model_config().hf_config.x`` -> ``get_model_config().hf_config.x``;
-    ``is_sm100_supported()`` -> ``is_sm100_supported()``; ``get_bool_env_var("X")``
-    -> ``get_bool_env_var('X')``.
-    """
-    node = to_node(expr, whitelist=False)
-    ch = attr_chain(node, arg_objects)
-    return ".".join(ch[1]) if ch is not None and ch[1] else norm_text(node, arg_objects)
-
-
-def referenced_names(
-    expr: str | ast.AST, arg_objects: Collection[str] = DEFAULT_ARG_OBJECTS
-) -> frozenset[str]:
-    """The ``attrs`` keys ``expr`` reads (``self.X``, ``getattr(cfg, "X")``), without evaluating."""
-    if isinstance(expr, str):
-        return _referenced_names_text(expr, frozenset(arg_objects))
-    return _referenced_names(expr, arg_objects)
-
-
-@functools.lru_cache(maxsize=16384)
-def _referenced_names_text(expr: str, arg_objects: frozenset[str]) -> frozenset[str]:
-    return _referenced_names(expr, arg_objects)
-
-
-def _referenced_names(expr: str | ast.AST, arg_objects: Collection[str]) -> frozenset[str]:
-    root = to_node(expr, whitelist=False)
-    funcs = {id(n.func) for n in ast.walk(root) if isinstance(n, ast.Call)}
-    names: set[str] = set()
-    for n in ast.walk(root):
-        if (
-            isinstance(n, ast.Attribute)
-            and id(n) not in funcs
-            and is_arg_root(n.value, arg_objects)
-        ):
-            names.add(n.attr)
-        elif isinstance(n, ast.Call):
-            attr = arg_attr_read(n, arg_objects)
-            if attr is not None:
-                names.add(attr)
-    return frozenset(names)
 
 
 # ------------------------------------------------------------------------ evaluator

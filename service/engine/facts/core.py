@@ -29,122 +29,23 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from kb.errors import ConfigError
+from kb.hardware import (
+    AMD_CAPABILITY,
+    CUDA,
+    GPU_NAME_BASES,
+    PROFILES,
+    HardwareProfile,
+    get_profile,
+    make_profile,
+)
 from service.engine.expr.interpreter import Provenance, Value
 from service.engine.logparse.environment import GpuHint, gpu_sm
 
 __all__ = [
     "ARCH_BY_MODEL", "PROFILES", "EnvField", "HardwareProfile", "env_fields_from_source",
     "fact_values", "get_profile", "hardware_facts", "model_arch_for", "model_facts",
-    "env_facts", "profile_from_gpus",
+    "env_facts", "probe_values", "profile_from_gpus",
 ]  # fmt: skip
-
-Vendor = Literal["nvidia", "amd", "cpu"]
-
-
-class HardwareProfile(BaseModel):
-    """A declared machine: GPU model, count, memory per GPU (GB) and CUDA version."""
-
-    name: str
-    gpu: str
-    vendor: Vendor
-    sm: int | None
-    count: int
-    memory_gb: int
-    cuda: str | None
-
-
-_CUDA = "12.9"  # CUDA of SGLang's default wheels; every probe below needs <= 12.8
-
-# base name -> (GPU, vendor, sm, default count, memory per GPU in GB)
-_BASES: dict[str, tuple[str, Vendor, int | None, int, int]] = {
-    "h100": ("NVIDIA H100 80GB HBM3", "nvidia", 90, 8, 80),
-    "h200": ("NVIDIA H200", "nvidia", 90, 8, 141),
-    "h20": ("NVIDIA H20", "nvidia", 90, 8, 96),
-    "h800": ("NVIDIA H800", "nvidia", 90, 8, 80),
-    "gh200": ("NVIDIA GH200", "nvidia", 90, 1, 96),
-    "b200": ("NVIDIA B200", "nvidia", 100, 8, 180),
-    "gb200": ("NVIDIA GB200", "nvidia", 100, 4, 186),
-    "b300": ("NVIDIA B300", "nvidia", 103, 8, 288),
-    "gb300": ("NVIDIA GB300", "nvidia", 103, 4, 288),
-    "rtx-pro-6000": ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "nvidia", 120, 8, 96),
-    "rtx-5090": ("NVIDIA GeForce RTX 5090", "nvidia", 120, 1, 32),
-    "dgx-spark": ("NVIDIA GB10", "nvidia", 121, 1, 128),
-    "a100": ("NVIDIA A100-SXM4-80GB", "nvidia", 80, 8, 80),
-    "l40s": ("NVIDIA L40S", "nvidia", 89, 4, 48),
-    "mi300x": ("AMD Instinct MI300X", "amd", None, 8, 192),
-    "mi325x": ("AMD Instinct MI325X", "amd", None, 8, 256),
-    "mi355x": ("AMD Instinct MI355X", "amd", None, 8, 288),
-    "cpu": ("CPU", "cpu", None, 0, 0),
-}
-_ALIASES: dict[str, str] = {
-    "rtx-pro-6000-blackwell": "rtx-pro-6000", "rtxpro6000": "rtx-pro-6000",
-    "rtx-pro6000": "rtx-pro-6000", "pro-6000": "rtx-pro-6000", "rtx6000-pro": "rtx-pro-6000",
-    "rtx5090": "rtx-5090", "5090": "rtx-5090", "gb10": "dgx-spark", "spark": "dgx-spark",
-    "a100-80gb": "a100", "h100-sxm": "h100", "h100-80gb": "h100", "h200-141gb": "h200",
-    "mi300": "mi300x", "mi325": "mi325x", "mi355": "mi355x", "mi350x": "mi355x",
-}  # fmt: skip
-# the profiles named in the docs; any base with "-xN" works as well
-_LISTED = [
-    "h100-x8", "h200-x8", "h20-x8", "b200-x8", "gb200-x4", "b300-x8", "rtx-pro-6000-x8",
-    "rtx-5090-x1", "a100-x8", "l40s-x4", "mi300x-x8", "cpu",
-]  # fmt: skip
-# torch.cuda.get_device_capability() on ROCm (gfx942 -> (9, 4), gfx950 -> (9, 5))
-_AMD_CAPABILITY = {"mi300x": (9, 4), "mi325x": (9, 4), "mi355x": (9, 5)}
-
-
-def _make(base: str, count: int | None = None) -> HardwareProfile:
-    gpu, vendor, sm, default_count, mem = _BASES[base]
-    n = default_count if count is None else count
-    name = base if base == "cpu" else f"{base}-x{n}"
-    return HardwareProfile(name=name, gpu=gpu, vendor=vendor, sm=sm, count=n, memory_gb=mem,
-                           cuda=_CUDA if vendor == "nvidia" else None)
-
-
-PROFILES: dict[str, HardwareProfile] = {}
-for _name in _LISTED:
-    _b, _, _n = _name.rpartition("-x")
-    PROFILES[_name] = _make(_b, int(_n)) if _b else _make(_name)
-
-_NAME_RE = re.compile(r"^(?:(\d{1,3})[x×*]-?)?(.+?)(?:-?[x×*](\d{1,3}))?$")
-
-
-def get_profile(name: str) -> HardwareProfile:
-    """The profile for ``name``: ``"h100-x8"``, ``"h100-x2"``, ``"8xH100"``, ``"rtx-pro-6000"``.
-
-    Case, spaces and underscores do not matter and a ``nvidia-`` prefix is
-    dropped. Without ``-xN`` the base's usual count is used (8 for most
-    servers). Raises :class:`ConfigError` listing the valid names otherwise.
-    """
-    norm = re.sub(r"[\s_]+", "-", name.strip().lower())
-    norm = norm.removeprefix("nvidia-").removeprefix("amd-").removeprefix("instinct-")
-    if norm in PROFILES:
-        return PROFILES[norm]
-    m = _NAME_RE.match(norm)
-    if m is not None:
-        base = _ALIASES.get(m[2], m[2]).removesuffix("-")
-        count = m[1] or m[3]
-        if base in _BASES and not (base == "cpu" and count):
-            return _make(base, int(count) if count else None)
-    raise ConfigError(
-        f"unknown hardware profile {name!r}; valid: {', '.join(_LISTED)} "
-        f"(or any of {', '.join(sorted(_BASES))} with -xN, e.g. h100-x2)",
-        details={"hardware": name, "valid": _LISTED, "bases": sorted(_BASES)},
-    )
-
-
-_GPU_NAME_BASES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(p, re.I), base)
-    for p, base in [
-        (r"\bGB300\b", "gb300"), (r"\bB300\b", "b300"), (r"\bGB200\b", "gb200"),
-        (r"\bB200\b", "b200"), (r"\bGB10\b|DGX ?Spark", "dgx-spark"),
-        (r"RTX ?PRO ?6000", "rtx-pro-6000"), (r"RTX ?5090", "rtx-5090"), (r"\bGH200\b", "gh200"),
-        (r"\bH200\b", "h200"), (r"\bH800\b", "h800"), (r"\bH100\b", "h100"), (r"\bH20\b", "h20"),
-        (r"\bA100\b", "a100"), (r"\bL40S\b", "l40s"), (r"MI300X?\b", "mi300x"),
-        (r"MI325X?\b", "mi325x"), (r"MI35[05]X?\b", "mi355x"),
-    ]
-]  # fmt: skip
-
 
 def profile_from_gpus(gpus: list[GpuHint]) -> HardwareProfile | None:
     """A profile from the GPUs a log mentions (the first one that can be identified).
@@ -154,10 +55,10 @@ def profile_from_gpus(gpus: list[GpuHint]) -> HardwareProfile | None:
     ``gpu-smNN-xN`` profile. None when no GPU can be identified.
     """
     for hint in gpus:
-        base = next((b for rx, b in _GPU_NAME_BASES if rx.search(hint.name)), None)
+        base = next((b for rx, b in GPU_NAME_BASES if rx.search(hint.name)), None)
         count = hint.count or 1
         if base is not None:
-            prof = _make(base, count)
+            prof = make_profile(base, count)
             update: dict[str, object] = {"gpu": hint.name}
             if hint.memory_gb:
                 update["memory_gb"] = hint.memory_gb
@@ -167,7 +68,7 @@ def profile_from_gpus(gpus: list[GpuHint]) -> HardwareProfile | None:
         sm = hint.sm or gpu_sm(hint.name)
         if sm:
             return HardwareProfile(name=f"gpu-sm{sm}-x{count}", gpu=hint.name, vendor="nvidia",
-                                   sm=sm, count=count, memory_gb=hint.memory_gb or 0, cuda=_CUDA)
+                                   sm=sm, count=count, memory_gb=hint.memory_gb or 0, cuda=CUDA)
     return None
 
 
@@ -271,7 +172,7 @@ def _cuda_tuple(cuda: str | None) -> tuple[int, int] | None:
     return (int(m[1]), int(m[2])) if m else None
 
 
-def _probe_values(hw: HardwareProfile, flashinfer_env: bool) -> dict[str, object]:
+def probe_values(hw: HardwareProfile, flashinfer_env: bool) -> dict[str, object]:
     """Values of the zero-argument probes (by function name) on ``hw``."""
     nvidia, amd, cpu = hw.vendor == "nvidia", hw.vendor == "amd", hw.vendor == "cpu"
     cuda = _cuda_tuple(hw.cuda) if nvidia else None
@@ -279,7 +180,7 @@ def _probe_values(hw: HardwareProfile, flashinfer_env: bool) -> dict[str, object
     if nvidia and hw.sm is not None:
         cap = (hw.sm // 10, hw.sm % 10)
     elif amd:
-        cap = _AMD_CAPABILITY.get(hw.name.rpartition("-x")[0] or hw.name)
+        cap = AMD_CAPABILITY.get(hw.name.rpartition("-x")[0] or hw.name)
     v: dict[str, object] = {
         "is_cuda": nvidia, "is_hip": amd, "is_cuda_alike": nvidia or amd, "is_npu": False,
         "is_xpu": False, "is_hpu": False, "is_musa": False, "is_mps": False, "is_cpu": cpu,
@@ -312,7 +213,7 @@ def hardware_facts(hw: HardwareProfile, env: Mapping[str, str] | None = None) ->
         f"hardware profile {hw.name} ({label}); assumes flashinfer is installed, as SGLang's "
         "CUDA install does" if flag is None
         else f"hardware profile {hw.name} ({label}) and SGLANG_IS_FLASHINFER_AVAILABLE={flag}"))
-    probes = _probe_values(hw, flashinfer_env)
+    probes = probe_values(hw, flashinfer_env)
     out: dict[str, Value] = {}
     for name, value in probes.items():
         out[f"{name}()"] = Value(value, assumed if name == "is_flashinfer_available" else prov)

@@ -36,6 +36,7 @@ from typing import Any
 
 from kb.catalog_types import Catalog
 from kb.store import Store
+from service.engine.cache import LRUCache, cached, facts_signature, release_key
 from service.engine.evaluate import chain
 from service.engine.evaluate.path_condition import (
     PathEvaluation,
@@ -43,10 +44,9 @@ from service.engine.evaluate.path_condition import (
     prepared_pieces,
     value_key,
 )
+from service.engine.evaluate.symbolic import call_value
 from service.engine.expr.interpreter import UNKNOWN, Env, Provenance, Value
 from service.engine.flags.parse import ParsedArgs
-from service.engine.cache import LRUCache, facts_signature
-from service.engine.evaluate.symbolic import call_value
 
 MAX_CANDIDATES = 40
 MAX_NEIGHBOURS = 150
@@ -163,7 +163,7 @@ def _choice_sites(store: Store, version: str, check: dict[str, Any]) -> list[tup
             sites.append((names, ast.unparse(stmt.value)))
         return sites
 
-    return chain.cached(chain.release_key(store, version, f"choice-sites:{check['id']}"), build)
+    return cached(release_key(store, version, f"choice-sites:{check['id']}"), build)
 
 
 def _sglang_choice(store: Store, version: str, check: dict[str, Any], attrs: dict[str, Value],
@@ -239,8 +239,8 @@ def _last_spec_by_attr(catalog: Catalog) -> dict[str, Any]:
     def build() -> dict[str, Any]:
         return {s.attr: s for s in catalog.flags}
 
-    cached = getattr(catalog, "cached", None)
-    return cached("fixes:last_spec", build) if cached is not None else build()
+    catalog_cached = getattr(catalog, "cached", None)
+    return catalog_cached("fixes:last_spec", build) if catalog_cached is not None else build()
 
 
 def neighbours(store: Store, version: str, check: dict[str, Any], attrs: set[str]) -> list[dict[str, Any]]:
@@ -255,7 +255,7 @@ def neighbours(store: Store, version: str, check: dict[str, Any], attrs: set[str
     """
     if not attrs:
         return []
-    rkey = chain.release_key(store, version, f"neighbours:{check['path']}")
+    rkey = release_key(store, version, f"neighbours:{check['path']}")
     rows, texts = _NEIGHBOUR_ROWS.get_or_build(rkey, lambda: _candidate_rows(store, version, check))
     hit: set[int] = set()
     for attr in attrs:
@@ -325,7 +325,7 @@ def recheck_neighbours(store: Store, version: str, check: dict[str, Any], verdic
     memo = memo if memo is not None else {}
     fact_names = frozenset(facts)
     fsig = facts_sig or facts_signature(facts)
-    rkey = chain.release_key(store, version, "neighbour-fired")
+    rkey = release_key(store, version, "neighbour-fired")
     plan = _neighbour_plan(store, version, check, touched, fact_names)
     values = {n: value_key(new_attrs.get(n)) for n in plan.names}
     whole = (rkey, fsig, check["id"], touched, tuple(values[n] for n in plan.names))
@@ -365,7 +365,7 @@ def _neighbour_plan(store: Store, version: str, check: dict[str, Any], touched: 
                      for o in neighbours(store, version, check, set(touched)))
         return _NeighbourPlan(rows, tuple(sorted({n for _, names in rows for n in names})))
 
-    key = (*chain.release_key(store, version, "neighbour-plan"), check["id"], touched, fact_names)
+    key = (*release_key(store, version, "neighbour-plan"), check["id"], touched, fact_names)
     return _PLANS.get_or_build(key, build)
 
 

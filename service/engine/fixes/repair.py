@@ -22,12 +22,12 @@ from typing import Any
 
 from kb.catalog_types import Catalog
 from kb.store import Store
-from service.engine.rules.checker import baseline_violations, cards_for, check_fix
-from service.engine.rules.lint import card_candidates
+from service.engine.answer import FixOut
 from service.engine.expr.interpreter import Value
 from service.engine.fixes.propose import Edit, Verdict, verify
 from service.engine.flags.parse import ParsedArgs, apply_edits
-from service.engine.answer import FixOut
+from service.engine.rules.checker import baseline_violations, cards_for, check_fix
+from service.engine.rules.lint import card_candidates
 
 #: Fixes (best first) that are tried, and extensions kept in all.
 MAX_REPAIRED = 3

@@ -15,8 +15,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from kb.catalog_types import Catalog, FlagSpec
-from kb.catalog_types import NO_VALUE_ACTIONS
+from kb.catalog_types import NO_VALUE_ACTIONS, Catalog, FlagSpec
 
 __all__ = [
     "ParsedArgs",

@@ -27,10 +27,10 @@ import time
 from typing import Any
 
 from kb.catalog_types import FlagSpec
+from service.engine.answer import FixOut, RuleVerdict, TriageResult, tri
 from service.engine.fixes.propose import Edit, verify
 from service.engine.flags.parse import apply_edits, parse_argv, render_command
 from service.engine.llm.prompt import AssistContext, LLMAnswer, LLMEdit, Snippet
-from service.engine.answer import FixOut, RuleVerdict, TriageResult, tri
 
 __all__ = ["MAX_EDITS", "MAX_SUMMARY_WORDS", "check_edit", "check_text", "flag_table",
            "merge_answer", "rewrite_citations"]

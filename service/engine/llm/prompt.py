@@ -31,10 +31,10 @@ from pydantic import BaseModel, Field
 from kb.catalog_types import Catalog, FlagSpec
 from kb.catalogs import load_catalog
 from kb.store import Store
+from service.engine.answer import TriageResult
 from service.engine.evaluate.path_condition import base_attrs
 from service.engine.expr.interpreter import Value
 from service.engine.flags.parse import parse_argv
-from service.engine.answer import TriageResult
 
 __all__ = ["ANSWER_SCHEMA", "AssistContext", "LLMAnswer", "LLMEdit", "RuleCheck", "Snippet",
            "build_messages", "build_snippets", "context_from_result"]

@@ -72,7 +72,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.settings import Settings
+from service.engine.answer import TriageResult
 from service.engine.llm.checks import merge_answer
 from service.engine.llm.prompt import (
     ANSWER_SCHEMA,
@@ -81,7 +81,7 @@ from service.engine.llm.prompt import (
     build_messages,
     build_snippets,
 )
-from service.engine.answer import TriageResult
+from service.settings import Settings
 
 __all__ = ["METHOD", "assist", "enabled"]
 

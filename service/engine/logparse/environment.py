@@ -28,8 +28,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from service.engine.logparse.text import SCAN_CHARS, split_top_level, unquote
 from service.engine.logparse.frames import package_path
+from service.engine.logparse.text import SCAN_CHARS, split_top_level, unquote
 
 __all__ = [
     "VERSION_RE",

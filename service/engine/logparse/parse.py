@@ -29,8 +29,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from service.errors import BinaryInput, EmptyInput, InputTooLarge, LogParseError, NoCrashFound
-
 from service.engine.logparse.argparse_errors import ArgparseError, find_argparse_error
 from service.engine.logparse.command import find_commands, model_from_argv, tokenize_command
 from service.engine.logparse.environment import (
@@ -45,8 +43,9 @@ from service.engine.logparse.environment import (
     find_sglang_warnings,
     parse_server_args,
 )
-from service.engine.logparse.text import clean_log_marked
 from service.engine.logparse.frames import ExceptionInfo, find_exceptions, pick_primary
+from service.engine.logparse.text import clean_log_marked
+from service.errors import BinaryInput, EmptyInput, InputTooLarge, LogParseError, NoCrashFound
 
 __all__ = [
     "DEFAULT_MAX_BYTES",

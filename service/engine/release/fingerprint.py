@@ -34,9 +34,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from kb.store import Store
-from service.engine.logparse.parse import ParsedLog
 from service.engine.logparse.environment import WarningLine
 from service.engine.logparse.frames import ExceptionInfo
+from service.engine.logparse.parse import ParsedLog
 
 __all__ = [
     "MAX_FRAMES",

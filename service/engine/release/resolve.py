@@ -73,8 +73,8 @@ from pydantic import BaseModel, Field
 
 from kb.store import Store
 from service.engine.locate.message import MESSAGE_MIN, MessageMatch, match_message
-from service.engine.logparse.parse import ParsedLog
 from service.engine.logparse.environment import ReleaseHint
+from service.engine.logparse.parse import ParsedLog
 from service.engine.release.fingerprint import (
     ReleaseCandidate,
     ReleaseScore,

@@ -7,9 +7,9 @@ model hooks across files (``model_hook.py`` calls
 ``apply_deepseek_v4_defaults`` only ``if model_arch in ["DeepseekV4ForCausalLM"]``).
 Without that guard a card derived from the hook would fire for every model.
 
-:func:`call_index` parses every file of the validation surface once with
-tree-sitter and records, for each function name defined there, its call
-sites with their guards. :func:`reach_condition` turns them into one
+:func:`call_index` reads, for each function name defined in the validation
+surface, its call sites with their guards (the ``calls`` rows ingest stored;
+:func:`ingest.checks.callee_name` decides what a call runs). :func:`reach_condition` turns them into one
 condition: the OR over call sites of (the caller's own reach condition AND
 the site's guards), two levels deep. A function with no call site in the
 surface (a dispatcher step, a registered post-process pass) is taken as
@@ -26,24 +26,20 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ingest import ts
-from ingest.checks import guards_of
-from kb.store import Store
+from kb.store import VALIDATION_PREFIXES, Store
+from service.engine.cache import cached, release_key
 from service.engine.evaluate import chain
 from service.engine.evaluate.path_condition import substitute
 
 __all__ = ["FACT_LOCALS", "Site", "call_index", "guard_text", "local_map", "reach_condition",
            "validation_paths", "with_locals"]
 
-VALIDATION_PREFIXES = ("sglang/srt/server_args.py", "sglang/srt/arg_groups/")
 #: Local names kept as they are: they are facts the checker can be told directly.
 FACT_LOCALS = frozenset({"model_arch"})
 #: Argument-object names for normalisation (``view`` is the post-process passes' parameter).
 ARG_OBJECTS = ("self", "server_args", "cfg", "args", "sa", "view")
 MAX_SITES = 6
 MAX_DEPTH = 2
-# calls whose n-th positional argument is the function actually run
-_INDIRECT = {"run_hook": 0, "run_post_process_pass": 1}
 
 
 @dataclass(frozen=True)
@@ -65,64 +61,24 @@ def _functions(store: Store, version: str, path: str) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
-def _innermost(fns: list[dict[str, Any]], line: int) -> dict[str, Any] | None:
-    best = None
-    for f in fns:
-        if f["start_line"] <= line <= f["end_line"] and (
-                best is None or f["start_line"] >= best["start_line"]):
-            best = f
-    return best
-
-
-def _callee(call: Any) -> str:
-    func = call.child_by_field_name("function")
-    if func is None:
-        return ""
-    if func.type == "identifier":
-        name = ts.text(func)
-    elif func.type == "attribute":
-        name = ts.text(func.child_by_field_name("attribute"))
-    else:
-        return ""
-    if name in _INDIRECT:
-        args = call.child_by_field_name("arguments")
-        pos = [c for c in (args.named_children if args is not None else [])
-               if c.type not in ("keyword_argument", "comment")]
-        idx = _INDIRECT[name]
-        return ts.text(pos[idx]) if len(pos) > idx and pos[idx].type == "identifier" else ""
-    return name
-
-
 def call_index(store: Store, version: str) -> dict[str, list[Site]]:
     """Function name -> its call sites in the validation surface (cached per release)."""
 
     def build() -> dict[str, list[Site]]:
         paths = validation_paths(store, version)
-        fns_by_path = {p: _functions(store, version, p) for p in paths}
-        defined = {f["name"] for fns in fns_by_path.values() for f in fns}
+        defined = {f["name"] for p in paths for f in _functions(store, version, p)}
         index: dict[str, list[Site]] = {}
         for path in paths:
-            text = store.file_text(version, path)
-            if not text:
-                continue
-            tree = ts.parse(text.encode())
-            # captures come in no stable order: source order keeps sites deterministic
-            for call in sorted(ts.captures("(call) @c", tree.root_node).get("c", []),
-                               key=lambda n: n.start_byte):
-                name = _callee(call)
-                if name not in defined:
-                    continue
-                line = ts.start_line(call)
-                fn = _innermost(fns_by_path[path], line)
-                caller = fn["qualname"] if fn else "<module>"
-                if caller.rsplit(".", 1)[-1] == name:
-                    continue  # recursion
-                guards = tuple((g.condition, g.polarity) for g in guards_of(call))
+            for row in store.calls(version, path):
+                name = row["callee"]
+                if name not in defined or row["caller"].rsplit(".", 1)[-1] == name:
+                    continue  # not a validation function, or recursion
+                guards = tuple((g["condition"], g["polarity"]) for g in row["guards"])
                 index.setdefault(name, []).append(
-                    Site(path, caller, fn["start_line"] if fn else None, line, guards))
+                    Site(path, row["caller"], row["caller_start"], row["line"], guards))
         return index
 
-    return chain.cached(chain.release_key(store, version, "rules:call_index"), build)
+    return cached(release_key(store, version, "rules:call_index"), build)
 
 
 # ------------------------------------------------------------------------- locals
@@ -152,7 +108,7 @@ def _assignments(store: Store, version: str, path: str, start: int
         found.sort(key=lambda t: t[0])
         return [t[0] for t in found], [(t[1], t[2]) for t in found]
 
-    return chain.cached(chain.release_key(store, version, f"rules:assign:{path}:{start}"), build)
+    return cached(release_key(store, version, f"rules:assign:{path}:{start}"), build)
 
 
 def local_map(store: Store, version: str, path: str, fn_start: int | None,
@@ -180,8 +136,8 @@ def with_locals(store: Store, version: str, path: str, fn_start: int | None, lin
     names = {n for n, _ in items[:pos]} - FACT_LOCALS
     if not names or not names.intersection(_IDENT.findall(condition)):
         return condition
-    key = chain.release_key(store, version, f"rules:subst:{path}:{fn_start}:{pos}:{condition}")
-    return chain.cached(key, lambda: substitute(
+    key = release_key(store, version, f"rules:subst:{path}:{fn_start}:{pos}:{condition}")
+    return cached(key, lambda: substitute(
         condition, local_map(store, version, path, fn_start, line), FACT_LOCALS))
 
 
@@ -200,8 +156,8 @@ def reach_condition(store: Store, version: str, qualname: str, depth: int = 0) -
     :data:`MAX_SITES` sites, a site without guards or a caller at depth
     :data:`MAX_DEPTH` count as "always" (None), which only ever widens a card.
     """
-    key = chain.release_key(store, version, f"rules:reach:{qualname}:{depth}")
-    return chain.cached(key, lambda: _reach(store, version, qualname, depth))
+    key = release_key(store, version, f"rules:reach:{qualname}:{depth}")
+    return cached(key, lambda: _reach(store, version, qualname, depth))
 
 
 def _reach(store: Store, version: str, qualname: str, depth: int) -> str | None:

@@ -38,11 +38,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kb.errors import UnsafeExpression
 from kb.catalog_types import Catalog
 from kb.catalogs import load_catalog
+from kb.errors import UnsafeExpression
+from kb.rules.cards import Card, helper_reads, load_curated
 from kb.store import Store
-from service.engine.evaluate import chain
+from service.engine.answer import RuleVerdict, jsonable
+from service.engine.cache import LRUCache, cached, facts_signature, recent, release_key
 from service.engine.evaluate.path_condition import base_attrs, fold_earlier_writes, value_signature
 from service.engine.expr.interpreter import (
     UNKNOWN,
@@ -55,9 +57,6 @@ from service.engine.expr.interpreter import (
 )
 from service.engine.facts.core import fact_values, get_profile, model_arch_for
 from service.engine.flags.parse import ParsedArgs, ParsedFlag, parse_argv
-from service.engine.cache import LRUCache, facts_signature
-from service.engine.answer import RuleVerdict, jsonable
-from kb.rules.cards import Card, helper_reads, load_curated
 from service.engine.rules.derive import (
     derivation_key,
     derive_cards,
@@ -153,8 +152,8 @@ _HELPERS = {"attn_dp_enabled_of": _attn_dp_enabled_of, "num_dp_ranks_of": _num_d
 
 def _derivation_key(store: Store) -> str:
     """:func:`derivation_key` of ``store``, re-read at most every few seconds (as
-    :func:`~service.engine.evaluate.chain.release_key` re-reads content hashes)."""
-    return chain.recent(("derivation-key", str(store.path)), lambda: derivation_key(store)[0])
+    :func:`~service.engine.cache.release_key` re-reads content hashes)."""
+    return recent(("derivation-key", str(store.path)), lambda: derivation_key(store)[0])
 
 
 def cards_for(store: Store, release: str) -> list[Card]:
@@ -175,13 +174,13 @@ def cards_for(store: Store, release: str) -> list[Card]:
 
 
 def _check_rows(store: Store, release: str) -> dict[tuple[str, int], dict[str, Any]]:
-    return chain.cached(chain.release_key(store, release, "rules:check_rows"), lambda: {
+    return cached(release_key(store, release, "rules:check_rows"), lambda: {
         (r["path"], r["start_line"]): r for r in qualifying_checks(store, release)})
 
 
 def _release_meta(store: Store, release: str) -> dict[str, tuple[Card, Any, tuple[str, ...]]]:
     """card id -> (card, source check row or None, dependencies): filled lazily, per release."""
-    return chain.cached(chain.release_key(store, release, "rules:meta"), dict)
+    return cached(release_key(store, release, "rules:meta"), dict)
 
 
 def _meta(store: Store, release: str, card: Card) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
@@ -231,7 +230,7 @@ def _entry(store: Store, release: str, card: Card) -> _Entry:
 def _plan(store: Store, release: str) -> _Plan:
     """Every card of ``release`` with its dependencies, and the index by dependency (cached)."""
     cards = cards_for(store, release)
-    key = (*chain.release_key(store, release, "rules:plan"), id(cards), len(cards))
+    key = (*release_key(store, release, "rules:plan"), id(cards), len(cards))
 
     def build() -> _Plan:
         entries = [_entry(store, release, c) for c in cards]
@@ -242,7 +241,7 @@ def _plan(store: Store, release: str) -> _Plan:
         return _Plan(key, cards, entries, {d: tuple(v) for d, v in by_dep.items()},
                      tuple(i for i, e in enumerate(entries) if e.uses_given))
 
-    plan = chain.cached(key, build)
+    plan = cached(key, build)
     return plan if plan.cards is cards else build()
 
 
@@ -366,7 +365,7 @@ def _defaults(store: Store, release: str, catalog: Catalog | None = None) -> dic
     def build() -> dict[str, Value]:
         return base_attrs(catalog or load_catalog(store, release), ParsedArgs())
 
-    return chain.cached(chain.release_key(store, release, "rules:defaults"), build)
+    return cached(release_key(store, release, "rules:defaults"), build)
 
 
 def _changed(attrs: Mapping[str, Value], defaults: Mapping[str, Value]) -> set[str]:
@@ -419,7 +418,7 @@ def _evaluate(store: Store, release: str, entries: list[_Entry], attrs: Mapping[
     guard_memo: dict[tuple[Any, ...], object] = {}
     base_env = Env(attrs, facts, functions)
     sigs: dict[str, object] = {}
-    rkey = chain.release_key(store, release, "rules:verdict")
+    rkey = release_key(store, release, "rules:verdict")
     out: list[CardResult] = []
     for e in entries:
         card = e.card
@@ -487,7 +486,7 @@ def check_fix(store: Store, release: str, argv: list[str] | Mapping[str, Any],
     fsig = facts_sig or facts_signature(facts)
     flags = tuple((k, repr(v)) for k, v in argv.items()) if isinstance(argv, Mapping) \
         else ("argv", *map(str, argv))
-    key = (chain.release_key(store, release, "rules:check_fix"), _derivation_key(store),
+    key = (release_key(store, release, "rules:check_fix"), _derivation_key(store),
            flags, fsig)
     verdicts, bad = _fix_answers.get_or_build(
         key, lambda: _check_fix(store, release, argv, facts, fsig))
@@ -519,7 +518,7 @@ def baseline_violations(store: Store, release: str, attrs: Mapping[str, Value],
     model = attrs.get("model_path")
     value = str(model.value if model is not None and model.value is not None else "/models/model")
     fsig = facts_sig or facts_signature(facts)
-    key = ("baseline", chain.release_key(store, release, "rules:baseline"),
+    key = ("baseline", release_key(store, release, "rules:baseline"),
            _derivation_key(store), value, fsig)
 
     def build() -> frozenset[str]:

@@ -49,11 +49,11 @@ from typing import Any
 from packaging.version import Version
 
 from kb.errors import UnsafeExpression
+from kb.rules.cards import Card, helper_reads, remember_reads
 from kb.store import Store
 from service.engine.evaluate import chain
 from service.engine.expr.interpreter import normalize, referenced_names, validate
 from service.engine.rules.callsites import ARG_OBJECTS, reach_condition, with_locals
-from kb.rules.cards import Card, helper_reads, remember_reads
 
 __all__ = ["DERIVATION_VERSION", "DerivedCheck", "SourceInfo", "derivation_key", "derive_cards",
            "derive_release", "derived_path", "derived_sources", "qualifying_checks",

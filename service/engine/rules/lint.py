@@ -29,12 +29,12 @@ from pydantic import BaseModel, Field
 
 from kb.catalog_types import Catalog
 from kb.catalogs import load_catalog
+from kb.rules.cards import Card
 from kb.store import Store
+from service.engine.answer import jsonable
 from service.engine.expr.interpreter import Value, referenced_names
 from service.engine.facts.core import model_arch_for
 from service.engine.flags.parse import apply_edits, render_command
-from service.engine.answer import jsonable
-from kb.rules.cards import Card
 from service.engine.rules.checker import (
     CardResult,
     baseline_violations,

@@ -1,9 +1,8 @@
-"""Front-end glue for the rule cards: the ``lint`` CLI command and the HTTP payloads.
+"""The rule cards' answers for the front ends: lint a command line, list the cards.
 
-The CLI module wires :func:`lint_command` as
-``sglang-triage lint --release 0.5.11 --hardware rtx-pro-6000-x8 -- <flags>``;
-the API wires :func:`lint_payload` as ``POST /lint`` and :func:`rules_payload`
-as ``GET /rules``. All three raise (or, for the CLI, report) the project's
+The API serves :func:`lint_payload` as ``POST /lint`` and :func:`rules_payload`
+as ``GET /rules``; ``sglang-triage lint`` (:mod:`service.cli.lint`) prints the
+same report. Both raise the project's
 :class:`~service.errors.TriageError` subclasses, so the usual status
 mapping applies (unknown release -> 404, bad hardware name -> 400).
 """
@@ -14,18 +13,15 @@ import shlex
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
-from rich.console import Console
-from rich.markup import escape
 
-from kb.errors import ConfigError, TriageError
-from kb.store import Store
+from kb.errors import ConfigError
 from kb.rules.cards import load_curated
+from kb.store import Store
 from service.engine.rules.checker import cards_for
 from service.engine.rules.derive import derive_cards
-from service.engine.rules.lint import LintReport, lint
+from service.engine.rules.lint import lint
 
-__all__ = ["LintRequest", "lint_command", "lint_payload", "render_report", "rules_payload",
-           "split_command"]
+__all__ = ["LintRequest", "lint_payload", "rules_payload", "split_command"]
 
 _PROGRAMS = ("sglang", "serve", "python", "python3", "-m", "sglang.launch_server",
              "sglang.launch_server")
@@ -104,60 +100,3 @@ def rules_payload(store: Store, release: str | None = None, origin: str | None =
 
 
 # ----------------------------------------------------------------------------- CLI
-
-
-def render_report(report: LintReport, console: Console) -> None:
-    """Human-readable lint output (errors first, each with its best fix)."""
-    head = f"SGLang {report.release}"
-    if report.hardware:
-        head += f" on {report.hardware}"
-    if report.model_arch:
-        head += f", model {report.model_arch}"
-    console.print(f"[bold]{escape(head)}[/bold]: {escape(report.command)}")
-    for problem in [*report.parse_errors, *(f"unknown flag {u}" for u in report.unknown_flags)]:
-        console.print(f"  [yellow]parse:[/yellow] {escape(problem)}")
-    for f in report.violated:
-        mark = "[red]✗ error[/red]" if f.severity == "error" else "[yellow]! warning[/yellow]"
-        console.print(f"{mark} [bold]{escape(f.rule)}[/bold] {escape(f.title)}")
-        console.print(f"    {escape(f.reason)}", highlight=False)
-        for c in f.citations[:3]:
-            console.print(f"    cites {escape(c)}", style="dim")
-        for fix in f.fixes[:2]:
-            tag = "[green]verified[/green]" if fix.verified else "[yellow]not clean[/yellow]"
-            console.print(f"    fix ({tag}, {escape(fix.origin)}): {escape(fix.command)}",
-                          highlight=False)
-            if not fix.verified:
-                console.print(f"      {escape(fix.note)}", style="dim")
-    for f in report.unknown[:10]:
-        console.print(f"[cyan]? {escape(f.rule)}[/cyan] {escape(f.title)} — {escape(f.reason)}",
-                      highlight=False)
-    if len(report.unknown) > 10:
-        console.print(f"[cyan]? … {len(report.unknown) - 10} more undecided cards[/cyan]")
-    if report.background:
-        console.print(f"[dim]{len(report.background)} card(s) are violated by --model-path alone "
-                      "on this machine and model and are not counted[/dim]")
-    errors = sum(1 for f in report.violated if f.severity == "error")
-    warnings = len(report.violated) - errors
-    verdict = "[green]ok[/green]" if report.ok else "[red]would fail[/red]"
-    console.print(f"{verdict}: {errors} error(s), {warnings} warning(s), "
-                  f"{len(report.unknown)} undecided; {report.timings_ms.get('total', 0)} ms")
-
-
-def lint_command(release: str, hardware: str | None, model_arch: str | None,
-                 flags: list[str], as_json: bool) -> int:
-    """``sglang-triage lint``: print the report; exit code 0 ok, 1 error cards violated, 2 usage."""
-    from service.settings import Settings
-    from kb.knowledge import KnowledgeBase
-
-    out, err = Console(), Console(stderr=True)
-    try:
-        store = KnowledgeBase(Settings()).store
-        report = lint(store, release, split_command(flags), hardware, model_arch)
-    except (TriageError, ValueError) as exc:
-        err.print(f"[red]error:[/red] {escape(getattr(exc, 'message', str(exc)))}")
-        return 2
-    if as_json:
-        out.print_json(report.model_dump_json())
-    else:
-        render_report(report, out)
-    return 0 if report.ok else 1

@@ -11,8 +11,8 @@ import httpx
 import pytest
 import uvicorn
 
-from service.settings import Settings
 from service.api.app import app_settings, create_app
+from service.settings import Settings
 
 
 def free_port() -> int:

@@ -189,9 +189,9 @@ def test_a_replay_that_finishes_at_once_is_not_overwritten(api_settings, kb, tmp
     from concurrent.futures import Future
 
     from kb.records import Records
-    from service.replay import background as verify
     from service.api.app import _answer
     from service.engine.triage import Engine
+    from service.replay import background as verify
 
     def instant(settings, result, argv, hardware, model_arch, on_done):  # noqa: ANN001, ANN202
         assert result["replay"]["status"] == "pending"

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from service.engine.expr.interpreter import Provenance, Value
 from service.engine.cache import LRUCache, clear_all, facts_signature, stats
+from service.engine.expr.interpreter import Provenance, Value
 
 
 def test_lru_evicts_the_least_recently_used_entry() -> None:

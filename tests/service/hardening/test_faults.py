@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kb.sources import read_local
 from ingest.pipeline import in_scope, ingest
 from kb.knowledge import KnowledgeBase
+from kb.sources import read_local
 
 from ..api.conftest import free_port, make_server
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from service.replay.results import Frame, ReplayResult
 from service.replay.background import summarise
+from service.replay.results import Frame, ReplayResult
 
 CHECK = {"path": "sglang/srt/server_args.py", "start_line": 3519, "end_line": 3522}
 DEVICE = Frame(path="sglang/srt/utils/common.py", line=1942, function="get_device")

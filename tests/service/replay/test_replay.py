@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import pytest
 
-from service.settings import Settings
 from kb.sources import ReleaseSource
 from service.replay import ReplayResult, replay, replay_many
 from service.replay.harness import _cache_path
+from service.settings import Settings
 
 DSV3, KIMI, LLAMA = "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "LlamaForCausalLM"
 SEED = ["--model-path", "moonshotai/Kimi-K2.5", "--tp", "8",

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from kb.errors import ConfigError
+from service.engine.facts.core import get_profile
 from service.replay import child
 from service.replay.harness import STUB_DIRS, harness_version
 from service.replay.model_configs import MODEL_CONFIGS, draft_config, write_model_dir
 from service.replay.plan import hardware_payload, probe_values, stub_plan, substitute_argv
-from service.engine.facts.core import get_profile
 
 
 def _raise_from(filename: str, body: str) -> BaseException:

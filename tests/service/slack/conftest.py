@@ -13,10 +13,10 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
-from service.settings import Settings
 from evals.render import render_log
 from service.api.app import app_settings, create_app
 from service.engine.triage import Engine
+from service.settings import Settings
 from service.slack.bot import SlackTriageBot, mount_slack
 from tests.service.api.conftest import ServerThread, free_port
 

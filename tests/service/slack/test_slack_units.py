@@ -134,9 +134,9 @@ def test_manifest_declares_the_scopes_events_and_command() -> None:
 def test_socket_mode_uses_the_app_token_and_the_configured_api(monkeypatch, tmp_path) -> None:
     import slack_bolt.adapter.socket_mode as sm
 
-    from service.settings import Settings
     from kb.errors import ConfigError
     from kb.records import Records
+    from service.settings import Settings
     from service.slack.bot import mount_slack, run_socket_mode
 
     started: dict = {}
@@ -165,9 +165,9 @@ def test_socket_mode_uses_the_app_token_and_the_configured_api(monkeypatch, tmp_
 
 
 def test_default_engine_and_records_are_the_apis(kb_settings, kb) -> None:  # noqa: ANN001
-    from service.api.app import records_for
     from service.engine.triage import Engine
     from service.slack.bot import _defaults
+    from service.wiring import records_for
 
     factory, records = _defaults(kb_settings, None, None)
     assert isinstance(factory(), Engine)

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from service.settings import Settings
 from kb.records import Records
 from service.api.app import app_settings, create_app, get_records
+from service.settings import Settings
 
 from ..api.conftest import ServerThread, free_port
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import ast
 import copy
 
-from service.engine.expr.interpreter import Env, Provenance, Value, evaluate
 from kb.conditions import DEFAULT_ARG_OBJECTS, attr_chain, norm_text, to_node, unparse
+from service.engine.expr.interpreter import Env, Provenance, Value, evaluate
 
 TEXTS = [
     "self.speculative_eagle_topk is None or self.speculative_eagle_topk <= 1",

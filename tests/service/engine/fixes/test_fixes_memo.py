@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from kb.catalogs import load_catalog
-from service.engine.rules.checker import facts_for
+from service.engine.cache import LRUCache, clear_all
 from service.engine.evaluate import path_condition as evaluation
-from service.engine.fixes import propose as fixes
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path, prepared_pieces
 from service.engine.expr.interpreter import Env, Provenance, Value, evaluate
+from service.engine.fixes import propose as fixes
 from service.engine.flags.parse import parse_argv
-from service.engine.cache import LRUCache, clear_all
+from service.engine.rules.checker import facts_for
 
 RELEASE = "0.5.11"
 ARGV = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--trust-remote-code",

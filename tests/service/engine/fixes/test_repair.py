@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from evals.render import render_log
-from service.engine.rules.lint import _constants
-from service.engine.triage import Engine
 from service.engine.fixes.propose import Edit
 from service.engine.fixes.repair import _extended
+from service.engine.rules.lint import _constants
+from service.engine.triage import Engine
 
 #: HiSparse with a decode host-receive threshold: 0.5.23's handle_pd_disaggregation refuses
 #: the pair, and every single edit of those two flags leads into another refusal.

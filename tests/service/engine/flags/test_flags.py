@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kb.catalog_types import Catalog, FlagSpec
 from ingest.catalog import extract_catalog
+from kb.catalog_types import Catalog, FlagSpec
 from service.engine.flags.parse import apply_edits, parse_argv, render_command, suggest_flag
 
 SEED = shlex.split(

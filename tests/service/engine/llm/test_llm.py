@@ -15,17 +15,17 @@ from typing import Any
 
 import pytest
 
-from service.settings import Settings
 from evals.render import render_log
 from kb.catalogs import load_catalog
-from service.engine.triage import Engine
+from service.engine.answer import RuleVerdict, TriageResult
 from service.engine.evaluate.path_condition import base_attrs
 from service.engine.flags.parse import parse_argv
-from service.engine.llm.writer import assist
 from service.engine.llm.checks import check_text
 from service.engine.llm.prompt import AssistContext, Snippet, build_snippets, context_from_result
+from service.engine.llm.writer import assist
 from service.engine.logparse.parse import parse_input
-from service.engine.answer import RuleVerdict, TriageResult
+from service.engine.triage import Engine
+from service.settings import Settings
 from tests.llm_stub import ScriptedLLM
 
 RELEASE = "0.5.11"

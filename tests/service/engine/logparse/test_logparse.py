@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.errors import BinaryInput, EmptyInput, InputTooLarge, LogParseError, NoCrashFound
 from service.engine.logparse.parse import ParsedLog, parse_bytes, parse_input, parse_log
+from service.errors import BinaryInput, EmptyInput, InputTooLarge, LogParseError, NoCrashFound
 
 # --------------------------------------------------------------------------- public examples
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.errors import NoCrashFound
 from service.engine.logparse.parse import parse_log
+from service.errors import NoCrashFound
 
 USAGE = """\
 usage: launch_server.py [-h] --model-path MODEL_PATH

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from service.errors import NoCrashFound
-from service.engine.logparse.parse import parse_log
 from service.engine.logparse.frames import package_path
+from service.engine.logparse.parse import parse_log
+from service.errors import NoCrashFound
 
 CHAINED_LOG = """\
 Traceback (most recent call last):

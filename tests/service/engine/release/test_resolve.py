@@ -15,8 +15,8 @@ import pytest
 
 from kb.store import Store, pack_text
 from service.engine.logparse.parse import parse_log
-from service.engine.release.versions import release_sort_key
 from service.engine.release.resolve import resolve_release
+from service.engine.release.versions import release_sort_key
 
 SITE = "/venv/lib/python3.12/site-packages"
 SERVER_ARGS = "sglang/srt/server_args.py"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kb.store import Store
 from kb.rules.cards import Card
+from kb.store import Store
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from kb.store import Store
 from kb.rules.cards import Card
+from kb.store import Store
 from service.engine.rules.checker import cards_for, check, check_fix, facts_for
 
 SEED = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "EAGLE3",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kb.store import Store
+from service.engine.cache import LRUCache, clear_all
 from service.engine.rules import checker
 from service.engine.rules.checker import (
     cards_for,
@@ -14,7 +15,6 @@ from service.engine.rules.checker import (
     facts_for,
     prepare_flags,
 )
-from service.engine.cache import LRUCache, clear_all
 
 SEED = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "EAGLE3",
         "--speculative-draft-model-path", "/d", "--speculative-eagle-topk", "4",

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from kb.store import Store
-from service.engine.rules.callsites import ARG_OBJECTS
 from kb.rules.cards import Card, citation_problem, schema_errors
+from kb.store import Store
+from service.engine.expr.interpreter import referenced_names
+from service.engine.rules.callsites import ARG_OBJECTS
 from service.engine.rules.derive import (
     derivation_key,
     derive_release,
@@ -17,7 +18,6 @@ from service.engine.rules.derive import (
     qualifying_checks,
     version_range,
 )
-from service.engine.expr.interpreter import referenced_names
 
 SEED_CITATION = ("0.5.11:sglang/srt/server_args.py:ServerArgs._handle_speculative_decoding:"
                  "3519-3522")

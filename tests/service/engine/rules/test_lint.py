@@ -8,8 +8,9 @@ import pytest
 
 from kb.errors import ConfigError, ReleaseNotIngested
 from kb.store import Store
-from service.engine.rules.payloads import lint_command, lint_payload, rules_payload, split_command
+from service.cli.lint import lint_command
 from service.engine.rules.lint import lint
+from service.engine.rules.payloads import lint_payload, rules_payload, split_command
 
 SEED = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "EAGLE3",
         "--speculative-draft-model-path", "/d", "--speculative-eagle-topk", "4",
@@ -38,8 +39,8 @@ def test_lint_flags_the_seed_assert_with_a_verified_fix(store: Store) -> None:
 
 def test_lint_demotes_a_fix_that_trips_another_card(store: Store, monkeypatch) -> None:  # noqa: ANN001
     """A hint that satisfies its own card but makes a derived card fail is not 'verified'."""
-    from service.engine.rules import checker
     from kb.rules.cards import Card, load_curated
+    from service.engine.rules import checker
 
     probe = Card(id="c-test-explicit-steps", title="say --speculative-num-steps with topk",
                  releases="==0.5.11", when="args.speculative_eagle_topk is not None",
