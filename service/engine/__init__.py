@@ -58,7 +58,8 @@ from service.engine.facts.core import (
     probe_values,
     profile_from_gpus,
 )
-from service.engine.flags.parse import apply_edits, parse_argv
+from service.engine.flags.edit import apply_edits
+from service.engine.flags.parse import parse_argv
 from service.engine.logparse.environment import GpuHint
 from service.engine.logparse.parse import ParsedLog, parse_log
 from service.engine.rules.lint import LintReport, lint

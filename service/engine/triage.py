@@ -38,7 +38,8 @@ from service.engine.expr.interpreter import UNKNOWN, Provenance, Value, fact_key
 from service.engine.facts.core import fact_values, get_profile, model_arch_for, profile_from_gpus
 from service.engine.fixes.propose import Verdict, propose
 from service.engine.fixes.repair import repair
-from service.engine.flags.parse import apply_edits, parse_argv, render_command
+from service.engine.flags.edit import apply_edits, render_command
+from service.engine.flags.parse import parse_argv
 from service.engine.llm.writer import AssistContext, assist
 from service.engine.llm.writer import enabled as llm_enabled
 from service.engine.locate.localize import (

@@ -111,7 +111,7 @@ def test_expected_locations_exist_and_logs_parse(kb, generated) -> None:  # noqa
 
 def test_ground_truth_reevaluates(kb, generated) -> None:  # noqa: ANN001
     """The recorded command fires the check, and every acceptable fix makes it definitely pass."""
-    from service.engine.flags.parse import apply_edits
+    from service.engine.flags.edit import apply_edits
 
     for inc in [i for i in generated if i.release == "0.5.11"][:6]:
         prober = Prober(kb.store, inc.release)

@@ -25,7 +25,8 @@ from kb.store import Store
 from service.engine.answer import FixOut
 from service.engine.expr.interpreter import Value
 from service.engine.fixes.propose import Edit, Verdict, verify
-from service.engine.flags.parse import ParsedArgs, apply_edits
+from service.engine.flags.edit import apply_edits
+from service.engine.flags.parse import ParsedArgs
 from service.engine.rules.checker import baseline_violations, cards_for, check_fix
 from service.engine.rules.lint import card_candidates
 

@@ -29,7 +29,8 @@ from typing import Any
 from kb.catalog_types import FlagSpec
 from service.engine.answer import FixOut, RuleVerdict, TriageResult, tri
 from service.engine.fixes.propose import Edit, verify
-from service.engine.flags.parse import apply_edits, parse_argv, render_command
+from service.engine.flags.edit import apply_edits, render_command
+from service.engine.flags.parse import parse_argv
 from service.engine.llm.prompt import AssistContext, LLMAnswer, LLMEdit, Snippet
 
 __all__ = ["MAX_EDITS", "MAX_SUMMARY_WORDS", "check_edit", "check_text", "flag_table",

@@ -25,29 +25,25 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel
 
 from kb.catalog_types import Catalog, FlagSpec
 from kb.catalogs import load_catalog
 from kb.store import Store
-from service.engine.flags.parse import apply_edits, parse_argv, suggest_flag
+from service.engine.flags.edit import apply_edits
+from service.engine.flags.parse import parse_argv, suggest_flag
+from service.engine.locate.argparse_words import _adjacent_values, _closest, _unrecognized_groups
+from service.engine.locate.flag_history import (
+    FlagHistory,
+    _releases,
+    flag_history,
+)
 from service.engine.logparse.argparse_errors import ArgparseError
 
 __all__ = ["ArgparseDiagnosis", "FlagHistory", "diagnose_argparse", "flag_history"]
 
 _FALSE_WORDS = frozenset({"false", "0", "no", "n", "off", "none"})
 _CONFIDENT = 0.8  # difflib ratio of a misspelt word (see _typo_of)
-
-
-class FlagHistory(BaseModel):
-    """Where a flag spelling exists among the ingested releases."""
-
-    flag: str
-    present_in: list[str]
-    absent_in: list[str]
-    note: str | None
-    renamed_to: str | None = None  # its attribute's spelling in the diagnosed release
 
 
 class ArgparseDiagnosis(BaseModel):
@@ -67,68 +63,6 @@ class ArgparseDiagnosis(BaseModel):
 # ---------------------------------------------------------------------------
 # history
 # ---------------------------------------------------------------------------
-
-
-def _vkey(version: str) -> tuple[int, Any]:
-    try:
-        return (0, Version(version))
-    except InvalidVersion:
-        return (1, version)
-
-
-def _releases(store: Store) -> list[str]:
-    rows = store.query(
-        "SELECT version FROM releases WHERE status IN ('indexed', 'complete') "
-        "AND version IN (SELECT DISTINCT release FROM flag_spellings)")
-    return sorted((r["version"] for r in rows), key=_vkey)
-
-
-def flag_history(store: Store, flag: str, release: str) -> FlagHistory:
-    """Presence of ``flag`` in each ingested release, relative to ``release``.
-
-    The note names the transitions between consecutive releases ("added after
-    0.5.11", "removed after 0.5.11"); when the flag is missing from ``release``
-    but its attribute exists there under another spelling, ``renamed_to`` is that
-    spelling.
-    """
-    flag = flag.split("=", 1)[0]
-    releases = _releases(store)
-    rows = store.query("SELECT release, attr FROM flag_spellings WHERE spelling = ?", (flag,))
-    attrs = {r["release"]: r["attr"] for r in rows}
-    present = [v for v in releases if v in attrs]
-    absent = [v for v in releases if v not in attrs]
-    renamed: str | None = None
-    if release not in attrs and attrs:
-        renamed = _renamed_spelling(store, release, set(attrs.values()))
-    if not present:
-        note: str | None = f"{flag} is not a flag in any ingested release ({', '.join(releases)})"
-    elif not absent:
-        note = None
-    else:
-        steps = []
-        for a, b in zip(releases, releases[1:], strict=False):
-            if (a in attrs) != (b in attrs):
-                steps.append(f"{'removed' if a in attrs else 'added'} after {a}")
-        note = (f"{flag} exists in {', '.join(present)} but not in {', '.join(absent)}"
-                f" ({'; '.join(steps)})")
-    if renamed is not None:
-        attr = next(iter(sorted(set(attrs.values()))))
-        note = (note + "; " if note else "") + (
-            f"its attribute `{attr}` is spelled {renamed} in {release}")
-    return FlagHistory(flag=flag, present_in=present, absent_in=absent, note=note,
-                       renamed_to=renamed)
-
-
-def _renamed_spelling(store: Store, release: str, attrs: set[str]) -> str | None:
-    try:
-        catalog = load_catalog(store, release)
-    except Exception:  # noqa: BLE001 - no catalog: no rename information
-        return None
-    for attr in sorted(attrs):
-        spec = catalog.by_attr().get(attr)
-        if spec is not None and spec.flags:
-            return spec.flags[0]
-    return None
 
 
 # ---------------------------------------------------------------------------
@@ -175,54 +109,12 @@ def _line(spec: FlagSpec | None) -> tuple[str, int] | None:
     return (spec.path, spec.line) if spec is not None and spec.path else None
 
 
-def _closest(value: str, choices: list) -> list[str]:
-    texts = [str(c) for c in choices]
-    norm = value.strip().lower().replace("-", "_")
-    exact = [t for t in texts if t.lower().replace("-", "_") == norm]
-    if exact:
-        return exact[:1]
-    return difflib.get_close_matches(value, texts, n=3, cutoff=0.5) or \
-        difflib.get_close_matches(value.lower(), texts, n=3, cutoff=0.5)
-
-
 def _choice_value(spec: FlagSpec | None, text: str) -> object:
     if spec is not None and spec.choices:
         for c in spec.choices:
             if str(c) == text:
                 return c
     return text
-
-
-def _unrecognized_groups(message: str) -> list[tuple[str | None, list[str]]]:
-    """``"--a=1 x --b"`` -> ``[("--a", ["1", "x"]), ("--b", [])]``; a leading stray value
-    gets the flag ``None``."""
-    groups: list[tuple[str | None, list[str]]] = []
-    for tok in message.partition(":")[2].split():
-        if tok.startswith("-") and len(tok) > 1 and not tok[1:2].isdigit():
-            name, eq, value = tok.partition("=")
-            groups.append((name, [value] if eq else []))
-        elif groups:
-            groups[-1][1].append(tok)
-        else:
-            groups.append((None, [tok]))
-    return groups
-
-
-def _adjacent_values(argv: list[str], flag: str, values: list[str]) -> tuple[list[str], list[str]]:
-    """Split ``values`` into those following ``flag`` in ``argv`` and the stray rest."""
-    for i, tok in enumerate(argv):
-        name, eq, inline = tok.partition("=")
-        if name != flag:
-            continue
-        taken: list[str] = []
-        if eq:
-            taken.append(inline)
-        j = i + 1
-        while j < len(argv) and len(taken) < len(values) and argv[j] == values[len(taken)]:
-            taken.append(argv[j])
-            j += 1
-        return taken, values[len(taken):]
-    return values, []
 
 
 # ---------------------------------------------------------------------------

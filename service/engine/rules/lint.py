@@ -34,7 +34,7 @@ from kb.store import Store
 from service.engine.answer import jsonable
 from service.engine.expr.interpreter import Value, referenced_names
 from service.engine.facts.core import model_arch_for
-from service.engine.flags.parse import apply_edits, render_command
+from service.engine.flags.edit import apply_edits, render_command
 from service.engine.rules.checker import (
     CardResult,
     baseline_violations,

@@ -9,7 +9,8 @@ import pytest
 
 from kb.catalog_types import Catalog
 from kb.catalogs import IndexedCatalog, load_catalog
-from service.engine.flags.parse import _Parser, apply_edits, parse_argv
+from service.engine.flags.edit import apply_edits
+from service.engine.flags.parse import _Parser, parse_argv
 
 COMMANDS = [
     "--model-path /m --tp 8 --speculative-algo EAGLE3 --speculative-eagle-topk 4",

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from ingest.catalog import extract_catalog
 from kb.catalog_types import Catalog, FlagSpec
-from service.engine.flags.parse import apply_edits, parse_argv, render_command, suggest_flag
+from service.engine.flags.edit import apply_edits, render_command
+from service.engine.flags.parse import parse_argv, suggest_flag
 
 SEED = shlex.split(
     "--model-path /models/Kimi-K2.6 --tp 8 --trust-remote-code --speculative-algorithm EAGLE3 "
