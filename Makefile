@@ -53,6 +53,7 @@ browser:
 
 test: install-dev browser
 	$(BIN)/ruff check kb ingest service evals tests bench
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q
 
 bench: install-dev

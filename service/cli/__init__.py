@@ -1,1 +1,1 @@
-"""service/cli."""
+"""The ``sglang-triage`` command line (:mod:`service.cli.main`), ``lint`` and ``replay`` printing."""

@@ -1,1 +1,1 @@
-"""service/slack."""
+"""The Slack bot: events, thread follow-ups, Block Kit answers, rate limits."""

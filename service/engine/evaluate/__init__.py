@@ -1,1 +1,1 @@
-"""service/engine/evaluate."""
+"""Evaluate a check's path condition: the validation chain, earlier writes, what SGLang would choose."""

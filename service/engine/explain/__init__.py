@@ -1,1 +1,1 @@
-"""service/engine/explain."""
+"""The deterministic, cited explanation of an answer."""

@@ -1,1 +1,1 @@
-"""service/engine/expr."""
+"""The three-valued interpreter conditions are evaluated in (syntax: :mod:`kb.conditions`)."""

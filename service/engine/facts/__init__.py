@@ -1,1 +1,1 @@
-"""service/engine/facts."""
+"""Hardware, model and environment facts, spelled as SGLang's conditions ask for them."""

@@ -1,1 +1,1 @@
-"""service/engine/fixes."""
+"""Candidate fixes, re-checked against neighbouring checks, and the repair of fixes that trip a card."""

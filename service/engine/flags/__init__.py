@@ -1,1 +1,1 @@
-"""service/engine/flags."""
+"""The user's command line parsed with the release's own catalog, and edits to it."""

@@ -1,1 +1,1 @@
-"""service/engine/llm."""
+"""The optional LLM explanation: prompt, client and the checks its answer must pass."""

@@ -1,1 +1,1 @@
-"""service/engine/locate."""
+"""From the parsed log to the check that fired: frame line, function and kind, message, argparse."""

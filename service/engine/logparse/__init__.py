@@ -1,1 +1,1 @@
-"""service/engine/logparse."""
+"""Reading a crash log: frames, exception, argparse error, command, environment, hints."""

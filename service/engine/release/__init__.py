@@ -1,1 +1,1 @@
-"""service/engine/release."""
+"""Which release raised the error: explicit, hints, frames, warnings, message."""
