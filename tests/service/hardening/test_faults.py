@@ -68,7 +68,7 @@ def test_chroma_server_killed_triage_keeps_answering_degraded(kb_settings, sglan
     assert report.upserted > 0 and server_kb.vectors.count("0.5.11") == report.upserted
     # the API reads the suite's KB for releases, and this Chroma server for vectors
     api = kb_settings.model_copy(update={"chroma_url": url})
-    log = (Path(__file__).resolve().parents[2] / "examples" / "seed_attempt1.log").read_text()
+    log = (Path(__file__).resolve().parents[3] / "examples" / "seed_attempt1.log").read_text()
     with make_server(api) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
         assert c.get("/readyz").json()["chroma"] == "ok"
         first = c.post("/triage?release=0.5.11", content=log)
@@ -129,7 +129,7 @@ def test_ingest_killed_midway_reruns_to_an_identical_kb(kb_settings, sglang_sour
 def test_ingest_and_triage_at_the_same_time(api_settings, sglang_source, tmp_path, kb) -> None:  # noqa: ANN001
     tree = small_tree(sglang_source("0.5.11").root, tmp_path / "src", "0.0.1.dev0")
     errors: list[str] = []
-    log = (Path(__file__).resolve().parents[2] / "examples" / "seed_attempt1.log").read_text()
+    log = (Path(__file__).resolve().parents[3] / "examples" / "seed_attempt1.log").read_text()
     stop = threading.Event()
     with make_server(api_settings) as srv:
         def hammer() -> None:

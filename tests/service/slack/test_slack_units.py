@@ -121,7 +121,7 @@ def test_manifest_declares_the_scopes_events_and_command() -> None:
 
     import yaml
 
-    manifest = yaml.safe_load((Path(__file__).parents[2] / "slack" / "manifest.yaml").read_text())
+    manifest = yaml.safe_load((Path(__file__).parents[3] / "slack" / "manifest.yaml").read_text())
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])
     assert scopes == {"app_mentions:read", "chat:write", "im:history", "im:read", "files:read", "commands"}
     settings = manifest["settings"]
