@@ -11,13 +11,13 @@ in the lowest layer::
     │   ├── ReleaseNotIngested   the release asked for is not in the KB
     │   └── VectorStoreError     Chroma is unreachable or failed
     ├── UnsafeExpression         a condition uses syntax the reader refuses  (kb.errors)
-    ├── LogParseError            the input is not a crash log we can read    (service.errors)
+    ├── LogParseError            the input is not a crash log we can read    (service.engine.errors)
     │   ├── EmptyInput           nothing but whitespace
     │   ├── BinaryInput          NUL bytes or not UTF-8
     │   ├── InputTooLarge        over the configured size limit
     │   └── NoCrashFound         text, but no traceback / exception / argparse error
-    ├── UnknownRelease           no ingested release matches the evidence    (service.errors)
-    └── ReplayError              the replay harness itself failed            (service.errors)
+    ├── UnknownRelease           no ingested release matches the evidence    (service.engine.errors)
+    └── ReplayError              the replay harness itself failed            (service.replay.errors)
 
 Front ends map these to answers: ``LogParseError`` subclasses become 4xx
 responses, ``ReleaseNotIngested``/``UnknownRelease`` become 404/422, and

@@ -1,10 +1,8 @@
-"""The service's branch of the error tree (the root, ``TriageError``, is :mod:`kb.errors`).
+"""The whole error tree in one module, for the front ends.
 
-``LogParseError`` and its subclasses describe input we cannot read (front ends
-answer 4xx), ``UnknownRelease`` evidence no ingested release matches, and
-``ReplayError`` a failure of the replay harness itself (never SGLang's verdict).
-The KB's errors are re-exported here so front ends catch the whole tree from
-one module.
+The root and the KB's errors live in :mod:`kb.errors`, the engine's input errors
+in :mod:`service.engine.errors`, replay's own failure in
+:mod:`service.replay.errors`; see ``docs/architecture.md`` for the tree.
 """
 
 from __future__ import annotations
@@ -19,35 +17,16 @@ from kb.errors import (
     VectorStoreError,
     VersionNotFound,
 )
+from service.engine import (
+    BinaryInput,
+    EmptyInput,
+    InputTooLarge,
+    LogParseError,
+    NoCrashFound,
+    UnknownRelease,
+)
+from service.replay.errors import ReplayError
 
 __all__ = ["AcquireError", "BinaryInput", "ConfigError", "EmptyInput", "InputTooLarge", "KBError",
            "LogParseError", "NoCrashFound", "ReleaseNotIngested", "ReplayError", "TriageError",
            "UnknownRelease", "UnsafeExpression", "VectorStoreError", "VersionNotFound"]
-
-
-class LogParseError(TriageError):
-    """The input could not be read as a crash log."""
-
-
-class EmptyInput(LogParseError):
-    """The input is empty or only whitespace."""
-
-
-class BinaryInput(LogParseError):
-    """The input holds NUL bytes or is not valid UTF-8."""
-
-
-class InputTooLarge(LogParseError):
-    """The input is larger than the configured limit."""
-
-
-class NoCrashFound(LogParseError):
-    """Text was given, but it holds no traceback, exception line or argparse error."""
-
-
-class UnknownRelease(TriageError):
-    """No ingested release matches the evidence in the log."""
-
-
-class ReplayError(TriageError):
-    """The replay harness failed for reasons of its own (never SGLang's verdict)."""

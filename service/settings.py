@@ -2,8 +2,8 @@
 
 Front ends receive a :class:`Settings` instance by dependency injection
 (FastAPI ``Depends(get_settings)``); tests build their own or override it.
-:class:`Settings` extends :class:`kb.settings.KBSettings` (cache, KB, Chroma,
-embedding model) with the API, LLM, replay and Slack settings.
+:class:`Settings` extends :class:`service.engine.settings.EngineSettings` (cache, KB,
+Chroma, embedding model, LLM) with the API, replay and Slack settings.
 """
 
 from __future__ import annotations
@@ -12,21 +12,18 @@ from functools import lru_cache
 
 from pydantic import Field
 
-from kb.settings import DEFAULT_RELEASES, KBSettings
+from kb.settings import DEFAULT_RELEASES
+from service.engine import EngineSettings
 
 __all__ = ["DEFAULT_RELEASES", "Settings", "get_settings"]
 
 
-class Settings(KBSettings):
+class Settings(EngineSettings):
     """Runtime configuration of every sglang-triage front end."""
 
     # service
     api_keys: list[str] = Field(default_factory=list, description="Bearer keys; empty = open.")
     max_body_bytes: int = 1024 * 1024
-    llm_base_url: str | None = None
-    llm_model: str | None = None
-    llm_api_key: str | None = None
-    llm_timeout_s: float = 20.0
 
     replay_enabled: bool = Field(True, description="Verify fixes by replay in the background.")
 

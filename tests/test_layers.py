@@ -107,3 +107,9 @@ def test_parts_declare_their_public_names(part: str) -> None:
     for name in module.__all__:
         assert hasattr(module, name) or (ROOT / part / f"{name}.py").exists() or \
             (ROOT / part / name).is_dir(), (part, name)
+
+
+def test_modules_stay_under_about_500_lines() -> None:
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines())
+             for part in PARTS for p in (ROOT / part).rglob("*.py") if "stubs" not in p.parts}
+    assert {p: n for p, n in sizes.items() if n > 500} == {}

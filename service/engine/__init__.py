@@ -26,6 +26,14 @@ from __future__ import annotations
 
 from service.engine.answer import FixOut, RuleVerdict, TriageResult
 from service.engine.cache import clear_all as clear_caches
+from service.engine.errors import (
+    BinaryInput,
+    EmptyInput,
+    InputTooLarge,
+    LogParseError,
+    NoCrashFound,
+    UnknownRelease,
+)
 from service.engine.evaluate.chain import (
     DISPATCHERS,
     call_site_guards,
@@ -64,10 +72,13 @@ from service.engine.logparse.environment import GpuHint
 from service.engine.logparse.parse import ParsedLog, parse_log
 from service.engine.rules.lint import LintReport, lint
 from service.engine.rules.payloads import LintRequest, lint_payload, rules_payload, split_command
+from service.engine.settings import EngineSettings
 from service.engine.triage import Engine
 
 __all__ = [
-    "ARCH_BY_MODEL", "DISPATCHERS", "PROFILES", "UNKNOWN", "Engine", "Env", "FixOut", "GpuHint",
+    "ARCH_BY_MODEL", "DISPATCHERS", "PROFILES", "UNKNOWN", "BinaryInput", "EmptyInput", "Engine",
+    "EngineSettings", "Env", "FixOut", "GpuHint", "InputTooLarge", "LogParseError", "NoCrashFound",
+    "UnknownRelease",
     "HardwareProfile", "LintReport", "LintRequest", "ParsedLog", "PathEvaluation", "Provenance",
     "RuleVerdict", "TriageResult", "Value", "apply_earlier_writes", "apply_edits", "base_attrs",
     "call_site_guards", "clear_caches", "earlier_writes", "evaluate", "evaluate_path", "fact_key",

@@ -32,6 +32,7 @@ from service.engine.answer import (
     tri,
 )
 from service.engine.cache import LRUCache, cached, facts_signature, freeze_long_lived, release_key
+from service.engine.errors import NoCrashFound, UnknownRelease
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path
 from service.engine.explain import deterministic as explain
 from service.engine.expr.interpreter import UNKNOWN, Provenance, Value, fact_key
@@ -50,8 +51,7 @@ from service.engine.locate.localize import (
 )
 from service.engine.logparse.parse import ParsedLog, parse_input
 from service.engine.release.resolve import resolve_release
-from service.errors import NoCrashFound, UnknownRelease
-from service.settings import Settings
+from service.engine.settings import EngineSettings
 
 #: a triage this slow built caches (or loaded the query encoder): freeze what it built
 _SETTLE_AFTER_MS = 250.0
@@ -64,10 +64,14 @@ _HW_FACT_HINTS = ("sm", "cuda", "hip", "npu", "blackwell", "hopper", "device", "
 class Engine:
     """Stateless apart from the KB handle; safe to share between threads."""
 
-    def __init__(self, kb: KnowledgeBase, settings: Settings | None = None) -> None:
+    def __init__(self, kb: KnowledgeBase, settings: EngineSettings | None = None) -> None:
         self.kb = kb
         self.store = kb.store
-        self.settings = settings or kb.settings
+        if settings is None:
+            given = kb.settings
+            settings = given if isinstance(given, EngineSettings) else \
+                EngineSettings.model_validate(given.model_dump())
+        self.settings = settings
 
     # -- facts ------------------------------------------------------------------------
     def facts_for(self, parsed: ParsedLog, hardware: str | None, model: str | None,

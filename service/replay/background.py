@@ -17,9 +17,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from kb.settings import KBSettings as Settings
 from kb.sources import find_wheel
 from service.replay.results import ReplayResult
-from service.settings import Settings
 
 log = logging.getLogger("verify")
 

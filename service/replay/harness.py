@@ -35,12 +35,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kb.settings import KBSettings
 from service.engine import HardwareProfile, get_profile
-from service.errors import ReplayError
+from service.replay.errors import ReplayError
 from service.replay.plan import hardware_payload, probe_values, stub_plan, substitute_argv
 from service.replay.results import Frame, ReplayResult
 from service.replay.trees import replay_tree
-from service.settings import Settings, get_settings
 
 __all__ = ["HARNESS_DIR", "STUB_FAILURE_ENV", "harness_version", "replay", "replay_async",
            "replay_many"]
@@ -166,7 +166,7 @@ def replay_many(
     hardware: str | None, model_arch: str | None | Sequence[str | None],
     timeout_s: float = 60,
     job_timeout_s: float = 30, env: Mapping[str, str] | None = None,
-    settings: Settings | None = None, use_cache: bool = True, stub_failure: str | None = None,
+    settings: KBSettings | None = None, use_cache: bool = True, stub_failure: str | None = None,
 ) -> list[ReplayResult]:
     """Replay several command lines of one release on one declared machine.
 
@@ -183,7 +183,7 @@ def replay_many(
     Raises :class:`~service.errors.ConfigError` for an unknown hardware
     profile and :class:`ReplayError` when the release tree is unusable.
     """
-    settings = settings or get_settings()
+    settings = settings or KBSettings()
     hw = get_profile(hardware) if hardware else None
     stub_failure = stub_failure or os.environ.get(STUB_FAILURE_ENV) or None
     tree, tree_note = replay_tree(Path(release_root), version, home=settings.home,
@@ -282,7 +282,7 @@ def _read_job(path: Path, killed: bool, returncode: int | None, overall: float) 
 def replay(
     release_root: Path, version: str, argv: list[str], *, hardware: str | None,
     model_arch: str | None, timeout_s: float = 60, env: Mapping[str, str] | None = None,
-    settings: Settings | None = None, use_cache: bool = True, stub_failure: str | None = None,
+    settings: KBSettings | None = None, use_cache: bool = True, stub_failure: str | None = None,
 ) -> ReplayResult:
     """Replay one command line (``argv`` without the program name) of ``version``.
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kb.errors import AcquireError
 from kb.sources import unpack_wheel
-from service.errors import ReplayError
+from service.replay.errors import ReplayError
 
 __all__ = ["replay_tree"]
 

@@ -182,12 +182,24 @@ def test_shipped_logs_with_the_launcher_warning_fit_their_release(kb, generated)
 
 
 def test_generator_does_not_use_the_engines_fixes_or_locate() -> None:
+    """Ground truth must not come from the engine's localizer, fixes or triage pipeline:
+    every name imported from the engine is defined outside those stages."""
+    import service.engine as engine_api
+
+    banned = ("service.engine.fixes", "service.engine.locate", "service.engine.triage")
     root = Path(gen.__file__).parent
     for name in ("generate.py", "groundtruth.py"):
         tree = ast.parse((root / name).read_text())
-        mods = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-        mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        assert not any(m.endswith(("fixes", "locate", "engine")) or ".locate_" in m for m in mods), name
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Import):
+                assert not any(a.name.startswith(banned) for a in n.names), name
+            if not isinstance(n, ast.ImportFrom) or not (n.module or "").startswith("service"):
+                continue
+            assert not (n.module or "").startswith(banned), (name, n.module)
+            if n.module == "service.engine":
+                for a in n.names:
+                    defined = getattr(getattr(engine_api, a.name), "__module__", "")
+                    assert not defined.startswith(banned), (name, a.name, defined)
 
 
 def test_cli_writes_jsonl(kb_settings, tmp_path, ingest_reports) -> None:  # noqa: ANN001

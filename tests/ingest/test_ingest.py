@@ -178,3 +178,29 @@ def test_interrupted_embedding_resumes_without_duplicates(kb_settings, sglang_so
                   if in_scope(r["path"], "default"))
     assert small.vectors.count("0.5.11") == n_scope
     assert small.store.release("0.5.11")["status"] == "complete"
+
+
+def test_call_sites_are_stored_at_ingest(kb) -> None:  # noqa: ANN001
+    """Call sites with their guards are found once at ingest (query time never parses):
+    direct calls of a ``_handle_*`` step, and hooks run through ``run_hook(fn, ...)``."""
+    store = kb.store
+    sites = store.calls("0.5.11", "sglang/srt/server_args.py", "_handle_speculative_decoding")
+    assert [s["caller"] for s in sites] == ["ServerArgs.__post_init__"]
+    text = store.file_lines("0.5.11", "sglang/srt/server_args.py", sites[0]["line"], sites[0]["line"])
+    assert "_handle_speculative_decoding(" in text[0]
+    hooks = [r for r in store.calls("0.5.23", "sglang/srt/arg_groups/pipeline.py")
+             if r["caller"] == "run_resolution_pipeline"]
+    assert hooks, "run_resolution_pipeline's hooks"
+    line = store.file_lines("0.5.23", "sglang/srt/arg_groups/pipeline.py", hooks[0]["line"],
+                            hooks[0]["line"])[0]
+    assert "run_hook(" in line and hooks[0]["callee"] in line
+    assert all(isinstance(g["polarity"], bool) for r in hooks for g in r["guards"])
+    # outside the validation files, only calls of the file's own functions are kept
+    other = store.query("SELECT DISTINCT path FROM calls WHERE release = '0.5.11' AND path NOT LIKE "
+                        "'sglang/srt/server_args.py' AND path NOT LIKE 'sglang/srt/arg_groups/%' "
+                        "LIMIT 20")
+    for row in other:
+        own = {f["name"] for f in store.query(
+            "SELECT name FROM functions WHERE release = '0.5.11' AND path = ?", (row["path"],))}
+        callees = {c["callee"] for c in store.calls("0.5.11", row["path"])}
+        assert callees <= own, row["path"]

@@ -43,13 +43,34 @@ def test_a_schema_1_index_is_migrated_keeping_its_rows(tmp_path: Path) -> None:
     con.commit()
     con.close()
     store = Store(path)
-    assert store.query("SELECT value FROM meta WHERE key = 'schema_version'")[0][0] == "2"
+    assert store.query("SELECT value FROM meta WHERE key = 'schema_version'")[0][0] == \
+        str(SCHEMA_VERSION)
+    assert store.release("0.5.11")["content_hash"] is None  # re-indexed by the next ingest
     assert store.fts("speculative eagle topk", "0.5.11")[0][0] == "sglang/a.py:1-2:function"
     assert store.chunks("0.5.11", ["sglang/a.py:1-2:function"])[0]["qualname"] == "topk_check"
     assert not store.query("SELECT 1 FROM sqlite_master WHERE name = 'chunks_hash'")
     Store(path)  # a second opener finds the work done
     store.delete_release("0.5.11")
     assert store.fts("speculative eagle topk", "0.5.11") == []
+
+
+def test_a_schema_2_index_is_marked_for_re_indexing(tmp_path: Path) -> None:
+    """Schema 3 adds ``calls``: a schema-2 release has none, so its hash no longer matches
+    and the next ingest re-indexes it, while its rows stay readable meanwhile."""
+    path = tmp_path / "index.sqlite"
+    store = Store(path)
+    store.replace_release("0.5.11", {"version": "0.5.11", "origin": "t", "content_hash": "h",
+                                     "status": "indexed"}, {})
+    store.close()
+    con = sqlite3.connect(path)
+    con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    con.execute("DROP TABLE calls")
+    con.commit()
+    con.close()
+    store = Store(path)
+    assert store.query("SELECT value FROM meta WHERE key = 'schema_version'")[0][0] == "3"
+    assert store.release("0.5.11")["content_hash"] is None
+    assert store.calls("0.5.11", "sglang/srt/server_args.py") == []
 
 
 def test_a_writer_that_fails_leaves_the_old_rows(tmp_path: Path) -> None:

@@ -81,7 +81,7 @@ from service.engine.llm.prompt import (
     build_messages,
     build_snippets,
 )
-from service.settings import Settings
+from service.engine.settings import EngineSettings as Settings
 
 __all__ = ["METHOD", "assist", "enabled"]
 

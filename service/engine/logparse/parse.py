@@ -29,6 +29,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from service.engine.errors import (
+    BinaryInput,
+    EmptyInput,
+    InputTooLarge,
+    LogParseError,
+    NoCrashFound,
+)
 from service.engine.logparse.argparse_errors import ArgparseError, find_argparse_error
 from service.engine.logparse.command import find_commands, model_from_argv, tokenize_command
 from service.engine.logparse.environment import (
@@ -45,7 +52,6 @@ from service.engine.logparse.environment import (
 )
 from service.engine.logparse.frames import ExceptionInfo, find_exceptions, pick_primary
 from service.engine.logparse.text import clean_log_marked
-from service.errors import BinaryInput, EmptyInput, InputTooLarge, LogParseError, NoCrashFound
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
