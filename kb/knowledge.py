@@ -21,7 +21,7 @@ from kb.settings import KBSettings
 from kb.store import Store
 from kb.vectors import VectorStore
 
-log = logging.getLogger("kb")
+log = logging.getLogger("sglang_triage.kb")
 
 
 class KnowledgeBase:

@@ -103,3 +103,8 @@ def kb(kb_settings: Settings, ingest_reports: dict):
     from kb.knowledge import KnowledgeBase
 
     return KnowledgeBase(kb_settings)
+
+
+@pytest.fixture(scope="session")
+def store(kb):  # noqa: ANN001, ANN201 - the session KB's structured index
+    return kb.store

@@ -35,7 +35,7 @@ from service.errors import BinaryInput, EmptyInput, InputTooLarge, LogParseError
 from service.settings import Settings, get_settings
 from service.wiring import kb_for, records_for
 
-log = logging.getLogger("api")
+log = logging.getLogger("sglang_triage.api")
 
 _STATUS: list[tuple[type[TriageError], int]] = [
     (EmptyInput, 400), (BinaryInput, 415), (InputTooLarge, 413), (LogParseError, 422),

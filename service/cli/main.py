@@ -233,7 +233,7 @@ def serve_log_config(access_log: bool) -> dict[str, Any]:
     config = copy.deepcopy(LOGGING_CONFIG)
     config["loggers"]["sglang_triage"] = {"handlers": ["default"], "level": "INFO",
                                           "propagate": False}
-    config["loggers"]["api"] = {"level": "INFO" if access_log else "WARNING"}
+    config["loggers"]["sglang_triage.api"] = {"level": "INFO" if access_log else "WARNING"}
     return config
 
 

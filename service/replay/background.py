@@ -21,7 +21,7 @@ from kb.settings import KBSettings as Settings
 from kb.sources import find_wheel
 from service.replay.results import ReplayResult
 
-log = logging.getLogger("verify")
+log = logging.getLogger("sglang_triage.verify")
 
 
 def available(settings: Settings, release: str) -> bool:

@@ -59,7 +59,7 @@ from service.slack.text import (
     split_options,
 )
 
-log = logging.getLogger("slack")
+log = logging.getLogger("sglang_triage.slack")
 
 EngineFactory = Callable[[], Engine]
 Blocks = list[dict[str, Any]]

@@ -1,4 +1,4 @@
-"""Fixtures for the rule-card tests: the session KB's structured index and derived cards."""
+"""Fixtures for the rule-card tests: the cards derived from the session KB."""
 
 from __future__ import annotations
 
@@ -6,11 +6,6 @@ import pytest
 
 from kb.rules.cards import Card
 from kb.store import Store
-
-
-@pytest.fixture(scope="session")
-def store(kb) -> Store:  # noqa: ANN001 - the session KnowledgeBase fixture
-    return kb.store
 
 
 @pytest.fixture(scope="session")
