@@ -17,4 +17,5 @@ __all__ = [
     "runner",
     "scoring",
     "seed",
+    "snapshot",
 ]
