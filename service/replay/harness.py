@@ -3,10 +3,16 @@
 :func:`replay` (one command line) and :func:`replay_many` (several, sharing
 one warmed-up subprocess) start ``child.py`` in an isolated interpreter:
 
+* an OS sandbox (:mod:`.sandbox`: bubblewrap namespaces, no network, the host
+  read-only, the service's cache hidden, resource limits, the whole tree killed
+  on time-out); without it replay does not run at all;
 * a clean environment (``HF_HUB_OFFLINE=1``, ``TRANSFORMERS_OFFLINE=1``, no
   user site, ``cwd`` and ``HOME`` in a temporary folder), ``PYTHONPATH`` = the
   force-stub folder, then the release tree (see :mod:`.trees`);
 * a socket guard in the child refusing non-loopback connections;
+* no path or code of the user's: the model folders are generated, and
+  ``--config``, ``--trust-remote-code`` and path-valued flags are dropped
+  (:func:`.plan.substitute_argv`);
 * the declared hardware (:mod:`.plan`) and a generated model folder per
   architecture (:mod:`.model_configs`);
 * a time limit: the whole process group is killed when it runs over.
@@ -37,6 +43,7 @@ from typing import Any
 
 from kb.settings import KBSettings
 from service.engine import HardwareProfile, get_profile
+from service.replay import sandbox
 from service.replay.errors import ReplayError
 from service.replay.plan import hardware_payload, probe_values, stub_plan, substitute_argv
 from service.replay.results import Frame, ReplayResult
@@ -167,6 +174,7 @@ def replay_many(
     timeout_s: float = 60,
     job_timeout_s: float = 30, env: Mapping[str, str] | None = None,
     settings: KBSettings | None = None, use_cache: bool = True, stub_failure: str | None = None,
+    test_payload: Path | None = None,
 ) -> list[ReplayResult]:
     """Replay several command lines of one release on one declared machine.
 
@@ -178,7 +186,9 @@ def replay_many(
     plus the first command line; each further one adds ``job_timeout_s``.
     ``env`` adds environment variables (e.g. ``SGLANG_*`` seen in a log).
     ``stub_failure`` (or ``$TRIAGE_REPLAY_STUB_FAILURE``) is a test hook that
-    makes a stub raise (``import:<module>`` or ``call:<fake probe>``).
+    makes a stub raise (``import:<module>`` or ``call:<fake probe>``);
+    ``test_payload`` (tests only, never reachable from a request) is a script the
+    child runs inside the sandbox before anything else.
 
     Raises :class:`~service.errors.ConfigError` for an unknown hardware
     profile and :class:`ReplayError` when the release tree is unusable.
@@ -199,31 +209,39 @@ def replay_many(
     for i, argv in enumerate(argvs):
         argv = [str(a) for a in argv]
         run_argv, arch, notes = substitute_argv(argv, archs[i], settings.home)
-        base = {"version": version, "argv": argv, "effective_argv": run_argv,
+        base = {"version": version, "argv": argv, "effective_argv": run_argv or [],
                 "hardware": hw.name if hw else None, "model_arch": arch,
                 "substitutions": notes, "notes": [f"release tree: {tree} ({tree_note})"]}
         key = _cache_key({"version": version, "tree": str(tree), "argv": argv,
                           "hardware": hw.model_dump() if hw else None, "arch": arch,
                           "env": dict(sorted((env or {}).items())), "fail": stub_failure})
         base["cache_key"] = key
-        cached = _cache_get(settings.home, key) if use_cache and not stub_failure else None
+        if run_argv is None:  # refused: nothing of the user's is ever run
+            results[i] = _to_result({"phase": "harness", "harness_reason": notes[-1]}, base)
+            continue
+        uncached = stub_failure or test_payload
+        cached = _cache_get(settings.home, key) if use_cache and not uncached else None
         if cached is not None:
             results[i] = cached
         else:
             pending.append((i, key, base, run_argv))
     if pending:
         fresh = _run_batch(tree, hw, [p[3] for p in pending], env, timeout_s, job_timeout_s,
-                           stub_failure, [p[2] for p in pending])
+                           stub_failure, [p[2] for p in pending], settings.home, test_payload)
         for (i, key, _, _), result in zip(pending, fresh, strict=True):
             results[i] = result
-            if use_cache and not stub_failure:
+            if use_cache and not (stub_failure or test_payload):
                 _cache_put(settings.home, key, result)
     return [r for r in results if r is not None]
 
 
 def _run_batch(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
                env: Mapping[str, str] | None, timeout_s: float, job_timeout_s: float,
-               stub_failure: str | None, bases: list[dict[str, Any]]) -> list[ReplayResult]:
+               stub_failure: str | None, bases: list[dict[str, Any]], home: Path,
+               test_payload: Path | None = None) -> list[ReplayResult]:
+    sandboxed = sandbox.status()
+    if not sandboxed.available:
+        raise ReplayError(sandboxed.reason)
     force, fallback = stub_plan(hw)
     overall = timeout_s + job_timeout_s * max(0, len(argvs) - 1)
     with tempfile.TemporaryDirectory(prefix="sglang-replay-") as tmp_name:
@@ -237,16 +255,23 @@ def _run_batch(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
             "forced_failure": stub_failure, "jobs": jobs,
             "job_timeout_s": min(job_timeout_s, overall),
         }  # fmt: skip
+        if test_payload is not None:
+            (tmp / "payload.py").write_bytes(Path(test_payload).read_bytes())
+            cfg["test_payload"] = str(tmp / "payload.py")
         (tmp / "config.json").write_text(json.dumps(cfg))
         main_log = tmp / "child.log"
         t0 = time.perf_counter()
         killed = False
         with open(main_log, "wb") as log:
+            cmd = sandbox.command([sys.executable, "-s", str(CHILD), str(tmp / "config.json")],
+                                  workdir=tmp, hidden=[home],
+                                  readable=[tree, home / "replay-models"])
+            limits = sandbox.Limits(cpu_s=int(overall) + 30)
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-s", str(CHILD), str(tmp / "config.json")],
-                    cwd=tmp, env=_child_env(tmp, tree, hw, env), stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                    cmd, cwd=tmp, env=_child_env(tmp, tree, hw, env), stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                    preexec_fn=sandbox.preexec(limits))  # noqa: PLW1509 - limits before exec
             except OSError as exc:
                 raise ReplayError(f"cannot start the replay subprocess: {exc}") from exc
             try:

@@ -26,7 +26,7 @@ from service.engine import probe_values as engine_probe_values
 from service.replay.model_configs import MODEL_CONFIGS, draft_config, write_config_dir
 
 __all__ = [
-    "FALLBACK_STUBS", "FORCE_STUBS", "hardware_payload", "probe_values", "stub_plan",
+    "ALWAYS_DROPPED", "FALLBACK_STUBS", "FORCE_STUBS", "drop_unsafe", "hardware_payload", "probe_values", "stub_plan",
     "substitute_argv",
 ]  # fmt: skip
 
@@ -136,37 +136,78 @@ def _stable_dir(home: Path, label: str, config: dict[str, Any]) -> Path:
     return dest
 
 
-def substitute_argv(argv: list[str], model_arch: str | None, home: Path,
-                    ) -> tuple[list[str], str | None, list[str]]:
-    """(argv as run, architecture used, notes on what was replaced).
+#: Flags replay always drops: they name files SGLang would read or code it would run.
+ALWAYS_DROPPED = ("--config", "--trust-remote-code")
+_PATH_SUFFIXES = ("-path", "-paths", "-dir", "-file", "-folder")
+_REPLACED = (*_MODEL_FLAGS, *_DRAFT_FLAGS, "--tokenizer-path")
 
-    With an architecture (given, or guessed from the model path by
-    :func:`~service.engine.facts.core.model_arch_for`) the model path is
-    replaced by a generated folder holding that architecture's ``config.json``;
-    a local folder that already has a ``config.json`` is kept when no
-    architecture is given. The speculative draft path, if any, gets a draft
-    head matching the target (EAGLE3 head, EAGLE head for Llama targets, else
-    a copy of the target config).
+
+def _looks_like_path(value: str) -> bool:
+    return value.startswith(("/", "./", "../", "~")) or value in (".", "..")
+
+
+def drop_unsafe(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(argv without what could make replay read a user's files or run their code, the flags
+    dropped): ``--config``, ``--trust-remote-code``, flags whose name says they take a path
+    (``--*-path``, ``--*-dir``, ``--*-file`` ...) and flags given a path-like value. The model,
+    tokenizer and draft paths are left for :func:`substitute_argv` to replace."""
+    out: list[str] = []
+    dropped: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        name, inline, value = tok.partition("=")
+        has_next = not inline and i + 1 < len(argv) and not argv[i + 1].startswith("--")
+        nxt = argv[i + 1] if has_next else None
+        if tok.startswith("--") and name not in _REPLACED and (
+                name in ALWAYS_DROPPED or name.endswith(_PATH_SUFFIXES)
+                or _looks_like_path(value if inline else (nxt or ""))):
+            dropped.append(name)
+            i += 1 if inline or nxt is None or name == "--trust-remote-code" else 2
+            continue
+        out.append(tok)
+        i += 1
+    return out, dropped
+
+
+def substitute_argv(argv: list[str], model_arch: str | None, home: Path,
+                    ) -> tuple[list[str] | None, str | None, list[str]]:
+    """(argv as run, or None when replay must refuse; architecture used; notes).
+
+    Replay never runs a user's path or code: the unsafe flags are dropped
+    (:func:`drop_unsafe`), and the model path is always replaced by a generated
+    folder holding the ``config.json`` of the architecture (given, or guessed
+    from the model path by :func:`~service.engine.model_arch_for`). When the
+    architecture is unknown, replay is refused (the last note says why). The
+    speculative draft path, if any, gets a draft head matching the target
+    (EAGLE3 head, EAGLE head for Llama targets, else a copy of the target
+    config); a tokenizer path other than the model's is dropped.
     """
-    out = list(argv)
+    out, dropped = drop_unsafe(list(argv))
     notes: list[str] = []
+    if dropped:
+        notes.append("dropped before replay (they name files or code of the user's): "
+                     + ", ".join(dict.fromkeys(dropped)))
     idx, model, inline = _flag_value(out, _MODEL_FLAGS)
     arch = model_arch
     if arch is None and model is not None:
-        if (Path(model) / "config.json").is_file():
-            return out, None, [f"model path {model} kept: it is a local folder with config.json"]
         arch = model_arch_for(model)
         if arch is not None:
             notes.append(f"architecture {arch} guessed from the model path {model}")
-    if arch is None or arch not in MODEL_CONFIGS or idx < 0:
+    if idx < 0:
         return out, arch, notes
+    if arch is None or arch not in MODEL_CONFIGS:
+        what = f"architecture {arch} has no generated config" if arch else \
+            "the model architecture is unknown (give model_arch)"
+        notes.append(f"replay refused: {what}; replay never runs a user's model folder")
+        return None, arch, notes
     target = _stable_dir(home, arch, MODEL_CONFIGS[arch])
     _set_flag(out, idx, inline, str(target))
     notes.append(f"--model-path {model} replaced by a generated {arch} config folder {target}")
     t_idx, tokenizer, t_inline = _flag_value(out, ("--tokenizer-path",))
-    if t_idx >= 0 and tokenizer == model:
+    if t_idx >= 0:
         _set_flag(out, t_idx, t_inline, str(target))
-        notes.append("--tokenizer-path (same as the model path) replaced as well")
+        notes.append("--tokenizer-path replaced by the generated folder as well")
     d_idx, draft, d_inline = _flag_value(out, _DRAFT_FLAGS)
     if d_idx >= 0 and draft is not None:
         if draft == model:

@@ -15,7 +15,13 @@ from service.engine.facts.core import get_profile
 from service.replay import child
 from service.replay.harness import STUB_DIRS, harness_version
 from service.replay.model_configs import MODEL_CONFIGS, draft_config, write_model_dir
-from service.replay.plan import hardware_payload, probe_values, stub_plan, substitute_argv
+from service.replay.plan import (
+    drop_unsafe,
+    hardware_payload,
+    probe_values,
+    stub_plan,
+    substitute_argv,
+)
 
 
 def _raise_from(filename: str, body: str) -> BaseException:
@@ -100,10 +106,32 @@ def test_substitute_argv(tmp_path: Path) -> None:
     assert again == out  # content-addressed folders are stable
 
 
-def test_local_model_folder_is_kept(tmp_path: Path) -> None:
+def test_a_local_model_folder_is_never_run(tmp_path: Path) -> None:
+    """A user's folder (config.json with auto_map and a .py) is never handed to SGLang: with
+    no known architecture replay refuses; with one, a generated folder replaces it."""
     folder = write_model_dir(tmp_path / "m", "LlamaForCausalLM")
-    out, arch, notes = substitute_argv(["--model-path", str(folder)], None, tmp_path)
-    assert out == ["--model-path", str(folder)] and arch is None and "kept" in notes[0]
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "evil.EvilConfig"}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "evil.py").write_text("open('/tmp/pwned', 'w').write('x')\n")
+    argv = ["--model-path", str(folder), "--trust-remote-code"]
+    out, arch, notes = substitute_argv(argv, None, tmp_path / "home")
+    assert out is None and arch is None
+    assert "replay refused" in notes[-1] and "--trust-remote-code" in notes[0]
+    out, arch, notes = substitute_argv(argv, "LlamaForCausalLM", tmp_path / "home")
+    assert out is not None and str(folder) not in out and "--trust-remote-code" not in out
+    assert Path(out[1], "config.json").is_file() and Path(out[1]).parent.parent == tmp_path / "home"
+
+
+def test_flags_that_name_user_files_are_dropped() -> None:
+    argv = ["--model-path", "m", "--config", "/srv/x.yaml", "--trust-remote-code", "--tp", "8",
+            "--chat-template", "./tmpl.jinja", "--download-dir=/data", "--load-format", "auto",
+            "--speculative-draft-model-path", "d", "--enable-lora", "--lora-paths", "/l1"]
+    out, dropped = drop_unsafe(argv)
+    assert out == ["--model-path", "m", "--tp", "8", "--load-format", "auto",
+                   "--speculative-draft-model-path", "d", "--enable-lora"]
+    assert dropped == ["--config", "--trust-remote-code", "--chat-template", "--download-dir",
+                       "--lora-paths"]
 
 
 def test_model_configs() -> None:

@@ -1,0 +1,115 @@
+"""The OS sandbox every replay child runs in (bubblewrap), and its resource limits.
+
+Replay imports an SGLang release and runs its validation on a command line that
+came from a user's log, so the child is treated as hostile:
+
+* **namespaces** (``bwrap --unshare-all``): its own user, PID, network, IPC,
+  UTS and cgroup namespaces. No network at all (not even the host's loopback),
+  no view of the service's processes (``/proc/<pid>/environ`` of the parent
+  does not exist in there), an unprivileged uid (65534) with no capabilities;
+* **filesystem**: the host's root read-only, a private ``/tmp``, the service's
+  cache folder (KB, records, wheels) hidden behind an empty tmpfs with only the
+  release tree and the generated model folders bound back read-only; the only
+  writable place is the batch's own work folder;
+* **lifetime**: ``--die-with-parent`` and the PID namespace: when the harness
+  kills the sandbox (time limit), every process inside dies with it, including
+  ``setsid`` children;
+* **limits** (``setrlimit`` before exec, inherited): CPU seconds, address space,
+  file size, open files and processes.
+
+When ``bwrap`` is missing or cannot create namespaces here, :func:`status`
+says so: replay is then off (``/readyz`` reports it) and never falls back to
+running unsandboxed.
+"""
+
+from __future__ import annotations
+
+import functools
+import resource
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Limits", "SandboxStatus", "command", "preexec", "status"]
+
+#: The uid and gid the child runs as inside its user namespace ("nobody").
+SANDBOX_ID = 65534
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one replay batch (applied to the whole sandbox)."""
+
+    cpu_s: int = 600
+    address_space_bytes: int = 16 << 30  # torch reserves a few GB of address space on import
+    file_size_bytes: int = 256 << 20
+    open_files: int = 1024
+    processes: int = 256
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    available: bool
+    reason: str
+    bwrap: str | None = None
+
+
+@functools.lru_cache(maxsize=1)
+def status() -> SandboxStatus:
+    """Whether replay can be sandboxed here (``bwrap`` present and able to make namespaces)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return SandboxStatus(False, "bubblewrap (bwrap) is not installed: replay is off "
+                                    "(apt-get install bubblewrap)")
+    try:
+        probe = subprocess.run(
+            [bwrap, "--die-with-parent", "--unshare-all", "--uid", str(SANDBOX_ID), "--gid",
+             str(SANDBOX_ID), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"],
+            capture_output=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return SandboxStatus(False, f"bubblewrap cannot run here: {exc}", bwrap)
+    if probe.returncode != 0:
+        err = probe.stderr.decode(errors="replace").strip()[:300]
+        return SandboxStatus(False, f"bubblewrap cannot create namespaces here: {err}", bwrap)
+    return SandboxStatus(True, "bubblewrap: user, PID, network, IPC, UTS and cgroup namespaces",
+                         bwrap)
+
+
+def command(argv: Sequence[str], *, workdir: Path, hidden: Sequence[Path],
+            readable: Sequence[Path]) -> list[str]:
+    """``argv`` wrapped in bubblewrap (see the module docstring).
+
+    ``workdir`` is the only writable folder (and the working directory);
+    ``hidden`` folders are covered by an empty tmpfs, after which the
+    ``readable`` ones (inside them) are bound back read-only.
+    """
+    st = status()
+    if not st.available or st.bwrap is None:
+        raise RuntimeError(st.reason)
+    cmd = [st.bwrap, "--die-with-parent", "--new-session", "--unshare-all",
+           "--uid", str(SANDBOX_ID), "--gid", str(SANDBOX_ID), "--cap-drop", "ALL",
+           "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for folder in hidden:
+        if folder.is_dir():
+            cmd += ["--tmpfs", str(folder)]
+    for path in readable:
+        if path.exists():
+            cmd += ["--ro-bind", str(path), str(path)]
+    cmd += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir), "--", *argv]
+    return cmd
+
+
+def preexec(limits: Limits) -> Callable[[], None]:
+    """A ``preexec_fn`` that applies ``limits`` to the process about to exec the sandbox."""
+
+    def apply() -> None:
+        for which, value in ((resource.RLIMIT_CPU, limits.cpu_s),
+                             (resource.RLIMIT_AS, limits.address_space_bytes),
+                             (resource.RLIMIT_FSIZE, limits.file_size_bytes),
+                             (resource.RLIMIT_NOFILE, limits.open_files),
+                             (resource.RLIMIT_NPROC, limits.processes)):
+            resource.setrlimit(which, (value, value))
+
+    return apply
