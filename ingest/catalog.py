@@ -34,14 +34,16 @@ __all__ = ["Catalog", "Declaration", "FlagSpec", "extract_catalog"]
 
 
 def _scanned_files(package_dir: Path) -> list[Path]:
-    """``srt/server_args.py`` and every file below ``srt/arg_groups/``."""
+    """``srt/server_args.py`` and every file below ``srt/arg_groups/`` (links out of the
+    package are not followed)."""
     srt = package_dir / "srt"
     files: list[Path] = []
     if (srt / "server_args.py").is_file():
         files.append(srt / "server_args.py")
     if (srt / "arg_groups").is_dir():
         files.extend(sorted((srt / "arg_groups").rglob("*.py")))
-    return files
+    root = package_dir.resolve()
+    return [f for f in files if f.resolve().is_relative_to(root)]
 
 
 def _extract(package_dir: Path) -> Catalog:

@@ -87,6 +87,9 @@ for _name in LISTED:
     _b, _, _n = _name.rpartition("-x")
     PROFILES[_name] = make_profile(_b, int(_n)) if _b else make_profile(_name)
 
+#: The most GPUs a profile may declare (``-x0`` or ``-x999`` is a typo, not a machine).
+MAX_GPUS = 256
+
 NAME_RE = re.compile(r"^(?:(\d{1,3})[x×*]-?)?(.+?)(?:-?[x×*](\d{1,3}))?$")
 
 
@@ -105,11 +108,12 @@ def get_profile(name: str) -> HardwareProfile:
     if m is not None:
         base = ALIASES.get(m[2], m[2]).removesuffix("-")
         count = m[1] or m[3]
-        if base in BASES and not (base == "cpu" and count):
+        if base in BASES and not (base == "cpu" and count) and \
+                (not count or 1 <= int(count) <= MAX_GPUS):
             return make_profile(base, int(count) if count else None)
     raise ConfigError(
         f"unknown hardware profile {name!r}; valid: {', '.join(LISTED)} "
-        f"(or any of {', '.join(sorted(BASES))} with -xN, e.g. h100-x2)",
+        f"(or any of {', '.join(sorted(BASES))} with -xN, 1 <= N <= {MAX_GPUS}, e.g. h100-x2)",
         details={"hardware": name, "valid": LISTED, "bases": sorted(BASES)},
     )
 

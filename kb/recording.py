@@ -82,14 +82,16 @@ def incident_from_record(rec: dict[str, Any], store: Store | None = None) -> Inc
 
 
 def export_confirmed(records: Records, store: Store | None = None, *,
-                     source: str | None = None) -> list[Incident]:
-    """Every confirmed triage as an incident, oldest confirmation first.
+                     source: str | None = None, limit: int | None = None,
+                     offset: int = 0) -> list[Incident]:
+    """Every confirmed triage as an incident, oldest confirmation first (a page of the
+    confirmations with ``limit``/``offset``).
 
     ``source`` keeps only confirmations from one front end (``"api"``,
     ``"slack"``, ``"web"``); records without a usable answer are skipped.
     """
     out: list[Incident] = []
-    for rec in records.confirmed():
+    for rec in records.confirmed(limit=limit, offset=offset):
         if not (rec.get("request") or {}).get("log"):
             continue
         if source and ((rec.get("confirmation") or {}).get("source") or "api") != source:

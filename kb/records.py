@@ -1,19 +1,25 @@
 """Stored triages and confirmed incidents (``<kb>/records.sqlite``).
 
-A triage is stored under a content-hash id (the same input and options give
-the same id, so a retry never duplicates). Confirming a triage with the fix
-that worked turns it into a recorded incident in the eval suite's format.
-Records live in their own database so that re-ingesting releases never
-touches them.
+A triage is stored under a random, unguessable id (:func:`new_triage_id`: never
+derived from the content, so knowing a log does not reveal its permalink).
+Confirming a triage with the fix that worked turns it into a recorded incident
+in the eval suite's format. Records live in their own database so that
+re-ingesting releases never touches them.
+
+Every value read back is checked (:func:`safe_json`): a row written by an older
+version, or damaged, that nests too deep or holds text that cannot be encoded
+(a lone surrogate) is reported as damaged instead of breaking the request that
+reads it. :meth:`Records.purge` applies the retention limits (age, count) and
+never removes a confirmed triage unless told to.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+import secrets
 import sqlite3
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +33,42 @@ CREATE TABLE IF NOT EXISTS confirmations (
 """
 
 
-def triage_id(payload: str, options: dict[str, Any]) -> str:
-    digest = hashlib.sha256(payload.encode("utf-8", "replace"))
-    digest.update(json.dumps(options, sort_keys=True, default=str).encode())
-    return digest.hexdigest()[:16]
+#: How deep a stored JSON value may nest before it is treated as damaged.
+MAX_DEPTH = 32
+_DAMAGED = object()
+
+
+def new_triage_id() -> str:
+    """A random, unguessable triage id (22 URL-safe characters, 128 bits)."""
+    return secrets.token_urlsafe(16)
+
+
+def _clean(value: Any, depth: int = 0) -> bool:
+    """Does ``value`` nest at most :data:`MAX_DEPTH` deep and hold only encodable text?"""
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, dict):
+        return all(_clean(k, depth + 1) and _clean(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_clean(v, depth + 1) for v in value)
+    return True
+
+
+def safe_json(text: str | None) -> Any:
+    """``text`` decoded, or :data:`_DAMAGED` when it does not decode or is not :func:`_clean`."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return _DAMAGED
+    return value if _clean(value) else _DAMAGED
 
 
 class Records:
@@ -61,17 +99,38 @@ class Records:
              json.dumps(request, default=str), encoded))
 
     def get(self, tid: str) -> dict[str, Any] | None:
+        """The stored triage ``tid`` with its confirmation; a damaged part is None and named
+        in ``damaged`` (never an exception)."""
         rows = self._con().execute("SELECT * FROM triages WHERE id = ?", (tid,)).fetchall()
         if not rows:
             return None
         row = rows[0]
         conf = self._con().execute("SELECT * FROM confirmations WHERE id = ?", (tid,)).fetchall()
-        return {"id": row["id"], "created": row["created"], "request": json.loads(row["request"]),
-                "result": json.loads(row["result"]),
-                "confirmation": dict(conf[0]) | {"fix": json.loads(conf[0]["fix"])} if conf else None}
+        damaged: list[str] = []
+
+        def read(name: str, text: str | None) -> Any:
+            value = safe_json(text)
+            if value is _DAMAGED:
+                damaged.append(name)
+                return None
+            return value
+
+        out = {"id": row["id"], "created": row["created"],
+               "request": read("request", row["request"]), "result": read("result", row["result"]),
+               "confirmation": None}
+        if conf:
+            note = conf[0]["note"] or ""
+            if not _clean(note):
+                damaged.append("confirmation.note")
+                note = ""
+            out["confirmation"] = dict(conf[0]) | {"fix": read("confirmation.fix", conf[0]["fix"]),
+                                                   "note": note}
+        if damaged:
+            out["damaged"] = damaged
+        return out
 
     def confirm(self, tid: str, fix: dict[str, Any], note: str = "", source: str = "api") -> bool:
-        if self.get(tid) is None:
+        if not self._con().execute("SELECT 1 FROM triages WHERE id = ?", (tid,)).fetchall():
             return False
         self._con().execute(
             "INSERT OR REPLACE INTO confirmations VALUES (?, ?, ?, ?, ?)",
@@ -95,12 +154,48 @@ class Records:
             (path, function, exclude or "", limit)).fetchall()
         out: list[dict[str, Any]] = []
         for row in rows:
-            result = json.loads(row["result"])
+            result, fix = safe_json(row["result"]), safe_json(row["fix"])
+            note = row["note"] or ""
+            if not isinstance(result, dict) or fix is _DAMAGED or not _clean(note):
+                continue  # a damaged record is left out, never passed on
             out.append({"id": row["id"], "release": (result.get("release") or {}).get("release"),
-                        "summary": result.get("summary"), "confirmed_fix": json.loads(row["fix"]),
-                        "note": row["note"] or "", "confirmed_at": row["created"]})
+                        "summary": result.get("summary"), "confirmed_fix": fix,
+                        "note": note, "confirmed_at": row["created"]})
         return out
 
-    def confirmed(self) -> list[dict[str, Any]]:
-        rows = self._con().execute("SELECT id FROM confirmations ORDER BY created").fetchall()
+    def confirmed(self, *, limit: int | None = None, offset: int = 0) -> list[dict[str, Any]]:
+        """Confirmed triages, oldest first (a page of them with ``limit``/``offset``)."""
+        sql = "SELECT id FROM confirmations ORDER BY created, rowid"
+        params: tuple[int, ...] = ()
+        if limit is not None:
+            sql += " LIMIT ? OFFSET ?"
+            params = (limit, offset)
+        rows = self._con().execute(sql, params).fetchall()
         return [r for r in (self.get(row["id"]) for row in rows) if r is not None]
+
+    def purge(self, *, max_age_days: float | None, max_count: int | None,
+              keep_confirmed: bool = True, now: datetime | None = None) -> int:
+        """Delete triages older than ``max_age_days`` and, oldest first, those beyond
+        ``max_count``; confirmed ones (and their confirmations) stay unless
+        ``keep_confirmed`` is False. Returns how many triages were deleted."""
+        con = self._con()
+        spare = "AND id NOT IN (SELECT id FROM confirmations)" if keep_confirmed else ""
+        deleted = 0
+        if max_age_days is not None:
+            cutoff = ((now or datetime.now(timezone.utc)) - timedelta(days=max_age_days)
+                      ).isoformat(timespec="seconds")
+            deleted += con.execute(f"DELETE FROM triages WHERE created < ? {spare}",
+                                   (cutoff,)).rowcount
+        if max_count is not None:
+            deleted += con.execute(
+                f"DELETE FROM triages WHERE id IN (SELECT id FROM triages WHERE 1 {spare} "
+                f"ORDER BY created DESC, rowid DESC LIMIT -1 OFFSET ?)", (max_count,)).rowcount
+        if not keep_confirmed:
+            con.execute("DELETE FROM confirmations WHERE id NOT IN (SELECT id FROM triages)")
+        return deleted
+
+    def count(self) -> int:
+        return int(self._con().execute("SELECT COUNT(*) FROM triages").fetchone()[0])
+
+
+__all__ = ["MAX_DEPTH", "Records", "new_triage_id", "safe_json"]

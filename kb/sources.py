@@ -189,5 +189,11 @@ def read_local(path: Path, *, version: str | None = None) -> ReleaseSource:
 
 
 def iter_python_files(source: ReleaseSource) -> list[Path]:
-    """Every ``.py`` file of the ``sglang`` package, sorted for determinism."""
-    return sorted(p for p in source.package_dir.rglob("*.py") if p.is_file())
+    """Every ``.py`` file of the ``sglang`` package, sorted for determinism.
+
+    A symlink is followed only when it stays inside the package: a link to a
+    file elsewhere (``~/.ssh/id_rsa.py``, ``/etc/...``) is never read into the KB.
+    """
+    root = source.package_dir.resolve()
+    return sorted(p for p in source.package_dir.rglob("*.py")
+                  if p.is_file() and p.resolve().is_relative_to(root))

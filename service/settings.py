@@ -24,6 +24,13 @@ class Settings(EngineSettings):
     # service
     api_keys: list[str] = Field(default_factory=list, description="Bearer keys; empty = open.")
     max_body_bytes: int = 1024 * 1024
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description="Host names the API answers to; empty = the loopback "
+        "names and the host of TRIAGE_PUBLIC_URL (DNS-rebinding guard).")
+    records_max_age_days: float | None = Field(
+        30.0, description="Unconfirmed triages older than this are purged (None: kept).")
+    records_max_count: int | None = Field(
+        100_000, description="At most this many unconfirmed triages are kept (oldest purged).")
 
     replay_enabled: bool = Field(True, description="Verify fixes by replay in the background.")
 

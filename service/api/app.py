@@ -15,6 +15,8 @@ guard everything but the health checks and the static page.
 
 from __future__ import annotations
 
+import hmac
+import itertools
 import json
 import logging
 import re
@@ -24,13 +26,15 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from kb.errors import ConfigError, ReleaseNotIngested, TriageError, VectorStoreError
 from kb.knowledge import KnowledgeBase
-from kb.records import Records, triage_id
-from service.engine import Engine
+from kb.records import Records, new_triage_id
+from service.api.docs import mount_docs
+from service.api.guard import RequestGuard, allowed_hosts
+from service.api.schemas import ConfirmRequest, TriageRequest
+from service.engine import Engine, redact
 from service.errors import BinaryInput, EmptyInput, InputTooLarge, LogParseError, UnknownRelease
 from service.settings import Settings, get_settings
 from service.wiring import kb_for, records_for
@@ -73,39 +77,50 @@ async def get_records(settings: Annotated[Settings, Depends(app_settings)]) -> R
     return records_for(settings)
 
 
+#: Wrong keys one client may send in :data:`_FAIL_WINDOW_S` before it is refused outright.
+MAX_KEY_FAILURES = 10
+_FAIL_WINDOW_S = 60.0
+_failures: dict[str, list[float]] = {}
+
+
+def key_ok(token: str, keys: list[str]) -> bool:
+    """Is ``token`` one of ``keys``? Compared in constant time, every key tried."""
+    given = token.encode()
+    return any([hmac.compare_digest(given, k.encode()) for k in keys])  # noqa: C419 - no short cut
+
+
 async def require_key(request: Request,
                       settings: Annotated[Settings, Depends(app_settings)]) -> None:
     if not settings.api_keys:
         return
+    client = request.client.host if request.client else "unknown"
+    now = time.monotonic()
+    recent = [t for t in _failures.get(client, []) if now - t < _FAIL_WINDOW_S]
+    if len(recent) >= MAX_KEY_FAILURES:
+        raise HTTPException(429, "too many wrong API keys from this client; wait a minute",
+                            headers={"Retry-After": str(int(_FAIL_WINDOW_S))})
     auth = request.headers.get("authorization", "")
     token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
-    if token not in settings.api_keys:
+    if not key_ok(token, settings.api_keys):
+        if len(_failures) > 10_000:
+            _failures.clear()  # bounded memory
+        _failures[client] = [*recent, now]
         raise HTTPException(401, "missing or wrong bearer API key",
                             headers={"WWW-Authenticate": "Bearer"})
-
-
-class TriageRequest(BaseModel):
-    log: str
-    command: str | list[str] | None = None
-    release: str | None = None
-    hardware: str | None = None
-    model: str | None = None
-    model_arch: str | None = None
-    python: str | None = None
-
-
-class ConfirmRequest(BaseModel):
-    fix: dict[str, Any]
-    note: str = ""
-    #: which front end the confirmation came from (``export-incidents --source``)
-    source: Literal["api", "web"] = "api"
+    _failures.pop(client, None)
 
 
 def create_app() -> FastAPI:
     app = FastAPI(title="sglang-triage", version="0.1.0",
-                  description="Why did SGLang refuse to start, and which flag change fixes it?")
+                  description="Why did SGLang refuse to start, and which flag change fixes it?",
+                  docs_url=None, redoc_url=None, openapi_url=None)  # see service.api.docs
 
-    app.add_middleware(RequestIdMiddleware)
+    settings = get_settings()
+    app.add_middleware(RequestGuard,
+                       hosts=allowed_hosts(settings.allowed_hosts, settings.public_url),
+                       origins=frozenset({settings.public_url.rstrip("/").lower()}),
+                       max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestIdMiddleware)  # outermost: every answer gets its request id
 
     @app.exception_handler(TriageError)
     async def triage_error(_: Request, exc: TriageError) -> JSONResponse:
@@ -181,8 +196,9 @@ def create_app() -> FastAPI:
                 raise BinaryInput("the body is not UTF-8 text") from exc
             payload = text
         options = {"release": release, "hardware": hardware, "model": model, "model_arch": model_arch}
+        client = request.client.host if request.client else "unknown"
         body = await run_in_threadpool(_answer, engine, records, settings, payload, text, options,
-                                       replay)
+                                       replay, client)
         return Response(body, media_type="application/json")
 
     @app.post("/lint", dependencies=[Depends(require_key)],
@@ -216,28 +232,37 @@ def create_app() -> FastAPI:
         return rec
 
     @app.post("/incidents/{tid}/confirm", dependencies=[Depends(require_key)])
-    def confirm(tid: str, body: ConfirmRequest,
-                records: Annotated[Records, Depends(get_records)]) -> dict[str, Any]:
-        if not records.confirm(tid, body.fix, body.note, source=body.source):
+    def confirm(tid: str, body: ConfirmRequest, records: Annotated[Records, Depends(get_records)],
+                kb: Annotated[KnowledgeBase, Depends(get_kb)]) -> dict[str, Any]:
+        rec = records.get(tid)
+        if rec is None:
             raise HTTPException(404, f"no stored triage {tid}")
+        unknown = _unknown_flags(kb, rec, body.flags())
+        if unknown:
+            raise HTTPException(422, f"not flags of the triage's release: {', '.join(unknown)}")
+        records.confirm(tid, body.fix_dict(), body.note, source=body.source)
         return {"id": tid, "confirmed": True}
 
     @app.get("/incidents", dependencies=[Depends(require_key)],
              response_class=PlainTextResponse)
     def export(records: Annotated[Records, Depends(get_records)],
                kb: Annotated[KnowledgeBase, Depends(get_kb)],
-               source: Literal["api", "web", "slack"] | None = None) -> PlainTextResponse:
-        """Confirmed triages as eval incidents, JSONL (``sglang-triage eval --incidents``)."""
+               source: Literal["api", "web", "slack"] | None = None,
+               limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+               offset: Annotated[int, Query(ge=0)] = 0) -> PlainTextResponse:
+        """Confirmed triages as eval incidents, JSONL (``sglang-triage eval --incidents``),
+        a page at a time (``limit``/``offset`` over the confirmations, oldest first)."""
         from kb.recording import export_confirmed
 
         lines = [json.dumps(i.model_dump(mode="json"), ensure_ascii=False) + "\n"
-                 for i in export_confirmed(records, kb.store, source=source)]
+                 for i in export_confirmed(records, kb.store, source=source, limit=limit,
+                                           offset=offset)]
         return PlainTextResponse("".join(lines), media_type="application/x-ndjson")
 
     from service.web import mount_web
 
     mount_web(app, require_key, get_kb)  # the page at / and /t/{id}, /static, /hardware, /source
-    settings = get_settings()
+    mount_docs(app, require_key)  # /openapi.json and /docs, local assets, behind the keys
     if settings.slack_bot_token and settings.slack_signing_secret:
         from service.slack.bot import mount_slack
 
@@ -245,21 +270,49 @@ def create_app() -> FastAPI:
     return app
 
 
+def _unknown_flags(kb: KnowledgeBase, rec: dict[str, Any], flags: list[str]) -> list[str]:
+    """The ``flags`` that the release of stored triage ``rec`` does not know (none when the
+    release is not in the KB any more: nothing to check against)."""
+    release = ((rec.get("result") or {}).get("release") or {}).get("release")
+    if not flags or not release or kb.store.release(release) is None:
+        return []
+    from kb.catalogs import load_catalog
+
+    catalog = load_catalog(kb.store, release)
+    spellings, attrs = catalog.by_flag(), catalog.by_attr()
+    return [f for f in flags if f not in spellings and f.lstrip("-").replace("-", "_") not in attrs]
+
+
+_SAVES = itertools.count(1)
+#: Stored triages between two purges of the records (retention limits).
+PURGE_EVERY = 200
+
+
+def _maybe_purge(records: Records, settings: Settings) -> None:
+    """Apply the records' retention limits every :data:`PURGE_EVERY` stored triages."""
+    if next(_SAVES) % PURGE_EVERY == 0:
+        records.purge(max_age_days=settings.records_max_age_days,
+                      max_count=settings.records_max_count)
+
+
 def _answer(engine: Engine, records: Records, settings: Settings, payload: str | dict[str, Any],
-            text: str, options: dict[str, str | None], replay: bool) -> bytes:
+            text: str, options: dict[str, str | None], replay: bool, client: str = "local",
+            ) -> bytes:
     """Triage, store and encode one answer (on a worker thread: all of it blocks).
 
     The answer is encoded to JSON once; the same text is stored and returned.
     """
     result = engine.triage(payload, max_bytes=settings.max_body_bytes, **options)
-    tid = triage_id(text if isinstance(payload, str) else json.dumps(payload, sort_keys=True), options)
+    tid = new_triage_id()
     result.id = tid
     if not _vectors_ok(engine.kb):
         result.degraded.append("vector store unreachable: search falls back to keywords")
     if result.location is not None:
-        result.similar = records.similar(result.location.path, result.location.function,
-                                         exclude=tid)
-    request_record = {"options": options, "log": text[:200_000]}
+        similar = records.similar(result.location.path, result.location.function, exclude=tid)
+        if not settings.api_keys:  # open service: other people's triages are not linked
+            similar = [{k: v for k, v in s.items() if k != "id"} for s in similar]
+        result.similar = similar
+    request_record = {"options": options, "log": redact(text)[:200_000]}
     wants_replay = replay and result.status == "located" and settings.replay_enabled
     if wants_replay:
         result.replay = {"status": "pending",
@@ -270,17 +323,25 @@ def _answer(engine: Engine, records: Records, settings: Settings, payload: str |
     records.save(tid, request_record, encoded)
     if wants_replay:
         from service.replay.background import schedule, unavailable_reason
+        from service.replay.queue import QueueFull
 
-        fut = schedule(settings, json.loads(encoded), list(result.parsed.command or []),
-                       result.parsed.hardware, result.parsed.model_arch,
-                       lambda updated: records.save(tid, request_record, updated))
-        if fut is None:
-            release = (result.release or {}).get("release")
-            why = unavailable_reason(settings, release, list(result.parsed.command or []))
-            result.replay = {"status": "unavailable",
-                             "detail": why or "replay could not be scheduled"}
+        try:
+            fut = schedule(settings, json.loads(encoded), list(result.parsed.command or []),
+                           result.parsed.hardware, result.parsed.model_arch,
+                           lambda updated: records.save(tid, request_record, updated),
+                           client=client)
+        except QueueFull as exc:
+            result.replay = {"status": "unverified", "detail": f"{exc.message}; try again later"}
+        else:
+            if fut is None:
+                release = (result.release or {}).get("release")
+                why = unavailable_reason(settings, release, list(result.parsed.command or []))
+                result.replay = {"status": "unavailable",
+                                 "detail": why or "replay could not be scheduled"}
+        if result.replay.get("status") != "pending":
             encoded = result.model_dump_json()
             records.save(tid, request_record, encoded)
+    _maybe_purge(records, settings)
     return encoded.encode("utf-8")
 
 

@@ -51,6 +51,7 @@ from service.engine.locate.localize import (
 )
 from service.engine.logparse.parse import ParsedLog, parse_input
 from service.engine.release.resolve import resolve_release
+from service.engine.release.versions import parse_version
 from service.engine.settings import EngineSettings
 
 #: a triage this slow built caches (or loaded the query encoder): freeze what it built
@@ -97,6 +98,9 @@ class Engine:
         parsed, extras = parse_input(payload, max_bytes=max_bytes)
         timings["parse"] = _ms(t0)
         release = release or extras.get("release")
+        if release is not None and parse_version(str(release)) is None:
+            raise UnknownRelease(f"{str(release)[:100]!r} is not an SGLang version (say 0.5.11)",
+                                 details={"release": str(release)[:100]})
         hardware = hardware or extras.get("hardware")
         model = model or (extras.get("model") if isinstance(extras.get("model"), str) else None)
         if not self.store.releases():

@@ -103,8 +103,11 @@ def _loc(res: ReplayResult) -> str | None:
 
 def schedule(settings: Settings, result: dict[str, Any], argv: list[str], hardware: str | None,
              model_arch: str | None, on_done: Callable[[dict[str, Any]], None],
-             budget_s: float = 180.0) -> Future | None:
-    """Start the background replay of ``argv`` and the fixes; ``on_done`` gets the updated result."""
+             budget_s: float = 180.0, client: str = "local") -> Future | None:
+    """Start the background replay of ``argv`` and the fixes; ``on_done`` gets the updated result.
+
+    None when replay cannot run (see :func:`unavailable_reason`); raises
+    :class:`~service.replay.queue.QueueFull` when the queue refuses the batch."""
     from kb.sources import fetch_release
     from service.replay.harness import replay_async
 
@@ -114,7 +117,7 @@ def schedule(settings: Settings, result: dict[str, Any], argv: list[str], hardwa
     src = fetch_release(release, wheel_dir=settings.wheel_dir, source_dir=settings.source_dir)
     argvs = [argv] + [f["argv"] for f in result.get("fixes", [])]
     fut = replay_async(src.root, release, argvs, hardware=hardware, model_arch=model_arch,
-                       timeout_s=budget_s, settings=settings)
+                       timeout_s=budget_s, settings=settings, client=client)
 
     def done(f: Future) -> None:
         try:

@@ -46,6 +46,7 @@ from service.engine import HardwareProfile, get_profile
 from service.replay import sandbox
 from service.replay.errors import ReplayError
 from service.replay.plan import hardware_payload, probe_values, stub_plan, substitute_argv
+from service.replay.queue import ReplayQueue
 from service.replay.results import Frame, ReplayResult
 from service.replay.trees import replay_tree
 
@@ -322,14 +323,13 @@ def replay(
                        stub_failure=stub_failure)[0]
 
 
-_EXECUTOR: concurrent.futures.ThreadPoolExecutor | None = None
+def replay_async(release_root: Path, version: str, argvs: Sequence[Sequence[str]], *,
+                 client: str = "local", **kwargs: Any
+                 ) -> concurrent.futures.Future[list[ReplayResult]]:
+    """:func:`replay_many` in the background queue (bounded, fair between clients; one batch
+    at a time). Raises :class:`~service.replay.queue.QueueFull` when it is full."""
+    return QUEUE.submit(client, replay_many, release_root, version, argvs, **kwargs)
 
 
-def replay_async(release_root: Path, version: str, argvs: Sequence[Sequence[str]],
-                 **kwargs: Any) -> concurrent.futures.Future[list[ReplayResult]]:
-    """:func:`replay_many` in a background thread (one batch at a time, in order)."""
-    global _EXECUTOR
-    if _EXECUTOR is None:
-        _EXECUTOR = concurrent.futures.ThreadPoolExecutor(max_workers=1,
-                                                          thread_name_prefix="replay")
-    return _EXECUTOR.submit(replay_many, release_root, version, argvs, **kwargs)
+#: The process's replay queue (see :mod:`service.replay.queue`).
+QUEUE = ReplayQueue()

@@ -1,6 +1,6 @@
-"""Block Kit rendering of triage results for the Slack bot, and secret redaction.
+"""Block Kit rendering of triage results for the Slack bot.
 
-Everything the bot posts goes through :func:`redact_payload` last, so no
+Everything the bot posts goes through :func:`~service.engine.redact_payload` last, so no
 Slack token (``xoxb-``/``xoxp-``/``xapp-``...), ``sk-``/``hf_`` key, AWS key or
 ``--api-key``/``--hf-token`` value from a pasted log (or from the settings)
 is ever echoed into a channel. Text from logs and sources is escaped for
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
 from typing import Any
 
 from service.engine import FixOut, TriageResult
@@ -25,58 +24,6 @@ FIXED_ACTION = "triage_fixed"
 REPORT_ACTION = "triage_report"
 SECTION_LIMIT = 2900  # Slack's section text limit is 3000 characters
 MAX_BLOCKS = 48  # Slack allows 50 blocks per message
-REDACTED = "[REDACTED]"
-
-# --------------------------------------------------------------------------- redaction
-
-_SECRET_FLAGS = r"api-key|admin-api-key|hf-token|token|secret|password|access-key|secret-key"
-_SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    # --api-key X, --hf-token=X, --admin-api-key 'X' (the flag name is kept)
-    (re.compile(rf"(--(?:[\w-]*-)?(?:{_SECRET_FLAGS}))(?=[\s=])(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)",
-                re.I), rf"\1\2{REDACTED}"),
-    # NAME=value and NAME: value for env-like names (HF_TOKEN=, OPENAI_API_KEY=, AWS_SECRET_ACCESS_KEY=)
-    (re.compile(r"\b([A-Z0-9_]*(?:TOKEN|API_KEY|SECRET|SECRET_ACCESS_KEY|PASSWORD))(\s*[=:]\s*)"
-                r"(\"[^\"]*\"|'[^']*'|[^\s\"',)]+)"), rf"\1\2{REDACTED}"),
-    # python reprs and kwargs: ServerArgs(api_key='...', hf_token="...")
-    (re.compile(r"\b([a-z0-9_]*(?:api_key|token|secret|password))(=)(\"[^\"]*\"|'[^']*'|[^\s\"',)]+)"),
-     rf"\1\2{REDACTED}"),
-    (re.compile(r"(?i)\b(authorization\s*:\s*(?:bearer|basic|token)\s+)\S+"), rf"\1{REDACTED}"),
-    (re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{6,}"), REDACTED),
-    (re.compile(r"\bxapp-[A-Za-z0-9-]{6,}"), REDACTED),
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{12,}"), REDACTED),
-    (re.compile(r"\bhf_[A-Za-z0-9]{12,}"), REDACTED),
-    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b"), REDACTED),
-    (re.compile(r"(?i)(aws_secret_access_key\s*[=:]\s*)[A-Za-z0-9/+=]{40}\b"), rf"\1{REDACTED}"),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), REDACTED),
-]
-
-
-def redact(text: str, extra: Iterable[str] = ()) -> str:
-    """``text`` with secrets replaced by ``[REDACTED]``.
-
-    ``extra`` are literal secrets (the bot's own tokens and keys) that are
-    removed wherever they appear, whatever their shape.
-    """
-    for secret in extra:
-        if secret and len(secret) >= 6:
-            text = text.replace(secret, REDACTED)
-    for pattern, repl in _SECRET_PATTERNS:
-        text = pattern.sub(repl, text)
-    return text
-
-
-def redact_payload(value: Any, extra: Iterable[str] = ()) -> Any:
-    """Redact every string inside a JSON-like value (blocks, text, button values)."""
-    extra = tuple(extra)
-    if isinstance(value, str):
-        return redact(value, extra)
-    if isinstance(value, list):
-        return [redact_payload(v, extra) for v in value]
-    if isinstance(value, dict):
-        return {k: redact_payload(v, extra) for k, v in value.items()}
-    return value
-
-
 # --------------------------------------------------------------------------- mrkdwn helpers
 
 def esc(text: str) -> str:

@@ -46,8 +46,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
 from kb.errors import ConfigError, TriageError
-from kb.records import Records, triage_id
-from service.engine import Engine, TriageResult
+from kb.records import Records, new_triage_id
+from service.engine import Engine, TriageResult, redact, redact_payload
 from service.settings import Settings
 from service.slack import blocks as sb
 from service.slack.state import Seen, ThreadContext, ThreadStore, TokenBucket
@@ -265,13 +265,13 @@ class SlackTriageBot:
     def _triage(self, text: str, options: dict[str, Any], source: dict[str, Any],
                 redacted: bool = False) -> tuple[TriageResult, str, str, dict[str, str | None]]:
         """Run the engine on the (redacted) log; store the result; ``(result, id, payload, options)``."""
-        payload = text if redacted else sb.redact(text, self.secrets)
+        payload = text if redacted else redact(text, self.secrets)
         opts: dict[str, str | None] = {k: options.get(k) for k in ("release", "hardware", "model",
                                                                      "model_arch")}
         result = self.engine.triage(payload, release=opts["release"], hardware=opts["hardware"],
                                     model=opts["model"], model_arch=opts["model_arch"],
                                     max_bytes=self.settings.max_body_bytes)
-        tid = triage_id(payload, opts)
+        tid = new_triage_id()
         result.id = tid
         self.records.save(tid, {"options": opts, "log": payload[:200_000],
                                 "source": "slack", "slack": source}, result.model_dump(mode="json"))
@@ -316,7 +316,7 @@ class SlackTriageBot:
         if not self.bucket.acquire(channel):
             log.warning("rate limit: dropping a reply to %s", channel)
             return None
-        payload = sb.redact_payload({"text": text[:3000], "blocks": blocks}, self.secrets)
+        payload = redact_payload({"text": text[:3000], "blocks": blocks}, self.secrets)
         try:
             resp = self.client.chat_postMessage(channel=channel, thread_ts=thread_ts,
                                                 unfurl_links=False, **payload)
@@ -328,7 +328,7 @@ class SlackTriageBot:
     def _update(self, channel: str, ts: str, text: str, blocks: Blocks) -> None:
         if not self.bucket.acquire(channel):
             return
-        payload = sb.redact_payload({"text": text[:3000], "blocks": blocks}, self.secrets)
+        payload = redact_payload({"text": text[:3000], "blocks": blocks}, self.secrets)
         try:
             self.client.chat_update(channel=channel, ts=ts, **payload)
         except SlackApiError as exc:
@@ -337,7 +337,7 @@ class SlackTriageBot:
     def _respond(self, response_url: str | None, text: str, blocks: Blocks) -> None:
         if not response_url:
             return
-        payload = sb.redact_payload({"text": text[:3000], "blocks": blocks,
+        payload = redact_payload({"text": text[:3000], "blocks": blocks,
                                      "response_type": "in_channel"}, self.secrets)
         try:
             httpx.post(response_url, json=payload, timeout=10.0)
@@ -393,19 +393,27 @@ def mount_slack(app: FastAPI, settings: Settings, engine_factory: EngineFactory 
     """Add ``POST {path}`` (events, slash command, interactivity) to a FastAPI app.
 
     Slack signs every request; Bolt answers 401 to a bad signature or a
-    timestamp over five minutes old. The engine defaults to the API's KB and
-    the records to the API's ``records.sqlite``, so report links resolve.
+    timestamp over five minutes old, and this route answers 401 to a timestamp
+    that is not a number and to a form post (slash command, button) whose
+    signature it has already seen (a replay; Slack never resends those). The
+    body limit is the API's (:mod:`service.api.guard`). The engine defaults to
+    the API's KB and the records to the API's ``records.sqlite``, so report
+    links resolve.
     """
     factory, recs = _defaults(settings, engine_factory, records)
     bot = SlackTriageBot(settings, factory, recs)
     handler = _ThreadedHandler(bot.app)
-    limit = settings.max_body_bytes
+    signatures = Seen(ttl_s=6 * 60)  # Bolt refuses timestamps older than five minutes
 
     @app.post(path, include_in_schema=False)
     async def slack_events(request: Request) -> Response:
-        length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > limit:
-            return Response("payload too large", status_code=413)
+        if not request.headers.get("x-slack-request-timestamp", "").isdigit():
+            return Response("missing or malformed Slack request timestamp", status_code=401)
+        form = request.headers.get("content-type", "").startswith(
+            "application/x-www-form-urlencoded")
+        # a forged signature recorded here is harmless: it never equals a real one
+        if form and not signatures.add(request.headers.get("x-slack-signature", "")):
+            return Response("replayed Slack request", status_code=401)
         return await handler.handle(request)
 
     app.state.slack_bot = bot

@@ -5,13 +5,13 @@ from __future__ import annotations
 from evals.incidents import INCIDENTS_DIR, dump_incidents, load_incidents
 from evals.runner import run_eval
 from kb.recording import export_confirmed
-from kb.records import Records, triage_id
+from kb.records import Records, new_triage_id
 from service.engine.triage import Engine
 
 
 def _save(records: Records, engine: Engine, log: str, options: dict) -> str:
     result = engine.triage(log, **options)
-    tid = triage_id(log, options)
+    tid = new_triage_id()
     records.save(tid, {"options": options, "log": log}, result.model_dump(mode="json"))
     return tid
 

@@ -51,6 +51,7 @@ from service.engine.logparse.environment import (
     parse_server_args,
 )
 from service.engine.logparse.frames import ExceptionInfo, find_exceptions, pick_primary
+from service.engine.logparse.redact import redact, redact_payload
 from service.engine.logparse.text import clean_log_marked
 
 __all__ = [
@@ -206,6 +207,7 @@ def parse_input(
     if isinstance(payload, bytes):
         payload = _decode(payload, max_bytes)
     if isinstance(payload, str):
+        payload = redact(payload)
         data: object = None
         if payload.lstrip().startswith("{"):
             if len(payload) > max_bytes:
@@ -219,7 +221,7 @@ def parse_input(
         payload = data
     if not isinstance(payload, dict):
         raise LogParseError(f"unsupported input of type {type(payload).__name__}")
-    return _parse_structured(payload, max_bytes)
+    return _parse_structured(redact_payload(payload), max_bytes)
 
 
 def _parse_structured(payload: dict[str, Any], max_bytes: int) -> tuple[ParsedLog, dict[str, Any]]:

@@ -10,9 +10,16 @@ mapping applies (unknown release -> 404, bad hardware name -> 400).
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from kb.errors import ConfigError
 from kb.rules.cards import load_curated
@@ -46,12 +53,17 @@ def split_command(flags: list[str] | str) -> list[str]:
 class LintRequest(BaseModel):
     """Body of ``POST /lint``: ``flags`` (argv tokens) or ``command`` (one string)."""
 
+    model_config = ConfigDict(extra="forbid")
+
     release: str = Field(min_length=1, max_length=64)
-    flags: list[str] | None = Field(default=None, max_length=4096)
+    flags: list[Annotated[str, StringConstraints(max_length=10_000)]] | None = Field(
+        default=None, max_length=4096)
     command: str | None = Field(default=None, max_length=100_000)
-    hardware: str | None = None
-    model_arch: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    hardware: str | None = Field(default=None, max_length=100)
+    model_arch: str | None = Field(default=None, max_length=200)
+    env: dict[Annotated[str, StringConstraints(max_length=200)],
+              Annotated[str, StringConstraints(max_length=10_000)]] = Field(
+        default_factory=dict, max_length=256)
 
     @model_validator(mode="after")
     def _one_of(self) -> LintRequest:

@@ -282,7 +282,8 @@ function similarSection(r) {
   if (!s.length) return null;
   return section("similar", "Similar past incidents",
     h("ul", { class: "plain" }, s.map((x) => h("li", {},
-      h("a", { href: `/t/${encodeURIComponent(x.id)}` }, x.summary || x.id),
+      x.id ? h("a", { href: `/t/${encodeURIComponent(x.id)}` }, x.summary || x.id)
+        : h("span", {}, x.summary || "a confirmed incident"),
       h("span", { class: "muted" }, ` (${x.release || "?"}, confirmed ${x.confirmed_at || ""})`),
       h("div", {}, "Fixed by: ", h("code", {}, editText(x.confirmed_fix || {})), x.note ? ` — “${x.note}”` : "")))));
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from service.engine import REDACTED, redact, redact_payload
 from service.slack import blocks as sb
 from service.slack.state import Seen, TokenBucket
 from service.slack.text import (
@@ -62,24 +63,24 @@ def test_logs_are_told_from_questions() -> None:
     "hf_abcdefghijklmnopqrstu", "AKIAIOSFODNN7EXAMPLE", "ghp_abcdefghijklmnopqrstuvwx",
 ])
 def test_token_shapes_are_redacted(secret: str) -> None:
-    out = sb.redact(f"the key is {secret} ok")
-    assert secret not in out and sb.REDACTED in out and out.endswith(" ok")
+    out = redact(f"the key is {secret} ok")
+    assert secret not in out and REDACTED in out and out.endswith(" ok")
 
 
 def test_flag_and_env_values_are_redacted_but_flags_kept() -> None:
     cmd = ("python -m sglang.launch_server --api-key plainsecret --hf-token=another1 --admin-api-key 'q w' "
            "--speculative-num-draft-tokens 8 --max-total-tokens 100")
-    out = sb.redact(cmd)
+    out = redact(cmd)
     assert "plainsecret" not in out and "another1" not in out and "q w" not in out
-    assert "--api-key [REDACTED]" in out and "--hf-token=[REDACTED]" in out
+    assert "--api-key ***" in out and "--hf-token=***" in out
     assert "--speculative-num-draft-tokens 8 --max-total-tokens 100" in out
-    env = sb.redact("HF_TOKEN=abc123 AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY "
+    env = redact("HF_TOKEN=abc123 AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY "
                     "ServerArgs(api_key='k3y', tp_size=8) Authorization: Bearer tok.en")
     assert "abc123" not in env and "wJalrXUtnFEMI" not in env and "k3y" not in env and "tok.en" not in env
     assert "tp_size=8" in env
-    assert sb.redact("value shaped-anyhow-123", extra=["shaped-anyhow-123"]) == "value [REDACTED]"
-    payload = sb.redact_payload({"blocks": [{"text": {"text": "--api-key zzz"}}], "n": 1})
-    assert payload == {"blocks": [{"text": {"text": "--api-key [REDACTED]"}}], "n": 1}
+    assert redact("value shaped-anyhow-123", extra=["shaped-anyhow-123"]) == "value ***"
+    payload = redact_payload({"blocks": [{"text": {"text": "--api-key zzz"}}], "n": 1})
+    assert payload == {"blocks": [{"text": {"text": "--api-key ***"}}], "n": 1}
 
 
 def test_token_bucket_limits_per_channel() -> None:

@@ -74,7 +74,7 @@ def test_hardware_and_source_lookups(web_server: WebServer) -> None:
 def test_page_needs_no_key_but_the_lookups_do(web_settings) -> None:  # noqa: ANN001
     app = create_app()
     app.dependency_overrides[app_settings] = lambda: web_settings.model_copy(update={"api_keys": ["k1"]})
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:  # a loopback Host
         assert client.get("/").status_code == 200
         assert client.get("/t/abc").status_code == 200
         assert client.get("/static/app.js").status_code == 200
