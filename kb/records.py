@@ -83,6 +83,8 @@ class Records:
         if con is None:
             con = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
             con.row_factory = sqlite3.Row
+            # text that is not UTF-8 (written by something else) is read, not raised on
+            con.text_factory = lambda raw: raw.decode("utf-8", "replace")
             con.execute("PRAGMA journal_mode=WAL")
             # as the index does: in WAL mode NORMAL never corrupts the database and spares an
             # fsync per stored triage (a power cut may lose the last few records, a crash none)

@@ -110,12 +110,14 @@ async def require_key(request: Request,
     _failures.pop(client, None)
 
 
-def create_app() -> FastAPI:
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The API. ``settings`` (default: the process's) configure what is fixed when the app is
+    built: the request guard, Slack; requests read theirs through :func:`app_settings`."""
     app = FastAPI(title="sglang-triage", version="0.1.0",
                   description="Why did SGLang refuse to start, and which flag change fixes it?",
                   docs_url=None, redoc_url=None, openapi_url=None)  # see service.api.docs
 
-    settings = get_settings()
+    settings = settings or get_settings()
     app.add_middleware(RequestGuard,
                        hosts=allowed_hosts(settings.allowed_hosts, settings.public_url),
                        origins=frozenset({settings.public_url.rstrip("/").lower()}),

@@ -409,6 +409,10 @@ def mount_slack(app: FastAPI, settings: Settings, engine_factory: EngineFactory 
     async def slack_events(request: Request) -> Response:
         if not request.headers.get("x-slack-request-timestamp", "").isdigit():
             return Response("missing or malformed Slack request timestamp", status_code=401)
+        try:
+            (await request.body()).decode("utf-8")
+        except UnicodeDecodeError:
+            return Response("the body is not UTF-8", status_code=400)
         form = request.headers.get("content-type", "").startswith(
             "application/x-www-form-urlencoded")
         # a forged signature recorded here is harmless: it never equals a real one

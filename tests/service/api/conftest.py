@@ -45,7 +45,7 @@ class ServerThread:
 
 
 def make_server(settings: Settings) -> ServerThread:
-    app = create_app()
+    app = create_app(settings)
     app.dependency_overrides[app_settings] = lambda: settings
     return ServerThread(app, free_port())
 

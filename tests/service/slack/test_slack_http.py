@@ -220,3 +220,40 @@ def test_url_verification_challenge(slack) -> None:
     body = json.dumps({"token": "legacy", "challenge": "abc123", "type": "url_verification"}).encode()
     r = slack.post(body, "application/json")
     assert r.status_code == 200 and "abc123" in r.text
+
+
+def test_malformed_timestamps_and_replayed_commands_are_refused(slack, slack_stub,  # noqa: ANN001
+                                                                slack_server) -> None:  # noqa: ANN001
+    r = slack.http.post("/slack/events", content=b"{}", headers={
+        "content-type": "application/json", "x-slack-request-timestamp": "not-a-number",
+        "x-slack-signature": "v0=00"})
+    assert r.status_code == 401
+    ts = int(time.time())
+    first = slack.command("help", "C0REPLAY", f"{slack_stub.url}/response/replay1", timestamp=ts)
+    assert first.status_code == 200
+    again = slack.command("help", "C0REPLAY", f"{slack_stub.url}/response/replay1", timestamp=ts)
+    assert again.status_code == 401 and "replayed" in again.text
+
+
+def test_fuzzed_slack_requests_never_get_a_server_error(slack_server) -> None:  # noqa: ANN001
+    """Whatever arrives at /slack/events (any body, type, timestamp, signature): never a 5xx."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    with httpx.Client(base_url=slack_server.url, timeout=30) as http:
+
+        @settings(max_examples=60, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(body=st.binary(max_size=2000) | st.text(max_size=500).map(str.encode),
+               ctype=st.sampled_from(["application/json", "application/x-www-form-urlencoded",
+                                      "text/plain", ""]),
+               ts=st.one_of(st.just(str(int(time.time()))), st.text(max_size=12)),
+               sig=st.text(alphabet="v0=abcdef0123456789", max_size=70))
+        def check(body: bytes, ctype: str, ts: str, sig: str) -> None:
+            headers = {"content-type": ctype, "x-slack-signature": sig}
+            if ts.isprintable() and ts.isascii():
+                headers["x-slack-request-timestamp"] = ts
+            r = http.post("/slack/events", content=body, headers=headers)
+            assert r.status_code < 500, (r.status_code, body[:80], ctype, ts)
+
+        check()
