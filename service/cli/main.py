@@ -205,6 +205,25 @@ def replay(
     raise typer.Exit(replay_command(release, hardware, model_arch, list(ctx.args), as_json))
 
 
+@app.command(name="purge-records")
+def purge_records(
+    max_age_days: Annotated[float | None, typer.Option(help="Default: TRIAGE_RECORDS_MAX_AGE_DAYS.")] = None,
+    max_count: Annotated[int | None, typer.Option(help="Default: TRIAGE_RECORDS_MAX_COUNT.")] = None,
+    include_confirmed: Annotated[bool, typer.Option(
+        "--include-confirmed", help="Purge confirmed triages (recorded incidents) too.")] = False,
+) -> None:
+    """Apply the stored triages' retention limits now (the API also does so as it goes)."""
+    from service.wiring import records_for
+
+    settings = _settings()
+    n = records_for(settings).purge(
+        max_age_days=settings.records_max_age_days if max_age_days is None else max_age_days,
+        max_count=settings.records_max_count if max_count is None else max_count,
+        keep_confirmed=not include_confirmed)
+    console.print(f"{n} stored triage(s) purged"
+                  + ("" if include_confirmed else "; confirmed ones kept"))
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option()] = "127.0.0.1",

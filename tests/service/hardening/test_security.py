@@ -263,3 +263,94 @@ def test_purge_keeps_confirmed_triages(tmp_path: Path) -> None:
     assert {r for r in ("t0", "t2", "t3", "t4", "t5") if records.get(r)} == {"t0", "t4", "t5"}
     assert records.purge(max_age_days=30, max_count=None, keep_confirmed=False) == 1
     assert records.get("t0") is None and json.loads(json.dumps(records.confirmed())) == []
+
+
+def _wait_replay(c: httpx.Client, tid: str, budget_s: float = 300) -> dict:
+    deadline = time.monotonic() + budget_s
+    stored: dict = {}
+    while time.monotonic() < deadline:
+        stored = c.get(f"/triage/{tid}").json()["result"]
+        if stored.get("replay", {}).get("status") != "pending":
+            break
+        time.sleep(1)
+    return stored
+
+
+def test_a_logged_model_folder_with_remote_code_is_never_run(api_settings: Settings,
+                                                             tmp_path: Path) -> None:
+    """The auto_map payload (a --model-path folder with config.json naming a .py, plus
+    --trust-remote-code) and the --config YAML route: replay refuses or drops them, the
+    payload writes nothing, and the stored answer says why."""
+    marker = tmp_path / "pwned"
+    folder = tmp_path / "evil-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+        "auto_map": {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.Evil"}}))
+    (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    (tmp_path / "cfg.yaml").write_text(f"model-path: {folder}\ntrust-remote-code: true\n")
+    log = _log()
+    first_cmd = log.splitlines()[0]
+    attempts = {
+        "auto_map": first_cmd.replace(first_cmd.split("--model-path ")[1].split()[0], str(folder))
+        + " --trust-remote-code",
+        "config": first_cmd.replace("--model-path", f"--config {tmp_path / 'cfg.yaml'} "
+                                    "--model-path", 1).replace(
+            first_cmd.split("--model-path ")[1].split()[0], "deepseek-ai/DeepSeek-V3"),
+    }
+    on = api_settings.model_copy(update={"replay_enabled": True})
+    with make_server(on) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+        stored = {}
+        for name, cmd in attempts.items():
+            body = {"log": log.replace(first_cmd, cmd, 1), "release": "0.5.11",
+                    "hardware": "rtx-pro-6000-x8"}
+            r = c.post("/triage", json=body)
+            assert r.status_code == 200, r.text
+            stored[name] = _wait_replay(c, r.json()["id"])
+    assert not marker.exists()
+    refused = stored["auto_map"]["replay"]
+    assert refused["status"] == "unverified" and "replay refused" in refused["detail"]
+    assert stored["config"]["replay"]["status"] != "pending"
+    assert str(folder) not in json.dumps(stored["config"]["replay"])
+
+
+def test_readyz_reports_the_replay_sandbox(client: httpx.Client) -> None:
+    from service.replay.sandbox import status
+
+    body = client.get("/readyz").json()
+    assert body["replay"]["sandbox"] is status().available
+    assert body["replay"]["detail"] == status().reason
+
+
+def test_ingest_does_not_follow_links_out_of_the_package(tmp_path: Path) -> None:
+    from kb.sources import ReleaseSource, iter_python_files
+
+    pkg = tmp_path / "src" / "sglang"
+    (pkg / "srt").mkdir(parents=True)
+    (pkg / "srt" / "server_args.py").write_text("x = 1\n")
+    secret = tmp_path / "secret.py"
+    secret.write_text("TOKEN = 'do-not-index'\n")
+    (pkg / "srt" / "leak.py").symlink_to(secret)
+    (pkg / "srt" / "alias.py").symlink_to(pkg / "srt" / "server_args.py")
+    src = ReleaseSource(version="0.0.1", root=tmp_path / "src", origin="test")
+    names = [p.name for p in iter_python_files(src)]
+    assert "leak.py" not in names and {"server_args.py", "alias.py"} <= set(names)
+
+
+def test_purge_records_command(api_settings: Settings, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from service.cli.main import app
+
+    kb_dir = tmp_path / "kb"
+    records = Records(kb_dir / "records.sqlite")
+    for i in range(3):
+        records.save(f"p{i}", {"log": "x"}, {"summary": str(i)})
+    assert records.confirm("p0", {"rank": 1})
+    env = {"TRIAGE_KB_DIR": str(kb_dir), "TRIAGE_HOME": str(api_settings.home)}
+    res = CliRunner().invoke(app, ["purge-records", "--max-count", "0"], env=env)
+    assert res.exit_code == 0, res.output
+    assert records.get("p0") is not None and records.get("p1") is None and records.count() == 1
+    res = CliRunner().invoke(app, ["purge-records", "--max-count", "0", "--include-confirmed"],
+                             env=env)
+    assert res.exit_code == 0 and records.count() == 0
