@@ -266,13 +266,12 @@ def _run_batch(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
         with open(main_log, "wb") as log:
             cmd = sandbox.command([sys.executable, "-s", str(CHILD), str(tmp / "config.json")],
                                   workdir=tmp, hidden=[home],
-                                  readable=[tree, home / "replay-models"])
-            limits = sandbox.Limits(cpu_s=int(overall) + 30)
+                                  readable=[tree, home / "replay-models"],
+                                  limits=sandbox.Limits(cpu_s=int(overall) + 30))
             try:
                 proc = subprocess.Popen(
                     cmd, cwd=tmp, env=_child_env(tmp, tree, hw, env), stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                    preexec_fn=sandbox.preexec(limits))  # noqa: PLW1509 - limits before exec
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             except OSError as exc:
                 raise ReplayError(f"cannot start the replay subprocess: {exc}") from exc
             try:

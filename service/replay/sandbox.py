@@ -14,8 +14,9 @@ came from a user's log, so the child is treated as hostile:
 * **lifetime**: ``--die-with-parent`` and the PID namespace: when the harness
   kills the sandbox (time limit), every process inside dies with it, including
   ``setsid`` children;
-* **limits** (``setrlimit`` before exec, inherited): CPU seconds, address space,
-  file size, open files and processes.
+* **limits** (``prlimit`` around the sandbox, inherited by everything in it): CPU
+  seconds, address space, file size, open files and processes. (``prlimit``
+  rather than a ``preexec_fn``: the service forks from a threaded process.)
 
 When ``bwrap`` is missing or cannot create namespaces here, :func:`status`
 says so: replay is then off (``/readyz`` reports it) and never falls back to
@@ -25,14 +26,13 @@ running unsandboxed.
 from __future__ import annotations
 
 import functools
-import resource
 import shutil
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Limits", "SandboxStatus", "command", "preexec", "status"]
+__all__ = ["Limits", "SandboxStatus", "command", "status"]
 
 #: The uid and gid the child runs as inside its user namespace ("nobody").
 SANDBOX_ID = 65534
@@ -54,6 +54,7 @@ class SandboxStatus:
     available: bool
     reason: str
     bwrap: str | None = None
+    prlimit: str | None = None
 
 
 @functools.lru_cache(maxsize=1)
@@ -63,6 +64,9 @@ def status() -> SandboxStatus:
     if bwrap is None:
         return SandboxStatus(False, "bubblewrap (bwrap) is not installed: replay is off "
                                     "(apt-get install bubblewrap)")
+    prlimit = shutil.which("prlimit")
+    if prlimit is None:
+        return SandboxStatus(False, "prlimit (util-linux) is not installed: replay is off", bwrap)
     try:
         probe = subprocess.run(
             [bwrap, "--die-with-parent", "--unshare-all", "--uid", str(SANDBOX_ID), "--gid",
@@ -74,21 +78,25 @@ def status() -> SandboxStatus:
         err = probe.stderr.decode(errors="replace").strip()[:300]
         return SandboxStatus(False, f"bubblewrap cannot create namespaces here: {err}", bwrap)
     return SandboxStatus(True, "bubblewrap: user, PID, network, IPC, UTS and cgroup namespaces",
-                         bwrap)
+                         bwrap, prlimit)
 
 
 def command(argv: Sequence[str], *, workdir: Path, hidden: Sequence[Path],
-            readable: Sequence[Path]) -> list[str]:
-    """``argv`` wrapped in bubblewrap (see the module docstring).
+            readable: Sequence[Path], limits: Limits | None = None) -> list[str]:
+    """``argv`` wrapped in ``prlimit`` and bubblewrap (see the module docstring).
 
     ``workdir`` is the only writable folder (and the working directory);
     ``hidden`` folders are covered by an empty tmpfs, after which the
     ``readable`` ones (inside them) are bound back read-only.
     """
     st = status()
-    if not st.available or st.bwrap is None:
+    if not st.available or st.bwrap is None or st.prlimit is None:
         raise RuntimeError(st.reason)
-    cmd = [st.bwrap, "--die-with-parent", "--new-session", "--unshare-all",
+    lim = limits or Limits()
+    cmd = [st.prlimit, f"--cpu={lim.cpu_s}", f"--as={lim.address_space_bytes}",
+           f"--fsize={lim.file_size_bytes}", f"--nofile={lim.open_files}",
+           f"--nproc={lim.processes}", "--",
+           st.bwrap, "--die-with-parent", "--new-session", "--unshare-all",
            "--uid", str(SANDBOX_ID), "--gid", str(SANDBOX_ID), "--cap-drop", "ALL",
            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for folder in hidden:
@@ -99,17 +107,3 @@ def command(argv: Sequence[str], *, workdir: Path, hidden: Sequence[Path],
             cmd += ["--ro-bind", str(path), str(path)]
     cmd += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir), "--", *argv]
     return cmd
-
-
-def preexec(limits: Limits) -> Callable[[], None]:
-    """A ``preexec_fn`` that applies ``limits`` to the process about to exec the sandbox."""
-
-    def apply() -> None:
-        for which, value in ((resource.RLIMIT_CPU, limits.cpu_s),
-                             (resource.RLIMIT_AS, limits.address_space_bytes),
-                             (resource.RLIMIT_FSIZE, limits.file_size_bytes),
-                             (resource.RLIMIT_NOFILE, limits.open_files),
-                             (resource.RLIMIT_NPROC, limits.processes)):
-            resource.setrlimit(which, (value, value))
-
-    return apply

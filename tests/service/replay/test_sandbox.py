@@ -24,14 +24,16 @@ import pytest
 
 from kb.sources import ReleaseSource
 from service.replay import replay_many
-from service.replay.sandbox import status
+from service.replay.sandbox import Limits, status
 from service.settings import Settings
 
 pytestmark = pytest.mark.skipif(not status().available, reason=status().reason)
 
 PAYLOAD = r'''
-import json, os, socket, subprocess, sys
+import json, os, resource, socket, subprocess, sys
 report = {"uid": os.getuid(), "env_has_canary": $canary in json.dumps(dict(os.environ))}
+report["limits"] = {name: resource.getrlimit(getattr(resource, name))[1] for name in
+                    ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_NPROC")}
 try:
     report["parent_environ"] = $canary in open("/proc/$pid/environ").read()
 except OSError as exc:
@@ -117,6 +119,12 @@ def test_a_payload_in_the_child_is_contained(sglang_source: Callable[[str], Rele
     line = next(ln for ln in result.log_tail.splitlines() if ln.startswith("PAYLOAD-REPORT "))
     report = json.loads(line.split(" ", 1)[1])
     assert report["uid"] == 65534                              # unprivileged
+    limits = Limits()
+    assert report["limits"]["RLIMIT_AS"] == limits.address_space_bytes      # resource limits
+    assert report["limits"]["RLIMIT_FSIZE"] == limits.file_size_bytes
+    assert report["limits"]["RLIMIT_NOFILE"] == limits.open_files
+    assert report["limits"]["RLIMIT_NPROC"] == limits.processes
+    assert 0 < report["limits"]["RLIMIT_CPU"] <= 60 + 30
     assert report["env_has_canary"] is False                   # a clean environment
     assert report["parent_environ"] != True  # noqa: E712      # the service's pid is not there
     assert report["canary_in_any_proc"] is False               # nor any process that has it
