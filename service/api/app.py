@@ -80,7 +80,6 @@ async def get_records(settings: Annotated[Settings, Depends(app_settings)]) -> R
 #: Wrong keys one client may send in :data:`_FAIL_WINDOW_S` before it is refused outright.
 MAX_KEY_FAILURES = 10
 _FAIL_WINDOW_S = 60.0
-_failures: dict[str, list[float]] = {}
 
 
 def key_ok(token: str, keys: list[str]) -> bool:
@@ -93,21 +92,23 @@ async def require_key(request: Request,
                       settings: Annotated[Settings, Depends(app_settings)]) -> None:
     if not settings.api_keys:
         return
+    failures: dict[str, list[float]] = request.app.state.key_failures
     client = request.client.host if request.client else "unknown"
     now = time.monotonic()
-    recent = [t for t in _failures.get(client, []) if now - t < _FAIL_WINDOW_S]
+    recent = [t for t in failures.get(client, []) if now - t < _FAIL_WINDOW_S]
     if len(recent) >= MAX_KEY_FAILURES:
         raise HTTPException(429, "too many wrong API keys from this client; wait a minute",
                             headers={"Retry-After": str(int(_FAIL_WINDOW_S))})
     auth = request.headers.get("authorization", "")
     token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
     if not key_ok(token, settings.api_keys):
-        if len(_failures) > 10_000:
-            _failures.clear()  # bounded memory
-        _failures[client] = [*recent, now]
+        if token:  # a wrong key counts towards the limit; a missing one does not
+            if len(failures) > 10_000:
+                failures.clear()  # bounded memory
+            failures[client] = [*recent, now]
         raise HTTPException(401, "missing or wrong bearer API key",
                             headers={"WWW-Authenticate": "Bearer"})
-    _failures.pop(client, None)
+    failures.pop(client, None)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -118,6 +119,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   docs_url=None, redoc_url=None, openapi_url=None)  # see service.api.docs
 
     settings = settings or get_settings()
+    app.state.key_failures = {}  # client -> times of its recent wrong keys (see require_key)
     app.add_middleware(RequestGuard,
                        hosts=allowed_hosts(settings.allowed_hosts, settings.public_url),
                        origins=frozenset({settings.public_url.rstrip("/").lower()}),

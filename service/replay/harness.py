@@ -266,7 +266,7 @@ def _run_batch(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
         with open(main_log, "wb") as log:
             cmd = sandbox.command([sys.executable, "-s", str(CHILD), str(tmp / "config.json")],
                                   workdir=tmp, hidden=[home],
-                                  readable=[tree, home / "replay-models"],
+                                  readable=[HARNESS_DIR, tree, home / "replay-models"],
                                   limits=sandbox.Limits(cpu_s=int(overall) + 30))
             try:
                 proc = subprocess.Popen(

@@ -26,8 +26,10 @@ running unsandboxed.
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,13 +83,23 @@ def status() -> SandboxStatus:
                          bwrap, prlimit)
 
 
+def interpreter_paths() -> list[Path]:
+    """What the child's interpreter needs to see: this Python (prefixes, executable) and every
+    folder on its import path (the venv's site-packages, an editable install's source tree)."""
+    paths = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix),
+             Path(sys.executable).parent]
+    paths += [Path(p) for p in sys.path if p and os.path.isabs(p)]
+    return list(dict.fromkeys(paths))
+
+
 def command(argv: Sequence[str], *, workdir: Path, hidden: Sequence[Path],
             readable: Sequence[Path], limits: Limits | None = None) -> list[str]:
     """``argv`` wrapped in ``prlimit`` and bubblewrap (see the module docstring).
 
     ``workdir`` is the only writable folder (and the working directory);
-    ``hidden`` folders are covered by an empty tmpfs, after which the
-    ``readable`` ones (inside them) are bound back read-only.
+    ``/tmp`` and the ``hidden`` folders are covered by an empty tmpfs, after
+    which the ``readable`` ones and :func:`interpreter_paths` (a venv may live
+    under ``/tmp``) are bound back read-only.
     """
     st = status()
     if not st.available or st.bwrap is None or st.prlimit is None:
@@ -99,6 +111,11 @@ def command(argv: Sequence[str], *, workdir: Path, hidden: Sequence[Path],
            st.bwrap, "--die-with-parent", "--new-session", "--unshare-all",
            "--uid", str(SANDBOX_ID), "--gid", str(SANDBOX_ID), "--cap-drop", "ALL",
            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    # mounts apply in order: the interpreter first (it may live under /tmp), then the
+    # hidden folders over anything above, then what must stay readable inside them
+    for path in interpreter_paths():
+        if path.exists():
+            cmd += ["--ro-bind", str(path), str(path)]
     for folder in hidden:
         if folder.is_dir():
             cmd += ["--tmpfs", str(folder)]

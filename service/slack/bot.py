@@ -410,13 +410,22 @@ def mount_slack(app: FastAPI, settings: Settings, engine_factory: EngineFactory 
         if not request.headers.get("x-slack-request-timestamp", "").isdigit():
             return Response("missing or malformed Slack request timestamp", status_code=401)
         try:
-            (await request.body()).decode("utf-8")
+            text = (await request.body()).decode("utf-8")
         except UnicodeDecodeError:
             return Response("the body is not UTF-8", status_code=400)
-        form = request.headers.get("content-type", "").startswith(
-            "application/x-www-form-urlencoded")
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype == "application/json":
+            try:
+                envelope = json.loads(text)
+            except ValueError:
+                envelope = None
+            if not isinstance(envelope, dict):
+                return Response("the body is not a JSON object", status_code=400)
+        elif ctype != "application/x-www-form-urlencoded":
+            return Response("Slack sends JSON or form-encoded bodies", status_code=415)
         # a forged signature recorded here is harmless: it never equals a real one
-        if form and not signatures.add(request.headers.get("x-slack-signature", "")):
+        if ctype == "application/x-www-form-urlencoded" and \
+                not signatures.add(request.headers.get("x-slack-signature", "")):
             return Response("replayed Slack request", status_code=401)
         return await handler.handle(request)
 

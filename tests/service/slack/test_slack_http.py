@@ -242,9 +242,13 @@ def test_fuzzed_slack_requests_never_get_a_server_error(slack_server) -> None:  
 
     with httpx.Client(base_url=slack_server.url, timeout=30) as http:
 
-        @settings(max_examples=60, deadline=None, database=None,
+        @settings(max_examples=150, deadline=None, database=None,
                   suppress_health_check=list(HealthCheck))
-        @given(body=st.binary(max_size=2000) | st.text(max_size=500).map(str.encode),
+        @given(body=st.binary(max_size=2000) | st.text(max_size=500).map(str.encode)
+               | st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                              lambda inner: st.lists(inner, max_size=4)
+                              | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+                              max_leaves=12).map(lambda v: json.dumps(v).encode()),
                ctype=st.sampled_from(["application/json", "application/x-www-form-urlencoded",
                                       "text/plain", ""]),
                ts=st.one_of(st.just(str(int(time.time()))), st.text(max_size=12)),
