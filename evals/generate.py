@@ -10,16 +10,16 @@ check, a launch context is drawn (a real model name, a hardware profile, base
 flags) and :class:`~evals.groundtruth.Prober` searches for flag
 values that make its path condition evaluate to True while no earlier check of
 the validation order fires. The expected answer is computed by the evaluator
-alone (see :mod:`.groundtruth`), and the crash log is rendered with
+alone (see :mod:`evals.groundtruth`), and the crash log is rendered with
 :func:`~evals.render.render_log` (Python 3.10-3.13, sometimes
 with timestamp prefixes, sometimes only the command and the exception line).
 
 Nothing is tuned by hand. By default every incident is then confirmed by a
-replay of the release's own validation (:mod:`.confirm`): only incidents whose
+replay of the release's own validation (:mod:`evals.confirm`): only incidents whose
 crash SGLang reproduces at the expected check are kept, with the fixes that
 really make it pass, and ``confirmed_by`` says so (``--no-replay`` skips it).
 Replay also adds the crashes of plain commands (model and hardware alone, see
-:mod:`.generate_context`), the source of "no flag fix" incidents.
+:mod:`evals.generate_context`), the source of "no flag fix" incidents.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def _log(prober: Prober, check: dict[str, Any], probe: Probe, ctx: Context, mess
 
     Half of the logs (by a coin of their own, so the main stream of draws is
     unchanged) keep the warning the launcher itself prints when the release
-    has one (see :func:`~.render.launcher_warning`), right after the command,
+    has one (see :func:`~evals.render.launcher_warning`), right after the command,
     as a pasted terminal or collected stderr shows it.
     """
     python = rng.choice(PYTHONS)
@@ -195,7 +195,7 @@ def generate_release(store: Store, release: str, quota: int, seed: int, *,
     crowds out the others) and nothing of category ``other``; incidents set
     aside there fill the rest in a second pass, in the order they were found.
 
-    With ``confirm`` (e.g. :class:`~.confirm.ReplayConfirmer`), incidents are
+    With ``confirm`` (e.g. :class:`~evals.confirm.ReplayConfirmer`), incidents are
     taken tentatively; whenever the quota is tentatively full they are confirmed
     in one batch, those refused are dropped (their function and category slots
     freed) and the search goes on where it stopped. Without it every incident

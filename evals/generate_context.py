@@ -1,6 +1,6 @@
 """Incidents the launch context alone triggers, found and judged by replay only.
 
-The main generator (:mod:`.generate`) searches *flag values* that make a check
+The main generator (:mod:`evals.generate`) searches *flag values* that make a check
 fire. Some crashes need no unusual flag at all: the model and the hardware
 trigger them (``gpt-oss-120b``'s mxfp4 weights on an MI300X, say). Those are
 the incidents where the right answer may be "no flag fix".
@@ -12,7 +12,7 @@ check of the KB becomes an incident:
 
 * **location** — the check replay raised in (innermost SGLang frame);
 * **crash log** — SGLang's real traceback and message from the replay
-  (:func:`~.render.render_replay_log`, Python 3.11 as in the replay);
+  (:func:`~evals.render.render_replay_log`, Python 3.11 as in the replay);
 * **acceptable fixes** — single edits of the flags the check reads (drop one,
   or set it to one of its choices, at most ``max_edits`` in a seeded order),
   each replayed: those after which validation passes (an edit that only moves

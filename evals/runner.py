@@ -7,7 +7,7 @@ release is *not* sent: resolving it is part of what is measured (release@1).
 Against a URL, ``POST {url}/triage`` gets the JSON ``{log, hardware?, model?,
 model_arch?, command?}`` via httpx.
 
-Metrics are defined in :mod:`.scoring`; each system (``engine``, ``grep``,
+Metrics are defined in :mod:`evals.scoring`; each system (``engine``, ``grep``,
 ``rag``) gets per-incident scores, an aggregate (means over the incidents where
 a metric applies, latency p50/p95) and the same by category.
 """

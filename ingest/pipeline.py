@@ -14,7 +14,7 @@ Stages, each idempotent by content hash:
 2. **embed** — the chunks in scope are embedded. Vectors are cached by the
    sha256 of the embedded text, so a chunk unchanged since another release
    costs no encoding (content-defined chunk boundaries, see
-   :mod:`.chunker`, keep most chunks of an edited function unchanged);
+   :mod:`ingest.chunker`, keep most chunks of an edited function unchanged);
    Chroma receives stable ids (``<release>:<chunk id>``) by upsert, from a
    writer thread that overlaps encoding, so an interrupted run resumes
    without duplicates.

@@ -60,7 +60,7 @@ class KnowledgeBase:
     @cached_property
     def query_embedder(self) -> Embedder | NumpyBertEncoder:
         """What embeds search queries: by default the embedding model run in NumPy
-        (:mod:`.minilm`; same vectors, no torch in the process), or
+        (:mod:`kb.query_encoder`; same vectors, no torch in the process), or
         :attr:`embedder` when configured so or when the model is no BERT encoder."""
         if self.settings.query_encoder == "numpy":
             try:

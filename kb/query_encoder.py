@@ -17,7 +17,7 @@ same vectors from the same model folder with NumPy alone:
 Each text is encoded on its own, without padding, so no attention mask is
 needed. Vectors match sentence-transformers' to float32 rounding (see
 ``tests/kb/test_minilm.py``). Folders of another shape raise
-:class:`~service.errors.ConfigError`; the KB then falls back to
+:class:`~kb.errors.ConfigError`; the KB then falls back to
 sentence-transformers.
 """
 

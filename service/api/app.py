@@ -8,7 +8,7 @@ for inputs we could not use, what *was* understood; no input produces a 500.
 Endpoints: ``POST /triage`` (text/plain log or JSON ``{log, command?,
 release?, hardware?, model?, python?}``), ``GET /triage/{id}``,
 ``POST /incidents/{id}/confirm``, ``GET /search``, ``GET /releases``,
-``GET /healthz``, ``GET /readyz``; the web page (:mod:`.web`) at ``/``.
+``GET /healthz``, ``GET /readyz``; the web page (:mod:`service.web`) at ``/``.
 Bearer API keys (``TRIAGE_API_KEYS``)
 guard everything but the health checks and the static page.
 """

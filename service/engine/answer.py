@@ -1,7 +1,7 @@
 """The triage answer: pydantic models that serialise to stable JSON.
 
 Every place in SGLang's source is a :class:`Citation` (``release:path:line``)
-that exists in the KB. Values that may be :data:`~.expr.UNKNOWN` are rendered
+that exists in the KB. Values that may be :data:`~service.engine.expr.interpreter.UNKNOWN` are rendered
 by :func:`jsonable` as the string ``"unknown"``.
 """
 

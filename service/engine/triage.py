@@ -1,10 +1,10 @@
 """The triage engine: crash log in, grounded diagnosis and checked fixes out.
 
 ``Engine(kb).triage(payload)`` runs, in order: parse the log
-(:mod:`.logparse`), resolve the release (:mod:`.resolve`), locate the check
-(:mod:`.locate`), evaluate its path condition (:mod:`.evaluation`), propose
-and verify fixes (:mod:`.fixes`), and write the summary and cited
-explanation (:mod:`.explain`). It is deterministic and offline; the optional
+(:mod:`service.engine.logparse.parse`), resolve the release (:mod:`service.engine.release.resolve`), locate the check
+(:mod:`service.engine.locate.localize`), evaluate its path condition (:mod:`service.engine.evaluate.path_condition`), propose
+and verify fixes (:mod:`service.engine.fixes.propose`), and write the summary and cited
+explanation (:mod:`service.engine.explain.deterministic`). It is deterministic and offline; the optional
 LLM layer and replay run on top of its result.
 """
 

@@ -3,21 +3,21 @@
 :func:`replay` (one command line) and :func:`replay_many` (several, sharing
 one warmed-up subprocess) start ``child.py`` in an isolated interpreter:
 
-* an OS sandbox (:mod:`.sandbox`: bubblewrap namespaces, no network, the host
+* an OS sandbox (:mod:`service.replay.sandbox`: bubblewrap namespaces, no network, the host
   read-only, the service's cache hidden, resource limits, the whole tree killed
   on time-out); without it replay does not run at all;
 * a clean environment (``HF_HUB_OFFLINE=1``, ``TRANSFORMERS_OFFLINE=1``, no
   user site, ``cwd`` and ``HOME`` in a temporary folder), ``PYTHONPATH`` = the
-  force-stub folder, then the release tree (see :mod:`.trees`);
+  force-stub folder, then the release tree (see :mod:`service.replay.trees`);
 * a socket guard in the child refusing non-loopback connections;
 * no path or code of the user's: the model folders are generated, and
   ``--config``, ``--trust-remote-code`` and path-valued flags are dropped
-  (:func:`.plan.substitute_argv`);
-* the declared hardware (:mod:`.plan`) and a generated model folder per
-  architecture (:mod:`.model_configs`);
+  (:func:`service.replay.plan.substitute_argv`);
+* the declared hardware (:mod:`service.replay.plan`) and a generated model folder per
+  architecture (:mod:`service.replay.model_configs`);
 * a time limit: the whole process group is killed when it runs over.
 
-Outcomes are :class:`~.models.ReplayResult` objects, cached on disk in
+Outcomes are :class:`~service.replay.results.ReplayResult` objects, cached on disk in
 ``<home>/replay-cache/`` by a hash of (version, release tree, argv, hardware,
 model architecture, environment, this package's code and the venv's torch and
 transformers versions). Timeouts and crashes are not cached.
@@ -191,7 +191,7 @@ def replay_many(
     ``test_payload`` (tests only, never reachable from a request) is a script the
     child runs inside the sandbox before anything else.
 
-    Raises :class:`~service.errors.ConfigError` for an unknown hardware
+    Raises :class:`~kb.errors.ConfigError` for an unknown hardware
     profile and :class:`ReplayError` when the release tree is unusable.
     """
     settings = settings or KBSettings()

@@ -6,7 +6,7 @@ uploaded text file/snippet, fetched from its ``url_private_download`` with the
 bot token (only from Slack's file host or the configured API host). Bolt
 acknowledges within 3 s (``process_before_response=False``); the triage runs
 on the listener thread pool and the answer is posted in the thread as Block
-Kit (see :mod:`.slack_blocks`), with a link to ``{public_url}/t/{id}`` (the web page of the stored triage)
+Kit (see :mod:`service.slack.blocks`), with a link to ``{public_url}/t/{id}`` (the web page of the stored triage)
 (stored with :meth:`Records.save`).
 
 Follow-ups in the thread ("why?", "show the check", "other fixes", "what
@@ -16,9 +16,9 @@ fact. The "This fixed it" button records the incident with
 ``Records.confirm(..., source="slack")``.
 
 Safety: event retries are dropped by ``event_id`` (and by message ts), posts
-are rate-limited per channel by a token bucket (see :mod:`.slack_state`), and
-every outgoing payload is redacted of secrets (see :mod:`.slack_blocks`).
-Message text is read by :mod:`.slack_text`. Two modes: HTTP
+are rate-limited per channel by a token bucket (see :mod:`service.slack.state`), and
+every outgoing payload is redacted of secrets (see :mod:`service.slack.blocks`).
+Message text is read by :mod:`service.slack.text`. Two modes: HTTP
 (:func:`mount_slack` adds ``POST /slack/events`` to the FastAPI app,
 signatures verified by Bolt) and Socket Mode (:func:`run_socket_mode`).
 Thread context lives in memory, so HTTP mode should run a single worker

@@ -10,7 +10,7 @@
   follow-ups are answered from.
 
 Everything is thread-safe and lives in the process, so HTTP mode should run a
-single worker. Used by :mod:`.slack_bot`.
+single worker. Used by :mod:`service.slack.bot`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ links, entities and code fences undone); :func:`split_options` takes leading
 tells a crash log from a question about one; :func:`classify_followup` reads
 a follow-up in a thread ("why?", "show the check", "other fixes", "what about
 on H100?", "on 0.5.23?"), with :func:`hardware_from_text` mapping GPU words to
-a hardware profile name. Pure functions, used by :mod:`.slack_bot`.
+a hardware profile name. Pure functions, used by :mod:`service.slack.bot`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The triage web page (``/``, ``/t/{id}``, ``/static/``): see :mod:`.routes`."""
+"""The triage web page (``/``, ``/t/{id}``, ``/static/``): see :mod:`service.web.routes`."""
 
 from __future__ import annotations
 

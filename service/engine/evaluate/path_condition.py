@@ -5,7 +5,7 @@ The *path condition* of a check is what must hold for it to fire:
     call-site guards  AND  guards inside the function  AND  NOT test   (assert)
     call-site guards  AND  guards inside the function                 (raise)
 
-It is evaluated with three-valued logic (:mod:`.expr`) over an environment
+It is evaluated with three-valued logic (:mod:`service.engine.expr.interpreter`) over an environment
 built from, in increasing precedence: declared defaults, values in a logged
 ``server_args=ServerArgs(...)`` line, the user's flags (parsed with the
 release's own catalog), and the writes of earlier validation steps whose
@@ -86,7 +86,7 @@ def base_attrs(catalog: Catalog, parsed: ParsedArgs,
 def _catalog_defaults(catalog: Catalog) -> dict[str, Value]:
     """attr -> its default: the flags' first, then the declarations' (read-only).
 
-    Built once per KB catalog (:class:`~..kb.catalogs.IndexedCatalog`, read-only and
+    Built once per KB catalog (:class:`~kb.catalogs.IndexedCatalog`, read-only and
     shared), every time for any other catalog.
     """
     from kb.catalogs import IndexedCatalog
@@ -386,7 +386,7 @@ def evaluate_path(store: Store, version: str, check: dict[str, Any], attrs: dict
                   facts_sig: str | None = None) -> PathEvaluation:
     """Evaluate every piece of ``check``'s path condition.
 
-    ``facts_sig`` is :func:`~.memo.facts_signature` of ``facts`` when the caller
+    ``facts_sig`` is :func:`~service.engine.cache.facts_signature` of ``facts`` when the caller
     has it (it is computed otherwise); the earlier writes and each piece are
     memoised on it and on the inputs they read.
     """

@@ -21,7 +21,7 @@ Speed: the neighbours of a check are found without SQL per request (candidate
 rows read once per release and file, matched per attribute name as SQL
 ``LIKE`` would); a neighbour's verdict is memoised on the values its pieces
 read and the facts, and a whole re-check on the values all neighbours read.
-Every table is bounded and thread-safe (:mod:`.memo`); answers are those of
+Every table is bounded and thread-safe (:mod:`service.engine.cache`); answers are those of
 the uncached computation.
 """
 
@@ -413,7 +413,7 @@ def propose(store: Store, version: str, check: dict[str, Any], ev: PathEvaluatio
             facts_sig: str | None = None) -> list[Verdict]:
     """The best ``limit`` candidate fixes for ``check`` (only those that fix it).
 
-    ``facts_sig`` (:func:`~.memo.facts_signature` of ``facts``) keys the memo tables.
+    ``facts_sig`` (:func:`~service.engine.cache.facts_signature` of ``facts``) keys the memo tables.
     """
     passing = []
     edits = candidate_edits(store, version, check, ev, parsed, catalog, attrs, facts)

@@ -10,7 +10,7 @@ would not violate), and extends it with the edits the linter derives from that
 card (its ``fix_hints``, a value its ``require`` accepts, dropping a flag it
 requires, see :func:`~service.engine.rules.lint.card_candidates`). An extension is
 kept only if it still makes the check pass with no neighbouring check firing
-(:func:`~.fixes.verify`) and then violates no error card at all; the caller
+(:func:`~service.engine.fixes.propose.verify`) and then violates no error card at all; the caller
 puts the card verdicts on it like on any other fix, and lists the fix it
 extends right after it (that single edit, and the card it trips, are why the
 extra edit is there). Nothing is offered that was not checked.

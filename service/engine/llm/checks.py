@@ -8,16 +8,16 @@
 * :func:`check_edit` accepts an edit of the launch command only when every
   flag is a spelling (or attribute) of the catalog (:func:`flag_table`), the
   edited command parses with the release's argparse rules, the fix verifier
-  (:func:`.fixes.verify`) shows that the check becomes definitely false and no
+  (:func:`service.engine.fixes.propose.verify`) shows that the check becomes definitely false and no
   neighbouring check fires instead, and the rule checker, when given, finds no
   violation.
-* :func:`merge_answer` applies those checks to a whole :class:`~.llm_prompt.LLMAnswer`
+* :func:`merge_answer` applies those checks to a whole :class:`~service.engine.llm.prompt.LLMAnswer`
   (at most :data:`MAX_EDITS` edits; a summary of at most
   :data:`MAX_SUMMARY_WORDS` words, kept only with an accepted explanation) and
   returns the result with ``llm`` filled in; whatever fails is listed in
   ``llm["rejected"]`` as ``{item, reason}``.
 
-The recommendation rule and the rest of the contract are described in :mod:`.llm`.
+The recommendation rule and the rest of the contract are described in :mod:`service.engine.llm.writer`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ locations are scrubbed from what is sent. :func:`build_messages` is the chat
 sent (system rules + snippets), and :class:`LLMAnswer` (:data:`ANSWER_SCHEMA`)
 is the structured answer the model must return.
 
-:mod:`.llm` calls the model; :mod:`.llm_checks` checks its answer.
+:mod:`service.engine.llm.writer` calls the model; :mod:`service.engine.llm.checks` checks its answer.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class Snippet:
 
 @dataclass
 class AssistContext:
-    """What :func:`.llm.assist` needs beyond the result: the engine's own inputs.
+    """What :func:`service.engine.llm.writer.assist` needs beyond the result: the engine's own inputs.
 
     ``attrs``/``facts`` are the evaluation environment the engine built
     (``base_attrs(...)`` and ``facts_for(...)``), ``check`` the located check

@@ -1,11 +1,11 @@
 """Optional LLM assistance, checked in code before anyone sees it.
 
-:func:`assist` runs on top of the deterministic :class:`~.models.TriageResult`
+:func:`assist` runs on top of the deterministic :class:`~service.engine.answer.TriageResult`
 only when an OpenAI-compatible endpoint is configured (``llm_base_url`` and
 ``llm_model``; ``llm_api_key`` may be omitted for local servers such as
 SGLang, vLLM or Ollama). With no endpoint nothing happens and ``llm`` stays
 ``None``: the service is fully offline. This module calls the model;
-:mod:`.llm_prompt` builds what it is sent and :mod:`.llm_checks` checks and
+:mod:`service.engine.llm.prompt` builds what it is sent and :mod:`service.engine.llm.checks` checks and
 merges its answer.
 
 **What the model sees.** Only retrieved context, as numbered snippets
@@ -15,7 +15,7 @@ provenance, the result's references (declarations, help, writes) and the help
 of the flags involved. Line numbers and ``path:line`` locations are scrubbed
 from what is sent; the model cites snippet ids only.
 
-**What it answers** (:class:`~.llm_prompt.LLMAnswer`): a ``summary`` (at most 30 words), a
+**What it answers** (:class:`~service.engine.llm.prompt.LLMAnswer`): a ``summary`` (at most 30 words), a
 markdown ``explanation`` citing ``[S2]``-style ids, and up to three ``edits``
 of the launch command (``{"set": {"--flag": value}, "remove": ["--flag"]}``).
 
@@ -29,13 +29,13 @@ of the launch command (``{"set": {"--flag": value}, "remove": ["--flag"]}``).
   one stays);
 * every flag of an edit must be a spelling (or attribute) of the release's
   catalog; the edited command must parse with the release's argparse rules;
-  the edit goes through the fix verifier (:func:`.fixes.verify`: the check
+  the edit goes through the fix verifier (:func:`service.engine.fixes.propose.verify`: the check
   must become definitely false and no neighbouring check may fire instead)
   and, when given, the rule checker ``rule_check(argv) -> (verdicts,
   has_error)``.
 
 Whatever fails is dropped and listed in ``llm["rejected"]`` as ``{item,
-reason}``. A passing edit becomes a :class:`~.models.FixOut` with origin
+reason}``. A passing edit becomes a :class:`~service.engine.answer.FixOut` with origin
 ``"llm"``, appended after the deterministic fixes (an edit giving the same
 command as a deterministic fix is not repeated, see ``llm["agrees_with"]``).
 **Recommendation rule:** the deterministic recommended fix stays recommended;
@@ -57,7 +57,7 @@ failure an answer-level error instead of an exception.
 ``llm_timeout_s`` (client timeouts can exceed it on hangs); a timeout or any
 endpoint error keeps the deterministic answer with ``llm = {"used": False,
 "error": ...}``. The local checks that follow an answer are bounded (at most
-three edits, each one :func:`.fixes.verify`).
+three edits, each one :func:`service.engine.fixes.propose.verify`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ In order of preference:
    narrows to bare asserts); the one nearest the mapped line wins, and the
    others are listed as alternatives.
 3. **message** — no usable frames: the exception message is matched against
-   the checks' message templates (:mod:`.locate_message`).
+   the checks' message templates (:mod:`service.engine.locate.message`).
 4. **search** — last resort: hybrid search over the message.
 """
 

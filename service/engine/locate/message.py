@@ -2,8 +2,8 @@
 
 Most crash reports carry ``ValueError: <message>`` and no usable frames. Every
 check in the KB stores the *source* of its message expression;
-:mod:`.message_template` turns that source into a template (literal fragments
-separated by placeholders) and :mod:`.message_align` aligns a message with one
+:mod:`service.engine.locate.message_template` turns that source into a template (literal fragments
+separated by placeholders) and :mod:`service.engine.locate.message_align` aligns a message with one
 and scores the match. This module matches a user's message against the
 templates of one release (:func:`match_message`), after normalising its
 whitespace (a message wrapped over several lines matches its one-line source)

@@ -6,10 +6,10 @@ block and one ``error:`` line, then exits with status 2: no traceback.
 and reads its kind (unrecognized arguments, invalid choice, missing value,
 required argument, invalid value, ambiguous option), the flags and values it
 names and the choices argparse listed, into an :class:`ArgparseError`.
-:mod:`.locate_argparse` later matches it with the release's flag catalog.
+:mod:`service.engine.locate.argparse_errors` later matches it with the release's flag catalog.
 
 Pure, and every regular expression is linear and sees at most
-:data:`~.logparse_text.SCAN_CHARS` characters of a line.
+:data:`~service.engine.logparse.text.SCAN_CHARS` characters of a line.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Launch commands in a crash log: shell lines, ``\\`` continuations, YAML/JSON lists.
 
 :func:`find_commands` finds every SGLang launch command in the cleaned log
-lines (see :func:`~.logparse_text.clean_log`): shell command lines joined over
+lines (see :func:`~service.engine.logparse.text.clean_log`): shell command lines joined over
 trailing-backslash continuations, YAML/JSON ``command:``/``args:`` lists (flow
 or block style, as in Kubernetes manifests and compose files) and ``sh -c``
 strings inside either. A command is kept from its SGLang entrypoint on
@@ -14,7 +14,7 @@ model from an argv.
 Pure: nothing is read, written or fetched. Shell-style splitting uses
 :mod:`shlex` within a character budget, then falls back to whitespace; every
 regular expression is linear and sees at most
-:data:`~.logparse_text.SCAN_CHARS` characters of a line.
+:data:`~service.engine.logparse.text.SCAN_CHARS` characters of a line.
 """
 
 from __future__ import annotations

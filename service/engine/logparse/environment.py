@@ -1,6 +1,6 @@
 """The setup around a crash, read from the log: environment, ServerArgs, release, Python, GPUs.
 
-Readers of the cleaned log lines (see :func:`~.logparse_text.clean_log`):
+Readers of the cleaned log lines (see :func:`~service.engine.logparse.text.clean_log`):
 
 * :func:`find_env` — ``SGLANG_*`` and ``CUDA_VISIBLE_DEVICES`` settings in
   shell, docker, compose/YAML, JSON and Kubernetes forms;
@@ -16,7 +16,7 @@ Readers of the cleaned log lines (see :func:`~.logparse_text.clean_log`):
 
 Everything is pure (nothing is read, written, fetched or evaluated), and every
 regular expression is linear and sees at most
-:data:`~.logparse_text.SCAN_CHARS` characters of a line.
+:data:`~service.engine.logparse.text.SCAN_CHARS` characters of a line.
 """
 
 from __future__ import annotations

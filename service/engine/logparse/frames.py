@@ -1,7 +1,7 @@
 """Python tracebacks in a cleaned crash log: frames, exception lines, chains and groups.
 
 :func:`find_exceptions` makes a single pass over the lines of
-:func:`~.logparse_text.clean_log_marked` and finds Python tracebacks (with or
+:func:`~service.engine.logparse.text.clean_log_marked` and finds Python tracebacks (with or
 without their ``Traceback (most recent call last):`` header), chained
 exceptions (``The above exception was the direct cause ...``), exception
 groups (``| `` margins) and exception lines without frames. Cut frames
@@ -11,7 +11,7 @@ is about, and :func:`package_path` reduces a frame path to its ``sglang/...``
 part.
 
 Every regular expression is linear-time and sees at most
-:data:`~.logparse_text.SCAN_CHARS` characters of a line. Pure: no I/O.
+:data:`~service.engine.logparse.text.SCAN_CHARS` characters of a line. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -363,7 +363,7 @@ def find_exceptions(
     """The exceptions in ``lines`` (the last :data:`MAX_EXCEPTIONS`) and notes on what was odd.
 
     ``marks`` flags the lines that start a new log record (see
-    :func:`~.logparse_text.clean_log_marked`); they end exception messages.
+    :func:`~service.engine.logparse.text.clean_log_marked`); they end exception messages.
     """
     scanner = _Scanner(lines, marks)
     exceptions = scanner.run()

@@ -5,18 +5,18 @@
 ...}`` report) refuse inputs that are too large, empty or binary, then put
 together what the readers find:
 
-* :mod:`.logparse_text` cleans transport noise (timestamps, docker compose /
+* :mod:`service.engine.logparse.text` cleans transport noise (timestamps, docker compose /
   kubectl / journald prefixes, ANSI colours, CRLF line ends);
-* :mod:`.logparse_traceback` finds tracebacks, chained exceptions, exception
+* :mod:`service.engine.logparse.frames` finds tracebacks, chained exceptions, exception
   groups and exception lines without frames, and picks the primary exception;
-* :mod:`.logparse_argparse` finds the argparse error;
-* :mod:`.logparse_command` finds the launch command;
-* :mod:`.logparse_environment` reads ``ServerArgs(...)`` fields, environment,
+* :mod:`service.engine.logparse.argparse_errors` finds the argparse error;
+* :mod:`service.engine.logparse.command` finds the launch command;
+* :mod:`service.engine.logparse.environment` reads ``ServerArgs(...)`` fields, environment,
   release, Python and GPU hints, and warnings printed from SGLang's files.
 
 The parser is pure (no I/O) and tolerant of cut frames and interleaved log
 lines. Every regular expression is linear-time and sees at most
-:data:`~.logparse_text.SCAN_CHARS` characters of a line, so a 10 MB input
+:data:`~service.engine.logparse.text.SCAN_CHARS` characters of a line, so a 10 MB input
 finishes in bounded time. Nothing is ever evaluated; ``ServerArgs`` values go
 through :func:`ast.literal_eval` only.
 """

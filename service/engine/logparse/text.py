@@ -4,11 +4,11 @@
 ANSI escapes go, and so do per-line transport prefixes (SGLang's
 ``[timestamp]``, ISO timestamps, kubectl, journald and docker compose
 prefixes). :func:`clean_log_marked` also says which lines start a new log
-record, which the traceback scanner (:mod:`.logparse_traceback`) uses to end
+record, which the traceback scanner (:mod:`service.engine.logparse.frames`) uses to end
 messages and tracebacks.
 
-The other readers (:mod:`.logparse_command`, :mod:`.logparse_argparse`,
-:mod:`.logparse_environment`) share :func:`unquote` and
+The other readers (:mod:`service.engine.logparse.command`, :mod:`service.engine.logparse.argparse_errors`,
+:mod:`service.engine.logparse.environment`) share :func:`unquote` and
 :func:`split_top_level`, and look at most :data:`SCAN_CHARS` characters of a
 line. Every regular expression here is linear-time (no overlapping nested
 quantifiers). Everything is pure: no I/O.

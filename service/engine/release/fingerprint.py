@@ -12,7 +12,7 @@ spelled alike when needed; for the crashing frame, only inside checks raising
 that exception type) — and records ``offset = reported - found`` per file, so
 a dev build or a patched install can be mapped onto its nearest release.
 The result is a :class:`ReleaseScore`; :class:`ReleaseCandidate` is its
-public summary. :mod:`.resolve` weighs the scores of every release.
+public summary. :mod:`service.engine.release.resolve` weighs the scores of every release.
 
 A Python warning printed from an SGLang file (``launch_server.py:54:
 UserWarning: ...``) is a line of the same kind: :func:`warning_fits` asks

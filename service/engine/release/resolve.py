@@ -11,10 +11,10 @@
    function named by the frame enclose the reported line, and is the printed
    source line the file's line at that number? A frame scores 0.4 for the
    function and 0.6 for the exact line (0.3 when the text sits within
-   :data:`~.release_fingerprint.NEAR` lines: Python versions disagree on
+   :data:`~service.engine.release.fingerprint.NEAR` lines: Python versions disagree on
    which line of a multi-line statement they report). Frames without a
    printed line can only earn the 0.4. The score is the weighted fraction
-   (see :mod:`.release_fingerprint`). Release hints from the log (pip
+   (see :mod:`service.engine.release.fingerprint`). Release hints from the log (pip
    pins, ``check_env`` rows, ``dist-info`` paths, version strings) that name an
    ingested release break ties and add confidence; when the frames contradict
    them, the evidence says so.
@@ -35,7 +35,7 @@
 
 4. **Warnings from SGLang's files.** ``…/sglang/launch_server.py:54:
    UserWarning: …`` pins a ``warn`` call to a line, as a frame does
-   (:func:`~.release_fingerprint.warning_fits`). When only some ingested
+   (:func:`~service.engine.release.fingerprint.warning_fits`). When only some ingested
    releases issue every such warning at its line, the choice is made among
    them (``warnings``): by a release hint, else by the message (below), else
    the newest. A hint naming another release is reported as contradicted.
@@ -45,9 +45,9 @@ Without frames, a hint that names an ingested release decides; a dev version
 
 5. **The message.** Most crashes carry ``SomeError: <message>`` and nothing
    else. Its text is matched against the message templates of every
-   ingested release (:func:`~.locate_message.match_message`). When only some
+   ingested release (:func:`~service.engine.locate.message.match_message`). When only some
    releases hold a check whose template matches it well (score at least
-   :data:`~.locate_message.MESSAGE_MIN`, the localizer's own bar), the newest of those matching
+   :data:`~service.engine.locate.message.MESSAGE_MIN`, the localizer's own bar), the newest of those matching
    best is taken (``message``), with low confidence: releases that were not
    ingested may hold the same text. A message every ingested release matches
    equally decides nothing, and the evidence says so.
@@ -56,8 +56,8 @@ Otherwise a single ingested release is taken with low confidence
 (``only_release``), or the newest one (``none``) with a note saying which
 fact would settle it.
 
-This module holds the decision; :mod:`.release_fingerprint` scores the frames
-against each release and :mod:`.release_versions` parses, orders and matches
+This module holds the decision; :mod:`service.engine.release.fingerprint` scores the frames
+against each release and :mod:`service.engine.release.versions` parses, orders and matches
 version strings. Everything is a handful of bounded SQL queries; file lines,
 the functions and the checks of a file are cached per (KB path, release,
 content hash, path).

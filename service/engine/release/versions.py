@@ -5,7 +5,7 @@ Versions are PEP 440 (:class:`packaging.version.Version`), with a leading
 label (``0.5.19.dev410+gedff717ef``). :func:`match_release` finds the ingested
 release a version string names (``"v0.5.11"``, ``"0.5.11+cu128"``), and
 :func:`not_after` lists the ingested releases a dev build may be based on.
-Used by :mod:`.resolve` and by anything that sorts releases.
+Used by :mod:`service.engine.release.resolve` and by anything that sorts releases.
 """
 
 from __future__ import annotations

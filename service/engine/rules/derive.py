@@ -4,7 +4,7 @@ For each ``assert``/``raise`` in the validation surface (``sglang/srt/server_arg
 and ``sglang/srt/arg_groups/``):
 
 * ``when`` is the AND of the function's reach condition (call sites across the
-  surface, see :mod:`.callsites`) and the check's guards, each negated where its
+  surface, see :mod:`service.engine.rules.callsites`) and the check's guards, each negated where its
   polarity is false (``else`` branches, early exits);
 * ``require`` is the assert's test. A ``raise`` has no test: its innermost guard
   is what decides it, so ``require`` is ``not (<innermost guard>)`` and ``when``

@@ -1,7 +1,7 @@
 """Lint a launch command against a release's rule cards, with checked fixes.
 
 ``lint(store, release, argv, hardware=None, model_arch=None)`` checks every
-card of the release (:mod:`.checker`) and reports:
+card of the release (:mod:`service.engine.rules.checker`) and reports:
 
 * ``violated``   cards the flags violate, errors first, each with up to three fixes;
 * ``unknown``    cards that read one of the flags but cannot be decided, naming

@@ -3,7 +3,7 @@
 The API serves :func:`lint_payload` as ``POST /lint`` and :func:`rules_payload`
 as ``GET /rules``; ``sglang-triage lint`` (:mod:`service.cli.lint`) prints the
 same report. Both raise the project's
-:class:`~service.errors.TriageError` subclasses, so the usual status
+:class:`~kb.errors.TriageError` subclasses, so the usual status
 mapping applies (unknown release -> 404, bad hardware name -> 400).
 """
 
@@ -73,10 +73,10 @@ class LintRequest(BaseModel):
 
 
 def lint_payload(store: Store, body: dict[str, Any] | LintRequest) -> dict[str, Any]:
-    """``POST /lint``: the :class:`~.lint.LintReport` as JSON-ready data.
+    """``POST /lint``: the :class:`~service.engine.rules.lint.LintReport` as JSON-ready data.
 
     Raises :class:`ConfigError` for a malformed body or hardware name and
-    :class:`~service.errors.ReleaseNotIngested` for a release not in the KB.
+    :class:`~kb.errors.ReleaseNotIngested` for a release not in the KB.
     """
     try:
         req = body if isinstance(body, LintRequest) else LintRequest.model_validate(body)
