@@ -222,7 +222,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def rules(kb: Annotated[KnowledgeBase, Depends(get_kb)], release: str | None = None,
               origin: str | None = None, severity: str | None = None, q: str | None = None,
               limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-              offset: Annotated[int, Query(ge=0)] = 0) -> dict[str, Any]:
+              offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0) -> dict[str, Any]:
         from service.engine import rules_payload
 
         return rules_payload(kb.store, release=release, origin=origin, severity=severity, q=q,
@@ -253,7 +253,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                kb: Annotated[KnowledgeBase, Depends(get_kb)],
                source: Literal["api", "web", "slack"] | None = None,
                limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-               offset: Annotated[int, Query(ge=0)] = 0) -> PlainTextResponse:
+               offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0) -> PlainTextResponse:
         """Confirmed triages as eval incidents, JSONL (``sglang-triage eval --incidents``),
         a page at a time (``limit``/``offset`` over the confirmations, oldest first)."""
         from kb.recording import export_confirmed
