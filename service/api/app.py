@@ -179,7 +179,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ctype = request.headers.get("content-type", "text/plain").split(";")[0].strip().lower()
         if ctype == "application/json":
             try:
-                data = json.loads(body.decode("utf-8"))
+                data = getattr(request.state, "json_body", None)  # decoded by the guard
+                if data is None:
+                    data = json.loads(body.decode("utf-8"))
                 req = TriageRequest.model_validate(data)
             except (UnicodeDecodeError, ValueError, RecursionError) as exc:
                 raise HTTPException(422, f"invalid JSON body: {str(exc)[:300] or type(exc).__name__}",

@@ -16,7 +16,7 @@
   reading at most the limit (memory stays bounded);
 * a JSON body that does not decode, nests deeper than :data:`MAX_JSON_DEPTH`
   or holds text that cannot be encoded (a lone surrogate such as ``\\ud800``):
-  422.
+  422. A body that passes is handed on decoded too (``request.state.json_body``).
 
 Everything it answers is JSON ``{"detail", "error"}`` like the app's errors.
 """
@@ -60,30 +60,30 @@ def _host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
-def _json_problem(body: bytes) -> str | None:
-    """Why ``body`` is not acceptable JSON (None when it is)."""
+def _json_problem(body: bytes) -> tuple[Any, str | None]:
+    """(the decoded body, why it is not acceptable JSON, or None when it is)."""
     try:
         value = json.loads(body)
     except RecursionError:
-        return f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels"
+        return None, f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels"
     except ValueError as exc:
-        return f"invalid JSON body: {str(exc)[:200]}"
+        return None, f"invalid JSON body: {str(exc)[:200]}"
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
         if depth > MAX_JSON_DEPTH:
-            return f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels"
+            return None, f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels"
         if isinstance(item, str):
             try:
                 item.encode("utf-8")
             except UnicodeEncodeError:
-                return "the JSON body holds text that is not valid Unicode (a lone surrogate)"
+                return None, "the JSON body holds text that is not valid Unicode (a lone surrogate)"
         elif isinstance(item, dict):
             stack.extend((k, depth + 1) for k in item)
             stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, list):
             stack.extend((v, depth + 1) for v in item)
-    return None
+    return value, None
 
 
 class RequestGuard:
@@ -137,10 +137,12 @@ class RequestGuard:
             more = bool(message.get("more_body"))
         ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
         if body and ctype == b"application/json":
-            problem = _json_problem(bytes(body))
+            value, problem = _json_problem(bytes(body))
             if problem:
                 await _reject(send, 422, "InvalidBody", problem)
                 return
+            # routes that read the JSON themselves take it from here instead of decoding again
+            scope.setdefault("state", {})["json_body"] = value
         sent = False
 
         async def replay() -> dict[str, Any]:
