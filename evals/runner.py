@@ -81,7 +81,10 @@ def request_for(incident: Incident) -> dict[str, Any]:
     return body
 
 
-def _engine_call(engine: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def engine_call(engine: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A function answering a :func:`request_for` body with ``engine`` in-process (the
+    answer as the API's JSON)."""
+
     def call(body: dict[str, Any]) -> dict[str, Any]:
         payload = {k: v for k, v in body.items() if k in ("log", "command", "model")}
         result = engine.triage(payload, hardware=body.get("hardware"), model=body.get("model"),
@@ -187,7 +190,7 @@ def run_eval(incidents: list[Incident], engine_or_url: Any, *, kb: KnowledgeBase
         call = _http_call(engine_or_url, timeout, headers)
         target = engine_or_url
     else:
-        call = _engine_call(engine_or_url)
+        call = engine_call(engine_or_url)
         target = "in-process"
         kb = kb or getattr(engine_or_url, "kb", None)
     store = kb.store if kb is not None else None
@@ -213,5 +216,5 @@ def run_eval(incidents: list[Incident], engine_or_url: Any, *, kb: KnowledgeBase
                       target=target, incidents=len(incidents), systems=systems)
 
 
-__all__ = ["SYSTEMS", "EvalReport", "IncidentScore", "SystemReport", "aggregate", "request_for",
-           "run_eval"]
+__all__ = ["SYSTEMS", "EvalReport", "IncidentScore", "SystemReport", "aggregate", "engine_call",
+           "request_for", "run_eval"]

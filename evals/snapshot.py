@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.incidents import Incident, load_incidents
-from evals.runner import request_for
+from evals.runner import engine_call, request_for
 
 __all__ = ["compare", "snapshot"]
 
@@ -38,14 +38,11 @@ def _strip(obj: Any) -> Any:
 
 def snapshot(engine: Any, incidents: Iterable[Incident]) -> dict[str, Any]:
     """incident id -> the engine's answer (or its error), without volatile fields."""
+    call = engine_call(engine)
     out: dict[str, Any] = {}
     for inc in incidents:
-        body = request_for(inc)
-        payload = {k: v for k, v in body.items() if k in ("log", "command", "model")}
         try:
-            result = engine.triage(payload, hardware=body.get("hardware"), model=body.get("model"),
-                                   model_arch=body.get("model_arch"))
-            out[inc.id] = {"answer": _strip(result.model_dump(mode="json"))}
+            out[inc.id] = {"answer": _strip(call(request_for(inc)))}
         except Exception as exc:  # noqa: BLE001 - an error is part of the behaviour compared
             out[inc.id] = {"error": f"{type(exc).__name__}: {exc}"}
     return out

@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS confirmations (
 """
 
 
-#: How deep a stored JSON value may nest before it is treated as damaged.
+#: How deep a JSON value may nest: deeper is refused on the way in and damaged when read.
 MAX_DEPTH = 32
 _DAMAGED = object()
 
@@ -43,21 +43,31 @@ def new_triage_id() -> str:
     return secrets.token_urlsafe(16)
 
 
-def _clean(value: Any, depth: int = 0) -> bool:
-    """Does ``value`` nest at most :data:`MAX_DEPTH` deep and hold only encodable text?"""
-    if depth > MAX_DEPTH:
-        return False
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return False
-        return True
-    if isinstance(value, dict):
-        return all(_clean(k, depth + 1) and _clean(v, depth + 1) for k, v in value.items())
-    if isinstance(value, list):
-        return all(_clean(v, depth + 1) for v in value)
-    return True
+def json_problem(value: Any) -> str | None:
+    """Why a decoded JSON ``value`` may not be stored or passed on (None when it may): it
+    nests deeper than :data:`MAX_DEPTH`, or holds text that cannot be encoded (a lone
+    surrogate such as ``\\ud800``). The API's request guard applies the same rule to
+    bodies on the way in; walked without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"the JSON nests deeper than {MAX_DEPTH} levels"
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "the JSON holds text that is not valid Unicode (a lone surrogate)"
+        elif isinstance(item, dict):
+            stack.extend((k, depth + 1) for k in item)
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return None
+
+
+def _clean(value: Any) -> bool:
+    return json_problem(value) is None
 
 
 def safe_json(text: str | None) -> Any:
@@ -200,4 +210,4 @@ class Records:
         return int(self._con().execute("SELECT COUNT(*) FROM triages").fetchone()[0])
 
 
-__all__ = ["MAX_DEPTH", "Records", "new_triage_id", "safe_json"]
+__all__ = ["MAX_DEPTH", "Records", "json_problem", "new_triage_id", "safe_json"]

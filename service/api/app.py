@@ -88,12 +88,17 @@ def key_ok(token: str, keys: list[str]) -> bool:
     return any([hmac.compare_digest(given, k.encode()) for k in keys])  # noqa: C419 - no short cut
 
 
+def _client(request: Request) -> str:
+    """Who sent ``request``, for per-client limits (the peer's address)."""
+    return request.client.host if request.client else "unknown"
+
+
 async def require_key(request: Request,
                       settings: Annotated[Settings, Depends(app_settings)]) -> None:
     if not settings.api_keys:
         return
     failures: dict[str, list[float]] = request.app.state.key_failures
-    client = request.client.host if request.client else "unknown"
+    client = _client(request)
     now = time.monotonic()
     recent = [t for t in failures.get(client, []) if now - t < _FAIL_WINDOW_S]
     if len(recent) >= MAX_KEY_FAILURES:
@@ -202,9 +207,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 raise BinaryInput("the body is not UTF-8 text") from exc
             payload = text
         options = {"release": release, "hardware": hardware, "model": model, "model_arch": model_arch}
-        client = request.client.host if request.client else "unknown"
         body = await run_in_threadpool(_answer, engine, records, settings, payload, text, options,
-                                       replay, client)
+                                       replay, _client(request))
         return Response(body, media_type="application/json")
 
     @app.post("/lint", dependencies=[Depends(require_key)],

@@ -29,11 +29,13 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+from kb.records import MAX_DEPTH, json_problem
+
 __all__ = ["BODY_TIMEOUT_S", "ENVELOPE_BYTES", "MAX_JSON_DEPTH", "RequestGuard", "allowed_hosts"]
 
 #: Room for a JSON envelope around a log of the maximum size.
 ENVELOPE_BYTES = 64 * 1024
-MAX_JSON_DEPTH = 32
+MAX_JSON_DEPTH = MAX_DEPTH
 #: Seconds a client may take to send the next part of a body.
 BODY_TIMEOUT_S = 30.0
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -68,22 +70,8 @@ def _json_problem(body: bytes) -> tuple[Any, str | None]:
         return None, f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels"
     except ValueError as exc:
         return None, f"invalid JSON body: {str(exc)[:200]}"
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            return None, f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels"
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return None, "the JSON body holds text that is not valid Unicode (a lone surrogate)"
-        elif isinstance(item, dict):
-            stack.extend((k, depth + 1) for k in item)
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-    return value, None
+    problem = json_problem(value)
+    return (None, f"invalid JSON body: {problem}") if problem else (value, None)
 
 
 class RequestGuard:

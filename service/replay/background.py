@@ -38,11 +38,6 @@ def unavailable_reason(settings: Settings, release: str | None, argv: list[str])
     return None
 
 
-def available(settings: Settings, release: str) -> bool:
-    """Can replay run for ``release`` here (sandbox present, wheel cached)?"""
-    return unavailable_reason(settings, release, ["--model-path"]) is None
-
-
 def _same_check(res: ReplayResult, result: dict[str, Any]) -> bool:
     """Did the replay fail inside the check the static diagnosis located?"""
     loc = result.get("location") or {}
