@@ -83,8 +83,7 @@ class IngestReport:
     flags: int = 0
     parse_errors: dict[str, list[int]] = field(default_factory=dict)
     parsed: int = 0  # files parsed now
-    reused_files: int = 0  # unchanged files whose rows were copied from ``reused_from``
-    reused_from: str | None = None
+    reused_files: int = 0  # files whose stored analysis (same path, bytes and code) was linked
     embedded: int = 0  # chunks whose vectors were computed now
     reused: int = 0  # chunks whose vectors came from the cache
     upserted: int = 0
@@ -110,7 +109,8 @@ def _mp_context():  # noqa: ANN202
 
 
 #: ``kb`` modules whose code shapes the rows ingest writes (hashed with ``ingest/*.py``).
-KB_SHAPING: tuple[str, ...] = ("catalog_types", "code_types", "embedder", "knowledge", "sources", "store")
+KB_SHAPING: tuple[str, ...] = ("catalog_types", "code_types", "embedder", "knowledge", "migrations",
+                               "schema", "sources", "store", "writer")
 
 
 @lru_cache(maxsize=1)
@@ -186,13 +186,13 @@ def index_structure(kb: KnowledgeBase, source: ReleaseSource, *, force: bool = F
                     reuse: bool = True, progress: Progress | None = None) -> IngestReport:
     """Stage 1: the structured index of ``source`` (skipped when unchanged).
 
-    Files whose sha256 matches a file of another release indexed by the same
-    extraction code (the one sharing most files) are not parsed: their rows
-    are copied from that release inside SQLite, and their stored unfiltered
-    refs are filtered by this release's catalog, which yields exactly the rows
-    a parse would (``reuse=False`` parses everything). The rest is parsed in a
-    process pool while the main process extracts the flag catalog and then
-    writes each batch as it arrives, all in one transaction.
+    Files whose analysis is already stored (same path and sha256, indexed by
+    the same extraction code, by any release) are not parsed: the release
+    links to them, and their stored unfiltered refs are filtered by this
+    release's catalog, which yields exactly the rows a parse would
+    (``reuse=False`` or ``force`` parses everything). The rest is parsed in a process pool
+    while the main process extracts the flag catalog and then writes each
+    batch as it arrives, all in one transaction.
     """
     t0 = time.perf_counter()
     files = iter_python_files(source)
@@ -212,11 +212,9 @@ def index_structure(kb: KnowledgeBase, source: ReleaseSource, *, force: bool = F
         return report
 
     v = source.version
-    base = kb.store.reuse_base(v, code, shas) if reuse else None
-    copied = base[1] if base else set()
-    items = sorted((p, b) for p, b in blobs.items() if p not in copied)
-    report.parsed, report.reused_files = len(items), len(copied)
-    report.reused_from = base[0] if base else None
+    linked = kb.store.known_units(code, shas) if reuse and not force else {}
+    items = sorted((p, b) for p, b in blobs.items() if p not in linked)
+    report.parsed, report.reused_files = len(items), len(linked)
     done = 0
     with ExitStack() as stack:
         if gc.isenabled():  # bulk rows are acyclic: the collector would only scan them in vain
@@ -226,11 +224,11 @@ def index_structure(kb: KnowledgeBase, source: ReleaseSource, *, force: bool = F
         catalog = extract_catalog(source.package_dir)  # while the workers parse
         known = frozenset({f.attr for f in catalog.flags} | {d.attr for d in catalog.declarations})
         with kb.store.release_writer(v, code=code) as writer:
-            if base:
-                report.parse_errors.update(writer.copy_files(base[0], copied))
-                for path, refs in writer.file_refs(copied):
+            if linked:
+                report.parse_errors.update(writer.link(linked))
+                for path, refs in writer.file_refs(linked):
                     writer.add("refs", keep_refs(stored_refs(v, path, refs), known))
-                done = len(copied)
+                done = len(linked)
                 if progress:
                     progress("parse", done, len(files))
             for part in parsed:

@@ -13,15 +13,23 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["COLUMNS", "COPIED", "FTS_HASH_BYTES", "RELEASE_TABLES", "SCHEMA", "SCHEMA_VERSION",
-           "VALIDATION_PREFIXES", "dumps", "fts_body", "fts_query", "fts_rows", "pack_text"]
+__all__ = ["COLUMNS", "FTS_HASH_BYTES", "OWN_TABLES", "RELEASE_TABLES", "SCHEMA", "SCHEMA_VERSION",
+           "UNIT_TABLES", "VALIDATION_PREFIXES", "dumps", "execute_script", "fts_body", "fts_query",
+           "fts_rows", "pack_text"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: The files where SGLang validates its launch flags: ``ServerArgs`` and its
 #: ``_handle_*`` methods up to 0.5.18, the resolution hooks from 0.5.19.
 VALIDATION_PREFIXES: tuple[str, ...] = ("sglang/srt/server_args.py", "sglang/srt/arg_groups/")
 
+#: Schema 4 is content-addressed. A file's analysis is a *unit*, stored once per
+#: (path, sha256 of its bytes, extraction code) and shared by every release that
+#: holds that file; a release is a manifest (``release_files``: path -> unit) plus
+#: what is truly its own (refs filtered by its catalog, flags, declarations, its
+#: catalog). The release-keyed names of schema 3 (``files``, ``functions``,
+#: ``chunks``, ``checks``, ``calls``) are views over manifest and units, so readers
+#: query ``WHERE release = ?`` as before.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS releases (
@@ -30,44 +38,78 @@ CREATE TABLE IF NOT EXISTS releases (
     flags INTEGER, parse_errors INTEGER, embedded_scope TEXT, ingested_at TEXT,
     timings TEXT
 );
-CREATE TABLE IF NOT EXISTS files (
-    release TEXT, path TEXT, sha256 TEXT, lines INTEGER, parse_errors TEXT, text BLOB,
-    all_refs BLOB, PRIMARY KEY (release, path)
+CREATE TABLE IF NOT EXISTS units (
+    id INTEGER PRIMARY KEY, path TEXT, sha256 TEXT, code TEXT, lines INTEGER,
+    parse_errors TEXT, text BLOB, all_refs BLOB
 );
-CREATE TABLE IF NOT EXISTS functions (
-    release TEXT, path TEXT, qualname TEXT, name TEXT, class_name TEXT,
+CREATE UNIQUE INDEX IF NOT EXISTS units_key ON units (path, sha256, code);
+CREATE TABLE IF NOT EXISTS release_files (
+    release TEXT, path TEXT, unit INTEGER, PRIMARY KEY (release, path)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS release_files_unit ON release_files (unit, release);
+CREATE TABLE IF NOT EXISTS unit_functions (
+    unit INTEGER, qualname TEXT, name TEXT, class_name TEXT,
     start_line INTEGER, end_line INTEGER, decorator_start INTEGER, signature TEXT,
     decorators TEXT, docstring TEXT, parent TEXT
 );
-CREATE INDEX IF NOT EXISTS functions_loc ON functions (release, path, start_line);
-CREATE INDEX IF NOT EXISTS functions_name ON functions (release, name);
-CREATE TABLE IF NOT EXISTS chunks (
-    seq INTEGER PRIMARY KEY, id TEXT, release TEXT, path TEXT, qualname TEXT, kind TEXT,
+CREATE INDEX IF NOT EXISTS unit_functions_loc ON unit_functions (unit, start_line);
+CREATE INDEX IF NOT EXISTS unit_functions_name ON unit_functions (name);
+CREATE INDEX IF NOT EXISTS unit_functions_qualname ON unit_functions (qualname);
+CREATE TABLE IF NOT EXISTS unit_chunks (
+    seq INTEGER PRIMARY KEY, unit INTEGER, id TEXT, qualname TEXT, kind TEXT,
     start_line INTEGER, end_line INTEGER, part INTEGER, parts INTEGER, text_hash TEXT,
-    text TEXT, UNIQUE (release, id)
+    text TEXT
 );
+CREATE INDEX IF NOT EXISTS unit_chunks_id ON unit_chunks (unit, id);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5 (
     body, content = '', tokenize = 'unicode61'
 );
-DROP INDEX IF EXISTS chunks_hash;  -- schema 1's (unused), re-created by older code opening the KB
-CREATE TABLE IF NOT EXISTS checks (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, release TEXT, path TEXT, function TEXT,
+CREATE TABLE IF NOT EXISTS unit_checks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, unit INTEGER, function TEXT,
     kind TEXT, exc_type TEXT, bare INTEGER, condition TEXT, message TEXT,
     start_line INTEGER, end_line INTEGER, test_start INTEGER, test_end INTEGER,
     guards TEXT, source TEXT
 );
-CREATE INDEX IF NOT EXISTS checks_loc ON checks (release, path, start_line);
-CREATE INDEX IF NOT EXISTS checks_fn ON checks (release, function);
+CREATE INDEX IF NOT EXISTS unit_checks_loc ON unit_checks (unit, start_line);
+CREATE INDEX IF NOT EXISTS unit_checks_fn ON unit_checks (function);
+CREATE TABLE IF NOT EXISTS unit_calls (
+    seq INTEGER PRIMARY KEY, unit INTEGER, callee TEXT, caller TEXT, caller_start INTEGER,
+    line INTEGER, guards TEXT
+);
+CREATE INDEX IF NOT EXISTS unit_calls_callee ON unit_calls (unit, callee);
+CREATE VIEW IF NOT EXISTS files AS
+    SELECT m.release AS release, m.path AS path, u.sha256 AS sha256, u.lines AS lines,
+           u.parse_errors AS parse_errors, u.text AS text, u.all_refs AS all_refs
+    FROM release_files m JOIN units u ON u.id = m.unit;
+CREATE VIEW IF NOT EXISTS functions AS
+    SELECT m.release AS release, m.path AS path, f.qualname AS qualname, f.name AS name,
+           f.class_name AS class_name, f.start_line AS start_line, f.end_line AS end_line,
+           f.decorator_start AS decorator_start, f.signature AS signature,
+           f.decorators AS decorators, f.docstring AS docstring, f.parent AS parent
+    FROM release_files m JOIN unit_functions f ON f.unit = m.unit;
+CREATE VIEW IF NOT EXISTS chunks AS
+    SELECT c.seq AS seq, c.id AS id, m.release AS release, m.path AS path,
+           c.qualname AS qualname, c.kind AS kind, c.start_line AS start_line,
+           c.end_line AS end_line, c.part AS part, c.parts AS parts,
+           c.text_hash AS text_hash, c.text AS text
+    FROM release_files m JOIN unit_chunks c ON c.unit = m.unit;
+CREATE VIEW IF NOT EXISTS checks AS
+    SELECT c.id AS id, m.release AS release, m.path AS path, c.function AS function,
+           c.kind AS kind, c.exc_type AS exc_type, c.bare AS bare, c.condition AS condition,
+           c.message AS message, c.start_line AS start_line, c.end_line AS end_line,
+           c.test_start AS test_start, c.test_end AS test_end, c.guards AS guards,
+           c.source AS source
+    FROM release_files m JOIN unit_checks c ON c.unit = m.unit;
+CREATE VIEW IF NOT EXISTS calls AS
+    SELECT c.seq AS seq, m.release AS release, m.path AS path, c.callee AS callee,
+           c.caller AS caller, c.caller_start AS caller_start, c.line AS line,
+           c.guards AS guards
+    FROM release_files m JOIN unit_calls c ON c.unit = m.unit;
 CREATE TABLE IF NOT EXISTS refs (
     release TEXT, path TEXT, function TEXT, attr TEXT, kind TEXT, line INTEGER,
     obj TEXT, value TEXT, guards TEXT
 );
 CREATE INDEX IF NOT EXISTS refs_attr ON refs (release, attr);
-CREATE TABLE IF NOT EXISTS calls (
-    release TEXT, path TEXT, callee TEXT, caller TEXT, caller_start INTEGER, line INTEGER,
-    guards TEXT
-);
-CREATE INDEX IF NOT EXISTS calls_callee ON calls (release, path, callee);
 CREATE TABLE IF NOT EXISTS flags (
     release TEXT, attr TEXT, flags TEXT, type TEXT, action TEXT, nargs TEXT,
     default_json TEXT, default_known INTEGER, default_src TEXT, choices TEXT,
@@ -89,10 +131,15 @@ CREATE TABLE IF NOT EXISTS embeddings (
 );
 """
 
-RELEASE_TABLES = ("files", "functions", "chunks", "checks", "calls", "refs", "flags",
-                   "flag_spellings", "declarations", "catalogs")
+#: Per-file tables: release-keyed views over the ``unit_*`` tables of that name.
+UNIT_TABLES = ("files", "functions", "chunks", "checks", "calls")
+#: Tables of a release's own rows (deleted with it).
+OWN_TABLES = ("refs", "flags", "flag_spellings", "declarations", "catalogs")
+RELEASE_TABLES = UNIT_TABLES + OWN_TABLES
 
-#: Insert columns of each release table, in the order rows are given.
+#: Columns of each release-keyed table (the views included), in the order
+#: :meth:`ReleaseWriter.add` takes rows; the writer turns ``release, path`` of a
+#: per-file row into its unit.
 COLUMNS: dict[str, tuple[str, ...]] = {
     "files": ("release", "path", "sha256", "lines", "parse_errors", "text", "all_refs"),
     "functions": ("release", "path", "qualname", "name", "class_name", "start_line", "end_line",
@@ -122,7 +169,8 @@ def fts_body(path: str, qualname: str, text: str) -> str:
 
 
 def fts_rows(con: sqlite3.Connection, where: str, params: Sequence[Any]) -> list[tuple[int, str]]:
-    """``(seq, body)`` of the chunk rows matching ``where``, in ``seq`` order.
+    """``(seq, body)`` of the unit chunk rows matching ``where`` (over ``unit_chunks c``
+    joined to ``units u``), in ``seq`` order.
 
     Bodies are built here and bound as values: an ``INSERT INTO chunks_fts ...
     SELECT`` would make SQLite stage every row in a temporary table first (it
@@ -130,10 +178,8 @@ def fts_rows(con: sqlite3.Connection, where: str, params: Sequence[Any]) -> list
     third more than this.
     """
     return [(seq, fts_body(path, qualname, text)) for seq, path, qualname, text in con.execute(
-        f"SELECT seq, path, qualname, text FROM chunks {where} ORDER BY seq", params)]
-
-#: Per-file tables whose rows :meth:`ReleaseWriter.copy_files` copies from another release.
-COPIED = ("files", "functions", "chunks", "checks", "calls")
+        f"SELECT c.seq, u.path, c.qualname, c.text FROM unit_chunks c JOIN units u "
+        f"ON u.id = c.unit {where} ORDER BY c.seq", params)]
 
 _IDENT_SPLIT = re.compile(r"[A-Za-z][a-z0-9]*|[A-Z]+(?![a-z])|\d+")
 
@@ -158,6 +204,17 @@ def dumps(value: Any) -> str:
     """Stable JSON for stored values (non-JSON objects become their repr)."""
     return json.dumps(value, default=repr, sort_keys=True)
 
+
+
+def execute_script(con: sqlite3.Connection, script: str) -> None:
+    """Run ``script`` statement by statement inside the caller's transaction
+    (``executescript`` would commit first)."""
+    stmt = ""
+    for line in script.splitlines(keepends=True):
+        stmt += line
+        if sqlite3.complete_statement(stmt):
+            con.execute(stmt)
+            stmt = ""
 
 
 def pack_text(text: str) -> bytes:

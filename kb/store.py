@@ -1,14 +1,17 @@
 """The structured index: one SQLite database (``<kb>/index.sqlite``).
 
-Tables, all keyed by release version (see the README's "KB layout"):
+Content-addressed (schema 4, see :mod:`kb.schema` and ``docs/kb-layout.md``): a
+file's analysis is stored once per (path, sha256, extraction code) as a *unit*
+shared by every release holding the file, and ``release_files`` is each
+release's manifest. Readers see release-keyed tables (views over the units):
 
 ``releases``   one row per ingested release: origin, content hash, counts, status
 ``files``      package-relative path, sha256, line count, parse errors, zlib'd text, and
                (``all_refs``) the file's unfiltered references, so that the next
-               release can reuse the file's rows without parsing it again
+               release can reuse the file's analysis without parsing it again
 ``functions``  every def with qualname, lines, signature, decorators, docstring
-``chunks``     search/embedding units tiling each file; ``chunks_fts`` (contentless FTS5,
-               rowid = ``chunks.seq``) indexes ``"<path> <qualname>\n<text>"`` of each
+``chunks``     search/embedding pieces tiling each file; ``chunks_fts`` (contentless FTS5,
+               rowid = ``chunks.seq``, one entry per unit's chunk) indexes ``"<path> <qualname>\n<text>"`` of each
 ``checks``     every assert/raise with guards (JSON), condition, message and lines
 ``refs``       reads/writes/declarations of argument fields, with guards
 ``flags``      the flag catalog; ``flag_spellings`` maps every spelling to its attribute;
@@ -17,9 +20,10 @@ Tables, all keyed by release version (see the README's "KB layout"):
 
 A release's structural rows are replaced in one transaction
 (:meth:`Store.release_writer`), so an interrupted ingest leaves either the old
-rows or the new ones, never a mix. The writer can copy the rows of unchanged
-files from another release indexed by the same extraction code (recorded in
-``meta`` as ``code:<version>``) inside SQLite, instead of re-inserting them.
+rows or the new ones, never a mix. Files whose unit is already stored (same
+path, bytes and extraction code, :meth:`Store.known_units`) are only linked;
+units no release links any more are deleted when a release is replaced or
+deleted.
 Connections are per thread and the database runs in WAL mode, so many
 readers (API workers) can query while an ingest writes.
 """
@@ -36,20 +40,20 @@ from pathlib import Path
 from typing import Any
 
 from kb.errors import KBError, ReleaseNotIngested
+from kb.migrations import migrate
 from kb.schema import (
     COLUMNS,
     FTS_HASH_BYTES,
-    RELEASE_TABLES,
+    OWN_TABLES,
     SCHEMA,
     SCHEMA_VERSION,
     VALIDATION_PREFIXES,
     dumps,
     fts_body,
     fts_query,
-    fts_rows,
     pack_text,
 )
-from kb.writer import ReleaseWriter
+from kb.writer import ReleaseWriter, collect_garbage
 
 
 class Store:
@@ -63,7 +67,7 @@ class Store:
         self._texts_lock = threading.Lock()
         self._checkpointer: threading.Thread | None = None
         con = self.connection()
-        self._migrate(con)
+        migrate(con, path, self.transaction)
         con.executescript(SCHEMA)  # idempotent DDL; executescript commits on its own
         con.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
                     (str(SCHEMA_VERSION),))
@@ -71,66 +75,6 @@ class Store:
             # buffer more postings in memory per flush: fewer segments to merge in bulk loads
             con.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('hashsize', ?)",
                         (FTS_HASH_BYTES,))
-
-    def _migrate(self, con: sqlite3.Connection) -> None:
-        """Bring a schema-1 index to schema 2, keeping every release's rows.
-
-        An index of a *newer* schema (written by a later sglang-triage) is
-        refused with :class:`KBError` rather than misread.
-
-        Schema 2 gives ``chunks`` a stable integer key (``seq``), makes
-        ``chunks_fts`` contentless (keyed by ``seq``; the text lives once, in
-        ``chunks``), drops the unused ``chunks_hash`` index and adds
-        ``files.all_refs``. Runs once, under the write lock; a concurrent opener
-        waits and finds the work done.
-        """
-        def version() -> int:
-            has_meta = con.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchall()
-            row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() \
-                if has_meta else None
-            return int(row[0]) if row else SCHEMA_VERSION
-
-        found = version()
-        if found > SCHEMA_VERSION:
-            raise KBError(
-                f"{self.path} has index schema {found}, newer than this sglang-triage's "
-                f"({SCHEMA_VERSION}): upgrade sglang-triage, or ingest into another KB folder",
-                details={"kb": str(self.path), "schema": found, "supported": SCHEMA_VERSION})
-        if found == 2:
-            self._migrate_2_to_3(con, version)
-            return
-        if found >= 3:
-            return
-        with self.transaction():
-            if version() >= 2:
-                return
-            con.execute("ALTER TABLE chunks RENAME TO chunks_v1")
-            con.execute("DROP TABLE IF EXISTS chunks_fts")
-            con.execute("DROP INDEX IF EXISTS chunks_hash")
-            con.execute("ALTER TABLE files ADD COLUMN all_refs BLOB")
-            for stmt in SCHEMA.split(";"):
-                if "chunks" in stmt and "CREATE" in stmt:
-                    con.execute(stmt)
-            cols = ", ".join(COLUMNS["chunks"])
-            con.execute(f"INSERT INTO chunks ({cols}) SELECT {cols} FROM chunks_v1 "
-                        "ORDER BY release, path, start_line")
-            con.execute("DROP TABLE chunks_v1")
-            con.execute("UPDATE releases SET content_hash = NULL")  # no ``calls`` rows yet
-            con.executemany("INSERT INTO chunks_fts (rowid, body) VALUES (?, ?)",
-                            fts_rows(con, "", ()))
-            con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
-                        (str(SCHEMA_VERSION),))
-
-    def _migrate_2_to_3(self, con: sqlite3.Connection, version) -> None:  # noqa: ANN001
-        """Schema 3 adds ``calls`` (call sites with their guards, found at ingest so that
-        query time never parses). Schema-2 releases have no such rows: their content
-        hash is cleared, so the next ``ingest`` re-indexes them instead of trusting them."""
-        with self.transaction():
-            if version() >= 3:
-                return
-            con.execute("UPDATE releases SET content_hash = NULL")
-            con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
-                        (str(SCHEMA_VERSION),))
 
     # -- connections -----------------------------------------------------------------
     def connection(self) -> sqlite3.Connection:
@@ -243,34 +187,36 @@ class Store:
         self._checkpoint_later()
 
     def delete_release(self, version: str) -> None:
-        """Remove every structural row of ``version`` (vectors live in Chroma)."""
+        """Remove every structural row of ``version`` (vectors live in Chroma), and the
+        file analyses no other release holds."""
         with self.transaction() as con:
             self._delete(con, version)
+            collect_garbage(con)
 
     def _delete(self, con: sqlite3.Connection, version: str) -> None:
+        """Unlink ``version``'s files and drop its own rows. Units stay until
+        :func:`~kb.writer.collect_garbage`, so a re-ingest can link them again."""
         with self._texts_lock:
             self._texts.clear()
-        con.executemany("INSERT INTO chunks_fts (chunks_fts, rowid, body) VALUES ('delete', ?, ?)",
-                        fts_rows(con, "WHERE release = ?", (version,)))
-        for table in RELEASE_TABLES:
+        con.execute("DELETE FROM release_files WHERE release = ?", (version,))
+        for table in OWN_TABLES:
             con.execute(f"DELETE FROM {table} WHERE release = ?", (version,))
         con.execute("DELETE FROM releases WHERE version = ?", (version,))
         con.execute("DELETE FROM meta WHERE key = ?", (f"code:{version}",))
 
-    def reuse_base(self, version: str, code: str, shas: dict[str, str]) -> tuple[str, set[str]] | None:
-        """The release (not ``version``) indexed by extraction code ``code`` that shares
-        the most files with ``shas`` (path -> sha256), and those paths; None if none."""
-        best: tuple[str, set[str]] | None = None
-        for r in self.query("SELECT key FROM meta WHERE key LIKE 'code:%' AND value = ?", (code,)):
-            other = r["key"].removeprefix("code:")
-            rel = self.release(other)
-            if other == version or rel is None or rel["status"] not in ("indexed", "complete"):
-                continue
-            same = {p for p, sha in self.query(
-                "SELECT path, sha256 FROM files WHERE release = ?", (other,)) if shas.get(p) == sha}
-            if same and (best is None or len(same) > len(best[1])):
-                best = (other, same)
-        return best
+    def known_units(self, code: str, shas: dict[str, str]) -> dict[str, int]:
+        """``path -> unit`` for the files of ``shas`` (path -> sha256) whose analysis by
+        extraction code ``code`` is already stored (by any release)."""
+        out: dict[str, int] = {}
+        items = sorted(shas.items())
+        for i in range(0, len(items), 400):
+            part = items[i : i + 400]
+            marks = ", ".join("(?, ?)" for _ in part)
+            rows = self.query(
+                f"SELECT path, id FROM units WHERE code = ? AND (path, sha256) IN (VALUES {marks})",
+                (code, *(x for pair in part for x in pair)))
+            out.update((r["path"], r["id"]) for r in rows)
+        return out
 
     # -- reads -----------------------------------------------------------------------
     def file_text(self, version: str, path: str) -> str | None:
@@ -339,7 +285,7 @@ class Store:
         if callee is not None:
             sql += " AND callee = ?"
             params += (callee,)
-        rows = self.query(sql + " ORDER BY rowid", params)
+        rows = self.query(sql + " ORDER BY seq", params)
         return [dict(r) | {"guards": json.loads(r["guards"] or "[]")} for r in rows]
 
     def refs(self, version: str, attr: str, kinds: Sequence[str] | None = None) -> list[dict[str, Any]]:

@@ -49,8 +49,11 @@ def source_root() -> Callable[[ReleaseSource], Path]:
     return lambda src: src.package_dir
 
 
-#: Releases the suite ingests (0.5.9 structure only; the others with embeddings).
-TEST_RELEASES: dict[str, str] = {"0.5.9": "none", "0.5.11": "default", "0.5.23": "default"}
+#: Releases the suite ingests: 0.5.11 and 0.5.23 with embeddings, the others structure only.
+#: Six releases across both validation layouts (``__post_init__`` up to 0.5.18, the
+#: resolution hooks from 0.5.19) give release-range inference something to tell apart.
+TEST_RELEASES: dict[str, str] = {"0.5.5": "none", "0.5.9": "none", "0.5.11": "default",
+                                 "0.5.16": "none", "0.5.21": "none", "0.5.23": "default"}
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +102,7 @@ def ingest_reports(kb_settings: Settings, sglang_source: Callable[[str], Release
 
 @pytest.fixture(scope="session")
 def kb(kb_settings: Settings, ingest_reports: dict):
-    """The ingested KB (0.5.9, 0.5.11, 0.5.23), shared by the whole session."""
+    """The ingested KB (:data:`TEST_RELEASES`), shared by the whole session."""
     from kb.knowledge import KnowledgeBase
 
     return KnowledgeBase(kb_settings)

@@ -1,4 +1,5 @@
-"""Incremental ingest: rows of unchanged files are copied, not re-parsed, and equal a parse."""
+"""Incremental ingest: unchanged files are linked to their stored analysis, not re-parsed,
+and the release reads exactly as a fresh parse."""
 
 from __future__ import annotations
 
@@ -59,8 +60,8 @@ def test_next_release_copies_unchanged_files_and_equals_a_fresh_parse(
     incremental = KnowledgeBase(kb_settings.model_copy(update={"kb_dir": tmp_path / "inc"}))
     assert index_structure(incremental, read_local(tree_a)).reused_files == 0
     rep = index_structure(incremental, read_local(tree_b))
-    # version.py and server_args.py changed; the rest is copied from 0.0.1
-    assert (rep.reused_from, rep.reused_files, rep.parsed) == ("0.0.1", 4, 2)
+    # version.py and server_args.py changed; the rest is linked to 0.0.1's analyses
+    assert (rep.reused_files, rep.parsed) == (4, 2)
 
     fresh = KnowledgeBase(kb_settings.model_copy(update={"kb_dir": tmp_path / "fresh"}))
     alone = index_structure(fresh, read_local(tree_b))
@@ -79,11 +80,15 @@ def test_next_release_copies_unchanged_files_and_equals_a_fresh_parse(
     # keyword search sees the copied chunks of the new release
     hits = dict(incremental.store.fts("detokenizer worker num", "0.0.2"))
     assert any(cid.startswith("sglang/user.py:") for cid in hits)
-    # a release indexed by other extraction code is never a source of rows
-    incremental.store.connection().execute(
-        "UPDATE meta SET value = 'other' WHERE key = 'code:0.0.1'")
-    again = index_structure(incremental, read_local(tree_b), force=True)
-    assert again.reused_files == 0
+    # the unchanged files are stored once: 6 files of 0.0.1, plus 0.0.2's two changed ones
+    count = lambda sql: incremental.store.query(sql)[0][0]  # noqa: E731
+    assert count("SELECT COUNT(*) FROM units") == 8
+    assert count("SELECT COUNT(*) FROM unit_checks") < count("SELECT COUNT(*) FROM checks")
+    # analyses stored by other extraction code are never linked, and forcing parses anew
+    assert index_structure(incremental, read_local(tree_b), force=True).reused_files == 0
+    incremental.store.connection().execute("UPDATE units SET code = 'other'")
+    tree_c = _tree(tmp_path / "c", "0.0.3", {**common, SA: new / SA, "sglang/user.py": USER})
+    assert index_structure(incremental, read_local(tree_c)).reused_files == 0
 
 
 def test_re_ingest_after_deleting_a_release_leaves_no_stale_keyword_rows(

@@ -29,6 +29,28 @@ CREATE VIRTUAL TABLE chunks_fts USING fts5 (
 """
 
 
+#: A schema-4 index turned back into schema 3's release-keyed tables (empty).
+SCHEMA_3_FROM_4 = """
+DROP VIEW files; DROP VIEW functions; DROP VIEW chunks; DROP VIEW checks; DROP VIEW calls;
+CREATE TABLE files (release TEXT, path TEXT, sha256 TEXT, lines INTEGER, parse_errors TEXT,
+    text BLOB, all_refs BLOB, PRIMARY KEY (release, path));
+CREATE TABLE functions (release TEXT, path TEXT, qualname TEXT, name TEXT, class_name TEXT,
+    start_line INTEGER, end_line INTEGER, decorator_start INTEGER, signature TEXT,
+    decorators TEXT, docstring TEXT, parent TEXT);
+CREATE TABLE chunks (seq INTEGER PRIMARY KEY, id TEXT, release TEXT, path TEXT, qualname TEXT,
+    kind TEXT, start_line INTEGER, end_line INTEGER, part INTEGER, parts INTEGER,
+    text_hash TEXT, text TEXT, UNIQUE (release, id));
+CREATE TABLE checks (id INTEGER PRIMARY KEY AUTOINCREMENT, release TEXT, path TEXT,
+    function TEXT, kind TEXT, exc_type TEXT, bare INTEGER, condition TEXT, message TEXT,
+    start_line INTEGER, end_line INTEGER, test_start INTEGER, test_end INTEGER, guards TEXT,
+    source TEXT);
+CREATE TABLE calls (release TEXT, path TEXT, callee TEXT, caller TEXT, caller_start INTEGER,
+    line INTEGER, guards TEXT);
+DROP TABLE release_files; DROP TABLE units; DROP TABLE unit_functions; DROP TABLE unit_chunks;
+DROP TABLE unit_checks; DROP TABLE unit_calls;
+"""
+
+
 def test_a_schema_1_index_is_migrated_keeping_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "index.sqlite"
     con = sqlite3.connect(path)
@@ -63,12 +85,14 @@ def test_a_schema_2_index_is_marked_for_re_indexing(tmp_path: Path) -> None:
                                      "status": "indexed"}, {})
     store.close()
     con = sqlite3.connect(path)
+    con.executescript(SCHEMA_3_FROM_4)
     con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     con.execute("DROP TABLE calls")
     con.commit()
     con.close()
     store = Store(path)
-    assert store.query("SELECT value FROM meta WHERE key = 'schema_version'")[0][0] == "3"
+    assert store.query("SELECT value FROM meta WHERE key = 'schema_version'")[0][0] == \
+        str(SCHEMA_VERSION)
     assert store.release("0.5.11")["content_hash"] is None
     assert store.calls("0.5.11", "sglang/srt/server_args.py") == []
 
