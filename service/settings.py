@@ -33,6 +33,10 @@ class Settings(EngineSettings):
         100_000, description="At most this many unconfirmed triages are kept (oldest purged).")
 
     replay_enabled: bool = Field(True, description="Verify fixes by replay in the background.")
+    on_demand_ingest: bool = Field(
+        True, description="Index a release the log names but the KB lacks, then answer from it.")
+    on_demand_embed: bool = Field(
+        True, description="Then embed it on a background thread (off: keyword search only).")
 
     # slack
     slack_bot_token: str | None = None

@@ -31,6 +31,7 @@ from starlette.concurrency import run_in_threadpool
 from kb.errors import ConfigError, ReleaseNotIngested, TriageError, VectorStoreError
 from kb.knowledge import KnowledgeBase
 from kb.records import Records, new_triage_id
+from service import ondemand
 from service.api.docs import mount_docs
 from service.api.guard import RequestGuard, allowed_hosts
 from service.api.schemas import ConfirmRequest, TriageRequest
@@ -312,7 +313,7 @@ def _answer(engine: Engine, records: Records, settings: Settings, payload: str |
 
     The answer is encoded to JSON once; the same text is stored and returned.
     """
-    result = engine.triage(payload, max_bytes=settings.max_body_bytes, **options)
+    result = ondemand.triage(engine, settings, payload, **options)
     tid = new_triage_id()
     result.id = tid
     if not _vectors_ok(engine.kb):

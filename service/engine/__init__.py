@@ -69,7 +69,7 @@ from service.engine.facts.core import (
 from service.engine.flags.edit import apply_edits
 from service.engine.flags.parse import parse_argv
 from service.engine.logparse.environment import GpuHint
-from service.engine.logparse.parse import ParsedLog, parse_log
+from service.engine.logparse.parse import ParsedLog, parse_input, parse_log
 from service.engine.logparse.redact import REDACTED, redact, redact_payload
 from service.engine.rules.lint import LintReport, lint
 from service.engine.rules.payloads import LintRequest, lint_payload, rules_payload, split_command
@@ -84,7 +84,7 @@ __all__ = [
     "RuleVerdict", "TriageResult", "Value", "apply_earlier_writes", "apply_edits", "base_attrs",
     "call_site_guards", "clear_caches", "earlier_writes", "evaluate", "evaluate_path", "fact_key",
     "fact_values", "get_profile", "lint", "lint_payload", "model_arch_for", "parse_argv",
-    "parse_log", "prepared_pieces", "probe_values", "profile_from_gpus", "redact", "redact_payload",
+    "parse_input", "parse_log", "prepared_pieces", "probe_values", "profile_from_gpus", "redact", "redact_payload",
     "referenced_names",
     "rules_payload", "split_command", "validation_order",
 ]  # fmt: skip

@@ -47,6 +47,7 @@ from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
 from kb.errors import ConfigError, TriageError
 from kb.records import Records, new_triage_id
+from service import ondemand
 from service.engine import Engine, TriageResult, redact, redact_payload
 from service.settings import Settings
 from service.slack import blocks as sb
@@ -268,9 +269,7 @@ class SlackTriageBot:
         payload = text if redacted else redact(text, self.secrets)
         opts: dict[str, str | None] = {k: options.get(k) for k in ("release", "hardware", "model",
                                                                      "model_arch")}
-        result = self.engine.triage(payload, release=opts["release"], hardware=opts["hardware"],
-                                    model=opts["model"], model_arch=opts["model_arch"],
-                                    max_bytes=self.settings.max_body_bytes)
+        result = ondemand.triage(self.engine, self.settings, payload, **opts)
         tid = new_triage_id()
         result.id = tid
         self.records.save(tid, {"options": opts, "log": payload[:200_000],
