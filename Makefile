@@ -60,8 +60,10 @@ test: install-dev browser sandbox
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q
 
+# BENCH_ALL=1 adds bench/ingest_all.py (every release since 0.5.0, ~15 minutes).
+BENCH_ALL ?=
 bench: install-dev
-	$(BIN)/python -m bench.run
+	BENCH_ALL=$(BENCH_ALL) $(BIN)/python -m bench.run
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -5,8 +5,10 @@ in the lowest layer::
 
     TriageError                  base class; catch this to catch them all    (kb.errors)
     ├── ConfigError              a setting is missing or malformed           (kb.errors)
+    │   └── DevBuildNeedsGit     a dev build, and TRIAGE_SGLANG_GIT unset    (ingest.acquire.git)
     ├── AcquireError             a release could not be fetched or read      (kb.errors)
-    │   └── VersionNotFound      no version could be read from a source tree
+    │   ├── VersionNotFound      no version could be read from a source tree
+    │   └── GitFetchError        a dev build's commit could not be fetched   (ingest.acquire.git)
     ├── KBError                  the knowledge base is unusable              (kb.errors)
     │   ├── ReleaseNotIngested   the release asked for is not in the KB
     │   └── VectorStoreError     Chroma is unreachable or failed

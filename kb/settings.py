@@ -11,6 +11,7 @@ never contacted (``HF_HUB_OFFLINE=1`` is set on import of the embedder).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -65,6 +66,22 @@ class KBSettings(BaseSettings):
         "(no torch in the API process) or through sentence-transformers.")
     releases: list[str] = Field(default_factory=lambda: list(DEFAULT_RELEASES))
     pip_index_url: str | None = Field(None, description="Passed to pip download as --index-url.")
+    sglang_git: str | None = Field(
+        None, description="SGLang's git URL or a local mirror: the source of dev builds "
+        "(0.5.19.dev410+gedff717ef names commit edff717ef), fetched into <home>/git.")
+
+    @field_validator("sglang_git", mode="after")
+    @classmethod
+    def _git_location(cls, value: str | None) -> str | None:
+        """A local path becomes absolute (URLs and ``user@host:path`` stay as given)."""
+        if not value or not value.strip():
+            return None
+        value = value.strip()
+        if value.startswith("-"):
+            raise ValueError("TRIAGE_SGLANG_GIT must be a git URL or a path, not an option")
+        if "://" in value or re.match(r"^[\w.-]+@[\w.-]+:", value):
+            return value
+        return str(Path(value).expanduser().resolve())
 
     @field_validator("home", "kb_dir", mode="after")
     @classmethod
