@@ -15,7 +15,7 @@ from typing import Any
 
 __all__ = ["COLUMNS", "FTS_HASH_BYTES", "OWN_TABLES", "RELEASE_TABLES", "SCHEMA", "SCHEMA_VERSION",
            "UNIT_TABLES", "VALIDATION_PREFIXES", "dumps", "execute_script", "fts_body", "fts_query",
-           "fts_rows", "pack_text"]
+           "fts_rows", "pack_text", "register_functions", "unpack_text"]
 
 SCHEMA_VERSION = 4
 
@@ -58,7 +58,7 @@ CREATE INDEX IF NOT EXISTS unit_functions_qualname ON unit_functions (qualname);
 CREATE TABLE IF NOT EXISTS unit_chunks (
     seq INTEGER PRIMARY KEY, unit INTEGER, id TEXT, qualname TEXT, kind TEXT,
     start_line INTEGER, end_line INTEGER, part INTEGER, parts INTEGER, text_hash TEXT,
-    text TEXT
+    text BLOB
 );
 CREATE INDEX IF NOT EXISTS unit_chunks_id ON unit_chunks (unit, id);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5 (
@@ -91,7 +91,7 @@ CREATE VIEW IF NOT EXISTS chunks AS
     SELECT c.seq AS seq, c.id AS id, m.release AS release, m.path AS path,
            c.qualname AS qualname, c.kind AS kind, c.start_line AS start_line,
            c.end_line AS end_line, c.part AS part, c.parts AS parts,
-           c.text_hash AS text_hash, c.text AS text
+           c.text_hash AS text_hash, unpack_text(c.text) AS text
     FROM release_files m JOIN unit_chunks c ON c.unit = m.unit;
 CREATE VIEW IF NOT EXISTS checks AS
     SELECT c.id AS id, m.release AS release, m.path AS path, c.function AS function,
@@ -130,6 +130,10 @@ CREATE TABLE IF NOT EXISTS embeddings (
     model TEXT, text_hash TEXT, dim INTEGER, vector BLOB, PRIMARY KEY (model, text_hash)
 );
 """
+
+#: Chunk texts are stored zlib'd (:func:`pack_text`); the ``chunks`` view unpacks them
+#: with the SQL function ``unpack_text``, which :func:`register_functions` adds to a
+#: connection (:class:`kb.store.Store` does so for each of its own).
 
 #: Per-file tables: release-keyed views over the ``unit_*`` tables of that name.
 UNIT_TABLES = ("files", "functions", "chunks", "checks", "calls")
@@ -178,7 +182,7 @@ def fts_rows(con: sqlite3.Connection, where: str, params: Sequence[Any]) -> list
     third more than this.
     """
     return [(seq, fts_body(path, qualname, text)) for seq, path, qualname, text in con.execute(
-        f"SELECT c.seq, u.path, c.qualname, c.text FROM unit_chunks c JOIN units u "
+        f"SELECT c.seq, u.path, c.qualname, unpack_text(c.text) FROM unit_chunks c JOIN units u "
         f"ON u.id = c.unit {where} ORDER BY c.seq", params)]
 
 _IDENT_SPLIT = re.compile(r"[A-Za-z][a-z0-9]*|[A-Z]+(?![a-z])|\d+")
@@ -219,3 +223,17 @@ def execute_script(con: sqlite3.Connection, script: str) -> None:
 
 def pack_text(text: str) -> bytes:
     return zlib.compress(text.encode("utf-8"), 1)
+
+
+def unpack_text(data: bytes | str | None) -> str | None:
+    """The text :func:`pack_text` packed (a ``str`` is returned as it is)."""
+    if data is None or isinstance(data, str):
+        return data
+    return zlib.decompress(data).decode("utf-8", "replace")
+
+
+def register_functions(con: sqlite3.Connection) -> None:
+    """Add the SQL functions the schema's views use (``unpack_text``, ``pack_text``)."""
+    con.create_function("unpack_text", 1, unpack_text, deterministic=True)
+    con.create_function("pack_text", 1, lambda t: pack_text(t) if isinstance(t, str) else t,
+                        deterministic=True)

@@ -52,6 +52,7 @@ from kb.schema import (
     fts_body,
     fts_query,
     pack_text,
+    register_functions,
 )
 from kb.writer import ReleaseWriter, collect_garbage
 
@@ -86,6 +87,7 @@ class Store:
             except sqlite3.Error as exc:
                 raise KBError(f"cannot open KB index {self.path}: {exc}") from exc
             con.row_factory = sqlite3.Row
+            register_functions(con)
             con.execute("PRAGMA journal_mode=WAL")
             con.execute("PRAGMA synchronous=NORMAL")
             self._local.con = con

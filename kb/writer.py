@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kb.errors import KBError
-from kb.schema import COLUMNS, RELEASE_TABLES, UNIT_TABLES, fts_body, fts_rows
+from kb.schema import COLUMNS, RELEASE_TABLES, UNIT_TABLES, fts_body, fts_rows, pack_text
 
 __all__ = ["ReleaseWriter", "collect_garbage"]
 
@@ -106,6 +106,9 @@ class ReleaseWriter:
                 [(first + i, fts_body(r[path], r[qualname], r[text] if text >= 0 else ""))
                  for i, r in enumerate(rows)])
             self._seq = first + len(rows) - 1
+            if text >= 0:
+                at = names.index("text")
+                out = [(*r[:at], pack_text(r[at]), *r[at + 1:]) for r in out]
         self.con.executemany(f"INSERT INTO unit_{table} ({', '.join(names)}) "
                              f"VALUES ({', '.join('?' * len(names))})", out)
         self.counts[table] += len(out)

@@ -11,7 +11,7 @@ import pytest
 
 from ingest.pipeline import index_structure
 from kb.knowledge import KnowledgeBase
-from kb.schema import COLUMNS, SCHEMA_VERSION, UNIT_TABLES
+from kb.schema import COLUMNS, SCHEMA_VERSION, UNIT_TABLES, register_functions
 from kb.store import Store
 
 OLD, NEW = "0.5.11", "0.5.12"
@@ -38,6 +38,7 @@ def _digest(path: Path) -> dict[tuple[str, str], tuple[int, str]]:
     """Per (table, release): row count and a hash of the rows as readers see them
     (without the surrogate keys: ``chunks.seq`` and ``checks.id``)."""
     con = sqlite3.connect(path)
+    register_functions(con)
     out = {}
     for table in UNIT_TABLES:
         cols = ", ".join(c for c in COLUMNS[table] if c != "id" or table == "chunks")
@@ -56,6 +57,7 @@ def _as_schema_3(src: Path, dest: Path) -> None:
     """Write ``src``'s index in the release-keyed layout of schema 3 (every release's
     rows copied out of the views, the keyword index rebuilt over them)."""
     con = sqlite3.connect(dest)
+    register_functions(con)
     with sqlite3.connect(src) as live:  # the backup API: a consistent copy, WAL included
         live.backup(con)
     for table in UNIT_TABLES:

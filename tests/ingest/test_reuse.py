@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ingest.pipeline import embed_release, index_structure, ingest
 from kb.knowledge import KnowledgeBase
+from kb.schema import register_functions
 from kb.sources import read_local
 
 SA = "sglang/srt/server_args.py"
@@ -39,6 +40,7 @@ def _tree(dest: Path, version: str, files: dict[str, Path | str]) -> Path:
 
 def _rows(kb: KnowledgeBase, version: str) -> dict[str, list[tuple]]:
     con = sqlite3.connect(kb.store.path)
+    register_functions(con)
     out = {}
     for table, order in TABLES.items():
         cols = [r[1] for r in con.execute(f"PRAGMA table_info({table})")
