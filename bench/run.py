@@ -13,6 +13,7 @@ import sys
 SCRIPTS = [
     ["bench/ingest_bench.py"],
     ["bench/triage_bench.py"],
+    ["bench/ondemand_bench.py"],
 ]
 
 

@@ -135,10 +135,11 @@ def _to_4(con: sqlite3.Connection) -> None:
     con.execute("INSERT INTO release_files (release, path, unit) "
                 "SELECT release, path, unit FROM v3_map")
     for table in UNIT_TABLES[1:]:
-        cols = [c for c in COLUMNS[table] if c not in ("release", "path")]  # check ids survive
+        # check ids survive; a chunk's id and text are its file's lines (see kb.schema)
+        dropped = ("release", "path", "id", "text") if table == "chunks" else ("release", "path")
+        cols = [c for c in COLUMNS[table] if c not in dropped]
         names = ", ".join(cols)
-        picked = ", ".join(f"pack_text(x.{c})" if (table, c) == ("chunks", "text") else f"x.{c}"
-                           for c in cols)
+        picked = ", ".join(f"x.{c}" for c in cols)
         con.execute(f"INSERT INTO unit_{table} (unit, {names}) SELECT m.unit, {picked} "
                     f"FROM v3_{table} x JOIN v3_map m ON m.release = x.release "
                     f"AND m.path = x.path AND m.first ORDER BY x.{_V3_ORDER[table]}")

@@ -15,7 +15,7 @@ from typing import Any
 
 __all__ = ["COLUMNS", "FTS_HASH_BYTES", "OWN_TABLES", "RELEASE_TABLES", "SCHEMA", "SCHEMA_VERSION",
            "UNIT_TABLES", "VALIDATION_PREFIXES", "dumps", "execute_script", "fts_body", "fts_query",
-           "fts_rows", "pack_text", "register_functions", "unpack_text"]
+           "chunk_id", "fts_rows", "pack_text", "register_functions"]
 
 SCHEMA_VERSION = 4
 
@@ -56,11 +56,10 @@ CREATE INDEX IF NOT EXISTS unit_functions_loc ON unit_functions (unit, start_lin
 CREATE INDEX IF NOT EXISTS unit_functions_name ON unit_functions (name);
 CREATE INDEX IF NOT EXISTS unit_functions_qualname ON unit_functions (qualname);
 CREATE TABLE IF NOT EXISTS unit_chunks (
-    seq INTEGER PRIMARY KEY, unit INTEGER, id TEXT, qualname TEXT, kind TEXT,
-    start_line INTEGER, end_line INTEGER, part INTEGER, parts INTEGER, text_hash TEXT,
-    text BLOB
+    seq INTEGER PRIMARY KEY, unit INTEGER, qualname TEXT, kind TEXT,
+    start_line INTEGER, end_line INTEGER, part INTEGER, parts INTEGER, text_hash TEXT
 );
-CREATE INDEX IF NOT EXISTS unit_chunks_id ON unit_chunks (unit, id);
+CREATE INDEX IF NOT EXISTS unit_chunks_loc ON unit_chunks (unit, start_line);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5 (
     body, content = '', tokenize = 'unicode61'
 );
@@ -88,10 +87,14 @@ CREATE VIEW IF NOT EXISTS functions AS
            f.decorators AS decorators, f.docstring AS docstring, f.parent AS parent
     FROM release_files m JOIN unit_functions f ON f.unit = m.unit;
 CREATE VIEW IF NOT EXISTS chunks AS
-    SELECT c.seq AS seq, c.id AS id, m.release AS release, m.path AS path,
+    SELECT c.seq AS seq,
+           m.path || ':' || c.start_line || '-' || c.end_line || ':' || c.kind AS id,
+           m.release AS release, m.path AS path,
            c.qualname AS qualname, c.kind AS kind, c.start_line AS start_line,
            c.end_line AS end_line, c.part AS part, c.parts AS parts,
-           c.text_hash AS text_hash, unpack_text(c.text) AS text
+           c.text_hash AS text_hash,
+           (SELECT unit_lines(u.id, u.text, c.start_line, c.end_line) FROM units u
+            WHERE u.id = c.unit) AS text
     FROM release_files m JOIN unit_chunks c ON c.unit = m.unit;
 CREATE VIEW IF NOT EXISTS checks AS
     SELECT c.id AS id, m.release AS release, m.path AS path, c.function AS function,
@@ -131,9 +134,10 @@ CREATE TABLE IF NOT EXISTS embeddings (
 );
 """
 
-#: Chunk texts are stored zlib'd (:func:`pack_text`); the ``chunks`` view unpacks them
-#: with the SQL function ``unpack_text``, which :func:`register_functions` adds to a
-#: connection (:class:`kb.store.Store` does so for each of its own).
+#: A chunk is a span of its file's lines, so neither its id (``path:start-end:kind``) nor
+#: its text is stored: the ``chunks`` view builds both, the text with the SQL function
+#: ``unit_lines`` over the unit's packed file text, which :func:`register_functions` adds
+#: to a connection (:class:`kb.store.Store` does so for each of its own).
 
 #: Per-file tables: release-keyed views over the ``unit_*`` tables of that name.
 UNIT_TABLES = ("files", "functions", "chunks", "checks", "calls")
@@ -182,7 +186,8 @@ def fts_rows(con: sqlite3.Connection, where: str, params: Sequence[Any]) -> list
     third more than this.
     """
     return [(seq, fts_body(path, qualname, text)) for seq, path, qualname, text in con.execute(
-        f"SELECT c.seq, u.path, c.qualname, unpack_text(c.text) FROM unit_chunks c JOIN units u "
+        f"SELECT c.seq, u.path, c.qualname, unit_lines(u.id, u.text, c.start_line, c.end_line) "
+        f"FROM unit_chunks c JOIN units u "
         f"ON u.id = c.unit {where} ORDER BY c.seq", params)]
 
 _IDENT_SPLIT = re.compile(r"[A-Za-z][a-z0-9]*|[A-Z]+(?![a-z])|\d+")
@@ -225,15 +230,34 @@ def pack_text(text: str) -> bytes:
     return zlib.compress(text.encode("utf-8"), 1)
 
 
-def unpack_text(data: bytes | str | None) -> str | None:
-    """The text :func:`pack_text` packed (a ``str`` is returned as it is)."""
-    if data is None or isinstance(data, str):
-        return data
-    return zlib.decompress(data).decode("utf-8", "replace")
+def chunk_id(path: str, start: int, end: int, kind: str) -> str:
+    """A chunk's id, as the ``chunks`` view builds it (and :class:`ingest.chunker.Chunk` names it)."""
+    return f"{path}:{start}-{end}:{kind}"
+
+
+class _UnitLines:
+    """``unit_lines(unit, packed_text, start, end)``: lines ``start..end`` of a unit's file.
+
+    Rows of one unit come together, so the split lines of the last few units are
+    kept: a file is unpacked once per query, not once per chunk.
+    """
+
+    def __init__(self, keep: int = 16) -> None:
+        self.keep = keep
+        self.lines: dict[int, list[str]] = {}
+
+    def __call__(self, unit: int, packed: bytes | None, start: int, end: int) -> str | None:
+        lines = self.lines.get(unit)
+        if lines is None:
+            if packed is None:
+                return None
+            lines = zlib.decompress(packed).decode("utf-8", "replace").split("\n")
+            if len(self.lines) >= self.keep:
+                self.lines.pop(next(iter(self.lines)))
+            self.lines[unit] = lines
+        return "\n".join(lines[max(start - 1, 0) : end])
 
 
 def register_functions(con: sqlite3.Connection) -> None:
-    """Add the SQL functions the schema's views use (``unpack_text``, ``pack_text``)."""
-    con.create_function("unpack_text", 1, unpack_text, deterministic=True)
-    con.create_function("pack_text", 1, lambda t: pack_text(t) if isinstance(t, str) else t,
-                        deterministic=True)
+    """Add the SQL function the ``chunks`` view uses (``unit_lines``) to ``con``."""
+    con.create_function("unit_lines", 4, _UnitLines(), deterministic=True)

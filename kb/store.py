@@ -323,11 +323,17 @@ class Store:
         return [{**dict(r), "default": json.loads(r["default_json"])} for r in rows]
 
     def chunks(self, version: str, ids: Sequence[str]) -> list[dict[str, Any]]:
-        if not ids:
+        """Chunk rows by id, in the order of ``ids`` (unknown ids are left out).
+
+        An id is ``path:start-end:kind`` (built by the ``chunks`` view, not stored),
+        so rows are looked up by path and first line, which are indexed."""
+        keys = sorted({(i.rsplit(":", 2)[0], int(i.rsplit(":", 2)[1].split("-")[0]))
+                       for i in ids if _is_chunk_id(i)})
+        if not keys:
             return []
-        marks = ", ".join("?" * len(ids))
-        rows = self.query(f"SELECT * FROM chunks WHERE release = ? AND id IN ({marks})",
-                          (version, *ids))
+        marks = ", ".join("(?, ?)" for _ in keys)
+        rows = self.query(f"SELECT * FROM chunks WHERE release = ? AND (path, start_line) IN "
+                          f"(VALUES {marks})", (version, *(x for k in keys for x in k)))
         by_id = {r["id"]: dict(r) for r in rows}
         return [by_id[i] for i in ids if i in by_id]
 
@@ -361,6 +367,14 @@ class Store:
         with self.transaction() as con:
             con.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?, ?)",
                             [(model, h, dim, vec) for h, dim, vec in rows])
+
+
+def _is_chunk_id(text: str) -> bool:
+    parts = text.rsplit(":", 2)
+    if len(parts) != 3:
+        return False
+    span = parts[1].split("-")
+    return len(span) == 2 and all(p.isdigit() for p in span)
 
 
 def _check_row(row: sqlite3.Row) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kb.errors import KBError
-from kb.schema import COLUMNS, RELEASE_TABLES, UNIT_TABLES, fts_body, fts_rows, pack_text
+from kb.schema import COLUMNS, RELEASE_TABLES, UNIT_TABLES, chunk_id, fts_body, fts_rows
 
 __all__ = ["ReleaseWriter", "collect_garbage"]
 
@@ -93,25 +93,34 @@ class ReleaseWriter:
 
     def _add_unit_rows(self, table: str, cols: Sequence[str], rows: Sequence[tuple]) -> None:
         path = cols.index("path")
-        keep = [i for i, c in enumerate(cols) if c not in ("release", "path")]
+        drop = ("release", "path", "id", "text") if table == "chunks" else ("release", "path")
+        keep = [i for i, c in enumerate(cols) if c not in drop]
         names = ["unit", *(cols[i] for i in keep)]
         out = [(self._unit(r[path]), *(r[i] for i in keep)) for r in rows]
         if table == "chunks":
+            self._check_chunk_ids(cols, rows)
             first = self._seq + 1
             names.insert(0, "seq")
             out = [(first + i, *r) for i, r in enumerate(out)]
-            qualname, text = cols.index("qualname"), cols.index("text") if "text" in cols else -1
+            qualname = cols.index("qualname")
+            text = cols.index("text") if "text" in cols else -1
             self.con.executemany(
                 "INSERT INTO chunks_fts (rowid, body) VALUES (?, ?)",
                 [(first + i, fts_body(r[path], r[qualname], r[text] if text >= 0 else ""))
                  for i, r in enumerate(rows)])
             self._seq = first + len(rows) - 1
-            if text >= 0:
-                at = names.index("text")
-                out = [(*r[:at], pack_text(r[at]), *r[at + 1:]) for r in out]
         self.con.executemany(f"INSERT INTO unit_{table} ({', '.join(names)}) "
                              f"VALUES ({', '.join('?' * len(names))})", out)
         self.counts[table] += len(out)
+
+    @staticmethod
+    def _check_chunk_ids(cols: Sequence[str], rows: Sequence[tuple]) -> None:
+        """Chunk ids are not stored but rebuilt from path, lines and kind: refuse a row
+        whose id says otherwise rather than answer with another id later."""
+        at = [cols.index(c) for c in ("id", "path", "start_line", "end_line", "kind")]
+        for r in rows:
+            if r[at[0]] != chunk_id(*(r[i] for i in at[1:])):
+                raise KBError(f"chunk id {r[at[0]]!r} is not path:start-end:kind")
 
     def link(self, units: Mapping[str, int]) -> dict[str, list[int]]:
         """Add files whose analysis is already stored (``path -> unit``), in SQL.
