@@ -16,6 +16,13 @@ def render_result(result: TriageResult, console: Console) -> None:
            f"confidence {rel.get('confidence')})"
     if rel.get("note"):
         head += f"\n{rel['note']}"
+    rng = rel.get("range") or {}
+    if rng.get("releases"):
+        head += f"\nrelease range {rng.get('text')}"
+        head += "".join(f"\n  · {p['text']}" for p in rng.get("evidence") or [] if p.get("used"))
+        head += "".join(f"\n  · {d}" for d in rng.get("differences") or [])
+    if result.upgrade:
+        head += f"\n{result.upgrade}"
     console.print(Panel(head, title="sglang-triage", subtitle=f"confidence {result.confidence}"))
     loc = result.location
     if loc is not None and loc.excerpt:

@@ -136,6 +136,19 @@ class Reference(BaseModel):
     text: str
 
 
+class ReleaseChange(BaseModel):
+    """How the located check, or a flag an argparse error names, stands in another ingested
+    release: ``same``/``moved``/``changed``/``removed`` for a check, ``added``/``removed``/
+    ``renamed``/``deprecated`` for a flag; ``citations`` are ``release:path:line`` in the KB."""
+
+    subject: str  # "check" or the flag spelling
+    release: str
+    status: Literal["same", "moved", "changed", "removed", "added", "renamed", "deprecated"]
+    note: str
+    citations: list[str] = Field(default_factory=list)
+    condition: str | None = None
+
+
 class ParsedSummary(BaseModel):
     exception: str | None = None
     message: str | None = None
@@ -169,4 +182,7 @@ class TriageResult(BaseModel):
     llm: dict[str, Any] | None = None
     replay: dict[str, Any] | None = None
     similar: list[dict[str, Any]] = Field(default_factory=list)
+    #: the check (or flag) in the ingested releases after the diagnosed one
+    later_releases: list[ReleaseChange] = Field(default_factory=list)
+    upgrade: str | None = None  # "upgrading to ≥ X removes this check (...)", when grounded
     timings_ms: dict[str, float] = Field(default_factory=dict)

@@ -34,6 +34,7 @@ from service.engine.answer import (
 from service.engine.cache import LRUCache, cached, facts_signature, freeze_long_lived, release_key
 from service.engine.errors import NoCrashFound, UnknownRelease
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path
+from service.engine.explain import across
 from service.engine.explain import deterministic as explain
 from service.engine.expr.interpreter import UNKNOWN, Provenance, Value, fact_key
 from service.engine.facts.core import fact_values, get_profile, model_arch_for, profile_from_gpus
@@ -178,7 +179,11 @@ class Engine:
                        "architecture, or a replay of the release's validation"))
         md = explain.markdown(result, location, atoms, fixes, unknowns, version,
                               [r.model_dump() for r in references], caveats + located.notes)
+        later, upgrade, differences = across.check_changes(self.store, version, check,
+                                                           base["release"])
+        md += across.release_notes(base["release"], upgrade, differences)
         citations = [location.citation] + [r.citation for r in references]
+        citations += [c for ch in later for c in ch.citations if c not in citations]
         result_obj = TriageResult(
             **{**base, "status": "located", "confidence": conf},
             summary=explain.summary(exc.type, exc.bare, location, atoms, fixes, version),
@@ -189,7 +194,7 @@ class Engine:
             evaluation=EvaluationOut(fired=tri(ev.fired), atoms=atoms, caveats=caveats,
                                      writes=ev.write_notes),
             fixes=fixes, no_flag_fix=no_fix, references=references, unknowns=unknowns,
-            citations=citations, timings_ms=timings,
+            citations=citations, later_releases=later, upgrade=upgrade, timings_ms=timings,
         )
         if llm_enabled(self.settings):
             t = time.perf_counter()
@@ -337,8 +342,13 @@ class Engine:
         md = diag.explanation + (f"\n\nDeclared at `{cite}`." if cite else "")
         if diag.history:
             md += "\n\n" + "\n".join(f"- {h.note}" for h in diag.history if h.note)
+        later, upgrade = across.flag_changes(diag.history, version)
+        if upgrade:
+            md += f"\n\n**Other releases:** {upgrade}."
+        md += across.release_notes(base["release"], None, [])
         timings["total"] = _ms(t0)
         return TriageResult(**{**base, "status": "argparse", "confidence": conf},
+                            later_releases=later, upgrade=upgrade,
                             summary=" ".join(summary.split()[:29]), explanation=md, fixes=fixes,
                             citations=[cite] if cite else [], timings_ms=timings,
                             references=[Reference(kind="help", citation=cite, text=diag.flag or "")]

@@ -111,6 +111,9 @@ def release_line(result: TriageResult) -> str:
     parts = [f"release *{esc(str(rel.get('release') or '?'))}*"]
     if rel.get("confidence") is not None:
         parts[0] += f" ({esc(str(rel.get('method') or 'resolved'))}, {rel.get('confidence')})"
+    rng = rel.get("range") or {}
+    if rng.get("releases") and len(rng["releases"]) < len(rng.get("ingested") or []):
+        parts.append(f"range {esc(str(rng.get('text') or ''))}")
     parts.append(f"confidence *{result.confidence:.2f}*")
     if result.parsed.hardware:
         parts.append(f"hardware `{esc(result.parsed.hardware)}`")

@@ -1,16 +1,35 @@
-"""When each flag existed: the releases of the KB that know a spelling, and renames between them."""
+"""When each flag existed: the releases of the KB that know a spelling, and renames between them.
+
+:func:`flag_history` lists the ingested releases that have a flag spelling and
+those that do not, and names every transition between consecutive ingested
+releases as a :class:`FlagChange`: *added* in X, *removed* in X (with the
+spelling its attribute has in X when it has one: a rename, "use `--z`"), or
+*deprecated* in X. Each change cites the flag's declaration
+(``release:path:line``): in X for an addition, a rename or a deprecation, in
+the last release that had it for a removal.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from kb.catalogs import load_catalog
 from kb.store import Store
 
-__all__ = ['FlagHistory', 'flag_history']
+__all__ = ['FlagChange', 'FlagHistory', 'flag_history']
+
+
+class FlagChange(BaseModel):
+    """One transition of a flag spelling between consecutive ingested releases."""
+
+    release: str  # the first release with the new state
+    kind: Literal["added", "removed", "renamed", "deprecated"]
+    spelling: str | None = None  # renamed: the attribute's spelling in ``release``
+    citation: str | None = None  # release:path:line of the declaration (see the module doc)
+    text: str
 
 
 class FlagHistory(BaseModel):
@@ -21,6 +40,7 @@ class FlagHistory(BaseModel):
     absent_in: list[str]
     note: str | None
     renamed_to: str | None = None  # its attribute's spelling in the diagnosed release
+    changes: list[FlagChange] = Field(default_factory=list)
 
 
 def _vkey(version: str) -> tuple[int, Any]:
@@ -69,8 +89,56 @@ def flag_history(store: Store, flag: str, release: str) -> FlagHistory:
         attr = next(iter(sorted(set(attrs.values()))))
         note = (note + "; " if note else "") + (
             f"its attribute `{attr}` is spelled {renamed} in {release}")
+    changes = _changes(store, flag, releases, attrs) if present else []
+    told = [c.text for c in changes if c.kind != "added" or release not in attrs]
+    if told:
+        note = (note + "; " if note else "") + "; ".join(told)
     return FlagHistory(flag=flag, present_in=present, absent_in=absent, note=note,
-                       renamed_to=renamed)
+                       renamed_to=renamed, changes=changes)
+
+
+def _spec(store: Store, release: str, flag: str | None = None, attr: str | None = None):  # noqa: ANN202
+    try:
+        catalog = load_catalog(store, release)
+    except Exception:  # noqa: BLE001 - no catalog: no declaration to cite
+        return None
+    return catalog.by_flag().get(flag) if flag else catalog.by_attr().get(attr or "")
+
+
+def _cite(release: str, spec) -> str | None:  # noqa: ANN001
+    return f"{release}:{spec.path}:{spec.line}" if spec is not None and spec.line else None
+
+
+def _changes(store: Store, flag: str, releases: list[str],
+             attrs: dict[str, str]) -> list[FlagChange]:
+    """Transitions of ``flag`` between consecutive ingested releases (see the module doc)."""
+    out: list[FlagChange] = []
+    deprecated_before = False
+    for a, b in zip(releases, releases[1:], strict=False):
+        if a in attrs and b not in attrs:
+            spec = _spec(store, b, attr=attrs[a])
+            new = spec.flags[0] if spec is not None and spec.flags else None
+            if new is not None:
+                out.append(FlagChange(release=b, kind="renamed", spelling=new,
+                                      citation=_cite(b, spec),
+                                      text=f"`{flag}` was removed in {b}; use `{new}`"
+                                           f" (its attribute `{attrs[a]}`)"))
+            else:
+                out.append(FlagChange(release=b, kind="removed",
+                                      citation=_cite(a, _spec(store, a, flag=flag)),
+                                      text=f"`{flag}` was removed in {b} (last in {a})"))
+        elif b in attrs and a not in attrs:
+            spec = _spec(store, b, flag=flag)
+            out.append(FlagChange(release=b, kind="added", citation=_cite(b, spec),
+                                  text=f"`{flag}` was added in {b}"))
+        if b in attrs:
+            spec = _spec(store, b, flag=flag)
+            dep = bool(spec is not None and spec.deprecated)
+            if dep and not deprecated_before and a in attrs:
+                out.append(FlagChange(release=b, kind="deprecated", citation=_cite(b, spec),
+                                      text=f"`{flag}` is deprecated from {b}"))
+            deprecated_before = dep
+    return out
 
 
 def _renamed_spelling(store: Store, release: str, attrs: set[str]) -> str | None:

@@ -33,31 +33,30 @@
    onto it. If no line is found anywhere, files and functions alone may still
    single out a release, with low confidence.
 
-4. **Warnings from SGLang's files.** ``…/sglang/launch_server.py:54:
-   UserWarning: …`` pins a ``warn`` call to a line, as a frame does
-   (:func:`~service.engine.release.fingerprint.warning_fits`). When only some ingested
-   releases issue every such warning at its line, the choice is made among
-   them (``warnings``): by a release hint, else by the message (below), else
-   the newest. A hint naming another release is reported as contradicted.
-
-Without frames, a hint that names an ingested release decides; a dev version
-(``0.5.19.dev410+g...``) picks the newest ingested release not after it.
-
-5. **The message.** Most crashes carry ``SomeError: <message>`` and nothing
-   else. Its text is matched against the message templates of every
-   ingested release (:func:`~service.engine.locate.message.match_message`). When only some
-   releases hold a check whose template matches it well (score at least
-   :data:`~service.engine.locate.message.MESSAGE_MIN`, the localizer's own bar), the newest of those matching
-   best is taken (``message``), with low confidence: releases that were not
-   ingested may hold the same text. A message every ingested release matches
-   equally decides nothing, and the evidence says so.
+4. **The release range, without deciding frames.** A log with no usable
+   frame (a message, an argparse error, a warning line, a command, a
+   ``ServerArgs(...)`` dump, a version) is asked of every ingested release by
+   :func:`~service.engine.release.range.infer_range`: which issue its SGLang
+   warnings at their lines, which the log names, which have the dump's fields,
+   which reject the command as the argparse error says, which accept every
+   flag of the command, which hold a check matching the message. The pieces
+   are intersected strongest first (a contradicting piece is reported, not
+   used) and the answer carries the range (:attr:`ReleaseResolution.range`).
+   The release analysed is then: a release the log names, if the range holds
+   it (``hint``; ``warnings`` when warnings narrowed the range); for a dev
+   build the newest release of the range not after it (``nearest``); else the
+   newest release of the range — ``warnings`` when the warnings alone narrowed
+   it, ``message`` when the message (and the warnings) did, ``range`` when the
+   command, the argparse error or the dump did —, with low confidence: releases
+   that were not ingested may fit too. A range that narrows nothing decides
+   nothing.
 
 Otherwise a single ingested release is taken with low confidence
 (``only_release``), or the newest one (``none``) with a note saying which
 fact would settle it.
 
 This module holds the decision; :mod:`service.engine.release.fingerprint` scores the frames
-against each release and :mod:`service.engine.release.versions` parses, orders and matches
+against each release, :mod:`service.engine.release.range` weighs a frameless log, and :mod:`service.engine.release.versions` parses, orders and matches
 version strings. Everything is a handful of bounded SQL queries; file lines,
 the functions and the checks of a file are cached per (KB path, release,
 content hash, path).
@@ -67,12 +66,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from kb.store import Store
-from service.engine.locate.message import MESSAGE_MIN, MessageMatch, match_message
 from service.engine.logparse.environment import ReleaseHint
 from service.engine.logparse.parse import ParsedLog
 from service.engine.release.fingerprint import (
@@ -82,8 +80,8 @@ from service.engine.release.fingerprint import (
     score_release,
     sglang_frames,
     shorten,
-    warning_fits,
 )
+from service.engine.release.range import ReleaseRange, infer_range
 from service.engine.release.versions import (
     is_dev,
     match_release,
@@ -94,7 +92,7 @@ from service.engine.release.versions import (
 
 __all__ = ["ReleaseResolution", "resolve_release"]
 
-Method = Literal["explicit", "hint", "fingerprint", "nearest", "warnings", "message",
+Method = Literal["explicit", "hint", "fingerprint", "nearest", "warnings", "message", "range",
                  "only_release", "none"]
 
 #: Releases whose best template match for the message is within this of the best
@@ -119,6 +117,7 @@ class ReleaseResolution(BaseModel):
     evidence: list[str] = Field(default_factory=list)
     candidates: list[ReleaseCandidate] = Field(default_factory=list)
     line_offsets: dict[str, int] = Field(default_factory=dict)
+    range: ReleaseRange | None = None  # without deciding frames: the releases that fit the log
 
 
 # ------------------------------------------------------------------------------ hints
@@ -146,6 +145,7 @@ class _Ctx:
     hinted: dict[str, float]  # ingested release named by a log hint -> hint strength
     evidence: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    range: ReleaseRange | None = None
 
     def done(self, release: str | None, confidence: float, method: Method, dev: bool = False,
              order: Sequence[str] = ()) -> ReleaseResolution:
@@ -154,7 +154,8 @@ class _Ctx:
             release=release, confidence=round(max(0.0, min(1.0, confidence)), 3), method=method,
             dev_build=dev or is_dev(self.reported), reported_version=self.reported,
             note="; ".join(self.notes) or None, evidence=self.evidence,
-            candidates=_ordered(self.scored, release, order), line_offsets=offsets)
+            candidates=_ordered(self.scored, release, order), line_offsets=offsets,
+            range=self.range)
 
 
 def resolve_release(parsed: ParsedLog, store: Store, *,
@@ -195,29 +196,71 @@ def resolve_release(parsed: ParsedLog, store: Store, *,
         res = _from_frames(ctx)
         if res is not None:
             return res
-    fit = _fitting_warnings(ctx, parsed, store, rows)  # 4.
-    if fit is not None:
-        return _among(ctx, parsed, store, fit)
-    if ctx.hinted:  # hints without usable frames
-        rel = max(ctx.hinted, key=lambda r: (ctx.hinted[r], release_sort_key(r)))
-        return ctx.done(rel, (0.8 if frames else 0.9) * ctx.hinted[rel], "hint")
-    if is_dev(reported):
-        base = not_after(reported, ingested)
-        if base:
-            ctx.notes.append(f"dev build {reported}; nearest release {base[0]} by version "
-                             "number (no traceback lines to compare)")
-            return ctx.done(base[0], 0.3, "nearest", dev=True)
-    if len(ingested) > 1:  # 5.
-        res = _from_message(ctx, parsed, store, ingested)
-        if res is not None:
-            return res
-    if len(ingested) == 1:
-        ctx.notes.append(f"only {ingested[0]} is ingested and the log does not name a "
+    return _from_range(ctx, infer_range(parsed, store, rows), bool(frames))
+
+
+def _from_range(ctx: _Ctx, rng: ReleaseRange, frames: bool) -> ReleaseResolution:
+    """Decide among the releases the frameless evidence allows (see the module docstring)."""
+    ctx.range = rng
+    ctx.evidence.extend(p.text for p in rng.evidence if p.kind != "hint")
+    narrowing = rng.narrowing()
+    order = list(reversed(rng.releases))
+    named = [r for r in rng.releases if r in ctx.hinted]
+    penalty = 0.0
+    if ctx.hinted and not named:
+        _contradicted(ctx.hinted, ctx.evidence, "warnings" if "warnings" in narrowing
+                      else "log's evidence")
+        penalty = 0.1
+    if named:  # a release the log names, consistent with the stronger evidence
+        pick = max(named, key=lambda r: (ctx.hinted[r], release_sort_key(r)))
+        if "warnings" in narrowing:
+            return ctx.done(pick, _hint_adjust(0.6, pick, ctx.hinted, ctx.evidence, "warnings"),
+                            "warnings", order=order)
+        return ctx.done(pick, (0.8 if frames else 0.9) * ctx.hinted[pick], "hint", order=order)
+    dev = next((p for p in rng.evidence if p.kind == "hint" and p.used
+                and is_dev(ctx.reported)), None)
+    if dev is not None and rng.releases:
+        pick = rng.releases[-1]
+        ctx.notes.append(f"dev build {ctx.reported}; nearest release {pick} by version "
+                         "number (no traceback lines to compare)")
+        return ctx.done(pick, 0.3 + 0.05 * (len(narrowing) > 1), "nearest", dev=True,
+                        order=order)
+    if rng.narrowed:
+        pick = _tie_break(rng.releases, {}, ctx.reported)
+        single = len(rng.releases) == 1
+        method: Method
+        if set(narrowing) == {"warnings"}:
+            method, conf = "warnings", 0.6 if single else 0.4
+        elif set(narrowing) <= {"warnings", "message"}:
+            score = next((p.score or 0.0 for p in rng.evidence if p.kind == "message"), 0.0)
+            method, conf = "message", (0.45 if single else 0.3) * min(1.0, 0.5 + score / 2)
+        else:
+            method, conf = "range", 0.5 if single else 0.35
+        if not ctx.reported:
+            said = "the log names no release"
+        elif match_release(ctx.reported, ctx.ingested) is None:
+            said = f"the log names {ctx.reported}, which is not ingested"
+        else:  # named, but ruled out by stronger evidence
+            said = f"the log's evidence rules out {ctx.reported}, the release the log names"
+        why = ", ".join(dict.fromkeys(_WHY[k] for k in narrowing))
+        which = ("the newest of them" if pick == rng.releases[-1]
+                 else f"the newest of them not after {ctx.reported}")
+        ctx.notes.append(f"{said}; the releases that fit {why}: {rng.text}; took {pick}, "
+                         f"{which} (releases not ingested may fit too). "
+                         f"To settle it, {_SETTLE}")
+        return ctx.done(pick, conf - penalty, method, order=order)
+    if len(ctx.ingested) == 1:
+        ctx.notes.append(f"only {ctx.ingested[0]} is ingested and the log does not name a "
                          f"release; {_SETTLE}")
-        return ctx.done(ingested[0], 0.3, "only_release")
+        return ctx.done(ctx.ingested[0], 0.3, "only_release")
     ctx.notes.append(f"nothing in the log identifies the release; analysing against the "
-                     f"newest ingested release {ingested[-1]}. To settle it, {_SETTLE}")
-    return ctx.done(ingested[-1], 0.15, "none")
+                     f"newest ingested release {ctx.ingested[-1]}. To settle it, {_SETTLE}")
+    return ctx.done(ctx.ingested[-1], 0.15, "none")
+
+
+_WHY = {"warnings": "the warnings", "hint": "the version named", "server_args":
+        "the ServerArgs dump", "argparse": "the argparse error", "command": "the command's flags",
+        "message": "the message"}
 
 
 def _explicit_evidence(ctx: _Ctx, rel: str) -> None:
@@ -277,100 +320,17 @@ def _from_frames(ctx: _Ctx) -> ReleaseResolution | None:
                         "(no source lines were printed)")
         conf = _hint_adjust(0.25 + 0.35 * best.score, best.release, hinted, evidence, "frames")
         return ctx.done(best.release, conf, "fingerprint")
+    tied = sorted((s.release for s in ranked if s.score == best.score), key=release_sort_key)
+    if best.score > 0 and len(tied) < len(ranked) and not any(s.anchors for s in ranked):
+        # files and functions alone fit several releases equally: the newest of them
+        pick = _tie_break(tied, hinted, ctx.reported)
+        evidence.append(f"the traceback's files and functions fit {', '.join(tied)} equally "
+                        f"(no source lines were printed); took {pick}")
+        conf = _hint_adjust((0.25 + 0.35 * best.score) * 0.8, pick, hinted, evidence, "frames")
+        return ctx.done(pick, conf, "fingerprint", order=tied)
     if best.score > 0:
         evidence.append("the traceback's frames do not single out a release")
     return None
-
-
-def _fitting_warnings(ctx: _Ctx, parsed: ParsedLog, store: Store,
-                      rows: list[dict[str, Any]]) -> list[str] | None:
-    """The ingested releases that issue every SGLang warning of the log at its line, when
-    that singles out some but not all of them; else None (the evidence says why)."""
-    if not parsed.warnings:
-        return None
-    fit = [r["version"] for r in rows
-           if all(warning_fits(store, r, w) for w in parsed.warnings)]
-    where = ", ".join(f"{w.path}:{w.line}" for w in parsed.warnings[:3])
-    what = "the warning at " if len(parsed.warnings) == 1 else "the warnings at "
-    if not fit:
-        ctx.evidence.append(f"{what}{where} fit no ingested release")
-        return None
-    if len(fit) == len(rows):
-        ctx.evidence.append(f"{what}{where} fit every ingested release")
-        return None
-    ctx.evidence.append(f"{what}{where} fit {', '.join(fit)} and no other ingested release")
-    return fit
-
-
-def _among(ctx: _Ctx, parsed: ParsedLog, store: Store, fit: list[str]) -> ReleaseResolution:
-    """Pick among the releases the warnings fit: a hint, else the message, else the newest."""
-    named = [r for r in fit if r in ctx.hinted]
-    if named:
-        pick = max(named, key=lambda r: (ctx.hinted[r], release_sort_key(r)))
-        return ctx.done(pick, _hint_adjust(0.6, pick, ctx.hinted, ctx.evidence, "warnings"),
-                        "warnings", order=fit)
-    penalty = 0.0
-    if ctx.hinted:
-        _contradicted(ctx.hinted, ctx.evidence, "warnings")
-        penalty = 0.1
-    if len(fit) > 1:
-        res = _from_message(ctx, parsed, store, fit)
-        if res is not None:
-            return res
-    pick = _tie_break(fit, {}, ctx.reported)
-    if len(fit) > 1:
-        ctx.notes.append(f"the warnings fit {', '.join(fit)}; took {pick}. To settle it, "
-                         f"{_SETTLE}")
-    return ctx.done(pick, (0.6 if len(fit) == 1 else 0.4) - penalty, "warnings", order=fit)
-
-
-def _from_message(ctx: _Ctx, parsed: ParsedLog, store: Store,
-                  among: list[str]) -> ReleaseResolution | None:
-    """The newest release of ``among`` whose checks match the primary exception's message
-    best, if only some of them match it (see the module docstring); else None."""
-    exc = parsed.primary
-    if exc is None or not exc.message:
-        return None
-    best: dict[str, MessageMatch] = {}
-    for rel in among:
-        found = match_message(store, rel, exc.message, exc_type=exc.type, limit=1)
-        if found and found[0].score >= MESSAGE_MIN:
-            best[rel] = found[0]
-    if not best:
-        return None
-    top = max(m.score for m in best.values())
-    tied = sorted((r for r, m in best.items() if m.score >= top - _MESSAGE_TIE),
-                  key=release_sort_key)
-    pick = _tie_break(tied, ctx.hinted, ctx.reported)
-    m = best[pick]
-    where = f"`{shorten(m.template, 80)}` ({m.path}:{m.start_line})"
-    if len(tied) == len(among):
-        ctx.evidence.append(f"the message matches {where} in {pick}, and alike in "
-                            + ("every ingested release" if among == ctx.ingested
-                               else ", ".join(among)))
-        return None
-    also = [r for r in tied if r != pick]
-    lesser = [r for r in among if r in best and r not in tied]
-    absent = [r for r in among if r not in best]
-    ctx.evidence.append(
-        f"the message matches {where} in {pick}"
-        + (f" ({m.match_kind} match, score {m.score})" if m.match_kind != "full" else "")
-        + (f", and alike in {', '.join(also)}" if also else "")
-        + (f"; {', '.join(lesser)} match it less well" if lesser else "")
-        + (f"; {', '.join(absent)} hold no such check" if absent else ""))
-    if not ctx.reported:
-        named = "the log names no release"
-    elif match_release(ctx.reported, ctx.ingested) is None:
-        named = f"the log names {ctx.reported}, which is not ingested"
-    else:  # named, but ruled out by the warnings (see _among)
-        named = f"the warnings rule out {ctx.reported}, the release the log names"
-    ctx.notes.append(f"{named}; {pick} is the newest ingested release whose checks match the "
-                     f"message best (releases not ingested may match too). To settle it, "
-                     f"{_SETTLE}")
-    conf = (0.45 if len(tied) == 1 else 0.3) * min(1.0, 0.5 + m.score / 2)
-    rest = sorted(among, key=lambda r: (r not in tied, r not in best,
-                                        -best[r].score if r in best else 0))
-    return ctx.done(pick, conf, "message", order=rest)
 
 
 def _distance(release: str, reported: str | None) -> int:

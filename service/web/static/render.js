@@ -58,6 +58,11 @@ function summarySection(record, ctx) {
       ` ${pct(conf)}`),
     row("Release", `${rel.release || "?"} `, h("span", { class: "muted" },
       `(${rel.method || "?"}, confidence ${pct(rel.confidence)})`)),
+    rel.range && (rel.range.releases || []).length ? row("Release range", rel.range.text || "",
+      h("ul", { class: "notes" }, (rel.range.evidence || []).filter((e) => e.used)
+        .map((e) => h("li", {}, e.text)).concat((rel.range.differences || [])
+          .map((d) => h("li", {}, d))))) : null,
+    r.upgrade ? row("Later releases", r.upgrade) : null,
     p.exception ? row("Exception", h("code", {}, p.exception + (p.message ? `: ${p.message}` : ""))) : null,
     p.python ? row("Python", p.python) : null,
     p.model ? row("Model", h("code", {}, p.model)) : null,

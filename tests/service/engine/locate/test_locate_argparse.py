@@ -180,8 +180,12 @@ def test_history_of_a_flag_added_later(store) -> None:
     flag, _ = _added_and_removed(store)
     hist = flag_history(store, flag, "0.5.11")
     assert "0.5.23" in hist.present_in and "0.5.11" in hist.absent_in
-    assert hist.note is not None and "added after 0.5.11" in hist.note
+    first = hist.present_in[0]
+    assert hist.note is not None and "added after" in hist.note
     assert f"{flag} exists in" in hist.note and "0.5.23" in hist.note
+    added = next(c for c in hist.changes if c.kind == "added")
+    assert added.release == first and f"`{flag}` was added in {first}" in hist.note
+    assert added.citation is not None and added.citation.startswith(f"{first}:")
     d = diagnose_argparse(_err(f"unrecognized arguments: {flag}"), None, store, "0.5.11")
     assert any(h.flag == flag and h.note == hist.note for h in d.history)
     assert hist.note in d.explanation
