@@ -1,4 +1,4 @@
-"""Stored triages and confirmed incidents (``<kb>/records.sqlite``).
+"""Stored triages and confirmed incidents (``<kb>/records.sqlite``, or a server's database).
 
 A triage is stored under a random, unguessable id (:func:`new_triage_id`: never
 derived from the content, so knowing a log does not reveal its permalink).
@@ -11,26 +11,25 @@ version, or damaged, that nests too deep or holds text that cannot be encoded
 (a lone surrogate) is reported as damaged instead of breaking the request that
 reads it. :meth:`Records.purge` applies the retention limits (age, count) and
 never removes a confirmed triage unless told to.
+
+The store is SQLAlchemy Core over a URL (:mod:`kb.records_db`): by default the
+SQLite file ``<kb>/records.sqlite``, or ``TRIAGE_DATABASE_URL``
+(``postgresql://…``) for a team, so that several API processes, the Slack bot and
+the replay workers share one set of records. The schema is migrated by Alembic
+when a store is opened. This module imports SQLAlchemy only when a
+:class:`Records` is built: the JSON checks are importable without it.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-import sqlite3
-import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS triages (
-    id TEXT PRIMARY KEY, created TEXT, request TEXT, result TEXT
-);
-CREATE TABLE IF NOT EXISTS confirmations (
-    id TEXT PRIMARY KEY, created TEXT, fix TEXT, note TEXT, source TEXT
-);
-"""
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 
 #: How deep a JSON value may nest: deeper is refused on the way in and damaged when read.
@@ -81,43 +80,76 @@ def safe_json(text: str | None) -> Any:
     return value if _clean(value) else _DAMAGED
 
 
-class Records:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._local = threading.local()
-        self._con().executescript(_SCHEMA)
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
-    def _con(self) -> sqlite3.Connection:
-        con = getattr(self._local, "con", None)
-        if con is None:
-            con = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-            con.row_factory = sqlite3.Row
-            # text that is not UTF-8 (written by something else) is read, not raised on
-            con.text_factory = lambda raw: raw.decode("utf-8", "replace")
-            con.execute("PRAGMA journal_mode=WAL")
-            # as the index does: in WAL mode NORMAL never corrupts the database and spares an
-            # fsync per stored triage (a power cut may lose the last few records, a crash none)
-            con.execute("PRAGMA synchronous=NORMAL")
-            self._local.con = con
-        return con
+
+def location_of(result: dict[str, Any] | str) -> tuple[str | None, str | None]:
+    """``(path, function)`` of a result's location (dict or encoded JSON), else Nones."""
+    if isinstance(result, str):
+        try:
+            result = json.loads(result)
+        except (ValueError, RecursionError):
+            return None, None
+    loc = result.get("location") if isinstance(result, dict) else None
+    if not isinstance(loc, dict):
+        return None, None
+    path, function = loc.get("path"), loc.get("function")
+    return (path if isinstance(path, str) else None,
+            function if isinstance(function, str) else None)
+
+
+class Records:
+    """Stored triages and their confirmations, in the database at ``where``.
+
+    ``where`` is the SQLite file's path (a :class:`~pathlib.Path`, the embedded default) or
+    a database URL (``sqlite:///…``, ``postgresql://…``). Safe to share between threads.
+    """
+
+    def __init__(self, where: Path | str) -> None:
+        from kb import records_db as db
+
+        self._db = db
+        if isinstance(where, Path):
+            self.path: Path | None = where
+            self.url = db.sqlite_url(where)
+        else:
+            self.url = db.normalize_url(where)
+            name = db.sa.engine.make_url(self.url).database if self.url.startswith("sqlite") \
+                else None
+            self.path = Path(name) if name else None
+        self.engine: Engine = db.open_engine(self.url)
+        self._sqlite = db.is_sqlite(self.engine)
+
+    def revision(self) -> str | None:
+        """The schema's revision (the ``alembic_version`` table)."""
+        return self._db.revision(self.engine)
+
+    def _text(self, value: str) -> str:
+        """PostgreSQL's text refuses NUL characters; SQLite stores them as given."""
+        return value if self._sqlite else value.replace("\x00", "")
 
     def save(self, tid: str, request: dict[str, Any], result: dict[str, Any] | str) -> None:
         """Store (or replace) triage ``tid``; ``result`` as a dict or already-encoded JSON."""
         encoded = result if isinstance(result, str) else json.dumps(result, default=str)
-        self._con().execute(
-            "INSERT OR REPLACE INTO triages VALUES (?, ?, ?, ?)",
-            (tid, datetime.now(timezone.utc).isoformat(timespec="seconds"),
-             json.dumps(request, default=str), encoded))
+        path, function = location_of(result)
+        with self.engine.begin() as conn:
+            self._db.upsert(conn, self._db.triages, {
+                "id": tid, "created": _now(), "request": json.dumps(request, default=str),
+                "result": self._text(encoded), "loc_path": path, "loc_function": function})
 
     def get(self, tid: str) -> dict[str, Any] | None:
         """The stored triage ``tid`` with its confirmation; a damaged part is None and named
         in ``damaged`` (never an exception)."""
-        rows = self._con().execute("SELECT * FROM triages WHERE id = ?", (tid,)).fetchall()
-        if not rows:
-            return None
-        row = rows[0]
-        conf = self._con().execute("SELECT * FROM confirmations WHERE id = ?", (tid,)).fetchall()
+        t, c = self._db.triages, self._db.confirmations
+        with self.engine.connect() as conn:
+            row = conn.execute(self._db.sa.select(t.c.id, t.c.created, t.c.request, t.c.result)
+                               .where(t.c.id == tid)).mappings().first()
+            if row is None:
+                return None
+            conf = conn.execute(self._db.sa.select(c.c.id, c.c.created, c.c.fix, c.c.note,
+                                                   c.c.source).where(c.c.id == tid)
+                                ).mappings().first()
         damaged: list[str] = []
 
         def read(name: str, text: str | None) -> Any:
@@ -130,40 +162,44 @@ class Records:
         out = {"id": row["id"], "created": row["created"],
                "request": read("request", row["request"]), "result": read("result", row["result"]),
                "confirmation": None}
-        if conf:
-            note = conf[0]["note"] or ""
+        if conf is not None:
+            note = conf["note"] or ""
             if not _clean(note):
                 damaged.append("confirmation.note")
                 note = ""
-            out["confirmation"] = dict(conf[0]) | {"fix": read("confirmation.fix", conf[0]["fix"]),
-                                                   "note": note}
+            out["confirmation"] = dict(conf) | {"fix": read("confirmation.fix", conf["fix"]),
+                                                "note": note}
         if damaged:
             out["damaged"] = damaged
         return out
 
     def confirm(self, tid: str, fix: dict[str, Any], note: str = "", source: str = "api") -> bool:
-        if not self._con().execute("SELECT 1 FROM triages WHERE id = ?", (tid,)).fetchall():
-            return False
-        self._con().execute(
-            "INSERT OR REPLACE INTO confirmations VALUES (?, ?, ?, ?, ?)",
-            (tid, datetime.now(timezone.utc).isoformat(timespec="seconds"), json.dumps(fix), note, source))
+        """Record that ``fix`` resolved triage ``tid`` (False when it is not stored)."""
+        t = self._db.triages
+        with self.engine.begin() as conn:
+            if conn.execute(self._db.sa.select(t.c.id).where(t.c.id == tid)).first() is None:
+                return False
+            self._db.upsert(conn, self._db.confirmations, {
+                "id": tid, "created": _now(), "fix": json.dumps(fix), "note": self._text(note),
+                "source": source})
         return True
 
     def similar(self, path: str, function: str, *, exclude: str | None = None,
                 limit: int = 3) -> list[dict[str, Any]]:
         """Confirmed past triages that failed in the same function, newest first, with their fixes.
 
-        Filtered inside SQLite, over the confirmed triages only (``CROSS JOIN``
-        fixes confirmations as the outer loop; otherwise the planner may scan
-        every stored triage and decode its JSON).
+        Filtered by the indexed location columns (copied from the result when it is
+        saved), over the confirmed triages only: an unconfirmed record is never decoded.
         """
-        rows = self._con().execute(
-            "SELECT t.id, t.result, c.created, c.fix, c.note FROM confirmations AS c "
-            "CROSS JOIN triages AS t ON t.id = c.id "  # confirmations outer: never scan triages
-            "WHERE json_extract(t.result, '$.location.path') = ? "
-            "AND json_extract(t.result, '$.location.function') = ? AND t.id != ? "
-            "ORDER BY c.created DESC, c.rowid DESC LIMIT ?",
-            (path, function, exclude or "", limit)).fetchall()
+        sa, t, c = self._db.sa, self._db.triages, self._db.confirmations
+        query = (sa.select(t.c.id, t.c.result, c.c.created, c.c.fix, c.c.note)
+                 .select_from(c.join(t, t.c.id == c.c.id))
+                 .where(t.c.loc_path == path, t.c.loc_function == function,
+                        t.c.id != (exclude or ""))
+                 .order_by(c.c.created.desc(), self._db.order_key(c, self.engine).desc())
+                 .limit(limit))
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).mappings().all()
         out: list[dict[str, Any]] = []
         for row in rows:
             result, fix = safe_json(row["result"]), safe_json(row["fix"])
@@ -177,37 +213,46 @@ class Records:
 
     def confirmed(self, *, limit: int | None = None, offset: int = 0) -> list[dict[str, Any]]:
         """Confirmed triages, oldest first (a page of them with ``limit``/``offset``)."""
-        sql = "SELECT id FROM confirmations ORDER BY created, rowid"
-        params: tuple[int, ...] = ()
+        c = self._db.confirmations
+        query = self._db.sa.select(c.c.id).order_by(c.c.created,
+                                                     self._db.order_key(c, self.engine))
         if limit is not None:
-            sql += " LIMIT ? OFFSET ?"
-            params = (limit, offset)
-        rows = self._con().execute(sql, params).fetchall()
-        return [r for r in (self.get(row["id"]) for row in rows) if r is not None]
+            query = query.limit(limit).offset(offset)
+        with self.engine.connect() as conn:
+            ids = [row[0] for row in conn.execute(query)]
+        return [r for r in (self.get(tid) for tid in ids) if r is not None]
 
     def purge(self, *, max_age_days: float | None, max_count: int | None,
               keep_confirmed: bool = True, now: datetime | None = None) -> int:
         """Delete triages older than ``max_age_days`` and, oldest first, those beyond
         ``max_count``; confirmed ones (and their confirmations) stay unless
         ``keep_confirmed`` is False. Returns how many triages were deleted."""
-        con = self._con()
-        spare = "AND id NOT IN (SELECT id FROM confirmations)" if keep_confirmed else ""
+        sa, t, c = self._db.sa, self._db.triages, self._db.confirmations
+        spare = [t.c.id.not_in(sa.select(c.c.id))] if keep_confirmed else []
         deleted = 0
-        if max_age_days is not None:
-            cutoff = ((now or datetime.now(timezone.utc)) - timedelta(days=max_age_days)
-                      ).isoformat(timespec="seconds")
-            deleted += con.execute(f"DELETE FROM triages WHERE created < ? {spare}",
-                                   (cutoff,)).rowcount
-        if max_count is not None:
-            deleted += con.execute(
-                f"DELETE FROM triages WHERE id IN (SELECT id FROM triages WHERE 1 {spare} "
-                f"ORDER BY created DESC, rowid DESC LIMIT -1 OFFSET ?)", (max_count,)).rowcount
-        if not keep_confirmed:
-            con.execute("DELETE FROM confirmations WHERE id NOT IN (SELECT id FROM triages)")
+        with self.engine.begin() as conn:
+            if max_age_days is not None:
+                cutoff = ((now or datetime.now(timezone.utc)) - timedelta(days=max_age_days)
+                          ).isoformat(timespec="seconds")
+                deleted += conn.execute(t.delete().where(t.c.created < cutoff, *spare)).rowcount
+            if max_count is not None:
+                beyond = (sa.select(t.c.id).where(*spare)
+                          .order_by(t.c.created.desc(), self._db.order_key(t, self.engine).desc())
+                          .offset(max_count))
+                deleted += conn.execute(t.delete().where(t.c.id.in_(beyond))).rowcount
+            if not keep_confirmed:
+                conn.execute(c.delete().where(c.c.id.not_in(sa.select(t.c.id))))
         return deleted
 
     def count(self) -> int:
-        return int(self._con().execute("SELECT COUNT(*) FROM triages").fetchone()[0])
+        """How many triages are stored."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(self._db.sa.select(self._db.sa.func.count())
+                                    .select_from(self._db.triages)).scalar_one())
+
+    def close(self) -> None:
+        """Release the database connections (the store stays usable: they reopen)."""
+        self.engine.dispose()
 
 
-__all__ = ["MAX_DEPTH", "Records", "json_problem", "new_triage_id", "safe_json"]
+__all__ = ["MAX_DEPTH", "Records", "json_problem", "location_of", "new_triage_id", "safe_json"]

@@ -2,8 +2,10 @@
 
 The API, the Slack bot and the CLI all build their parts here, so that a
 process holds one :class:`~kb.knowledge.KnowledgeBase` per KB folder (and Chroma
-URL and model) and one :class:`~kb.records.Records` per records file, whichever
-front end asked first, and no front end imports another for them.
+URL and model) and one :class:`~kb.records.Records` per records database (the
+KB's ``records.sqlite``, or ``TRIAGE_DATABASE_URL``), whichever front end asked
+first, and no front end imports another for them. :func:`jobs_for` is the
+durable replay queue in that database when replay runs in workers.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from pathlib import Path
 from kb.knowledge import KnowledgeBase
 from kb.records import Records
 from service.engine import Engine
+from service.replay.jobs import JobQueue
 from service.settings import Settings
 
-__all__ = ["engine_for", "kb_for", "records_for"]
+__all__ = ["engine_for", "jobs_for", "kb_for", "records_for"]
 
 
 @lru_cache(maxsize=8)
@@ -25,8 +28,13 @@ def _kb_for(kb_path: str, chroma_url: str | None, model: str | None) -> Knowledg
 
 
 @lru_cache(maxsize=8)
-def _records_for(kb_path: str) -> Records:
-    return Records(Path(kb_path) / "records.sqlite")
+def _records_for(kb_path: str, database_url: str | None) -> Records:
+    return Records(database_url or Path(kb_path) / "records.sqlite")
+
+
+@lru_cache(maxsize=8)
+def _jobs_for(records: Records, lease_s: float) -> JobQueue:
+    return JobQueue(records.engine, lease_s=lease_s)
 
 
 def kb_for(settings: Settings) -> KnowledgeBase:
@@ -35,8 +43,19 @@ def kb_for(settings: Settings) -> KnowledgeBase:
 
 
 def records_for(settings: Settings) -> Records:
-    """The process-wide triage records of ``settings``' KB folder."""
-    return _records_for(str(settings.kb_path))
+    """The process-wide triage records: in ``settings.database_url`` when set, else in the
+    KB folder's ``records.sqlite``."""
+    return _records_for(str(settings.kb_path), settings.database_url)
+
+
+def jobs_for(settings: Settings, records: Records | None = None) -> JobQueue | None:
+    """The durable replay queue in the records database (``records``, default
+    :func:`records_for`) when replay runs in workers (``replay_queue`` "database", or
+    "auto" with a ``database_url``); None when it runs in this process."""
+    mode = settings.replay_queue
+    if mode == "process" or (mode == "auto" and not settings.database_url):
+        return None
+    return _jobs_for(records or records_for(settings), settings.replay_lease_s)
 
 
 def engine_for(settings: Settings) -> Engine:

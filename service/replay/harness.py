@@ -50,8 +50,8 @@ from service.replay.queue import ReplayQueue
 from service.replay.results import Frame, ReplayResult
 from service.replay.trees import replay_tree
 
-__all__ = ["HARNESS_DIR", "STUB_FAILURE_ENV", "harness_version", "replay", "replay_async",
-           "replay_many"]
+__all__ = ["HARNESS_DIR", "STUB_FAILURE_ENV", "batch_key", "harness_version", "replay",
+           "replay_async", "replay_many"]
 
 HARNESS_DIR = Path(__file__).resolve().parent
 CHILD = HARNESS_DIR / "child.py"
@@ -80,6 +80,18 @@ def harness_version() -> str:
 def _cache_key(payload: dict[str, Any]) -> str:
     blob = json.dumps({**payload, "harness": harness_version()}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def batch_key(version: str, argvs: Sequence[Sequence[str]], *, hardware: str | None,
+              model_arch: str | None, env: Mapping[str, str] | None = None) -> str:
+    """The cache key of a whole batch, from what the caller knows before any tree is
+    unpacked: the same hash as each command line's (:func:`_cache_key`, this package's
+    code and the venv's key packages included) over the version, command lines,
+    declared machine, architecture and environment. Durable replay jobs are
+    de-duplicated by it (:mod:`service.replay.jobs`)."""
+    return _cache_key({"batch": [[str(a) for a in argv] for argv in argvs], "version": version,
+                       "hardware": hardware, "arch": model_arch,
+                       "env": dict(sorted((env or {}).items()))})
 
 
 def _cache_path(home: Path, key: str) -> Path:

@@ -9,8 +9,10 @@
   ``(channel, thread_ts)``: the payload, options and result a thread's
   follow-ups are answered from.
 
-Everything is thread-safe and lives in the process, so HTTP mode should run a
-single worker. Used by :mod:`service.slack.bot`.
+Everything is thread-safe and lives in the process, so without a database HTTP
+mode should run a single worker; with ``TRIAGE_DATABASE_URL`` the bot uses the
+database-backed versions in :mod:`service.slack.shared` instead. Used by
+:mod:`service.slack.bot`.
 """
 
 from __future__ import annotations
