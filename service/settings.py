@@ -8,21 +8,39 @@ Chroma, embedding model, LLM) with the API, replay and Slack settings.
 
 from __future__ import annotations
 
+import json
+import sys
 from functools import lru_cache
+from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field, SecretStr
 
 from kb.settings import DEFAULT_RELEASES
 from service.engine import EngineSettings
 
-__all__ = ["DEFAULT_RELEASES", "Settings", "get_settings"]
+__all__ = ["DEFAULT_RELEASES", "Settings", "env_example", "get_settings", "reveal"]
+
+
+def reveal(value: SecretStr | str | None) -> str | None:
+    """The plain text of a secret setting (``None`` stays ``None``).
+
+    Secrets are :class:`~pydantic.SecretStr` so that they never show in ``repr``, logs or
+    ``model_dump``; only the code that sends them (the key check, the Slack client) calls
+    this. A plain ``str`` passes through: ``model_copy(update=...)`` does not validate, so a
+    copy may hold one.
+    """
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    return value
 
 
 class Settings(EngineSettings):
     """Runtime configuration of every sglang-triage front end."""
 
     # service
-    api_keys: list[str] = Field(default_factory=list, description="Bearer keys; empty = open.")
+    api_keys: list[SecretStr] = Field(default_factory=list,
+                                      description="Bearer keys (secret); empty = open.")
     max_body_bytes: int = 1024 * 1024
     allowed_hosts: list[str] = Field(
         default_factory=list, description="Host names the API answers to; empty = the loopback "
@@ -32,22 +50,83 @@ class Settings(EngineSettings):
     records_max_count: int | None = Field(
         100_000, description="At most this many unconfirmed triages are kept (oldest purged).")
 
+    database_url: str | None = Field(
+        None, description="Records, Slack state and replay jobs in this database "
+        "(postgresql://user@host/db, or sqlite:///path); unset: <kb>/records.sqlite, Slack "
+        "state in memory, replay in-process.")
+    replay_queue: Literal["auto", "process", "database"] = Field(
+        "auto", description="Where replay runs: 'process' (a thread of the API), 'database' "
+        "(durable jobs for `sglang-triage replay-worker`); 'auto': 'database' when "
+        "database_url is set.")
+    replay_lease_s: float = Field(
+        60.0, description="A claimed replay job returns to the queue when its worker stops "
+        "renewing the lease for this long (a killed worker).")
     replay_enabled: bool = Field(True, description="Verify fixes by replay in the background.")
     on_demand_ingest: bool = Field(
         True, description="Index a release the log names but the KB lacks, then answer from it.")
     on_demand_embed: bool = Field(
-        True, description="Then embed it on a background thread (off: keyword search only).")
+        True, description="After an on-demand ingest, embed the release on a background thread "
+        "(off: keyword search only for it).")
 
     # slack
-    slack_bot_token: str | None = None
-    slack_signing_secret: str | None = None
-    slack_app_token: str | None = Field(None, description="xapp- token for Socket Mode.")
+    slack_bot_token: SecretStr | None = Field(
+        None, description="xoxb- bot token (secret); with the signing secret, enables /slack/events.")
+    slack_signing_secret: SecretStr | None = Field(
+        None, description="Signing secret of the Slack app (secret), checks /slack/events.")
+    slack_app_token: SecretStr | None = Field(
+        None, description="xapp- token for Socket Mode (secret).")
     slack_api_url: str | None = Field(None, description="Slack Web API base URL (tests: a stub).")
     public_url: str = Field("http://127.0.0.1:8000", description="Base URL for report links.")
 
+    def api_key_values(self) -> list[str]:
+        """The bearer keys in plain text (for the constant-time comparison only)."""
+        return [k for k in (reveal(key) for key in self.api_keys) if k]
 
 
 @lru_cache
 def get_settings() -> Settings:
     """The process-wide settings (FastAPI dependency)."""
     return Settings()
+
+
+#: What the fields without a description of their own mean (for :func:`env_example`).
+_MEANING = {
+    "home": "Cache root: wheels/, sources/, kb/, git/.",
+    "embedding_batch_size": "Chunks embedded per batch at ingest.",
+    "releases": "Releases `ingest --defaults` and `make run` ingest (JSON list).",
+    "llm_base_url": "OpenAI-compatible endpoint for LLM-written explanations; unset = no LLM.",
+    "llm_model": "Model name at that endpoint.",
+    "llm_timeout_s": "Seconds before an LLM answer is abandoned (the deterministic one stays).",
+    "max_body_bytes": "Request body limit on every route (plus 64 KiB for a JSON envelope).",
+}
+#: Defaults that depend on the machine, written as they are computed.
+_SHOWN = {"home": "~/.cache/sglang-triage", "embedding_model": ""}
+
+
+def env_example(model: type[BaseModel] = Settings) -> str:
+    """The text of ``.env.example``: every field of ``model`` as a commented-out
+    ``TRIAGE_NAME=default`` line under a one-line comment (its description, "(secret)" for
+    :class:`SecretStr` fields). Lists are JSON, as pydantic-settings reads them; unset values
+    are empty. Regenerate with ``python -m service.settings > .env.example``.
+    """
+    lines = ["# Every TRIAGE_* setting of sglang-triage with its default (docs/configuration.md).",
+             "# Copy to .env (read from the working directory) and uncomment what you change.",
+             "# Generated by `python -m service.settings > .env.example`; a test checks it is "
+             "complete.", ""]
+    for name, field in model.model_fields.items():
+        meaning = " ".join((field.description or _MEANING.get(name, name)).split())
+        if "SecretStr" in repr(field.annotation) and "secret" not in meaning:
+            meaning += " (secret)"
+        if name in _SHOWN:
+            shown = _SHOWN[name]
+        else:
+            value = field.get_default(call_default_factory=True)
+            shown = ("" if value is None else json.dumps(value) if isinstance(value, list | dict)
+                     else str(value).lower() if isinstance(value, bool)
+                     else str(value) if isinstance(value, str | int | float | Path) else "")
+        lines += [f"# {meaning}", f"# TRIAGE_{name.upper()}={shown}", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m service.settings > .env.example`
+    sys.stdout.write(env_example())

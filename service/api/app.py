@@ -8,9 +8,11 @@ for inputs we could not use, what *was* understood; no input produces a 500.
 Endpoints: ``POST /triage`` (text/plain log or JSON ``{log, command?,
 release?, hardware?, model?, python?}``), ``GET /triage/{id}``,
 ``POST /incidents/{id}/confirm``, ``GET /search``, ``GET /releases``,
-``GET /healthz``, ``GET /readyz``; the web page (:mod:`service.web`) at ``/``.
-Bearer API keys (``TRIAGE_API_KEYS``)
-guard everything but the health checks and the static page.
+``GET /healthz``, ``GET /readyz``, ``GET /version``, ``GET /metrics`` (:mod:`service.api.ops`);
+the web page (:mod:`service.web`) at ``/``. Bearer API keys (``TRIAGE_API_KEYS``)
+guard everything but the health checks, the version and the static page.
+Every request gets an id and one JSON access line (:mod:`service.api.logs`) and is
+counted in the metrics (:mod:`service.api.metrics`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from __future__ import annotations
 import hmac
 import itertools
 import json
-import logging
 import re
 import time
 import uuid
@@ -32,15 +33,19 @@ from kb.errors import ConfigError, ReleaseNotIngested, TriageError, VectorStoreE
 from kb.knowledge import KnowledgeBase
 from kb.records import Records, new_triage_id
 from service import ondemand
+from service.api import metrics
 from service.api.docs import mount_docs
 from service.api.guard import RequestGuard, allowed_hosts
+from service.api.logs import REQUEST_ID, log_access
+from service.api.ops import app_version, mount_ops
 from service.api.schemas import ConfirmRequest, TriageRequest
-from service.engine import Engine, redact
+from service.engine import Engine, TriageResult, redact
 from service.errors import BinaryInput, EmptyInput, InputTooLarge, LogParseError, UnknownRelease
-from service.settings import Settings, get_settings
-from service.wiring import kb_for, records_for
+from service.settings import Settings, get_settings, reveal
+from service.wiring import jobs_for, kb_for, records_for
 
-log = logging.getLogger("sglang_triage.api")
+__all__ = ["MAX_KEY_FAILURES", "RequestIdMiddleware", "app", "app_settings", "create_app",
+           "get_engine", "get_kb", "get_records", "key_ok", "require_key"]
 
 _STATUS: list[tuple[type[TriageError], int]] = [
     (EmptyInput, 400), (BinaryInput, 415), (InputTooLarge, 413), (LogParseError, 422),
@@ -107,7 +112,7 @@ async def require_key(request: Request,
                             headers={"Retry-After": str(int(_FAIL_WINDOW_S))})
     auth = request.headers.get("authorization", "")
     token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
-    if not key_ok(token, settings.api_keys):
+    if not key_ok(token, settings.api_key_values()):
         if token:  # a wrong key counts towards the limit; a missing one does not
             if len(failures) > 10_000:
                 failures.clear()  # bounded memory
@@ -120,7 +125,7 @@ async def require_key(request: Request,
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The API. ``settings`` (default: the process's) configure what is fixed when the app is
     built: the request guard, Slack; requests read theirs through :func:`app_settings`."""
-    app = FastAPI(title="sglang-triage", version="0.1.0",
+    app = FastAPI(title="sglang-triage", version=app_version(),
                   description="Why did SGLang refuse to start, and which flag change fixes it?",
                   docs_url=None, redoc_url=None, openapi_url=None)  # see service.api.docs
 
@@ -167,7 +172,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         return hybrid_search(kb, q, release, k=k).as_dict()
 
-    @app.post("/triage", dependencies=[Depends(require_key)],
+    @app.post("/triage", dependencies=[Depends(require_key)], response_class=Response,
+              responses={200: {"model": TriageResult, "description": "The diagnosis, with its "
+                               "`id` (`GET /triage/{id}` shows it again, with replay verdicts)"}},
               openapi_extra={"requestBody": {"content": {
                   "text/plain": {"schema": {"type": "string"}, "example": EXAMPLE_LOG},
                   "application/json": {"schema": TriageRequest.model_json_schema(),
@@ -274,7 +281,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     mount_web(app, require_key, get_kb)  # the page at / and /t/{id}, /static, /hardware, /source
     mount_docs(app, require_key)  # /openapi.json and /docs, local assets, behind the keys
-    if settings.slack_bot_token and settings.slack_signing_secret:
+    mount_ops(app, require_key)  # /metrics behind the keys, /version open
+    if reveal(settings.slack_bot_token) and reveal(settings.slack_signing_secret):
         from service.slack.bot import mount_slack
 
         mount_slack(app, settings)
@@ -311,9 +319,13 @@ def _answer(engine: Engine, records: Records, settings: Settings, payload: str |
             ) -> bytes:
     """Triage, store and encode one answer (on a worker thread: all of it blocks).
 
-    The answer is encoded to JSON once; the same text is stored and returned.
+    The answer is encoded to JSON once; the same text is stored and returned. The replay
+    runs on this process's queue, or, with a durable queue (:func:`~service.wiring.jobs_for`:
+    ``TRIAGE_DATABASE_URL`` or ``TRIAGE_REPLAY_QUEUE=database``), is queued for
+    ``sglang-triage replay-worker``, which stores the same verdicts in the same record.
     """
     result = ondemand.triage(engine, settings, payload, **options)
+    metrics.observe_triage(result.timings_ms, result.status)
     tid = new_triage_id()
     result.id = tid
     if not _vectors_ok(engine.kb):
@@ -336,17 +348,26 @@ def _answer(engine: Engine, records: Records, settings: Settings, payload: str |
         from service.replay.background import schedule, unavailable_reason
         from service.replay.queue import QueueFull
 
+        jobs = jobs_for(settings, records)  # None: replay runs in this process
         try:
-            fut = schedule(settings, json.loads(encoded), list(result.parsed.command or []),
-                           result.parsed.hardware, result.parsed.model_arch,
-                           lambda updated: records.save(tid, request_record, updated),
-                           client=client)
+            if jobs is not None:  # a durable job for `sglang-triage replay-worker`
+                fut = jobs.enqueue_triage(tid, json.loads(encoded),
+                                          list(result.parsed.command or []),
+                                          result.parsed.hardware, result.parsed.model_arch,
+                                          client=client)
+            else:
+                fut = schedule(settings, json.loads(encoded), list(result.parsed.command or []),
+                               result.parsed.hardware, result.parsed.model_arch,
+                               lambda updated: records.save(tid, request_record, updated),
+                               client=client)
         except QueueFull as exc:
             result.replay = {"status": "unverified", "detail": f"{exc.message}; try again later"}
         else:
             if fut is None:
                 release = (result.release or {}).get("release")
-                why = unavailable_reason(settings, release, list(result.parsed.command or []))
+                argv = list(result.parsed.command or [])
+                why = (jobs.unavailable_reason(release, argv) if jobs is not None
+                       else unavailable_reason(settings, release, argv))
                 result.replay = {"status": "unavailable",
                                  "detail": why or "replay could not be scheduled"}
         if result.replay.get("status") != "pending":
@@ -357,8 +378,10 @@ def _answer(engine: Engine, records: Records, settings: Settings, payload: str |
 
 
 class RequestIdMiddleware:
-    """Gives every HTTP response an ``x-request-id`` (the client's, if sane) and logs
-    one JSON line per request (method, path, status, ms).
+    """Gives every HTTP response an ``x-request-id`` (the client's, if sane), makes it the
+    request id of every log line written while the request is served
+    (:data:`~service.api.logs.REQUEST_ID`), logs one access line (method, path, status,
+    duration_ms, client) and counts the request in the metrics by its route template.
 
     A plain ASGI middleware: Starlette's ``BaseHTTPMiddleware`` would add a task
     and a stream copy to every request.
@@ -372,6 +395,7 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send)
             return
         rid = _request_id(dict(scope.get("headers") or ()).get(b"x-request-id", b""))
+        token = REQUEST_ID.set(rid.decode())
         t0 = time.perf_counter()
         status = 500
 
@@ -385,10 +409,14 @@ class RequestIdMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            if log.isEnabledFor(logging.INFO):
-                log.info(json.dumps({"request_id": rid.decode(), "method": scope.get("method"),
-                                     "path": scope.get("path"), "status": status,
-                                     "ms": round((time.perf_counter() - t0) * 1000, 2)}))
+            seconds = time.perf_counter() - t0
+            metrics.observe_request(scope, status, seconds)
+            client = scope.get("client")
+            log_access(request_id=rid.decode(), method=str(scope.get("method")),
+                       path=str(scope.get("path")), status=status,
+                       duration_ms=round(seconds * 1000, 2),
+                       client=str(client[0]) if client else None)
+            REQUEST_ID.reset(token)
 
 
 _REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,64}")

@@ -290,10 +290,23 @@ def purge_records(
 def serve(
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     port: Annotated[int, typer.Option()] = 8000,
-    workers: Annotated[int, typer.Option(help="uvicorn workers (use Chroma server mode for >1).")] = 1,
+    workers: Annotated[int, typer.Option(
+        min=1, help="uvicorn workers; more than one needs a Chroma server (TRIAGE_CHROMA_URL).")] = 1,
     access_log: Annotated[bool, typer.Option(help="One JSON line per request (with its x-request-id).")] = True,
 ) -> None:
-    """Run the HTTP API (FastAPI + uvicorn)."""
+    """Run the HTTP API (FastAPI + uvicorn); logs are JSON lines on stderr.
+
+    ``--workers N`` with N > 1 is refused (exit 2) while the KB's vectors live in the embedded
+    Chroma, a single-process store that several workers would corrupt: run ``chroma run`` and
+    set ``TRIAGE_CHROMA_URL`` (docs/configuration.md), or serve with one worker.
+    """
+    if workers > 1 and not _settings().chroma_url:
+        console.print(
+            f"[red]error:[/red] --workers {workers} needs a Chroma server: the embedded Chroma "
+            "is a single-process store. Run `chroma run --path ~/.cache/sglang-triage/chroma "
+            "--port 8001`, set TRIAGE_CHROMA_URL=http://127.0.0.1:8001 (and ingest into it), "
+            "or serve with --workers 1.", soft_wrap=True)
+        raise typer.Exit(2)
     import uvicorn
 
     uvicorn.run("service.api.app:app", host=host, port=port, workers=workers,
@@ -301,21 +314,16 @@ def serve(
 
 
 def serve_log_config(access_log: bool) -> dict[str, Any]:
-    """uvicorn's logging config, with the API's own access lines instead of uvicorn's.
+    """uvicorn's logging config: every line one JSON object on stderr
+    (:func:`service.api.logs.log_config`), with the API's own access lines instead of uvicorn's.
 
-    :class:`~service.api.app.RequestIdMiddleware` logs one JSON line
-    per request to ``api`` (request id, method, path, status, ms);
+    :class:`~service.api.app.RequestIdMiddleware` logs one line per request to
+    ``sglang_triage.access`` (request id, method, path, status, duration_ms, client);
     uvicorn's plain access log would only repeat it, without the id.
     """
-    import copy
+    from service.api.logs import log_config
 
-    from uvicorn.config import LOGGING_CONFIG
-
-    config = copy.deepcopy(LOGGING_CONFIG)
-    config["loggers"]["sglang_triage"] = {"handlers": ["default"], "level": "INFO",
-                                          "propagate": False}
-    config["loggers"]["sglang_triage.api"] = {"level": "INFO" if access_log else "WARNING"}
-    return config
+    return log_config(access_log=access_log)
 
 
 @app.command()
@@ -349,6 +357,7 @@ def _load_plugins() -> None:
             console.print(f"[yellow]warning:[/yellow] CLI plugin {ep.name!r} not loaded: {exc}")
 
 
+__import__("service.cli.worker", fromlist=["register"]).register(app)  # replay-worker
 _load_plugins()
 
 

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from pydantic import Field, SecretStr
+
 from kb.settings import KBSettings
 
 __all__ = ["EngineSettings"]
@@ -16,5 +18,6 @@ class EngineSettings(KBSettings):
 
     llm_base_url: str | None = None
     llm_model: str | None = None
-    llm_api_key: str | None = None
+    llm_api_key: SecretStr | None = Field(
+        None, description="API key of the LLM endpoint (secret; never in repr, logs or dumps).")
     llm_timeout_s: float = 20.0

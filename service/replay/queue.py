@@ -10,7 +10,9 @@ answered at once ("unverified: replay queue full"); nothing is dropped silently.
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -34,6 +36,12 @@ class ReplayQueue:
         self._pending = 0
         self._cond = threading.Condition()
         self._worker: threading.Thread | None = None
+        self._listeners: list[Callable[[float, bool], None]] = []
+
+    def add_listener(self, fn: Callable[[float, bool], None]) -> None:
+        """Call ``fn(seconds, ok)`` after each batch ends: its run time (not its wait) and
+        whether it returned (metrics; a listener that raises is ignored)."""
+        self._listeners.append(fn)
 
     def depth(self) -> int:
         """Batches waiting (not counting the one running)."""
@@ -74,7 +82,18 @@ class ReplayQueue:
             fut, fn, args, kwargs = self._next()
             if not fut.set_running_or_notify_cancel():
                 continue
+            t0 = time.perf_counter()
             try:
-                fut.set_result(fn(*args, **kwargs))
+                value, error = fn(*args, **kwargs), None
             except BaseException as exc:  # noqa: BLE001 - handed to the waiter
-                fut.set_exception(exc)
+                value, error = None, exc
+            self._ended(time.perf_counter() - t0, error is None)  # before the waiter wakes
+            if error is None:
+                fut.set_result(value)
+            else:
+                fut.set_exception(error)
+
+    def _ended(self, seconds: float, ok: bool) -> None:
+        for listener in list(self._listeners):
+            with contextlib.suppress(Exception):  # metrics must not stop the queue
+                listener(seconds, ok)

@@ -21,8 +21,10 @@ every outgoing payload is redacted of secrets (see :mod:`service.slack.blocks`).
 Message text is read by :mod:`service.slack.text`. Two modes: HTTP
 (:func:`mount_slack` adds ``POST /slack/events`` to the FastAPI app,
 signatures verified by Bolt) and Socket Mode (:func:`run_socket_mode`).
-Thread context lives in memory, so HTTP mode should run a single worker
-process.
+The state (event ids seen, thread contexts, rate limits) lives in the records
+database when ``TRIAGE_DATABASE_URL`` is set, shared by every worker and host
+(:mod:`service.slack.shared`); otherwise in the process's memory, and HTTP mode
+should then run a single worker process.
 """
 
 from __future__ import annotations
@@ -49,9 +51,10 @@ from kb.errors import ConfigError, TriageError
 from kb.records import Records, new_triage_id
 from service import ondemand
 from service.engine import Engine, TriageResult, redact, redact_payload
-from service.settings import Settings
+from service.settings import Settings, reveal
 from service.slack import blocks as sb
-from service.slack.state import Seen, ThreadContext, ThreadStore, TokenBucket
+from service.slack.shared import SlackState, slack_state
+from service.slack.state import ThreadContext, TokenBucket
 from service.slack.text import (
     classify_followup,
     drop_versions,
@@ -78,7 +81,8 @@ class SlackTriageBot:
 
     def __init__(self, settings: Settings, engine_factory: EngineFactory, records: Records, *,
                  socket_mode: bool = False, client: WebClient | None = None,
-                 bucket: TokenBucket | None = None, workers: int = 8) -> None:
+                 bucket: TokenBucket | None = None, workers: int = 8,
+                 state: SlackState | None = None) -> None:
         if not settings.slack_bot_token:
             raise ConfigError("the Slack bot needs TRIAGE_SLACK_BOT_TOKEN")
         if not socket_mode and not settings.slack_signing_secret:
@@ -88,16 +92,18 @@ class SlackTriageBot:
         self._engine_factory = engine_factory
         self._engine: Engine | None = None
         self._engine_lock = threading.Lock()
-        self.threads = ThreadStore()
-        self.events = Seen()
-        self.messages = Seen()
-        self.bucket = bucket or TokenBucket()
-        self.secrets = tuple(s for s in (settings.slack_bot_token, settings.slack_signing_secret,
-                                         settings.slack_app_token, settings.llm_api_key,
-                                         *settings.api_keys) if s)
+        # shared through the database when one is configured (see service.slack.shared)
+        self.state = state or slack_state(records.engine if settings.database_url else None)
+        self.threads = self.state.threads
+        self.events = self.state.events
+        self.messages = self.state.messages
+        self.bucket = bucket or self.state.bucket
+        self.secrets = tuple(s for s in map(reveal, (
+            settings.slack_bot_token, settings.slack_signing_secret, settings.slack_app_token,
+            settings.llm_api_key, *settings.api_keys)) if s)
         self.client = client or make_client(settings)
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="slack-triage")
-        self.app = App(client=self.client, signing_secret=settings.slack_signing_secret or "",
+        self.app = App(client=self.client, signing_secret=reveal(settings.slack_signing_secret) or "",
                        token_verification_enabled=False, process_before_response=False,
                        request_verification_enabled=not socket_mode,
                        listener_executor=self.executor, name="sglang-triage")
@@ -292,7 +298,7 @@ class SlackTriageBot:
                 raise _input_error(f"{f.get('name', 'the file')} is over {limit} bytes")
             if not self._allowed_file_url(url):
                 raise _input_error("refusing to fetch a file from outside Slack")
-            resp = httpx.get(url, headers={"Authorization": f"Bearer {self.settings.slack_bot_token}"},
+            resp = httpx.get(url, headers={"Authorization": f"Bearer {reveal(self.settings.slack_bot_token)}"},
                              timeout=20.0, follow_redirects=False)
             if resp.status_code != 200 or "text/html" in resp.headers.get("content-type", ""):
                 raise _input_error(f"could not download {f.get('name', 'the file')} "
@@ -357,7 +363,7 @@ def _input_error(message: str) -> TriageError:
 
 def make_client(settings: Settings) -> WebClient:
     """A WebClient with the bot token, ``settings.slack_api_url`` and 429 retries."""
-    kwargs: dict[str, Any] = {"token": settings.slack_bot_token, "timeout": 20}
+    kwargs: dict[str, Any] = {"token": reveal(settings.slack_bot_token), "timeout": 20}
     if settings.slack_api_url:
         kwargs["base_url"] = settings.slack_api_url.rstrip("/") + "/"
     client = WebClient(**kwargs)
@@ -402,7 +408,7 @@ def mount_slack(app: FastAPI, settings: Settings, engine_factory: EngineFactory 
     factory, recs = _defaults(settings, engine_factory, records)
     bot = SlackTriageBot(settings, factory, recs)
     handler = _ThreadedHandler(bot.app)
-    signatures = Seen(ttl_s=6 * 60)  # Bolt refuses timestamps older than five minutes
+    signatures = bot.state.signatures  # kept 6 min: Bolt refuses older timestamps
 
     @app.post(path, include_in_schema=False)
     async def slack_events(request: Request) -> Response:
@@ -441,7 +447,7 @@ def run_socket_mode(settings: Settings, engine_factory: EngineFactory | None = N
         raise ConfigError("Socket Mode needs TRIAGE_SLACK_APP_TOKEN (an xapp- app-level token)")
     factory, recs = _defaults(settings, engine_factory, records)
     bot = SlackTriageBot(settings, factory, recs, socket_mode=True)
-    SocketModeHandler(bot.app, settings.slack_app_token, web_client=bot.client).start()
+    SocketModeHandler(bot.app, reveal(settings.slack_app_token), web_client=bot.client).start()
 
 
 __all__ = ["SlackTriageBot", "make_client", "mount_slack", "run_socket_mode"]

@@ -70,7 +70,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from service.engine.answer import TriageResult
 from service.engine.llm.checks import merge_answer
@@ -106,11 +106,19 @@ def _json_from_text(text: str) -> Any:
     raise ValueError("no JSON object in the answer")
 
 
+def _api_key(key: SecretStr | str | None) -> SecretStr:
+    """The LLM key as a :class:`SecretStr` (``EMPTY`` for local servers without keys);
+    a plain ``str`` (a settings copy made with ``model_copy``) is wrapped, never logged."""
+    if isinstance(key, SecretStr):
+        return key if key.get_secret_value() else SecretStr("EMPTY")
+    return SecretStr(key or "EMPTY")
+
+
 def _ask(messages: list[tuple[str, str]], settings: Settings) -> LLMAnswer:
     from langchain_openai import ChatOpenAI
 
     llm = ChatOpenAI(base_url=settings.llm_base_url, model=settings.llm_model,
-                     api_key=settings.llm_api_key or "EMPTY",  # type: ignore[arg-type]
+                     api_key=_api_key(settings.llm_api_key),
                      timeout=settings.llm_timeout_s, max_retries=0, temperature=0)
     chain = llm.with_structured_output(ANSWER_SCHEMA, method=METHOD, strict=False,
                                        include_raw=True)
