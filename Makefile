@@ -11,28 +11,36 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export ANONYMIZED_TELEMETRY := False
 
-.PHONY: run test install install-dev ingest serve lint bench clean browser sandbox
+.PHONY: run test install install-dev constraints ingest serve lint bench clean browser sandbox postgres
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+# Every install is pinned by constraints.txt (`make constraints` rewrites it from the venv).
+PIP_INSTALL := $(BIN)/pip install --quiet -c constraints.txt
+
 # torch first, pinned: 2.13.0 is a CPU build already on disk here; an unpinned
 # torch would pull several GB of CUDA wheels.
-$(VENV)/.torch: | $(BIN)/python
-	$(BIN)/pip install --quiet torch==2.13.0
+$(VENV)/.torch: constraints.txt | $(BIN)/python
+	$(PIP_INSTALL) torch==2.13.0
 	touch $@
 
-$(VENV)/.installed: pyproject.toml $(VENV)/.torch
-	$(BIN)/pip install --quiet -e .
+# `make run` serves with every role installed (the API alone needs only `pip install .`).
+$(VENV)/.installed: pyproject.toml constraints.txt $(VENV)/.torch
+	$(PIP_INSTALL) -e ".[all]"
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml $(VENV)/.torch
-	$(BIN)/pip install --quiet -e ".[dev]"
+$(VENV)/.installed-dev: pyproject.toml constraints.txt $(VENV)/.torch
+	$(PIP_INSTALL) -e ".[dev]"
 	touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
+
+# Re-pin constraints.txt to the venv's versions (after a passing `make test`).
+constraints: install-dev
+	$(BIN)/python scripts/constraints.py > constraints.txt.new && mv constraints.txt.new constraints.txt
 
 ingest: install
 	$(BIN)/sglang-triage ingest --defaults
@@ -55,7 +63,12 @@ browser:
 sandbox:
 	sh scripts/install-debian.sh /usr/bin/bwrap bubblewrap
 
-test: install-dev browser sandbox
+# Debian's PostgreSQL server for the team-setup tests (tests/service/team start their own
+# server in a temporary folder on a free port); a no-op when it exists.
+postgres:
+	sh scripts/install-debian.sh /usr/lib/postgresql/15/bin/initdb postgresql
+
+test: install-dev browser sandbox postgres
 	$(BIN)/ruff check kb ingest service evals tests bench
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q

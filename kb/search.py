@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kb.errors import VectorStoreError
+from kb.errors import ConfigError, VectorStoreError
 from kb.knowledge import KnowledgeBase
 
 RRF_K = 60
@@ -64,6 +64,11 @@ def hybrid_search(kb: KnowledgeBase, query: str, release: str, *, k: int = 10,
                 rankings["dense"] = [cid for cid, _ in kb.vectors.query(vec, release, pool)]
             except VectorStoreError as exc:
                 degraded = f"vector store unavailable: {exc.message}"
+            except ConfigError as exc:  # no embedding model in this install (the [ingest] extra)
+                degraded = f"query embedding unavailable: {exc.message}"
+            except ImportError as exc:  # a non-BERT model without sentence-transformers
+                degraded = (f"query embedding unavailable: {exc.name} is not installed "
+                            "(the [ingest] extra)")
     scores: dict[str, float] = {}
     ranks: dict[str, dict[str, int]] = {}
     for mode, ids in rankings.items():

@@ -20,10 +20,15 @@ burst of logs naming releases costs one download at a time.
 Only strings that parse as a version (PEP 440, or a dev build naming a
 commit) are ever fetched: a log cannot make the service download anything
 else, and nothing fetched is run (ingest parses source, it never imports it).
+
+:mod:`ingest` is imported on first use, not with this module: the base install
+(``pip install sglang-triage``, what API workers run) has no tree-sitter and no
+torch, and there on-demand ingest says it needs the ``[ingest]`` extra.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import queue
 import threading
@@ -34,15 +39,13 @@ from typing import Any, Literal
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel
 
-from ingest.acquire import fetch_any
-from ingest.pipeline import embed_release, index_structure
 from kb.errors import TriageError
 from kb.knowledge import KnowledgeBase
 from service.engine import Engine, TriageResult, parse_input
 from service.settings import Settings
 
-__all__ = ["RETRY_AFTER_S", "OnDemandIngest", "OnDemandNote", "annotate", "ingester_for", "triage",
-           "wanted_release"]
+__all__ = ["NEEDS_INGEST_EXTRA", "RETRY_AFTER_S", "OnDemandIngest", "OnDemandNote", "annotate",
+           "ingester_for", "triage", "wanted_release"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,23 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_S = 600.0
 #: Release hints in the order they are believed (as the engine weighs them).
 _HINT_ORDER = ("explicit", "dist_info", "check_env", "pip", "version_string")
+#: What to install where :mod:`ingest`'s dependencies (tree-sitter, ...) are missing.
+NEEDS_INGEST_EXTRA = "on-demand ingest needs the [ingest] extra (pip install 'sglang-triage[ingest]')"
+
+
+def _missing_ingest() -> str | None:
+    """Why :mod:`ingest` cannot be imported in this install (None when it can)."""
+    try:
+        import ingest.acquire  # noqa: F401
+        import ingest.pipeline  # noqa: F401
+    except ImportError as exc:
+        return f"{NEEDS_INGEST_EXTRA}: {exc.name or exc} is not installed"
+    return None
+
+
+def _can_embed() -> bool:
+    """Whether this install can compute embeddings (sentence-transformers, the [ingest] extra)."""
+    return importlib.util.find_spec("sentence_transformers") is not None
 
 
 class OnDemandNote(BaseModel):
@@ -109,6 +129,12 @@ class OnDemandIngest:
         if not self.settings.on_demand_ingest:
             return OnDemandNote(release=version, status="disabled", how=how,
                                 detail="on-demand ingest is off (TRIAGE_ON_DEMAND_INGEST)")
+        missing = _missing_ingest()
+        if missing:
+            return OnDemandNote(release=version, status="disabled", how=how, detail=missing)
+        from ingest.acquire import fetch_any
+        from ingest.pipeline import index_structure
+
         failed = self._failed.get(version)
         if failed and time.monotonic() - failed[0] < RETRY_AFTER_S:
             return OnDemandNote(release=version, status="unavailable", how=how, detail=failed[1])
@@ -126,15 +152,17 @@ class OnDemandIngest:
                 self._failed[version] = (time.monotonic(), detail)
                 return OnDemandNote(release=version, status="unavailable", how=how, detail=detail)
             seconds = round(time.perf_counter() - t0, 2)
-        embeds = self.settings.on_demand_embed
+        embeds = self.settings.on_demand_embed and _can_embed()
         if embeds:
             self._queue_embeddings(version, report)
+        why_not = ("TRIAGE_ON_DEMAND_EMBED is off" if not self.settings.on_demand_embed else
+                   "sentence-transformers is not installed: the [ingest] extra")
         return OnDemandNote(
             release=version, status="ingested", seconds=seconds, how=how,
             detail=f"indexed on demand in {seconds:.1f} s: {report.files} files "
                    f"({report.parsed} parsed, {report.reused_files} already known); " +
                    ("embeddings follow in the background" if embeds else
-                    "no embeddings (TRIAGE_ON_DEMAND_EMBED is off): search uses keywords"))
+                    f"no embeddings ({why_not}): search uses keywords"))
 
     def _queue_embeddings(self, version: str, report: Any) -> None:  # noqa: ANN401
         """Embed on one daemon thread, release after release: a process that exits
@@ -146,6 +174,8 @@ class OnDemandIngest:
             self._embedder.start()
 
     def _embed_loop(self) -> None:
+        from ingest.pipeline import embed_release
+
         while True:
             try:
                 version, report = self._to_embed.get(timeout=60)
