@@ -52,8 +52,10 @@ def make_server(settings: Settings) -> ServerThread:
 
 @pytest.fixture(scope="session")
 def api_settings(kb_settings: Settings, kb, tmp_path_factory) -> Settings:  # noqa: ANN001
-    """The suite's KB; background replay off (one test turns it on and waits for it)."""
-    return kb_settings.model_copy(update={"replay_enabled": False})
+    """The suite's KB; background replay off (one test turns it on and waits for it), and
+    no on-demand ingest: a test naming a release the KB lacks must not add it to the shared
+    KB (tests/service/api/test_ondemand.py ingests on demand into a KB of its own)."""
+    return kb_settings.model_copy(update={"replay_enabled": False, "on_demand_ingest": False})
 
 
 @pytest.fixture(scope="session")
