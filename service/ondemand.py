@@ -41,7 +41,7 @@ from pydantic import BaseModel
 
 from kb.errors import TriageError
 from kb.knowledge import KnowledgeBase
-from service.engine import Engine, TriageResult, parse_input
+from service.engine import HINT_ORDER, Engine, TriageResult, parse_input
 from service.settings import Settings
 
 __all__ = ["NEEDS_INGEST_EXTRA", "RETRY_AFTER_S", "OnDemandIngest", "OnDemandNote", "annotate",
@@ -51,8 +51,6 @@ log = logging.getLogger(__name__)
 
 #: A release that could not be fetched is not tried again for this long.
 RETRY_AFTER_S = 600.0
-#: Release hints in the order they are believed (as the engine weighs them).
-_HINT_ORDER = ("explicit", "dist_info", "check_env", "pip", "version_string")
 #: What to install where :mod:`ingest`'s dependencies (tree-sitter, ...) are missing.
 NEEDS_INGEST_EXTRA = "on-demand ingest needs the [ingest] extra (pip install 'sglang-triage[ingest]')"
 
@@ -102,7 +100,7 @@ def wanted_release(payload: str | bytes | dict[str, Any], release: str | None,
     parsed, extras = parse_input(payload, max_bytes=max_bytes)
     named = release or extras.get("release")
     versions = [str(named)] if named else []
-    order = {k: i for i, k in enumerate(_HINT_ORDER)}
+    order = {k: i for i, k in enumerate(HINT_ORDER)}
     versions += [h.version for h in sorted(parsed.release_hints,
                                            key=lambda h: order.get(h.kind, len(order)))]
     if not versions or not _is_version(versions[0]):

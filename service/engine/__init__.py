@@ -71,13 +71,14 @@ from service.engine.flags.parse import parse_argv
 from service.engine.logparse.environment import GpuHint
 from service.engine.logparse.parse import ParsedLog, parse_input, parse_log
 from service.engine.logparse.redact import REDACTED, redact, redact_payload
+from service.engine.release.resolve import HINT_ORDER
 from service.engine.rules.lint import LintReport, lint
 from service.engine.rules.payloads import LintRequest, lint_payload, rules_payload, split_command
 from service.engine.settings import EngineSettings
 from service.engine.triage import Engine
 
 __all__ = [
-    "ARCH_BY_MODEL", "DISPATCHERS", "PROFILES", "REDACTED", "UNKNOWN", "BinaryInput", "EmptyInput", "Engine",
+    "ARCH_BY_MODEL", "DISPATCHERS", "HINT_ORDER", "PROFILES", "REDACTED", "UNKNOWN", "BinaryInput", "EmptyInput", "Engine",
     "EngineSettings", "Env", "FixOut", "GpuHint", "InputTooLarge", "LogParseError", "NoCrashFound",
     "UnknownRelease",
     "HardwareProfile", "LintReport", "LintRequest", "ParsedLog", "PathEvaluation", "Provenance",

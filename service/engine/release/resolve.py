@@ -101,7 +101,8 @@ _MESSAGE_TIE = 0.02
 
 _HINT_STRENGTH = {"explicit": 1.0, "dist_info": 1.0, "check_env": 1.0, "pip": 0.9,
                   "version_string": 0.7}
-_HINT_ORDER = ("explicit", "dist_info", "check_env", "pip", "version_string")
+#: Release hints in the order they are believed.
+HINT_ORDER = ("explicit", "dist_info", "check_env", "pip", "version_string")
 _SETTLE = "pass the release, e.g. from `pip show sglang` or `python -m sglang.check_env`"
 
 
@@ -128,7 +129,7 @@ def _hints(parsed: ParsedLog, explicit: str | None) -> list[ReleaseHint]:
     if explicit:
         hints.insert(0, ReleaseHint(version=explicit, evidence=f"release given: {explicit}",
                                     kind="explicit"))
-    order = {k: i for i, k in enumerate(_HINT_ORDER)}
+    order = {k: i for i, k in enumerate(HINT_ORDER)}
     return sorted(hints, key=lambda h: order.get(h.kind, len(order)))
 
 
