@@ -15,49 +15,92 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from evals.gate import check_gate
+from evals.gate import check_gate, release_advisories
 from evals.incidents import IncidentError, dump_incidents, load_incidents
 from evals.reports import LABELS, write_reports
-from evals.runner import EvalReport, run_eval
+from evals.runner import NOT_INGESTED, EvalReport, run_eval
 from evals.scoring import METRICS
 from service.settings import Settings
 
+#: three-letter column heads of the per-incident and per-release tables (80 columns)
 _SHORT = {"release_at_1": "rel", "exact_location": "loc", "function_match": "fn",
-          "rc_precision": "rcP", "rc_recall": "rcR", "fix_valid": "valid",
-          "fix_match": "match", "no_fix_declined": "decl", "grounded": "gnd"}
+          "rc_precision": "rcP", "rc_recall": "rcR", "fix_valid": "vld",
+          "fix_match": "fix", "no_fix_declined": "dcl", "grounded": "gnd"}
+_LEGEND = " · ".join(f"{_SHORT[m]} {LABELS[m]}" for m in METRICS)
 
 
 def _cell(value: object) -> str:
+    """One incident's metric in at most three characters."""
     if value is None:
         return "[dim]·[/dim]"
-    if value is True:
-        return "[green]✓[/green]"
-    if value is False:
-        return "[red]✗[/red]"
     v = float(value)  # type: ignore[arg-type]
-    colour = "green" if v >= 0.999 else ("yellow" if v > 0 else "red")
-    return f"[{colour}]{v:.2f}[/{colour}]"
+    if v >= 0.999:
+        return "[green]✓[/green]"
+    if v <= 0.0:
+        return "[red]✗[/red]"
+    return f"[yellow]{v:.2f}".replace("0.", ".", 1) + "[/yellow]"
+
+
+def _mean(value: object) -> str:
+    """A mean in at most four characters: ``1``, ``.958``, ``0``, ``–``."""
+    if value is None:
+        return "–"
+    v = float(value)  # type: ignore[arg-type]
+    return "1" if v >= 0.9995 else ("0" if v <= 0.0 else f"{v:.3f}"[1:])
+
+
+def _compact(title: str) -> Table:
+    """A table whose columns are one space apart (no padding, no edges)."""
+    return Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False,
+                 show_edge=False, title_justify="left")
+
+
+def incident_table(report: EvalReport) -> Table:
+    """The engine's per-incident scores: id, expected release, one mark per metric, ms
+    (fits 80 columns: long ids fold onto a second line)."""
+    eng = report.engine
+    table = _compact(f"engine on {report.incidents} incidents ({report.target})")
+    table.add_column("incident", overflow="fold", ratio=1)
+    table.add_column("release", no_wrap=True)
+    for m in METRICS:
+        table.add_column(_SHORT[m], justify="center", no_wrap=True)
+    table.add_column("ms", justify="right", no_wrap=True)
+    for s in eng.incidents:
+        release = "–" if s.expected_release == NOT_INGESTED else s.expected_release
+        ident = f"[red]{s.id}[/red]" if s.error else s.id
+        table.add_row(ident, release, *(_cell(s.metrics.get(m)) for m in METRICS),
+                      f"{s.latency_ms:.0f}")
+    return table
+
+
+def release_table(report: EvalReport) -> Table:
+    """The engine's aggregate per release (``expected.release``): n, each metric, p95."""
+    table = _compact("engine by release (mean over incidents where a metric applies)")
+    table.add_column("release", no_wrap=True)
+    table.add_column("n", justify="right")
+    for m in METRICS:
+        table.add_column(_SHORT[m], justify="right", no_wrap=True, min_width=4)
+    table.add_column("p95 s", justify="right", no_wrap=True)
+    for release, agg in report.engine.by_release.items():
+        p95 = agg.get("latency_p95_ms")
+        table.add_row(release, str(agg["n"]), *(_mean(agg.get(m)) for m in METRICS),
+                      "–" if p95 is None else f"{float(p95) / 1000:.1f}")
+    return table
 
 
 def print_report(report: EvalReport, console: Console) -> None:
-    eng = report.engine
-    table = Table(title=f"engine on {report.incidents} incidents ({report.target})",
-                  show_lines=False)
-    table.add_column("incident", overflow="fold")
-    table.add_column("cat")
-    table.add_column("status")
-    for m in METRICS:
-        table.add_column(_SHORT[m], justify="center")
-    table.add_column("ms", justify="right")
-    for s in eng.incidents:
-        status = f"[red]{s.error[:40]}[/red]" if s.error else s.status
-        table.add_row(s.id, s.category, status, *(_cell(s.metrics.get(m)) for m in METRICS),
-                      f"{s.latency_ms:.0f}")
-    console.print(table)
-    agg = Table(title="aggregate (mean over incidents where a metric applies)")
+    console.print(incident_table(report))
+    console.print(f"[dim]{_LEGEND}[/dim]")
+    errors = [s for s in report.engine.incidents if s.error]
+    for s in errors:
+        console.print(f"[red]error[/red] {s.id}: {s.error}", overflow="fold")
+    console.print()
+    console.print(release_table(report))
+    agg = _compact("aggregate (mean over incidents where a metric applies)")
     agg.add_column("metric")
     for name in report.systems:
         agg.add_column(name, justify="right")
@@ -67,6 +110,7 @@ def print_report(report: EvalReport, console: Console) -> None:
             for a in (s.aggregate for s in report.systems.values())))
     for key in ("latency_p50_ms", "latency_p95_ms", "errors"):
         agg.add_row(key, *(str(s.aggregate.get(key)) for s in report.systems.values()))
+    console.print()
     console.print(agg)
 
 
@@ -104,10 +148,12 @@ def eval_command(incidents: list[str] | None, against: str | None, out: str, bas
     paths = write_reports(report, out)
     console.print("reports: " + ", ".join(str(p) for p in paths.values()))
     failures = check_gate(report)
-    if failures:
-        console.print("[yellow]gate:[/yellow] " + "; ".join(failures))
-    else:
-        console.print("[green]gate holds[/green]")
+    for line in failures:
+        console.print(f"[yellow]gate:[/yellow] {line}")
+    if not failures:
+        console.print("[green]gate holds[/green] (overall and per release)")
+    for line in release_advisories(report):
+        console.print(f"[dim]advisory: {line}[/dim]")
     return 1 if gate and failures else 0
 
 
@@ -135,7 +181,7 @@ def _export_incidents(
     from kb.store import Store
 
     settings = Settings()
-    records = Records(settings.kb_path / "records.sqlite")
+    records = Records(settings.database_url or settings.kb_path / "records.sqlite")
     store = Store(settings.kb_path / "index.sqlite")
     incidents = export_confirmed(records, store, source=source)
     if out_path is None:

@@ -16,7 +16,9 @@ and model architecture:
   rewritten with the real message.
 
 A kept incident gets ``confirmed_by = "replay:<release>:<hardware>"`` and a note
-with the counts. Command lines are replayed in one batch per (release,
+with the counts. :meth:`ReplayConfirmer.equivalents` then replays the frameless
+incidents on the KB's other releases (:mod:`evals.equivalents`): a release whose own
+validation prints the same log is recorded in ``expected.equivalents``. Command lines are replayed in one batch per (release,
 hardware), so one subprocess imports SGLang once for many command lines;
 verdicts are cached on disk by the replay harness.
 """
@@ -129,6 +131,15 @@ class ReplayConfirmer:
         return fetch_release(release, wheel_dir=self.settings.wheel_dir,
                              source_dir=self.settings.source_dir,
                              index_url=self.settings.pip_index_url).root
+
+    def replay(self, release: str, argvs: Sequence[Sequence[str]], hardware: str | None,
+               archs: Sequence[str | None]) -> list[ReplayResult]:
+        """Replay command lines of ``release`` on one declared machine (one subprocess)."""
+        from service.replay.harness import replay_many
+
+        return replay_many(self._root(release), release, argvs, hardware=hardware,
+                           model_arch=list(archs), timeout_s=180,
+                           job_timeout_s=self.job_timeout_s, settings=self.settings)
 
     def __call__(self, release: str, incidents: Sequence[Incident]) -> list[Incident | None]:
         from service.replay.harness import replay_many

@@ -1,6 +1,13 @@
 """Generate eval incidents from the ingested releases (deterministic for a seed).
 
-``python -m evals.generate --out incidents/generated.jsonl [--seed 0]``
+``python -m evals.generate --out incidents/generated.jsonl [--seed 0] [--releases R,R,R]``
+
+The shipped files are this script's output with seed 0 and the default count,
+one run per file (:data:`SHIPPED_RUNS`): ``generated.jsonl`` for the default
+releases, ``generated_more.jsonl`` for :data:`MORE_RELEASES` (``--releases
+0.5.5,0.5.16,0.5.21``). A release's searched incidents (``gen-…``) depend only on
+the seed, the release and its quota, not on the other releases of the run; the
+plain-command ones (``ctx-…``) on the run's releases (a later one may accept it).
 
 For each release (0.5.9, 0.5.11, 0.5.23 by default) the validation checks of
 ``server_args.py`` and ``arg_groups/`` whose place in the validation order is
@@ -20,6 +27,10 @@ crash SGLang reproduces at the expected check are kept, with the fixes that
 really make it pass, and ``confirmed_by`` says so (``--no-replay`` skips it).
 Replay also adds the crashes of plain commands (model and hardware alone, see
 :mod:`evals.generate_context`), the source of "no flag fix" incidents.
+Last, a frameless log another ingested release prints identically gets that
+release's check in ``expected.equivalents`` (:mod:`evals.equivalents`, replayed
+on every release of the KB; ``python -m evals.equivalents`` adds them to existing
+files in place).
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.confirm import Confirm, ReplayConfirmer
+from evals.equivalents import find_equivalents
 from evals.groundtruth import Context, Probe, Prober, root_cause_attrs
 from evals.incidents import (
     Expected,
@@ -52,6 +64,11 @@ from service.engine import (
 )
 
 DEFAULT_RELEASES = ("0.5.9", "0.5.11", "0.5.23")
+#: releases outside the defaults, both validation layouts (0.5.21: the resolution hooks)
+MORE_RELEASES = ("0.5.5", "0.5.16", "0.5.21")
+#: shipped file -> the releases its run generated (seed 0, count 72)
+SHIPPED_RUNS: dict[str, tuple[str, ...]] = {"generated.jsonl": DEFAULT_RELEASES,
+                                            "generated_more.jsonl": MORE_RELEASES}
 #: (model, default tensor parallelism, needs --trust-remote-code)
 MODELS: tuple[tuple[str, int, bool], ...] = (
     ("/models/DeepSeek-V3", 8, True),
@@ -286,10 +303,17 @@ def generate(store: Store, *, seed: int = 0, count: int = 72,
              confirm: Confirm | None = None) -> list[Incident]:
     """``count`` incidents spread evenly over ``releases`` (fewer if a release runs dry)."""
     out: list[Incident] = []
-    for i, release in enumerate(releases):
-        quota = count // len(releases) + (1 if i < count % len(releases) else 0)
+    for release in releases:
+        quota = quota_for(release, releases, count)
         out.extend(generate_release(store, release, quota, seed, log=log, confirm=confirm))
     return out
+
+
+def quota_for(release: str, releases: tuple[str, ...], count: int = 72) -> int:
+    """``release``'s share of ``count`` in a run over ``releases`` (its quota, which also
+    sets the per-category cap: a release that runs dry keeps fewer incidents than it)."""
+    i = releases.index(release)
+    return count // len(releases) + (1 if i < count % len(releases) else 0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -322,6 +346,11 @@ def main(argv: list[str] | None = None) -> int:
 
         incidents += context_incidents(store, settings, releases, contexts=MODELS,
                                        hardware=HARDWARE, seed=args.seed, log=log)
+        # frameless logs other releases print identically: their equivalent answers
+        found = find_equivalents(store, incidents, [r["version"] for r in store.releases()],
+                                 confirm.replay, log=log)
+        incidents = [i.model_copy(update={"expected": i.expected.model_copy(
+            update={"equivalents": found[i.id]})}) if i.id in found else i for i in incidents]
     dump_incidents(incidents, args.out)
     cats = Counter(i.category for i in incidents)
     print(f"wrote {len(incidents)} incidents to {args.out}: "

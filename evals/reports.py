@@ -43,12 +43,14 @@ def markdown(report: EvalReport) -> str:
                                                  for n in names) + " |")
     eng = report.systems.get("engine")
     if eng is not None:
-        lines += ["", "## Engine by category", "",
-                  "| category | n | " + " | ".join(LABELS[m] for m in METRICS) + " |",
-                  "|---|---|" + "---|" * len(METRICS)]
-        for cat, agg in eng.by_category.items():
-            lines.append(f"| {cat} | {agg['n']} | "
-                         + " | ".join(_fmt(agg.get(m)) for m in METRICS) + " |")
+        for title, groups in (("category", eng.by_category), ("release", eng.by_release)):
+            lines += ["", f"## Engine by {title}", "",
+                      f"| {title} | n | " + " | ".join(LABELS[m] for m in METRICS)
+                      + " | p95 ms |", "|---|---|" + "---|" * (len(METRICS) + 1)]
+            for group, agg in groups.items():
+                lines.append(f"| {group} | {agg['n']} | "
+                             + " | ".join(_fmt(agg.get(m)) for m in METRICS)
+                             + f" | {_fmt(agg.get('latency_p95_ms'))} |")
         misses = [s for s in eng.incidents if s.error or any(v is False or (
             isinstance(v, float) and v < 1.0) for v in s.metrics.values())]
         if misses:

@@ -9,7 +9,8 @@ model_arch?, command?}`` via httpx.
 
 Metrics are defined in :mod:`evals.scoring`; each system (``engine``, ``grep``,
 ``rag``) gets per-incident scores, an aggregate (means over the incidents where
-a metric applies, latency p50/p95) and the same by category.
+a metric applies, latency p50/p95), and the same by category and by release
+(the incident's ``expected.release``; :data:`NOT_INGESTED` when it is null).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
 
 from evals.incidents import Incident
@@ -29,12 +31,15 @@ from kb.store import Store
 from service.engine import parse_log
 
 SYSTEMS = ("engine", "grep", "rag")
+#: the by-release group of incidents whose crash release is not ingested (expected.release null)
+NOT_INGESTED = "not ingested"
 
 
 class IncidentScore(BaseModel):
     id: str
     category: str
     source: str
+    expected_release: str = NOT_INGESTED
     status: str
     error: str | None = None
     release: str | None = None
@@ -50,6 +55,7 @@ class SystemReport(BaseModel):
     incidents: list[IncidentScore]
     aggregate: dict[str, float | int | None]
     by_category: dict[str, dict[str, float | int | None]]
+    by_release: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)
 
 
 class EvalReport(BaseModel):
@@ -160,6 +166,27 @@ def aggregate(scores: list[IncidentScore]) -> dict[str, float | int | None]:
     return out
 
 
+def release_group(incident: Incident) -> str:
+    """The by-release group of ``incident``: the ingested release its answer refers to."""
+    return incident.expected.release or NOT_INGESTED
+
+
+def release_order(name: str) -> tuple[int, tuple[int, ...], str]:
+    """Sort key of release groups: versions in numeric order, :data:`NOT_INGESTED` last."""
+    try:
+        return (0, Version(name).release, name)
+    except InvalidVersion:
+        return (1, (), name)
+
+
+def _groups(scores: list[IncidentScore], key: Callable[[IncidentScore], str],
+            order: Callable[[str], Any] = str) -> dict[str, dict[str, float | int | None]]:
+    groups: dict[str, list[IncidentScore]] = {}
+    for s in scores:
+        groups.setdefault(key(s), []).append(s)
+    return {g: aggregate(groups[g]) for g in sorted(groups, key=order)}
+
+
 def _system(name: str, incidents: list[Incident], preds: list[Prediction],
             store: Store | None) -> SystemReport:
     scores: list[IncidentScore] = []
@@ -167,14 +194,13 @@ def _system(name: str, incidents: list[Incident], preds: list[Prediction],
         where, fix = _describe(pred)
         scores.append(IncidentScore(
             id=inc.id, category=inc.category, source=inc.source.split(":", 1)[0],
+            expected_release=release_group(inc),
             status=pred.status, error=pred.error, release=pred.release, location=where,
             root_cause=list(pred.root_cause or []), top_fix=fix,
             latency_ms=round(pred.latency_ms, 2), metrics=score(inc, pred, store)))
-    cats: dict[str, list[IncidentScore]] = {}
-    for s in scores:
-        cats.setdefault(s.category, []).append(s)
     return SystemReport(name=name, incidents=scores, aggregate=aggregate(scores),
-                        by_category={c: aggregate(v) for c, v in sorted(cats.items())})
+                        by_category=_groups(scores, lambda s: s.category),
+                        by_release=_groups(scores, lambda s: s.expected_release, release_order))
 
 
 def run_eval(incidents: list[Incident], engine_or_url: Any, *, kb: KnowledgeBase | None = None,
@@ -216,5 +242,5 @@ def run_eval(incidents: list[Incident], engine_or_url: Any, *, kb: KnowledgeBase
                       target=target, incidents=len(incidents), systems=systems)
 
 
-__all__ = ["SYSTEMS", "EvalReport", "IncidentScore", "SystemReport", "aggregate", "engine_call",
-           "request_for", "run_eval"]
+__all__ = ["NOT_INGESTED", "SYSTEMS", "EvalReport", "IncidentScore", "SystemReport", "aggregate",
+           "engine_call", "release_group", "release_order", "request_for", "run_eval"]

@@ -8,6 +8,14 @@ each None where it does not apply:
 ``exact_location`` same release, path, start and end line (scored when the expected
                   location has lines)
 ``function_match`` same path and function name (scored when a location is expected)
+
+A frameless log that several releases reproduce identically has several right
+answers: ``expected.equivalents`` (each confirmed by replay, :mod:`evals.equivalents`)
+lists the other (release, check) pairs, and the three metrics above also count an
+answer equal to one of them (function match: the equivalent's path and function, for
+an answer naming that release). Flags and fixes are compared as before, with the
+primary release's catalog and acceptable fixes: replay holds every acceptable fix on each
+equivalent release too, and the shipped equivalents' flags are spelled alike in both.
 ``rc_precision`` / ``rc_recall``  root-cause flags, compared as attributes. The
                   engine's root-cause flags are the user-set flags (input source
                   ``flag``) read by failing atoms of the innermost piece of the path
@@ -175,23 +183,37 @@ def _vkey(v: str) -> tuple[int, ...]:
     return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.+]", v)[:4])
 
 
+def right_answers(incident: Incident) -> list[tuple[str | None, Any]]:
+    """``(release, location)`` of every right answer: the primary, then each equivalent
+    (an object with ``path``, ``function``, ``start_line``, ``end_line``)."""
+    exp = incident.expected
+    out: list[tuple[str | None, Any]] = [(exp.release, exp.location)]
+    return out + [(e.release, e) for e in getattr(exp, "equivalents", None) or []]
+
+
+def _same_function(loc: dict[str, Any] | None, want: Any) -> bool:
+    return bool(loc) and loc.get("path") == want.path and \
+        str(loc.get("function") or "").rsplit(".", 1)[-1] == want.function.rsplit(".", 1)[-1]
+
+
 def score(incident: Incident, pred: Prediction, store: Store | None) -> dict[str, Any]:
     """Per-incident metrics (None where a metric does not apply)."""
     exp = incident.expected
+    answers = right_answers(incident)
+    others = answers[1:]
     catalog = catalog_for(store, exp.release or pred.release)
     out: dict[str, Any] = dict.fromkeys(METRICS)
     if exp.release is not None and pred.resolves_release:
-        out["release_at_1"] = pred.release == exp.release
+        out["release_at_1"] = pred.release in {r for r, _ in answers}
     loc = pred.location
     if exp.location is not None:
-        same_fn = bool(loc) and loc.get("path") == exp.location.path and \
-            str(loc.get("function") or "").rsplit(".", 1)[-1] == exp.location.function.rsplit(".", 1)[-1]
-        out["function_match"] = same_fn
+        out["function_match"] = _same_function(loc, exp.location) or any(
+            r == pred.release and _same_function(loc, e) for r, e in others)
         if exp.location.start_line is not None and exp.release is not None:
-            out["exact_location"] = bool(
-                same_fn and pred.release == exp.release and loc
-                and (loc.get("start_line"), loc.get("end_line"))
-                == (exp.location.start_line, exp.location.end_line))
+            out["exact_location"] = any(
+                r == pred.release and _same_function(loc, e) and loc is not None
+                and (loc.get("start_line"), loc.get("end_line")) == (e.start_line, e.end_line)
+                for r, e in answers)
     if pred.root_cause is not None:
         want = {_attr(f, catalog) for f in exp.root_cause_flags}
         got = {_attr(f, catalog) for f in pred.root_cause}
@@ -219,4 +241,4 @@ def score(incident: Incident, pred: Prediction, store: Store | None) -> dict[str
 
 
 __all__ = ["METRICS", "Prediction", "engine_root_cause", "fix_matches", "from_triage",
-           "grounded", "score"]
+           "grounded", "right_answers", "score"]

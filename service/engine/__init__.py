@@ -71,6 +71,7 @@ from service.engine.flags.parse import parse_argv
 from service.engine.logparse.environment import GpuHint
 from service.engine.logparse.parse import ParsedLog, parse_input, parse_log
 from service.engine.logparse.redact import REDACTED, redact, redact_payload
+from service.engine.release.fingerprint import warning_fits
 from service.engine.release.resolve import HINT_ORDER
 from service.engine.rules.lint import LintReport, lint
 from service.engine.rules.payloads import LintRequest, lint_payload, rules_payload, split_command
@@ -87,5 +88,5 @@ __all__ = [
     "fact_values", "get_profile", "lint", "lint_payload", "model_arch_for", "parse_argv",
     "parse_input", "parse_log", "prepared_pieces", "probe_values", "profile_from_gpus", "redact", "redact_payload",
     "referenced_names",
-    "rules_payload", "split_command", "validation_order",
+    "rules_payload", "split_command", "validation_order", "warning_fits",
 ]  # fmt: skip

@@ -47,11 +47,14 @@ FORCE_STUBS: dict[str, tuple[str, ...]] = {
     "cpu": ("triton",),
 }
 #: packages SGLang imports unconditionally on the validation path, stubbed only when this
-#: venv lacks them. Kept to what is needed: stubbing an *optional* package (xgrammar,
-#: mooncake, granian...) would make SGLang believe it is installed and change its choices.
+#: venv lacks them. Kept to what is needed: stubbing an *optional* package (mooncake,
+#: granian...) would make SGLang believe it is installed and change its choices.
+#: ``xgrammar`` is no such package: every release pins it in its wheel's requirements
+#: (0.5.5: 0.1.25 ... 0.5.23: 0.2.7), so a real install always has it, and 0.5.16's
+#: ``server_args.py`` imports it at module level (``function_call/inkling_detector.py``).
 FALLBACK_STUBS: tuple[str, ...] = (
     "psutil", "msgspec", "zmq", "IPython", "partial_json_parser", "torchvision", "dill",
-    "sentencepiece", "compressed_tensors", "gguf", "tvm_ffi",
+    "sentencepiece", "compressed_tensors", "gguf", "tvm_ffi", "xgrammar", "einops",
 )
 
 

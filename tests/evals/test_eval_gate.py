@@ -24,7 +24,28 @@ def report(kb):  # noqa: ANN001, ANN201
 def test_gate_holds_over_all_shipped_incidents(report) -> None:  # noqa: ANN001
     failures = check_gate(report, load_thresholds())
     assert failures == [], failures
-    assert report.incidents == len(load_incidents()) >= 67
+    assert report.incidents == len(load_incidents()) >= 127
+
+
+def test_every_generated_release_is_reported_and_gated_on_its_own(report) -> None:  # noqa: ANN001
+    """Each release of the shipped generated files has its own aggregate, and the gate
+    applies the thresholds to it (``engine[<release>]`` lines) where it has enough
+    incidents: the error count and latency for every release, and at least function match
+    and root-cause recall for every release with 20 incidents or more."""
+    from evals.gate import applies
+    from evals.generate import SHIPPED_RUNS
+
+    th = load_thresholds()
+    by = report.engine.by_release
+    min_n = th["per_release"]["min_n"]
+    for release in (r for runs in SHIPPED_RUNS.values() for r in runs):
+        agg = by[release]
+        assert applies("errors", 0, agg["n"], min_n, floor=False), release
+        if agg["n"] < 20:
+            continue
+        gated = [m for m, floor in th["min"].items()
+                 if applies(m, floor, agg[f"{m}_n"] or 0, min_n, floor=True)]
+        assert {"function_match", "rc_recall"} <= set(gated), (release, gated)
 
 
 def test_thresholds_only_name_measured_metrics(report) -> None:  # noqa: ANN001
@@ -39,6 +60,7 @@ def test_reports_are_written(report, tmp_path) -> None:  # noqa: ANN001
     assert paths["json"].stat().st_size > 1000
     text = paths["markdown"].read_text()
     assert "| release@1 |" in text and "## Engine by category" in text
+    assert "## Engine by release" in text and "| 0.5.21 |" in text
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from evals import generate as gen
 from evals.groundtruth import Context, Prober, root_cause_attrs
@@ -18,12 +19,18 @@ from evals.render import launcher_warning
 from service.engine.flags.parse import parse_argv
 from service.engine.logparse.parse import parse_log
 
-GENERATED = INCIDENTS_DIR / "generated.jsonl"
+#: (shipped file, release) for every release a shipped generated file holds
+PARTS = [(name, r) for name, releases in gen.SHIPPED_RUNS.items() for r in releases]
 
 
 @pytest.fixture(scope="module")
-def generated() -> list:
-    return load_incidents([GENERATED])
+def by_file() -> dict[str, list]:
+    return {name: load_incidents([INCIDENTS_DIR / name]) for name in gen.SHIPPED_RUNS}
+
+
+@pytest.fixture(scope="module")
+def generated(by_file) -> list:  # noqa: ANN001
+    return [i for incs in by_file.values() for i in incs]
 
 
 def _dump(incidents: list) -> list[dict]:
@@ -52,43 +59,61 @@ class _ShippedVerdicts:
         return [self.by_id.get(i.id) for i in incidents]
 
 
-@pytest.mark.parametrize("release", ["0.5.9", "0.5.11", "0.5.23"])
-def test_shipped_file_is_the_scripts_output(kb, generated, release) -> None:  # noqa: ANN001
-    """Each release's part of generated.jsonl is exactly what seed 0 produces, given
-    replay's verdicts (nothing hand-edited): same incidents, same order, same logs."""
-    shipped = [i for i in generated if i.release == release and i.source == "generated:seed=0"]
+@pytest.mark.parametrize(("name", "release"), PARTS)
+def test_shipped_file_is_the_scripts_output(kb, by_file, name, release) -> None:  # noqa: ANN001
+    """Each release's part of a shipped generated file is exactly what seed 0 produces,
+    given replay's verdicts (nothing hand-edited): same incidents, same order, same logs."""
+    shipped = [i for i in by_file[name] if i.release == release
+               and i.source == "generated:seed=0"]
+    assert shipped, (name, release)
     verdicts = _ShippedVerdicts(shipped)
-    again = gen.generate_release(kb.store, release, len(shipped), seed=0, confirm=verdicts)
+    quota = gen.quota_for(release, gen.SHIPPED_RUNS[name])  # the run's quota (count 72)
+    again = gen.generate_release(kb.store, release, quota, seed=0, confirm=verdicts)
     assert _dump(again) == _dump(shipped)
     # every shipped incident was proposed by the generator before replay judged it
     assert set(verdicts.by_id) <= set(verdicts.asked)
 
 
-def test_shipped_verdicts_replay_again(kb, cache_settings, generated) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("release", [r for _, r in PARTS])
+def test_shipped_verdicts_replay_again(kb, cache_settings, generated, release) -> None:  # noqa: ANN001
     """A sample of shipped incidents, replayed again with SGLang's own validation: the crash
     fires at the expected check and every shipped fix makes it pass."""
     from evals.confirm import ReplayConfirmer
 
     confirmer = ReplayConfirmer(cache_settings, kb.store)
-    for release in ("0.5.9", "0.5.11", "0.5.23"):
-        mine = [i for i in generated if i.release == release and i.source == "generated:seed=0"]
-        hardware = Counter(i.hardware for i in mine).most_common(1)[0][0]
-        sample = sorted((i for i in mine if i.hardware == hardware),
-                        key=lambda i: (len(i.expected.acceptable_fixes), i.id))[:2]
-        again = confirmer(release, sample)
-        for inc, back in zip(sample, again, strict=True):
-            assert back is not None, inc.id
-            assert back.expected.acceptable_fixes == inc.expected.acceptable_fixes, inc.id
-            assert back.confirmed_by == inc.confirmed_by == f"replay:{release}:{hardware}"
+    mine = [i for i in generated if i.release == release and i.source == "generated:seed=0"]
+    hardware = Counter(i.hardware for i in mine).most_common(1)[0][0]
+    sample = sorted((i for i in mine if i.hardware == hardware),
+                    key=lambda i: (len(i.expected.acceptable_fixes), i.id))[:2]
+    again = confirmer(release, sample)
+    for inc, back in zip(sample, again, strict=True):
+        assert back is not None, inc.id
+        assert back.expected.acceptable_fixes == inc.expected.acceptable_fixes, inc.id
+        assert back.confirmed_by == inc.confirmed_by == f"replay:{release}:{hardware}"
 
 
-def test_enough_incidents_over_three_releases(generated) -> None:  # noqa: ANN001
-    assert len(generated) >= 60
-    assert Counter(i.release for i in generated).keys() == {"0.5.9", "0.5.11", "0.5.23"}
-    cats = Counter(i.category for i in generated)
+@pytest.mark.parametrize("name", list(gen.SHIPPED_RUNS))
+def test_enough_incidents_over_three_releases(by_file, name) -> None:  # noqa: ANN001
+    incs = by_file[name]
+    assert len(incs) >= 60
+    counts = Counter(i.release for i in incs)
+    assert counts.keys() == set(gen.SHIPPED_RUNS[name])
+    # every release represented (0.5.5 runs dry at 13: few of its checks can fire alone)
+    assert min(counts.values()) >= 10, counts
+    cats = Counter(i.category for i in incs)
     assert len(cats) >= 5
-    assert all(i.source.startswith("generated:") for i in generated)
-    assert all((i.confirmed_by or "").startswith(f"replay:{i.release}:") for i in generated)
+    assert all(i.source.startswith("generated:") for i in incs)
+    assert all((i.confirmed_by or "").startswith(f"replay:{i.release}:") for i in incs)
+
+
+def test_shipped_files_cover_both_validation_layouts(kb, generated) -> None:  # noqa: ANN001
+    """Releases of the resolution-pipeline layout (0.5.19 on: ``arg_groups/*_hook.py``)
+    and of the ``__post_init__`` one are both in the suite, with incidents located in
+    the hooks."""
+    hooks = [i for i in generated if "_hook.py" in (i.expected.location.path or "")]
+    assert {i.release for i in hooks} >= {"0.5.21", "0.5.23"}
+    assert any(i.expected.location.path == "sglang/srt/server_args.py"
+               for i in generated if i.release in ("0.5.5", "0.5.16"))
 
 
 def test_expected_locations_exist_and_logs_parse(kb, generated) -> None:  # noqa: ANN001
@@ -109,11 +134,13 @@ def test_expected_locations_exist_and_logs_parse(kb, generated) -> None:  # noqa
         assert inc.expected.acceptable_fixes or inc.expected.no_flag_fix, inc.id
 
 
-def test_ground_truth_reevaluates(kb, generated) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(("release", "k"), [("0.5.11", 6), ("0.5.5", 3), ("0.5.21", 3)])
+def test_ground_truth_reevaluates(kb, generated, release, k) -> None:  # noqa: ANN001
     """The recorded command fires the check, and every acceptable fix makes it definitely pass."""
     from service.engine.flags.edit import apply_edits
 
-    for inc in [i for i in generated if i.release == "0.5.11"][:6]:
+    mine = [i for i in generated if i.release == release and i.source == "generated:seed=0"]
+    for inc in mine[:k]:
         prober = Prober(kb.store, inc.release)
         ctx = Context(inc.release, inc.model, inc.model_arch, inc.hardware, tuple())
         loc = inc.expected.location
@@ -140,7 +167,7 @@ def _warn_statement(text: str) -> tuple[int, int]:
     raise AssertionError("no warnings.warn under the main guard")
 
 
-@pytest.mark.parametrize("release", ["0.5.11", "0.5.23"])
+@pytest.mark.parametrize("release", ["0.5.11", "0.5.16", "0.5.21", "0.5.23"])
 def test_launcher_warning_is_what_python_prints(kb, tmp_path, release) -> None:  # noqa: ANN001
     """The rendered warning equals what Python prints for the release's own call: a module
     that keeps only ``import warnings``, the main guard and that call (on their lines,
@@ -164,7 +191,8 @@ def test_launcher_warning_is_what_python_prints(kb, tmp_path, release) -> None: 
 
 
 def test_launcher_warning_only_where_the_launcher_warns(kb) -> None:  # noqa: ANN001
-    assert launcher_warning(kb.store, "0.5.9", "/site") == []  # 0.5.9's launcher warns nothing
+    for release in ("0.5.5", "0.5.9"):  # their launchers warn nothing
+        assert launcher_warning(kb.store, release, "/site") == []
 
 
 def test_shipped_logs_with_the_launcher_warning_fit_their_release(kb, generated) -> None:  # noqa: ANN001
@@ -173,7 +201,7 @@ def test_shipped_logs_with_the_launcher_warning_fit_their_release(kb, generated)
     from service.engine.release.fingerprint import warning_fits
 
     marked = [i for i in generated if "launcher's warning" in i.notes]
-    assert marked and {i.release for i in marked} <= {"0.5.11", "0.5.23"}
+    assert marked and {i.release for i in marked} <= {"0.5.11", "0.5.16", "0.5.21", "0.5.23"}
     for inc in generated:
         parsed = parse_log(inc.crash_log)
         assert bool(parsed.warnings) == (inc in marked), inc.id
@@ -225,9 +253,12 @@ def test_context_incidents_replay_again(kb, cache_settings, sglang_source,  # no
         assert inc.expected.acceptable_fixes or inc.expected.no_flag_fix
         parsed = parse_log(inc.crash_log)
         assert parsed.command == inc.command and parsed.primary is not None
-    first = ctx[0]
-    root = sglang_source(first.release).root
-    again = replay_many(root, first.release, [first.command_argv()], hardware=first.hardware,
-                        model_arch=first.model_arch, settings=cache_settings)[0]
-    assert fires_expected_check(again, first)
-    assert first.crash_log.rstrip().endswith(f"{again.exception_type}: {again.message.strip()}")
+    firsts = {Version(i.release) < Version("0.5.19"): i for i in reversed(ctx)}  # per layout
+    for first in firsts.values():
+        root = sglang_source(first.release).root
+        again = replay_many(root, first.release, [first.command_argv()],
+                            hardware=first.hardware, model_arch=first.model_arch,
+                            settings=cache_settings)[0]
+        assert fires_expected_check(again, first), first.id
+        assert first.crash_log.rstrip().endswith(
+            f"{again.exception_type}: {again.message.strip()}"), first.id

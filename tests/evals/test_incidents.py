@@ -11,6 +11,7 @@ import pytest
 from evals.incidents import (
     CATEGORIES,
     INCIDENTS_DIR,
+    SHIPPED,
     Incident,
     IncidentError,
     dump_incidents,
@@ -35,6 +36,8 @@ def test_shipped_files_load_with_unique_ids() -> None:
     assert len(by_file["seed.jsonl"]) == 2
     assert len(by_file["public.jsonl"]) == 5
     assert len(by_file["generated.jsonl"]) >= 60
+    assert len(by_file["generated_more.jsonl"]) >= 60
+    assert set(by_file) == set(SHIPPED)  # every file in the folder is shipped, and loaded
     assert {i.category for i in incidents} <= set(CATEGORIES)
 
 
