@@ -10,7 +10,7 @@ Two starting points, each a fresh KB holding one release's structure:
 The log is a real bare assert of the asked-for release's ``ServerArgs``, found with
 ``ast`` in its source (the wheel is fetched into the cache before timing starts).
 
-``python bench/ondemand_bench.py [--release 0.5.22] [--neighbour 0.5.21] [--distant 0.5.11]``
+``python bench/ondemand_bench.py [--release 0.5.16] [--neighbour 0.5.15.post1] [--distant 0.5.11]``
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def one(base: str, release: str, log: str, settings: Settings, work: Path) -> di
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--release", default="0.5.22")
-    ap.add_argument("--neighbour", default="0.5.21")
+    ap.add_argument("--release", default="0.5.16")
+    ap.add_argument("--neighbour", default="0.5.15.post1")
     ap.add_argument("--distant", default="0.5.11")
     ap.add_argument("--out", default="bench/results/ondemand.json")
     args = ap.parse_args()

@@ -14,6 +14,7 @@ SCRIPTS = [
     ["bench/ingest_bench.py"],
     ["bench/triage_bench.py"],
     ["bench/ondemand_bench.py"],
+    ["bench/team_bench.py"],
 ]
 
 
