@@ -13,7 +13,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 Category = Literal["speculative", "attention", "parallelism", "page_size", "quantization",
                    "disaggregation", "argparse", "other"]
@@ -41,6 +48,19 @@ class FixSpec(BaseModel):
     remove: list[str] = Field(default_factory=list)
 
 
+class Equivalent(BaseModel):
+    """Another ingested release that reproduces the incident's crash log exactly, and the
+    check (lines included) its own validation raised in when replayed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    release: str
+    path: str
+    function: str
+    start_line: int
+    end_line: int
+
+
 class Expected(BaseModel):
     """What a correct triage says."""
 
@@ -54,6 +74,17 @@ class Expected(BaseModel):
     acceptable_fixes: list[FixSpec] = Field(default_factory=list)
     #: None when a flag edit fixes it; else "upgrade", "code bug" or a reason
     no_flag_fix: str | None = None
+    #: other releases whose own validation, replayed, turns the same command into the same
+    #: exception and message (only for logs with neither traceback frames nor release
+    #: evidence): each is a right answer too. Left out of the JSON when empty.
+    equivalents: list[Equivalent] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _omit_no_equivalents(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if not data.get("equivalents"):
+            data.pop("equivalents", None)
+        return data
 
 
 class Incident(BaseModel):
@@ -174,5 +205,5 @@ def dump_incidents(incidents: Iterable[Incident], path: str | Path) -> Path:
     return path
 
 
-__all__ = ["CATEGORIES", "Category", "Expected", "ExpectedLocation", "FixSpec", "Incident",
+__all__ = ["CATEGORIES", "Category", "Equivalent", "Expected", "ExpectedLocation", "FixSpec", "Incident",
            "IncidentError", "categorize", "dump_incidents", "parse_incidents", "read_incidents"]
