@@ -41,7 +41,15 @@ from service.settings import Settings
 #: ``confirm(release, incidents) -> confirmed copies, None where not confirmed``
 Confirm = Callable[[str, Sequence[Incident]], list[Incident | None]]
 
-__all__ = ["Confirm", "ReplayConfirmer", "fires_expected_check", "judge", "refusal"]
+__all__ = ["Confirm", "ReplayConfirmer", "fires_expected_check", "judge", "kb_settings", "refusal"]
+
+
+def kb_settings(kb_dir: str | None) -> Settings:
+    """The settings of a script's ``--kb`` folder (the configured KB when None)."""
+    settings = Settings()
+    if kb_dir:
+        settings = settings.model_copy(update={"kb_dir": Path(kb_dir).expanduser().resolve()})
+    return settings
 
 
 def fires_expected_check(result: ReplayResult, inc: Incident) -> bool:

@@ -215,12 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kb", default=None, help="KB folder (default: TRIAGE_KB_DIR or <home>/kb)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
-    from evals.confirm import ReplayConfirmer
-    from service.settings import Settings
+    from evals.confirm import ReplayConfirmer, kb_settings
 
-    settings = Settings()
-    if args.kb:
-        settings = settings.model_copy(update={"kb_dir": Path(args.kb).expanduser().resolve()})
+    settings = kb_settings(args.kb)
     store = Store(settings.kb_path / "index.sqlite")
     releases = [r.strip() for r in args.releases.split(",") if r.strip()] if args.releases \
         else [r["version"] for r in store.releases()]

@@ -39,10 +39,9 @@ import argparse
 import random
 import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-from evals.confirm import Confirm, ReplayConfirmer
+from evals.confirm import Confirm, ReplayConfirmer, kb_settings
 from evals.equivalents import find_equivalents
 from evals.groundtruth import Context, Probe, Prober, root_cause_attrs
 from evals.incidents import (
@@ -328,11 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="keep the evaluator's ground truth unconfirmed (no replay)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
-    from service.settings import Settings
-
-    settings = Settings()
-    if args.kb:
-        settings = settings.model_copy(update={"kb_dir": Path(args.kb).expanduser().resolve()})
+    settings = kb_settings(args.kb)
     store = Store(settings.kb_path / "index.sqlite")
     releases = tuple(r.strip() for r in args.releases.split(",") if r.strip())
     for r in releases:

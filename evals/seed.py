@@ -16,7 +16,6 @@ the check is 0.5.11's only bare assert there (``speculative_num_steps is None`` 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from evals.incidents import Expected, ExpectedLocation, FixSpec, Incident, dump_incidents
 from evals.render import render_log
@@ -87,11 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--kb", default=None)
     args = ap.parse_args(argv)
-    from service.settings import Settings
+    from evals.confirm import kb_settings
 
-    settings = Settings()
-    if args.kb:
-        settings = settings.model_copy(update={"kb_dir": Path(args.kb).expanduser().resolve()})
+    settings = kb_settings(args.kb)
     store = Store(settings.kb_path / "index.sqlite")
     store.require("0.5.11")
     dump_incidents(seed_incidents(store), args.out)
