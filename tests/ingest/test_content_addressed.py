@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,8 +14,10 @@ from ingest.pipeline import index_structure
 from kb.knowledge import KnowledgeBase
 from kb.schema import COLUMNS, SCHEMA_VERSION, UNIT_TABLES, register_functions
 from kb.store import Store
+from service.engine import Engine
 
 OLD, NEW = "0.5.11", "0.5.12"
+SA = "sglang/srt/server_args.py"
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +83,33 @@ def _as_schema_3(src: Path, dest: Path) -> None:
     con.close()
 
 
+def _bare_assert_log(store: Store, version: str) -> str:
+    """A one-frame crash log of the first bare assert of ``version``'s ``server_args.py``."""
+    check = store.checks(version, path=SA, where="bare = 1 AND start_line = end_line")[0]
+    line = store.file_lines(version, SA, check["start_line"], check["start_line"])[0].strip()
+    function = (check["function"] or "").rsplit(".", 1)[-1]
+    return ("Traceback (most recent call last):\n"
+            f'  File "/usr/lib/python3.11/site-packages/{SA}", line {check["start_line"]}, '
+            f"in {function}\n    {line}\nAssertionError\n")
+
+
+def _answer(kb: KnowledgeBase, log: str, version: str) -> dict:
+    """The answer without what differs between runs: its id, its timings, and the checks'
+    surrogate keys (the index's own ids, kept by the migration but not across copies)."""
+    result = Engine(kb).triage(log, release=version).model_dump(mode="json")
+    return _without_ids({k: v for k, v in result.items() if k != "timings_ms"})
+
+
+def _without_ids(value: Any) -> Any:  # noqa: ANN401 - any JSON value
+    if isinstance(value, dict):
+        return {k: _without_ids(v) for k, v in value.items() if k != "id"}
+    if isinstance(value, list):
+        return [_without_ids(v) for v in value]
+    return value
+
+
 def test_an_index_of_the_release_keyed_layout_migrates_reading_the_same(
-        two_releases, tmp_path) -> None:  # noqa: ANN001
+        two_releases, kb_settings, tmp_path) -> None:  # noqa: ANN001
     kb, _ = two_releases
     old_layout = tmp_path / "index.sqlite"
     _as_schema_3(kb.store.path, old_layout)
@@ -95,6 +123,12 @@ def test_an_index_of_the_release_keyed_layout_migrates_reading_the_same(
         assert store.release(version)["content_hash"] == kb.store.release(version)["content_hash"]
         assert store.fts("speculative eagle topk", version) == \
             kb.store.fts("speculative eagle topk", version)
+    # and the engine answers from the migrated KB exactly as from the one it came from
+    store.close()
+    migrated = KnowledgeBase(kb_settings.model_copy(update={"kb_dir": tmp_path}))
+    for version in (OLD, NEW):
+        log = _bare_assert_log(kb.store, version)
+        assert _answer(migrated, log, version) == _answer(kb, log, version)
 
 
 def test_unchanged_files_are_stored_once(two_releases) -> None:  # noqa: ANN001
