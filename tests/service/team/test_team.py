@@ -127,13 +127,40 @@ class Proc:
         self.out.close()
 
 
-def _serve(kb_dir: Path, db: str, stub: SlackStub, log: Path) -> tuple[Proc, str]:
+def _serve(kb_dir: Path, db: str, stub: SlackStub, log: Path, chroma: str) -> tuple[Proc, str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = _env(kb_dir, db, TRIAGE_SLACK_BOT_TOKEN=BOT_TOKEN,
                TRIAGE_SLACK_SIGNING_SECRET=SIGNING_SECRET,
                TRIAGE_SLACK_API_URL=f"{stub.url}/api/", TRIAGE_PUBLIC_URL=url)
+    env["TRIAGE_CHROMA_URL"] = chroma
     return Proc(["serve", "--port", str(port)], env, log), url
+
+
+@pytest.fixture(scope="module")
+def chroma(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real ``chroma run`` server on a free port, which both API processes use."""
+    port = free_port()
+    folder = tmp_path_factory.mktemp("chroma")
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "chroma"), "run", "--path",
+                             str(folder), "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/api/v2/heartbeat", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("chroma run did not come up")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
 
 
 def _wait_up(proc: Proc, url: str, budget_s: float = 120) -> None:
@@ -149,10 +176,11 @@ def _wait_up(proc: Proc, url: str, budget_s: float = 120) -> None:
 
 
 @pytest.fixture(scope="module")
-def servers(team_kb: tuple[Path, str], team_db: str, slack_stub: SlackStub,
+def servers(team_kb: tuple[Path, str], team_db: str, slack_stub: SlackStub, chroma: str,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     logs = tmp_path_factory.mktemp("serve-logs")
-    started = [_serve(team_kb[0], team_db, slack_stub, logs / f"serve{i}.log") for i in (1, 2)]
+    started = [_serve(team_kb[0], team_db, slack_stub, logs / f"serve{i}.log", chroma)
+               for i in (1, 2)]
     try:
         for proc, url in started:
             _wait_up(proc, url)
@@ -181,6 +209,12 @@ def _mention(channel: str, text: str, ts: str, thread_ts: str | None = None) -> 
     ev = {"type": "app_mention", "user": "U0USER", "text": f"<@{BOT_USER}> {text}", "ts": ts,
           "channel": channel, "event_ts": ts}
     return ev | ({"thread_ts": thread_ts} if thread_ts else {})
+
+
+def test_both_processes_use_the_chroma_server(servers: list[str]) -> None:
+    for url in servers:
+        ready = httpx.get(f"{url}/readyz", timeout=30).json()
+        assert ready["chroma"] == "ok" and ready["releases"] == ["0.5.11"]
 
 
 def test_a_permalink_made_on_one_process_is_served_by_the_other(servers: list[str],
