@@ -83,8 +83,13 @@ def team_kb(tmp_path_factory: pytest.TempPathFactory, sglang_source: Callable,
     return root / "kb", log
 
 
-@pytest.fixture(scope="module")
-def team_db(postgres: PostgresServer) -> str:
+@pytest.fixture(scope="module", params=["postgres", "sqlite"])
+def team_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The shared database: a PostgreSQL database, or (the embedded default, one host) a
+    SQLite file both processes open."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path_factory.mktemp('team-sqlite') / 'records.sqlite'}"
+    postgres: PostgresServer = request.getfixturevalue("postgres")
     return postgres.new_database()
 
 
