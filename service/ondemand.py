@@ -111,20 +111,23 @@ def wanted_release(payload: str | bytes | dict[str, Any], release: str | None,
 
 
 class OnDemandIngest:
-    """Fetches and indexes missing releases for the front ends, one at a time."""
+    """Fetches and indexes missing releases of one KB for the front ends, one at a time.
 
-    def __init__(self, kb: KnowledgeBase, settings: Settings) -> None:
+    It holds what must be shared per KB (the lock, the memory of failures, the embedding
+    thread); the settings are each caller's, so a front end with on-demand ingest off never
+    ingests through an instance another front end made."""
+
+    def __init__(self, kb: KnowledgeBase) -> None:
         self.kb = kb
-        self.settings = settings
         self._lock = threading.Lock()
         self._failed: dict[str, tuple[float, str]] = {}
         self._to_embed: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._embedder: threading.Thread | None = None
 
-    def ensure(self, version: str) -> OnDemandNote:
+    def ensure(self, version: str, settings: Settings) -> OnDemandNote:
         """Make ``version`` answerable (its structural index), or say why it is not."""
         how = f"sglang-triage ingest --release {version}"
-        if not self.settings.on_demand_ingest:
+        if not settings.on_demand_ingest:
             return OnDemandNote(release=version, status="disabled", how=how,
                                 detail="on-demand ingest is off (TRIAGE_ON_DEMAND_INGEST)")
         missing = _missing_ingest()
@@ -143,17 +146,17 @@ class OnDemandIngest:
                 return OnDemandNote(release=version, status="ingested", seconds=0.0, how=how,
                                     detail="indexed by another request just before this one")
             try:
-                source = fetch_any(version, self.settings)
+                source = fetch_any(version, settings)
                 report = index_structure(self.kb, source)
             except TriageError as exc:
                 detail = f"could not fetch or index {version}: {exc.message}"
                 self._failed[version] = (time.monotonic(), detail)
                 return OnDemandNote(release=version, status="unavailable", how=how, detail=detail)
             seconds = round(time.perf_counter() - t0, 2)
-        embeds = self.settings.on_demand_embed and _can_embed()
+        embeds = settings.on_demand_embed and _can_embed()
         if embeds:
             self._queue_embeddings(version, report)
-        why_not = ("TRIAGE_ON_DEMAND_EMBED is off" if not self.settings.on_demand_embed else
+        why_not = ("TRIAGE_ON_DEMAND_EMBED is off" if not settings.on_demand_embed else
                    "sentence-transformers is not installed: the [ingest] extra")
         return OnDemandNote(
             release=version, status="ingested", seconds=seconds, how=how,
@@ -207,12 +210,12 @@ _INGESTERS: weakref.WeakKeyDictionary[KnowledgeBase, OnDemandIngest] = weakref.W
 _INGESTERS_LOCK = threading.Lock()
 
 
-def ingester_for(kb: KnowledgeBase, settings: Settings) -> OnDemandIngest:
+def ingester_for(kb: KnowledgeBase) -> OnDemandIngest:
     """The process-wide :class:`OnDemandIngest` of ``kb`` (one lock, one failure memory)."""
     with _INGESTERS_LOCK:
         found = _INGESTERS.get(kb)
         if found is None:
-            found = _INGESTERS[kb] = OnDemandIngest(kb, settings)
+            found = _INGESTERS[kb] = OnDemandIngest(kb)
         return found
 
 
@@ -223,7 +226,7 @@ def triage(engine: Engine, settings: Settings, payload: str | bytes | dict[str, 
     it (what every front end calls)."""
     limit = settings.max_body_bytes
     wanted = wanted_release(payload, release, engine.kb, max_bytes=limit)
-    note = ingester_for(engine.kb, settings).ensure(wanted) if wanted else None
+    note = ingester_for(engine.kb).ensure(wanted, settings) if wanted else None
     result = engine.triage(payload, release=release, hardware=hardware, model=model,
                            model_arch=model_arch, max_bytes=limit)
     annotate(result, note)

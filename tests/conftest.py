@@ -69,7 +69,10 @@ def kb_settings(cache_settings: Settings) -> Settings:
     if _index_schema(kb_dir) > SCHEMA_VERSION:
         # the cache is shared by checkouts: one of a later schema keeps its KB, we use our own
         kb_dir = kb_dir.with_name(f"{kb_dir.name}-s{SCHEMA_VERSION}")
-    return cache_settings.model_copy(update={"kb_dir": kb_dir, "chroma_url": None})
+    # no on-demand ingest into the shared KB: the suite's answers assume exactly its releases
+    # (tests/service/api/test_ondemand.py turns it on for a KB of its own)
+    return cache_settings.model_copy(update={"kb_dir": kb_dir, "chroma_url": None,
+                                             "on_demand_ingest": False})
 
 
 def _index_schema(kb_dir: Path) -> int:

@@ -150,7 +150,7 @@ from kb.knowledge import KnowledgeBase
 from service.ondemand import OnDemandIngest
 from service.settings import Settings
 s = Settings(home={str(tmp_path)!r}, kb_dir={str(tmp_path / "kb")!r})
-note = OnDemandIngest(KnowledgeBase(s), s).ensure("0.5.9")
+note = OnDemandIngest(KnowledgeBase(s)).ensure("0.5.9", s)
 print(json.dumps(note.model_dump()))
 """)
     assert note["status"] == "disabled"

@@ -40,6 +40,7 @@ def small_kb(kb_settings: Settings, sglang_source, tmp_path_factory) -> Settings
     """A KB holding only 0.5.9 (structure), in a folder of its own."""
     settings = kb_settings.model_copy(update={"kb_dir": tmp_path_factory.mktemp("ondemand"),
                                               "replay_enabled": False,
+                                              "on_demand_ingest": True,
                                               "on_demand_embed": False})
     kb = KnowledgeBase(settings)
     index_structure(kb, sglang_source(BASE))
