@@ -24,7 +24,7 @@ from evals.incidents import IncidentError, dump_incidents, load_incidents
 from evals.reports import LABELS, write_reports
 from evals.runner import NOT_INGESTED, EvalReport, run_eval
 from evals.scoring import METRICS
-from service.settings import Settings
+from service.settings import Settings, reveal
 
 #: three-letter column heads of the per-incident and per-release tables (80 columns)
 _SHORT = {"release_at_1": "rel", "exact_location": "loc", "function_match": "fn",
@@ -181,7 +181,7 @@ def _export_incidents(
     from kb.store import Store
 
     settings = Settings()
-    records = Records(settings.database_url or settings.kb_path / "records.sqlite")
+    records = Records(reveal(settings.database_url) or settings.kb_path / "records.sqlite")
     store = Store(settings.kb_path / "index.sqlite")
     incidents = export_confirmed(records, store, source=source)
     if out_path is None:

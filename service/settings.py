@@ -50,10 +50,10 @@ class Settings(EngineSettings):
     records_max_count: int | None = Field(
         100_000, description="At most this many unconfirmed triages are kept (oldest purged).")
 
-    database_url: str | None = Field(
+    database_url: SecretStr | None = Field(
         None, description="Records, Slack state and replay jobs in this database "
-        "(postgresql://user@host/db, or sqlite:///path); unset: <kb>/records.sqlite, Slack "
-        "state in memory, replay in-process.")
+        "(postgresql://user:password@host/db, or sqlite:///path; secret: it may hold a "
+        "password); unset: <kb>/records.sqlite, Slack state in memory, replay in-process.")
     replay_queue: Literal["auto", "process", "database"] = Field(
         "auto", description="Where replay runs: 'process' (a thread of the API), 'database' "
         "(durable jobs for `sglang-triage replay-worker`); 'auto': 'database' when "

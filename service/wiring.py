@@ -17,7 +17,7 @@ from kb.knowledge import KnowledgeBase
 from kb.records import Records
 from service.engine import Engine
 from service.replay.jobs import JobQueue
-from service.settings import Settings
+from service.settings import Settings, reveal
 
 __all__ = ["engine_for", "jobs_for", "kb_for", "records_for"]
 
@@ -45,7 +45,7 @@ def kb_for(settings: Settings) -> KnowledgeBase:
 def records_for(settings: Settings) -> Records:
     """The process-wide triage records: in ``settings.database_url`` when set, else in the
     KB folder's ``records.sqlite``."""
-    return _records_for(str(settings.kb_path), settings.database_url)
+    return _records_for(str(settings.kb_path), reveal(settings.database_url))
 
 
 def jobs_for(settings: Settings, records: Records | None = None) -> JobQueue | None:

@@ -13,8 +13,10 @@ from service.settings import Settings, env_example, reveal
 ROOT = Path(__file__).resolve().parents[2]
 SECRETS = {"api_keys": ["key-AAAA1111"], "slack_bot_token": "xoxb-BBBB2222",
            "slack_signing_secret": "sign-CCCC3333", "slack_app_token": "xapp-DDDD4444",
-           "llm_api_key": "sk-EEEE5555"}
-PLAIN = ["key-AAAA1111", "xoxb-BBBB2222", "sign-CCCC3333", "xapp-DDDD4444", "sk-EEEE5555"]
+           "llm_api_key": "sk-EEEE5555",
+           "database_url": "postgresql://triage:pw-FFFF6666@db.internal/triage"}
+PLAIN = ["key-AAAA1111", "xoxb-BBBB2222", "sign-CCCC3333", "xapp-DDDD4444", "sk-EEEE5555",
+         "pw-FFFF6666"]
 
 
 def test_secrets_never_show_in_repr_str_or_dumps(tmp_path: Path) -> None:
