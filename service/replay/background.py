@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 from kb.settings import KBSettings as Settings
@@ -96,6 +97,14 @@ def _loc(res: ReplayResult) -> str | None:
     return res.location
 
 
+def release_root(settings: Settings, release: str) -> Path:
+    """The unpacked release whose validation replay runs (its wheel fetched into the cache)."""
+    from kb.sources import fetch_release
+
+    return fetch_release(release, wheel_dir=settings.wheel_dir, source_dir=settings.source_dir,
+                         index_url=settings.pip_index_url).root
+
+
 def schedule(settings: Settings, result: dict[str, Any], argv: list[str], hardware: str | None,
              model_arch: str | None, on_done: Callable[[dict[str, Any]], None],
              budget_s: float = 180.0, client: str = "local") -> Future | None:
@@ -103,15 +112,13 @@ def schedule(settings: Settings, result: dict[str, Any], argv: list[str], hardwa
 
     None when replay cannot run (see :func:`unavailable_reason`); raises
     :class:`~service.replay.queue.QueueFull` when the queue refuses the batch."""
-    from kb.sources import fetch_release
     from service.replay.harness import replay_async
 
     release = (result.get("release") or {}).get("release")
     if unavailable_reason(settings, release, argv) is not None:
         return None
-    src = fetch_release(release, wheel_dir=settings.wheel_dir, source_dir=settings.source_dir)
     argvs = [argv] + [f["argv"] for f in result.get("fixes", [])]
-    fut = replay_async(src.root, release, argvs, hardware=hardware, model_arch=model_arch,
+    fut = replay_async(release_root(settings, release), release, argvs, hardware=hardware, model_arch=model_arch,
                        timeout_s=budget_s, settings=settings, client=client)
 
     def done(f: Future) -> None:

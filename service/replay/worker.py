@@ -27,7 +27,7 @@ from typing import Any
 
 from kb.records import Records
 from kb.settings import KBSettings
-from service.replay.background import summarise, unavailable_reason
+from service.replay.background import release_root, summarise, unavailable_reason
 from service.replay.jobs import Job, JobQueue
 from service.replay.results import ReplayResult
 
@@ -43,15 +43,13 @@ TEST_PAYLOAD_ENV = "TRIAGE_REPLAY_TEST_PAYLOAD"
 def run_spec(settings: KBSettings, spec: dict[str, Any],
              test_payload: Path | None = None) -> list[ReplayResult] | dict[str, str]:
     """Replay a job's ``spec``: the results, or the ``replay`` verdict when it cannot run."""
-    from kb.sources import fetch_release
     from service.replay.harness import replay_many
 
     release, argvs = spec["release"], spec["argvs"]
     why = unavailable_reason(settings, release, argvs[0] if argvs else [])
     if why is not None:
         return {"status": "unavailable", "detail": why}
-    src = fetch_release(release, wheel_dir=settings.wheel_dir, source_dir=settings.source_dir)
-    return replay_many(src.root, release, argvs, hardware=spec.get("hardware"),
+    return replay_many(release_root(settings, release), release, argvs, hardware=spec.get("hardware"),
                        model_arch=spec.get("model_arch"),
                        timeout_s=float(spec.get("budget_s") or 180.0), settings=settings,
                        test_payload=test_payload)
