@@ -12,9 +12,8 @@ What is measured (all names start with ``sglang_triage_``):
 ``replay_queue_depth``, ``replay_jobs_total{outcome}``, ``replay_job_seconds``
     the background replay queue: batches waiting, and each batch's run time once it ends.
 ``engine_cache_{hits,misses}_total{cache}``, ``engine_cache_entries{cache}``
-    the engine's memo tables, when the engine's public API offers ``cache_stats()``
-    (it does not yet: :mod:`service.engine.cache` has ``stats()`` but only the engine's
-    public names may be imported from outside it).
+    the engine's memo tables (``service.engine.cache_stats()``): hits and misses since
+    start, and entries held.
 ``build_info{version}``, and the process collector's CPU, memory and file descriptors.
 
 The registry is this module's own (:data:`REGISTRY`), not the library's global one. Each

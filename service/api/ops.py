@@ -34,13 +34,13 @@ def app_version() -> str:
 
 def mount_ops(app: FastAPI, require_key: Callable[..., Any]) -> None:
     """Add ``/metrics`` (behind ``require_key``) and ``/version``; start watching the replay
-    queue and, when the engine offers them, its cache statistics."""
-    from service import engine
+    queue and the engine's cache statistics."""
+    from service.engine import cache_stats
     from service.replay.harness import QUEUE
 
     metrics.set_version(app.version)
     metrics.watch_replay_queue(QUEUE)
-    metrics.watch_engine_caches(getattr(engine, "cache_stats", None))
+    metrics.watch_engine_caches(cache_stats)
 
     @app.get("/metrics", dependencies=[Depends(require_key)], response_class=Response,
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from service.engine.answer import FixOut, RuleVerdict, TriageResult
 from service.engine.cache import clear_all as clear_caches
+from service.engine.cache import stats as cache_stats
 from service.engine.errors import (
     BinaryInput,
     EmptyInput,
@@ -84,7 +85,7 @@ __all__ = [
     "UnknownRelease",
     "HardwareProfile", "LintReport", "LintRequest", "ParsedLog", "PathEvaluation", "Provenance",
     "RuleVerdict", "TriageResult", "Value", "apply_earlier_writes", "apply_edits", "base_attrs",
-    "call_site_guards", "clear_caches", "earlier_writes", "evaluate", "evaluate_path", "fact_key",
+    "cache_stats", "call_site_guards", "clear_caches", "earlier_writes", "evaluate", "evaluate_path", "fact_key",
     "fact_values", "get_profile", "lint", "lint_payload", "model_arch_for", "parse_argv",
     "parse_input", "parse_log", "prepared_pieces", "probe_values", "profile_from_gpus", "redact", "redact_payload",
     "referenced_names",

@@ -194,3 +194,8 @@ def test_each_triage_observes_its_stage_timings(one_release: Settings) -> None:
     labels = {"method": "POST", "route": "/triage", "status": "200"}
     assert value(text, "sglang_triage_http_requests_total", **labels) \
         - value(before, "sglang_triage_http_requests_total", **labels) == 1
+    # the triage went through the engine's memo tables: their lookups are counted
+    caches = [line for line in text.splitlines()
+              if line.startswith(("sglang_triage_engine_cache_hits_total{",
+                                  "sglang_triage_engine_cache_misses_total{"))]
+    assert caches and sum(float(line.rsplit(" ", 1)[1]) for line in caches) > 0
