@@ -18,11 +18,6 @@ from service.engine.triage import Engine
 
 
 @pytest.fixture(scope="module")
-def store(kb) -> Store:  # noqa: ANN001
-    return kb.store
-
-
-@pytest.fixture(scope="module")
 def ingested(store: Store) -> list[str]:
     rels = [r["version"] for r in store.releases() if r.get("status") in ("indexed", "complete")]
     return sorted(rels, key=release_sort_key)

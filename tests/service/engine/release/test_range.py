@@ -19,11 +19,6 @@ from service.engine.release.versions import release_sort_key
 
 
 @pytest.fixture(scope="module")
-def store(kb) -> Store:  # noqa: ANN001
-    return kb.store
-
-
-@pytest.fixture(scope="module")
 def ingested(store: Store) -> list[str]:
     rels = [r["version"] for r in store.releases() if r.get("status") in ("indexed", "complete")]
     assert len(rels) >= 5, "range inference needs several ingested releases"
