@@ -25,6 +25,7 @@ from ingest.pipeline import index_structure
 from kb.knowledge import KnowledgeBase
 from kb.sources import read_local
 from service.settings import Settings
+from tests.trees import release_tree
 
 pytestmark = pytest.mark.install
 
@@ -103,10 +104,7 @@ def small_kb(sglang_source, tmp_path_factory: pytest.TempPathFactory) -> Path:  
     """A KB with four files of 0.5.11 (structure only), built with this venv's ingest."""
     tmp = tmp_path_factory.mktemp("base-kb")
     release = sglang_source("0.5.11").root
-    for rel in FILES:
-        (tmp / "tree" / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(release / rel, tmp / "tree" / rel)
-    (tmp / "tree" / "sglang" / "version.py").write_text('__version__ = "0.5.11"\n')
+    release_tree(tmp / "tree", "0.5.11", {rel: release / rel for rel in FILES})
     kb = KnowledgeBase(Settings(home=tmp / "home", kb_dir=tmp / "kb", chroma_url=None))
     index_structure(kb, read_local(tmp / "tree"))
     kb.close()

@@ -3,14 +3,13 @@ and the release reads exactly as a fresh parse."""
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
-from pathlib import Path
 
 from ingest.pipeline import embed_release, index_structure, ingest
 from kb.knowledge import KnowledgeBase
 from kb.schema import register_functions
 from kb.sources import read_local
+from tests.trees import release_tree
 
 SA = "sglang/srt/server_args.py"
 UNCHANGED = ["sglang/launch_server.py", "sglang/srt/configs/device_config.py",
@@ -25,17 +24,6 @@ TABLES = {"files": "path", "functions": "path, start_line, qualname",
           "chunks": "path, start_line, kind", "checks": "path, start_line, kind",
           "refs": "path, line, attr, kind", "flags": "attr", "declarations": "attr, line",
           "flag_spellings": "spelling"}
-
-
-def _tree(dest: Path, version: str, files: dict[str, Path | str]) -> Path:
-    for rel, content in files.items():
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, Path):
-            shutil.copy(content, dest / rel)
-        else:
-            (dest / rel).write_text(content)
-    (dest / "sglang" / "version.py").write_text(f'__version__ = "{version}"\n')
-    return dest
 
 
 def _rows(kb: KnowledgeBase, version: str) -> dict[str, list[tuple]]:
@@ -56,8 +44,8 @@ def test_next_release_copies_unchanged_files_and_equals_a_fresh_parse(
     old, new = sglang_source("0.5.11").root, sglang_source("0.5.12").root
     common = {rel: old / rel for rel in UNCHANGED}
     assert all((old / r).read_bytes() == (new / r).read_bytes() for r in UNCHANGED)
-    tree_a = _tree(tmp_path / "a", "0.0.1", {**common, SA: old / SA, "sglang/user.py": USER})
-    tree_b = _tree(tmp_path / "b", "0.0.2", {**common, SA: new / SA, "sglang/user.py": USER})
+    tree_a = release_tree(tmp_path / "a", "0.0.1", {**common, SA: old / SA, "sglang/user.py": USER})
+    tree_b = release_tree(tmp_path / "b", "0.0.2", {**common, SA: new / SA, "sglang/user.py": USER})
 
     incremental = KnowledgeBase(kb_settings.model_copy(update={"kb_dir": tmp_path / "inc"}))
     assert index_structure(incremental, read_local(tree_a)).reused_files == 0
@@ -89,14 +77,14 @@ def test_next_release_copies_unchanged_files_and_equals_a_fresh_parse(
     # analyses stored by other extraction code are never linked, and forcing parses anew
     assert index_structure(incremental, read_local(tree_b), force=True).reused_files == 0
     incremental.store.connection().execute("UPDATE units SET code = 'other'")
-    tree_c = _tree(tmp_path / "c", "0.0.3", {**common, SA: new / SA, "sglang/user.py": USER})
+    tree_c = release_tree(tmp_path / "c", "0.0.3", {**common, SA: new / SA, "sglang/user.py": USER})
     assert index_structure(incremental, read_local(tree_c)).reused_files == 0
 
 
 def test_re_ingest_after_deleting_a_release_leaves_no_stale_keyword_rows(
         kb_settings, sglang_source, tmp_path) -> None:  # noqa: ANN001
     old = sglang_source("0.5.11").root
-    tree = _tree(tmp_path / "a", "0.0.1", {rel: old / rel for rel in UNCHANGED})
+    tree = release_tree(tmp_path / "a", "0.0.1", {rel: old / rel for rel in UNCHANGED})
     kb = KnowledgeBase(kb_settings.model_copy(update={"kb_dir": tmp_path / "kb"}))
     index_structure(kb, read_local(tree))
     before = kb.store.fts("server args config parser", "0.0.1")
@@ -110,7 +98,7 @@ def test_re_ingest_after_deleting_a_release_leaves_no_stale_keyword_rows(
 
 def test_vectors_are_reconciled_with_the_chunk_rows(kb_settings, sglang_source, tmp_path) -> None:  # noqa: ANN001
     old = sglang_source("0.5.11").root
-    tree = _tree(tmp_path / "a", "0.0.1", {
+    tree = release_tree(tmp_path / "a", "0.0.1", {
         "sglang/launch_server.py": old / "sglang/launch_server.py",
         "sglang/srt/configs/device_config.py": old / "sglang/srt/configs/device_config.py"})
     kb = KnowledgeBase(kb_settings.model_copy(update={"kb_dir": tmp_path / "kb"}))

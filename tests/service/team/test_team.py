@@ -19,7 +19,6 @@ import hashlib
 import hmac
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from service.replay.sandbox import status as sandbox_status
 from service.settings import Settings
 from tests.service.api.conftest import ServerThread, free_port
 from tests.service.slack.stub import BOT_USER, SlackStub
+from tests.trees import release_tree
 
 from .pg import PostgresServer
 
@@ -68,10 +68,7 @@ def team_kb(tmp_path_factory: pytest.TempPathFactory, sglang_source: Callable,
 
     root = tmp_path_factory.mktemp("team")
     src = sglang_source("0.5.11").root
-    for rel in FILES:
-        (root / "tree" / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(src / rel, root / "tree" / rel)
-    (root / "tree" / "sglang" / "version.py").write_text('__version__ = "0.5.11"\n')
+    release_tree(root / "tree", "0.5.11", {rel: src / rel for rel in FILES})
     settings = cache_settings.model_copy(update={"kb_dir": root / "kb", "chroma_url": None})
     kb = KnowledgeBase(settings)
     index_structure(kb, read_local(root / "tree"))
