@@ -15,8 +15,6 @@ script sleeps, the next one's writes a verdict for each command line at once.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import signal
@@ -35,6 +33,7 @@ from service.replay.jobs import JobQueue
 from service.replay.sandbox import status as sandbox_status
 from service.settings import Settings
 from tests.service.api.conftest import ServerThread, free_port
+from tests.service.slack.conftest import sign
 from tests.service.slack.stub import BOT_USER, SlackStub
 from tests.trees import release_tree
 
@@ -192,11 +191,6 @@ def servers(team_kb: tuple[Path, str], team_db: str, slack_stub: SlackStub, chro
             proc.stop()
 
 
-def _sign(body: bytes, ts: int) -> str:
-    base = f"v0:{ts}:".encode() + body
-    return "v0=" + hmac.new(SIGNING_SECRET.encode(), base, hashlib.sha256).hexdigest()
-
-
 def _event(url: str, event: dict[str, Any], event_id: str, **headers: str) -> httpx.Response:
     body = json.dumps({"token": "legacy", "team_id": "T0STUB", "api_app_id": "A0STUB",
                        "type": "event_callback", "event": event, "event_id": event_id,
@@ -204,7 +198,7 @@ def _event(url: str, event: dict[str, Any], event_id: str, **headers: str) -> ht
     ts = int(time.time())
     return httpx.post(f"{url}/slack/events", content=body, timeout=30, headers={
         "content-type": "application/json", "x-slack-request-timestamp": str(ts),
-        "x-slack-signature": _sign(body, ts), **headers})
+        "x-slack-signature": sign(body, ts, SIGNING_SECRET), **headers})
 
 
 def _mention(channel: str, text: str, ts: str, thread_ts: str | None = None) -> dict[str, Any]:
