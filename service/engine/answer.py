@@ -122,6 +122,13 @@ class FixOut(BaseModel):
     recommended: bool = False
     rule_verdicts: list[RuleVerdict] = Field(default_factory=list)
     replay: dict[str, Any] | None = None
+    #: the edit in the user's own spellings, one line each: ``+ --speculative-num-steps 3``,
+    #: ``- --dp 3`` (a changed value is its ``-`` line then its ``+`` line)
+    edits: list[str] = Field(default_factory=list)
+    #: one sentence: what this fix gives up of what the user asked for ("" when nothing)
+    gives_up: str = ""
+    #: every feature flag the user set is still set, with the user's value
+    keeps_features: bool = True
 
 
 class UnknownFact(BaseModel):
@@ -162,6 +169,17 @@ class ParsedSummary(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+class ModelFact(BaseModel):
+    """A fact about the checkpoint the answer used (``quantization``, ``architecture``, ``mla``),
+    and where it came from: ``config.json`` at a local path or in the local Hugging Face cache,
+    or the table of well-known public models (``kb`` data)."""
+
+    name: str
+    value: Any
+    source: str  # config.json | hf_cache | known_model
+    detail: str = ""
+
+
 class TriageResult(BaseModel):
     id: str | None = None
     status: Literal["located", "argparse", "unlocated"]
@@ -185,4 +203,12 @@ class TriageResult(BaseModel):
     #: the check (or flag) in the ingested releases after the diagnosed one
     later_releases: list[ReleaseChange] = Field(default_factory=list)
     upgrade: str | None = None  # "upgrading to ≥ X removes this check (...)", when grounded
+    #: the rule a bare assert enforces, in one plain sentence derived from its condition and
+    #: guards (citations in ``citations``)
+    rule: str | None = None
+    #: facts about the checkpoint that the answer used
+    model_facts: list[ModelFact] = Field(default_factory=list)
+    #: the replay-backed fix search: ``status`` (verified | unverified | background | skipped),
+    #: ``detail``, ``candidates`` replayed, ``seconds``
+    fix_search: dict[str, Any] | None = None
     timings_ms: dict[str, float] = Field(default_factory=dict)
