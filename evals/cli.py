@@ -29,7 +29,8 @@ from service.settings import Settings, reveal
 #: three-letter column heads of the per-incident and per-release tables (80 columns)
 _SHORT = {"release_at_1": "rel", "exact_location": "loc", "function_match": "fn",
           "rc_precision": "rcP", "rc_recall": "rcR", "fix_valid": "vld",
-          "fix_match": "fix", "no_fix_declined": "dcl", "grounded": "gnd"}
+          "fix_match": "fix", "no_fix_declined": "dcl", "grounded": "gnd",
+          "fix_replay": "rpl", "no_fix": "nof", "keeps_features": "kep"}
 _LEGEND = " · ".join(f"{_SHORT[m]} {LABELS[m]}" for m in METRICS)
 
 
@@ -116,8 +117,10 @@ def print_report(report: EvalReport, console: Console) -> None:
 
 def eval_command(incidents: list[str] | None, against: str | None, out: str, baselines: bool,
                  *, gate: bool = False, settings: Settings | None = None,
-                 console: Console | None = None) -> int:
-    """Run the eval over ``incidents`` (files/folders; the shipped ones when None)."""
+                 console: Console | None = None, replay: bool = False) -> int:
+    """Run the eval over ``incidents`` (files/folders; the shipped ones when None);
+    ``replay`` (in-process only, when the OS sandbox is there) adds the replay-backed fix
+    search and replay's verdict on each recommended fix."""
     from kb.knowledge import KnowledgeBase
 
     console = console or Console()
@@ -143,7 +146,8 @@ def eval_command(incidents: list[str] | None, against: str | None, out: str, bas
     else:
         target = against
     with console.status(f"evaluating {len(items)} incidents…"):
-        report = run_eval(items, target, kb=kb if has_kb else None, baselines=baselines)
+        report = run_eval(items, target, kb=kb if has_kb else None, baselines=baselines,
+                          replay=settings if replay and against is None else None)
     print_report(report, console)
     paths = write_reports(report, out)
     console.print("reports: " + ", ".join(str(p) for p in paths.values()))
@@ -163,9 +167,10 @@ def _eval(
     out: Annotated[str, typer.Option(help="Folder for the JSON, markdown and PNG reports.")] = "evals/reports",
     baselines: Annotated[bool, typer.Option(help="Score the grep and naive-RAG baselines too.")] = True,
     gate: Annotated[bool, typer.Option(help="Exit 1 when a metric is below the checked-in thresholds.")] = False,
+    replay: Annotated[bool, typer.Option(help="In-process: run the replay-backed fix search and replay each recommended fix (fix passes replay).")] = True,
 ) -> None:
     """Run the eval suite over recorded incidents (the shipped ones by default)."""
-    raise typer.Exit(eval_command(incidents, against, out, baselines, gate=gate))
+    raise typer.Exit(eval_command(incidents, against, out, baselines, gate=gate, replay=replay))
 
 
 def _export_incidents(

@@ -13,6 +13,8 @@ LABELS = {
     "function_match": "function", "rc_precision": "root-cause P", "rc_recall": "root-cause R",
     "fix_valid": "fix valid", "fix_match": "fix matches (top-3)",
     "no_fix_declined": "no-fix declined", "grounded": "grounded",
+    "fix_replay": "fix passes replay", "no_fix": "no fix (share)",
+    "keeps_features": "keeps feature flags",
 }
 PLOTTED = ("exact_location", "function_match", "rc_recall", "fix_match")
 

@@ -87,15 +87,23 @@ def request_for(incident: Incident) -> dict[str, Any]:
     return body
 
 
-def engine_call(engine: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def engine_call(engine: Any, replay: Any = None) -> Callable[[dict[str, Any]], dict[str, Any]]:  # noqa: ANN401
     """A function answering a :func:`request_for` body with ``engine`` in-process (the
-    answer as the API's JSON)."""
+    answer as the API's JSON). With ``replay`` (the KB settings replay runs with), the
+    answer first goes through the service's replay-backed fix search and then carries
+    ``eval_replay``: replay's verdict on its recommended fix (:mod:`evals.replay_check`)."""
 
     def call(body: dict[str, Any]) -> dict[str, Any]:
         payload = {k: v for k, v in body.items() if k in ("log", "command", "model")}
         result = engine.triage(payload, hardware=body.get("hardware"), model=body.get("model"),
                                model_arch=body.get("model_arch"))
-        return result.model_dump(mode="json")
+        if replay is None:
+            return result.model_dump(mode="json")
+        from evals.replay_check import judge, searched
+
+        answer = searched(result, replay).model_dump(mode="json")
+        answer["eval_replay"] = judge(answer, replay)
+        return answer
 
     return call
 
@@ -206,18 +214,21 @@ def _system(name: str, incidents: list[Incident], preds: list[Prediction],
 def run_eval(incidents: list[Incident], engine_or_url: Any, *, kb: KnowledgeBase | None = None,
              baselines: bool = False, timeout: float = 120.0,
              headers: dict[str, str] | None = None,
-             progress: Callable[[str, int, int], None] | None = None) -> EvalReport:
+             progress: Callable[[str, int, int], None] | None = None,
+             replay: Any = None) -> EvalReport:  # noqa: ANN401
     """Evaluate ``incidents`` with the engine (an ``Engine`` or a service URL).
 
     ``kb`` is needed for grounding checks and baselines; for an in-process engine
-    it defaults to the engine's own KB.
+    it defaults to the engine's own KB. ``replay`` (KB settings; in-process only) turns
+    on the replay-backed fix search and replay's verdict on each recommended fix
+    (the ``fix_replay`` metric).
     """
     if isinstance(engine_or_url, str):
         call = _http_call(engine_or_url, timeout, headers)
         target = engine_or_url
     else:
-        call = engine_call(engine_or_url)
-        target = "in-process"
+        call = engine_call(engine_or_url, replay)
+        target = "in-process" + (" with replay" if replay is not None else "")
         kb = kb or getattr(engine_or_url, "kb", None)
     store = kb.store if kb is not None else None
     preds: dict[str, list[Prediction]] = {"engine": []}

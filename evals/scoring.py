@@ -31,6 +31,13 @@ equivalent release too, and the shipped equivalents' flags are spelled alike in 
                   same resulting command once parsed) — scored when acceptable fixes exist
 ``no_fix_declined`` no verified fix is proposed (scored when ``expected.no_flag_fix``)
 ``grounded``      every citation resolves to an existing line of an ingested release
+``fix_replay``    the recommended fix passes the release's own validation on replay
+                  (:mod:`evals.replay_check`; an answer recommending none fails it) —
+                  scored when a flag fix is expected and replay could decide
+``no_fix``        the answer recommends no fix (a share: lower is better) — scored when a
+                  flag fix is expected and the answer located the check or argparse error
+``keeps_features`` the recommended fix keeps every feature flag the user set, with its
+                  value (``FixOut.keeps_features``) — scored when a fix is recommended
 """
 
 from __future__ import annotations
@@ -47,7 +54,8 @@ from kb.store import Store
 from service.engine import apply_edits, parse_argv
 
 METRICS: tuple[str, ...] = ("release_at_1", "exact_location", "function_match", "rc_precision",
-                            "rc_recall", "fix_valid", "fix_match", "no_fix_declined", "grounded")
+                            "rc_recall", "fix_valid", "fix_match", "no_fix_declined", "grounded",
+                            "fix_replay", "no_fix", "keeps_features")
 
 _CITE = re.compile(r"^(?P<rel>[^:]+):(?P<path>[^:]+):(?P<start>\d+)(?:-(?P<end>\d+))?$")
 
@@ -81,7 +89,9 @@ def from_triage(result: dict[str, Any], latency_ms: float = 0.0) -> Prediction:
     citations += [r["citation"] for r in result.get("references") or [] if r.get("citation")]
     fixes = [{"set": f.get("set") or {}, "remove": f.get("remove") or [], "argv": f.get("argv"),
               "fixes_check": f.get("fixes_check"), "trips": f.get("trips") or [],
-              "rule_verdicts": f.get("rule_verdicts") or []}
+              "rule_verdicts": f.get("rule_verdicts") or [],
+              "recommended": bool(f.get("recommended")),
+              "keeps_features": f.get("keeps_features")}
              for f in result.get("fixes") or []]
     return Prediction(
         status=result.get("status", "unlocated"),
@@ -89,7 +99,8 @@ def from_triage(result: dict[str, Any], latency_ms: float = 0.0) -> Prediction:
         location={k: loc.get(k) for k in ("path", "function", "start_line", "end_line")}
         if loc else None,
         root_cause=engine_root_cause(result), fixes=fixes, citations=citations,
-        latency_ms=latency_ms)
+        latency_ms=latency_ms,
+        extra={"replay": result["eval_replay"]} if result.get("eval_replay") else {})
 
 
 # ------------------------------------------------------------------------ scoring
@@ -237,7 +248,23 @@ def score(incident: Incident, pred: Prediction, store: Store | None) -> dict[str
                 f.get("fixes_check") in ("true", None) for f in pred.fixes)
     if store is not None and pred.citations is not None:
         out["grounded"] = grounded(store, pred.citations)
+    _score_intent(exp, pred, out)
     return out
+
+
+def _score_intent(exp: Any, pred: Prediction, out: dict[str, Any]) -> None:  # noqa: ANN401
+    """``fix_replay``, ``no_fix`` and ``keeps_features`` (see the module docstring)."""
+    if pred.fixes is None or not pred.verified_fixes:
+        return
+    recommended = next((f for f in pred.fixes if f.get("recommended")), None)
+    fix_expected = exp.no_flag_fix is None
+    if fix_expected and pred.status in ("located", "argparse"):
+        out["no_fix"] = recommended is None
+    verdict = (pred.extra.get("replay") or {}).get("fix_replay")
+    if fix_expected and verdict is not None:
+        out["fix_replay"] = verdict == "passed"
+    if recommended is not None and recommended.get("keeps_features") is not None:
+        out["keeps_features"] = bool(recommended["keeps_features"])
 
 
 __all__ = ["METRICS", "Prediction", "engine_root_cause", "fix_matches", "from_triage",

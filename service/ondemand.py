@@ -221,13 +221,22 @@ def ingester_for(kb: KnowledgeBase) -> OnDemandIngest:
 
 def triage(engine: Engine, settings: Settings, payload: str | bytes | dict[str, Any], *,
            release: str | None = None, hardware: str | None = None, model: str | None = None,
-           model_arch: str | None = None) -> TriageResult:
+           model_arch: str | None = None, client: str = "local",
+           replay: bool = True) -> TriageResult:
     """:meth:`Engine.triage`, after ingesting the release the log names when the KB lacks
-    it (what every front end calls)."""
+    it (what every front end calls); then, when static evaluation left the check or a fix
+    undecided and replay is on (``replay`` and ``replay_enabled``), the replay-backed fix search
+    (:func:`service.replay.search.search_fixes`, within ``fix_search_deadline_s``;
+    ``client`` is the replay queue's fairness key)."""
     limit = settings.max_body_bytes
     wanted = wanted_release(payload, release, engine.kb, max_bytes=limit)
     note = ingester_for(engine.kb).ensure(wanted, settings) if wanted else None
     result = engine.triage(payload, release=release, hardware=hardware, model=model,
                            model_arch=model_arch, max_bytes=limit)
     annotate(result, note)
+    if replay and settings.replay_enabled and settings.fix_search_deadline_s > 0:
+        from service.replay.search import search_fixes
+
+        search_fixes(result, settings, deadline_s=settings.fix_search_deadline_s,
+                     max_candidates=settings.fix_search_candidates, client=client)
     return result

@@ -62,6 +62,13 @@ class Settings(EngineSettings):
         60.0, description="A claimed replay job returns to the queue when its worker stops "
         "renewing the lease for this long (a killed worker).")
     replay_enabled: bool = Field(True, description="Verify fixes by replay in the background.")
+    fix_search_deadline_s: float = Field(
+        4.0, ge=0, description="When static evaluation leaves the check or a fix undecided, "
+        "replay the candidate fixes before answering, waiting at most this long (0: never; "
+        "past it the answer is returned and replay goes on in the background).")
+    fix_search_candidates: int = Field(
+        5, ge=1, le=20, description="At most this many candidate fixes are replayed by the "
+        "fix search.")
     on_demand_ingest: bool = Field(
         True, description="Index a release the log names but the KB lacks, then answer from it.")
     on_demand_embed: bool = Field(

@@ -71,8 +71,11 @@ def kb_settings(cache_settings: Settings) -> Settings:
         kb_dir = kb_dir.with_name(f"{kb_dir.name}-s{SCHEMA_VERSION}")
     # no on-demand ingest into the shared KB: the suite's answers assume exactly its releases
     # (tests/service/api/test_ondemand.py turns it on for a KB of its own)
+    # no replay-backed fix search before answering either: tests of it turn it on
+    # (tests/service/replay/test_search.py); the rest keep the engine's static answers
     return cache_settings.model_copy(update={"kb_dir": kb_dir, "chroma_url": None,
-                                             "on_demand_ingest": False})
+                                             "on_demand_ingest": False,
+                                             "fix_search_deadline_s": 0.0})
 
 
 def _index_schema(kb_dir: Path) -> int:
