@@ -15,6 +15,7 @@ SCRIPTS = [
     ["bench/triage_bench.py"],
     ["bench/ondemand_bench.py"],
     ["bench/team_bench.py"],
+    ["bench/search_bench.py"],
 ]
 
 

@@ -108,12 +108,13 @@ def _with_replay_note(verdict: str, note: str) -> str:
 
 def search_fixes(result: TriageResult, settings: KBSettings, *, deadline_s: float,
                  max_candidates: int = 5, client: str = "local",
-                 force: bool = False) -> TriageResult:
+                 force: bool = False, use_cache: bool = True) -> TriageResult:
     """Verify the candidate fixes of ``result`` by replay within ``deadline_s`` (in place).
 
     Runs only when :func:`needs_search` (or ``force``) holds and replay can run here
     (:func:`~service.replay.background.unavailable_reason`); otherwise ``fix_search``
-    says why not and the answer is unchanged.
+    says why not and the answer is unchanged. ``use_cache=False`` (benchmarks) replays
+    even what the replay cache knows.
     """
     if not (force or needs_search(result)):
         return result
@@ -134,7 +135,8 @@ def search_fixes(result: TriageResult, settings: KBSettings, *, deadline_s: floa
         fut = replay_async(release_root(settings, release), release,
                            [argv] + [f.argv for f in candidates], hardware=hardware,
                            model_arch=arch, timeout_s=max(60.0, deadline_s),
-                           job_timeout_s=JOB_TIMEOUT_S, settings=settings, client=client)
+                           job_timeout_s=JOB_TIMEOUT_S, settings=settings, client=client,
+                           use_cache=use_cache)
         results: list[ReplayResult] = fut.result(timeout=max(0.0, deadline_s))
     except concurrent.futures.TimeoutError:
         result.fix_search = {

@@ -1,0 +1,92 @@
+"""Benchmark: triages that need the replay-backed fix search, end to end (issue target:
+p50 ≤ 5 s), and triages that don't (they keep the engine's latency).
+
+For the shipped generated incidents of each release (0.5.21 and 0.5.23 by default: the
+resolution pipeline), each log is first answered by the engine alone; those for which
+:func:`service.replay.search.needs_search` holds are then timed through
+:func:`service.ondemand.triage` (what every front end calls) with the replay cache off,
+so every candidate is really replayed. The first search of a release starts its warm
+replay worker: that run is reported apart (``first_s``) from the warm ones.
+
+``python bench/search_bench.py [--releases 0.5.21,0.5.23] [--per-release 8]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from bench.common import percentile, test_kb_dir
+from evals.incidents import load_incidents
+from evals.runner import request_for
+from kb.knowledge import KnowledgeBase
+from service import ondemand
+from service.engine import Engine
+from service.replay.search import needs_search, search_fixes
+from service.settings import Settings
+
+RESULTS = Path(__file__).resolve().parent / "results" / "search_bench.json"
+
+
+def _options(body: dict) -> dict:
+    return {k: body.get(k) for k in ("hardware", "model", "model_arch")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--releases", default="0.5.21,0.5.23")
+    ap.add_argument("--per-release", type=int, default=8)
+    ap.add_argument("--deadline", type=float, default=30.0,
+                    help="the search's deadline here (the service's default is 4 s)")
+    args = ap.parse_args()
+    settings = Settings(kb_dir=test_kb_dir(), chroma_url=None, on_demand_ingest=False,
+                        fix_search_deadline_s=0.0)
+    engine = Engine(KnowledgeBase(settings), settings)
+    out: dict = {"deadline_s": args.deadline, "releases": {}}
+    searched_all: list[float] = []
+    static_all: list[float] = []  # ms
+    for release in args.releases.split(","):
+        incidents = [i for i in load_incidents() if i.expected.release == release
+                     and i.id.startswith("gen-")]
+        runs: list[dict] = []
+        for inc in incidents:
+            body = request_for(inc)
+            payload = {k: v for k, v in body.items() if k in ("log", "command", "model")}
+            t = time.perf_counter()
+            answer = ondemand.triage(engine, settings, payload, **_options(body))
+            static_s = time.perf_counter() - t
+            if not needs_search(answer):
+                static_all.append(static_s * 1000)
+                continue
+            if len(runs) >= args.per_release:
+                continue
+            t = time.perf_counter()
+            answer = ondemand.triage(engine, settings, payload, **_options(body))
+            search_fixes(answer, settings, deadline_s=args.deadline, use_cache=False)
+            seconds = time.perf_counter() - t
+            runs.append({"id": inc.id, "seconds": round(seconds, 2),
+                         "status": (answer.fix_search or {}).get("status"),
+                         "candidates": (answer.fix_search or {}).get("candidates")})
+        warm = [r["seconds"] for r in runs[1:]]
+        searched_all += warm
+        out["releases"][release] = {
+            "incidents": len(incidents), "needing_search": len(runs),
+            "first_s": runs[0]["seconds"] if runs else None,
+            "warm_p50_s": percentile(warm, 0.5), "warm_p95_s": percentile(warm, 0.95),
+            "runs": runs}
+    out["search_p50_s"] = percentile(searched_all, 0.5)
+    out["search_p95_s"] = percentile(searched_all, 0.95)
+    out["static_p50_ms"] = percentile(static_all, 0.5)
+    out["static_p95_ms"] = percentile(static_all, 0.95)
+    out["target"] = {"search_p50_s": 5.0}
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(out, indent=2))
+    print(json.dumps({k: v for k, v in out.items() if k != "releases"}, indent=2))
+    for release, r in out["releases"].items():
+        print(release, {k: v for k, v in r.items() if k != "runs"})
+
+
+if __name__ == "__main__":
+    main()
