@@ -16,6 +16,7 @@ SCRIPTS = [
     ["bench/ondemand_bench.py"],
     ["bench/team_bench.py"],
     ["bench/search_bench.py"],
+    ["bench/replay_pool_bench.py"],
 ]
 
 

@@ -62,6 +62,9 @@ class Settings(EngineSettings):
         60.0, description="A claimed replay job returns to the queue when its worker stops "
         "renewing the lease for this long (a killed worker).")
     replay_enabled: bool = Field(True, description="Verify fixes by replay in the background.")
+    replay_pool: bool = Field(
+        True, description="Replay on warm workers that import each release once (two at most, "
+        "stopped after 10 idle minutes); off: a fresh sandboxed subprocess per batch.")
     fix_search_deadline_s: float = Field(
         4.0, ge=0, description="When static evaluation leaves the check or a fix undecided, "
         "replay the candidate fixes before answering, waiting at most this long (0: never; "

@@ -11,6 +11,12 @@ What is measured (all names start with ``sglang_triage_``):
     locate, evaluate, fixes, rules, llm, total), observed after each ``POST /triage``.
 ``replay_queue_depth``, ``replay_jobs_total{outcome}``, ``replay_job_seconds``
     the background replay queue: batches waiting, and each batch's run time once it ends.
+``replay_pool_workers``, ``replay_pool_waiting``, ``replay_pool_jobs_total``,
+``replay_pool_refused_total``, ``replay_pool_worker_rss_mib{release,vendor}``,
+``replay_pool_worker_start_seconds{release,vendor}``
+    the warm replay pool (:mod:`service.replay.pool`): live workers, candidates waiting,
+    command lines served and refused (over the bound), and per worker its memory and how
+    long its start (importing torch and SGLang) took.
 ``engine_cache_{hits,misses}_total{cache}``, ``engine_cache_entries{cache}``
     the engine's memo tables (``service.engine.cache_stats()``): hits and misses since
     start, and entries held.
@@ -46,7 +52,7 @@ from starlette.routing import Mount
 
 __all__ = ["CONTENT_TYPE_LATEST", "REGISTRY", "CacheCollector", "observe_request",
            "observe_triage", "render", "route_label", "set_version", "watch_engine_caches",
-           "watch_replay_queue"]
+           "watch_replay_pool", "watch_replay_queue"]
 
 log = logging.getLogger("sglang_triage.metrics")
 
@@ -138,6 +144,52 @@ class CacheCollector(Collector):
             misses.add_metric([name], row.get("misses", 0))
             entries.add_metric([name], row.get("size", 0))
         return [hits, misses, entries]
+
+
+class PoolCollector(Collector):
+    """The warm replay pool's :meth:`~service.replay.pool.WarmPool.stats`, read at scrape
+    time."""
+
+    def __init__(self, stats: Callable[[], Mapping[str, Any]]) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterable[Any]:
+        try:
+            st = self.stats()
+        except Exception as exc:  # noqa: BLE001 - a scrape must not fail on the pool
+            log.warning("replay pool stats unavailable: %s", exc)
+            st = {}
+        workers = list(st.get("workers") or [])
+        out: list[Any] = [
+            GaugeMetricFamily("sglang_triage_replay_pool_workers",
+                              "Warm replay workers running.",
+                              value=sum(1 for w in workers if w.get("alive"))),
+            GaugeMetricFamily("sglang_triage_replay_pool_waiting",
+                              "Candidate command lines waiting for a warm worker.",
+                              value=st.get("queue_depth", 0)),
+            CounterMetricFamily("sglang_triage_replay_pool_jobs",
+                                "Command lines a warm worker validated.",
+                                value=st.get("jobs_served", 0)),
+            CounterMetricFamily("sglang_triage_replay_pool_refused",
+                                "Candidate command lines refused (the pool was full).",
+                                value=st.get("refused", 0))]
+        rss = GaugeMetricFamily("sglang_triage_replay_pool_worker_rss_mib",
+                                "Resident memory of a warm replay worker.",
+                                labels=["release", "vendor"])
+        start = GaugeMetricFamily("sglang_triage_replay_pool_worker_start_seconds",
+                                  "How long the worker's start (imports, warm-up) took.",
+                                  labels=["release", "vendor"])
+        for w in workers:
+            labels = [str(w.get("release")), str(w.get("vendor"))]
+            rss.add_metric(labels, float(w.get("rss_mib") or 0.0))
+            start.add_metric(labels, float(w.get("start_s") or 0.0))
+        return [*out, rss, start]
+
+
+def watch_replay_pool(stats: Callable[[], Mapping[str, Any]]) -> None:
+    """Report the warm replay pool's workers, queue and memory at scrape time."""
+    if _once("pool"):
+        REGISTRY.register(PoolCollector(stats))
 
 
 _wired = threading.Lock()

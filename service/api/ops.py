@@ -34,12 +34,14 @@ def app_version() -> str:
 
 def mount_ops(app: FastAPI, require_key: Callable[..., Any]) -> None:
     """Add ``/metrics`` (behind ``require_key``) and ``/version``; start watching the replay
-    queue and the engine's cache statistics."""
+    queue, the warm replay pool and the engine's cache statistics."""
     from service.engine import cache_stats
     from service.replay.harness import QUEUE
+    from service.replay.pool import default_pool
 
     metrics.set_version(app.version)
     metrics.watch_replay_queue(QUEUE)
+    metrics.watch_replay_pool(lambda: default_pool().stats())
     metrics.watch_engine_caches(cache_stats)
 
     @app.get("/metrics", dependencies=[Depends(require_key)], response_class=Response,

@@ -1,12 +1,15 @@
 """Verify by replay: run an SGLang release's own argument validation on this CPU-only machine.
 
-See :mod:`service.replay.harness` (``replay``, ``replay_many``) and
+See :mod:`service.replay.harness` (``replay``, ``replay_many``), :mod:`service.replay.pool`
+(the warm workers ``replay_many`` uses) and
 ``README.md`` in this folder for what replay can and cannot reach.
 """
 
 from __future__ import annotations
 
 from service.replay.harness import replay, replay_async, replay_many
+from service.replay.pool import WarmPool, default_pool
 from service.replay.results import Frame, ReplayResult
 
-__all__ = ["Frame", "ReplayResult", "replay", "replay_async", "replay_many"]
+__all__ = ["Frame", "ReplayResult", "WarmPool", "default_pool", "replay", "replay_async",
+           "replay_many"]

@@ -17,6 +17,13 @@ one warmed-up subprocess) start ``child.py`` in an isolated interpreter:
   architecture (:mod:`service.replay.model_configs`);
 * a time limit: the whole process group is killed when it runs over.
 
+Uncached command lines go to a *warm* worker by default (:mod:`service.replay.pool`:
+the same sandbox and environment, the import paid once per release and machine,
+then one fork per command line); the cold subprocess above stays for test hooks
+(``stub_failure``, ``test_payload``), when the pool is off (``pool=False``, the
+``replay_pool`` setting or ``TRIAGE_REPLAY_POOL=0``) and as the fallback when a
+worker cannot start.
+
 Outcomes are :class:`~service.replay.results.ReplayResult` objects, cached on disk in
 ``<home>/replay-cache/`` by a hash of (version, release tree, argv, hardware,
 model architecture, environment, this package's code and the venv's torch and
@@ -50,8 +57,8 @@ from service.replay.queue import ReplayQueue
 from service.replay.results import Frame, ReplayResult
 from service.replay.trees import replay_tree
 
-__all__ = ["HARNESS_DIR", "STUB_FAILURE_ENV", "batch_key", "harness_version", "replay",
-           "replay_async", "replay_many"]
+__all__ = ["HARNESS_DIR", "STUB_FAILURE_ENV", "batch_key", "harness_version", "pool_enabled",
+           "replay", "replay_async", "replay_many"]
 
 HARNESS_DIR = Path(__file__).resolve().parent
 CHILD = HARNESS_DIR / "child.py"
@@ -59,7 +66,19 @@ STUB_DIRS = (HARNESS_DIR / "stubs" / "force", HARNESS_DIR / "stubs" / "fallback"
 #: test hook: ``import:<module>`` or ``call:<fake>`` makes a stub raise inside the child
 STUB_FAILURE_ENV = "TRIAGE_REPLAY_STUB_FAILURE"
 _LOG_TAIL_LINES = 40
-_UNCACHED_PHASES = {"timeout", "crash", "harness"}
+_UNCACHED_PHASES = {"timeout", "crash", "harness", "busy", "deadline"}
+#: ``TRIAGE_REPLAY_POOL`` read once: ``0``/``false``/``no``/``off`` turns the warm pool off for
+#: callers whose settings carry no ``replay_pool`` (the service's ``Settings`` read the same
+#: variable)
+_POOL_ENV = os.environ.get("TRIAGE_REPLAY_POOL", "1").strip().lower() not in (
+    "0", "false", "no", "off")
+
+
+def pool_enabled(settings: KBSettings | None = None) -> bool:
+    """Whether uncached command lines go to the warm pool: ``settings.replay_pool`` when the
+    settings have it (the service's), else ``TRIAGE_REPLAY_POOL`` as read at import."""
+    value = getattr(settings, "replay_pool", None)
+    return bool(value) if value is not None else _POOL_ENV
 
 
 @functools.lru_cache(maxsize=1)
@@ -133,10 +152,14 @@ def _child_env(tmp: Path, tree: Path, hw: HardwareProfile | None,
         env["SGLANG_USE_CPU_ENGINE"] = "1"
     if hw is not None and hw.vendor == "nvidia":
         env["CUDA_HOME"] = "/usr/local/cuda"
-    for key, value in (extra or {}).items():
-        if key.isidentifier() and key not in ("PYTHONPATH", "HOME", "PATH"):
-            env[key] = str(value)
+    env.update(_extra_env(extra))
     return env
+
+
+def _extra_env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    """The caller's variables a replay may set (never ``PYTHONPATH``, ``HOME``, ``PATH``)."""
+    return {key: str(value) for key, value in (extra or {}).items()
+            if key.isidentifier() and key not in ("PYTHONPATH", "HOME", "PATH")}
 
 
 def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
@@ -187,13 +210,21 @@ def replay_many(
     timeout_s: float = 60,
     job_timeout_s: float = 30, env: Mapping[str, str] | None = None,
     settings: KBSettings | None = None, use_cache: bool = True, stub_failure: str | None = None,
-    test_payload: Path | None = None,
+    test_payload: Path | None = None, deadline_s: float | None = None, pool: bool | None = None,
 ) -> list[ReplayResult]:
     """Replay several command lines of one release on one declared machine.
 
-    Cached answers are returned without starting anything; the rest share one
-    subprocess that imports torch and SGLang once and forks per command line
-    (each fork limited to ``job_timeout_s``). ``model_arch`` is one
+    Cached answers are returned without starting anything; the rest go to the
+    warm pool's worker for this release and machine (:mod:`service.replay.pool`;
+    ``pool=False``, or ``replay_pool``/``TRIAGE_REPLAY_POOL=0`` when ``pool`` is
+    None, turns it off), or else share one cold subprocess that imports torch and
+    SGLang once; both fork per command line (each fork limited to
+    ``job_timeout_s``). Warm results carry ``timings`` ``warm`` = 1,
+    ``pool_wait_s`` (waiting for the worker, its start included) and
+    ``validate_s``. ``deadline_s`` (seconds from the call) bounds the whole call:
+    command lines not replayed by then come back as ``harness_error`` with phase
+    ``deadline`` (unverified, not cached), and a full pool answers phase ``busy``
+    (unverified, not cached). ``model_arch`` is one
     architecture for all, or one per command line (the machine is shared, the
     model folder is per command line). ``timeout_s`` bounds the import
     plus the first command line; each further one adds ``job_timeout_s``.
@@ -206,6 +237,8 @@ def replay_many(
     Raises :class:`~kb.errors.ConfigError` for an unknown hardware
     profile and :class:`ReplayError` when the release tree is unusable.
     """
+    deadline_at = None if deadline_s is None else time.monotonic() + deadline_s
+    use_pool = pool_enabled(settings) if pool is None else pool
     settings = settings or KBSettings()
     hw = get_profile(hardware) if hardware else None
     stub_failure = stub_failure or os.environ.get(STUB_FAILURE_ENV) or None
@@ -238,9 +271,24 @@ def replay_many(
             results[i] = cached
         else:
             pending.append((i, key, base, run_argv))
+    warm = use_pool and not (stub_failure or test_payload) and sandbox.status().available
+    if pending and warm:
+        answers = _run_warm(tree, hw, [p[3] for p in pending], env, timeout_s, job_timeout_s,
+                            [p[2] for p in pending], settings.home, deadline_at)
+        for (i, key, _, _), result in zip(pending, answers, strict=True):
+            if result is not None:
+                results[i] = result
+                if use_cache:
+                    _cache_put(settings.home, key, result)
+        pending = [p for p, result in zip(pending, answers, strict=True) if result is None]
+    if pending and deadline_at is not None and time.monotonic() >= deadline_at:
+        for i, _, base, _ in pending:
+            results[i] = _to_result(_unreplayed(), base)
+        pending = []
     if pending:
         fresh = _run_batch(tree, hw, [p[3] for p in pending], env, timeout_s, job_timeout_s,
-                           stub_failure, [p[2] for p in pending], settings.home, test_payload)
+                           stub_failure, [p[2] for p in pending], settings.home, test_payload,
+                           deadline_at)
         for (i, key, _, _), result in zip(pending, fresh, strict=True):
             results[i] = result
             if use_cache and not (stub_failure or test_payload):
@@ -248,15 +296,50 @@ def replay_many(
     return [r for r in results if r is not None]
 
 
+def _unreplayed() -> dict[str, Any]:
+    return {"status": "harness_error", "phase": "deadline",
+            "harness_reason": "the deadline passed before this command line was replayed "
+                              "(unverified)"}
+
+
+def _run_warm(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
+              env: Mapping[str, str] | None, timeout_s: float, job_timeout_s: float,
+              bases: list[dict[str, Any]], home: Path,
+              deadline_at: float | None) -> list[ReplayResult | None]:
+    """The command lines on the warm pool; None where it could not run them (go cold).
+    ``timeout_s`` bounds the wait for a worker's start, as it bounds the cold import."""
+    from service.replay.pool import PoolJob, default_pool
+
+    jobs = [PoolJob(argv, job_timeout_s, _extra_env(env)) for argv in argvs]
+    try:
+        raws = default_pool().run(tree, hw, home, jobs, deadline=deadline_at,
+                                  start_wait_s=timeout_s)
+    except ReplayError:  # closed (interpreter exiting): the cold path decides
+        return [None] * len(argvs)
+    out: list[ReplayResult | None] = []
+    for raw, base in zip(raws, bases, strict=True):
+        if raw is None:
+            out.append(None)
+            continue
+        result = _to_result(raw, base)
+        result.log_tail = str(raw.get("log_tail") or "")
+        out.append(result)
+    return out
+
+
 def _run_batch(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
                env: Mapping[str, str] | None, timeout_s: float, job_timeout_s: float,
                stub_failure: str | None, bases: list[dict[str, Any]], home: Path,
-               test_payload: Path | None = None) -> list[ReplayResult]:
+               test_payload: Path | None = None,
+               deadline_at: float | None = None) -> list[ReplayResult]:
     sandboxed = sandbox.status()
     if not sandboxed.available:
         raise ReplayError(sandboxed.reason)
     force, fallback = stub_plan(hw)
     overall = timeout_s + job_timeout_s * max(0, len(argvs) - 1)
+    capped = deadline_at is not None and deadline_at - time.monotonic() < overall
+    if deadline_at is not None:
+        overall = max(1.0, min(overall, deadline_at - time.monotonic()))
     with tempfile.TemporaryDirectory(prefix="sglang-replay-") as tmp_name:
         tmp = Path(tmp_name)
         jobs = [{"argv": argv, "result_path": str(tmp / f"result-{i}.json"),
@@ -296,7 +379,8 @@ def _run_batch(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
         wall = time.perf_counter() - t0
         out: list[ReplayResult] = []
         for job, base in zip(jobs, bases, strict=True):
-            raw = _read_job(Path(job["result_path"]), killed, proc.returncode, overall)
+            raw = (_unreplayed() if killed and capped and not Path(job["result_path"]).exists()
+                   else _read_job(Path(job["result_path"]), killed, proc.returncode, overall))
             result = _to_result(raw, base)
             result.timings["subprocess_wall_s"] = round(wall, 3)
             result.log_tail = _tail(Path(job["log_path"])) or _tail(main_log)

@@ -66,6 +66,7 @@ def test_metrics_count_requests_by_route_template_not_raw_path(empty: Settings) 
     assert not [r for r in routes if "aaaa1111" in r or "/no/such" in r]  # no raw paths
     assert value(text, "sglang_triage_build_info", version=version("sglang-triage")) == 1
     assert value(text, "sglang_triage_replay_queue_depth") == 0
+    assert value(text, "sglang_triage_replay_pool_waiting") == 0
     assert "process_resident_memory_bytes" in text
 
 
@@ -121,6 +122,31 @@ def test_cache_collector_reports_hits_misses_and_entries() -> None:
     assert value(text, "sglang_triage_engine_cache_hits_total", cache="rules.card_verdicts") == 7
     assert value(text, "sglang_triage_engine_cache_misses_total", cache="rules.card_verdicts") == 2
     assert value(text, "sglang_triage_engine_cache_entries", cache="rules.card_verdicts") == 3
+
+
+def test_pool_collector_reports_workers_queue_and_memory() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from service.replay.pool import WarmPool
+
+    pool = WarmPool()
+    registry = CollectorRegistry()
+    registry.register(metrics.PoolCollector(pool.stats))
+    text = generate_latest(registry).decode()
+    assert value(text, "sglang_triage_replay_pool_workers") == 0
+    assert value(text, "sglang_triage_replay_pool_jobs_total") == 0
+    pool.close()
+    worker = {"release": "0.5.23", "vendor": "nvidia", "alive": True, "rss_mib": 417.0,
+              "start_s": 17.1}
+    registry = CollectorRegistry()
+    registry.register(metrics.PoolCollector(
+        lambda: {"workers": [worker], "queue_depth": 2, "jobs_served": 9, "refused": 1}))
+    text = generate_latest(registry).decode()
+    assert value(text, "sglang_triage_replay_pool_workers") == 1
+    assert value(text, "sglang_triage_replay_pool_waiting") == 2
+    assert value(text, "sglang_triage_replay_pool_refused_total") == 1
+    assert value(text, "sglang_triage_replay_pool_worker_rss_mib", release="0.5.23",
+                 vendor="nvidia") == 417.0
 
 
 @pytest.fixture()
