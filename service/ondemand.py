@@ -221,13 +221,11 @@ def ingester_for(kb: KnowledgeBase) -> OnDemandIngest:
 
 def triage(engine: Engine, settings: Settings, payload: str | bytes | dict[str, Any], *,
            release: str | None = None, hardware: str | None = None, model: str | None = None,
-           model_arch: str | None = None, client: str = "local",
-           replay: bool = True) -> TriageResult:
+           model_arch: str | None = None, replay: bool = True) -> TriageResult:
     """:meth:`Engine.triage`, after ingesting the release the log names when the KB lacks
     it (what every front end calls); then, when static evaluation left the check or a fix
     undecided and replay is on (``replay`` and ``replay_enabled``), the replay-backed fix search
-    (:func:`service.replay.search.search_fixes`, within ``fix_search_deadline_s``;
-    ``client`` is the replay queue's fairness key)."""
+    (:func:`service.replay.search.search_fixes`, within ``fix_search_deadline_s``)."""
     limit = settings.max_body_bytes
     wanted = wanted_release(payload, release, engine.kb, max_bytes=limit)
     note = ingester_for(engine.kb).ensure(wanted, settings) if wanted else None
@@ -238,5 +236,5 @@ def triage(engine: Engine, settings: Settings, payload: str | bytes | dict[str, 
         from service.replay.search import search_fixes
 
         search_fixes(result, settings, deadline_s=settings.fix_search_deadline_s,
-                     max_candidates=settings.fix_search_candidates, client=client)
+                     max_candidates=settings.fix_search_candidates)
     return result

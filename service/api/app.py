@@ -324,7 +324,7 @@ def _answer(engine: Engine, records: Records, settings: Settings, payload: str |
     ``TRIAGE_DATABASE_URL`` or ``TRIAGE_REPLAY_QUEUE=database``), is queued for
     ``sglang-triage replay-worker``, which stores the same verdicts in the same record.
     """
-    result = ondemand.triage(engine, settings, payload, **options, client=client, replay=replay)
+    result = ondemand.triage(engine, settings, payload, **options, replay=replay)
     metrics.observe_triage(result.timings_ms, result.status)
     tid = new_triage_id()
     result.id = tid

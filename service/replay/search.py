@@ -6,9 +6,9 @@ wherever a check reads GPU or model facts, it often cannot decide the check or a
 candidate (``fixes_check == "unknown"``), or its best statically clean fix is not the
 one SGLang accepts. :func:`needs_search` says when that is so; :func:`search_fixes` then
 replays the user's command and the candidate fixes (best first, at most
-``max_candidates``) through the replay queue (:mod:`service.replay.queue`, bounded and
-fair; a warm pool makes each command line cost well under a second) and waits at most
-``deadline_s``:
+``max_candidates``) on the warm replay pool (:mod:`service.replay.pool`: each command line
+costs well under a second once the release's worker runs; over the pool's bound a
+candidate is *unverified*) and waits at most ``deadline_s``:
 
 * each replayed fix gets ``replay`` (``verified``, ``next_failure`` or ``unverified``, as
   :func:`service.replay.background.summarise` words it, on the declared hardware);
@@ -19,8 +19,11 @@ fair; a warm pool makes each command line cost well under a second) and waits at
   the deadline), the engine's own recommendation stands;
 * ``fix_search`` on the answer records what happened: ``verified`` (with the release and
   hardware profile), ``rejected``, ``unverified`` (why), ``background`` (the deadline
-  passed: the batch goes on in the queue, its results land in the replay cache, and the
-  stored answer's background replay picks them up) or ``skipped`` (why not).
+  passed before any candidate was replayed, e.g. while the release's worker starts: the
+  answer goes out as the engine gave it, the worker keeps starting, and the stored
+  answer's background replay (:func:`service.replay.background.schedule`) verifies the
+  fixes) or ``skipped`` (why not). Candidates left unreplayed at the deadline keep the
+  engine's ranking behind those replay decided (``not_replayed`` counts them).
 
 Nothing of the user's is run: the harness substitutes model paths and drops code-loading
 flags (:func:`service.replay.plan.substitute_argv`) inside the OS sandbox.
@@ -28,22 +31,21 @@ flags (:func:`service.replay.plan.substitute_argv`) inside the OS sandbox.
 
 from __future__ import annotations
 
-import concurrent.futures
 import time
 from typing import Any
 
+from kb.errors import TriageError
 from kb.settings import KBSettings
 from service.engine import FixOut, TriageResult
 from service.replay.background import release_root, summarise, unavailable_reason
-from service.replay.errors import ReplayError
-from service.replay.harness import replay_async
-from service.replay.queue import QueueFull
-from service.replay.results import ReplayResult
+from service.replay.harness import replay_many
 
 __all__ = ["needs_search", "rerank", "search_fixes"]
 
 #: per command line inside the replay subprocess (a warm pool answers in about a second)
 JOB_TIMEOUT_S = 30.0
+#: phases of a candidate the pool did not run: past the deadline, or the pool was full
+_NOT_RUN = frozenset({"deadline", "busy"})
 
 
 def needs_search(result: TriageResult) -> bool:
@@ -107,8 +109,8 @@ def _with_replay_note(verdict: str, note: str) -> str:
 
 
 def search_fixes(result: TriageResult, settings: KBSettings, *, deadline_s: float,
-                 max_candidates: int = 5, client: str = "local",
-                 force: bool = False, use_cache: bool = True) -> TriageResult:
+                 max_candidates: int = 5, force: bool = False,
+                 use_cache: bool = True) -> TriageResult:
     """Verify the candidate fixes of ``result`` by replay within ``deadline_s`` (in place).
 
     Runs only when :func:`needs_search` (or ``force``) holds and replay can run here
@@ -132,26 +134,26 @@ def search_fixes(result: TriageResult, settings: KBSettings, *, deadline_s: floa
     on = f"{release} with {hardware or 'no declared hardware'}"
     t0 = time.perf_counter()
     try:
-        fut = replay_async(release_root(settings, release), release,
-                           [argv] + [f.argv for f in candidates], hardware=hardware,
-                           model_arch=arch, timeout_s=max(60.0, deadline_s),
-                           job_timeout_s=JOB_TIMEOUT_S, settings=settings, client=client,
-                           use_cache=use_cache)
-        results: list[ReplayResult] = fut.result(timeout=max(0.0, deadline_s))
-    except concurrent.futures.TimeoutError:
-        result.fix_search = {
-            "status": "background", "candidates": len(candidates),
-            "seconds": round(time.perf_counter() - t0, 2),
-            "detail": f"replay of {len(candidates)} candidate fixes on {on} did not finish "
-                      f"within {deadline_s:g} s; it goes on in the background"}
-        return result
-    except QueueFull as exc:
-        result.fix_search = {"status": "unverified", "candidates": len(candidates),
-                             "detail": f"{exc.message}: the candidates stay unverified"}
-        return result
-    except ReplayError as exc:
+        results = replay_many(release_root(settings, release), release,
+                              [argv] + [f.argv for f in candidates], hardware=hardware,
+                              model_arch=arch, timeout_s=max(60.0, deadline_s),
+                              job_timeout_s=JOB_TIMEOUT_S, settings=settings,
+                              use_cache=use_cache, deadline_s=deadline_s)
+    except TriageError as exc:
         result.fix_search = {"status": "unverified", "candidates": len(candidates),
                              "detail": f"replay failed: {exc.message}"}
+        return result
+    seconds = round(time.perf_counter() - t0, 2)
+    late = [r for r in results[1:] if r.status == "harness_error" and r.phase in _NOT_RUN]
+    if len(late) == len(candidates):
+        busy = all(r.phase == "busy" for r in late)
+        result.fix_search = {
+            "status": "unverified" if busy else "background", "candidates": len(candidates),
+            "seconds": seconds,
+            "detail": (f"the replay pool is full: the {len(candidates)} candidate fixes stay "
+                       "unverified" if busy else
+                       f"replay of {len(candidates)} candidate fixes on {on} did not finish "
+                       f"within {deadline_s:g} s; it goes on in the background")}
         return result
     as_dict: dict[str, Any] = {"location": result.location.model_dump() if result.location
                                else None,
@@ -170,6 +172,6 @@ def search_fixes(result: TriageResult, settings: KBSettings, *, deadline_s: floa
                       f"({(result.replay or {}).get('detail', '')})",
     }[status]
     result.fix_search = {"status": status, "candidates": len(candidates), "detail": detail,
-                         "seconds": round(time.perf_counter() - t0, 2),
-                         "release": release, "hardware": hardware}
+                         "seconds": seconds, "release": release, "hardware": hardware,
+                         "not_replayed": len(late)}
     return result
