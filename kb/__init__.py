@@ -11,6 +11,7 @@ Public modules (each declares its own ``__all__``):
 ``code_types``    record types of stored code facts (guards)
 ``conditions``    the condition language: parse, whitelist, normalise, names read
 ``hardware``      hardware profiles as data
+``known_models``  facts about well-known public checkpoints (``data/known_models.json``)
 ``rules``         the rule-card format and the curated cards
 ``sources``       SGLang releases: the wheel and source cache
 ``records``       stored triages and confirmations; ``incidents``/``recording`` their export
@@ -27,6 +28,7 @@ __all__ = [
     "hardware",
     "incidents",
     "knowledge",
+    "known_models",
     "query_encoder",
     "recording",
     "records",

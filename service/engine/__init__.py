@@ -48,6 +48,7 @@ from service.engine.evaluate.path_condition import (
     evaluate_path,
     prepared_pieces,
 )
+from service.engine.explain.display import edit_lines, fix_search_line, model_facts_line
 from service.engine.expr.interpreter import (
     UNKNOWN,
     Env,
@@ -85,7 +86,8 @@ __all__ = [
     "UnknownRelease",
     "HardwareProfile", "LintReport", "LintRequest", "ParsedLog", "PathEvaluation", "Provenance",
     "RuleVerdict", "TriageResult", "Value", "apply_earlier_writes", "apply_edits", "base_attrs",
-    "cache_stats", "call_site_guards", "clear_caches", "earlier_writes", "evaluate", "evaluate_path", "fact_key",
+    "cache_stats", "call_site_guards", "clear_caches", "earlier_writes", "edit_lines", "evaluate",
+    "evaluate_path", "fact_key", "fix_search_line", "model_facts_line",
     "fact_values", "get_profile", "lint", "lint_payload", "model_arch_for", "parse_argv",
     "parse_input", "parse_log", "prepared_pieces", "probe_values", "profile_from_gpus", "redact", "redact_payload",
     "referenced_names",

@@ -106,6 +106,9 @@ class RuleVerdict(BaseModel):
     verdict: Literal["violated", "satisfied", "unknown", "not_applicable"]
     severity: str
     reason: str = ""
+    #: violated by ``--model-path`` alone on this model and machine too: no flag choice
+    #: causes or cures it, so it does not make a fix "violating" (reported, not held against)
+    background: bool = False
 
 
 class FixOut(BaseModel):
@@ -178,6 +181,8 @@ class ModelFact(BaseModel):
     value: Any
     source: str  # config.json | hf_cache | known_model
     detail: str = ""
+    #: the evaluated condition read this fact (False: known, listed, not read by the check)
+    used: bool = False
 
 
 class TriageResult(BaseModel):

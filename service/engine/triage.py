@@ -24,6 +24,7 @@ from service.engine.answer import (
     ExcerptLine,
     FixOut,
     Location,
+    ModelFact,
     ParsedSummary,
     Reference,
     TriageResult,
@@ -36,12 +37,15 @@ from service.engine.errors import NoCrashFound, UnknownRelease
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path
 from service.engine.explain import across
 from service.engine.explain import deterministic as explain
+from service.engine.explain.rule import rule_sentence
 from service.engine.expr.interpreter import UNKNOWN, Provenance, Value, fact_key
+from service.engine.facts.checkpoint import checkpoint_facts, checkpoint_info, fact_rows, flag_value
 from service.engine.facts.core import fact_values, get_profile, model_arch_for, profile_from_gpus
+from service.engine.fixes.present import fix_out
 from service.engine.fixes.propose import Verdict, propose
 from service.engine.fixes.repair import repair
-from service.engine.flags.edit import apply_edits, render_command
-from service.engine.flags.parse import parse_argv
+from service.engine.flags.edit import render_command
+from service.engine.flags.parse import ParsedArgs, parse_argv
 from service.engine.llm.writer import AssistContext, assist
 from service.engine.llm.writer import enabled as llm_enabled
 from service.engine.locate.localize import (
@@ -55,6 +59,9 @@ from service.engine.release.resolve import resolve_release
 from service.engine.release.versions import parse_version
 from service.engine.settings import EngineSettings
 
+#: fixes an answer lists; candidates proposed beyond them, for the rule cards to rank
+MAX_FIXES = 5
+CARD_SPARE = 3
 #: a triage this slow built caches (or loaded the query encoder): freeze what it built
 _SETTLE_AFTER_MS = 250.0
 #: (release, vector store, exception) -> where search located it (wrapped in a 1-tuple)
@@ -83,12 +90,35 @@ class Engine:
             hw = get_profile(hardware)
         elif parsed.gpus:
             hw = profile_from_gpus(parsed.gpus)
-        arch = model_arch or model_arch_for(model or parsed.model)
+        ckpt = checkpoint_info(model or parsed.model)  # config.json / HF cache / known model
+        ckpt_arch = ckpt.architectures[0] if ckpt is not None and ckpt.architectures else None
+        arch = model_arch or ckpt_arch or model_arch_for(model or parsed.model)
         facts = dict(fact_values(hw, arch, parsed.env))
+        if ckpt is not None:
+            facts.update(checkpoint_facts(ckpt, flag_value(parsed.command, "--quantization"),
+                                          declared_arch=model_arch))
         if arch:
             key = fact_key("self.get_model_config().hf_config.architectures")
             facts.setdefault(key, Value([arch], Provenance("fact", f"model architecture {arch}")))
         return facts, (hw.name if hw else None), arch
+
+    def model_facts_for(self, parsed: ParsedLog, model: str | None,
+                        read: set[str] | None = None) -> list[ModelFact]:
+        """The checkpoint facts :meth:`facts_for` supplied, as ``TriageResult.model_facts``;
+        ``used`` marks those whose evaluator keys are in ``read`` (the keys the evaluated
+        condition looked up)."""
+        ckpt = checkpoint_info(model or parsed.model)
+        if ckpt is None:
+            return []
+        rows = fact_rows(ckpt, flag_value(parsed.command, "--quantization"))
+        return [ModelFact(name=r.name, value=jsonable(r.value), source=r.source, detail=r.detail,
+                          used=bool(read and read.intersection(r.keys))) for r in rows]
+
+    @staticmethod
+    def checkpoint_notes(parsed: ParsedLog, model: str | None) -> list[str]:
+        """Why the checkpoint's ``config.json`` was skipped (too big, not JSON), if it was."""
+        ckpt = checkpoint_info(model or parsed.model)
+        return list(ckpt.notes[:3]) if ckpt is not None else []
 
     # -- main -------------------------------------------------------------------------
     def triage(self, payload: str | bytes | dict[str, Any], *, release: str | None = None,
@@ -122,7 +152,7 @@ class Engine:
             message=parsed.primary.message if parsed.primary else None,
             bare=parsed.primary.bare if parsed.primary else None, python=parsed.python_version,
             command=parsed.command, model=model or parsed.model, model_arch=arch,
-            hardware=hw_name, env=parsed.env, notes=parsed.notes[:10])
+            hardware=hw_name, env=parsed.env, notes=parsed.notes[:10] + self.checkpoint_notes(parsed, model))
         base = dict(status="unlocated", release=resolution.model_dump(), parsed=summary_parsed,
                     confidence=0.0)
         if parsed.argparse_error is not None:
@@ -145,29 +175,33 @@ class Engine:
         timings["evaluate"] = _ms(t)
         t = time.perf_counter()
         verdicts = propose(self.store, version, check, ev, pargs, catalog, attrs, facts,
-                           facts_sig=fsig)
+                           limit=MAX_FIXES + CARD_SPARE, facts_sig=fsig)
         timings["fixes"] = _ms(t)
         location = self._location(version, check, located)
+        rule = _plain_rule(check, version, catalog, pargs, location.citation)
         atoms = _atoms(ev)
-        fixes = [self._fix_out(i + 1, v, argv, catalog, parsed, version) for i, v in enumerate(verdicts)]
+        fixes = [self._fix_out(i + 1, v, argv, catalog, parsed, version, pargs)
+                 for i, v in enumerate(verdicts)]
         t = time.perf_counter()
         pairs = list(zip(verdicts, fixes, strict=True))  # before the re-ranking below
         judged = self._rule_verdicts(fixes, version, facts, fsig)
+        del fixes[MAX_FIXES:]  # the best after the rule cards had their say
+        pairs = [p for p in pairs if any(p[1] is f for f in fixes)]
         repaired = repair(self.store, version, check, pairs, argv, pargs, catalog, attrs, facts,
                           facts_sig=fsig)
         if repaired:  # no fix was clean: the clean extensions join the list
-            added = [self._fix_out(len(fixes) + i + 1, v, argv, catalog, parsed, version)
+            added = [self._fix_out(len(fixes) + i + 1, v, argv, catalog, parsed, version, pargs)
                      for i, (_, v) in enumerate(repaired)]
             self._rule_verdicts(fixes + added, version, facts, fsig, judged)
             fixes = _with_bases(added, [base for base, _ in repaired], fixes)
         timings["rules"] = _ms(t)
         unknowns = _unknowns(ev, hw_name, arch, argv)
         no_fix = None
-        if not fixes:
-            no_fix = _no_fix_reason(ev, check)
+        if not any(f.fixes_check == "true" for f in fixes):  # undecided candidates only, or none
+            no_fix = _no_fix_reason(ev, check, undecided=bool(fixes))
         references = self._references(version, check, ev.attrs, catalog)
-        result: dict[str, Any] = {"condition": check["condition"] or _guards_text(check),
-                                  "no_flag_fix": no_fix}
+        result: dict[str, Any] = {"condition": check["condition"] or _guards_text(check), "rule": rule,
+                                  "no_flag_fix": no_fix, "undecided": _undecided(ev)}
         caveats = ev.caveats
         conf = round(min(resolution.confidence, located.confidence)
                      * (0.7 if ev.fired is UNKNOWN else 1.0) * (0.5 if ev.fired is False else 1.0), 3)
@@ -186,7 +220,8 @@ class Engine:
         citations += [c for ch in later for c in ch.citations if c not in citations]
         result_obj = TriageResult(
             **{**base, "status": "located", "confidence": conf},
-            summary=explain.summary(exc.type, exc.bare, location, atoms, fixes, version),
+            summary=explain.summary(exc.type, exc.bare, location, atoms,
+                                    [f for f in fixes if f.fixes_check == "true"], version),
             explanation=md, location=location,
             check=CheckInfo(id=check["id"], kind=check["kind"], exc_type=check["exc_type"],
                             bare=check["bare"], condition=check["condition"],
@@ -194,7 +229,9 @@ class Engine:
             evaluation=EvaluationOut(fired=tri(ev.fired), atoms=atoms, caveats=caveats,
                                      writes=ev.write_notes),
             fixes=fixes, no_flag_fix=no_fix, references=references, unknowns=unknowns,
-            citations=citations, later_releases=later, upgrade=upgrade, timings_ms=timings,
+            citations=citations, later_releases=later, upgrade=upgrade, timings_ms=timings, rule=rule,
+            model_facts=self.model_facts_for(parsed, model,
+                                             {i.name for a in atoms for i in a.inputs}),
         )
         if llm_enabled(self.settings):
             t = time.perf_counter()
@@ -254,23 +291,10 @@ class Engine:
             alternatives=[f"{version}:{a['path']}:{a['start_line']}" for a in located.alternatives])
 
     def _fix_out(self, rank: int, v: Verdict, argv: list[str], catalog, parsed: ParsedLog,  # noqa: ANN001
-                 version: str) -> FixOut:
-        by_attr = catalog.by_attr()
-        spelled_set = {by_attr[a].flags[0] if a in by_attr else a: jsonable(val)
-                       for a, val in v.edit.set.items()}
-        spelled_remove = [by_attr[a].flags[0] if a in by_attr else a for a in v.edit.remove]
-        new_argv = apply_edits(argv, catalog, set=dict(v.edit.set), remove=list(v.edit.remove))
-        command = render_command(new_argv, prefix=_prefix(parsed))
-        if v.trips:
-            t = v.trips[0]
-            verdict = (f"fixes this check, but then {t['function']} at "
-                       f"{version}:{t['path']}:{t['line']} would fire")
-        else:
-            extra = f" ({v.unknown_neighbours} related checks undecided)" if v.unknown_neighbours else ""
-            verdict = f"fixes the check; no other check of {version} that reads these flags fires{extra}"
-        return FixOut(rank=rank, set=spelled_set, remove=spelled_remove, argv=new_argv,
-                      command=command, origin=v.edit.origin, fixes_check=tri(v.fixes_check),
-                      trips=v.trips, unknown_neighbours=v.unknown_neighbours, verdict=verdict)
+                 version: str, pargs: ParsedArgs) -> FixOut:
+        """The fix in the user's spellings, with its edit lines and what it gives up
+        (:func:`service.engine.fixes.present.fix_out`)."""
+        return fix_out(rank, v, argv, catalog, pargs, version, prefix=_prefix(parsed))
 
     def _rule_verdicts(self, fixes: list[FixOut], version: str, facts: dict[str, Value],
                        facts_sig: str | None = None,
@@ -294,7 +318,8 @@ class Engine:
                 worst = next((v for v in verdicts if v.verdict == "violated" and v.severity == "error"),
                              None)
                 f.verdict += f"; violates rule {worst.rule}" if worst else "; violates a rule card"
-        fixes.sort(key=lambda f: (bad[id(f)], f.rank))
+        # statically verified fixes stay ahead of undecided candidates (replay's to decide)
+        fixes.sort(key=lambda f: (f.fixes_check != "true", bad[id(f)], f.rank))
         for i, f in enumerate(fixes, start=1):
             f.rank = i
         for f in fixes:
@@ -383,11 +408,9 @@ def _with_bases(added: list[FixOut], bases: list[FixOut], fixes: list[FixOut]) -
 def _atoms(ev) -> list[AtomOut]:  # noqa: ANN001
     out: list[AtomOut] = []
     for part in ev.parts:
-        for atom in part.result.atoms:
-            # an atom "fails" when its value pushes the piece towards firing
-            failing = (atom.value is False) if not part.polarity else (atom.value is True)
-            if part.holds is not True:
-                failing = False
+        # an atom "fails" when its value pushes the piece towards firing (never one of a
+        # sibling check the path passed: that is not why this one fired)
+        for atom, failing in zip(part.result.atoms, part.atoms_failing(), strict=True):
             out.append(AtomOut(
                 text=atom.text, role=part.role, value=tri(atom.value), failing=failing,
                 inputs=[AtomInput(name=n, value=jsonable(v), source=p.kind, detail=p.detail)
@@ -396,27 +419,54 @@ def _atoms(ev) -> list[AtomOut]:  # noqa: ANN001
 
 
 def _unknowns(ev, hw: str | None, arch: str | None, argv: list[str]) -> list[UnknownFact]:  # noqa: ANN001
+    """What the evaluation could not decide, the check's own test first, each with what
+    would settle it (a flag's value, a declaring hook's result, a fact)."""
     out: list[UnknownFact] = []
     seen: set[str] = set()
-    for part in ev.parts:
+    test = getattr(ev, "test", None)
+    parts = ([test] if test is not None else []) + [p for p in ev.parts if p is not test]
+    for part in parts:
+        own = part is test
         for name in part.result.unknowns:
             if name in seen:
                 continue
             seen.add(name)
+            prov = next((p for a in part.result.atoms for n, _, p in a.inputs if n == name), None)
             low = name.lower()
-            if any(h in low for h in _HW_FACT_HINTS) and hw is None:
+            if prov is not None and prov.kind == "write":
+                settle = (f"the value SGLang gives it before this check ({prov.detail}); "
+                          "a replay of the release's validation with these flags")
+            elif any(h in low for h in _HW_FACT_HINTS) and hw is None:
                 settle = "the hardware profile, e.g. --hardware rtx-pro-6000-x8"
             elif "arch" in low or "model_config" in low or "hf_config" in low:
                 settle = "the model architecture, e.g. --model-arch DeepseekV3ForCausalLM"
             elif not argv:
                 settle = "the full launch command"
+            elif name.isidentifier() and name in ev.attrs:
+                settle = (f"the value of --{name.replace('_', '-')} (set it explicitly), "
+                          "or a replay of the release's validation with these flags")
             else:
                 settle = "a replay of the release's validation with these flags"
-            out.append(UnknownFact(what=name, why=f"`{part.condition[:80]}` needs it", settle=settle))
+            why = (f"the check's own test `{part.condition[:80]}` needs it" if own
+                   else f"`{part.condition[:80]}` needs it")
+            out.append(UnknownFact(what=name, why=why, settle=settle))
     return out
 
 
-def _no_fix_reason(ev, check: dict[str, Any]) -> str:  # noqa: ANN001
+def _no_fix_reason(ev, check: dict[str, Any], undecided: bool = False) -> str:  # noqa: ANN001
+    """Why no fix is verified; ``undecided``: candidates are listed for replay to decide.
+    When the check's own test is undecided, it says so and names what the test needs."""
+    test_needs = ""
+    if getattr(ev, "test_unknown", False):
+        names = ", ".join(f"`{n}`" for n in ev.test.result.unknowns[:3]) or "an unknown input"
+        test_needs = f" (the check's own test `{ev.test.condition[:80]}` needs {names})"
+    if undecided:
+        return ("no flag edit could be shown statically to make this check pass; the "
+                "candidates listed are undecided (some inputs are unknown) and need a replay"
+                + test_needs)
+    if test_needs:
+        return ("no flag edit could be shown to make this check pass: its own test could not "
+                f"be decided{test_needs}; see unknowns")
     if ev.fired is UNKNOWN:
         return ("no flag edit could be shown to make this check pass, because some of its "
                 "inputs are unknown (see unknowns)")
@@ -424,6 +474,26 @@ def _no_fix_reason(ev, check: dict[str, Any]) -> str:  # noqa: ANN001
         return ("the check reads no launch flag: it depends on the model, hardware or environment, "
                 "so no flag change avoids it; an upgrade or a different model/hardware may")
     return "no edit of the flags this check reads makes it pass; the validator or an upgrade is the fix"
+
+
+def _plain_rule(check: dict[str, Any], version: str, catalog, pargs, citation: str) -> str | None:  # noqa: ANN001
+    """The rule a bare (or message-less) check enforces in one sentence, flags spelled as the
+    user typed them (:func:`~service.engine.explain.rule.rule_sentence`); None for a check
+    whose message already says it."""
+    if not (check["bare"] or not check["message"]):
+        return None
+    spellings = {attr: pf.flag or pf.token for attr, pf in pargs.values.items()}
+    return rule_sentence(check, version, catalog, spellings=spellings, citation=citation)
+
+
+def _undecided(ev) -> str | None:  # noqa: ANN001
+    """A sentence saying the check's own test was not decided and what it needs (None when
+    it was decided)."""
+    if not getattr(ev, "test_unknown", False):
+        return None
+    names = ", ".join(f"`{n}`" for n in ev.test.result.unknowns[:3]) or "an unknown input"
+    return (f"the check's own test `{ev.test.condition[:120]}` could not be evaluated: it "
+            f"needs {names}. Nothing above is claimed as the reason it fired.")
 
 
 def _guards_text(check: dict[str, Any]) -> str:

@@ -5,7 +5,8 @@ SGLang validates in a fixed order: ``ServerArgs.__post_init__`` calls its
 ``run_resolution_pipeline`` runs hooks through ``run_hook(fn, server_args)``.
 A check only sees the values that earlier steps wrote, so we need:
 
-* :func:`validation_order` — the rank of each step, read from the dispatcher;
+* :func:`validation_order` — the rank of each step, read from the dispatcher
+  (a function run through :data:`STEP_RUNNERS` counts as called there);
 * :func:`call_site_guards` — the conditions under which a function is called
   (``_handle_eagle_family`` runs only for EAGLE-family algorithms);
 * :func:`earlier_writes` — the writes of an attribute that run before a check,
@@ -34,6 +35,12 @@ DISPATCHERS: tuple[tuple[str, str], ...] = (
     ("sglang/srt/server_args.py", "ServerArgs.resolve_once"),
 )
 VALIDATION_PATHS = VALIDATION_PREFIXES
+#: Calls that run the function passed as an argument (its position): a pipeline step
+#: ``run_hook(fn, server_args)``, a post-process pass ``run_post_process_pass(server_args,
+#: fn)`` (its returned dict is declared) and a plugin resolver ``record_foreign_defaults``.
+STEP_RUNNERS: dict[str, int] = {"run_hook": 0, "run_post_process_pass": 1,
+                                "record_foreign_defaults": 2}
+
 
 def function_source(store: Store, version: str, fn: dict[str, Any]) -> str:
     lines = store.file_lines(version, fn["path"], fn["start_line"], fn["end_line"])
@@ -64,8 +71,9 @@ def _calls_with_nodes(node: ast.AST) -> list[tuple[ast.Call, str]]:
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
             out.append((sub, func.attr))
         elif isinstance(func, ast.Name):
-            if func.id == "run_hook" and sub.args and isinstance(sub.args[0], ast.Name):
-                out.append((sub, sub.args[0].id))
+            at = STEP_RUNNERS.get(func.id)
+            if at is not None and len(sub.args) > at and isinstance(sub.args[at], ast.Name):
+                out.append((sub, sub.args[at].id))
             else:
                 out.append((sub, func.id))
     return out

@@ -28,7 +28,8 @@ from kb.catalog_types import Catalog
 from kb.errors import UnsafeExpression
 from kb.store import Store
 from service.engine.cache import LRUCache, cached, facts_signature, release_key
-from service.engine.evaluate import chain
+from service.engine.evaluate import chain, resolution, source
+from service.engine.evaluate.source import substitute
 from service.engine.expr.interpreter import (
     UNKNOWN,
     Env,
@@ -40,13 +41,20 @@ from service.engine.expr.interpreter import (
 )
 from service.engine.flags.parse import ParsedArgs
 
-_MAX_SUBST_DEPTH = 3
 _MISSING = object()
 
 # (release, check, names, facts, values read) -> what folding the earlier writes does
 _FOLDS: LRUCache[Fold] = LRUCache("evaluation.folds", 20_000)
 # (condition, facts, inputs read with their provenance) -> its Result
 _PIECES: LRUCache[Result] = LRUCache("evaluation.pieces", 30_000)
+
+
+#: Piece kinds (:attr:`PiecePart.kind`): what a piece is to the check.
+#: ``call_site``: a guard of the call of the checking function; ``if``: an enclosing
+#: ``if``; ``exit_return``: an earlier ``if ...: return`` the path passes (the check's
+#: function applies); ``exit_raise``: an earlier sibling check that did not raise (not a
+#: reason this check fired: the crash itself shows it passed); ``test``: an assert's test.
+PIECE_KINDS = ("call_site", "if", "exit_return", "exit_raise", "test")
 
 
 @dataclass
@@ -57,6 +65,60 @@ class PiecePart:
     line: int | None
     result: Result
     holds: object  # True / False / UNKNOWN
+    kind: str = ""  # one of PIECE_KINDS ("" when not known)
+    own_test: bool = False  # the check's own test: an assert's test, a raise's innermost `if`
+
+    @property
+    def explains(self) -> bool:
+        """Can this piece be a reason the check fired? Not a passed sibling check."""
+        return self.kind != "exit_raise"
+
+    def atoms_failing(self) -> list[bool]:
+        """Per atom of ``result.atoms``: does its value push this piece towards firing?
+
+        Only atoms of a piece that holds and explains (:attr:`explains`) can; an atom
+        under a ``not`` pushes with its negation, and the test of a ternary with neither.
+        """
+        atoms = self.result.atoms
+        if self.holds is not True or not self.explains:
+            return [False] * len(atoms)
+        signs = atom_signs(self.condition)
+        if len(signs) != len(atoms):
+            signs = (True,) * len(atoms)
+        out: list[bool] = []
+        for atom, sign in zip(atoms, signs, strict=True):
+            if sign is None or not isinstance(atom.value, bool):
+                out.append(False)
+                continue
+            out.append((atom.value if sign else not atom.value) == self.polarity)
+        return out
+
+
+@functools.lru_cache(maxsize=16384)
+def atom_signs(condition: str) -> tuple[bool | None, ...]:
+    """The sign of each atom of ``condition`` in the order the evaluator lists them:
+    True under an even number of ``not``, False under an odd one, None in a ternary's test."""
+    try:
+        node = ast.parse(condition.strip(), mode="eval").body
+    except SyntaxError:
+        return ()
+    out: list[bool | None] = []
+
+    def walk(n: ast.expr, sign: bool | None) -> None:
+        if isinstance(n, ast.BoolOp):
+            for v in n.values:
+                walk(v, sign)
+        elif isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
+            walk(n.operand, None if sign is None else not sign)
+        elif isinstance(n, ast.IfExp):
+            walk(n.body, sign)
+            walk(n.test, None)
+            walk(n.orelse, sign)
+        else:
+            out.append(sign)
+
+    walk(node, True)
+    return tuple(out)
 
 
 @dataclass
@@ -66,6 +128,23 @@ class PathEvaluation:
     attrs: set[str]
     caveats: list[str] = field(default_factory=list)
     write_notes: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def test(self) -> PiecePart | None:
+        """The check's own test (an assert's test, else a raise's innermost ``if``)."""
+        return next((p for p in reversed(self.parts) if p.own_test), None)
+
+    @property
+    def test_attrs(self) -> frozenset[str]:
+        """The attributes the check's own test reads (what a fix should be about)."""
+        t = self.test
+        return frozenset(t.result.names) if t is not None else frozenset()
+
+    @property
+    def test_unknown(self) -> bool:
+        """The check's own test could not be decided."""
+        t = self.test
+        return t is not None and t.holds is UNKNOWN
 
 
 def base_attrs(catalog: Catalog, parsed: ParsedArgs,
@@ -137,55 +216,8 @@ def _and(values: list[object]) -> object:
 
 def _locals_before(store: Store, version: str, fn: dict[str, Any] | None,
                    line: int) -> dict[str, ast.expr]:
-    """Simple ``name = expr`` assignments in ``fn`` before ``line`` (last one wins)."""
-    if fn is None:
-        return {}
-    return cached(release_key(store, version, f"locals:{fn['path']}:{fn['start_line']}:{line}"),
-                        lambda: _scan_locals(store, version, fn, line))
-
-
-def _scan_locals(store: Store, version: str, fn: dict[str, Any], line: int) -> dict[str, ast.expr]:
-    node = chain.function_ast(store, version, fn)
-    if node is None:
-        return {}
-    offset = fn["start_line"] - 1
-    out: dict[str, ast.expr] = {}
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Assign) and len(sub.targets) == 1 \
-                and isinstance(sub.targets[0], ast.Name) and sub.lineno + offset < line:
-            name = sub.targets[0].id
-            if name not in ("self", "server_args", "cfg", "args"):
-                out[name] = sub.value
-    return out
-
-
-class _Subst(ast.NodeTransformer):
-    def __init__(self, local: dict[str, ast.expr], keep: set[str]) -> None:
-        self.local, self.keep, self.depth = local, keep, 0
-
-    def visit_Name(self, node: ast.Name) -> ast.AST:  # noqa: N802
-        if node.id in self.local and node.id not in self.keep and self.depth < _MAX_SUBST_DEPTH:
-            self.depth += 1
-            try:
-                return self.visit(ast.parse(ast.unparse(self.local[node.id]), mode="eval").body)
-            finally:
-                self.depth -= 1
-        return node
-
-
-def substitute(condition: str, local: dict[str, ast.expr], keep: Collection[str] = ()) -> str:
-    """``condition`` with local variables replaced by their assigned expressions.
-
-    Names in ``keep`` (those a fact supplies, e.g. ``model_arch``) stay as they are.
-    """
-    if not local:
-        return condition
-    try:
-        tree = ast.parse(condition.strip(), mode="eval")
-    except SyntaxError:
-        return condition
-    new = _Subst(local, set(keep)).visit(tree)
-    return ast.unparse(new)
+    """Simple ``name = expr`` assignments in ``fn`` before ``line`` (see :mod:`.source`)."""
+    return source.locals_before(store, version, fn, line)
 
 
 def _safe_truth(cond: str, env: Env) -> object:
@@ -254,7 +286,7 @@ def fold_earlier_writes(store: Store, version: str, check: dict[str, Any],
     frozen = frozenset(names)
     if not cache:
         return _fold(store, version, check, ChainMap({}, attrs), facts, frozen, memo)  # type: ignore[arg-type]
-    deps = write_dependencies(store, version, check, frozen)
+    deps = write_dependencies(store, version, check, frozen, frozenset(facts))
     key = (release_key(store, version, "folds"), check["id"], tuple(sorted(frozen)),
            facts_sig or facts_signature(facts), tuple(value_key(attrs.get(d)) for d in deps))
     hit = _FOLDS.get(key)
@@ -264,32 +296,68 @@ def fold_earlier_writes(store: Store, version: str, check: dict[str, Any],
     return hit
 
 
-def write_dependencies(store: Store, version: str, check: dict[str, Any], names: frozenset[str]
-                       ) -> tuple[str, ...]:
-    """The attributes that decide how the earlier writes of ``names`` fold in (cached).
+#: how many rounds of "the attributes earlier writes read" join the fold
+_CLOSURE_DEPTH = 2
+#: at most this many writes are folded for one check
+_MAX_FOLDED = 400
 
-    ``names`` themselves and every attribute read by those writes' guards and values.
+
+def fold_plan(store: Store, version: str, check: dict[str, Any], names: frozenset[str],
+              fact_names: frozenset[str] = frozenset(),
+              ) -> tuple[tuple[tuple[chain.Write, resolution.PreparedWrite], ...], tuple[str, ...]]:
+    """The writes folded before ``check`` in validation order, prepared, and the attributes
+    that decide how they fold (cached per release).
+
+    The writes are those of ``names`` and, up to :data:`_CLOSURE_DEPTH` rounds, of the
+    attributes their values and guards read (a declaration reading a value an earlier
+    hook declared sees that declaration). They are sorted by pipeline position, so each
+    is evaluated over exactly the writes that ran before it.
     """
-    def build() -> tuple[str, ...]:
+    def build() -> tuple[tuple[tuple[chain.Write, resolution.PreparedWrite], ...], tuple[str, ...]]:
         deps = set(names)
-        for attr in names:
-            for w in chain.earlier_writes(store, version, attr, check):
-                for text in [w.value or "", *(g["condition"] for g in w.guards)]:
-                    try:
-                        deps |= referenced_names(text) if text else set()
-                    except Exception:  # noqa: BLE001 - unparsable: evaluated as unknown
-                        continue
-        return tuple(sorted(deps))
+        seen: set[str] = set()
+        writes: dict[tuple[str, int, str], tuple[chain.Write, resolution.PreparedWrite]] = {}
+        frontier = set(names)
+        for _ in range(_CLOSURE_DEPTH + 1):
+            added: set[str] = set()
+            for attr in sorted(frontier - seen):
+                seen.add(attr)
+                for w in chain.earlier_writes(store, version, attr, check):
+                    if len(writes) >= _MAX_FOLDED:
+                        break
+                    pw = resolution.prepare_write(store, version, w, fact_names)
+                    writes[(w.path, w.line, attr)] = (w, pw)
+                    for text in [pw.value or "", *(g for g, _ in pw.all_guards(False))]:
+                        try:
+                            added |= referenced_names(text) if text else set()
+                        except Exception:  # noqa: BLE001 - unparsable: evaluated as unknown
+                            continue
+            deps |= added
+            frontier = added - seen
+            if not frontier:
+                break
+        order = sorted(writes.values(), key=lambda p: (
+            p[0].rank if p[0].rank is not None else -1.0, p[0].path, p[0].line, p[0].attr))
+        return tuple(order), tuple(sorted(deps))
 
-    key = (*release_key(store, version, "write-deps"), check["id"], tuple(sorted(names)))
+    key = (*release_key(store, version, "fold-plan"), check["id"], tuple(sorted(names)),
+           hash(fact_names))
     return cached(key, build)
+
+
+def write_dependencies(store: Store, version: str, check: dict[str, Any], names: frozenset[str],
+                       fact_names: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The attributes that decide how the earlier writes of ``names`` fold in (cached):
+    ``names`` themselves and every attribute read by the folded writes' guards and values."""
+    return fold_plan(store, version, check, names, fact_names)[1]
 
 
 def _fold(store: Store, version: str, check: dict[str, Any], attrs: MutableMapping[str, Value],
           facts: dict[str, Value], names: frozenset[str],
           memo: dict[tuple[Any, ...], object] | None) -> Fold:
     """The uncached fold: (assignments in order, caveats, notes); ``attrs`` is scratch space
-    (assigned in place)."""
+    (assigned in place). Only the writes of ``names`` are reported (notes and caveats);
+    the others are folded so that later writes read what ran before them."""
     done: list[tuple[str, Value]] = []
 
     def assign(attr: str, value: Value) -> None:
@@ -298,41 +366,46 @@ def _fold(store: Store, version: str, check: dict[str, Any], attrs: MutableMappi
 
     caveats: list[str] = []
     notes: dict[str, list[str]] = {}
-    for attr in sorted(names):
-        for w in chain.earlier_writes(store, version, attr, check):
-            env = Env(attrs, facts)
-            holds = _and([_holds(_truth(g["condition"], env, memo), g["polarity"])
-                          for g in w.guards])
-            when = " and ".join(
-                (g["condition"] if g["polarity"] else f"not ({g['condition']})") for g in w.guards
-            ) or "always"
-            where = f"{w.path}:{w.line}"
-            if holds is False:
-                continue
-            if w.rank is None:
+    plan, _ = fold_plan(store, version, check, names, frozenset(facts))
+    for w, pw in plan:
+        attr = w.attr
+        report = attr in names
+        env = Env(attrs, facts)
+        same_fn = w.function == check["function"] and w.path == check["path"]
+        guards = pw.all_guards(same_fn)
+        holds = _and([_holds(_truth(cond, env, memo), pol) for cond, pol in guards])
+        when = " and ".join(cond if pol else f"not ({cond})" for cond, pol in guards) or "always"
+        where = f"{w.path}:{w.line}"
+        if holds is False:
+            continue
+        if w.rank is None:
+            if report:
                 notes.setdefault(attr, []).append(f"may be changed at {where} when {when} "
                                                   "(order relative to the check unknown)")
-                continue
-            if holds is True and w.rank != int(w.rank) and w.function != check["function"]:
-                holds = UNKNOWN  # in a helper of a step: the helper's own call guards are unknown
-            try:
-                value = evaluate(w.value, env).value if w.value else UNKNOWN
-            except UnsafeExpression:
-                value = UNKNOWN
-            if value is UNKNOWN and _transforms_itself(w.value, attr):
-                # e.g. model_path = _resolve_or_download(self.model_path): same meaning, new form
+            continue
+        if holds is True and not pw.reached and not same_fn:
+            holds = UNKNOWN  # in a helper of a step called from several places: guards unknown
+        try:
+            value = evaluate(pw.value, env).value if pw.value else UNKNOWN
+        except UnsafeExpression:
+            value = UNKNOWN
+        if value is UNKNOWN and _transforms_itself(pw.value, attr):
+            # e.g. model_path = _resolve_or_download(self.model_path): same meaning, new form
+            if report:
                 notes.setdefault(attr, []).append(f"rewritten at {where} from its own value")
-                continue
-            if holds is True and value is not UNKNOWN:
-                assign(attr, Value(value, Provenance("write", f"set to {value!r} at {where}"
-                                                         + (f" because {when}" if w.guards else ""))))
+            continue
+        if holds is True and value is not UNKNOWN:
+            assign(attr, Value(value, Provenance("write", resolution.write_provenance(
+                version, w, value, when))))
+            if report:
                 notes.setdefault(attr, []).append(f"set to {value!r} at {where}")
-            else:
-                msg = f"may be changed at {where} when {when}"
+        else:
+            msg = f"may be changed at {where} when {when}"
+            if holds is True:
+                assign(attr, Value(UNKNOWN, Provenance("write", f"set at {where} to "
+                                                           f"`{pw.value}`, not known statically")))
+            if report:
                 notes.setdefault(attr, []).append(msg)
-                if holds is True:
-                    assign(attr, Value(UNKNOWN, Provenance("write", f"set at {where} to "
-                                                               f"`{w.value}`, not known statically")))
                 caveats.append(f"`{attr}` {msg}")
     return tuple(done), caveats, notes
 
@@ -369,7 +442,10 @@ def _prepare(store: Store, version: str, check: dict[str, Any], fact_names: froz
         pieces.append(("guard", g["condition"], g["polarity"], g["line"]))
     if check["kind"] == "assert" and check["condition"]:
         pieces.append(("test", check["condition"], False, check["test_start"]))
-    texts = [(role, substitute(cond, local, fact_names), pol, line)
+    param = resolution.args_param(store, version, fn)
+    fb = resolution.fallbacks(store, version)
+    texts = [(role, source.inline_helpers(store, version, resolution.rewrite(
+                  substitute(cond, local, fact_names), param, fb), fact_names), pol, line)
              for role, cond, pol, line in pieces]
     names: set[str] = set()
     for _, cond, _, _ in texts:
@@ -378,6 +454,52 @@ def _prepare(store: Store, version: str, check: dict[str, Any], fact_names: froz
         except Exception:  # noqa: BLE001 - unparsable text is evaluated as unknown below
             continue
     return texts, names
+
+
+def piece_kinds(store: Store, version: str, check: dict[str, Any]) -> list[str]:
+    """The kind (:data:`PIECE_KINDS`) of each piece of :func:`prepared_pieces`, in order
+    (cached per check). An early exit is an ``exit_raise`` when its ``if`` body raises."""
+    def build() -> list[str]:
+        fns = store.functions_at(version, check["path"], check["start_line"])
+        fn = fns[0] if fns else None
+        kinds: list[str] = []
+        if fn is not None:
+            for site in chain.call_site_guards(store, version, fn["qualname"], check["path"]):
+                kinds += ["call_site"] * len(site.guards)
+                break
+        raising = _raising_ifs(store, version, fn)
+        for g in check["guards"]:
+            if g.get("kind") == "early_exit":
+                kinds.append("exit_raise" if g.get("line") in raising else "exit_return")
+            else:
+                kinds.append("if")
+        if check["kind"] == "assert" and check["condition"]:
+            kinds.append("test")
+        return kinds
+
+    return cached(release_key(store, version, f"piece-kinds:{check['id']}"), build)
+
+
+def _raising_ifs(store: Store, version: str, fn: dict[str, Any] | None) -> frozenset[int]:
+    """Lines of the ``if`` statements of ``fn`` whose body raises directly."""
+    node = chain.function_ast(store, version, fn) if fn is not None else None
+    if node is None or fn is None:
+        return frozenset()
+    offset = fn["start_line"] - 1
+    return frozenset(sub.lineno + offset for sub in ast.walk(node) if isinstance(sub, ast.If)
+                     and any(isinstance(s, ast.Raise) for s in sub.body))
+
+
+def _own_test_index(texts: list[tuple[str, str, bool, int | None]], kinds: list[str]) -> int:
+    """Index of the check's own test: an assert's test, else the innermost enclosing ``if``
+    (-1 when there is none, e.g. a raise at the top of its function)."""
+    for i in range(len(texts) - 1, -1, -1):
+        if texts[i][0] == "test":
+            return i
+    for i in range(len(texts) - 1, -1, -1):
+        if texts[i][0] == "guard" and kinds[i] in ("if", ""):
+            return i
+    return -1
 
 
 def evaluate_path(store: Store, version: str, check: dict[str, Any], attrs: dict[str, Value],
@@ -400,13 +522,18 @@ def evaluate_path(store: Store, version: str, check: dict[str, Any], attrs: dict
                                               facts_sig=fsig)
     env = Env(attrs, facts)
     parts: list[PiecePart] = []
-    for role, cond, pol, line in texts:
+    kinds = piece_kinds(store, version, check)
+    if len(kinds) != len(texts):
+        kinds = [""] * len(texts)
+    test_at = _own_test_index(texts, kinds)
+    for i, (role, cond, pol, line) in enumerate(texts):
         try:
             res = _evaluate_piece(cond, env, fsig)
         except Exception as exc:  # noqa: BLE001 - UnsafeExpression / syntax: unknown, said so
             caveats.append(f"could not evaluate `{cond[:80]}`: {exc}")
             res = Result(UNKNOWN, UNKNOWN, (), frozenset(), (cond[:80],))
-        parts.append(PiecePart(role, cond, pol, line, res, _holds(res.truth, pol)))
+        parts.append(PiecePart(role, cond, pol, line, res, _holds(res.truth, pol), kinds[i],
+                               i == test_at))
     fired = _and([p.holds for p in parts]) if parts else UNKNOWN
     return PathEvaluation(fired, parts, names, caveats, notes)
 

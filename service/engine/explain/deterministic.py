@@ -63,6 +63,10 @@ def markdown(result: dict[str, Any], location: Location | None, atoms: list[Atom
         cond = res.get("condition")
         if cond:
             lines.append(f"\n**The check** (`{location.citation}`):\n\n```python\n{cond.strip()}\n```")
+        if res.get("rule"):  # a bare check: its rule in words (explain/rule.py), cited
+            lines.append(f"\n**The rule:** {res['rule']}")
+        if res.get("undecided"):
+            lines.append(f"\n**Undecided:** {res['undecided']}")
         fired = [a for a in atoms if a.failing]
         if fired:
             lines.append("\n**Why it fired:**")

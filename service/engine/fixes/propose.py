@@ -31,7 +31,7 @@ import ast
 import functools
 import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kb.catalog_types import Catalog
@@ -46,11 +46,16 @@ from service.engine.evaluate.path_condition import (
 )
 from service.engine.evaluate.symbolic import call_value
 from service.engine.expr.interpreter import UNKNOWN, Env, Provenance, Value
+from service.engine.fixes.companions import companion_sets
+from service.engine.fixes.intent import intent_cost, sane_value
+from service.engine.fixes.model import Edit, Verdict
+from service.engine.fixes.ranking import Cost, diverse, rank
 from service.engine.flags.parse import ParsedArgs
 
 MAX_CANDIDATES = 40
 MAX_NEIGHBOURS = 150
 RECHECK_SPARE = 5
+_NO_VALUE = object()  # no default to compare with
 _NEVER_DROP = frozenset({"model_path"})  # candidates re-checked beyond the number returned
 
 # (release key, file) -> neighbour candidate rows and their raw condition/guards text
@@ -64,32 +69,6 @@ _FIRED: LRUCache[object] = LRUCache("fixes.neighbour_fired", 50_000)
 _PLANS: LRUCache[_NeighbourPlan] = LRUCache("fixes.neighbour_plans", 2048)
 # (release key, facts, check, touched attrs, values the neighbours read) -> (trips, unknown count)
 _RECHECKS: LRUCache[tuple[tuple[dict[str, Any], ...], int]] = LRUCache("fixes.rechecks", 5_000)
-
-
-@dataclass
-class Edit:
-    set: dict[str, object] = field(default_factory=dict)  # attr -> value
-    remove: list[str] = field(default_factory=list)  # attrs
-    origin: str = ""
-
-    def key(self) -> tuple[Any, ...]:
-        return (tuple(sorted((k, repr(v)) for k, v in self.set.items())), tuple(sorted(self.remove)))
-
-    def size(self) -> int:
-        return len(self.set) + len(self.remove)
-
-
-@dataclass
-class Verdict:
-    edit: Edit
-    fixes_check: object  # True / False / UNKNOWN
-    trips: list[dict[str, Any]] = field(default_factory=list)  # checks that would fire instead
-    unknown_neighbours: int = 0
-    evaluation: PathEvaluation | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.fixes_check is True and not self.trips
 
 
 @functools.lru_cache(maxsize=4096)
@@ -190,6 +169,10 @@ def candidate_edits(store: Store, version: str, check: dict[str, Any], ev: PathE
     user_set = [a for a in sorted(ev.attrs) if a in parsed.values
                 and not (a in by_attr and by_attr[a].required) and a not in _NEVER_DROP]
     edits: list[Edit] = []
+    sites = _choice_sites(store, version, check)
+    for add, origin, agrees in companion_sets(store, version, sites, parsed, Env(attrs, facts)):
+        if all(a in by_attr for a in add):
+            edits.append(Edit(set=add, origin=origin, preference=0 if agrees else 1))
     for n in (1, 2, 3):
         for combo in itertools.combinations(user_set, n):
             edits.append(Edit(remove=list(combo), origin="drop flags the check reads"))
@@ -202,18 +185,28 @@ def candidate_edits(store: Store, version: str, check: dict[str, Any], ev: PathE
             continue
         current = attrs.get(attr, Value(UNKNOWN, Provenance("unknown"))).value
         if spec.action in ("store_true", "store_false"):
-            edits.append(Edit(set={attr: not bool(current) if current is not UNKNOWN else True},
-                              origin="toggle"))
+            if attr not in user_set:  # switching off a switch the user set is dropping it
+                edits.append(Edit(set={attr: not bool(current) if current is not UNKNOWN else True},
+                                  origin="toggle"))
             continue
         values = _constants_for(attr, conditions)
         values += [c for c in (spec.choices or [])[:8] if c not in values]
+        # setting a flag the user set back to its default is dropping it (listed above)
+        default = spec.default if spec.default_known and attr in user_set else _NO_VALUE
         for v in values:
-            if v != current:
+            if v != current and not (v == default and isinstance(v, bool) == isinstance(default, bool)):
                 edits.append(Edit(set={attr: v}, origin="a value the check accepts"))
     unique: dict[tuple[Any, ...], Edit] = {}
     for e in edits:
-        unique.setdefault(e.key(), e)
+        if _sane(e, by_attr, attrs):
+            unique.setdefault(e.key(), e)
     return list(unique.values())[: MAX_CANDIDATES * 3]
+
+
+def _sane(edit: Edit, by_attr: dict[str, Any], attrs: dict[str, Value]) -> bool:
+    """No value that only satisfies a comparison (:func:`~service.engine.fixes.intent.sane_value`)."""
+    return all(sane_value(by_attr.get(a), v, attrs[a].value if a in attrs else UNKNOWN)
+               for a, v in edit.set.items())
 
 
 def edited_attrs(attrs: dict[str, Value], edit: Edit, catalog: Catalog) -> dict[str, Value]:
@@ -369,77 +362,73 @@ def _neighbour_plan(store: Store, version: str, check: dict[str, Any], touched: 
     return _PLANS.get_or_build(key, build)
 
 
-def intent_tier(edit: Edit, ev: PathEvaluation) -> int:
-    """How much of the user's intent an edit gives up (lower keeps more).
-
-    0: touches only what the failing test reads; 1: SGLang's own choice;
-    2: the innermost guard; 3: outer guards and call sites, which usually
-    switch the whole feature off (dropping ``--speculative-algorithm``, say).
-    """
-    if edit.origin.startswith("set explicitly what SGLang"):
-        return 1
-    touched = set(edit.set) | set(edit.remove)
-    test_names: set[str] = set()
-    inner_names: set[str] = set()
-    guards = [p for p in ev.parts if p.role == "guard"]
-    for part in ev.parts:
-        names = {n for a in part.result.atoms for n, _, _ in a.inputs}
-        if part.role == "test":
-            test_names |= names
-        elif guards and part is guards[-1]:
-            inner_names |= names
-    if ev.parts and ev.parts[-1].role != "test":  # a raise: its innermost guard is its test
-        test_names |= inner_names
-    if touched <= test_names:
-        return 0
-    if touched <= test_names | inner_names:
-        return 2
-    return 3
-
-
-def rank(verdicts: list[Verdict], ev: PathEvaluation | None = None) -> list[Verdict]:
-    def key(v: Verdict) -> tuple[Any, ...]:
-        status = 0 if v.ok else (1 if v.fixes_check is True else 2)
-        tier = intent_tier(v.edit, ev) if ev is not None else 0
-        return (status, tier, len(v.trips), v.edit.size(), -len(v.edit.remove),
-                v.unknown_neighbours, v.edit.key())
-
-    return sorted(verdicts, key=key)
+def _best_giving_up(ranked: list[Verdict], checked: list[Verdict], costs: Cost) -> Verdict | None:
+    """The best-ranked candidate giving up a feature, when none of ``checked`` does."""
+    if any(costs[v.edit.key()].features for v in checked):
+        return None
+    return next((v for v in ranked if costs[v.edit.key()].features and v not in checked), None)
 
 
 def propose(store: Store, version: str, check: dict[str, Any], ev: PathEvaluation,
             parsed: ParsedArgs, catalog: Catalog, attrs: dict[str, Value],
             facts: dict[str, Value], *, limit: int = 5,
             facts_sig: str | None = None) -> list[Verdict]:
-    """The best ``limit`` candidate fixes for ``check`` (only those that fix it).
+    """The best ``limit`` candidate fixes for ``check``, ranked by :func:`rank`.
+
+    Every candidate's check is evaluated (phase 1); those that fix it are re-checked
+    against the neighbouring checks (phase 2) best first, the ``limit`` best and a few
+    spare, and on until one is clean when none of those is. When the check itself is
+    undecided (``ev.fired`` unknown) or no candidate is shown to fix it cleanly, the list is
+    filled up to ``limit`` with candidates whose verdict is unknown, ranked by intent, for
+    replay to decide (``fixes_check`` UNKNOWN; never recommended). A check that
+    evaluates false with these inputs gets none: the static picture contradicts the
+    crash, and candidates ranked on it would be guesses.
 
     ``facts_sig`` (:func:`~service.engine.cache.facts_signature` of ``facts``) keys the memo tables.
     """
-    passing = []
     edits = candidate_edits(store, version, check, ev, parsed, catalog, attrs, facts)
-    # cheapest-to-accept first, so phase 1 can stop once it has enough passing fixes
-    edits.sort(key=lambda e: (intent_tier(e, ev), e.size(), -len(e.remove)))
-    wanted = limit + RECHECK_SPARE
+    costs: Cost = {e.key(): intent_cost(e.set, e.remove, parsed, catalog, attrs) for e in edits}
     guard_memo: dict[tuple[Any, ...], object] = {}
     fsig = facts_sig or facts_signature(facts)
+    passing: list[Verdict] = []
+    undecided: list[Verdict] = []
     for edit in edits:
         v = fixes_check(store, version, check, edit, attrs, facts, catalog, guard_memo,
                         facts_sig=fsig)
         if v.fixes_check is True:
             passing.append(v)
-        if len(passing) >= wanted:
-            break
-    # phase 2 only for the most promising few: neighbour re-checks are the costly part
-    shortlist = rank(passing, ev)[:wanted]
+        elif v.fixes_check is UNKNOWN:
+            undecided.append(v)
+    # phase 2 only for the most promising: neighbour re-checks are the costly part
+    ranked = rank(passing, ev, costs)
+    wanted = limit + RECHECK_SPARE
     memo: dict[tuple[Any, ...], object] = {}
-    for v in shortlist:
+    checked: list[Verdict] = []
+    for v in diverse(ranked, costs):  # other kinds of fix before a third value of one kind
+        if len(checked) >= wanted and (any(c.ok for c in checked) or len(checked) >= 3 * wanted):
+            break
         recheck_neighbours(store, version, check, v, attrs, facts, catalog, memo, facts_sig=fsig)
-    ranked = rank(shortlist, ev)
+        checked.append(v)
+    alternative = _best_giving_up(ranked, checked, costs)
+    if alternative is not None:
+        recheck_neighbours(store, version, check, alternative, attrs, facts, catalog, memo,
+                           facts_sig=fsig)
+        checked.append(alternative)
     # drop supersets of a clean fix (dropping A and B when dropping A alone is enough)
     out: list[Verdict] = []
-    for v in ranked:
+    for v in rank(checked, ev, costs):
         if any(o.ok and set(o.edit.remove) < set(v.edit.remove) and not o.edit.set and not v.edit.set
                for o in out):
             continue
         out.append(v)
-    return out[:limit]
+    out = diverse(out, costs)[:limit]
+    # when every fix listed keeps the request, the best clean one that gives part of it up is
+    # listed too (last): the user's call, and the rule cards may refute the others
+    alt = next((v for v in rank(checked, ev, costs) if v.ok and costs[v.edit.key()].features), None)
+    if alt is not None and len(out) == limit and not any(costs[v.edit.key()].features for v in out) \
+            and alt not in out:
+        out[-1] = alt
+    if ev.fired is not False and (ev.fired is UNKNOWN or not any(v.ok for v in out)) \
+            and len(out) < limit:
+        out += rank(undecided, ev, costs)[: limit - len(out)]
+    return out

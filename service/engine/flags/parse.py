@@ -61,6 +61,13 @@ class ParsedArgs:
     errors: list[str] = field(default_factory=list)
     abbreviations: dict[str, str] = field(default_factory=dict)
 
+    def spelling(self, attr: str) -> str | None:
+        """The option as the user typed it for ``attr`` (its last occurrence, without
+        ``=value``): ``--tp`` for ``tp_size`` when they wrote ``--tp 8``, an alias such as
+        ``--dp-size``, or an abbreviation; None when they did not set ``attr``."""
+        pf = self.values.get(attr)
+        return pf.token if pf is not None else None
+
 
 # ---------------------------------------------------------------------------
 # scanning

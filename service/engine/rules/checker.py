@@ -461,6 +461,8 @@ def _check_fix(store: Store, release: str, argv: list[str] | Mapping[str, Any],
     touched = set(parsed.values)
     relevant = [r.as_rule_verdict() for r in results if r.verdict == "violated"
                 or (r.verdict == "unknown" and r.card.reads & touched)]
+    for v in relevant:
+        v.background = v.verdict == "violated" and v.rule in background
     bad = any(r.verdict == "violated" and r.card.severity == "error"
               and r.card.id not in background for r in results)
     return relevant, bad

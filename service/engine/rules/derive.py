@@ -52,6 +52,7 @@ from kb.errors import UnsafeExpression
 from kb.rules.cards import Card, helper_reads, remember_reads
 from kb.store import Store
 from service.engine.evaluate import chain
+from service.engine.evaluate.path_condition import fold_plan
 from service.engine.expr.interpreter import normalize, referenced_names, validate
 from service.engine.rules.callsites import ARG_OBJECTS, reach_condition, with_locals
 
@@ -59,7 +60,7 @@ __all__ = ["DERIVATION_VERSION", "DerivedCheck", "SourceInfo", "derivation_key",
            "derive_release", "derived_path", "derived_sources", "qualifying_checks",
            "version_range"]
 
-DERIVATION_VERSION = "3"
+DERIVATION_VERSION = "4"
 _lock = threading.Lock()
 _memory: dict[tuple[str, str], Any] = {}
 
@@ -162,17 +163,21 @@ def _derive_check(store: Store, version: str, row: dict[str, Any]) -> DerivedChe
 
 def _write_deps(store: Store, version: str, row: dict[str, Any],
                 reads: frozenset[str]) -> tuple[set[str], bool]:
-    """(attributes the earlier writes of ``reads`` depend on, any such write?)."""
-    deps, writes = set(reads), False
-    for attr in reads:
-        for w in chain.earlier_writes(store, version, attr, row):
-            writes = True
-            for text in [*(g["condition"] for g in w.guards), w.value or "None"]:
-                try:
-                    deps |= referenced_names(text)
-                except Exception:  # noqa: BLE001 - unparsable: only the attribute itself
-                    continue
-    return deps, writes
+    """(attributes the earlier writes of ``reads`` depend on, any such write?).
+
+    The same fold plan the checker folds in (:func:`~service.engine.evaluate.path_condition.
+    fold_plan`: ``self.x = ...`` writes, resolution declarations, inlined helpers), so a
+    card's memo key covers everything its verdict can read."""
+    plan, names = fold_plan(store, version, row, frozenset(reads))
+    deps = set(reads) | set(names)
+    for w in (w for attr in reads for w in chain.earlier_writes(store, version, attr, row)):
+        for text in [*(g["condition"] for g in w.guards), w.value or "None"]:
+            try:
+                deps |= referenced_names(text)
+            except Exception:  # noqa: BLE001 - unparsable: only the attribute itself
+                continue
+    return deps, bool(plan) or any(
+        chain.earlier_writes(store, version, attr, row) for attr in reads)
 
 
 def qualifying_checks(store: Store, version: str) -> list[dict[str, Any]]:

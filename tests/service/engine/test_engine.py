@@ -46,14 +46,19 @@ def test_seed_attempts_on_0_5_11(kb, engine, argv, must_drop) -> None:
     assert any(a.text == "self.speculative_num_draft_tokens is None" and a.inputs[0].value == 8
                and a.inputs[0].source == "flag" for a in failing)
     fixes = _fix_sets(result)
-    # fix 1 drops the size flags, and a fix gives steps/topk/draft 3/1/4 explicitly
-    assert fixes[0] == (frozenset(must_drop), frozenset())
+    # fix 1 adds the missing companion --speculative-num-steps and keeps every size the user
+    # gave; dropping the sizes, and steps/topk/draft 3/1/4 explicitly, are offered too
+    assert (frozenset(must_drop), frozenset()) in fixes
     assert (frozenset(), frozenset({("--speculative-num-steps", 3), ("--speculative-eagle-topk", 1),
                                     ("--speculative-num-draft-tokens", 4)})) in fixes
     top = result.fixes[0]
     assert top.recommended and top.fixes_check == "true" and not top.trips
     assert "--speculative-algorithm EAGLE3" in top.command
-    assert not any(flag in top.argv for flag in must_drop)
+    assert not top.remove and "--speculative-num-steps" in top.set
+    assert top.keeps_features and any(e.startswith("+ --speculative-num-steps") for e in top.edits)
+    for flag in must_drop:  # the user's sizes are kept, with the user's values
+        given = argv[argv.index(flag) + 1]
+        assert top.argv[top.argv.index(flag) + 1] == given and str(top.set.get(flag, given)) == given
     assert top.command.startswith("python3 -m sglang.launch_server")
     assert "0.5.11:sglang/srt/server_args.py:3519-3522" in result.explanation
     assert len(result.summary.split()) < 30

@@ -107,7 +107,7 @@ def test_good_answer_is_used_with_real_citations(seed, stub) -> None:
     result, ctx = seed
     ids = _ids(build_snippets(result, ctx))
     stub.push(content=_answer(_good_explanation(ids),
-                              [{"set": {"--speculative-num-steps": 3}, "remove": []}]))
+                              [{"set": {"--speculative-num-steps": 4}, "remove": []}]))
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
     assert out.llm["used"] is True and out.llm["explanation"] == "accepted"
     assert out.llm["rejected"] == []
@@ -117,11 +117,12 @@ def test_good_answer_is_used_with_real_citations(seed, stub) -> None:
     assert f"[`{CHECK_CITE}`]" in out.explanation
     assert "ran [`0.5.11:sglang/srt/server_args.py:3518`]" in out.explanation
     assert CHECK_CITE in out.citations and "0.5.11:sglang/srt/server_args.py:3518" in out.citations
-    # the model's fix passed the verifier and is added, the deterministic one stays recommended
+    # the model's fix (a steps value the engine does not list itself) passed the verifier and
+    # is added; the deterministic one stays recommended
     (llm_fix,) = _llm_fixes(out)
-    assert llm_fix.set == {"--speculative-num-steps": 3} and llm_fix.fixes_check == "true"
+    assert llm_fix.set == {"--speculative-num-steps": 4} and llm_fix.fixes_check == "true"
     assert not llm_fix.trips and not llm_fix.recommended
-    assert llm_fix.argv[-2:] == ["--speculative-num-steps", "3"]
+    assert llm_fix.argv[-2:] == ["--speculative-num-steps", "4"]
     assert out.fixes[0].recommended and out.fixes[0].origin != "llm"
     assert "**Verified fix**" in out.explanation and out.fixes[0].command in out.explanation
     assert out.llm["deterministic_explanation"] == result.explanation
@@ -153,10 +154,10 @@ def test_model_fix_is_recommended_only_when_no_deterministic_one_is(seed, stub) 
     unrecommended = result.model_copy(update={"fixes": [f.model_copy(update={"recommended": False})
                                                         for f in result.fixes]})
     stub.push(content=_answer(_good_explanation(ids),
-                              [{"set": {"--speculative-num-steps": "3"}, "remove": []}]))
+                              [{"set": {"--speculative-num-steps": "4"}, "remove": []}]))
     out = assist(unrecommended, engine_ctx=ctx, settings=_settings(stub))
     (llm_fix,) = _llm_fixes(out)
-    assert llm_fix.recommended and llm_fix.set == {"--speculative-num-steps": 3}
+    assert llm_fix.recommended and llm_fix.set == {"--speculative-num-steps": 4}
     assert [f.recommended for f in out.fixes].count(True) == 1
 
 
@@ -164,7 +165,7 @@ def test_edit_equal_to_a_deterministic_fix_is_not_repeated(seed, stub) -> None:
     result, ctx = seed
     ids = _ids(build_snippets(result, ctx))
     top = result.fixes[0]
-    stub.push(content=_answer(_good_explanation(ids), [{"set": {}, "remove": top.remove}]))
+    stub.push(content=_answer(_good_explanation(ids), [{"set": top.set, "remove": top.remove}]))
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
     assert not _llm_fixes(out) and out.llm["agrees_with"] == [top.rank]
 
@@ -256,9 +257,9 @@ def test_fix_that_violates_a_rule_is_rejected(seed, stub) -> None:
     unrecommended = result.model_copy(update={"fixes": [f.model_copy(update={"recommended": False})
                                                         for f in result.fixes]})
     stub.push(content=_answer(_good_explanation(ids),
-                              [{"set": {"--speculative-num-steps": 3}, "remove": []}]))
+                              [{"set": {"--speculative-num-steps": 4}, "remove": []}]))
     out = assist(unrecommended, engine_ctx=ctx_rules, settings=_settings(stub))
-    assert calls and calls[0][-2:] == ["--speculative-num-steps", "3"]
+    assert calls and calls[0][-2:] == ["--speculative-num-steps", "4"]
     assert not _llm_fixes(out) and not any(f.recommended for f in out.fixes)
     assert _reasons(out) == ["violates eagle-steps-with-topk: topk > 1 needs num-steps >= topk"]
 

@@ -48,9 +48,10 @@ def test_derived_trtllm_card_uses_earlier_writes(store: Store, derived: list[Car
                     store)[card.id].verdict == "violated"
     assert _by_rule(TRTLLM + ["--speculative-eagle-topk", "1"] + steps, "0.5.11",
                     store)[card.id].verdict == "satisfied"
-    # without --speculative-num-steps SGLang picks topk itself before this check: undecided
+    # without --speculative-num-steps SGLang picks topk itself only in a branch that first
+    # asserts topk unset: a topk the user set survives that branch, and the card reads it
     v = _by_rule(TRTLLM + ["--speculative-eagle-topk", "4"], "0.5.11", store)[card.id]
-    assert v.verdict == "unknown" and "speculative_eagle_topk" in v.reason
+    assert v.verdict == "violated" and "speculative_eagle_topk" in v.reason
 
 
 def test_seed_command_violates_the_bare_assert_card(store: Store, derived: list[Card]) -> None:
@@ -88,14 +89,16 @@ def test_dict_flags_and_model_facts(store: Store) -> None:
 
 
 def test_fix_that_trips_a_neighbouring_card_is_violating(store: Store, derived: list[Card]) -> None:
-    """Setting --speculative-num-steps satisfies the seed card but trips the page-size card."""
+    """Setting --speculative-num-steps satisfies the seed card but still trips the page-size
+    card (topk 4 is kept either way: SGLang only picks topk itself in a branch that asserts
+    it unset), so the fix is "violating"; without topk and draft tokens nothing is."""
     seed_card = _card_citing(derived, "ServerArgs._handle_speculative_decoding:3519-3522")
     page_card = _card_citing(derived, "ServerArgs._handle_speculative_decoding:3553-3555")
     facts = facts_for("rtx-pro-6000-x8", None, "/models/Kimi-K2.6")
     before = SEED + ["--page-size", "16", "--attention-backend", "triton"]
     after = before + ["--speculative-num-steps", "3"]
     v0, v1 = _by_rule(before, "0.5.11", store, facts), _by_rule(after, "0.5.11", store, facts)
-    assert v0[seed_card.id].verdict == "violated" and v0[page_card.id].verdict != "violated"
+    assert v0[seed_card.id].verdict == "violated" and v0[page_card.id].verdict == "violated"
     assert v1[seed_card.id].verdict != "violated" and v1[page_card.id].verdict == "violated"
     verdicts, bad = check_fix(store, "0.5.11", after, facts)
     assert bad and page_card.id in {v.rule for v in verdicts if v.verdict == "violated"}

@@ -1,0 +1,62 @@
+"""Short texts the front ends show for a fix and an answer, shared so they all say the same.
+
+* :func:`edit_lines` — a fix's edit, one line each (``+ --speculative-num-steps 3``,
+  ``- --dp 3``): :attr:`FixOut.edits` when the engine filled it, else derived from
+  ``set``/``remove`` (answers stored before ``edits`` existed);
+* :func:`fix_search_line` — the replay-backed fix search in one line;
+* :func:`model_facts_line` — the checkpoint facts the answer used, compactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from service.engine.answer import FixOut, ModelFact
+
+
+def _value_text(value: object) -> str:
+    if isinstance(value, list | tuple):
+        return " ".join(str(v) for v in value)
+    return str(value)
+
+
+def edit_lines(fix: FixOut) -> list[str]:
+    """The fix's edit lines; derived from ``set``/``remove`` when ``edits`` is empty
+    (a flag set to ``True`` is shown without a value, as a switch is typed)."""
+    if fix.edits:
+        return list(fix.edits)
+    lines = [f"- {flag}" for flag in fix.remove]
+    for flag, value in fix.set.items():
+        lines.append(f"+ {flag}" if value is True else f"+ {flag} {_value_text(value)}")
+    return lines
+
+
+def fix_search_line(search: Mapping[str, Any] | None) -> str | None:
+    """``"Fix search: verified by replay on 0.5.11 with rtx-pro-6000-x8 (3 replayed, 41 s)"``;
+    None when there was no search. The detail is shown as given; the status word is
+    added in front unless the detail already starts with it."""
+    if not search:
+        return None
+    status = str(search.get("status") or "unknown")
+    detail = str(search.get("detail") or "").strip()
+    text = detail if detail.lower().startswith(status.lower()) else \
+        (f"{status}: {detail}" if detail else status)
+    extra: list[str] = []
+    if search.get("candidates") is not None:
+        extra.append(f"{search['candidates']} replayed")
+    seconds = search.get("seconds")
+    if isinstance(seconds, int | float):
+        extra.append(f"{seconds:.0f} s")
+    return f"Fix search: {text}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def model_facts_line(facts: list[ModelFact]) -> str | None:
+    """``"Model: quantization=fp8 (config.json), architecture=DeepseekV3ForCausalLM
+    (known_model)"``; None when the answer used none."""
+    if not facts:
+        return None
+    return "Model: " + ", ".join(f"{f.name}={_value_text(f.value)} ({f.source})" for f in facts)
+
+
+__all__ = ["edit_lines", "fix_search_line", "model_facts_line"]

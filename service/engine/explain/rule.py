@@ -1,0 +1,412 @@
+"""The rule a bare check enforces, in one plain sentence.
+
+A bare ``assert`` tells the user nothing; its condition and the guards that lead
+to it are the whole rule. :func:`rule_sentence` renders them, word for word:
+
+* the guards become "when …" clauses (a guard that must be false is negated, with
+  De Morgan's laws for ``and``/``or``), the assert's test becomes what "must" hold;
+* ``x is None`` / ``x is not None`` → "is not set" / "is set" (required: "must be unset"); ``==``/``!=`` → "is"/"is
+  not"; ``<``, ``<=``, ``>``, ``>=`` → "less than", "at most", "more than", "at least";
+  ``x in (...)`` → "one of …"; ``a % b == 0`` → "divisible by"; a bare operand → "is
+  set" (a flag) or "is true";
+* ``self.X`` (and ``server_args.X``, ``getattr(self, "X")`` …) → the flag's spelling,
+  the one the user typed when they typed one (``spellings``), else the catalog's first;
+* facts get readable names: ``model_arch`` → "the model architecture",
+  ``….hf_config.X`` → "the model config's `X`", ``envs.X.get()`` → "the environment
+  variable `X`".
+
+Anything it has no words for is shown as code with the flags named in it
+(``parse_connector_type(--model-path)``); nothing is added that the condition does
+not say. The sentence ends with the check's ``release:path:line`` citation.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kb.catalog_types import NO_VALUE_ACTIONS, Catalog
+from kb.conditions import DEFAULT_ARG_OBJECTS, arg_attr_read, attr_chain, is_arg_root
+
+#: a list longer than this is shown by its first items and its length
+_MAX_ITEMS = 6
+_ATTR_TEXT = re.compile(r"\b(?:self|server_args|args|cfg|sa)\.([A-Za-z_]\w*)")
+_ENV_CALLS = frozenset({"get_bool_env_var", "get_int_env_var", "get_float_env_var",
+                        "get_str_env_var", "getenv", "os.getenv", "os.environ.get"})
+_BOOL_TYPES = frozenset({"bool", "str2bool"})
+
+
+class Namer:
+    """Names for what a condition reads: flags in the user's spellings, facts in words."""
+
+    def __init__(self, catalog: Catalog | None = None,
+                 spellings: Mapping[str, str] | None = None,
+                 roots: tuple[str, ...] = DEFAULT_ARG_OBJECTS) -> None:
+        self.by_attr = catalog.by_attr() if catalog is not None else {}
+        self.spellings = dict(spellings or {})
+        #: the names that stand for the server arguments (``self`` only in ServerArgs)
+        self.roots = roots
+
+    def spelling(self, attr: str) -> str | None:
+        """The flag the user typed for ``attr``, else the catalog's first spelling."""
+        if attr in self.spellings:
+            return self.spellings[attr]
+        spec = self.by_attr.get(attr)
+        return spec.flags[0] if spec is not None and spec.flags else None
+
+    def flag(self, attr: str) -> str:
+        """`` `--speculative-num-steps` `` for ``speculative_num_steps``; a setting with no
+        flag is named as such."""
+        spelled = self.spelling(attr)
+        return f"`{spelled}`" if spelled else f"the server argument `{attr}`"
+
+    def bare_flag(self, attr: str) -> str:
+        """The spelling without backticks (for code shown with the flags named in it)."""
+        return self.spelling(attr) or attr
+
+    def is_switch(self, attr: str) -> bool:
+        """Is ``attr`` on/off (a ``store_true``-like flag or a bool) or unset by default?"""
+        spec = self.by_attr.get(attr)
+        if spec is None:
+            return True
+        return (spec.action in NO_VALUE_ACTIONS or (spec.type or "") in _BOOL_TYPES
+                or (spec.default_known and spec.default in (None, False)))
+
+
+@dataclass(frozen=True)
+class _Pred:
+    """``subject`` + a verb phrase, as a statement (``is_``) and as a requirement (``must``)."""
+
+    subject: str
+    is_: str
+    must: str
+
+    def state(self) -> str:
+        return f"{self.subject} {self.is_}"
+
+    def require(self) -> str:
+        return f"{self.subject} {self.must}"
+
+
+# ----------------------------------------------------------------------------- operands
+
+def _flag_attr(node: ast.AST, namer: Namer) -> str | None:
+    """The ServerArgs attribute ``node`` reads (``self.x``, ``getattr(cfg, "x", d)``)."""
+    if not namer.roots:
+        return None
+    if isinstance(node, ast.Call):
+        return arg_attr_read(node, namer.roots)
+    if isinstance(node, ast.Attribute) and is_arg_root(node.value, namer.roots):
+        return node.attr
+    return None
+
+
+def _chain_text(node: ast.AST, namer: Namer) -> str | None:
+    found = attr_chain(node, namer.roots) if namer.roots else None
+    if found is None:
+        return ast.unparse(node) if isinstance(node, ast.Name) else None
+    return ".".join(found[1]) if found[0] else ast.unparse(node)
+
+
+def _env_name(node: ast.AST) -> str | None:
+    """``X`` for ``envs.X.get()``, ``envs.X.value``, ``envs.X``, ``get_bool_env_var("X")``."""
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+            and isinstance(node.args[0].value, str) and ast.unparse(node.func) in _ENV_CALLS:
+        return node.args[0].value
+    text = ast.unparse(node)
+    m = re.fullmatch(r"envs\.([A-Z][A-Z0-9_]*)(?:\.get\(\)|\.value)?", text)
+    return m.group(1) if m else None
+
+
+def _fact_name(node: ast.AST, namer: Namer) -> str | None:
+    """Words for a fact SGLang reads from the model, the machine or the environment."""
+    env = _env_name(node)
+    if env is not None:
+        return f"the environment variable `{env}`"
+    sub0 = isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) \
+        and node.slice.value == 0
+    text = _chain_text(node.value if sub0 else node, namer)  # type: ignore[attr-defined]
+    if text is None:
+        return None
+    if text == "model_arch" and not sub0:
+        return "the model architecture"
+    if text.endswith("architectures"):
+        return "the model architecture" if sub0 else "the model's architectures"
+    if sub0:
+        return None
+    if text == "torch.cuda.device_count()":
+        return "the number of GPUs"
+    if text in ("gpu_mem", "get_device_memory_capacity()"):
+        return "the GPU memory (MiB)"
+    for root in ("hf_config.", "model_config.", "get_model_config()."):
+        if root in text or text.startswith(root.rstrip(".") + "."):
+            return f"the model config's `{text.rsplit('.', 1)[-1]}`"
+    return None
+
+
+class _Named(ast.NodeTransformer):
+    """Code with every flag read replaced by its spelling (``self.tp_size`` → ``--tp-size``)."""
+
+    def __init__(self, namer: Namer) -> None:
+        self.namer = namer
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:  # noqa: N802
+        attr = _flag_attr(node, self.namer)
+        return ast.Name(self.namer.bare_flag(attr)) if attr else self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802
+        attr = _flag_attr(node, self.namer)
+        return ast.Name(self.namer.bare_flag(attr)) if attr else self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:  # noqa: N802
+        return ast.Name("server_args") if node.id in self.namer.roots else node
+
+
+def literal(node: ast.AST, namer: Namer) -> str:
+    """``node`` as code, flags named: `` `parse_connector_type(--model-path)` ``."""
+    import copy
+
+    return f"`{ast.unparse(_Named(namer).visit(copy.deepcopy(node)))}`"
+
+
+def _subject(node: ast.AST, namer: Namer) -> str:
+    attr = _flag_attr(node, namer)
+    if attr is not None:
+        return namer.flag(attr)
+    fact = _fact_name(node, namer)
+    if fact is not None:
+        return fact
+    if isinstance(node, ast.Call) and ast.unparse(node.func) == "len" and len(node.args) == 1:
+        return f"the number of values in {_subject(node.args[0], namer)}"
+    return literal(node, namer)
+
+
+def _const_text(value: object) -> str:
+    if isinstance(value, str):
+        return value or '""'
+    return repr(value)
+
+
+def _items(values: list[str]) -> str:
+    """``A, B or C``; a long list as its first items and its length."""
+    if len(values) > _MAX_ITEMS:
+        return f"{', '.join(values[:_MAX_ITEMS - 2])} … ({len(values)} values)"
+    return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} or {values[-1]}"
+
+
+def _value(node: ast.AST, namer: Namer) -> str:
+    if isinstance(node, ast.Constant):
+        return _const_text(node.value)
+    if isinstance(node, ast.List | ast.Tuple | ast.Set) and all(
+            isinstance(e, ast.Constant) for e in node.elts):
+        return "[" + ", ".join(_const_text(e.value) for e in node.elts) + "]"  # type: ignore[attr-defined]
+    return _subject(node, namer)
+
+
+# ----------------------------------------------------------------------------- predicates
+
+_ORDER = {ast.Lt: ("less than", "at least"), ast.LtE: ("at most", "more than"),
+          ast.Gt: ("more than", "at most"), ast.GtE: ("at least", "less than")}
+_FLIP = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE}
+
+
+def _pair(pos_is: str, neg_is: str, pos_must: str, neg_must: str, subject: str,
+          neg: bool) -> _Pred:
+    return _Pred(subject, neg_is, neg_must) if neg else _Pred(subject, pos_is, pos_must)
+
+
+def _compare(left: ast.AST, op: ast.cmpop, right: ast.AST, namer: Namer, neg: bool) -> _Pred:
+    swap = isinstance(left, ast.Constant) and not isinstance(right, ast.Constant) \
+        and not isinstance(op, ast.In | ast.NotIn)
+    if swap:
+        left, right = right, left
+        op = _FLIP.get(type(op), type(op))()  # type: ignore[operator]
+    if isinstance(op, ast.NotEq | ast.IsNot | ast.NotIn):
+        neg = not neg
+        op = {ast.NotEq: ast.Eq, ast.IsNot: ast.Is, ast.NotIn: ast.In}[type(op)]()
+    if isinstance(op, ast.Eq | ast.Is) and isinstance(right, ast.Constant) and right.value is None:
+        return _pair("is not set", "is set", "must be unset", "must be set",
+                     _subject(left, namer), neg)
+    if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) and right.value == 0 \
+            and isinstance(left, ast.BinOp) and isinstance(left.op, ast.Mod):
+        div = f"divisible by {_value(left.right, namer)}"
+        return _pair(f"is {div}", f"is not {div}", f"must be {div}", f"must not be {div}",
+                     _subject(left.left, namer), neg)
+    if isinstance(op, ast.Eq | ast.Is):
+        v = _value(right, namer)
+        return _pair(f"is {v}", f"is not {v}", f"must be {v}", f"must not be {v}",
+                     _subject(left, namer), neg)
+    if isinstance(op, ast.In):
+        if isinstance(right, ast.List | ast.Tuple | ast.Set) and right.elts:
+            vals = [_value(e, namer) for e in right.elts]
+            one = "one of " + _items(vals) if len(vals) > 1 else vals[0]
+            return _pair(f"is {one}", f"is not {one}", f"must be {one}", f"must not be {one}",
+                         _subject(left, namer), neg)
+        if isinstance(left, ast.Constant):
+            v = _value(left, namer)
+            return _pair(f"contains {v}", f"does not contain {v}", f"must contain {v}",
+                         f"must not contain {v}", _subject(right, namer), neg)
+        where = _value(right, namer)
+        return _pair(f"is in {where}", f"is not in {where}", f"must be in {where}",
+                     f"must not be in {where}", _subject(left, namer), neg)
+    pos, negw = _ORDER[type(op)]  # type: ignore[index]
+    v = _value(right, namer)
+    return _pair(f"is {pos} {v}", f"is {negw} {v}", f"must be {pos} {v}", f"must be {negw} {v}",
+                 _subject(left, namer), neg)
+
+
+def _truthy(node: ast.AST, namer: Namer, neg: bool) -> _Pred:
+    attr = _flag_attr(node, namer)
+    if attr is not None and namer.is_switch(attr):
+        return _pair("is set", "is not set", "must be set", "must not be set", namer.flag(attr), neg)
+    if attr is not None:
+        return _pair("is non-zero and non-empty", "is zero or empty", "must be non-zero and non-empty",
+                     "must be zero or empty", namer.flag(attr), neg)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args \
+            and node.func.attr in ("startswith", "endswith"):
+        how = "starts" if node.func.attr == "startswith" else "ends"
+        v = _value(node.args[0], namer)
+        return _pair(f"{how} with {v}", f"does not {how[:-1]} with {v}", f"must {how[:-1]} with {v}",
+                     f"must not {how[:-1]} with {v}", _subject(node.func.value, namer), neg)
+    return _pair("is true", "is false", "must be true", "must be false", _subject(node, namer), neg)
+
+
+# ----------------------------------------------------------------------------- composition
+
+@dataclass(frozen=True)
+class _Junction:
+    """``and`` / ``or`` of sub-rules (already negated where needed)."""
+
+    kind: str  # "and" | "or"
+    parts: tuple[_Pred | _Junction, ...]
+
+
+_Rule = _Pred | _Junction
+
+
+def _rule(node: ast.AST, namer: Namer, neg: bool = False) -> _Rule:
+    """The condition as predicates joined by and/or, with ``not`` pushed down to the leaves."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return _rule(node.operand, namer, not neg)
+    if isinstance(node, ast.BoolOp):
+        is_and = isinstance(node.op, ast.And) != neg  # De Morgan
+        parts: list[_Rule] = []
+        for value in node.values:
+            sub = _rule(value, namer, neg)
+            kind = "and" if is_and else "or"
+            parts.extend(sub.parts if isinstance(sub, _Junction) and sub.kind == kind else [sub])
+        return _Junction("and" if is_and else "or", tuple(parts))
+    if isinstance(node, ast.Compare):
+        pairs = list(zip([node.left, *node.comparators], node.comparators, strict=False))
+        preds = [_compare(a, op, b, namer, neg) for (a, b), op in zip(pairs, node.ops, strict=True)]
+        if len(preds) == 1:
+            return preds[0]
+        return _Junction("or" if neg else "and", tuple(preds))
+    return _truthy(node, namer, neg)
+
+
+def _group(parts: Iterable[_Rule], phrase: str) -> list[tuple[list[str], str, _Rule]]:
+    """Consecutive predicates sharing a verb phrase, grouped: ``[(subjects, phrase, first)]``."""
+    out: list[tuple[list[str], str, _Rule]] = []
+    for p in parts:
+        key = getattr(p, phrase) if isinstance(p, _Pred) else ""
+        if out and key and out[-1][1] == key and p.subject not in out[-1][0]:  # type: ignore[union-attr]
+            out[-1][0].append(p.subject)  # type: ignore[union-attr]
+        else:
+            out.append(([p.subject] if isinstance(p, _Pred) else [], key, p))
+    return out
+
+
+def _join(items: list[str], word: str) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    sep = "; " if any("," in i for i in items) else ", "
+    return f"{sep.join(items[:-1])}{sep.rstrip() if len(items) > 2 else ''} {word} {items[-1]}"
+
+
+def _words(rule: _Rule, require: bool, nested: bool = False) -> str:
+    phrase = "must" if require else "is_"
+    if isinstance(rule, _Pred):
+        return rule.require() if require else rule.state()
+    texts: list[str] = []
+    for subjects, key, first in _group(rule.parts, phrase):
+        if len(subjects) > 1:
+            both = "both " if len(subjects) == 2 and rule.kind == "and" and require \
+                and key.startswith("must be ") else ""
+            verb = key.replace("must ", f"must {both}", 1) if require else \
+                key.replace("is ", "are ", 1).replace("does ", "do ", 1)
+            texts.append(f"{_join(subjects, rule.kind)} {verb}" if rule.kind == "and"
+                         else f"either {_join(subjects, 'or')} {key}")
+        else:
+            texts.append(_words(first, require, nested=True))
+    text = _join(texts, rule.kind)
+    if rule.kind == "or" and len(texts) > 1 and not text.startswith("either "):
+        text = f"either {text}"
+    return f"({text})" if nested and len(texts) > 1 else text
+
+
+def _parse(text: str) -> ast.expr | None:
+    try:
+        return ast.parse(" ".join(text.split()), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+
+
+def words(condition: str, namer: Namer | None = None, *, require: bool = False,
+          negate: bool = False) -> str:
+    """``condition`` in words: a statement ("`--x` is not set") or, with ``require``, what
+    must hold ("`--x` must be unset"); ``negate`` says it of ``not (condition)``.
+
+    Text that does not parse is shown as it is, with ``self.x`` replaced by the flag.
+    """
+    namer = namer or Namer()
+    node = _parse(condition)
+    if node is None:
+        code = _ATTR_TEXT.sub(lambda m: namer.bare_flag(m.group(1)), " ".join(condition.split()))
+        return f"{'not ' if negate else ''}`{code}`" + (" must hold" if require else "")
+    return _words(_rule(node, namer, negate), require)
+
+
+def arg_roots(check: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names that stand for SGLang's server arguments in ``check``: ``server_args``,
+    ``args``, ``cfg``, ``sa`` (and views of them), plus ``self`` inside a ``ServerArgs``
+    method; none in ``multimodal_gen``, whose server arguments are another class."""
+    if "multimodal_gen" in str(check.get("path") or ""):
+        return ()
+    roots = tuple(r for r in DEFAULT_ARG_OBJECTS if r != "self")
+    cls = str(check.get("function") or "").rpartition(".")[0]
+    return (*roots, "self") if cls.endswith("ServerArgs") else roots
+
+
+def rule_sentence(check: Mapping[str, Any], release: str, catalog: Catalog | None = None, *,
+                  spellings: Mapping[str, str] | None = None,
+                  citation: str | None = None) -> str | None:
+    """The rule ``check`` enforces, in one sentence (None when there is nothing to say).
+
+    An assert: "In 0.5.11, when <guards>, <its test as a requirement>; otherwise the
+    assert at <citation> fails." A raise (or an assert with no test): "In 0.5.11, the
+    server refuses to start when <guards> (<citation>)."
+    """
+    namer = Namer(catalog, spellings, arg_roots(check))
+    where = citation or f"{release}:{check.get('path')}:{check.get('start_line')}"
+    whens: list[str] = []
+    for g in check.get("guards") or []:
+        text = words(str(g.get("condition") or ""), namer, negate=not g.get("polarity", True))
+        if text and text not in whens:
+            whens.append(text)
+    cond = (check.get("condition") or "").strip()
+    if check.get("kind") == "assert" and cond:
+        need = words(cond, namer, require=True)
+        joined = _join(whens, "and")
+        when = f"when {joined}, {'then ' if ';' in joined else ''}" if whens else ""
+        return f"In {release}, {when}{need}; otherwise the assert at `{where}` fails."
+    if not whens:
+        return None
+    exc = check.get("exc_type") or "an error"
+    return f"In {release}, the server refuses to start ({exc} at `{where}`) when {_join(whens, 'and')}."
+
+
+__all__ = ["Namer", "arg_roots", "literal", "rule_sentence", "words"]

@@ -1,0 +1,97 @@
+"""A verified (or undecided) candidate as the answer shows it: :class:`FixOut`, in the
+user's own words.
+
+* **Spellings.** An attribute the user set is named as they typed it (``--tp``,
+  ``--dp``, ``--dp-size``, an abbreviation), in ``set``, ``remove``, ``edits`` and the
+  sentences; one they did not set by the catalog's primary spelling. The corrected
+  command keeps their spelling in place (:func:`~service.engine.flags.edit.apply_edits`).
+* **edits**: one line per change, read off the command before and after the fix:
+  ``- --dp 3`` for a removed flag, ``+ --speculative-num-steps 5`` for an added one, a
+  changed value as its ``-`` line then its ``+`` line, switches without a value.
+* **gives_up** / **keeps_features**: the feature flags of the command that the fix does
+  not keep with the user's value (:func:`~service.engine.fixes.intent.losses`), as one
+  sentence, and whether there are none.
+* **verdict**: what static evaluation showed. An undecided candidate says which inputs
+  the check reads that are unknown, and that replay decides.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from kb.catalog_types import Catalog
+from service.engine.answer import FixOut, jsonable, tri
+from service.engine.expr.interpreter import UNKNOWN
+from service.engine.fixes.intent import gives_up_sentence, losses
+from service.engine.fixes.propose import Verdict
+from service.engine.flags.edit import apply_edits, render_command
+from service.engine.flags.parse import ParsedArgs, parse_argv
+
+__all__ = ["edit_lines", "fix_out", "spelled", "unknown_inputs"]
+
+#: unknown inputs named in an undecided candidate's verdict
+_MAX_NAMED = 4
+
+
+def spelled(attr: str, parsed: ParsedArgs, catalog: Catalog) -> str:
+    """``attr`` as the user typed it, else the catalog's primary spelling, else ``attr``."""
+    mine = parsed.spelling(attr)
+    if mine is not None:
+        return mine
+    spec = catalog.by_attr().get(attr)
+    return spec.flags[0] if spec is not None and spec.flags else attr
+
+
+def edit_lines(attrs: list[str], before: ParsedArgs, after: ParsedArgs) -> list[str]:
+    """``- old`` / ``+ new`` lines for ``attrs``, from the two parsed command lines."""
+    lines: list[str] = []
+    for attr in attrs:
+        old, new = before.values.get(attr), after.values.get(attr)
+        if old is not None and new is not None and old.raw == new.raw:
+            continue
+        if old is not None:
+            lines.append("- " + shlex.join(old.raw))
+        if new is not None:
+            lines.append("+ " + shlex.join(new.raw))
+    return lines
+
+
+def unknown_inputs(v: Verdict) -> list[str]:
+    """The inputs the candidate's evaluation of the check could not decide, in order."""
+    names: list[str] = []
+    for part in v.evaluation.parts if v.evaluation is not None else []:
+        names += [n for n in part.result.unknowns if n not in names]
+    return names
+
+
+def _verdict(v: Verdict, version: str, lost: str) -> str:
+    if v.fixes_check is UNKNOWN:
+        names = unknown_inputs(v)
+        reads = ", ".join(names[:_MAX_NAMED]) + (", ..." if len(names) > _MAX_NAMED else "")
+        text = (f"undecided statically (the check reads {reads}, unknown here); replay decides"
+                if names else "undecided statically; replay decides")
+    elif v.trips:
+        t = v.trips[0]
+        text = (f"fixes this check, but then {t['function']} at "
+                f"{version}:{t['path']}:{t['line']} would fire")
+    else:
+        extra = f" ({v.unknown_neighbours} related checks undecided)" if v.unknown_neighbours else ""
+        text = f"fixes the check; no other check of {version} that reads these flags fires{extra}"
+    return f"{text}; {lost}" if lost else text
+
+
+def fix_out(rank: int, v: Verdict, argv: list[str], catalog: Catalog, parsed: ParsedArgs,
+            version: str, *, prefix: str) -> FixOut:
+    """The :class:`FixOut` of ``v`` for the user's ``argv`` (parsed as ``parsed``)."""
+    edit = v.edit
+    new_argv = apply_edits(argv, catalog, set=dict(edit.set), remove=list(edit.remove))
+    after = parse_argv(new_argv, catalog)
+    touched = list(edit.remove) + [a for a in edit.set if a not in edit.remove]
+    lost = gives_up_sentence(losses(dict(edit.set), list(edit.remove), parsed, catalog))
+    return FixOut(
+        rank=rank, set={spelled(a, parsed, catalog): jsonable(val) for a, val in edit.set.items()},
+        remove=[spelled(a, parsed, catalog) for a in edit.remove], argv=new_argv,
+        command=render_command(new_argv, prefix=prefix), origin=edit.origin,
+        fixes_check=tri(v.fixes_check), trips=v.trips, unknown_neighbours=v.unknown_neighbours,
+        verdict=_verdict(v, version, lost), edits=edit_lines(touched, parsed, after),
+        gives_up=lost, keeps_features=not lost)

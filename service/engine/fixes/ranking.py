@@ -1,0 +1,96 @@
+"""Ranking candidate fixes: verified first, then by how much of the user's request they keep.
+
+The order (:func:`rank`), best first:
+
+1. status: verified clean, then fixing the check but tripping another, then undecided;
+2. intent (:func:`~service.engine.fixes.intent.intent_cost`): fewer feature flags given up
+   (``--speculative-algorithm``, ``--enable-lora``), then fewer of the user's explicit
+   values overridden, so that adding a missing companion flag or changing a setting the
+   user did not set comes before changing or dropping one they did;
+3. :func:`intent_tier`: what the failing test reads before outer guards and call sites;
+4. fewer trips, a smaller edit, removals before additions, SGLang's own agreeing choice
+   (:attr:`~service.engine.fixes.model.Edit.preference`), fewer undecided neighbours.
+
+:func:`diverse` then keeps at most two value variants of one edit shape ahead of other
+kinds of fix within each status.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.engine.evaluate.path_condition import PathEvaluation
+from service.engine.fixes.intent import IntentCost
+from service.engine.fixes.model import Edit, Verdict
+
+__all__ = ["Cost", "diverse", "intent_tier", "rank"]
+
+
+def intent_tier(edit: Edit, ev: PathEvaluation) -> int:
+    """How much of the user's intent an edit gives up (lower keeps more).
+
+    0: touches only what the failing test reads; 1: SGLang's own choice;
+    2: the innermost guard; 3: outer guards and call sites, which usually
+    switch the whole feature off (dropping ``--speculative-algorithm``, say).
+    """
+    if edit.origin.startswith("set explicitly what SGLang"):
+        return 1
+    touched = set(edit.set) | set(edit.remove)
+    test_names: set[str] = set()
+    inner_names: set[str] = set()
+    guards = [p for p in ev.parts if p.role == "guard"]
+    for part in ev.parts:
+        names = {n for a in part.result.atoms for n, _, _ in a.inputs}
+        if part.role == "test":
+            test_names |= names
+        elif guards and part is guards[-1]:
+            inner_names |= names
+    if ev.parts and ev.parts[-1].role != "test":  # a raise: its innermost guard is its test
+        test_names |= inner_names
+    if touched <= test_names:
+        return 0
+    if touched <= test_names | inner_names:
+        return 2
+    return 3
+
+
+Cost = dict[tuple[Any, ...], IntentCost]
+
+
+def rank(verdicts: list[Verdict], ev: PathEvaluation | None = None,
+         costs: Cost | None = None) -> list[Verdict]:
+    """Best first: verified clean, then fixing the check but tripping another, then the rest
+    (undecided); within each, what keeps more of the user's request (``costs``: the
+    :class:`~service.engine.fixes.intent.IntentCost` of each edit by key: fewer features
+    given up, fewer of the user's values overridden), then :func:`intent_tier`, fewer
+    trips, a smaller edit, removals before additions, SGLang's own agreeing choice
+    (:attr:`Edit.preference`), fewer undecided neighbours."""
+    zero = IntentCost(0, 0, 0)
+
+    def key(v: Verdict) -> tuple[Any, ...]:
+        status = 0 if v.ok else (1 if v.fixes_check is True else 2)
+        cost = (costs or {}).get(v.edit.key(), zero)
+        tier = intent_tier(v.edit, ev) if ev is not None else 0
+        return (status, cost.features, cost.overridden, tier, len(v.trips), v.edit.size(),
+                -len(v.edit.remove), v.edit.preference, v.unknown_neighbours, v.edit.key())
+
+    return sorted(verdicts, key=key)
+
+
+def diverse(ranked: list[Verdict], costs: Cost | None = None, per_shape: int = 2) -> list[Verdict]:
+    """``ranked`` with, within each status (clean, tripping, other), at most ``per_shape``
+    candidates of one shape (the same attributes set and removed, differing only in the
+    values) ahead of the other shapes: five backends for one flag are one kind of fix, and
+    the list should show the other kinds too. The first of each shape keeps its place, so
+    the best fix keeping the request still comes before any giving part of it up.
+    (``costs`` is accepted for symmetry with :func:`rank`; the order already holds it.)"""
+    del costs
+    groups: dict[int, tuple[list[Verdict], list[Verdict]]] = {}
+    seen: dict[tuple[int, frozenset[str], frozenset[str]], int] = {}
+    for v in ranked:
+        status = 0 if v.ok else (1 if v.fixes_check is True else 2)
+        shape = (status, frozenset(v.edit.set), frozenset(v.edit.remove))
+        head, tail = groups.setdefault(status, ([], []))
+        (head if seen.get(shape, 0) < per_shape else tail).append(v)
+        seen[shape] = seen.get(shape, 0) + 1
+    return [v for status in sorted(groups) for part in groups[status] for v in part]
