@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any
 
-from service.engine import FixOut, TriageResult
+from service.engine import FixOut, TriageResult, edit_lines, fix_search_line, model_facts_line
 
 Block = dict[str, Any]
 
@@ -144,9 +144,34 @@ _VERDICT_ICON = {"violated": ":x:", "satisfied": ":white_check_mark:", "unknown"
                  "not_applicable": ":heavy_minus_sign:"}
 
 
-def fix_blocks(fix: FixOut) -> list[Block]:
+def fix_text(fix: FixOut) -> str:
+    """A fix as mrkdwn: heading and verdict, its edit lines (``+ --flag value`` / ``- --flag``),
+    what it gives up, then the full command in a code block of its own (copied whole)."""
     head = "*Fix* (recommended)" if fix.recommended else f"*Fix {fix.rank}* (not verified)"
-    blocks = [section(f"{head}: {esc(trunc(fix.verdict, 600))}\n{code(fix.command)}")]
+    rows = [f"{head}: {esc(trunc(fix.verdict, 600))}"]
+    edits = edit_lines(fix)
+    if edits:
+        rows.append(code("\n".join(edits), 600))
+    if fix.gives_up:
+        rows.append(f"_Gives up:_ {esc(trunc(fix.gives_up, 400))}")
+    rows.append(code(fix.command))
+    return "\n".join(rows)
+
+
+def answer_context(result: TriageResult) -> list[Block]:
+    """One context line with the model facts the answer used and the fix search's status."""
+    items = [esc(line) for line in (model_facts_line(result.model_facts),
+                                    fix_search_line(result.fix_search)) if line]
+    return [context(*items)] if items else []
+
+
+def rule_block(result: TriageResult) -> list[Block]:
+    """The plain-words rule of a bare check (it carries its own citation)."""
+    return [section(f"*Rule:* {esc(trunc(result.rule, 1500))}")] if result.rule else []
+
+
+def fix_blocks(fix: FixOut) -> list[Block]:
+    blocks = [section(fix_text(fix))]
     if fix.rule_verdicts:
         rows = [f"{_VERDICT_ICON.get(v.verdict, '•')} `{esc(v.rule)}` {v.verdict.replace('_', ' ')}"
                 f" ({esc(v.severity)}){': ' + esc(trunc(v.reason, 200)) if v.reason else ''}"
@@ -189,6 +214,8 @@ def triage_blocks(result: TriageResult, report_url: str | None,
         where = f"*Failing check* `{esc(loc.function)}` at `{esc(loc.citation)}`"
         excerpt = excerpt_text(result)
         blocks.append(section(where + (f"\n{code(excerpt)}" if excerpt else "")))
+    blocks.extend(rule_block(result))
+    blocks.extend(answer_context(result))
     fix = best_fix(result)
     if fix is not None:
         blocks.extend(fix_blocks(fix))
@@ -234,6 +261,7 @@ def check_blocks(result: TriageResult) -> tuple[str, list[Block]]:
     blocks = [section(f"*The check* `{esc(loc.function)}` at `{esc(loc.citation)}` "
                       f"(located by {esc(loc.method.replace('_', ' '))}, {loc.confidence})\n"
                       + code(excerpt_text(result, None)))]
+    blocks.extend(rule_block(result))
     if check is not None:
         rows = []
         if check.condition:
@@ -256,7 +284,7 @@ def fixes_blocks(result: TriageResult) -> tuple[str, list[Block]]:
     if not result.fixes:
         text = result.no_flag_fix or "No flag change was proposed for this failure."
         return text, [section(f"*No fixes:* {esc(text)}")]
-    blocks: list[Block] = []
+    blocks: list[Block] = answer_context(result)
     for fix in result.fixes[:8]:
         blocks.extend(fix_blocks(fix))
     return f"{len(result.fixes)} proposed fixes", blocks[:MAX_BLOCKS]

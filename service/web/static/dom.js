@@ -164,7 +164,8 @@ export function miniMarkdown(text) {
   return out;
 }
 
-function inline(text) {
+/** `inline code` and **bold** in one line of text, as nodes (everything else is text). */
+export function inline(text) {
   const parts = [];
   const re = /(`[^`]+`|\*\*[^*]+\*\*)/g;
   let last = 0;

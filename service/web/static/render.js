@@ -6,7 +6,7 @@
 //   ctx.confirm(fix, note)             -> Promise (POST /incidents/{id}/confirm)
 //   ctx.permalink(id)                  -> absolute URL of the permalink
 
-import { clear, copyButton, dedent, h, miniMarkdown, parseCitation, pct, show } from "./dom.js";
+import { clear, copyButton, dedent, h, inline, miniMarkdown, parseCitation, pct, show } from "./dom.js";
 
 const VALUE_LABEL = { true: "true", false: "false", unknown: "unknown" };
 
@@ -63,6 +63,9 @@ function summarySection(record, ctx) {
         .map((e) => h("li", {}, e.text)).concat((rel.range.differences || [])
           .map((d) => h("li", {}, d))))) : null,
     r.upgrade ? row("Later releases", r.upgrade) : null,
+    r.rule ? row("Rule", h("span", { id: "rule-text" }, inline(r.rule))) : null,
+    (r.model_facts || []).length ? row("Model facts", h("span", { id: "model-facts" }, modelFactsText(r.model_facts))) : null,
+    r.fix_search ? row("Fix search", h("span", { id: "fix-search" }, fixSearchText(r.fix_search))) : null,
     p.exception ? row("Exception", h("code", {}, p.exception + (p.message ? `: ${p.message}` : ""))) : null,
     p.python ? row("Python", p.python) : null,
     p.model ? row("Model", h("code", {}, p.model)) : null,
@@ -84,6 +87,24 @@ function summarySection(record, ctx) {
     ...(r.degraded || []).map((d) => h("p", { class: "note warn" }, `Degraded: ${d}`)),
     (p.notes || []).length ? h("ul", { class: "notes" }, p.notes.map((n) => h("li", {}, n))) : null,
     link, explanation);
+}
+
+/** `quantization=fp8 (config.json), mla=true (known_model)`: the checkpoint facts used. */
+function modelFactsText(facts) {
+  const value = (v) => (Array.isArray(v) ? v.join(" ") : typeof v === "string" ? v : JSON.stringify(v));
+  return facts.map((f) => `${f.name}=${value(f.value)} (${f.source})`).join(", ");
+}
+
+/** The replay-backed fix search in one line (the CLI's and Slack's wording). */
+function fixSearchText(search) {
+  const status = String(search.status || "unknown");
+  const detail = String(search.detail || "").trim();
+  const text = detail.toLowerCase().startsWith(status.toLowerCase()) ? detail
+    : (detail ? `${status}: ${detail}` : status);
+  const extra = [];
+  if (search.candidates !== undefined && search.candidates !== null) extra.push(`${search.candidates} replayed`);
+  if (typeof search.seconds === "number") extra.push(`${Math.round(search.seconds)} s`);
+  return text + (extra.length ? ` (${extra.join(", ")})` : "");
 }
 
 function confirmationBanner(record) {
@@ -185,6 +206,21 @@ function editText(fix) {
   return parts.join("; ") || "no change";
 }
 
+/** The fix's edit lines (`+ --flag value`, `- --flag`): `edits`, else derived from set/remove. */
+function editLines(fix) {
+  if ((fix.edits || []).length) return fix.edits;
+  const value = (v) => (Array.isArray(v) ? v.join(" ") : String(v));
+  return (fix.remove || []).map((f) => `- ${f}`).concat(Object.entries(fix.set || {})
+    .map(([k, v]) => (v === true ? `+ ${k}` : `+ ${k} ${value(v)}`)));
+}
+
+function editBlock(fix) {
+  const lines = editLines(fix);
+  if (!lines.length) return null;
+  return h("pre", { class: "edits", "aria-label": `Changes of fix ${fix.rank}` }, lines.map((l) =>
+    h("span", { class: l.startsWith("+") ? "add" : l.startsWith("-") ? "del" : "" }, `${l}\n`)));
+}
+
 function sameEdit(a, b) {
   const norm = (f) => JSON.stringify([[...(f.remove || [])].sort(),
     Object.entries(f.set || {}).map(([k, v]) => [k, String(v)]).sort()]);
@@ -238,6 +274,8 @@ function fixCard(record, fix, ctx, confirmed) {
   h("p", { class: "edit" }, h("strong", {}, editText(fix)), h("span", { class: "muted" }, ` · ${fix.origin}`)),
   h("p", {}, fix.verdict, " ", h("span", { class: "muted" }, "(fixes the check: "), valueBadge(fix.fixes_check),
     h("span", { class: "muted" }, ")")),
+  editBlock(fix),
+  fix.gives_up ? h("p", { class: "gives-up note warn" }, h("strong", {}, "Gives up: "), fix.gives_up) : null,
   h("div", { class: "command" },
     h("pre", { class: "cmd", id: `${id}-cmd` }, h("code", {}, fix.command)),
     copyButton("Copy", () => fix.command, ctx.announce, { "aria-label": `Copy the command of fix ${fix.rank}` })),

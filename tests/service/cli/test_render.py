@@ -1,0 +1,84 @@
+"""The CLI's rendering of a triage: copyable commands at any width, edits, rule, facts, search."""
+
+from __future__ import annotations
+
+import shlex
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from service.cli.render import render_fix, render_result
+from service.engine import Engine, FixOut, TriageResult
+from service.engine.answer import ModelFact
+
+SEED_LOG = (Path(__file__).resolve().parents[3] / "examples" / "seed_attempt1.log").read_text()
+
+
+@pytest.fixture(scope="module")
+def seed(kb) -> TriageResult:  # noqa: ANN001
+    return Engine(kb).triage(SEED_LOG, release="0.5.11", hardware="rtx-pro-6000-x8")
+
+
+def _printed(render, width: int, terminal: bool = False) -> list[str]:  # noqa: ANN001
+    buf = StringIO()
+    console = Console(file=buf, width=width, force_terminal=terminal, color_system=None,
+                      legacy_windows=False)
+    render(console)
+    return buf.getvalue().splitlines()
+
+
+def _prefix(fix: FixOut) -> list[str]:
+    return shlex.split(fix.command[: len(fix.command) - len(shlex.join(fix.argv))])
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_each_command_is_one_line_that_pastes_back_to_its_argv(seed: TriageResult,
+                                                               terminal: bool) -> None:
+    assert seed.fixes and len(seed.fixes[0].command) > 60
+    lines = _printed(lambda c: render_result(seed, c), 60, terminal)
+    for fix in seed.fixes[:3]:
+        prefix = _prefix(fix)
+        assert prefix[-2:] == ["-m", "sglang.launch_server"]
+        pasted = [line for line in lines if line.startswith(fix.command[:20])]
+        assert pasted, fix.command
+        assert any(shlex.split(line) == prefix + fix.argv for line in pasted)
+    assert max(len(line) for line in lines if not line.startswith("python")) <= 60
+
+
+def test_edits_come_before_the_command_and_the_rule_is_shown(seed: TriageResult) -> None:
+    lines = _printed(lambda c: render_result(seed, c), 100)
+    text = "\n".join(lines)
+    fix = seed.fixes[0]
+    at = lines.index(fix.command)
+    heading = max(i for i, line in enumerate(lines[:at]) if line.startswith(f"fix {fix.rank}"))
+    shown = [line.strip() for line in lines[heading + 1:at]]
+    assert shown[:len(fix.edits or [])] == list(fix.edits) or all(
+        e.startswith(("+ ", "- ")) for e in shown if not e.startswith("gives up"))
+    assert seed.rule and "rule: In 0.5.11" in text
+    assert "`--speculative-eagle-topk`" in text and "self." not in text.split("rule:", 1)[1][:600]
+
+
+def test_derived_edits_gives_up_facts_and_search() -> None:
+    fix = FixOut(rank=1, set={"--speculative-num-steps": 3, "--enable-dp-attention": True},
+                 remove=["--dp"], argv=["--model-path", "/m", "--json-model-override-args",
+                                        '{"a": [1, 2]}', "--speculative-num-steps", "3"],
+                 command="sglang serve --model-path /m --json-model-override-args "
+                         "'{\"a\": [1, 2]}' --speculative-num-steps 3",
+                 origin="test", fixes_check="true", verdict="fixes the check [x]",
+                 gives_up="data parallel attention over 3 ranks")
+    lines = _printed(lambda c: render_fix(fix, c), 40)
+    assert lines[1:4] == ["  - --dp", "  + --speculative-num-steps 3", "  + --enable-dp-attention"]
+    assert " ".join(" ".join(lines[4:-1]).split()) == "gives up: data parallel attention over 3 ranks"
+    assert shlex.split(lines[-1]) == ["sglang", "serve", *fix.argv]  # unwrapped at 40 columns
+    assert "[x]" in lines[0]  # log text is never read as markup
+    result = TriageResult(status="located", summary="s", explanation="", confidence=0.5,
+                          release={"release": "0.5.11"}, parsed={}, fixes=[fix],
+                          model_facts=[ModelFact(name="quantization", value="fp8",
+                                                 source="config.json")],
+                          fix_search={"status": "verified", "candidates": 3, "seconds": 41.2,
+                                      "detail": "verified by replay on 0.5.11 with rtx-pro-6000-x8"})
+    text = "\n".join(_printed(lambda c: render_result(result, c), 120))
+    assert "Model: quantization=fp8 (config.json)" in text
+    assert "Fix search: verified by replay on 0.5.11 with rtx-pro-6000-x8 (3 replayed, 41 s)" in text

@@ -1,0 +1,67 @@
+"""The Slack blocks show each fix's edit lines, what it gives up and its whole command, the
+plain-words rule of a bare check, the model facts and the fix search (no KB needed)."""
+
+from __future__ import annotations
+
+import json
+
+from service.engine import FixOut, TriageResult
+from service.engine.answer import ModelFact
+from service.slack import blocks as sb
+
+RULE = ("In 0.5.11, when `--speculative-num-steps` is not set, then `--speculative-eagle-topk` and "
+        "`--speculative-num-draft-tokens` must both be unset; otherwise the assert at "
+        "`0.5.11:sglang/srt/server_args.py:3519-3522` fails.")
+COMMAND = ("python3 -m sglang.launch_server --model-path /models/Kimi-K2.6 --tp 8 "
+           "--speculative-algorithm EAGLE3 --speculative-num-steps 3 --speculative-eagle-topk 1")
+
+
+def _fix(**kw: object) -> FixOut:
+    base = dict(rank=1, set={"--speculative-num-steps": 3, "--speculative-eagle-topk": 1},
+                remove=["--dp"], argv=COMMAND.split()[3:], command=COMMAND, origin="test",
+                fixes_check="true", verdict="fixes the check", recommended=True)
+    return FixOut(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def _result(fix: FixOut) -> TriageResult:
+    return TriageResult(
+        status="located", summary="bare AssertionError in _handle_speculative_decoding",
+        explanation="", confidence=0.9, release={"release": "0.5.11"}, parsed={}, fixes=[fix],
+        rule=RULE, model_facts=[ModelFact(name="mla", value=True, source="known_model")],
+        fix_search={"status": "verified", "candidates": 2, "seconds": 12.0,
+                    "detail": "verified by replay on 0.5.11 with rtx-pro-6000-x8"})
+
+
+def _texts(blocks: list[dict]) -> str:
+    return json.dumps(blocks, ensure_ascii=False)
+
+
+def test_fix_shows_edits_then_gives_up_then_the_command() -> None:
+    fix = _fix(edits=["+ --speculative-num-steps 3", "- --speculative-eagle-topk 4",
+                      "+ --speculative-eagle-topk 1"], gives_up="top-k 4 <per step>")
+    text = sb.fix_text(fix)
+    edits = text.index("```+ --speculative-num-steps 3\n- --speculative-eagle-topk 4\n"
+                       "+ --speculative-eagle-topk 1```")
+    gives = text.index("_Gives up:_ top-k 4 &lt;per step&gt;")
+    command = text.index(f"```{COMMAND}```")
+    assert edits < gives < command
+
+
+def test_edits_are_derived_from_set_and_remove_for_older_answers() -> None:
+    text = sb.fix_text(_fix())
+    assert "```- --dp\n+ --speculative-num-steps 3\n+ --speculative-eagle-topk 1```" in text
+    assert "Gives up" not in text
+
+
+def test_main_reply_has_the_rule_facts_and_search() -> None:
+    fallback, blocks = sb.triage_blocks(_result(_fix(gives_up="nothing much")), None)
+    text = _texts(blocks)
+    assert "*Rule:* In 0.5.11, when `--speculative-num-steps` is not set" in text
+    assert "Model: mla=True (known_model)" in text
+    assert "Fix search: verified by replay on 0.5.11 with rtx-pro-6000-x8 (2 replayed, 12 s)" in text
+    assert "_Gives up:_ nothing much" in text
+    assert COMMAND in fallback
+    _, check = sb.check_blocks(_result(_fix()))
+    assert "Rule" not in _texts(check)  # no location: nothing to show
+    _, fixes = sb.fixes_blocks(_result(_fix()))
+    assert "Fix search: verified" in _texts(fixes)

@@ -1,0 +1,66 @@
+"""The page shows each fix's edit lines and what it gives up before its command, the rule of
+a bare check in words, the model facts and the fix search (headless Chromium)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from .conftest import SEED_LOG, WebServer
+
+NewPage = Callable[..., Any]
+EDITS = ["- --speculative-eagle-topk 4", "- --speculative-num-draft-tokens 8"]
+
+
+@pytest.fixture(scope="module")
+def record_id(web_server: WebServer) -> str:
+    """The seed crash triaged over HTTP, then stored with the newer answer fields filled."""
+    with httpx.Client(base_url=web_server.url, timeout=300) as client:
+        r = client.post("/triage", json={"log": SEED_LOG, "release": "0.5.11"})
+    assert r.status_code == 200, r.text
+    tid = r.json()["id"]
+    rec = web_server.records.get(tid)
+    assert rec is not None
+    result = json.loads(json.dumps(rec["result"]))
+    result["fixes"][0].update(edits=EDITS, gives_up="the draft tree you chose (top-k 4, 8 tokens)")
+    result["fixes"][1]["edits"] = []  # an older answer: derived from set/remove
+    result["model_facts"] = [{"name": "mla", "value": True, "source": "known_model", "detail": ""}]
+    result["fix_search"] = {"status": "verified", "candidates": 2, "seconds": 12.4,
+                            "detail": "verified by replay on 0.5.11 with rtx-pro-6000-x8"}
+    web_server.records.save(tid, rec["request"], result)
+    return tid
+
+
+def test_fix_edits_gives_up_rule_facts_and_search(new_page: NewPage, record_id: str,
+                                                  web_server: WebServer, shots: Path) -> None:
+    page = new_page()
+    page.goto(f"/t/{record_id}")
+    page.wait_for_selector("#summary-text", timeout=180_000)
+    rule = page.inner_text("#rule-text")
+    assert rule.startswith("In 0.5.11, when --speculative-algorithm is one of EAGLE")
+    assert "--speculative-eagle-topk" in rule and "self." not in rule
+    assert page.locator("#rule-text code").count() >= 4  # flags and the citation as code
+    assert page.inner_text("#model-facts") == "mla=true (known_model)"
+    assert page.inner_text("#fix-search") == ("verified by replay on 0.5.11 with rtx-pro-6000-x8 "
+                                               "(2 replayed, 12 s)")
+    assert page.inner_text("#fix-1 pre.edits").strip().splitlines() == EDITS
+    assert "top-k 4, 8 tokens" in page.inner_text("#fix-1 .gives-up")
+    boxes = [page.locator(f"#fix-1 {sel}").bounding_box() for sel in ("pre.edits", ".gives-up", "pre.cmd")]
+    assert all(b is not None for b in boxes)
+    assert boxes[0]["y"] < boxes[1]["y"] < boxes[2]["y"]  # type: ignore[index]
+    with httpx.Client(base_url=web_server.url, timeout=60) as client:
+        fix2 = client.get(f"/triage/{record_id}").json()["result"]["fixes"][1]
+    derived = [f"- {f}" for f in fix2["remove"]] + [
+        f"+ {k}" if v is True else f"+ {k} {v}" for k, v in fix2["set"].items()]
+    assert page.inner_text("#fix-2 pre.edits").strip().splitlines() == derived
+    assert page.locator("#fix-2 .gives-up").count() == 0
+    page.screenshot(path=str(shots / "10-edits-rule.png"), full_page=True)
+    narrow = new_page(width=375, height=812)
+    narrow.goto(f"/t/{record_id}")
+    narrow.wait_for_selector("#fix-1 pre.edits", timeout=180_000)
+    assert narrow.evaluate("document.documentElement.scrollWidth") <= 375
