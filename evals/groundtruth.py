@@ -409,13 +409,17 @@ def _spelled(edits: list[tuple[str, str, object]], by_attr: dict[str, FlagSpec])
 
 
 def root_cause_attrs(ev: PathEvaluation, user_attrs: set[str]) -> list[str]:
-    """User-set attrs read by failing atoms of the innermost piece that has any."""
+    """User-set attrs read by failing atoms of the innermost piece that has any.
+
+    An atom fails as the engine says (:meth:`~service.engine.PiecePart.atoms_failing`):
+    under a ``not`` its negation pushes the piece towards firing (``not x == "null"``
+    fails when ``x`` is not ``"null"``), and earlier sibling checks that passed explain
+    nothing."""
     for part in reversed(ev.parts):
         if part.role == "call_site" or part.holds is not True:
             continue
         found: list[str] = []
-        for atom in part.result.atoms:
-            failing = (atom.value is True) if part.polarity else (atom.value is False)
+        for atom, failing in zip(part.result.atoms, part.atoms_failing(), strict=True):
             if not failing:
                 continue
             for name, _, prov in atom.inputs:
