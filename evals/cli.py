@@ -31,7 +31,15 @@ _SHORT = {"release_at_1": "rel", "exact_location": "loc", "function_match": "fn"
           "rc_precision": "rcP", "rc_recall": "rcR", "fix_valid": "vld",
           "fix_match": "fix", "no_fix_declined": "dcl", "grounded": "gnd",
           "fix_replay": "rpl", "no_fix": "nof", "keeps_features": "kep"}
-_LEGEND = " · ".join(f"{_SHORT[m]} {LABELS[m]}" for m in METRICS)
+
+
+def _short(metric: str) -> str:
+    """A metric's column head: its three-letter name, else its first three letters (a
+    metric added without one still gets a narrow column)."""
+    return _SHORT.get(metric, metric[:3])
+
+
+_LEGEND = " · ".join(f"{_short(m)} {LABELS.get(m, m)}" for m in METRICS)
 
 
 def _cell(value: object) -> str:
@@ -68,7 +76,7 @@ def incident_table(report: EvalReport) -> Table:
     table.add_column("incident", overflow="fold", ratio=1)
     table.add_column("release", no_wrap=True)
     for m in METRICS:
-        table.add_column(_SHORT[m], justify="center", no_wrap=True)
+        table.add_column(_short(m), justify="center", no_wrap=True)
     table.add_column("ms", justify="right", no_wrap=True)
     for s in eng.incidents:
         release = "–" if s.expected_release == NOT_INGESTED else s.expected_release
@@ -84,7 +92,7 @@ def release_table(report: EvalReport) -> Table:
     table.add_column("release", no_wrap=True)
     table.add_column("n", justify="right")
     for m in METRICS:
-        table.add_column(_SHORT[m], justify="right", no_wrap=True, min_width=4)
+        table.add_column(_short(m), justify="right", no_wrap=True, min_width=4)
     table.add_column("p95 s", justify="right", no_wrap=True)
     for release, agg in report.engine.by_release.items():
         p95 = agg.get("latency_p95_ms")

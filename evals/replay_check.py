@@ -14,8 +14,9 @@ architecture (answered from the replay cache when the search already ran it).
                     check for the user's command too)
 ``recommended``     whether an answer recommends a fix at all
 
-Replay of the user's command runs too, so a failure of the fix that the command shares
-(validation needing a GPU on this CPU-only machine) is not counted against the fix.
+Without a declared machine, replay of the user's command runs too, so a failure of the fix
+that the command shares (validation needing a GPU on this CPU-only machine) is not counted
+against the fix.
 """
 
 from __future__ import annotations
@@ -62,13 +63,22 @@ def judge(result: dict[str, Any], settings: KBSettings) -> dict[str, Any]:
         out["fix_replay"] = "passed"
         out["detail"] = (top.get("replay") or {}).get("detail", "")
         return out
-    results = replay_many(release_root(settings, release), release, [argv, top["argv"]],
-                          hardware=parsed.get("hardware"), model_arch=parsed.get("model_arch"),
-                          settings=settings)
+    hardware = parsed.get("hardware")
+    # without hardware, the user's command is replayed too: a stop it shares with the fix
+    # (validation asking this CPU-only machine for its GPU) says nothing about the fix
+    argvs = [top["argv"]] if hardware else [argv, top["argv"]]
+    results = replay_many(release_root(settings, release), release, argvs, hardware=hardware,
+                          model_arch=parsed.get("model_arch"), settings=settings)
+    if hardware:
+        fix = results[0]
+        out["detail"] = fix.summary()
+        out["fix_replay"] = {"passed": "passed", "raised": "failed",
+                             "argparse_error": "failed"}.get(fix.status)
+        return out
     probe = {"location": result.get("location"), "fixes": [{}]}
-    summarise(results, probe, release, parsed.get("hardware"))
+    summarise(results, probe, release, hardware)
     verdict = probe["fixes"][0].get("replay") or {}
-    status = verdict.get("status")
     out["detail"] = verdict.get("detail", "")
-    out["fix_replay"] = {"verified": "passed", "next_failure": "failed"}.get(status or "")
+    out["fix_replay"] = {"verified": "passed", "next_failure": "failed"}.get(
+        verdict.get("status") or "")
     return out

@@ -91,9 +91,11 @@ def engine_call(engine: Any, replay: Any = None) -> Callable[[dict[str, Any]], d
     """A function answering a :func:`request_for` body with ``engine`` in-process (the
     answer as the API's JSON). With ``replay`` (the KB settings replay runs with), the
     answer first goes through the service's replay-backed fix search and then carries
-    ``eval_replay``: replay's verdict on its recommended fix (:mod:`evals.replay_check`)."""
+    ``eval_replay``: replay's verdict on its recommended fix (:mod:`evals.replay_check`), and
+    ``eval_engine_ms``: the engine's own time, the latency scored."""
 
     def call(body: dict[str, Any]) -> dict[str, Any]:
+        t0 = time.perf_counter()
         payload = {k: v for k, v in body.items() if k in ("log", "command", "model")}
         result = engine.triage(payload, hardware=body.get("hardware"), model=body.get("model"),
                                model_arch=body.get("model_arch"))
@@ -101,8 +103,10 @@ def engine_call(engine: Any, replay: Any = None) -> Callable[[dict[str, Any]], d
             return result.model_dump(mode="json")
         from evals.replay_check import judge, searched
 
+        engine_ms = (time.perf_counter() - t0) * 1000
         answer = searched(result, replay).model_dump(mode="json")
         answer["eval_replay"] = judge(answer, replay)
+        answer["eval_engine_ms"] = engine_ms
         return answer
 
     return call
@@ -136,7 +140,9 @@ def _predict_engine(call: Callable[[dict[str, Any]], dict[str, Any]],
         return Prediction(status="error", error=f"{type(exc).__name__}: {str(exc)[:300]}",
                           root_cause=[], fixes=[], citations=[],
                           latency_ms=(time.perf_counter() - t0) * 1000)
-    return from_triage(result, (time.perf_counter() - t0) * 1000)
+    # with replay, the latency is the engine's own (the search and the judge wait for replay)
+    return from_triage(result, result.pop("eval_engine_ms", None)
+                       or (time.perf_counter() - t0) * 1000)
 
 
 def _describe(pred: Prediction) -> tuple[str | None, str | None]:

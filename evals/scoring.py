@@ -24,7 +24,9 @@ equivalent release too, and the shipped equivalents' flags are spelled alike in 
                   the flags the top fix removes or renames.) Precision is scored when
                   something is predicted, recall when something is expected.
 ``fix_valid``     the top fix verifies: ``fixes_check`` true, no trips, and no rule
-                  verdict ``violated`` with severity ``error`` (scored when a flag fix
+                  verdict ``violated`` with severity ``error`` but for ``background`` ones
+                  (violated by ``--model-path`` alone too, as the engine's recommendation
+                  rule treats them) (scored when a flag fix
                   is expected, or one was proposed)
 ``fix_match``     one of the top three fixes equals an acceptable fix (same flags
                   removed, same values set, spellings compared as attributes; or the
@@ -238,7 +240,7 @@ def score(incident: Incident, pred: Prediction, store: Store | None) -> dict[str
             out["fix_valid"] = bool(top) and top.get("fixes_check") == "true" and \
                 not top.get("trips") and not any(
                     rv.get("verdict") == "violated" and rv.get("severity") == "error"
-                    for rv in top.get("rule_verdicts") or [])
+                    and not rv.get("background") for rv in top.get("rule_verdicts") or [])
         if exp.acceptable_fixes:
             command = incident.command_argv()
             out["fix_match"] = any(fix_matches(f, a, command, catalog)

@@ -236,5 +236,6 @@ def triage(engine: Engine, settings: Settings, payload: str | bytes | dict[str, 
         from service.replay.search import search_fixes
 
         search_fixes(result, settings, deadline_s=settings.fix_search_deadline_s,
-                     max_candidates=settings.fix_search_candidates)
+                     max_candidates=settings.fix_search_candidates,
+                     verify_clean=settings.fix_search_verify_clean)
     return result

@@ -69,6 +69,10 @@ class Settings(EngineSettings):
         4.0, ge=0, description="When static evaluation leaves the check or a fix undecided, "
         "replay the candidate fixes before answering, waiting at most this long (0: never; "
         "past it the answer is returned and replay goes on in the background).")
+    fix_search_verify_clean: bool = Field(
+        True, description="Also replay a statically verified recommended fix before "
+        "answering (one command line on a warm worker), and search the other candidates when "
+        "SGLang refuses it; off: only undecided triages wait for replay.")
     fix_search_candidates: int = Field(
         5, ge=1, le=20, description="At most this many candidate fixes are replayed by the "
         "fix search.")

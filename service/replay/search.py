@@ -4,9 +4,12 @@ could not, within a deadline, before the answer is returned.
 The engine ranks fixes by static evaluation. On the resolution pipeline (0.5.19+) and
 wherever a check reads GPU or model facts, it often cannot decide the check or a
 candidate (``fixes_check == "unknown"``), or its best statically clean fix is not the
-one SGLang accepts. :func:`needs_search` says when that is so; :func:`search_fixes` then
-replays the user's command and the candidate fixes (best first, at most
-``max_candidates``) on the warm replay pool (:mod:`service.replay.pool`: each command line
+one SGLang accepts (a check deeper in validation refuses it). :func:`needs_search` says
+when static evaluation left something open; :func:`search_fixes` then replays the
+candidate fixes (best first, at most ``max_candidates``; without a declared machine the
+user's command too). When static evaluation is sure, only its recommended fix is replayed
+(``verify_clean``), and the other candidates only if SGLang refuses it. Replay runs
+on the warm replay pool (:mod:`service.replay.pool`: each command line
 costs well under a second once the release's worker runs; over the pool's bound a
 candidate is *unverified*) and waits at most ``deadline_s``:
 
@@ -39,6 +42,7 @@ from kb.settings import KBSettings
 from service.engine import FixOut, TriageResult
 from service.replay.background import release_root, summarise, unavailable_reason
 from service.replay.harness import replay_many
+from service.replay.results import ReplayResult
 
 __all__ = ["needs_search", "rerank", "search_fixes"]
 
@@ -109,69 +113,117 @@ def _with_replay_note(verdict: str, note: str) -> str:
 
 
 def search_fixes(result: TriageResult, settings: KBSettings, *, deadline_s: float,
-                 max_candidates: int = 5, force: bool = False,
+                 max_candidates: int = 5, force: bool = False, verify_clean: bool = True,
                  use_cache: bool = True) -> TriageResult:
     """Verify the candidate fixes of ``result`` by replay within ``deadline_s`` (in place).
 
-    Runs only when :func:`needs_search` (or ``force``) holds and replay can run here
-    (:func:`~service.replay.background.unavailable_reason`); otherwise ``fix_search``
-    says why not and the answer is unchanged. ``use_cache=False`` (benchmarks) replays
-    even what the replay cache knows.
+    When :func:`needs_search` (or ``force``) holds, the best ``max_candidates`` are
+    replayed together. Otherwise, with ``verify_clean``, the statically recommended fix
+    alone is replayed first (one command line: a fraction of a second on a warm worker),
+    and only when replay refuses it are the other candidates replayed. Replay must be able
+    to run here (:func:`~service.replay.background.unavailable_reason`); otherwise
+    ``fix_search`` says why not and the answer is unchanged. ``use_cache=False``
+    (benchmarks) replays even what the replay cache knows.
     """
-    if not (force or needs_search(result)):
+    wide = force or needs_search(result)
+    if not wide and not (verify_clean and result.status == "located"
+                         and any(f.recommended for f in result.fixes)):
         return result
     release = (result.release or {}).get("release")
     argv = list(result.parsed.command or [])
-    candidates = _candidates(result, max_candidates)
     why = unavailable_reason(settings, release, argv)
+    candidates = _candidates(result, max_candidates)
     if why is None and not candidates:
         why = "no candidate fix to replay"
     if why is not None:
         result.fix_search = {"status": "skipped", "detail": why, "candidates": 0}
         return result
     assert release is not None  # unavailable_reason checked it
-    hardware, arch = result.parsed.hardware, result.parsed.model_arch
-    on = f"{release} with {hardware or 'no declared hardware'}"
     t0 = time.perf_counter()
+    if not wide:  # the recommended fix first; the rest only when replay refuses it
+        first = [next(f for f in result.fixes if f.recommended)]
+        _search(result, settings, release, argv, first, deadline_s, use_cache)
+        if (first[0].replay or {}).get("status") != "next_failure":
+            _finish(result, first, release, t0, deadline_s)
+            return result
+    left = max(0.0, deadline_s - (time.perf_counter() - t0))
+    _search(result, settings, release, argv, candidates, left, use_cache)
+    _finish(result, candidates, release, t0, deadline_s)
+    return result
+
+
+def _search(result: TriageResult, settings: KBSettings, release: str, argv: list[str],
+            candidates: list[FixOut], deadline_s: float, use_cache: bool) -> None:
+    """Replay ``candidates`` (and, without declared hardware, the user's command, to tell a
+    stop they share on this CPU-only machine from a verdict) and record each one's
+    ``replay``; ``result.fix_search`` gets ``_late`` (how many the deadline left) or
+    ``_error``."""
+    hardware, arch = result.parsed.hardware, result.parsed.model_arch
+    lines = [f.argv for f in candidates] if hardware else [argv] + [f.argv for f in candidates]
     try:
-        results = replay_many(release_root(settings, release), release,
-                              [argv] + [f.argv for f in candidates], hardware=hardware,
-                              model_arch=arch, timeout_s=max(60.0, deadline_s),
-                              job_timeout_s=JOB_TIMEOUT_S, settings=settings,
-                              use_cache=use_cache, deadline_s=deadline_s)
+        results = replay_many(release_root(settings, release), release, lines,
+                              hardware=hardware, model_arch=arch,
+                              timeout_s=max(60.0, deadline_s), job_timeout_s=JOB_TIMEOUT_S,
+                              settings=settings, use_cache=use_cache, deadline_s=deadline_s)
     except TriageError as exc:
-        result.fix_search = {"status": "unverified", "candidates": len(candidates),
-                             "detail": f"replay failed: {exc.message}"}
-        return result
-    seconds = round(time.perf_counter() - t0, 2)
-    late = [r for r in results[1:] if r.status == "harness_error" and r.phase in _NOT_RUN]
-    if len(late) == len(candidates):
-        busy = all(r.phase == "busy" for r in late)
-        result.fix_search = {
-            "status": "unverified" if busy else "background", "candidates": len(candidates),
-            "seconds": seconds,
-            "detail": (f"the replay pool is full: the {len(candidates)} candidate fixes stay "
-                       "unverified" if busy else
-                       f"replay of {len(candidates)} candidate fixes on {on} did not finish "
-                       f"within {deadline_s:g} s; it goes on in the background")}
-        return result
+        result.fix_search = {"_error": f"replay failed: {exc.message}"}
+        return
+    own = results if hardware else results[1:]
+    late = [r for r in own if r.status == "harness_error" and r.phase in _NOT_RUN]
+    result.fix_search = {"_late": len(late), "_busy": all(r.phase == "busy" for r in late)}
+    if hardware:
+        on = f"{release} with {hardware}"
+        for fix, res in zip(candidates, own, strict=True):
+            fix.replay = _verdict(res, on)
+        return
     as_dict: dict[str, Any] = {"location": result.location.model_dump() if result.location
-                               else None,
-                               "fixes": [{} for _ in candidates]}
+                               else None, "fixes": [{} for _ in candidates]}
     summarise(results, as_dict, release, hardware)
     for fix, verdict in zip(candidates, as_dict["fixes"], strict=True):
         fix.replay = verdict.get("replay")
-    status = rerank(result, candidates, on)
     result.replay = as_dict.get("replay")
+
+
+def _verdict(res: ReplayResult, on: str) -> dict[str, Any]:
+    """A fix's ``replay`` from its own replay on a declared machine (SGLang's verdict)."""
+    if res.status == "passed":
+        return {"status": "verified", "detail": f"verified by replay on {on}"}
+    if res.status == "harness_error":
+        return {"status": "unverified", "detail": f"replay harness error: {res.harness_reason}"}
+    what = res.exception_type or "argparse error"
+    return {"status": "next_failure", "detail": f"replay on {on}: then {what}",
+            "location": res.location}
+
+
+def _finish(result: TriageResult, candidates: list[FixOut], release: str, t0: float,
+            deadline_s: float) -> None:
+    """Re-rank by the verdicts and write ``fix_search`` (see the module docstring)."""
+    state = result.fix_search or {}
+    hardware = result.parsed.hardware
+    on = f"{release} with {hardware or 'no declared hardware'}"
+    seconds = round(time.perf_counter() - t0, 2)
+    n = len(candidates)
+    if "_error" in state:
+        result.fix_search = {"status": "unverified", "candidates": n, "detail": state["_error"],
+                             "seconds": seconds}
+        return
+    late = int(state.get("_late", 0))
+    if late == n:
+        busy = bool(state.get("_busy"))
+        result.fix_search = {
+            "status": "unverified" if busy else "background", "candidates": n,
+            "seconds": seconds,
+            "detail": (f"the replay pool is full: the {n} candidate fixes stay unverified"
+                       if busy else f"replay of {n} candidate fixes on {on} did not finish "
+                       f"within {deadline_s:g} s; it goes on in the background")}
+        return
+    status = rerank(result, candidates, on)
     verified = sum(1 for f in candidates if (f.replay or {}).get("status") == "verified")
     detail = {
-        "verified": f"verified by replay on {on}: {verified} of {len(candidates)} candidate "
-                    f"fixes accepted",
-        "rejected": f"replay on {on} rejected all {len(candidates)} candidate fixes",
-        "unverified": f"replay on {on} could not decide the candidates "
-                      f"({(result.replay or {}).get('detail', '')})",
+        "verified": f"verified by replay on {on}: {verified} of {n} candidate fixes accepted",
+        "rejected": f"replay on {on} rejected all {n} candidate fixes",
+        "unverified": f"replay on {on} could not decide the candidates",
     }[status]
-    result.fix_search = {"status": status, "candidates": len(candidates), "detail": detail,
+    result.fix_search = {"status": status, "candidates": n, "detail": detail,
                          "seconds": seconds, "release": release, "hardware": hardware,
-                         "not_replayed": len(late)}
-    return result
+                         "not_replayed": late}

@@ -14,9 +14,15 @@ from service.engine.triage import Engine
 
 
 @pytest.fixture(scope="module")
-def report(kb):  # noqa: ANN001, ANN201
+def report(kb, kb_settings):  # noqa: ANN001, ANN201
+    """Every shipped incident through the engine, the replay-backed fix search and replay's
+    verdict on each recommended fix (the warm pool: one worker per release and vendor)."""
+    from service.replay.sandbox import status
+
+    if not status().available:
+        pytest.fail(f"the gate needs replay (fix passes replay): {status().reason}")
     t0 = time.perf_counter()
-    rep = run_eval(load_incidents(), Engine(kb), kb=kb)
+    rep = run_eval(load_incidents(), Engine(kb), kb=kb, replay=kb_settings)
     rep.systems["engine"].aggregate["wall_s"] = round(time.perf_counter() - t0, 1)
     return rep
 
@@ -30,8 +36,9 @@ def test_gate_holds_over_all_shipped_incidents(report) -> None:  # noqa: ANN001
 def test_every_generated_release_is_reported_and_gated_on_its_own(report) -> None:  # noqa: ANN001
     """Each release of the shipped generated files has its own aggregate, and the gate
     applies the thresholds to it (``engine[<release>]`` lines) where it has enough
-    incidents: the error count and latency for every release, and at least function match
-    and root-cause recall for every release with 20 incidents or more."""
+    incidents: the error count and latency for every release, and at least function match,
+    root-cause recall, fix passes replay and the no-fix share for every release with 20
+    incidents or more."""
     from evals.gate import applies
     from evals.generate import SHIPPED_RUNS
 
@@ -45,7 +52,8 @@ def test_every_generated_release_is_reported_and_gated_on_its_own(report) -> Non
             continue
         gated = [m for m, floor in th["min"].items()
                  if applies(m, floor, agg[f"{m}_n"] or 0, min_n, floor=True)]
-        assert {"function_match", "rc_recall"} <= set(gated), (release, gated)
+        assert {"function_match", "rc_recall", "fix_replay", "no_fix"} <= set(gated), \
+            (release, gated)
 
 
 def test_thresholds_only_name_measured_metrics(report) -> None:  # noqa: ANN001

@@ -127,3 +127,23 @@ def test_past_the_deadline_the_answer_returns_and_replay_goes_on(kb, kb_settings
     assert answer.fix_search["status"] in ("background", "verified", "rejected", "unverified")
     if answer.fix_search["status"] == "background":
         assert [f.command for f in answer.fixes if f.recommended] == recommended
+
+
+@needs_sandbox
+def test_a_clean_answer_replays_only_its_recommended_fix_first(kb, kb_settings) -> None:  # noqa: ANN001
+    """Static evaluation sure of its fix: one command line is replayed, and the other
+    candidates only when SGLang refuses that fix."""
+    answer = _answer(kb, "0.5.11")
+    if needs_search(answer):
+        pytest.skip("the engine leaves this incident undecided")
+    recommended = next(f for f in answer.fixes if f.recommended)
+    search_fixes(answer, kb_settings, deadline_s=600)
+    fs = answer.fix_search
+    assert fs is not None and recommended.replay is not None
+    if recommended.replay["status"] == "verified":
+        assert fs["status"] == "verified" and fs["candidates"] == 1
+        assert recommended.recommended and answer.fixes[0] is recommended
+        assert all(f.replay is None for f in answer.fixes if f is not recommended)
+    elif recommended.replay["status"] == "next_failure":
+        assert fs["candidates"] > 1 and not recommended.recommended
+    search_fixes(answer, kb_settings, deadline_s=600, verify_clean=False)  # nothing to do
