@@ -48,6 +48,7 @@ from service.engine.evaluate.path_condition import (
     evaluate_path,
     prepared_pieces,
 )
+from service.engine.explain.deterministic import with_fix as summary_with_fix
 from service.engine.explain.display import edit_lines, fix_search_line, model_facts_line
 from service.engine.expr.interpreter import (
     UNKNOWN,
@@ -91,5 +92,5 @@ __all__ = [
     "fact_values", "get_profile", "lint", "lint_payload", "model_arch_for", "parse_argv",
     "parse_input", "parse_log", "prepared_pieces", "probe_values", "profile_from_gpus", "redact", "redact_payload",
     "referenced_names",
-    "rules_payload", "split_command", "validation_order", "warning_fits",
+    "rules_payload", "split_command", "summary_with_fix", "validation_order", "warning_fits",
 ]  # fmt: skip

@@ -18,10 +18,11 @@ or more command lines), then
    that outlives its time limit is killed;
 5. classifies each outcome and writes it as JSON to the job's result path.
 
-``python child.py --serve <config.json>`` is the warm worker of
-:mod:`service.replay.pool`: the same setup (steps 1-3) once, then one JSON job
-per line on stdin, one JSON answer per line on a protocol stream (see
-:func:`serve`), each job validated in its own fork as in step 4.
+``python child_serve.py <config.json>`` (:mod:`child_serve`, next to this file) is the
+warm worker of :mod:`service.replay.pool`: the same setup (steps 1-3) once, then one
+JSON job per line on stdin, one JSON answer per line on a protocol stream, each job
+validated in its own fork as in step 4 (:func:`_run_forked`, which calls the worker's
+``roots["apply_hardware"]`` hook in the fork).
 
 It never imports ``sglang_triage``: the child's interpreter sees only the
 release, the stubs and the venv's third-party packages.
@@ -32,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
-import functools
 import io
 import ipaddress
 import json
@@ -42,12 +42,11 @@ import socket
 import sys
 import time
 import traceback
-import types
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-_HARNESS_FILES = {str(Path(__file__).resolve())}
+_HARNESS_FILES = {str(Path(__file__).resolve()), str(HERE / "child_serve.py")}
 
 
 class NetworkBlocked(OSError):
@@ -368,7 +367,8 @@ def _run_forked(sa: Any, job: dict[str, Any], roots: dict[str, Any], timeout_s: 
             os.dup2(fd, 2)
             _limit_cpu(timeout_s)
             os.environ.update({str(k): str(v) for k, v in (job.get("env") or {}).items()})
-            repatched = _apply_hardware(job, roots)
+            hook = roots.get("apply_hardware")  # the warm worker's (child_serve.serve)
+            repatched = hook(job, roots) if hook is not None else None
             if job.get("payload"):  # tests only (the pool's test hook): hostile code in a fork
                 import runpy
 
@@ -404,47 +404,6 @@ def _run_forked(sa: Any, job: dict[str, Any], roots: dict[str, Any], timeout_s: 
         _write(job["result_path"], {
             "status": "harness_error", "phase": "crash",
             "harness_reason": f"the validating process died (wait status {status})"})
-
-
-def _apply_hardware(job: dict[str, Any], roots: dict[str, Any]) -> dict[str, Any] | None:
-    """In a warm worker's fork: declare the job's machine when it is not the one the worker
-    was set up with (same vendor: the worker is per vendor). torch's device answers and the
-    faked ``nvidia-smi`` report the job's profile, SGLang's own probes get their originals
-    back (setup replaced them by constants) and their caches emptied, then are pinned to the
-    job's values as at setup. Returns the probe disagreements for this machine (None when
-    nothing was changed)."""
-    wanted = job.get("hardware")
-    if not wanted or wanted == roots.get("setup_hardware"):
-        return None
-    import _replay_hw as hw
-    import _replay_stubkit as kit
-
-    kit.HARDWARE.clear()
-    kit.HARDWARE.update(wanted)
-    hw.patch_torch(wanted)
-    hw.patch_subprocess(wanted)
-    originals = roots.get("original_probes") or {}
-    for name, mod in list(sys.modules.items()):
-        if name.startswith("sglang") and mod is not None:
-            for attr, obj in list(vars(mod).items()):
-                # type checks only: a lazy-import proxy's __getattr__ would import its module
-                if attr in originals and isinstance(obj, types.FunctionType) \
-                        and obj.__dict__.get("__replay_stub__") is True:
-                    setattr(mod, attr, originals[attr])
-    _clear_sglang_caches()
-    return hw.patch_probes(job.get("probes") or {}, wanted.get("memory_mib"))
-
-
-def _clear_sglang_caches() -> None:
-    """Forget what SGLang's ``functools`` caches learnt from the setup's machine (device
-    capability checks and the like are cached on first call)."""
-    for name, mod in list(sys.modules.items()):
-        if not name.startswith("sglang") or mod is None:
-            continue
-        for obj in list(vars(mod).values()):
-            if isinstance(obj, functools._lru_cache_wrapper):  # never getattr on a lazy proxy
-                with contextlib.suppress(Exception):
-                    obj.cache_clear()
 
 
 def _limit_cpu(timeout_s: float) -> None:
@@ -535,107 +494,5 @@ def main() -> int:
     os._exit(0)  # skip atexit hooks and non-daemon threads the release may have started
 
 
-def _serve_job(sa: Any, job: dict[str, Any], roots: dict[str, Any], report: dict[str, Any],
-               default_timeout: float) -> dict[str, Any]:
-    """One job of the warm worker: validate in a fork (or answer the setup failure)."""
-    if sa is None:
-        return {**report, "setup": {k: report.get(k) for k in ("timings", "shims")}}
-    path = Path(job["result_path"])
-    with contextlib.suppress(OSError):
-        path.unlink()
-    _run_forked(sa, job, roots, float(job.get("timeout_s") or default_timeout))
-    result = json.loads(path.read_text())
-    result["setup"] = {k: report.get(k) for k in ("timings", "shims", "probe_disagreements")}
-    if result.pop("repatched", False):  # this job's machine, not the setup's
-        result["setup"]["probe_disagreements"] = result.pop("probe_disagreements", None) or {}
-    with contextlib.suppress(OSError):
-        path.unlink()
-    return result
-
-
-def _warm_up(sa: Any, cfg: dict[str, Any], roots: dict[str, Any]) -> list[str]:
-    """Validate ``cfg["warmup_argv"]`` in a fork and import here what that fork imported
-    lazily (0.5.19+'s resolution pipeline imports most of its code when first run: ≈ 3 s a
-    fork otherwise). A module that fails to import is left out, so a fork that needs it
-    fails the same way as in a cold replay."""
-    work = Path(cfg["log_path"]).parent
-    job = {"argv": cfg["warmup_argv"], "result_path": str(work / "warmup.json"),
-           "log_path": str(work / "warmup.log"), "report_modules": True}
-    _run_forked(sa, job, roots, float(cfg.get("job_timeout_s") or 120))
-    names = json.loads(Path(job["result_path"]).read_text()).get("new_modules") or []
-    done = []
-    for name in names:
-        if name in sys.modules or name.startswith("__"):
-            continue
-        with contextlib.suppress(BaseException):
-            __import__(name)
-            done.append(name)
-    return done
-
-
-def serve(cfg: dict[str, Any], log_path: str) -> None:
-    """The warm worker's loop (``child.py --serve``).
-
-    The protocol stays on private descriptors: the original stdin and stdout are
-    duplicated, then fd 0 becomes ``/dev/null`` and fds 1 and 2 the worker's log
-    file, so nothing SGLang or a stub prints can corrupt an answer (forks close the
-    duplicates first thing). After setup one line ``{"ready": true, "ok": bool,
-    "setup": ...}`` is written; then for each job line ``{"id", "argv",
-    "result_path", "log_path", "timeout_s", "env"?}`` the job is validated in a fork
-    (``env`` applied in the fork only) and answered ``{"id", "result"}`` (or
-    ``{"id", "error"}`` for a line that is not a job). EOF on stdin ends the worker.
-    """
-    proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
-    proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    roots: dict[str, Any] = {
-        "release": os.path.abspath(cfg["release_root"]),
-        "stubs": [os.path.abspath(d) for d in cfg["stub_dirs"]],
-        "close_in_fork": (proto_in.fileno(), proto_out.fileno()),
-        "setup_hardware": cfg.get("hardware") or None,
-    }
-
-    def answer(message: dict[str, Any]) -> None:
-        proto_out.write(json.dumps(message, default=repr) + "\n")
-        proto_out.flush()
-
-    try:
-        sa, report = setup(cfg, roots)
-    except BaseException as exc:  # noqa: BLE001 - reported, then every job gets it
-        sa, report = None, _runner_failure(exc)
-    if sa is not None and cfg.get("warmup_argv"):
-        t0 = time.perf_counter()
-        with contextlib.suppress(BaseException):
-            report["preimported"] = len(_warm_up(sa, cfg, roots))
-        report.setdefault("timings", {})["warmup_s"] = time.perf_counter() - t0
-    answer({"ready": True, "ok": sa is not None, "pid": os.getpid(),
-            "setup": {k: report.get(k) for k in ("timings", "shims", "probe_disagreements",
-                                                 "harness_reason")}})
-    default_timeout = float(cfg.get("job_timeout_s") or 30)
-    for line in proto_in:
-        job_id = None
-        try:
-            job = json.loads(line)
-            job_id = job["id"]
-            result = _serve_job(sa, job, roots, report, default_timeout)
-        except BaseException as exc:  # noqa: BLE001 - a bad line or a runner failure
-            if job_id is None:
-                answer({"id": None, "error": f"not a job: {type(exc).__name__}: {exc}"[:500]})
-                continue
-            result = _runner_failure(exc)
-        answer({"id": job_id, "result": result})
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--serve":
-        _cfg = json.loads(Path(sys.argv[2]).read_text())
-        serve(_cfg, _cfg["log_path"])
-    else:
-        main()
+    main()

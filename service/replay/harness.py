@@ -52,6 +52,14 @@ from kb.settings import KBSettings
 from service.engine import HardwareProfile, get_profile
 from service.replay import sandbox
 from service.replay.errors import ReplayError
+from service.replay.launch import (  # noqa: F401 - re-exported for existing callers
+    CHILD,
+    HARNESS_DIR,
+    STUB_DIRS,
+    _child_env,
+    _extra_env,
+    _tail,
+)
 from service.replay.plan import hardware_payload, probe_values, stub_plan, substitute_argv
 from service.replay.queue import ReplayQueue
 from service.replay.results import Frame, ReplayResult
@@ -60,12 +68,8 @@ from service.replay.trees import replay_tree
 __all__ = ["HARNESS_DIR", "STUB_FAILURE_ENV", "batch_key", "harness_version", "pool_enabled",
            "replay", "replay_async", "replay_many"]
 
-HARNESS_DIR = Path(__file__).resolve().parent
-CHILD = HARNESS_DIR / "child.py"
-STUB_DIRS = (HARNESS_DIR / "stubs" / "force", HARNESS_DIR / "stubs" / "fallback")
 #: test hook: ``import:<module>`` or ``call:<fake>`` makes a stub raise inside the child
 STUB_FAILURE_ENV = "TRIAGE_REPLAY_STUB_FAILURE"
-_LOG_TAIL_LINES = 40
 _UNCACHED_PHASES = {"timeout", "crash", "harness", "busy", "deadline"}
 #: ``TRIAGE_REPLAY_POOL`` read once: ``0``/``false``/``no``/``off`` turns the warm pool off for
 #: callers whose settings carry no ``replay_pool`` (the service's ``Settings`` read the same
@@ -134,40 +138,6 @@ def _cache_put(home: Path, key: str, result: ReplayResult) -> None:
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(result.model_dump_json())
     os.replace(tmp, path)
-
-
-def _child_env(tmp: Path, tree: Path, hw: HardwareProfile | None,
-               extra: Mapping[str, str] | None) -> dict[str, str]:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(tmp), "TMPDIR": str(tmp), "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
-        "PYTHONPATH": os.pathsep.join([str(STUB_DIRS[0]), str(tree)]),
-        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-        "HF_HOME": str(tmp / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1",
-        "DO_NOT_TRACK": "1", "SGLANG_DISABLE_REQUEST_LOGGING": "1",
-        "TRITON_CACHE_DIR": str(tmp / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
-        "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-    }  # fmt: skip
-    if hw is not None and hw.vendor == "cpu":
-        env["SGLANG_USE_CPU_ENGINE"] = "1"
-    if hw is not None and hw.vendor == "nvidia":
-        env["CUDA_HOME"] = "/usr/local/cuda"
-    env.update(_extra_env(extra))
-    return env
-
-
-def _extra_env(extra: Mapping[str, str] | None) -> dict[str, str]:
-    """The caller's variables a replay may set (never ``PYTHONPATH``, ``HOME``, ``PATH``)."""
-    return {key: str(value) for key, value in (extra or {}).items()
-            if key.isidentifier() and key not in ("PYTHONPATH", "HOME", "PATH")}
-
-
-def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def _frame(raw: Any) -> Frame | None:
@@ -311,9 +281,15 @@ def _run_warm(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
     from service.replay.pool import PoolJob, default_pool
 
     jobs = [PoolJob(argv, job_timeout_s, _extra_env(env)) for argv in argvs]
+    pool = default_pool()
+    # a long batch (the eval's generator, confirmations) goes in chunks of half the pool's
+    # bound, so that one caller alone never overflows it; the bound refuses crowds, not batches
+    step = max(1, pool.max_waiting // 2)
+    raws: list[dict[str, Any] | None] = []
     try:
-        raws = default_pool().run(tree, hw, home, jobs, deadline=deadline_at,
-                                  start_wait_s=timeout_s)
+        for i in range(0, len(jobs), step):
+            raws += pool.run(tree, hw, home, jobs[i:i + step], deadline=deadline_at,
+                             start_wait_s=timeout_s)
     except ReplayError:  # closed (interpreter exiting): the cold path decides
         return [None] * len(argvs)
     out: list[ReplayResult | None] = []

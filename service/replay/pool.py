@@ -2,7 +2,7 @@
 
 A cold replay batch (:func:`service.replay.harness._run_batch`) pays 15-20 s of
 importing torch and ``sglang.srt.server_args`` before its first fork. The pool
-keeps one ``child.py --serve`` process per :class:`WorkerKey` (release tree,
+keeps one ``child_serve.py`` process per :class:`WorkerKey` (release tree,
 GPU vendor, cache home; each job's own profile is applied in its fork) that does the
 setup once and then
 validates one job per fork (≈0.4 s each), so a fix search's candidates are
@@ -10,11 +10,11 @@ answered in about a second each.
 
 * **Same isolation.** Each worker runs in :func:`service.replay.sandbox.command`
   (namespaces, no network, host read-only, the service's cache hidden) with the
-  cold path's environment (:func:`~service.replay.harness._child_env`); only the
+  cold path's environment (:func:`~service.replay.launch._child_env`); only the
   sandbox's CPU limit is higher (:data:`WORKER_CPU_S`, a worker lives long), and
   each fork caps its own CPU seconds near its time limit. The protocol is one JSON
   line per job on the worker's original stdin/stdout, which the child moves off
-  fds 0-2 before anything is imported (:func:`child.serve`).
+  fds 0-2 before anything is imported (:func:`child_serve.serve`).
 * **Environment per job.** ``env`` is applied in the fork only, after SGLang was
   imported: a variable SGLang reads at *import* time (rare; its ``envs`` are read
   when used) is seen by the cold path but not here.
@@ -31,6 +31,8 @@ answered in about a second each.
   ``harness_error`` (phase ``crash``/``timeout``) and the next use starts a new
   worker. Jobs a worker could not be started for (or that died twice in one call)
   come back as ``None`` from :meth:`WarmPool.run`: the caller replays them cold.
+* **Layout.** The worker processes themselves (start, protocol, stop) are
+  :mod:`service.replay.pool_worker`; this module admits, routes, evicts and reaps.
 * **Thread-safe**: the API calls it from threads; jobs of one worker run one at a
   time, jobs of different workers in parallel. :func:`default_pool` is the
   process's pool, killed at exit (``atexit``).
@@ -41,334 +43,37 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
-import itertools
-import json
 import os
-import queue
-import select
-import shutil
 import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from service.engine import HardwareProfile
-from service.replay import sandbox
 from service.replay.errors import ReplayError
-from service.replay.harness import CHILD, HARNESS_DIR, STUB_DIRS, _child_env, _tail
-from service.replay.plan import hardware_payload, probe_values, stub_plan, substitute_argv
+from service.replay.pool_worker import (  # noqa: F401 - part of this module's API
+    ANSWER_MARGIN_S,
+    WORKER_CPU_S,
+    PoolJob,
+    WorkerKey,
+    _Worker,
+)
 
 __all__ = ["ANSWER_MARGIN_S", "PoolJob", "PoolUnavailable", "WarmPool", "WorkerKey",
            "default_pool", "unverified"]
-
-#: CPU seconds the sandbox allows a whole worker (import + the worker's own bookkeeping;
-#: each fork's CPU is capped near its own time limit by the child)
-WORKER_CPU_S = 6 * 3600
-#: seconds past a job's own limit before a silent worker is declared hung and killed
-ANSWER_MARGIN_S = 15.0
-_MAX_LINE = 64 << 20
-T = TypeVar("T")
 
 
 class PoolUnavailable(ReplayError):
     """A warm worker could not be started (the caller falls back to a cold replay)."""
 
 
-@dataclass(frozen=True)
-class WorkerKey:
-    """What one warm worker is for: a release tree on one vendor's machines, with a cache home.
-
-    The vendor (``nvidia``, ``amd``, ``cpu``; None: no declared hardware) fixes what the
-    worker imports with (the stub plan, the CUDA/ROCm flavour of torch's version); the
-    rest of a profile (GPU model, count, memory, compute capability, SGLang's probes) is
-    applied per job inside its fork (``child._apply_hardware``), so one worker serves every
-    profile of a vendor.
-    """
-
-    tree: str
-    hardware: str | None  # the vendor of the profiles this worker serves
-    home: str
-
-    @classmethod
-    def of(cls, tree: Path, hw: HardwareProfile | None, home: Path) -> WorkerKey:
-        return cls(str(tree), hw.vendor if hw else None, str(home))
-
-
-@dataclass
-class PoolJob:
-    """One command line for a worker. ``env`` applies in the fork only; ``payload`` is a
-    test hook (a script run inside the fork before validation, never from a request)."""
-
-    argv: list[str]
-    timeout_s: float = 30.0
-    env: Mapping[str, str] = field(default_factory=dict)
-    payload: Path | None = None
-    #: the declared machine of this job (set by :meth:`WarmPool.run`; applied in its fork)
-    hw: HardwareProfile | None = None
-
-
 def unverified(phase: str, reason: str) -> dict[str, Any]:
     """A raw answer for a candidate the pool did not run (``busy``, ``deadline``)."""
     return {"status": "harness_error", "phase": phase, "harness_reason": reason,
             "timings": {"warm": 1.0}}
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo += children.get(pid, [])
-    return out
-
-
-def _rss_mib(root: int) -> float:
-    """Resident memory of a process tree (prlimit/bwrap/python and a running fork), MiB."""
-    total = 0
-    for pid in _descendants(root):
-        with contextlib.suppress(OSError, ValueError):
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-    return round(total / 1024, 1)
-
-
-class _Spawner:
-    """One thread, alive as long as the process, that starts every worker.
-
-    ``bwrap --die-with-parent`` uses ``PR_SET_PDEATHSIG``, which fires when the *thread*
-    that forked the sandbox exits, not the process: a worker started from a request's
-    thread would be SIGKILLed when that thread ends."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._todo: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
-        self._thread: threading.Thread | None = None
-
-    def call(self, fn: Callable[[], T]) -> T:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="replay-pool-spawner",
-                                                daemon=True)
-                self._thread.start()
-        fut: Future[Any] = Future()
-        self._todo.put((fn, fut))
-        return fut.result()
-
-    def _loop(self) -> None:
-        while True:
-            fn, fut = self._todo.get()
-            try:
-                fut.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                fut.set_exception(exc)
-
-
-_SPAWNER = _Spawner()
-
-
-class _Worker:
-    """One sandboxed ``child.py --serve`` process. ``lock`` serialises its jobs; the start
-    runs on its own thread so a caller with a deadline can stop waiting without losing it."""
-
-    def __init__(self, key: WorkerKey, hw: HardwareProfile | None, start_timeout_s: float) -> None:
-        self.key, self.hw, self.start_timeout_s = key, hw, start_timeout_s
-        self.lock = threading.Lock()
-        self.users = 0
-        self.last_used = time.monotonic()
-        self.jobs = 0
-        self.starts = 0
-        self.start_s: float | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.work: Path | None = None
-        self.setup: dict[str, Any] = {}
-        self.failure: str | None = None
-        self.retired = False
-        self._ready = threading.Event()
-        self._starter: threading.Thread | None = None
-        self._buf = bytearray()
-        self._ids = itertools.count(1)
-
-    # ---------------------------------------------------------------- lifecycle
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None and self._ready.is_set()
-
-    def ensure_started(self) -> None:
-        """Start (or restart) the worker in the background unless it runs or is starting."""
-        if self.starting():
-            return
-        if self.alive() and self.failure is None:
-            return
-        self.stop()
-        self._ready.clear()
-        self.failure = None
-        self._starter = threading.Thread(target=self._start, name="replay-pool-start",
-                                         daemon=True)
-        self._starter.start()
-
-    def starting(self) -> bool:
-        return self._starter is not None and self._starter.is_alive()
-
-    def wait_ready(self, timeout: float) -> bool:
-        """Whether the start finished within ``timeout`` (then check :attr:`failure`)."""
-        return self._ready.wait(max(0.0, timeout))
-
-    def _start(self) -> None:
-        t0 = time.perf_counter()
-        try:
-            self._spawn()
-            line = self._read_line(time.monotonic() + self.start_timeout_s)
-            hello = json.loads(line)
-            if not isinstance(hello, dict) or not hello.get("ready"):
-                raise ValueError(f"unexpected first line {line[:200]!r}")
-            self.setup = hello.get("setup") or {}
-            self.start_s = round(time.perf_counter() - t0, 3)
-            self.starts += 1
-        except Exception as exc:  # noqa: BLE001 - any start failure makes the pool unavailable
-            log = _tail(self.work / "worker.log") if self.work else ""
-            self.failure = f"the warm replay worker did not start: {exc}"[:500] + (
-                f"\n{log}" if log else "")
-            self.stop()
-        finally:
-            self._ready.set()
-
-    def _spawn(self) -> None:
-        tree, home = Path(self.key.tree), Path(self.key.home)
-        (home / "replay-models").mkdir(parents=True, exist_ok=True)  # bound before it has models
-        self.work = Path(tempfile.mkdtemp(prefix="sglang-replay-pool-"))
-        (self.work / "jobs").mkdir()
-        force, fallback = stub_plan(self.hw)
-        cfg = {"release_root": str(tree), "stub_dirs": [str(d) for d in STUB_DIRS],
-               "force_stubs": force, "fallback_stubs": fallback,
-               "hardware": hardware_payload(self.hw), "probes": probe_values(self.hw),
-               "forced_failure": None, "log_path": str(self.work / "worker.log"),
-               "job_timeout_s": 120, "warmup_argv": substitute_argv(
-                   ["--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--tp",
-                    str(self.hw.count if self.hw else 1)], "LlamaForCausalLM", home)[0]}
-        (self.work / "config.json").write_text(json.dumps(cfg))
-        cmd = sandbox.command(
-            [sys.executable, "-s", str(CHILD), "--serve", str(self.work / "config.json")],
-            workdir=self.work, hidden=[home],
-            readable=[HARNESS_DIR, tree, home / "replay-models"],
-            limits=sandbox.Limits(cpu_s=WORKER_CPU_S))
-        env = _child_env(self.work, tree, self.hw, None)
-        with open(self.work / "worker.log", "ab") as early:  # before the child redirects
-            self.proc = _SPAWNER.call(lambda: subprocess.Popen(
-                cmd, cwd=self.work, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=early, start_new_session=True))
-        self._buf.clear()
-        if self.retired:  # evicted or closed while starting
-            raise RuntimeError("the worker was retired while starting")
-
-    def stop(self, retire: bool = False) -> None:
-        """Kill the sandbox (its PID namespace takes every process inside) and its folder;
-        ``retire``: for good (evicted, idle, closed), a start in progress gives up."""
-        self.retired |= retire
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(Exception):
-                proc.wait(timeout=10)
-            for stream in (proc.stdin, proc.stdout):
-                with contextlib.suppress(Exception):
-                    stream.close()  # type: ignore[union-attr]
-        work, self.work = self.work, None
-        if work is not None:
-            shutil.rmtree(work, ignore_errors=True)
-
-    # ---------------------------------------------------------------- protocol
-
-    def _read_line(self, deadline: float) -> str:
-        assert self.proc is not None and self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("no answer in time")
-            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
-            if not ready:
-                continue
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                raise EOFError(f"the worker exited ({self.proc.poll()})")
-            self._buf += chunk
-            if len(self._buf) > _MAX_LINE:
-                raise ValueError("an answer longer than the protocol allows")
-        line, _, rest = bytes(self._buf).partition(b"\n")
-        self._buf[:] = rest
-        return line.decode("utf-8", errors="replace")
-
-    def exchange(self, job: PoolJob) -> dict[str, Any]:
-        """Run ``job`` (caller holds :attr:`lock` and saw the worker ready): its raw answer.
-        Any protocol failure kills the worker and answers ``harness_error``."""
-        assert self.proc is not None and self.proc.stdin is not None and self.work is not None
-        job_id = next(self._ids)
-        result_path = self.work / "jobs" / f"result-{job_id}.json"
-        log_path = self.work / "jobs" / f"log-{job_id}.txt"
-        msg: dict[str, Any] = {"id": job_id, "argv": list(job.argv), "timeout_s": job.timeout_s,
-                               "result_path": str(result_path), "log_path": str(log_path),
-                               "env": dict(job.env)}
-        if job.hw is not None:
-            msg["hardware"] = hardware_payload(job.hw)
-            msg["probes"] = probe_values(job.hw)
-        if job.payload is not None:
-            target = self.work / "jobs" / f"payload-{job_id}.py"
-            target.write_bytes(Path(job.payload).read_bytes())
-            msg["payload"] = str(target)
-        t0 = time.perf_counter()
-        try:
-            self.proc.stdin.write((json.dumps(msg) + "\n").encode())
-            self.proc.stdin.flush()
-            line = self._read_line(time.monotonic() + job.timeout_s + ANSWER_MARGIN_S)
-            answer = json.loads(line)
-            if not isinstance(answer, dict) or answer.get("id") != job_id \
-                    or not isinstance(answer.get("result"), dict):
-                raise ValueError(f"not the answer to job {job_id}: {line[:200]!r}")
-            raw: dict[str, Any] = answer["result"]
-        except TimeoutError:
-            raw = {"status": "harness_error", "phase": "timeout", "harness_reason":
-                   f"the warm replay worker did not answer within "
-                   f"{job.timeout_s + ANSWER_MARGIN_S:.0f}s (worker killed)"}
-            self.stop()
-        except (OSError, EOFError, ValueError) as exc:
-            raw = {"status": "harness_error", "phase": "crash", "harness_reason":
-                   f"the warm replay worker failed ({type(exc).__name__}: {exc}; "
-                   f"worker killed)"[:600]}
-            self.stop()
-        raw["log_tail"] = _tail(log_path) if self.work else ""
-        with contextlib.suppress(OSError):
-            log_path.unlink()
-        raw.setdefault("timings", {})["roundtrip_s"] = time.perf_counter() - t0
-        self.jobs += 1
-        self.last_used = time.monotonic()
-        return raw
-
-    def stats(self) -> dict[str, Any]:
-        tree = Path(self.key.tree)
-        return {"release": tree.name, "tree": str(tree), "vendor": self.key.hardware,
-                "started_with": self.hw.name if self.hw else None,
-                "alive": self.alive(), "pid": self.proc.pid if self.proc else None,
-                "start_s": self.start_s, "starts": self.starts, "jobs": self.jobs,
-                "busy": self.users > 0, "idle_s": round(time.monotonic() - self.last_used, 1),
-                "rss_mib": _rss_mib(self.proc.pid) if self.alive() and self.proc else 0.0}
 
 
 class WarmPool:

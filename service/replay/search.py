@@ -39,7 +39,7 @@ from typing import Any
 
 from kb.errors import TriageError
 from kb.settings import KBSettings
-from service.engine import FixOut, TriageResult
+from service.engine import FixOut, TriageResult, summary_with_fix
 from service.replay.background import release_root, summarise, unavailable_reason
 from service.replay.harness import replay_many
 from service.replay.results import ReplayResult
@@ -218,6 +218,9 @@ def _finish(result: TriageResult, candidates: list[FixOut], release: str, t0: fl
                        f"within {deadline_s:g} s; it goes on in the background")}
         return
     status = rerank(result, candidates, on)
+    if status in ("verified", "rejected"):
+        result.summary = summary_with_fix(result.summary,
+                                          next((f for f in result.fixes if f.recommended), None))
     verified = sum(1 for f in candidates if (f.replay or {}).get("status") == "verified")
     detail = {
         "verified": f"verified by replay on {on}: {verified} of {n} candidate fixes accepted",

@@ -25,8 +25,11 @@ def failing_inputs(atoms: list[AtomOut]) -> list[str]:
         if not atom.failing:
             continue
         for inp in atom.inputs:
-            label = f"{_flagish(inp.name)}={inp.value!r}" if inp.source in ("flag", "default") \
-                else f"{inp.name}={inp.value!r}"
+            if len(repr(inp.value)) > 40 and inp.source not in ("flag", "default"):
+                label = f"{atom.text} is {atom.value}"  # a whole fact object says too much
+            else:
+                label = f"{_flagish(inp.name)}={inp.value!r}" if inp.source in ("flag", "default") \
+                    else f"{inp.name}={inp.value!r}"
             if label not in out:
                 out.append(label)
     return out
@@ -41,11 +44,22 @@ def summary(exc_type: str | None, bare: bool, location: Location | None, atoms: 
     why = f" because {', '.join(inputs)}" if inputs else ""
     fix = ""
     if fixes:
-        f = fixes[0]
-        parts = [f"drop {' '.join(f.remove)}"] if f.remove else []
-        parts += [f"set {k} {v}" for k, v in f.set.items()]
-        fix = "; fix: " + ", ".join(parts)
+        fix = "; fix: " + fix_phrase(next((f for f in fixes if f.recommended), fixes[0]))
     words = f"{what} ({release}){why}{fix}.".split()
+    return " ".join(words[:29])
+
+
+def fix_phrase(fix: FixOut) -> str:
+    """A fix in the summary's words: ``drop --a --b, set --c 3``."""
+    parts = [f"drop {' '.join(fix.remove)}"] if fix.remove else []
+    parts += [f"set {k} {v}" for k, v in fix.set.items()]
+    return ", ".join(parts)
+
+
+def with_fix(summary_text: str, fix: FixOut | None) -> str:
+    """``summary_text`` naming ``fix`` (or no fix) instead of the fix it named."""
+    head = summary_text.split("; fix: ", 1)[0].rstrip(".")
+    words = (f"{head}; fix: {fix_phrase(fix)}." if fix is not None else f"{head}.").split()
     return " ".join(words[:29])
 
 
