@@ -26,7 +26,11 @@ def test_export_confirmed(kb, tmp_path) -> None:  # noqa: ANN001
     t3 = _save(records, engine, "$ python -m sglang.launch_server --model-path /m/x --tp 2 "
                "--reasoning_parser kimi_k2\nlaunch_server.py: error: unrecognized arguments: "
                "--reasoning_parser kimi_k2\n", opts)
-    assert records.confirm(t1, {"rank": 1}, note="worked")
+    # the user confirms the fix that drops the draft size (not the engine's first: that one
+    # adds the missing companion flags)
+    drop = next(f["rank"] for f in records.get(t1)["result"]["fixes"]
+                if f["remove"] == ["--speculative-num-draft-tokens"] and not f["set"])
+    assert records.confirm(t1, {"rank": drop}, note="worked")
     assert records.confirm(t2, {"no_flag_fix": "upgrade"})
     assert not records.confirm("nope", {"rank": 1})
     incidents = {i.id: i for i in export_confirmed(records, kb.store)}

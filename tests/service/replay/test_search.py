@@ -8,6 +8,7 @@ import pytest
 from evals.incidents import load_incidents
 from evals.runner import request_for
 from service.engine import Engine, FixOut, TriageResult
+from service.engine.explain.deterministic import fix_phrase
 from service.replay.sandbox import status as sandbox_status
 from service.replay.search import needs_search, rerank, search_fixes
 
@@ -113,6 +114,8 @@ def test_search_replays_the_candidates_and_recommends_what_sglang_accepts(
         assert top.recommended and top.replay["status"] == "verified"  # type: ignore[index]
         assert sum(f.recommended for f in answer.fixes) == 1
         assert f"replay on {release} with {answer.parsed.hardware}" in top.verdict
+        # the summary names the fix replay accepted (it is cut at 29 words)
+        assert fix_phrase(top) in answer.summary or len(answer.summary.split()) == 29
     if fs["status"] == "rejected":
         assert not any(f.recommended for f in answer.fixes)
 

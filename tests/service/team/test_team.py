@@ -100,7 +100,10 @@ def slack_stub() -> Iterator[SlackStub]:
 def _env(kb_dir: Path, db: str, **extra: str) -> dict[str, str]:
     env = {**os.environ, "TRIAGE_KB_DIR": str(kb_dir), "TRIAGE_DATABASE_URL": db,
            "TRIAGE_API_KEYS": "[]", "TRIAGE_ON_DEMAND_INGEST": "false",
-           "TRIAGE_REPLAY_LEASE_S": "3", "HF_HUB_OFFLINE": "1", **extra}
+           "TRIAGE_REPLAY_LEASE_S": "3", "HF_HUB_OFFLINE": "1",
+           # the durable background jobs are under test here, not the search before answering
+           # (its verdicts would reorder the fixes by timing, and so the jobs' batch keys)
+           "TRIAGE_FIX_SEARCH_DEADLINE_S": "0", **extra}
     env.pop("TRIAGE_CHROMA_URL", None)
     return env
 
