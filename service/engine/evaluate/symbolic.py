@@ -24,7 +24,7 @@ _MAX_STEPS = 200
 _ARG_NAMES = ("self", "server_args", "cfg", "args")
 
 
-def _find_function(store: Store, version: str, name: str) -> dict[str, Any] | None:
+def function_named(store: Store, version: str, name: str) -> dict[str, Any] | None:
     """The first function called ``name`` in the validation files (cached per release; read-only)."""
     def build() -> dict[str, Any] | None:
         for row in store.query("SELECT * FROM functions WHERE release = ? AND name = ? "
@@ -96,7 +96,7 @@ def call_value(store: Store, version: str, call_src: str, env: Env) -> object:
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
     if not name:
         return UNKNOWN
-    fn = _find_function(store, version, name)
+    fn = function_named(store, version, name)
     if fn is None:
         return UNKNOWN
     node = chain.function_ast(store, version, fn)

@@ -32,7 +32,7 @@ from typing import Any
 from kb.store import Store
 from service.engine.cache import cached, release_key
 from service.engine.evaluate import chain
-from service.engine.evaluate.symbolic import call_value
+from service.engine.evaluate.symbolic import call_value, function_named
 from service.engine.expr.interpreter import UNKNOWN, Env
 from service.engine.flags.parse import ParsedArgs
 
@@ -40,18 +40,6 @@ __all__ = ["companion_sets", "literal_returns"]
 
 #: consistent tuples offered per choice site
 MAX_CONSISTENT = 2
-
-
-def _function_named(store: Store, version: str, name: str) -> dict[str, Any] | None:
-    """The first function called ``name`` in the validation files (cached per release)."""
-    def build() -> dict[str, Any] | None:
-        for row in store.query("SELECT * FROM functions WHERE release = ? AND name = ? "
-                               "ORDER BY path", (version, name)):
-            if row["path"].startswith(chain.VALIDATION_PATHS):
-                return dict(row)
-        return None
-
-    return cached(release_key(store, version, f"companions:function:{name}"), build)
 
 
 def literal_returns(store: Store, version: str, call_src: str, width: int) -> list[tuple[Any, ...]]:
@@ -69,7 +57,7 @@ def literal_returns(store: Store, version: str, call_src: str, width: int) -> li
         return []
 
     def build() -> list[tuple[Any, ...]]:
-        fn = _function_named(store, version, name)
+        fn = function_named(store, version, name)
         node = chain.function_ast(store, version, fn) if fn is not None else None
         if node is None:
             return []
