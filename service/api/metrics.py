@@ -12,8 +12,8 @@ What is measured (all names start with ``sglang_triage_``):
 ``replay_queue_depth``, ``replay_jobs_total{outcome}``, ``replay_job_seconds``
     the background replay queue: batches waiting, and each batch's run time once it ends.
 ``replay_pool_workers``, ``replay_pool_waiting``, ``replay_pool_jobs_total``,
-``replay_pool_refused_total``, ``replay_pool_worker_rss_mib{release,vendor}``,
-``replay_pool_worker_start_seconds{release,vendor}``
+``replay_pool_refused_total``, ``replay_pool_worker_rss_mib{release,machine}``,
+``replay_pool_worker_start_seconds{release,machine}``
     the warm replay pool (:mod:`service.replay.pool`): live workers, candidates waiting,
     command lines served and refused (over the bound), and per worker its memory and how
     long its start (importing torch and SGLang) took.
@@ -175,12 +175,12 @@ class PoolCollector(Collector):
                                 value=st.get("refused", 0))]
         rss = GaugeMetricFamily("sglang_triage_replay_pool_worker_rss_mib",
                                 "Resident memory of a warm replay worker.",
-                                labels=["release", "vendor"])
+                                labels=["release", "machine"])
         start = GaugeMetricFamily("sglang_triage_replay_pool_worker_start_seconds",
                                   "How long the worker's start (imports, warm-up) took.",
-                                  labels=["release", "vendor"])
+                                  labels=["release", "machine"])
         for w in workers:
-            labels = [str(w.get("release")), str(w.get("vendor"))]
+            labels = [str(w.get("release")), str(w.get("machine"))]
             rss.add_metric(labels, float(w.get("rss_mib") or 0.0))
             start.add_metric(labels, float(w.get("start_s") or 0.0))
         return [*out, rss, start]

@@ -290,6 +290,7 @@ def setup(cfg: dict[str, Any], roots: dict[str, Any]) -> tuple[Any, dict[str, An
         import sglang.srt.server_args as sa
 
         report["timings"]["import_s"] = time.perf_counter() - t1
+        report["import_consulted"] = {m: sorted(f) for m, f in kit.IMPORT_CONSULTED.items()}
         if cfg.get("hardware"):
             memory = cfg["hardware"].get("memory_mib")
             common = sys.modules.get("sglang.srt.utils.common")
@@ -375,12 +376,17 @@ def _run_forked(sa: Any, job: dict[str, Any], roots: dict[str, Any], timeout_s: 
                 with contextlib.suppress(Exception):
                     runpy.run_path(job["payload"], run_name="__payload__")
             before = set(sys.modules) if job.get("report_modules") else None
+            kit = sys.modules.get("_replay_stubkit")
+            consulted_before = set(getattr(kit, "IMPORT_CONSULTED", ()))
             result = validate(sa, job["argv"], roots)
             if repatched is not None:
                 result["repatched"] = True
                 result["probe_disagreements"] = repatched
             if before is not None:
                 result["new_modules"] = sorted(set(sys.modules) - before)
+                result["import_consulted"] = {
+                    m: sorted(f) for m, f in getattr(kit, "IMPORT_CONSULTED", {}).items()
+                    if m not in consulted_before}
             _write(job["result_path"], result)
         except BaseException as exc:  # noqa: BLE001
             with contextlib.suppress(Exception):

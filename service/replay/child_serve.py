@@ -1,11 +1,11 @@
 """The warm replay worker, executed as a script inside the sandbox (stdlib only).
 
 ``python child_serve.py <config.json>`` is started by :mod:`service.replay.pool`, one
-process per release tree, GPU vendor and cache home. It does the cold runner's setup
+process per release tree, GPU model and cache home. It does the cold runner's setup
 (:func:`child.setup`: stubs, hardware, importing ``sglang.srt.server_args``) once, then
 answers one JSON job per line on stdin with one JSON answer per line on a protocol stream
 (see :func:`serve`), each job validated in its own fork (:func:`child._run_forked`). A
-job declaring another machine of the same vendor gets it applied in its fork
+job declaring another count or memory of the same GPU gets it applied in its fork
 (:func:`_apply_hardware`, handed to the fork as ``roots["apply_hardware"]``).
 
 ``import child`` works because this script's folder is ``sys.path[0]`` when it starts
@@ -31,7 +31,7 @@ import child
 
 def _apply_hardware(job: dict[str, Any], roots: dict[str, Any]) -> dict[str, Any] | None:
     """In a warm worker's fork: declare the job's machine when it is not the one the worker
-    was set up with (same vendor: the worker is per vendor). torch's device answers and the
+    was set up with (the same GPU model: the worker is per model). torch's device answers and the
     faked ``nvidia-smi`` report the job's profile, SGLang's own probes get their originals
     back (setup replaced them by constants) and their caches emptied, then are pinned to the
     job's values as at setup. Returns the probe disagreements for this machine (None when
@@ -70,11 +70,46 @@ def _clear_sglang_caches() -> None:
                     obj.cache_clear()
 
 
+#: a job's machine fact -> the facts read through our fakes that reveal it (``_replay_hw``,
+#: ``pynvml``); any other difference (GPU model, capability) is revealed by all of _ANY
+_REVEALED_BY = {"count": {"count", "nvidia-smi"},
+                "memory_mib": {"memory", "properties", "nvidia-smi"}}
+_ANY = {"capability", "name", "properties", "nvidia-smi", "count", "memory"}
+
+
+def bound_at_import(wanted: dict[str, Any], setup: dict[str, Any], probes: dict[str, Any],
+                    setup_probes: dict[str, Any], read: set[str]) -> list[str]:
+    """Why a job's machine cannot be applied in a fork of this worker: the facts in which it
+    differs from the setup's machine that the release read while importing (``read``: every
+    fact any imported module's top level asked for). Empty: the fork can re-pin them."""
+    why = []
+    for key in sorted(set(wanted) | set(setup)):
+        if key == "name" or wanted.get(key) == setup.get(key):
+            continue
+        hit = _REVEALED_BY.get(key, _ANY) & read
+        if hit:
+            why.append(f"{key} (read at import through {', '.join(sorted(hit))})")
+    why += [f"{name} (called at import)" for name in sorted(set(probes) | set(setup_probes))
+            if probes.get(name) != setup_probes.get(name) and name in read]
+    return why
+
+
 def _serve_job(sa: Any, job: dict[str, Any], roots: dict[str, Any], report: dict[str, Any],
                default_timeout: float) -> dict[str, Any]:
-    """One job of the warm worker: validate in a fork (or answer the setup failure)."""
+    """One job of the warm worker: validate in a fork (or answer the setup failure, or
+    ``machine_bound`` when the job's machine differs in a fact the release read at import)."""
     if sa is None:
         return {**report, "setup": {k: report.get(k) for k in ("timings", "shims")}}
+    if job.get("hardware") and job["hardware"] != roots.get("setup_hardware"):
+        import _replay_stubkit as kit
+
+        read = set().union(*kit.IMPORT_CONSULTED.values())
+        why = bound_at_import(job["hardware"], roots.get("setup_hardware") or {},
+                              job.get("probes") or {}, roots.get("setup_probes") or {}, read)
+        if why:
+            return {"status": "harness_error", "phase": "machine_bound",
+                    "harness_reason": "this worker's release read these facts of its machine "
+                                      "while importing: " + "; ".join(why)}
     path = Path(job["result_path"])
     with contextlib.suppress(OSError):
         path.unlink()
@@ -97,7 +132,9 @@ def _warm_up(sa: Any, cfg: dict[str, Any], roots: dict[str, Any]) -> list[str]:
     job = {"argv": cfg["warmup_argv"], "result_path": str(work / "warmup.json"),
            "log_path": str(work / "warmup.log"), "report_modules": True}
     child._run_forked(sa, job, roots, float(cfg.get("job_timeout_s") or 120))
-    names = json.loads(Path(job["result_path"]).read_text()).get("new_modules") or []
+    warm = json.loads(Path(job["result_path"]).read_text())
+    names = warm.get("new_modules") or []
+    roots["warmup_consulted"] = warm.get("import_consulted") or {}
     done = []
     for name in names:
         if name in sys.modules or name.startswith("__"):
@@ -132,6 +169,7 @@ def serve(cfg: dict[str, Any], log_path: str) -> None:
         "stubs": [os.path.abspath(d) for d in cfg["stub_dirs"]],
         "close_in_fork": (proto_in.fileno(), proto_out.fileno()),
         "setup_hardware": cfg.get("hardware") or None,
+        "setup_probes": cfg.get("probes") or {},
         "apply_hardware": _apply_hardware,  # called by child._run_forked in each fork
     }
 
@@ -147,10 +185,12 @@ def serve(cfg: dict[str, Any], log_path: str) -> None:
         t0 = time.perf_counter()
         with contextlib.suppress(BaseException):
             report["preimported"] = len(_warm_up(sa, cfg, roots))
+        report["warmup_consulted"] = roots.get("warmup_consulted") or {}
         report.setdefault("timings", {})["warmup_s"] = time.perf_counter() - t0
     answer({"ready": True, "ok": sa is not None, "pid": os.getpid(),
             "setup": {k: report.get(k) for k in ("timings", "shims", "probe_disagreements",
-                                                 "harness_reason")}})
+                                                 "harness_reason", "import_consulted",
+                                                 "warmup_consulted")}})
     default_timeout = float(cfg.get("job_timeout_s") or 30)
     for line in proto_in:
         job_id = None

@@ -2,9 +2,9 @@
 
 A cold replay batch (:func:`service.replay.harness._run_batch`) pays 15-20 s of
 importing torch and ``sglang.srt.server_args`` before its first fork. The pool
-keeps one ``child_serve.py`` process per :class:`WorkerKey` (release tree,
-GPU vendor, cache home; each job's own profile is applied in its fork) that does the
-setup once and then
+keeps one ``child_serve.py`` process per :class:`WorkerKey` (release tree, GPU model,
+cache home: what SGLang reads of the machine while importing; a job's GPU count and
+memory are applied in its fork) that does the setup once and then
 validates one job per fork (≈0.4 s each), so a fix search's candidates are
 answered in about a second each.
 
@@ -142,6 +142,8 @@ class WarmPool:
                     pending -= 1
                 if raw is None:  # the worker cannot start: the rest go cold
                     break
+                if raw.get("phase") == "machine_bound":  # this one goes cold (WorkerKey)
+                    continue
                 restarted |= bool(raw.pop("_restarted", False))
                 raw.setdefault("timings", {}).update(
                     pool_wait_s=raw.pop("_wait_s", 0.0), warm=1.0)

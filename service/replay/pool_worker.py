@@ -47,22 +47,33 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class WorkerKey:
-    """What one warm worker is for: a release tree on one vendor's machines, with a cache home.
+    """What one warm worker is for: a release tree on one kind of machine, with a cache home.
 
-    The vendor (``nvidia``, ``amd``, ``cpu``; None: no declared hardware) fixes what the
-    worker imports with (the stub plan, the CUDA/ROCm flavour of torch's version); the
-    rest of a profile (GPU model, count, memory, compute capability, SGLang's probes) is
-    applied per job inside its fork (``child_serve._apply_hardware``), so one worker serves every
-    profile of a vendor.
+    The machine (:func:`machine_of`: vendor, GPU model, compute capability, CUDA; None: no
+    declared hardware) is what SGLang may read while it is *imported*: module constants
+    such as ``ENABLE_JIT_DEEPGEMM`` or a GPU-name check are computed once, at import, from
+    the GPU the worker was set up with, so a worker never serves another GPU model. The GPU
+    count and memory (and the probes that follow from them) are applied per job inside its
+    fork (``child_serve._apply_hardware``); a job whose count or memory differs from the
+    setup's in a fact the release read at import is answered ``machine_bound`` and goes to
+    the cold path (:meth:`service.replay.pool.WarmPool.run`).
     """
 
     tree: str
-    hardware: str | None  # the vendor of the profiles this worker serves
+    hardware: str | None  # the machine this worker serves (machine_of)
     home: str
 
     @classmethod
     def of(cls, tree: Path, hw: HardwareProfile | None, home: Path) -> WorkerKey:
-        return cls(str(tree), hw.vendor if hw else None, str(home))
+        return cls(str(tree), machine_of(hw), str(home))
+
+
+def machine_of(hw: HardwareProfile | None) -> str | None:
+    """The import-time identity of a declared machine (its vendor, GPU model, compute
+    capability and CUDA; not the count or memory): ``nvidia:NVIDIA B200:sm100:cuda12.9``."""
+    if hw is None:
+        return None
+    return f"{hw.vendor}:{hw.gpu}:sm{hw.sm}:cuda{hw.cuda}"
 
 
 @dataclass
@@ -320,7 +331,8 @@ class _Worker:
 
     def stats(self) -> dict[str, Any]:
         tree = Path(self.key.tree)
-        return {"release": tree.name, "tree": str(tree), "vendor": self.key.hardware,
+        return {"release": tree.name, "tree": str(tree), "machine": self.key.hardware,
+                "vendor": self.hw.vendor if self.hw else None,
                 "started_with": self.hw.name if self.hw else None,
                 "alive": self.alive(), "pid": self.proc.pid if self.proc else None,
                 "start_s": self.start_s, "starts": self.starts, "jobs": self.jobs,

@@ -136,17 +136,20 @@ def test_pool_collector_reports_workers_queue_and_memory() -> None:
     assert value(text, "sglang_triage_replay_pool_workers") == 0
     assert value(text, "sglang_triage_replay_pool_jobs_total") == 0
     pool.close()
-    worker = {"release": "0.5.23", "vendor": "nvidia", "alive": True, "rss_mib": 417.0,
-              "start_s": 17.1}
+    machine = "nvidia:NVIDIA B200:sm100:cuda12.9"
+    workers = [{"release": "0.5.23", "machine": machine, "vendor": "nvidia", "alive": True,
+                "rss_mib": 417.0, "start_s": 17.1},
+               {"release": "0.5.23", "machine": machine.replace("B200:sm100", "H100:sm90"),
+                "vendor": "nvidia", "alive": True, "rss_mib": 401.0, "start_s": 15.0}]
     registry = CollectorRegistry()
     registry.register(metrics.PoolCollector(
-        lambda: {"workers": [worker], "queue_depth": 2, "jobs_served": 9, "refused": 1}))
+        lambda: {"workers": workers, "queue_depth": 2, "jobs_served": 9, "refused": 1}))
     text = generate_latest(registry).decode()
-    assert value(text, "sglang_triage_replay_pool_workers") == 1
+    assert value(text, "sglang_triage_replay_pool_workers") == 2  # one release, two GPU models
     assert value(text, "sglang_triage_replay_pool_waiting") == 2
     assert value(text, "sglang_triage_replay_pool_refused_total") == 1
     assert value(text, "sglang_triage_replay_pool_worker_rss_mib", release="0.5.23",
-                 vendor="nvidia") == 417.0
+                 machine=machine) == 417.0
 
 
 @pytest.fixture()

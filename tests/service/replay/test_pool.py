@@ -8,9 +8,11 @@ code runs *inside a fork* through the pool's test hook (``PoolJob.payload``).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -24,8 +26,10 @@ import pytest
 from kb.sources import ReleaseSource
 from service.engine import get_profile
 from service.replay import replay_many
+from service.replay.launch import CHILD_SERVE
 from service.replay.plan import substitute_argv
 from service.replay.pool import PoolJob, WarmPool, WorkerKey, default_pool
+from service.replay.pool_worker import machine_of
 from service.replay.sandbox import status
 from service.replay.trees import replay_tree
 from service.settings import Settings
@@ -87,10 +91,11 @@ def _assert_same(cold: list, warm: list) -> None:
         assert w.timings["warm"] == 1.0
 
 
-def _worker(setup: dict[str, Any]) -> dict[str, Any]:
+def _worker(setup: dict[str, Any], hw: str = HW) -> dict[str, Any]:
     stats = default_pool().stats()
+    machine = machine_of(get_profile(hw))
     return next(w for w in stats["workers"] if w["tree"] == str(setup["tree"])
-                and w["vendor"] == setup["hw"].vendor)
+                and w["machine"] == machine)
 
 
 def _job(setup: dict[str, Any], argv: list[str], arch: str = LLAMA, **kw: Any) -> PoolJob:
@@ -278,16 +283,15 @@ def test_warm_equals_cold_on_0_5_23(sglang_source: Callable[[str], ReleaseSource
     _assert_same(cold, warm)
 
 
-@pytest.mark.parametrize("other", ["h100-x8", "b200-x8"])
-def test_one_worker_serves_every_profile_of_its_vendor(setup: dict[str, Any],
-                                                       compared: tuple[list, list],
-                                                       other: str) -> None:
-    """The worker set up for rtx-pro-6000-x8 answers a job declared on another NVIDIA
-    machine exactly as a cold replay on that machine does: the final ServerArgs (attention
-    backend, page size and the other values SGLang picks by GPU generation) and the probe
-    disagreements included."""
-    before = _worker(setup)
+def test_a_worker_serves_one_gpu_model_at_any_count(setup: dict[str, Any],
+                                                    compared: tuple[list, list]) -> None:
+    """The worker set up for rtx-pro-6000-x8 answers a job on two of the same GPU exactly as
+    a cold replay on that machine does (the count and the probes that follow from it are
+    applied in the fork): the final ServerArgs and the probe disagreements included."""
+    other = "rtx-pro-6000-x2"
     argvs, archs = [PASSING, ASSERTS], [LLAMA, DSV3]
+    _run(setup, argvs[:1], archs[:1], pool=True)  # the setup's worker is up
+    before = _worker(setup)
 
     def run(warm: bool) -> list:
         return replay_many(setup["root"], VERSION, argvs, hardware=other, model_arch=archs,
@@ -299,3 +303,45 @@ def test_one_worker_serves_every_profile_of_its_vendor(setup: dict[str, Any],
     after = _worker(setup)
     assert after["pid"] == before["pid"] and after["started_with"] == HW
     assert after["jobs"] == before["jobs"] + len(argvs)
+
+
+def test_another_gpu_model_gets_its_own_worker(setup: dict[str, Any],
+                                               compared: tuple[list, list]) -> None:
+    """SGLang reads the GPU while importing (module constants, GPU-name checks), so a job on
+    another GPU model is not served by a worker imported for this one: it gets a worker set
+    up for its own machine, whose answers equal a cold replay's there."""
+    other = "b200-x8"
+    argvs, archs = [PASSING, ASSERTS], [LLAMA, DSV3]
+
+    def run(warm: bool) -> list:
+        return replay_many(setup["root"], VERSION, argvs, hardware=other, model_arch=archs,
+                           timeout_s=180, job_timeout_s=60, settings=setup["settings"],
+                           use_cache=False, pool=warm)
+
+    cold, warm = run(False), run(True)
+    _assert_same(cold, warm)
+    worker = _worker(setup, other)
+    assert worker["started_with"] == other and worker["machine"] != machine_of(setup["hw"])
+
+
+def test_a_count_read_at_import_sends_the_job_cold() -> None:
+    """When the release read a fact at import that a job's machine changes (here the GPU
+    count, through ``torch.cuda.device_count``), the worker answers ``machine_bound``;
+    facts nobody read at import, and the profile's name, never bind."""
+    script = CHILD_SERVE  # a sandbox script: ``import child`` needs its folder on the path
+    spec = importlib.util.spec_from_file_location("child_serve_for_test", script)
+    assert spec is not None and spec.loader is not None
+    sys.path.insert(0, str(script.parent))
+    try:
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(script.parent))
+    x8 = {"name": "rtx-pro-6000-x8", "gpu": "G", "count": 8, "memory_mib": 98304}
+    x2 = {**x8, "name": "rtx-pro-6000-x2", "count": 2}
+    assert mod.bound_at_import(x2, x8, {}, {}, {"capability", "name"}) == []
+    assert mod.bound_at_import(x2, x8, {}, {}, {"count"}) == [
+        "count (read at import through count)"]
+    assert mod.bound_at_import({**x8, "name": "other"}, x8, {}, {}, {"count", "memory"}) == []
+    assert mod.bound_at_import(x8, x8, {"get_device_sm": 100}, {"get_device_sm": 120},
+                               {"get_device_sm"}) == ["get_device_sm (called at import)"]

@@ -29,6 +29,13 @@ import _replay_stubkit as kit
 _ORIG_RUN = subprocess.run
 _ORIG_CHECK_OUTPUT = subprocess.check_output
 
+def _noting(fact: str, fn: Any) -> Any:
+    def answer(*args: Any, **kwargs: Any) -> Any:
+        kit.consulted(fact)
+        return fn(*args, **kwargs)
+
+    return answer
+
 
 def _maybe_fail(name: str) -> None:
     """Test hook: ``call:<name>`` makes this fake raise a plain ``ValueError``.
@@ -96,14 +103,15 @@ def patch_torch(hw: dict[str, Any]) -> None:
 
     def mem_get_info(device: Any = None) -> tuple[int, int]:
         _maybe_fail("mem_get_info")
+        kit.consulted("memory")
         return int(total * 0.97), total
 
     fakes: dict[str, Any] = {
         "is_available": lambda: True,
-        "device_count": lambda: count,
-        "get_device_capability": lambda device=None: _capability(hw),
-        "get_device_name": lambda device=None: hw["gpu"],
-        "get_device_properties": lambda device=None: props,
+        "device_count": _noting("count", lambda: count),
+        "get_device_capability": _noting("capability", lambda device=None: _capability(hw)),
+        "get_device_name": _noting("name", lambda device=None: hw["gpu"]),
+        "get_device_properties": _noting("properties", lambda device=None: props),
         "mem_get_info": mem_get_info,
         "current_device": lambda: 0,
         "set_device": lambda device: None,
@@ -115,7 +123,7 @@ def patch_torch(hw: dict[str, Any]) -> None:
         "memory_reserved": lambda device=None: 0,
         "max_memory_allocated": lambda device=None: 0,
         "empty_cache": lambda: None,
-        "get_arch_list": lambda: [f"sm_{hw.get('sm') or 90}"],
+        "get_arch_list": _noting("capability", lambda: [f"sm_{hw.get('sm') or 90}"]),
         "_lazy_init": lambda: None,
         "_get_nvml_device_index": lambda device=0: int(device or 0),
     }
@@ -140,6 +148,7 @@ def _smi_value(field: str, hw: dict[str, Any]) -> str:
 
 def _fake_smi(cmd: list[str], hw: dict[str, Any]) -> tuple[int, str]:
     _maybe_fail("nvidia-smi")
+    kit.consulted("nvidia-smi")
     query = next((a.split("=", 1)[1] for a in cmd if a.startswith("--query-gpu=")), None)
     if query is None:
         return 0, ""
@@ -186,6 +195,7 @@ def patch_subprocess(hw: dict[str, Any]) -> None:
 def _constant(name: str, value: Any) -> Any:
     def probe(*args: Any, **kwargs: Any) -> Any:
         _maybe_fail(name)
+        kit.consulted(name)
         return value
 
     probe.__name__ = name

@@ -39,6 +39,23 @@ FORCED_FAILURE: str | None = None
 #: the declared hardware profile (set by the child before SGLang is imported)
 HARDWARE: dict[str, Any] = {}
 
+#: module -> the machine facts (``capability``, ``name``, ``count``, ``memory``, a probe's
+#: name, ...) its *import* read: a module whose top level asked for them holds values of the
+#: machine it was imported on (a warm worker must not reuse it for another machine)
+IMPORT_CONSULTED: dict[str, set[str]] = {}
+
+
+def consulted(fact: str) -> None:
+    """Note that a machine fact was read; every module executing its top level at this
+    moment (a ``<module>`` frame on the stack) is recorded in :data:`IMPORT_CONSULTED`."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>":
+            name = frame.f_globals.get("__name__")
+            if isinstance(name, str) and name != "__main__" and not name.startswith("_replay"):
+                IMPORT_CONSULTED.setdefault(name, set()).add(fact)
+        frame = frame.f_back  # type: ignore[assignment]
+
 
 class StubError(RuntimeError):
     """Raised by a stub on purpose (forced failures, unsupported operations)."""

@@ -31,6 +31,7 @@ class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's spelling
 
 class _Memory:
     def __init__(self) -> None:
+        kit.consulted("memory")
         total = int(kit.HARDWARE.get("memory_mib", 0)) * 1024 * 1024
         self.total, self.free, self.used = total, total, 0
 
@@ -59,6 +60,7 @@ def nvmlShutdown() -> None:  # noqa: N802
 
 def nvmlDeviceGetCount() -> int:  # noqa: N802
     _require_nvidia()
+    kit.consulted("count")
     return int(kit.HARDWARE.get("count", 0))
 
 
@@ -70,11 +72,13 @@ def nvmlDeviceGetHandleByIndex(index: int) -> int:  # noqa: N802
 
 
 def nvmlDeviceGetCudaComputeCapability(handle: Any) -> tuple[int, int]:  # noqa: N802
+    kit.consulted("capability")
     cap = kit.HARDWARE.get("capability") or (0, 0)
     return int(cap[0]), int(cap[1])
 
 
 def nvmlDeviceGetName(handle: Any) -> str:  # noqa: N802
+    kit.consulted("name")
     return str(kit.HARDWARE.get("gpu", ""))
 
 
