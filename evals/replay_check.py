@@ -26,10 +26,11 @@ from typing import Any
 from kb.settings import KBSettings
 from service.engine import TriageResult
 from service.replay.background import release_root, summarise, unavailable_reason
+from service.replay.harness import prewarm as _prewarm
 from service.replay.harness import replay_many
 from service.replay.search import search_fixes
 
-__all__ = ["judge", "searched"]
+__all__ = ["judge", "prewarm", "searched"]
 
 #: the search waits this long in the eval (answers must not depend on the machine's load)
 EVAL_DEADLINE_S = 600.0
@@ -40,6 +41,15 @@ def searched(result: TriageResult, settings: KBSettings, max_candidates: int = 5
     """``result`` after the fix search the service runs before answering (no deadline)."""
     return search_fixes(result, settings, deadline_s=EVAL_DEADLINE_S,
                         max_candidates=max_candidates)
+
+
+def prewarm(settings: KBSettings, release: str | None, hardware: str | None) -> bool:
+    """Start the warm replay worker for ``release`` on ``hardware`` in the background (the
+    eval calls it for the next group of incidents while it answers the current one); False
+    when replay could not run for that release (no sandbox, no wheel in the cache)."""
+    if release is None or unavailable_reason(settings, release, ["--model-path", "m"]):
+        return False
+    return _prewarm(release_root(settings, release), release, hardware, settings)
 
 
 def judge(result: dict[str, Any], settings: KBSettings) -> dict[str, Any]:

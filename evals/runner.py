@@ -217,6 +217,32 @@ def _system(name: str, incidents: list[Incident], preds: list[Prediction],
                         by_release=_groups(scores, lambda s: s.expected_release, release_order))
 
 
+def _order(incidents: list[Incident], replay: bool) -> list[int]:
+    """The order incidents are answered in (reports keep the file's order). With replay,
+    grouped by release and machine: a warm replay worker serves one release on one GPU
+    model (:class:`service.replay.pool.WorkerKey`), so each is started once, not once per
+    switch between interleaved incidents."""
+    order = list(range(len(incidents)))
+    if replay:
+        order.sort(key=lambda i: (incidents[i].release or "", incidents[i].hardware or ""))
+    return order
+
+
+def _prewarm_next(settings: Any, incidents: list[Incident], order: list[int], at: int) -> None:  # noqa: ANN401
+    """At the first incident of a (release, machine) group, start the next group's warm
+    replay worker in the background: its start overlaps this group's answers."""
+    def group(k: int) -> tuple[str | None, str | None]:
+        return incidents[order[k]].release, incidents[order[k]].hardware
+
+    if at > 0 and group(at) == group(at - 1):
+        return
+    nxt = next((k for k in range(at + 1, len(order)) if group(k) != group(at)), None)
+    if nxt is not None:
+        from evals.replay_check import prewarm
+
+        prewarm(settings, *group(nxt))
+
+
 def run_eval(incidents: list[Incident], engine_or_url: Any, *, kb: KnowledgeBase | None = None,
              baselines: bool = False, timeout: float = 120.0,
              headers: dict[str, str] | None = None,
@@ -238,10 +264,15 @@ def run_eval(incidents: list[Incident], engine_or_url: Any, *, kb: KnowledgeBase
         kb = kb or getattr(engine_or_url, "kb", None)
     store = kb.store if kb is not None else None
     preds: dict[str, list[Prediction]] = {"engine": []}
-    for i, inc in enumerate(incidents, start=1):
-        preds["engine"].append(_predict_engine(call, inc))
+    answers: dict[int, Prediction] = {}
+    order = _order(incidents, replay is not None)
+    for done, i in enumerate(order, start=1):
+        if replay is not None and not isinstance(engine_or_url, str):
+            _prewarm_next(replay, incidents, order, done - 1)
+        answers[i] = _predict_engine(call, incidents[i])
         if progress:
-            progress("engine", i, len(incidents))
+            progress("engine", done, len(incidents))
+    preds["engine"] = [answers[i] for i in range(len(incidents))]
     if baselines:
         if kb is None:
             raise ValueError("baselines need a local KB (kb=...)")

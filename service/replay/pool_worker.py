@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from service.engine import HardwareProfile
 from service.replay import sandbox
 from service.replay.launch import CHILD_SERVE, HARNESS_DIR, STUB_DIRS, _child_env, _tail
-from service.replay.plan import hardware_payload, probe_values, stub_plan, substitute_argv
+from service.replay.plan import hardware_payload, probe_values, stub_plan
 
 __all__ = ["ANSWER_MARGIN_S", "WORKER_CPU_S", "PoolJob", "WorkerKey"]
 
@@ -227,9 +227,7 @@ class _Worker:
                "force_stubs": force, "fallback_stubs": fallback,
                "hardware": hardware_payload(self.hw), "probes": probe_values(self.hw),
                "forced_failure": None, "log_path": str(self.work / "worker.log"),
-               "job_timeout_s": 120, "warmup_argv": substitute_argv(
-                   ["--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--tp",
-                    str(self.hw.count if self.hw else 1)], "LlamaForCausalLM", home)[0]}
+               "job_timeout_s": 120}
         (self.work / "config.json").write_text(json.dumps(cfg))
         cmd = sandbox.command(
             [sys.executable, "-s", str(CHILD_SERVE), str(self.work / "config.json")],

@@ -268,8 +268,9 @@ def test_idle_workers_are_stopped(tmp_path: Path) -> None:
 
 def test_warm_equals_cold_on_0_5_23(sglang_source: Callable[[str], ReleaseSource],
                                     cache_settings: Settings) -> None:
-    """0.5.23's resolution pipeline imports lazily; the worker pre-imports what a warm-up
-    validation imported (``child._warm_up``): the verdicts must not change."""
+    """0.5.23's resolution pipeline imports lazily; after answering its first jobs the worker
+    imports what their forks imported (``child_serve._preimport``), so later forks start
+    with it: the verdicts must not change."""
     root = sglang_source("0.5.23").root
     argvs, archs = [PASSING, ASSERTS, ARGPARSE], [LLAMA, DSV3, LLAMA]
 
@@ -281,6 +282,7 @@ def test_warm_equals_cold_on_0_5_23(sglang_source: Callable[[str], ReleaseSource
     cold, warm = run(False), run(True)
     assert [r.status for r in cold] == ["passed", "raised", "argparse_error"]
     _assert_same(cold, warm)
+    assert warm[-1].timings["preimport_s"] > 0  # the worker learnt from a first job
 
 
 def test_a_worker_serves_one_gpu_model_at_any_count(setup: dict[str, Any],
