@@ -68,10 +68,12 @@ sandbox:
 postgres:
 	sh scripts/install-debian.sh /usr/lib/postgresql/15/bin/initdb postgresql
 
+# the suite runs in two processes (pytest-xdist), each test file whole in one of them
+TEST_WORKERS ?= 2
 test: install-dev browser sandbox postgres
 	$(BIN)/ruff check kb ingest service evals tests bench
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # BENCH_ALL=1 adds bench/ingest_all.py (every release since 0.5.0, ~15 minutes).
 BENCH_ALL ?=

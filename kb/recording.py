@@ -162,13 +162,21 @@ def engine_root_cause(result: dict[str, Any]) -> list[str]:
                 flags += list((fix.get("set") or {}).keys())
         return flags
     ev = result.get("evaluation") or {}
-    check = result.get("check") or {}
-    guards = [g.get("condition") or "" for g in check.get("guards") or []]
-    atoms = [a for a in ev.get("atoms") or [] if a.get("role") == "guard"]
-    groups = _group_guard_atoms(atoms, guards)
-    tests = [a for a in ev.get("atoms") or [] if a.get("role") == "test"]
-    if tests:
-        groups[len(guards)] = tests
+    every = ev.get("atoms") or []
+    if every and all(isinstance(a.get("piece"), int) for a in every):
+        # answers that say which piece each atom is a leaf of (every call site excluded)
+        groups: dict[int, list[dict[str, Any]]] = {}
+        for atom in every:
+            if atom.get("role") != "call_site":
+                groups.setdefault(atom["piece"], []).append(atom)
+    else:  # older records: atoms matched to the guards' texts
+        check = result.get("check") or {}
+        guards = [g.get("condition") or "" for g in check.get("guards") or []]
+        atoms = [a for a in every if a.get("role") == "guard"]
+        groups = _group_guard_atoms(atoms, guards)
+        tests = [a for a in every if a.get("role") == "test"]
+        if tests:
+            groups[len(guards)] = tests
     for idx in sorted(groups, reverse=True):
         found: list[str] = []
         for atom in groups[idx]:

@@ -92,6 +92,10 @@ class AtomOut(BaseModel):
     value: Literal["true", "false", "unknown"]
     failing: bool
     inputs: list[AtomInput]
+    #: which piece of the path (a call site, a guard, the check's own test; in path order)
+    #: the atom is a leaf of: a guard naming a local (``uses_x and y``) is evaluated with
+    #: the local's definition, so its atoms' texts need not appear in the guard's text
+    piece: int | None = None
 
 
 class EvaluationOut(BaseModel):

@@ -59,12 +59,6 @@ class _ShippedVerdicts:
         return [self.by_id.get(i.id) for i in incidents]
 
 
-@pytest.mark.xfail(reason="#20 changed the evaluator the generator searches with (resolution "
-                   "pipeline, 'not'-signed atoms): seed 0 now proposes other incidents, and a "
-                   "regenerated generated_more.jsonl keeps only 9 for 0.5.5 (the minimum is 10); "
-                   "the shipped files stay the #19 run's, root causes re-derived "
-                   "(scripts/rederive_root_causes.py) until they are regenerated with a larger "
-                   "quota", strict=False)
 @pytest.mark.parametrize(("name", "release"), PARTS)
 def test_shipped_file_is_the_scripts_output(kb, by_file, name, release) -> None:  # noqa: ANN001
     """Each release's part of a shipped generated file is exactly what seed 0 produces,

@@ -98,6 +98,29 @@ def test_root_cause_takes_the_innermost_piece_with_user_flags() -> None:
         ["--reasoning_parser"]
 
 
+def test_root_cause_follows_the_pieces_a_guard_on_a_local_expands_to() -> None:
+    """``uses_x and cfg.mode != "null"`` is evaluated with the local's definition: its atoms
+    (``cfg.dtype == 'nvfp4'``, ...) appear in no guard's text, and only the piece index each
+    atom carries ties them to the guard that fired."""
+    def atom(text: str, piece: int, failing: bool, name: str, role: str = "guard") -> dict:
+        return {"text": text, "role": role, "failing": failing, "piece": piece,
+                "inputs": [{"name": name, "source": "flag"}]}
+
+    result = {"status": "located",
+              "check": {"guards": [{"condition": "cfg.dtype not in ('nvfp4',)"},
+                                   {"condition": 'uses_x and cfg.mode != "null"'}]},
+              "evaluation": {"atoms": [
+                  atom("cfg.model == 'm'", 0, True, "model", role="call_site"),
+                  atom("cfg.dtype not in ('nvfp4',)", 1, True, "dtype"),
+                  atom("cfg.dtype == 'nvfp4'", 2, True, "dtype"),
+                  atom("'trtllm_mha' in (cfg.decode,)", 2, True, "decode"),
+                  atom("cfg.mode != 'null'", 2, True, "mode")]}}
+    assert engine_root_cause(result) == ["decode", "dtype", "mode"]
+    for a in result["evaluation"]["atoms"]:  # a record without pieces: matched by text
+        del a["piece"]
+    assert engine_root_cause(result) == ["mode"]
+
+
 def test_grounding_and_scoring_edges(kb) -> None:  # noqa: ANN001
     assert grounded(kb.store, ["0.5.11:sglang/srt/server_args.py:3519-3522"]) is True
     assert grounded(kb.store, ["0.5.11:sglang/srt/server_args.py:99999999"]) is False

@@ -18,14 +18,14 @@ _HW_FACT_HINTS = ("sm", "cuda", "hip", "npu", "blackwell", "hopper", "device", "
 
 def _atoms(ev) -> list[AtomOut]:  # noqa: ANN001
     out: list[AtomOut] = []
-    for part in ev.parts:
+    for piece, part in enumerate(ev.parts):
         # an atom "fails" when its value pushes the piece towards firing (never one of a
         # sibling check the path passed: that is not why this one fired)
         for atom, failing in zip(part.result.atoms, part.atoms_failing(), strict=True):
             out.append(AtomOut(
                 text=atom.text, role=part.role, value=tri(atom.value), failing=failing,
                 inputs=[AtomInput(name=n, value=jsonable(v), source=p.kind, detail=p.detail)
-                        for n, v, p in atom.inputs]))
+                        for n, v, p in atom.inputs], piece=piece))
     return out
 
 

@@ -72,8 +72,9 @@ def setup(sglang_source: Callable[[str], ReleaseSource], cache_settings: Setting
             "settings": cache_settings, "pool": default_pool()}
 
 
-def _run(setup: dict[str, Any], argvs: list[list[str]], archs: list[str], **kw: Any) -> list:
-    return replay_many(setup["root"], VERSION, argvs, hardware=HW, model_arch=archs,
+def _run(setup: dict[str, Any], argvs: list[list[str]], archs: list[str], hardware: str = HW,
+         **kw: Any) -> list:
+    return replay_many(setup["root"], VERSION, argvs, hardware=hardware, model_arch=archs,
                        timeout_s=180, job_timeout_s=60, settings=setup["settings"],
                        use_cache=False, **kw)
 
@@ -294,13 +295,8 @@ def test_a_worker_serves_one_gpu_model_at_any_count(setup: dict[str, Any],
     argvs, archs = [PASSING, ASSERTS], [LLAMA, DSV3]
     _run(setup, argvs[:1], archs[:1], pool=True)  # the setup's worker is up
     before = _worker(setup)
-
-    def run(warm: bool) -> list:
-        return replay_many(setup["root"], VERSION, argvs, hardware=other, model_arch=archs,
-                           timeout_s=180, job_timeout_s=60, settings=setup["settings"],
-                           use_cache=False, pool=warm)
-
-    cold, warm = run(False), run(True)
+    cold = _run(setup, argvs, archs, hardware=other, pool=False)
+    warm = _run(setup, argvs, archs, hardware=other, pool=True)
     _assert_same(cold, warm)
     after = _worker(setup)
     assert after["pid"] == before["pid"] and after["started_with"] == HW
@@ -314,13 +310,8 @@ def test_another_gpu_model_gets_its_own_worker(setup: dict[str, Any],
     up for its own machine, whose answers equal a cold replay's there."""
     other = "b200-x8"
     argvs, archs = [PASSING, ASSERTS], [LLAMA, DSV3]
-
-    def run(warm: bool) -> list:
-        return replay_many(setup["root"], VERSION, argvs, hardware=other, model_arch=archs,
-                           timeout_s=180, job_timeout_s=60, settings=setup["settings"],
-                           use_cache=False, pool=warm)
-
-    cold, warm = run(False), run(True)
+    cold = _run(setup, argvs, archs, hardware=other, pool=False)
+    warm = _run(setup, argvs, archs, hardware=other, pool=True)
     _assert_same(cold, warm)
     worker = _worker(setup, other)
     assert worker["started_with"] == other and worker["machine"] != machine_of(setup["hw"])
