@@ -388,8 +388,12 @@ class _ThreadedHandler(SlackRequestHandler):
         if req.method != "POST":
             return await super().handle(req, addition_context_properties)
         body = await req.body()
-        bolt_resp = await run_in_threadpool(self.app.dispatch,
-                                            to_bolt_request(req, body, addition_context_properties))
+        try:  # Bolt parses the body before it checks the signature
+            bolt_req = to_bolt_request(req, body, addition_context_properties)
+        except ValueError:  # a body starting with "{" that is not JSON, bad form encoding
+            return Response("the request body is neither JSON nor form data", status_code=400,
+                            media_type="text/plain")
+        bolt_resp = await run_in_threadpool(self.app.dispatch, bolt_req)
         return to_starlette_response(bolt_resp)
 
 
