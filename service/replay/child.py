@@ -16,7 +16,16 @@ or more command lines), then
    The fork keeps every replay isolated from the others (SGLang keeps global
    state) while the 10-20 s of importing torch and SGLang is paid once; a fork
    that outlives its time limit is killed;
-5. classifies each outcome and writes it as JSON to the job's result path.
+5. classifies each outcome and hands it back through a pipe the fork cannot reach once
+   it is done: fork -> this process (:func:`_run_forked`), this process -> the service
+   (the cold runner's ``result_fd``, the warm worker's protocol stream). After each fork,
+   any other process left in the sandbox's PID namespace is killed and reported
+   (``leftover_processes``): a warm worker that reports one is retired by the pool.
+
+Before anything SGLang parses is used, :mod:`child_guard` checks the namespace its real
+parser produced (no ``trust_remote_code``, no ``--config``, the model paths only the
+generated folders) and makes transformers' remote-code loaders refuse; a job that tripped
+either is answered ``harness_error`` with phase ``unsafe``, never ``passed``.
 
 ``child_serve.py`` (next to this file), the warm worker of :mod:`service.replay.pool`,
 does steps 1-3 once, then validates one job per fork as in step 4 (:func:`_run_forked`).
@@ -29,66 +38,25 @@ import contextlib
 import dataclasses
 import enum
 import io
-import ipaddress
 import json
 import os
 import resource
-import socket
 import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
+try:  # run as a script in the sandbox: this folder is sys.path[0]
+    import child_guard
+except ImportError:  # imported as service.replay.child (unit tests)
+    from service.replay import child_guard  # type: ignore[no-redef]
+NetworkBlocked = child_guard.NetworkBlocked
+install_socket_guard = child_guard.install_socket_guard
+
 HERE = Path(__file__).resolve().parent
-_HARNESS_FILES = {str(Path(__file__).resolve()), str(HERE / "child_serve.py")}
-
-
-class NetworkBlocked(OSError):
-    """A connection to a non-loopback address was attempted during replay."""
-
-
-def _is_loopback(host: Any) -> bool:
-    if host is None:
-        return True
-    host = str(host)
-    if host in ("localhost", "") or host.startswith("/"):
-        return True
-    try:
-        return ipaddress.ip_address(host.split("%")[0]).is_loopback
-    except ValueError:
-        return False
-
-
-def install_socket_guard() -> None:
-    """Refuse ``connect`` (and name lookups) for anything but loopback and Unix sockets."""
-    orig_connect = socket.socket.connect
-    orig_connect_ex = socket.socket.connect_ex
-    orig_getaddrinfo = socket.getaddrinfo
-
-    def _check(self: socket.socket, address: Any) -> None:
-        if self.family == getattr(socket, "AF_UNIX", None):
-            return
-        host = address[0] if isinstance(address, tuple) else address
-        if not _is_loopback(host):
-            raise NetworkBlocked(f"replay harness: network access to {address!r} is blocked")
-
-    def connect(self: socket.socket, address: Any) -> None:
-        _check(self, address)
-        return orig_connect(self, address)
-
-    def connect_ex(self: socket.socket, address: Any) -> int:
-        _check(self, address)
-        return orig_connect_ex(self, address)
-
-    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _is_loopback(host if not isinstance(host, bytes) else host.decode()):
-            raise NetworkBlocked(f"replay harness: name lookup of {host!r} is blocked")
-        return orig_getaddrinfo(host, *args, **kwargs)
-
-    socket.socket.connect = connect  # type: ignore[method-assign]
-    socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]
-    socket.getaddrinfo = getaddrinfo  # type: ignore[assignment]
+_HARNESS_FILES = {str(Path(__file__).resolve()), str(HERE / "child_serve.py"),
+                  str(HERE / "child_guard.py")}
 
 
 # ------------------------------------------------------------------ JSON-safe values
@@ -285,6 +253,7 @@ def setup(cfg: dict[str, Any], roots: dict[str, Any]) -> tuple[Any, dict[str, An
         import sglang.srt.server_args as sa
 
         report["timings"]["import_s"] = time.perf_counter() - t1
+        report["code_guard"] = child_guard.install_code_guard()
         report["import_consulted"] = {m: sorted(f) for m, f in kit.IMPORT_CONSULTED.items()}
         if cfg.get("hardware"):
             memory = cfg["hardware"].get("memory_mib")
@@ -335,33 +304,55 @@ def validate(sa: Any, argv: list[str], roots: dict[str, Any]) -> dict[str, Any]:
             result.update(classify(exc, roots))
             result["status"] = "harness_error"
             result["harness_reason"] = f"SystemExit({exc.code!r}) during validation"
+    except child_guard.UnsafeArgv as exc:
+        result.update(unsafe(str(exc)))
     except BaseException as exc:  # noqa: BLE001 - classified below
         result.update(classify(exc, roots))
+    if child_guard.EVENTS:  # even when SGLang swallowed the refusal (DFLASH) and went on
+        result.pop("server_args", None)
+        result.update(unsafe("replay refused: the release tried to load code from a model "
+                             f"folder ({', '.join(sorted(set(child_guard.EVENTS)))})"))
     result["timings"] = {"validate_s": time.perf_counter() - t0}
     result["stubs_served"] = _served(roots)
     return result
 
 
-def _write(path: str, result: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
-    Path(tmp).write_text(json.dumps(result, default=repr))
-    os.replace(tmp, path)
+def unsafe(reason: str) -> dict[str, Any]:
+    """The answer for a job the guards refused (never SGLang's verdict, never ``passed``)."""
+    return {"status": "harness_error", "phase": "unsafe", "harness_reason": reason[:500],
+            "exception_type": None, "message": None, "frames": [], "all_frames": []}
 
 
-def _run_forked(sa: Any, job: dict[str, Any], roots: dict[str, Any], timeout_s: float) -> None:
-    """Validate one job in a forked copy of the warmed-up process, killed after ``timeout_s``."""
+def _send(fd: int, result: dict[str, Any]) -> None:
+    data = (json.dumps(result, default=repr) + "\n").encode()
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _run_forked(sa: Any, job: dict[str, Any], roots: dict[str, Any],
+                timeout_s: float) -> dict[str, Any]:
+    """Validate one job in a forked copy of the warmed-up process, killed after ``timeout_s``;
+    its result comes back through a pipe. Then every other process left in the sandbox is
+    killed and counted in ``leftover_processes``."""
     sys.stdout.flush()
     sys.stderr.flush()
+    read_fd, write_fd = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the fork: own log file, validate, write, leave without cleanup
+    if pid == 0:  # the fork: own folder and log file, validate, send, leave without cleanup
         try:
-            for keep in roots.get("close_in_fork", ()):  # the warm worker's protocol pipes
+            os.close(read_fd)
+            for keep in roots.get("close_in_fork", ()):  # the runner's own result streams
                 with contextlib.suppress(OSError):
                     os.close(keep)
+            if job.get("workdir"):  # a warm job's own folder (HOME, TMPDIR, cwd)
+                os.chdir(job["workdir"])
+                os.environ.update(HOME=job["workdir"], TMPDIR=job["workdir"])
             fd = os.open(job["log_path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(fd, 1)
             os.dup2(fd, 2)
             _limit_cpu(timeout_s)
+            del child_guard.EVENTS[:]
+            child_guard.install_argv_guard(job.get("allowed_paths") or [])
             os.environ.update({str(k): str(v) for k, v in (job.get("env") or {}).items()})
             hook = roots.get("apply_hardware")  # the warm worker's (child_serve.serve)
             repatched = hook(job, roots) if hook is not None else None
@@ -381,29 +372,46 @@ def _run_forked(sa: Any, job: dict[str, Any], roots: dict[str, Any], timeout_s: 
                 result["new_modules"] = sorted(set(sys.modules) - before)
                 result["import_consulted"] = {m: sorted(f) for m, f in read.items()
                                               if m not in read_before}
-            _write(job["result_path"], result)
+            _send(write_fd, result)
         except BaseException as exc:  # noqa: BLE001
             with contextlib.suppress(Exception):
-                _write(job["result_path"], _runner_failure(exc))
+                _send(write_fd, _runner_failure(exc))
         finally:
             os._exit(0)
+    os.close(write_fd)
+    os.set_blocking(read_fd, False)
+    buf, status, timed_out = bytearray(), 0, False
     deadline = time.monotonic() + timeout_s
     while True:
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(read_fd, 1 << 20):
+                buf += chunk
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             break
         if time.monotonic() > deadline:
             os.kill(pid, 9)
             os.waitpid(pid, 0)
-            _write(job["result_path"], {
-                "status": "harness_error", "phase": "timeout",
-                "harness_reason": f"validation did not finish within {timeout_s:.0f}s (killed)"})
-            return
+            timed_out = True
+            break
         time.sleep(0.02)
-    if not Path(job["result_path"]).exists():
-        _write(job["result_path"], {
-            "status": "harness_error", "phase": "crash",
-            "harness_reason": f"the validating process died (wait status {status})"})
+    leftovers = child_guard.kill_leftovers(set())  # before the rest of the pipe is read
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(read_fd, 1 << 20):
+            buf += chunk
+    os.close(read_fd)
+    line = bytes(buf).split(b"\n", 1)[0]
+    try:
+        result = json.loads(line) if line and not timed_out else None
+    except ValueError:
+        result = None
+    if not isinstance(result, dict):
+        result = {"status": "harness_error", "phase": "timeout" if timed_out else "crash",
+                  "harness_reason": f"validation did not finish within {timeout_s:.0f}s (killed)"
+                  if timed_out else f"the validating process died (wait status {status})"}
+    if leftovers:
+        result["leftover_processes"] = len(leftovers)
+    return result
 
 
 def _limit_cpu(timeout_s: float) -> None:
@@ -458,37 +466,41 @@ class _Tee(io.TextIOBase):
 
 
 def main() -> int:
+    """The cold runner: one result line ``{"index", "result"}`` per job on the descriptor
+    ``result_fd`` (a pipe the service reads; forks close it first thing), plus
+    ``{"options": ...}`` first when ``dump_options`` is set."""
     cfg = json.loads(Path(sys.argv[1]).read_text())
     jobs = cfg["jobs"]
+    out_fd = int(cfg["result_fd"])
     roots: dict[str, Any] = {
         "release": os.path.abspath(cfg["release_root"]),
         "stubs": [os.path.abspath(d) for d in cfg["stub_dirs"]],
+        "close_in_fork": (out_fd,),
     }
     if cfg.get("test_payload"):  # tests only: run a script inside the sandbox, before all else
         import runpy
 
         with contextlib.suppress(BaseException):
             runpy.run_path(cfg["test_payload"], run_name="__payload__")
+    done: set[int] = set()
     try:
         sa, report = setup(cfg, roots)
-        if sa is None:
-            for job in jobs:
-                _write(job["result_path"], report)
-        else:
-            for job in jobs:
-                if Path(job["result_path"]).exists():
-                    continue
-                _run_forked(sa, job, roots, float(cfg["job_timeout_s"]))
-                with contextlib.suppress(Exception):
-                    result = json.loads(Path(job["result_path"]).read_text())
-                    result["setup"] = {k: report.get(k) for k in
-                                       ("timings", "shims", "probe_disagreements")}
-                    _write(job["result_path"], result)
+        if sa is not None and cfg.get("dump_options"):
+            _send(out_fd, {"options": child_guard.dump_options(sa)})
+        for i, job in enumerate(jobs):
+            if sa is None:
+                result = report
+            else:
+                result = _run_forked(sa, job, roots, float(cfg["job_timeout_s"]))
+                result["setup"] = {k: report.get(k) for k in
+                                   ("timings", "shims", "probe_disagreements")}
+            _send(out_fd, {"index": i, "result": result})
+            done.add(i)
     except BaseException as exc:  # noqa: BLE001 - report rather than crash
-        for job in jobs:
-            if not Path(job["result_path"]).exists():
+        for i in range(len(jobs)):
+            if i not in done:
                 with contextlib.suppress(Exception):
-                    _write(job["result_path"], _runner_failure(exc))
+                    _send(out_fd, {"index": i, "result": _runner_failure(exc)})
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # skip atexit hooks and non-daemon threads the release may have started

@@ -110,14 +110,10 @@ def _serve_job(sa: Any, job: dict[str, Any], roots: dict[str, Any], report: dict
             return {"status": "harness_error", "phase": "machine_bound",
                     "harness_reason": "this worker's release read these facts of its machine "
                                       "while importing: " + "; ".join(why)}
-    path = Path(job["result_path"])
-    with contextlib.suppress(OSError):
-        path.unlink()
     learn = roots.get("learn_left", 0) > 0
     if learn:
         job = {**job, "report_modules": True}
-    child._run_forked(sa, job, roots, float(job.get("timeout_s") or default_timeout))
-    result = json.loads(path.read_text())
+    result = child._run_forked(sa, job, roots, float(job.get("timeout_s") or default_timeout))
     lazily = result.pop("new_modules", None)
     result.pop("import_consulted", None)
     if learn and lazily:
@@ -126,8 +122,6 @@ def _serve_job(sa: Any, job: dict[str, Any], roots: dict[str, Any], report: dict
     result["setup"] = {k: report.get(k) for k in ("timings", "shims", "probe_disagreements")}
     if result.pop("repatched", False):  # this job's machine, not the setup's
         result["setup"]["probe_disagreements"] = result.pop("probe_disagreements", None) or {}
-    with contextlib.suppress(OSError):
-        path.unlink()
     return result
 
 
@@ -159,10 +153,13 @@ def serve(cfg: dict[str, Any], log_path: str) -> None:
     duplicated, then fd 0 becomes ``/dev/null`` and fds 1 and 2 the worker's log
     file, so nothing SGLang or a stub prints can corrupt an answer (forks close the
     duplicates first thing). After setup one line ``{"ready": true, "ok": bool,
-    "setup": ...}`` is written; then for each job line ``{"id", "argv",
-    "result_path", "log_path", "timeout_s", "env"?}`` the job is validated in a fork
-    (``env`` applied in the fork only) and answered ``{"id", "result"}`` (or
-    ``{"id", "error"}`` for a line that is not a job). EOF on stdin ends the worker.
+    "setup": ...}`` is written; then for each job line ``{"id", "argv", "workdir",
+    "log_path", "allowed_paths", "timeout_s", "env"?}`` the job is validated in a fork
+    (in its own ``workdir``, ``env`` applied in the fork only; the result comes back
+    through a pipe, never a file) and answered ``{"id", "result"}`` (or ``{"id",
+    "error"}`` for a line that is not a job). A result with ``leftover_processes``
+    (the job left processes behind; they were killed) tells the pool to retire this
+    worker. EOF on stdin ends the worker.
     """
     proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
     proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8")

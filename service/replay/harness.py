@@ -39,8 +39,6 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,8 +57,17 @@ from service.replay.launch import (  # noqa: F401 - re-exported for existing cal
     _child_env,
     _extra_env,
     _tail,
+    run_with_results,
 )
-from service.replay.plan import hardware_payload, probe_values, stub_plan, substitute_argv
+from service.replay.messages import vet
+from service.replay.options import option_table
+from service.replay.plan import (
+    generated_paths,
+    hardware_payload,
+    probe_values,
+    stub_plan,
+    substitute_argv,
+)
 from service.replay.queue import ReplayQueue
 from service.replay.results import Frame, ReplayResult
 from service.replay.trees import replay_tree
@@ -138,6 +145,34 @@ def _cache_put(home: Path, key: str, result: ReplayResult) -> None:
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(result.model_dump_json())
     os.replace(tmp, path)
+    _prune_cache(home)
+
+
+#: Replay verdicts kept on disk (keyed by users' command lines): beyond it the least
+#: recently written are deleted, looked at every :data:`CACHE_PRUNE_EVERY` writes.
+CACHE_MAX_FILES = 20_000
+CACHE_PRUNE_EVERY = 200
+_cache_writes = [0]
+
+
+def _prune_cache(home: Path) -> int:
+    """Delete the oldest cached verdicts beyond :data:`CACHE_MAX_FILES` (every
+    :data:`CACHE_PRUNE_EVERY` writes of this process). Returns how many were deleted."""
+    _cache_writes[0] += 1
+    if _cache_writes[0] % CACHE_PRUNE_EVERY:
+        return 0
+    files: list[tuple[float, str]] = []
+    with contextlib.suppress(OSError):
+        for sub in os.scandir(home / "replay-cache"):
+            if sub.is_dir():
+                files += [(f.stat().st_mtime, f.path) for f in os.scandir(sub.path)
+                          if f.name.endswith(".json")]
+    files.sort()
+    doomed = files[:max(0, len(files) - CACHE_MAX_FILES)]
+    for _, name in doomed:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+    return len(doomed)
 
 
 def _frame(raw: Any) -> Frame | None:
@@ -148,7 +183,12 @@ def _frame(raw: Any) -> Frame | None:
                  code=str(raw.get("code", "")))
 
 
-def _to_result(raw: dict[str, Any], base: dict[str, Any]) -> ReplayResult:
+def _to_result(raw: dict[str, Any], base: dict[str, Any],
+               tree: Path | None = None) -> ReplayResult:
+    """A child's raw answer as a :class:`ReplayResult`; with the release ``tree``, its
+    exception text is vetted first (:func:`service.replay.messages.vet`)."""
+    if tree is not None:
+        raw = vet(raw, tree)
     setup = raw.get("setup") or {}
     timings = {**(setup.get("timings") or {}), **(raw.get("timings") or {})}
     all_frames = [f for f in (_frame(x) for x in raw.get("all_frames") or []) if f]
@@ -222,9 +262,24 @@ def replay_many(
             raise ReplayError("model_arch must be one architecture or one per command line")
     results: list[ReplayResult | None] = [None] * len(argvs)
     pending: list[tuple[int, str, dict[str, Any], list[str]]] = []
+    # the release's own option table (a sandboxed read, once per tree); a caller with a
+    # deadline waits for it until then: its command lines are answered unverified after
+    reading = argvs and sandbox.status().available
+    options = option_table(
+        tree, settings.home, lambda: _dump_options(tree, hw, settings.home, timeout_s),
+        wait_s=None if deadline_at is None else deadline_at - time.monotonic(),
+    ) if reading else None
     for i, argv in enumerate(argvs):
         argv = [str(a) for a in argv]
-        run_argv, arch, notes = substitute_argv(argv, archs[i], settings.home)
+        if reading and options is None and deadline_at is not None:
+            results[i] = _to_result(_unreplayed("the release's option table is still being "
+                                                "read"), {"version": version, "argv": argv,
+                                                          "hardware": hw.name if hw else None})
+            continue
+        run_argv, arch, notes = substitute_argv(argv, archs[i], settings.home, options)
+        if options is None:
+            notes.append("the release's own option table could not be read: options were "
+                         "resolved against replay's fallback table")
         base = {"version": version, "argv": argv, "effective_argv": run_argv or [],
                 "hardware": hw.name if hw else None, "model_arch": arch,
                 "substitutions": notes, "notes": [f"release tree: {tree} ({tree_note})"]}
@@ -280,15 +335,28 @@ def prewarm(release_root: Path, version: str, hardware: str | None,
         hw = get_profile(hardware) if hardware else None
         tree, _ = replay_tree(Path(release_root), version, home=settings.home,
                               wheel_dir=settings.wheel_dir)
+        home = settings.home
+        option_table(tree, home, lambda: _dump_options(tree, hw, home, 180.0), wait_s=0.0)
         return default_pool().prestart(tree, hw, settings.home)
     except Exception:  # noqa: BLE001 - a head start only: replay_many reports real failures
         return False
 
 
-def _unreplayed() -> dict[str, Any]:
+def _dump_options(tree: Path, hw: HardwareProfile | None, home: Path,
+                  timeout_s: float) -> dict[str, Any] | None:
+    """The release's option table, read by a sandboxed child from its real parser."""
+    out: list[dict[str, Any]] = []
+    try:
+        _run_batch(tree, hw, [], None, max(timeout_s, 120.0), 30, None, [], home,
+                   dump_options=True, options_out=out)
+    except ReplayError:
+        return None
+    return out[0] if out else None
+
+
+def _unreplayed(why: str = "the deadline passed") -> dict[str, Any]:
     return {"status": "harness_error", "phase": "deadline",
-            "harness_reason": "the deadline passed before this command line was replayed "
-                              "(unverified)"}
+            "harness_reason": f"{why} before this command line was replayed (unverified)"}
 
 
 def _run_warm(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
@@ -316,7 +384,7 @@ def _run_warm(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
         if raw is None:
             out.append(None)
             continue
-        result = _to_result(raw, base)
+        result = _to_result(raw, base, tree)
         result.log_tail = str(raw.get("log_tail") or "")
         out.append(result)
     return out
@@ -325,8 +393,9 @@ def _run_warm(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
 def _run_batch(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
                env: Mapping[str, str] | None, timeout_s: float, job_timeout_s: float,
                stub_failure: str | None, bases: list[dict[str, Any]], home: Path,
-               test_payload: Path | None = None,
-               deadline_at: float | None = None) -> list[ReplayResult]:
+               test_payload: Path | None = None, deadline_at: float | None = None,
+               dump_options: bool = False,
+               options_out: list[dict[str, Any]] | None = None) -> list[ReplayResult]:
     sandboxed = sandbox.status()
     if not sandboxed.available:
         raise ReplayError(sandboxed.reason)
@@ -337,57 +406,48 @@ def _run_batch(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
         overall = max(1.0, min(overall, deadline_at - time.monotonic()))
     with tempfile.TemporaryDirectory(prefix="sglang-replay-") as tmp_name:
         tmp = Path(tmp_name)
-        jobs = [{"argv": argv, "result_path": str(tmp / f"result-{i}.json"),
-                 "log_path": str(tmp / f"log-{i}.txt")} for i, argv in enumerate(argvs)]
+        jobs = [{"argv": argv, "log_path": str(tmp / f"log-{i}.txt"),
+                 "allowed_paths": generated_paths(argv, home)} for i, argv in enumerate(argvs)]
         cfg = {
             "release_root": str(tree), "stub_dirs": [str(d) for d in STUB_DIRS],
             "force_stubs": force, "fallback_stubs": fallback,
             "hardware": hardware_payload(hw), "probes": probe_values(hw),
             "forced_failure": stub_failure, "jobs": jobs,
-            "job_timeout_s": min(job_timeout_s, overall),
+            "job_timeout_s": min(job_timeout_s, overall), "dump_options": dump_options,
         }  # fmt: skip
         if test_payload is not None:
             (tmp / "payload.py").write_bytes(Path(test_payload).read_bytes())
             cfg["test_payload"] = str(tmp / "payload.py")
-        (tmp / "config.json").write_text(json.dumps(cfg))
+        sandbox.prepare_workdir(tmp)
         main_log = tmp / "child.log"
         t0 = time.perf_counter()
-        killed = False
-        with open(main_log, "wb") as log:
-            cmd = sandbox.command([sys.executable, "-s", str(CHILD), str(tmp / "config.json")],
-                                  workdir=tmp, hidden=[home],
-                                  readable=[HARNESS_DIR, tree, home / "replay-models"],
-                                  limits=sandbox.Limits(cpu_s=int(overall) + 30))
-            try:
-                proc = subprocess.Popen(
-                    cmd, cwd=tmp, env=_child_env(tmp, tree, hw, env), stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            except OSError as exc:
-                raise ReplayError(f"cannot start the replay subprocess: {exc}") from exc
-            try:
-                proc.wait(timeout=overall)
-            except subprocess.TimeoutExpired:
-                killed = True
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        cmd = sandbox.command([sys.executable, "-s", str(CHILD), str(tmp / "config.json")],
+                              workdir=tmp, hidden=[home],
+                              readable=[HARNESS_DIR, tree, home / "replay-models"],
+                              limits=sandbox.Limits(cpu_s=int(overall) + 30))
+        lines, killed, returncode = run_with_results(
+            cmd, cfg, tmp, _child_env(tmp, tree, hw, env), main_log, overall)
         wall = time.perf_counter() - t0
+        answers = {line["index"]: line["result"] for line in lines
+                   if isinstance(line.get("index"), int) and isinstance(line.get("result"), dict)}
+        if options_out is not None:
+            options_out.extend(line["options"] for line in lines[:1]
+                               if isinstance(line.get("options"), dict))
         out: list[ReplayResult] = []
-        for job, base in zip(jobs, bases, strict=True):
-            raw = (_unreplayed() if killed and capped and not Path(job["result_path"]).exists()
-                   else _read_job(Path(job["result_path"]), killed, proc.returncode, overall))
-            result = _to_result(raw, base)
+        for i, (job, base) in enumerate(zip(jobs, bases, strict=True)):
+            raw = (_unreplayed() if killed and capped and i not in answers
+                   else _read_job(answers.get(i), killed, returncode, overall))
+            result = _to_result(raw, base, tree)
             result.timings["subprocess_wall_s"] = round(wall, 3)
             result.log_tail = _tail(Path(job["log_path"])) or _tail(main_log)
             out.append(result)
         return out
 
 
-def _read_job(path: Path, killed: bool, returncode: int | None, overall: float) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        pass
+def _read_job(raw: dict[str, Any] | None, killed: bool, returncode: int | None,
+              overall: float) -> dict[str, Any]:
+    if raw is not None:
+        return raw
     if killed:
         return {"status": "harness_error", "phase": "timeout",
                 "harness_reason": f"the replay did not finish within {overall:.0f}s (killed)"}

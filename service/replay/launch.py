@@ -7,13 +7,20 @@ the child with the same stubs and the same clean environment.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
+import subprocess
+import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from service.engine import HardwareProfile
+from service.replay.errors import ReplayError
 
-__all__ = ["CHILD", "CHILD_SERVE", "HARNESS_DIR", "STUB_DIRS"]
+__all__ = ["CHILD", "CHILD_SERVE", "HARNESS_DIR", "STUB_DIRS", "run_with_results"]
 
 HARNESS_DIR = Path(__file__).resolve().parent
 #: the cold child script (``python child.py <config>``)
@@ -22,6 +29,8 @@ CHILD = HARNESS_DIR / "child.py"
 CHILD_SERVE = HARNESS_DIR / "child_serve.py"
 STUB_DIRS = (HARNESS_DIR / "stubs" / "force", HARNESS_DIR / "stubs" / "fallback")
 _LOG_TAIL_LINES = 40
+#: bytes of result lines a cold child may send (a batch of full ServerArgs dumps fits)
+_MAX_RESULTS = 256 << 20
 
 
 def _child_env(tmp: Path, tree: Path, hw: HardwareProfile | None,
@@ -56,3 +65,55 @@ def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+def run_with_results(cmd: list[str], cfg: dict[str, Any], workdir: Path, env: dict[str, str],
+                     log: Path, timeout_s: float) -> tuple[list[dict[str, Any]], bool, int | None]:
+    """Run a cold child (``cmd`` reads ``<workdir>/config.json``) and collect the JSON lines
+    it writes on a pipe (``cfg["result_fd"]``, passed to it alone: the forks validating
+    command lines close it first, so no job's code can forge another job's result).
+
+    Returns (lines, killed at ``timeout_s``, exit status). The whole process group is
+    killed on time-out (the sandbox's PID namespace takes everything inside with it).
+    """
+    read_fd, write_fd = os.pipe()
+    cfg = {**cfg, "result_fd": write_fd}
+    (workdir / "config.json").write_text(json.dumps(cfg))
+    (workdir / "config.json").chmod(0o644)
+    lines: list[dict[str, Any]] = []
+    buf = bytearray()
+
+    def reader() -> None:
+        with os.fdopen(read_fd, "rb") as stream:
+            while chunk := stream.read1(1 << 20):
+                buf.extend(chunk)
+                if len(buf) > _MAX_RESULTS:
+                    return
+
+    killed = False
+    with open(log, "wb") as out:
+        try:
+            proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True, pass_fds=(write_fd,))
+        except OSError as exc:
+            os.close(read_fd)
+            raise ReplayError(f"cannot start the replay subprocess: {exc}") from exc
+        finally:
+            os.close(write_fd)
+        thread = threading.Thread(target=reader, name="replay-results", daemon=True)
+        thread.start()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            killed = True
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        thread.join(timeout=10)
+    for raw in bytes(buf).splitlines():
+        with contextlib.suppress(ValueError):
+            line = json.loads(raw)
+            if isinstance(line, dict):
+                lines.append(line)
+    return lines, killed, proc.returncode

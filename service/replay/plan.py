@@ -7,8 +7,9 @@
   agree on what "rtx-pro-6000-x8" means.
 * :func:`stub_plan` says which modules are stubbed: *force* (GPU-only, stubbed
   even when installed) per vendor, *fallback* (only when missing here).
-* :func:`substitute_argv` swaps the user's ``--model-path`` (and a
-  speculative draft path) for generated config-only folders.
+* :func:`substitute_argv` reads the user's command line as the release's parser does
+  (:mod:`service.replay.argv_guard`), drops what names files or code, and swaps the
+  ``--model-path`` (and a speculative draft path) for generated config-only folders.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from typing import Any
 from kb.hardware import AMD_CAPABILITY
 from service.engine import HardwareProfile, model_arch_for
 from service.engine import probe_values as engine_probe_values
+from service.replay.argv_guard import Item, OptionTable, expand, path_like
 from service.replay.model_configs import MODEL_CONFIGS, draft_config, write_config_dir
 
 __all__ = [
-    "ALWAYS_DROPPED", "FALLBACK_STUBS", "FORCE_STUBS", "drop_unsafe", "hardware_payload", "probe_values", "stub_plan",
-    "substitute_argv",
+    "ALWAYS_DROPPED", "FALLBACK_OPTIONS", "FALLBACK_STUBS", "FORCE_STUBS", "UNSAFE_DESTS", "drop_unsafe",
+    "generated_paths", "hardware_payload", "probe_values", "readable_by_all", "stub_plan", "substitute_argv",
 ]  # fmt: skip
 
 # streaming multiprocessors per GPU (torch's multi_processor_count), by profile base name
@@ -102,38 +104,29 @@ def stub_plan(hw: HardwareProfile | None) -> tuple[list[str], list[str]]:
 
 # ------------------------------------------------------------------ model folders
 
-_MODEL_FLAGS = ("--model-path", "--model")
-_DRAFT_FLAGS = ("--speculative-draft-model-path", "--speculative-draft-model")
-
-
-def _flag_value(argv: list[str], names: tuple[str, ...]) -> tuple[int, str | None, bool]:
-    """(index, value, inline) of the last occurrence of one of ``names``; (-1, None, False)."""
-    found: tuple[int, str | None, bool] = (-1, None, False)
-    for i, arg in enumerate(argv):
-        for name in names:
-            if arg == name and i + 1 < len(argv):
-                found = (i, argv[i + 1], False)
-            elif arg.startswith(name + "="):
-                found = (i, arg.split("=", 1)[1], True)
-    return found
-
-
-def _set_flag(argv: list[str], index: int, inline: bool, value: str) -> None:
-    if inline:
-        argv[index] = argv[index].split("=", 1)[0] + "=" + value
-    else:
-        argv[index + 1] = value
+def readable_by_all(folder: Path) -> None:
+    """Modes 0755 (folder) and 0644 (its files): the sandbox user (host uid 65534 when the
+    service is root) reads generated folders; ``mkdtemp`` makes them 0700."""
+    os.chmod(folder, 0o755)
+    for child in folder.iterdir():
+        if child.is_file() and not child.is_symlink():
+            os.chmod(child, 0o644)
 
 
 def _stable_dir(home: Path, label: str, config: dict[str, Any]) -> Path:
-    """A config-only model folder named by its content, written once (atomically)."""
+    """A config-only model folder named by its content, written once (atomically), readable
+    by the sandbox user."""
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:10]
     dest = home / "replay-models" / f"{label}-{digest}"
     if (dest / "config.json").is_file():
+        if dest.stat().st_mode & 0o005 != 0o005:  # written by an older harness
+            readable_by_all(dest)
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(dest.parent, 0o755)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     write_config_dir(tmp, config)
+    readable_by_all(tmp)
     try:
         os.replace(tmp, dest)
     except OSError:  # another replay wrote it first
@@ -143,89 +136,162 @@ def _stable_dir(home: Path, label: str, config: dict[str, Any]) -> Path:
     return dest
 
 
-#: Flags replay always drops: they name files SGLang would read or code it would run.
+#: Destinations replay always drops: they make SGLang read a file or run a folder's code.
+UNSAFE_DESTS = ("config", "trust_remote_code")
+#: (kept for callers) the spellings of :data:`UNSAFE_DESTS`
 ALWAYS_DROPPED = ("--config", "--trust-remote-code")
 _PATH_SUFFIXES = ("-path", "-paths", "-dir", "-file", "-folder")
-_REPLACED = (*_MODEL_FLAGS, *_DRAFT_FLAGS, "--tokenizer-path")
+_DEST_SUFFIXES = ("_path", "_paths", "_dir", "_file", "_folder")
+_MODEL_DEST, _TOKENIZER_DEST, _DRAFT_DEST = ("model_path", "tokenizer_path",
+                                             "speculative_draft_model_path")
+_REPLACED_DESTS = (_MODEL_DEST, _TOKENIZER_DEST, _DRAFT_DEST)
+
+#: used when the release's own table is not known (unit tests, a release whose parser could
+#: not be read): the options that matter here, so that their prefixes resolve to them (or
+#: are refused as ambiguous); anything else is left for the child's real-parser check
+FALLBACK_OPTIONS = OptionTable({
+    "--model-path": ("model_path", "1"), "--model": ("model_path", "1"),
+    "--tokenizer-path": ("tokenizer_path", "1"),
+    "--speculative-draft-model-path": ("speculative_draft_model_path", "1"),
+    "--speculative-draft-model": ("speculative_draft_model_path", "1"),
+    "--speculative-algorithm": ("speculative_algorithm", "1"),
+    "--trust-remote-code": ("trust_remote_code", "0"), "--config": ("config", "1"),
+}, source="fallback")
 
 
-def _looks_like_path(value: str) -> bool:
-    return value.startswith(("/", "./", "../", "~")) or value in (".", "..")
+def _unsafe(item: Item) -> bool:
+    """Whether an expanded option must be dropped (model paths are substituted instead)."""
+    if item.dest in _REPLACED_DESTS:
+        return False
+    if item.dest in UNSAFE_DESTS:
+        return True
+    if item.option is not None and (item.option.endswith(_PATH_SUFFIXES)
+                                    or (item.dest or "").endswith(_DEST_SUFFIXES)):
+        return True
+    return any(path_like(v) for v in item.values)
 
 
-def drop_unsafe(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(argv without what could make replay read a user's files or run their code, the flags
-    dropped): ``--config``, ``--trust-remote-code``, flags whose name says they take a path
-    (``--*-path``, ``--*-dir``, ``--*-file`` ...) and flags given a path-like value. The model,
-    tokenizer and draft paths are left for :func:`substitute_argv` to replace."""
+def drop_unsafe(argv: list[str], options: OptionTable | None = None,
+                ) -> tuple[list[str], list[str]]:
+    """(argv expanded by the release's parser rules (:func:`~service.replay.argv_guard.expand`:
+    abbreviations and ``--flag=value`` resolved to the full option) without what could make
+    replay read a user's files or run their code, the options dropped): ``--config``,
+    ``--trust-remote-code``, options whose name says they take a path (``--*-path``,
+    ``--*-dir``, ``--*-file`` ...), options given a path-like value
+    (:func:`~service.replay.argv_guard.path_like`) and stray path-like values. The model,
+    tokenizer and draft paths are left for :func:`substitute_argv`. Raises ``ValueError``
+    for an ambiguous option."""
     out: list[str] = []
     dropped: list[str] = []
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        name, inline, value = tok.partition("=")
-        has_next = not inline and i + 1 < len(argv) and not argv[i + 1].startswith("--")
-        nxt = argv[i + 1] if has_next else None
-        if tok.startswith("--") and name not in _REPLACED and (
-                name in ALWAYS_DROPPED or name.endswith(_PATH_SUFFIXES)
-                or _looks_like_path(value if inline else (nxt or ""))):
-            dropped.append(name)
-            i += 1 if inline or nxt is None or name == "--trust-remote-code" else 2
+    unknown_before = False  # the previous token was an option the table does not know
+    for item in expand(list(argv), options or FALLBACK_OPTIONS):
+        if item.option is None:
+            is_option = item.token.startswith("-") and not item.token[1:2].isdigit()
+            name, eq, value = item.token.partition("=")
+            if is_option and eq:  # an unknown --opt=value
+                if path_like(value) or name.endswith(_PATH_SUFFIXES):
+                    dropped.append(name)
+                    unknown_before = False
+                    continue
+            elif path_like(item.token):
+                if unknown_before:  # its value, as far as anyone can tell: drop both
+                    dropped.append(out.pop())
+                else:
+                    dropped.append("a path-like value")
+                unknown_before = False
+                continue
+            unknown_before = is_option and not eq
+        elif _unsafe(item):
+            dropped.append(item.option)
             continue
-        out.append(tok)
-        i += 1
+        else:
+            unknown_before = False
+        out += item.tokens()
     return out, dropped
 
 
+def _last(items: list[Item], dest: str) -> str | None:
+    values = [it.values[-1] for it in items if it.dest == dest and it.values]
+    return values[-1] if values else None
+
+
+def generated_paths(argv: list[str], home: Path) -> list[str]:
+    """The generated model folders named in an argv as run (the child accepts only these)."""
+    root = str(home / "replay-models") + os.sep
+    out = []
+    for token in argv:
+        value = token.split("=", 1)[1] if token.startswith("-") and "=" in token else token
+        if value.startswith(root):
+            out.append(value)
+    return out
+
+
 def substitute_argv(argv: list[str], model_arch: str | None, home: Path,
+                    options: OptionTable | None = None,
                     ) -> tuple[list[str] | None, str | None, list[str]]:
     """(argv as run, or None when replay must refuse; architecture used; notes).
 
-    Replay never runs a user's path or code: the unsafe flags are dropped
-    (:func:`drop_unsafe`), and the model path is always replaced by a generated
-    folder holding the ``config.json`` of the architecture (given, or guessed
-    from the model path by :func:`~service.engine.model_arch_for`). When the
-    architecture is unknown, replay is refused (the last note says why). The
-    speculative draft path, if any, gets a draft head matching the target
-    (EAGLE3 head, EAGLE head for Llama targets, else a copy of the target
-    config); a tokenizer path other than the model's is dropped.
+    Replay never runs a user's path or code. ``argv`` is read with the release's option
+    table ``options`` (:mod:`service.replay.options`; :data:`FALLBACK_OPTIONS` when None)
+    as its argparse would: abbreviations, ``--flag=value`` and repeated flags resolve to
+    the option they mean, and an ambiguous one refuses the replay. The unsafe options are
+    dropped (:func:`drop_unsafe`), every model, tokenizer and draft path given is removed,
+    and one ``--model-path`` naming a generated folder holding the ``config.json`` of the
+    architecture (given, or guessed from the last model path by
+    :func:`~service.engine.model_arch_for`) is added, also when the command gave none
+    (unless the release requires one: then argparse refuses it, as SGLang would). When the
+    architecture is unknown, replay is refused (the last note says why). A speculative
+    draft path, if given, becomes a draft head matching the target (EAGLE3 head, EAGLE head
+    for Llama targets, else a copy of the target config); a tokenizer path becomes the
+    generated model folder.
     """
-    out, dropped = drop_unsafe(list(argv))
+    table = options or FALLBACK_OPTIONS
     notes: list[str] = []
+    try:
+        items = expand(list(argv), table)
+        out, dropped = drop_unsafe(list(argv), table)
+    except ValueError as exc:
+        notes.append(f"replay refused: {exc} (argparse would refuse it; replay runs only "
+                     "command lines whose every option it can resolve)")
+        return None, model_arch, notes
     if dropped:
         notes.append("dropped before replay (they name files or code of the user's): "
                      + ", ".join(dict.fromkeys(dropped)))
-    idx, model, inline = _flag_value(out, _MODEL_FLAGS)
+    model, tokenizer, draft = (_last(items, d) for d in _REPLACED_DESTS)
+    algo = _last(items, "speculative_algorithm")
+    kept = [it for it in expand(out, table) if it.dest not in _REPLACED_DESTS]
+    out = [tok for it in kept for tok in it.tokens()]
     arch = model_arch
     if arch is None and model is not None:
         arch = model_arch_for(model)
         if arch is not None:
             notes.append(f"architecture {arch} guessed from the model path {model}")
-    if idx < 0:
-        return out, arch, notes
+    if model is None and _MODEL_DEST in table.required:
+        return out, arch, notes  # argparse refuses it ("required"), before any folder is read
     if arch is None or arch not in MODEL_CONFIGS:
         what = f"architecture {arch} has no generated config" if arch else \
             "the model architecture is unknown (give model_arch)"
         notes.append(f"replay refused: {what}; replay never runs a user's model folder")
         return None, arch, notes
     target = _stable_dir(home, arch, MODEL_CONFIGS[arch])
-    _set_flag(out, idx, inline, str(target))
-    notes.append(f"--model-path {model} replaced by a generated {arch} config folder {target}")
-    t_idx, tokenizer, t_inline = _flag_value(out, ("--tokenizer-path",))
-    if t_idx >= 0:
-        _set_flag(out, t_idx, t_inline, str(target))
+    out += [table.spelling(_MODEL_DEST, "--model-path") or "--model-path", str(target)]
+    notes.append(f"--model-path {model if model is not None else '(not given)'} replaced by "
+                 f"a generated {arch} config folder {target}")
+    if tokenizer is not None:
+        out += [table.spelling(_TOKENIZER_DEST, "--tokenizer-path") or "--tokenizer-path",
+                str(target)]
         notes.append("--tokenizer-path replaced by the generated folder as well")
-    d_idx, draft, d_inline = _flag_value(out, _DRAFT_FLAGS)
-    if d_idx >= 0 and draft is not None:
+    if draft is not None:
+        flag = table.spelling(_DRAFT_DEST, "--speculative-draft-model-path") or \
+            "--speculative-draft-model-path"
         if draft == model:
-            _set_flag(out, d_idx, d_inline, str(target))
+            out += [flag, str(target)]
             notes.append("--speculative-draft-model-path (same as the model path) replaced too")
         else:
-            _, algo, _ = _flag_value(out, ("--speculative-algorithm",))
             cfg = draft_config(arch, algo)
             label = f"draft-{cfg['architectures'][0]}-for-{arch}"
             draft_dir = _stable_dir(home, label, cfg)
-            _set_flag(out, d_idx, d_inline, str(draft_dir))
+            out += [flag, str(draft_dir)]
             notes.append(f"--speculative-draft-model-path {draft} replaced by a generated "
                          f"{cfg['architectures'][0]} config folder {draft_dir}")
     return out, arch, notes

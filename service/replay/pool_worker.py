@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from service.engine import HardwareProfile
 from service.replay import sandbox
 from service.replay.launch import CHILD_SERVE, HARNESS_DIR, STUB_DIRS, _child_env, _tail
-from service.replay.plan import hardware_payload, probe_values, stub_plan
+from service.replay.plan import generated_paths, hardware_payload, probe_values, stub_plan
 
 __all__ = ["ANSWER_MARGIN_S", "WORKER_CPU_S", "PoolJob", "WorkerKey"]
 
@@ -222,6 +222,7 @@ class _Worker:
         (home / "replay-models").mkdir(parents=True, exist_ok=True)  # bound before it has models
         self.work = Path(tempfile.mkdtemp(prefix="sglang-replay-pool-"))
         (self.work / "jobs").mkdir()
+        (self.work / "jobs").chmod(0o755)  # job folders are the parent's to create
         force, fallback = stub_plan(self.hw)
         cfg = {"release_root": str(tree), "stub_dirs": [str(d) for d in STUB_DIRS],
                "force_stubs": force, "fallback_stubs": fallback,
@@ -229,6 +230,11 @@ class _Worker:
                "forced_failure": None, "log_path": str(self.work / "worker.log"),
                "job_timeout_s": 120}
         (self.work / "config.json").write_text(json.dumps(cfg))
+        (self.work / "config.json").chmod(0o644)
+        (self.work / "worker.log").touch()  # the worker appends to it as the sandbox user
+        sandbox.prepare_workdir(self.work)
+        if sandbox.privileged():  # the worker may not plant job folders (or links) there
+            os.chown(self.work / "jobs", 0, 0)
         cmd = sandbox.command(
             [sys.executable, "-s", str(CHILD_SERVE), str(self.work / "config.json")],
             workdir=self.work, hidden=[home],
@@ -287,18 +293,22 @@ class _Worker:
         Any protocol failure kills the worker and answers ``harness_error``."""
         assert self.proc is not None and self.proc.stdin is not None and self.work is not None
         job_id = next(self._ids)
-        result_path = self.work / "jobs" / f"result-{job_id}.json"
-        log_path = self.work / "jobs" / f"log-{job_id}.txt"
+        job_dir = self.work / "jobs" / str(job_id)  # this job's own folder, removed after
+        job_dir.mkdir()
+        log_path = job_dir / "log.txt"
         msg: dict[str, Any] = {"id": job_id, "argv": list(job.argv), "timeout_s": job.timeout_s,
-                               "result_path": str(result_path), "log_path": str(log_path),
+                               "workdir": str(job_dir), "log_path": str(log_path),
+                               "allowed_paths": generated_paths(list(job.argv),
+                                                                Path(self.key.home)),
                                "env": dict(job.env)}
         if job.hw is not None:
             msg["hardware"] = hardware_payload(job.hw)
             msg["probes"] = probe_values(job.hw)
         if job.payload is not None:
-            target = self.work / "jobs" / f"payload-{job_id}.py"
+            target = job_dir / "payload.py"
             target.write_bytes(Path(job.payload).read_bytes())
             msg["payload"] = str(target)
+        sandbox.prepare_workdir(job_dir)
         t0 = time.perf_counter()
         try:
             self.proc.stdin.write((json.dumps(msg) + "\n").encode())
@@ -319,9 +329,11 @@ class _Worker:
                    f"the warm replay worker failed ({type(exc).__name__}: {exc}; "
                    f"worker killed)"[:600]}
             self.stop()
-        raw["log_tail"] = _tail(log_path) if self.work else ""
-        with contextlib.suppress(OSError):
-            log_path.unlink()
+        raw["log_tail"] = _tail(log_path)
+        shutil.rmtree(job_dir, ignore_errors=True)
+        if raw.get("leftover_processes"):  # the job's code outlived it: never reuse this worker
+            raw["worker_retired"] = True
+            self.stop()
         raw.setdefault("timings", {})["roundtrip_s"] = time.perf_counter() - t0
         self.jobs += 1
         self.last_used = time.monotonic()

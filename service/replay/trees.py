@@ -13,6 +13,7 @@ used as it is. File paths and line numbers are the same in both trees.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from kb.errors import AcquireError
@@ -39,16 +40,34 @@ def _extract(wheel: Path, dest: Path) -> Path:
         raise ReplayError(f"cannot extract {wheel.name} for replay: {exc.message}") from exc
 
 
+def _readable(tree: Path) -> Path:
+    """Make ``tree`` readable by the sandbox user (host uid 65534 when the service is root):
+    folders 0755, files ``o+r``; done once per tree (``.replay-readable`` marks it)."""
+    marker = tree / ".replay-readable"
+    if marker.exists() or not os.access(tree, os.W_OK):
+        return tree
+    for folder, _dirs, files in os.walk(tree):
+        os.chmod(folder, os.stat(folder).st_mode | 0o755)
+        for name in files:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                os.chmod(path, os.stat(path).st_mode | 0o444)
+    marker.write_text("")
+    return tree
+
+
 def replay_tree(release_root: Path, version: str, *, home: Path, wheel_dir: Path) -> tuple[Path, str]:
-    """(folder holding ``sglang/`` to put on ``sys.path``, a note on where it came from)."""
+    """(folder holding ``sglang/`` to put on ``sys.path``, a note on where it came from),
+    readable by the sandbox user."""
     if not (release_root / "sglang" / "__init__.py").is_file():
         raise ReplayError(f"no sglang package under {release_root}",
                           details={"release_root": str(release_root)})
     wheel = _wheel_for(release_root, wheel_dir)
     if wheel is None:
+        _readable(release_root)
         if (release_root / ".complete").is_file():
             return release_root, ("the wheel of this Python-only tree is not cached; resources "
                                   "(jit_kernel headers, JSON configs, extensions) are missing")
         return release_root, "the release tree as given"
     safe = "".join(c if c.isalnum() or c in ".+-_" else "_" for c in version)[:64]
-    return _extract(wheel, home / "replay-trees" / safe), f"full wheel {wheel.name}"
+    return _readable(_extract(wheel, home / "replay-trees" / safe)), f"full wheel {wheel.name}"

@@ -13,6 +13,7 @@ import pytest
 from kb.errors import ConfigError
 from service.engine.facts.core import get_profile
 from service.replay import child
+from service.replay.argv_guard import OptionTable
 from service.replay.harness import STUB_DIRS, harness_version
 from service.replay.model_configs import MODEL_CONFIGS, draft_config, write_model_dir
 from service.replay.plan import (
@@ -97,8 +98,11 @@ def test_substitute_argv(tmp_path: Path) -> None:
             "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path=lmsys/d"]
     out, arch, notes = substitute_argv(argv, None, tmp_path)
     assert arch == "KimiK25ForConditionalGeneration"
-    assert out[1] == out[3] and Path(out[1], "config.json").is_file()
-    draft = Path(out[6].split("=", 1)[1])
+    # the model, tokenizer and draft paths are replaced, after the other options
+    assert out[:2] == ["--speculative-algorithm", "EAGLE3"]
+    assert out[2::2] == ["--model-path", "--tokenizer-path", "--speculative-draft-model-path"]
+    assert out[3] == out[5] and Path(out[3], "config.json").is_file()
+    draft = Path(out[7])
     assert json.loads((draft / "config.json").read_text())["architectures"] == [
         "LlamaForCausalLMEagle3"]
     assert len(notes) == 4 and argv[1] == "moonshotai/Kimi-K2.5"  # input untouched
@@ -120,15 +124,28 @@ def test_a_local_model_folder_is_never_run(tmp_path: Path) -> None:
     assert "replay refused" in notes[-1] and "--trust-remote-code" in notes[0]
     out, arch, notes = substitute_argv(argv, "LlamaForCausalLM", tmp_path / "home")
     assert out is not None and str(folder) not in out and "--trust-remote-code" not in out
-    assert Path(out[1], "config.json").is_file() and Path(out[1]).parent.parent == tmp_path / "home"
+    assert out[0] == "--model-path" and Path(out[1], "config.json").is_file()
+    assert Path(out[1]).parent.parent == tmp_path / "home"
 
 
 def test_flags_that_name_user_files_are_dropped() -> None:
     argv = ["--model-path", "m", "--config", "/srv/x.yaml", "--trust-remote-code", "--tp", "8",
             "--chat-template", "./tmpl.jinja", "--download-dir=/data", "--load-format", "auto",
             "--speculative-draft-model-path", "d", "--enable-lora", "--lora-paths", "/l1"]
-    out, dropped = drop_unsafe(argv)
+    out, dropped = drop_unsafe(argv)  # replay's fallback table (no release parser at hand)
     assert out == ["--model-path", "m", "--tp", "8", "--load-format", "auto",
+                   "--speculative-draft-model-path", "d", "--enable-lora"]
+    assert dropped == ["--config", "--trust-remote-code", "--chat-template", "--download-dir",
+                       "--lora-paths"]
+    table = OptionTable({"--model-path": ("model_path", "1"), "--config": ("config", "1"),
+                         "--trust-remote-code": ("trust_remote_code", "0"),
+                         "--tp-size": ("tp_size", "1"), "--chat-template": ("chat_template", "1"),
+                         "--download-dir": ("download_dir", "1"),
+                         "--load-format": ("load_format", "1"),
+                         "--speculative-draft-model-path": ("speculative_draft_model_path", "1"),
+                         "--enable-lora": ("enable_lora", "?"), "--lora-paths": ("lora_paths", "+")})
+    out, dropped = drop_unsafe(argv, table)  # the release's own table: expanded spellings
+    assert out == ["--model-path", "m", "--tp-size", "8", "--load-format", "auto",
                    "--speculative-draft-model-path", "d", "--enable-lora"]
     assert dropped == ["--config", "--trust-remote-code", "--chat-template", "--download-dir",
                        "--lora-paths"]
