@@ -6,6 +6,8 @@
                 mirror of ``TRIAGE_SGLANG_GIT``
 ``fetch``       :func:`~ingest.acquire.fetch.fetch_any`: any version string -> a source
 ``batch``       :func:`~ingest.acquire.batch.ingest_all`: ``ingest --all``
+``release_list`` the index's release list kept for a TTL: what on-demand ingest may fetch
+``quota``       the disk the KB and caches hold, and evicting on-demand releases
 
 Acquisition does not shape the rows ingest writes, so these modules sit in a
 sub-package, outside the extraction code that
@@ -15,4 +17,4 @@ does not re-index every KB.
 
 from .fetch import fetch_any
 
-__all__ = ["batch", "fetch", "fetch_any", "git", "pypi_index"]
+__all__ = ["batch", "fetch", "fetch_any", "git", "pypi_index", "quota", "release_list"]

@@ -1,10 +1,12 @@
-"""On-demand ingest over HTTP: a log naming a release the KB lacks is answered from that
-release, indexed there and then (its wheel is in the cache); one that cannot be fetched
-is answered from the nearest release, saying what it would need."""
+"""On-demand ingest over HTTP: a log naming a release the KB lacks is answered at once from
+the nearest release, and its stored triage is answered from that release once a child
+process indexed it (its wheel is in the cache); a version the index does not list is
+answered from the nearest release, saying what it would need."""
 
 from __future__ import annotations
 
 import ast
+import time
 from pathlib import Path
 
 import httpx
@@ -49,7 +51,17 @@ def small_kb(kb_settings: Settings, sglang_source, tmp_path_factory) -> Settings
     return settings
 
 
-def test_a_release_not_in_the_kb_is_ingested_and_answered_exactly(
+def _settled(c: httpx.Client, tid: str, polls: int = 2400) -> dict:
+    """The stored triage once it no longer says ``ingesting`` (bounded by poll count)."""
+    for _ in range(polls):
+        rec = c.get(f"/triage/{tid}").json()
+        if rec["result"]["release"]["on_demand"]["status"] != "ingesting":
+            return rec
+        time.sleep(0.25)
+    raise AssertionError(f"triage {tid} still says ingesting")
+
+
+def test_a_release_not_in_the_kb_is_answered_at_once_then_ingested_and_answered_exactly(
         small_kb: Settings, sglang_source) -> None:  # noqa: ANN001
     line, function, stmt = _bare_assert(sglang_source(MISSING).package_dir)
     log = (f"$ pip install sglang=={MISSING}\n"
@@ -59,10 +71,19 @@ def test_a_release_not_in_the_kb_is_ingested_and_answered_exactly(
     with make_server(small_kb) as srv, httpx.Client(base_url=srv.url, timeout=300) as c:
         r = c.post("/triage", content=log, headers={"content-type": "text/plain"})
         assert r.status_code == 200, r.text
-        body = r.json()
+        first = r.json()
+        # answered at once from the release the KB holds, saying the answer will update
+        assert first["release"]["release"] == BASE
+        assert first["release"]["on_demand"]["status"] == "ingesting"
+        assert any(d.startswith(f"ingesting {MISSING}; this answer will update")
+                   for d in first["degraded"])
+        # the stored triage (GET /triage/{id}, the /t/{id} page) is the exact answer once
+        # the ingest (a child process: `sglang-triage ingest --release X`) landed
+        body = _settled(c, first["id"])["result"]
         rel = body["release"]
         assert rel["release"] == MISSING and rel["method"] == "on_demand"
         assert rel["on_demand"]["status"] == "ingested" and rel["on_demand"]["seconds"] > 0
+        assert "separate process" in rel["on_demand"]["detail"]
         assert body["location"]["path"] == SA and body["location"]["reported_line"] == line
         assert body["location"]["citation"].startswith(f"{MISSING}:{SA}:")
         # a second log of that release needs no ingest: it is in the KB now
@@ -74,8 +95,7 @@ def test_a_release_not_in_the_kb_is_ingested_and_answered_exactly(
 
 def test_a_release_that_cannot_be_fetched_is_named_with_how_to_ingest_it(
         small_kb: Settings, tmp_path) -> None:  # noqa: ANN001
-    # a release no index holds (pip here also reads local mirrors, so a dead index URL
-    # would not make a release unfetchable)
+    # a release the index does not list: refused before any pip call
     offline = small_kb.model_copy(update={
         "wheel_dir": tmp_path / "wheels", "source_dir": tmp_path / "sources"})
     log = ("$ pip install sglang==0.5.99\nTraceback (most recent call last):\n"
@@ -88,6 +108,7 @@ def test_a_release_that_cannot_be_fetched_is_named_with_how_to_ingest_it(
         note = body["release"]["on_demand"]
         assert note["status"] == "unavailable" and note["release"] == "0.5.99"
         assert note["how"] == "sglang-triage ingest --release 0.5.99"
+        assert "not a release on the package index" in note["detail"]
         held = {x["version"] for x in KnowledgeBase(offline).store.releases()}
         assert body["release"]["release"] in held and body["release"]["method"] != "on_demand"
         assert any("0.5.99" in d and note["how"] in d for d in body["degraded"])
