@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from kb.errors import TriageError
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -35,6 +38,34 @@ if TYPE_CHECKING:
 #: How deep a JSON value may nest: deeper is refused on the way in and damaged when read.
 MAX_DEPTH = 32
 _DAMAGED = object()
+
+
+class ConfirmRefused(TriageError):
+    """A confirmation the caller may not write (see :meth:`Records.confirm`'s ``check``)."""
+
+
+#: ``check(triage_owner, confirmed, confirmation_owner)``: why the write is refused, or None.
+ConfirmCheck = Callable[[str | None, bool, str | None], str | None]
+
+
+def owner_check(owner: str | None, *, team: bool = False,
+                any_first: bool = False) -> ConfirmCheck:
+    """The confirmation rule for a writer ``owner`` (a team key when ``team``): the triage's
+    owner may confirm it (anyone may confirm a triage stored before owners existed; with
+    ``any_first``, anyone may make the first confirmation: the Slack users of a thread), and
+    an existing confirmation may be replaced only by whoever wrote it; a team key may do both."""
+
+    def check(triage_owner: str | None, confirmed: bool, confirmed_by: str | None) -> str | None:
+        if team:
+            return None
+        if triage_owner is not None and triage_owner != owner and not any_first:
+            return "only the client that made this triage (or a team key) may confirm it"
+        if confirmed and (confirmed_by is None or confirmed_by != owner):
+            return ("this triage was confirmed by someone else; only they (or a team key) "
+                    "may change it")
+        return None
+
+    return check
 
 
 def new_triage_id() -> str:
@@ -129,14 +160,38 @@ class Records:
         """PostgreSQL's text refuses NUL characters; SQLite stores them as given."""
         return value if self._sqlite else value.replace("\x00", "")
 
-    def save(self, tid: str, request: dict[str, Any], result: dict[str, Any] | str) -> None:
-        """Store (or replace) triage ``tid``; ``result`` as a dict or already-encoded JSON."""
-        encoded = result if isinstance(result, str) else json.dumps(result, default=str)
+    def save(self, tid: str, request: dict[str, Any], result: dict[str, Any] | str,
+             owner: str | None = None) -> int:
+        """Store (or replace) triage ``tid``; ``result`` as a dict or already-encoded JSON.
+
+        ``owner`` is who made it (``key:<hash>``, ``slack:<user>``, ``client:<address>``);
+        when None, a replaced triage keeps its owner (a replay's verdicts written later).
+        Returns the bytes stored (request and result text: the row's ``size``)."""
+        t = self._db.triages
+        encoded = self._text(result if isinstance(result, str) else json.dumps(result, default=str))
+        req = json.dumps(request, default=str)
+        size = len(req.encode("utf-8", "replace")) + len(encoded.encode("utf-8", "replace"))
         path, function = location_of(result)
-        with self.engine.begin() as conn:
-            self._db.upsert(conn, self._db.triages, {
-                "id": tid, "created": _now(), "request": json.dumps(request, default=str),
-                "result": self._text(encoded), "loc_path": path, "loc_function": function})
+        with self._db.write_tx(self.engine) as conn:  # reads the owner, then writes
+            before = conn.execute(self._db.sa.select(t.c.owner, t.c.confirmed_by)
+                                  .where(t.c.id == tid)).first()
+            if owner is None and before is not None:
+                owner = before[0]
+            self._db.upsert(conn, t, {
+                "id": tid, "created": _now(), "request": req, "result": encoded,
+                "loc_path": path, "loc_function": function, "owner": owner, "size": size,
+                "confirmed_by": before[1] if before is not None else None})
+        return size
+
+    def owners(self, tid: str) -> tuple[str | None, bool, str | None] | None:
+        """``(triage owner, confirmed, confirmation owner)`` of triage ``tid``, None when it is
+        not stored (owners are None for rows stored before owners existed)."""
+        sa, t, c = self._db.sa, self._db.triages, self._db.confirmations
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(t.c.owner, c.c.id, t.c.confirmed_by)
+                               .select_from(t.outerjoin(c, c.c.id == t.c.id))
+                               .where(t.c.id == tid)).first()
+        return None if row is None else (row[0], row[1] is not None, row[2])
 
     def get(self, tid: str) -> dict[str, Any] | None:
         """The stored triage ``tid`` with its confirmation; a damaged part is None and named
@@ -173,26 +228,40 @@ class Records:
             out["damaged"] = damaged
         return out
 
-    def confirm(self, tid: str, fix: dict[str, Any], note: str = "", source: str = "api") -> bool:
-        """Record that ``fix`` resolved triage ``tid`` (False when it is not stored)."""
-        t = self._db.triages
-        with self.engine.begin() as conn:
-            if conn.execute(self._db.sa.select(t.c.id).where(t.c.id == tid)).first() is None:
+    def confirm(self, tid: str, fix: dict[str, Any], note: str = "", source: str = "api", *,
+                owner: str | None = None, check: ConfirmCheck | None = None) -> bool:
+        """Record that ``fix`` resolved triage ``tid`` (False when it is not stored), made by
+        ``owner``. ``check(triage_owner, confirmed, confirmation_owner)`` runs in the same
+        transaction, before anything is written: a reason it returns is raised as
+        :class:`ConfirmRefused` and nothing changes."""
+        sa, t, c = self._db.sa, self._db.triages, self._db.confirmations
+        with self._db.write_tx(self.engine) as conn:
+            row = conn.execute(sa.select(t.c.owner, c.c.id, t.c.confirmed_by)
+                               .select_from(t.outerjoin(c, c.c.id == t.c.id))
+                               .where(t.c.id == tid)).first()
+            if row is None:
                 return False
-            self._db.upsert(conn, self._db.confirmations, {
+            problem = check(row[0], row[1] is not None, row[2]) if check else None
+            if problem:
+                raise ConfirmRefused(problem)
+            self._db.upsert(conn, c, {
                 "id": tid, "created": _now(), "fix": json.dumps(fix), "note": self._text(note),
                 "source": source})
+            conn.execute(t.update().where(t.c.id == tid).values(confirmed_by=owner))
         return True
 
     def similar(self, path: str, function: str, *, exclude: str | None = None,
-                limit: int = 3) -> list[dict[str, Any]]:
+                limit: int = 3, show_id: Callable[[str | None], bool] | None = None,
+                ) -> list[dict[str, Any]]:
         """Confirmed past triages that failed in the same function, newest first, with their fixes.
 
         Filtered by the indexed location columns (copied from the result when it is
         saved), over the confirmed triages only: an unconfirmed record is never decoded.
+        With ``show_id``, an entry whose triage owner it refuses has no ``id`` (the caller
+        may not read that triage).
         """
         sa, t, c = self._db.sa, self._db.triages, self._db.confirmations
-        query = (sa.select(t.c.id, t.c.result, c.c.created, c.c.fix, c.c.note)
+        query = (sa.select(t.c.id, t.c.result, c.c.created, c.c.fix, c.c.note, t.c.owner)
                  .select_from(c.join(t, t.c.id == c.c.id))
                  .where(t.c.loc_path == path, t.c.loc_function == function,
                         t.c.id != (exclude or ""))
@@ -206,9 +275,12 @@ class Records:
             note = row["note"] or ""
             if not isinstance(result, dict) or fix is _DAMAGED or not _clean(note):
                 continue  # a damaged record is left out, never passed on
-            out.append({"id": row["id"], "release": (result.get("release") or {}).get("release"),
-                        "summary": result.get("summary"), "confirmed_fix": fix,
-                        "note": note, "confirmed_at": row["created"]})
+            entry = {"id": row["id"], "release": (result.get("release") or {}).get("release"),
+                     "summary": result.get("summary"), "confirmed_fix": fix,
+                     "note": note, "confirmed_at": row["created"]}
+            if show_id is not None and not show_id(row["owner"]):
+                del entry["id"]
+            out.append(entry)
         return out
 
     def confirmed(self, *, limit: int | None = None, offset: int = 0) -> list[dict[str, Any]]:
@@ -223,10 +295,12 @@ class Records:
         return [r for r in (self.get(tid) for tid in ids) if r is not None]
 
     def purge(self, *, max_age_days: float | None, max_count: int | None,
-              keep_confirmed: bool = True, now: datetime | None = None) -> int:
+              keep_confirmed: bool = True, now: datetime | None = None,
+              max_bytes: int | None = None) -> int:
         """Delete triages older than ``max_age_days`` and, oldest first, those beyond
-        ``max_count``; confirmed ones (and their confirmations) stay unless
-        ``keep_confirmed`` is False. Returns how many triages were deleted."""
+        ``max_count``, then, oldest first, unconfirmed ones until all stored triages take at
+        most ``max_bytes`` (their ``size``); confirmed ones (and their confirmations) stay
+        unless ``keep_confirmed`` is False. Returns how many triages were deleted."""
         sa, t, c = self._db.sa, self._db.triages, self._db.confirmations
         spare = [t.c.id.not_in(sa.select(c.c.id))] if keep_confirmed else []
         deleted = 0
@@ -240,9 +314,36 @@ class Records:
                           .order_by(t.c.created.desc(), self._db.order_key(t, self.engine).desc())
                           .offset(max_count))
                 deleted += conn.execute(t.delete().where(t.c.id.in_(beyond))).rowcount
+            if max_bytes is not None:
+                deleted += self._purge_bytes(conn, max_bytes, spare)
             if not keep_confirmed:
                 conn.execute(c.delete().where(c.c.id.not_in(sa.select(t.c.id))))
         return deleted
+
+    def _purge_bytes(self, conn: Any, max_bytes: int, spare: list[Any]) -> int:
+        """Delete the oldest purgeable triages (``spare`` excludes the kept ones) until every
+        stored triage together takes at most ``max_bytes``."""
+        sa, t = self._db.sa, self._db.triages
+        size = sa.func.coalesce(t.c.size, 0)
+        total = int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(size), 0))).scalar_one())
+        if total <= max_bytes:
+            return 0
+        kept = int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(size), 0))
+                                .where(sa.not_(sa.and_(*spare)) if spare else sa.false())
+                                ).scalar_one())
+        budget = max_bytes - kept  # what the purgeable ones may still take, newest first
+        running = sa.func.sum(size).over(
+            order_by=[t.c.created.desc(), self._db.order_key(t, self.engine).desc()])
+        ranked = sa.select(t.c.id.label("id"), running.label("upto")).where(*spare).subquery()
+        doomed = sa.select(ranked.c.id).where(ranked.c.upto > budget)
+        return int(conn.execute(t.delete().where(t.c.id.in_(doomed))).rowcount)
+
+    def size_bytes(self) -> int:
+        """The bytes every stored triage takes (request and result text)."""
+        sa, t = self._db.sa, self._db.triages
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.coalesce(
+                sa.func.sum(sa.func.coalesce(t.c.size, 0)), 0))).scalar_one())
 
     def count(self) -> int:
         """How many triages are stored."""
@@ -255,4 +356,5 @@ class Records:
         self.engine.dispose()
 
 
-__all__ = ["MAX_DEPTH", "Records", "json_problem", "location_of", "new_triage_id", "safe_json"]
+__all__ = ["MAX_DEPTH", "ConfirmCheck", "ConfirmRefused", "Records", "json_problem",
+           "location_of", "new_triage_id", "owner_check", "safe_json"]

@@ -54,7 +54,12 @@ triages = sa.Table(
     sa.Column("id", sa.Text, primary_key=True), sa.Column("created", sa.Text),
     sa.Column("request", sa.Text), sa.Column("result", sa.Text),
     sa.Column("loc_path", sa.Text), sa.Column("loc_function", sa.Text),
-    sa.Column("seq", sa.BigInteger))
+    sa.Column("seq", sa.BigInteger), sa.Column("owner", sa.Text),
+    sa.Column("confirmed_by", sa.Text), sa.Column("size", sa.BigInteger))
+#: ``owner``: who stored the triage, ``confirmed_by``: who wrote its confirmation
+#: (``key:<hash>``, ``slack:<user>``, ``client:<address>``; NULL for rows written before
+#: owners existed: the confirmations table keeps its columns, so older code's inserts fit).
+#: ``size``: the bytes of the triage's request and result text (the records' byte bound).
 confirmations = sa.Table(
     "confirmations", metadata,
     sa.Column("id", sa.Text, primary_key=True), sa.Column("created", sa.Text),

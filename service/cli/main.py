@@ -273,6 +273,7 @@ def purge_records(
     max_count: Annotated[int | None, typer.Option(help="Default: TRIAGE_RECORDS_MAX_COUNT.")] = None,
     include_confirmed: Annotated[bool, typer.Option(
         "--include-confirmed", help="Purge confirmed triages (recorded incidents) too.")] = False,
+    max_bytes: Annotated[int | None, typer.Option(help="Default: TRIAGE_RECORDS_MAX_BYTES.")] = None,
 ) -> None:
     """Apply the stored triages' retention limits now (the API also does so as it goes)."""
     from service.wiring import records_for
@@ -281,7 +282,8 @@ def purge_records(
     n = records_for(settings).purge(
         max_age_days=settings.records_max_age_days if max_age_days is None else max_age_days,
         max_count=settings.records_max_count if max_count is None else max_count,
-        keep_confirmed=not include_confirmed)
+        keep_confirmed=not include_confirmed,
+        max_bytes=settings.records_max_bytes if max_bytes is None else max_bytes)
     console.print(f"{n} stored triage(s) purged"
                   + ("" if include_confirmed else "; confirmed ones kept"))
 
@@ -294,7 +296,8 @@ def serve(
         min=1, help="uvicorn workers; more than one needs a Chroma server (TRIAGE_CHROMA_URL).")] = 1,
     access_log: Annotated[bool, typer.Option(help="One JSON line per request (with its x-request-id).")] = True,
 ) -> None:
-    """Run the HTTP API (FastAPI + uvicorn); logs are JSON lines on stderr.
+    """Run the HTTP API (FastAPI + uvicorn); logs are JSON lines on stderr. A connection whose
+    request headers have not all arrived within TRIAGE_HEADER_TIMEOUT_S is closed.
 
     ``--workers N`` with N > 1 is refused (exit 2) while the KB's vectors live in the embedded
     Chroma, a single-process store that several workers would corrupt: run ``chroma run`` and
@@ -309,8 +312,12 @@ def serve(
         raise typer.Exit(2)
     import uvicorn
 
+    from service.api.protocol import protocol_path
+
+    # the protocol closes connections whose headers do not arrive (TRIAGE_HEADER_TIMEOUT_S)
     uvicorn.run("service.api.app:app", host=host, port=port, workers=workers,
-                log_level="info", access_log=False, log_config=serve_log_config(access_log))
+                log_level="info", access_log=False, log_config=serve_log_config(access_log),
+                http=protocol_path())
 
 
 def serve_log_config(access_log: bool) -> dict[str, Any]:

@@ -133,6 +133,8 @@ def recent(key: tuple[Any, ...], read):  # noqa: ANN001, ANN202
     if hit is None or now - hit[0] > _RECENT_TTL_S:
         hit = (now, read())
         with _kb_lock:
+            if len(_recent) >= _MAX_ENTRIES:  # bounded like the release-keyed table
+                _recent.clear()
             _recent[key] = hit
     return hit[1]
 

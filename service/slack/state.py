@@ -1,7 +1,8 @@
 """The Slack bot's in-memory state: per-channel rate limits, event dedupe, thread contexts.
 
-* :class:`TokenBucket` — per-key token buckets; the bot takes one token per
-  post or update in a channel and drops the reply when none frees up in time.
+* :class:`TokenBucket` — per-key token buckets (at most ``max_keys`` keys, least recently
+  used forgotten); the bot takes one token per post or update in a channel and drops the
+  reply when none frees up in time.
 * :class:`Seen` — a bounded, expiring set; the bot drops event retries by
   ``event_id`` and a message delivered twice (``app_mention`` and
   ``message.im``) by ``channel:ts``.
@@ -32,10 +33,20 @@ class TokenBucket:
     """Per-key token buckets: ``rate`` tokens a second, at most ``burst`` saved up."""
 
     def __init__(self, rate: float = 1.0, burst: int = 5,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_keys: int = 10_000) -> None:
         self.rate, self.burst, self.clock = rate, float(burst), clock
-        self._state: dict[str, tuple[float, float]] = {}
+        self.max_keys = max_keys  # channels remembered at once, least recently used forgotten
+        self._state: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._state)
+
+    def _put(self, key: str, value: tuple[float, float]) -> None:
+        self._state[key] = value
+        self._state.move_to_end(key)
+        while len(self._state) > self.max_keys:
+            self._state.popitem(last=False)
 
     def try_take(self, key: str) -> float:
         """Take a token: 0.0 on success, else the seconds until one is available."""
@@ -44,9 +55,9 @@ class TokenBucket:
             tokens, last = self._state.get(key, (self.burst, now))
             tokens = min(self.burst, tokens + (now - last) * self.rate)
             if tokens >= 1.0:
-                self._state[key] = (tokens - 1.0, now)
+                self._put(key, (tokens - 1.0, now))
                 return 0.0
-            self._state[key] = (tokens, now)
+            self._put(key, (tokens, now))
             return (1.0 - tokens) / self.rate
 
     def acquire(self, key: str, max_wait: float = 10.0) -> bool:

@@ -92,7 +92,7 @@ def slack_settings(kb_settings: Settings, kb, slack_stub: SlackStub) -> Settings
     return kb_settings.model_copy(update={
         "slack_bot_token": BOT_TOKEN, "slack_signing_secret": SIGNING_SECRET,
         "slack_api_url": f"{slack_stub.url}/api/", "public_url": f"http://127.0.0.1:{port}",
-        "api_keys": []})
+        "api_keys": [], "slack_response_hosts": ["127.0.0.1"]})
 
 
 @pytest.fixture(scope="session")

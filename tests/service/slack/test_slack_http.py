@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import time
 from typing import Any
 
@@ -271,3 +272,74 @@ def test_fuzzed_slack_requests_never_get_a_server_error(slack_server) -> None:  
             assert r.status_code < 500, (r.status_code, body[:80], ctype, ts)
 
         check()
+
+
+def test_a_response_url_outside_slacks_hosts_is_never_posted_to(slack, slack_stub) -> None:  # noqa: ANN001
+    """A slash command whose response_url names another host (here loopback under another
+    name) gets nothing posted there; the allowed stub host still does."""
+    seen: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = Catch()
+    logging.getLogger("sglang_triage.slack").addHandler(handler)
+    try:
+        evil = slack_stub.url.replace("127.0.0.1", "localhost") + "/response/evil"
+        assert slack.command("this is not a crash log at all " * 4, "C0EVIL", evil
+                             ).status_code == 200
+        deadline = time.monotonic() + 120
+        while not any("response_url" in m for m in seen):
+            assert time.monotonic() < deadline, "the response_url was not refused"
+            time.sleep(0.05)
+        good = f"{slack_stub.url}/response/good"
+        assert slack.command("this is not a crash log at all " * 4, "C0GOOD", good
+                             ).status_code == 200
+        slack_stub.wait_for("response_url", lambda p: p.get("id") == "good")
+    finally:
+        logging.getLogger("sglang_triage.slack").removeHandler(handler)
+    assert not [p for p in slack_stub.calls_of("response_url") if p.get("id") == "evil"]
+
+
+def test_response_url_hosts() -> None:
+    from service.slack.bot import allowed_response_url
+
+    hosts = ["hooks.slack.com", "127.0.0.1"]
+    assert allowed_response_url("https://hooks.slack.com/commands/T/1/x", hosts)
+    assert not allowed_response_url("http://hooks.slack.com/commands/T/1/x", hosts)
+    assert allowed_response_url("http://127.0.0.1:9/response/x", hosts)
+    for bad in ("https://hooks.slack.com.evil.test/x", "https://evil.test/hooks.slack.com",
+                "https://user@evil.test/x", "https://hooks.slack.com:99999/x",
+                "http://169.254.169.254/latest/meta-data", "file:///etc/passwd"):
+        assert not allowed_response_url(bad, hosts), bad
+
+
+def _click(slack, reply: dict, root: str, channel: str, user: str) -> None:  # noqa: ANN001
+    button = next(e for b in reply["blocks"] if b["type"] == "actions" for e in b["elements"]
+                  if e["action_id"] == "triage_fixed")
+    msg_ts = reply["_ts"]
+    payload = {"type": "block_actions", "user": {"id": user}, "team": {"id": "T0STUB"},
+               "api_app_id": "A0STUB", "trigger_id": "1.2.3", "channel": {"id": channel},
+               "container": {"type": "message", "message_ts": msg_ts, "channel_id": channel},
+               "message": {"type": "message", "ts": msg_ts, "thread_ts": root,
+                           "text": reply["text"], "blocks": reply["blocks"]},
+               "actions": [{**button, "block_id": "triage_actions", "type": "button",
+                            "action_ts": str(time.time())}]}
+    assert slack.action(payload).status_code == 200
+
+
+def test_only_the_user_who_confirmed_may_change_a_confirmation(slack, slack_stub, seed_log,  # noqa: ANN001
+                                                               slack_bot) -> None:
+    root, reply = _triage_in(slack, slack_stub, "C0OWNED", seed_log)
+    tid = json.loads(next(e for b in reply["blocks"] if b["type"] == "actions"
+                          for e in b["elements"] if e["action_id"] == "triage_fixed")["value"])["t"]
+    assert slack_bot.records.owners(tid)[0] == "slack:U0USER"  # the asker owns the triage
+    _click(slack, reply, root, "C0OWNED", "U0FIXER")  # a teammate confirms first: allowed
+    slack_stub.wait_for("chat.postMessage", lambda p: p.get("channel") == "C0OWNED"
+                        and "recorded as an incident" in _flat(p))
+    _click(slack, reply, root, "C0OWNED", "U0OTHER")  # someone else may not overwrite it
+    slack_stub.wait_for("chat.postMessage", lambda p: p.get("channel") == "C0OWNED"
+                        and "already confirmed by someone else" in _flat(p))
+    conf = slack_bot.records.get(tid)["confirmation"]
+    assert "U0FIXER" in conf["note"] and "U0OTHER" not in conf["note"]

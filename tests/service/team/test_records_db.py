@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from kb.records import Records
 
 DATA = Path(__file__).parent / "data"
-HEAD = "0004"
+HEAD = "0005"
 SPEC = ("sglang/srt/server_args.py", "ServerArgs._handle_speculative_decoding")
 
 
