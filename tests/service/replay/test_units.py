@@ -12,7 +12,7 @@ import pytest
 
 from kb.errors import ConfigError
 from service.engine.facts.core import get_profile
-from service.replay import child
+from service.replay import child, child_values
 from service.replay.argv_guard import OptionTable
 from service.replay.harness import STUB_DIRS, harness_version
 from service.replay.model_configs import MODEL_CONFIGS, draft_config, write_model_dir
@@ -89,7 +89,7 @@ def test_json_safe_values() -> None:
     class Color(enum.Enum):
         RED = "red"
 
-    value = child.json_safe({"a": (1, 2.5), "b": {Color.RED}, "c": float("nan"), "d": Path("/x")})
+    value = child_values.json_safe({"a": (1, 2.5), "b": {Color.RED}, "c": float("nan"), "d": Path("/x")})
     assert json.loads(json.dumps(value)) == {"a": [1, 2.5], "b": ["red"], "c": "nan", "d": "/x"}
 
 

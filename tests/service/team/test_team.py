@@ -47,11 +47,12 @@ ARGV = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorit
 FILES = ["sglang/srt/server_args.py", "sglang/launch_server.py",
          "sglang/srt/configs/device_config.py", "sglang/srt/server_args_config_parser.py"]
 SLEEPY = "import time\ntime.sleep(300)\n"
+# answers every job on the runner's result pipe (one JSON line per job), as child.py does
 INSTANT = """import json, os, sys
 cfg = json.loads(open(sys.argv[1]).read())
-for job in cfg["jobs"]:
-    with open(job["result_path"], "w") as f:
-        f.write(json.dumps({"status": "passed", "ran": "test payload"}))
+for i, job in enumerate(cfg["jobs"]):
+    line = {"index": i, "result": {"status": "passed", "ran": "test payload"}}
+    os.write(int(cfg["result_fd"]), (json.dumps(line) + "\\n").encode())
 os._exit(0)
 """
 
