@@ -255,7 +255,8 @@ def base_env(kb_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env.update(HF_HUB_OFFLINE="1", ANONYMIZED_TELEMETRY="False", TRIAGE_KB_DIR=str(kb_dir),
                TRIAGE_API_KEYS="[]", TRIAGE_ON_DEMAND_INGEST="false",
-               TRIAGE_ON_DEMAND_EMBED="false")
+               TRIAGE_ON_DEMAND_EMBED="false",
+               TRIAGE_TRIAGE_RATE_PER_MINUTE="0")  # throughput, not the rate limit
     return env
 
 

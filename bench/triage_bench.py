@@ -313,7 +313,8 @@ def run_workers(workers: int, bodies: list[dict], kb_dir: Path, args: argparse.N
     port = _port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRIAGE_LLM")}
     env.update(HF_HUB_OFFLINE="1", ANONYMIZED_TELEMETRY="False", TRIAGE_KB_DIR=str(kb_dir),
-               TRIAGE_REPLAY_ENABLED="false", TRIAGE_API_KEYS="[]")
+               TRIAGE_REPLAY_ENABLED="false", TRIAGE_API_KEYS="[]",
+               TRIAGE_TRIAGE_RATE_PER_MINUTE="0")  # throughput, not the rate limit
     log_path = kb_dir / "serve.log"
     log = log_path.open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--port",

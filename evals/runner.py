@@ -112,6 +112,11 @@ def engine_call(engine: Any, replay: Any = None) -> Callable[[dict[str, Any]], d
     return call
 
 
+#: how often one incident is re-sent after a 429 (the service's per-client rate limit on
+#: /triage), waiting the Retry-After it gives each time
+_RATE_LIMIT_RETRIES = 5
+
+
 def _http_call(url: str, timeout: float, headers: dict[str, str] | None
                ) -> Callable[[dict[str, Any]], dict[str, Any]]:
     import httpx
@@ -120,6 +125,11 @@ def _http_call(url: str, timeout: float, headers: dict[str, str] | None
 
     def call(body: dict[str, Any]) -> dict[str, Any]:
         resp = client.post("/triage", json=body)
+        for _ in range(_RATE_LIMIT_RETRIES):  # the service's per-client rate limit: wait as told
+            if resp.status_code != 429:
+                break
+            time.sleep(min(float(resp.headers.get("retry-after") or 1), 60.0))
+            resp = client.post("/triage", json=body)
         if resp.status_code != 200:
             try:
                 detail = resp.json().get("detail")

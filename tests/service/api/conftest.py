@@ -54,8 +54,11 @@ def make_server(settings: Settings) -> ServerThread:
 def api_settings(kb_settings: Settings, kb, tmp_path_factory) -> Settings:  # noqa: ANN001
     """The suite's KB; background replay off (one test turns it on and waits for it), and
     no on-demand ingest: a test naming a release the KB lacks must not add it to the shared
-    KB (tests/service/api/test_ondemand.py ingests on demand into a KB of its own)."""
-    return kb_settings.model_copy(update={"replay_enabled": False, "on_demand_ingest": False})
+    KB (tests/service/api/test_ondemand.py ingests on demand into a KB of its own). No
+    per-client rate limit either: every test posts from 127.0.0.1 to this one server
+    (tests/service/hardening/test_limits.py turns it on for a server of its own)."""
+    return kb_settings.model_copy(update={"replay_enabled": False, "on_demand_ingest": False,
+                                          "triage_rate_per_minute": 0.0})
 
 
 @pytest.fixture(scope="session")
