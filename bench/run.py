@@ -17,6 +17,7 @@ SCRIPTS = [
     ["bench/team_bench.py"],
     ["bench/search_bench.py"],
     ["bench/replay_pool_bench.py"],
+    ["bench/redos_bench.py"],
 ]
 
 

@@ -89,16 +89,16 @@ ARCH_BY_MODEL: list[tuple[str, str]] = [
     (r"deepseek[-_ ]?v2", "DeepseekV2ForCausalLM"),
     (r"llama[-_ ]?4", "Llama4ForConditionalGeneration"),
     (r"llama[-_ ]?[23]|eagle3?[-_ ]?llama", "LlamaForCausalLM"),
-    (r"qwen3[._-]?5.*[-_]a\d+(?:\.\d+)?b", "Qwen3_5MoeForConditionalGeneration"),
+    (r"qwen3[._-]?5.{0,250}[-_]a\d+(?:\.\d+)?b", "Qwen3_5MoeForConditionalGeneration"),
     (r"qwen3[._-]?5", "Qwen3_5ForConditionalGeneration"),
     (r"qwen3[-_ ]?next", "Qwen3NextForCausalLM"),
-    (r"qwen3[-_ ]?vl.*[-_]a\d+(?:\.\d+)?b", "Qwen3VLMoeForConditionalGeneration"),
+    (r"qwen3[-_ ]?vl.{0,250}[-_]a\d+(?:\.\d+)?b", "Qwen3VLMoeForConditionalGeneration"),
     (r"qwen3[-_ ]?vl", "Qwen3VLForConditionalGeneration"),
     (r"qwen3[-_ ]?omni", "Qwen3OmniMoeForConditionalGeneration"),
-    (r"qwen3.*[-_]a\d+(?:\.\d+)?b", "Qwen3MoeForCausalLM"),
+    (r"qwen3.{0,250}[-_]a\d+(?:\.\d+)?b", "Qwen3MoeForCausalLM"),
     (r"qwen3", "Qwen3ForCausalLM"),
     (r"qwen2[._-]?5[-_ ]?vl", "Qwen2_5_VLForConditionalGeneration"),
-    (r"qwen2.*[-_]a\d+(?:\.\d+)?b|qwen1[._-]5[-_]moe", "Qwen2MoeForCausalLM"),
+    (r"qwen2.{0,250}[-_]a\d+(?:\.\d+)?b|qwen1[._-]5[-_]moe", "Qwen2MoeForCausalLM"),
     (r"qwen2|qwq", "Qwen2ForCausalLM"),
     (r"gpt[-_ ]?oss", "GptOssForCausalLM"),
     (r"glm[-_ ]?5", "GlmMoeDsaForCausalLM"),
@@ -115,6 +115,9 @@ ARCH_BY_MODEL: list[tuple[str, str]] = [
     (r"minimax[-_ ]?m2", "MiniMaxM2ForCausalLM"),
 ]
 _ARCH_RES = [(re.compile(p, re.I), arch) for p, arch in ARCH_BY_MODEL]
+#: Characters of a model path component the name patterns look at (hub names have <= 96);
+#: with it, ``.{0,250}`` in the patterns is ``.*``, and each search is linear (issue 26).
+_MAX_NAME_CHARS = 256
 
 
 def model_arch_for(model: str | None) -> str | None:
@@ -132,6 +135,7 @@ def model_arch_for(model: str | None) -> str | None:
         return None
     parts = [p for p in model.strip().replace("\\", "/").split("/") if p]
     for part in reversed(parts[-6:]):
+        part = part[:_MAX_NAME_CHARS]
         for rx, arch in _ARCH_RES:
             if rx.search(part):
                 return arch

@@ -51,7 +51,7 @@ class ArgparseError(BaseModel):
 
 _ARGUMENT_RE = re.compile(r"argument ([^:]{1,300}): (.*)")
 _INVALID_VALUE_RE = re.compile(r"invalid \S{1,100} value: (.*)")
-_ARGERR_RE = re.compile(r"(?:([^\s:][^:\n]{0,200}): )?error: (.*)")
+_ARGERR_RE = re.compile(r"^(?:([^\s:][^:\n]{0,200}): )?error: (.*)")
 _FLAG_RE = re.compile(r"(?<![\w-])--?[A-Za-z][\w-]{0,100}")
 
 

@@ -10,7 +10,8 @@ records are tolerated. :func:`pick_primary` chooses the exception the triage
 is about, and :func:`package_path` reduces a frame path to its ``sglang/...``
 part.
 
-Every regular expression is linear-time and sees at most
+Every regular expression is linear-time (also under ``search``: the patterns used with
+``match`` are anchored with ``^``) and sees at most
 :data:`~service.engine.logparse.text.SCAN_CHARS` characters of a line. Pure: no I/O.
 """
 
@@ -70,12 +71,12 @@ class ExceptionInfo(BaseModel):
 _HEADER = "Traceback (most recent call last)"
 _CAUSE = "The above exception was the direct cause of the following exception"
 _CONTEXT = "During handling of the above exception, another exception occurred"
-_FRAME_RE = re.compile(r'([ \t]*)File "([^"\n]{1,4096})", line (\d{1,9})(.*)')
+_FRAME_RE = re.compile(r'^([ \t]*)File "([^"\n]{1,4096})", line (\d{1,9})(.*)')
 _LOGLINE_RE = re.compile(
-    r"(?:- )?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b|[IWEF]\d{4} \d\d:\d\d:\d\d"
-    r"|\S{1,300}\.py:\d{1,7}: "
+    r"^(?:(?:- )?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b|[IWEF]\d{4} \d\d:\d\d:\d\d"
+    r"|\S{1,300}\.py:\d{1,7}: )"
 )
-_GROUP_RE = re.compile(r"([ \t]*)\| ?")
+_GROUP_RE = re.compile(r"^([ \t]*)\| ?")
 _STRICT_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt")
 _LENIENT_SUFFIXES = (*_STRICT_SUFFIXES, "Iteration", "Warning", "Failure", "Fault", "Timeout")
 _PY_PATH_MARKERS = ("/site-packages/", "/dist-packages/", "/python/")

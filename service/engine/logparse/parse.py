@@ -15,10 +15,14 @@ together what the readers find:
   release, Python and GPU hints, and warnings printed from SGLang's files.
 
 The parser is pure (no I/O) and tolerant of cut frames and interleaved log
-lines. Every regular expression is linear-time and sees at most
+lines. Every regular expression is linear-time (also the secret patterns of
+:mod:`~service.engine.logparse.redact`, which see the whole text) and sees at most
 :data:`~service.engine.logparse.text.SCAN_CHARS` characters of a line, so a 10 MB input
-finishes in bounded time. Nothing is ever evaluated; ``ServerArgs`` values go
-through :func:`ast.literal_eval` only.
+finishes in bounded time. On top of that, reading one log may spend at most
+:data:`CPU_S_PER_MB` CPU seconds per MiB of its limit (``max_bytes``), checked between
+the stages (:class:`~service.engine.logparse.text.CpuBudget`); past it the input is
+refused as :class:`InputTooLarge` (a 413), never left running. Nothing is ever
+evaluated; ``ServerArgs`` values go through :func:`ast.literal_eval` only.
 """
 
 from __future__ import annotations
@@ -52,9 +56,11 @@ from service.engine.logparse.environment import (
 )
 from service.engine.logparse.frames import ExceptionInfo, find_exceptions, pick_primary
 from service.engine.logparse.redact import redact, redact_payload
-from service.engine.logparse.text import clean_log_marked
+from service.engine.logparse.text import CpuBudget, clean_log_marked
 
 __all__ = [
+    "CPU_S_PER_MB",
+    "cpu_budget",
     "DEFAULT_MAX_BYTES",
     "ParsedLog",
     "parse_bytes",
@@ -63,6 +69,9 @@ __all__ = [
 ]
 
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
+#: CPU seconds that reading a log may take per MiB of ``max_bytes`` (at least one MiB is
+#: counted). Any 1 MiB input, however adversarial, is read in about 2.5 CPU seconds.
+CPU_S_PER_MB = 10.0
 _BAD_CHAR_RATIO = 0.05
 _STRUCTURED_KEYS = frozenset({"log", "command", "release", "hardware", "model", "python"})
 _BAD_CHARS_RE = re.compile("[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f\x7f-\x9f\ufffd\ud800-\udfff]")
@@ -114,27 +123,51 @@ def _check_text(text: str, max_bytes: int) -> None:
         )
 
 
-def parse_log(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ParsedLog:
+def cpu_budget(max_bytes: int) -> CpuBudget:
+    """The CPU budget for reading one input of at most ``max_bytes`` bytes."""
+    return CpuBudget(CPU_S_PER_MB * max(1.0, max_bytes / (1024 * 1024)))
+
+
+def _spend(budget: CpuBudget, stage: str) -> None:
+    """Raise :class:`InputTooLarge` once ``budget`` is used up (``stage`` says where)."""
+    if budget.exhausted():
+        raise InputTooLarge(
+            f"reading the log took more than {budget.seconds:g} CPU seconds (stopped {stage}); "
+            "send the part of the log around the traceback",
+            details={"cpu_budget_s": budget.seconds, "stage": stage},
+        )
+
+
+def parse_log(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES,
+              budget: CpuBudget | None = None) -> ParsedLog:
     """Parse a crash log pasted as text.
 
-    Raises :class:`InputTooLarge` (over ``max_bytes`` UTF-8 bytes),
+    Raises :class:`InputTooLarge` (over ``max_bytes`` UTF-8 bytes, or more CPU time
+    than ``budget``, by default :func:`cpu_budget` of ``max_bytes``),
     :class:`EmptyInput` (blank), :class:`BinaryInput` (NUL bytes, or more than 5%
     control/replacement characters) and :class:`NoCrashFound` when there is no
     traceback, exception line or argparse error; its ``details["understood"]``
     says what was found instead (command, release hints, GPUs...).
     """
+    budget = budget if budget is not None else cpu_budget(max_bytes)
     _check_text(text, max_bytes)
     lines, marks, notes = clean_log_marked(text)
+    _spend(budget, "after cleaning the lines")
     exceptions, traceback_notes = find_exceptions(lines, marks)
     notes.extend(traceback_notes)
+    _spend(budget, "after reading tracebacks")
     argparse_error = find_argparse_error(lines)
     commands, command_notes = find_commands(lines)
     notes.extend(command_notes)
+    _spend(budget, "after reading commands")
     command = commands[-1] if commands else None
     if command is not None and len(commands) > 1:
         notes.append(f"{len(commands)} launch commands found; using the last (line {command.line})")
     server_args, sa_notes = parse_server_args(lines)
     notes.extend(sa_notes)
+    env = find_env(lines)
+    release_hints = find_release_hints(lines)
+    _spend(budget, "after reading the environment")
     paths = [f.path for e in exceptions for f in e.frames]
     model = model_from_argv(command.argv) if command else None
     if model is None and server_args and isinstance(server_args.get("model_path"), str):
@@ -147,8 +180,8 @@ def parse_log(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ParsedLog:
         command_text=command.text if command else None,
         entrypoint=command.entrypoint if command else None,
         server_args=server_args,
-        env=find_env(lines),
-        release_hints=find_release_hints(lines),
+        env=env,
+        release_hints=release_hints,
         python_version=find_python_version(paths, lines),
         gpus=find_gpus(lines),
         model=model,
@@ -183,16 +216,18 @@ def _decode(data: bytes, max_bytes: int) -> str:
         raise BinaryInput(f"the input is not valid UTF-8 (byte {exc.start})") from exc
 
 
-def parse_bytes(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ParsedLog:
+def parse_bytes(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES,
+                budget: CpuBudget | None = None) -> ParsedLog:
     """Decode ``data`` as strict UTF-8 (:class:`BinaryInput` otherwise) and :func:`parse_log` it."""
-    return parse_log(_decode(data, max_bytes), max_bytes=max_bytes)
+    return parse_log(_decode(data, max_bytes), max_bytes=max_bytes, budget=budget)
 
 
 _PY_VERSION_RE = re.compile(r"(\d{1,2})\.(\d{1,3})")
 
 
 def parse_input(
-    payload: str | bytes | dict[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES
+    payload: str | bytes | dict[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES,
+    budget: CpuBudget | None = None,
 ) -> tuple[ParsedLog, dict[str, Any]]:
     """Parse a raw log or a structured report ``{"log", "command"?, "release"?, "hardware"?,
     "model"?, "python"?}`` (a dict, or a JSON object given as text or bytes).
@@ -203,34 +238,44 @@ def parse_input(
     release hint (kind ``explicit``), ``python`` the Python version (``"3.12"``),
     ``model`` the model. The second element is ``{"hardware": ..., "release": ...}``
     exactly as given (None when absent), for the engine to resolve.
+
+    Text is redacted first (:func:`~service.engine.logparse.redact.redact`; free for text
+    a front end already redacted). ``budget`` (default :func:`cpu_budget` of
+    ``max_bytes``) covers the redaction and the parse.
     """
+    budget = budget if budget is not None else cpu_budget(max_bytes)
     if isinstance(payload, bytes):
         payload = _decode(payload, max_bytes)
     if isinstance(payload, str):
+        if len(payload) > max_bytes:
+            raise _too_large(max_bytes)
         payload = redact(payload)
+        _spend(budget, "after redacting secrets")
         data: object = None
         if payload.lstrip().startswith("{"):
-            if len(payload) > max_bytes:
-                raise _too_large(max_bytes)
             try:
                 data = json.loads(payload)
             except (ValueError, RecursionError):
                 data = None
         if not (isinstance(data, dict) and "log" in data):
-            return parse_log(payload, max_bytes=max_bytes), {"hardware": None, "release": None}
+            return (parse_log(payload, max_bytes=max_bytes, budget=budget),
+                    {"hardware": None, "release": None})
         payload = data
     if not isinstance(payload, dict):
         raise LogParseError(f"unsupported input of type {type(payload).__name__}")
-    return _parse_structured(redact_payload(payload), max_bytes)
+    payload = redact_payload(payload)
+    _spend(budget, "after redacting secrets")
+    return _parse_structured(payload, max_bytes, budget)
 
 
-def _parse_structured(payload: dict[str, Any], max_bytes: int) -> tuple[ParsedLog, dict[str, Any]]:
+def _parse_structured(payload: dict[str, Any], max_bytes: int,
+                      budget: CpuBudget) -> tuple[ParsedLog, dict[str, Any]]:
     log = payload.get("log")
     if isinstance(log, list) and all(isinstance(x, str) for x in log):
         log = "\n".join(log)
     if not isinstance(log, str):
         raise EmptyInput("structured input needs a 'log' string")
-    parsed = parse_log(log, max_bytes=max_bytes)
+    parsed = parse_log(log, max_bytes=max_bytes, budget=budget)
     update: dict[str, Any] = {}
     notes = list(parsed.notes)
     extra = sorted(str(k) for k in payload if k not in _STRUCTURED_KEYS)

@@ -17,12 +17,14 @@ quantifiers). Everything is pure: no I/O.
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter
 from collections.abc import Sequence
 
 __all__ = [
     "MAX_LINE_CHARS",
     "SCAN_CHARS",
+    "CpuBudget",
     "clean_log",
     "clean_log_marked",
     "split_top_level",
@@ -32,6 +34,32 @@ __all__ = [
 SCAN_CHARS = 10_000
 """Characters of a line that regular expressions look at; the rest is ignored."""
 MAX_LINE_CHARS = 100_000  # longer lines are cut (a ServerArgs repr can be ~15k characters)
+
+
+
+
+class CpuBudget:
+    """CPU seconds that reading one log may spend, checked between lines and stages.
+
+    Counted with :func:`time.thread_time` (this thread's CPU time): a busy machine or
+    other requests do not use it up, and no check depends on the wall clock.
+    Regular expressions hold the GIL for a whole call, so with linear patterns and
+    :data:`SCAN_CHARS`-bounded lines every piece of work between two checks is short;
+    the budget ends a pathological input instead of letting it run for minutes.
+    ``None`` is unlimited.
+    """
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.start = time.thread_time()
+
+    def spent(self) -> float:
+        """CPU seconds used since the budget was made."""
+        return time.thread_time() - self.start
+
+    def exhausted(self) -> bool:
+        """Whether more than :attr:`seconds` CPU seconds have been used."""
+        return self.seconds is not None and self.spent() > self.seconds
 
 
 # --------------------------------------------------------------------------- cleaning
@@ -47,7 +75,7 @@ _JOURNALD_RE = re.compile(
     r"[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} [^\s:]{1,255} [^\s:\[]{1,255}(?:\[\d{1,10}\])?: ?"
 )
 _KUBECTL_RE = re.compile(r"\[pod/[^\]\s]{1,512}\] ?")
-_COMPOSE_RE = re.compile(r"([A-Za-z0-9][\w.-]{0,63}) {0,40}\|(?: |$)")
+_COMPOSE_RE = re.compile(r"^([A-Za-z0-9][\w.-]{0,63}) {0,40}\|(?: |$)")
 
 
 def _compose_services(lines: Sequence[str]) -> frozenset[str]:
