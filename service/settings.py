@@ -41,6 +41,9 @@ class Settings(EngineSettings):
     # service
     api_keys: list[SecretStr] = Field(default_factory=list,
                                       description="Bearer keys (secret); empty = open.")
+    team_api_keys: list[SecretStr] = Field(
+        default_factory=list, description="Team bearer keys (secret): accepted like "
+        "TRIAGE_API_KEYS, and read and confirm every client's triages (other keys only their own).")
     max_body_bytes: int = 1024 * 1024
     allowed_hosts: list[str] = Field(
         default_factory=list, description="Host names the API answers to; empty = the loopback "
@@ -49,6 +52,22 @@ class Settings(EngineSettings):
         30.0, description="Unconfirmed triages older than this are purged (None: kept).")
     records_max_count: int | None = Field(
         100_000, description="At most this many unconfirmed triages are kept (oldest purged).")
+    records_max_bytes: int | None = Field(
+        1 << 30, description="Stored triages use at most this many bytes (request and answer "
+        "text); beyond it the oldest unconfirmed ones are purged (None: no byte bound).")
+    records_min_free_bytes: int = Field(
+        256 << 20, description="When the records' disk has less free space than this, new "
+        "triages are answered but not stored (the answer says so).")
+    triage_rate_per_minute: float = Field(
+        120.0, ge=0, description="POST /triage requests a client (a key, or an address on an "
+        "open service) may send a minute, per process; beyond it 429 with Retry-After (0: off; "
+        "team keys are not limited).")
+    triage_burst: int = Field(
+        60, ge=1, description="POST /triage requests a client may send at once before the rate "
+        "applies.")
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="`serve` closes a connection whose request line and headers "
+        "have not all arrived this many seconds after it opened (or after its last answer).")
 
     database_url: SecretStr | None = Field(
         None, description="Records, Slack state and replay jobs in this database "
@@ -79,8 +98,24 @@ class Settings(EngineSettings):
     on_demand_ingest: bool = Field(
         True, description="Index a release the log names but the KB lacks, then answer from it.")
     on_demand_embed: bool = Field(
-        True, description="After an on-demand ingest, embed the release on a background thread "
-        "(off: keyword search only for it).")
+        True, description="Embed a release ingested on demand, in the ingest's own process, "
+        "when Chroma is a server (TRIAGE_CHROMA_URL); embedded Chroma is one process's, so "
+        "there the release is searched by keywords (off: keywords always).")
+    on_demand_per_client_per_hour: int = Field(
+        3, ge=0, description="New releases one client may have ingested on demand per hour "
+        "(the next one is refused with a note).")
+    on_demand_global_per_hour: int = Field(
+        20, ge=0, description="New releases ingested on demand per hour, all clients together.")
+    on_demand_timeout_s: float = Field(
+        900.0, gt=0, description="An on-demand ingest (its child process) is stopped after this "
+        "long and counts as failed.")
+    release_list_ttl_s: float = Field(
+        3600.0, ge=0, description="How long the package index's release list is reused; only "
+        "listed versions are fetched on demand.")
+    disk_quota_gb: float = Field(
+        10.0, ge=0, description="Before an on-demand ingest, the KB, wheel and source caches "
+        "must hold less than this: least recently used on-demand releases are evicted (never "
+        "the defaults), else the ingest is refused (0: no quota).")
 
     # slack
     slack_bot_token: SecretStr | None = Field(
@@ -90,6 +125,10 @@ class Settings(EngineSettings):
     slack_app_token: SecretStr | None = Field(
         None, description="xapp- token for Socket Mode (secret).")
     slack_api_url: str | None = Field(None, description="Slack Web API base URL (tests: a stub).")
+    slack_response_hosts: list[str] = Field(
+        default_factory=lambda: ["hooks.slack.com", "hooks.slack-gov.com"],
+        description="Hosts a slash command's response_url may name (https only, except "
+        "loopback hosts listed here for tests); others are never posted to.")
     public_url: str = Field("http://127.0.0.1:8000", description="Base URL for report links.")
 
     def api_key_values(self) -> list[str]:

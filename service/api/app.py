@@ -18,7 +18,6 @@ counted in the metrics (:mod:`service.api.metrics`).
 from __future__ import annotations
 
 import hmac
-import itertools
 import json
 import re
 import time
@@ -26,20 +25,21 @@ import uuid
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from kb.errors import ConfigError, ReleaseNotIngested, TriageError, VectorStoreError
 from kb.knowledge import KnowledgeBase
-from kb.records import Records, new_triage_id
+from kb.records import ConfirmRefused, Records, new_triage_id
 from service import ondemand
-from service.api import metrics
+from service.api import access, metrics, responses, storage
 from service.api.docs import mount_docs
 from service.api.guard import RequestGuard, allowed_hosts
+from service.api.limits import triage_rate_limit
 from service.api.logs import REQUEST_ID, log_access
 from service.api.ops import app_version, mount_ops
 from service.api.schemas import ConfirmRequest, TriageRequest
-from service.engine import Engine, TriageResult, redact
+from service.engine import Engine, TriageResult, redact, redact_payload
 from service.errors import BinaryInput, EmptyInput, InputTooLarge, LogParseError, UnknownRelease
 from service.settings import Settings, get_settings, reveal
 from service.wiring import jobs_for, kb_for, records_for
@@ -83,9 +83,8 @@ async def get_records(settings: Annotated[Settings, Depends(app_settings)]) -> R
     return records_for(settings)
 
 
-#: Wrong keys one client may send in :data:`_FAIL_WINDOW_S` before it is refused outright.
-MAX_KEY_FAILURES = 10
-_FAIL_WINDOW_S = 60.0
+#: Wrong keys one address may send in a minute before wrong keys get 429 (valid keys pass).
+MAX_KEY_FAILURES = access.MAX_KEY_FAILURES
 
 
 def key_ok(token: str, keys: list[str]) -> bool:
@@ -101,25 +100,9 @@ def _client(request: Request) -> str:
 
 async def require_key(request: Request,
                       settings: Annotated[Settings, Depends(app_settings)]) -> None:
-    if not settings.api_keys:
-        return
-    failures: dict[str, list[float]] = request.app.state.key_failures
-    client = _client(request)
-    now = time.monotonic()
-    recent = [t for t in failures.get(client, []) if now - t < _FAIL_WINDOW_S]
-    if len(recent) >= MAX_KEY_FAILURES:
-        raise HTTPException(429, "too many wrong API keys from this client; wait a minute",
-                            headers={"Retry-After": str(int(_FAIL_WINDOW_S))})
-    auth = request.headers.get("authorization", "")
-    token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
-    if not key_ok(token, settings.api_key_values()):
-        if token:  # a wrong key counts towards the limit; a missing one does not
-            if len(failures) > 10_000:
-                failures.clear()  # bounded memory
-            failures[client] = [*recent, now]
-        raise HTTPException(401, "missing or wrong bearer API key",
-                            headers={"WWW-Authenticate": "Bearer"})
-    failures.pop(client, None)
+    """Admit a request with a valid key (or any on an open service), else 401/429; the
+    caller is kept for ownership checks (:func:`service.api.access.check_key`)."""
+    access.check_key(request, settings)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -130,7 +113,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   docs_url=None, redoc_url=None, openapi_url=None)  # see service.api.docs
 
     settings = settings or get_settings()
-    app.state.key_failures = {}  # client -> times of its recent wrong keys (see require_key)
     app.add_middleware(RequestGuard,
                        hosts=allowed_hosts(settings.allowed_hosts, settings.public_url),
                        origins=frozenset({settings.public_url.rstrip("/").lower()}),
@@ -172,7 +154,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         return hybrid_search(kb, q, release, k=k).as_dict()
 
-    @app.post("/triage", dependencies=[Depends(require_key)], response_class=Response,
+    @app.post("/triage", dependencies=[Depends(require_key),
+                                       Depends(triage_rate_limit(
+                                           app_settings,
+                                           access.rate_bucket))],
+              response_class=Response,
               responses={200: {"model": TriageResult, "description": "The diagnosis, with its "
                                "`id` (`GET /triage/{id}` shows it again, with replay verdicts)"}},
               openapi_extra={"requestBody": {"content": {
@@ -216,7 +202,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             payload = text
         options = {"release": release, "hardware": hardware, "model": model, "model_arch": model_arch}
         body = await run_in_threadpool(_answer, engine, records, settings, payload, text, options,
-                                       replay, _client(request))
+                                       replay, _client(request),
+                                       access.caller_of(request, settings))
         return Response(body, media_type="application/json")
 
     @app.post("/lint", dependencies=[Depends(require_key)],
@@ -243,45 +230,63 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                              limit=limit, offset=offset)
 
     @app.get("/triage/{tid}", dependencies=[Depends(require_key)])
-    def get_triage(tid: str, records: Annotated[Records, Depends(get_records)]) -> dict[str, Any]:
-        rec = records.get(tid)
-        if rec is None:
-            raise HTTPException(404, f"no stored triage {tid}")
+    def get_triage(tid: str, request: Request, records: Annotated[Records, Depends(get_records)],
+                   settings: Annotated[Settings, Depends(app_settings)]) -> dict[str, Any]:
+        owners = records.owners(tid)
+        rec = records.get(tid) if owners is not None else None
+        if rec is None or not access.may_read(access.caller_of(request, settings), owners[0]):
+            raise HTTPException(404, f"no stored triage {tid[:100]}")
         return rec
 
     @app.post("/incidents/{tid}/confirm", dependencies=[Depends(require_key)])
-    def confirm(tid: str, body: ConfirmRequest, records: Annotated[Records, Depends(get_records)],
-                kb: Annotated[KnowledgeBase, Depends(get_kb)]) -> dict[str, Any]:
-        rec = records.get(tid)
-        if rec is None:
-            raise HTTPException(404, f"no stored triage {tid}")
+    def confirm(tid: str, body: ConfirmRequest, request: Request,
+                records: Annotated[Records, Depends(get_records)],
+                kb: Annotated[KnowledgeBase, Depends(get_kb)],
+                settings: Annotated[Settings, Depends(app_settings)]) -> dict[str, Any]:
+        caller = access.caller_of(request, settings)
+        owners = records.owners(tid)
+        rec = records.get(tid) if owners is not None else None
+        if rec is None or not access.may_read(caller, owners[0]):
+            raise HTTPException(404, f"no stored triage {tid[:100]}")
         unknown = _unknown_flags(kb, rec, body.flags())
         if unknown:
             raise HTTPException(422, f"not flags of the triage's release: {', '.join(unknown)}")
-        records.confirm(tid, body.fix_dict(), body.note, source=body.source)
+        fix, note = access.redact_confirmation(body.fix_dict(), body.note, settings)
+        try:
+            stored = records.confirm(
+                tid, fix, note, source=body.source, owner=caller.owner,
+                check=lambda t, done, c: access.confirm_refusal(caller, t, done, c))
+        except ConfirmRefused as exc:
+            raise HTTPException(403, exc.message) from exc
+        if not stored:
+            raise HTTPException(404, f"no stored triage {tid[:100]}")
         return {"id": tid, "confirmed": True}
 
     @app.get("/incidents", dependencies=[Depends(require_key)],
-             response_class=PlainTextResponse)
-    def export(records: Annotated[Records, Depends(get_records)],
+             response_class=responses.NDJSONResponse)
+    def export(request: Request, records: Annotated[Records, Depends(get_records)],
                kb: Annotated[KnowledgeBase, Depends(get_kb)],
+               settings: Annotated[Settings, Depends(app_settings)],
                source: Literal["api", "web", "slack"] | None = None,
                limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-               offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0) -> PlainTextResponse:
+               offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0) -> Response:
         """Confirmed triages as eval incidents, JSONL (``sglang-triage eval --incidents``),
-        a page at a time (``limit``/``offset`` over the confirmations, oldest first)."""
+        a page at a time (``limit``/``offset`` over the confirmations, oldest first); with
+        keys, only the caller's own triages (a team key: all), so a page may be short."""
         from kb.recording import export_confirmed
 
-        lines = [json.dumps(i.model_dump(mode="json"), ensure_ascii=False) + "\n"
-                 for i in export_confirmed(records, kb.store, source=source, limit=limit,
-                                           offset=offset)]
-        return PlainTextResponse("".join(lines), media_type="application/x-ndjson")
+        incidents = export_confirmed(records, kb.store, source=source, limit=limit, offset=offset)
+        lines = [json.dumps(redact_payload(i.model_dump(mode="json")), ensure_ascii=False) + "\n"
+                 for i in access.readable_incidents(access.caller_of(request, settings),
+                                                    incidents, records)]
+        return responses.NDJSONResponse("".join(lines))
 
     from service.web import mount_web
 
     mount_web(app, require_key, get_kb)  # the page at / and /t/{id}, /static, /hardware, /source
     mount_docs(app, require_key)  # /openapi.json and /docs, local assets, behind the keys
     mount_ops(app, require_key)  # /metrics behind the keys, /version open
+    responses.install(app)  # short 422s; the error answers in /openapi.json
     if reveal(settings.slack_bot_token) and reveal(settings.slack_signing_secret):
         from service.slack.bot import mount_slack
 
@@ -302,48 +307,63 @@ def _unknown_flags(kb: KnowledgeBase, rec: dict[str, Any], flags: list[str]) -> 
     return [f for f in flags if f not in spellings and f.lstrip("-").replace("-", "_") not in attrs]
 
 
-_SAVES = itertools.count(1)
 #: Stored triages between two purges of the records (retention limits).
-PURGE_EVERY = 200
-
-
-def _maybe_purge(records: Records, settings: Settings) -> None:
-    """Apply the records' retention limits every :data:`PURGE_EVERY` stored triages."""
-    if next(_SAVES) % PURGE_EVERY == 0:
-        records.purge(max_age_days=settings.records_max_age_days,
-                      max_count=settings.records_max_count)
+PURGE_EVERY = storage.PURGE_EVERY
 
 
 def _answer(engine: Engine, records: Records, settings: Settings, payload: str | dict[str, Any],
             text: str, options: dict[str, str | None], replay: bool, client: str = "local",
-            ) -> bytes:
+            caller: access.Caller | None = None) -> bytes:
     """Triage, store and encode one answer (on a worker thread: all of it blocks).
 
     The answer is encoded to JSON once; the same text is stored and returned. The replay
     runs on this process's queue, or, with a durable queue (:func:`~service.wiring.jobs_for`:
     ``TRIAGE_DATABASE_URL`` or ``TRIAGE_REPLAY_QUEUE=database``), is queued for
     ``sglang-triage replay-worker``, which stores the same verdicts in the same record.
+    The record is owned by ``caller``; ``similar`` names only triages it may read, and when
+    the records' disk is nearly full the answer is returned unstored (:mod:`.storage`).
     """
-    result = ondemand.triage(engine, settings, payload, **options, replay=replay)
+    caller = caller or access.Caller(owner=f"client:{client}")
+    # redacted once per request, here on the worker thread: the parses and the stored record
+    # below get the same redacted text, and redact() returns redacted text as it is
+    payload = redact_payload(payload)
+    log = payload if isinstance(payload, str) else payload.get("log")
+    text = log if isinstance(log, str) else redact(text)
+
+    def landed(updated: TriageResult) -> None:  # triaged again once its release is ingested
+        updated.id = tid
+        records.save(tid, request_record, updated.model_dump_json())
+
+    late = ondemand.LateAnswer(landed)  # delivers only after the first answer is stored
+    result = ondemand.triage(engine, settings, payload, **options, replay=replay,
+                             client=caller.owner, on_update=late)  # budgets: per key or address
     metrics.observe_triage(result.timings_ms, result.status)
     tid = new_triage_id()
     result.id = tid
     if not _vectors_ok(engine.kb):
         result.degraded.append("vector store unreachable: search falls back to keywords")
     if result.location is not None:
-        similar = records.similar(result.location.path, result.location.function, exclude=tid)
-        if not settings.api_keys:  # open service: other people's triages are not linked
-            similar = [{k: v for k, v in s.items() if k != "id"} for s in similar]
-        result.similar = similar
+        similar = records.similar(
+            result.location.path, result.location.function, exclude=tid,
+            # open service: other people's triages are not linked; with keys, only readable ones
+            show_id=lambda owner: caller.keyed and access.may_read(caller, owner))
+        result.similar = redact_payload(similar)  # notes stored before they were redacted
     request_record = {"options": options, "log": redact(text)[:200_000]}
-    wants_replay = replay and result.status == "located" and settings.replay_enabled
+    refused = storage.disk_refusal(records, settings)
+    if refused:
+        result.id = None
+        result.degraded.append(refused)
+    wants_replay = (replay and result.status == "located" and settings.replay_enabled
+                    and not refused and not ondemand.ingesting(result))
     if wants_replay:
         result.replay = {"status": "pending",
                          "detail": f"GET /triage/{tid} shows the replay verdicts when done"}
     encoded = result.model_dump_json()
     # stored before the replay starts: a replay answered from its cache may finish (and
     # store its verdicts) at once, and must not be overwritten by this "pending" record
-    records.save(tid, request_record, encoded)
+    if refused:
+        return encoded.encode("utf-8")
+    stored = records.save(tid, request_record, encoded, owner=caller.owner)
     if wants_replay:
         from service.replay.background import schedule, unavailable_reason
         from service.replay.queue import QueueFull
@@ -373,7 +393,8 @@ def _answer(engine: Engine, records: Records, settings: Settings, payload: str |
         if result.replay.get("status") != "pending":
             encoded = result.model_dump_json()
             records.save(tid, request_record, encoded)
-    _maybe_purge(records, settings)
+    late.ready()
+    storage.retention.stored(records, settings, stored)
     return encoded.encode("utf-8")
 
 

@@ -48,7 +48,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
 from kb.errors import ConfigError, TriageError
-from kb.records import Records, new_triage_id
+from kb.records import ConfirmRefused, Records, new_triage_id, owner_check
 from service import ondemand
 from service.engine import Engine, TriageResult, redact, redact_payload
 from service.settings import Settings, reveal
@@ -100,7 +100,7 @@ class SlackTriageBot:
         self.bucket = bucket or self.state.bucket
         self.secrets = tuple(s for s in map(reveal, (
             settings.slack_bot_token, settings.slack_signing_secret, settings.slack_app_token,
-            settings.llm_api_key, *settings.api_keys)) if s)
+            settings.llm_api_key, *settings.api_keys, *settings.team_api_keys)) if s)
         self.client = client or make_client(settings)
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="slack-triage")
         self.app = App(client=self.client, signing_secret=reveal(settings.slack_signing_secret) or "",
@@ -186,7 +186,14 @@ class SlackTriageBot:
         if rec is None or fix is None:
             self._post(channel, thread, *sb.error_blocks(f"triage {tid} is no longer stored"))
             return
-        self.records.confirm(tid, fix, note=f"confirmed in Slack by {user} in {channel}", source="slack")
+        try:  # any user of the thread may confirm first; only they may change it later
+            self.records.confirm(tid, fix, note=f"confirmed in Slack by {user} in {channel}",
+                                 source="slack", owner=f"slack:{user}",
+                                 check=owner_check(f"slack:{user}", any_first=True))
+        except ConfirmRefused:
+            self._post(channel, thread, *sb.error_blocks(
+                f"Triage {tid} was already confirmed by someone else; only they can change it."))
+            return
         if message.get("ts") and message.get("blocks"):
             self._update(channel, message["ts"], message.get("text", ""),
                          sb.confirmed_blocks(message["blocks"], user, fix.get("command", "")))
@@ -237,8 +244,10 @@ class SlackTriageBot:
             new = dict(ctx.options)
             new.update({"hardware": value} if kind == "hardware" else
                        {"release": value} if kind == "release" else options)
+            owner = (self.records.owners(ctx.tid) or (None,))[0]  # the thread's asker
             done = self._triage_or_report(ctx.channel, ctx.thread_ts, ctx.payload, new, {
-                "channel": ctx.channel, "thread_ts": ctx.thread_ts, "follow_up": text[:200]}, redacted=True)
+                "channel": ctx.channel, "thread_ts": ctx.thread_ts, "follow_up": text[:200],
+                "owner": owner}, redacted=True)
             if done is None:
                 return
             result, tid, payload, opts = done
@@ -275,11 +284,14 @@ class SlackTriageBot:
         payload = text if redacted else redact(text, self.secrets)
         opts: dict[str, str | None] = {k: options.get(k) for k in ("release", "hardware", "model",
                                                                      "model_arch")}
-        result = ondemand.triage(self.engine, self.settings, payload, **opts)
+        result = ondemand.triage(self.engine, self.settings, payload, **opts,  # waits for an ingest
+                                 client=f"slack:{source.get('user') or 'unknown'}")
         tid = new_triage_id()
         result.id = tid
+        user = source.get("user")
         self.records.save(tid, {"options": opts, "log": payload[:200_000],
-                                "source": "slack", "slack": source}, result.model_dump(mode="json"))
+                                "source": "slack", "slack": source}, result.model_dump(mode="json"),
+                          owner=f"slack:{user}" if user else source.get("owner"))
         return result, tid, payload, opts
 
     def _fetch_files(self, files: list[dict[str, Any]]) -> list[str]:
@@ -342,6 +354,9 @@ class SlackTriageBot:
     def _respond(self, response_url: str | None, text: str, blocks: Blocks) -> None:
         if not response_url:
             return
+        if not allowed_response_url(response_url, self.settings.slack_response_hosts):
+            log.warning("refusing to post to a response_url outside TRIAGE_SLACK_RESPONSE_HOSTS")
+            return
         payload = redact_payload({"text": text[:3000], "blocks": blocks,
                                      "response_type": "in_channel"}, self.secrets)
         try:
@@ -351,6 +366,25 @@ class SlackTriageBot:
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def allowed_response_url(url: str, hosts: list[str]) -> bool:
+    """May the bot post to ``url`` (a slash command's ``response_url``)? Only to a host in
+    ``hosts`` (``TRIAGE_SLACK_RESPONSE_HOSTS``: Slack's), over https; a loopback host listed
+    there (a test's stub) may use http. Never to a URL with credentials or another port
+    trick: the host is compared after parsing."""
+    try:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        parts.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        return False
+    if parts.username or parts.password or host not in {h.lower() for h in hosts}:
+        return False
+    return parts.scheme == "https" or (parts.scheme == "http" and host in _LOOPBACK)
 
 
 def _input_error(message: str) -> TriageError:
@@ -454,4 +488,5 @@ def run_socket_mode(settings: Settings, engine_factory: EngineFactory | None = N
     SocketModeHandler(bot.app, reveal(settings.slack_app_token), web_client=bot.client).start()
 
 
-__all__ = ["SlackTriageBot", "make_client", "mount_slack", "run_socket_mode"]
+__all__ = ["SlackTriageBot", "allowed_response_url", "make_client", "mount_slack",
+           "run_socket_mode"]

@@ -1,6 +1,6 @@
 // The triage page's controller: input (paste, drop, file picker, optional
 // release/hardware/model), the API calls, the permalink route /t/{id},
-// polling while replay runs in the background, and the API key field.
+// polling while replay or an on-demand ingest runs in the background, and the API key field.
 
 import { clear, h, parseCitation } from "./dom.js";
 import { renderTriage } from "./render.js";
@@ -206,21 +206,34 @@ function restoreInput(request) {
   if (!els.model.value.trim() && typeof model === "string") els.model.value = model;
 }
 
-/** While the stored triage says replay is pending, re-read it a few times with growing pauses. */
+/** What a stored answer still waits for: "ingest" (its release is being ingested on
+ * demand; the answer will be replaced), "replay" (verdicts pending) or null. */
+function waitingFor(result) {
+  const onDemand = (result.release || {}).on_demand;
+  if (onDemand && onDemand.status === "ingesting") return "ingest";
+  return result.replay && result.replay.status === "pending" ? "replay" : null;
+}
+
+/** While the stored triage waits for replay or an on-demand ingest, re-read it a few times
+ * with growing pauses; show it once that changed (and keep polling if it waits for more). */
 function pollReplay(record) {
   const token = ++pollToken;
-  if (!record.id || !record.result.replay || record.result.replay.status !== "pending") return;
+  const waited = record.id ? waitingFor(record.result) : null;
+  if (!waited) return;
   let i = 0;
   const tick = async () => {
     if (token !== pollToken) return; // another triage is on display
     try {
       const rec = await api("GET", `/triage/${encodeURIComponent(record.id)}`);
       if (token !== pollToken) return;
-      const replay = rec.result.replay;
-      if (replay && replay.status !== "pending") {
-        show({ id: rec.id, result: rec.result, confirmation: rec.confirmation, created: rec.created },
-          { focus: false });
-        announce(`Replay finished: ${replay.status.replace("_", " ")}`);
+      if (waitingFor(rec.result) !== waited) {
+        const shown = { id: rec.id, result: rec.result, confirmation: rec.confirmation, created: rec.created };
+        show(shown, { focus: false });
+        const onDemand = rec.result.release.on_demand || {};
+        announce(waited === "ingest"
+          ? `Release ${onDemand.release} ${onDemand.status}: the answer is updated`
+          : `Replay finished: ${String((rec.result.replay || {}).status || "done").replace("_", " ")}`);
+        pollReplay(shown);
         return;
       }
     } catch (_err) {
@@ -229,7 +242,9 @@ function pollReplay(record) {
     if (i < POLL_DELAYS.length) {
       window.setTimeout(tick, POLL_DELAYS[i++] * 1000 * (window.__triagePollScale || 1));
     } else {
-      announce("Replay is still running; reload this permalink later for its verdicts.");
+      announce(waited === "ingest"
+        ? "The release is still being ingested; reload this permalink later for the updated answer."
+        : "Replay is still running; reload this permalink later for its verdicts.");
     }
   };
   window.setTimeout(tick, POLL_DELAYS[i++] * 1000 * (window.__triagePollScale || 1));
