@@ -7,8 +7,10 @@ Real SGLang releases are downloaded from PyPI once into the wheel cache
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,3 +131,39 @@ def kb(kb_settings: Settings, ingest_reports: dict):
 @pytest.fixture(scope="session")
 def store(kb):  # noqa: ANN001, ANN201 - the session KB's structured index
     return kb.store
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Headless Debian Chromium through playwright, one per test process.
+
+    Defined here, not in ``tests/service/web/conftest.py``, because tests outside that
+    folder drive the page too (``tests/service/hardening/test_ondemand_bounds.py``): a
+    second definition would start a second sync playwright in the same process, which
+    playwright refuses ("Sync API inside the asyncio loop").
+
+    ``make test`` installs both, so a missing one fails the run; set
+    ``TRIAGE_SKIP_BROWSER=1`` to skip the browser tests on a machine without them.
+    """
+    from tests.service.web.conftest import CHROMIUM, CHROMIUM_ARGS
+
+    missing = None
+    try:
+        from playwright import sync_api
+    except ImportError:
+        missing = "playwright is not installed: pip install -e '.[dev]'"
+    if missing is None and not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        missing = f"{CHROMIUM} is missing: run scripts/install-browser.sh"
+    if missing:
+        if os.environ.get("TRIAGE_SKIP_BROWSER") == "1":
+            pytest.skip(missing)
+        pytest.fail(missing)
+    pw = sync_api.sync_playwright().start()
+    try:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+    except Exception:
+        pw.stop()
+        raise
+    yield b
+    b.close()
+    pw.stop()

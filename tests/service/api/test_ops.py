@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import time
 from collections.abc import Iterator
 from concurrent.futures import wait
 from importlib.metadata import version
@@ -39,6 +40,21 @@ def value(text: str, name: str, **labels: str) -> float:
     return samples(text).get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+def drain_replay_queue() -> None:
+    """Wait until the process's replay queue has run every batch submitted so far. One
+    pytest worker runs many test files, and a server of an earlier file (replay on) may have
+    left batches in this process-wide queue; they would move the counters read here. The
+    queue runs one batch at a time, in order, so once nothing waits, a no-op submitted now
+    ends after every batch before it."""
+    from service.replay.harness import QUEUE
+
+    for _ in range(3600):  # bounded: at most ~30 minutes of others' batches
+        if not QUEUE.depth():
+            break
+        time.sleep(0.5)
+    QUEUE.submit("drain", lambda: None).result(timeout=1800)
+
+
 @pytest.fixture()
 def empty(tmp_path: Path) -> Settings:
     """Settings on an empty KB folder: enough for routes that do not read the KB."""
@@ -47,6 +63,7 @@ def empty(tmp_path: Path) -> Settings:
 
 
 def test_metrics_count_requests_by_route_template_not_raw_path(empty: Settings) -> None:
+    drain_replay_queue()
     with make_server(empty) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
         before = c.get("/metrics").text
         for tid in ("aaaa1111", "bbbb2222", "cccc3333"):
@@ -99,6 +116,7 @@ def test_replay_queue_jobs_are_timed_and_counted(empty: Settings) -> None:
     def boom() -> None:
         raise RuntimeError("harness broke")
 
+    drain_replay_queue()
     with make_server(empty) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
         before = c.get("/metrics").text
         done = [QUEUE.submit("metrics-test", sum, [1, 2]), QUEUE.submit("metrics-test", boom)]

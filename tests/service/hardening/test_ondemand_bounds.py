@@ -34,7 +34,6 @@ from kb.sources import ReleaseSource
 from service import ondemand
 from service.settings import Settings
 from tests.service.api.conftest import free_port
-from tests.service.web.conftest import browser  # noqa: F401 - headless Chromium (fixture)
 
 BASE, REAL = "0.5.5", "0.5.9"
 BROKEN = ("0.5.6", "0.5.7", "0.5.8")
@@ -328,7 +327,7 @@ def test_a_failed_release_is_not_fetched_again_within_the_window(
 
 
 def test_the_page_polls_while_the_release_is_ingested_and_shows_the_new_answer(
-        serve: Serve, index: FakeIndex, browser: object) -> None:  # noqa: F811
+        serve: Serve, index: FakeIndex, browser: object) -> None:
     version = BROKEN[1]  # fetched, then refused by the ingest: cheap, and an answer changes
     gets = index.wheel_gets(version)
     ctx = browser.new_context(base_url=serve.url)  # type: ignore[attr-defined]

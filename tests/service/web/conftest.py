@@ -15,7 +15,6 @@ Screenshots go to ``$TRIAGE_ARTIFACTS/screenshots`` (default
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,35 +80,6 @@ def shots() -> Path:
     out = base / "screenshots"
     out.mkdir(parents=True, exist_ok=True)
     return out
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
-    """Headless Debian Chromium through playwright.
-
-    ``make test`` installs both, so a missing one fails the run; set
-    ``TRIAGE_SKIP_BROWSER=1`` to skip the browser tests on a machine without them.
-    """
-    missing = None
-    try:
-        from playwright import sync_api
-    except ImportError:
-        missing = "playwright is not installed: pip install -e '.[dev]'"
-    if missing is None and not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
-        missing = f"{CHROMIUM} is missing: run scripts/install-browser.sh"
-    if missing:
-        if os.environ.get("TRIAGE_SKIP_BROWSER") == "1":
-            pytest.skip(missing)
-        pytest.fail(missing)
-    pw = sync_api.sync_playwright().start()
-    try:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-    except Exception:
-        pw.stop()
-        raise
-    yield b
-    b.close()
-    pw.stop()
 
 
 class PageErrors(list):
