@@ -96,33 +96,51 @@ def _argparse_fields(msg: str) -> tuple[ArgparseKind, list[str], list[str], list
     return "other", flags + [f for f in _FLAG_RE.findall(rest) if f not in flags], [], None
 
 
+_BARE_STARTS = ("unrecognized arguments: ", "the following arguments are required: ",
+                 "ambiguous option: ", "argument -")
+
+
+def _bare_error(line: str) -> str | None:
+    """The message of an argparse error pasted without its ``prog: error: `` prefix
+    (``unrecognized arguments: --foo``), else None; only known argparse forms count."""
+    if not line.startswith(_BARE_STARTS) or len(line) < 20:
+        return None
+    if line.startswith("argument -") and ": invalid " not in line and ": expected " not in line:
+        return None
+    return line
+
+
 def find_argparse_error(lines: Sequence[str]) -> ArgparseError | None:
     """The last argparse error line, with the ``usage:`` block printed just before it.
 
-    A ``prog: error: ...`` line of a known argparse form always counts; any other
-    ``error:`` line counts only right after a usage block.
+    Leading blanks are ignored. A ``prog: error: ...`` line of a known argparse form
+    always counts, and so does a known form pasted without its ``prog: error: ``
+    prefix (``unrecognized arguments: --foo``); any other ``error:`` line counts only
+    right after a usage block.
     """
     best: ArgparseError | None = None
     usage: tuple[int, str] | None = None  # (index after the block, text)
     i, n = 0, len(lines)
     while i < n:
-        line = lines[i][:SCAN_CHARS]
+        line = lines[i][:SCAN_CHARS].strip()
         if line.startswith("usage: "):
             j = i + 1
-            while j < n and j - i < 5000 and lines[j][:1] in (" ", "\t") and lines[j].strip():
+            while (j < n and j - i < 5000 and lines[j][:1] in (" ", "\t") and lines[j].strip()
+                   and "error: " not in lines[j][:SCAN_CHARS]):
                 j += 1
             usage = (j, "\n".join(x.rstrip() for x in lines[i:j])[:65536])
             i = j
             continue
         m = _ARGERR_RE.fullmatch(line) if "error: " in line else None
-        if m is not None:
+        prog, message = (m[1], m[2].strip()) if m is not None else (None, _bare_error(line))
+        if message is not None:
             near = usage is not None and 0 <= i - usage[0] <= 2
-            kind, flags, values, choices = _argparse_fields(m[2].strip())
-            if kind != "other" or near:
+            kind, flags, values, choices = _argparse_fields(message)
+            if kind != "other" or (near and m is not None):
                 best = ArgparseError(
-                    prog=m[1],
+                    prog=prog,
                     kind=kind,
-                    message=m[2].strip(),
+                    message=message,
                     flags=flags,
                     values=values,
                     choices=choices,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from service.engine.logparse.text import SCAN_CHARS, split_top_level, unquote
 
-__all__ = ["FoundCommand", "find_commands", "model_from_argv", "tokenize_command"]
+__all__ = ["FRAGMENT", "FoundCommand", "find_commands", "model_from_argv", "tokenize_command"]
 
 _MAX_LOGICAL = 20_000  # a command joined from ``\\`` continuations is cut here
 _SHLEX_BUDGET = 200_000  # characters of command-looking text tokenised at most
@@ -272,6 +272,44 @@ def _yaml_commands(lines: Sequence[str], split: _Splitter) -> list[tuple[FoundCo
     return out
 
 
+_PROMPTS = ("$ ", "# ", "> ", "+ ")
+FRAGMENT = "flags only"  # ``entrypoint`` of a command read from a flags-only fragment
+
+
+def _fragment_tokens(text: str, split: _Splitter) -> list[str] | None:
+    """Launch flags of a fragment with no entrypoint, else None.
+
+    Understood: ``$ --flag value ...`` (a shell prompt, one flag is enough), a line of
+    only flags (``--tp 8 --speculative-algorithm EAGLE3``, at least two flags) and a
+    JSON list of them (``["--tp", "8", ...]``). argparse help columns (two blanks,
+    ``--tp-size TP_SIZE, --tp TP_SIZE``) and usage brackets are not fragments.
+    """
+    s = text.strip()
+    prompt = s.startswith(_PROMPTS)
+    if prompt:
+        s = s[2:].lstrip()
+    if s.startswith(('["-', "['-", '[ "-')):
+        tokens = _split_flow(s)
+    elif s.startswith("--") and "  " not in s:
+        tokens = split(s)
+    else:
+        return None
+    flags = [t for t in tokens if t.startswith("--") and t[2:3].isalpha()]
+    if len(flags) < (1 if prompt else 2) or any(t.endswith(",") for t in tokens):
+        return None
+    return _cut_at_shell_operator(tokens)
+
+
+def _fragments(lines: Sequence[str], split: _Splitter) -> list[FoundCommand]:
+    """Flags-only fragments (see :func:`_fragment_tokens`), for a log with no launch command."""
+    out = []
+    for start, text in _logical_lines(lines, wanted="--"):
+        tokens = _fragment_tokens(text, split)
+        if tokens:
+            out.append(FoundCommand(tokens, text, FRAGMENT, start + 1))
+    return out
+
+
 def find_commands(lines: Sequence[str]) -> tuple[list[FoundCommand], list[str]]:
     """Every SGLang launch command in the log, in log order, and notes.
 
@@ -279,7 +317,9 @@ def find_commands(lines: Sequence[str]) -> tuple[list[FoundCommand], list[str]]:
     are already gone), YAML/JSON ``command:``/``args:`` lists (flow or block
     style, as in Kubernetes manifests and compose files), and ``sh -c`` shell
     strings inside either. Documentation lines (``Example: sglang serve ...``) and
-    argparse usage text are not commands.
+    argparse usage text are not commands. A log with none of these is searched for
+    flags-only fragments (``$ --tp 8 ...``, ``--tp 8 --dp 2``, ``["--tp", "8"]``),
+    whose ``entrypoint`` is :data:`FRAGMENT`.
     """
     split = _Splitter()
     by_line: dict[int, FoundCommand] = {}
@@ -293,6 +333,8 @@ def find_commands(lines: Sequence[str]) -> tuple[list[FoundCommand], list[str]]:
         for k in range(cmd.line - 1, end):
             by_line.pop(k, None)  # a shell line inside the list is part of this command
         by_line[cmd.line - 1] = cmd
+    if not by_line:
+        by_line = {cmd.line - 1: cmd for cmd in _fragments(lines, split)}
     notes = []
     if split.budget < 0:
         notes.append(f"command text past {_SHLEX_BUDGET} characters was split on blanks only")

@@ -31,6 +31,7 @@ __all__ = [
     "UNKNOWN_TYPE",
     "ExceptionInfo",
     "Frame",
+    "exception_name",
     "find_exceptions",
     "package_path",
     "pick_primary",
@@ -124,6 +125,12 @@ def _exc_name(stripped: str, strict: bool) -> tuple[str, str | None] | None:
     else:
         ok = msg is not None or "." in name or last.endswith(_LENIENT_SUFFIXES)
     return (name, msg) if ok else None
+
+
+def exception_name(line: str) -> tuple[str, str | None] | None:
+    """``(qualified name, text after the colon or None)`` when the stripped ``line`` is an
+    exception line on its own (a name ending in Error, Exception, Exit or Interrupt)."""
+    return _exc_name(line.strip()[:SCAN_CHARS], strict=True)
 
 
 def _is_elision(s: str) -> bool:

@@ -10,7 +10,9 @@ together what the readers find:
 * :mod:`service.engine.logparse.frames` finds tracebacks, chained exceptions, exception
   groups and exception lines without frames, and picks the primary exception;
 * :mod:`service.engine.logparse.argparse_errors` finds the argparse error;
-* :mod:`service.engine.logparse.command` finds the launch command;
+* :mod:`service.engine.logparse.command` finds the launch command (or a flags-only fragment);
+* :mod:`service.engine.logparse.partial` reads an error message without a traceback and
+  says what a partial log lacks (``ParsedLog.missing``);
 * :mod:`service.engine.logparse.environment` reads ``ServerArgs(...)`` fields, environment,
   release, Python and GPU hints, and warnings printed from SGLang's files.
 
@@ -55,6 +57,12 @@ from service.engine.logparse.environment import (
     parse_server_args,
 )
 from service.engine.logparse.frames import ExceptionInfo, find_exceptions, pick_primary
+from service.engine.logparse.partial import (
+    command_lines,
+    command_only,
+    find_message,
+    missing_parts,
+)
 from service.engine.logparse.redact import redact, redact_payload
 from service.engine.logparse.text import CpuBudget, clean_log_marked
 
@@ -95,6 +103,9 @@ class ParsedLog(BaseModel):
     notes: list[str]
     cleaned_lines: int
     warnings: list[WarningLine] = Field(default_factory=list)  # from SGLang's own files
+    #: what the log lacks for a full triage (the exception line, the type, the frames...);
+    #: empty for a complete traceback or an argparse error
+    missing: list[str] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- entry points
@@ -146,8 +157,16 @@ def parse_log(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES,
     than ``budget``, by default :func:`cpu_budget` of ``max_bytes``),
     :class:`EmptyInput` (blank), :class:`BinaryInput` (NUL bytes, or more than 5%
     control/replacement characters) and :class:`NoCrashFound` when there is no
-    traceback, exception line or argparse error; its ``details["understood"]``
-    says what was found instead (command, release hints, GPUs...).
+    traceback, exception line, SGLang error message or argparse error, unless the
+    log is only a launch command (:func:`~service.engine.logparse.partial.command_only`);
+    its ``details["understood"]`` says what was found instead (command, release
+    hints, GPUs...).
+
+    A partial log is read as far as it goes and ``missing`` says what it lacks: an
+    error message without a traceback becomes a frameless exception (see
+    :func:`~service.engine.logparse.partial.find_message`), frames cut before the
+    exception line an exception of type ``<unknown>``, and a log with only a launch
+    command (or a flags-only fragment) has no ``primary``.
     """
     budget = budget if budget is not None else cpu_budget(max_bytes)
     _check_text(text, max_bytes)
@@ -168,13 +187,19 @@ def parse_log(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES,
     env = find_env(lines)
     release_hints = find_release_hints(lines)
     _spend(budget, "after reading the environment")
+    if not exceptions and argparse_error is None:
+        message = find_message(lines, command_lines(lines, [c.line - 1 for c in commands]))
+        if message is not None:
+            exceptions = [message]
+            notes.append(f"line {message.start_line}: an error message without a traceback")
     paths = [f.path for e in exceptions for f in e.frames]
     model = model_from_argv(command.argv) if command else None
     if model is None and server_args and isinstance(server_args.get("model_path"), str):
         model = str(server_args["model_path"])
+    primary = pick_primary(exceptions)
     parsed = ParsedLog(
         exceptions=exceptions,
-        primary=pick_primary(exceptions),
+        primary=primary,
         argparse_error=argparse_error,
         command=command.argv if command else None,
         command_text=command.text if command else None,
@@ -188,8 +213,9 @@ def parse_log(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES,
         notes=notes,
         cleaned_lines=len(lines),
         warnings=find_sglang_warnings(lines),
+        missing=missing_parts(primary, argparse_error is not None),
     )
-    if not exceptions and argparse_error is None:
+    if not exceptions and argparse_error is None and (command is None or not command_only(lines)):
         raise NoCrashFound(
             "no traceback, exception line or argparse error was found in the log",
             details={"understood": _understood(parsed)},
@@ -198,7 +224,8 @@ def parse_log(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES,
 
 
 def _understood(parsed: ParsedLog) -> dict[str, Any]:
-    keys = {"cleaned_lines", "command", "entrypoint", "model", "env", "python_version", "notes"}
+    keys = {"cleaned_lines", "command", "entrypoint", "model", "env", "python_version", "notes",
+            "missing"}
     return parsed.model_dump(include=keys) | {
         "server_args": parsed.server_args is not None,
         "release_hints": [h.version for h in parsed.release_hints],

@@ -2,8 +2,8 @@
 
 :func:`clean_log` turns a pasted log into plain lines: CR line ends, a BOM and
 ANSI escapes go, and so do per-line transport prefixes (SGLang's
-``[timestamp]``, ISO timestamps, kubectl, journald and docker compose
-prefixes). :func:`clean_log_marked` also says which lines start a new log
+``[timestamp]``, ISO timestamps, kubectl, journald, docker compose, rank, Ray and
+launcher prefixes) and trailing launcher ``file.py:NNN`` columns. :func:`clean_log_marked` also says which lines start a new log
 record, which the traceback scanner (:mod:`service.engine.logparse.frames`) uses to end
 messages and tracebacks.
 
@@ -76,6 +76,18 @@ _JOURNALD_RE = re.compile(
 )
 _KUBECTL_RE = re.compile(r"\[pod/[^\]\s]{1,512}\] ?")
 _COMPOSE_RE = re.compile(r"^([A-Za-z0-9][\w.-]{0,63}) {0,40}\|(?: |$)")
+_LEVELS = r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)"
+# torch.distributed ``[rank0]: `` and Ray ``(pid=1234) ``/``(SGLangWorker pid=1234, ip=...) ``
+_RANK_TAG_RE = re.compile(
+    r"^(?:\[rank\d{1,6}\]:|\((?:[A-Za-z_][\w.-]{0,100} )?pid=\d{1,10}(?:, ip=[\w.:-]{1,64})?\)) ?"
+)
+# launcher columns: ``INFO [worker_0] 0: ``, ``[worker_0] 0: ``, ``ERROR 3: ``
+_LAUNCHER_RE = re.compile(
+    rf"^(?:{_LEVELS} {{1,16}})?\[[^\]\s]{{1,64}}\] {{0,4}}\d{{1,5}}: ?|^{_LEVELS} {{1,16}}\d{{1,5}}: ?"
+)
+_RANK_RE = re.compile(r"^\d{1,5}: ?")  # Slurm ``srun -l``/torchrun rank: only when consistent
+_SOURCE_COLUMN_RE = re.compile(r"[\w.-]{1,120}\.py:\d{1,7}")
+_FRAMEISH_RE = re.compile(rf'^[ \t]{{0,40}}(?:File "|Traceback \(|{_LEVELS}\b|[A-Z][\w.]{{0,200}}:)')
 
 
 def _compose_services(lines: Sequence[str]) -> frozenset[str]:
@@ -97,18 +109,59 @@ def _compose_services(lines: Sequence[str]) -> frozenset[str]:
     return frozenset(name for name, c in counts.items() if c >= 2)
 
 
-def _strip_prefix(line: str, compose: frozenset[str]) -> tuple[str, bool, str | None]:
+def _consistent(lines: Sequence[str], pattern: re.Pattern[str]) -> bool:
+    """Whether ``pattern`` starts at least two lines and at least 30% of the non-blank lines."""
+    hits = nonblank = 0
+    for line in lines:
+        if line.strip():
+            nonblank += 1
+            hits += pattern.match(line, 0, 200) is not None
+    return hits >= max(2, 0.3 * nonblank)
+
+
+def _source_column(line: str) -> int | None:
+    """Where a trailing launcher column (``   launcher.py:123``) starts in ``line``, if any.
+
+    Rich handlers and some launchers right-align the emitting ``file.py:NNN`` after at
+    least two blanks. Checked in code from the end, so no pattern scans the whole line.
+    """
+    k = line.rfind(" ")
+    if k < 2 or line[k - 1] != " " or not line[:k].strip():
+        return None
+    if _SOURCE_COLUMN_RE.fullmatch(line, k + 1, min(len(line), k + 140)) is None:
+        return None
+    if k + 140 < len(line):
+        return None
+    return len(line[:k].rstrip())
+
+
+def _strip_column(line: str, always: bool) -> str:
+    """``line`` without its trailing launcher column: when the log carries the column
+    consistently (``always``), or when the line looks like a frame, log or exception line."""
+    cut = _source_column(line) if "py:" in line[-140:] else None
+    if cut is None:
+        return line
+    if always or _FRAMEISH_RE.match(line, 0, 300) is not None:
+        return line[:cut]
+    return line
+
+
+def _strip_prefix(line: str, compose: frozenset[str],
+                  rank: bool = False) -> tuple[str, bool, str | None]:
     """Remove transport prefixes from one line.
 
     Returns the rest, whether an SGLang ``[timestamp]`` was removed, and the compose
     service. Exactly one space after a prefix is removed, so indentation survives.
+    ``rank`` also removes a bare ``0: `` rank prefix (the log carries it consistently).
     """
     marked = False
     service = None
     if line[:1] in ("", " ", "\t"):
         return line, marked, service  # no prefix starts with blank space
-    for _ in range(6):
-        m = _KUBECTL_RE.match(line) or _JOURNALD_RE.match(line) or _ISO_TS_RE.match(line)
+    for _ in range(8):
+        m = (_KUBECTL_RE.match(line) or _JOURNALD_RE.match(line) or _ISO_TS_RE.match(line)
+             or _RANK_TAG_RE.match(line) or _LAUNCHER_RE.match(line, 0, 200)
+             or (_RANK_RE.match(line) if rank else None))
         if m is None:
             m = _BRACKET_TS_RE.match(line)
             marked = marked or m is not None
@@ -138,12 +191,15 @@ def clean_log_marked(text: str) -> tuple[list[str], list[bool], list[str]]:
     if long_lines:
         notes.append(f"{long_lines} line(s) longer than {MAX_LINE_CHARS} characters were cut")
     compose = _compose_services(raw)
+    rank = _consistent(raw, _RANK_RE)
+    stripped = [_strip_prefix(line[:MAX_LINE_CHARS], compose, rank) for line in raw]
+    columns = sum(1 for c, _, _ in stripped if "py:" in c[-140:] and _source_column(c.rstrip()))
+    always = columns >= max(3, 0.3 * sum(1 for line in raw if line.strip()))
     lines: list[str] = []
     marks: list[bool] = []
     previous = None
-    for line in raw:
-        cleaned, marked, service = _strip_prefix(line[:MAX_LINE_CHARS], compose)
-        lines.append(cleaned.rstrip())
+    for cleaned, marked, service in stripped:
+        lines.append(_strip_column(cleaned.rstrip(), always))
         marks.append(marked or (service is not None and service != previous))
         previous = service or previous
     return lines, marks, notes
@@ -156,7 +212,12 @@ def clean_log(text: str) -> list[str]:
     timestamps, ISO timestamps (``2026-03-23T14:01:38.123Z ``), kubectl
     ``[pod/name/container] ``, journald ``Mar 23 14:01:38 host python[1234]: ``
     and docker compose ``svc-1  | `` (only for service names that prefix the log
-    consistently). Indentation after a prefix is kept; trailing blanks are not.
+    consistently), torch.distributed ``[rank0]: ``, Ray ``(pid=1234) `` and
+    ``(SGLangWorker pid=1234) ``, launcher columns (``INFO [worker_0] 0: ``) and a
+    bare Slurm/torchrun rank ``0: `` (only when it prefixes the log consistently).
+    A trailing launcher column (``   launcher.py:123``) goes when 30% of the lines
+    (three at least) carry one, or on a line that looks like a frame, log or
+    exception line. Indentation after a prefix is kept; trailing blanks are not.
     """
     return clean_log_marked(text)[0]
 
