@@ -189,6 +189,18 @@ class ModelFact(BaseModel):
     used: bool = False
 
 
+class HardwareSource(BaseModel):
+    """The hardware profile the answer's facts and replay used, and where it came from:
+    ``request`` (``--hardware``, the API's ``hardware``; always wins) or ``log`` (the
+    closest profile to the GPUs the log printed; ``evidence`` is that line, ``detail``
+    how the profile and its count were chosen)."""
+
+    name: str
+    source: Literal["request", "log"]
+    evidence: str = ""
+    detail: str = ""
+
+
 class TriageResult(BaseModel):
     id: str | None = None
     status: Literal["located", "argparse", "unlocated"]
@@ -217,6 +229,8 @@ class TriageResult(BaseModel):
     rule: str | None = None
     #: facts about the checkpoint that the answer used
     model_facts: list[ModelFact] = Field(default_factory=list)
+    #: the hardware profile used (``parsed.hardware`` names it) and its source
+    hardware: HardwareSource | None = None
     #: the replay-backed fix search: ``status`` (verified | unverified | background | skipped),
     #: ``detail``, ``candidates`` replayed, ``seconds``
     fix_search: dict[str, Any] | None = None

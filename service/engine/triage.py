@@ -21,6 +21,7 @@ from service.engine.answer import (
     EvaluationOut,
     ExcerptLine,
     FixOut,
+    HardwareSource,
     Location,
     ModelFact,
     ParsedSummary,
@@ -45,7 +46,8 @@ from service.engine.explain.evaluation import (  # noqa: F401 - re-exported (tes
 from service.engine.explain.rule import rule_sentence
 from service.engine.expr.interpreter import UNKNOWN, Provenance, Value, fact_key
 from service.engine.facts.checkpoint import checkpoint_facts, checkpoint_info, fact_rows, flag_value
-from service.engine.facts.core import fact_values, get_profile, model_arch_for, profile_from_gpus
+from service.engine.facts.core import HardwareProfile, fact_values, get_profile, model_arch_for
+from service.engine.facts.from_log import hardware_from_log
 from service.engine.fixes.present import fix_out
 from service.engine.fixes.propose import Verdict, propose
 from service.engine.fixes.repair import repair
@@ -88,15 +90,12 @@ class Engine:
     # -- facts ------------------------------------------------------------------------
     def facts_for(self, parsed: ParsedLog, hardware: str | None, model: str | None,
                   model_arch: str | None) -> tuple[dict[str, Value], str | None, str | None]:
-        hw = None
-        if hardware:
-            hw = get_profile(hardware)
-        elif parsed.gpus:
-            hw = profile_from_gpus(parsed.gpus)
+        hw, source = self.hardware_for(parsed, hardware)
         ckpt = checkpoint_info(model or parsed.model)  # config.json / HF cache / known model
         ckpt_arch = ckpt.architectures[0] if ckpt is not None and ckpt.architectures else None
         arch = model_arch or ckpt_arch or model_arch_for(model or parsed.model)
-        facts = dict(fact_values(hw, arch, parsed.env))
+        origin = source.evidence if source is not None and source.source == "log" else None
+        facts = dict(fact_values(hw, arch, parsed.env, hw_origin=origin))
         if ckpt is not None:
             facts.update(checkpoint_facts(ckpt, flag_value(parsed.command, "--quantization"),
                                           declared_arch=model_arch))
@@ -104,6 +103,22 @@ class Engine:
             key = fact_key("self.get_model_config().hf_config.architectures")
             facts.setdefault(key, Value([arch], Provenance("fact", f"model architecture {arch}")))
         return facts, (hw.name if hw else None), arch
+
+    @staticmethod
+    def hardware_for(parsed: ParsedLog, hardware: str | None
+                     ) -> tuple[HardwareProfile | None, HardwareSource | None]:
+        """The hardware profile of a triage and its source: the declared ``hardware``
+        always wins; without it, the closest profile to the GPUs the log printed
+        (:func:`~service.engine.facts.from_log.hardware_from_log`); else none."""
+        if hardware:
+            hw = get_profile(hardware)
+            return hw, HardwareSource(name=hw.name, source="request")
+        found = hardware_from_log(parsed.gpus, env=parsed.env, server_args=parsed.server_args,
+                                  command=parsed.command) if parsed.gpus else None
+        if found is None:
+            return None, None
+        return found.profile, HardwareSource(name=found.profile.name, source="log",
+                                             evidence=found.evidence, detail=found.detail)
 
     def model_facts_for(self, parsed: ParsedLog, model: str | None,
                         read: set[str] | None = None) -> list[ModelFact]:
@@ -155,14 +170,19 @@ class Engine:
             message=parsed.primary.message if parsed.primary else None,
             bare=parsed.primary.bare if parsed.primary else None, python=parsed.python_version,
             command=parsed.command, model=model or parsed.model, model_arch=arch,
-            hardware=hw_name, env=parsed.env, notes=parsed.notes[:10] + self.checkpoint_notes(parsed, model))
+            hardware=hw_name, env=parsed.env,
+            notes=[f"partial log: missing {m}" for m in parsed.missing]
+            + parsed.notes[:10] + self.checkpoint_notes(parsed, model))
         base = dict(status="unlocated", release=resolution.model_dump(), parsed=summary_parsed,
-                    confidence=0.0)
+                    confidence=0.0, hardware=self.hardware_for(parsed, hardware)[1])
         if parsed.argparse_error is not None:
             return self._argparse(parsed, argv, version, resolution.confidence, base, timings, t0)
         exc = parsed.primary
         if exc is None:
-            raise NoCrashFound("no exception to triage", details={"understood": _understood(parsed)})
+            if parsed.command is None:
+                raise NoCrashFound("no exception to triage",
+                                   details={"understood": _understood(parsed)})
+            return self._no_exception(version, base, timings, t0)
         t = time.perf_counter()
         located = (locate_by_frames(exc, self.store, version, resolution.line_offsets)
                    or locate_by_message(exc, self.store, version)
@@ -381,6 +401,23 @@ class Engine:
                             citations=[cite] if cite else [], timings_ms=timings,
                             references=[Reference(kind="help", citation=cite, text=diag.flag or "")]
                             if cite else [])
+
+    def _no_exception(self, version: str, base: dict[str, Any], timings: dict[str, float],
+                      t0: float) -> TriageResult:
+        """The answer for a log holding a launch command but no exception or error message:
+        unlocated, saying what to send (``parsed.notes`` name what was missing)."""
+        timings["total"] = _ms(t0)
+        unknown = UnknownFact(
+            what="the failing check",
+            why="the log holds a launch command but no exception, error message or argparse error",
+            settle="the traceback or the error line SGLang printed before exiting")
+        return TriageResult(**{**base, "confidence": 0.0},
+                            summary=f"Read the launch command, but found no error to explain "
+                                    f"(SGLang {version}).",
+                            explanation="The log holds a launch command but no exception, error "
+                                        "message or argparse error. Nothing is claimed about why "
+                                        "the server stopped.",
+                            unknowns=[unknown], timings_ms=timings)
 
     def _unlocated(self, exc, version: str, base: dict[str, Any], timings: dict[str, float],  # noqa: ANN001
                    t0: float, conf: float) -> TriageResult:

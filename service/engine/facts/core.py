@@ -203,13 +203,18 @@ def probe_values(hw: HardwareProfile, flashinfer_env: bool) -> dict[str, object]
     return v
 
 
-def hardware_facts(hw: HardwareProfile, env: Mapping[str, str] | None = None) -> dict[str, Value]:
+def hardware_facts(hw: HardwareProfile, env: Mapping[str, str] | None = None, *,
+                   origin: str | None = None) -> dict[str, Value]:
     """Facts about the machine, keyed as :func:`~service.engine.expr.interpreter.fact_key` spells them.
 
     ``is_flashinfer_available()`` assumes flashinfer is installed (SGLang's CUDA
     install ships it) unless ``env`` sets ``SGLANG_IS_FLASHINFER_AVAILABLE`` false.
+    ``origin`` is the log line the profile was read from, when it was (each fact's
+    provenance then says "printed in the log" and quotes it).
     """
     label = f"sm{hw.sm}" if hw.sm is not None else hw.vendor
+    if origin is not None:
+        label += f", printed in the log: {origin[:120]}"
     prov = Provenance("fact", f"hardware profile {hw.name} ({label})")
     flag = (env or {}).get("SGLANG_IS_FLASHINFER_AVAILABLE")
     flashinfer_env = flag is None or flag.lower() in ("true", "1")
@@ -396,17 +401,19 @@ def env_facts(env: Mapping[str, str],
 
 def fact_values(hw: HardwareProfile | None, model_arch: str | None,
                 env: Mapping[str, str] | None = None, *, model: str | None = None,
-                env_fields: Mapping[str, EnvField] | None = None) -> dict[str, Value]:
+                env_fields: Mapping[str, EnvField] | None = None,
+                hw_origin: str | None = None) -> dict[str, Value]:
     """Every declared fact for the evaluator's ``Env(attrs, facts=...)``.
 
     ``hw`` gives the hardware probes (see :func:`hardware_facts`), ``model_arch``
-    the architecture chains (``model`` only improves the provenance text),
+    the architecture chains (``model`` only improves the provenance text; ``hw_origin``
+    is the log line ``hw`` was read from, see :func:`hardware_facts`),
     ``env`` the environment variables seen in the log (see :func:`env_facts`).
     Anything not declared is simply absent, so the evaluator reports it as unknown.
     """
     out: dict[str, Value] = {}
     if hw is not None:
-        out.update(hardware_facts(hw, env))
+        out.update(hardware_facts(hw, env, origin=hw_origin))
     if model_arch:
         out.update(model_facts(model_arch, model))
     if env or env_fields:

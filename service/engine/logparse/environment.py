@@ -11,8 +11,10 @@ Readers of the cleaned log lines (see :func:`~service.engine.logparse.text.clean
 * :func:`find_sglang_warnings` — Python warnings printed from SGLang's own files
   (:class:`WarningLine`: package path, line, category, message);
 * :func:`find_python_version` — from frame paths or ``Python 3.x`` text;
-* :func:`find_gpus` — GPUs (:class:`GpuHint`) from ``check_env``,
-  ``nvidia-smi`` and free text, with :func:`gpu_sm` for compute capabilities.
+* :func:`find_gpus` — GPUs (:class:`GpuHint`) from ``check_env``, ``nvidia-smi``,
+  torch device properties, capability prints, ROCm architectures, SGLang's start-up
+  lines and free text, with :func:`gpu_sm` for compute capabilities (re-exported
+  from :mod:`service.engine.logparse.gpus`).
 
 Everything is pure (nothing is read, written, fetched or evaluated), and every
 regular expression is linear and sees at most
@@ -29,6 +31,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from service.engine.logparse.frames import package_path
+from service.engine.logparse.gpus import GpuHint, find_gpus, gpu_sm
 from service.engine.logparse.text import SCAN_CHARS, split_top_level, unquote
 
 __all__ = [
@@ -92,15 +95,6 @@ def find_sglang_warnings(lines: Sequence[str]) -> list[WarningLine]:
         if len(out) >= MAX_WARNINGS:
             break
     return out
-
-
-class GpuHint(BaseModel):
-    """A GPU mentioned in the log, with its compute capability when the name is known."""
-
-    name: str
-    sm: int | None
-    count: int | None
-    memory_gb: int | None
 
 
 # --------------------------------------------------------------------------- env
@@ -267,138 +261,3 @@ def find_python_version(paths: Sequence[str], lines: Sequence[str]) -> str | Non
         if m is not None:
             return m[1]
     return None
-
-
-# --------------------------------------------------------------------------- GPUs
-
-# (model names, compute capability); the first match wins, names stand between word boundaries
-_GPU_MODELS: list[tuple[str, int]] = [
-    (r"G?B300", 103),
-    (r"G?B200|B100", 100),
-    (r"GB10|DGX ?Spark", 121),
-    (r"RTX ?PRO ?\d{4}|RTX ?50[5-9]0(?: Ti)?", 120),
-    (r"GH200|H200|H100|H800|H20", 90),
-    (r"RTX ?6000 Ada|L40S|L40|L20|L4|RTX ?40[5-9]0(?: Ti)?", 89),
-    (r"A100|A800|A30", 80),
-    (r"A10G|A10|A40|RTX ?A[456]000|RTX ?30[5-9]0(?: Ti)?", 86),
-    (r"V100", 70),
-    (r"T4", 75),
-]
-_SM_TABLE = [(re.compile(rf"\b(?:{p})\b", re.I), sm) for p, sm in _GPU_MODELS]
-_GPU_NAME = "|".join(p for p, _ in _GPU_MODELS)
-_GPU_SUFFIX = r"(?:[ -](?:Blackwell|Server|Workstation|Edition|Max-Q|SXM\d?|PCIe|NVL|HBM3e?|Ada|\d{2,3} ?GB))*"
-_GPU_TEXT_RE = re.compile(
-    rf"(?:\b(\d{{1,3}}) ?[x×*] ?|\b)((?:NVIDIA |Tesla |GeForce ){{0,2}}(?:{_GPU_NAME})\b{_GPU_SUFFIX})"
-)
-_GPU_IDS_RE = re.compile(r"^[ \t]*GPU ([\d, -]{1,200}):[ \t]*(\S.*)$")
-_GPU_CC_RE = re.compile(r"^[ \t]*GPU [\d, -]{1,200} Compute Capability:[ \t]*(\d{1,2})\.(\d)")
-_MEM_NAME_RE = re.compile(r"\b(\d{2,3}) ?GB\b")
-_MIB_RE = re.compile(r"/[ \t]*(\d{1,7})[ \t]*MiB")
-_COUNT_RE = re.compile(r"\d ?[x×]")
-
-
-def gpu_sm(name: str) -> int | None:
-    """Compute capability as an int (``"H100 80GB HBM3"`` -> 90) or None for unknown names."""
-    norm = " ".join(name.split())
-    for pattern, sm in _SM_TABLE:
-        if pattern.search(norm):
-            return sm
-    return None
-
-
-def _ids(spec: str) -> set[int]:
-    ids: set[int] = set()
-    for part in spec.replace(" ", "").split(","):
-        lo, dash, hi = part.partition("-")
-        if lo.isdecimal() and dash and hi.isdecimal() and int(hi) - int(lo) < 1024:
-            ids.update(range(int(lo), int(hi) + 1))
-        elif lo.isdecimal() and not dash:
-            ids.add(int(lo))
-    return ids
-
-
-def _smi_row(line: str, nxt: str) -> tuple[str, int, int | None] | None:
-    """``(name, index, memory GB)`` of an ``nvidia-smi`` table row such as
-    ``|   0  NVIDIA H100 80GB HBM3   On  |  00000000:18:00.0 Off | 0 |``."""
-    cells = line.split("|")
-    if len(cells) < 3:
-        return None
-    cell = cells[1].strip()
-    for tail in (" On", " Off"):
-        if cell.endswith(tail):
-            cell = cell[: -len(tail)].rstrip()
-            break
-    else:
-        return None
-    index, _, name = cell.partition(" ")
-    name = name.strip()
-    if (
-        not index.isdecimal()
-        or not name
-        or not (gpu_sm(name) or name.startswith(("NVIDIA", "Tesla")))
-    ):
-        return None
-    mem = _MIB_RE.search(nxt)
-    return name, int(index), round(int(mem[1]) / 1024) if mem else None
-
-
-def find_gpus(lines: Sequence[str]) -> list[GpuHint]:
-    """GPUs from ``check_env``/``nvidia-smi -L`` rows (``GPU 0,1: NAME``), ``nvidia-smi``
-    tables and free text (``8x RTX PRO 6000``, ``on 8× H100``), merged by name."""
-    order: list[str] = []
-    ids: dict[str, set[int]] = {}
-    counts: dict[str, int] = {}
-    memory: dict[str, int] = {}
-    sm_seen: dict[str, int] = {}
-
-    def note(name: str) -> str:
-        name = " ".join(name.split())
-        if name not in ids:
-            order.append(name)
-            ids[name] = set()
-        return name
-
-    for i, raw in enumerate(lines):
-        line = raw[:SCAN_CHARS]
-        has_gpu = "GPU" in line
-        vendor = "NVIDIA" in line or "Tesla" in line or "GeForce" in line
-        if not (has_gpu or vendor or "|" in line or _COUNT_RE.search(line)):
-            continue
-        m = _GPU_IDS_RE.match(line) if has_gpu else None
-        if m is not None and "Compute Capability" not in line:
-            name = note(m[2].split("(UUID", 1)[0].strip())
-            ids[name] |= _ids(m[1])
-            continue
-        m = _GPU_CC_RE.match(line) if has_gpu else None
-        if m is not None and order:
-            sm_seen[order[-1]] = int(m[1]) * 10 + int(m[2])
-            continue
-        if line.lstrip().startswith("|"):
-            row = _smi_row(line, lines[i + 1][:SCAN_CHARS] if i + 1 < len(lines) else "")
-            if row is not None:
-                name = note(row[0])
-                ids[name].add(row[1])
-                if row[2]:
-                    memory[name] = row[2]
-            continue
-        for m in _GPU_TEXT_RE.finditer(line):
-            if (
-                not m[1]
-                and not m[2].startswith(("NVIDIA", "Tesla", "GeForce"))
-                and "GPU" not in line
-            ):
-                continue
-            name = note(m[2])
-            if m[1]:
-                counts[name] = max(counts.get(name, 0), int(m[1]))
-    hints = []
-    for name in order:
-        mem = memory.get(name)
-        if mem is None:
-            mm = _MEM_NAME_RE.search(name)
-            mem = int(mm[1]) if mm else None
-        count = len(ids[name]) or counts.get(name) or None
-        hints.append(
-            GpuHint(name=name, sm=sm_seen.get(name, gpu_sm(name)), count=count, memory_gb=mem)
-        )
-    return hints
