@@ -89,8 +89,12 @@ class Engine:
 
     # -- facts ------------------------------------------------------------------------
     def facts_for(self, parsed: ParsedLog, hardware: str | None, model: str | None,
-                  model_arch: str | None) -> tuple[dict[str, Value], str | None, str | None]:
-        hw, source = self.hardware_for(parsed, hardware)
+                  model_arch: str | None,
+                  found: tuple[HardwareProfile | None, HardwareSource | None] | None = None,
+                  ) -> tuple[dict[str, Value], str | None, str | None]:
+        """(facts, hardware profile name, architecture) of a triage; ``found`` is
+        :meth:`hardware_for`'s answer when the caller has it already."""
+        hw, source = found if found is not None else self.hardware_for(parsed, hardware)
         ckpt = checkpoint_info(model or parsed.model)  # config.json / HF cache / known model
         ckpt_arch = ckpt.architectures[0] if ckpt is not None and ckpt.architectures else None
         arch = model_arch or ckpt_arch or model_arch_for(model or parsed.model)
@@ -164,7 +168,8 @@ class Engine:
         catalog = load_catalog(self.store, version)
         argv = list(parsed.command or [])
         pargs = parse_argv(argv, catalog)
-        facts, hw_name, arch = self.facts_for(parsed, hardware, model, model_arch)
+        found = self.hardware_for(parsed, hardware)
+        facts, hw_name, arch = self.facts_for(parsed, hardware, model, model_arch, found)
         summary_parsed = ParsedSummary(
             exception=parsed.primary.type if parsed.primary else None,
             message=parsed.primary.message if parsed.primary else None,
@@ -174,7 +179,7 @@ class Engine:
             notes=[f"partial log: missing {m}" for m in parsed.missing]
             + parsed.notes[:10] + self.checkpoint_notes(parsed, model))
         base = dict(status="unlocated", release=resolution.model_dump(), parsed=summary_parsed,
-                    confidence=0.0, hardware=self.hardware_for(parsed, hardware)[1])
+                    confidence=0.0, hardware=found[1])
         if parsed.argparse_error is not None:
             return self._argparse(parsed, argv, version, resolution.confidence, base, timings, t0)
         exc = parsed.primary
