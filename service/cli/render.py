@@ -16,7 +16,14 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from service.engine import FixOut, TriageResult, edit_lines, fix_search_line, model_facts_line
+from service.engine import (
+    FixOut,
+    TriageResult,
+    edit_lines,
+    fix_search_line,
+    hardware_line,
+    model_facts_line,
+)
 
 
 def _head(result: TriageResult) -> Text:
@@ -26,6 +33,9 @@ def _head(result: TriageResult) -> Text:
                 f"confidence {rel.get('confidence')})")
     if rel.get("note"):
         head.append(f"\n{rel['note']}")
+    hardware = hardware_line(result.hardware)
+    if hardware:
+        head.append(f"\n{hardware}")
     rng = rel.get("range") or {}
     if rng.get("releases"):
         head.append(f"\nrelease range {rng.get('text')}")

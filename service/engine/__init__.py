@@ -49,7 +49,12 @@ from service.engine.evaluate.path_condition import (
     prepared_pieces,
 )
 from service.engine.explain.deterministic import with_fix as summary_with_fix
-from service.engine.explain.display import edit_lines, fix_search_line, model_facts_line
+from service.engine.explain.display import (
+    edit_lines,
+    fix_search_line,
+    hardware_line,
+    model_facts_line,
+)
 from service.engine.expr.interpreter import (
     UNKNOWN,
     Env,
@@ -88,7 +93,7 @@ __all__ = [
     "HardwareProfile", "LintReport", "LintRequest", "ParsedLog", "PathEvaluation", "Provenance",
     "RuleVerdict", "TriageResult", "Value", "apply_earlier_writes", "apply_edits", "base_attrs",
     "cache_stats", "call_site_guards", "clear_caches", "earlier_writes", "edit_lines", "evaluate",
-    "evaluate_path", "fact_key", "fix_search_line", "model_facts_line",
+    "evaluate_path", "fact_key", "fix_search_line", "hardware_line", "model_facts_line",
     "fact_values", "get_profile", "lint", "lint_payload", "model_arch_for", "parse_argv",
     "parse_input", "parse_log", "prepared_pieces", "probe_values", "profile_from_gpus", "redact", "redact_payload",
     "referenced_names",

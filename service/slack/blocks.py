@@ -16,7 +16,14 @@ import json
 import re
 from typing import Any
 
-from service.engine import FixOut, TriageResult, edit_lines, fix_search_line, model_facts_line
+from service.engine import (
+    FixOut,
+    TriageResult,
+    edit_lines,
+    fix_search_line,
+    hardware_line,
+    model_facts_line,
+)
 
 Block = dict[str, Any]
 
@@ -122,6 +129,13 @@ def release_line(result: TriageResult) -> str:
     return " · ".join(parts)
 
 
+def hardware_context(result: TriageResult) -> list[Block]:
+    """One context line with the hardware profile used and where it came from (declared,
+    or the GPU line of the log, cut short); nothing when the answer names no source."""
+    line = hardware_line(result.hardware)
+    return [context(esc(line))] if line else []
+
+
 def excerpt_text(result: TriageResult, context_lines: int | None = 2) -> str:
     """The failing check's lines, numbered, the check itself marked with ``▶``."""
     loc = result.location
@@ -209,6 +223,7 @@ def triage_blocks(result: TriageResult, report_url: str | None,
         blocks.append(context(note))
     blocks.append(section(f":mag: *{esc(result.summary)}*"))
     blocks.append(context(release_line(result)))
+    blocks.extend(hardware_context(result))
     loc = result.location
     if loc is not None:
         where = f"*Failing check* `{esc(loc.function)}` at `{esc(loc.citation)}`"

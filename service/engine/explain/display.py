@@ -4,7 +4,8 @@
   ``- --dp 3``): :attr:`FixOut.edits` when the engine filled it, else derived from
   ``set``/``remove`` (answers stored before ``edits`` existed);
 * :func:`fix_search_line` — the replay-backed fix search in one line;
-* :func:`model_facts_line` — the checkpoint facts the answer used, compactly.
+* :func:`model_facts_line` — the checkpoint facts the answer used, compactly;
+* :func:`hardware_line` — the hardware profile used and where it came from.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from service.engine.answer import FixOut, ModelFact
+from service.engine.answer import FixOut, HardwareSource, ModelFact
 
 
 def _value_text(value: object) -> str:
@@ -59,4 +60,27 @@ def model_facts_line(facts: list[ModelFact]) -> str | None:
     return "Model: " + ", ".join(f"{f.name}={_value_text(f.value)} ({f.source})" for f in facts)
 
 
-__all__ = ["edit_lines", "fix_search_line", "model_facts_line"]
+#: the longest evidence line :func:`hardware_line` shows (longer ones are cut with "...")
+EVIDENCE_LIMIT = 120
+
+
+def short_evidence(text: str, limit: int = EVIDENCE_LIMIT) -> str:
+    """``text`` on one line, cut to ``limit`` characters (ending in ``...``) when longer."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+def hardware_line(hardware: HardwareSource | None) -> str | None:
+    """``'hardware: h100-x8 (from the log: "GPU 0,1: NVIDIA H100 80GB HBM3")'`` or
+    ``"hardware: b200-x8 (declared)"``; None when the answer names no hardware source.
+    The evidence line is cut to :data:`EVIDENCE_LIMIT` characters."""
+    if hardware is None:
+        return None
+    if hardware.source == "request":
+        return f"hardware: {hardware.name} (declared)"
+    evidence = short_evidence(hardware.evidence) if hardware.evidence else ""
+    return f"hardware: {hardware.name} " + (f'(from the log: "{evidence}")' if evidence else "(from the log)")
+
+
+__all__ = ["EVIDENCE_LIMIT", "edit_lines", "fix_search_line", "hardware_line", "model_facts_line",
+           "short_evidence"]

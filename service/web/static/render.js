@@ -58,6 +58,7 @@ function summarySection(record, ctx) {
       ` ${pct(conf)}`),
     row("Release", `${rel.release || "?"} `, h("span", { class: "muted" },
       `(${rel.method || "?"}, confidence ${pct(rel.confidence)})`)),
+    row("Hardware", ...hardwareValue(r.hardware, p.hardware)),
     rel.range && (rel.range.releases || []).length ? row("Release range", rel.range.text || "",
       h("ul", { class: "notes" }, (rel.range.evidence || []).filter((e) => e.used)
         .map((e) => h("li", {}, e.text)).concat((rel.range.differences || [])
@@ -70,7 +71,6 @@ function summarySection(record, ctx) {
     p.python ? row("Python", p.python) : null,
     p.model ? row("Model", h("code", {}, p.model)) : null,
     p.model_arch ? row("Architecture", p.model_arch) : null,
-    row("Hardware", p.hardware || h("span", { class: "muted" }, "not declared")),
   );
   const url = record.id ? ctx.permalink(record.id) : null;
   const link = url ? h("p", { class: "permalink" },
@@ -87,6 +87,20 @@ function summarySection(record, ctx) {
     ...(r.degraded || []).map((d) => h("p", { class: "note warn" }, `Degraded: ${d}`)),
     (p.notes || []).length ? h("ul", { class: "notes" }, p.notes.map((n) => h("li", {}, n))) : null,
     link, explanation);
+}
+
+/** The hardware profile used and where it came from: `h100-x8 (from the log: “GPU 0: …”)`
+ * or `b200-x8 (declared)`; the evidence line cut at 120 characters, in full (with how the
+ * profile was chosen) as the tooltip. Without a source: the declared name, or "not declared". */
+function hardwareValue(hw, declared) {
+  if (!hw || !hw.name) return [declared || h("span", { class: "muted" }, "not declared")];
+  const evidence = String(hw.evidence || "").split(/\s+/).join(" ").trim();
+  const short = evidence.length > 120 ? `${evidence.slice(0, 117).trimEnd()}...` : evidence;
+  const text = hw.source === "request" ? "(declared)"
+    : (short ? `(from the log: “${short}”)` : "(from the log)");
+  const tip = [evidence, hw.detail].filter(Boolean).join(" — ");
+  return [h("span", { id: "hardware-name" }, hw.name), " ",
+    h("small", { class: "muted", id: "hardware-source", title: tip || null }, text)];
 }
 
 /** `quantization=fp8 (config.json), mla=true (known_model)`: the checkpoint facts used. */

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from service.cli.render import render_fix, render_result
 from service.engine import Engine, FixOut, TriageResult
-from service.engine.answer import ModelFact
+from service.engine.answer import HardwareSource, ModelFact
 
 SEED_LOG = (Path(__file__).resolve().parents[3] / "examples" / "seed_attempt1.log").read_text()
 
@@ -82,3 +82,22 @@ def test_derived_edits_gives_up_facts_and_search() -> None:
     text = "\n".join(_printed(lambda c: render_result(result, c), 120))
     assert "Model: quantization=fp8 (config.json)" in text
     assert "Fix search: verified by replay on 0.5.11 with rtx-pro-6000-x8 (3 replayed, 41 s)" in text
+
+
+def test_hardware_source_is_shown_next_to_the_release() -> None:
+    def head(hardware: HardwareSource | None) -> str:
+        result = TriageResult(status="located", summary="s", explanation="", confidence=0.5,
+                              release={"release": "0.5.11", "method": "declared", "confidence": 1.0},
+                              parsed={}, hardware=hardware)
+        return "\n".join(line.strip("│ ") for line in _printed(lambda c: render_result(result, c), 200))
+
+    gpu = "GPU 0,1,2,3,4,5,6,7: NVIDIA H100 80GB HBM3"
+    text = head(HardwareSource(name="h100-x8", source="log", evidence=gpu, detail="by GPU name"))
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("release 0.5.11"))
+    assert lines[at + 1] == f'hardware: h100-x8 (from the log: "{gpu}")'
+    long = head(HardwareSource(name="h100-x8", source="log", evidence="GPU 0: " + "x" * 300))
+    shown = next(line for line in long.splitlines() if line.startswith("hardware:"))
+    assert shown.endswith('...")') and len(shown) < len('hardware: h100-x8 (from the log: "")') + 121
+    assert "hardware: b200-x8 (declared)" in head(HardwareSource(name="b200-x8", source="request"))
+    assert "hardware:" not in head(None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from service.engine import FixOut, TriageResult
-from service.engine.answer import ModelFact
+from service.engine.answer import HardwareSource, ModelFact
 from service.slack import blocks as sb
 
 RULE = ("In 0.5.11, when `--speculative-num-steps` is not set, then `--speculative-eagle-topk` and "
@@ -65,3 +65,16 @@ def test_main_reply_has_the_rule_facts_and_search() -> None:
     assert "Rule" not in _texts(check)  # no location: nothing to show
     _, fixes = sb.fixes_blocks(_result(_fix()))
     assert "Fix search: verified" in _texts(fixes)
+
+
+def test_main_reply_shows_the_hardware_source_after_the_release_line() -> None:
+    gpu = "GPU 0,1,2,3,4,5,6,7: NVIDIA H100 80GB HBM3 <sm90>"
+    result = _result(_fix()).model_copy(update={"hardware": HardwareSource(
+        name="h100-x8", source="log", evidence=gpu, detail="by GPU name")})
+    _, blocks = sb.triage_blocks(result, None)
+    at = next(i for i, b in enumerate(blocks) if "release *0.5.11*" in _texts([b]))
+    assert blocks[at + 1] == {"type": "context", "elements": [{"type": "mrkdwn", "text": (
+        'hardware: h100-x8 (from the log: "GPU 0,1,2,3,4,5,6,7: NVIDIA H100 80GB HBM3 &lt;sm90&gt;")')}]}
+    declared = result.model_copy(update={"hardware": HardwareSource(name="b200-x8", source="request")})
+    assert "hardware: b200-x8 (declared)" in _texts(sb.triage_blocks(declared, None)[1])
+    assert "hardware:" not in _texts(sb.triage_blocks(_result(_fix()), None)[1])

@@ -1,5 +1,6 @@
 """The page shows each fix's edit lines and what it gives up before its command, the rule of
-a bare check in words, the model facts and the fix search (headless Chromium)."""
+a bare check in words, the model facts, the fix search and the hardware source (headless
+Chromium)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from .conftest import SEED_LOG, WebServer
 
 NewPage = Callable[..., Any]
+GPU_LINE = "GPU 0,1,2,3,4,5,6,7: NVIDIA H100 80GB HBM3 " + "x" * 150
 EDITS = ["- --speculative-eagle-topk 4", "- --speculative-num-draft-tokens 8"]
 
 
@@ -32,6 +34,8 @@ def record_id(web_server: WebServer) -> str:
     result["model_facts"] = [{"name": "mla", "value": True, "source": "known_model", "detail": ""}]
     result["fix_search"] = {"status": "verified", "candidates": 2, "seconds": 12.4,
                             "detail": "verified by replay on 0.5.11 with rtx-pro-6000-x8"}
+    result["hardware"] = {"name": "h100-x8", "source": "log", "evidence": GPU_LINE,
+                          "detail": "by GPU name"}
     web_server.records.save(tid, rec["request"], result)
     return tid
 
@@ -48,6 +52,11 @@ def test_fix_edits_gives_up_rule_facts_and_search(new_page: NewPage, record_id: 
     assert page.inner_text("#model-facts") == "mla=true (known_model)"
     assert page.inner_text("#fix-search") == ("verified by replay on 0.5.11 with rtx-pro-6000-x8 "
                                                "(2 replayed, 12 s)")
+    assert page.inner_text("#hardware-name") == "h100-x8"
+    source = page.inner_text("#hardware-source")
+    assert source.startswith("(from the log: “GPU 0,1,2,3,4,5,6,7: NVIDIA H100 80GB HBM3 xxx")
+    assert source.endswith("...”)") and len(source) == len("(from the log: “”)") + 120
+    assert page.get_attribute("#hardware-source", "title") == f"{GPU_LINE} — by GPU name"
     assert page.inner_text("#fix-1 pre.edits").strip().splitlines() == EDITS
     assert "top-k 4, 8 tokens" in page.inner_text("#fix-1 .gives-up")
     boxes = [page.locator(f"#fix-1 {sel}").bounding_box() for sel in ("pre.edits", ".gives-up", "pre.cmd")]
