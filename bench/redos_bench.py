@@ -18,10 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import re
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script (bench/ is not installed)
     sys.path.insert(0, str(ROOT))
 
-from tests.service.hardening.test_redos import MB, UNITS, adversarial  # noqa: E402
+from tests.service.hardening.test_redos import MB, UNITS, _serve, adversarial  # noqa: E402
 
 TARGET_ANSWER_S = 15.0
 TARGET_HEALTHZ_S = 1.0
@@ -42,12 +39,6 @@ TARGET_HEALTHZ_S = 1.0
 OLD_FLAGS = re.compile(
     r"(--(?:[\w-]*-)?(?:api-key|admin-api-key|hf-token|token|secret|password|access-key|secret-key))"
     r"(?=[\s=])(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)", re.I)
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _old_pattern() -> list[dict]:
@@ -99,29 +90,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results/redos.json")
     args = ap.parse_args()
-    port = _port()
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "TRIAGE_KB_DIR": str(Path(tmp) / "kb"), "TRIAGE_API_KEYS": "[]",
-               "HF_HUB_OFFLINE": "1", "TRIAGE_ON_DEMAND_INGEST": "false",
-               "TRIAGE_REPLAY_ENABLED": "false", "TRIAGE_FIX_SEARCH_DEADLINE_S": "0",
-               "TRIAGE_TRIAGE_RATE_PER_MINUTE": "100000", "TRIAGE_TRIAGE_BURST": "100000",
-               "TRIAGE_MAX_BODY_BYTES": str(2 * MB)}
-        env.pop("TRIAGE_CHROMA_URL", None)
-        proc = subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--port",
-                                 str(port)], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            for _ in range(600):
-                try:
-                    httpx.get(f"{url}/healthz", timeout=5)
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.2)
-            rows = [_one(url, unit) for unit in UNITS]
-        finally:
-            proc.kill()
-            proc.wait(timeout=60)
+    # the server the suite's test starts (test_redos._serve): same settings, killed after
+    with tempfile.TemporaryDirectory() as tmp, \
+            contextlib.contextmanager(_serve)(Path(tmp)) as (url, _proc):
+        rows = [_one(url, unit) for unit in UNITS]
     worst_answer = max(r["answer_s"] for r in rows)
     worst_health = max(r["healthz_max_s"] for r in rows)
     result = {

@@ -103,6 +103,19 @@ def test_every_spelling_of_remote_code_is_never_run(
                 "replay refused"), argv  # "verified" for a run that loaded a user's folder
 
 
+def _tree_and_argv(sglang_source: Callable[[str], ReleaseSource], cache_settings: Settings,
+                   ) -> tuple[Path, list[str]]:
+    """0.5.11's replay tree and a command line on a generated Llama folder, for warm jobs."""
+    from service.replay.plan import substitute_argv
+
+    src = sglang_source("0.5.11")
+    tree, _ = replay_tree(src.root, "0.5.11", home=cache_settings.home,
+                          wheel_dir=cache_settings.wheel_dir)
+    argv, _, _ = substitute_argv(["--model-path", "m"], "LlamaForCausalLM", cache_settings.home)
+    assert argv is not None
+    return tree, argv
+
+
 def test_a_job_that_leaves_a_process_retires_the_worker(
         sglang_source: Callable[[str], ReleaseSource], cache_settings: Settings,
         tmp_path: Path) -> None:
@@ -115,12 +128,7 @@ def test_a_job_that_leaves_a_process_retires_the_worker(
                        " start_new_session=True)\n"
                        f"open('started', 'w').write({tag!r})\n")
     tmp_path.chmod(0o755)
-    src = sglang_source("0.5.11")
-    tree, _ = replay_tree(src.root, "0.5.11", home=cache_settings.home,
-                          wheel_dir=cache_settings.wheel_dir)
-    from service.replay.plan import substitute_argv
-
-    argv, _, _ = substitute_argv(["--model-path", "m"], "LlamaForCausalLM", cache_settings.home)
+    tree, argv = _tree_and_argv(sglang_source, cache_settings)
     pool = WarmPool(max_workers=1, idle_timeout_s=0)
     try:
         [first] = pool.run(tree, None, cache_settings.home,
@@ -148,12 +156,7 @@ def test_remote_code_is_refused_even_past_the_filters(
                        f"AutoConfig.from_pretrained({str(planted['folder'])!r}, "
                        "trust_remote_code=True)\n")
     tmp_path.chmod(0o755)
-    src = sglang_source("0.5.11")
-    tree, _ = replay_tree(src.root, "0.5.11", home=cache_settings.home,
-                          wheel_dir=cache_settings.wheel_dir)
-    from service.replay.plan import substitute_argv
-
-    argv, _, _ = substitute_argv(["--model-path", "m"], "LlamaForCausalLM", cache_settings.home)
+    tree, argv = _tree_and_argv(sglang_source, cache_settings)
     pool = WarmPool(max_workers=1, idle_timeout_s=0)
     try:
         [raw] = pool.run(tree, None, cache_settings.home, [PoolJob(argv, 60, payload=payload)])
