@@ -30,7 +30,8 @@ from service.settings import Settings, reveal
 _SHORT = {"release_at_1": "rel", "exact_location": "loc", "function_match": "fn",
           "rc_precision": "rcP", "rc_recall": "rcR", "fix_valid": "vld",
           "fix_match": "fix", "no_fix_declined": "dcl", "grounded": "gnd",
-          "fix_replay": "rpl", "no_fix": "nof", "keeps_features": "kep"}
+          "fix_replay": "rpl", "no_fix": "nof", "keeps_features": "kep",
+          "upgrade_said": "upg", "not_flag_said": "nfp"}
 
 
 def _short(metric: str) -> str:
@@ -69,20 +70,19 @@ def _compact(title: str) -> Table:
 
 
 def incident_table(report: EvalReport) -> Table:
-    """The engine's per-incident scores: id, expected release, one mark per metric, ms
-    (fits 80 columns: long ids fold onto a second line)."""
+    """The engine's per-incident scores: id, expected release, one mark per metric (fits
+    80 columns with up to 16 metrics: long ids fold onto a second line; each incident's
+    latency is in the JSON report, percentiles in the release table)."""
     eng = report.engine
     table = _compact(f"engine on {report.incidents} incidents ({report.target})")
     table.add_column("incident", overflow="fold", ratio=1)
     table.add_column("release", no_wrap=True)
     for m in METRICS:
         table.add_column(_short(m), justify="center", no_wrap=True)
-    table.add_column("ms", justify="right", no_wrap=True)
     for s in eng.incidents:
         release = "–" if s.expected_release == NOT_INGESTED else s.expected_release
         ident = f"[red]{s.id}[/red]" if s.error else s.id
-        table.add_row(ident, release, *(_cell(s.metrics.get(m)) for m in METRICS),
-                      f"{s.latency_ms:.0f}")
+        table.add_row(ident, release, *(_cell(s.metrics.get(m)) for m in METRICS))
     return table
 
 

@@ -14,7 +14,8 @@ LABELS = {
     "fix_valid": "fix valid", "fix_match": "fix matches (top-3)",
     "no_fix_declined": "no-fix declined", "grounded": "grounded",
     "fix_replay": "fix passes replay", "no_fix": "no fix (share)",
-    "keeps_features": "keeps feature flags",
+    "keeps_features": "keeps feature flags", "upgrade_said": "upgrade said",
+    "not_flag_said": "not-a-flag-problem said",
 }
 PLOTTED = ("exact_location", "function_match", "rc_recall", "fix_match")
 

@@ -40,6 +40,11 @@ equivalent release too, and the shipped equivalents' flags are spelled alike in 
                   flag fix is expected and the answer located the check or argparse error
 ``keeps_features`` the recommended fix keeps every feature flag the user set, with its
                   value (``FixOut.keeps_features``) — scored when a fix is recommended
+``upgrade_said``  the answer leads with a sure upgrade (``upgrade_fix.sure``), to the
+                  release ``expected.no_flag_fix`` names when it names one ("upgrade to
+                  ≥ 0.5.23") — scored when ``expected.no_flag_fix`` starts with "upgrade"
+``not_flag_said`` the answer says "not a launch-flag problem" (``not_flag_problem``) —
+                  scored when ``expected.no_flag_fix`` starts with "not a"
 """
 
 from __future__ import annotations
@@ -57,8 +62,10 @@ from service.engine import apply_edits, parse_argv
 
 METRICS: tuple[str, ...] = ("release_at_1", "exact_location", "function_match", "rc_precision",
                             "rc_recall", "fix_valid", "fix_match", "no_fix_declined", "grounded",
-                            "fix_replay", "no_fix", "keeps_features")
+                            "fix_replay", "no_fix", "keeps_features", "upgrade_said",
+                            "not_flag_said")
 
+_UPGRADE_TO = re.compile(r"≥\s*v?([0-9][0-9A-Za-z.+-]*[0-9A-Za-z])")
 _CITE = re.compile(r"^(?P<rel>[^:]+):(?P<path>[^:]+):(?P<start>\d+)(?:-(?P<end>\d+))?$")
 
 
@@ -102,7 +109,10 @@ def from_triage(result: dict[str, Any], latency_ms: float = 0.0) -> Prediction:
         if loc else None,
         root_cause=engine_root_cause(result), fixes=fixes, citations=citations,
         latency_ms=latency_ms,
-        extra={"replay": result["eval_replay"]} if result.get("eval_replay") else {})
+        extra={**({"replay": result["eval_replay"]} if result.get("eval_replay") else {}),
+               **({"upgrade": result["upgrade_fix"]} if result.get("upgrade_fix") else {}),
+               **({"not_flag": result["not_flag_problem"]}
+                  if result.get("not_flag_problem") else {})})
 
 
 # ------------------------------------------------------------------------ scoring
@@ -248,6 +258,13 @@ def score(incident: Incident, pred: Prediction, store: Store | None) -> dict[str
         if exp.no_flag_fix is not None:
             out["no_fix_declined"] = not any(
                 f.get("fixes_check") in ("true", None) for f in pred.fixes)
+    if exp.no_flag_fix is not None and exp.no_flag_fix.startswith("upgrade"):
+        up = pred.extra.get("upgrade") or {}
+        named = _UPGRADE_TO.search(exp.no_flag_fix)
+        out["upgrade_said"] = bool(up.get("sure")) and (
+            named is None or up.get("release") == named.group(1))
+    if exp.no_flag_fix is not None and exp.no_flag_fix.startswith("not a"):
+        out["not_flag_said"] = bool(pred.extra.get("not_flag"))
     if store is not None and pred.citations is not None:
         out["grounded"] = grounded(store, pred.citations)
     _score_intent(exp, pred, out)

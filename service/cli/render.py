@@ -23,6 +23,7 @@ from service.engine import (
     fix_search_line,
     hardware_line,
     model_facts_line,
+    upgrade_lines,
 )
 
 
@@ -81,6 +82,9 @@ def render_result(result: TriageResult, console: Console) -> None:
             inputs = "; ".join(f"{i.name}={i.value!r} ({i.source})" for i in atom.inputs)
             table.add_row(Text(atom.text), atom.role, atom.value, Text(inputs))
         console.print(table)
+    for i, line in enumerate(upgrade_lines(result.upgrade_fix)):
+        console.print(Text(line, style="bold green" if i == 0 else ""), markup=False,
+                       highlight=False, soft_wrap=True, crop=False)
     for fix in result.fixes[:3]:
         render_fix(fix, console)
     if result.no_flag_fix:

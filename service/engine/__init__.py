@@ -24,7 +24,7 @@ outside the engine uses the names below.
 
 from __future__ import annotations
 
-from service.engine.answer import FixOut, RuleVerdict, TriageResult
+from service.engine.answer import FixOut, RuleVerdict, TriageResult, UpgradeFix
 from service.engine.cache import clear_all as clear_caches
 from service.engine.cache import stats as cache_stats
 from service.engine.errors import (
@@ -54,6 +54,7 @@ from service.engine.explain.display import (
     fix_search_line,
     hardware_line,
     model_facts_line,
+    upgrade_lines,
 )
 from service.engine.expr.interpreter import (
     UNKNOWN,
@@ -74,6 +75,7 @@ from service.engine.facts.core import (
     probe_values,
     profile_from_gpus,
 )
+from service.engine.fixes.upgrade import upgrade_phrase
 from service.engine.flags.edit import apply_edits
 from service.engine.flags.parse import parse_argv
 from service.engine.logparse.environment import GpuHint
@@ -91,11 +93,11 @@ __all__ = [
     "EngineSettings", "Env", "FixOut", "GpuHint", "InputTooLarge", "LogParseError", "NoCrashFound",
     "UnknownRelease",
     "HardwareProfile", "LintReport", "LintRequest", "ParsedLog", "PathEvaluation", "Provenance",
-    "RuleVerdict", "TriageResult", "Value", "apply_earlier_writes", "apply_edits", "base_attrs",
+    "RuleVerdict", "TriageResult", "UpgradeFix", "Value", "apply_earlier_writes", "apply_edits", "base_attrs",
     "cache_stats", "call_site_guards", "clear_caches", "earlier_writes", "edit_lines", "evaluate",
     "evaluate_path", "fact_key", "fix_search_line", "hardware_line", "model_facts_line",
     "fact_values", "get_profile", "lint", "lint_payload", "model_arch_for", "parse_argv",
     "parse_input", "parse_log", "prepared_pieces", "probe_values", "profile_from_gpus", "redact", "redact_payload",
     "referenced_names",
-    "rules_payload", "split_command", "summary_with_fix", "validation_order", "warning_fits",
+    "rules_payload", "split_command", "summary_with_fix", "upgrade_lines", "upgrade_phrase", "validation_order", "warning_fits",
 ]  # fmt: skip

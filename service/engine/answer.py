@@ -201,6 +201,48 @@ class HardwareSource(BaseModel):
     detail: str = ""
 
 
+class UpgradeFix(BaseModel):
+    """Upgrading SGLang as the fix: the located check is gone from ``release`` and every
+    later ingested release, or changed there so that the user's values pass it.
+
+    ``status`` is ``removed`` (no check of ``release`` has its condition or message),
+    ``passes`` (the changed check evaluates false with the user's flags and facts) or
+    ``may_pass`` (it could not be decided statically). ``sure`` holds when every release
+    from ``release`` on is ``removed`` or ``passes`` and the user's flags all exist there.
+    ``citations`` are the check here, then its lines (or its function) in ``release``.
+    ``flags_missing`` are the user's flags ``release`` does not know; ``not_checked``
+    says what was not verified; ``replay`` is the replay of the user's command on
+    ``release`` when one ran (``verified`` / ``next_failure`` / ``unverified``)."""
+
+    release: str
+    status: Literal["removed", "passes", "may_pass"]
+    sure: bool
+    note: str
+    install: str
+    command: str
+    citations: list[str] = Field(default_factory=list)
+    flags_missing: list[str] = Field(default_factory=list)
+    not_checked: list[str] = Field(default_factory=list)
+    replay: dict[str, Any] | None = None
+
+
+class NotFlagProblem(BaseModel):
+    """No launch flag fixes this crash: it is raised outside SGLang's checks.
+
+    ``kind`` is ``raised_elsewhere`` (the innermost frame is in ``package`` and no
+    check of the ``checked_releases`` raises the message) or ``dependency_skew`` (SGLang
+    could not import what it needs from ``package``). ``evidence`` are the log's lines
+    it rests on, ``citations`` the SGLang call site in the KB when the log shows one."""
+
+    kind: Literal["raised_elsewhere", "dependency_skew"]
+    package: str
+    reason: str
+    evidence: list[str] = Field(default_factory=list)
+    citations: list[str] = Field(default_factory=list)
+    checked_releases: list[str] = Field(default_factory=list)
+    not_checked: list[str] = Field(default_factory=list)
+
+
 class TriageResult(BaseModel):
     id: str | None = None
     status: Literal["located", "argparse", "unlocated"]
@@ -224,6 +266,11 @@ class TriageResult(BaseModel):
     #: the check (or flag) in the ingested releases after the diagnosed one
     later_releases: list[ReleaseChange] = Field(default_factory=list)
     upgrade: str | None = None  # "upgrading to ≥ X removes this check (...)", when grounded
+    #: upgrading as the fix, when the check is gone (or passes) in later ingested releases;
+    #: the answer's first recommendation when ``upgrade_fix.sure``
+    upgrade_fix: UpgradeFix | None = None
+    #: the crash is raised outside SGLang's checks (another package, a version skew)
+    not_flag_problem: NotFlagProblem | None = None
     #: the rule a bare assert enforces, in one plain sentence derived from its condition and
     #: guards (citations in ``citations``)
     rule: str | None = None

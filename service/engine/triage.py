@@ -24,6 +24,7 @@ from service.engine.answer import (
     HardwareSource,
     Location,
     ModelFact,
+    NotFlagProblem,
     ParsedSummary,
     Reference,
     TriageResult,
@@ -48,13 +49,15 @@ from service.engine.expr.interpreter import UNKNOWN, Provenance, Value, fact_key
 from service.engine.facts.checkpoint import checkpoint_facts, checkpoint_info, fact_rows, flag_value
 from service.engine.facts.core import HardwareProfile, fact_values, get_profile, model_arch_for
 from service.engine.facts.from_log import hardware_from_log
-from service.engine.fixes.present import fix_out
+from service.engine.fixes.present import fix_out, with_bases
 from service.engine.fixes.propose import Verdict, propose
 from service.engine.fixes.repair import repair
+from service.engine.fixes.upgrade import upgrade_fix, upgrade_phrase
 from service.engine.flags.edit import render_command
 from service.engine.flags.parse import ParsedArgs, parse_argv
 from service.engine.llm.writer import AssistContext, assist
 from service.engine.llm.writer import enabled as llm_enabled
+from service.engine.locate.elsewhere import not_a_flag_problem
 from service.engine.locate.localize import (
     Located,
     locate_by_frames,
@@ -190,11 +193,16 @@ class Engine:
             return self._no_exception(version, base, timings, t0)
         t = time.perf_counter()
         located = (locate_by_frames(exc, self.store, version, resolution.line_offsets)
-                   or locate_by_message(exc, self.store, version)
-                   or self._search_locate(exc, version))
+                   or locate_by_message(exc, self.store, version))
+        # raised outside SGLang's checks (another package, a version skew): said so, before
+        # a search that would find the nearest-sounding check instead
+        elsewhere = None if located else not_a_flag_problem(exc, self.store, version, catalog)
+        if located is None and elsewhere is None:
+            located = self._search_locate(exc, version)
         timings["locate"] = _ms(t)
         if located is None:
-            return self._unlocated(exc, version, base, timings, t0, resolution.confidence)
+            return self._unlocated(exc, version, base, timings, t0, resolution.confidence,
+                                   elsewhere)
         check = located.check
         attrs = base_attrs(catalog, pargs, parsed.server_args)
         fsig = facts_signature(facts)  # keys the memo tables of every stage below
@@ -221,7 +229,7 @@ class Engine:
             added = [self._fix_out(len(fixes) + i + 1, v, argv, catalog, parsed, version, pargs)
                      for i, (_, v) in enumerate(repaired)]
             self._rule_verdicts(fixes + added, version, facts, fsig, judged)
-            fixes = _with_bases(added, [base for base, _ in repaired], fixes)
+            fixes = with_bases(added, [base for base, _ in repaired], fixes)
         timings["rules"] = _ms(t)
         unknowns = _unknowns(ev, hw_name, arch, argv)
         no_fix = None
@@ -243,13 +251,19 @@ class Engine:
                               [r.model_dump() for r in references], caveats + located.notes)
         later, upgrade, differences = across.check_changes(self.store, version, check,
                                                            base["release"])
+        up = upgrade_fix(self.store, version, check, later, argv, parsed.server_args, facts,
+                         prefix=_prefix(parsed), fired_here=ev.fired is True)
+        if up is not None and up.sure:
+            no_fix = no_fix and f"{upgrade_phrase(up)}: {up.note}. {no_fix}"
+            md = explain.upgrade_paragraph(up) + md
         md += across.release_notes(base["release"], upgrade, differences)
         citations = [location.citation] + [r.citation for r in references]
         citations += [c for ch in later for c in ch.citations if c not in citations]
         result_obj = TriageResult(
             **{**base, "status": "located", "confidence": conf},
             summary=explain.summary(exc.type, exc.bare, location, atoms,
-                                    [f for f in fixes if f.fixes_check == "true"], version),
+                                    [f for f in fixes if f.fixes_check == "true"], version,
+                                    upgrade=upgrade_phrase(up) if up and up.sure else None),
             explanation=md, location=location,
             check=CheckInfo(id=check["id"], kind=check["kind"], exc_type=check["exc_type"],
                             bare=check["bare"], condition=check["condition"],
@@ -257,7 +271,8 @@ class Engine:
             evaluation=EvaluationOut(fired=tri(ev.fired), atoms=atoms, caveats=caveats,
                                      writes=ev.write_notes),
             fixes=fixes, no_flag_fix=no_fix, references=references, unknowns=unknowns,
-            citations=citations, later_releases=later, upgrade=upgrade, timings_ms=timings, rule=rule,
+            citations=citations, later_releases=later, upgrade=upgrade, upgrade_fix=up,
+            timings_ms=timings, rule=rule,
             model_facts=self.model_facts_for(parsed, model,
                                              {i.name for a in atoms for i in a.inputs}),
         )
@@ -425,8 +440,19 @@ class Engine:
                             unknowns=[unknown], timings_ms=timings)
 
     def _unlocated(self, exc, version: str, base: dict[str, Any], timings: dict[str, float],  # noqa: ANN001
-                   t0: float, conf: float) -> TriageResult:
+                   t0: float, conf: float, elsewhere: NotFlagProblem | None) -> TriageResult:
         timings["total"] = _ms(t0)
+        if elsewhere is not None:
+            return TriageResult(
+                **{**base, "confidence": round(conf * 0.6, 3)}, not_flag_problem=elsewhere,
+                summary=f"Not a launch-flag problem: {exc.type} from {elsewhere.package}.",
+                explanation=explain.not_flag_paragraph(elsewhere),
+                no_flag_fix=f"not a launch-flag problem: {elsewhere.reason}",
+                citations=list(elsewhere.citations), timings_ms=timings,
+                unknowns=[UnknownFact(what="what was not checked",
+                                      why="; ".join(elsewhere.not_checked),
+                                      settle=f"`pip list` (the {elsewhere.package} and sglang "
+                                             "versions) and the full traceback")])
         unknown = UnknownFact(
             what="the failing check",
             why=f"the {exc.type} could not be matched to a check of {version} by frame, message or search",
@@ -436,18 +462,6 @@ class Engine:
                             explanation=f"No check of {version} matches this {exc.type}. "
                                         "Nothing is claimed about its cause.",
                             unknowns=[unknown], timings_ms=timings)
-
-
-def _with_bases(added: list[FixOut], bases: list[FixOut], fixes: list[FixOut]) -> list[FixOut]:
-    """Repaired fixes first (clean, ranked by :meth:`Engine._rule_verdicts`), each followed
-    by the fix it extends; then the other fixes in their order; ranks renumbered."""
-    out: list[FixOut] = []
-    for fix, base in sorted(zip(added, bases, strict=True), key=lambda p: p[0].rank):
-        out += [f for f in (fix, base) if all(f is not o for o in out)]
-    out += [f for f in sorted(fixes, key=lambda f: f.rank) if all(f is not o for o in out)]
-    for i, f in enumerate(out, start=1):
-        f.rank = i
-    return out
 
 
 def _plain_rule(check: dict[str, Any], version: str, catalog, pargs, citation: str) -> str | None:  # noqa: ANN001

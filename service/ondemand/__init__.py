@@ -174,7 +174,9 @@ def triage(engine: Engine, settings: Settings, payload: str | bytes | dict[str, 
     the ingest. ``client`` is whose budget a new ingest counts against. Then, unless the
     answer is a stand-in, when static evaluation left the check or a fix undecided and
     replay is on (``replay`` and ``replay_enabled``), the replay-backed fix search
-    (:func:`service.replay.search.search_fixes`, within ``fix_search_deadline_s``)."""
+    (:func:`service.replay.search.search_fixes`, within ``fix_search_deadline_s``), and
+    the replay of the command on the release an upgrade answer names
+    (:func:`service.replay.upgrade.verify_upgrade`)."""
     limit = settings.max_body_bytes
     options = {"release": release, "hardware": hardware, "model": model, "model_arch": model_arch}
     payload = redact_payload(payload)  # once per request: every parse below gets Redacted text
@@ -205,4 +207,8 @@ def triage(engine: Engine, settings: Settings, payload: str | bytes | dict[str, 
         search_fixes(result, settings, deadline_s=settings.fix_search_deadline_s,
                      max_candidates=settings.fix_search_candidates,
                      verify_clean=settings.fix_search_verify_clean)
+        if result.upgrade_fix is not None:  # the named release's own validation judges it
+            from service.replay.upgrade import verify_upgrade
+
+            verify_upgrade(result, settings, deadline_s=settings.fix_search_deadline_s)
     return result

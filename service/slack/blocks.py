@@ -23,6 +23,7 @@ from service.engine import (
     fix_search_line,
     hardware_line,
     model_facts_line,
+    upgrade_lines,
 )
 
 Block = dict[str, Any]
@@ -231,6 +232,9 @@ def triage_blocks(result: TriageResult, report_url: str | None,
         blocks.append(section(where + (f"\n{code(excerpt)}" if excerpt else "")))
     blocks.extend(rule_block(result))
     blocks.extend(answer_context(result))
+    upgrade = upgrade_lines(result.upgrade_fix)
+    if upgrade:
+        blocks.append(section(f"*{esc(upgrade[0])}*\n" + "\n".join(esc(x) for x in upgrade[1:])))
     fix = best_fix(result)
     if fix is not None:
         blocks.extend(fix_blocks(fix))

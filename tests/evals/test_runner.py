@@ -7,7 +7,14 @@ import pytest
 from evals.cli import eval_command
 from evals.incidents import INCIDENTS_DIR, FixSpec, Incident, load_incidents
 from evals.runner import request_for, run_eval
-from evals.scoring import Prediction, engine_root_cause, fix_matches, grounded, score
+from evals.scoring import (
+    Prediction,
+    engine_root_cause,
+    fix_matches,
+    from_triage,
+    grounded,
+    score,
+)
 from kb.catalogs import load_catalog
 from service.engine.triage import Engine
 from tests.service.api.conftest import make_server
@@ -131,3 +138,29 @@ def test_grounding_and_scoring_edges(kb) -> None:  # noqa: ANN001
     m = score(inc, Prediction(release="0.5.9", fixes=[], root_cause=[]), kb.store)
     assert m["release_at_1"] is False and m["no_fix_declined"] is True
     assert m["exact_location"] is None and m["rc_recall"] is None and m["fix_valid"] is None
+
+
+def test_upgrade_said_is_scored_on_upgrade_incidents(kb) -> None:  # noqa: ANN001
+    """``upgrade_said``: a sure upgrade, to the release the incident names when it names one."""
+    def incident(no_fix: str | None) -> Incident:
+        return Incident.model_validate({"id": "u", "source": "t", "crash_log": "E\n",
+                                        "category": "other",
+                                        "expected": {"release": "0.5.11", "no_flag_fix": no_fix}})
+
+    sure = from_triage({"status": "located", "release": {"release": "0.5.11"},
+                        "upgrade_fix": {"release": "0.5.23", "sure": True}})
+    unsure = from_triage({"status": "located", "release": {"release": "0.5.11"},
+                          "upgrade_fix": {"release": "0.5.23", "sure": False}})
+    none = from_triage({"status": "located", "release": {"release": "0.5.11"}})
+    assert score(incident("upgrade"), sure, kb.store)["upgrade_said"] is True
+    assert score(incident("upgrade to ≥ 0.5.23"), sure, kb.store)["upgrade_said"] is True
+    assert score(incident("upgrade to ≥ 0.5.21"), sure, kb.store)["upgrade_said"] is False
+    assert score(incident("upgrade"), unsure, kb.store)["upgrade_said"] is False
+    assert score(incident("upgrade"), none, kb.store)["upgrade_said"] is False
+    assert score(incident("code bug"), sure, kb.store)["upgrade_said"] is None
+    assert score(incident(None), sure, kb.store)["upgrade_said"] is None
+    elsewhere = from_triage({"status": "unlocated", "release": {"release": "0.5.11"},
+                             "not_flag_problem": {"kind": "raised_elsewhere", "package": "x"}})
+    assert score(incident("not a launch-flag problem"), elsewhere, kb.store)["not_flag_said"]
+    assert score(incident("not a launch-flag problem"), none, kb.store)["not_flag_said"] is False
+    assert score(incident("upgrade"), elsewhere, kb.store)["not_flag_said"] is None

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.engine.answer import AtomOut, FixOut, Location, UnknownFact
+from service.engine.answer import (
+    AtomOut,
+    FixOut,
+    Location,
+    NotFlagProblem,
+    UnknownFact,
+    UpgradeFix,
+)
 
 
 def _flagish(attr: str) -> str:
@@ -36,17 +43,39 @@ def failing_inputs(atoms: list[AtomOut]) -> list[str]:
 
 
 def summary(exc_type: str | None, bare: bool, location: Location | None, atoms: list[AtomOut],
-            fixes: list[FixOut], release: str) -> str:
+            fixes: list[FixOut], release: str, *, upgrade: str | None = None) -> str:
+    """One line: what fired where, why, and the fix. ``upgrade`` (a sure upgrade, in
+    :func:`~service.engine.fixes.upgrade.upgrade_phrase`'s words) comes before the flag
+    fix, which stays the alternative for those who keep the release."""
     if location is None:
         return f"Could not locate the failing check in {release}."
     what = f"{'bare ' if bare else ''}{exc_type or 'check'} in {location.function.rsplit('.', 1)[-1]}"
-    inputs = failing_inputs(atoms)[:2]
+    inputs = failing_inputs(atoms)[:2 if upgrade is None else 1]
     why = f" because {', '.join(inputs)}" if inputs else ""
+    first = f"; {upgrade}" if upgrade else ""
     fix = ""
     if fixes:
         fix = "; fix: " + fix_phrase(next((f for f in fixes if f.recommended), fixes[0]))
-    words = f"{what} ({release}){why}{fix}.".split()
-    return " ".join(words[:29])
+    words = f"{what} ({release}){why}{first}{fix}.".split()
+    return " ".join(words[:29 if upgrade is None else 40])
+
+
+def upgrade_paragraph(up: UpgradeFix) -> str:
+    """The explanation's first paragraph for a sure upgrade, with both citations."""
+    cites = " and ".join(f"`{c}`" for c in up.citations)
+    return (f"**Upgrade first:** `{up.install}` — {up.note} ({cites}). The same command "
+            f"then gets past this check; not checked: {'; '.join(up.not_checked)}.\n\n")
+
+
+def not_flag_paragraph(nf: NotFlagProblem) -> str:
+    """The explanation of a "not a launch-flag problem" answer, with its evidence."""
+    out = f"**Not a launch-flag problem:** {nf.reason}."
+    if nf.evidence:
+        out += "\n\nFrom the log:" + "".join(f"\n- `{e}`" for e in nf.evidence)
+    if nf.citations:
+        out += "\n\nSGLang calls into it at " + ", ".join(f"`{c}`" for c in nf.citations) + "."
+    out += "\n\nNot checked: " + "; ".join(nf.not_checked) + "."
+    return out
 
 
 def fix_phrase(fix: FixOut) -> str:
@@ -60,7 +89,7 @@ def with_fix(summary_text: str, fix: FixOut | None) -> str:
     """``summary_text`` naming ``fix`` (or no fix) instead of the fix it named."""
     head = summary_text.split("; fix: ", 1)[0].rstrip(".")
     words = (f"{head}; fix: {fix_phrase(fix)}." if fix is not None else f"{head}.").split()
-    return " ".join(words[:29])
+    return " ".join(words[:40 if "; upgrade to SGLang ≥" in head else 29])
 
 
 def markdown(result: dict[str, Any], location: Location | None, atoms: list[AtomOut],

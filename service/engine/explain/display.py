@@ -5,7 +5,8 @@
   ``set``/``remove`` (answers stored before ``edits`` existed);
 * :func:`fix_search_line` — the replay-backed fix search in one line;
 * :func:`model_facts_line` — the checkpoint facts the answer used, compactly;
-* :func:`hardware_line` — the hardware profile used and where it came from.
+* :func:`hardware_line` — the hardware profile used and where it came from;
+* :func:`upgrade_lines` — upgrading as the fix: what to install, why, what is unchecked.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from service.engine.answer import FixOut, HardwareSource, ModelFact
+from service.engine.answer import FixOut, HardwareSource, ModelFact, UpgradeFix
 
 
 def _value_text(value: object) -> str:
@@ -84,3 +85,17 @@ def hardware_line(hardware: HardwareSource | None) -> str | None:
 
 __all__ = ["EVIDENCE_LIMIT", "edit_lines", "fix_search_line", "hardware_line", "model_facts_line",
            "short_evidence"]
+
+
+def upgrade_lines(up: UpgradeFix | None) -> list[str]:
+    """``["Upgrade first: pip install \"sglang==0.5.23\"", "why: …", "cites: …", …]`` for a
+    sure upgrade, ``["Upgrade may help: …", …]`` for an unsure one; [] when there is none.
+    The replay verdict and what was not checked follow."""
+    if up is None:
+        return []
+    head = "Upgrade first" if up.sure else "Upgrade may help"
+    lines = [f"{head}: {up.install}", f"why: {up.note}", f"cites: {', '.join(up.citations)}"]
+    if up.replay:
+        lines.append(f"replay: {up.replay.get('detail') or up.replay.get('status')}")
+    lines += [f"not checked: {n}" for n in up.not_checked]
+    return lines

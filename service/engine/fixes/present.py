@@ -27,7 +27,7 @@ from service.engine.fixes.propose import Verdict
 from service.engine.flags.edit import apply_edits, render_command
 from service.engine.flags.parse import ParsedArgs, parse_argv
 
-__all__ = ["edit_lines", "fix_out", "spelled", "unknown_inputs"]
+__all__ = ["edit_lines", "fix_out", "spelled", "unknown_inputs", "with_bases"]
 
 #: unknown inputs named in an undecided candidate's verdict
 _MAX_NAMED = 4
@@ -95,3 +95,15 @@ def fix_out(rank: int, v: Verdict, argv: list[str], catalog: Catalog, parsed: Pa
         fixes_check=tri(v.fixes_check), trips=v.trips, unknown_neighbours=v.unknown_neighbours,
         verdict=_verdict(v, version, lost), edits=edit_lines(touched, parsed, after),
         gives_up=lost, keeps_features=not lost)
+
+
+def with_bases(added: list[FixOut], bases: list[FixOut], fixes: list[FixOut]) -> list[FixOut]:
+    """Repaired fixes first (clean, ranked by the rule cards), each followed by the fix it
+    extends; then the other fixes in their order; ranks renumbered."""
+    out: list[FixOut] = []
+    for fix, base in sorted(zip(added, bases, strict=True), key=lambda p: p[0].rank):
+        out += [f for f in (fix, base) if all(f is not o for o in out)]
+    out += [f for f in sorted(fixes, key=lambda f: f.rank) if all(f is not o for o in out)]
+    for i, f in enumerate(out, start=1):
+        f.rank = i
+    return out

@@ -297,14 +297,30 @@ function fixCard(record, fix, ctx, confirmed) {
   record.id ? h("div", { class: "actions" }, confirmBtn) : null);
 }
 
+// An upgrade as the fix (result.upgrade_fix): what to install, why, both citations,
+// the replay verdict when one ran, and what was not checked. First among the fixes.
+function upgradeCard(up, ctx) {
+  if (!up) return null;
+  return h("article", { class: "fix upgrade", id: "upgrade", "aria-label": "Upgrade" },
+    h("h3", {}, badge(up.sure ? "Upgrade first" : "Upgrade may help", up.sure ? "ok" : "warn"),
+      " ", h("code", {}, up.install), " ",
+      copyButton("Copy", () => up.install, ctx.announce, { "aria-label": "Copy the upgrade command" })),
+    h("p", {}, up.note),
+    h("p", { class: "muted" }, "Cites ", ...up.citations.flatMap((c, i) => [i ? ", " : "", h("code", {}, c)])),
+    replayBadge(up.replay),
+    (up.not_checked || []).length ? h("ul", { class: "muted" },
+      ...up.not_checked.map((n) => h("li", {}, `Not checked: ${n}`))) : null);
+}
+
 function fixesSection(record, ctx) {
   const r = record.result;
   const fixes = r.fixes || [];
-  if (!fixes.length && !r.no_flag_fix) return null;
+  if (!fixes.length && !r.no_flag_fix && !r.upgrade_fix) return null;
   const note = record.id && fixes.length && !record.confirmation ? h("p", { class: "confirm-note" },
     h("label", { for: "confirm-note" }, "Note for “This fixed it” (optional)"),
     h("input", { id: "confirm-note", type: "text", maxlength: "500", autocomplete: "off" })) : null;
   return section("fixes", `Fixes (${fixes.length})`,
+    upgradeCard(r.upgrade_fix, ctx),
     r.no_flag_fix ? h("p", { class: "note warn" }, h("strong", {}, "No flag fix: "), r.no_flag_fix) : null,
     note, ...fixes.map((f) => fixCard(record, f, ctx, record.confirmation)));
 }

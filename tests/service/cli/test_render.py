@@ -11,7 +11,7 @@ from rich.console import Console
 
 from service.cli.render import render_fix, render_result
 from service.engine import Engine, FixOut, TriageResult
-from service.engine.answer import HardwareSource, ModelFact
+from service.engine.answer import HardwareSource, ModelFact, UpgradeFix
 
 SEED_LOG = (Path(__file__).resolve().parents[3] / "examples" / "seed_attempt1.log").read_text()
 
@@ -101,3 +101,28 @@ def test_hardware_source_is_shown_next_to_the_release() -> None:
     assert shown.endswith('...")') and len(shown) < len('hardware: h100-x8 (from the log: "")') + 121
     assert "hardware: b200-x8 (declared)" in head(HardwareSource(name="b200-x8", source="request"))
     assert "hardware:" not in head(None)
+
+
+UPGRADE = UpgradeFix(release="0.5.23", status="removed", sure=True,
+                     note="0.5.23 has no check with this condition or message",
+                     install='pip install "sglang==0.5.23"', command="python -m sglang.launch_server",
+                     citations=["0.5.11:sglang/srt/server_args.py:3519-3522"],
+                     not_checked=["the other checks of 0.5.23's start-up"])
+
+
+def test_a_sure_upgrade_is_printed_before_the_flag_fixes() -> None:
+    fix = FixOut(rank=1, argv=["--tp", "2"], command="python -m sglang.launch_server --tp 2",
+                 origin="o", fixes_check="true", verdict="clean", recommended=True,
+                 remove=["--tp"])
+    result = TriageResult(status="located", summary="s", explanation="", confidence=0.5,
+                          release={"release": "0.5.11"}, parsed={}, fixes=[fix],
+                          upgrade_fix=UPGRADE)
+    lines = [line.strip() for line in _printed(lambda c: render_result(result, c), 200)]
+    at = lines.index('Upgrade first: pip install "sglang==0.5.23"')
+    assert lines[at + 1] == "why: 0.5.23 has no check with this condition or message"
+    assert lines[at + 2] == "cites: 0.5.11:sglang/srt/server_args.py:3519-3522"
+    assert lines[at + 3] == "not checked: the other checks of 0.5.23's start-up"
+    assert at < next(i for i, line in enumerate(lines) if line.startswith("fix 1"))
+    unsure = result.model_copy(update={"upgrade_fix": UPGRADE.model_copy(update={"sure": False})})
+    assert any(line.startswith("Upgrade may help:") for line in
+               _printed(lambda c: render_result(unsure, c), 200))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from service.engine import FixOut, TriageResult
-from service.engine.answer import HardwareSource, ModelFact
+from service.engine.answer import HardwareSource, ModelFact, UpgradeFix
 from service.slack import blocks as sb
 
 RULE = ("In 0.5.11, when `--speculative-num-steps` is not set, then `--speculative-eagle-topk` and "
@@ -78,3 +78,17 @@ def test_main_reply_shows_the_hardware_source_after_the_release_line() -> None:
     declared = result.model_copy(update={"hardware": HardwareSource(name="b200-x8", source="request")})
     assert "hardware: b200-x8 (declared)" in _texts(sb.triage_blocks(declared, None)[1])
     assert "hardware:" not in _texts(sb.triage_blocks(_result(_fix()), None)[1])
+
+
+def test_main_reply_leads_with_a_sure_upgrade() -> None:
+    up = UpgradeFix(release="0.5.23", status="passes", sure=True, note="your flags pass <it>",
+                    install='pip install "sglang==0.5.23"', command="c",
+                    citations=["0.5.11:a.py:1", "0.5.23:b.py:2"])
+    _, blocks = sb.triage_blocks(_result(_fix()).model_copy(update={"upgrade_fix": up}), None)
+    texts = [_texts([b]) for b in blocks]
+    at = next(i for i, t in enumerate(texts) if "Upgrade first" in t)
+    assert blocks[at]["text"]["text"].splitlines() == [
+        '*Upgrade first: pip install "sglang==0.5.23"*', "why: your flags pass &lt;it&gt;",
+        "cites: 0.5.11:a.py:1, 0.5.23:b.py:2"]
+    assert at < blocks.index(sb.fix_blocks(_fix())[0])  # before the flag fix
+    assert "Upgrade" not in _texts(sb.triage_blocks(_result(_fix()), None)[1])

@@ -1,6 +1,6 @@
 """The page shows each fix's edit lines and what it gives up before its command, the rule of
-a bare check in words, the model facts, the fix search and the hardware source (headless
-Chromium)."""
+a bare check in words, the model facts, the fix search, the hardware source and an
+upgrade as the first fix (headless Chromium)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,12 @@ def record_id(web_server: WebServer) -> str:
                             "detail": "verified by replay on 0.5.11 with rtx-pro-6000-x8"}
     result["hardware"] = {"name": "h100-x8", "source": "log", "evidence": GPU_LINE,
                           "detail": "by GPU name"}
+    result["upgrade_fix"] = {"release": "0.5.23", "status": "removed", "sure": True,
+                             "note": "0.5.23 has no check with this condition or message",
+                             "install": 'pip install "sglang==0.5.23"', "command": "c",
+                             "citations": ["0.5.11:sglang/srt/server_args.py:3519-3522"],
+                             "flags_missing": [], "replay": None,
+                             "not_checked": ["the other checks of 0.5.23's start-up"]}
     web_server.records.save(tid, rec["request"], result)
     return tid
 
@@ -57,6 +63,12 @@ def test_fix_edits_gives_up_rule_facts_and_search(new_page: NewPage, record_id: 
     assert source.startswith("(from the log: “GPU 0,1,2,3,4,5,6,7: NVIDIA H100 80GB HBM3 xxx")
     assert source.endswith("...”)") and len(source) == len("(from the log: “”)") + 120
     assert page.get_attribute("#hardware-source", "title") == f"{GPU_LINE} — by GPU name"
+    upgrade = page.inner_text("#upgrade")
+    assert upgrade.split()[:5] == ["Upgrade", "first", "pip", "install", '"sglang==0.5.23"']
+    assert "0.5.23 has no check with this condition or message" in upgrade
+    assert "Not checked: the other checks of 0.5.23's start-up" in upgrade
+    up_box, fix_box = (page.locator(s).bounding_box() for s in ("#upgrade", "#fix-1"))
+    assert up_box is not None and fix_box is not None and up_box["y"] < fix_box["y"]
     assert page.inner_text("#fix-1 pre.edits").strip().splitlines() == EDITS
     assert "top-k 4, 8 tokens" in page.inner_text("#fix-1 .gives-up")
     boxes = [page.locator(f"#fix-1 {sel}").bounding_box() for sel in ("pre.edits", ".gives-up", "pre.cmd")]

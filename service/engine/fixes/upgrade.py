@@ -1,0 +1,176 @@
+"""Upgrading SGLang as the fix: the located check is gone, or passes, in later releases.
+
+:func:`upgrade_fix` reads the located check in the ingested releases after the
+diagnosed one (:func:`~service.engine.explain.across.check_changes` found them:
+``removed``, ``changed``, ``moved`` or ``same``) and decides, release by release,
+whether the user's command gets past it there:
+
+* ``removed``: no check of that release has the condition or the message;
+* ``changed``: the changed check is evaluated with the user's flags parsed by *that*
+  release's catalog, its defaults and the triage's facts
+  (:func:`~service.engine.evaluate.path_condition.evaluate_path`). False means
+  ``passes`` (only ``may_pass`` when the diagnosed release's check did not evaluate
+  true with those values either: they do not explain the crash); undecided means
+  ``may_pass``; true means the upgrade does not help;
+* ``same`` / ``moved``: the check still stands; the upgrade does not help.
+
+The upgrade named is the oldest release X from which every later ingested release gets
+past the check, so that "≥ X" holds for every release the KB knows. It is ``sure`` when
+none of them is ``may_pass`` and X knows every flag the user typed. What is not checked
+here (the other checks of X's start-up, releases the KB lacks) is said in
+``not_checked``; the replay of the user's command on X, run outside the engine, settles
+the first.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kb.catalogs import load_catalog
+from kb.store import Store
+from service.engine.answer import ReleaseChange, UpgradeFix
+from service.engine.evaluate.path_condition import base_attrs, evaluate_path
+from service.engine.expr.interpreter import Value
+from service.engine.flags.edit import render_command
+from service.engine.flags.parse import parse_argv
+
+__all__ = ["upgrade_fix", "upgrade_phrase"]
+
+_PASSING = ("removed", "passes", "may_pass")
+_ATTR = re.compile(r"\b(?:self|server_args|args|cfg)\.([a-z_][a-z0-9_]{1,60})\b")
+#: checks of a later release reading the same flags that are evaluated, at most
+_MAX_SIMILAR = 5
+
+
+def _later_check(store: Store, change: ReleaseChange) -> dict[str, Any] | None:
+    """The check row a ``changed`` entry cites in its release (its last citation)."""
+    if not change.citations:
+        return None
+    rel, path, lines = change.citations[-1].split(":", 2)
+    if rel != change.release:
+        return None
+    try:
+        start = int(lines.split("-", 1)[0])
+    except ValueError:
+        return None
+    rows = store.checks(rel, path=path, where="start_line = ?", params=(start,))
+    return rows[0] if rows else None
+
+
+def _tested_attrs(check: dict[str, Any]) -> list[str]:
+    """The arguments the check's own test reads (an assert's condition, else the innermost
+    guard of a raise): ``tp_size`` for ``self.tp_size % self.dp_size == 0``."""
+    guards = check.get("guards") or []
+    test = check.get("condition") or (guards[-1]["condition"] if guards else "")
+    return sorted(set(_ATTR.findall(test or "")))
+
+
+def _same_flags_checks(store: Store, release: str, attrs: list[str],
+                       path: str) -> list[dict[str, Any]]:
+    """Checks of ``release`` under the same part of SGLang as ``path`` (``sglang/srt``)
+    whose condition or guards read every one of ``attrs``: where a check the history
+    calls removed may live on, reworded (say, moved into a hook)."""
+    if not attrs:
+        return []
+    where = " AND ".join(["path LIKE ?"] + ["(condition LIKE ? OR guards LIKE ?)" for _ in attrs])
+    params = ["/".join(path.split("/")[:2]) + "/%"]
+    params += [p for a in attrs for p in (f"%.{a}%", f"%.{a}%")]
+    return store.checks(release, where=where, params=params)[:_MAX_SIMILAR]
+
+
+def _verdict(store: Store, release: str, rows: list[dict[str, Any]], argv: list[str],
+             server_args: dict[str, Any] | None, facts: dict[str, Value],
+             fired_here: bool) -> str:
+    """``fires`` when a row fires with the user's values in ``release``; ``passes`` when
+    every row is false and the diagnosed check fired with them; else ``may_pass``."""
+    catalog = load_catalog(store, release)
+    attrs = base_attrs(catalog, parse_argv(argv, catalog), server_args)
+    fired = [evaluate_path(store, release, row, attrs, facts).fired for row in rows]
+    if any(f is True for f in fired):
+        return "fires"
+    if all(f is False for f in fired) and fired_here:
+        return "passes"
+    return "may_pass"
+
+
+def _status(store: Store, change: ReleaseChange, check: dict[str, Any], argv: list[str],
+            server_args: dict[str, Any] | None, facts: dict[str, Value],
+            fired_here: bool) -> tuple[str, str | None]:
+    """(``removed`` / ``passes`` / ``may_pass`` / ``fires``, a check of the release that
+    reads the same flags) for one later release. A changed check that evaluates false is
+    only ``may_pass`` when the diagnosed release's check was not shown to fire with the
+    same values (they do not explain the crash). A removed check whose flags another
+    check of the release reads is judged by that check instead."""
+    if change.status == "removed":
+        similar = _same_flags_checks(store, change.release, _tested_attrs(check),
+                                     check["path"])
+        if not similar:
+            return "removed", None
+        verdict = _verdict(store, change.release, similar, argv, server_args, facts, fired_here)
+        row = similar[0]
+        return verdict, f"{change.release}:{row['path']}:{row['start_line']}"
+    if change.status != "changed":
+        return "fires", None  # the same check, maybe on another line: it fires there too
+    row = _later_check(store, change)
+    if row is None:
+        return "may_pass", None
+    return _verdict(store, change.release, [row], argv, server_args, facts, fired_here), None
+
+
+def upgrade_fix(store: Store, version: str, check: dict[str, Any], later: list[ReleaseChange],
+                argv: list[str], server_args: dict[str, Any] | None, facts: dict[str, Value],
+                *, prefix: str, fired_here: bool = True) -> UpgradeFix | None:
+    """Upgrading as the fix of ``check`` (a ``checks`` row of ``version``; see the module
+    docstring); None when the newest ingested release still refuses the command.
+    ``fired_here``: the check evaluated true in ``version`` with the same values."""
+    changes = [c for c in later if c.subject == "check"]
+    if not changes:
+        return None
+    judged = [_status(store, c, check, argv, server_args, facts, fired_here) for c in changes]
+    statuses = [j[0] for j in judged]
+    start = len(changes)
+    while start > 0 and statuses[start - 1] in _PASSING:
+        start -= 1
+    if start == len(changes):
+        return None
+    target, status = changes[start], statuses[start]
+    catalog = load_catalog(store, target.release)
+    missing = list(dict.fromkeys(parse_argv(argv, catalog).unknown))
+    sure = all(s in ("removed", "passes") for s in statuses[start:]) and not missing
+    here = target.citations[0] if target.citations else f"{version}"
+    there = target.citations[-1] if len(target.citations) > 1 else None
+    similar = judged[start][1]
+    if similar is not None:
+        note = (f"{target.note}, but its check at {similar} reads the same flags "
+                + ("and your flags pass it" if status == "passes" else
+                   "(whether your flags pass it could not be decided statically)"))
+    elif status == "removed":
+        note = target.note
+    elif status == "passes":
+        note = (f"in {target.release} the check reads `{target.condition}`, which your "
+                f"flags pass")
+    else:
+        note = (f"in {target.release} the check reads `{target.condition}`; whether your "
+                f"flags pass it could not be decided statically")
+    later_ok = [c.release for c in changes[start + 1:]]
+    if later_ok:
+        note += f"; so do {', '.join(later_ok)}"
+    not_checked = [f"the other checks of {target.release}'s start-up (a replay of "
+                   f"{target.release}'s validation with this command settles it)",
+                   f"releases after {version} that the KB has not ingested"]
+    if missing:
+        not_checked.insert(0, f"{target.release} does not know "
+                              f"{', '.join(missing)}: rename or drop them")
+    return UpgradeFix(release=target.release, status=status,  # type: ignore[arg-type]
+                      sure=sure, note=note, install=f'pip install "sglang=={target.release}"',
+                      command=render_command(argv, prefix=prefix),
+                      citations=[here] + [c for c in (there, similar) if c and c != here],
+                      flags_missing=missing, not_checked=not_checked)
+
+
+def upgrade_phrase(fix: UpgradeFix) -> str:
+    """The upgrade in the summary's words: ``upgrade to SGLang ≥ 0.5.16 (check removed)``."""
+    how = {"removed": "check removed", "passes": "check changed; your flags pass",
+           "may_pass": "check changed"}[fix.status]
+    return f"upgrade to SGLang ≥ {fix.release} ({how})"
