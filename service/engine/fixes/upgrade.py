@@ -5,7 +5,9 @@ diagnosed one (:func:`~service.engine.explain.across.check_changes` found them:
 ``removed``, ``changed``, ``moved`` or ``same``) and decides, release by release,
 whether the user's command gets past it there:
 
-* ``removed``: no check of that release has the condition or the message;
+* ``removed``: no check of that release has the condition or the message, and no check
+  of the same function or reading the same flags (under the same part of SGLang) is
+  left there; when some are, they are evaluated as a ``changed`` check is;
 * ``changed``: the changed check is evaluated with the user's flags parsed by *that*
   release's catalog, its defaults and the triage's facts
   (:func:`~service.engine.evaluate.path_condition.evaluate_path`). False means
@@ -103,12 +105,14 @@ def _status(store: Store, change: ReleaseChange, check: dict[str, Any], argv: li
     same values (they do not explain the crash). A removed check whose flags another
     check of the release reads is judged by that check instead."""
     if change.status == "removed":
-        similar = _same_flags_checks(store, change.release, _tested_attrs(check),
-                                     check["path"])
-        if not similar:
+        rows = _same_flags_checks(store, change.release, _tested_attrs(check), check["path"])
+        if check.get("function"):  # the function may still hold the rule, reworded
+            rows += store.checks(change.release, function=check["function"])[:_MAX_SIMILAR]
+        rows = list({r["id"]: r for r in rows}.values())
+        if not rows:
             return "removed", None
-        verdict = _verdict(store, change.release, similar, argv, server_args, facts, fired_here)
-        row = similar[0]
+        verdict = _verdict(store, change.release, rows, argv, server_args, facts, fired_here)
+        row = rows[0]
         return verdict, f"{change.release}:{row['path']}:{row['start_line']}"
     if change.status != "changed":
         return "fires", None  # the same check, maybe on another line: it fires there too
@@ -142,9 +146,10 @@ def upgrade_fix(store: Store, version: str, check: dict[str, Any], later: list[R
     there = target.citations[-1] if len(target.citations) > 1 else None
     similar = judged[start][1]
     if similar is not None:
-        note = (f"{target.note}, but its check at {similar} reads the same flags "
-                + ("and your flags pass it" if status == "passes" else
-                   "(whether your flags pass it could not be decided statically)"))
+        note = (f"{target.note}, but checks there read the same flags or sit in the same "
+                f"function (first at {similar}): "
+                + ("your flags pass them" if status == "passes" else
+                   "whether your flags pass them could not be decided statically"))
     elif status == "removed":
         note = target.note
     elif status == "passes":
