@@ -10,6 +10,7 @@ A reply is a dict with any of:
 * ``content``: the assistant message text (a dict is sent as JSON text);
 * ``tool_args``: arguments of a tool call to the first tool offered;
 * ``sleep``: seconds to wait before answering (a hang);
+* ``hold``: a ``threading.Event`` to wait for before answering (a hang the test ends);
 * ``status``: an HTTP error status to return instead.
 """
 
@@ -34,6 +35,9 @@ class ScriptedLLM:
     def __init__(self) -> None:
         self.replies: deque[dict[str, Any]] = deque()
         self.requests: list[dict[str, Any]] = []
+        #: indexes (into ``requests``) of the requests answered so far; a held or sleeping
+        #: request is not among them
+        self.answered: list[int] = []
         self._closing = threading.Event()
         self.app = FastAPI()
         self.app.post("/v1/chat/completions")(self._chat)
@@ -77,12 +81,17 @@ class ScriptedLLM:
 
     async def _chat(self, request: Request) -> JSONResponse:
         body = await request.json()
+        index = len(self.requests)
         self.requests.append(body)
         reply = self.replies.popleft() if self.replies else {"status": 500}
         if reply.get("sleep"):  # a hang, cut short when the server stops
             until = time.monotonic() + float(reply["sleep"])
             while time.monotonic() < until and not self._closing.is_set():
                 await asyncio.sleep(0.05)
+        hold = reply.get("hold")
+        while hold is not None and not hold.is_set() and not self._closing.is_set():
+            await asyncio.sleep(0.05)
+        self.answered.append(index)
         if reply.get("status"):
             return JSONResponse({"error": {"message": "scripted failure", "type": "server_error"}},
                                 status_code=int(reply["status"]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from evals.render import render_log
 
@@ -165,17 +166,41 @@ def test_every_fix_carries_rule_verdicts(client: httpx.Client, kb) -> None:  # n
                    for v in recommended[0]["rule_verdicts"])
 
 
-def test_triage_verifies_the_crash_and_fixes_by_replay_in_the_background(api_settings, kb) -> None:  # noqa: ANN001
+def test_triage_verifies_the_crash_and_fixes_by_replay_in_the_background(api_settings, kb,  # noqa: ANN001
+                                                                         monkeypatch) -> None:  # noqa: ANN001
+    """The answer does not wait for the replay: the replay is held until the answer has
+    arrived (a fast path that waited for it would never answer: the client times out),
+    then runs for real and its verdicts land in the stored triage."""
+    import threading
     import time
 
+    from service.replay import harness
+
+    events: list[str] = []
+    answered = threading.Event()
+    real = harness.replay_many
+
+    def held(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - on the replay queue's thread
+        events.append("replay started")
+        answered.wait(300)  # only a deadlock breaker: released as soon as the answer arrived
+        try:
+            return real(*args, **kwargs)
+        finally:
+            events.append("replay finished")
+
+    monkeypatch.setattr(harness, "replay_many", held)  # what the queue runs (replay_async)
     on = api_settings.model_copy(update={"replay_enabled": True})
     with make_server(on) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
-        t = time.monotonic()
-        first = c.post("/triage?release=0.5.11&hardware=rtx-pro-6000-x8&model_arch=DeepseekV3ForCausalLM",
-                       content=_seed_log(kb))
+        try:
+            first = c.post("/triage?release=0.5.11&hardware=rtx-pro-6000-x8"
+                           "&model_arch=DeepseekV3ForCausalLM", content=_seed_log(kb))
+        except httpx.ReadTimeout:
+            pytest.fail("no answer while the replay was held: the fast path waits for it")
+        finally:
+            events.append("answered")
+            answered.set()
         assert first.status_code == 200
         assert first.json()["replay"]["status"] == "pending"
-        assert time.monotonic() - t < 30  # the fast path did not wait for replay
         tid = first.json()["id"]
         deadline = time.monotonic() + 400
         stored = {}
@@ -185,6 +210,9 @@ def test_triage_verifies_the_crash_and_fixes_by_replay_in_the_background(api_set
                 break
             time.sleep(2)
         assert stored["replay"]["status"] == "reproduced", stored["replay"]
+        # the fast path did not wait for the replay: answered while it was held
+        assert "replay finished" in events, events  # the replay ran through the hold
+        assert events.index("answered") < events.index("replay finished"), events
         top = stored["fixes"][0]
         assert top["replay"]["status"] == "verified"
         assert "verified by replay on 0.5.11 with rtx-pro-6000-x8" in top["replay"]["detail"]

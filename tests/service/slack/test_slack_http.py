@@ -5,12 +5,16 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
+import pytest
 
 from kb.records import Records
+from service import ondemand
 from service.slack.bot import SlackTriageBot
 
 from .conftest import BOT_TOKEN, SlackClient
@@ -44,6 +48,42 @@ def _in_thread(channel: str, thread: str):  # noqa: ANN202
     return lambda p: p.get("channel") == channel and p.get("thread_ts") == thread
 
 
+class Held:
+    """Holds every call of ``owner.name`` (made on the bot's worker threads) until the test
+    saw Slack's request answered (:meth:`acked`), recording the order of both sides.
+
+    The ack arriving while the call is held proves the ack did not wait for it: an ack that
+    waited would never arrive (the client times out, :meth:`send` says so)."""
+
+    def __init__(self, monkeypatch, owner: object, name: str) -> None:  # noqa: ANN001
+        self.events: list[str] = []
+        self.released = threading.Event()
+        real = getattr(owner, name)
+
+        def held(*args: Any, **kwargs: Any) -> Any:
+            self.events.append("started")
+            self.released.wait(120)  # only a deadlock breaker: released once acked
+            try:
+                return real(*args, **kwargs)
+            finally:
+                self.events.append("finished")
+
+        monkeypatch.setattr(owner, name, held)
+
+    def send(self, request: Callable[[], httpx.Response]) -> httpx.Response:
+        try:
+            return request()
+        except httpx.ReadTimeout:
+            pytest.fail("no ack while the work was held: the ack waits for it")
+        finally:
+            self.events.append("acked")
+            self.released.set()
+
+    def assert_acked_first(self) -> None:
+        assert "finished" in self.events, self.events  # the work ran through the hold
+        assert self.events.index("acked") < self.events.index("finished"), self.events
+
+
 def _triage_in(slack: SlackClient, stub: SlackStub, channel: str, log: str) -> tuple[str, dict]:
     ts = _ts()
     r = slack.event(_mention(channel, f"```{log}```", ts), _eid())
@@ -52,13 +92,13 @@ def _triage_in(slack: SlackClient, stub: SlackStub, channel: str, log: str) -> t
 
 
 def test_signed_mention_gets_a_threaded_reply_with_the_fix(slack, slack_stub, seed_log, seed_fix,
-                                                           slack_server) -> None:
+                                                           slack_server, monkeypatch) -> None:
     ts = _ts()
-    t0 = time.monotonic()
-    r = slack.event(_mention("C0MENTION", f"```{seed_log}```", ts), _eid())
+    triage = Held(monkeypatch, ondemand, "triage")  # the bot's triage waits for the ack
+    r = triage.send(lambda: slack.event(_mention("C0MENTION", f"```{seed_log}```", ts), _eid()))
     assert r.status_code == 200
-    assert time.monotonic() - t0 < 3.0  # acked before the triage ran
     reply = slack_stub.wait_for("chat.postMessage", _in_thread("C0MENTION", ts))[0]
+    triage.assert_acked_first()  # acked before the triage ran
     text = _flat(reply)
     assert seed_fix in text
     assert "ServerArgs._handle_speculative_decoding" in text
@@ -144,17 +184,19 @@ def test_a_partial_file_object_is_completed_with_files_info(slack, slack_stub, s
     assert slack_stub.calls_of("files.info", lambda p: p.get("file") == "F0INFO")
 
 
-def test_slash_command_acks_fast_then_posts(slack, slack_stub, seed_log, seed_fix) -> None:
-    t0 = time.monotonic()
-    r = slack.command(seed_log, "C0SLASH", f"{slack_stub.url}/response/slash1")
-    elapsed = time.monotonic() - t0
-    assert r.status_code == 200 and elapsed < 3.0
+def test_slash_command_acks_fast_then_posts(slack, slack_stub, seed_log, seed_fix,
+                                            monkeypatch) -> None:  # noqa: ANN001
+    triage = Held(monkeypatch, ondemand, "triage")
+    r = triage.send(lambda: slack.command(seed_log, "C0SLASH", f"{slack_stub.url}/response/slash1"))
+    assert r.status_code == 200
     assert "Triaging" in r.text
     reply = slack_stub.wait_for("chat.postMessage", lambda p: p.get("channel") == "C0SLASH")[0]
     assert seed_fix in _flat(reply) and reply.get("thread_ts") is None
+    triage.assert_acked_first()  # the "Triaging…" ack came before the triage ran
 
 
-def test_this_fixed_it_button_records_the_incident(slack, slack_stub, seed_log, slack_bot) -> None:
+def test_this_fixed_it_button_records_the_incident(slack, slack_stub, seed_log, slack_bot,
+                                                   monkeypatch) -> None:  # noqa: ANN001
     root, reply = _triage_in(slack, slack_stub, "C0FIXED", seed_log)
     button = next(e for b in reply["blocks"] if b["type"] == "actions" for e in b["elements"]
                   if e["action_id"] == "triage_fixed")
@@ -168,10 +210,9 @@ def test_this_fixed_it_button_records_the_incident(slack, slack_stub, seed_log, 
                "response_url": f"{slack_stub.url}/response/fixed",
                "actions": [{**button, "block_id": "triage_actions", "type": "button",
                             "action_ts": str(time.time())}]}
-    t0 = time.monotonic()
-    assert slack.action(payload).status_code == 200
-    assert time.monotonic() - t0 < 3.0
     records: Records = slack_bot.records
+    confirm = Held(monkeypatch, records, "confirm")  # the click is recorded after the ack
+    assert confirm.send(lambda: slack.action(payload)).status_code == 200
     deadline = time.monotonic() + 30
     while (records.get(tid) or {}).get("confirmation") is None:
         assert time.monotonic() < deadline, "no confirmation recorded"
@@ -183,6 +224,7 @@ def test_this_fixed_it_button_records_the_incident(slack, slack_stub, seed_log, 
     assert "Confirmed by" in _flat(update) and "triage_fixed" not in _flat(update)
     slack_stub.wait_for("chat.postMessage", lambda p: p.get("channel") == "C0FIXED"
                         and "recorded as an incident" in _flat(p))
+    confirm.assert_acked_first()  # acked before the confirmation was recorded
 
 
 def test_secrets_in_a_pasted_log_are_redacted(slack, slack_stub, seed_log, slack_bot) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -208,11 +207,46 @@ def test_unrelated_message_finds_nothing(store) -> None:
     assert match_message(store, "0.5.23", "short") == []
 
 
-def test_warm_lookup_is_fast_and_threadsafe(store) -> None:
+#: Templates one lookup may align the message with: the anchors of its words (a handful)
+#: and the partial candidates from the postings of its rarest words.
+_ALIGN_BOUND = 2 * lm._PARTIAL_CANDIDATES
+
+
+def _count_work(store, monkeypatch) -> tuple[list[str], list[int]]:  # noqa: ANN001
+    """From now on, record the SQL ``store`` runs and the length of each message aligned."""
+    sqls: list[str] = []
+    aligned: list[int] = []
+    query, align = store.query, lm.align
+
+    def counting_query(sql: str, params=()):  # noqa: ANN001, ANN202
+        sqls.append(sql)
+        return query(sql, params)
+
+    def counting_align(frags, msg):  # noqa: ANN001, ANN202
+        aligned.append(len(msg))
+        return align(frags, msg)
+
+    monkeypatch.setattr(store, "query", counting_query)
+    monkeypatch.setattr(lm, "align", counting_align)
+    return sqls, aligned
+
+
+def test_index_is_built_once_and_warm_lookups_reuse_it(store, monkeypatch) -> None:
+    """Four threads asking a cold release build its index once (the others wait for it);
+    a warm lookup then reads one release row, never the checks, and aligns the message
+    only with the templates its words point at, not with every template of the release."""
     key_prefix = (str(store.path), "0.5.9")
     with lm._lock:
         for key in [k for k in lm._indexes if k[:2] == key_prefix]:
             del lm._indexes[key]
+    builds: list[str] = []
+    build = lm._build
+
+    def counting_build(store_, release):  # noqa: ANN001, ANN202
+        builds.append(release)
+        return build(store_, release)
+
+    monkeypatch.setattr(lm, "_build", counting_build)
     results: list[list[int]] = []
 
     def run() -> None:
@@ -224,15 +258,25 @@ def test_warm_lookup_is_fast_and_threadsafe(store) -> None:
     for t in threads:
         t.join()
     assert len(results) == 4 and all(r == results[0] and r for r in results)
-    match_message(store, "0.5.23", TRTLLM)  # warm
-    start = time.perf_counter()
+    assert builds == ["0.5.9"]
+
+    expected = match_message(store, "0.5.23", TRTLLM)  # warm
+    index = lm._indexes[(str(store.path), "0.5.23", str(store.require("0.5.23")["content_hash"]))]
+    builds.clear()
+    sqls, aligned = _count_work(store, monkeypatch)
     for _ in range(10):
-        match_message(store, "0.5.23", TRTLLM)
-    assert (time.perf_counter() - start) / 10 < 0.05
+        assert match_message(store, "0.5.23", TRTLLM) == expected
+    assert builds == []
+    assert len(sqls) <= 10 and not any("FROM checks" in q for q in sqls), sqls
+    assert len(aligned) <= 10 * _ALIGN_BOUND < len(index.entries), len(aligned)
 
 
-def test_long_message_is_bounded(store) -> None:
+def test_long_message_is_bounded(store, monkeypatch) -> None:
+    """Only the first MAX_MESSAGE_CHARS characters of a message are aligned with templates,
+    and with no more of them than for a short message."""
     msg = TRTLLM + " " + "x" * 50_000
-    start = time.perf_counter()
-    match_message(store, "0.5.23", msg)
-    assert time.perf_counter() - start < 1.0
+    expected = match_message(store, "0.5.23", msg[: lm.MAX_MESSAGE_CHARS])
+    _, aligned = _count_work(store, monkeypatch)
+    assert match_message(store, "0.5.23", msg) == expected
+    assert aligned and max(aligned) <= lm.MAX_MESSAGE_CHARS
+    assert len(aligned) <= _ALIGN_BOUND

@@ -7,7 +7,7 @@ imitate a dev build. Nothing depends on a hard-coded line number.
 
 from __future__ import annotations
 
-import time
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,13 +106,25 @@ def test_exact_frames_fingerprint_0511(store: Store) -> None:
     assert all(c.score < best.score for c in others.values())
 
 
-def test_warm_resolution_is_fast(store: Store) -> None:
+def test_warm_resolution_reads_no_file_rows(store: Store, monkeypatch) -> None:
+    """Once a file's lines, functions and checks are cached per release, resolving again
+    reads none of them from the KB: only the list of releases, once per call."""
     parsed = parse_log(render(shift(seed_frames(store), 79), head="SGLang 0.5.19.dev410+gabc"))
-    resolve_release(parsed, store)  # warm the per-file caches
-    t = time.perf_counter()
+    first = resolve_release(parsed, store)  # warm the per-file caches
+    sqls: list[str] = []
+    query = store.query
+
+    def counting_query(sql: str, params=()):  # noqa: ANN001, ANN202
+        sqls.append(sql)
+        return query(sql, params)
+
+    monkeypatch.setattr(store, "query", counting_query)
     for _ in range(5):
-        resolve_release(parsed, store)
-    assert (time.perf_counter() - t) / 5 < 0.05
+        res = resolve_release(parsed, store)
+        assert (res.release, res.method) == (first.release, first.method)
+    per_file = [q for q in sqls if re.search(r"\bFROM\s+(files|functions|checks)\b", q)]
+    assert not per_file, per_file
+    assert len(sqls) <= 5, sqls
 
 
 def test_arg_groups_frames_pick_0523(store: Store) -> None:

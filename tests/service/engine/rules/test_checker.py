@@ -1,12 +1,12 @@
-"""The checker: verdicts per card, facts, demotion of fixes that trip a neighbour, speed."""
+"""The checker: verdicts per card, facts, demotion of fixes that trip a neighbour, memoisation."""
 
 from __future__ import annotations
 
-import time
-
 from kb.rules.cards import Card
 from kb.store import Store
-from service.engine.rules.checker import cards_for, check, check_fix, facts_for
+from service.engine import cache_stats
+from service.engine.rules import checker
+from service.engine.rules.checker import cards_for, check, check_fix, facts_for, prepare_flags
 
 SEED = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "EAGLE3",
         "--speculative-draft-model-path", "/d", "--speculative-eagle-topk", "4",
@@ -115,11 +115,39 @@ def test_background_violations_do_not_count(store: Store) -> None:
     assert not bad
 
 
-def test_warm_check_is_fast(store: Store) -> None:
+def _memo_stats() -> tuple[int, int, int]:
+    """Lookups and misses of the per-card verdict memo, and misses of the release-defaults
+    verdicts, so far: each miss is a card (or every card of a release) evaluated."""
+    stats = cache_stats()
+    cards = stats["rules.card_verdicts"]
+    return cards["hits"] + cards["misses"], cards["misses"], stats["rules.defaults_verdicts"]["misses"]
+
+
+def _reach(store: Store, release: str, argv: list[str]) -> set[int]:
+    """Indexes of the cards ``argv`` can make the checker look at: those depending on an
+    attribute it sets, and those looking at the spellings typed."""
+    plan = checker._plan(store, release)
+    attrs = prepare_flags(store, release, argv)[1].values
+    return set(plan.given).union(*(plan.by_dep.get(a, ()) for a in attrs))
+
+
+def test_warm_check_reevaluates_only_the_cards_a_change_touches(store: Store) -> None:
+    """Under the release's defaults every card is judged once per set of facts; a command
+    then looks up only the cards depending on an attribute it sets (and those looking at
+    the spellings typed), and evaluates only those whose inputs it has not seen."""
     facts = facts_for("rtx-pro-6000-x8", None, "/models/Kimi-K2.6")
     for release in ("0.5.11", "0.5.23"):
+        plan = checker._plan(store, release)
         check(SEED, release, facts, store=store)  # warm the caches
-        t = time.perf_counter()
-        check(SEED + ["--page-size", "32"], release, facts, store=store)
+        looked0, judged0, defaults0 = _memo_stats()
         check(SEED, release, facts, store=store)
-        assert (time.perf_counter() - t) / 2 < 0.25, release
+        looked1, judged1, defaults1 = _memo_stats()
+        assert (judged1, defaults1) == (judged0, defaults0), release  # all from the memo
+        assert looked1 - looked0 <= len(_reach(store, release, SEED)), release
+        # one more flag: only the cards depending on it (or on the spellings) are judged
+        touched = set(plan.by_dep.get("page_size", ())) | set(plan.given)
+        assert len(touched) < len(plan.cards) / 4, release
+        check(SEED + ["--page-size", "32"], release, facts, store=store)
+        looked2, judged2, defaults2 = _memo_stats()
+        assert looked2 - looked1 <= len(_reach(store, release, SEED + ["--page-size", "32"])), release
+        assert judged2 - judged1 <= len(touched) and defaults2 == defaults1, release
