@@ -48,6 +48,7 @@ from service.engine.evaluate.path_condition import (
     evaluate_path,
     prepared_pieces,
 )
+from service.engine.explain.deterministic import upgrade_paragraph, with_upgrade
 from service.engine.explain.deterministic import with_fix as summary_with_fix
 from service.engine.explain.display import (
     edit_lines,
@@ -99,5 +100,6 @@ __all__ = [
     "fact_values", "get_profile", "lint", "lint_payload", "model_arch_for", "parse_argv",
     "parse_input", "parse_log", "prepared_pieces", "probe_values", "profile_from_gpus", "redact", "redact_payload",
     "referenced_names",
-    "rules_payload", "split_command", "summary_with_fix", "upgrade_lines", "upgrade_phrase", "validation_order", "warning_fits",
+    "rules_payload", "split_command", "summary_with_fix", "upgrade_lines", "upgrade_paragraph", "upgrade_phrase",
+    "with_upgrade", "validation_order", "warning_fits",
 ]  # fmt: skip

@@ -62,7 +62,7 @@ class Location(BaseModel):
     start_line: int
     end_line: int
     reported_line: int | None = None
-    method: Literal["frame_line", "function_kind", "message", "search", "argparse"]
+    method: Literal["frame_line", "frame_source", "function_kind", "message", "search", "argparse"]
     confidence: float
     citation: str
     excerpt: list[ExcerptLine] = Field(default_factory=list)
@@ -208,7 +208,8 @@ class UpgradeFix(BaseModel):
     ``status`` is ``removed`` (no check of ``release`` has its condition or message),
     ``passes`` (the changed check evaluates false with the user's flags and facts) or
     ``may_pass`` (it could not be decided statically). ``sure`` holds when every release
-    from ``release`` on is ``removed`` or ``passes`` and the user's flags all exist there.
+    from ``release`` on is ``removed`` and the user's flags all exist there, or when the
+    replay of the command on ``release`` passed.
     ``citations`` are the check here, then its lines (or its function) in ``release``.
     ``flags_missing`` are the user's flags ``release`` does not know; ``not_checked``
     says what was not verified; ``replay`` is the replay of the user's command on

@@ -7,8 +7,9 @@ replays the command, unchanged, through X's validation in the sandbox (the same
 harness as every replay: model paths substituted, code-loading flags dropped) and
 writes ``upgrade_fix.replay``:
 
-* ``verified``: X's validation accepted the command; the upgrade is sure, and "the
-  other checks of X's start-up" leaves ``not_checked``;
+* ``verified``: X's validation accepted the command; the upgrade is sure (the summary,
+  the explanation and ``no_flag_fix`` now lead with it), and "the other checks of X's
+  start-up" leaves ``not_checked``;
 * ``next_failure``: on the declared hardware, X refused the command at another check
   (cited as replay reports it); the upgrade is no longer sure and the note says so;
 * ``unverified``: replay could not decide: no sandbox or wheel, a harness error, the
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from kb.errors import TriageError
 from kb.settings import KBSettings
-from service.engine import TriageResult, upgrade_phrase
+from service.engine import TriageResult, upgrade_paragraph, upgrade_phrase, with_upgrade
 from service.replay.background import release_root, unavailable_reason
 from service.replay.harness import replay_many
 
@@ -54,8 +55,13 @@ def verify_upgrade(result: TriageResult, settings: KBSettings, *, deadline_s: fl
     if res.status == "passed":
         up.replay = {"status": "verified",
                      "detail": f"your command passes {up.release}'s validation on replay ({on})"}
-        up.sure = not up.flags_missing
         up.not_checked = [n for n in up.not_checked if not n.startswith("the other checks")]
+        if not up.sure and not up.flags_missing:  # now the answer leads with it
+            up.sure = True
+            result.summary = with_upgrade(result.summary, upgrade_phrase(up))
+            result.explanation = upgrade_paragraph(up) + result.explanation
+            if result.no_flag_fix:
+                result.no_flag_fix = f"{upgrade_phrase(up)}: {up.note}. {result.no_flag_fix}"
     elif res.status == "harness_error":
         up.replay = {"status": "unverified", "detail": f"replay harness error: {res.harness_reason}"}
     elif hardware is None:

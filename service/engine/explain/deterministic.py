@@ -60,6 +60,14 @@ def summary(exc_type: str | None, bare: bool, location: Location | None, atoms: 
     return " ".join(words[:29 if upgrade is None else 40])
 
 
+def with_upgrade(summary_text: str, phrase: str) -> str:
+    """``summary_text`` with ``phrase`` (a sure upgrade) before its fix, as :func:`summary`
+    writes it for an upgrade known when the answer was made."""
+    head, sep, fix = summary_text.partition("; fix: ")
+    words = f"{head.rstrip('.')}; {phrase}{sep}{fix}".rstrip(".").split()
+    return " ".join(words[:40]) + "."
+
+
 def upgrade_paragraph(up: UpgradeFix) -> str:
     """The explanation's first paragraph for a sure upgrade, with both citations."""
     cites = " and ".join(f"`{c}`" for c in up.citations)

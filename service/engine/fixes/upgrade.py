@@ -6,9 +6,12 @@ diagnosed one (:func:`~service.engine.explain.across.check_changes` found them:
 whether the user's command gets past it there:
 
 * ``removed``: no check of that release has the condition or the message, and no check
-  of the same function or reading the same flags (under the same part of SGLang) is
-  left there; when some are, they are evaluated as a ``changed`` check is;
-* ``changed``: the changed check is evaluated with the user's flags parsed by *that*
+  of a function of the same name (``ServerArgs._handle_x`` or a hook's ``handle_x``) or
+  reading the same flags (under the same part of SGLang) is left there; when some are,
+  they are evaluated as a ``changed`` check is (one firing means the upgrade does not
+  help);
+* ``changed``: the changed check (with those same-name and same-flag checks) is
+  evaluated with the user's flags parsed by *that*
   release's catalog, its defaults and the triage's facts
   (:func:`~service.engine.evaluate.path_condition.evaluate_path`). False means
   ``passes`` (only ``may_pass`` when the diagnosed release's check did not evaluate
@@ -18,7 +21,10 @@ whether the user's command gets past it there:
 
 The upgrade named is the oldest release X from which every later ingested release gets
 past the check, so that "≥ X" holds for every release the KB knows. It is ``sure`` when
-none of them is ``may_pass`` and X knows every flag the user typed. What is not checked
+every one of them is ``removed`` and X knows every flag the user typed: a static
+``passes`` is not enough (on the shipped incidents, replay refused 5 of 8 such
+commands, at hook checks the evaluator read as false), so it waits for the replay of
+the command on X, which makes it sure when X accepts it. What is not checked
 here (the other checks of X's start-up, releases the KB lacks) is said in
 ``not_checked``; the replay of the user's command on X, run outside the engine, settles
 the first.
@@ -104,22 +110,39 @@ def _status(store: Store, change: ReleaseChange, check: dict[str, Any], argv: li
     only ``may_pass`` when the diagnosed release's check was not shown to fire with the
     same values (they do not explain the crash). A removed check whose flags another
     check of the release reads is judged by that check instead."""
-    if change.status == "removed":
-        rows = _same_flags_checks(store, change.release, _tested_attrs(check), check["path"])
-        if check.get("function"):  # the function may still hold the rule, reworded
-            rows += store.checks(change.release, function=check["function"])[:_MAX_SIMILAR]
-        rows = list({r["id"]: r for r in rows}.values())
-        if not rows:
-            return "removed", None
-        verdict = _verdict(store, change.release, rows, argv, server_args, facts, fired_here)
-        row = rows[0]
-        return verdict, f"{change.release}:{row['path']}:{row['start_line']}"
-    if change.status != "changed":
+    if change.status not in ("removed", "changed"):
         return "fires", None  # the same check, maybe on another line: it fires there too
-    row = _later_check(store, change)
-    if row is None:
-        return "may_pass", None
-    return _verdict(store, change.release, [row], argv, server_args, facts, fired_here), None
+    # the rule may live on reworded: in the function of that name (a 0.5.19+ hook keeps
+    # the name without ``ServerArgs._``) or in a check reading the same flags
+    kin = _function_checks(store, change.release, check)
+    kin += _same_flags_checks(store, change.release, _tested_attrs(check), check["path"])
+    if change.status == "changed":
+        row = _later_check(store, change)
+        if row is None:
+            return "may_pass", None
+        rows = list({r["id"]: r for r in [row, *kin]}.values())
+        return _verdict(store, change.release, rows, argv, server_args, facts, fired_here), None
+    rows = list({r["id"]: r for r in kin}.values())
+    if not rows:
+        return "removed", None
+    verdict = _verdict(store, change.release, rows, argv, server_args, facts, fired_here)
+    row = rows[0]
+    return verdict, f"{change.release}:{row['path']}:{row['start_line']}"
+
+
+def _short(function: str) -> str:
+    return function.rsplit(".", 1)[-1].lstrip("_")
+
+
+def _function_checks(store: Store, release: str, check: dict[str, Any]) -> list[dict[str, Any]]:
+    """Checks of ``release``, under the same part of SGLang, in a function of the same
+    name as ``check``'s (``ServerArgs._handle_x`` and a hook's ``handle_x`` alike)."""
+    if not check.get("function"):
+        return []
+    short = _short(check["function"])
+    rows = store.checks(release, where="function LIKE ? AND path LIKE ?",
+                        params=(f"%{short}", "/".join(check["path"].split("/")[:2]) + "/%"))
+    return [r for r in rows if _short(r["function"]) == short][:_MAX_SIMILAR * 2]
 
 
 def upgrade_fix(store: Store, version: str, check: dict[str, Any], later: list[ReleaseChange],
@@ -141,7 +164,10 @@ def upgrade_fix(store: Store, version: str, check: dict[str, Any], later: list[R
     target, status = changes[start], statuses[start]
     catalog = load_catalog(store, target.release)
     missing = list(dict.fromkeys(parse_argv(argv, catalog).unknown))
-    sure = all(s in ("removed", "passes") for s in statuses[start:]) and not missing
+    # static evaluation of a later release's checks is sure only of a removal: replay of
+    # the shipped incidents refuted most upgrades it judged to pass (hooks read values it
+    # cannot resolve); a "passes" upgrade waits for replay (service.replay.upgrade)
+    sure = all(s == "removed" for s in statuses[start:]) and not missing
     here = target.citations[0] if target.citations else f"{version}"
     there = target.citations[-1] if len(target.citations) > 1 else None
     similar = judged[start][1]
@@ -178,4 +204,6 @@ def upgrade_phrase(fix: UpgradeFix) -> str:
     """The upgrade in the summary's words: ``upgrade to SGLang ≥ 0.5.16 (check removed)``."""
     how = {"removed": "check removed", "passes": "check changed; your flags pass",
            "may_pass": "check changed"}[fix.status]
+    if (fix.replay or {}).get("status") == "verified":
+        how = "its validation accepts your command on replay"
     return f"upgrade to SGLang ≥ {fix.release} ({how})"

@@ -6,7 +6,13 @@ In order of preference:
    the reported line, after mapping the line onto the release (dev builds are
    offset). Python 3.10/3.11 report a multi-line assert at the last line of
    its test, 3.12 at the ``assert`` line and 3.13 at the first line of the
-   test; all fall inside the statement's span.
+   test; all fall inside the statement's span. The answer is cross-checked
+   before it is trusted: the source line the log printed under the frame must
+   be a line of that check, and the exception's message must fit the check's
+   message template. When the printed line is not in the check but is in
+   another check of the same kind nearby (the line offset is off), that check
+   is taken instead (**frame_source**); when either cross-check fails and no
+   such check exists, the location stands with a low confidence and says why.
 2. **function_kind** — lines drifted: among the checks of the reported
    function, those of the same kind and bareness (a bare ``AssertionError``
    narrows to bare asserts); the one nearest the mapped line wins, and the
@@ -78,7 +84,8 @@ def locate_by_frames(exc: ExceptionInfo, store: Store, release: str,
             spanning = [c for c in spanning if c["bare"]] or spanning
         if spanning:
             best = max(spanning, key=lambda c: c["start_line"])  # innermost statement
-            return Located(best, "frame_line", 0.97 if not notes else 0.9, frame.line, notes=notes)
+            return _cross_checked(store, release, exc, frame, mapped, best,
+                                  0.97 if not notes else 0.9, notes)
     function = frame.function or ""
     candidates = [c for c in store.checks(release, path=path)
                   if c["function"].rsplit(".", 1)[-1] == function and _kind_matches(c, exc)]
@@ -126,3 +133,61 @@ def locate_by_search(exc: ExceptionInfo, store: Store, release: str, search) -> 
             return Located(rows[0], "search", 0.3, None, rows[1:3],
                            ["located by search only: the message matched no check template"])
     return None
+
+
+#: lines around the mapped line searched for the check that holds the printed source line
+_SOURCE_WINDOW = 80
+#: confidence of a frame location that a cross-check contradicts
+_CONTRADICTED = 0.5
+
+
+def _norm(text: str | None) -> str:
+    return " ".join((text or "").split())
+
+
+def _source_in(store: Store, release: str, check: dict[str, Any], source: str) -> bool:
+    lines = store.file_lines(release, check["path"], check["start_line"], check["end_line"])
+    return any(_norm(line) == source for line in lines)
+
+
+def _message_fits(store: Store, release: str, check: dict[str, Any],
+                  exc: ExceptionInfo) -> bool | None:
+    """Does the exception's message fit the check's message template? False only when the
+    template does not match it at all while another check's template of the release
+    matches it well; None when either has no message to compare (a bare assert, a
+    message-less log). A long formatted value (a list of choices) lowers a right match's
+    score, so a low score alone is no contradiction."""
+    if not exc.message or not check.get("message") or check.get("bare"):
+        return None
+    from service.engine.locate.message import MESSAGE_MIN, match_message
+
+    hits = match_message(store, release, exc.message, exc_type=exc.type, limit=12)
+    if any(h.check_id == check["id"] for h in hits):
+        return True
+    return False if any(h.score >= MESSAGE_MIN for h in hits) else None
+
+
+def _cross_checked(store: Store, release: str, exc: ExceptionInfo, frame: Frame, mapped: int,
+                   best: dict[str, Any], conf: float, notes: list[str]) -> Located:
+    """The frame_line location, cross-checked with the printed source line and the message
+    (see the module docstring)."""
+    source = _norm(frame.source)
+    if source and not _source_in(store, release, best, source):
+        near = [c for c in store.checks(release, path=best["path"],
+                                        where="start_line >= ? AND start_line <= ?",
+                                        params=(mapped - _SOURCE_WINDOW, mapped + _SOURCE_WINDOW))
+                if _kind_matches(c, exc) and _source_in(store, release, c, source)]
+        if near:
+            other = min(near, key=lambda c: abs(c["start_line"] - mapped))
+            notes.append(f"the log prints `{source[:80]}` at line {frame.line}; in {release} that "
+                         f"is line {other['start_line']}'s check, not the one at line {mapped}")
+            fits = _message_fits(store, release, other, exc)
+            return Located(other, "frame_source", 0.9 if fits is not False else _CONTRADICTED,
+                           frame.line, [best], notes)
+        notes.append(f"the log prints `{source[:80]}` at line {frame.line}, which is not a line "
+                     f"of this check in {release}")
+        conf = min(conf, _CONTRADICTED)
+    if _message_fits(store, release, best, exc) is False:
+        notes.append(f"the message does not fit this check's message in {release}")
+        conf = min(conf, _CONTRADICTED)
+    return Located(best, "frame_line", conf, frame.line, notes=notes)

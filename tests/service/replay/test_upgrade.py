@@ -60,8 +60,13 @@ def test_the_named_release_judges_the_command(kb, kb_settings) -> None:  # noqa:
     fixed.parsed.command = list(ok.argv)
     fixed.upgrade_fix = _upgrade("0.5.23").model_copy(update={"sure": False,
                                                               "status": "may_pass"})
+    fixed.summary = "AssertionError in f (0.5.23); fix: drop --x."
     verify_upgrade(fixed, kb_settings, deadline_s=600)
     up = fixed.upgrade_fix
     assert up.replay is not None and up.replay["status"] == "verified" and up.sure
+    # now the answer leads with it, in the summary (before the flag fix) and the explanation
+    assert fixed.summary == ("AssertionError in f (0.5.23); upgrade to SGLang ≥ 0.5.23 (its "
+                             "validation accepts your command on replay); fix: drop --x.")
+    assert fixed.explanation.startswith("**Upgrade first:**")
     assert not any(n.startswith("the other checks") for n in up.not_checked)
     assert up.not_checked == ["releases after 0.5.11 that the KB has not ingested"]

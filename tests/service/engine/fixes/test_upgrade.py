@@ -31,7 +31,7 @@ def ingested(store: Store) -> list[str]:
 def _all_truly_removed(store: Store, ingested: list[str]):  # noqa: ANN202
     """(release, check, later releases lacking it) for each check whose later releases keep
     neither a check of its function nor one reading its flags: the upgrade is sure."""
-    from service.engine.fixes.upgrade import _same_flags_checks, _tested_attrs
+    from service.engine.fixes.upgrade import _function_checks, _same_flags_checks, _tested_attrs
 
     for rel in ingested[:-1]:
         for chk in _candidates(store, rel):
@@ -43,7 +43,7 @@ def _all_truly_removed(store: Store, ingested: list[str]):  # noqa: ANN202
             while start > 0 and later[start - 1].status == "removed":
                 start -= 1
             gone = [c.release for c in later[start:]]
-            if all(not store.checks(v, function=chk["function"])
+            if all(not _function_checks(store, v, chk)
                    and not _same_flags_checks(store, v, _tested_attrs(chk), chk["path"])
                    for v in gone):
                 yield rel, chk, gone
