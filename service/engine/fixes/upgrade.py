@@ -38,6 +38,7 @@ from typing import Any
 from kb.catalogs import load_catalog
 from kb.store import Store
 from service.engine.answer import ReleaseChange, UpgradeFix
+from service.engine.cache import cached, facts_signature, release_key
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path
 from service.engine.expr.interpreter import Value
 from service.engine.flags.edit import render_command
@@ -91,10 +92,16 @@ def _verdict(store: Store, release: str, rows: list[dict[str, Any]], argv: list[
              server_args: dict[str, Any] | None, facts: dict[str, Value],
              fired_here: bool) -> str:
     """``fires`` when a row fires with the user's values in ``release``; ``passes`` when
-    every row is false and the diagnosed check fired with them; else ``may_pass``."""
+    every row is false and the diagnosed check fired with them; else ``may_pass``. Stops
+    at the first row that fires."""
     catalog = load_catalog(store, release)
     attrs = base_attrs(catalog, parse_argv(argv, catalog), server_args)
-    fired = [evaluate_path(store, release, row, attrs, facts).fired for row in rows]
+    fsig = facts_signature(facts)
+    fired = []
+    for row in rows:
+        fired.append(evaluate_path(store, release, row, attrs, facts, facts_sig=fsig).fired)
+        if fired[-1] is True:
+            break
     if any(f is True for f in fired):
         return "fires"
     if all(f is False for f in fired) and fired_here:
@@ -112,10 +119,7 @@ def _status(store: Store, change: ReleaseChange, check: dict[str, Any], argv: li
     check of the release reads is judged by that check instead."""
     if change.status not in ("removed", "changed"):
         return "fires", None  # the same check, maybe on another line: it fires there too
-    # the rule may live on reworded: in the function of that name (a 0.5.19+ hook keeps
-    # the name without ``ServerArgs._``) or in a check reading the same flags
-    kin = _function_checks(store, change.release, check)
-    kin += _same_flags_checks(store, change.release, _tested_attrs(check), check["path"])
+    kin = _kin(store, change.release, check)
     if change.status == "changed":
         row = _later_check(store, change)
         if row is None:
@@ -128,6 +132,19 @@ def _status(store: Store, change: ReleaseChange, check: dict[str, Any], argv: li
     verdict = _verdict(store, change.release, rows, argv, server_args, facts, fired_here)
     row = rows[0]
     return verdict, f"{change.release}:{row['path']}:{row['start_line']}"
+
+
+def _kin(store: Store, release: str, check: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where the rule may live on reworded in ``release``: the checks of the function of
+    that name (a 0.5.19+ hook keeps the name without ``ServerArgs._``) and those reading
+    the same flags; cached per release content and check (two scans of its checks)."""
+    def build() -> list[dict[str, Any]]:
+        rows = _function_checks(store, release, check)
+        rows += _same_flags_checks(store, release, _tested_attrs(check), check["path"])
+        return list({r["id"]: r for r in rows}.values())
+
+    return cached(release_key(store, release, "upgrade-kin") + (check["id"], check["path"]),
+                  build)
 
 
 def _short(function: str) -> str:
@@ -154,20 +171,25 @@ def upgrade_fix(store: Store, version: str, check: dict[str, Any], later: list[R
     changes = [c for c in later if c.subject == "check"]
     if not changes:
         return None
-    judged = [_status(store, c, check, argv, server_args, facts, fired_here) for c in changes]
-    statuses = [j[0] for j in judged]
+    # newest first: the releases before the newest one that still refuses are never needed
+    judged: dict[int, tuple[str, str | None]] = {}
     start = len(changes)
-    while start > 0 and statuses[start - 1] in _PASSING:
+    while start > 0:
+        judged[start - 1] = _status(store, changes[start - 1], check, argv, server_args, facts,
+                                    fired_here)
+        if judged[start - 1][0] not in _PASSING:
+            break
         start -= 1
     if start == len(changes):
         return None
+    statuses = {i: j[0] for i, j in judged.items()}
     target, status = changes[start], statuses[start]
     catalog = load_catalog(store, target.release)
     missing = list(dict.fromkeys(parse_argv(argv, catalog).unknown))
     # static evaluation of a later release's checks is sure only of a removal: replay of
     # the shipped incidents refuted most upgrades it judged to pass (hooks read values it
     # cannot resolve); a "passes" upgrade waits for replay (service.replay.upgrade)
-    sure = all(s == "removed" for s in statuses[start:]) and not missing
+    sure = all(statuses[i] == "removed" for i in range(start, len(changes))) and not missing
     here = target.citations[0] if target.citations else f"{version}"
     there = target.citations[-1] if len(target.citations) > 1 else None
     similar = judged[start][1]
