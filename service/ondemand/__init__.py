@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -204,11 +205,13 @@ def triage(engine: Engine, settings: Settings, payload: str | bytes | dict[str, 
             not ingesting(result):
         from service.replay.search import search_fixes
 
+        started = time.monotonic()
         search_fixes(result, settings, deadline_s=settings.fix_search_deadline_s,
                      max_candidates=settings.fix_search_candidates,
                      verify_clean=settings.fix_search_verify_clean)
         if result.upgrade_fix is not None:  # the named release's own validation judges it
             from service.replay.upgrade import verify_upgrade
 
-            verify_upgrade(result, settings, deadline_s=settings.fix_search_deadline_s)
+            left = settings.fix_search_deadline_s - (time.monotonic() - started)
+            verify_upgrade(result, settings, deadline_s=max(0.0, left))  # one shared deadline
     return result

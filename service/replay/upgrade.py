@@ -62,6 +62,12 @@ def verify_upgrade(result: TriageResult, settings: KBSettings, *, deadline_s: fl
             result.explanation = upgrade_paragraph(up) + result.explanation
             if result.no_flag_fix:
                 result.no_flag_fix = f"{upgrade_phrase(up)}: {up.note}. {result.no_flag_fix}"
+    elif res.status == "harness_error" and res.phase in ("deadline", "busy"):
+        why = ("the replay pool was full" if res.phase == "busy" else
+               "its worker was starting, or the fix search used the time")
+        up.replay = {"status": "unverified",
+                     "detail": f"the replay on {on} did not run within the fix search's "
+                               f"deadline ({why})"}
     elif res.status == "harness_error":
         up.replay = {"status": "unverified", "detail": f"replay harness error: {res.harness_reason}"}
     elif hardware is None:

@@ -70,3 +70,18 @@ def test_the_named_release_judges_the_command(kb, kb_settings) -> None:  # noqa:
     assert fixed.explanation.startswith("**Upgrade first:**")
     assert not any(n.startswith("the other checks") for n in up.not_checked)
     assert up.not_checked == ["releases after 0.5.11 that the KB has not ingested"]
+
+
+@needs_sandbox
+def test_past_the_deadline_the_upgrade_stays_unverified(kb, kb_settings) -> None:  # noqa: ANN001
+    """No time left in the fix search's deadline: the answer goes out at once with the
+    upgrade as the engine judged it, saying replay did not run."""
+    answer = _answer(kb, "0.5.11")
+    answer.upgrade_fix = _upgrade("0.5.16").model_copy(update={"sure": False,
+                                                              "status": "may_pass"})
+    summary = answer.summary
+    verify_upgrade(answer, kb_settings, deadline_s=0.0, use_cache=False)
+    up = answer.upgrade_fix
+    assert up.replay is not None and up.replay["status"] == "unverified", up.replay
+    assert "did not run within the fix search's deadline" in up.replay["detail"]
+    assert not up.sure and answer.summary == summary
