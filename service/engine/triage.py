@@ -259,6 +259,7 @@ class Engine:
         md += across.release_notes(base["release"], upgrade, differences)
         citations = [location.citation] + [r.citation for r in references]
         citations += [c for ch in later for c in ch.citations if c not in citations]
+        citations += [c for c in (up.citations if up else []) if c not in citations]
         result_obj = TriageResult(
             **{**base, "status": "located", "confidence": conf},
             summary=explain.summary(exc.type, exc.bare, location, atoms,

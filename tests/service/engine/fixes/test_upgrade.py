@@ -68,6 +68,7 @@ def test_a_check_removed_later_gets_upgrade_first(kb, store: Store, ingested: li
     assert up.install == f'pip install "sglang=={gone[0]}"'
     assert up.citations[0].startswith(f"{rel}:{chk['path']}:{chk['start_line']}")
     assert all(_exists(store, c) for c in up.citations)
+    assert set(up.citations) <= set(res.citations)  # the answer's citations hold them
     assert any("not ingested" in n for n in up.not_checked)  # honest about what it did not see
     # first in the summary and the explanation, before any flag fix
     assert f"upgrade to SGLang ≥ {gone[0]}" in res.summary
