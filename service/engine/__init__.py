@@ -76,7 +76,7 @@ from service.engine.facts.core import (
     probe_values,
     profile_from_gpus,
 )
-from service.engine.fixes.upgrade import upgrade_phrase
+from service.engine.fixes.upgrade import upgrade_no_fix, upgrade_phrase
 from service.engine.flags.edit import apply_edits
 from service.engine.flags.parse import parse_argv
 from service.engine.logparse.environment import GpuHint
@@ -100,6 +100,6 @@ __all__ = [
     "fact_values", "get_profile", "lint", "lint_payload", "model_arch_for", "parse_argv",
     "parse_input", "parse_log", "prepared_pieces", "probe_values", "profile_from_gpus", "redact", "redact_payload",
     "referenced_names",
-    "rules_payload", "split_command", "summary_with_fix", "upgrade_lines", "upgrade_paragraph", "upgrade_phrase",
+    "rules_payload", "split_command", "summary_with_fix", "upgrade_lines", "upgrade_no_fix", "upgrade_paragraph", "upgrade_phrase",
     "with_upgrade", "validation_order", "warning_fits",
 ]  # fmt: skip

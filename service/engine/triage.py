@@ -52,7 +52,7 @@ from service.engine.facts.from_log import hardware_from_log
 from service.engine.fixes.present import fix_out, with_bases
 from service.engine.fixes.propose import Verdict, propose
 from service.engine.fixes.repair import repair
-from service.engine.fixes.upgrade import upgrade_fix, upgrade_phrase
+from service.engine.fixes.upgrade import upgrade_fix, upgrade_no_fix, upgrade_phrase
 from service.engine.flags.edit import render_command
 from service.engine.flags.parse import ParsedArgs, parse_argv
 from service.engine.llm.writer import AssistContext, assist
@@ -254,7 +254,7 @@ class Engine:
         up = upgrade_fix(self.store, version, check, later, argv, parsed.server_args, facts,
                          prefix=_prefix(parsed), fired_here=ev.fired is True)
         if up is not None and up.sure:
-            no_fix = no_fix and f"{upgrade_phrase(up)}: {up.note}. {no_fix}"
+            no_fix = no_fix and upgrade_no_fix(up, no_fix)
             md = explain.upgrade_paragraph(up) + md
         md += across.release_notes(base["release"], upgrade, differences)
         citations = [location.citation] + [r.citation for r in references]
@@ -418,7 +418,7 @@ class Engine:
         timings["total"] = _ms(t0)
         return TriageResult(**{**base, "status": "argparse", "confidence": conf},
                             later_releases=later, upgrade=upgrade,
-                            summary=" ".join(summary.split()[:29]), explanation=md, fixes=fixes,
+                            summary=" ".join(summary.split()[:explain.SUMMARY_WORDS]), explanation=md, fixes=fixes,
                             citations=[cite] if cite else [], timings_ms=timings,
                             references=[Reference(kind="help", citation=cite, text=diag.flag or "")]
                             if cite else [])

@@ -20,14 +20,19 @@ from __future__ import annotations
 
 from kb.errors import TriageError
 from kb.settings import KBSettings
-from service.engine import TriageResult, upgrade_paragraph, upgrade_phrase, with_upgrade
+from service.engine import (
+    TriageResult,
+    upgrade_no_fix,
+    upgrade_paragraph,
+    upgrade_phrase,
+    with_upgrade,
+)
 from service.replay.background import release_root, unavailable_reason
 from service.replay.harness import replay_many
+from service.replay.search import JOB_TIMEOUT_S
 
 __all__ = ["verify_upgrade"]
 
-#: per command line inside the replay subprocess (as the fix search)
-JOB_TIMEOUT_S = 30.0
 
 
 def verify_upgrade(result: TriageResult, settings: KBSettings, *, deadline_s: float,
@@ -61,7 +66,7 @@ def verify_upgrade(result: TriageResult, settings: KBSettings, *, deadline_s: fl
             result.summary = with_upgrade(result.summary, upgrade_phrase(up))
             result.explanation = upgrade_paragraph(up) + result.explanation
             if result.no_flag_fix:
-                result.no_flag_fix = f"{upgrade_phrase(up)}: {up.note}. {result.no_flag_fix}"
+                result.no_flag_fix = upgrade_no_fix(up, result.no_flag_fix)
     elif res.status == "harness_error" and res.phase in ("deadline", "busy"):
         why = ("the replay pool was full" if res.phase == "busy" else
                "its worker was starting, or the fix search used the time")

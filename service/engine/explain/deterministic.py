@@ -42,6 +42,11 @@ def failing_inputs(atoms: list[AtomOut]) -> list[str]:
     return out
 
 
+#: words of a summary, and of one that leads with a sure upgrade (its phrase is longer)
+SUMMARY_WORDS = 29
+SUMMARY_WORDS_UPGRADE = 40
+
+
 def summary(exc_type: str | None, bare: bool, location: Location | None, atoms: list[AtomOut],
             fixes: list[FixOut], release: str, *, upgrade: str | None = None) -> str:
     """One line: what fired where, why, and the fix. ``upgrade`` (a sure upgrade, in
@@ -57,7 +62,7 @@ def summary(exc_type: str | None, bare: bool, location: Location | None, atoms: 
     if fixes:
         fix = "; fix: " + fix_phrase(next((f for f in fixes if f.recommended), fixes[0]))
     words = f"{what} ({release}){why}{first}{fix}.".split()
-    return " ".join(words[:29 if upgrade is None else 40])
+    return " ".join(words[:SUMMARY_WORDS if upgrade is None else SUMMARY_WORDS_UPGRADE])
 
 
 def with_upgrade(summary_text: str, phrase: str) -> str:
@@ -65,7 +70,7 @@ def with_upgrade(summary_text: str, phrase: str) -> str:
     writes it for an upgrade known when the answer was made."""
     head, sep, fix = summary_text.partition("; fix: ")
     words = f"{head.rstrip('.')}; {phrase}{sep}{fix}".rstrip(".").split()
-    return " ".join(words[:40]) + "."
+    return " ".join(words[:SUMMARY_WORDS_UPGRADE]) + "."
 
 
 def upgrade_paragraph(up: UpgradeFix) -> str:
@@ -97,7 +102,8 @@ def with_fix(summary_text: str, fix: FixOut | None) -> str:
     """``summary_text`` naming ``fix`` (or no fix) instead of the fix it named."""
     head = summary_text.split("; fix: ", 1)[0].rstrip(".")
     words = (f"{head}; fix: {fix_phrase(fix)}." if fix is not None else f"{head}.").split()
-    return " ".join(words[:40 if "; upgrade to SGLang ≥" in head else 29])
+    return " ".join(words[:SUMMARY_WORDS_UPGRADE if "; upgrade to SGLang ≥" in head
+                           else SUMMARY_WORDS])
 
 
 def markdown(result: dict[str, Any], location: Location | None, atoms: list[AtomOut],

@@ -44,7 +44,7 @@ from service.engine.expr.interpreter import Value
 from service.engine.flags.edit import render_command
 from service.engine.flags.parse import parse_argv
 
-__all__ = ["upgrade_fix", "upgrade_phrase"]
+__all__ = ["upgrade_fix", "upgrade_no_fix", "upgrade_phrase"]
 
 _PASSING = ("removed", "passes", "may_pass")
 _ATTR = re.compile(r"\b(?:self|server_args|args|cfg)\.([a-z_][a-z0-9_]{1,60})\b")
@@ -229,3 +229,9 @@ def upgrade_phrase(fix: UpgradeFix) -> str:
     if (fix.replay or {}).get("status") == "verified":
         how = "its validation accepts your command on replay"
     return f"upgrade to SGLang ≥ {fix.release} ({how})"
+
+
+def upgrade_no_fix(fix: UpgradeFix, no_fix: str) -> str:
+    """``no_flag_fix`` led by a sure upgrade: its phrase and why, then the reason no flag
+    edit was shown to help."""
+    return f"{upgrade_phrase(fix)}: {fix.note}. {no_fix}"
