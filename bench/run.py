@@ -18,6 +18,7 @@ SCRIPTS = [
     ["bench/search_bench.py"],
     ["bench/replay_pool_bench.py"],
     ["bench/redos_bench.py"],
+    ["bench/run_preflight_bench.py"],
 ]
 
 

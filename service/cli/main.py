@@ -1,7 +1,9 @@
 """The ``sglang-triage`` command line.
 
 Sub-commands: ``ingest``, ``releases``, ``search``, ``serve``, ``slack``, ``triage``,
-``lint`` and ``replay``; ``eval`` and ``export-incidents`` come from the eval suite
+``lint`` (``--from FILE``: the commands in a script, unit or manifest), ``replay``, ``run``
+(launch SGLang with the machine's facts, pre-flight, triage a start-up crash) and ``watch``
+(follow a log stream, one report per crash loop); ``eval`` and ``export-incidents`` come from the eval suite
 (:mod:`evals.cli`), registered through the ``sglang_triage.commands`` entry point. Every
 command reads :class:`~service.settings.Settings` from the environment,
 so ``TRIAGE_HOME``/``TRIAGE_KB_DIR`` pick the cache and KB folders.
@@ -236,7 +238,13 @@ def triage(
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def lint(
     ctx: typer.Context,
-    release: Annotated[str, typer.Option("--release", "-r")],
+    release: Annotated[str | None, typer.Option("--release", "-r",
+                       help="Required with launch flags; with --from, default: the file's.")] = None,
+    from_files: Annotated[list[str] | None, typer.Option(
+        "--from", help="Shell/Slurm script, systemd unit, compose file or Kubernetes manifest "
+                       "to lint every launch command of; repeatable (more files may follow).")] = None,
+    skip_empty: Annotated[bool, typer.Option(
+        "--skip-empty", help="With --from: a file with no launch command is not an error.")] = False,
     hardware: Annotated[str | None, typer.Option(help="Hardware profile, e.g. b200-x8.")] = None,
     model_arch: Annotated[str | None, typer.Option(help="HF architecture.")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
@@ -244,9 +252,16 @@ def lint(
     """Check a launch command against the rule cards before anyone waits for a model to load.
 
     Usage: sglang-triage lint --release 0.5.11 --hardware rtx-pro-6000-x8 -- <launch flags>
+    or:    sglang-triage lint --from deploy/sglang.service [--from k8s/sglang.yaml …]
     """
-    from service.cli.lint import lint_command
+    from service.cli.lint import lint_command, lint_from_command
 
+    if from_files:
+        raise typer.Exit(lint_from_command([*from_files, *ctx.args], release, hardware,
+                                           model_arch, as_json, skip_empty))
+    if release is None:
+        console.print("give --release X -- <launch flags>, or --from FILE")
+        raise typer.Exit(2)
     raise typer.Exit(lint_command(release, hardware, model_arch, list(ctx.args), as_json))
 
 
@@ -346,6 +361,52 @@ def slack(socket: Annotated[bool, typer.Option("--socket", help="Socket Mode (TR
         run_socket_mode(_settings())
     except TriageError as exc:
         _fail(exc)
+
+
+@app.command(name="run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run_launch(
+    ctx: typer.Context,
+    preflight: Annotated[str, typer.Option(help="warn | strict (exit 2 on an error card) | off.")] = "warn",
+    release: Annotated[str | None, typer.Option("--release", "-r", help="Instead of the installed one.")] = None,
+    hardware: Annotated[str | None, typer.Option(help="Profile instead of the detected GPUs.")] = None,
+    report_to: Annotated[str | None, typer.Option(help="sglang-triage service URL to POST a crash to.")] = None,
+    slack_channel: Annotated[str | None, typer.Option(help="Slack channel for a crash report.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The report as one JSON line on stderr.")] = False,
+) -> None:
+    """Launch SGLang with the machine's facts known, lint it first, and triage a start-up crash.
+
+    Usage: sglang-triage run [--preflight warn|strict|off] -- python -m sglang.launch_server ...
+    """
+    from service.cli.render import render_result
+    from service.watch.run import RunOptions
+    from service.watch.run import run as run_use_case
+
+    options = RunOptions(preflight=preflight, release=release, hardware=hardware, report_to=report_to,
+                         slack_channel=slack_channel, as_json=as_json)
+    raise typer.Exit(run_use_case(list(ctx.args), options, _settings(), render=render_result))
+
+
+@app.command()
+def watch(
+    file: Annotated[Path | None, typer.Option(help="A log file to follow (rotation too).")] = None,
+    journald: Annotated[str | None, typer.Option(help="Follow a systemd unit (journalctl -fu UNIT).")] = None,
+    docker: Annotated[str | None, typer.Option(help="Follow a container (docker logs -f NAME).")] = None,
+    kubectl: Annotated[str | None, typer.Option(help="Follow a pod (kubectl logs -f POD).")] = None,
+    release: Annotated[str | None, typer.Option("--release", "-r")] = None,
+    hardware: Annotated[str | None, typer.Option(help="Hardware profile, e.g. rtx-pro-6000-x8.")] = None,
+    gpus_from: Annotated[Path | None, typer.Option(help="Recorded nvidia-smi --query-gpu CSV.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines: report and repeat events.")] = False,
+    report_to: Annotated[str | None, typer.Option(help="sglang-triage service URL to POST reports to.")] = None,
+    slack_channel: Annotated[str | None, typer.Option(help="Slack channel; repeats reply in its thread.")] = None,
+    follow: Annotated[bool, typer.Option("--follow/--no-follow", help="--no-follow: read to the end, exit.")] = True,
+) -> None:
+    """Follow a log stream (stdin by default), triage each start-up crash once, count a crash loop."""
+    from service.watch.watcher import watch_command
+
+    raise typer.Exit(watch_command(
+        file=file, journald=journald, docker=docker, kubectl=kubectl, release=release,
+        hardware=hardware, gpus_from=gpus_from, as_json=as_json, report_to=report_to,
+        slack_channel=slack_channel, follow=follow, settings=_settings()))
 
 
 def _load_plugins() -> None:

@@ -193,10 +193,11 @@ class HardwareSource(BaseModel):
     """The hardware profile the answer's facts and replay used, and where it came from:
     ``request`` (``--hardware``, the API's ``hardware``; always wins) or ``log`` (the
     closest profile to the GPUs the log printed; ``evidence`` is that line, ``detail``
-    how the profile and its count were chosen)."""
+    how the profile and its count were chosen), or ``detected`` (``sglang-triage run``
+    read the machine's own GPUs with nvidia-smi/rocm-smi; ``evidence`` is the tool's row)."""
 
     name: str
-    source: Literal["request", "log"]
+    source: Literal["request", "log", "detected"]
     evidence: str = ""
     detail: str = ""
 

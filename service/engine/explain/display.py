@@ -80,11 +80,14 @@ def hardware_line(hardware: HardwareSource | None) -> str | None:
     if hardware.source == "request":
         return f"hardware: {hardware.name} (declared)"
     evidence = short_evidence(hardware.evidence) if hardware.evidence else ""
+    if hardware.source == "detected":  # read on the machine (`sglang-triage run`, `watch`)
+        return f"hardware: {hardware.name} " + (f'(detected: "{evidence}")' if evidence
+                                                 else "(detected)")
     return f"hardware: {hardware.name} " + (f'(from the log: "{evidence}")' if evidence else "(from the log)")
 
 
 __all__ = ["EVIDENCE_LIMIT", "edit_lines", "fix_search_line", "hardware_line", "model_facts_line",
-           "short_evidence"]
+           "printed_line", "short_evidence"]
 
 
 def upgrade_lines(up: UpgradeFix | None) -> list[str]:

@@ -96,8 +96,9 @@ function hardwareValue(hw, declared) {
   if (!hw || !hw.name) return [declared || h("span", { class: "muted" }, "not declared")];
   const evidence = String(hw.evidence || "").split(/\s+/).join(" ").trim();
   const short = evidence.length > 120 ? `${evidence.slice(0, 117).trimEnd()}...` : evidence;
+  const where = hw.source === "detected" ? "detected" : "from the log";
   const text = hw.source === "request" ? "(declared)"
-    : (short ? `(from the log: “${short}”)` : "(from the log)");
+    : (short ? `(${where}: “${short}”)` : `(${where})`);
   const tip = [evidence, hw.detail].filter(Boolean).join(" — ");
   return [h("span", { id: "hardware-name" }, hw.name), " ",
     h("small", { class: "muted", id: "hardware-source", title: tip || null }, text)];

@@ -48,9 +48,10 @@ UNITS = [
     '  File "/x/sglang/srt/a.py", line 1, in f\n', "python -m sglang.launch_server --model-path ",
 ]
 #: Packages whose every module reads user text, and single modules that do.
-PACKAGES = ["service.engine.logparse", "service.engine.locate", "service.engine.release"]
+PACKAGES = ["service.engine.logparse", "service.engine.locate", "service.engine.release",
+            "service.watch"]
 MODULES = ["service.engine.flags.parse", "service.slack.text", "service.engine.facts.core",
-           "service.api.app"]
+           "service.api.app", "service.cli.commands_from", "service.cli.shell_words"]
 #: Characters of the runs each pattern meets (a quadratic pattern needs minutes here).
 PATTERN_RUN = 100_000
 
