@@ -74,6 +74,11 @@ _ISO_TS_RE = re.compile(
 _JOURNALD_RE = re.compile(
     r"[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} [^\s:]{1,255} [^\s:\[]{1,255}(?:\[\d{1,10}\])?: ?"
 )
+# ``journalctl -o short-iso``: ``2026-05-02T10:14:03+0000 host unit[pid]: ``
+_JOURNALD_ISO_RE = re.compile(
+    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2}) "
+    r"[^\s:]{1,255} [^\s:\[]{1,255}(?:\[\d{1,10}\])?: ?"
+)
 _KUBECTL_RE = re.compile(r"\[pod/[^\]\s]{1,512}\] ?")
 _COMPOSE_RE = re.compile(r"^([A-Za-z0-9][\w.-]{0,63}) {0,40}\|(?: |$)")
 _LEVELS = r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)"
@@ -159,7 +164,8 @@ def _strip_prefix(line: str, compose: frozenset[str],
     if line[:1] in ("", " ", "\t"):
         return line, marked, service  # no prefix starts with blank space
     for _ in range(8):
-        m = (_KUBECTL_RE.match(line) or _JOURNALD_RE.match(line) or _ISO_TS_RE.match(line)
+        m = (_KUBECTL_RE.match(line) or _JOURNALD_RE.match(line)
+             or _JOURNALD_ISO_RE.match(line) or _ISO_TS_RE.match(line)
              or _RANK_TAG_RE.match(line) or _LAUNCHER_RE.match(line, 0, 200)
              or (_RANK_RE.match(line) if rank else None))
         if m is None:

@@ -34,6 +34,7 @@ def prefixed(prefix: str, suffix: str = "") -> str:
 PREFIXED = {
     "rich_launcher_column": prefixed("INFO [worker_0] 0: ", "          launcher.py:123"),
     "journald": prefixed("Dec 03 12:00:01 gpu-node-7 python3[1234]: "),
+    "journald_short_iso": prefixed("2026-12-03T12:00:01+0000 gpu-node-7 python3[1234]: "),
     "docker_compose": prefixed("sglang-1  | "),
     "slurm_rank": prefixed("0: "),
     "torch_rank": prefixed("[rank0]: "),
