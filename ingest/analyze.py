@@ -2,11 +2,12 @@
 
 :func:`analyze_file` parses one file once with tree-sitter and returns every
 row it contributes to the index (``files``, ``functions``, ``chunks``,
-``checks``, ``calls``) plus its *unfiltered* attribute references. Which references are
-indexed depends on the release's flag catalog (see :func:`keep_refs`), so the
-filter is applied by the caller; the unfiltered list is also stored, zlib'd,
-in ``files.all_refs``, which lets a later release reuse the file's rows
-without parsing it again and still filter its refs by its own catalog.
+``checks``, ``calls``, ``registrations``) plus its *unfiltered* attribute
+references. Which references are indexed depends on the release's flag
+catalog (see :func:`keep_refs`), so the filter is applied by the caller; the
+unfiltered list is also stored, zlib'd, in ``files.all_refs``, which lets a
+later release reuse the file's rows without parsing it again and still filter
+its refs by its own catalog.
 
 Everything here is pure and picklable: :func:`analyze_batch` runs in worker
 processes.
@@ -27,13 +28,14 @@ from ingest import ts
 from ingest.calls import extract_calls
 from ingest.checks import extract_checks, extract_refs
 from ingest.chunker import FunctionInfo, chunk_file
+from ingest.registries import extract_registrations
 from kb.store import pack_text
 
 #: Files whose refs are worth extracting must mention one of these.
 REF_MARKERS = (b"server_args", b"ServerArgs", b"cfg.", b"args.")
 
 #: Row tables a batch returns, in insert order.
-TABLES = ("files", "functions", "chunks", "checks", "calls")
+TABLES = ("files", "functions", "chunks", "checks", "calls", "registrations")
 
 
 @dataclass
@@ -95,6 +97,9 @@ def analyze_file(v: str, path: str, blob: bytes, out: BatchRows) -> Tree:
         for ck in checks)
     rows["calls"].extend(extract_calls(v, path, tree.root_node, fc.functions, bool(checks),
                                        where.function))
+    rows["registrations"].extend(
+        (v, path, r.registry, json.dumps(list(r.keys)), r.target, r.line, r.kind)
+        for r in extract_registrations(tree.root_node, blob))
     refs: list[list] = []
     if wants_refs:
         refs = [[where.qualname(r.line), r.attr, r.kind, r.line, r.obj, r.value,

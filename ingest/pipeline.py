@@ -4,13 +4,14 @@ Stages, each idempotent by content hash:
 
 1. **structure** — every ``.py`` file of the package is parsed with
    tree-sitter (in a process pool for big trees); functions, chunks, checks,
-   references and the flag catalog are extracted and written to the
-   structured index in one transaction, batch by batch as the workers deliver
-   them (the main process extracts the flag catalog and writes while the
-   workers parse). Files unchanged since another release indexed by the same
-   code are not parsed at all: their rows are copied inside SQLite (see
-   :func:`index_structure`). A release whose content hash (of every file's
-   sha256 and the extraction code) is unchanged is skipped.
+   call sites, registrations (:mod:`ingest.registries`), references and the
+   flag catalog are extracted and written to the structured index in one
+   transaction, batch by batch as the workers deliver them (the main process
+   extracts the flag catalog and writes while the workers parse). Files
+   unchanged since another release indexed by the same code are not parsed at
+   all: their rows are copied inside SQLite (see :func:`index_structure`). A
+   release whose content hash (of every file's sha256 and the extraction code)
+   is unchanged is skipped.
 2. **embed** — the chunks in scope are embedded. Vectors are cached by the
    sha256 of the embedded text, so a chunk unchanged since another release
    costs no encoding (content-defined chunk boundaries, see
@@ -81,6 +82,7 @@ class IngestReport:
     checks: int = 0
     refs: int = 0
     flags: int = 0
+    registrations: int = 0
     parse_errors: dict[str, list[int]] = field(default_factory=dict)
     parsed: int = 0  # files parsed now
     reused_files: int = 0  # files whose stored analysis (same path, bytes and code) was linked
@@ -208,6 +210,8 @@ def index_structure(kb: KnowledgeBase, source: ReleaseSource, *, force: bool = F
             and existing["status"] in ("indexed", "complete")):
         for key in ("functions", "chunks", "checks", "refs", "flags"):
             setattr(report, key, existing[key])
+        report.registrations = kb.store.query(
+            "SELECT COUNT(*) FROM registrations WHERE release = ?", (source.version,))[0][0]
         report.timings["structure_s"] = round(time.perf_counter() - t0, 3)
         return report
 
@@ -246,6 +250,7 @@ def index_structure(kb: KnowledgeBase, source: ReleaseSource, *, force: bool = F
             report.chunks = writer.counts["chunks"]
             report.checks = writer.counts["checks"]
             report.refs = writer.counts["refs"]
+            report.registrations = writer.counts["registrations"]
             report.flags = len(catalog.flags)
             writer.finish({
                 "version": v, "origin": source.origin, "content_hash": content_hash,

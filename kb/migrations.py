@@ -14,6 +14,12 @@ under the lock, so a concurrent opener waits and then finds the work done.
   ``files`` becomes one unit whose rows are taken from one release holding it,
   every release gets a manifest row per file, and the keyword index is rebuilt
   over the units. Releases keep their content hashes: the rows are the same.
+- **4 -> 5**: ``unit_registrations`` and its view ``registrations`` (what registries
+  each file fills, see :mod:`ingest.registries`) are added, empty; every other row
+  is kept. Releases keep their content hashes: the registrations of a release
+  already indexed appear when it is indexed again, and the next ``ingest`` does
+  that anyway, since the extraction code that adds them changed the code
+  fingerprint every content hash includes.
 """
 
 from __future__ import annotations
@@ -23,7 +29,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kb.errors import KBError
-from kb.schema import COLUMNS, SCHEMA, SCHEMA_VERSION, UNIT_TABLES, execute_script, fts_rows
+from kb.schema import (
+    COLUMNS,
+    REGISTRATIONS_SCHEMA,
+    SCHEMA,
+    SCHEMA_VERSION,
+    UNIT_TABLES,
+    execute_script,
+    fts_rows,
+)
 
 __all__ = ["migrate"]
 
@@ -54,10 +68,18 @@ CREATE TABLE IF NOT EXISTS calls (
     guards TEXT
 );
 """
+#: Per-file tables added after schema 3, in the release-keyed shape step 3 -> 4 reads. A
+#: schema-3 index has none: step 3 -> 4 creates them empty, like the tables of _V3_TABLES
+#: an older index never had.
+_LATER_TABLES = """
+CREATE TABLE IF NOT EXISTS registrations (
+    release TEXT, path TEXT, registry TEXT, keys TEXT, target TEXT, line INTEGER, kind TEXT
+);
+"""
 _V3_INDEXES = ("functions_loc", "functions_name", "checks_loc", "checks_fn", "calls_callee",
                "chunks_hash")
 _V3_ORDER = {"files": "rowid", "functions": "rowid", "chunks": "seq", "checks": "id",
-             "calls": "rowid"}
+             "calls": "rowid", "registrations": "rowid"}
 
 
 def migrate(con: sqlite3.Connection, path: Path, transaction: Callable) -> None:
@@ -73,7 +95,7 @@ def migrate(con: sqlite3.Connection, path: Path, transaction: Callable) -> None:
             f"{path} has index schema {found}, newer than this sglang-triage's "
             f"({SCHEMA_VERSION}): upgrade sglang-triage, or ingest into another KB folder",
             details={"kb": str(path), "schema": found, "supported": SCHEMA_VERSION})
-    for target, step in ((2, _to_2), (3, _to_3), (4, _to_4)):
+    for target, step in ((2, _to_2), (3, _to_3), (4, _to_4), (5, _to_5)):
         if found < target:
             with transaction():
                 if _version(con) < target:
@@ -111,7 +133,12 @@ def _to_3(con: sqlite3.Connection) -> None:
 
 
 def _to_4(con: sqlite3.Connection) -> None:
-    execute_script(con, _V3_TABLES)  # a table an older schema never had is simply empty
+    for table in UNIT_TABLES:  # a later layout's view holds no rows: the old table replaces it
+        if con.execute("SELECT 1 FROM sqlite_master WHERE type = 'view' AND name = ?",
+                       (table,)).fetchone():
+            con.execute(f"DROP VIEW {table}")
+    # a table an older schema never had is simply empty
+    execute_script(con, _V3_TABLES + _LATER_TABLES)
     for table in UNIT_TABLES:
         con.execute(f"ALTER TABLE {table} RENAME TO v3_{table}")
     for index in _V3_INDEXES:
@@ -148,3 +175,7 @@ def _to_4(con: sqlite3.Connection) -> None:
     for temp in ("v3_map", "v3_first", "v3_held"):
         con.execute(f"DROP TABLE temp.{temp}")
     con.executemany("INSERT INTO chunks_fts (rowid, body) VALUES (?, ?)", fts_rows(con, "", ()))
+
+
+def _to_5(con: sqlite3.Connection) -> None:
+    execute_script(con, REGISTRATIONS_SCHEMA)

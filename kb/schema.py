@@ -13,11 +13,12 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["COLUMNS", "FTS_HASH_BYTES", "OWN_TABLES", "RELEASE_TABLES", "SCHEMA", "SCHEMA_VERSION",
-           "UNIT_TABLES", "VALIDATION_PREFIXES", "dumps", "execute_script", "fts_body", "fts_query",
-           "chunk_id", "fts_rows", "pack_text", "register_functions"]
+__all__ = ["COLUMNS", "FTS_HASH_BYTES", "OWN_TABLES", "REGISTRATIONS_SCHEMA", "RELEASE_TABLES",
+           "SCHEMA", "SCHEMA_VERSION", "UNIT_TABLES", "VALIDATION_PREFIXES", "dumps",
+           "execute_script", "fts_body", "fts_query", "chunk_id", "fts_rows", "pack_text",
+           "register_functions"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: The files where SGLang validates its launch flags: ``ServerArgs`` and its
 #: ``_handle_*`` methods up to 0.5.18, the resolution hooks from 0.5.19.
@@ -29,7 +30,24 @@ VALIDATION_PREFIXES: tuple[str, ...] = ("sglang/srt/server_args.py", "sglang/srt
 #: what is truly its own (refs filtered by its catalog, flags, declarations, its
 #: catalog). The release-keyed names of schema 3 (``files``, ``functions``,
 #: ``chunks``, ``checks``, ``calls``) are views over manifest and units, so readers
-#: query ``WHERE release = ?`` as before.
+#: query ``WHERE release = ?`` as before. Schema 5 adds the per-file
+#: ``unit_registrations`` (:data:`REGISTRATIONS_SCHEMA`).
+
+#: What registries a file fills (``ingest.registries``): one row per registration, its keys a
+#: JSON list of strings; ``registrations`` is its release-keyed view. Added by schema 5.
+REGISTRATIONS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS unit_registrations (
+    seq INTEGER PRIMARY KEY, unit INTEGER, registry TEXT, keys TEXT, target TEXT,
+    line INTEGER, kind TEXT
+);
+CREATE INDEX IF NOT EXISTS unit_registrations_loc ON unit_registrations (unit, line);
+CREATE INDEX IF NOT EXISTS unit_registrations_registry ON unit_registrations (registry);
+CREATE VIEW IF NOT EXISTS registrations AS
+    SELECT r.seq AS seq, m.release AS release, m.path AS path, r.registry AS registry,
+           r.keys AS keys, r.target AS target, r.line AS line, r.kind AS kind
+    FROM release_files m JOIN unit_registrations r ON r.unit = m.unit;
+"""
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS releases (
@@ -108,6 +126,7 @@ CREATE VIEW IF NOT EXISTS calls AS
            c.caller AS caller, c.caller_start AS caller_start, c.line AS line,
            c.guards AS guards
     FROM release_files m JOIN unit_calls c ON c.unit = m.unit;
+""" + REGISTRATIONS_SCHEMA + """
 CREATE TABLE IF NOT EXISTS refs (
     release TEXT, path TEXT, function TEXT, attr TEXT, kind TEXT, line INTEGER,
     obj TEXT, value TEXT, guards TEXT
@@ -140,7 +159,7 @@ CREATE TABLE IF NOT EXISTS embeddings (
 #: to a connection (:class:`kb.store.Store` does so for each of its own).
 
 #: Per-file tables: release-keyed views over the ``unit_*`` tables of that name.
-UNIT_TABLES = ("files", "functions", "chunks", "checks", "calls")
+UNIT_TABLES = ("files", "functions", "chunks", "checks", "calls", "registrations")
 #: Tables of a release's own rows (deleted with it).
 OWN_TABLES = ("refs", "flags", "flag_spellings", "declarations", "catalogs")
 RELEASE_TABLES = UNIT_TABLES + OWN_TABLES
@@ -157,6 +176,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "checks": ("id", "release", "path", "function", "kind", "exc_type", "bare", "condition",
                "message", "start_line", "end_line", "test_start", "test_end", "guards", "source"),
     "calls": ("release", "path", "callee", "caller", "caller_start", "line", "guards"),
+    "registrations": ("release", "path", "registry", "keys", "target", "line", "kind"),
     "refs": ("release", "path", "function", "attr", "kind", "line", "obj", "value", "guards"),
     "flags": ("release", "attr", "flags", "type", "action", "nargs", "default_json",
               "default_known", "default_src", "choices", "choices_src", "help", "required",

@@ -1,6 +1,6 @@
 """The structured index: one SQLite database (``<kb>/index.sqlite``).
 
-Content-addressed (schema 4, see :mod:`kb.schema` and ``docs/kb-layout.md``): a
+Content-addressed (since schema 4, see :mod:`kb.schema` and ``docs/kb-layout.md``): a
 file's analysis is stored once per (path, sha256, extraction code) as a *unit*
 shared by every release holding the file, and ``release_files`` is each
 release's manifest. Readers see release-keyed tables (views over the units):
@@ -13,6 +13,9 @@ release's manifest. Readers see release-keyed tables (views over the units):
 ``chunks``     search/embedding pieces tiling each file; ``chunks_fts`` (contentless FTS5,
                rowid = ``chunks.seq``, one entry per unit's chunk) indexes ``"<path> <qualname>\n<text>"`` of each
 ``checks``     every assert/raise with guards (JSON), condition, message and lines
+``calls``      call sites with their guards (see :mod:`ingest.calls`)
+``registrations`` what each file puts into a registry: registry name, keys (JSON list),
+               target, line and kind (see :mod:`ingest.registries`)
 ``refs``       reads/writes/declarations of argument fields, with guards
 ``flags``      the flag catalog; ``flag_spellings`` maps every spelling to its attribute;
                ``catalogs`` holds the whole catalog of a release as one JSON document
@@ -289,6 +292,28 @@ class Store:
             params += (callee,)
         rows = self.query(sql + " ORDER BY seq", params)
         return [dict(r) | {"guards": json.loads(r["guards"] or "[]")} for r in rows]
+
+    def registrations(self, version: str, *, registry: str | None = None,
+                      key: str | None = None) -> list[dict[str, Any]]:
+        """What ``version`` registers (see :mod:`ingest.registries`), in path and line order:
+        rows ``{"registry", "keys", "target", "path", "line", "kind"}``, ``keys`` a list.
+
+        ``registry`` keeps the rows of that registry (``register_fused_func``,
+        ``QUANTIZATION_METHODS``); ``key`` those whose keys hold ``key``, compared
+        without regard to case (a crash names ``MoeRunnerBackend.FLASHINFER_TRTLLM``
+        where the source registers ``"flashinfer_trtllm"``). A release indexed before
+        schema 5 has no rows until it is indexed again."""
+        sql = "SELECT registry, keys, target, path, line, kind FROM registrations WHERE release = ?"
+        args: list[Any] = [version]
+        if registry is not None:
+            sql += " AND registry = ?"
+            args.append(registry)
+        if key is not None:
+            sql += " AND EXISTS (SELECT 1 FROM json_each(registrations.keys) k WHERE k.value = ? " \
+                   "COLLATE NOCASE)"
+            args.append(key)
+        rows = self.query(sql + " ORDER BY path, line, seq", args)
+        return [{**dict(r), "keys": json.loads(r["keys"] or "[]")} for r in rows]
 
     def refs(self, version: str, attr: str, kinds: Sequence[str] | None = None) -> list[dict[str, Any]]:
         sql = "SELECT * FROM refs WHERE release = ? AND attr = ?"

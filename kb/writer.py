@@ -21,7 +21,7 @@ from kb.schema import COLUMNS, RELEASE_TABLES, UNIT_TABLES, chunk_id, fts_body, 
 
 __all__ = ["ReleaseWriter", "collect_garbage"]
 
-_PER_FILE = UNIT_TABLES[1:]  # functions, chunks, checks, calls
+_PER_FILE = UNIT_TABLES[1:]  # functions, chunks, checks, calls, registrations
 
 
 class ReleaseWriter:
