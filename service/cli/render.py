@@ -23,6 +23,7 @@ from service.engine import (
     fix_search_line,
     hardware_line,
     model_facts_line,
+    printed_line,
     upgrade_lines,
 )
 
@@ -44,7 +45,8 @@ def _head(result: TriageResult) -> Text:
         head.append("".join(f"\n  · {d}" for d in rng.get("differences") or []))
     if result.upgrade:
         head.append(f"\n{result.upgrade}")
-    for line in (model_facts_line(result.model_facts), fix_search_line(result.fix_search)):
+    for line in (printed_line(result.printed), model_facts_line(result.model_facts),
+                 fix_search_line(result.fix_search)):
         if line:
             head.append(f"\n{line}")
     return head
@@ -82,6 +84,8 @@ def render_result(result: TriageResult, console: Console) -> None:
             inputs = "; ".join(f"{i.name}={i.value!r} ({i.source})" for i in atom.inputs)
             table.add_row(Text(atom.text), atom.role, atom.value, Text(inputs))
         console.print(table)
+    if result.arithmetic:
+        console.print(Text("arithmetic: ", style="bold") + Text(result.arithmetic))
     for i, line in enumerate(upgrade_lines(result.upgrade_fix)):
         console.print(Text(line, style="bold green" if i == 0 else ""), markup=False,
                        highlight=False, soft_wrap=True, crop=False)

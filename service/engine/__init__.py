@@ -55,6 +55,7 @@ from service.engine.explain.display import (
     fix_search_line,
     hardware_line,
     model_facts_line,
+    printed_line,
     upgrade_lines,
 )
 from service.engine.expr.interpreter import (
@@ -96,7 +97,7 @@ __all__ = [
     "HardwareProfile", "LintReport", "LintRequest", "ParsedLog", "PathEvaluation", "Provenance",
     "RuleVerdict", "TriageResult", "UpgradeFix", "Value", "apply_earlier_writes", "apply_edits", "base_attrs",
     "cache_stats", "call_site_guards", "clear_caches", "earlier_writes", "edit_lines", "evaluate",
-    "evaluate_path", "fact_key", "fix_search_line", "hardware_line", "model_facts_line",
+    "evaluate_path", "fact_key", "fix_search_line", "hardware_line", "model_facts_line", "printed_line",
     "fact_values", "get_profile", "lint", "lint_payload", "model_arch_for", "parse_argv",
     "parse_input", "parse_log", "prepared_pieces", "probe_values", "profile_from_gpus", "redact", "redact_payload",
     "referenced_names",

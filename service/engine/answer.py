@@ -176,6 +176,20 @@ class ParsedSummary(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+class PrintedValue(BaseModel):
+    """A value the crash message printed, bound to the expression the check formatted
+    (``moe_intermediate_size`` = 1536): ``role`` says how the evaluation used it
+    (``fact``: pinned as a fact; ``flag``: the value of ``flag``'s attribute ``attr``,
+    filled in when the command did not set it; ``derived``: computed from flags, compared)."""
+
+    expr: str
+    text: str
+    value: Any
+    role: str  # fact | flag | derived
+    attr: str | None = None
+    note: str = ""
+
+
 class ModelFact(BaseModel):
     """A fact about the checkpoint the answer used (``quantization``, ``architecture``, ``mla``),
     and where it came from: ``config.json`` at a local path or in the local Hugging Face cache,
@@ -278,6 +292,10 @@ class TriageResult(BaseModel):
     rule: str | None = None
     #: facts about the checkpoint that the answer used
     model_facts: list[ModelFact] = Field(default_factory=list)
+    #: the check's arithmetic in plain words, with the crash's values and the recommended fix's
+    arithmetic: str | None = None
+    #: values the crash message printed, read into the evaluation (see :class:`PrintedValue`)
+    printed: list[PrintedValue] = Field(default_factory=list)
     #: the hardware profile used (``parsed.hardware`` names it) and its source
     hardware: HardwareSource | None = None
     #: the replay-backed fix search: ``status`` (verified | unverified | background | skipped),

@@ -26,16 +26,18 @@ from service.engine.answer import (
     ModelFact,
     NotFlagProblem,
     ParsedSummary,
+    PrintedValue,
     Reference,
     TriageResult,
     UnknownFact,
     jsonable,
     tri,
 )
-from service.engine.cache import LRUCache, cached, facts_signature, freeze_long_lived, release_key
+from service.engine.cache import LRUCache, facts_signature, freeze_long_lived, release_key
 from service.engine.errors import NoCrashFound, UnknownRelease
+from service.engine.evaluate.message_facts import held_at_crash, message_facts, printed_flags
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path
-from service.engine.explain import across
+from service.engine.explain import across, arithmetic
 from service.engine.explain import deterministic as explain
 from service.engine.explain.evaluation import (  # noqa: F401 - re-exported (tests use them)
     _atoms,
@@ -44,13 +46,15 @@ from service.engine.explain.evaluation import (  # noqa: F401 - re-exported (tes
     _undecided,
     _unknowns,
 )
-from service.engine.explain.rule import rule_sentence
+from service.engine.explain.references import references as explain_references
+from service.engine.explain.rule import plain_rule
 from service.engine.expr.interpreter import UNKNOWN, Provenance, Value, fact_key
 from service.engine.facts.checkpoint import checkpoint_facts, checkpoint_info, fact_rows, flag_value
 from service.engine.facts.core import HardwareProfile, fact_values, get_profile, model_arch_for
 from service.engine.facts.from_log import hardware_from_log
-from service.engine.fixes.present import fix_out, with_bases
+from service.engine.fixes.present import fix_out, recommended_edit, with_bases
 from service.engine.fixes.propose import Verdict, propose
+from service.engine.fixes.registry import registry_verdicts
 from service.engine.fixes.repair import repair
 from service.engine.fixes.upgrade import upgrade_fix, upgrade_no_fix, upgrade_phrase
 from service.engine.flags.edit import render_command
@@ -205,16 +209,30 @@ class Engine:
                                    elsewhere)
         check = located.check
         attrs = base_attrs(catalog, pargs, parsed.server_args)
+        printed = message_facts(self.store, version, check, exc.message, attrs, set(pargs.values))
+        facts = {**facts, **printed.facts}
+        completed = printed_flags(printed, catalog)
+        if completed:  # the crashed process ran with them: the fix's full command keeps them
+            argv += completed
+            pargs = parse_argv(argv, catalog)
+            attrs = base_attrs(catalog, pargs, parsed.server_args)
+            located.notes.append(f"the command is completed with `{' '.join(completed)}`, "
+                                 "printed in the message")
+        attrs.update(printed.attrs)
         fsig = facts_signature(facts)  # keys the memo tables of every stage below
         t = time.perf_counter()
-        ev = evaluate_path(self.store, version, check, attrs, facts, facts_sig=fsig)
+        ev = held_at_crash(evaluate_path(self.store, version, check, attrs, facts, facts_sig=fsig),
+                           printed)
         timings["evaluate"] = _ms(t)
         t = time.perf_counter()
-        verdicts = propose(self.store, version, check, ev, pargs, catalog, attrs, facts,
-                           limit=MAX_FIXES + CARD_SPARE, facts_sig=fsig)
+        verdicts, registered = registry_verdicts(self.store, version, check, printed.bound,
+                                                 catalog, pargs, attrs, facts, facts_sig=fsig)
+        verdicts += [v for v in propose(self.store, version, check, ev, pargs, catalog, attrs,
+                                        facts, limit=MAX_FIXES + CARD_SPARE, facts_sig=fsig)
+                     if all(v.edit.key() != r.edit.key() for r in verdicts)]
         timings["fixes"] = _ms(t)
         location = self._location(version, check, located)
-        rule = _plain_rule(check, version, catalog, pargs, location.citation)
+        rule = plain_rule(check, version, catalog, pargs, location.citation)
         atoms = _atoms(ev)
         fixes = [self._fix_out(i + 1, v, argv, catalog, parsed, version, pargs)
                  for i, v in enumerate(verdicts)]
@@ -235,10 +253,10 @@ class Engine:
         no_fix = None
         if not any(f.fixes_check == "true" for f in fixes):  # undecided candidates only, or none
             no_fix = _no_fix_reason(ev, check, undecided=bool(fixes))
-        references = self._references(version, check, ev.attrs, catalog)
+        references = explain_references(self.store, version, ev.attrs, catalog, printed.traces)
         result: dict[str, Any] = {"condition": check["condition"] or _guards_text(check), "rule": rule,
                                   "no_flag_fix": no_fix, "undecided": _undecided(ev)}
-        caveats = ev.caveats
+        caveats = ev.caveats + printed.notes
         conf = round(min(resolution.confidence, located.confidence)
                      * (0.7 if ev.fired is UNKNOWN else 1.0) * (0.5 if ev.fired is False else 1.0), 3)
         if ev.fired is False:
@@ -249,6 +267,9 @@ class Engine:
                        "architecture, or a replay of the release's validation"))
         md = explain.markdown(result, location, atoms, fixes, unknowns, version,
                               [r.model_dump() for r in references], caveats + located.notes)
+        sums = arithmetic.sentence(ev.test.condition if ev.test else None, attrs, facts,
+                                   recommended_edit(fixes, pairs, attrs, catalog))
+        md += f"\n\n**The arithmetic:** {sums}" if sums else ""
         later, upgrade, differences = across.check_changes(self.store, version, check,
                                                            base["release"])
         up = upgrade_fix(self.store, version, check, later, argv, parsed.server_args, facts,
@@ -259,7 +280,7 @@ class Engine:
         md += across.release_notes(base["release"], upgrade, differences)
         citations = [location.citation] + [r.citation for r in references]
         citations += [c for ch in later for c in ch.citations if c not in citations]
-        citations += [c for c in (up.citations if up else []) if c not in citations]
+        citations += [c for c in [*registered, *(up.citations if up else [])] if c not in citations]
         result_obj = TriageResult(
             **{**base, "status": "located", "confidence": conf},
             summary=explain.summary(exc.type, exc.bare, location, atoms,
@@ -274,6 +295,9 @@ class Engine:
             fixes=fixes, no_flag_fix=no_fix, references=references, unknowns=unknowns,
             citations=citations, later_releases=later, upgrade=upgrade, upgrade_fix=up,
             timings_ms=timings, rule=rule,
+            arithmetic=sums, printed=[PrintedValue(expr=p.bound.expr, text=p.bound.text, role=p.role,
+                                  value=jsonable(p.bound.value), attr=p.attr, note=p.note)
+                     for p in printed.printed],
             model_facts=self.model_facts_for(parsed, model,
                                              {i.name for a in atoms for i in a.inputs}),
         )
@@ -372,25 +396,6 @@ class Engine:
                 break
         return bad
 
-    def _references(self, version: str, check: dict[str, Any], attrs: set[str], catalog) -> list[Reference]:  # noqa: ANN001
-        refs: list[Reference] = []
-        by_attr = catalog.by_attr()
-        for attr in sorted(attrs)[:6]:
-            decl = catalog.declaration(attr)
-            if decl is not None:
-                refs.append(Reference(kind="declaration", citation=f"{version}:{decl.path}:{decl.line}",
-                                      text=f"{attr}: {decl.annotation} = {decl.default_src}"))
-            spec = by_attr.get(attr)
-            if spec is not None and spec.line:
-                refs.append(Reference(kind="help", citation=f"{version}:{spec.path}:{spec.line}",
-                                      text=f"{' / '.join(spec.flags)}: {(spec.help or '')[:160]}"))
-            for w in cached(release_key(self.store, version, f"ref-writes:{attr}"),
-                                  lambda a=attr: self.store.refs(version, a,
-                                                                 kinds=("write", "declare"))[:3]):
-                refs.append(Reference(kind="write", citation=f"{version}:{w['path']}:{w['line']}",
-                                      text=f"{attr} = {(w['value'] or '')[:80]}"))
-        return refs
-
     def _argparse(self, parsed: ParsedLog, argv: list[str], version: str, conf: float,
                   base: dict[str, Any], timings: dict[str, float], t0: float) -> TriageResult:
         from service.engine.locate.argparse_errors import diagnose_argparse
@@ -465,16 +470,6 @@ class Engine:
                             unknowns=[unknown], timings_ms=timings)
 
 
-def _plain_rule(check: dict[str, Any], version: str, catalog, pargs, citation: str) -> str | None:  # noqa: ANN001
-    """The rule a bare (or message-less) check enforces in one sentence, flags spelled as the
-    user typed them (:func:`~service.engine.explain.rule.rule_sentence`); None for a check
-    whose message already says it."""
-    if not (check["bare"] or not check["message"]):
-        return None
-    spellings = {attr: pf.flag or pf.token for attr, pf in pargs.values.items()}
-    return rule_sentence(check, version, catalog, spellings=spellings, citation=citation)
-
-
 def _prefix(parsed: ParsedLog) -> str:
     ep = (parsed.entrypoint or "").strip()
     if ep.startswith("sglang serve") or ep == "sglang serve":
@@ -495,3 +490,4 @@ def _ms(t: float) -> float:
 
 
 __all__ = ["Engine", "UNKNOWN"]
+

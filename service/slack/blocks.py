@@ -23,6 +23,7 @@ from service.engine import (
     fix_search_line,
     hardware_line,
     model_facts_line,
+    printed_line,
     upgrade_lines,
 )
 
@@ -174,9 +175,12 @@ def fix_text(fix: FixOut) -> str:
 
 
 def answer_context(result: TriageResult) -> list[Block]:
-    """One context line with the model facts the answer used and the fix search's status."""
-    items = [esc(line) for line in (model_facts_line(result.model_facts),
-                                    fix_search_line(result.fix_search)) if line]
+    """One context line with the values the message printed, the model facts the answer
+    used, the check's arithmetic and the fix search's status."""
+    arithmetic = f"Arithmetic: {result.arithmetic}" if result.arithmetic else None
+    items = [esc(trunc(line, 600)) for line in (printed_line(result.printed),
+                                                model_facts_line(result.model_facts), arithmetic,
+                                                fix_search_line(result.fix_search)) if line]
     return [context(*items)] if items else []
 
 

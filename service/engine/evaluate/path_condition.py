@@ -28,7 +28,7 @@ from kb.catalog_types import Catalog
 from kb.errors import UnsafeExpression
 from kb.store import Store
 from service.engine.cache import LRUCache, cached, facts_signature, release_key
-from service.engine.evaluate import chain, resolution, source
+from service.engine.evaluate import chain, params, resolution, source
 from service.engine.evaluate.pieces import PIECE_KINDS, PiecePart, atom_signs  # noqa: F401
 from service.engine.evaluate.source import substitute
 from service.engine.expr.interpreter import (
@@ -361,6 +361,7 @@ def _prepare(store: Store, version: str, check: dict[str, Any], fact_names: froz
     fns = store.functions_at(version, check["path"], check["start_line"])
     fn = fns[0] if fns else None
     local = _locals_before(store, version, fn, check["start_line"])
+    local.update(params.flag_params(store, version, fn, check["path"], local, fact_names))
     pieces: list[tuple[str, str, bool, int | None]] = []
     if fn is not None:
         for site in chain.call_site_guards(store, version, fn["qualname"], check["path"]):
@@ -374,7 +375,9 @@ def _prepare(store: Store, version: str, check: dict[str, Any], fact_names: froz
     param = resolution.args_param(store, version, fn)
     fb = resolution.fallbacks(store, version)
     texts = [(role, source.inline_helpers(store, version, resolution.rewrite(
-                  substitute(cond, local, fact_names), param, fb), fact_names), pol, line)
+                  params.rename_fields(store, version, fn, check,
+                                       substitute(cond, local, fact_names)), param, fb),
+                  fact_names), pol, line)
              for role, cond, pol, line in pieces]
     names: set[str] = set()
     for _, cond, _, _ in texts:

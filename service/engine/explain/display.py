@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from service.engine.answer import FixOut, HardwareSource, ModelFact, UpgradeFix
+from service.engine.answer import FixOut, HardwareSource, ModelFact, PrintedValue, UpgradeFix
 
 
 def _value_text(value: object) -> str:
@@ -59,6 +59,16 @@ def model_facts_line(facts: list[ModelFact]) -> str | None:
     if not facts:
         return None
     return "Model: " + ", ".join(f"{f.name}={_value_text(f.value)} ({f.source})" for f in facts)
+
+
+def printed_line(printed: list[PrintedValue]) -> str | None:
+    """``"Printed in the message: moe_intermediate_size=1536, tp_size=8 (--tp-size)"``;
+    None when the message printed no value the answer read."""
+    if not printed:
+        return None
+    return "Printed in the message: " + ", ".join(
+        f"{p.expr}={short_evidence(p.text, 60)}" + (f" ({p.attr})" if p.attr else "")
+        for p in printed[:8])
 
 
 #: the longest evidence line :func:`hardware_line` shows (longer ones are cut with "...")

@@ -30,6 +30,7 @@ from typing import Any
 
 from kb.catalog_types import NO_VALUE_ACTIONS, Catalog
 from kb.conditions import DEFAULT_ARG_OBJECTS, arg_attr_read, attr_chain, is_arg_root
+from service.engine.flags.parse import ParsedArgs
 
 #: a list longer than this is shown by its first items and its length
 _MAX_ITEMS = 6
@@ -409,4 +410,15 @@ def rule_sentence(check: Mapping[str, Any], release: str, catalog: Catalog | Non
     return f"In {release}, the server refuses to start ({exc} at `{where}`) when {_join(whens, 'and')}."
 
 
-__all__ = ["Namer", "arg_roots", "literal", "rule_sentence", "words"]
+__all__ = ["Namer", "arg_roots", "literal", "plain_rule", "rule_sentence", "words"]
+
+
+def plain_rule(check: dict[str, Any], version: str, catalog: Catalog, pargs: ParsedArgs,
+               citation: str) -> str | None:
+    """The rule a bare (or message-less) check enforces in one sentence, flags spelled as the
+    user typed them (:func:`~service.engine.explain.rule.rule_sentence`); None for a check
+    whose message already says it."""
+    if not (check["bare"] or not check["message"]):
+        return None
+    spellings = {attr: pf.flag or pf.token for attr, pf in pargs.values.items()}
+    return rule_sentence(check, version, catalog, spellings=spellings, citation=citation)

@@ -77,7 +77,7 @@ __all__ = [
 ]  # fmt: skip
 
 
-ProvenanceKind = Literal["flag", "default", "write", "fact", "derived", "unknown"]
+ProvenanceKind = Literal["flag", "default", "write", "fact", "message", "derived", "unknown"]
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,13 @@ import shlex
 
 from kb.catalog_types import Catalog
 from service.engine.answer import FixOut, jsonable, tri
-from service.engine.expr.interpreter import UNKNOWN
+from service.engine.expr.interpreter import UNKNOWN, Value
 from service.engine.fixes.intent import gives_up_sentence, losses
-from service.engine.fixes.propose import Verdict
+from service.engine.fixes.propose import Verdict, edited_attrs
 from service.engine.flags.edit import apply_edits, render_command
 from service.engine.flags.parse import ParsedArgs, parse_argv
 
-__all__ = ["edit_lines", "fix_out", "spelled", "unknown_inputs", "with_bases"]
+__all__ = ["edit_lines", "fix_out", "recommended_edit", "spelled", "unknown_inputs", "with_bases"]
 
 #: unknown inputs named in an undecided candidate's verdict
 _MAX_NAMED = 4
@@ -107,3 +107,16 @@ def with_bases(added: list[FixOut], bases: list[FixOut], fixes: list[FixOut]) ->
     for i, f in enumerate(out, start=1):
         f.rank = i
     return out
+
+
+def recommended_edit(fixes: list[FixOut], pairs: list[tuple[Verdict, FixOut]],
+                     attrs: dict[str, Value], catalog: Catalog
+                     ) -> tuple[str, dict[str, Value]] | None:
+    """The recommended fix's edit as typed (``--ep-size 2``) and the attributes after it,
+    when the recommended fix is one of ``pairs`` (its verdict and presented fix)."""
+    best = next((f for f in fixes if f.recommended), None)
+    verdict = next((v for v, f in pairs if f is best), None)
+    if best is None or verdict is None:
+        return None
+    typed = " ".join([*(f"{k} {v}" for k, v in best.set.items()), *best.remove])
+    return typed, edited_attrs(attrs, verdict.edit, catalog)

@@ -5,7 +5,8 @@ Candidates come from the condition itself, never from a list of known answers:
 * dropping flags the user set that the condition reads (alone, in pairs, in
   threes);
 * setting an attribute to a constant the condition compares it with, to one
-  of the flag's choices, or toggling a boolean flag;
+  of the flag's choices, to a nearby power of two when the condition divides or
+  multiplies by it (a parallel size), or toggling a boolean flag;
 * "what SGLang would choose": when the check's own function assigns the
   attributes right after the check (``(steps, topk, draft) =
   auto_choose_speculative_params(self)``), the values that call returns for
@@ -116,6 +117,34 @@ def _constants(attr: str, conditions: tuple[str, ...]) -> tuple[object, ...]:
     return tuple(out[:8])
 
 
+_ARITH_OPS = (ast.FloorDiv, ast.Div, ast.Mod, ast.Mult)
+#: parallel sizes and block counts tried for an integer divided or multiplied in a test
+_SIZES = (1, 2, 4, 8, 16, 32)
+
+
+def _arithmetic_values(attr: str, conditions: list[str], current: object) -> list[object]:
+    """Sizes to try for an integer ``attr`` that ``conditions`` divide or multiply by
+    (``moe_intermediate_size // (tp_size // ep_size) % 128``): powers of two up to 32,
+    nearest to ``current`` first (``[]`` when ``attr`` is in no such arithmetic)."""
+    if isinstance(current, bool) or not isinstance(current, int) or current < 1:
+        return []
+    if not any(_in_arithmetic(attr, text) for text in conditions):
+        return []
+    ratio = {v: max(v, current) / min(v, current) for v in _SIZES if v != current}
+    return sorted(ratio, key=lambda v: (ratio[v], v))[:4]
+
+
+@functools.lru_cache(maxsize=4096)
+def _in_arithmetic(attr: str, text: str) -> bool:
+    tree = _condition_tree(text)
+    if tree is None:
+        return False
+    return any(isinstance(node, ast.BinOp) and isinstance(node.op, _ARITH_OPS)
+               and any(isinstance(side, ast.Attribute) and side.attr == attr
+                       for side in ast.walk(node))
+               for node in ast.walk(tree))
+
+
 def _choice_sites(store: Store, version: str, check: dict[str, Any]) -> list[tuple[list[str], str]]:
     """Assignments from a call within 12 lines after ``check`` in its function:
     (attributes assigned, call source), in ``ast.walk`` order (cached per release and check)."""
@@ -191,6 +220,7 @@ def candidate_edits(store: Store, version: str, check: dict[str, Any], ev: PathE
             continue
         values = _constants_for(attr, conditions)
         values += [c for c in (spec.choices or [])[:8] if c not in values]
+        values += [v for v in _arithmetic_values(attr, conditions, current) if v not in values]
         # setting a flag the user set back to its default is dropping it (listed above)
         default = spec.default if spec.default_known and attr in user_set else _NO_VALUE
         for v in values:

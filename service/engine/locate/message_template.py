@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
-__all__ = ["MessageTemplate", "message_pattern", "normalise"]
+__all__ = ["MessageTemplate", "Placeholder", "message_parts", "message_pattern", "normalise"]
 
 _MAX_SOURCE_CHARS = 20_000
 _WS = re.compile(r"\s+")
@@ -33,12 +33,19 @@ _PERCENT_SPEC = re.compile(
 )
 
 
-class _Hole:
-    """A placeholder in a list of template parts."""
+@dataclass(frozen=True)
+class Placeholder:
+    """A formatted value in a message: the source of its expression (``None`` when the
+    message's arguments cannot be read, e.g. ``"%s" % args``), its conversion (``"r"``,
+    ``"s"``, ``"a"`` or ``""``) and its format spec (``".2f"``; ``""`` when none)."""
+
+    expr: str | None = None
+    conversion: str = ""
+    spec: str = ""
 
 
-_HOLE = _Hole()
-_Part = str | _Hole
+_HOLE = Placeholder()
+_Part = str | Placeholder
 
 
 @dataclass(eq=False)
@@ -93,19 +100,39 @@ def message_pattern(message_src: str) -> MessageTemplate | None:
     literals (a variable, a call, a conditional, a tuple, bytes ...) or when it
     has no literal text at all.
     """
-    if not message_src or len(message_src) > _MAX_SOURCE_CHARS:
-        return None
-    try:
-        tree = ast.parse("(\n" + message_src + "\n)", mode="eval")
-    except (SyntaxError, ValueError, RecursionError):
-        return None
-    parts = _parts(tree.body)
+    parts = message_parts(message_src)
     if parts is None:
         return None
     template = _template(parts)
     if not any(template.fragments):
         return None
     return template
+
+
+def message_parts(message_src: str) -> list[str | Placeholder] | None:
+    """The literal text and :class:`Placeholder` s of a message expression's source, in
+    order (``None`` when it is not a string built from literals; see :func:`message_pattern`).
+    Adjacent literals are not merged and whitespace is kept as written."""
+    if not message_src or len(message_src) > _MAX_SOURCE_CHARS:
+        return None
+    try:
+        tree = ast.parse("(\n" + message_src + "\n)", mode="eval")
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    return _parts(tree.body)
+
+
+_CONVERSIONS = {-1: "", ord("r"): "r", ord("s"): "s", ord("a"): "a"}
+#: ``str(x)``/``repr(x)`` around a concatenated value: its conversion
+_WRAPPERS = {"str": "s", "repr": "r"}
+
+
+def _hole(node: ast.expr, conversion: str = "", spec: str = "") -> Placeholder:
+    """The placeholder of a formatted expression (``str(x)``/``repr(x)`` unwrapped)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id in _WRAPPERS and len(node.args) == 1 and not node.keywords:
+        return _hole(node.args[0], _WRAPPERS[node.func.id], spec)
+    return Placeholder(ast.unparse(node), conversion, spec)
 
 
 def _parts(node: ast.expr) -> list[_Part] | None:
@@ -117,6 +144,11 @@ def _parts(node: ast.expr) -> list[_Part] | None:
         for value in node.values:
             if isinstance(value, ast.Constant) and isinstance(value.value, str):
                 out.append(value.value)
+            elif isinstance(value, ast.FormattedValue):
+                spec = value.format_spec
+                spec_src = "".join(v.value for v in spec.values if isinstance(v, ast.Constant)) \
+                    if isinstance(spec, ast.JoinedStr) else ""
+                out.append(_hole(value.value, _CONVERSIONS.get(value.conversion, ""), spec_src))
             else:
                 out.append(_HOLE)
         return out
@@ -124,12 +156,13 @@ def _parts(node: ast.expr) -> list[_Part] | None:
         left, right = _parts(node.left), _parts(node.right)
         if left is None and right is None:
             return None  # e.g. ``a + b``: nothing literal to anchor on
-        return (left if left is not None else [_HOLE]) + (right if right is not None else [_HOLE])
+        return (left if left is not None else [_hole(node.left)]) + \
+            (right if right is not None else [_hole(node.right)])
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
         left = _parts(node.left)
         if left is None:
             return None
-        return _expand(left, _percent_parts)
+        return _expand(left, _PercentArgs(node.right).parts)
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
@@ -138,7 +171,7 @@ def _parts(node: ast.expr) -> list[_Part] | None:
         base = _parts(node.func.value)
         if base is None:
             return None
-        return _expand(base, _format_parts)
+        return _expand(base, _FormatArgs(node).parts)
     return None
 
 
@@ -156,30 +189,78 @@ def _expand(parts: list[_Part],
     return out
 
 
-def _percent_parts(text: str) -> list[_Part]:
-    """``%``-format specs become placeholders; ``%%`` is a literal ``%``."""
-    out: list[_Part] = []
-    pos = 0
-    for m in _PERCENT_SPEC.finditer(text):
-        out.append(text[pos : m.start()])
-        out.append("%" if m.group() == "%%" else _HOLE)
-        pos = m.end()
-    out.append(text[pos:])
-    return out
+class _PercentArgs:
+    """The right operand of ``"..." % args``, handed out spec by spec."""
+
+    def __init__(self, args: ast.expr) -> None:
+        self.items = list(args.elts) if isinstance(args, ast.Tuple) else [args]
+        self.named = {k.value: v for k, v in zip(args.keys, args.values, strict=True)
+                      if isinstance(k, ast.Constant) and isinstance(k.value, str)} \
+            if isinstance(args, ast.Dict) else {}
+        self.next = 0
+
+    def take(self, spec: str) -> Placeholder:
+        conv = "r" if spec.endswith("r") else ""
+        fmt = spec[1:] if spec[-1:] in "dfeEgGxXo" else ""
+        if spec.startswith("%("):
+            name = spec[2:spec.index(")")]
+            node = self.named.get(name)
+            return Placeholder(ast.unparse(node) if node is not None else name, conv, fmt)
+        if self.next >= len(self.items) or any(isinstance(i, ast.Starred) for i in self.items):
+            return _HOLE
+        node = self.items[self.next]
+        self.next += 1
+        return _hole(node, conv, fmt)
+
+    def parts(self, text: str) -> list[_Part]:
+        """``%``-format specs become placeholders; ``%%`` is a literal ``%``."""
+        out: list[_Part] = []
+        pos = 0
+        for m in _PERCENT_SPEC.finditer(text):
+            out.append(text[pos : m.start()])
+            out.append("%" if m.group() == "%%" else self.take(m.group()))
+            pos = m.end()
+        out.append(text[pos:])
+        return out
 
 
-def _format_parts(text: str) -> list[_Part] | None:
-    """``str.format`` fields become placeholders; ``{{``/``}}`` are literal braces."""
-    try:
-        parsed = list(string.Formatter().parse(text))
-    except ValueError:
-        return None
-    out: list[_Part] = []
-    for literal, field_name, _spec, _conv in parsed:
-        out.append(literal)
-        if field_name is not None:
-            out.append(_HOLE)
-    return out
+class _FormatArgs:
+    """The arguments of ``"...".format(...)``, looked up field by field."""
+
+    def __init__(self, call: ast.Call) -> None:
+        self.args = list(call.args)
+        self.kwargs = {k.arg: k.value for k in call.keywords if k.arg is not None}
+        self.next = 0
+
+    def field(self, name: str, conv: str | None, spec: str) -> Placeholder:
+        head, sep, rest = name.partition(".") if "[" not in name.split(".")[0] \
+            else name.partition("[")
+        node: ast.expr | None
+        if head == "":
+            node = self.args[self.next] if self.next < len(self.args) else None
+            self.next += 1
+        elif head.isdigit():
+            i = int(head)
+            node = self.args[i] if i < len(self.args) else None
+        else:
+            node = self.kwargs.get(head)
+        if node is None:
+            return _HOLE
+        src = ast.unparse(node) + (sep + rest if sep else "")
+        return Placeholder(src, conv or "", spec)
+
+    def parts(self, text: str) -> list[_Part] | None:
+        """``str.format`` fields become placeholders; ``{{``/``}}`` are literal braces."""
+        try:
+            parsed = list(string.Formatter().parse(text))
+        except ValueError:
+            return None
+        out: list[_Part] = []
+        for literal, field_name, spec, conv in parsed:
+            out.append(literal)
+            if field_name is not None:
+                out.append(self.field(field_name, conv, spec or ""))
+        return out
 
 
 def _template(parts: Iterable[_Part]) -> MessageTemplate:

@@ -1,0 +1,203 @@
+"""Which launch flag decides a value a check reads outside the server-args object.
+
+Checks past argument validation read function parameters and fields of other objects:
+``check_quantized_moe_compatibility(*, model_config, tp_size, moe_ep_size, moe_dp_size)``
+tests ``moe_intermediate_size // (tp_size // moe_ep_size // moe_dp_size)``, and the caller
+passes ``moe_ep_size=cfg.ep_size``. :func:`flag_for` finds, for such a name, the
+server-args attribute SGLang passes under it, with the line that passes it:
+
+* the name is itself a server-args attribute (``tp_size``): that attribute, citing its
+  declaration;
+* else the release's source is searched (full-text, phrase of the name's tokens) for
+  ``name=server_args.attr`` or ``name = cfg.attr`` (the server-args object under the
+  names SGLang gives it, ``self.server_args`` too) where ``attr`` is a server-args
+  attribute (``moe_ep_size=cfg.ep_size``); the attribute passed most often wins (a
+  line of SGLang's start-up counts ten times one of its benchmarks or tests) and its
+  first line is cited.
+
+Nothing is guessed from the name alone. Results are cached per release.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import Counter
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kb.conditions import DEFAULT_ARG_OBJECTS
+from kb.store import Store
+from service.engine.cache import cached, release_key
+from service.engine.evaluate import chain
+
+__all__ = ["FlagTrace", "flag_for", "flag_params", "own_fields", "rename_fields",
+           "server_args_attrs", "traced_params"]
+
+#: chunks of the release searched for one name
+MAX_CHUNKS = 300
+#: what SGLang names the server-args object where it passes a field on
+_RECEIVER = r"(?:self\.)?(?:server_args|cfg|args)\."
+_NAME = re.compile(r"[A-Za-z_]\w{0,80}")
+
+
+@dataclass(frozen=True)
+class FlagTrace:
+    """``name`` is the server-args attribute ``attr``: ``how`` (the passing text or
+    "declared"), cited at ``citation`` (release:path:line)."""
+
+    name: str
+    attr: str
+    citation: str
+    how: str
+
+
+def server_args_attrs(store: Store, version: str) -> frozenset[str]:
+    """The server-args attributes of ``version`` (flags and declarations; cached)."""
+    def build() -> frozenset[str]:
+        rows = store.query("SELECT attr FROM flags WHERE release = ? UNION "
+                           "SELECT attr FROM declarations WHERE release = ?", (version, version))
+        return frozenset(r["attr"] for r in rows)
+
+    return cached(release_key(store, version, "params:attrs"), build)
+
+
+def flag_for(store: Store, version: str, name: str) -> FlagTrace | None:
+    """The server-args attribute SGLang passes as ``name`` (None when none is found)."""
+    if not _NAME.fullmatch(name):
+        return None
+    return cached(release_key(store, version, f"params:flag-for:{name}"),
+                  lambda: _trace(store, version, name))
+
+
+def _trace(store: Store, version: str, name: str) -> FlagTrace | None:
+    attrs = server_args_attrs(store, version)
+    if name in attrs:
+        decl = store.declarations(version, name)
+        row = decl[0] if decl else next(iter(store.query(
+            "SELECT path, line FROM flags WHERE release = ? AND attr = ? LIMIT 1",
+            (version, name))), None)
+        if row is None:
+            return None
+        return FlagTrace(name, name, f"{version}:{row['path']}:{row['line']}", "declared")
+    phrase = " ".join(t for t in name.lower().split("_") if t)
+    if not phrase:
+        return None
+    rows = store.query(
+        "SELECT c.path AS path, c.start_line AS start_line, c.text AS text FROM chunks_fts "
+        "CROSS JOIN chunks AS c ON c.seq = chunks_fts.rowid "
+        "WHERE chunks_fts MATCH ? AND c.release = ? "
+        "ORDER BY (c.path LIKE '%test%' OR c.path LIKE '%bench%'), c.path LIMIT ?",
+        (f'"{phrase}"', version, MAX_CHUNKS))
+    passes = re.compile(r"\b" + re.escape(name) + r"\s{0,4}=\s{0,4}" + _RECEIVER
+                        + r"([A-Za-z_]\w{0,80})(?=\s{0,4}(?:[,)#]|$))")
+    votes: Counter[str] = Counter()
+    first: dict[str, tuple[str, str]] = {}
+    for row in rows:
+        for i, line in enumerate((row["text"] or "").splitlines()):
+            for m in passes.finditer(line):
+                attr = m.group(1)
+                if attr not in attrs or attr == name:
+                    continue
+                # SGLang's own start-up outranks its benchmarks and tests
+                votes[attr] += 1 if "/test" in row["path"] or "bench" in row["path"] else 10
+                first.setdefault(attr, (f"{version}:{row['path']}:{row['start_line'] + i}",
+                                        m.group(0).strip()))
+    if not votes:
+        return None
+    attr = max(votes, key=lambda a: (votes[a], a == name.rsplit("_", 2)[-1], a))
+    citation, how = first[attr]
+    return FlagTrace(name, attr, citation, how)
+
+
+def traced_params(store: Store, version: str, fn: dict[str, Any] | None,
+                  path: str) -> dict[str, FlagTrace]:
+    """The parameters of ``fn`` (a function past argument validation) that SGLang fills
+    from a server-args attribute, with the trace (cached per release and function).
+    Functions of the validation files get none: there the server-args object itself is
+    passed, and a parameter named like a flag may hold something else."""
+    if fn is None or path.startswith(chain.VALIDATION_PATHS):
+        return {}
+
+    def build() -> dict[str, FlagTrace]:
+        node = chain.function_ast(store, version, fn)
+        if node is None:
+            return {}
+        names = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
+        out: dict[str, FlagTrace] = {}
+        for name in names:
+            if name in DEFAULT_ARG_OBJECTS or name in ("self", "cls"):
+                continue
+            trace = flag_for(store, version, name)
+            if trace is not None:
+                out[name] = trace
+        return out
+
+    return cached(release_key(store, version, f"params:of:{fn['path']}:{fn['start_line']}"), build)
+
+
+def flag_params(store: Store, version: str, fn: dict[str, Any] | None, path: str,
+                local: Mapping[str, ast.expr], keep: Collection[str] = ()) -> dict[str, ast.expr]:
+    """``{parameter: server_args.<attr>}`` for :func:`traced_params`, to substitute into the
+    check's conditions like a local (parameters a local or a fact in ``keep`` shadows are left)."""
+    return {name: ast.parse(f"server_args.{t.attr}", mode="eval").body
+            for name, t in traced_params(store, version, fn, path).items()
+            if name not in local and name not in keep}
+
+
+def own_fields(store: Store, version: str, fn: dict[str, Any] | None,
+               check: dict[str, Any]) -> frozenset[str]:
+    """Fields ``self.X`` the check's function assigns before the check, outside the
+    validation files (cached): there ``self.quantization`` may hold the checkpoint's
+    method (``self.quantization = quant_method`` in ``ModelConfig``), not the flag's."""
+    if fn is None or check["path"].startswith(chain.VALIDATION_PATHS):
+        return frozenset()
+
+    def build() -> frozenset[str]:
+        node = chain.function_ast(store, version, fn)
+        if node is None:
+            return frozenset()
+        line = check["start_line"] - fn["start_line"] + 1
+        return frozenset(
+            t.attr for sub in ast.walk(node)
+            if isinstance(sub, ast.Assign | ast.AugAssign | ast.AnnAssign) and sub.lineno < line
+            for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self")
+
+    return cached(release_key(store, version, f"params:own:{check['id']}"), build)
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def rename_fields(store: Store, version: str, fn: dict[str, Any] | None, check: dict[str, Any],
+                  condition: str) -> str:
+    """``condition`` as a check outside the validation files reads it: a field of the
+    argument object that is not a server-args attribute is renamed to the attribute SGLang
+    fills it from (``self.moe_ep_size`` in a model runner is ``ep_size``; :func:`flag_for`),
+    and a field the function assigns before the check (:func:`own_fields`) is the
+    object's own (``self.quantization`` in ``ModelConfig`` reads ``model_config.quantization``,
+    a fact, not the flag)."""
+    if check["path"].startswith(chain.VALIDATION_PATHS) or "." not in condition:
+        return condition
+    try:
+        tree = ast.parse(condition.strip(), mode="eval")
+    except SyntaxError:
+        return condition
+    attrs = server_args_attrs(store, version)
+    own = own_fields(store, version, fn, check)
+    root = _snake(fn["class_name"]) if fn is not None and fn.get("class_name") else None
+    changed = False
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in DEFAULT_ARG_OBJECTS):
+            continue
+        if node.value.id == "self" and node.attr in own and root:
+            node.value, changed = ast.Name(root, ast.Load()), True
+        elif node.attr not in attrs:
+            trace = flag_for(store, version, node.attr)
+            if trace is not None:
+                node.attr, changed = trace.attr, True
+    return ast.unparse(tree) if changed else condition
