@@ -372,6 +372,8 @@ def run_launch(
     report_to: Annotated[str | None, typer.Option(help="sglang-triage service URL to POST a crash to.")] = None,
     slack_channel: Annotated[str | None, typer.Option(help="Slack channel for a crash report.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="The report as one JSON line on stderr.")] = False,
+    preflight_replay: Annotated[bool, typer.Option(
+        "--preflight-replay", help="Also replay the release's validation (sandbox, cached wheel).")] = False,
 ) -> None:
     """Launch SGLang with the machine's facts known, lint it first, and triage a start-up crash.
 
@@ -382,7 +384,7 @@ def run_launch(
     from service.watch.run import run as run_use_case
 
     options = RunOptions(preflight=preflight, release=release, hardware=hardware, report_to=report_to,
-                         slack_channel=slack_channel, as_json=as_json)
+                         slack_channel=slack_channel, as_json=as_json, replay=preflight_replay)
     raise typer.Exit(run_use_case(list(ctx.args), options, _settings(), render=render_result))
 
 

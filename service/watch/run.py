@@ -62,6 +62,8 @@ class RunOptions:
     report_to: str | None = None
     slack_channel: str | None = None
     as_json: bool = False
+    #: after the rule cards, replay the release's own validation with the detected hardware
+    replay: bool = False
 
 
 def flags_of(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -125,15 +127,62 @@ def preflight(settings: Settings, argv: Sequence[str], facts: MachineFacts,
             "undecided": len(report.unknown), "ms": round((time.perf_counter() - t0) * 1000, 1)}
 
 
+#: seconds the pre-flight replay may take (a cold sandboxed interpreter included)
+REPLAY_TIMEOUT_S = 60.0
+
+
+def preflight_replay(settings: Settings, argv: Sequence[str], facts: MachineFacts,
+                     pre: dict[str, Any], timeout_s: float = REPLAY_TIMEOUT_S) -> dict[str, Any]:
+    """``pre`` with SGLang as the judge: the release's own argument validation replayed on
+    the command's flags with the detected hardware and model architecture, in the replay
+    sandbox (never the user's model path: replay generates a stand-in checkpoint). A
+    refusal becomes an error entry (the exception, its message and where it was raised);
+    a replay that cannot run (no sandbox, no cached wheel: pre-flight downloads nothing)
+    or reaches no verdict is a note. Skipped when the rule cards already found errors."""
+    from kb.sources import find_wheel, unpack_wheel  # noqa: PLC0415 - only when asked
+    from service.replay.background import unavailable_reason  # noqa: PLC0415
+    from service.replay.harness import replay  # noqa: PLC0415
+
+    release = pre.get("release") or facts.version
+    if pre.get("status") not in ("ok",) or not release:
+        return pre
+    _, flags = flags_of(argv)
+    reason = unavailable_reason(settings, release, flags)
+    wheel = find_wheel(settings.wheel_dir, release) if reason is None else None
+    if reason is not None or wheel is None:
+        return {**pre, "replay": {"status": "skipped", "note": f"replay skipped: {reason}"}}
+    root = unpack_wheel(wheel, settings.source_dir / release)
+    arch = (facts.model.get("architectures") or [None])[0]
+    res = replay(root, release, flags, hardware=facts.profile, model_arch=arch,
+                 timeout_s=timeout_s, settings=settings)
+    where = res.origin.where() if res.origin is not None else ""
+    verdict = {"status": res.status, "hardware": res.hardware, "where": where,
+               "message": (res.message or res.harness_reason or "")[:500]}
+    if res.status not in ("raised", "argparse_error"):
+        return {**pre, "replay": verdict}
+    error = {"rule": "replay", "title": f"SGLang {release}'s own validation refuses the command "
+             f"({res.exception_type or 'argparse'})", "reason": verdict["message"],
+             "citations": [f"{release}:{res.origin.path}:{res.origin.line}"]
+             if res.origin is not None and res.origin.path and res.origin.line else [],
+             "fixes": []}
+    return {**pre, "status": "errors", "errors": [*pre.get("errors", []), error],
+            "replay": verdict}
+
+
 def _print_preflight(pre: dict[str, Any], err: Console, strict: bool) -> None:
     if pre.get("note"):
         err.print(Text(f"sglang-triage pre-flight: {pre['note']}", style="yellow"), soft_wrap=True)
         return
+    replayed = pre.get("replay") or {}
     if pre["status"] == "ok":
         err.print(Text(f"sglang-triage pre-flight: SGLang {pre['release']}"
                        f"{' on ' + pre['hardware'] if pre.get('hardware') else ''}: no error card "
                        f"violated ({pre['warnings']} warning(s), {pre['undecided']} undecided)",
                        style="dim"), soft_wrap=True)
+        if replayed:
+            err.print(Text(f"sglang-triage pre-flight replay: {replayed.get('status')}"
+                           + (f" ({replayed['note']})" if replayed.get("note") else ""),
+                           style="dim"), soft_wrap=True)
         return
     err.print(Text(f"sglang-triage pre-flight: SGLang {pre['release']} would refuse this command "
                    f"({len(pre['errors'])} error card(s)):", style="bold red"), soft_wrap=True)
@@ -207,6 +256,8 @@ def run(argv: Sequence[str], options: RunOptions, settings: Settings, *,
     pre: dict[str, Any] = {"status": "off"}
     if options.preflight != "off":
         pre = preflight(settings, argv, facts, env)
+        if options.replay:
+            pre = preflight_replay(settings, argv, facts, pre)
         strict = options.preflight == "strict"
         if not options.as_json or pre["status"] == "errors":
             _print_preflight(pre, err, strict)

@@ -210,3 +210,27 @@ def test_a_stopped_launch_is_not_triaged(tmp_path: Path, kb_settings: Settings) 
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143
     assert b"stopped by a signal we passed on (exit 143): not triaged" in err
+
+
+def test_preflight_replay_lets_sglang_judge(kb_settings: Settings) -> None:
+    """After clean rule cards, the release's own validation is the judge: the seed's flags
+    are refused where SGLang refuses them, and the recommended fix passes."""
+    from service.watch.facts import MachineFacts
+    from service.watch.run import preflight_replay
+
+    settings = kb_settings.model_copy(update={"replay_enabled": True})
+    facts = MachineFacts(release={"version": "0.5.11", "source": "test"},
+                         hardware={"profile": "rtx-pro-6000-x8", "source": "test"})
+    launcher = ["python", "-m", "sglang.launch_server"]
+    clean = {"status": "ok", "release": "0.5.11", "errors": []}
+    refused = preflight_replay(settings, launcher + FLAGS, facts, clean)
+    if refused.get("replay", {}).get("status") == "skipped":
+        pytest.skip(refused["replay"]["note"])
+    assert refused["status"] == "errors" and refused["replay"]["status"] == "raised"
+    (error,) = refused["errors"]
+    assert error["rule"] == "replay" and error["citations"][0].startswith("0.5.11:sglang/srt/server_args.py:")
+    fixed = preflight_replay(settings, launcher + FLAGS + ["--speculative-num-steps", "5"], facts, clean)
+    assert fixed["status"] == "ok" and fixed["replay"]["status"] == "passed"
+    # errors the rule cards found are not replayed again
+    carded = {"status": "errors", "release": "0.5.11", "errors": [{"rule": "x"}]}
+    assert preflight_replay(settings, launcher + FLAGS, facts, carded) is carded
