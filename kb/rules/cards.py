@@ -42,7 +42,7 @@ from kb.store import Store
 __all__ = [
     "HELPER_READS", "RULES_DIR", "SCHEMA_PATH", "Card", "Citation", "Example", "FixHints",
     "card_schema", "citation_problem", "helper_reads", "load_curated", "load_card_file",
-    "parse_citation", "remember_reads", "schema_errors",
+    "parse_citation", "release_in", "remember_reads", "schema_errors",
 ]  # fmt: skip
 
 RULES_DIR = Path(__file__).resolve().parent
@@ -190,6 +190,14 @@ class Card(BaseModel):
         """The citations of ``release`` (all of them when none is for that release)."""
         mine = [c for c in self.citations if c.split(":", 1)[0] == release]
         return mine or list(self.citations)
+
+
+@functools.lru_cache(maxsize=65536)
+def release_in(spec: str, release: str) -> bool:
+    """Is ``release`` inside the PEP 440 range ``spec`` (pre- and dev releases included)?
+    False when either does not parse. What :meth:`Card.applies_to` asks, for a card not
+    validated yet (its range read from a stored record)."""
+    return _applies(spec, release)
 
 
 @functools.lru_cache(maxsize=65536)

@@ -57,7 +57,7 @@ from service.engine.expr.interpreter import (
 from service.engine.flags.parse import ParsedArgs, ParsedFlag, parse_argv
 from service.engine.rules.derive import (
     derivation_key,
-    derive_cards,
+    derive_cards_for,
     derived_sources,
     qualifying_checks,
 )
@@ -125,7 +125,7 @@ def cards_for(store: Store, release: str) -> list[Card]:
         hit = _releases_cache.get(key)
     if hit is not None:
         return hit
-    cards = [c for c in [*curated, *derive_cards(store)] if c.applies_to(release)]
+    cards = [*(c for c in curated if c.applies_to(release)), *derive_cards_for(store, release)]
     with _lock:
         if len(_releases_cache) > 64:
             _releases_cache.clear()

@@ -49,7 +49,7 @@ from typing import Any
 from packaging.version import Version
 
 from kb.errors import UnsafeExpression
-from kb.rules.cards import Card, helper_reads, remember_reads
+from kb.rules.cards import Card, helper_reads, release_in, remember_reads
 from kb.store import Store
 from service.engine.evaluate import chain
 from service.engine.evaluate.path_condition import fold_plan
@@ -57,8 +57,8 @@ from service.engine.expr.interpreter import normalize, referenced_names, validat
 from service.engine.rules.callsites import ARG_OBJECTS, reach_condition, with_locals
 
 __all__ = ["DERIVATION_VERSION", "DerivedCheck", "SourceInfo", "derivation_key", "derive_cards",
-           "derive_release", "derived_path", "derived_sources", "qualifying_checks",
-           "version_range"]
+           "derive_cards_for", "derive_release", "derived_path", "derived_sources",
+           "qualifying_checks", "version_range"]
 
 DERIVATION_VERSION = "4"
 _lock = threading.Lock()
@@ -316,25 +316,41 @@ class SourceInfo:
 Derived = tuple[list[Card], dict[str, dict[str, SourceInfo]]]
 
 
-def _read_file(path: Path, key: str) -> Derived | None:
+def _read_raw(path: Path, key: str) -> list[dict[str, Any]] | None:
+    """The stored records of ``path`` when its header carries ``key`` (JSON only: the cards
+    are validated by their users, :func:`_cards_of` and :func:`derive_cards_for`)."""
     try:
         with path.open(encoding="utf-8") as fh:
             header = json.loads(fh.readline() or "{}")
             if header.get("_meta", {}).get("key") != key:
                 return None
-            cards: list[Card] = []
-            sources: dict[str, dict[str, SourceInfo]] = {}
-            for line in fh:
-                if not line.strip():
-                    continue
-                rec = json.loads(line)
-                card = Card.model_validate(rec["card"])
-                remember_reads(card.when, card.require, frozenset(rec["reads"]))
-                cards.append(card)
-                sources[card.id] = {r: SourceInfo(v["path"], v["start"], tuple(v["deps"]),
-                                                  v["writes"]) for r, v in rec["sources"].items()}
-            return cards, sources
+            records = [json.loads(line) for line in fh if line.strip()]
+        for rec in records:
+            rec["card"]["releases"]  # noqa: B018 - a record without a range is a bad file
+            rec["reads"], rec["sources"]  # noqa: B018
+        return records
     except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _sources_of(records: list[dict[str, Any]]) -> dict[str, dict[str, SourceInfo]]:
+    return {rec["card"]["id"]: {r: SourceInfo(v["path"], v["start"], tuple(v["deps"]), v["writes"])
+                                for r, v in rec["sources"].items()} for rec in records}
+
+
+def _card_of(rec: dict[str, Any]) -> Card:
+    card = Card.model_validate(rec["card"])
+    remember_reads(card.when, card.require, frozenset(rec["reads"]))
+    return card
+
+
+def _read_file(path: Path, key: str) -> Derived | None:
+    records = _read_raw(path, key)
+    if records is None:
+        return None
+    try:
+        return [_card_of(rec) for rec in records], _sources_of(records)
+    except (ValueError, KeyError, TypeError):
         return None
 
 
@@ -396,11 +412,64 @@ def _derived(store: Store, use_cache: bool = True) -> Derived:
     return result
 
 
+def _records(store: Store) -> list[dict[str, Any]] | None:
+    """The derived-card file's records for the KB as it is (cached in memory; None when
+    the file is missing or stale: :func:`_derived` then derives)."""
+    key, _ = derivation_key(store)
+    mkey = (str(store.path), key, "records")
+    with _lock:
+        hit = _memory.get(mkey)
+    if hit is None:
+        hit = _read_raw(derived_path(store), key)
+        if hit is None:
+            return None
+        with _lock:
+            _memory[mkey] = hit
+    return hit  # type: ignore[no-any-return]
+
+
+def derive_cards_for(store: Store, release: str) -> list[Card]:
+    """The derived cards whose range holds ``release``, validated from the file cache one
+    release at a time (a pre-flight lint of one release validates only its cards); the
+    same cards :func:`derive_cards` filtered by :meth:`Card.applies_to` gives."""
+    key, _ = derivation_key(store)
+    with _lock:
+        full = _memory.get((str(store.path), key))
+    records = None if full is not None else _records(store)
+    if records is None:
+        return [c for c in derive_cards(store) if c.applies_to(release)]
+    mkey = (str(store.path), key, "for", release)
+    with _lock:
+        hit = _memory.get(mkey)
+    if hit is None:
+        try:
+            hit = [_card_of(rec) for rec in records if release_in(rec["card"]["releases"], release)]
+        except (ValueError, KeyError, TypeError):
+            return [c for c in derive_cards(store, use_cache=False) if c.applies_to(release)]
+        with _lock:
+            _memory[mkey] = hit
+    return hit  # type: ignore[no-any-return]
+
+
 def derive_cards(store: Store, *, use_cache: bool = True) -> list[Card]:
     """Derived cards of every ingested release (memory, then file cache, then derivation)."""
     return _derived(store, use_cache)[0]
 
 
 def derived_sources(store: Store) -> dict[str, dict[str, SourceInfo]]:
-    """card id -> release -> :class:`SourceInfo` (the check it was derived from there)."""
-    return _derived(store)[1]
+    """card id -> release -> :class:`SourceInfo` (the check it was derived from there);
+    from the file cache without validating the cards when it is fresh."""
+    key, _ = derivation_key(store)
+    with _lock:
+        full = _memory.get((str(store.path), key))
+        hit = _memory.get((str(store.path), key, "sources"))
+    if full is not None:
+        return full[1]  # type: ignore[no-any-return]
+    if hit is None:
+        records = _records(store)
+        if records is None:
+            return _derived(store)[1]
+        hit = _sources_of(records)
+        with _lock:
+            _memory[(str(store.path), key, "sources")] = hit
+    return hit  # type: ignore[no-any-return]
