@@ -26,7 +26,7 @@ def _runner_check(store, release: str) -> dict | None:
     return rows[0] if len(rows) == 1 else None
 
 
-def _missing_pairs(store, release: str, limit: int = 3) -> list[tuple[str, str]]:
+def _missing_pairs(store, release: str, limit: int = 2) -> list[tuple[str, str]]:
     """(a2a, runner) pairs not registered, for runners and a2a backends that are."""
     pairs = {tuple(r["keys"]) for r in store.registrations(release, registry=REGISTRY)
              if len(r["keys"]) == 2}
