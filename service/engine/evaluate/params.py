@@ -33,7 +33,7 @@ from service.engine.cache import cached, release_key
 from service.engine.evaluate import chain
 
 __all__ = ["FlagTrace", "flag_for", "flag_params", "own_fields", "rename_fields",
-           "server_args_attrs", "traced_params"]
+           "server_args_attrs", "snake_case", "traced_params"]
 
 #: chunks of the release searched for one name
 MAX_CHUNKS = 300
@@ -168,7 +168,8 @@ def own_fields(store: Store, version: str, fn: dict[str, Any] | None,
     return cached(release_key(store, version, f"params:own:{check['id']}"), build)
 
 
-def _snake(name: str) -> str:
+def snake_case(name: str) -> str:
+    """``model_config`` of ``ModelConfig``: how SGLang names an instance of a class."""
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
 
@@ -188,7 +189,7 @@ def rename_fields(store: Store, version: str, fn: dict[str, Any] | None, check: 
         return condition
     attrs = server_args_attrs(store, version)
     own = own_fields(store, version, fn, check)
-    root = _snake(fn["class_name"]) if fn is not None and fn.get("class_name") else None
+    root = snake_case(fn["class_name"]) if fn is not None and fn.get("class_name") else None
     changed = False
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)

@@ -28,6 +28,7 @@ from typing import Any
 
 from kb.catalog_types import Catalog
 from kb.store import Store
+from service.engine.evaluate.params import snake_case
 from service.engine.expr.interpreter import Value
 from service.engine.fixes.intent import intent_cost, is_feature
 from service.engine.fixes.model import Edit, Verdict
@@ -81,7 +82,7 @@ def _hints(b: BoundValue) -> tuple[str, ...]:
     printed expression's last name without ``_name``."""
     out = []
     if b.enum is not None:
-        out.append(re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", b.enum[0]).lower())
+        out.append(snake_case(b.enum[0]))
     stem = b.expr.rsplit(".", 1)[-1].removesuffix("_name")
     if re.fullmatch(r"[a-z_][a-z0-9_]{0,80}", stem):
         out.append(stem)
@@ -89,13 +90,7 @@ def _hints(b: BoundValue) -> tuple[str, ...]:
 
 
 def _registrations(store: Store, version: str, name: str) -> list[dict[str, Any]]:
-    lookup = getattr(store, "registrations", None)
-    if lookup is None:
-        return []
-    try:
-        return list(lookup(version, key=name))[:MAX_ROWS]
-    except Exception:  # noqa: BLE001 - a KB without the table (older schema): no proposals
-        return []
+    return store.registrations(version, key=name)[:MAX_ROWS]
 
 
 def _flag_for(catalog: Catalog, old: str, new: str, attrs: dict[str, Value],
