@@ -308,7 +308,8 @@ def test_fuzzed_slack_requests_never_get_a_server_error(slack_server) -> None:  
                sig=st.text(alphabet="v0=abcdef0123456789", max_size=70))
         def check(body: bytes, ctype: str, ts: str, sig: str) -> None:
             headers = {"content-type": ctype, "x-slack-signature": sig}
-            if ts.isprintable() and ts.isascii():
+            # a value a client can send (httpx itself refuses blanks at its ends)
+            if ts.isprintable() and ts.isascii() and ts == ts.strip():
                 headers["x-slack-request-timestamp"] = ts
             r = http.post("/slack/events", content=body, headers=headers)
             assert r.status_code < 500, (r.status_code, body[:80], ctype, ts)
