@@ -49,7 +49,7 @@ from service.engine import (
 from service.settings import Settings, reveal
 
 __all__ = ["REPORT_KEY_ENV", "STATUSES", "CrashReport", "apply_facts", "crash_key", "fact_lines",
-           "render_answer", "send_report"]
+           "render_answer", "reply_in_thread", "send_report"]
 
 STATUSES = ("startup_crash", "not_startup", "ok")
 #: environment variable holding the bearer key for ``--report-to`` (never a command-line flag)
@@ -303,28 +303,45 @@ def _slack_message(report: CrashReport) -> tuple[str, list[dict[str, Any]]]:
     return text, head
 
 
-def _send_slack(report: CrashReport, channel: str, thread_ts: str | None, settings: Settings) -> str:
+def _post_slack(settings: Settings, payload: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """``chat.postMessage`` with the bot token of ``settings``: (Slack's answer, "") when it
+    took the message, else (None, why not). Never raises; the payload is redacted."""
     token = reveal(settings.slack_bot_token)
     if not token:
-        return f"not sent to Slack channel {channel}: TRIAGE_SLACK_BOT_TOKEN is not set"
+        return None, "TRIAGE_SLACK_BOT_TOKEN is not set"
     base = (settings.slack_api_url or "https://slack.com/api/").rstrip("/")
-    text, blocks = _slack_message(report)
-    payload: dict[str, Any] = redact_payload({"channel": channel, "text": text[:3000],
-                                              "blocks": blocks}, extra=[token])
-    if thread_ts:
-        payload["thread_ts"] = thread_ts
     try:
-        resp = httpx.post(f"{base}/chat.postMessage", json=payload, timeout=_HTTP_TIMEOUT_S,
-                          headers={"authorization": f"Bearer {token}"})
+        resp = httpx.post(f"{base}/chat.postMessage", json=redact_payload(payload, extra=[token]),
+                          timeout=_HTTP_TIMEOUT_S, headers={"authorization": f"Bearer {token}"})
         data = resp.json()
     except (httpx.HTTPError, ValueError) as exc:
-        return f"not sent to Slack channel {channel}: {type(exc).__name__}: {str(exc)[:200]}"
+        return None, f"{type(exc).__name__}: {str(exc)[:200]}"
     if not isinstance(data, dict) or not data.get("ok"):
         err = data.get("error") if isinstance(data, dict) else None
-        return f"not sent to Slack channel {channel}: {err or f'HTTP {resp.status_code}'}"
+        return None, str(err or f"HTTP {resp.status_code}")
+    return data, ""
+
+
+def _send_slack(report: CrashReport, channel: str, thread_ts: str | None, settings: Settings) -> str:
+    text, blocks = _slack_message(report)
+    payload: dict[str, Any] = {"channel": channel, "text": text[:3000], "blocks": blocks}
+    if thread_ts:
+        payload["thread_ts"] = thread_ts
+    data, why = _post_slack(settings, payload)
+    if data is None:
+        return f"not sent to Slack channel {channel}: {why}"
     ts = str(data.get("ts") or "")
     report.sent["slack_ts"], report.sent["slack_channel"] = ts, str(data.get("channel") or channel)
     return f"posted to Slack channel {channel} (ts {ts})"
+
+
+def reply_in_thread(channel: str, thread_ts: str, text: str, settings: Settings) -> str:
+    """One short reply in a report's Slack thread (a repeat's count); a note of what happened."""
+    data, why = _post_slack(settings, {"channel": channel, "thread_ts": thread_ts,
+                                       "text": text[:3000]})
+    if data is None:
+        return f"no reply in Slack channel {channel}: {why}"
+    return f"replied in the Slack thread {thread_ts}"
 
 
 def send_report(report: CrashReport, *, report_to: str | None, slack_channel: str | None,

@@ -36,17 +36,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 from rich.console import Console
 from rich.text import Text
 
 from kb.errors import TriageError
 from service import ondemand
-from service.engine import Engine, TriageResult, redact_payload
-from service.settings import Settings, reveal
+from service.engine import Engine, TriageResult
+from service.settings import Settings
 from service.watch.attempts import Attempt, Segmenter, command_key, normalise, signature
 from service.watch.facts import hardware_from_smi
-from service.watch.report import CrashReport, apply_facts, send_report
+from service.watch.report import CrashReport, apply_facts, reply_in_thread, send_report
 from service.watch.stream import ClientSource, SourceError, fd_lines, file_lines
 
 __all__ = ["MAX_REMEMBERED", "REPORT_TAIL", "Output", "WatchEvent", "Watcher", "slack_reply_due",
@@ -54,7 +53,6 @@ __all__ = ["MAX_REMEMBERED", "REPORT_TAIL", "Output", "WatchEvent", "Watcher", "
 
 MAX_REMEMBERED = 256
 REPORT_TAIL = 200  # lines of an attempt a report carries (the triage reads more)
-_HTTP_TIMEOUT_S = 20.0
 
 
 @dataclass
@@ -273,22 +271,7 @@ class Output:
 
     def _reply(self, channel: str, thread_ts: str, text: str) -> str:
         """One short reply in the report's thread (``chat.postMessage`` with ``thread_ts``)."""
-        token = reveal(self.settings.slack_bot_token)
-        if not token:
-            return f"no reply in Slack channel {channel}: TRIAGE_SLACK_BOT_TOKEN is not set"
-        base = (self.settings.slack_api_url or "https://slack.com/api/").rstrip("/")
-        payload = redact_payload({"channel": channel, "thread_ts": thread_ts, "text": text[:3000]},
-                                 extra=[token])
-        try:
-            resp = httpx.post(f"{base}/chat.postMessage", json=payload, timeout=_HTTP_TIMEOUT_S,
-                              headers={"authorization": f"Bearer {token}"})
-            data = resp.json()
-        except (httpx.HTTPError, ValueError) as exc:
-            return f"no reply in Slack channel {channel}: {type(exc).__name__}"
-        if not isinstance(data, dict) or not data.get("ok"):
-            err = data.get("error") if isinstance(data, dict) else None
-            return f"no reply in Slack channel {channel}: {err or resp.status_code}"
-        return f"replied in the Slack thread {thread_ts}"
+        return reply_in_thread(channel, thread_ts, text, self.settings)
 
 
 # ------------------------------------------------------------------------- the command
