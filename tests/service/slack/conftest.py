@@ -20,7 +20,7 @@ from service.settings import Settings
 from service.slack.bot import SlackTriageBot, mount_slack
 from tests.service.api.conftest import ServerThread, free_port
 
-from .stub import SlackStub
+from .stub import SlackStub, running_stub
 
 BOT_TOKEN = "xoxb-1111111111-2222222222-stubBotTokenValue"
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -80,9 +80,7 @@ def seed_fix(kb, seed_log: str) -> str:  # noqa: ANN001
 
 @pytest.fixture(scope="session")
 def slack_stub() -> Iterator[SlackStub]:
-    stub = SlackStub(BOT_TOKEN)
-    with ServerThread(stub.app, free_port()) as srv:
-        stub.url = srv.url
+    with running_stub(BOT_TOKEN) as stub:
         yield stub
 
 

@@ -12,7 +12,8 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -112,3 +113,15 @@ class SlackStub:
                                          "filetype": "text", "size": len(self.files.get(fid, "")),
                                          "url_private_download": f"{self.url}/files/{fid}"}}
         return {"ok": True}
+
+
+@contextmanager
+def running_stub(token: str) -> Iterator[SlackStub]:
+    """A :class:`SlackStub` for ``token`` served on a free loopback port (``stub.url`` set)
+    for the duration of the block."""
+    from tests.service.api.conftest import ServerThread, free_port
+
+    stub = SlackStub(token)
+    with ServerThread(stub.app, free_port()) as srv:
+        stub.url = srv.url
+        yield stub

@@ -32,9 +32,9 @@ from kb.records import Records
 from service.replay.jobs import JobQueue
 from service.replay.sandbox import status as sandbox_status
 from service.settings import Settings
-from tests.service.api.conftest import ServerThread, free_port
+from tests.service.api.conftest import free_port
 from tests.service.slack.conftest import sign
-from tests.service.slack.stub import BOT_USER, SlackStub
+from tests.service.slack.stub import BOT_USER, SlackStub, running_stub
 from tests.trees import release_tree
 
 from .pg import PostgresServer
@@ -92,9 +92,7 @@ def team_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 @pytest.fixture(scope="module")
 def slack_stub() -> Iterator[SlackStub]:
-    stub = SlackStub(BOT_TOKEN)
-    with ServerThread(stub.app, free_port()) as srv:
-        stub.url = srv.url
+    with running_stub(BOT_TOKEN) as stub:
         yield stub
 
 

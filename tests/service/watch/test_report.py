@@ -16,8 +16,8 @@ from rich.console import Console
 from service.engine import Engine, TriageResult
 from service.settings import Settings
 from service.watch.report import REPORT_KEY_ENV, CrashReport, apply_facts, crash_key, send_report
-from tests.service.api.conftest import ServerThread, free_port, make_server
-from tests.service.slack.stub import SlackStub
+from tests.service.api.conftest import free_port, make_server
+from tests.service.slack.stub import SlackStub, running_stub
 
 ROOT = Path(__file__).resolve().parents[3]
 SEED = (ROOT / "examples" / "seed_attempt1.log").read_text()
@@ -119,9 +119,7 @@ def team_api(kb_settings: Settings, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture(scope="module")
 def slack_stub() -> Iterator[SlackStub]:
-    stub = SlackStub(BOT_TOKEN)
-    with ServerThread(stub.app, free_port()) as srv:
-        stub.url = srv.url
+    with running_stub(BOT_TOKEN) as stub:
         yield stub
 
 
