@@ -39,6 +39,7 @@ import shlex
 from collections import deque
 from dataclasses import dataclass, field
 
+from service.engine import bare_rank, line_prefix, source_column, strip_ansi
 from service.watch.ready import is_ready_line, is_start_line
 
 __all__ = ["HEAD_CHARS", "HEAD_LINES", "MAX_LINE_CHARS", "MAX_SOURCES", "SETTLE_LINES", "TAIL_CHARS",
@@ -52,31 +53,8 @@ TAIL_LINES = 2000
 TAIL_CHARS = 4 * 1024 * 1024
 SETTLE_LINES = 400  # lines after the first crash line that still belong to its report
 MAX_SOURCES = 256
-_SCAN = 400  # characters of a line the prefix patterns look at
 
 # ------------------------------------------------------------------------------ prefixes
-
-_ANSI_RE = re.compile(
-    r"\x1b\[[0-?]{0,64}[ -/]{0,16}[@-~]|\x1b\][^\x07\x1b\n]{0,4096}(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]?")
-_ISO = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})"
-# journalctl -o short: ``May 02 10:14:03 host ident[pid]: ``
-_JOURNALD_RE = re.compile(
-    r"[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} [A-Za-z0-9][^\s:\[]{0,254} [^\s:\[\]]{1,255}"
-    r"(?:\[\d{1,10}\])?: ?")
-# journalctl -o short-iso: ``2026-05-02T10:14:03+0000 host ident[pid]: `` (pid required, so a
-# ``docker logs -t`` line ``<ts> INFO foo: bar`` is not taken for one)
-_JOURNALD_ISO_RE = re.compile(_ISO + r" [A-Za-z0-9][^\s:\[]{0,254} [^\s:\[\]]{1,255}\[\d{1,10}\]: ?")
-_ISO_TS_RE = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?"
-                        r"(?:Z|[+-]\d{2}:?\d{2})? ?")
-_KUBECTL_RE = re.compile(r"\[pod/([^\]\s]{1,512})\] ?")
-_COMPOSE_RE = re.compile(r"([A-Za-z0-9][\w.-]{0,63}) {0,40}\|(?: |$)")
-_TORCH_RANK_RE = re.compile(r"\[(?:rank|default)(\d{1,6})\]: ?")
-_RAY_RE = re.compile(r"\((?:[A-Za-z_][\w.-]{0,100} )?pid=(\d{1,10})(?:, ip=[\w.:-]{1,64})?\) ?")
-_LEVELS = r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)"
-_LAUNCHER_RE = re.compile(rf"(?:{_LEVELS} {{1,16}})?\[([^\]\s]{{1,64}})\] {{0,4}}(\d{{1,5}}): ?"
-                          rf"|{_LEVELS} {{1,16}}(\d{{1,5}}): ?")
-_RANK_RE = re.compile(r"(\d{1,5}): ?")
-_COLUMN_RE = re.compile(r"[\w.-]{1,120}\.py:\d{1,7}")
 
 
 @dataclass(frozen=True)
@@ -117,72 +95,30 @@ class _Prefixes:
         self._compose[name] = self._compose.get(name, 0) + 1
         return self._compose[name] >= 2
 
-    def _one(self, line: str) -> tuple[re.Match[str] | None, str | None, bool]:
-        """The transport prefix at the start of ``line``: the match, its source tag, and
-        whether it was a launcher column prefix. Dispatched on the first character."""
-        c = line[0]
-        if c.isdigit():
-            m = _JOURNALD_ISO_RE.match(line, 0, _SCAN) or _ISO_TS_RE.match(line, 0, _SCAN)
-            if m is not None:
-                return m, None, False
-        elif c == "[":
-            if line.startswith("[pod/"):
-                return _KUBECTL_RE.match(line, 0, _SCAN), None, False
-            if (m := _TORCH_RANK_RE.match(line, 0, _SCAN)) is not None:
-                return m, f"rank:{int(m[1])}", False
-            if (m := _LAUNCHER_RE.match(line, 0, _SCAN)) is not None:
-                return m, f"{m[1]}:{int(m[2])}", True
-        elif c == "(":
-            if (m := _RAY_RE.match(line, 0, _SCAN)) is not None:
-                return m, f"pid:{m[1]}", False
-        elif c.isupper():
-            if (m := _JOURNALD_RE.match(line, 0, _SCAN)) is not None:
-                return m, None, False
-            if (m := _LAUNCHER_RE.match(line, 0, _SCAN)) is not None:
-                return m, (f"{m[1]}:{int(m[2])}" if m[1] else f"rank:{int(m[3])}"), True
-        if "|" in line[:120]:
-            m = _COMPOSE_RE.match(line, 0, 120)
-            if m is not None and self._compose_name(m[1]):
-                return m, f"svc:{m[1]}", False
-        return None, None, False
-
     def strip(self, raw: str) -> StrippedLine:
-        line = raw[:MAX_LINE_CHARS]
-        if "\x1b" in line:
-            line = _ANSI_RE.sub("", line)
+        """``raw`` without its transport prefixes (the engine's
+        :func:`~service.engine.line_prefix`; SGLang's ``[timestamp]`` stays) and ANSI
+        escapes, a launcher's right-aligned ``file.py:NNN`` column cut, with its source."""
+        line = strip_ansi(raw[:MAX_LINE_CHARS])
         source: list[str] = []
         launcher = rank_seen = False
         for _ in range(8):
-            if line[:1] in ("", " ", "\t"):
-                break  # no prefix starts with blank space: indentation is kept
-            m, tag, column = self._one(line)
-            launcher = launcher or column
-            if m is None and not rank_seen and line[0].isdigit():
-                r = _RANK_RE.match(line, 0, 8)
-                rank_seen = r is not None
-                if r is not None and self._ranks_consistent():
-                    m, tag = r, f"rank:{int(r[1])}"
-            if m is None:
+            found = line_prefix(line, compose=self._compose_name)
+            if found is None and not rank_seen and line[:1].isdigit():
+                rank_seen = bare_rank(line)
+                if rank_seen and self._ranks_consistent():
+                    found = line_prefix(line, rank=True)
+            if found is None:
                 break
-            if tag:
-                source.append(tag)
-            line = line[m.end():]
+            launcher = launcher or found.kind == "launcher"
+            if found.source:
+                source.append(found.source)
+            line = line[found.end :]
         if line.strip():
             self._note_rank(rank_seen)
-        if launcher:
-            line = _cut_column(line)
+        if launcher and (cut := source_column(line)) is not None:
+            line = line[:cut]
         return StrippedLine(raw, line.rstrip("\r\n"), "/".join(source) or None)
-
-
-def _cut_column(line: str) -> str:
-    """``line`` without a right-aligned ``launcher.py:123`` column (after two blanks)."""
-    line = line.rstrip()
-    k = line.rfind(" ")
-    if k < 2 or line[k - 1] != " " or len(line) - k > 130:
-        return line
-    if _COLUMN_RE.fullmatch(line, k + 1) is None:
-        return line
-    return line[:k].rstrip()
 
 
 def strip_line(raw: str) -> StrippedLine:

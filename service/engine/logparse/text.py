@@ -21,6 +21,14 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
+from service.engine.logparse.prefixes import (
+    bare_rank,
+    compose_name,
+    line_prefix,
+    source_column,
+    strip_ansi,
+)
+
 __all__ = [
     "MAX_LINE_CHARS",
     "SCAN_CHARS",
@@ -64,34 +72,7 @@ class CpuBudget:
 
 # --------------------------------------------------------------------------- cleaning
 
-_ANSI_RE = re.compile(
-    r"\x1b\[[0-?]{0,64}[ -/]{0,16}[@-~]|\x1b\][^\x07\x1b\n]{0,4096}(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]?"
-)
-_BRACKET_TS_RE = re.compile(r"\[\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}[^\]\n]{0,80}\] ?")
-_ISO_TS_RE = re.compile(
-    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})? ?"
-)
-_JOURNALD_RE = re.compile(
-    r"[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} [^\s:]{1,255} [^\s:\[]{1,255}(?:\[\d{1,10}\])?: ?"
-)
-# ``journalctl -o short-iso``: ``2026-05-02T10:14:03+0000 host unit[pid]: ``
-_JOURNALD_ISO_RE = re.compile(
-    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2}) "
-    r"[^\s:]{1,255} [^\s:\[]{1,255}(?:\[\d{1,10}\])?: ?"
-)
-_KUBECTL_RE = re.compile(r"\[pod/[^\]\s]{1,512}\] ?")
-_COMPOSE_RE = re.compile(r"^([A-Za-z0-9][\w.-]{0,63}) {0,40}\|(?: |$)")
 _LEVELS = r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)"
-# torch.distributed ``[rank0]: `` and Ray ``(pid=1234) ``/``(SGLangWorker pid=1234, ip=...) ``
-_RANK_TAG_RE = re.compile(
-    r"^(?:\[rank\d{1,6}\]:|\((?:[A-Za-z_][\w.-]{0,100} )?pid=\d{1,10}(?:, ip=[\w.:-]{1,64})?\)) ?"
-)
-# launcher columns: ``INFO [worker_0] 0: ``, ``[worker_0] 0: ``, ``ERROR 3: ``
-_LAUNCHER_RE = re.compile(
-    rf"^(?:{_LEVELS} {{1,16}})?\[[^\]\s]{{1,64}}\] {{0,4}}\d{{1,5}}: ?|^{_LEVELS} {{1,16}}\d{{1,5}}: ?"
-)
-_RANK_RE = re.compile(r"^\d{1,5}: ?")  # Slurm ``srun -l``/torchrun rank: only when consistent
-_SOURCE_COLUMN_RE = re.compile(r"[\w.-]{1,120}\.py:\d{1,7}")
 _FRAMEISH_RE = re.compile(rf'^[ \t]{{0,40}}(?:File "|Traceback \(|{_LEVELS}\b|[A-Z][\w.]{{0,200}}:)')
 
 
@@ -106,44 +87,28 @@ def _compose_services(lines: Sequence[str]) -> frozenset[str]:
     for line in lines:
         if line.strip():
             nonblank += 1
-            m = _COMPOSE_RE.match(line, 0, 200) if "|" in line else None
-            if m is not None:
-                counts[m[1]] += 1
+            name = compose_name(line)
+            if name is not None:
+                counts[name] += 1
     if sum(counts.values()) < max(2, 0.3 * nonblank):
         return frozenset()
     return frozenset(name for name, c in counts.items() if c >= 2)
 
 
-def _consistent(lines: Sequence[str], pattern: re.Pattern[str]) -> bool:
-    """Whether ``pattern`` starts at least two lines and at least 30% of the non-blank lines."""
+def _ranks_consistent(lines: Sequence[str]) -> bool:
+    """Whether a bare ``0: `` rank starts at least two lines and 30% of the non-blank lines."""
     hits = nonblank = 0
     for line in lines:
         if line.strip():
             nonblank += 1
-            hits += pattern.match(line, 0, 200) is not None
+            hits += bare_rank(line)
     return hits >= max(2, 0.3 * nonblank)
-
-
-def _source_column(line: str) -> int | None:
-    """Where a trailing launcher column (``   launcher.py:123``) starts in ``line``, if any.
-
-    Rich handlers and some launchers right-align the emitting ``file.py:NNN`` after at
-    least two blanks. Checked in code from the end, so no pattern scans the whole line.
-    """
-    k = line.rfind(" ")
-    if k < 2 or line[k - 1] != " " or not line[:k].strip():
-        return None
-    if _SOURCE_COLUMN_RE.fullmatch(line, k + 1, min(len(line), k + 140)) is None:
-        return None
-    if k + 140 < len(line):
-        return None
-    return len(line[:k].rstrip())
 
 
 def _strip_column(line: str, always: bool) -> str:
     """``line`` without its trailing launcher column: when the log carries the column
     consistently (``always``), or when the line looks like a frame, log or exception line."""
-    cut = _source_column(line) if "py:" in line[-140:] else None
+    cut = source_column(line) if "py:" in line[-140:] else None
     if cut is None:
         return line
     if always or _FRAMEISH_RE.match(line, 0, 300) is not None:
@@ -153,31 +118,23 @@ def _strip_column(line: str, always: bool) -> str:
 
 def _strip_prefix(line: str, compose: frozenset[str],
                   rank: bool = False) -> tuple[str, bool, str | None]:
-    """Remove transport prefixes from one line.
+    """Remove transport prefixes (:func:`~service.engine.logparse.prefixes.line_prefix`,
+    SGLang's ``[timestamp]`` included) from one line.
 
     Returns the rest, whether an SGLang ``[timestamp]`` was removed, and the compose
-    service. Exactly one space after a prefix is removed, so indentation survives.
-    ``rank`` also removes a bare ``0: `` rank prefix (the log carries it consistently).
+    service. ``rank`` also removes a bare ``0: `` rank prefix (the log carries it
+    consistently).
     """
     marked = False
     service = None
-    if line[:1] in ("", " ", "\t"):
-        return line, marked, service  # no prefix starts with blank space
     for _ in range(8):
-        m = (_KUBECTL_RE.match(line) or _JOURNALD_RE.match(line)
-             or _JOURNALD_ISO_RE.match(line) or _ISO_TS_RE.match(line)
-             or _RANK_TAG_RE.match(line) or _LAUNCHER_RE.match(line, 0, 200)
-             or (_RANK_RE.match(line) if rank else None))
-        if m is None:
-            m = _BRACKET_TS_RE.match(line)
-            marked = marked or m is not None
-        if m is None and compose:
-            c = _COMPOSE_RE.match(line, 0, 200)
-            m = c if c is not None and c[1] in compose else None
-            service = m[1] if m is not None else service
-        if m is None:
+        found = line_prefix(line, rank=rank, sglang_ts=True, compose=compose.__contains__)
+        if found is None:
             break
-        line = line[m.end() :]
+        marked = marked or found.kind == "sglang"
+        if found.kind == "compose":
+            service = (found.source or "").removeprefix("svc:")
+        line = line[found.end :]
     return line, marked, service
 
 
@@ -189,7 +146,7 @@ def clean_log_marked(text: str) -> tuple[list[str], list[bool], list[str]]:
     """
     notes: list[str] = []
     text = text.replace("\r\n", "\n").replace("\r", "\n").removeprefix("\ufeff")
-    text = _ANSI_RE.sub("", text)
+    text = strip_ansi(text)
     raw = text.split("\n")
     if raw and not raw[-1]:
         raw.pop()
@@ -197,9 +154,9 @@ def clean_log_marked(text: str) -> tuple[list[str], list[bool], list[str]]:
     if long_lines:
         notes.append(f"{long_lines} line(s) longer than {MAX_LINE_CHARS} characters were cut")
     compose = _compose_services(raw)
-    rank = _consistent(raw, _RANK_RE)
+    rank = _ranks_consistent(raw)
     stripped = [_strip_prefix(line[:MAX_LINE_CHARS], compose, rank) for line in raw]
-    columns = sum(1 for c, _, _ in stripped if "py:" in c[-140:] and _source_column(c.rstrip()))
+    columns = sum(1 for c, _, _ in stripped if "py:" in c[-140:] and source_column(c))
     always = columns >= max(3, 0.3 * sum(1 for line in raw if line.strip()))
     lines: list[str] = []
     marks: list[bool] = []
