@@ -13,6 +13,12 @@ Three layouts are understood, all read with tree-sitter so that a file Python's
 
 ``ast`` is only used through ``ast.literal_eval`` on the text of literal nodes.
 
+The diffusion server (``sglang serve`` with a diffusion model, ``sglang/multimodal_gen``)
+has a parser of its own: its ``add_argument`` calls (:data:`DIFFUSION_FILES`) are read
+the same way into ``Catalog.diffusion``, kept apart from the LLM server's flags so that
+neither parser's answer proposes the other's flags. Flags whose names are built at run
+time (the pipeline configs' ``--{prefix}...``) are not listed.
+
 This module holds :func:`extract_catalog` (which scans the files and merges the
 specs) and re-exports the records; the work is done by ``catalog_records`` (the
 records), ``catalog_argparse`` (``add_argument`` calls and action semantics),
@@ -46,6 +52,40 @@ def _scanned_files(package_dir: Path) -> list[Path]:
     return [f for f in files if f.resolve().is_relative_to(root)]
 
 
+#: Files (below ``sglang/``) declaring the diffusion server's flags: its ``ServerArgs``
+#: (one file up to 0.5.13, a package later), disaggregation arguments, ``serve``'s own
+#: ``--config``, and the quantization arguments ``ServerArgs.add_cli_args`` adds.
+DIFFUSION_FILES = ("multimodal_gen/runtime/server_args.py", "multimodal_gen/runtime/server_args/",
+                   "multimodal_gen/runtime/disaggregation/",
+                   "multimodal_gen/runtime/entrypoints/cli/serve.py",
+                   "multimodal_gen/configs/quantization/")
+
+
+def _diffusion_files(package_dir: Path) -> list[Path]:
+    """The files of :data:`DIFFUSION_FILES` present in the release, sorted."""
+    files: list[Path] = []
+    for rel in DIFFUSION_FILES:
+        p = package_dir / rel
+        if rel.endswith("/") and p.is_dir():
+            files.extend(sorted(p.rglob("*.py")))
+        elif p.is_file():
+            files.append(p)
+    root = package_dir.resolve()
+    return [f for f in files if f.resolve().is_relative_to(root)]
+
+
+def _extract_diffusion(package_dir: Path) -> list[FlagSpec]:
+    """The diffusion server's flags (empty for a release without ``multimodal_gen``)."""
+    loader = ModuleLoader(package_dir)
+    mods = [loader.load_path(p) for p in _diffusion_files(package_dir)]
+    reader = ArgparseReader(mods, StaticEvaluator(loader, {}))
+    reader.collect_action_classes()
+    specs: list[FlagSpec] = []
+    for mod in mods:
+        specs.extend(reader.specs(mod, {}))
+    return _merge(specs)
+
+
 def _extract(package_dir: Path) -> Catalog:
     loader = ModuleLoader(package_dir)
     mods = [loader.load_path(p) for p in _scanned_files(package_dir)]
@@ -61,7 +101,8 @@ def _extract(package_dir: Path) -> Catalog:
     renames = argparse.from_cli_renames()
     for mod in mods:
         specs.extend(argparse.specs(mod, renames))
-    return Catalog(flags=_merge(specs), declarations=declarations)
+    return Catalog(flags=_merge(specs), declarations=declarations,
+                   diffusion=_extract_diffusion(package_dir))
 
 
 def _merge(specs: list[FlagSpec]) -> list[FlagSpec]:

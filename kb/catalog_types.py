@@ -59,8 +59,14 @@ class Declaration:
 
 @dataclass
 class Catalog:
+    """A release's flags. ``flags`` are the LLM server's (``launch_server``, ``sglang serve``
+    with a language model); ``diffusion`` are the diffusion server's own parser's
+    (``sglang/multimodal_gen``), kept apart: empty for a release without it or a KB
+    indexed before they were extracted."""
+
     flags: list[FlagSpec]
     declarations: list[Declaration]
+    diffusion: list[FlagSpec] = field(default_factory=list)
 
     def by_flag(self) -> dict[str, FlagSpec]:
         out: dict[str, FlagSpec] = {}
@@ -68,6 +74,10 @@ class Catalog:
             for spelling in spec.flags:
                 out.setdefault(spelling, spec)
         return out
+
+    def diffusion_catalog(self) -> Catalog:
+        """The diffusion server's flags as a catalog of their own (no declarations)."""
+        return Catalog(flags=list(self.diffusion), declarations=[])
 
     def by_attr(self) -> dict[str, FlagSpec]:
         """attr -> its main spec (a non-deprecated one when there is a choice)."""

@@ -31,6 +31,11 @@ class IndexedCatalog(Catalog):
     def by_flag(self) -> dict[str, FlagSpec]:
         return dict(self.cached("_by_flag", lambda: Catalog.by_flag(self)))
 
+    def diffusion_catalog(self) -> Catalog:
+        """The diffusion server's flags as an indexed catalog of their own, built once."""
+        return self.cached("_diffusion",
+                           lambda: IndexedCatalog(flags=list(self.diffusion), declarations=[]))
+
     def by_attr(self) -> dict[str, FlagSpec]:
         return dict(self.cached("_by_attr", lambda: Catalog.by_attr(self)))
 
@@ -70,6 +75,7 @@ def load_catalog(store: Store, version: str) -> Catalog:
     catalog = IndexedCatalog(
         flags=[FlagSpec(**f) for f in data["flags"]],
         declarations=[Declaration(**d) for d in data["declarations"]],
+        diffusion=[FlagSpec(**f) for f in data.get("diffusion", [])],  # absent in older KBs
     )
     with _lock:
         _cache[key] = catalog

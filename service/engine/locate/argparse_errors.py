@@ -22,7 +22,6 @@ are applied here when building ``fixed_argv``.
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from pydantic import BaseModel
@@ -30,20 +29,32 @@ from pydantic import BaseModel
 from kb.catalog_types import Catalog, FlagSpec
 from kb.catalogs import load_catalog
 from kb.store import Store
-from service.engine.flags.edit import apply_edits
 from service.engine.flags.parse import parse_argv, suggest_flag
-from service.engine.locate.argparse_words import _adjacent_values, _closest, _unrecognized_groups
+from service.engine.locate.argparse_foreign import foreign_answer, known_here, which_parser
+from service.engine.locate.argparse_words import (
+    _adjacent_values,
+    _choice_value,
+    _closest,
+    _describe,
+    _fix,
+    _line,
+    _normalise,
+    _resolve,
+    _typo_of,
+    _unrecognized_groups,
+)
 from service.engine.locate.flag_history import (
     FlagHistory,
+    Scope,
     _releases,
     flag_history,
+    scoped_catalog,
 )
 from service.engine.logparse.argparse_errors import ArgparseError
 
 __all__ = ["ArgparseDiagnosis", "FlagHistory", "diagnose_argparse", "flag_history"]
 
 _FALSE_WORDS = frozenset({"false", "0", "no", "n", "off", "none"})
-_CONFIDENT = 0.8  # difflib ratio of a misspelt word (see _typo_of)
 
 
 class ArgparseDiagnosis(BaseModel):
@@ -58,6 +69,8 @@ class ArgparseDiagnosis(BaseModel):
     fixed_argv: list[str] | None
     flag_line: tuple[str, int] | None
     explanation: str
+    parser: Scope = "llm"  # which of SGLang's parsers refused the command
+    foreign_sources: list[str] = []  # declarations of other engines' flags the answer names
 
 
 # ---------------------------------------------------------------------------
@@ -70,53 +83,6 @@ class ArgparseDiagnosis(BaseModel):
 # ---------------------------------------------------------------------------
 
 
-def _resolve(token: str, catalog: Catalog) -> FlagSpec | None:
-    """The spec a typed spelling (or unique prefix) selects in ``catalog``."""
-    name = token.split("=", 1)[0]
-    by_flag = catalog.by_flag()
-    if name in by_flag:
-        return by_flag[name]
-    if name.startswith("--"):
-        matches = [f for f in by_flag if f.startswith(name)]
-        if len({by_flag[m].attr for m in matches}) == 1:
-            return by_flag[matches[0]]
-    return None
-
-
-def _normalise(token: str) -> str:
-    tok = token.split("=", 1)[0].strip().lower().replace("_", "-")
-    if not tok.startswith("-"):
-        return "--" + tok
-    if not tok.startswith("--") and len(tok) > 2:
-        return "-" + tok
-    return tok
-
-
-def _describe(spec: FlagSpec) -> str:
-    bits = []
-    if spec.action and spec.action not in ("store", "append"):
-        bits.append(f"action {spec.action}")
-    if spec.type:
-        bits.append(f"type {spec.type}")
-    if spec.nargs:
-        bits.append(f"nargs {spec.nargs}")
-    if spec.default_known:
-        bits.append(f"default {spec.default!r}")
-    return ", ".join(bits)
-
-
-def _line(spec: FlagSpec | None) -> tuple[str, int] | None:
-    return (spec.path, spec.line) if spec is not None and spec.path else None
-
-
-def _choice_value(spec: FlagSpec | None, text: str) -> object:
-    if spec is not None and spec.choices:
-        for c in spec.choices:
-            if str(c) == text:
-                return c
-    return text
-
-
 # ---------------------------------------------------------------------------
 # per kind
 # ---------------------------------------------------------------------------
@@ -126,8 +92,12 @@ class _Work:
     """Mutable state of one diagnosis."""
 
     def __init__(self, store: Store, release: str, catalog: Catalog,
-                 argv: list[str] | None) -> None:
-        self.store, self.release, self.catalog, self.argv = store, release, catalog, argv
+                 argv: list[str] | None, scope: Scope = "llm") -> None:
+        self.store, self.release, self.full, self.argv = store, release, catalog, argv
+        self.scope = scope
+        self.catalog = scoped_catalog(catalog, scope)  # the flags of the parser that ran
+        self.foreign: list[str] = []
+        self.leads: list[str] = []  # short words for the first sentence (the answer's summary)
         self.suggestions: list[str] = []
         self.edits: list[dict[str, Any]] = []
         self.notes: list[str] = []
@@ -140,7 +110,7 @@ class _Work:
             f = f.split("=", 1)[0]
             if f.startswith("-") and f not in seen:
                 seen.append(f)
-        return [flag_history(self.store, f, self.release) for f in seen]
+        return [flag_history(self.store, f, self.release, self.scope) for f in seen]
 
 
 def _unrecognized(err: ArgparseError, w: _Work) -> tuple[str | None, str | None]:
@@ -156,27 +126,75 @@ def _unrecognized(err: ArgparseError, w: _Work) -> tuple[str | None, str | None]
                 _stray(stray, w)
         first_flag = first_flag or flag
         first_value = first_value or (values[0] if values else None)
-        w.history_flags.append(flag)
+        known, spec_here = known_here(flag, w.full, w.scope, w.release)
+        if known and spec_here is not None:
+            _known(flag, known, spec_here, w)
+            continue
         suggestions = suggest_flag(flag, w.catalog)
+        hist = flag_history(w.store, flag, w.release, w.scope)
+        if _normalise(flag) not in w.catalog.by_flag() and hist.renamed_to is None \
+                and _foreign(flag, values, w):
+            continue
+        if known:  # a flag of SGLang's other parser
+            _known(flag, known, None, w)
+            continue
         for s in suggestions:
             if s not in w.suggestions:
                 w.suggestions.append(s)
-        hist = flag_history(w.store, flag, w.release)
         target = _rename_target(flag, suggestions, hist, w.catalog)
+        # the typed spelling's history when some release has it, else the option's
+        w.history_flags.append(flag if hist.present_in or target is None else target)
         if target is None:
             w.edits.append({"remove": [flag]})
             where = f" ({hist.note})" if hist.note else ""
             maybe = f"; closest spellings: {', '.join(suggestions)}" if suggestions else ""
-            w.notes.append(f"{flag} is not an option of SGLang {w.release}{where}{maybe}. "
+            w.notes.append(f"{flag} is not an option of {_whose(w.scope)}SGLang {w.release}{where}{maybe}. "
                            "Remove it or use a release that has it.")
             continue
         spec = w.catalog.by_flag()[target]
         w.history_flags.append(target)
         w.line = w.line or _line(spec)
         edit, note = _rename_edit(flag, target, spec, values)
+        if "_" in flag and target == _normalise(flag):
+            w.leads.append(f"SGLang spells it {target}")
+            note += (f"; argparse matches option strings exactly, and SGLang {w.release} spells "
+                     "its options with dashes" + ("" if any("_" in f for f in w.catalog.by_flag())
+                                                  else " only"))
         w.edits.append(edit)
         w.notes.append(note)
     return first_flag, first_value
+
+
+def _known(flag: str, note: str, spec: FlagSpec | None, w: _Work) -> None:
+    """Answer a flag that is a spelling of either parser of the release (``spec``: of the
+    parser that ran; see :func:`~service.engine.locate.argparse_foreign.known_here`)."""
+    w.history_flags.append(flag)
+    scope = w.scope if spec is not None else ("diffusion" if w.scope == "llm" else "llm")
+    w.leads.append(f"{flag} is an option of SGLang {w.release}'s "
+                   f"{'LLM' if scope == 'llm' else 'diffusion'} server")
+    if spec is not None:
+        w.line = w.line or _line(spec)
+        w.notes.append(note)
+    else:
+        w.edits.append({"remove": [flag]})
+        w.notes.append(note + "; remove it")
+
+
+def _foreign(flag: str, values: list[str], w: _Work) -> bool:
+    """Replace another engine's flag by SGLang's (LLM server only); False when it is not one."""
+    answer = foreign_answer(flag, values, w.argv, w.catalog, w.release) if w.scope == "llm" else None
+    if answer is None:
+        return False
+    if answer.edit is not None:
+        w.edits.append(answer.edit)
+    w.notes.append(answer.note)
+    w.line = w.line or answer.line
+    w.foreign.append(answer.source)
+    w.leads.append(f"{flag} is {answer.engine}'s flag" + (f", SGLang's is {answer.target}" if answer.target
+                                                   and answer.edit and answer.edit.get("set") else ""))
+    if answer.target:
+        w.history_flags.append(answer.target)
+    return True
 
 
 def _rename_target(flag: str, suggestions: list[str], hist: FlagHistory,
@@ -190,24 +208,6 @@ def _rename_target(flag: str, suggestions: list[str], hist: FlagHistory,
     if suggestions and not hist.present_in and _typo_of(norm, suggestions[0]):
         return suggestions[0]
     return None
-
-
-def _typo_of(typed: str, flag: str) -> bool:
-    """Whether ``typed`` looks like a misspelling of ``flag`` rather than another option.
-
-    Word by word (split on ``-``): same number of words, and every differing word is
-    at least 4 characters long and close (difflib ratio >= 0.8). So ``--reasoning-parsr``
-    is ``--reasoning-parser``, but ``--attn-dp-size`` is not ``--attn-cp-size``.
-    """
-    a, b = typed.strip("-").split("-"), flag.strip("-").split("-")
-    if len(a) != len(b) or a == b:
-        return False
-    for x, y in zip(a, b, strict=True):
-        if x == y:
-            continue
-        if min(len(x), len(y)) < 4 or difflib.SequenceMatcher(None, x, y).ratio() < _CONFIDENT:
-            return False
-    return True
 
 
 def _rename_edit(flag: str, target: str, spec: FlagSpec,
@@ -264,6 +264,8 @@ def _invalid_choice(err: ArgparseError, w: _Work, spec: FlagSpec | None,
         note += f"; closest: {', '.join(closest)}"
     if other:
         note += f"; it is a valid choice in {', '.join(other)}"
+    if valid and not closest:
+        note += f"; valid choices in {w.release}: {', '.join(str(c) for c in valid[:30])}"
     w.notes.append(note)
     return valid, closest
 
@@ -276,7 +278,7 @@ def _choice_elsewhere(w: _Work, spec: FlagSpec | None, value: str) -> list[str]:
         if rel == w.release:
             continue
         try:
-            other = load_catalog(w.store, rel).by_attr().get(spec.attr)
+            other = scoped_catalog(load_catalog(w.store, rel), w.scope).by_attr().get(spec.attr)
         except Exception:  # noqa: BLE001 - a release without catalog is skipped
             continue
         if other is not None and other.choices and value in [str(c) for c in other.choices]:
@@ -384,10 +386,14 @@ def _required(err: ArgparseError, w: _Work) -> None:
 
 
 def diagnose_argparse(err: ArgparseError, argv: list[str] | None, store: Store,
-                      release: str) -> ArgparseDiagnosis:
-    """Explain ``err`` with the flag catalog of ``release`` (see the module docstring)."""
-    catalog = load_catalog(store, release)
-    w = _Work(store, release, catalog, list(argv) if argv is not None else None)
+                      release: str, scope: Scope | None = None) -> ArgparseDiagnosis:
+    """Explain ``err`` with the flag catalog of ``release`` (see the module docstring); the
+    flags of the parser that printed it (``scope``, else
+    :func:`~service.engine.locate.argparse_foreign.which_parser`)."""
+    full = load_catalog(store, release)
+    scope = scope or which_parser(err, argv, full)
+    w = _Work(store, release, full, list(argv) if argv is not None else None, scope)
+    catalog = w.catalog
     # "--model-path/--model" (argparse's display of one option) -> its first spelling
     err = err.model_copy(update={"flags": [f.split("/", 1)[0] for f in err.flags]})
     flag = err.flags[0] if err.flags else None
@@ -420,52 +426,22 @@ def diagnose_argparse(err: ArgparseError, argv: list[str] | None, store: Store,
     return ArgparseDiagnosis(
         kind=err.kind, flag=flag, value=value, suggestions=w.suggestions,
         valid_choices=valid, closest_choices=closest, history=w.history(), edits=w.edits,
-        fixed_argv=_fix(w), flag_line=w.line,
-        explanation=f"argparse rejected the command: {err.message}. " + " ".join(
+        fixed_argv=_fix(w), flag_line=w.line, parser=scope, foreign_sources=w.foreign,
+        explanation=f"argparse{_by(scope)} rejected the command: {err.message}{_lead(w)}. " + " ".join(
             n if n.endswith(".") else n + "." for n in w.notes),
     )
 
 
-def _fix(w: _Work) -> list[str] | None:
-    """The argv with every applicable edit applied (``None`` without argv or edits)."""
-    if w.argv is None or not w.edits:
-        return None
-    tokens = list(w.argv)
-    changed = False
-    for edit in w.edits:
-        for key, val in edit.get("inline", {}).items():
-            for i, tok in enumerate(tokens[:-1]):
-                if tok == key and tokens[i + 1] == val:
-                    tokens[i : i + 2] = [f"{key}={val}"]
-                    changed = True
-                    break
-        for stray in edit.get("drop", []):
-            i = _stray_index(tokens, stray, w.catalog)
-            if i is not None:
-                del tokens[i]
-                changed = True
-        remove = list(edit.get("remove", []))
-        if remove and not any(t.split("=", 1)[0] in remove for t in tokens):
-            continue  # the command does not carry the offending flag: leave it alone
-        if remove or edit.get("set"):
-            try:
-                tokens = apply_edits(tokens, w.catalog, set=edit.get("set"), remove=remove)
-            except KeyError:
-                continue
-            changed = True
-    if not changed:
-        return None
-    return tokens
+def _lead(w: _Work) -> str:
+    return f" ({'; '.join(w.leads)})" if w.leads else ""
 
 
-def _stray_index(tokens: list[str], stray: str, catalog: Catalog) -> int | None:
-    """Position of ``stray``: after a switch if possible, else its only occurrence."""
-    hits = [i for i, t in enumerate(tokens) if t == stray]
-    for i in hits:
-        prev = _resolve(tokens[i - 1], catalog) if i > 0 and tokens[i - 1].startswith("-") else None
-        if prev is not None and not prev.takes_value:
-            return i
-    return hits[0] if len(hits) == 1 else None
+def _whose(scope: Scope) -> str:
+    return "the diffusion server of " if scope == "diffusion" else ""
+
+
+def _by(scope: Scope) -> str:
+    return " (of SGLang's diffusion server)" if scope == "diffusion" else ""
 
 
 def reparse_problems(argv: list[str], catalog: Catalog) -> list[str]:

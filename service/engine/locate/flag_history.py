@@ -7,6 +7,11 @@ spelling its attribute has in X when it has one: a rename, "use `--z`"), or
 *deprecated* in X. Each change cites the flag's declaration
 (``release:path:line``): in X for an addition, a rename or a deprecation, in
 the last release that had it for a removal.
+
+``scope`` picks the parser: ``llm`` (the LLM server's flags, the default) or
+``diffusion`` (the diffusion server's own parser, ``Catalog.diffusion``); a flag
+is only ever looked up among the flags of that parser. A flag that exists in no
+release of its scope but in the other one says so (``other_scope``).
 """
 
 from __future__ import annotations
@@ -16,10 +21,15 @@ from typing import Any, Literal
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
 
+from kb.catalog_types import Catalog
 from kb.catalogs import load_catalog
 from kb.store import Store
 
-__all__ = ['FlagChange', 'FlagHistory', 'flag_history']
+__all__ = ['FlagChange', 'FlagHistory', 'Scope', 'flag_history', 'scoped_catalog']
+
+Scope = Literal["llm", "diffusion"]
+SCOPE_NAMES: dict[str, str] = {"llm": "SGLang's LLM server",
+                               "diffusion": "SGLang's diffusion server (sglang/multimodal_gen)"}
 
 
 class FlagChange(BaseModel):
@@ -41,6 +51,9 @@ class FlagHistory(BaseModel):
     note: str | None
     renamed_to: str | None = None  # its attribute's spelling in the diagnosed release
     changes: list[FlagChange] = Field(default_factory=list)
+    scope: Scope = "llm"
+    #: releases whose *other* parser has the flag (``--num-gpus`` given to the LLM server)
+    other_scope: list[str] = Field(default_factory=list)
 
 
 def _vkey(version: str) -> tuple[int, Any]:
@@ -57,25 +70,56 @@ def _releases(store: Store) -> list[str]:
     return sorted((r["version"] for r in rows), key=_vkey)
 
 
-def flag_history(store: Store, flag: str, release: str) -> FlagHistory:
+def scoped_catalog(catalog: Catalog, scope: Scope) -> Catalog:
+    """``catalog`` itself for the LLM server, its diffusion flags as a catalog for ``diffusion``."""
+    return catalog if scope == "llm" else catalog.diffusion_catalog()
+
+
+def _catalog(store: Store, release: str, scope: Scope) -> Catalog | None:
+    try:
+        return scoped_catalog(load_catalog(store, release), scope)
+    except Exception:  # noqa: BLE001 - no catalog: nothing known for that release
+        return None
+
+
+def _spelling_attrs(store: Store, flag: str, releases: list[str], scope: Scope) -> dict[str, str]:
+    """release -> the attribute ``flag`` writes there, for the releases whose ``scope`` parser has it."""
+    if scope == "llm":
+        rows = store.query("SELECT release, attr FROM flag_spellings WHERE spelling = ?", (flag,))
+        return {r["release"]: r["attr"] for r in rows}
+    out: dict[str, str] = {}
+    for v in releases:
+        cat = _catalog(store, v, scope)
+        spec = cat.by_flag().get(flag) if cat is not None else None
+        if spec is not None:
+            out[v] = spec.attr
+    return out
+
+
+def flag_history(store: Store, flag: str, release: str, scope: Scope = "llm") -> FlagHistory:
     """Presence of ``flag`` in each ingested release, relative to ``release``.
 
     The note names the transitions between consecutive releases ("added after
     0.5.11", "removed after 0.5.11"); when the flag is missing from ``release``
     but its attribute exists there under another spelling, ``renamed_to`` is that
-    spelling.
+    spelling. Only the flags of the ``scope`` parser count (see the module doc).
     """
     flag = flag.split("=", 1)[0]
     releases = _releases(store)
-    rows = store.query("SELECT release, attr FROM flag_spellings WHERE spelling = ?", (flag,))
-    attrs = {r["release"]: r["attr"] for r in rows}
+    attrs = _spelling_attrs(store, flag, releases, scope)
     present = [v for v in releases if v in attrs]
     absent = [v for v in releases if v not in attrs]
     renamed: str | None = None
     if release not in attrs and attrs:
-        renamed = _renamed_spelling(store, release, set(attrs.values()))
+        renamed = _renamed_spelling(store, release, set(attrs.values()), scope)
+    other: list[str] = []
     if not present:
-        note: str | None = f"{flag} is not a flag in any ingested release ({', '.join(releases)})"
+        other_scope: Scope = "diffusion" if scope == "llm" else "llm"
+        other = sorted(_spelling_attrs(store, flag, releases, other_scope), key=_vkey)
+        where = "" if scope == "llm" else f" of {SCOPE_NAMES[scope]}"
+        note: str | None = f"{flag} is not a flag{where} in any ingested release ({', '.join(releases)})"
+        if other:
+            note += f"; it is a flag of {SCOPE_NAMES[other_scope]} in {', '.join(other)}"
     elif not absent:
         note = None
     else:
@@ -89,19 +133,19 @@ def flag_history(store: Store, flag: str, release: str) -> FlagHistory:
         attr = next(iter(sorted(set(attrs.values()))))
         note = (note + "; " if note else "") + (
             f"its attribute `{attr}` is spelled {renamed} in {release}")
-    changes = _changes(store, flag, releases, attrs) if present else []
+    changes = _changes(store, flag, releases, attrs, scope) if present else []
     told = [c.text for c in changes if c.kind != "added" or release not in attrs]
     if told:
         note = (note + "; " if note else "") + "; ".join(told)
     return FlagHistory(flag=flag, present_in=present, absent_in=absent, note=note,
-                       renamed_to=renamed, changes=changes)
+                       renamed_to=renamed, changes=changes, scope=scope, other_scope=other)
 
 
-def _spec(store: Store, release: str, flag: str | None = None, attr: str | None = None):  # noqa: ANN202
-    try:
-        catalog = load_catalog(store, release)
-    except Exception:  # noqa: BLE001 - no catalog: no declaration to cite
-        return None
+def _spec(store: Store, release: str, flag: str | None = None, attr: str | None = None,  # noqa: ANN202
+          scope: Scope = "llm"):
+    catalog = _catalog(store, release, scope)
+    if catalog is None:
+        return None  # no catalog: no declaration to cite
     return catalog.by_flag().get(flag) if flag else catalog.by_attr().get(attr or "")
 
 
@@ -110,13 +154,13 @@ def _cite(release: str, spec) -> str | None:  # noqa: ANN001
 
 
 def _changes(store: Store, flag: str, releases: list[str],
-             attrs: dict[str, str]) -> list[FlagChange]:
+             attrs: dict[str, str], scope: Scope = "llm") -> list[FlagChange]:
     """Transitions of ``flag`` between consecutive ingested releases (see the module doc)."""
     out: list[FlagChange] = []
     deprecated_before = False
     for a, b in zip(releases, releases[1:], strict=False):
         if a in attrs and b not in attrs:
-            spec = _spec(store, b, attr=attrs[a])
+            spec = _spec(store, b, attr=attrs[a], scope=scope)
             new = spec.flags[0] if spec is not None and spec.flags else None
             if new is not None:
                 out.append(FlagChange(release=b, kind="renamed", spelling=new,
@@ -125,14 +169,14 @@ def _changes(store: Store, flag: str, releases: list[str],
                                            f" (its attribute `{attrs[a]}`)"))
             else:
                 out.append(FlagChange(release=b, kind="removed",
-                                      citation=_cite(a, _spec(store, a, flag=flag)),
+                                      citation=_cite(a, _spec(store, a, flag=flag, scope=scope)),
                                       text=f"`{flag}` was removed in {b} (last in {a})"))
         elif b in attrs and a not in attrs:
-            spec = _spec(store, b, flag=flag)
+            spec = _spec(store, b, flag=flag, scope=scope)
             out.append(FlagChange(release=b, kind="added", citation=_cite(b, spec),
                                   text=f"`{flag}` was added in {b}"))
         if b in attrs:
-            spec = _spec(store, b, flag=flag)
+            spec = _spec(store, b, flag=flag, scope=scope)
             dep = bool(spec is not None and spec.deprecated)
             if dep and not deprecated_before and a in attrs:
                 out.append(FlagChange(release=b, kind="deprecated", citation=_cite(b, spec),
@@ -141,11 +185,10 @@ def _changes(store: Store, flag: str, releases: list[str],
     return out
 
 
-def _renamed_spelling(store: Store, release: str, attrs: set[str]) -> str | None:
-    try:
-        catalog = load_catalog(store, release)
-    except Exception:  # noqa: BLE001 - no catalog: no rename information
-        return None
+def _renamed_spelling(store: Store, release: str, attrs: set[str], scope: Scope = "llm") -> str | None:
+    catalog = _catalog(store, release, scope)
+    if catalog is None:
+        return None  # no catalog: no rename information
     for attr in sorted(attrs):
         spec = catalog.by_attr().get(attr)
         if spec is not None and spec.flags:

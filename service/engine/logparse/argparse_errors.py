@@ -5,7 +5,11 @@ block and one ``error:`` line, then exits with status 2: no traceback.
 :func:`find_argparse_error` finds the last such error in the cleaned log lines
 and reads its kind (unrecognized arguments, invalid choice, missing value,
 required argument, invalid value, ambiguous option), the flags and values it
-names and the choices argparse listed, into an :class:`ArgparseError`.
+names and the choices argparse listed, into an :class:`ArgparseError`; ``parser``
+says which of SGLang's parsers printed it when the log tells (``diffusion``: a
+``sglang/multimodal_gen`` path, ``sglang generate``, the serve dispatcher's
+"Selected serve backend 'diffusion'"; ``llm``: the dispatcher chose the LLM server),
+else None.
 :mod:`service.engine.locate.argparse_errors` later matches it with the release's flag catalog.
 
 Pure, and every regular expression is linear and sees at most
@@ -45,6 +49,7 @@ class ArgparseError(BaseModel):
     values: list[str]
     choices: list[str] | None
     usage: str | None
+    parser: Literal["llm", "diffusion"] | None = None  # which SGLang parser, when the log says
 
 
 # --------------------------------------------------------------------------- argparse
@@ -110,6 +115,24 @@ def _bare_error(line: str) -> str | None:
     return line
 
 
+_DIFFUSION_MARKERS = ("multimodal_gen", "serve backend 'diffusion'", "sglang generate ",
+                      "sglang-diffusion", "SGLang Diffusion", "--model-type diffusion",
+                      "--model-type=diffusion")
+_LLM_MARKERS = ("serve backend 'llm'", "--model-type llm", "--model-type=llm", "sglang.launch_server",
+                "launch_server.py")
+
+
+def _parser_of(lines: Sequence[str]) -> Literal["llm", "diffusion"] | None:
+    """Which SGLang parser the log shows (see the module docstring); the diffusion markers win."""
+    llm = False
+    for raw in lines:
+        line = raw[:SCAN_CHARS]
+        if any(m in line for m in _DIFFUSION_MARKERS):
+            return "diffusion"
+        llm = llm or any(m in line for m in _LLM_MARKERS)
+    return "llm" if llm else None
+
+
 def find_argparse_error(lines: Sequence[str]) -> ArgparseError | None:
     """The last argparse error line, with the ``usage:`` block printed just before it.
 
@@ -147,4 +170,6 @@ def find_argparse_error(lines: Sequence[str]) -> ArgparseError | None:
                     usage=usage[1] if near and usage else None,
                 )
         i += 1
+    if best is not None:
+        best.parser = _parser_of(lines)
     return best
