@@ -122,7 +122,15 @@ def _message(prober: Prober, check: dict[str, Any], probe: Probe, ctx: Context) 
 
 
 def _renderable(check: dict[str, Any]) -> bool:
-    """Bare, or a message that is a literal or an f-string (else it names locals)."""
+    """Bare, or a message that is a literal or an f-string (else it names locals).
+
+    A raise whose exception or message was built earlier in its function (``test_start``
+    set, :mod:`ingest.prebuilt`) is judged as its statement reads (``raise E(msg)``: a
+    name, not renderable; ``raise err``: bare), as before ingest resolved them, so the
+    seeded draw, and with it the shipped files, stay the script's output."""
+    if check["kind"] == "raise" and check.get("test_start") is not None:
+        thrown = (check.get("source") or "").removeprefix("raise").split(" from ")[0].strip()
+        return thrown.isidentifier()
     if check["bare"] or not check["message"]:
         return check["bare"] or check["kind"] == "assert"
     src = check["message"].lstrip("( \n")

@@ -6,7 +6,12 @@ with a message) and every ``raise``. For each we record
 * the exception type (``AssertionError`` for asserts), whether it is bare;
 * the source of the tested condition and of the message;
 * every line the statement spans, and where its test starts and ends (the
-  line a traceback reports depends on the Python version);
+  line a traceback reports depends on the Python version); for a ``raise``
+  whose exception or message was built earlier in the function (``err =
+  ValueError(...); raise err``, ``msg = f"..."; raise ValueError(msg)``), the
+  type and message are the built ones (:mod:`ingest.prebuilt`), the lines stay
+  the raise's (a frame points there) and ``test_start``/``test_end`` hold the
+  lines of the statement that built them;
 * the guard chain: enclosing ``if``/``elif``/``else``/``while`` conditions with
   their polarity, outermost first, plus *early exits* — an earlier sibling
   ``if C: return`` means the check only runs when ``not C``.
@@ -26,6 +31,7 @@ from dataclasses import dataclass, field
 from tree_sitter import Node
 
 from ingest import ts
+from ingest.prebuilt import resolve_prebuilt
 from kb.code_types import Guard
 
 #: Names that denote the argument object being validated.
@@ -62,7 +68,7 @@ class Check:
     message: str | None
     start_line: int
     end_line: int
-    test_start: int | None
+    test_start: int | None  # assert: its test's lines; raise: the lines that built it, if earlier
     test_end: int | None
     guards: list[Guard] = field(default_factory=list)
     source: str = ""
@@ -241,10 +247,17 @@ def extract_checks(root: Node, found: dict[str, list[Node]] | None = None) -> li
                     bare = False
             else:
                 exc_type = ts.text(exc).rsplit(".", 1)[-1]
+        built = resolve_prebuilt(node)  # ``err = ValueError(...); raise err``, ``raise E(msg)``
+        if built is not None:
+            exc_type = built.exc_type or exc_type
+            message = built.message
+            bare = message is None
         checks.append(Check(
             kind="raise", exc_type=exc_type, bare=bare, condition=None, message=message,
             start_line=ts.start_line(node), end_line=ts.end_line(node),
-            test_start=None, test_end=None, guards=guards_of(node), source=ts.text(node),
+            test_start=built.start_line if built else None,
+            test_end=built.end_line if built else None,
+            guards=guards_of(node), source=ts.text(node),
         ))
     checks.sort(key=lambda c: c.start_line)
     return checks

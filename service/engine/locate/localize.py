@@ -15,11 +15,17 @@ In order of preference:
    such check exists, the location stands with a low confidence and says why.
 2. **function_kind** — lines drifted: among the checks of the reported
    function, those of the same kind and bareness (a bare ``AssertionError``
-   narrows to bare asserts); the one nearest the mapped line wins, and the
-   others are listed as alternatives.
+   narrows to bare asserts); those holding the printed source line first, then
+   the one nearest the mapped line wins, and the others are listed as
+   alternatives. The same two cross-checks apply: a printed line no candidate
+   holds, or a message that does not fit, lowers the confidence to 0.5.
 3. **message** — no usable frames: the exception message is matched against
    the checks' message templates (:mod:`service.engine.locate.message`).
 4. **search** — last resort: hybrid search over the message.
+
+Message and search candidates are kept inside the part of SGLang the launch ran
+(:mod:`service.engine.locate.scope`: ``launch_server`` is the LLM server, not
+``multimodal_gen``).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kb.store import Store
+from service.engine.locate.scope import Scope
 from service.engine.logparse.frames import ExceptionInfo, Frame
 
 
@@ -95,43 +102,70 @@ def locate_by_frames(exc: ExceptionInfo, store: Store, release: str,
         return None
     target = mapped if mapped is not None else candidates[0]["start_line"]
     candidates.sort(key=lambda c: abs(c["start_line"] - target))
-    conf = 0.85 if len(candidates) == 1 else max(0.4, 0.8 - 0.1 * (len(candidates) - 1))
+    source = _norm(frame.source)
+    holding = [c for c in candidates if _source_in(store, release, c, source)] if source else []
+    if holding:  # the printed line singles out the check(s) holding it
+        candidates = holding + [c for c in candidates if c not in holding]
+    n = len(holding) or len(candidates)
+    conf = 0.85 if n == 1 else max(0.4, 0.8 - 0.1 * (n - 1))
     notes.append(f"line {frame.line} is not a {exc.type} check in {release}; located by function "
                  f"{function} and check kind ({len(candidates)} candidate(s))")
+    if source and not holding:
+        notes.append(f"the log prints `{source[:80]}` at line {frame.line}, which is not a "
+                     f"line of this check in {release}")
+        conf = min(conf, _CONTRADICTED)
+    if _message_fits(store, release, candidates[0], exc) is False:
+        notes.append(f"the message does not fit this check's message in {release}")
+        conf = min(conf, _CONTRADICTED)
     return Located(candidates[0], "function_kind", conf, frame.line, candidates[1:4], notes)
 
 
-def locate_by_message(exc: ExceptionInfo, store: Store, release: str) -> Located | None:
+def locate_by_message(exc: ExceptionInfo, store: Store, release: str,
+                      scope: Scope | None = None) -> Located | None:
+    """The check whose message template matches the message best; with a ``scope`` (the
+    part of SGLang the launch ran), matches outside it are left out unless none is in it."""
     if not exc.message:
         return None
     from service.engine.locate.message import MESSAGE_MIN, match_message
 
-    matches = match_message(store, release, exc.message, exc_type=exc.type, limit=4)
+    matches = match_message(store, release, exc.message, exc_type=exc.type,
+                            limit=4 if scope is None else 12)
+    notes: list[str] = []
+    if scope is not None:
+        matches, said = scope.keep([m for m in matches if m.score >= MESSAGE_MIN])
+        notes += [said] if said else []
     if not matches or matches[0].score < MESSAGE_MIN:
         return None
     rows = store.checks(release, where="id = ?", params=(matches[0].check_id,))
     if not rows:
         return None
     alts = []
-    for m in matches[1:]:
+    for m in matches[1:4]:
         alts.extend(store.checks(release, where="id = ?", params=(m.check_id,)))
     return Located(rows[0], "message", round(min(0.95, matches[0].score), 3), None, alts,
-                   [f"matched the message template `{matches[0].template}`"])
+                   [f"matched the message template `{matches[0].template}`", *notes])
 
 
-def locate_by_search(exc: ExceptionInfo, store: Store, release: str, search) -> Located | None:  # noqa: ANN001
-    """Last resort: the best-ranked chunk holding a check of the right kind."""
+def locate_by_search(exc: ExceptionInfo, store: Store, release: str, search,  # noqa: ANN001
+                     scope: Scope | None = None) -> Located | None:
+    """Last resort: the best-ranked chunk holding a check of the right kind (inside
+    ``scope``, when one is given and any hit is in it)."""
     if not exc.message:
         return None
     result = search(exc.message, release)
-    for hit in result.hits:
+    hits = list(result.hits)
+    note: str | None = None
+    if scope is not None:
+        hits, note = scope.keep(hits)
+    for hit in hits:
         rows = [c for c in store.checks(release, path=hit.path,
                                         where="start_line >= ? AND end_line <= ?",
                                         params=(hit.start_line, hit.end_line))
                 if _kind_matches(c, exc)]
         if rows:
             return Located(rows[0], "search", 0.3, None, rows[1:3],
-                           ["located by search only: the message matched no check template"])
+                           ["located by search only: the message matched no check template",
+                            *([note] if note else [])])
     return None
 
 
@@ -182,6 +216,8 @@ def _cross_checked(store: Store, release: str, exc: ExceptionInfo, frame: Frame,
             notes.append(f"the log prints `{source[:80]}` at line {frame.line}; in {release} that "
                          f"is line {other['start_line']}'s check, not the one at line {mapped}")
             fits = _message_fits(store, release, other, exc)
+            if fits is False:
+                notes.append(f"the message does not fit this check's message in {release}")
             return Located(other, "frame_source", 0.9 if fits is not False else _CONTRADICTED,
                            frame.line, [best], notes)
         notes.append(f"the log prints `{source[:80]}` at line {frame.line}, which is not a line "
