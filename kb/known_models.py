@@ -5,7 +5,14 @@ case-insensitive) or by glob patterns (``patterns``, :mod:`fnmatch` on the
 lower-cased id). Each entry holds only facts checked against the public
 ``config.json`` (architectures, ``model_type``, the quantization method SGLang
 derives, MLA or not, layer and expert counts) and a ``source`` note; a field
-left out is not known. :func:`known_model` answers one id: an exact id wins
+left out is not known. The *shape* fields the checks past argument validation
+read (:data:`SHAPE_FIELDS`: hidden and intermediate sizes, ``moe_intermediate_size``,
+heads and KV heads, ``weight_block_size``, the hybrid/linear-attention layout,
+the vision tower...) are entered only with a citation: each one is listed in
+exactly one of the entry's ``sources`` (:class:`ShapeSource`), which names the
+``owner/repo@commit:path`` (or URL) its value was read from. :meth:`KnownModel.cite`
+answers where one value comes from; loading the table fails for a shape value
+without a source. :func:`known_model` answers one id: an exact id wins
 over a pattern, a longer pattern over a shorter one. :func:`known_model_by_name`
 matches a bare folder name (``/models/Kimi-K2-Thinking``) against the name
 part of the exact ids, when exactly one entry has it. The engine turns the
@@ -19,13 +26,34 @@ import functools
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from kb.errors import ConfigError
 
-__all__ = ["DATA_FILE", "KnownModel", "known_model", "known_model_by_name", "known_models"]
+__all__ = ["DATA_FILE", "SHAPE_FIELDS", "KnownModel", "ShapeSource", "known_model",
+           "known_model_by_name", "known_models"]
 
 DATA_FILE = Path(__file__).with_name("data") / "known_models.json"
+
+#: the fields that need a citation in ``sources`` (all named as in ``config.json``, except
+#: ``has_vision``/``vision_model_type`` (a ``vision_config`` is present / its
+#: ``model_type``) and ``full_attention_interval``/``layer_types`` for the hybrid layout)
+SHAPE_FIELDS = (
+    "hidden_size", "intermediate_size", "moe_intermediate_size", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "num_experts_per_tok", "weight_block_size",
+    "kv_lora_rank", "q_lora_rank", "max_position_embeddings", "sliding_window",
+    "full_attention_interval", "layer_types", "has_vision", "vision_model_type",
+)  # fmt: skip
+
+
+class ShapeSource(BaseModel):
+    """Where some shape values of an entry were read: ``cite`` is ``owner/repo@commit:path``
+    (or a URL), ``fields`` the values read there, ``note`` what the file is (a vendored
+    copy of which checkpoint's ``config.json``)."""
+
+    cite: str = Field(min_length=8)
+    fields: list[str] = Field(min_length=1)
+    note: str = ""
 
 
 class KnownModel(BaseModel):
@@ -42,6 +70,60 @@ class KnownModel(BaseModel):
     num_hidden_layers: int | None = None
     num_experts: int | None = None
     source: str
+    # -- shape fields (each cited in ``sources``; None: not known)
+    hidden_size: int | None = None
+    intermediate_size: int | None = None
+    moe_intermediate_size: int | None = None
+    num_attention_heads: int | None = None
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    num_experts_per_tok: int | None = None
+    #: ``quantization_config.weight_block_size`` ([n, k]) of a block-quantized checkpoint
+    weight_block_size: list[int] | None = None
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
+    max_position_embeddings: int | None = None
+    sliding_window: int | None = None
+    #: hybrid linear attention: every n-th layer is full attention (Qwen3-Next, Qwen3.5)
+    full_attention_interval: int | None = None
+    #: ``layer_types`` summarised as ``{type: count}`` (gpt-oss, Qwen3.5, Gemma 3...)
+    layer_types: dict[str, int] | None = None
+    has_vision: bool | None = None
+    vision_model_type: str | None = None
+    sources: list[ShapeSource] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _cited(self) -> KnownModel:
+        """Every shape value set is listed in exactly one source; no source lists a field
+        that is not a shape field or not set."""
+        listed = [f for s in self.sources for f in s.fields]
+        unknown = sorted(set(listed) - set(SHAPE_FIELDS))
+        if unknown:
+            raise ValueError(f"{self.label()}: sources list unknown fields {unknown}")
+        dup = sorted({f for f in listed if listed.count(f) > 1})
+        if dup:
+            raise ValueError(f"{self.label()}: fields cited twice {dup}")
+        unset = [f for f in listed if getattr(self, f) is None]
+        if unset:
+            raise ValueError(f"{self.label()}: sources cite fields with no value {unset}")
+        uncited = [f for f in SHAPE_FIELDS if getattr(self, f) is not None and f not in listed]
+        if uncited:
+            raise ValueError(f"{self.label()}: shape values without a source {uncited}")
+        if self.weight_block_size is not None and (
+                len(self.weight_block_size) != 2 or min(self.weight_block_size) <= 0):
+            raise ValueError(f"{self.label()}: weight_block_size must be [n, k] > 0")
+        return self
+
+    def shape(self) -> dict[str, object]:
+        """The shape values known for this entry (``{field: value}``, cited ones only)."""
+        return {f: getattr(self, f) for f in SHAPE_FIELDS if getattr(self, f) is not None}
+
+    def cite(self, name: str) -> str | None:
+        """The source of shape field ``name`` (``cite`` and ``note``), or None when not known."""
+        src = next((s for s in self.sources if name in s.fields), None)
+        if src is None:
+            return None
+        return f"{src.cite} ({src.note})" if src.note else src.cite
 
     def label(self) -> str:
         """A short name for the entry (its first id or pattern), for provenance texts."""

@@ -26,6 +26,11 @@ with a ``fact`` provenance naming its source. An explicit ``--quantization``
 wins for what SGLang's ``ModelConfig.quantization`` would be; the checkpoint's
 own method stays visible as ``checkpoint_quantization`` (and in
 ``hf_config.quantization_config``), so a fix that contradicts it can be judged.
+
+The *shape* of the checkpoint (hidden and intermediate sizes, ``moe_intermediate_size``,
+heads, KV heads, ``weight_block_size``, the hybrid layout, the vision tower) becomes
+facts under the names SGLang's checks read them by (:mod:`.shape`); a table value's
+provenance cites the file it was read from (``known model <id>: <source>``).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from typing import Any, Literal
 from kb.conditions import fact_key
 from kb.known_models import KnownModel, known_model, known_model_by_name
 from service.engine.expr.interpreter import Provenance, Value
+from service.engine.facts.shape import SHAPE_INTS, shape_rows
 
 __all__ = ["HF_FIELDS", "MAX_CONFIG_BYTES", "CheckpointFact", "CheckpointInfo", "checkpoint_facts",
            "checkpoint_info", "fact_rows", "flag_value", "hf_hub_cache", "info_from_config", "read_config"]
@@ -56,6 +62,8 @@ HF_FIELDS = frozenset({
     "vocab_size", "head_dim", "n_routed_experts", "num_experts", "num_local_experts",
     "num_experts_per_tok", "mlp_hidden_act", "hidden_act", "sliding_window", "torch_dtype",
     "num_nextn_predict_layers", "dual_chunk_attention_config", "max_position_embeddings",
+    "intermediate_size", "moe_intermediate_size", "full_attention_interval", "layer_types",
+    "vision_config",
 })  # fmt: skip
 _EXPERT_FIELDS = ("n_routed_experts", "num_experts", "num_local_experts")
 # architectures SGLang treats as MLA (ModelConfig's attention_arch), besides a kv_lora_rank
@@ -85,6 +93,10 @@ class CheckpointInfo:
     quantization: str | None = None  # SGLang's name; "none": not quantized; None: not known
     mla: bool | None = None
     notes: tuple[str, ...] = ()
+    #: field -> where its value was read, when not ``detail`` (a table entry's citations)
+    cites: dict[str, str] = field(default_factory=dict)
+    #: a table entry's layout facts (``layer_types`` summary, ``has_vision``...)
+    layout: dict[str, Any] = field(default_factory=dict)
 
     @property
     def architectures(self) -> list[str]:
@@ -176,6 +188,13 @@ def _parse(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
     text = raw.get("text_config")
     if isinstance(text, dict):
         out["text_config"] = {k: v for k, v in text.items() if k in HF_FIELDS}
+    for cfg in (out, out.get("text_config") or {}):
+        vision = cfg.get("vision_config")
+        if isinstance(vision, dict):  # only what the facts say: a tower, and which
+            cfg["vision_config"] = {k: vision[k] for k in ("model_type", "architectures")
+                                    if k in vision}
+        elif "vision_config" in cfg:
+            del cfg["vision_config"]
     return out
 
 
@@ -214,17 +233,34 @@ def info_from_config(model: str, hf: dict[str, Any], source: Source, detail: str
 
 def _info_from_known(model: str, entry: KnownModel, matched: str, how: str,
                      notes: tuple[str, ...]) -> CheckpointInfo:
+    """The entry as a ``config.json``-like dict: a vision model's text shape is nested in
+    ``text_config`` (as its ``config.json`` nests it), a ``weight_block_size`` in
+    ``quantization_config``; each shape value keeps its citation."""
     hf: dict[str, Any] = {}
     if entry.architectures:
         hf["architectures"] = list(entry.architectures)
     for name in ("model_type", "num_hidden_layers", "num_experts"):
         if getattr(entry, name) is not None:
             hf[name] = getattr(entry, name)
+    shape = entry.shape()
+    text: dict[str, Any] = hf
+    if entry.has_vision:  # the layer and expert counts are the text model's too
+        text = hf.setdefault("text_config", {k: hf.pop(k) for k in ("num_hidden_layers",
+                                                                   "num_experts") if k in hf})
+    for name in SHAPE_INTS:
+        if isinstance(shape.get(name), int):
+            text[name] = shape[name]
+    if entry.weight_block_size is not None and entry.quantization not in (None, "none"):
+        hf["quantization_config"] = {"quant_method": entry.quantization,
+                                     "weight_block_size": list(entry.weight_block_size)}
     mla = entry.mla
     if mla is None and entry.architectures:
         mla = bool(set(entry.architectures) & _MLA_ARCHS)
     detail = f"known-model table: {matched} ({how}); {entry.source}"
-    return CheckpointInfo(model, "known_model", detail, hf, entry.quantization, mla, notes)
+    cites = {f: f"known model {matched}: {entry.cite(f)}" for f in shape}
+    layout = {k: shape[k] for k in ("layer_types", "has_vision", "vision_model_type") if k in shape}
+    return CheckpointInfo(model, "known_model", detail, hf, entry.quantization, mla, notes,
+                          cites, layout)
 
 
 def _local_config(folder: Path, model: str, source: Source,
@@ -335,14 +371,13 @@ def fact_rows(info: CheckpointInfo, user_quantization: str | None = None) -> lis
     if archs and (archs[0] not in _DSA_ARCHS or info.source != "known_model"):
         dsa = archs[0] in _DSA_ARCHS and info.text_field("index_topk") is not None
         add("dsa_indexer", dsa, _DSA_KEYS)
-    for name in ("num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                 "kv_lora_rank", "q_lora_rank"):
-        value = info.text_field(name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            add(name, value, tuple(f"{r}.{name}" for r in _FIELD_ROOTS))
     experts = next((v for f in _EXPERT_FIELDS if isinstance(v := info.text_field(f), int)), None)
     if experts is not None:
         add("num_experts", experts, ("checkpoint_num_experts",))
+    known = info.layout if info.source == "known_model" else None
+    for name, value, keys, cited in shape_rows(info.hf_config, info.quantization,
+                                               user_quantization, known):
+        add(name, value, keys, info.cites.get(cited, ""))
     return rows
 
 

@@ -20,12 +20,22 @@ user ran, and replay pins them to the same profile:
 The profile keeps what the log printed (GPU name, capability, total memory), so
 the facts are the machine's own; its *name* is the closest profile, which replay
 and ``--hardware`` understand. :class:`LogHardware` carries the evidence line.
+
+The model fields SGLang prints while it starts are read here too
+(:func:`model_fields_from_log`): the loaded model class and the checkpoint's
+quantization from ``Load weight end. ... type=DeepseekV3ForCausalLM, quant=fp8``,
+and ``context_len``/``max_total_num_tokens`` from the scheduler's
+``max_total_num_tokens=..., context_len=...`` line; :func:`log_model_facts` makes
+them facts with provenance "printed in the log". The last start-up in the log wins
+(it is the attempt that crashed).
 Pure: no I/O, no regular expressions.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -38,9 +48,12 @@ from kb.hardware import (
     HardwareProfile,
     make_profile,
 )
+from service.engine.expr.interpreter import Provenance, Value
 from service.engine.logparse.gpus import GpuHint
 
-__all__ = ["ROCM_ARCH_BASES", "LogHardware", "closest_base", "gpu_count", "hardware_from_log"]
+__all__ = ["ROCM_ARCH_BASES", "LogHardware", "LogModelField", "closest_base", "gpu_count",
+           "field_rows", "hardware_from_log", "log_lines", "log_model_facts",
+           "model_fields_from_log"]
 
 #: ROCm ``gcnArchName`` -> profile base (MI325X shares gfx942; memory tells it apart)
 ROCM_ARCH_BASES = {"gfx942": "mi300x", "gfx950": "mi355x"}
@@ -218,3 +231,102 @@ def hardware_from_log(gpus: Sequence[GpuHint], *, env: Mapping[str, str] | None 
 def found_name(hint: GpuHint) -> bool:
     """True when the hint is a real GPU name (not a capability or ``gfx`` placeholder)."""
     return not (hint.name.startswith("GPU with compute capability") or hint.name == hint.arch)
+
+
+# ----------------------------------------------------------------- model fields printed
+
+class LogModelField(BaseModel):
+    """A model field SGLang printed while it started: ``name`` (``loaded_model_class``,
+    ``quantization``, ``context_len``, ``max_total_num_tokens``), its value, the line."""
+
+    name: str
+    value: int | str
+    evidence: str
+
+
+#: (marker of the start-up line, printed key -> field name, integer or identifier)
+_MODEL_LINES: tuple[tuple[str, dict[str, tuple[str, bool]]], ...] = (
+    ("Load weight end.", {"type": ("loaded_model_class", False), "quant": ("quantization", False),
+                          "quant_algo": ("quant_algo", False)}),
+    ("max_total_num_tokens=", {"max_total_num_tokens": ("max_total_num_tokens", True),
+                               "context_len": ("context_len", True)}),
+)
+#: the facts each field answers (``self.model_config.context_len`` and a ``model_config``
+#: parameter key alike); the rest are bare names for rule cards
+_FIELD_KEYS = {
+    "context_len": ("model_config.context_len", "get_model_config().context_len"),
+    "quantization": ("checkpoint_quantization",),
+    "loaded_model_class": ("checkpoint_loaded_class",),
+    "max_total_num_tokens": ("checkpoint_max_total_num_tokens",),
+}
+_MAX_LINE_CHARS = 2000
+_MAX_VALUE_CHARS = 100
+
+
+def log_lines(payload: object, max_chars: int = 4 * 1024 * 1024) -> list[str]:
+    """The lines of a triage payload's log: a text, bytes, or a report ``{"log": ...}`` (also
+    as JSON text); at most ``max_chars`` characters are looked at."""
+    if isinstance(payload, bytes):
+        payload = payload[:max_chars].decode("utf-8", "replace")
+    if isinstance(payload, str) and payload.lstrip().startswith("{"):
+        try:
+            loaded = json.loads(payload[:max_chars])
+        except (ValueError, RecursionError):
+            loaded = None
+        payload = loaded if isinstance(loaded, dict) else payload
+    if isinstance(payload, dict):
+        payload = payload.get("log")
+    return payload[:max_chars].splitlines() if isinstance(payload, str) else []
+
+
+def _field_value(raw: str, integer: bool) -> int | str | None:
+    text = raw.strip()
+    if integer:
+        return int(text) if text.isdecimal() and len(text) <= 18 else None
+    ok = 0 < len(text) <= _MAX_VALUE_CHARS and text.replace("_", "").replace("-", "").isalnum()
+    return text if ok else None
+
+
+def model_fields_from_log(lines: Sequence[str]) -> list[LogModelField]:
+    """The model fields of the last start-up the log shows (see the module docstring)."""
+    found: dict[str, LogModelField] = {}
+    for line in lines:
+        for marker, keys in _MODEL_LINES:
+            at = line.find(marker)
+            if at < 0:
+                continue
+            text = line[at:at + _MAX_LINE_CHARS]
+            for part in text.split(","):
+                key, eq, raw = part.partition("=")
+                field = keys.get(key.strip().rpartition(" ")[2]) if eq else None
+                if field is None:
+                    continue
+                value = _field_value(raw, field[1])
+                if value is not None:
+                    found[field[0]] = LogModelField(name=field[0], value=value,
+                                                    evidence=line.strip()[:300])
+    algo = str(found.pop("quant_algo").value).upper() if "quant_algo" in found else ""
+    quant = found.get("quantization")
+    if quant is not None and str(quant.value).lower() == "modelopt":  # SGLang's own name
+        kind = "fp4" if "FP4" in algo else "fp8" if "FP8" in algo else ""
+        found["quantization"] = quant.model_copy(update={"value": f"modelopt_{kind}"}) if kind \
+            else quant
+    return list(found.values())
+
+
+def log_model_facts(fields: Sequence[LogModelField]) -> dict[str, Value]:
+    """Evaluator facts for the printed model fields, with provenance "printed in the log"."""
+    out: dict[str, Value] = {}
+    for f in fields:
+        prov = Provenance("fact", f"{f.name} {f.value!r} printed in the log: {f.evidence[:160]}")
+        for key in _FIELD_KEYS.get(f.name, ()):
+            out[key] = Value(f.value, prov)
+    return out
+
+
+def field_rows(fields: Sequence[LogModelField], read: set[str] | None) -> list[dict[str, Any]]:
+    """``TriageResult.model_facts`` rows (as dicts) for the printed fields; ``used`` when the
+    evaluated condition read one of the field's facts."""
+    return [{"name": f.name, "value": f.value, "source": "log", "detail": f.evidence,
+             "used": bool(read and read.intersection(_FIELD_KEYS.get(f.name, ())))}
+            for f in fields]
