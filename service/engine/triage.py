@@ -11,7 +11,6 @@ LLM layer and replay run on top of its result.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Any
 
 from kb.catalogs import load_catalog
@@ -33,7 +32,7 @@ from service.engine.answer import (
     jsonable,
     tri,
 )
-from service.engine.cache import LRUCache, facts_signature, freeze_long_lived, release_key
+from service.engine.cache import facts_signature, freeze_long_lived
 from service.engine.errors import NoCrashFound, UnknownRelease
 from service.engine.evaluate.message_facts import held_at_crash, message_facts, printed_flags
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path
@@ -51,24 +50,28 @@ from service.engine.explain.rule import plain_rule
 from service.engine.expr.interpreter import UNKNOWN, Provenance, Value, fact_key
 from service.engine.facts.checkpoint import checkpoint_facts, checkpoint_info, fact_rows, flag_value
 from service.engine.facts.core import HardwareProfile, fact_values, get_profile, model_arch_for
-from service.engine.facts.from_log import hardware_from_log
+from service.engine.facts.from_log import (
+    field_rows,
+    hardware_from_log,
+    log_lines,
+    log_model_facts,
+    model_fields_from_log,
+)
+from service.engine.fixes.candidates import post_validation_verdicts
 from service.engine.fixes.present import fix_out, recommended_edit, with_bases
 from service.engine.fixes.propose import Verdict, propose
-from service.engine.fixes.registry import registry_verdicts
 from service.engine.fixes.repair import repair
 from service.engine.fixes.upgrade import upgrade_fix, upgrade_no_fix, upgrade_phrase
 from service.engine.flags.edit import render_command
 from service.engine.flags.parse import ParsedArgs, parse_argv
 from service.engine.llm.writer import AssistContext, assist
 from service.engine.llm.writer import enabled as llm_enabled
+from service.engine.locate.checked import doubt_unknowns, search_locate
 from service.engine.locate.elsewhere import not_a_flag_problem
-from service.engine.locate.localize import (
-    Located,
-    locate_by_frames,
-    locate_by_message,
-    locate_by_search,
-)
+from service.engine.locate.localize import Located, locate_by_frames, locate_by_message
+from service.engine.locate.scope import launch_scope
 from service.engine.logparse.parse import ParsedLog, parse_input
+from service.engine.release.consistency import recheck_release
 from service.engine.release.resolve import resolve_release
 from service.engine.release.versions import parse_version
 from service.engine.settings import EngineSettings
@@ -78,8 +81,6 @@ MAX_FIXES = 5
 CARD_SPARE = 3
 #: a triage this slow built caches (or loaded the query encoder): freeze what it built
 _SETTLE_AFTER_MS = 250.0
-#: (release, vector store, exception) -> where search located it (wrapped in a 1-tuple)
-_SEARCH_LOCATED: LRUCache[tuple[Located | None]] = LRUCache("engine.search_locate", 1024)
 
 
 class Engine:
@@ -171,12 +172,16 @@ class Engine:
         if resolution.release is None:
             raise UnknownRelease("no ingested release matches this log",
                                  details={"understood": _understood(parsed), **resolution.model_dump()})
-        version = resolution.release
+        found = self.hardware_for(parsed, hardware)
+        facts, hw_name, arch = self.facts_for(parsed, hardware, model, model_arch, found)
+        log_fields = model_fields_from_log(log_lines(payload, max_bytes))  # what SGLang printed
+        facts.update(log_model_facts(log_fields))
+        scope = launch_scope(parsed, model=model, model_arch=arch, text=_log_text(payload))
+        recheck = recheck_release(self.store, parsed, resolution, facts, scope)  # consistency
+        resolution, version = recheck.resolution, str(recheck.resolution.release)
         catalog = load_catalog(self.store, version)
         argv = list(parsed.command or [])
         pargs = parse_argv(argv, catalog)
-        found = self.hardware_for(parsed, hardware)
-        facts, hw_name, arch = self.facts_for(parsed, hardware, model, model_arch, found)
         summary_parsed = ParsedSummary(
             exception=parsed.primary.type if parsed.primary else None,
             message=parsed.primary.message if parsed.primary else None,
@@ -196,13 +201,14 @@ class Engine:
                                    details={"understood": _understood(parsed)})
             return self._no_exception(version, base, timings, t0)
         t = time.perf_counter()
-        located = (locate_by_frames(exc, self.store, version, resolution.line_offsets)
-                   or locate_by_message(exc, self.store, version))
+        located = recheck.located or (locate_by_frames(exc, self.store, version,
+                                                       resolution.line_offsets)
+                                      or locate_by_message(exc, self.store, version, scope))
         # raised outside SGLang's checks (another package, a version skew): said so, before
         # a search that would find the nearest-sounding check instead
         elsewhere = None if located else not_a_flag_problem(exc, self.store, version, catalog)
         if located is None and elsewhere is None:
-            located = self._search_locate(exc, version)
+            located = search_locate(self.kb, exc, version, scope)
         timings["locate"] = _ms(t)
         if located is None:
             return self._unlocated(exc, version, base, timings, t0, resolution.confidence,
@@ -225,11 +231,13 @@ class Engine:
                            printed)
         timings["evaluate"] = _ms(t)
         t = time.perf_counter()
-        verdicts, registered = registry_verdicts(self.store, version, check, printed.bound,
-                                                 catalog, pargs, attrs, facts, facts_sig=fsig)
+        post = post_validation_verdicts(self.store, version, check, printed, exc.message, catalog,
+                                        pargs, attrs, facts, facts_sig=fsig)
+        verdicts, registered = post.verdicts, post.citations
         verdicts += [v for v in propose(self.store, version, check, ev, pargs, catalog, attrs,
                                         facts, limit=MAX_FIXES + CARD_SPARE, facts_sig=fsig)
                      if all(v.edit.key() != r.edit.key() for r in verdicts)]
+        verdicts += [v for v in post.tripped if all(v.edit.key() != r.edit.key() for r in verdicts)]
         timings["fixes"] = _ms(t)
         location = self._location(version, check, located)
         rule = plain_rule(check, version, catalog, pargs, location.citation)
@@ -249,7 +257,8 @@ class Engine:
             self._rule_verdicts(fixes + added, version, facts, fsig, judged)
             fixes = with_bases(added, [base for base, _ in repaired], fixes)
         timings["rules"] = _ms(t)
-        unknowns = _unknowns(ev, hw_name, arch, argv)
+        unknowns = doubt_unknowns(located, version) + _unknowns(ev, hw_name, arch, argv) \
+            + post.unknowns
         no_fix = None
         if not any(f.fixes_check == "true" for f in fixes):  # undecided candidates only, or none
             no_fix = _no_fix_reason(ev, check, undecided=bool(fixes))
@@ -298,8 +307,9 @@ class Engine:
             arithmetic=sums, printed=[PrintedValue(expr=p.bound.expr, text=p.bound.text, role=p.role,
                                   value=jsonable(p.bound.value), attr=p.attr, note=p.note)
                      for p in printed.printed],
-            model_facts=self.model_facts_for(parsed, model,
-                                             {i.name for a in atoms for i in a.inputs}),
+            model_facts=self.model_facts_for(parsed, model, read := {
+                i.name for a in atoms for i in a.inputs}) + [
+                ModelFact(**r) for r in field_rows(log_fields, read)],
         )
         if llm_enabled(self.settings):
             t = time.perf_counter()
@@ -314,34 +324,6 @@ class Engine:
         return result_obj
 
     # -- pieces -----------------------------------------------------------------------
-    def _search_locate(self, exc, version: str) -> Located | None:  # noqa: ANN001
-        """Locate by hybrid search, memoised per release and exception (type and message).
-
-        A result obtained while the vector store was unreachable is not kept, so
-        search recovers with the store; a re-indexed release changes the key.
-        """
-        from kb.search import hybrid_search
-
-        s = self.kb.settings
-        key = (release_key(self.store, version, "search-locate"), s.chroma_url,
-               s.embedding_model, exc.type, exc.qualified_type, exc.message)
-        hit = _SEARCH_LOCATED.get(key)
-        if hit is None:
-            complete = True
-
-            def search(query: str, release: str):  # noqa: ANN202
-                nonlocal complete
-                result = hybrid_search(self.kb, query, release, k=5)
-                complete = complete and not (result.degraded or "").startswith("vector store")
-                return result
-
-            hit = (locate_by_search(exc, self.store, version, search),)
-            if complete:
-                _SEARCH_LOCATED.put(key, hit)
-        located = hit[0]
-        return None if located is None else replace(
-            located, alternatives=list(located.alternatives), notes=list(located.notes))
-
     def _location(self, version: str, check: dict[str, Any], located: Located) -> Location:
         start = max(1, check["start_line"] - 4)
         end = check["end_line"] + 3
@@ -477,6 +459,12 @@ def _prefix(parsed: ParsedLog) -> str:
     if "launch_server" in ep:
         return ep if ep.startswith("python") else "python -m sglang.launch_server"
     return "python -m sglang.launch_server"
+
+
+def _log_text(payload: str | bytes | dict[str, Any]) -> str | None:
+    """The log's text, when the payload is one (for the launch scope's command search)."""
+    log = payload.get("log") if isinstance(payload, dict) else payload
+    return log if isinstance(log, str) else None
 
 
 def _understood(parsed: ParsedLog) -> dict[str, Any]:

@@ -22,6 +22,12 @@ class Edit:
     #: among otherwise equal candidates, lower first (0: a value tuple SGLang itself
     #: chooses that agrees with every value the user set)
     preference: int = 1
+    #: said on the fix: rule cards that refused other values of a flag this edit sets
+    #: (:func:`~service.engine.fixes.filters.backend_refusals`)
+    notes: list[str] = field(default_factory=list)
+    #: set when the edit flips an early exit instead of fixing the check: what it turns off
+    #: (:func:`~service.engine.fixes.filters.guard_flip`); never recommended without replay
+    skips: str = ""
 
     def key(self) -> tuple[Any, ...]:
         return (tuple(sorted((k, repr(v)) for k, v in self.set.items())), tuple(sorted(self.remove)))

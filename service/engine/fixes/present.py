@@ -12,7 +12,11 @@ user's own words.
   not keep with the user's value (:func:`~service.engine.fixes.intent.losses`), as one
   sentence, and whether there are none.
 * **verdict**: what static evaluation showed. An undecided candidate says which inputs
-  the check reads that are unknown, and that replay decides.
+  the check reads that are unknown, and that replay decides; a guard flip
+  (:func:`~service.engine.fixes.filters.guard_flip`) that it skips the check and is kept
+  only if replay accepts it (its origin ends with ``(skips the check)``, its verdict says
+  what it turns off: "turns off ..."); rule cards that refused other values of a flag the
+  fix sets are cited.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import shlex
 from kb.catalog_types import Catalog
 from service.engine.answer import FixOut, jsonable, tri
 from service.engine.expr.interpreter import UNKNOWN, Value
+from service.engine.fixes.filters import SKIP_NOTE
 from service.engine.fixes.intent import gives_up_sentence, losses
 from service.engine.fixes.propose import Verdict, edited_attrs
 from service.engine.flags.edit import apply_edits, render_command
@@ -77,6 +82,10 @@ def _verdict(v: Verdict, version: str, lost: str) -> str:
     else:
         extra = f" ({v.unknown_neighbours} related checks undecided)" if v.unknown_neighbours else ""
         text = f"fixes the check; no other check of {version} that reads these flags fires{extra}"
+    if v.edit.skips:  # a guard flip: what it turns off, feature flag or not
+        text = f"{SKIP_NOTE} rather than fixing it ({v.edit.skips}), kept only if replay " \
+               f"accepts it; {text}"
+    text = "; ".join([text, *v.edit.notes])
     return f"{text}; {lost}" if lost else text
 
 
@@ -91,7 +100,8 @@ def fix_out(rank: int, v: Verdict, argv: list[str], catalog: Catalog, parsed: Pa
     return FixOut(
         rank=rank, set={spelled(a, parsed, catalog): jsonable(val) for a, val in edit.set.items()},
         remove=[spelled(a, parsed, catalog) for a in edit.remove], argv=new_argv,
-        command=render_command(new_argv, prefix=prefix), origin=edit.origin,
+        command=render_command(new_argv, prefix=prefix),
+        origin=f"{edit.origin} ({SKIP_NOTE})" if edit.skips else edit.origin,
         fixes_check=tri(v.fixes_check), trips=v.trips, unknown_neighbours=v.unknown_neighbours,
         verdict=_verdict(v, version, lost), edits=edit_lines(touched, parsed, after),
         gives_up=lost, keeps_features=not lost)

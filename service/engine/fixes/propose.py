@@ -48,6 +48,7 @@ from service.engine.evaluate.path_condition import (
 from service.engine.evaluate.symbolic import call_value
 from service.engine.expr.interpreter import UNKNOWN, Env, Provenance, Value
 from service.engine.fixes.companions import companion_sets
+from service.engine.fixes.filters import guard_flip, screened, turns_off
 from service.engine.fixes.intent import intent_cost, sane_value
 from service.engine.fixes.model import Edit, Verdict
 from service.engine.fixes.ranking import Cost, diverse, rank
@@ -416,15 +417,21 @@ def propose(store: Store, version: str, check: dict[str, Any], ev: PathEvaluatio
 
     ``facts_sig`` (:func:`~service.engine.cache.facts_signature` of ``facts``) keys the memo tables.
     """
-    edits = candidate_edits(store, version, check, ev, parsed, catalog, attrs, facts)
+    fsig = facts_sig or facts_signature(facts)
+    edits = screened(store, version, ev, candidate_edits(store, version, check, ev, parsed,
+                                                         catalog, attrs, facts),
+                     parsed, attrs, facts, lambda e: edited_attrs(attrs, e, catalog),
+                     facts_sig=fsig)
     costs: Cost = {e.key(): intent_cost(e.set, e.remove, parsed, catalog, attrs) for e in edits}
     guard_memo: dict[tuple[Any, ...], object] = {}
-    fsig = facts_sig or facts_signature(facts)
     passing: list[Verdict] = []
     undecided: list[Verdict] = []
     for edit in edits:
         v = fixes_check(store, version, check, edit, attrs, facts, catalog, guard_memo,
                         facts_sig=fsig)
+        flip = guard_flip(edit, ev) if v.fixes_check is True else None
+        if flip is not None:  # skips the check rather than fixing it: ranked after real fixes
+            edit.skips = turns_off(edit, flip, parsed, catalog)
         if v.fixes_check is True:
             passing.append(v)
         elif v.fixes_check is UNKNOWN:

@@ -4,8 +4,9 @@ The order (:func:`rank`), best first:
 
 1. status: verified clean, then fixing the check but tripping another, then undecided;
 2. intent (:func:`~service.engine.fixes.intent.intent_cost`): fewer feature flags given up
-   (``--speculative-algorithm``, ``--enable-lora``), then fewer of the user's explicit
-   values overridden, so that adding a missing companion flag or changing a setting the
+   (``--speculative-algorithm``, ``--enable-lora``), then a fix of the check before a flip
+   of an early exit that only skips it (:func:`~service.engine.fixes.filters.guard_flip`),
+   then fewer of the user's explicit values overridden, so that adding a missing companion flag or changing a setting the
    user did not set comes before changing or dropping one they did;
 3. :func:`intent_tier`: what the failing test reads before outer guards and call sites;
 4. fewer trips, a smaller edit, removals before additions, SGLang's own agreeing choice
@@ -62,7 +63,8 @@ def rank(verdicts: list[Verdict], ev: PathEvaluation | None = None,
     """Best first: verified clean, then fixing the check but tripping another, then the rest
     (undecided); within each, what keeps more of the user's request (``costs``: the
     :class:`~service.engine.fixes.intent.IntentCost` of each edit by key: fewer features
-    given up, fewer of the user's values overridden), then :func:`intent_tier`, fewer
+    given up, a fix before a guard flip, fewer of the user's values overridden), then
+    :func:`intent_tier`, fewer
     trips, a smaller edit, removals before additions, SGLang's own agreeing choice
     (:attr:`Edit.preference`), fewer undecided neighbours."""
     zero = IntentCost(0, 0, 0)
@@ -71,7 +73,8 @@ def rank(verdicts: list[Verdict], ev: PathEvaluation | None = None,
         status = 0 if v.ok else (1 if v.fixes_check is True else 2)
         cost = (costs or {}).get(v.edit.key(), zero)
         tier = intent_tier(v.edit, ev) if ev is not None else 0
-        return (status, cost.features, cost.overridden, tier, len(v.trips), v.edit.size(),
+        return (status, cost.features, bool(v.edit.skips), cost.overridden, tier, len(v.trips),
+                v.edit.size(),
                 -len(v.edit.remove), v.edit.preference, v.unknown_neighbours, v.edit.key())
 
     return sorted(verdicts, key=key)

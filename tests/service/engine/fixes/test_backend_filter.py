@@ -1,0 +1,84 @@
+"""Backend values by GPU generation and model architecture (issue #28, item 5): a candidate
+setting a ``*_backend`` flag to a value an error rule card of the release refuses on the
+declared machine or model is dropped before ranking, and the card is cited on the other
+values of that flag. Cases are the shipped generated incidents of one release."""
+
+from __future__ import annotations
+
+import pytest
+
+from evals.incidents import load_incidents
+from kb.catalogs import load_catalog
+from service.engine.evaluate.path_condition import base_attrs, evaluate_path
+from service.engine.fixes.filters import backend_refusals, screened
+from service.engine.fixes.propose import candidate_edits, edited_attrs, propose
+from service.engine.flags.parse import parse_argv
+from service.engine.logparse.parse import parse_log
+from service.engine.rules.checker import cards_for, evaluate_cards
+from service.engine.triage import Engine
+
+RELEASE = "0.5.23"
+
+
+@pytest.fixture(scope="module")
+def cases(kb):  # noqa: ANN001, ANN201
+    """(incident, check, parsed, attrs, facts, raw candidates, refusals) for every generated
+    incident of the release with a candidate setting a backend flag."""
+    store = kb.store
+    if RELEASE not in {r["version"] for r in store.releases()}:
+        pytest.skip(f"{RELEASE} not ingested")
+    engine = Engine(kb)
+    catalog = load_catalog(store, RELEASE)
+    out = []
+    for inc in load_incidents():
+        loc = inc.expected.location
+        if inc.release != RELEASE or not inc.id.startswith("gen-") or not inc.command \
+                or loc is None or loc.start_line is None:
+            continue
+        check = next((c for c in store.checks(RELEASE, path=loc.path)
+                      if c["start_line"] == loc.start_line), None)
+        if check is None:
+            continue
+        parsed = parse_argv(inc.command_argv(), catalog)
+        attrs = base_attrs(catalog, parsed)
+        facts, _, _ = engine.facts_for(parse_log(inc.crash_log), inc.hardware, inc.model,
+                                       inc.model_arch)
+        ev = evaluate_path(store, RELEASE, check, attrs, facts)
+        raw = candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, facts)
+        if not any(a.endswith("_backend") for e in raw for a in e.set):
+            continue
+        refusals = backend_refusals(store, RELEASE, raw, attrs, facts, parsed,
+                                    lambda e, a=attrs: edited_attrs(a, e, catalog))
+        out.append((inc, check, ev, parsed, attrs, facts, raw, refusals))
+    return out
+
+
+def test_refused_backends_are_dropped_citing_a_card_that_reads_the_machine(kb, cases) -> None:  # noqa: ANN001
+    store = kb.store
+    catalog = load_catalog(store, RELEASE)
+    cards = {c.id: c for c in cards_for(store, RELEASE)}
+    dropped = 0
+    for inc, check, ev, parsed, attrs, facts, raw, refusals in cases:
+        for key, why in refusals.items():
+            dropped += 1
+            card = cards[why.card]
+            assert card.severity == "error" and why.attr in card.reads, (inc.id, why)
+            assert why.citation in card.citations
+            edit = next(e for e in raw if e.key() == key)
+            after = evaluate_cards(store, RELEASE, edited_attrs(attrs, edit, catalog), facts,
+                                   parsed, cards=[card])[0]
+            before = evaluate_cards(store, RELEASE, attrs, facts, parsed, cards=[card])[0]
+            assert after.verdict == "violated" and before.verdict != "violated", (inc.id, why)
+            # without the machine and model, the card cannot say: nothing is dropped
+            assert key not in backend_refusals(store, RELEASE, [edit], attrs, {}, parsed,
+                                               lambda e, a=attrs: edited_attrs(a, e, catalog))
+        kept = screened(store, RELEASE, ev, raw, parsed, attrs, facts,
+                        lambda e, a=attrs: edited_attrs(a, e, catalog))
+        assert not any(e.key() in refusals for e in kept), inc.id
+        for e in kept:
+            refused_attrs = {why.attr for why in refusals.values()}
+            if refused_attrs & set(e.set):
+                assert any("left out: rule" in n for n in e.notes), (inc.id, e.set)
+        proposed = propose(store, RELEASE, check, ev, parsed, catalog, attrs, facts)
+        assert not any(v.edit.key() in refusals for v in proposed), inc.id
+    assert len(cases) >= 3 and dropped >= 1

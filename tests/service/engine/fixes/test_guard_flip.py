@@ -1,0 +1,77 @@
+"""Another check's guard (issue #28, item 5): a candidate that only flips an early exit the
+path passes skips the located check instead of fixing it. It ranks after fixes of the check
+that keep as much, its text says what it turns off, and the replay search keeps it only if
+SGLang accepts it (tests/service/replay/test_search_keeps.py)."""
+
+from __future__ import annotations
+
+from kb.catalogs import load_catalog
+from service.engine.evaluate.path_condition import PathEvaluation
+from service.engine.evaluate.pieces import PiecePart
+from service.engine.expr.interpreter import UNKNOWN, Env, Provenance, Value, evaluate
+from service.engine.fixes.filters import guard_flip, turns_off
+from service.engine.fixes.intent import intent_cost
+from service.engine.fixes.model import Edit, Verdict
+from service.engine.fixes.present import fix_out
+from service.engine.fixes.ranking import rank
+from service.engine.flags.parse import parse_argv
+
+RELEASE = "0.5.11"
+ATTRS = {"enable_dp_attention": True, "dp_size": 3, "tp_size": 8}
+
+
+def _part(condition: str, kind: str, polarity: bool, own: bool = False) -> PiecePart:
+    env = Env({k: Value(v, Provenance("flag", k)) for k, v in ATTRS.items()}, {})
+    res = evaluate(condition, env)
+    holds = res.truth if polarity else (not res.truth if res.truth is not UNKNOWN else UNKNOWN)
+    return PiecePart(role="test" if own else "guard", condition=condition, polarity=polarity,
+                     line=1, result=res, holds=holds, kind=kind, own_test=own)
+
+
+def _ev() -> PathEvaluation:
+    """``if not self.enable_dp_attention: return`` then ``assert tp % dp == 0``."""
+    return PathEvaluation(fired=True, attrs=set(ATTRS), parts=[
+        _part("not self.enable_dp_attention", "exit_return", polarity=False),
+        _part("self.tp_size % self.dp_size == 0", "test", polarity=False, own=True)])
+
+
+def test_flipping_only_the_early_exit_is_a_guard_flip() -> None:
+    ev = _ev()
+    flip = guard_flip(Edit(remove=["enable_dp_attention"]), ev)
+    assert flip is not None and flip.kind == "exit_return"
+    # an edit of what the check itself reads fixes the check, even with the exit touched too
+    assert guard_flip(Edit(set={"dp_size": 2}), ev) is None
+    assert guard_flip(Edit(remove=["enable_dp_attention", "dp_size"]), ev) is None
+    assert guard_flip(Edit(), ev) is None
+
+
+def test_a_guard_flip_says_what_it_turns_off_and_ranks_after_a_fix(kb) -> None:  # noqa: ANN001
+    """Presented as the user typed it: origin and verdict say it skips the check and what it
+    turns off (the replay search keeps it only if SGLang accepts it); ranked
+    after a fix of what the check tests that gives up no more feature flags."""
+    catalog = load_catalog(kb.store, RELEASE)
+    argv = ["--model-path", "m", "--tp", "8", "--dp", "3", "--enable-dp-attention"]
+    parsed = parse_argv(argv, catalog)
+    ev = _ev()
+    edit = Edit(remove=["enable_dp_attention"], origin="drop flags the check reads")
+    flip = guard_flip(edit, ev)
+    assert flip is not None
+    edit.skips = turns_off(edit, flip, parsed, catalog)
+    assert edit.skips.startswith("turns off --enable-dp-attention")
+    assert "`not self.enable_dp_attention`" in edit.skips
+    out = fix_out(1, Verdict(edit, True), argv, catalog, parsed, RELEASE, prefix="")
+    assert out.origin.endswith("(skips the check)") and out.fixes_check == "true"
+    assert out.verdict.startswith("skips the check rather than fixing it (turns off "
+                                  "--enable-dp-attention: an early exit")
+    assert "replay accepts it" in out.verdict
+    assert out.gives_up == "gives up --enable-dp-attention" and not out.keeps_features
+    assert "--enable-dp-attention" not in out.argv
+    # a setting's early exit: what it turns off is said, gives_up is about feature flags
+    toggle = Edit(set={"dp_size": 1}, origin="a value the check accepts", skips="turns off x")
+    shown = fix_out(2, Verdict(toggle, True), argv, catalog, parsed, RELEASE, prefix="")
+    assert shown.keeps_features and shown.gives_up == "" and "(turns off x)" in shown.verdict
+    costs = {e.key(): intent_cost(e.set, e.remove, parsed, catalog) for e in (edit, toggle)}
+    fixed = Edit(set={"dp_size": 2}, origin="a value the check accepts")
+    costs[fixed.key()] = intent_cost(fixed.set, fixed.remove, parsed, catalog)
+    ranked = rank([Verdict(toggle, True), Verdict(edit, True), Verdict(fixed, True)], ev, costs)
+    assert [v.edit for v in ranked] == [fixed, toggle, edit]

@@ -1,0 +1,118 @@
+"""The message's own recipe (issue #28 item 5): "Please use `--attention-backend
+flashinfer`", "Use --linear-attn-prefill-backend triton instead", "try to increase
+--mamba-full-memory-ratio". Recipes are generated from the releases' own literal messages
+(a verb, a flag of that release and one of its choices); the reader must find each, the
+engine must propose it and rank it first whenever it holds (it fixes the check, trips no
+other check and violates no rule card)."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+
+from kb.catalogs import load_catalog
+from service.engine.fixes.recipe import read_recipe
+from service.engine.triage import Engine
+
+RELEASES = ("0.5.11", "0.5.23")
+#: recipes triaged end to end per release (the first, by path and line)
+TRIAGED = 4
+_RECIPE = re.compile(r"\b(?:[Uu]se|[Ss]et|[Aa]dd|[Pp]ass)\s{1,3}`?(--[a-z][a-z0-9-]{1,60})[ =]"
+                     r"([A-Za-z0-9_.]{1,40})")
+
+
+@pytest.fixture(scope="module")
+def engine(kb) -> Engine:
+    return Engine(kb)
+
+
+def _text(src: str) -> str | None:
+    try:
+        value = ast.literal_eval("(" + src + ")")
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _recipes(store, release: str) -> list[tuple[dict, str, str, str]]:
+    """(check, message, flag, value): a literal message that says to use a flag of the
+    release with one of its choices."""
+    by_flag = load_catalog(store, release).by_flag()
+    out = []
+    for c in sorted(store.checks(release), key=lambda c: (c["path"], c["start_line"])):
+        text = _text(c["message"] or "")
+        for m in _RECIPE.finditer(text or ""):
+            spec = by_flag.get(m.group(1))
+            if spec is not None and spec.choices and m.group(2) in map(str, spec.choices):
+                out.append((c, text, m.group(1), m.group(2)))
+                break
+    return out
+
+
+def test_every_recipe_of_the_releases_is_read(store) -> None:
+    n = found = 0
+    for release in RELEASES:
+        catalog = load_catalog(store, release)
+        by_flag = catalog.by_flag()
+        for _, text, flag, value in _recipes(store, release):
+            n += 1
+            steps = read_recipe(text, catalog)
+            if any(s.attr == by_flag[flag].attr and str(s.value) == value and s.verb == "set"
+                   for s in steps):
+                found += 1
+    print(f"recipes read: n={n} found={found}")
+    assert n >= 20 and found == n
+
+
+def test_directions_bounds_and_negations(store) -> None:
+    catalog = load_catalog(store, "0.5.23")
+    steps = read_recipe("Not enough space for mamba cache, try to increase "
+                        "--mamba-full-memory-ratio or --max-mamba-cache-size.", catalog)
+    assert [(s.attr, s.verb) for s in steps] == [("mamba_full_memory_ratio", "increase"),
+                                                 ("max_mamba_cache_size", "increase")]
+    steps = read_recipe("Please set a smaller number for `--max-running-requests`.", catalog)
+    assert [(s.attr, s.verb) for s in steps] == [("max_running_requests", "decrease")]
+    (step,) = read_recipe("Raise --mem-fraction-static above 0.873 (minimum viable = 0.85).",
+                          catalog)
+    assert (step.attr, step.verb, step.bound) == ("mem_fraction_static", "increase", 0.873)
+    # what is refused is no recipe; nor is a flag the release does not declare
+    assert read_recipe("--dsa-decode-backend flashmla_sparse_q8 is not supported: it is "
+                       "prefill-only.", catalog) == []
+    assert read_recipe("This does not support --enable-dp-attention.", catalog) == []
+    assert read_recipe("Please use --no-such-flag-anywhere 3.", catalog) == []
+    # a value the release would refuse is not taken: the flag is named without one
+    (step,) = read_recipe("Please use `--attention-backend nonexistent`.", catalog)
+    assert step.value is None
+
+
+def test_the_recipe_is_ranked_first_when_it_holds(engine, kb) -> None:
+    store = kb.store
+    n = located = proposed = first = 0
+    failures = []
+    for release in RELEASES:
+        for check, text, flag, value in _recipes(store, release)[:TRIAGED]:
+            n += 1
+            result = engine.triage(f"{check['exc_type']}: {text}\n", release=release)
+            cite = f"{release}:{check['path']}:{check['start_line']}"
+            if result.location is None or (result.location.citation.split("-")[0] != cite
+                                           and cite not in result.location.alternatives):
+                failures.append((release, text[:60], "not located"))
+                continue
+            located += 1
+            recipe = [f for f in result.fixes if f.origin.startswith("the message's own recipe")
+                      and str(f.set.get(flag)) == value]
+            if not recipe:
+                continue  # the check still fires with it: not proposed
+            proposed += 1
+            r = recipe[0]
+            holds = r.fixes_check == "true" and not r.trips and "violates" not in r.verdict
+            if holds:
+                if r.rank == 1 and r.recommended:
+                    first += 1
+                else:
+                    failures.append((release, text[:60], "holds but ranked", r.rank))
+    print(f"recipes triaged: n={n} located={located} proposed={proposed} first={first}")
+    assert not failures, failures
+    assert proposed >= n // 2 and first >= 1
