@@ -1,7 +1,8 @@
 """Verify by replay: run an SGLang release's own argument validation on this CPU-only machine.
 
 See :mod:`service.replay.harness` (``replay``, ``replay_many``), :mod:`service.replay.pool`
-(the warm workers ``replay_many`` uses) and
+(the warm workers ``replay_many`` uses), :mod:`service.replay.probes` (``replay_startup``:
+past validation, into the located check's own code) and
 ``README.md`` in this folder for what replay can and cannot reach.
 """
 
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 from service.replay.harness import prewarm, replay, replay_async, replay_many
 from service.replay.pool import WarmPool, default_pool
+from service.replay.probes import StartupProbe, probe_for_location, replay_startup
 from service.replay.results import Frame, ReplayResult
 
-__all__ = ["Frame", "ReplayResult", "WarmPool", "default_pool", "prewarm", "replay",
-           "replay_async", "replay_many"]
+__all__ = ["Frame", "ReplayResult", "StartupProbe", "WarmPool", "default_pool", "prewarm",
+           "probe_for_location", "replay", "replay_async", "replay_many", "replay_startup"]

@@ -47,16 +47,20 @@ from typing import Any
 
 try:  # run as a script in the sandbox: this folder is sys.path[0]
     import child_guard
+    import child_probes
     from child_values import dump_fields
 except ImportError:  # imported as service.replay.child (unit tests)
-    from service.replay import child_guard  # type: ignore[no-redef]
+    from service.replay import child_guard, child_probes  # type: ignore[no-redef]
     from service.replay.child_values import dump_fields  # type: ignore[no-redef]
 NetworkBlocked = child_guard.NetworkBlocked
 install_socket_guard = child_guard.install_socket_guard
 
 HERE = Path(__file__).resolve().parent
 _HARNESS_FILES = {str(Path(__file__).resolve()), str(HERE / "child_serve.py"),
-                  str(HERE / "child_guard.py"), str(HERE / "child_values.py")}
+                  str(HERE / "child_guard.py"), str(HERE / "child_values.py"),
+                  str(HERE / "child_probes.py")}
+#: a job's start-up probe request (JSON in its environment; ``service.replay.probes``)
+PROBE_ENV = "TRIAGE_REPLAY_STARTUP"
 
 
 # ------------------------------------------------------------------ classification
@@ -229,8 +233,10 @@ def _served(roots: dict[str, Any]) -> list[str]:
     return sorted({n for f in roots.get("finders", ()) for n in f.served})
 
 
-def validate(sa: Any, argv: list[str], roots: dict[str, Any]) -> dict[str, Any]:
-    """Run the release's own validation on ``argv`` and classify the outcome."""
+def validate(sa: Any, argv: list[str], roots: dict[str, Any],
+             startup: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run the release's own validation on ``argv`` and classify the outcome; when it
+    passed and ``startup`` asks for a probe, run it (:mod:`child_probes`) on the result."""
     result: dict[str, Any] = {"phase": "validate"}
     t0 = time.perf_counter()
     stderr = io.StringIO()
@@ -244,6 +250,12 @@ def validate(sa: Any, argv: list[str], roots: dict[str, Any]) -> dict[str, Any]:
             resolve()
         result["status"] = "passed"
         result["server_args"] = dump_fields(server_args)
+        if startup:
+            result["ran"] += f" + probe {startup.get('family')}"
+            t1 = time.perf_counter()
+            with contextlib.redirect_stderr(_Tee(stderr, sys.stderr)):
+                result.update(child_probes.run_probe(server_args, startup, roots, classify))
+            result["probe_s"] = time.perf_counter() - t1
     except SystemExit as exc:
         usage = stderr.getvalue()
         if exc.code == 2 or "usage:" in usage:
@@ -263,6 +275,8 @@ def validate(sa: Any, argv: list[str], roots: dict[str, Any]) -> dict[str, Any]:
         result.update(unsafe("replay refused: the release tried to load code from a model "
                              f"folder ({', '.join(sorted(set(child_guard.EVENTS)))})"))
     result["timings"] = {"validate_s": time.perf_counter() - t0}
+    if "probe_s" in result:
+        result["timings"]["probe_s"] = result.pop("probe_s")
     result["stubs_served"] = _served(roots)
     return result
 
@@ -304,6 +318,7 @@ def _run_forked(sa: Any, job: dict[str, Any], roots: dict[str, Any],
             del child_guard.EVENTS[:]
             child_guard.install_argv_guard(job.get("allowed_paths") or [])
             os.environ.update({str(k): str(v) for k, v in (job.get("env") or {}).items()})
+            startup = _startup_request(os.environ.pop(PROBE_ENV, None) or roots.get("startup"))
             hook = roots.get("apply_hardware")  # the warm worker's (child_serve.serve)
             repatched = hook(job, roots) if hook is not None else None
             if job.get("payload"):  # tests only (the pool's test hook): hostile code in a fork
@@ -314,7 +329,7 @@ def _run_forked(sa: Any, job: dict[str, Any], roots: dict[str, Any],
             before = set(sys.modules) if job.get("report_modules") else None
             read = getattr(sys.modules.get("_replay_stubkit"), "IMPORT_CONSULTED", {})
             read_before = set(read)
-            result = validate(sa, job["argv"], roots)
+            result = validate(sa, job["argv"], roots, startup)
             if repatched is not None:
                 result["repatched"] = True
                 result["probe_disagreements"] = repatched
@@ -362,6 +377,15 @@ def _run_forked(sa: Any, job: dict[str, Any], roots: dict[str, Any],
     if leftovers:
         result["leftover_processes"] = len(leftovers)
     return result
+
+
+def _startup_request(raw: str | None) -> dict[str, Any] | None:
+    """A job's probe request from its environment's JSON (None when absent or unreadable)."""
+    try:
+        value = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _limit_cpu(timeout_s: float) -> None:
@@ -426,6 +450,7 @@ def main() -> int:
         "release": os.path.abspath(cfg["release_root"]),
         "stubs": [os.path.abspath(d) for d in cfg["stub_dirs"]],
         "close_in_fork": (out_fd,),
+        "startup": os.environ.pop(PROBE_ENV, None),  # read before SGLang is imported
     }
     if cfg.get("test_payload"):  # tests only: run a script inside the sandbox, before all else
         import runpy

@@ -60,8 +60,10 @@ from service.replay.launch import (  # noqa: F401 - re-exported for existing cal
     run_with_results,
 )
 from service.replay.messages import vet
+from service.replay.model_configs import MODEL_CONFIGS, config_with_facts
 from service.replay.options import option_table
 from service.replay.plan import (
+    _stable_dir,
     generated_paths,
     hardware_payload,
     probe_values,
@@ -206,6 +208,7 @@ def _to_result(raw: dict[str, Any], base: dict[str, Any],
         raised_at=all_frames[-1] if all_frames else None,
         harness_reason=reason if status == "harness_error" else None,
         usage=raw.get("usage"), server_args=raw.get("server_args"),
+        startup=raw.get("probe") if isinstance(raw.get("probe"), dict) else None,
         probe_disagreements=setup.get("probe_disagreements") or raw.get("probe_disagreements")
         or {},
         stubs_served=raw.get("stubs_served") or [],
@@ -221,6 +224,7 @@ def replay_many(
     job_timeout_s: float = 30, env: Mapping[str, str] | None = None,
     settings: KBSettings | None = None, use_cache: bool = True, stub_failure: str | None = None,
     test_payload: Path | None = None, deadline_s: float | None = None, pool: bool | None = None,
+    model_facts: Mapping[str, Any] | None = None,
 ) -> list[ReplayResult]:
     """Replay several command lines of one release on one declared machine.
 
@@ -242,7 +246,9 @@ def replay_many(
     ``stub_failure`` (or ``$TRIAGE_REPLAY_STUB_FAILURE``) is a test hook that
     makes a stub raise (``import:<module>`` or ``call:<fake probe>``);
     ``test_payload`` (tests only, never reachable from a request) is a script the
-    child runs inside the sandbox before anything else.
+    child runs inside the sandbox before anything else. ``model_facts`` (a checkpoint's
+    config fields, :func:`~service.replay.model_configs.config_with_facts`) are laid over
+    the generated model folder (start-up probes, :mod:`service.replay.probes`).
 
     Raises :class:`~kb.errors.ConfigError` for an unknown hardware
     profile and :class:`ReplayError` when the release tree is unusable.
@@ -277,6 +283,12 @@ def replay_many(
                                                           "hardware": hw.name if hw else None})
             continue
         run_argv, arch, notes = substitute_argv(argv, archs[i], settings.home, options)
+        if model_facts and run_argv is not None and arch in MODEL_CONFIGS:  # its own folder
+            plain, facts_dir = (str(_stable_dir(settings.home, label, cfg)) for label, cfg in (
+                (arch, MODEL_CONFIGS[arch]),
+                (f"{arch}-facts", config_with_facts(arch, dict(model_facts)))))
+            run_argv = [facts_dir if token == plain else token for token in run_argv]
+            notes.append(f"model facts laid over the {arch} config: {facts_dir}")
         if options is None:
             notes.append("the release's own option table could not be read: options were "
                          "resolved against replay's fallback table")
@@ -285,7 +297,8 @@ def replay_many(
                 "substitutions": notes, "notes": [f"release tree: {tree} ({tree_note})"]}
         key = _cache_key({"version": version, "tree": str(tree), "argv": argv,
                           "hardware": hw.model_dump() if hw else None, "arch": arch,
-                          "env": dict(sorted((env or {}).items())), "fail": stub_failure})
+                          "env": dict(sorted((env or {}).items())), "fail": stub_failure,
+                          **({"facts": dict(model_facts)} if model_facts else {})})
         base["cache_key"] = key
         if run_argv is None:  # refused: nothing of the user's is ever run
             results[i] = _to_result({"phase": "harness", "harness_reason": notes[-1]}, base)

@@ -16,7 +16,8 @@ from typing import Any
 
 from kb.errors import ConfigError
 
-__all__ = ["MODEL_CONFIGS", "draft_config", "supported_archs", "write_model_dir"]
+__all__ = ["MODEL_CONFIGS", "config_with_facts", "draft_config", "supported_archs",
+           "write_model_dir"]
 
 _DEEPSEEK_V3: dict[str, Any] = {  # deepseek-ai/DeepSeek-V3 (FP8 block quantized)
     "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
@@ -148,6 +149,41 @@ def supported_archs() -> list[str]:
 
 def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg.get("text_config") or cfg
+
+
+#: keys a checkpoint's facts may not set: they choose code (``auto_map``) or the model class
+_FIXED_KEYS = frozenset({"auto_map", "architectures", "model_type", "text_config",
+                         "vision_config"})
+_FACT_VALUE_MAX = 4000  # characters of JSON per fact
+
+
+def config_with_facts(arch: str, facts: dict[str, Any]) -> dict[str, Any]:
+    """The stand-in config of ``arch`` with a checkpoint's facts laid over it: each key is
+    set in the text config (``text_config`` when the model has one, else the top level),
+    ``quantization_config`` at the top level (where SGLang's MoE check reads it); a value
+    None removes the key. Raises :class:`ConfigError` for an unknown architecture, a key
+    that chooses code or the model class, or a value that is not small plain JSON."""
+    if arch not in MODEL_CONFIGS:
+        raise ConfigError(f"replay has no model config for {arch!r}",
+                          details={"model_arch": arch, "valid": supported_archs()})
+    config = copy.deepcopy(MODEL_CONFIGS[arch])
+    text = _text_config(config)
+    for key, value in facts.items():
+        if not isinstance(key, str) or not key.isidentifier() or key in _FIXED_KEYS:
+            raise ConfigError(f"model fact {key!r} cannot be set for replay",
+                              details={"fact": str(key)})
+        try:
+            blob = json.dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"model fact {key!r} is not JSON", details={"fact": key}) from exc
+        if len(blob) > _FACT_VALUE_MAX:
+            raise ConfigError(f"model fact {key!r} is too large", details={"fact": key})
+        target = config if key == "quantization_config" else text
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = json.loads(blob)
+    return config
 
 
 def draft_config(target_arch: str, algorithm: str | None) -> dict[str, Any]:

@@ -36,6 +36,8 @@ class ReplayResult(BaseModel):
       first) say where; ``origin`` is the innermost SGLang frame.
     * ``argparse_error``: argparse exited with status 2; ``message`` is its
       error line and ``usage`` the full text.
+    * With a start-up probe (:mod:`service.replay.probes`), ``passed`` means validation and
+      the probe passed; a probe's refusal is ``raised`` with ``phase`` ``probe``.
     * ``harness_error``: the replay itself failed (a stub, a missing package,
       a lazy import, a timeout, a crash); ``harness_reason`` says why. Never
       SGLang's verdict on the flags.
@@ -61,6 +63,9 @@ class ReplayResult(BaseModel):
     usage: str | None = None
 
     server_args: dict[str, Any] | None = None
+    startup: dict[str, Any] | None = Field(
+        None, description="A start-up probe's report (service.replay.probes): family, steps "
+                          "run, faked parallel sizes, computed values, notes.")
     probe_disagreements: dict[str, Any] = Field(default_factory=dict)
     stubs_served: list[str] = Field(default_factory=list)
     shims: list[str] = Field(default_factory=list)

@@ -15,9 +15,9 @@ candidate is *unverified*) and waits at most ``deadline_s``:
 
 * each replayed fix gets ``replay`` (``verified``, ``next_failure`` or ``unverified``, as
   :func:`service.replay.background.summarise` words it, on the declared hardware);
-* fixes are re-ranked: accepted by replay first (in the engine's order), then those not
-  decided by replay, then those replay rejected; the **recommended** fix is the first one
-  replay accepted. When replay ran and rejected every candidate, nothing is recommended
+* fixes are re-ranked: accepted by replay first (what keeps the request first, see
+  below), then those not decided by replay, then those replay rejected; the
+  **recommended** fix is the first one replay accepted. When replay ran and rejected every candidate, nothing is recommended
   and the answer says so; when replay could not decide (harness error, no hardware, past
   the deadline), the engine's own recommendation stands;
 * ``fix_search`` on the answer records what happened: ``verified`` (with the release and
@@ -27,6 +27,14 @@ candidate is *unverified*) and waits at most ``deadline_s``:
   answer's background replay (:func:`service.replay.background.schedule`) verifies the
   fixes) or ``skipped`` (why not). Candidates left unreplayed at the deadline keep the
   engine's ranking behind those replay decided (``not_replayed`` counts them).
+
+**What the user asked for.** Among the fixes replay accepted, the recommended one keeps the
+most of the user's command (:func:`request_cost`): after the rule cards (a fix violating an
+error card comes after those that do not, as in the engine), no feature flag given up, then
+fewest of the user's flags removed or changed, then fewest edits, then the engine's order. When the
+statically recommended fix gives part of the request up, the listed fixes that keep more
+are replayed with it (:func:`keeping_alternatives`), so that SGLang can accept one of them.
+A guard flip (its origin ends with ``(skips the check)``) that replay rejects is dropped.
 
 Nothing of the user's is run: the harness substitutes model paths and drops code-loading
 flags (:func:`service.replay.plan.substitute_argv`) inside the OS sandbox.
@@ -42,9 +50,11 @@ from kb.settings import KBSettings
 from service.engine import FixOut, TriageResult, summary_with_fix
 from service.replay.background import release_root, summarise, unavailable_reason
 from service.replay.harness import replay_many
+from service.replay.probes import probe_env, startup_request
 from service.replay.results import ReplayResult
 
-__all__ = ["needs_search", "rerank", "search_fixes"]
+__all__ = ["SKIPS_THE_CHECK", "keeping_alternatives", "needs_search", "request_cost", "rerank",
+           "search_fixes", "skips_check"]
 
 #: per command line inside the replay subprocess (a warm pool answers in about a second)
 JOB_TIMEOUT_S = 30.0
@@ -83,11 +93,19 @@ def rerank(result: TriageResult, replayed: list[FixOut], on: str) -> str:
     decided = len(accepted) + len(rejected)
     order = {id(f): i for i, f in enumerate(result.fixes)}
 
-    def key(f: FixOut) -> tuple[int, int]:
+    def key(f: FixOut) -> tuple[Any, ...]:
         s = status(f)
-        return (0 if s == "verified" else 2 if s == "next_failure" else 1, order[id(f)])
+        if s == "verified":  # among what SGLang accepts, what keeps the request first
+            return (0, request_cost(f), order[id(f)])
+        return (2 if s == "next_failure" else 1, (), order[id(f)])
 
+    # a guard flip (it skips the check, :func:`service.engine.fixes.filters.guard_flip`) is
+    # kept only when replay accepts it
+    result.fixes[:] = [f for f in result.fixes
+                       if not (skips_check(f) and any(f is r for r in rejected))]
+    rejected = [f for f in rejected if not skips_check(f)]
     result.fixes.sort(key=key)
+    accepted.sort(key=key)
     for i, f in enumerate(result.fixes, start=1):
         f.rank = i
     for f in rejected:
@@ -99,6 +117,7 @@ def rerank(result: TriageResult, replayed: list[FixOut], on: str) -> str:
             f.recommended = f is accepted[0]
         for f in accepted:
             f.verdict = _with_replay_note(f.verdict, f"accepted by replay on {on}")
+            _refute_trips(f)
         return "verified"
     if decided and decided == len(replayed):
         result.no_flag_fix = result.no_flag_fix or (
@@ -106,6 +125,53 @@ def rerank(result: TriageResult, replayed: list[FixOut], on: str) -> str:
             f"SGLang accepts")
         return "rejected"
     return "unverified"
+
+
+#: the engine's mark of a guard flip in a fix's origin (``service.engine.fixes.filters.SKIP_NOTE``)
+SKIPS_THE_CHECK = "(skips the check)"
+
+
+def skips_check(fix: FixOut) -> bool:
+    """Whether ``fix`` flips an early exit that skips the check instead of fixing it."""
+    return fix.origin.endswith(SKIPS_THE_CHECK)
+
+
+def request_cost(fix: FixOut) -> tuple[int, int, int, int]:
+    """How much of the user's command ``fix`` gives up, lower first: (violates an error
+    rule card: never recommended before a fix that does not, as the engine ranks them;
+    gives up a feature flag; the user's flags it removes or changes: its ``-`` edit lines;
+    flags it edits). Among fixes replay accepted, the recommended one is the least costly
+    (then the engine's order): one that keeps every flag the user set, with the fewest
+    edits."""
+    carded = any(v.verdict == "violated" and v.severity == "error" and not v.background
+                 for v in fix.rule_verdicts)
+    removed = sum(1 for line in fix.edits if line.startswith("- "))
+    return (int(carded), 0 if fix.keeps_features else 1, removed,
+            len(fix.set) + len(fix.remove))
+
+
+def keeping_alternatives(result: TriageResult, first: FixOut, limit: int) -> list[FixOut]:
+    """Candidates to replay with ``first`` (the statically recommended fix) when it gives up
+    part of the request: the listed fixes static evaluation did not refute that cost less
+    (:func:`request_cost`), at most ``limit``; empty when ``first`` keeps every flag."""
+    cost = request_cost(first)
+    if cost[1:3] == (0, 0):
+        return []
+    return [f for f in result.fixes if f is not first and f.fixes_check != "false"
+            and request_cost(f) < cost][:limit]
+
+
+def _refute_trips(fix: FixOut) -> None:
+    """A fix replay accepted: the checks static re-checking predicted would fire instead did
+    not (the release's whole validation passed), so they leave ``trips`` and the verdict
+    says so (``replay.refuted_trips`` keeps where they are)."""
+    if not fix.trips:
+        return
+    where = [f"{t.get('function')} ({t.get('path')}:{t.get('line')})" for t in fix.trips]
+    fix.replay = {**(fix.replay or {}), "refuted_trips": where}
+    fix.trips = []
+    fix.verdict = _with_replay_note(fix.verdict, "replay shows that " + ", ".join(where[:2])
+                                    + " does not fire")
 
 
 def _with_replay_note(verdict: str, note: str) -> str:
@@ -141,11 +207,14 @@ def search_fixes(result: TriageResult, settings: KBSettings, *, deadline_s: floa
     assert release is not None  # unavailable_reason checked it
     t0 = time.perf_counter()
     if not wide:  # the recommended fix first; the rest only when replay refuses it
-        first = [next(f for f in result.fixes if f.recommended)]
+        top = next(f for f in result.fixes if f.recommended)
+        # with the fixes that keep more of the request, when it gives some up
+        first = [top, *keeping_alternatives(result, top, max_candidates - 1)]
         _search(result, settings, release, argv, first, deadline_s, use_cache)
-        if (first[0].replay or {}).get("status") != "next_failure":
+        if (top.replay or {}).get("status") != "next_failure":
             _finish(result, first, release, t0, deadline_s)
             return result
+        candidates += [f for f in first if all(f is not c for c in candidates)]
     left = max(0.0, deadline_s - (time.perf_counter() - t0))
     _search(result, settings, release, argv, candidates, left, use_cache)
     _finish(result, candidates, release, t0, deadline_s)
@@ -160,11 +229,16 @@ def _search(result: TriageResult, settings: KBSettings, release: str, argv: list
     ``_error``."""
     hardware, arch = result.parsed.hardware, result.parsed.model_arch
     lines = [f.argv for f in candidates] if hardware else [argv] + [f.argv for f in candidates]
+    # a check past validation: replay goes on into its own code (service.replay.probes)
+    startup = startup_request(result)
+    probe: dict[str, Any] = {"env": probe_env(startup[0]), "model_facts": startup[1]} \
+        if startup else {}
     try:
         results = replay_many(release_root(settings, release), release, lines,
                               hardware=hardware, model_arch=arch,
                               timeout_s=max(60.0, deadline_s), job_timeout_s=JOB_TIMEOUT_S,
-                              settings=settings, use_cache=use_cache, deadline_s=deadline_s)
+                              settings=settings, use_cache=use_cache, deadline_s=deadline_s,
+                              **probe)
     except TriageError as exc:
         result.fix_search = {"_error": f"replay failed: {exc.message}"}
         return
