@@ -123,15 +123,56 @@ def print_report(report: EvalReport, console: Console) -> None:
     console.print(agg)
 
 
+def variant_table(report: EvalReport) -> Table:
+    """Per variant (``original`` first): n, location right, fix right (and on what basis)."""
+    table = _compact("engine by variant (location right · fix right: replay, else static)")
+    for col in ("variant", "n", "loc ok", "n loc", "fix ok", "n fix", "errors"):
+        table.add_column(col, justify="left" if col == "variant" else "right", no_wrap=True)
+    for name, agg in report.by_variant.items():
+        table.add_row(name, str(agg["n"]), _mean(agg.get("location_ok")),
+                      str(agg.get("location_ok_n", 0)), _mean(agg.get("fix_ok")),
+                      str(agg.get("fix_ok_n", 0)), str(agg.get("errors", 0)))
+    return table
+
+
+def reliability_table(report: EvalReport) -> Table:
+    """Answers by stated confidence against location right (originals and variants)."""
+    table = _compact("reliability: stated confidence vs location right")
+    for col in ("confidence", "n", "right", "share"):
+        table.add_column(col, justify="left" if col == "confidence" else "right", no_wrap=True)
+    for row in report.reliability:
+        table.add_row(row["bucket"], str(row["n"]), str(row["correct"]), _mean(row["share"]))
+    return table
+
+
+def print_variants(report: EvalReport, console: Console) -> None:
+    """The by-variant table and the reliability table (when variants were run)."""
+    if not report.by_variant:
+        return
+    console.print()
+    console.print(variant_table(report))
+    console.print()
+    console.print(reliability_table(report))
+
+
 def eval_command(incidents: list[str] | None, against: str | None, out: str, baselines: bool,
                  *, gate: bool = False, settings: Settings | None = None,
-                 console: Console | None = None, replay: bool = False) -> int:
+                 console: Console | None = None, replay: bool = False,
+                 variants: str | None = None) -> int:
     """Run the eval over ``incidents`` (files/folders; the shipped ones when None);
     ``replay`` (in-process only, when the OS sandbox is there) adds the replay-backed fix
-    search and replay's verdict on each recommended fix."""
+    search and replay's verdict on each recommended fix. ``variants`` (``all`` or a comma
+    list of :data:`evals.variants.VARIANTS`) also answers those variants of each generated
+    incident and prints the by-variant and reliability tables."""
+    from evals.variants import parse_variants
     from kb.knowledge import KnowledgeBase
 
     console = console or Console()
+    try:
+        names = parse_variants(variants)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
     try:
         items = load_incidents(incidents or None)
     except IncidentError as exc:
@@ -155,8 +196,10 @@ def eval_command(incidents: list[str] | None, against: str | None, out: str, bas
         target = against
     with console.status(f"evaluating {len(items)} incidents…"):
         report = run_eval(items, target, kb=kb if has_kb else None, baselines=baselines,
-                          replay=settings if replay and against is None else None)
+                          replay=settings if replay and against is None else None,
+                          variants=names)
     print_report(report, console)
+    print_variants(report, console)
     paths = write_reports(report, out)
     console.print("reports: " + ", ".join(str(p) for p in paths.values()))
     failures = check_gate(report)
@@ -176,9 +219,11 @@ def _eval(
     baselines: Annotated[bool, typer.Option(help="Score the grep and naive-RAG baselines too.")] = True,
     gate: Annotated[bool, typer.Option(help="Exit 1 when a metric is below the checked-in thresholds.")] = False,
     replay: Annotated[bool, typer.Option(help="In-process: run the replay-backed fix search and replay each recommended fix (fix passes replay).")] = True,
+    variants: Annotated[str | None, typer.Option(help="Also score realistic variants of each generated incident: all, or a comma list of frameless, prefixed, truncated, fragment, noversion, older_wording.")] = None,
 ) -> None:
     """Run the eval suite over recorded incidents (the shipped ones by default)."""
-    raise typer.Exit(eval_command(incidents, against, out, baselines, gate=gate, replay=replay))
+    raise typer.Exit(eval_command(incidents, against, out, baselines, gate=gate, replay=replay,
+                                  variants=variants))
 
 
 def _export_incidents(
@@ -212,4 +257,5 @@ def register(app: typer.Typer) -> None:
     app.command(name="export-incidents")(_export_incidents)
 
 
-__all__ = ["eval_command", "print_report", "register"]
+__all__ = ["eval_command", "print_report", "print_variants", "register", "reliability_table",
+           "variant_table"]

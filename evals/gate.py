@@ -19,6 +19,13 @@ the threshold to mean the same thing it means overall (:func:`applies`):
 
 Per-release values a threshold does not apply to are still reported
 (:func:`release_advisories`), never hidden.
+
+When the report holds variants (``sglang-triage eval --variants``, :mod:`evals.variants`),
+``thresholds.json``'s ``variants`` section applies too (:func:`variant_breaches`):
+``min`` holds per variant floors of ``location_ok`` and ``fix_ok`` (the aggregate of
+``by_variant``), checked for the variants that were run, and ``high_confidence`` a floor
+of the share of answers stated with confidence >= 0.8 whose location is right (the
+reliability table).
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from evals.runner import NOT_INGESTED, EvalReport
 THRESHOLDS = Path(__file__).resolve().parent / "thresholds.json"
 #: per-release minimum number of scored incidents when thresholds.json names none
 DEFAULT_MIN_N = 10
+#: the stated confidence from which an answer must be right >= the ``high_confidence`` floor
+HIGH_CONFIDENCE = 0.8
 
 
 def load_thresholds(path: str | Path | None = None) -> dict[str, Any]:
@@ -93,7 +102,29 @@ def check_gate(report: EvalReport, thresholds: dict[str, Any] | None = None) -> 
             return applies(metric, bound, _n(agg, metric), min_n, floor=floor)
 
         failures += _breaches(f"{name}[{release}]", agg, th, keep)
-    return failures
+    return failures + variant_breaches(report, th)
+
+
+def variant_breaches(report: EvalReport, thresholds: dict[str, Any] | None = None
+                     ) -> list[str]:
+    """Breaches of the ``variants`` floors (empty when no variants were run)."""
+    th = (thresholds if thresholds is not None else load_thresholds()).get("variants") or {}
+    if not report.by_variant or not th:
+        return []
+    out: list[str] = []
+    for variant, floors in (th.get("min") or {}).items():
+        agg = report.by_variant.get(variant)
+        if agg is None:
+            continue  # not run this time
+        out += _breaches(f"variant[{variant}]", agg, {"min": floors})
+    floor = th.get("high_confidence")
+    high = [r for r in report.reliability if float(r["lo"]) >= HIGH_CONFIDENCE]
+    n = sum(int(r["n"]) for r in high)
+    if floor is not None and n:
+        share = round(sum(int(r["correct"]) for r in high) / n, 4)
+        if share < float(floor):
+            out.append(f"reliability[confidence >= {HIGH_CONFIDENCE}]: {share} < {floor} (n={n})")
+    return out
 
 
 def release_advisories(report: EvalReport, thresholds: dict[str, Any] | None = None
@@ -115,5 +146,5 @@ def release_advisories(report: EvalReport, thresholds: dict[str, Any] | None = N
     return out
 
 
-__all__ = ["DEFAULT_MIN_N", "THRESHOLDS", "applies", "check_gate", "load_thresholds",
-           "release_advisories"]
+__all__ = ["DEFAULT_MIN_N", "HIGH_CONFIDENCE", "THRESHOLDS", "applies", "check_gate",
+           "load_thresholds", "release_advisories", "variant_breaches"]

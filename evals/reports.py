@@ -16,6 +16,7 @@ LABELS = {
     "fix_replay": "fix passes replay", "no_fix": "no fix (share)",
     "keeps_features": "keeps feature flags", "upgrade_said": "upgrade said",
     "not_flag_said": "not-a-flag-problem said",
+    "location_ok": "location right", "fix_ok": "fix right",
 }
 PLOTTED = ("exact_location", "function_match", "rc_recall", "fix_match")
 
@@ -63,7 +64,41 @@ def markdown(report: EvalReport) -> str:
                 missed = ", ".join(LABELS[k] for k, v in s.metrics.items()
                                    if v is False or (isinstance(v, float) and v < 1.0))
                 lines.append(f"| {s.id} | {s.error or s.status} | {s.location or '–'} | {missed} |")
+    lines += variant_markdown(report)
     return "\n".join(lines) + "\n"
+
+
+def variant_markdown(report: EvalReport) -> list[str]:
+    """The by-variant and reliability sections (empty when no variants were run)."""
+    if not report.by_variant:
+        return []
+    lines = ["", "## Engine by variant", "",
+             "Location right: exact, an equivalent, or the same check in a release range "
+             "holding the expected release. Fix right: replay passes the recommended fix "
+             "(static match with an acceptable fix when replay did not decide), or the "
+             "expected upgrade / no-flag answer.", "",
+             "| variant | n | location right | n | fix right | n | errors |",
+             "|---|---|---|---|---|---|---|"]
+    for name, agg in report.by_variant.items():
+        lines.append(f"| {name} | {agg['n']} | {_fmt(agg.get('location_ok'))} | "
+                     f"{agg.get('location_ok_n', 0)} | {_fmt(agg.get('fix_ok'))} | "
+                     f"{agg.get('fix_ok_n', 0)} | {agg.get('errors', 0)} |")
+    lines += ["", "## Reliability (stated confidence vs location right)", "",
+              "| confidence | n | right | share |", "|---|---|---|---|"]
+    for row in report.reliability:
+        lines.append(f"| {row['bucket']} | {row['n']} | {row['correct']} | "
+                     f"{_fmt(row['share'])} |")
+    misses = [s for s in report.variant_incidents if s.error or s.metrics.get("location_ok")
+              is False or s.metrics.get("fix_ok") is False]
+    if misses:
+        lines += ["", "## Variant misses", "",
+                  "| incident | status | release | location | conf | location right | fix right |",
+                  "|---|---|---|---|---|---|---|"]
+        for s in misses:
+            lines.append(f"| {s.id} | {s.error or s.status} | {s.release or '–'} | "
+                         f"{s.location or '–'} | {_fmt(s.confidence)} | "
+                         f"{_fmt(s.metrics.get('location_ok'))} | {_fmt(s.metrics.get('fix_ok'))} |")
+    return lines
 
 
 def plot(report: EvalReport, path: Path) -> Path:
@@ -107,4 +142,4 @@ def write_reports(report: EvalReport, out_dir: str | Path) -> dict[str, Path]:
     return paths
 
 
-__all__ = ["markdown", "plot", "write_reports"]
+__all__ = ["markdown", "plot", "variant_markdown", "write_reports"]

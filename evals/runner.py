@@ -25,7 +25,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
 
 from evals.incidents import Incident
-from evals.scoring import METRICS, Prediction, from_triage, score
+from evals.scoring import METRICS, ROBUST_METRICS, Prediction, from_triage, score, score_robust
 from kb.knowledge import KnowledgeBase
 from kb.store import Store
 from service.engine import parse_log
@@ -48,6 +48,13 @@ class IncidentScore(BaseModel):
     top_fix: str | None = None
     latency_ms: float
     metrics: dict[str, bool | float | None]
+    #: "original", or the variant of :mod:`evals.variants` the incident is
+    variant: str = "original"
+    #: the answer's stated confidence (``TriageResult.confidence``)
+    confidence: float | None = None
+    #: what ``fix_ok`` rests on: ``replay``, ``static`` (the recommended fix is an acceptable
+    #: fix; replay off or undecided) or ``no_flag``
+    fix_basis: str | None = None
 
 
 class SystemReport(BaseModel):
@@ -63,6 +70,13 @@ class EvalReport(BaseModel):
     target: str
     incidents: int
     systems: dict[str, SystemReport]
+    #: with ``variants``: the engine's scores on the variant incidents (:mod:`evals.variants`)
+    variant_incidents: list[IncidentScore] = Field(default_factory=list)
+    #: the aggregate per variant, ``original`` being the generated incidents they derive from
+    by_variant: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)
+    #: answers (originals and variants) bucketed by stated confidence: ``{bucket, lo, hi, n,
+    #: correct, share}`` with ``share`` the fraction whose location is right
+    reliability: list[dict[str, Any]] = Field(default_factory=list)
 
     @property
     def engine(self) -> SystemReport:
@@ -180,7 +194,7 @@ def aggregate(scores: list[IncidentScore]) -> dict[str, float | int | None]:
     """Means of each metric over the incidents where it applies; latency p50/p95."""
     out: dict[str, float | int | None] = {"n": len(scores),
                                           "errors": sum(1 for s in scores if s.error)}
-    for m in METRICS:
+    for m in METRICS + ROBUST_METRICS:
         vals = [float(s.metrics[m]) for s in scores if s.metrics.get(m) is not None]
         out[m] = round(sum(vals) / len(vals), 4) if vals else None
         out[f"{m}_n"] = len(vals)
@@ -211,17 +225,67 @@ def _groups(scores: list[IncidentScore], key: Callable[[IncidentScore], str],
     return {g: aggregate(groups[g]) for g in sorted(groups, key=order)}
 
 
-def _system(name: str, incidents: list[Incident], preds: list[Prediction],
-            store: Store | None) -> SystemReport:
+def _scores(incidents: list[Incident], preds: list[Prediction], store: Store | None
+            ) -> list[IncidentScore]:
+    from evals.variants import variant_name
+
     scores: list[IncidentScore] = []
     for inc, pred in zip(incidents, preds, strict=True):
         where, fix = _describe(pred)
+        metrics = score(inc, pred, store)
+        robust, basis = score_robust(inc, pred, store, metrics)
+        confidence = pred.extra.get("confidence")
         scores.append(IncidentScore(
             id=inc.id, category=inc.category, source=inc.source.split(":", 1)[0],
             expected_release=release_group(inc),
             status=pred.status, error=pred.error, release=pred.release, location=where,
             root_cause=list(pred.root_cause or []), top_fix=fix,
-            latency_ms=round(pred.latency_ms, 2), metrics=score(inc, pred, store)))
+            latency_ms=round(pred.latency_ms, 2), metrics={**metrics, **robust},
+            variant=variant_name(inc.id), fix_basis=basis,
+            confidence=None if confidence is None else float(confidence)))
+    return scores
+
+
+#: confidence buckets of the reliability table: [lo, hi) (the last one holds 1.0)
+BUCKETS: tuple[tuple[float, float], ...] = ((0.0, 0.5), (0.5, 0.8), (0.8, 0.9), (0.9, 1.0))
+
+
+def reliability(scores: Sequence[IncidentScore]) -> list[dict[str, Any]]:
+    """Answers bucketed by stated confidence against whether their location is right
+    (``location_ok``); answers without a confidence or a scored location are left out."""
+    out: list[dict[str, Any]] = []
+    for k, (lo, hi) in enumerate(BUCKETS):
+        last = k == len(BUCKETS) - 1
+        inside = [s for s in scores if s.confidence is not None
+                  and s.metrics.get("location_ok") is not None
+                  and lo <= s.confidence and (s.confidence < hi or (last and s.confidence <= hi))]
+        right = sum(1 for s in inside if s.metrics["location_ok"])
+        out.append({"bucket": f"[{lo:.1f}, {hi:.1f}{']' if last else ')'}", "lo": lo, "hi": hi,
+                    "n": len(inside), "correct": right,
+                    "share": round(right / len(inside), 4) if inside else None})
+    return out
+
+
+def variant_sections(originals: Sequence[IncidentScore], variants: Sequence[IncidentScore]
+                     ) -> tuple[dict[str, dict[str, float | int | None]], list[dict[str, Any]]]:
+    """``by_variant`` (``original``: the incidents variants were derived from, then each
+    variant in :data:`evals.variants.VARIANTS` order) and the reliability table over both."""
+    from evals.variants import SEP, VARIANTS
+
+    bases = {s.id.split(SEP, 1)[0] for s in variants}
+    base = [s for s in originals if s.id in bases]
+    groups: dict[str, list[IncidentScore]] = {"original": base}
+    for s in variants:
+        groups.setdefault(s.variant, []).append(s)
+    order = ["original", *VARIANTS]
+    by = {g: aggregate(groups[g]) for g in sorted(groups, key=lambda g: (
+        order.index(g) if g in order else len(order), g))}
+    return by, reliability([*base, *variants])
+
+
+def _system(name: str, incidents: list[Incident], preds: list[Prediction],
+            store: Store | None) -> SystemReport:
+    scores = _scores(incidents, preds, store)
     return SystemReport(name=name, incidents=scores, aggregate=aggregate(scores),
                         by_category=_groups(scores, lambda s: s.category),
                         by_release=_groups(scores, lambda s: s.expected_release, release_order))
@@ -257,13 +321,17 @@ def run_eval(incidents: list[Incident], engine_or_url: Any, *, kb: KnowledgeBase
              baselines: bool = False, timeout: float = 120.0,
              headers: dict[str, str] | None = None,
              progress: Callable[[str, int, int], None] | None = None,
-             replay: Any = None) -> EvalReport:  # noqa: ANN401
+             replay: Any = None, variants: Sequence[str] = (),  # noqa: ANN401
+             variant_seed: int = 0) -> EvalReport:
     """Evaluate ``incidents`` with the engine (an ``Engine`` or a service URL).
 
     ``kb`` is needed for grounding checks and baselines; for an in-process engine
     it defaults to the engine's own KB. ``replay`` (KB settings; in-process only) turns
     on the replay-backed fix search and replay's verdict on each recommended fix
-    (the ``fix_replay`` metric).
+    (the ``fix_replay`` metric). ``variants`` (names of :data:`evals.variants.VARIANTS`)
+    also answers those variants of every generated incident (``older_wording`` needs a
+    local KB) and fills the report's ``variant_incidents``, ``by_variant`` and
+    ``reliability``; the systems' scores stay the originals' own.
     """
     if isinstance(engine_or_url, str):
         call = _http_call(engine_or_url, timeout, headers)
@@ -273,16 +341,23 @@ def run_eval(incidents: list[Incident], engine_or_url: Any, *, kb: KnowledgeBase
         target = "in-process" + (" with replay" if replay is not None else "")
         kb = kb or getattr(engine_or_url, "kb", None)
     store = kb.store if kb is not None else None
+    extra: list[Incident] = []
+    if variants:
+        from evals.variants import build_variants
+
+        extra = build_variants(incidents, variants, store=store, seed=variant_seed)
+    asked = [*incidents, *extra]
     preds: dict[str, list[Prediction]] = {"engine": []}
     answers: dict[int, Prediction] = {}
-    order = _order(incidents, replay is not None)
+    order = _order(asked, replay is not None)
     for done, i in enumerate(order, start=1):
         if replay is not None and not isinstance(engine_or_url, str):
-            _prewarm_next(replay, incidents, order, done - 1)
-        answers[i] = _predict_engine(call, incidents[i])
+            _prewarm_next(replay, asked, order, done - 1)
+        answers[i] = _predict_engine(call, asked[i])
         if progress:
-            progress("engine", done, len(incidents))
+            progress("engine", done, len(asked))
     preds["engine"] = [answers[i] for i in range(len(incidents))]
+    variant_preds = [answers[i] for i in range(len(incidents), len(asked))]
     if baselines:
         if kb is None:
             raise ValueError("baselines need a local KB (kb=...)")
@@ -296,9 +371,15 @@ def run_eval(incidents: list[Incident], engine_or_url: Any, *, kb: KnowledgeBase
             if progress:
                 progress("rag", i, len(incidents))
     systems = {name: _system(name, incidents, p, store) for name, p in preds.items()}
-    return EvalReport(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                      target=target, incidents=len(incidents), systems=systems)
+    report = EvalReport(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                        target=target, incidents=len(incidents), systems=systems)
+    if variants:
+        report.variant_incidents = _scores(extra, variant_preds, store)
+        report.by_variant, report.reliability = variant_sections(
+            systems["engine"].incidents, report.variant_incidents)
+    return report
 
 
-__all__ = ["NOT_INGESTED", "SYSTEMS", "EvalReport", "IncidentScore", "SystemReport", "aggregate",
-           "engine_call", "release_group", "release_order", "request_for", "run_eval"]
+__all__ = ["BUCKETS", "NOT_INGESTED", "SYSTEMS", "EvalReport", "IncidentScore", "SystemReport", "aggregate",
+           "engine_call", "release_group", "release_order", "reliability", "request_for", "run_eval",
+           "variant_sections"]

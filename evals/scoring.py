@@ -45,6 +45,23 @@ equivalent release too, and the shipped equivalents' flags are spelled alike in 
                   ≥ 0.5.23") — scored when ``expected.no_flag_fix`` starts with "upgrade"
 ``not_flag_said`` the answer says "not a launch-flag problem" (``not_flag_problem``) —
                   scored when ``expected.no_flag_fix`` starts with "not a"
+
+Two summary metrics (:data:`ROBUST_METRICS`) say per answer whether it is right, for the
+variants of issue #28 (:mod:`evals.variants`) and the reliability table:
+
+``location_ok``   the exact location (primary or an equivalent), or — for an answer whose
+                  release *range* (``release.range.releases``, a log without deciding
+                  frames) holds the expected release — the same check in the release it
+                  answered from: same exception type and message template (whitespace,
+                  wrapping and the argument object's root aside; a bare assert or a short
+                  message: same function and condition too), however its guards changed;
+                  without expected lines, the function match (scored when a location is
+                  expected)
+``fix_ok``        with a flag fix expected: replay's verdict on the recommended fix when
+                  replay decided (``fix_basis`` ``replay``), else the recommended fix equals
+                  an acceptable fix (``static``); with ``expected.no_flag_fix``: upgrade said,
+                  not-a-flag-problem said, or (another reason) no verified fix proposed by an
+                  answer whose location is right
 """
 
 from __future__ import annotations
@@ -64,6 +81,9 @@ METRICS: tuple[str, ...] = ("release_at_1", "exact_location", "function_match", 
                             "rc_recall", "fix_valid", "fix_match", "no_fix_declined", "grounded",
                             "fix_replay", "no_fix", "keeps_features", "upgrade_said",
                             "not_flag_said")
+
+#: per-answer correctness for variants and the reliability table (see the module docstring)
+ROBUST_METRICS: tuple[str, ...] = ("location_ok", "fix_ok")
 
 _UPGRADE_TO = re.compile(r"≥\s*v?([0-9][0-9A-Za-z.+-]*[0-9A-Za-z])")
 _CITE = re.compile(r"^(?P<rel>[^:]+):(?P<path>[^:]+):(?P<start>\d+)(?:-(?P<end>\d+))?$")
@@ -102,6 +122,7 @@ def from_triage(result: dict[str, Any], latency_ms: float = 0.0) -> Prediction:
               "recommended": bool(f.get("recommended")),
               "keeps_features": f.get("keeps_features")}
              for f in result.get("fixes") or []]
+    rel = result.get("release") or {}
     return Prediction(
         status=result.get("status", "unlocated"),
         release=(result.get("release") or {}).get("release"),
@@ -109,7 +130,9 @@ def from_triage(result: dict[str, Any], latency_ms: float = 0.0) -> Prediction:
         if loc else None,
         root_cause=engine_root_cause(result), fixes=fixes, citations=citations,
         latency_ms=latency_ms,
-        extra={**({"replay": result["eval_replay"]} if result.get("eval_replay") else {}),
+        extra={"confidence": result.get("confidence"),
+               "range": list((rel.get("range") or {}).get("releases") or []),
+               **({"replay": result["eval_replay"]} if result.get("eval_replay") else {}),
                **({"upgrade": result["upgrade_fix"]} if result.get("upgrade_fix") else {}),
                **({"not_flag": result["not_flag_problem"]}
                   if result.get("not_flag_problem") else {})})
@@ -286,5 +309,68 @@ def _score_intent(exp: Any, pred: Prediction, out: dict[str, Any]) -> None:  # n
         out["keeps_features"] = bool(recommended["keeps_features"])
 
 
-__all__ = ["METRICS", "Prediction", "engine_root_cause", "fix_matches", "from_triage",
-           "grounded", "right_answers", "score"]
+def _check_at(store: Store, release: str | None, loc: Any) -> dict[str, Any] | None:  # noqa: ANN401
+    """The KB's check of ``release`` at ``loc`` (a dict or an object with path, function,
+    start_line)."""
+    if store is None or release is None or loc is None:
+        return None
+    get = loc.get if isinstance(loc, dict) else lambda k: getattr(loc, k, None)
+    if get("start_line") is None:
+        return None
+    rows = store.checks(release, path=get("path"))
+    return next((c for c in rows if c["start_line"] == get("start_line")), None)
+
+
+def same_check(store: Store | None, release_a: str | None, loc_a: Any,  # noqa: ANN401
+               release_b: str | None, loc_b: Any) -> bool:  # noqa: ANN401
+    """Is the check at ``loc_a`` of ``release_a`` the one at ``loc_b`` of ``release_b``:
+    the same exception and message template (:func:`evals.variants.same_message_check`)?"""
+    from evals.variants import same_message_check
+
+    a = _check_at(store, release_a, loc_a)  # type: ignore[arg-type]
+    b = _check_at(store, release_b, loc_b)  # type: ignore[arg-type]
+    return a is not None and b is not None and same_message_check(a, b)
+
+
+def score_robust(incident: Incident, pred: Prediction, store: Store | None,
+                 metrics: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """``location_ok`` and ``fix_ok`` (module docstring) from the other ``metrics`` of the
+    answer, and the basis of ``fix_ok`` (``replay``, ``static``, ``no_flag``)."""
+    exp = incident.expected
+    out: dict[str, Any] = dict.fromkeys(ROBUST_METRICS)
+    if exp.location is not None:
+        if metrics.get("exact_location") is not None:
+            ok = bool(metrics["exact_location"])
+            rng = pred.extra.get("range") or []
+            if not ok and exp.release in rng and pred.release in rng and pred.location:
+                ok = same_check(store, pred.release, pred.location, exp.release, exp.location)
+            out["location_ok"] = ok
+        else:
+            out["location_ok"] = bool(metrics.get("function_match"))
+    basis: str | None = None
+    if pred.fixes is None or not pred.verified_fixes:
+        return out, basis
+    if exp.no_flag_fix is None:
+        verdict = (pred.extra.get("replay") or {}).get("fix_replay")
+        if verdict is not None:
+            out["fix_ok"], basis = verdict == "passed", "replay"
+        elif exp.acceptable_fixes:
+            top = next((f for f in pred.fixes if f.get("recommended")), None)
+            catalog = catalog_for(store, exp.release or pred.release)
+            out["fix_ok"] = top is not None and any(
+                fix_matches(top, a, incident.command_argv(), catalog)
+                for a in exp.acceptable_fixes)
+            basis = "static"
+        return out, basis
+    basis = "no_flag"
+    if exp.no_flag_fix.startswith("upgrade"):
+        out["fix_ok"] = bool(metrics.get("upgrade_said"))
+    elif exp.no_flag_fix.startswith("not a"):
+        out["fix_ok"] = bool(metrics.get("not_flag_said"))
+    else:  # declining is right only for an answer that found the check (not an unlocated one)
+        out["fix_ok"] = bool(metrics.get("no_fix_declined")) and out["location_ok"] is not False
+    return out, basis
+
+
+__all__ = ["METRICS", "ROBUST_METRICS", "Prediction", "engine_root_cause", "fix_matches",
+           "from_triage", "grounded", "right_answers", "same_check", "score", "score_robust"]
