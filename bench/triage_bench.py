@@ -7,6 +7,10 @@ for each, on the deterministic path (no LLM, no replay):
    within the latency target) or a bounded number of passes/seconds is spent
    (with several workers a body must have been seen by each of them);
 2. **latency**: requests one at a time (a single client), p50/p95/p99;
+   then **unseen**: the same, each request a log the service has never seen (a
+   new command line, :func:`unseen_bodies`, and rotated hardware facts), so no
+   answer or facts-keyed cache can serve it: the deterministic path's cost on
+   a first sight (1-worker run only);
 3. **throughput**: a pool of concurrent clients (each with a kept-alive
    connection, renewed every :data:`RENEW_EVERY` requests so that the workers
    share the load; a minimal asyncio HTTP/1.1 client with requests encoded in
@@ -53,6 +57,34 @@ if str(ROOT) not in sys.path:  # run as a script (bench/ is not installed)
 from bench.common import percentile, test_kb_dir  # noqa: E402
 
 TARGETS = {"p50_ms": 30.0, "p99_ms": 150.0, "rps": 100.0, "rss_mb": 1024.0}
+
+#: hardware facts the unseen phase rotates through (profile names of kb/hardware.py)
+UNSEEN_HARDWARE = ["h100-x8", "h200-x8", "b200-x8", "a100-x8", "h20-x8", "rtx-pro-6000-x8",
+                   "l40s-x4", "mi300x-x8"]
+
+
+def unseen_bodies(bodies: list[dict], n: int) -> list[dict]:
+    """``n`` request bodies, none equal to any other or to ``bodies``: body ``i`` is
+    ``bodies[i % len]`` with its command line extended by flags that validation accepts
+    everywhere but that make the command new (``--served-model-name bench-<i>``,
+    ``--random-seed <i>``) and, when the body declares hardware, the next profile of
+    :data:`UNSEEN_HARDWARE` (only profiles this KB knows). The command is sent as the
+    request's ``command`` field (it then overrides a command found in the log)."""
+    from evals.incidents import load_incidents
+    from kb.hardware import PROFILES
+
+    hardware = [h for h in UNSEEN_HARDWARE if h in PROFILES]
+    commands = {inc.crash_log: inc.command for inc in load_incidents()}
+    out: list[dict] = []
+    for i in range(n):
+        body = dict(bodies[i % len(bodies)])
+        base = body.get("command") or commands.get(body["log"]) or ""
+        base = base if isinstance(base, str) else " ".join(base)
+        body["command"] = f"{base} --served-model-name bench-{i} --random-seed {i}".strip()
+        if body.get("hardware") and hardware:
+            body["hardware"] = hardware[i % len(hardware)]
+        out.append(body)
+    return out
 
 
 def _port() -> int:
@@ -329,10 +361,14 @@ def run_workers(workers: int, bodies: list[dict], kb_dir: Path, args: argparse.N
         t0 = time.perf_counter()
         out["warmup"] = _warm(url, bodies, workers, args.warm_passes, args.warm_seconds)
         out["warmup_s"] = round(time.perf_counter() - t0, 1)
-        for phase, n, conc in (("latency", args.latency_requests, 1),
-                               ("throughput", args.requests, args.concurrency)):
+        phases = [("latency", bodies, args.latency_requests, 1)]
+        if workers == 1 and args.unseen_requests:
+            phases.append(("unseen", unseen_bodies(bodies, args.unseen_requests),
+                           args.unseen_requests, 1))
+        phases.append(("throughput", bodies, args.requests, args.concurrency))
+        for phase, sent, n, conc in phases:
             c0 = cpu_s(proc.pid)
-            out[phase] = asyncio.run(_load(url, bodies, n, conc, args.max_seconds))
+            out[phase] = asyncio.run(_load(url, sent, n, conc, args.max_seconds))
             # the service's own CPU per request: a capacity measure that other load on the
             # machine (and the load generator) does not distort
             used = cpu_s(proc.pid) - c0
@@ -347,6 +383,13 @@ def run_workers(workers: int, bodies: list[dict], kb_dir: Path, args: argparse.N
             "errors": lat["errors"] == 0 and thr["errors"] == 0,
             "rss_mb": out["rss"]["peak_rss_mb"] <= TARGETS["rss_mb"],
         }
+        if "unseen" in out:  # a log never seen before: the same latency targets
+            new = out["unseen"]
+            out["met"]["unseen_p50_ms"] = new["p50_ms"] is not None \
+                and new["p50_ms"] <= TARGETS["p50_ms"]
+            out["met"]["unseen_p99_ms"] = new["p99_ms"] is not None \
+                and new["p99_ms"] <= TARGETS["p99_ms"]
+            out["met"]["errors"] = out["met"]["errors"] and new["errors"] == 0
         return out
     finally:
         try:
@@ -357,7 +400,7 @@ def run_workers(workers: int, bodies: list[dict], kb_dir: Path, args: argparse.N
             proc.wait(timeout=30)
         log.close()
         if any(p.get("errors") for p in [*out.get("warmup", []), out.get("latency", {}),
-                                         out.get("throughput", {})]):
+                                         out.get("unseen", {}), out.get("throughput", {})]):
             out["server_errors"] = _error_lines(log_path)
 
 
@@ -401,6 +444,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=600, help="throughput phase, per run")
     ap.add_argument("--latency-requests", type=int, default=300, help="latency phase, per run")
+    ap.add_argument("--unseen-requests", type=int, default=300,
+                    help="requests of never-seen logs, one client (1-worker run; 0: skip)")
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-seconds", type=float, default=60, help="per phase")
     ap.add_argument("--warm-passes", type=int, default=6)
