@@ -14,8 +14,10 @@ and says what it was and which rank, pid, worker or compose service it names:
   and ``(SGLangWorker pid=1234, ip=...) ``, and a bare Slurm/torchrun ``0: `` (only
   when the caller says ranks prefix the stream consistently: ``rank=True``);
 * ``launcher``: launcher columns ``INFO [worker_0] 0: ``, ``[worker_0] 0: ``,
-  ``ERROR 3: `` (such lines also carry a right-aligned ``file.py:NNN`` column,
-  found by :func:`source_column`);
+  ``ERROR 3: ``, and Rich's ``RichHandler`` time and level columns
+  ``[12/03/26 10:11:12] INFO     `` (the level padded to eight, then one blank, so the
+  message's own indentation stays); such lines also carry a right-aligned
+  ``file.py:NNN`` column, found by :func:`source_column`;
 * ``sglang``: SGLang's own ``[2026-03-23 14:01:38 TP0] `` (only with
   ``sglang_ts=True``: it starts a new log record, which the reader marks);
 * ``compose``: docker compose ``svc-1  | `` when the caller's ``compose`` predicate
@@ -59,6 +61,10 @@ _RAY_RE = re.compile(r"\((?:[A-Za-z_][\w.-]{0,100} )?pid=(\d{1,10})(?:, ip=[\w.:
 _LEVELS = r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)"
 _LAUNCHER_RE = re.compile(
     rf"(?:{_LEVELS} {{1,16}})?\[([^\]\s]{{1,64}})\] {{0,4}}(\d{{1,5}}): ?|{_LEVELS} {{1,16}}(\d{{1,5}}): ?"
+)
+_RICH_RE = re.compile(
+    r"\[\d{1,2}/\d{1,2}/\d{2,4} \d{1,2}:\d{2}:\d{2}(?: [AP]M)?\] "
+    r"(?:INFO {5}|DEBUG {4}|ERROR {4}|WARNING {2}|WARN {5}|CRITICAL )"
 )
 _RANK_RE = re.compile(r"(\d{1,5}): ?")
 _COMPOSE_RE = re.compile(r"([A-Za-z0-9][\w.-]{0,63}) {0,40}\|(?: |$)")
@@ -112,6 +118,8 @@ def line_prefix(line: str, *, rank: bool = False, sglang_ts: bool = False,
             return LinePrefix("rank", m.end(), f"rank:{int(m[1])}")
         if (m := _LAUNCHER_RE.match(line, 0, SCAN)) is not None:
             return _launcher(m)
+        if (m := _RICH_RE.match(line, 0, SCAN)) is not None:
+            return LinePrefix("launcher", m.end())
         if sglang_ts and (m := _SGLANG_TS_RE.match(line, 0, SCAN)) is not None:
             return LinePrefix("sglang", m.end())
     elif c == "(":

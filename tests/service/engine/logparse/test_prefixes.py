@@ -17,6 +17,9 @@ from service.engine.logparse.prefixes import bare_rank, line_prefix, source_colu
     ("(SGLangWorker pid=42, ip=10.0.0.1) x", "rank", "pid:42", "x"),
     ("INFO [worker_0] 2: x", "launcher", "worker_0:2", "x"),
     ("ERROR 3: x", "launcher", "rank:3", "x"),
+    ("[12/03/26 10:11:12] INFO       File \"a.py\", line 1", "launcher", None,
+     '  File "a.py", line 1'),
+    ("[12/03/26 10:11:12] WARNING  boom", "launcher", None, "boom"),
 ])
 def test_each_prefix_kind_is_read_with_its_source(line: str, kind: str, source: str | None,
                                                    rest: str) -> None:
@@ -46,3 +49,17 @@ def test_the_launcher_column_and_ansi() -> None:
     assert line[:source_column(line)] == "ValueError: bad value"  # type: ignore[misc]
     assert source_column("a b.py:1") is None  # one blank: part of the text
     assert strip_ansi("\x1b[31mred\x1b[0m") == "red"
+
+
+def test_a_rich_handler_log_reads_as_the_plain_log() -> None:
+    from service.engine import parse_log
+
+    plain = ["Traceback (most recent call last):",
+             '  File "/x/sglang/srt/server_args.py", line 12, in __post_init__',
+             "    assert self.tp_size > 0",
+             "AssertionError: tp must be positive"]
+    rich = "\n".join(f"[12/03/26 10:11:{12 + k:02d}] ERROR    {line:<100}  launcher.py:123"
+                     for k, line in enumerate(plain))
+    got = parse_log(rich)
+    assert got.primary is not None and got.primary.message == "tp must be positive"
+    assert [(f.path, f.line) for f in got.primary.frames] == [("/x/sglang/srt/server_args.py", 12)]
