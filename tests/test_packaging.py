@@ -25,8 +25,8 @@ PACKAGES = ("kb", "ingest", "service", "evals")
 STUBS = ROOT / "service" / "replay" / "stubs"
 REPLAYED = {"sglang"} | {p.stem for d in STUBS.iterdir() if d.is_dir() for p in d.iterdir()}
 #: replay's child scripts, run as scripts in the sandbox: child_serve.py imports child.py by name,
-#: child.py imports child_guard.py and child_values.py
-REPLAYED |= {"child", "child_guard", "child_values"}
+#: child.py imports child_guard.py, child_probes.py and child_values.py
+REPLAYED |= {"child", "child_guard", "child_probes", "child_values"}
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 #: Never imported by the base install's API path (each needs an extra).
 HEAVY = ("torch", "sentence_transformers", "transformers", "tree_sitter", "tree_sitter_python",
@@ -34,7 +34,6 @@ HEAVY = ("torch", "sentence_transformers", "transformers", "tree_sitter", "tree_
          "langchain_text_splitters", "psycopg", "ingest")
 #: Declared but not imported by our code, and why.
 NOT_IMPORTED = {
-    "torch": "installed first, pinned (sentence-transformers and replay's SGLang import it)",
     "psycopg": "SQLAlchemy's PostgreSQL driver (TRIAGE_DATABASE_URL=postgresql://...)",
 }
 #: Packages whose API broke before: an upper bound below the next major (minor for 0.x).
