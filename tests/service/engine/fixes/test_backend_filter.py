@@ -9,13 +9,11 @@ import pytest
 
 from evals.incidents import load_incidents
 from kb.catalogs import load_catalog
-from service.engine.evaluate.path_condition import base_attrs, evaluate_path
 from service.engine.fixes.filters import backend_refusals, screened
 from service.engine.fixes.propose import candidate_edits, edited_attrs, propose
-from service.engine.flags.parse import parse_argv
-from service.engine.logparse.parse import parse_log
 from service.engine.rules.checker import cards_for, evaluate_cards
 from service.engine.triage import Engine
+from tests.service.engine.fixes.incident_cases import evaluated
 
 RELEASE = "0.5.23"
 
@@ -35,15 +33,10 @@ def cases(kb):  # noqa: ANN001, ANN201
         if inc.release != RELEASE or not inc.id.startswith("gen-") or not inc.command \
                 or loc is None or loc.start_line is None:
             continue
-        check = next((c for c in store.checks(RELEASE, path=loc.path)
-                      if c["start_line"] == loc.start_line), None)
-        if check is None:
+        found = evaluated(engine, RELEASE, catalog, inc)
+        if found is None:
             continue
-        parsed = parse_argv(inc.command_argv(), catalog)
-        attrs = base_attrs(catalog, parsed)
-        facts, _, _ = engine.facts_for(parse_log(inc.crash_log), inc.hardware, inc.model,
-                                       inc.model_arch)
-        ev = evaluate_path(store, RELEASE, check, attrs, facts)
+        check, parsed, attrs, facts, ev = found
         raw = candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, facts)
         if not any(a.endswith("_backend") for e in raw for a in e.set):
             continue

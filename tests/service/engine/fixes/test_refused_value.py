@@ -10,15 +10,14 @@ import pytest
 
 from evals.incidents import load_incidents
 from kb.catalogs import load_catalog
-from service.engine.evaluate.path_condition import PathEvaluation, base_attrs, evaluate_path
+from service.engine.evaluate.path_condition import PathEvaluation
 from service.engine.evaluate.pieces import PiecePart
 from service.engine.expr.interpreter import UNKNOWN, Env, Provenance, Value, evaluate
 from service.engine.fixes.filters import refused_values, screened, sets_refused
 from service.engine.fixes.model import Edit
 from service.engine.fixes.propose import candidate_edits, edited_attrs, propose
-from service.engine.flags.parse import parse_argv
-from service.engine.logparse.parse import parse_log
 from service.engine.triage import Engine
+from tests.service.engine.fixes.incident_cases import evaluated
 
 
 def _ev(condition: str, attrs: dict[str, object], facts: dict[str, object],
@@ -88,16 +87,10 @@ def test_no_candidate_of_a_generated_case_sets_a_refused_value(kb, release: str)
     catalog = load_catalog(store, release)
     cases = dropped = 0
     for inc in _generated(kb, release)[:25]:
-        loc = inc.expected.location
-        check = next((c for c in store.checks(release, path=loc.path)
-                      if c["start_line"] == loc.start_line), None)
-        if check is None:
+        found = evaluated(engine, release, catalog, inc)
+        if found is None:
             continue
-        parsed = parse_argv(inc.command_argv(), catalog)
-        attrs = base_attrs(catalog, parsed)
-        facts, _, _ = engine.facts_for(parse_log(inc.crash_log), inc.hardware, inc.model,
-                                       inc.model_arch)
-        ev = evaluate_path(store, release, check, attrs, facts)
+        check, parsed, attrs, facts, ev = found
         refused = refused_values(ev)
         if not refused:
             continue
