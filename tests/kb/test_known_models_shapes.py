@@ -65,6 +65,38 @@ def test_shape_values_are_typed_and_consistent(entry) -> None:
         assert n > 0 and k > 0
 
 
+@pytest.mark.parametrize("entry", _shaped(), ids=lambda m: m.label())
+def test_expert_and_layer_layout_agree(entry) -> None:
+    shape = entry.shape()
+    per_tok = shape.get("num_experts_per_tok")
+    if per_tok is not None and entry.num_experts is not None:
+        assert 0 < per_tok <= entry.num_experts, "a token picks some of the experts"
+    interval, kinds = shape.get("full_attention_interval"), shape.get("layer_types")
+    if interval and kinds and entry.num_hidden_layers:
+        assert kinds.get("full_attention") == entry.num_hidden_layers // interval
+    if shape.get("vision_model_type"):
+        assert shape.get("has_vision") is True
+
+
+@pytest.mark.parametrize("model_id", [
+    "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3.2", "deepseek-ai/DeepSeek-V4-Pro",
+    "moonshotai/Kimi-K2-Instruct", "moonshotai/Kimi-K2.5", "Qwen/Qwen3-235B-A22B",
+    "Qwen/Qwen3-Coder-480B-A35B-Instruct", "Qwen/Qwen3-VL-30B-A3B-Instruct",
+    "Qwen/Qwen3.5-35B-A3B", "MiniMaxAI/MiniMax-M2.5", "zai-org/GLM-5-FP8",
+    "meta-llama/Llama-3.1-405B", "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
+    "mistralai/Mixtral-8x7B-v0.1", "google/gemma-3-4b-it", "openai/gpt-oss-120b",
+])
+def test_popular_checkpoints_have_cited_shapes(model_id: str) -> None:
+    """Issue #27 item 4: the checkpoints users run most carry the fields the checks read."""
+    entry = known_model(model_id)
+    assert entry is not None and entry.matched(model_id).lower() == model_id.lower()
+    shape = entry.shape()
+    assert "hidden_size" in shape
+    assert all(entry.cite(name) for name in shape)
+    if entry.num_experts:
+        assert "moe_intermediate_size" in shape or "num_experts_per_tok" in shape
+
+
 def test_ids_are_unique_across_entries() -> None:
     seen: dict[str, str] = {}
     for m in known_models():
