@@ -88,6 +88,8 @@ def message_facts(store: Store, version: str, check: dict[str, Any], message: st
     traced = params.traced_params(store, version, fn, check["path"])
     local.update(params.flag_params(store, version, fn, check["path"], local))
     out.traces = list(traced.values())
+    for d in params.derived_params(store, version, fn, check["path"]).values():
+        out.traces += [t for t in d.steps if t not in out.traces]
     derived: list[tuple[BoundValue, ast.expr]] = []
     for b in bound:
         try:
@@ -116,8 +118,55 @@ def message_facts(store: Store, version: str, check: dict[str, Any], message: st
             continue
         derived.append((b, expr))
     for b, expr in derived:  # after the flags the message filled in
+        solved = _solve(b, expr, attrs, out.attrs, user_set)
+        if solved is None and _holds_own(expr):
+            # the launch's flags are not known: the printed value is pinned as it stands
+            out.facts[fact_key(b.expr)] = Value(b.value, Provenance("message", b.evidence))
+            out.printed.append(PrintedValue(b, "fact"))
+            continue
+        if solved is not None:
+            out.facts[solved[0]] = solved[1]
         out.printed.append(PrintedValue(b, "derived", note=_compare(b, expr, attrs, out.attrs)))
     return out
+
+
+def _holds_own(expr: ast.expr) -> bool:
+    """Does ``expr`` read a value of the raising object's own (``fused_moe.intermediate_size``
+    of :func:`~service.engine.evaluate.params.formula_for`) besides flags?"""
+    return any(_own(n) for n in ast.walk(expr) if isinstance(n, ast.Attribute))
+
+
+def _solve(b: BoundValue, expr: ast.expr, attrs: dict[str, Value], filled: dict[str, Value],
+           user_set: set[str]) -> tuple[str, Value] | None:
+    """``(fact key, value)`` of the object's own value in a printed derived value: the
+    message printed ``intermediate_size_per_partition = 384`` and SGLang computes it as
+    ``fused_moe.intermediate_size // (tp_size // ep_size // moe_dp_size)``; with the
+    launch's ``--tp 2`` the checkpoint's value is 384 × 2 = 768. Only ``own // flags``,
+    ``own / flags`` and ``own * flags`` are solved, and only when a flag the divisor reads
+    was set by the command or printed (a default alone does not say how the crashed process
+    ran)."""
+    if not (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.FloorDiv | ast.Div | ast.Mult)
+            and _own(expr.left) and isinstance(b.value, int) and not isinstance(b.value, bool)):
+        return None
+    reads = {n.attr for n in ast.walk(expr.right) if isinstance(n, ast.Attribute)}
+    if not reads & (user_set | set(filled)):
+        return None
+    try:
+        k = evaluate(ast.unparse(expr.right), Env({**attrs, **filled})).value
+    except Exception:  # noqa: BLE001 - not computable here: nothing solved
+        return None
+    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+        return None
+    if isinstance(expr.op, ast.Mult):
+        if b.value % k:
+            return None
+        value, how = b.value // k, f"{b.value} / {k}"
+    else:
+        value, how = b.value * k, f"{b.value} × {k}"
+    name = ast.unparse(expr.left)
+    return fact_key(name), Value(value, Provenance("message", (
+        f"{b.evidence}; {name} = {how} = {value} (the printed {b.expr} times the launch's "
+        f"{ast.unparse(expr.right).replace('server_args.', '')})")))
 
 
 def _own(expr: ast.expr) -> bool:

@@ -32,7 +32,7 @@ from service.engine.evaluate.params import snake_case
 from service.engine.expr.interpreter import Value
 from service.engine.fixes.intent import intent_cost, is_feature
 from service.engine.fixes.model import Edit, Verdict
-from service.engine.fixes.propose import recheck_neighbours
+from service.engine.fixes.propose import edited_attrs, recheck_neighbours
 from service.engine.flags.parse import ParsedArgs
 from service.engine.locate.message_values import BoundValue
 
@@ -140,30 +140,56 @@ def registry_edits(store: Store, version: str, bound: list[BoundValue], catalog:
         # its position in some registration, and not registered itself (the lookup missed)
         at = [{r["keys"][i] for r in rows if len(r["keys"]) > i} for i in range(width)]
         registered = {tuple(r["keys"]) for r in rows}
-        missing = next((p for p in itertools.permutations(names, width)
-                        if all(p[i] in at[i] for i in range(width)) and p not in registered),
-                       None)
-        if missing is None:
-            continue
-        for r in rows:
-            keys = tuple(r["keys"])
-            if len(keys) != len(missing):
-                continue
-            diff = [i for i in range(len(keys)) if keys[i] != missing[i]]
-            if len(diff) != 1:
-                continue
-            old, new = missing[diff[0]], keys[diff[0]]
-            attr = _flag_for(catalog, old, new, attrs, hints_of.get(old, ()))
-            if attr is None:
-                continue
-            keep = tuple((a, k) for i, k in enumerate(keys) if i != diff[0]
-                         for a in [_flag_for(catalog, k, k, attrs, hints_of.get(k, ()))]
-                         if a is not None and (a not in attrs or attrs[a].value != k))
-            edit = RegistryEdit(attr, new, old, registry, keys,
-                                f"{version}:{r['path']}:{r['line']}", keep)
-            if all((e.attr, e.value) != (attr, new) for e in out):
-                out.append(edit)
+        unregistered = {n for n in names if not any(n in r["keys"] for r in rows)}
+        for missing in _missing_keys(names, at, registered, unregistered):
+            made = _alternatives(catalog, attrs, hints_of, rows, missing, registry, version)
+            out += [e for e in made if all((o.attr, o.value) != (e.attr, e.value) for o in out)]
+            if made:
+                break
     return out[:MAX_EDITS]
+
+
+def _missing_keys(names: list[str], at: list[set[str]], registered: set[tuple[str, ...]],
+                  unregistered: set[str]) -> list[tuple[str, ...]]:
+    """The keys the crash may have looked up, most certain first: the printed names, one
+    per position, each found at its position in some registration; else (a name the
+    registry holds nowhere, like ``mooncake`` where no runner registers a fused function
+    for it) in one position and the others found. Never a registered key (the lookup
+    missed)."""
+    width = len(at)
+    strict = [p for p in itertools.permutations(names, width)
+              if all(p[i] in at[i] for i in range(width)) and p not in registered]
+    if strict:
+        return strict[:1]
+    return [p for p in itertools.permutations(names, width)
+            if width > 1 and sum(p[i] in unregistered for i in range(width)) == 1
+            and all(p[i] in at[i] or p[i] in unregistered for i in range(width))][:4]
+
+
+def _alternatives(catalog: Catalog, attrs: dict[str, Value],
+                  hints_of: dict[str, tuple[str, ...]], rows: list[dict[str, Any]],
+                  missing: tuple[str, ...], registry: str, version: str) -> list[RegistryEdit]:
+    """The registrations of ``rows`` that differ from ``missing`` in one name, as edits."""
+    out: list[RegistryEdit] = []
+    for r in rows:
+        keys = tuple(r["keys"])
+        if len(keys) != len(missing):
+            continue
+        diff = [i for i in range(len(keys)) if keys[i] != missing[i]]
+        if len(diff) != 1:
+            continue
+        old, new = missing[diff[0]], keys[diff[0]]
+        attr = _flag_for(catalog, old, new, attrs, hints_of.get(old, ()))
+        if attr is None:
+            continue
+        keep = tuple((a, k) for i, k in enumerate(keys) if i != diff[0]
+                     for a in [_flag_for(catalog, k, k, attrs, hints_of.get(k, ()))]
+                     if a is not None and (a not in attrs or attrs[a].value != k))
+        edit = RegistryEdit(attr, new, old, registry, keys,
+                            f"{version}:{r['path']}:{r['line']}", keep)
+        if all((e.attr, e.value) != (attr, new) for e in out):
+            out.append(edit)
+    return out
 
 
 def registry_verdicts(store: Store, version: str, check: dict[str, Any], bound: list[BoundValue],
@@ -192,6 +218,44 @@ def registry_verdicts(store: Store, version: str, check: dict[str, Any], bound: 
     # message came without its command
     off = {id(v): e.attr in by_attr and is_feature(by_attr[e.attr], e.old)
            and not is_feature(by_attr[e.attr], e.value) for v, e in zip(verdicts, edits, strict=True)}
-    verdicts.sort(key=lambda v: (not v.ok, costs[id(v)].features, costs[id(v)].overridden,
-                                 off[id(v)], len(v.trips)))
+    # The release's rule cards on each edit: one that violates a card ranks after the
+    # others. Of the alternatives for the same printed name (every other a2a backend for
+    # ``mooncake``) the one no card doubts comes first, whatever feature it switches to;
+    # across names, what keeps more of the launch first. Without the command there is
+    # nothing else to go by: the cards' doubts decide first.
+    doubts = _card_doubts(store, version, verdicts, catalog, parsed, attrs, facts, facts_sig)
+    bare = not parsed.values
+    name_of = {id(v): e.attr for v, e in zip(verdicts, edits, strict=True)}
+    group = {id(v): min((costs[id(w)].features for w in verdicts
+                         if name_of[id(w)] == name_of[id(v)] and not doubts[id(w)][0]),
+                        default=costs[id(v)].features) for v in verdicts}
+    verdicts.sort(key=lambda v: (not v.ok, doubts[id(v)][0], bare and doubts[id(v)][1],
+                                 group[id(v)], doubts[id(v)][1], costs[id(v)].features,
+                                 costs[id(v)].overridden, off[id(v)], len(v.trips)))
     return verdicts, citations
+
+
+def _card_doubts(store: Store, version: str, verdicts: list[Verdict], catalog: Catalog,
+                 parsed: ParsedArgs, attrs: dict[str, Value], facts: dict[str, Value],
+                 facts_sig: str | None) -> dict[int, tuple[int, int]]:
+    """Per verdict, ``(violated, undecided)``: the error rule cards of the release reading a
+    flag the edit sets that its command violates, or cannot decide, and the launch as read
+    did not. A registered alternative whose own validation may refuse it (``--moe-a2a-backend
+    flashinfer`` needs attention DP equal to TP; a card that cannot tell on a command
+    posted without its flags) ranks after one the release's cards accept."""
+    from service.engine.rules.checker import cards_for, evaluate_cards
+
+    out = {id(v): (0, 0) for v in verdicts}
+    touched = {a for v in verdicts for a in v.edit.set}
+    cards = [c for c in cards_for(store, version) if c.severity == "error" and c.reads & touched]
+    if not cards:
+        return out
+    before = {r.card.id: r.verdict for r in evaluate_cards(
+        store, version, attrs, facts, parsed, cards=cards, facts_sig=facts_sig)}
+    for v in verdicts:
+        mine = [c for c in cards if c.reads & set(v.edit.set)]
+        after = evaluate_cards(store, version, edited_attrs(attrs, v.edit, catalog), facts,
+                               parsed, cards=mine, facts_sig=facts_sig)
+        new = [r.verdict for r in after if r.verdict != before.get(r.card.id)]
+        out[id(v)] = (new.count("violated"), new.count("unknown"))
+    return out
