@@ -16,7 +16,9 @@ edit (the values the message printed for what the edit replaces are not pinned t
 edit under which the check still fires is dropped; one the evaluation cannot decide is
 taken to fix it on the message's word (the recipe, or the list it printed), which the fix
 says; then the release's neighbouring checks are re-checked, and the rule cards judge the
-fixed command later in the triage. Clean candidates come first (before the proposer's);
+fixed command later in the triage. Without the user's command the edits are proposed and
+judged on the flags the raised check implies (:func:`~service.engine.fixes.implied.assumed_launch`),
+each saying so. Clean candidates come first (before the proposer's);
 those that trip another check come after the proposer's (``PostValidation.tripped``). A rough size (no bound printed) adds what is not known: the free
 GPU memory at start-up, and which log lines would settle it.
 """
@@ -30,9 +32,12 @@ from kb.catalog_types import Catalog
 from kb.store import Store
 from service.engine.answer import UnknownFact
 from service.engine.cache import facts_signature
-from service.engine.evaluate.message_facts import MessageFacts
+from service.engine.evaluate.message_facts import MessageFacts, held_at_crash
+from service.engine.evaluate.path_condition import evaluate_path
 from service.engine.expr.interpreter import UNKNOWN, Value
 from service.engine.fixes.backends import backend_edits
+from service.engine.fixes.filters import sibling_trips
+from service.engine.fixes.implied import assumed_launch
 from service.engine.fixes.model import Edit, Verdict
 from service.engine.fixes.propose import fixes_check, recheck_neighbours
 from service.engine.fixes.recipe import read_recipe, recipe_edits
@@ -71,6 +76,8 @@ def _judge(store: Store, version: str, check: dict[str, Any], edit: Edit,
     if v.fixes_check is UNKNOWN:
         edit.notes.append(word)
     v.fixes_check = True
+    if v.evaluation is not None:
+        v.trips.extend(sibling_trips(check, v.evaluation))
     recheck_neighbours(store, version, check, v, attrs, kept, catalog, facts_sig=sig)
     return v
 
@@ -82,6 +89,13 @@ def post_validation_verdicts(store: Store, version: str, check: dict[str, Any],
                              ) -> PostValidation:
     """The candidates of the module, judged, and their citations."""
     out = PostValidation()
+    # no command: the candidates are judged on the flags the raised check implies
+    launch = assumed_launch(store, version, check,
+                            held_at_crash(evaluate_path(store, version, check, attrs, facts,
+                                                        facts_sig=facts_sig), printed),
+                            attrs, parsed, catalog, facts, facts_sig=facts_sig)
+    if launch is not None:
+        attrs, parsed = launch.attrs, launch.parsed
     user_set = set(parsed.values)
     steps = read_recipe(message, catalog) or read_recipe(_literal_message(check), catalog)
     # (edit, replaced values, citation, what it rests on when the evaluation cannot tell)
@@ -108,7 +122,7 @@ def post_validation_verdicts(store: Store, version: str, check: dict[str, Any],
     clean: list[Verdict] = []
     tripped: list[Verdict] = []
     for edit, replaced, cite, word in edits[:MAX_CANDIDATES]:
-        if edit.key() in seen:
+        if edit.key() in seen or _no_op(edit, attrs):
             continue
         seen.add(edit.key())
         v = _judge(store, version, check, edit, attrs, facts, catalog, replaced, word)
@@ -121,6 +135,8 @@ def post_validation_verdicts(store: Store, version: str, check: dict[str, Any],
                                           attrs, facts, facts_sig=facts_sig)
     out.verdicts = clean + [v for v in registered if v.edit.key() not in seen]
     out.tripped = tripped
+    for v in [*out.verdicts, *tripped] if launch is not None else []:
+        v.edit.notes.append(launch.note(catalog))
     out.citations += [c for c in cites if c not in out.citations]
     if rough:
         out.unknowns.append(UnknownFact(
@@ -131,6 +147,14 @@ def post_validation_verdicts(store: Store, version: str, check: dict[str, Any],
                    "\"KV Cache is allocated\", \"Memory pool end\") or `nvidia-smi` on the node "
                    "before the launch"))
     return out
+
+
+def _no_op(edit: Edit, attrs: dict[str, Value]) -> bool:
+    """Whether ``edit`` only sets flags to the values the launch (as known or implied) already
+    has: "Cannot enable both --a and --b" read as "enable --a" asks for what crashed."""
+    return bool(edit.set) and not edit.remove and all(
+        a in attrs and attrs[a].value is not UNKNOWN and type(attrs[a].value) is type(v)
+        and attrs[a].value == v for a, v in edit.set.items())
 
 
 def _literal_message(check: dict[str, Any]) -> str:

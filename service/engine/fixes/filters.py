@@ -18,6 +18,9 @@ Applied to the candidate edits before they are ranked (:mod:`service.engine.fixe
   (:func:`~service.engine.fixes.ranking.rank`), says so (origin and verdict: "skips the
   check ... turns off ..."), and is kept only if replay accepts it: the replay search drops
   one that SGLang refuses.
+* **An earlier sibling check** (:func:`sibling_trips`). A candidate under which a check
+  the path passed before this one (an ``if ...: raise`` of the same function) raises
+  makes the check pass only because the launch fails earlier: it trips that check.
 * **Backends by GPU generation and model architecture** (:func:`backend_refusals`). A
   candidate setting a ``*_backend`` flag to a value that an error rule card of the release
   (derived from its checks, or curated in ``kb/rules``) refuses *on these facts*: a card
@@ -46,7 +49,7 @@ from service.engine.fixes.model import Edit
 from service.engine.flags.parse import ParsedArgs
 
 __all__ = ["SKIP_KINDS", "BackendRefusal", "backend_refusals", "guard_flip", "refused_values",
-           "screened", "sets_refused", "turns_off", "SKIP_NOTE"]
+           "screened", "sets_refused", "sibling_trips", "turns_off", "SKIP_NOTE"]
 
 #: piece kinds that are not the check's own: an earlier ``if ...: return`` the path passes,
 #: and the guard of the call of the check's function (:data:`~.pieces.PIECE_KINDS`)
@@ -173,6 +176,15 @@ def guard_flip(edit: Edit, ev: PathEvaluation) -> PiecePart | None:
     if touched & own:
         return None
     return next((p for p in skip if touched <= _names(p)), None)
+
+
+def sibling_trips(check: dict[str, Any], ev: PathEvaluation) -> list[dict[str, Any]]:
+    """The earlier sibling checks of ``check``'s function (``exit_raise`` pieces) that raise
+    on ``ev`` (a candidate's evaluation of the check): the check is then not reached, so it
+    passes, but the launch fails at the sibling instead. As re-checked neighbours are."""
+    return [{"id": f"{check['id']}@{p.line}", "path": check["path"], "function": check["function"],
+             "line": p.line, "message": "", "condition": p.condition}
+            for p in ev.parts if p.kind == "exit_raise" and p.holds is False]
 
 
 def turns_off(edit: Edit, flip: PiecePart, parsed: ParsedArgs, catalog: Any) -> str:  # noqa: ANN401

@@ -72,7 +72,7 @@ def is_feature(spec: FlagSpec, value: object) -> bool:
     if attr.startswith(_OFF_PREFIXES):
         return False
     if _no_value(spec) or attr.startswith(_ON_PREFIXES):
-        return bool(value) and value is not UNKNOWN
+        return value is not UNKNOWN and bool(value)
     if spec.default_known and value == spec.default:
         return False
     if value is None or (isinstance(value, str) and value.lower() in _OFF_CHOICES):

@@ -48,7 +48,8 @@ from service.engine.evaluate.path_condition import (
 from service.engine.evaluate.symbolic import call_value
 from service.engine.expr.interpreter import UNKNOWN, Env, Provenance, Value
 from service.engine.fixes.companions import companion_sets
-from service.engine.fixes.filters import guard_flip, screened, turns_off
+from service.engine.fixes.filters import guard_flip, screened, sibling_trips, turns_off
+from service.engine.fixes.implied import assumed_launch
 from service.engine.fixes.intent import intent_cost, sane_value
 from service.engine.fixes.model import Edit, Verdict
 from service.engine.fixes.ranking import Cost, diverse, rank
@@ -415,9 +416,21 @@ def propose(store: Store, version: str, check: dict[str, Any], ev: PathEvaluatio
     evaluates false with these inputs gets none: the static picture contradicts the
     crash, and candidates ranked on it would be guesses.
 
+    Without the user's command (:func:`~service.engine.fixes.implied.command_unknown`) and a
+    check that does not fire on the defaults, the candidates are proposed for the flags the
+    raised check implies (:func:`~service.engine.fixes.implied.implied_launch`), and each
+    fix says what it assumed.
+
     ``facts_sig`` (:func:`~service.engine.cache.facts_signature` of ``facts``) keys the memo tables.
     """
     fsig = facts_sig or facts_signature(facts)
+    assumed = ""
+    # no command: propose for the flags the raised check implies (fixes/implied.py)
+    launch = assumed_launch(store, version, check, ev, attrs, parsed, catalog, facts,
+                            facts_sig=fsig)
+    if launch is not None and launch.evaluation is not None:
+        ev, attrs, parsed, assumed = (launch.evaluation, launch.attrs, launch.parsed,
+                                      launch.note(catalog))
     edits = screened(store, version, ev, candidate_edits(store, version, check, ev, parsed,
                                                          catalog, attrs, facts),
                      parsed, attrs, facts, lambda e: edited_attrs(attrs, e, catalog),
@@ -432,12 +445,14 @@ def propose(store: Store, version: str, check: dict[str, Any], ev: PathEvaluatio
         flip = guard_flip(edit, ev) if v.fixes_check is True else None
         if flip is not None:  # skips the check rather than fixing it: ranked after real fixes
             edit.skips = turns_off(edit, flip, parsed, catalog)
+        if v.fixes_check is True and v.evaluation is not None:  # an earlier sibling raises
+            v.trips.extend(sibling_trips(check, v.evaluation))
         if v.fixes_check is True:
             passing.append(v)
         elif v.fixes_check is UNKNOWN:
             undecided.append(v)
     # phase 2 only for the most promising: neighbour re-checks are the costly part
-    ranked = rank(passing, ev, costs)
+    ranked = rank(passing, ev, costs, skips_first=bool(assumed))
     wanted = limit + RECHECK_SPARE
     memo: dict[tuple[Any, ...], object] = {}
     checked: list[Verdict] = []
@@ -453,19 +468,21 @@ def propose(store: Store, version: str, check: dict[str, Any], ev: PathEvaluatio
         checked.append(alternative)
     # drop supersets of a clean fix (dropping A and B when dropping A alone is enough)
     out: list[Verdict] = []
-    for v in rank(checked, ev, costs):
+    for v in rank(checked, ev, costs, skips_first=bool(assumed)):
         if any(o.ok and set(o.edit.remove) < set(v.edit.remove) and not o.edit.set and not v.edit.set
-               for o in out):
+               for o in checked):
             continue
         out.append(v)
     out = diverse(out, costs)[:limit]
     # when every fix listed keeps the request, the best clean one that gives part of it up is
     # listed too (last): the user's call, and the rule cards may refute the others
-    alt = next((v for v in rank(checked, ev, costs) if v.ok and costs[v.edit.key()].features), None)
+    alt = next((v for v in rank(checked, ev, costs, skips_first=bool(assumed)) if v.ok and costs[v.edit.key()].features), None)
     if alt is not None and len(out) == limit and not any(costs[v.edit.key()].features for v in out) \
             and alt not in out:
         out[-1] = alt
     if ev.fired is not False and (ev.fired is UNKNOWN or not any(v.ok for v in out)) \
             and len(out) < limit:
-        out += rank(undecided, ev, costs)[: limit - len(out)]
+        out += rank(undecided, ev, costs, skips_first=bool(assumed))[: limit - len(out)]
+    for v in out if assumed else []:
+        v.edit.notes.append(assumed)
     return out

@@ -59,21 +59,27 @@ Cost = dict[tuple[Any, ...], IntentCost]
 
 
 def rank(verdicts: list[Verdict], ev: PathEvaluation | None = None,
-         costs: Cost | None = None) -> list[Verdict]:
+         costs: Cost | None = None, *, skips_first: bool = False) -> list[Verdict]:
     """Best first: verified clean, then fixing the check but tripping another, then the rest
     (undecided); within each, what keeps more of the user's request (``costs``: the
     :class:`~service.engine.fixes.intent.IntentCost` of each edit by key: fewer features
     given up, a fix before a guard flip, fewer of the user's values overridden), then
     :func:`intent_tier`, fewer
     trips, a smaller edit, removals before additions, SGLang's own agreeing choice
-    (:attr:`Edit.preference`), fewer undecided neighbours."""
+    (:attr:`Edit.preference`), fewer undecided neighbours.
+
+    ``skips_first``: a fix of the check comes before a guard flip whatever features they
+    give up, for flags implied by the check rather than read from the user's command
+    (:mod:`service.engine.fixes.implied`), which say nothing of what the user asked for."""
     zero = IntentCost(0, 0, 0)
 
     def key(v: Verdict) -> tuple[Any, ...]:
         status = 0 if v.ok else (1 if v.fixes_check is True else 2)
         cost = (costs or {}).get(v.edit.key(), zero)
         tier = intent_tier(v.edit, ev) if ev is not None else 0
-        return (status, cost.features, bool(v.edit.skips), cost.overridden, tier, len(v.trips),
+        order = (bool(v.edit.skips), cost.features) if skips_first else \
+            (cost.features, bool(v.edit.skips))
+        return (status, *order, cost.overridden, tier, len(v.trips),
                 v.edit.size(),
                 -len(v.edit.remove), v.edit.preference, v.unknown_neighbours, v.edit.key())
 

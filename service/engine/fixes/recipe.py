@@ -18,7 +18,7 @@ only flags the release's catalog declares, each with
   / "below N" gives a bound instead.
 
 A clause that negates ("--x is not supported", "does not support --x", "cannot be used
-with --x") has no verb before the flag and gives no step. :func:`recipe_edits` turns the
+with --x", "Cannot enable both --x and --y") has no verb before the flag and gives no step. :func:`recipe_edits` turns the
 steps into candidate edits: a value given is set as is, a switch is turned on, ``remove``
 drops a flag the launch set, and a direction on a numeric flag is sized by
 :func:`service.engine.fixes.sizing.sized_value` (the current value from the command, the
@@ -117,11 +117,12 @@ def _verb_before(text: str) -> str | None:
     """The last verb word of ``text`` (the clause before a flag), None when the clause
     negates after it or has none."""
     words = _WORD.findall(text.lower().replace("n't", " not"))
-    for w in reversed(words):
+    for i in range(len(words) - 1, -1, -1):
+        w = words[i]
         if w in _NEGATIONS:
             return None
-        if w in _VERB_OF:
-            return _VERB_OF[w]
+        if w in _VERB_OF:  # a negated verb ("cannot enable both", "do not use") asks nothing
+            return None if _NEGATIONS.intersection(words[max(0, i - 2):i]) else _VERB_OF[w]
     return None
 
 

@@ -1,0 +1,133 @@
+"""Fixes for an exception line posted alone (issue #28, the ``frameless`` variant): no
+command, so the engine proposes for the flags the raised check implies
+(:mod:`service.engine.fixes.implied`). Shipped generated incidents through
+:func:`evals.variants.frameless`, answered in the incident's own release; the expectations
+are the incidents' own (``acceptable_fixes``), never written here."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from evals.incidents import Incident, load_incidents
+from evals.scoring import fix_matches
+from evals.variants import frameless, is_generated
+from kb.catalogs import load_catalog
+from service.engine import Engine
+from service.engine.evaluate.path_condition import PathEvaluation
+from service.engine.evaluate.pieces import PiecePart
+from service.engine.expr.interpreter import UNKNOWN, Atom, Provenance, Result, Value
+from service.engine.fixes.implied import command_unknown, implied_launch
+from service.engine.flags.parse import parse_argv
+
+_FLAG = re.compile(r"--[a-z][a-z0-9-]{1,60}")
+#: incidents answered per release (bounded work: a triage each)
+_PER_RELEASE = 1
+
+
+def _named_and_set(inc: Incident, store: Any) -> bool:  # noqa: ANN401
+    """The class: the exception line names a flag the incident's command set, and a flag
+    fix is expected."""
+    if inc.expected.no_flag_fix or not inc.expected.acceptable_fixes or not inc.expected.release:
+        return False
+    by_flag = load_catalog(store, inc.expected.release).by_flag()
+    named = {by_flag[f].attr for f in _FLAG.findall(inc.crash_log.splitlines()[-1])
+             if f in by_flag}
+    return bool(named & {by_flag[a].attr for a in inc.command_argv() if a in by_flag})
+
+
+@pytest.fixture(scope="module")
+def answered(kb) -> list[tuple[Incident, Incident, Any]]:  # noqa: ANN001
+    """(incident, its frameless variant, the engine's answer) for a sample of the class."""
+    engine = Engine(kb)
+    picked: dict[str, list[Incident]] = {}
+    for inc in load_incidents():
+        if not is_generated(inc) or inc.expected.release is None:
+            continue
+        if len(picked.setdefault(inc.expected.release, [])) >= _PER_RELEASE:
+            continue
+        if frameless(inc) is not None and _named_and_set(inc, kb.store):
+            picked[inc.expected.release].append(inc)
+    out = []
+    for inc in (i for group in picked.values() for i in group):
+        v = frameless(inc)
+        assert v is not None and v.command is None and 'File "' not in v.crash_log
+        result = engine.triage({"log": v.crash_log}, release=inc.expected.release,
+                               hardware=inc.hardware, model=inc.model, model_arch=inc.model_arch)
+        out.append((inc, v, result))
+    return out
+
+
+def test_the_recommended_fix_is_an_acceptable_edit_of_the_named_flags(answered, kb) -> None:  # noqa: ANN001
+    assert len({inc.expected.release for inc, _, _ in answered}) >= 4
+    misses = []
+    for inc, _, result in answered:
+        top = next((f for f in result.fixes if f.recommended), None)
+        catalog = load_catalog(kb.store, inc.expected.release)
+        if top is None or not any(fix_matches(top.model_dump(mode="json"), a, [], catalog)
+                                  for a in inc.expected.acceptable_fixes):
+            misses.append((inc.id, top and (top.set, top.remove)))
+            continue
+        # it edits a flag of the check, not one whose change merely skips it
+        assert "skips the check" not in top.origin, inc.id
+        assert top.fixes_check == "true" and not top.trips, inc.id
+    # the class is answered by the check's own structure; a miss is a pair of flags the
+    # message names symmetrically where the release refuses one of the drops at replay
+    assert len(misses) <= len(answered) // 5, misses
+
+
+def test_a_fix_resting_on_implied_flags_says_so_and_does_not_restate_them(answered) -> None:  # noqa: ANN001
+    said = 0
+    for _, _, result in answered:
+        for fix in result.fixes:
+            if "assumes the launch had" not in fix.verdict:
+                continue
+            said += 1
+            had = fix.verdict.split("assumes the launch had ", 1)[1].split(":", 1)[0]
+            for flag, value in fix.set.items():  # never "set what crashed"
+                assert f"{flag} {value}" not in had and not (value is True and
+                                                             re.search(rf"{flag}(,|$)", had)), \
+                    (fix.set, had)
+    assert said >= len(answered) // 2
+
+
+def _part(cond: str, polarity: bool, atoms: list[tuple[str, object, str]], kind: str = "if",
+          holds: object = False) -> PiecePart:
+    res = Result(UNKNOWN, UNKNOWN, tuple(Atom(t, v, ((n, v, Provenance("default")),))
+                                         for t, v, n in atoms), frozenset(), ())
+    return PiecePart("guard", cond, polarity, 1, res, holds, kind)
+
+
+def test_implied_flags_from_the_path_structure(kb) -> None:  # noqa: ANN001
+    """A conjunction that held fixes each atom; a failed assert's test fixes its flag to a
+    value not known; the default's own truth implies nothing; a disjunction alone, nothing."""
+    release = "0.5.9"
+    catalog = load_catalog(kb.store, release)
+    parsed = parse_argv([], catalog)
+    attrs = {s.attr: Value(s.default, Provenance("default")) for s in catalog.flags
+             if s.default_known}
+    assert command_unknown(parsed, attrs, catalog)
+    assert not command_unknown(parse_argv(["--model-path", "m"], catalog), attrs, catalog)
+    guard = _part("self.enable_dp_lm_head and self.disaggregation_mode == 'decode'", True,
+                  [("self.enable_dp_lm_head", False, "enable_dp_lm_head"),
+                   ("self.disaggregation_mode == 'decode'", False, "disaggregation_mode")])
+    test = _part("self.disaggregation_decode_tp is None", False,
+                 [("self.disaggregation_decode_tp is None", True, "disaggregation_decode_tp")],
+                 kind="test")
+    passed = _part("self.tp_size >= 1", True, [("self.tp_size >= 1", True, "tp_size")],
+                   kind="if", holds=True)
+    ev = PathEvaluation(fired=False, parts=[guard, passed, test], attrs=set())
+    launch = implied_launch(ev, attrs, parsed, catalog)
+    assert launch is not None
+    assert launch.implied["enable_dp_lm_head"] is True
+    assert launch.implied["disaggregation_mode"] == "decode"
+    assert launch.implied["disaggregation_decode_tp"] is UNKNOWN
+    assert set(launch.parsed.values) == set(launch.implied)  # tp_size: the default held
+    assert "--enable-dp-lm-head" in launch.note(catalog)
+    either = _part("self.enable_dp_attention or self.enable_dp_lm_head", True,
+                   [("self.enable_dp_attention", False, "enable_dp_attention"),
+                    ("self.enable_dp_lm_head", False, "enable_dp_lm_head")])
+    alone = PathEvaluation(fired=False, parts=[either], attrs=set())
+    assert implied_launch(alone, attrs, parsed, catalog) is None
