@@ -19,7 +19,13 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from evals.gate import check_gate, release_advisories
+from evals.gate import (
+    FAMILY_THRESHOLDS,
+    THRESHOLDS,
+    check_gate,
+    load_thresholds,
+    release_advisories,
+)
 from evals.incidents import IncidentError, dump_incidents, load_incidents
 from evals.reports import LABELS, write_reports
 from evals.runner import NOT_INGESTED, EvalReport, run_eval
@@ -145,6 +151,21 @@ def reliability_table(report: EvalReport) -> Table:
     return table
 
 
+def family_table(report: EvalReport) -> Table:
+    """Per start-up check family and variant: n, exact location, location right, fix right."""
+    table = _compact("engine by check family (fix right: replay, else static)")
+    for col in ("family", "variant", "n", "exact", "loc ok", "fix ok", "n fix"):
+        table.add_column(col, justify="left" if col in ("family", "variant") else "right",
+                         no_wrap=True)
+    for family, agg in report.engine.by_family.items():
+        rows = report.by_family_variant.get(family) or {"original": agg}
+        for variant, v in rows.items():
+            table.add_row(family, variant, str(v["n"]), _mean(v.get("exact_location")),
+                          _mean(v.get("location_ok")), _mean(v.get("fix_ok")),
+                          str(v.get("fix_ok_n", 0)))
+    return table
+
+
 def print_variants(report: EvalReport, console: Console) -> None:
     """The by-variant table and the reliability table (when variants were run)."""
     if not report.by_variant:
@@ -158,12 +179,14 @@ def print_variants(report: EvalReport, console: Console) -> None:
 def eval_command(incidents: list[str] | None, against: str | None, out: str, baselines: bool,
                  *, gate: bool = False, settings: Settings | None = None,
                  console: Console | None = None, replay: bool = False,
-                 variants: str | None = None) -> int:
+                 variants: str | None = None, thresholds: str | None = None) -> int:
     """Run the eval over ``incidents`` (files/folders; the shipped ones when None);
     ``replay`` (in-process only, when the OS sandbox is there) adds the replay-backed fix
     search and replay's verdict on each recommended fix. ``variants`` (``all`` or a comma
     list of :data:`evals.variants.VARIANTS`) also answers those variants of each generated
-    incident and prints the by-variant and reliability tables."""
+    incident and prints the by-variant and reliability tables. ``thresholds`` is the gate's
+    file: by default ``thresholds_families.json`` when every incident has a start-up check
+    family (:mod:`evals.families`), else ``thresholds.json``."""
     from evals.variants import parse_variants
     from kb.knowledge import KnowledgeBase
 
@@ -200,14 +223,19 @@ def eval_command(incidents: list[str] | None, against: str | None, out: str, bas
                           variants=names)
     print_report(report, console)
     print_variants(report, console)
+    if report.engine.by_family:
+        console.print()
+        console.print(family_table(report))
     paths = write_reports(report, out)
     console.print("reports: " + ", ".join(str(p) for p in paths.values()))
-    failures = check_gate(report)
+    families = bool(items) and all(i.family for i in items)
+    th = load_thresholds(thresholds or (FAMILY_THRESHOLDS if families else THRESHOLDS))
+    failures = check_gate(report, th)
     for line in failures:
         console.print(f"[yellow]gate:[/yellow] {line}")
     if not failures:
         console.print("[green]gate holds[/green] (overall and per release)")
-    for line in release_advisories(report):
+    for line in release_advisories(report, th):
         console.print(f"[dim]advisory: {line}[/dim]")
     return 1 if gate and failures else 0
 
@@ -220,10 +248,11 @@ def _eval(
     gate: Annotated[bool, typer.Option(help="Exit 1 when a metric is below the checked-in thresholds.")] = False,
     replay: Annotated[bool, typer.Option(help="In-process: run the replay-backed fix search and replay each recommended fix (fix passes replay).")] = True,
     variants: Annotated[str | None, typer.Option(help="Also score realistic variants of each generated incident: all, or a comma list of frameless, prefixed, truncated, fragment, noversion, older_wording.")] = None,
+    thresholds: Annotated[str | None, typer.Option(help="The gate's thresholds file (default: evals/thresholds_families.json for family incidents, else evals/thresholds.json).")] = None,
 ) -> None:
     """Run the eval suite over recorded incidents (the shipped ones by default)."""
     raise typer.Exit(eval_command(incidents, against, out, baselines, gate=gate, replay=replay,
-                                  variants=variants))
+                                  variants=variants, thresholds=thresholds))
 
 
 def _export_incidents(

@@ -26,6 +26,12 @@ When the report holds variants (``sglang-triage eval --variants``, :mod:`evals.v
 ``by_variant``), checked for the variants that were run, and ``high_confidence`` a floor
 of the share of answers stated with confidence >= 0.8 whose location is right (the
 reliability table).
+
+Family incidents (:mod:`evals.families`: crashes past argument validation, scored apart
+with ``thresholds_families.json``) are gated per family (:func:`family_breaches`): the
+``families`` section maps ``original`` and each variant to ``{family: {metric: floor}}``,
+checked against the engine's ``by_family`` (originals) and the report's
+``by_family_variant`` (variants that were run).
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ from typing import Any
 from evals.runner import NOT_INGESTED, EvalReport
 
 THRESHOLDS = Path(__file__).resolve().parent / "thresholds.json"
+#: the family incidents' own thresholds (``families`` section only)
+FAMILY_THRESHOLDS = THRESHOLDS.with_name("thresholds_families.json")
 #: per-release minimum number of scored incidents when thresholds.json names none
 DEFAULT_MIN_N = 10
 #: the stated confidence from which an answer must be right >= the ``high_confidence`` floor
@@ -102,7 +110,29 @@ def check_gate(report: EvalReport, thresholds: dict[str, Any] | None = None) -> 
             return applies(metric, bound, _n(agg, metric), min_n, floor=floor)
 
         failures += _breaches(f"{name}[{release}]", agg, th, keep)
-    return failures + variant_breaches(report, th)
+    return failures + variant_breaches(report, th) + family_breaches(report, th)
+
+
+def family_breaches(report: EvalReport, thresholds: dict[str, Any] | None = None
+                    ) -> list[str]:
+    """Breaches of the ``families`` floors (module docstring); a family or variant the
+    report does not hold is not checked, a floor whose metric was not measured is."""
+    th = (thresholds if thresholds is not None else load_thresholds()).get("families") or {}
+    name = (thresholds or {}).get("system", "engine")
+    system = report.systems.get(name)
+    if not th or system is None:
+        return []
+    out: list[str] = []
+    for variant, per_family in th.items():
+        if variant == "note":
+            continue
+        for family, floors in per_family.items():
+            agg = system.by_family.get(family) if variant == "original" else \
+                (report.by_family_variant.get(family) or {}).get(variant)
+            if agg is not None:
+                out += _breaches(f"family[{family}]{'' if variant == 'original' else '~' + variant}",
+                                 agg, {"min": floors})
+    return out
 
 
 def variant_breaches(report: EvalReport, thresholds: dict[str, Any] | None = None
@@ -146,5 +176,6 @@ def release_advisories(report: EvalReport, thresholds: dict[str, Any] | None = N
     return out
 
 
-__all__ = ["DEFAULT_MIN_N", "HIGH_CONFIDENCE", "THRESHOLDS", "applies", "check_gate",
-           "load_thresholds", "release_advisories", "variant_breaches"]
+__all__ = ["DEFAULT_MIN_N", "FAMILY_THRESHOLDS", "HIGH_CONFIDENCE", "THRESHOLDS", "applies",
+           "check_gate", "family_breaches", "load_thresholds", "release_advisories",
+           "variant_breaches"]

@@ -17,6 +17,15 @@ architecture (answered from the replay cache when the search already ran it).
 Without a declared machine, replay of the user's command runs too, so a failure of the fix
 that the command shares (validation needing a GPU on this CPU-only machine) is not counted
 against the fix.
+
+A located check past argument validation that a start-up probe reaches
+(:func:`service.replay.probes.startup_request` on the answer) is judged by that probe: the
+fix is replayed through validation **and** the release's own start-up code for the check,
+with the checkpoint facts the answer knew, so "passed" means that code accepted the fix (a
+probe that cannot reach the check is no verdict). A located check outside the validation
+files that no probe reaches is judged only if replay of the user's command reproduces the
+crash there (a check validation itself calls, such as the model config's); otherwise the
+verdict is None: "replay does not reach this check".
 """
 
 from __future__ import annotations
@@ -24,10 +33,13 @@ from __future__ import annotations
 from typing import Any
 
 from kb.settings import KBSettings
+from kb.store import VALIDATION_PREFIXES
 from service.engine import TriageResult
 from service.replay.background import release_root, summarise, unavailable_reason
 from service.replay.harness import prewarm as _prewarm
 from service.replay.harness import replay_many
+from service.replay.probes import probe_env, startup_request
+from service.replay.results import ReplayResult
 from service.replay.search import search_fixes
 
 __all__ = ["judge", "prewarm", "searched"]
@@ -68,22 +80,37 @@ def judge(result: dict[str, Any], settings: KBSettings) -> dict[str, Any]:
         out["fix_replay"] = "failed"
         out["detail"] = "no fix recommended"
         return out
+    hardware = parsed.get("hardware")
+    startup = _startup(result)
+    # the search ran the same probe (or validation alone, for a validation check)
+    past = _past_validation(result) and startup is None
     done = (top.get("replay") or {}).get("status")
-    if done == "verified":
+    if done == "verified" and not past:
         out["fix_replay"] = "passed"
         out["detail"] = (top.get("replay") or {}).get("detail", "")
         return out
-    hardware = parsed.get("hardware")
     # without hardware, the user's command is replayed too: a stop it shares with the fix
-    # (validation asking this CPU-only machine for its GPU) says nothing about the fix
-    argvs = [top["argv"]] if hardware else [argv, top["argv"]]
+    # (validation asking this CPU-only machine for its GPU) says nothing about the fix;
+    # for a check past validation no probe reaches, it says whether replay gets there
+    argvs = [top["argv"]] if hardware and not past else [argv, top["argv"]]
+    probe = {"env": probe_env(startup[0]), "model_facts": startup[1]} if startup else {}
     results = replay_many(release_root(settings, release), release, argvs, hardware=hardware,
-                          model_arch=parsed.get("model_arch"), settings=settings)
+                          model_arch=parsed.get("model_arch"), settings=settings, **probe)
+    if past and not _raised_at(results[0], result.get("location") or {}):
+        out["detail"] = ("replay does not reach this check (past argument validation, "
+                         f"no start-up probe; the command: {results[0].summary()})")
+        return out
     if hardware:
+        results = results[-1:]
         fix = results[0]
         out["detail"] = fix.summary()
         out["fix_replay"] = {"passed": "passed", "raised": "failed",
                              "argparse_error": "failed"}.get(fix.status)
+        return out
+    if past:  # the crash reproduced: the fix's own replay decides
+        out["detail"] = results[1].summary()
+        out["fix_replay"] = {"passed": "passed", "raised": "failed",
+                             "argparse_error": "failed"}.get(results[1].status)
         return out
     probe = {"location": result.get("location"), "fixes": [{}]}
     summarise(results, probe, release, hardware)
@@ -92,3 +119,28 @@ def judge(result: dict[str, Any], settings: KBSettings) -> dict[str, Any]:
     out["fix_replay"] = {"verified": "passed", "next_failure": "failed"}.get(
         verdict.get("status") or "")
     return out
+
+
+def _startup(result: dict[str, Any]) -> Any:  # noqa: ANN401 - (probe, facts) or None
+    """The start-up probe (and checkpoint facts) for the answer's located check, if any."""
+    try:
+        answer = TriageResult.model_validate(result)
+    except ValueError:
+        return None
+    return startup_request(answer)
+
+
+def _past_validation(result: dict[str, Any]) -> bool:
+    """Whether the answer located a check of SGLang outside the argument-validation files."""
+    path = (result.get("location") or {}).get("path") or ""
+    return result.get("status") == "located" and path.startswith("sglang/") \
+        and not path.startswith(VALIDATION_PREFIXES)
+
+
+def _raised_at(res: ReplayResult, location: dict[str, Any]) -> bool:
+    """Whether replay raised inside the located check's lines."""
+    origin = res.origin
+    start, end = location.get("start_line"), location.get("end_line")
+    if res.status != "raised" or origin is None or origin.line is None or start is None:
+        return False
+    return origin.path == location.get("path") and start <= origin.line <= (end or start)

@@ -55,6 +55,8 @@ class IncidentScore(BaseModel):
     #: what ``fix_ok`` rests on: ``replay``, ``static`` (the recommended fix is an acceptable
     #: fix; replay off or undecided) or ``no_flag``
     fix_basis: str | None = None
+    #: the incident's start-up check family (``Incident.family``; :mod:`evals.families`)
+    family: str | None = None
 
 
 class SystemReport(BaseModel):
@@ -63,6 +65,8 @@ class SystemReport(BaseModel):
     aggregate: dict[str, float | int | None]
     by_category: dict[str, dict[str, float | int | None]]
     by_release: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)
+    #: the aggregate per start-up check family, for the incidents that have one
+    by_family: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)
 
 
 class EvalReport(BaseModel):
@@ -77,6 +81,9 @@ class EvalReport(BaseModel):
     #: answers (originals and variants) bucketed by stated confidence: ``{bucket, lo, hi, n,
     #: correct, share}`` with ``share`` the fraction whose location is right
     reliability: list[dict[str, Any]] = Field(default_factory=list)
+    #: with variants of family incidents: family -> variant (``original`` first) -> aggregate
+    by_family_variant: dict[str, dict[str, dict[str, float | int | None]]] = Field(
+        default_factory=dict)
 
     @property
     def engine(self) -> SystemReport:
@@ -225,15 +232,19 @@ def _groups(scores: list[IncidentScore], key: Callable[[IncidentScore], str],
     return {g: aggregate(groups[g]) for g in sorted(groups, key=order)}
 
 
-def _scores(incidents: list[Incident], preds: list[Prediction], store: Store | None
-            ) -> list[IncidentScore]:
-    from evals.variants import variant_name
+def _scores(incidents: list[Incident], preds: list[Prediction], store: Store | None,
+            originals: dict[str, Incident] | None = None) -> list[IncidentScore]:
+    """Scores of ``incidents``; a variant without a command line is judged against the
+    command its original (in ``originals``, by id) really ran."""
+    from evals.variants import SEP, variant_name
 
     scores: list[IncidentScore] = []
     for inc, pred in zip(incidents, preds, strict=True):
         where, fix = _describe(pred)
-        metrics = score(inc, pred, store)
-        robust, basis = score_robust(inc, pred, store, metrics)
+        base = (originals or {}).get(inc.id.split(SEP, 1)[0])
+        real = base.command_argv() if base is not None and not inc.command else None
+        metrics = score(inc, pred, store, real=real)
+        robust, basis = score_robust(inc, pred, store, metrics, real=real)
         confidence = pred.extra.get("confidence")
         scores.append(IncidentScore(
             id=inc.id, category=inc.category, source=inc.source.split(":", 1)[0],
@@ -242,7 +253,7 @@ def _scores(incidents: list[Incident], preds: list[Prediction], store: Store | N
             root_cause=list(pred.root_cause or []), top_fix=fix,
             latency_ms=round(pred.latency_ms, 2), metrics={**metrics, **robust},
             variant=variant_name(inc.id), fix_basis=basis,
-            confidence=None if confidence is None else float(confidence)))
+            confidence=None if confidence is None else float(confidence), family=inc.family))
     return scores
 
 
@@ -288,7 +299,30 @@ def _system(name: str, incidents: list[Incident], preds: list[Prediction],
     scores = _scores(incidents, preds, store)
     return SystemReport(name=name, incidents=scores, aggregate=aggregate(scores),
                         by_category=_groups(scores, lambda s: s.category),
-                        by_release=_groups(scores, lambda s: s.expected_release, release_order))
+                        by_release=_groups(scores, lambda s: s.expected_release, release_order),
+                        by_family=_groups([s for s in scores if s.family], _family, _family_order))
+
+
+def _family(s: IncidentScore) -> str:
+    return s.family or ""
+
+
+def _family_order(name: str) -> tuple[int, str]:
+    from evals.families import FAMILIES
+
+    return (FAMILIES.index(name) if name in FAMILIES else len(FAMILIES), name)
+
+
+def family_variant_sections(originals: Sequence[IncidentScore],
+                            variants: Sequence[IncidentScore]
+                            ) -> dict[str, dict[str, dict[str, float | int | None]]]:
+    """family -> variant -> aggregate, for the family incidents variants were made of."""
+    out: dict[str, dict[str, dict[str, float | int | None]]] = {}
+    for family in sorted({s.family for s in originals if s.family}, key=_family_order):
+        by, _ = variant_sections([s for s in originals if s.family == family],
+                                 [s for s in variants if s.family == family])
+        out[family] = by
+    return out
 
 
 def _order(incidents: list[Incident], replay: bool) -> list[int]:
@@ -374,12 +408,15 @@ def run_eval(incidents: list[Incident], engine_or_url: Any, *, kb: KnowledgeBase
     report = EvalReport(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                         target=target, incidents=len(incidents), systems=systems)
     if variants:
-        report.variant_incidents = _scores(extra, variant_preds, store)
+        report.variant_incidents = _scores(extra, variant_preds, store,
+                                           {i.id: i for i in incidents})
         report.by_variant, report.reliability = variant_sections(
+            systems["engine"].incidents, report.variant_incidents)
+        report.by_family_variant = family_variant_sections(
             systems["engine"].incidents, report.variant_incidents)
     return report
 
 
 __all__ = ["BUCKETS", "NOT_INGESTED", "SYSTEMS", "EvalReport", "IncidentScore", "SystemReport", "aggregate",
-           "engine_call", "release_group", "release_order", "reliability", "request_for", "run_eval",
+           "engine_call", "family_variant_sections", "release_group", "release_order", "reliability", "request_for", "run_eval",
            "variant_sections"]

@@ -62,6 +62,10 @@ variants of issue #28 (:mod:`evals.variants`) and the reliability table:
                   an acceptable fix (``static``); with ``expected.no_flag_fix``: upgrade said,
                   not-a-flag-problem said, or (another reason) no verified fix proposed by an
                   answer whose location is right
+
+A variant that does not carry the command line (frameless) is scored against the command
+the crashed launch really ran (its original's): a fix is right when, applied to that
+command, it is an acceptable edit of it (setting a flag to the value it had is no edit).
 """
 
 from __future__ import annotations
@@ -179,8 +183,19 @@ def _effect(argv: list[str], catalog: Catalog) -> tuple[Any, ...]:
 
 
 def fix_matches(fix: dict[str, Any], acceptable: FixSpec, command: list[str],
-                catalog: Catalog | None) -> bool:
-    """Does ``fix`` (set/remove, maybe argv) equal the acceptable edit?"""
+                catalog: Catalog | None, *, real: list[str] | None = None) -> bool:
+    """Does ``fix`` (set/remove, maybe argv) equal the acceptable edit? With ``within``
+    ranges, the fix must set each ranged flag to a number in its range and otherwise make
+    exactly the acceptable edit.
+
+    ``real`` is the command the crashed launch really ran, when the answer did not see it
+    (a variant without the command line): the fix is then judged as an edit of that command,
+    so setting a flag to the value it already had there is no edit."""
+    if real and catalog is not None:
+        fix = _relative_to(fix, real, catalog)
+        command = real
+    if acceptable.within:
+        return _within(fix, acceptable, catalog)
     if _edit_key(fix.get("set") or {}, fix.get("remove") or [], catalog) == \
             _edit_key(acceptable.set, acceptable.remove, catalog):
         return True
@@ -194,6 +209,42 @@ def fix_matches(fix: dict[str, Any], acceptable: FixSpec, command: list[str],
     before = _effect(command, catalog)
     after = _effect(wanted, catalog)
     return after != before and after == _effect(list(fix["argv"]), catalog)
+
+
+def _relative_to(fix: dict[str, Any], real: list[str], catalog: Catalog) -> dict[str, Any]:
+    """``fix`` as an edit of ``real``: its ``argv`` is ``real`` edited, a flag set to the value
+    ``real`` gives it is left out, and so is a removal of a flag ``real`` does not set."""
+    had = parse_argv(real, catalog).values
+    set_ = {k: v for k, v in (fix.get("set") or {}).items()
+            if _attr(k, catalog) not in had
+            or _norm_value(had[_attr(k, catalog)].value) != _norm_value(v)}
+    remove = [r for r in fix.get("remove") or [] if _attr(r, catalog) in had]
+    try:
+        argv = apply_edits(real, catalog, set=set_, remove=remove)
+    except (KeyError, ValueError):
+        argv = list(fix.get("argv") or [])
+    return {**fix, "set": set_, "remove": remove, "argv": argv}
+
+
+def _number(value: object) -> float | None:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def _within(fix: dict[str, Any], acceptable: FixSpec, catalog: Catalog | None) -> bool:
+    set_ = dict(fix.get("set") or {})
+    ranged = {_attr(k, catalog): bounds for k, bounds in acceptable.within.items()}
+    rest = {k: v for k, v in set_.items() if _attr(k, catalog) not in ranged}
+    hit = {_attr(k, catalog): _number(v) for k, v in set_.items() if _attr(k, catalog) in ranged}
+    if set(hit) != set(ranged):
+        return False
+    if any(v is None or not lo <= v <= hi for (lo, hi), v in
+           ((ranged[a], hit[a]) for a in ranged)):
+        return False
+    return _edit_key(rest, fix.get("remove") or [], catalog) == \
+        _edit_key(acceptable.set, acceptable.remove, catalog)
 
 
 def grounded(store: Store, citations: list[str]) -> bool | None:
@@ -242,8 +293,10 @@ def _same_function(loc: dict[str, Any] | None, want: Any) -> bool:
         str(loc.get("function") or "").rsplit(".", 1)[-1] == want.function.rsplit(".", 1)[-1]
 
 
-def score(incident: Incident, pred: Prediction, store: Store | None) -> dict[str, Any]:
-    """Per-incident metrics (None where a metric does not apply)."""
+def score(incident: Incident, pred: Prediction, store: Store | None, *,
+          real: list[str] | None = None) -> dict[str, Any]:
+    """Per-incident metrics (None where a metric does not apply); ``real``: the command the
+    launch really ran when the incident (a variant) does not carry it (:func:`fix_matches`)."""
     exp = incident.expected
     answers = right_answers(incident)
     others = answers[1:]
@@ -276,7 +329,7 @@ def score(incident: Incident, pred: Prediction, store: Store | None) -> dict[str
                     and not rv.get("background") for rv in top.get("rule_verdicts") or [])
         if exp.acceptable_fixes:
             command = incident.command_argv()
-            out["fix_match"] = any(fix_matches(f, a, command, catalog)
+            out["fix_match"] = any(fix_matches(f, a, command, catalog, real=real)
                                    for f in pred.fixes[:3] for a in exp.acceptable_fixes)
         if exp.no_flag_fix is not None:
             out["no_fix_declined"] = not any(
@@ -333,7 +386,8 @@ def same_check(store: Store | None, release_a: str | None, loc_a: Any,  # noqa: 
 
 
 def score_robust(incident: Incident, pred: Prediction, store: Store | None,
-                 metrics: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+                 metrics: dict[str, Any], *, real: list[str] | None = None
+                 ) -> tuple[dict[str, Any], str | None]:
     """``location_ok`` and ``fix_ok`` (module docstring) from the other ``metrics`` of the
     answer, and the basis of ``fix_ok`` (``replay``, ``static``, ``no_flag``)."""
     exp = incident.expected
@@ -358,7 +412,7 @@ def score_robust(incident: Incident, pred: Prediction, store: Store | None,
             top = next((f for f in pred.fixes if f.get("recommended")), None)
             catalog = catalog_for(store, exp.release or pred.release)
             out["fix_ok"] = top is not None and any(
-                fix_matches(top, a, incident.command_argv(), catalog)
+                fix_matches(top, a, incident.command_argv(), catalog, real=real)
                 for a in exp.acceptable_fixes)
             basis = "static"
         return out, basis

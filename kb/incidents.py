@@ -40,12 +40,23 @@ class ExpectedLocation(BaseModel):
 
 
 class FixSpec(BaseModel):
-    """One acceptable command-line edit: flags to set (spelling -> value) and to drop."""
+    """One acceptable command-line edit: flags to set (spelling -> value) and to drop, and
+    flags to set to any number in a closed range (``within``: spelling -> ``[low, high]``,
+    for a check that holds past a bound, such as a memory fraction above what the message
+    printed). ``within`` is left out of the JSON when empty."""
 
     model_config = ConfigDict(extra="forbid")
 
     set: dict[str, Any] = Field(default_factory=dict)
     remove: list[str] = Field(default_factory=list)
+    within: dict[str, tuple[float, float]] = Field(default_factory=dict)
+
+    @model_serializer(mode="wrap")
+    def _omit_no_range(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if not data.get("within"):
+            data.pop("within", None)
+        return data
 
 
 class Equivalent(BaseModel):
@@ -106,6 +117,17 @@ class Incident(BaseModel):
     #: who confirmed the ground truth ("replay:<release>" once SGLang's own validation
     #: reproduced it, "user:<triage id>" for a confirmed triage); None: not yet confirmed
     confirmed_by: str | None = None
+    #: the start-up check family of a crash past argument validation (``block_shape``,
+    #: ``moe_runner_a2a``, ``layer_attention_backend``, ``memory_pool``: see
+    #: ``evals/families``); left out of the JSON when None
+    family: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_no_family(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("family") is None:
+            data.pop("family", None)
+        return data
 
     @field_validator("crash_log")
     @classmethod

@@ -80,6 +80,7 @@ from service.engine.facts.core import (
 from service.engine.fixes.upgrade import upgrade_no_fix, upgrade_phrase
 from service.engine.flags.edit import apply_edits
 from service.engine.flags.parse import parse_argv
+from service.engine.locate.message_template import MessageTemplate, message_pattern
 from service.engine.logparse.environment import GpuHint
 from service.engine.logparse.parse import ParsedLog, parse_input, parse_log
 from service.engine.logparse.prefixes import (
@@ -101,11 +102,11 @@ __all__ = [
     "ARCH_BY_MODEL", "DISPATCHERS", "HINT_ORDER", "PROFILES", "REDACTED", "UNKNOWN", "BinaryInput", "EmptyInput", "Engine",
     "EngineSettings", "Env", "FixOut", "GpuHint", "InputTooLarge", "LogParseError", "NoCrashFound",
     "UnknownRelease",
-    "HardwareProfile", "LinePrefix", "LintReport", "LintRequest", "ParsedLog", "PathEvaluation", "Provenance",
+    "HardwareProfile", "LinePrefix", "LintReport", "LintRequest", "MessageTemplate", "ParsedLog", "PathEvaluation", "Provenance",
     "RuleVerdict", "TriageResult", "UpgradeFix", "Value", "apply_earlier_writes", "apply_edits", "bare_rank", "base_attrs",
     "cache_stats", "call_site_guards", "clear_caches", "earlier_writes", "edit_lines", "evaluate",
     "evaluate_path", "fact_key", "fix_search_line", "hardware_line", "model_facts_line", "printed_line",
-    "fact_values", "get_profile", "line_prefix", "lint", "lint_payload", "model_arch_for", "parse_argv",
+    "fact_values", "get_profile", "line_prefix", "lint", "lint_payload", "message_pattern", "model_arch_for", "parse_argv",
     "parse_input", "parse_log", "prepared_pieces", "probe_values", "profile_from_gpus", "redact", "redact_payload",
     "referenced_names",
     "rules_payload", "source_column", "split_command", "strip_ansi", "summary_with_fix", "upgrade_lines", "upgrade_no_fix", "upgrade_paragraph", "upgrade_phrase",

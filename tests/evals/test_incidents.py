@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from evals.families import FAMILIES_FILE
 from evals.incidents import (
     CATEGORIES,
     INCIDENTS_DIR,
@@ -37,7 +38,10 @@ def test_shipped_files_load_with_unique_ids() -> None:
     assert len(by_file["public.jsonl"]) == 5
     assert len(by_file["generated.jsonl"]) >= 60
     assert len(by_file["generated_more.jsonl"]) >= 60
-    assert set(by_file) == set(SHIPPED)  # every file in the folder is shipped, and loaded
+    # every file in the folder is the default set's, or the start-up families' (scored apart)
+    assert set(by_file) == set(SHIPPED) | {FAMILIES_FILE.name}
+    assert all(i.family for i in by_file[FAMILIES_FILE.name])
+    assert not {i.id for i in by_file[FAMILIES_FILE.name]} & set(ids)
     assert {i.category for i in incidents} <= set(CATEGORIES)
 
 
