@@ -466,11 +466,12 @@ def propose(store: Store, version: str, check: dict[str, Any], ev: PathEvaluatio
         recheck_neighbours(store, version, check, alternative, attrs, facts, catalog, memo,
                            facts_sig=fsig)
         checked.append(alternative)
-    # drop supersets of a clean fix (dropping A and B when dropping A alone is enough)
+    # drop supersets of a clean fix (dropping A and B when dropping A alone is enough); a
+    # subset that only skips the check does not count (replay may refute it: the pair stays)
     out: list[Verdict] = []
     for v in rank(checked, ev, costs, skips_first=bool(assumed)):
-        if any(o.ok and set(o.edit.remove) < set(v.edit.remove) and not o.edit.set and not v.edit.set
-               for o in checked):
+        if any(o.ok and not o.edit.skips and set(o.edit.remove) < set(v.edit.remove)
+               and not o.edit.set and not v.edit.set for o in checked):
             continue
         out.append(v)
     out = diverse(out, costs)[:limit]
