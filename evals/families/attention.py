@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evals.families.messages import local_names, render_source
+from evals.families.messages import literal_text, local_names, render_source
 from kb.catalog_types import FlagSpec
 from kb.catalogs import load_catalog
 from kb.store import Store
@@ -82,15 +82,6 @@ def _literal_sets(store: Store, release: str, check: dict[str, Any], name: str
         if items and len(items) == len(elts) and all(isinstance(v, str) for v in items):
             out.append(tuple(dict.fromkeys(items)))
     return out
-
-
-def _text(src: str) -> str | None:
-    """A literal message's text (None for a formatted one)."""
-    try:
-        value = ast.literal_eval("(" + src + ")")
-    except (ValueError, SyntaxError):
-        return None
-    return value if isinstance(value, str) else None
 
 
 def _refusable(supported: frozenset[str], flags: Sequence[FlagSpec], text: str) -> list[str]:
@@ -162,7 +153,7 @@ def _literal(store: Store, release: str, c: dict[str, Any], flags: Sequence[Flag
     """Cases of a literal message (names compared in the condition, or quoted ones the
     raising file registers)."""
     src = c["message"] or ""
-    text = _text(src) or ""
+    text = literal_text(src) or ""
     if "only supported" in src:
         cond = ast.parse(c["condition"] or "0", mode="eval")
         listed = tuple(dict.fromkeys(n.value for n in ast.walk(cond)
@@ -198,7 +189,7 @@ def attention_cases(store: Store, releases: Sequence[str]) -> list[AttentionCase
             src = c["message"] or ""
             if not c["path"].startswith(ROOT) or "backend" not in src.lower():
                 continue
-            out += _formatted(store, release, c, flags) if _text(src) is None \
+            out += _formatted(store, release, c, flags) if literal_text(src) is None \
                 else _literal(store, release, c, flags)
     return out
 

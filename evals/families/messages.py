@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 
 from service.engine import Env, evaluate
 
-__all__ = ["local_names", "render_source"]
+__all__ = ["literal_text", "local_names", "render_source"]
 
 #: rounds of "fill what is still unknown" before giving up
 _ROUNDS = 8
@@ -32,6 +32,15 @@ def _parse(src: str) -> ast.expr | None:
         return ast.parse("(" + src + ")", mode="eval").body
     except SyntaxError:
         return None
+
+
+def literal_text(src: str) -> str | None:
+    """A literal message's text (None for a formatted one)."""
+    try:
+        value = ast.literal_eval("(" + src + ")")
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def local_names(src: str) -> list[str]:

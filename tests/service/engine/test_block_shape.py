@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from service.engine.triage import Engine
+from tests.service.engine.layouts import layout
 
 MESSAGE_START = "For quantized MoE models, please make sure"
 RELEASES = ("0.5.11", "0.5.16", "0.5.23")
@@ -38,17 +39,6 @@ def _message(check: dict, size: int, tp: int, ep: int, block: int) -> str:
              "tp_size": tp, "moe_ep_size": ep,
              "self": SimpleNamespace(tp_size=tp, moe_ep_size=ep)}
     return eval("(" + check["message"] + ")", {}, names)  # noqa: S307 - SGLang's f-string
-
-
-def _layout(argv: list[str]) -> tuple[int, int, int]:
-    """(tp, ep, moe_dp) a command line sets (defaults 1)."""
-    values = {"tp": 1, "ep": 1, "dp": 1}
-    names = {"--tp": "tp", "--tp-size": "tp", "--tensor-parallel-size": "tp", "--ep": "ep",
-             "--ep-size": "ep", "--expert-parallel-size": "ep", "--moe-dp-size": "dp"}
-    for i, arg in enumerate(argv[:-1]):
-        if arg in names:
-            values[names[arg]] = int(argv[i + 1])
-    return values["tp"], values["ep"], values["dp"]
 
 
 def _holds(size: int, block: int, tp: int, ep: int, dp: int) -> bool:
@@ -79,7 +69,7 @@ def test_block_shape_fix_makes_the_arithmetic_hold(engine, kb, release, size, tp
     # what the message printed is never reported unknown
     assert not any(u.what in printed for u in result.unknowns)
     best = next(f for f in result.fixes if f.recommended)
-    new_tp, new_ep, new_dp = _layout(best.argv)
+    new_tp, new_ep, new_dp = layout(best.argv)
     assert _holds(size, block, new_tp, new_ep, new_dp), best.command
     assert new_tp == tp, "the user's --tp is kept while another layout works"
     assert best.command.startswith("python -m sglang.launch_server")
@@ -93,7 +83,7 @@ def test_a_message_alone_completes_the_command_with_its_flags(engine, kb) -> Non
     check = _check(kb.store, "0.5.23")
     result = engine.triage(f"ValueError: {_message(check, 1536, 8, 1, 128)}", release="0.5.23")
     best = next(f for f in result.fixes if f.recommended)
-    assert _layout(best.argv)[0] == 8  # the --tp the crashed process ran with
+    assert layout(best.argv)[0] == 8  # the --tp the crashed process ran with
     assert any("printed in the message" in n for n in result.explanation.split("\n"))
     tp = next(p for p in result.printed if p.expr == "tp_size")
     assert (tp.role, tp.attr, tp.value) == ("flag", "tp_size", 8)
@@ -113,4 +103,4 @@ def test_parameters_are_traced_to_their_flags_with_a_cited_line(engine, kb) -> N
 
 
 def test_command_lines_render_with_shlex() -> None:
-    assert _layout(shlex.split("x --tp-size 8 --ep 2")) == (8, 2, 1)
+    assert layout(shlex.split("x --tp-size 8 --ep 2")) == (8, 2, 1)

@@ -16,6 +16,7 @@ import pytest
 
 from service.engine.evaluate import params
 from service.engine.triage import Engine
+from tests.service.engine.layouts import layout
 
 RELEASES = ("0.5.5", "0.5.16", "0.5.23")
 
@@ -37,16 +38,6 @@ def _create_weights_check(store, release: str, word: str) -> dict:
 def _message(check: dict, per_partition: int, block: int, word: str) -> str:
     names = {"intermediate_size_per_partition": per_partition, word: block}
     return eval("(" + check["message"] + ")", {}, names)  # noqa: S307 - SGLang's f-string
-
-
-def _layout(argv: list[str]) -> tuple[int, int, int]:
-    values = {"tp": 1, "ep": 1, "dp": 1}
-    names = {"--tp": "tp", "--tp-size": "tp", "--tensor-parallel-size": "tp", "--ep": "ep",
-             "--ep-size": "ep", "--expert-parallel-size": "ep", "--moe-dp-size": "dp"}
-    for i, arg in enumerate(argv[:-1]):
-        if arg in names:
-            values[names[arg]] = int(argv[i + 1])
-    return values["tp"], values["ep"], values["dp"]
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -80,7 +71,7 @@ def test_create_weights_fix_makes_the_block_divide(engine, kb, release, word, si
     assert (result.location.path, result.location.start_line) == (check["path"], check["start_line"])
     assert result.evaluation.fired == "true"
     best = next(f for f in result.fixes if f.recommended)
-    new_tp, new_ep, new_dp = _layout(best.argv)
+    new_tp, new_ep, new_dp = layout(best.argv)
     moe_tp = new_tp // new_ep // new_dp
     assert new_tp % new_ep == 0 and moe_tp > 0 and (size // moe_tp) % block == 0, best.command
     # the checkpoint's size solved from the printed value and the launch's --tp

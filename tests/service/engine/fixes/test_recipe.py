@@ -7,11 +7,11 @@ other check and violates no rule card)."""
 
 from __future__ import annotations
 
-import ast
 import re
 
 import pytest
 
+from evals.families.messages import literal_text
 from kb.catalogs import load_catalog
 from service.engine.fixes.recipe import read_recipe
 from service.engine.triage import Engine
@@ -28,21 +28,13 @@ def engine(kb) -> Engine:
     return Engine(kb)
 
 
-def _text(src: str) -> str | None:
-    try:
-        value = ast.literal_eval("(" + src + ")")
-    except (ValueError, SyntaxError):
-        return None
-    return value if isinstance(value, str) else None
-
-
 def _recipes(store, release: str) -> list[tuple[dict, str, str, str]]:
     """(check, message, flag, value): a literal message that says to use a flag of the
     release with one of its choices."""
     by_flag = load_catalog(store, release).by_flag()
     out = []
     for c in sorted(store.checks(release), key=lambda c: (c["path"], c["start_line"])):
-        text = _text(c["message"] or "")
+        text = literal_text(c["message"] or "")
         for m in _RECIPE.finditer(text or ""):
             spec = by_flag.get(m.group(1))
             if spec is not None and spec.choices and m.group(2) in map(str, spec.choices):
