@@ -112,6 +112,15 @@ def _trace(store: Store, version: str, name: str) -> FlagTrace | None:
     return FlagTrace(name, attr, citation, how)
 
 
+def _parameters(store: Store, version: str, fn: dict[str, Any]) -> list[str]:
+    """``fn``'s parameter names, but ``self``/``cls`` and the default argument objects."""
+    node = chain.function_ast(store, version, fn)
+    if node is None:
+        return []
+    return [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)
+            if a.arg not in DEFAULT_ARG_OBJECTS and a.arg not in ("self", "cls")]
+
+
 def traced_params(store: Store, version: str, fn: dict[str, Any] | None,
                   path: str) -> dict[str, FlagTrace]:
     """The parameters of ``fn`` (a function past argument validation) that SGLang fills
@@ -122,14 +131,8 @@ def traced_params(store: Store, version: str, fn: dict[str, Any] | None,
         return {}
 
     def build() -> dict[str, FlagTrace]:
-        node = chain.function_ast(store, version, fn)
-        if node is None:
-            return {}
-        names = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
         out: dict[str, FlagTrace] = {}
-        for name in names:
-            if name in DEFAULT_ARG_OBJECTS or name in ("self", "cls"):
-                continue
+        for name in _parameters(store, version, fn):
             trace = flag_for(store, version, name)
             if trace is not None:
                 out[name] = trace
@@ -370,17 +373,14 @@ def derived_params(store: Store, version: str, fn: dict[str, Any] | None,
         return {}
 
     def build() -> dict[str, DerivedTrace]:
-        node = chain.function_ast(store, version, fn)
-        if node is None:
-            return {}
         traced = traced_params(store, version, fn, path)
         out: dict[str, DerivedTrace] = {}
-        for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs):
-            if a.arg in traced or a.arg in DEFAULT_ARG_OBJECTS or a.arg in ("self", "cls"):
+        for name in _parameters(store, version, fn):
+            if name in traced:
                 continue
-            d = formula_for(store, version, a.arg, holder=True)
+            d = formula_for(store, version, name, holder=True)
             if d is not None:
-                out[a.arg] = d
+                out[name] = d
         return out
 
     return cached(release_key(store, version, f"params:derived:{fn['path']}:{fn['start_line']}"),
