@@ -78,6 +78,7 @@ postgres:
 TEST_WORKERS ?= 2
 test: install-dev browser sandbox postgres
 	$(BIN)/ruff check kb ingest service evals tests bench
+	$(BIN)/ruff format --check kb ingest service evals tests bench
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 

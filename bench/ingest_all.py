@@ -69,36 +69,51 @@ def run(kb_dir: Path, since: str, until: str | None = None) -> dict[str, Any]:
         if isinstance(outcome, Skip):
             rows.append({"version": outcome.version, "skipped": outcome.reason})
         else:
-            rows.append({
-                "version": outcome.version, "structure": outcome.structure,
-                "wall_s": round(now - last, 2),
-                "structure_s": outcome.timings.get("structure_s"),
-                "files": outcome.files, "parsed": outcome.parsed, "reused": outcome.reused_files,
-                "reused_from": getattr(outcome, "reused_from", None),  # gone with the content store
-                "functions": outcome.functions,
-                "checks": outcome.checks, "index_bytes": _size(index),
-                "wal_bytes": _size(index.with_name("index.sqlite-wal"))})
+            rows.append(
+                {
+                    "version": outcome.version,
+                    "structure": outcome.structure,
+                    "wall_s": round(now - last, 2),
+                    "structure_s": outcome.timings.get("structure_s"),
+                    "files": outcome.files,
+                    "parsed": outcome.parsed,
+                    "reused": outcome.reused_files,
+                    "reused_from": getattr(
+                        outcome, "reused_from", None
+                    ),  # gone with the content store
+                    "functions": outcome.functions,
+                    "checks": outcome.checks,
+                    "index_bytes": _size(index),
+                    "wal_bytes": _size(index.with_name("index.sqlite-wal")),
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
         last = now
 
     load_start = [round(x, 2) for x in os.getloadavg()]
     try:
-        result = ingest_all(kb, settings, since=since, scope="none", on_release=measured,
-                            listing=listing)
+        result = ingest_all(
+            kb, settings, since=since, scope="none", on_release=measured, listing=listing
+        )
     finally:
         kb.close()
     done = [r for r in rows if "skipped" not in r]
     index_bytes = _size(index)
     return {
-        "since": since, "until": until, "index_url": result.index_url, "cpus": os.cpu_count(),
+        "since": since,
+        "until": until,
+        "index_url": result.index_url,
+        "cpus": os.cpu_count(),
         "load_avg_1_5_15": {"start": load_start, "end": [round(x, 2) for x in os.getloadavg()]},
         "releases": rows,
         "totals": {
-            "listed": result.listed, "ingested": len(done),
+            "listed": result.listed,
+            "ingested": len(done),
             "skipped": len(rows) - len(done),
             "seconds": round(result.seconds, 2),
             "structure_s": round(sum(r["structure_s"] or 0 for r in done), 2),
-            "files": sum(r["files"] for r in done), "parsed": sum(r["parsed"] for r in done),
+            "files": sum(r["files"] for r in done),
+            "parsed": sum(r["parsed"] for r in done),
             "reused": sum(r["reused"] for r in done),
             "index_bytes": index_bytes,  # after close: the WAL is checkpointed into it
             "index_bytes_per_release": round(index_bytes / len(done)) if done else None,
@@ -110,8 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--since", default="0.5.0", help="first release (inclusive)")
     ap.add_argument("--until", default=None, help="last release (inclusive; default the newest)")
-    ap.add_argument("--kb-dir", type=Path, default=None,
-                    help="KB folder to ingest into (default: a fresh temporary folder)")
+    ap.add_argument(
+        "--kb-dir",
+        type=Path,
+        default=None,
+        help="KB folder to ingest into (default: a fresh temporary folder)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ingest_all.json")
     args = ap.parse_args(argv)
     tmp = None if args.kb_dir else Path(tempfile.mkdtemp(prefix="ingest-all-"))

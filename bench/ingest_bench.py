@@ -54,21 +54,36 @@ from kb.knowledge import KnowledgeBase
 from kb.sources import fetch_release
 from service.settings import Settings
 
-TARGETS = {"structure_s": 20.0, "default_embed_s": 60.0, "next_release_ratio": 0.25,
-           "embed_vs_raw": 0.9}
+TARGETS = {
+    "structure_s": 20.0,
+    "default_embed_s": 60.0,
+    "next_release_ratio": 0.25,
+    "embed_vs_raw": 0.9,
+}
 
 
 def _texts(kb: KnowledgeBase, version: str, scope: str) -> list[str]:
     """Unique embedding texts of ``version`` in ``scope`` (what the pipeline encodes)."""
-    rows = kb.store.query("SELECT path, qualname, kind, start_line, end_line, part, parts, text "
-                          "FROM chunks WHERE release = ? ORDER BY path, start_line", (version,))
+    rows = kb.store.query(
+        "SELECT path, qualname, kind, start_line, end_line, part, parts, text "
+        "FROM chunks WHERE release = ? ORDER BY path, start_line",
+        (version,),
+    )
     seen: set[str] = set()
     out = []
     for r in rows:
         if not in_scope(r["path"], scope):
             continue
-        c = Chunk(r["path"], r["qualname"], r["kind"], r["start_line"], r["end_line"], r["text"],
-                  r["part"], r["parts"])
+        c = Chunk(
+            r["path"],
+            r["qualname"],
+            r["kind"],
+            r["start_line"],
+            r["end_line"],
+            r["text"],
+            r["part"],
+            r["parts"],
+        )
         if c.text_hash not in seen:
             seen.add(c.text_hash)
             out.append(c.embed_text)
@@ -113,16 +128,20 @@ class _Clock:
         c = os.times()
         self.wall = time.perf_counter() - self.t
         self.cpu_self = (c.user - self.c.user) + (c.system - self.c.system)
-        self.cpu = self.cpu_self + \
-            (c.children_user - self.c.children_user) + (c.children_system - self.c.children_system)
+        self.cpu = (
+            self.cpu_self
+            + (c.children_user - self.c.children_user)
+            + (c.children_system - self.c.children_system)
+        )
 
 
 def _kb(settings: Settings, folder: Path) -> KnowledgeBase:
     return KnowledgeBase(settings.model_copy(update={"kb_dir": folder, "chroma_url": None}))
 
 
-def run(release_a: str, release_b: str, big: str | None, full_sample: int,
-        work: Path) -> dict[str, Any]:
+def run(
+    release_a: str, release_b: str, big: str | None, full_sample: int, work: Path
+) -> dict[str, Any]:
     settings = Settings()
     src_a = fetch_release(release_a, wheel_dir=settings.wheel_dir, source_dir=settings.source_dir)
     src_b = fetch_release(release_b, wheel_dir=settings.wheel_dir, source_dir=settings.source_dir)
@@ -188,32 +207,44 @@ def run(release_a: str, release_b: str, big: str | None, full_sample: int,
 
     cold = structure_a + embed_a
     result: dict[str, Any] = {
-        "release_a": release_a, "release_b": release_b, "cpus": os.cpu_count(),
-        "load_avg_1_5_15": loads, "probe_parse_mb_s": probe,
-        "structure_s": round(structure_a, 2), "structure_cpu_s": round(c_struct.cpu, 2),
+        "release_a": release_a,
+        "release_b": release_b,
+        "cpus": os.cpu_count(),
+        "load_avg_1_5_15": loads,
+        "probe_parse_mb_s": probe,
+        "structure_s": round(structure_a, 2),
+        "structure_cpu_s": round(c_struct.cpu, 2),
         "structure_cpu_main_s": round(c_struct.cpu_self, 2),
-        "files": rep_a.files, "chunks": rep_a.chunks,
-        "functions": rep_a.functions, "checks": rep_a.checks,
-        "default_embed_s": round(embed_a, 2), "default_chunks": rep_a.embedded + rep_a.reused,
+        "files": rep_a.files,
+        "chunks": rep_a.chunks,
+        "functions": rep_a.functions,
+        "checks": rep_a.checks,
+        "default_embed_s": round(embed_a, 2),
+        "default_chunks": rep_a.embedded + rep_a.reused,
         "default_texts": len(texts),
         "embed_chunks_per_s": round(len(texts) / embed_a, 2) if embed_a else None,
         "raw_encode_s": [round(raw_before, 2), round(raw_after, 2)],
         "raw_encode_chunks_per_s": round(len(texts) / raw, 2) if raw else None,
         "embed_vs_raw": round(raw / embed_a, 3) if embed_a else None,
-        "embed_cpu_s": round(c_embed.cpu, 2), "raw_encode_cpu_s": round(raw_cpu, 2),
+        "embed_cpu_s": round(c_embed.cpu, 2),
+        "raw_encode_cpu_s": round(raw_cpu, 2),
         "embed_vs_raw_cpu": round(raw_cpu / c_embed.cpu, 3) if c_embed.cpu else None,
         "cold_ingest_s": round(cold, 2),
-        "next_release_s": round(next_b, 2), "next_release_ratio": round(next_b / cold, 3),
+        "next_release_s": round(next_b, 2),
+        "next_release_ratio": round(next_b / cold, 3),
         "next_structure_s": round(structure_b, 2),
         "next_structure_without_reuse_s": round(structure_b_alone, 2),
         # (getattr: the bench also runs against older ingest code, for before/after)
         "next_files_reused": getattr(rep_b, "reused_files", 0),
         "next_files_parsed": getattr(rep_b, "parsed", rep_b.files),
         "next_embed_s": round(next_b - structure_b, 2),
-        "next_release_embedded": rep_b.embedded, "next_release_reused": rep_b.reused,
-        "next_new_texts": len(new_b), "next_new_token_share": round(new_share, 3),
+        "next_release_embedded": rep_b.embedded,
+        "next_release_reused": rep_b.reused,
+        "next_new_texts": len(new_b),
+        "next_new_token_share": round(new_share, 3),
         "next_embed_floor_ratio": round(new_share * embed_a / cold, 3),
-        "big_release": big, "big_structure_s": round(big_s, 2) if big_s is not None else None,
+        "big_release": big,
+        "big_structure_s": round(big_s, 2) if big_s is not None else None,
         "big_structure_cpu_s": round(c_big.cpu, 2) if big else None,
         # of which this process (writing the index, reading the catalog; its threads too)
         "big_structure_cpu_main_s": round(c_big.cpu_self, 2) if big else None,
@@ -223,9 +254,11 @@ def run(release_a: str, release_b: str, big: str | None, full_sample: int,
         "big_chunks": big_rep.chunks if big_rep else None,
         "big_checks": big_rep.checks if big_rep else None,
         "full_scope_chunks": len(all_texts),
-        "full_scope_embed_s_extrapolated":
-            round(sample_s / len(sample) * len(all_texts), 1) if sample else None,
-        "full_scope_sample": len(sample), "full_scope_sample_s": round(sample_s, 2),
+        "full_scope_embed_s_extrapolated": round(sample_s / len(sample) * len(all_texts), 1)
+        if sample
+        else None,
+        "full_scope_sample": len(sample),
+        "full_scope_sample_s": round(sample_s, 2),
         "targets": {**TARGETS, "big_structure_s": TARGETS["structure_s"]},
     }
     result["met"] = {
@@ -243,15 +276,23 @@ def main() -> None:
     ap.add_argument("--release-a", default="0.5.11")
     ap.add_argument("--release-b", default="0.5.12")
     ap.add_argument("--big-release", default="0.5.23", help="'' to skip")
-    ap.add_argument("--full-sample", type=int, default=512,
-                    help="full-scope texts encoded for the extrapolation (0: skip)")
-    ap.add_argument("--work-dir", default=None,
-                    help="where the bench's own KBs go (default: a temporary folder)")
+    ap.add_argument(
+        "--full-sample",
+        type=int,
+        default=512,
+        help="full-scope texts encoded for the extrapolation (0: skip)",
+    )
+    ap.add_argument(
+        "--work-dir",
+        default=None,
+        help="where the bench's own KBs go (default: a temporary folder)",
+    )
     ap.add_argument("--out", default="bench/results/ingest.json")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
-        result = run(args.release_a, args.release_b, args.big_release or None, args.full_sample,
-                     Path(tmp))
+        result = run(
+            args.release_a, args.release_b, args.big_release or None, args.full_sample, Path(tmp)
+        )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))

@@ -35,24 +35,32 @@ SA = "sglang/srt/server_args.py"
 def crash_log(package: Path, version: str) -> str:
     text = (package / "srt" / "server_args.py").read_text()
     lines = text.splitlines()
-    cls = next(n for n in ast.parse(text).body
-               if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
+    cls = next(
+        n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs"
+    )
     for fn in (f for f in cls.body if isinstance(f, ast.FunctionDef)):
         for node in ast.walk(fn):
             if isinstance(node, ast.Assert) and node.msg is None and node.lineno == node.end_lineno:
-                return (f"$ pip install sglang=={version}\nTraceback (most recent call last):\n"
-                        f'  File "/usr/lib/python3.11/site-packages/{SA}", line {node.lineno}, '
-                        f"in {fn.name}\n    {lines[node.lineno - 1].strip()}\nAssertionError\n")
+                return (
+                    f"$ pip install sglang=={version}\nTraceback (most recent call last):\n"
+                    f'  File "/usr/lib/python3.11/site-packages/{SA}", line {node.lineno}, '
+                    f"in {fn.name}\n    {lines[node.lineno - 1].strip()}\nAssertionError\n"
+                )
     raise SystemExit(f"no bare assert in {version}'s ServerArgs")
 
 
 def one(base: str, release: str, log: str, settings: Settings, work: Path) -> dict:
-    s = settings.model_copy(update={"kb_dir": work / base, "on_demand_embed": False,
-                                    "replay_enabled": False})
+    s = settings.model_copy(
+        update={"kb_dir": work / base, "on_demand_embed": False, "replay_enabled": False}
+    )
     kb = KnowledgeBase(s)
     t = time.perf_counter()
-    index_structure(kb, fetch_release(base, wheel_dir=s.wheel_dir, source_dir=s.source_dir,
-                                      index_url=s.pip_index_url))
+    index_structure(
+        kb,
+        fetch_release(
+            base, wheel_dir=s.wheel_dir, source_dir=s.source_dir, index_url=s.pip_index_url
+        ),
+    )
     base_s = time.perf_counter() - t
     engine = Engine(kb, s)
     t = time.perf_counter()
@@ -62,12 +70,18 @@ def one(base: str, release: str, log: str, settings: Settings, work: Path) -> di
     ondemand.triage(engine, s, log)
     again_s = time.perf_counter() - t
     note = first.release.get("on_demand") or {}
-    return {"base": base, "base_ingest_s": round(base_s, 2), "on_demand_triage_s": round(first_s, 2),
-            "ingest_s": note.get("seconds"), "detail": note.get("detail"),
-            "method": first.release.get("method"), "located": first.status,
-            "citation": first.location.citation if first.location else None,
-            "already_ingested_triage_s": round(again_s, 3),
-            "index_bytes": (work / base / "index.sqlite").stat().st_size}
+    return {
+        "base": base,
+        "base_ingest_s": round(base_s, 2),
+        "on_demand_triage_s": round(first_s, 2),
+        "ingest_s": note.get("seconds"),
+        "detail": note.get("detail"),
+        "method": first.release.get("method"),
+        "located": first.status,
+        "citation": first.location.citation if first.location else None,
+        "already_ingested_triage_s": round(again_s, 3),
+        "index_bytes": (work / base / "index.sqlite").stat().st_size,
+    }
 
 
 def main() -> None:
@@ -78,13 +92,22 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/ondemand.json")
     args = ap.parse_args()
     settings = Settings()
-    src = fetch_release(args.release, wheel_dir=settings.wheel_dir,
-                        source_dir=settings.source_dir, index_url=settings.pip_index_url)
+    src = fetch_release(
+        args.release,
+        wheel_dir=settings.wheel_dir,
+        source_dir=settings.source_dir,
+        index_url=settings.pip_index_url,
+    )
     log = crash_log(src.package_dir, args.release)
     with tempfile.TemporaryDirectory() as tmp:
-        result = {"release": args.release, "target_s": 15.0,
-                  "runs": [one(b, args.release, log, settings, Path(tmp))
-                           for b in (args.neighbour, args.distant)]}
+        result = {
+            "release": args.release,
+            "target_s": 15.0,
+            "runs": [
+                one(b, args.release, log, settings, Path(tmp))
+                for b in (args.neighbour, args.distant)
+            ],
+        }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))

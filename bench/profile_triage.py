@@ -44,12 +44,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kb-dir", type=Path, default=None)
     ap.add_argument("--passes", type=int, default=3, help="warm passes over the incidents")
     ap.add_argument("--limit", type=int, default=200, help="at most this many incidents")
-    ap.add_argument("--incidents", nargs="*", default=None,
-                    help="JSONL files or folders (default: the shipped incidents)")
+    ap.add_argument(
+        "--incidents",
+        nargs="*",
+        default=None,
+        help="JSONL files or folders (default: the shipped incidents)",
+    )
     ap.add_argument("--dump", type=Path, default=None, help="answers, one JSON line each")
     ap.add_argument("--cprofile", type=int, default=0, help="print the top N functions")
-    ap.add_argument("--profile-first", action="store_true",
-                    help="profile the first pass (first sight of each incident) instead")
+    ap.add_argument(
+        "--profile-first",
+        action="store_true",
+        help="profile the first pass (first sight of each incident) instead",
+    )
     args = ap.parse_args(argv)
 
     from evals.incidents import load_incidents
@@ -67,8 +74,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def run(body: dict[str, Any]) -> dict[str, Any]:
         payload = {k: v for k, v in body.items() if k in ("log", "command", "model")}
-        res = engine.triage(payload, hardware=body.get("hardware"), model=body.get("model"),
-                            model_arch=body.get("model_arch"))
+        res = engine.triage(
+            payload,
+            hardware=body.get("hardware"),
+            model=body.get("model"),
+            model_arch=body.get("model_arch"),
+        )
         return res.model_dump(mode="json")
 
     t0 = time.perf_counter()
@@ -107,17 +118,31 @@ def main(argv: list[str] | None = None) -> int:
         prof.disable()
         pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(args.cprofile)
 
-    report = {"incidents": len(incidents), "errors": errors,
-              "first_pass": {"p50_ms": percentile(first, 0.5), "p95_ms": percentile(first, 0.95),
-                             "mean_ms": round(statistics.fmean(first), 2) if first else 0.0},
-              "warm": {s: {"p50_ms": percentile(v, 0.5), "p95_ms": percentile(v, 0.95),
-                           "p99_ms": percentile(v, 0.99)} for s, v in sorted(stages.items())},
-              "slowest_warm": dict(sorted(((k, round(min(v), 2)) for k, v in slow.items()),
-                                          key=lambda kv: -kv[1])[:8])}
+    report = {
+        "incidents": len(incidents),
+        "errors": errors,
+        "first_pass": {
+            "p50_ms": percentile(first, 0.5),
+            "p95_ms": percentile(first, 0.95),
+            "mean_ms": round(statistics.fmean(first), 2) if first else 0.0,
+        },
+        "warm": {
+            s: {
+                "p50_ms": percentile(v, 0.5),
+                "p95_ms": percentile(v, 0.95),
+                "p99_ms": percentile(v, 0.99),
+            }
+            for s, v in sorted(stages.items())
+        },
+        "slowest_warm": dict(
+            sorted(((k, round(min(v), 2)) for k, v in slow.items()), key=lambda kv: -kv[1])[:8]
+        ),
+    }
     print(json.dumps(report, indent=2))
     if args.dump:
-        args.dump.write_text("".join(json.dumps({"id": k, **v}, sort_keys=True) + "\n"
-                                     for k, v in answers.items()))
+        args.dump.write_text(
+            "".join(json.dumps({"id": k, **v}, sort_keys=True) + "\n" for k, v in answers.items())
+        )
     kb.close()
     return 0
 

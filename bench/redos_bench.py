@@ -38,7 +38,9 @@ TARGET_HEALTHZ_S = 1.0
 #: The secret-flag pattern before issue 26.
 OLD_FLAGS = re.compile(
     r"(--(?:[\w-]*-)?(?:api-key|admin-api-key|hf-token|token|secret|password|access-key|secret-key))"
-    r"(?=[\s=])(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)", re.I)
+    r"(?=[\s=])(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)",
+    re.I,
+)
 
 
 def _old_pattern() -> list[dict]:
@@ -69,8 +71,9 @@ def _one(url: str, unit: str) -> dict:
     def post() -> None:
         t = time.perf_counter()
         with httpx.Client(timeout=600) as c:
-            out["status"] = c.post(f"{url}/triage", content=body,
-                                   headers={"content-type": "text/plain"}).status_code
+            out["status"] = c.post(
+                f"{url}/triage", content=body, headers={"content-type": "text/plain"}
+            ).status_code
         out["answer_s"] = round(time.perf_counter() - t, 3)
 
     worker = threading.Thread(target=post)
@@ -82,8 +85,13 @@ def _one(url: str, unit: str) -> dict:
             c.get(f"{url}/healthz")
             health.append(time.perf_counter() - t)
     worker.join()
-    return {"unit": unit, **out, "healthz_n": len(health),
-            "healthz_max_s": round(max(health, default=0.0), 3), "parse_cpu_s": _parse_cpu(text)}
+    return {
+        "unit": unit,
+        **out,
+        "healthz_n": len(health),
+        "healthz_max_s": round(max(health, default=0.0), 3),
+        "parse_cpu_s": _parse_cpu(text),
+    }
 
 
 def main() -> None:
@@ -91,18 +99,25 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/redos.json")
     args = ap.parse_args()
     # the server the suite's test starts (test_redos._serve): same settings, killed after
-    with tempfile.TemporaryDirectory() as tmp, \
-            contextlib.contextmanager(_serve)(Path(tmp)) as (url, _proc):
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        contextlib.contextmanager(_serve)(Path(tmp)) as (url, _proc),
+    ):
         rows = [_one(url, unit) for unit in UNITS]
     worst_answer = max(r["answer_s"] for r in rows)
     worst_health = max(r["healthz_max_s"] for r in rows)
     result = {
-        "bodies": len(rows), "body_bytes": MB,
-        "worst_answer_s": worst_answer, "worst_healthz_s": worst_health,
+        "bodies": len(rows),
+        "body_bytes": MB,
+        "worst_answer_s": worst_answer,
+        "worst_healthz_s": worst_health,
         "worst_parse_cpu_s": max(r["parse_cpu_s"] for r in rows),
         "targets": {"answer_s": TARGET_ANSWER_S, "healthz_s": TARGET_HEALTHZ_S},
-        "ok": (worst_answer <= TARGET_ANSWER_S and worst_health <= TARGET_HEALTHZ_S
-               and all(400 <= r["status"] < 500 for r in rows)),
+        "ok": (
+            worst_answer <= TARGET_ANSWER_S
+            and worst_health <= TARGET_HEALTHZ_S
+            and all(400 <= r["status"] < 500 for r in rows)
+        ),
         "old_flag_pattern": _old_pattern(),
         "rows": rows,
     }

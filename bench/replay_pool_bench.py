@@ -54,20 +54,41 @@ def candidates(n: int, nonce: str) -> list[tuple[list[str], str]]:
         elif kind == 1:
             out.append(([*base, "--chunked-prefill-size", str(1024 * (i + 1))], LLAMA))
         elif kind == 2:
-            out.append(([*SEED[:8], "--speculative-num-steps", str(1 + i % 5),
-                         "--max-running-requests", str(32 + i)], DSV3))
+            out.append(
+                (
+                    [
+                        *SEED[:8],
+                        "--speculative-num-steps",
+                        str(1 + i % 5),
+                        "--max-running-requests",
+                        str(32 + i),
+                    ],
+                    DSV3,
+                )
+            )
         else:
             out.append(([*base, f"--no-such-flag-{i}"], LLAMA))
-    return [([*argv, "--random-seed", f"{nonce}{i}"] if i % 4 != 3 else argv, arch)
-            for i, (argv, arch) in enumerate(out)]
+    return [
+        ([*argv, "--random-seed", f"{nonce}{i}"] if i % 4 != 3 else argv, arch)
+        for i, (argv, arch) in enumerate(out)
+    ]
 
 
 def one_release(version: str, n: int, settings: Settings) -> dict[str, Any]:
-    src = fetch_release(version, wheel_dir=settings.wheel_dir, source_dir=settings.source_dir,
-                        index_url=settings.pip_index_url)
+    src = fetch_release(
+        version,
+        wheel_dir=settings.wheel_dir,
+        source_dir=settings.source_dir,
+        index_url=settings.pip_index_url,
+    )
     nonce = str(int(time.time()) % 100000)
-    kw: dict[str, Any] = {"hardware": HARDWARE, "settings": settings, "use_cache": False,
-                          "timeout_s": 240, "job_timeout_s": 60}
+    kw: dict[str, Any] = {
+        "hardware": HARDWARE,
+        "settings": settings,
+        "use_cache": False,
+        "timeout_s": 240,
+        "job_timeout_s": 60,
+    }
     t = time.perf_counter()
     [cold] = harness.replay_many(src.root, version, [SEED], model_arch=DSV3, pool=False, **kw)
     cold_s = time.perf_counter() - t
@@ -116,8 +137,11 @@ def main() -> None:
         raise SystemExit(f"replay is off here: {harness.sandbox.status().reason}")
     settings = Settings()
     runs = [one_release(v, max(20, args.candidates), settings) for v in args.releases]
-    result = {"targets": {"p50_s": TARGET_P50_S, "p95_s": TARGET_P95_S},
-              "load_avg": os.getloadavg(), "runs": runs}
+    result = {
+        "targets": {"p50_s": TARGET_P50_S, "p95_s": TARGET_P95_S},
+        "load_avg": os.getloadavg(),
+        "runs": runs,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))

@@ -44,18 +44,33 @@ RESULTS = Path(__file__).resolve().parent / "results" / "run_preflight.json"
 #: whole wait (interpreter start and the CLI's imports too) is measured and reported beside it
 TARGETS = {"preflight_fresh_s": 3.0}
 RTX_ROW = "NVIDIA RTX PRO 6000 Blackwell Server Edition, 97887 MiB, 12.0, 575.57.08\n"
-SEED_FLAGS = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--trust-remote-code",
-              "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
-              "/models/Kimi-K2.6-eagle3", "--speculative-eagle-topk", "4",
-              "--speculative-num-draft-tokens", "8"]
+SEED_FLAGS = [
+    "--model-path",
+    "/models/Kimi-K2.6",
+    "--tp",
+    "8",
+    "--trust-remote-code",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "/models/Kimi-K2.6-eagle3",
+    "--speculative-eagle-topk",
+    "4",
+    "--speculative-num-draft-tokens",
+    "8",
+]
 
 
 def _machine(root: Path, version: str) -> tuple[str, Path]:
     """A venv with an ``sglang`` dist-info of ``version`` and a bin folder with nvidia-smi."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
     python = root / "venv" / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     site = Path(purelib)
     (site / "sglang").mkdir(parents=True)
     (site / "sglang" / "__init__.py").write_text("")
@@ -135,7 +150,9 @@ def main() -> None:
     from service.watch.run import preflight
     from service.wiring import kb_for
 
-    settings = Settings(kb_dir=kb_dir, chroma_url=None, on_demand_ingest=False, fix_search_deadline_s=0.0)
+    settings = Settings(
+        kb_dir=kb_dir, chroma_url=None, on_demand_ingest=False, fix_search_deadline_s=0.0
+    )
     releases = {r["version"] for r in kb_for(settings).store.releases()}
     commands = _commands(releases, args.per_release)
     env = dict(os.environ)
@@ -146,8 +163,14 @@ def main() -> None:
         facts = MachineFacts(release={"version": rel, "source": "given"})
         t = time.perf_counter()
         pre = preflight(settings, argv, facts, env)
-        runs.append({"release": rel, "ms": round((time.perf_counter() - t) * 1000, 1),
-                     "status": pre["status"], "errors": len(pre.get("errors") or [])})
+        runs.append(
+            {
+                "release": rel,
+                "ms": round((time.perf_counter() - t) * 1000, 1),
+                "status": pre["status"],
+                "errors": len(pre.get("errors") or []),
+            }
+        )
     ms = [r["ms"] for r in runs]
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -161,37 +184,77 @@ def main() -> None:
             facts_ms.append(round((time.perf_counter() - t) * 1000, 1))
         whole: list[float] = []
         codes: list[int] = []
-        penv = {**menv, "TRIAGE_KB_DIR": str(kb_dir), "TRIAGE_ON_DEMAND_INGEST": "false",
-                "TRIAGE_FIX_SEARCH_DEADLINE_S": "0", "HF_HUB_OFFLINE": "1"}
+        penv = {
+            **menv,
+            "TRIAGE_KB_DIR": str(kb_dir),
+            "TRIAGE_ON_DEMAND_INGEST": "false",
+            "TRIAGE_FIX_SEARCH_DEADLINE_S": "0",
+            "HF_HUB_OFFLINE": "1",
+        }
         penv.pop("TRIAGE_CHROMA_URL", None)
         for _ in range(args.process_runs):
             t = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "service.cli.main", "run", "--preflight", "strict",
-                                   "--", *seed], cwd=ROOT, env=penv, capture_output=True, timeout=300,
-                                  check=False)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "service.cli.main",
+                    "run",
+                    "--preflight",
+                    "strict",
+                    "--",
+                    *seed,
+                ],
+                cwd=ROOT,
+                env=penv,
+                capture_output=True,
+                timeout=300,
+                check=False,
+            )
             whole.append(round(time.perf_counter() - t, 2))
             codes.append(proc.returncode)
-        phases = subprocess.run([sys.executable, "-c", PHASES, json.dumps(seed)], cwd=ROOT, env=penv,
-                                capture_output=True, text=True, timeout=300, check=False)
-        breakdown = json.loads(phases.stdout.strip().splitlines()[-1]) if phases.returncode == 0 \
+        phases = subprocess.run(
+            [sys.executable, "-c", PHASES, json.dumps(seed)],
+            cwd=ROOT,
+            env=penv,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        breakdown = (
+            json.loads(phases.stdout.strip().splitlines()[-1])
+            if phases.returncode == 0
             else {"error": phases.stderr[-500:]}
+        )
 
     out = {
-        "kb_dir": str(kb_dir), "releases": sorted(releases), "commands": len(runs),
-        "preflight_p50_ms": percentile(ms, 0.5), "preflight_p95_ms": percentile(ms, 0.95),
+        "kb_dir": str(kb_dir),
+        "releases": sorted(releases),
+        "commands": len(runs),
+        "preflight_p50_ms": percentile(ms, 0.5),
+        "preflight_p95_ms": percentile(ms, 0.95),
         "preflight_max_ms": max(ms) if ms else None,
-        "facts_ms": facts_ms, "facts_found": {"release": facts.version, "hardware": facts.profile},
-        "whole_wait_s": whole, "whole_wait_p50_s": statistics.median(whole) if whole else None,
-        "whole_wait_exit_codes": codes, "whole_wait_phases": breakdown, "targets": TARGETS,
-        "load_average": os.getloadavg(), "cpus": os.cpu_count(),
+        "facts_ms": facts_ms,
+        "facts_found": {"release": facts.version, "hardware": facts.profile},
+        "whole_wait_s": whole,
+        "whole_wait_p50_s": statistics.median(whole) if whole else None,
+        "whole_wait_exit_codes": codes,
+        "whole_wait_phases": breakdown,
+        "targets": TARGETS,
+        "load_average": os.getloadavg(),
+        "cpus": os.cpu_count(),
         "runs": runs,
     }
     fresh = [breakdown.get(k) for k in ("facts_s", "kb_open_s", "first_lint_s")]
-    out["preflight_fresh_s"] = round(sum(fresh), 2) if all(
-        isinstance(v, int | float) for v in fresh) else None
-    out["meets_targets"] = bool(out["preflight_fresh_s"] is not None
-                                and out["preflight_fresh_s"] <= TARGETS["preflight_fresh_s"]
-                                and all(c == 2 for c in codes))
+    out["preflight_fresh_s"] = (
+        round(sum(fresh), 2) if all(isinstance(v, int | float) for v in fresh) else None
+    )
+    out["meets_targets"] = bool(
+        out["preflight_fresh_s"] is not None
+        and out["preflight_fresh_s"] <= TARGETS["preflight_fresh_s"]
+        and all(c == 2 for c in codes)
+    )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=2))
     print(json.dumps({k: v for k, v in out.items() if k != "runs"}, indent=2))

@@ -44,18 +44,24 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--releases", default="0.5.21,0.5.23")
     ap.add_argument("--per-release", type=int, default=12)
-    ap.add_argument("--deadline", type=float, default=30.0,
-                    help="the search's deadline here (the service's default is 4 s)")
+    ap.add_argument(
+        "--deadline",
+        type=float,
+        default=30.0,
+        help="the search's deadline here (the service's default is 4 s)",
+    )
     args = ap.parse_args()
-    settings = Settings(kb_dir=test_kb_dir(), chroma_url=None, on_demand_ingest=False,
-                        fix_search_deadline_s=0.0)
+    settings = Settings(
+        kb_dir=test_kb_dir(), chroma_url=None, on_demand_ingest=False, fix_search_deadline_s=0.0
+    )
     engine = Engine(KnowledgeBase(settings), settings)
     out: dict = {"deadline_s": args.deadline, "releases": {}}
     searched_all: list[float] = []
     static_all: list[float] = []  # ms
     for release in args.releases.split(","):
-        incidents = [i for i in load_incidents() if i.expected.release == release
-                     and i.id.startswith("gen-")][:args.per_release]
+        incidents = [
+            i for i in load_incidents() if i.expected.release == release and i.id.startswith("gen-")
+        ][: args.per_release]
         runs: list[dict] = []
         for inc in incidents:
             body = request_for(inc)
@@ -66,16 +72,25 @@ def main() -> None:
             wide = needs_search(answer)
             search_fixes(answer, settings, deadline_s=args.deadline, use_cache=False)
             seconds = time.perf_counter() - t
-            runs.append({"id": inc.id, "seconds": round(seconds, 2), "undecided": wide,
-                         "status": (answer.fix_search or {}).get("status"),
-                         "candidates": (answer.fix_search or {}).get("candidates")})
+            runs.append(
+                {
+                    "id": inc.id,
+                    "seconds": round(seconds, 2),
+                    "undecided": wide,
+                    "status": (answer.fix_search or {}).get("status"),
+                    "candidates": (answer.fix_search or {}).get("candidates"),
+                }
+            )
         warm = [r["seconds"] for r in runs[1:]]
         searched_all += warm
         out["releases"][release] = {
-            "incidents": len(incidents), "undecided": sum(r["undecided"] for r in runs),
+            "incidents": len(incidents),
+            "undecided": sum(r["undecided"] for r in runs),
             "first_s": runs[0]["seconds"] if runs else None,
-            "warm_p50_s": percentile(warm, 0.5), "warm_p95_s": percentile(warm, 0.95),
-            "runs": runs}
+            "warm_p50_s": percentile(warm, 0.5),
+            "warm_p95_s": percentile(warm, 0.95),
+            "runs": runs,
+        }
     out["search_p50_s"] = percentile(searched_all, 0.5)
     out["search_p95_s"] = percentile(searched_all, 0.95)
     out["static_p50_ms"] = percentile(static_all, 0.5)

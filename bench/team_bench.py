@@ -90,9 +90,15 @@ def _incidents() -> list[dict[str, Any]]:
 def triage_bodies(releases: list[str], per_release: int) -> list[dict[str, Any]]:
     """The shipped example logs and ``per_release`` generated incidents of each release of
     the KB, as ``POST /triage`` JSON bodies (release given: nothing is ingested on demand)."""
-    bodies = [{"log": (ROOT / "examples" / name).read_text(), "release": rel,
-               "hardware": "rtx-pro-6000-x8"}
-              for name, rel in EXAMPLES.items() if rel in releases]
+    bodies = [
+        {
+            "log": (ROOT / "examples" / name).read_text(),
+            "release": rel,
+            "hardware": "rtx-pro-6000-x8",
+        }
+        for name, rel in EXAMPLES.items()
+        if rel in releases
+    ]
     taken: dict[str, int] = {}
     for inc in _incidents():
         rel = inc["release"]
@@ -140,8 +146,11 @@ def copy_kb(src: Path, dst: Path) -> dict[str, Any]:
         for seg in (src / "chroma").iterdir():
             if seg.is_dir():
                 shutil.copytree(seg, chroma_src / seg.name)
-    return {"source": str(src), "copy_s": round(time.perf_counter() - t0, 1),
-            "index_mb": round((dst / "index.sqlite").stat().st_size / 2**20, 1)}
+    return {
+        "source": str(src),
+        "copy_s": round(time.perf_counter() - t0, 1),
+        "index_mb": round((dst / "index.sqlite").stat().st_size / 2**20, 1),
+    }
 
 
 def _backup(src: Path, dst: Path) -> None:
@@ -161,12 +170,12 @@ def copy_vectors(src: str, *dests: str) -> None:
     from kb.vectors import VectorStore
 
     source = VectorStore(path=Path(src))
-    targets = [VectorStore(url=d) if d.startswith("http") else VectorStore(path=Path(d))
-               for d in dests]
+    targets = [
+        VectorStore(url=d) if d.startswith("http") else VectorStore(path=Path(d)) for d in dests
+    ]
     total, n, per_release = source.collection.count(), 0, {}
     for offset in range(0, total, 1000):
-        got = source.collection.get(include=["embeddings", "metadatas"], limit=1000,
-                                    offset=offset)
+        got = source.collection.get(include=["embeddings", "metadatas"], limit=1000, offset=offset)
         for target in targets:
             target.upsert(got["ids"], got["embeddings"], got["metadatas"])
         n += len(got["ids"])
@@ -181,12 +190,20 @@ def load_vectors(src: Path, *dests: str) -> dict[str, Any]:
     if not (src / "chroma.sqlite3").exists():
         return {"vectors": 0, "note": "the KB has no embedded Chroma: keyword search only"}
     code = "import sys; from bench.team_bench import copy_vectors; copy_vectors(*sys.argv[1:])"
-    proc = subprocess.run([sys.executable, "-c", code, str(src), *dests], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "ANONYMIZED_TELEMETRY": "False"})
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(src), *dests],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "ANONYMIZED_TELEMETRY": "False"},
+    )
     if proc.returncode != 0:
-        return {"vectors": 0, "error": proc.stderr.strip()[-1500:],
-                "note": "vectors not loaded: search falls back to keywords"}
+        return {
+            "vectors": 0,
+            "error": proc.stderr.strip()[-1500:],
+            "note": "vectors not loaded: search falls back to keywords",
+        }
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -199,8 +216,14 @@ class Proc:
     def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
         self.log = log
         self.out = log.open("wb")
-        self.proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=self.out,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=ROOT,
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     @property
     def pid(self) -> int:
@@ -231,9 +254,20 @@ def chroma_server(path: Path, log: Path) -> Iterator[tuple[str, Proc]]:
     """``chroma run`` (the venv's) on a free loopback port, its data in ``path``."""
     port = _port()
     exe = Path(sys.executable).parent / "chroma"
-    proc = Proc([str(exe) if exe.exists() else "chroma", "run", "--path", str(path),
-                 "--host", "127.0.0.1", "--port", str(port)],
-                {**os.environ, "ANONYMIZED_TELEMETRY": "False"}, log)
+    proc = Proc(
+        [
+            str(exe) if exe.exists() else "chroma",
+            "run",
+            "--path",
+            str(path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        {**os.environ, "ANONYMIZED_TELEMETRY": "False"},
+        log,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -250,13 +284,24 @@ def chroma_server(path: Path, log: Path) -> Iterator[tuple[str, Proc]]:
 
 
 def base_env(kb_dir: Path) -> dict[str, str]:
-    drop = ("TRIAGE_LLM", "TRIAGE_SLACK", "TRIAGE_DATABASE_URL", "TRIAGE_CHROMA_URL",
-            "TRIAGE_REPLAY", "TRIAGE_API_KEYS")
+    drop = (
+        "TRIAGE_LLM",
+        "TRIAGE_SLACK",
+        "TRIAGE_DATABASE_URL",
+        "TRIAGE_CHROMA_URL",
+        "TRIAGE_REPLAY",
+        "TRIAGE_API_KEYS",
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env.update(HF_HUB_OFFLINE="1", ANONYMIZED_TELEMETRY="False", TRIAGE_KB_DIR=str(kb_dir),
-               TRIAGE_API_KEYS="[]", TRIAGE_ON_DEMAND_INGEST="false",
-               TRIAGE_ON_DEMAND_EMBED="false",
-               TRIAGE_TRIAGE_RATE_PER_MINUTE="0")  # throughput, not the rate limit
+    env.update(
+        HF_HUB_OFFLINE="1",
+        ANONYMIZED_TELEMETRY="False",
+        TRIAGE_KB_DIR=str(kb_dir),
+        TRIAGE_API_KEYS="[]",
+        TRIAGE_ON_DEMAND_INGEST="false",
+        TRIAGE_ON_DEMAND_EMBED="false",
+        TRIAGE_TRIAGE_RATE_PER_MINUTE="0",
+    )  # throughput, not the rate limit
     return env
 
 
@@ -269,8 +314,15 @@ def _postmaster_pid(data: Path) -> int | None:
 # ------------------------------------------------------------------------ throughput
 
 
-def throughput(name: str, workers: int, env: dict[str, str], bodies: list[dict[str, Any]],
-               backends: dict[str, int], logs: Path, args: argparse.Namespace) -> dict[str, Any]:
+def throughput(
+    name: str,
+    workers: int,
+    env: dict[str, str],
+    bodies: list[dict[str, Any]],
+    backends: dict[str, int],
+    logs: Path,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
     """Serve with ``workers``, warm it, then load it for ``args.seconds``."""
     port = _port()
     url = f"http://127.0.0.1:{port}"
@@ -284,8 +336,11 @@ def throughput(name: str, workers: int, env: dict[str, str], bodies: list[dict[s
         out["readyz"] = httpx.get(f"{url}/readyz", timeout=30).json()
         t0 = time.perf_counter()
         warm = _warm(url, bodies, workers, max_passes=max(6, workers + 2), max_s=120)
-        out["warmup"] = {"passes": len(warm), "s": round(time.perf_counter() - t0, 1),
-                         "last": warm[-1] if warm else None}
+        out["warmup"] = {
+            "passes": len(warm),
+            "s": round(time.perf_counter() - t0, 1),
+            "last": warm[-1] if warm else None,
+        }
         c0 = cpu_s(proc.pid)
         b0 = {k: cpu_s(pid) for k, pid in backends.items()}
         load = asyncio.run(_load(url, bodies, 10**9, args.concurrency, args.seconds))
@@ -297,8 +352,11 @@ def throughput(name: str, workers: int, env: dict[str, str], bodies: list[dict[s
         out["rss"] = {k: v for k, v in rss(proc.pid).items() if k != "per_process_mb"}
         # one answer, to show what the service did (vector search or keyword fallback)
         one = httpx.post(f"{url}/triage?replay=false", json=bodies[0], timeout=60).json()
-        out["sample"] = {"status": one.get("status"), "degraded": one.get("degraded"),
-                         "release": (one.get("release") or {}).get("release")}
+        out["sample"] = {
+            "status": one.get("status"),
+            "degraded": one.get("degraded"),
+            "release": (one.get("release") or {}).get("release"),
+        }
         return out
     finally:
         proc.stop()
@@ -309,8 +367,9 @@ def throughput(name: str, workers: int, env: dict[str, str], bodies: list[dict[s
 # ---------------------------------------------------------------------------- replay
 
 
-def replay_runs(db_url: str, env: dict[str, str], logs: Path,
-                args: argparse.Namespace) -> dict[str, Any]:
+def replay_runs(
+    db_url: str, env: dict[str, str], logs: Path, args: argparse.Namespace
+) -> dict[str, Any]:
     """Jobs per minute with 1 and 2 replay workers (see the module doc)."""
     from kb.records import Records
     from service.replay.jobs import JobQueue
@@ -321,19 +380,22 @@ def replay_runs(db_url: str, env: dict[str, str], logs: Path,
     api = Proc(triage_cli("serve", "--port", str(port)), serve_env, logs / "serve-replay.log")
     queue = JobQueue(Records(db_url).engine)
     release = args.replay_release
-    candidates = [inc for inc in _incidents() if inc["release"] == release
-                  and with_seed(inc["crash_log"], 0) is not None]
+    candidates = [
+        inc
+        for inc in _incidents()
+        if inc["release"] == release and with_seed(inc["crash_log"], 0) is not None
+    ]
     out: dict[str, Any] = {"release": release, "jobs_per_run": args.replay_jobs, "runs": []}
     chosen: list[str] = []
     nonce = int(time.time()) % 100_000 * 1000
     try:
         _wait_ready(url, api.proc, args.start_timeout)
         for inc in candidates[: 2 * args.replay_jobs]:  # warm the engine: no job is made
-            httpx.post(f"{url}/triage?replay=false", json=_body(inc, inc["crash_log"]),
-                       timeout=120)
+            httpx.post(f"{url}/triage?replay=false", json=_body(inc, inc["crash_log"]), timeout=120)
         for n_workers in args.replay_workers:
-            order = ([c for c in candidates if c["id"] in chosen]
-                     + [c for c in candidates if c["id"] not in chosen])
+            order = [c for c in candidates if c["id"] in chosen] + [
+                c for c in candidates if c["id"] not in chosen
+            ]
             nonce += 100
             run = _replay_run(url, queue, env, order, nonce, n_workers, logs, args)
             chosen = chosen or run["incidents"]
@@ -344,11 +406,22 @@ def replay_runs(db_url: str, env: dict[str, str], logs: Path,
     return out
 
 
-def _replay_run(url: str, queue: Any, env: dict[str, str], candidates: list[dict[str, Any]],
-                nonce: int, n_workers: int, logs: Path,
-                args: argparse.Namespace) -> dict[str, Any]:
-    workers = [Proc(triage_cli("replay-worker", "--poll", "0.5"), env,
-                    logs / f"worker-{n_workers}-{i}.log") for i in range(n_workers)]
+def _replay_run(
+    url: str,
+    queue: Any,
+    env: dict[str, str],
+    candidates: list[dict[str, Any]],
+    nonce: int,
+    n_workers: int,
+    logs: Path,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    workers = [
+        Proc(
+            triage_cli("replay-worker", "--poll", "0.5"), env, logs / f"worker-{n_workers}-{i}.log"
+        )
+        for i in range(n_workers)
+    ]
     run: dict[str, Any] = {"replay_workers": n_workers}
     try:
         deadline = time.monotonic() + 120
@@ -388,8 +461,11 @@ def _replay_run(url: str, queue: Any, env: dict[str, str], candidates: list[dict
         run["jobs_per_minute"] = round(done * 60 / wall, 2) if wall else None
         runs = [j["finished"] - j["claimed_at"] for j in rows if j["finished"] and j["claimed_at"]]
         waits = [j["claimed_at"] - j["created"] for j in rows if j["claimed_at"]]
-        run["job_run_s"] = {"p50": percentile(runs, 0.5), "max": percentile(runs, 1.0),
-                            "each": [round(s, 1) for s in runs]}
+        run["job_run_s"] = {
+            "p50": percentile(runs, 0.5),
+            "max": percentile(runs, 1.0),
+            "each": [round(s, 1) for s in runs],
+        }
         run["job_wait_s"] = {"p50": percentile(waits, 0.5), "max": percentile(waits, 1.0)}
         run["argvs_per_job"] = [len(json.loads(j["spec"])["argvs"]) for j in rows]
         run["seeded"] = all("--random-seed" in json.loads(j["spec"])["argvs"][0] for j in rows)
@@ -435,20 +511,28 @@ def main() -> None:
         sys.exit(f"the KB at {src} holds no releases: run the tests (or ingest) first")
     bodies = triage_bodies(releases, args.per_release)
     results: dict[str, Any] = {
-        "cpus": os.cpu_count(), "loadavg_before": os.getloadavg(), "releases": releases,
-        "bodies": len(bodies), "body_releases": sorted({b["release"] for b in bodies}),
-        "concurrency": args.concurrency, "seconds": args.seconds}
+        "cpus": os.cpu_count(),
+        "loadavg_before": os.getloadavg(),
+        "releases": releases,
+        "bodies": len(bodies),
+        "body_releases": sorted({b["release"] for b in bodies}),
+        "concurrency": args.concurrency,
+        "seconds": args.seconds,
+    }
     with tempfile.TemporaryDirectory(prefix="triage-team-bench-") as tmp_name:
         tmp = Path(tmp_name)
         logs = tmp / "logs"
         logs.mkdir()
         kb_dir = tmp / "kb"
         results["kb"] = copy_kb(src, kb_dir)
-        with PostgresServer(bindir) as pg, \
-                chroma_server(tmp / "chroma-server", logs / "chroma.log") as (chroma_url, chroma):
+        with (
+            PostgresServer(bindir) as pg,
+            chroma_server(tmp / "chroma-server", logs / "chroma.log") as (chroma_url, chroma),
+        ):
             db_url = pg.new_database()
-            results["vectors"] = load_vectors(tmp / "chroma-source", str(kb_dir / "chroma"),
-                                              chroma_url)
+            results["vectors"] = load_vectors(
+                tmp / "chroma-source", str(kb_dir / "chroma"), chroma_url
+            )
             print(json.dumps(results, indent=2), flush=True)
             backends = {"chroma": chroma.pid}
             pm = _postmaster_pid(pg.data)
@@ -458,8 +542,10 @@ def main() -> None:
             team_env = {**env, "TRIAGE_DATABASE_URL": db_url, "TRIAGE_CHROMA_URL": chroma_url}
             off = {"TRIAGE_REPLAY_ENABLED": "false"}
             results["throughput"] = []
-            for name, workers, e in (("embedded", 1, {**env, **off}),
-                                     ("postgres", args.workers, {**team_env, **off})):
+            for name, workers, e in (
+                ("embedded", 1, {**env, **off}),
+                ("postgres", args.workers, {**team_env, **off}),
+            ):
                 # the embedded run's backends are in-process; the servers idle meanwhile
                 run = throughput(name, workers, e, bodies, backends, logs, args)
                 results["throughput"].append(run)
@@ -469,11 +555,15 @@ def main() -> None:
         results["loadavg_after"] = os.getloadavg()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
-    summary = {r["setup"]: {k: r["load"].get(k) for k in ("rps", "p50_ms", "p95_ms", "errors")}
-               for r in results["throughput"] if "load" in r}
+    summary = {
+        r["setup"]: {k: r["load"].get(k) for k in ("rps", "p50_ms", "p95_ms", "errors")}
+        for r in results["throughput"]
+        if "load" in r
+    }
     for run in (results.get("replay") or {}).get("runs", []):
         summary[f"replay x{run['replay_workers']}"] = {
-            k: run.get(k) for k in ("jobs_done", "wall_s", "jobs_per_minute", "verdicts")}
+            k: run.get(k) for k in ("jobs_done", "wall_s", "jobs_per_minute", "verdicts")
+        }
     print(json.dumps(summary, indent=2))
 
 

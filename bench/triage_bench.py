@@ -59,8 +59,16 @@ from bench.common import percentile, test_kb_dir  # noqa: E402
 TARGETS = {"p50_ms": 30.0, "p99_ms": 150.0, "rps": 100.0, "rss_mb": 1024.0}
 
 #: hardware facts the unseen phase rotates through (profile names of kb/hardware.py)
-UNSEEN_HARDWARE = ["h100-x8", "h200-x8", "b200-x8", "a100-x8", "h20-x8", "rtx-pro-6000-x8",
-                   "l40s-x4", "mi300x-x8"]
+UNSEEN_HARDWARE = [
+    "h100-x8",
+    "h200-x8",
+    "b200-x8",
+    "a100-x8",
+    "h20-x8",
+    "rtx-pro-6000-x8",
+    "l40s-x4",
+    "mi300x-x8",
+]
 
 
 def unseen_bodies(bodies: list[dict], n: int) -> list[dict]:
@@ -180,12 +188,16 @@ def rss(pid: int) -> dict[str, Any]:
     pids = [pid, *_children(pid)]
     per = {p: round(_status_kb(p, "VmRSS") / 1024, 1) for p in pids}
     peak = {p: round(_status_kb(p, "VmHWM") / 1024, 1) for p in pids}
-    return {"rss_mb": round(sum(per.values()), 1), "peak_rss_mb": round(sum(peak.values()), 1),
-            # PSS counts a page shared by n processes (libraries, the memory-mapped model) 1/n
-            # times: what the service really occupies. The target is judged on RSS.
-            "pss_mb": round(sum(_pss_kb(p) for p in pids) / 1024, 1),
-            "processes": len(pids), "per_process_mb": {str(p): v for p, v in per.items()},
-            "with_torch": [str(p) for p in pids if _maps_torch(p)]}
+    return {
+        "rss_mb": round(sum(per.values()), 1),
+        "peak_rss_mb": round(sum(peak.values()), 1),
+        # PSS counts a page shared by n processes (libraries, the memory-mapped model) 1/n
+        # times: what the service really occupies. The target is judged on RSS.
+        "pss_mb": round(sum(_pss_kb(p) for p in pids) / 1024, 1),
+        "processes": len(pids),
+        "per_process_mb": {str(p): v for p, v in per.items()},
+        "with_torch": [str(p) for p in pids if _maps_torch(p)],
+    }
 
 
 def _pss_kb(pid: int) -> int:
@@ -221,14 +233,17 @@ def _requests(url: str, bodies: list[dict]) -> list[bytes]:
     out = []
     for body in bodies:
         data = json.dumps(body).encode()
-        head = (f"POST /triage?replay=false HTTP/1.1\r\nHost: {host}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n")
+        head = (
+            f"POST /triage?replay=false HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+        )
         out.append(head.encode() + data)
     return out
 
 
-async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    request: bytes) -> int:
+async def _exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
+) -> int:
     """Send one request on a kept-alive connection; read the whole response; its status."""
     writer.write(request)
     await writer.drain()
@@ -256,9 +271,16 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
 RENEW_EVERY = 16
 
 
-async def _load(url: str, bodies: list[dict], total: int, concurrency: int, max_s: float,
-                timeout_s: float = 60.0, reconnect: bool = False,
-                renew_every: int = RENEW_EVERY) -> dict:
+async def _load(
+    url: str,
+    bodies: list[dict],
+    total: int,
+    concurrency: int,
+    max_s: float,
+    timeout_s: float = 60.0,
+    reconnect: bool = False,
+    renew_every: int = RENEW_EVERY,
+) -> dict:
     """``total`` requests (bounded by ``max_s``) from ``concurrency`` clients, each with its
     own keep-alive connection, renewed every ``renew_every`` requests (every request with
     ``reconnect``), which spreads requests over the workers. The client is a minimal asyncio
@@ -283,8 +305,13 @@ async def _load(url: str, bodies: list[dict], total: int, concurrency: int, max_
                 if conn is None:
                     conn = await asyncio.open_connection(host, int(port))
                 code = str(await asyncio.wait_for(_exchange(*conn, request), timeout_s))
-            except (OSError, ValueError, IndexError, asyncio.IncompleteReadError,
-                    asyncio.TimeoutError) as exc:
+            except (
+                OSError,
+                ValueError,
+                IndexError,
+                asyncio.IncompleteReadError,
+                asyncio.TimeoutError,
+            ) as exc:
                 code = type(exc).__name__
                 if conn is not None:
                     conn[1].close()
@@ -302,13 +329,20 @@ async def _load(url: str, bodies: list[dict], total: int, concurrency: int, max_
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - t0
     errors = sum(n for code, n in statuses.items() if code != "200")
-    return {"requests": len(latencies), "concurrency": concurrency,
-            "requests_per_connection": 1 if reconnect else renew_every, "errors": errors,
-            "statuses": statuses, "wall_s": round(wall, 2),
-            "rps": round(len(latencies) / wall, 1) if wall else 0.0,
-            "p50_ms": percentile(latencies, 0.5), "p95_ms": percentile(latencies, 0.95),
-            "p99_ms": percentile(latencies, 0.99), "max_ms": percentile(latencies, 1.0),
-            "mean_ms": round(statistics.fmean(latencies), 2) if latencies else None}
+    return {
+        "requests": len(latencies),
+        "concurrency": concurrency,
+        "requests_per_connection": 1 if reconnect else renew_every,
+        "errors": errors,
+        "statuses": statuses,
+        "wall_s": round(wall, 2),
+        "rps": round(len(latencies) / wall, 1) if wall else 0.0,
+        "p50_ms": percentile(latencies, 0.5),
+        "p95_ms": percentile(latencies, 0.95),
+        "p99_ms": percentile(latencies, 0.99),
+        "max_ms": percentile(latencies, 1.0),
+        "mean_ms": round(statistics.fmean(latencies), 2) if latencies else None,
+    }
 
 
 def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
@@ -330,13 +364,26 @@ def _warm(url: str, bodies: list[dict], workers: int, max_passes: int, max_s: fl
     passes: list[dict] = []
     deadline = time.monotonic() + max_s
     while len(passes) < max_passes and time.monotonic() < deadline:
-        r = asyncio.run(_load(url, bodies, len(bodies) * workers, workers,
-                              max(1.0, deadline - time.monotonic()), reconnect=True))
-        passes.append({k: r[k] for k in ("requests", "errors", "statuses", "p50_ms", "p99_ms",
-                                          "max_ms")})
+        r = asyncio.run(
+            _load(
+                url,
+                bodies,
+                len(bodies) * workers,
+                workers,
+                max(1.0, deadline - time.monotonic()),
+                reconnect=True,
+            )
+        )
+        passes.append(
+            {k: r[k] for k in ("requests", "errors", "statuses", "p50_ms", "p99_ms", "max_ms")}
+        )
         # several passes with several workers: each worker must have seen each body
-        if len(passes) >= workers and r["p99_ms"] is not None \
-                and r["p99_ms"] <= TARGETS["p99_ms"] and not r["errors"]:
+        if (
+            len(passes) >= workers
+            and r["p99_ms"] is not None
+            and r["p99_ms"] <= TARGETS["p99_ms"]
+            and not r["errors"]
+        ):
             break
     return passes
 
@@ -344,14 +391,33 @@ def _warm(url: str, bodies: list[dict], workers: int, max_passes: int, max_s: fl
 def run_workers(workers: int, bodies: list[dict], kb_dir: Path, args: argparse.Namespace) -> dict:
     port = _port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRIAGE_LLM")}
-    env.update(HF_HUB_OFFLINE="1", ANONYMIZED_TELEMETRY="False", TRIAGE_KB_DIR=str(kb_dir),
-               TRIAGE_REPLAY_ENABLED="false", TRIAGE_API_KEYS="[]",
-               TRIAGE_TRIAGE_RATE_PER_MINUTE="0")  # throughput, not the rate limit
+    env.update(
+        HF_HUB_OFFLINE="1",
+        ANONYMIZED_TELEMETRY="False",
+        TRIAGE_KB_DIR=str(kb_dir),
+        TRIAGE_REPLAY_ENABLED="false",
+        TRIAGE_API_KEYS="[]",
+        TRIAGE_TRIAGE_RATE_PER_MINUTE="0",
+    )  # throughput, not the rate limit
     log_path = kb_dir / "serve.log"
     log = log_path.open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--port",
-                             str(port), "--workers", str(workers)], env=env, cwd=ROOT,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "service.cli.main",
+            "serve",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+        ],
+        env=env,
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     out: dict[str, Any] = {"workers": workers}
     try:
@@ -363,8 +429,9 @@ def run_workers(workers: int, bodies: list[dict], kb_dir: Path, args: argparse.N
         out["warmup_s"] = round(time.perf_counter() - t0, 1)
         phases = [("latency", bodies, args.latency_requests, 1)]
         if workers == 1 and args.unseen_requests:
-            phases.append(("unseen", unseen_bodies(bodies, args.unseen_requests),
-                           args.unseen_requests, 1))
+            phases.append(
+                ("unseen", unseen_bodies(bodies, args.unseen_requests), args.unseen_requests, 1)
+            )
         phases.append(("throughput", bodies, args.requests, args.concurrency))
         for phase, sent, n, conc in phases:
             c0 = cpu_s(proc.pid)
@@ -372,8 +439,9 @@ def run_workers(workers: int, bodies: list[dict], kb_dir: Path, args: argparse.N
             # the service's own CPU per request: a capacity measure that other load on the
             # machine (and the load generator) does not distort
             used = cpu_s(proc.pid) - c0
-            out[phase]["service_cpu_ms_per_request"] = \
-                round(used * 1000 / max(1, out[phase]["requests"]), 2)
+            out[phase]["service_cpu_ms_per_request"] = round(
+                used * 1000 / max(1, out[phase]["requests"]), 2
+            )
         out["rss"] = rss(proc.pid)
         lat, thr = out["latency"], out["throughput"]
         out["met"] = {
@@ -385,10 +453,12 @@ def run_workers(workers: int, bodies: list[dict], kb_dir: Path, args: argparse.N
         }
         if "unseen" in out:  # a log never seen before: the same latency targets
             new = out["unseen"]
-            out["met"]["unseen_p50_ms"] = new["p50_ms"] is not None \
-                and new["p50_ms"] <= TARGETS["p50_ms"]
-            out["met"]["unseen_p99_ms"] = new["p99_ms"] is not None \
-                and new["p99_ms"] <= TARGETS["p99_ms"]
+            out["met"]["unseen_p50_ms"] = (
+                new["p50_ms"] is not None and new["p50_ms"] <= TARGETS["p50_ms"]
+            )
+            out["met"]["unseen_p99_ms"] = (
+                new["p99_ms"] is not None and new["p99_ms"] <= TARGETS["p99_ms"]
+            )
             out["met"]["errors"] = out["met"]["errors"] and new["errors"] == 0
         return out
     finally:
@@ -399,8 +469,15 @@ def run_workers(workers: int, bodies: list[dict], kb_dir: Path, args: argparse.N
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
         log.close()
-        if any(p.get("errors") for p in [*out.get("warmup", []), out.get("latency", {}),
-                                         out.get("unseen", {}), out.get("throughput", {})]):
+        if any(
+            p.get("errors")
+            for p in [
+                *out.get("warmup", []),
+                out.get("latency", {}),
+                out.get("unseen", {}),
+                out.get("throughput", {}),
+            ]
+        ):
             out["server_errors"] = _error_lines(log_path)
 
 
@@ -433,25 +510,35 @@ def rag_baseline(kb_dir: Path, incidents: list[Any], limit: int, max_s: float) -
         rag.predict(inc)
         latencies.append((time.perf_counter() - t) * 1000)
     kb.close()
-    return {"incidents": len(latencies), "first_call_s": round(build_s, 1),
-            "p50_ms": percentile(latencies, 0.5), "p95_ms": percentile(latencies, 0.95),
-            "p99_ms": percentile(latencies, 0.99),
-            "note": "in-process, after the first call (index build, embedder load); "
-                    "later calls may still embed other releases' chunks"}
+    return {
+        "incidents": len(latencies),
+        "first_call_s": round(build_s, 1),
+        "p50_ms": percentile(latencies, 0.5),
+        "p95_ms": percentile(latencies, 0.95),
+        "p99_ms": percentile(latencies, 0.99),
+        "note": "in-process, after the first call (index build, embedder load); "
+        "later calls may still embed other releases' chunks",
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=600, help="throughput phase, per run")
     ap.add_argument("--latency-requests", type=int, default=300, help="latency phase, per run")
-    ap.add_argument("--unseen-requests", type=int, default=300,
-                    help="requests of never-seen logs, one client (1-worker run; 0: skip)")
+    ap.add_argument(
+        "--unseen-requests",
+        type=int,
+        default=300,
+        help="requests of never-seen logs, one client (1-worker run; 0: skip)",
+    )
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-seconds", type=float, default=60, help="per phase")
     ap.add_argument("--warm-passes", type=int, default=6)
     ap.add_argument("--warm-seconds", type=float, default=600)
     ap.add_argument("--start-timeout", type=float, default=180)
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="N of the N-worker run")
+    ap.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 2, help="N of the N-worker run"
+    )
     ap.add_argument("--bodies", type=int, default=100, help="at most this many incidents")
     ap.add_argument("--kb-dir", type=Path, default=None)
     ap.add_argument("--rag", type=int, default=40, help="incidents for the RAG baseline (0: skip)")
@@ -463,9 +550,15 @@ def main() -> None:
         sys.exit(f"the KB at {kb_dir} holds no releases: ingest first or pass --kb-dir")
     incidents = _incidents(args.bodies)
     bodies = _bodies(incidents)
-    results: dict[str, Any] = {"targets": TARGETS, "kb": str(kb_dir), "releases": releases,
-                               "bodies": len(bodies), "cpus": os.cpu_count(),
-                               "loadavg_before": os.getloadavg(), "runs": []}
+    results: dict[str, Any] = {
+        "targets": TARGETS,
+        "kb": str(kb_dir),
+        "releases": releases,
+        "bodies": len(bodies),
+        "cpus": os.cpu_count(),
+        "loadavg_before": os.getloadavg(),
+        "runs": [],
+    }
     with tempfile.TemporaryDirectory(prefix="triage-bench-") as tmp:
         for w in sorted({1, args.workers}):
             served = scratch_kb(kb_dir, Path(tmp) / f"kb-{w}")

@@ -63,8 +63,9 @@ def _parse(incident: Incident) -> ParsedLog | None:
         return None
 
 
-def _command_attrs(store: Store, release: str, incident: Incident,
-                   parsed: ParsedLog | None) -> dict[str, str]:
+def _command_attrs(
+    store: Store, release: str, incident: Incident, parsed: ParsedLog | None
+) -> dict[str, str]:
     """attr -> the spelling the user typed, for the command's known flags."""
     argv = incident.command_argv()
     if not argv and parsed is not None:
@@ -74,13 +75,15 @@ def _command_attrs(store: Store, release: str, incident: Incident,
 
 
 def _mentioned(text: str, attrs: dict[str, str]) -> list[str]:
-    return sorted(spelling for attr, spelling in attrs.items()
-                  if re.search(rf"\b{re.escape(attr)}\b", text))
+    return sorted(
+        spelling for attr, spelling in attrs.items() if re.search(rf"\b{re.escape(attr)}\b", text)
+    )
 
 
 def _check_at(store: Store, release: str, path: str, line: int) -> dict[str, Any] | None:
-    rows = store.checks(release, path=path, where="start_line <= ? AND end_line >= ?",
-                        params=[line, line])
+    rows = store.checks(
+        release, path=path, where="start_line <= ? AND end_line >= ?", params=[line, line]
+    )
     return rows[0] if rows else None
 
 
@@ -98,20 +101,33 @@ def grep_baseline(store: Store, incident: Incident, window: int = GREP_WINDOW) -
     exc = parsed.primary if parsed else None
     frame = None
     if exc is not None:
-        frames = [f for f in exc.frames if f.package_path and f.package_path.startswith("sglang/")
-                  and f.line]
+        frames = [
+            f
+            for f in exc.frames
+            if f.package_path and f.package_path.startswith("sglang/") and f.line
+        ]
         frame = frames[-1] if frames else None
     if release is None or frame is None or frame.package_path is None or frame.line is None:
-        return Prediction(status="unlocated", root_cause=[], fixes=[], verified_fixes=False,
-                          resolves_release=False,
-                          latency_ms=(time.perf_counter() - t0) * 1000)
+        return Prediction(
+            status="unlocated",
+            root_cause=[],
+            fixes=[],
+            verified_fixes=False,
+            resolves_release=False,
+            latency_ms=(time.perf_counter() - t0) * 1000,
+        )
     path, line = frame.package_path, frame.line
     lo = max(1, line - window)
     lines = store.file_lines(release, path, lo, line + window)
     if not lines:
-        return Prediction(status="unlocated", root_cause=[], fixes=[], verified_fixes=False,
-                          resolves_release=False,
-                          latency_ms=(time.perf_counter() - t0) * 1000)
+        return Prediction(
+            status="unlocated",
+            root_cause=[],
+            fixes=[],
+            verified_fixes=False,
+            resolves_release=False,
+            latency_ms=(time.perf_counter() - t0) * 1000,
+        )
     hits = [lo + i for i, text in enumerate(lines) if _CHECK_LINE.match(text)]
     location = None
     if hits:
@@ -120,17 +136,29 @@ def grep_baseline(store: Store, incident: Incident, window: int = GREP_WINDOW) -
     attrs = _command_attrs(store, release, incident, parsed)
     flags = _mentioned("\n".join(lines), attrs)
     fixes = [{"set": {}, "remove": flags}] if flags else []
-    return Prediction(status="located" if location else "unlocated", release=release,
-                      location=location, root_cause=flags, fixes=fixes, verified_fixes=False,
-                      resolves_release=False,
-                      latency_ms=(time.perf_counter() - t0) * 1000)
+    return Prediction(
+        status="located" if location else "unlocated",
+        release=release,
+        location=location,
+        root_cause=flags,
+        fixes=fixes,
+        verified_fixes=False,
+        resolves_release=False,
+        latency_ms=(time.perf_counter() - t0) * 1000,
+    )
 
 
 class RagBaseline:
     """Naive RAG localization over one release's validation files."""
 
-    def __init__(self, kb: KnowledgeBase, *, chunk_size: int = RAG_CHUNK,
-                 overlap: int = RAG_OVERLAP, top_k: int = 5) -> None:
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        *,
+        chunk_size: int = RAG_CHUNK,
+        overlap: int = RAG_OVERLAP,
+        top_k: int = 5,
+    ) -> None:
         self.kb = kb
         self.store = kb.store
         self.chunk_size, self.overlap, self.top_k = chunk_size, overlap, top_k
@@ -141,8 +169,11 @@ class RagBaseline:
         from langchain_text_splitters import Language, RecursiveCharacterTextSplitter
 
         splitter = RecursiveCharacterTextSplitter.from_language(
-            Language.PYTHON, chunk_size=self.chunk_size, chunk_overlap=self.overlap,
-            add_start_index=True)
+            Language.PYTHON,
+            chunk_size=self.chunk_size,
+            chunk_overlap=self.overlap,
+            add_start_index=True,
+        )
         out: list[dict[str, Any]] = []
         for path in sorted(self.store.paths(release)):
             if not path.startswith(VALIDATION_PREFIXES) or not path.endswith(".py"):
@@ -152,8 +183,9 @@ class RagBaseline:
                 start = int(doc.metadata.get("start_index", 0))
                 first = text.count("\n", 0, start) + 1
                 last = first + doc.page_content.count("\n")
-                out.append({"path": path, "start_line": first, "end_line": last,
-                            "text": doc.page_content})
+                out.append(
+                    {"path": path, "start_line": first, "end_line": last, "text": doc.page_content}
+                )
         return out
 
     def index(self, release: str) -> tuple[list[dict[str, Any]], np.ndarray]:
@@ -167,12 +199,16 @@ class RagBaseline:
             missing = [i for i, h in enumerate(hashes) if h not in cached]
             if missing:
                 vecs = emb.encode([texts[i] for i in missing])
-                self.store.put_vectors(model, [(hashes[i], emb.dim, vecs[j].tobytes())
-                                               for j, i in enumerate(missing)])
+                self.store.put_vectors(
+                    model, [(hashes[i], emb.dim, vecs[j].tobytes()) for j, i in enumerate(missing)]
+                )
                 for j, i in enumerate(missing):
                     cached[hashes[i]] = vecs[j].tobytes()
-            matrix = np.stack([np.frombuffer(cached[h], dtype=np.float32) for h in hashes]) \
-                if hashes else np.zeros((0, emb.dim), dtype=np.float32)
+            matrix = (
+                np.stack([np.frombuffer(cached[h], dtype=np.float32) for h in hashes])
+                if hashes
+                else np.zeros((0, emb.dim), dtype=np.float32)
+            )
             self._index[release] = (chunks, matrix)
         return self._index[release]
 
@@ -196,22 +232,32 @@ class RagBaseline:
             return Prediction(status="unlocated", root_cause=[], resolves_release=False)
         chunks, matrix = self.index(release)
         if not chunks:
-            return Prediction(status="unlocated", release=release, root_cause=[],
-                              resolves_release=False)
+            return Prediction(
+                status="unlocated", release=release, root_cause=[], resolves_release=False
+            )
         qv = self.kb.query_embedder.encode([self.query_text(parsed, incident)])[0]
         sims = matrix @ qv
         order = np.argsort(-sims, kind="stable")[: self.top_k]
         top = chunks[int(order[0])]
-        checks = self.store.checks(release, path=top["path"],
-                                   where="start_line >= ? AND start_line <= ?",
-                                   params=[top["start_line"], top["end_line"]])
+        checks = self.store.checks(
+            release,
+            path=top["path"],
+            where="start_line >= ? AND start_line <= ?",
+            params=[top["start_line"], top["end_line"]],
+        )
         location = _loc(checks[0], top["path"], top["start_line"]) if checks else None
         attrs = _command_attrs(self.store, release, incident, parsed)
-        return Prediction(status="located" if location else "unlocated", release=release,
-                          location=location, root_cause=_mentioned(top["text"], attrs),
-                          resolves_release=False, latency_ms=(time.perf_counter() - t0) * 1000,
-                          extra={"top": [f"{chunks[int(i)]['path']}:{chunks[int(i)]['start_line']}"
-                                         for i in order]})
+        return Prediction(
+            status="located" if location else "unlocated",
+            release=release,
+            location=location,
+            root_cause=_mentioned(top["text"], attrs),
+            resolves_release=False,
+            latency_ms=(time.perf_counter() - t0) * 1000,
+            extra={
+                "top": [f"{chunks[int(i)]['path']}:{chunks[int(i)]['start_line']}" for i in order]
+            },
+        )
 
 
 __all__ = ["GREP_WINDOW", "RagBaseline", "baseline_release", "grep_baseline"]

@@ -33,11 +33,22 @@ from evals.scoring import METRICS
 from service.settings import Settings, reveal
 
 #: three-letter column heads of the per-incident and per-release tables (80 columns)
-_SHORT = {"release_at_1": "rel", "exact_location": "loc", "function_match": "fn",
-          "rc_precision": "rcP", "rc_recall": "rcR", "fix_valid": "vld",
-          "fix_match": "fix", "no_fix_declined": "dcl", "grounded": "gnd",
-          "fix_replay": "rpl", "no_fix": "nof", "keeps_features": "kep",
-          "upgrade_said": "upg", "not_flag_said": "nfp"}
+_SHORT = {
+    "release_at_1": "rel",
+    "exact_location": "loc",
+    "function_match": "fn",
+    "rc_precision": "rcP",
+    "rc_recall": "rcR",
+    "fix_valid": "vld",
+    "fix_match": "fix",
+    "no_fix_declined": "dcl",
+    "grounded": "gnd",
+    "fix_replay": "rpl",
+    "no_fix": "nof",
+    "keeps_features": "kep",
+    "upgrade_said": "upg",
+    "not_flag_said": "nfp",
+}
 
 
 def _short(metric: str) -> str:
@@ -71,8 +82,14 @@ def _mean(value: object) -> str:
 
 def _compact(title: str) -> Table:
     """A table whose columns are one space apart (no padding, no edges)."""
-    return Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False,
-                 show_edge=False, title_justify="left")
+    return Table(
+        title=title,
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0),
+        pad_edge=False,
+        show_edge=False,
+        title_justify="left",
+    )
 
 
 def incident_table(report: EvalReport) -> Table:
@@ -102,8 +119,12 @@ def release_table(report: EvalReport) -> Table:
     table.add_column("p95 s", justify="right", no_wrap=True)
     for release, agg in report.engine.by_release.items():
         p95 = agg.get("latency_p95_ms")
-        table.add_row(release, str(agg["n"]), *(_mean(agg.get(m)) for m in METRICS),
-                      "–" if p95 is None else f"{float(p95) / 1000:.1f}")
+        table.add_row(
+            release,
+            str(agg["n"]),
+            *(_mean(agg.get(m)) for m in METRICS),
+            "–" if p95 is None else f"{float(p95) / 1000:.1f}",
+        )
     return table
 
 
@@ -120,9 +141,13 @@ def print_report(report: EvalReport, console: Console) -> None:
     for name in report.systems:
         agg.add_column(name, justify="right")
     for m in METRICS:
-        agg.add_row(LABELS[m], *(
-            f"{a[m]:.3f} (n={a[f'{m}_n']})" if a.get(m) is not None else "–"
-            for a in (s.aggregate for s in report.systems.values())))
+        agg.add_row(
+            LABELS[m],
+            *(
+                f"{a[m]:.3f} (n={a[f'{m}_n']})" if a.get(m) is not None else "–"
+                for a in (s.aggregate for s in report.systems.values())
+            ),
+        )
     for key in ("latency_p50_ms", "latency_p95_ms", "errors"):
         agg.add_row(key, *(str(s.aggregate.get(key)) for s in report.systems.values()))
     console.print()
@@ -135,9 +160,15 @@ def variant_table(report: EvalReport) -> Table:
     for col in ("variant", "n", "loc ok", "n loc", "fix ok", "n fix", "errors"):
         table.add_column(col, justify="left" if col == "variant" else "right", no_wrap=True)
     for name, agg in report.by_variant.items():
-        table.add_row(name, str(agg["n"]), _mean(agg.get("location_ok")),
-                      str(agg.get("location_ok_n", 0)), _mean(agg.get("fix_ok")),
-                      str(agg.get("fix_ok_n", 0)), str(agg.get("errors", 0)))
+        table.add_row(
+            name,
+            str(agg["n"]),
+            _mean(agg.get("location_ok")),
+            str(agg.get("location_ok_n", 0)),
+            _mean(agg.get("fix_ok")),
+            str(agg.get("fix_ok_n", 0)),
+            str(agg.get("errors", 0)),
+        )
     return table
 
 
@@ -155,14 +186,21 @@ def family_table(report: EvalReport) -> Table:
     """Per start-up check family and variant: n, exact location, location right, fix right."""
     table = _compact("engine by check family (fix right: replay, else static)")
     for col in ("family", "variant", "n", "exact", "loc ok", "fix ok", "n fix"):
-        table.add_column(col, justify="left" if col in ("family", "variant") else "right",
-                         no_wrap=True)
+        table.add_column(
+            col, justify="left" if col in ("family", "variant") else "right", no_wrap=True
+        )
     for family, agg in report.engine.by_family.items():
         rows = report.by_family_variant.get(family) or {"original": agg}
         for variant, v in rows.items():
-            table.add_row(family, variant, str(v["n"]), _mean(v.get("exact_location")),
-                          _mean(v.get("location_ok")), _mean(v.get("fix_ok")),
-                          str(v.get("fix_ok_n", 0)))
+            table.add_row(
+                family,
+                variant,
+                str(v["n"]),
+                _mean(v.get("exact_location")),
+                _mean(v.get("location_ok")),
+                _mean(v.get("fix_ok")),
+                str(v.get("fix_ok_n", 0)),
+            )
     return table
 
 
@@ -176,10 +214,19 @@ def print_variants(report: EvalReport, console: Console) -> None:
     console.print(reliability_table(report))
 
 
-def eval_command(incidents: list[str] | None, against: str | None, out: str, baselines: bool,
-                 *, gate: bool = False, settings: Settings | None = None,
-                 console: Console | None = None, replay: bool = False,
-                 variants: str | None = None, thresholds: str | None = None) -> int:
+def eval_command(
+    incidents: list[str] | None,
+    against: str | None,
+    out: str,
+    baselines: bool,
+    *,
+    gate: bool = False,
+    settings: Settings | None = None,
+    console: Console | None = None,
+    replay: bool = False,
+    variants: str | None = None,
+    thresholds: str | None = None,
+) -> int:
     """Run the eval over ``incidents`` (files/folders; the shipped ones when None);
     ``replay`` (in-process only, when the OS sandbox is there) adds the replay-backed fix
     search and replay's verdict on each recommended fix. ``variants`` (``all`` or a comma
@@ -205,8 +252,10 @@ def eval_command(incidents: list[str] | None, against: str | None, out: str, bas
     kb = KnowledgeBase(settings)
     has_kb = bool(kb.store.releases())
     if against is None and not has_kb:
-        console.print("[red]error:[/red] the KB holds no releases; run "
-                      "`sglang-triage ingest --defaults` or pass --against URL")
+        console.print(
+            "[red]error:[/red] the KB holds no releases; run "
+            "`sglang-triage ingest --defaults` or pass --against URL"
+        )
         return 2
     if baselines and not has_kb:
         console.print("[yellow]baselines need a local KB; skipped[/yellow]")
@@ -218,9 +267,14 @@ def eval_command(incidents: list[str] | None, against: str | None, out: str, bas
     else:
         target = against
     with console.status(f"evaluating {len(items)} incidents…"):
-        report = run_eval(items, target, kb=kb if has_kb else None, baselines=baselines,
-                          replay=settings if replay and against is None else None,
-                          variants=names)
+        report = run_eval(
+            items,
+            target,
+            kb=kb if has_kb else None,
+            baselines=baselines,
+            replay=settings if replay and against is None else None,
+            variants=names,
+        )
     print_report(report, console)
     print_variants(report, console)
     if report.engine.by_family:
@@ -241,23 +295,62 @@ def eval_command(incidents: list[str] | None, against: str | None, out: str, bas
 
 
 def _eval(
-    incidents: Annotated[list[str] | None, typer.Option("--incidents", help="JSONL files or folders.")] = None,
-    against: Annotated[str | None, typer.Option(help="URL of a running service (else in-process).")] = None,
-    out: Annotated[str, typer.Option(help="Folder for the JSON, markdown and PNG reports.")] = "evals/reports",
-    baselines: Annotated[bool, typer.Option(help="Score the grep and naive-RAG baselines too.")] = True,
-    gate: Annotated[bool, typer.Option(help="Exit 1 when a metric is below the checked-in thresholds.")] = False,
-    replay: Annotated[bool, typer.Option(help="In-process: run the replay-backed fix search and replay each recommended fix (fix passes replay).")] = True,
-    variants: Annotated[str | None, typer.Option(help="Also score realistic variants of each generated incident: all, or a comma list of frameless, prefixed, truncated, fragment, noversion, older_wording.")] = None,
-    thresholds: Annotated[str | None, typer.Option(help="The gate's thresholds file (default: evals/thresholds_families.json for family incidents, else evals/thresholds.json).")] = None,
+    incidents: Annotated[
+        list[str] | None, typer.Option("--incidents", help="JSONL files or folders.")
+    ] = None,
+    against: Annotated[
+        str | None, typer.Option(help="URL of a running service (else in-process).")
+    ] = None,
+    out: Annotated[
+        str, typer.Option(help="Folder for the JSON, markdown and PNG reports.")
+    ] = "evals/reports",
+    baselines: Annotated[
+        bool, typer.Option(help="Score the grep and naive-RAG baselines too.")
+    ] = True,
+    gate: Annotated[
+        bool, typer.Option(help="Exit 1 when a metric is below the checked-in thresholds.")
+    ] = False,
+    replay: Annotated[
+        bool,
+        typer.Option(
+            help="In-process: run the replay-backed fix search and replay each recommended fix (fix passes replay)."
+        ),
+    ] = True,
+    variants: Annotated[
+        str | None,
+        typer.Option(
+            help="Also score realistic variants of each generated incident: all, or a comma list of frameless, prefixed, truncated, fragment, noversion, older_wording."
+        ),
+    ] = None,
+    thresholds: Annotated[
+        str | None,
+        typer.Option(
+            help="The gate's thresholds file (default: evals/thresholds_families.json for family incidents, else evals/thresholds.json)."
+        ),
+    ] = None,
 ) -> None:
     """Run the eval suite over recorded incidents (the shipped ones by default)."""
-    raise typer.Exit(eval_command(incidents, against, out, baselines, gate=gate, replay=replay,
-                                  variants=variants, thresholds=thresholds))
+    raise typer.Exit(
+        eval_command(
+            incidents,
+            against,
+            out,
+            baselines,
+            gate=gate,
+            replay=replay,
+            variants=variants,
+            thresholds=thresholds,
+        )
+    )
 
 
 def _export_incidents(
-    out_path: Annotated[Path | None, typer.Option("--out", help="JSONL file (default: stdout).")] = None,
-    source: Annotated[str | None, typer.Option(help="Only confirmations from api | slack | web.")] = None,
+    out_path: Annotated[
+        Path | None, typer.Option("--out", help="JSONL file (default: stdout).")
+    ] = None,
+    source: Annotated[
+        str | None, typer.Option(help="Only confirmations from api | slack | web.")
+    ] = None,
 ) -> None:
     """Export confirmed triages ("this fixed it") as eval incidents, one JSON per line.
 
@@ -276,8 +369,11 @@ def _export_incidents(
             print(json.dumps(inc.model_dump(mode="json"), ensure_ascii=False))
     else:
         dump_incidents(incidents, out_path)
-    Console(stderr=True).print(f"{len(incidents)} confirmed incident(s)"
-                  + (f" from {source}" if source else "") + (f" -> {out_path}" if out_path else ""))
+    Console(stderr=True).print(
+        f"{len(incidents)} confirmed incident(s)"
+        + (f" from {source}" if source else "")
+        + (f" -> {out_path}" if out_path else "")
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -286,5 +382,11 @@ def register(app: typer.Typer) -> None:
     app.command(name="export-incidents")(_export_incidents)
 
 
-__all__ = ["eval_command", "print_report", "print_variants", "register", "reliability_table",
-           "variant_table"]
+__all__ = [
+    "eval_command",
+    "print_report",
+    "print_variants",
+    "register",
+    "reliability_table",
+    "variant_table",
+]

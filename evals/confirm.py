@@ -59,8 +59,11 @@ def fires_expected_check(result: ReplayResult, inc: Incident) -> bool:
     if loc is None or origin is None or origin.line is None or loc.start_line is None:
         return False
     end = loc.end_line if loc.end_line is not None else loc.start_line
-    return (result.status == "raised" and origin.path == loc.path
-            and loc.start_line <= origin.line <= end)
+    return (
+        result.status == "raised"
+        and origin.path == loc.path
+        and loc.start_line <= origin.line <= end
+    )
 
 
 def _fix_holds(result: ReplayResult, inc: Incident) -> bool:
@@ -91,8 +94,9 @@ def _with_real_message(inc: Incident, real: str | None) -> tuple[str, bool]:
     return "\n".join(lines) + "\n", True
 
 
-def judge(inc: Incident, crash: ReplayResult, fixes: Sequence[ReplayResult],
-          label: str) -> Incident | None:
+def judge(
+    inc: Incident, crash: ReplayResult, fixes: Sequence[ReplayResult], label: str
+) -> Incident | None:
     """Fold the replay of ``inc``'s command (``crash``) and of its fixes into a verdict.
 
     Returns a confirmed copy (fixes filtered, ``confirmed_by`` set) or None.
@@ -109,8 +113,14 @@ def judge(inc: Incident, crash: ReplayResult, fixes: Sequence[ReplayResult],
     if rewritten:
         note += ", log carries SGLang's real message"
     expected = inc.expected.model_copy(update={"acceptable_fixes": kept})
-    return inc.model_copy(update={"expected": expected, "crash_log": log,
-                                  "notes": inc.notes + note, "confirmed_by": label})
+    return inc.model_copy(
+        update={
+            "expected": expected,
+            "crash_log": log,
+            "notes": inc.notes + note,
+            "confirmed_by": label,
+        }
+    )
 
 
 def refusal(inc: Incident, crash: ReplayResult, fixes: Sequence[ReplayResult]) -> str:
@@ -126,8 +136,14 @@ def refusal(inc: Incident, crash: ReplayResult, fixes: Sequence[ReplayResult]) -
 class ReplayConfirmer:
     """:data:`Confirm` by replaying with the release's own validation (see module doc)."""
 
-    def __init__(self, settings: Settings, store: Store, *, job_timeout_s: float = 30,
-                 log: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        *,
+        job_timeout_s: float = 30,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.job_timeout_s = job_timeout_s
@@ -136,18 +152,33 @@ class ReplayConfirmer:
     def _root(self, release: str) -> Path:
         from kb.sources import fetch_release
 
-        return fetch_release(release, wheel_dir=self.settings.wheel_dir,
-                             source_dir=self.settings.source_dir,
-                             index_url=self.settings.pip_index_url).root
+        return fetch_release(
+            release,
+            wheel_dir=self.settings.wheel_dir,
+            source_dir=self.settings.source_dir,
+            index_url=self.settings.pip_index_url,
+        ).root
 
-    def replay(self, release: str, argvs: Sequence[Sequence[str]], hardware: str | None,
-               archs: Sequence[str | None]) -> list[ReplayResult]:
+    def replay(
+        self,
+        release: str,
+        argvs: Sequence[Sequence[str]],
+        hardware: str | None,
+        archs: Sequence[str | None],
+    ) -> list[ReplayResult]:
         """Replay command lines of ``release`` on one declared machine (one subprocess)."""
         from service.replay.harness import replay_many
 
-        return replay_many(self._root(release), release, argvs, hardware=hardware,
-                           model_arch=list(archs), timeout_s=180,
-                           job_timeout_s=self.job_timeout_s, settings=self.settings)
+        return replay_many(
+            self._root(release),
+            release,
+            argvs,
+            hardware=hardware,
+            model_arch=list(archs),
+            timeout_s=180,
+            job_timeout_s=self.job_timeout_s,
+            settings=self.settings,
+        )
 
     def __call__(self, release: str, incidents: Sequence[Incident]) -> list[Incident | None]:
         from service.replay.harness import replay_many
@@ -170,17 +201,28 @@ class ReplayConfirmer:
                 archs += [inc.model_arch] * (len(argvs) - start)
                 spans.append((start, len(argvs)))
             if self.log:
-                self.log(f"replay {release} on {hardware or 'no hardware'}: "
-                         f"{len(members)} incidents, {len(argvs)} command lines")
-            results = replay_many(root, release, argvs, hardware=hardware or None,
-                                  model_arch=archs, timeout_s=180,
-                                  job_timeout_s=self.job_timeout_s, settings=self.settings)
+                self.log(
+                    f"replay {release} on {hardware or 'no hardware'}: "
+                    f"{len(members)} incidents, {len(argvs)} command lines"
+                )
+            results = replay_many(
+                root,
+                release,
+                argvs,
+                hardware=hardware or None,
+                model_arch=archs,
+                timeout_s=180,
+                job_timeout_s=self.job_timeout_s,
+                settings=self.settings,
+            )
             label = f"replay:{release}:{hardware or 'none'}"
             for i, (a, b) in zip(members, spans, strict=True):
-                out[i] = judge(incidents[i], results[a], results[a + 1:b], label)
+                out[i] = judge(incidents[i], results[a], results[a + 1 : b], label)
                 if out[i] is None and self.log:
-                    self.log(f"{incidents[i].id} not confirmed: "
-                             f"{refusal(incidents[i], results[a], results[a + 1:b])}")
+                    self.log(
+                        f"{incidents[i].id} not confirmed: "
+                        f"{refusal(incidents[i], results[a], results[a + 1 : b])}"
+                    )
         return out
 
 

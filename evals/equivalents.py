@@ -49,8 +49,17 @@ from service.replay.results import ReplayResult
 #: the shipped files equivalents are added to by default
 GENERATED_FILES = ("generated.jsonl", "generated_more.jsonl")
 
-__all__ = ["GENERATED_FILES", "candidate_releases", "find_equivalents", "is_frameless",
-           "located_check", "main", "match", "normalize", "update_file"]
+__all__ = [
+    "GENERATED_FILES",
+    "candidate_releases",
+    "find_equivalents",
+    "is_frameless",
+    "located_check",
+    "main",
+    "match",
+    "normalize",
+    "update_file",
+]
 
 
 def normalize(text: str | None) -> str:
@@ -61,7 +70,8 @@ def normalize(text: str | None) -> str:
 def is_frameless(parsed: ParsedLog) -> bool:
     """An exception with no traceback frame inside ``sglang/``."""
     return parsed.primary is not None and not any(
-        (f.package_path or "").startswith("sglang/") for f in parsed.primary.frames)
+        (f.package_path or "").startswith("sglang/") for f in parsed.primary.frames
+    )
 
 
 def _vkey(version: str) -> tuple[int, Any]:
@@ -71,15 +81,21 @@ def _vkey(version: str) -> tuple[int, Any]:
         return (1, version)
 
 
-def candidate_releases(store: Store, inc: Incident, parsed: ParsedLog,
-                       releases: Iterable[str]) -> list[str]:
+def candidate_releases(
+    store: Store, inc: Incident, parsed: ParsedLog, releases: Iterable[str]
+) -> list[str]:
     """The other releases (of ``releases``) whose output the frameless log could be.
 
     Empty when the incident has no located primary answer or its log has frames.
     """
     exp = inc.expected
-    if exp.release is None or exp.location is None or exp.location.start_line is None \
-            or not is_frameless(parsed) or not inc.command_argv():
+    if (
+        exp.release is None
+        or exp.location is None
+        or exp.location.start_line is None
+        or not is_frameless(parsed)
+        or not inc.command_argv()
+    ):
         return []
 
     out = []
@@ -94,31 +110,49 @@ def candidate_releases(store: Store, inc: Incident, parsed: ParsedLog,
 
 def located_check(store: Store, release: str, path: str, line: int) -> dict[str, Any] | None:
     """The innermost check of ``release`` whose lines in ``path`` hold ``line``."""
-    rows = store.checks(release, path=path, where="start_line <= ? AND end_line >= ?",
-                        params=[line, line])
-    return min(rows, key=lambda r: (r["end_line"] - r["start_line"], -r["start_line"]),
-               default=None)
+    rows = store.checks(
+        release, path=path, where="start_line <= ? AND end_line >= ?", params=[line, line]
+    )
+    return min(
+        rows, key=lambda r: (r["end_line"] - r["start_line"], -r["start_line"]), default=None
+    )
 
 
-def match(store: Store, release: str, result: ReplayResult, exc_type: str,
-          message: str | None) -> Equivalent | None:
+def match(
+    store: Store, release: str, result: ReplayResult, exc_type: str, message: str | None
+) -> Equivalent | None:
     """The equivalent when ``result`` raised ``exc_type`` with ``message`` at a located check."""
     origin = result.origin
-    if result.status != "raised" or origin is None or origin.line is None \
-            or result.exception_type != exc_type or normalize(result.message) != normalize(message):
+    if (
+        result.status != "raised"
+        or origin is None
+        or origin.line is None
+        or result.exception_type != exc_type
+        or normalize(result.message) != normalize(message)
+    ):
         return None
     check = located_check(store, release, origin.path, origin.line)
     if check is None:
         return None
-    return Equivalent(release=release, path=check["path"], function=check["function"],
-                      start_line=check["start_line"], end_line=check["end_line"])
+    return Equivalent(
+        release=release,
+        path=check["path"],
+        function=check["function"],
+        start_line=check["start_line"],
+        end_line=check["end_line"],
+    )
 
 
 def _fires(result: ReplayResult, eq: Equivalent) -> bool:
     """Did ``result`` raise inside the equivalent's check?"""
     o = result.origin
-    return result.status == "raised" and o is not None and o.line is not None \
-        and o.path == eq.path and eq.start_line <= o.line <= eq.end_line
+    return (
+        result.status == "raised"
+        and o is not None
+        and o.line is not None
+        and o.path == eq.path
+        and eq.start_line <= o.line <= eq.end_line
+    )
 
 
 def _fix_argvs(store: Store, release: str, inc: Incident) -> list[list[str]]:
@@ -126,16 +160,21 @@ def _fix_argvs(store: Store, release: str, inc: Incident) -> list[list[str]]:
     out = []
     for fix in inc.expected.acceptable_fixes:
         try:
-            out.append(apply_edits(inc.command_argv(), catalog, set=dict(fix.set),
-                                   remove=list(fix.remove)))
+            out.append(
+                apply_edits(inc.command_argv(), catalog, set=dict(fix.set), remove=list(fix.remove))
+            )
         except (KeyError, ValueError):
             continue  # a flag this release does not know: not replayable here
     return out
 
 
-def find_equivalents(store: Store, incidents: Sequence[Incident], releases: Iterable[str],
-                     replay: Callable[..., list[ReplayResult]],
-                     log: Callable[[str], None] | None = None) -> dict[str, list[Equivalent]]:
+def find_equivalents(
+    store: Store,
+    incidents: Sequence[Incident],
+    releases: Iterable[str],
+    replay: Callable[..., list[ReplayResult]],
+    log: Callable[[str], None] | None = None,
+) -> dict[str, list[Equivalent]]:
     """``{incident id: equivalents}`` for the frameless incidents of ``incidents``.
 
     ``replay(release, argvs, hardware, archs)`` replays command lines of one release on
@@ -161,8 +200,10 @@ def find_equivalents(store: Store, incidents: Sequence[Incident], releases: Iter
                 archs += [inc.model_arch] * (len(argvs) - start)
                 spans.append((start, len(argvs)))
             if log:
-                log(f"equivalents: replay {release} on {hardware or 'no hardware'}: "
-                    f"{len(members)} incidents, {len(argvs)} command lines")
+                log(
+                    f"equivalents: replay {release} on {hardware or 'no hardware'}: "
+                    f"{len(members)} incidents, {len(argvs)} command lines"
+                )
             results = replay(release, argvs, hardware or None, archs)
             for (inc, parsed), (a, b) in zip(members, spans, strict=True):
                 primary = parsed.primary
@@ -174,10 +215,12 @@ def find_equivalents(store: Store, incidents: Sequence[Incident], releases: Iter
                     continue
                 found[inc.id].append(eq)
                 if log:
-                    still = sum(1 for r in results[a + 1:b] if _fires(r, eq))
-                    log(f"  {inc.id}: same log on {release} at {eq.path}:{eq.start_line} "
+                    still = sum(1 for r in results[a + 1 : b] if _fires(r, eq))
+                    log(
+                        f"  {inc.id}: same log on {release} at {eq.path}:{eq.start_line} "
                         f"({eq.function}); fixes that hold there: "
-                        f"{b - a - 1 - still}/{len(inc.expected.acceptable_fixes)}")
+                        f"{b - a - 1 - still}/{len(inc.expected.acceptable_fixes)}"
+                    )
     return dict(found)
 
 
@@ -207,11 +250,15 @@ def update_file(path: Path, found: dict[str, list[Equivalent]]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evals.equivalents",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("files", nargs="*", help=f"incident files (default: {', '.join(GENERATED_FILES)})")
-    ap.add_argument("--releases", default=None,
-                    help="releases to replay on (default: every release of the KB)")
+    ap = argparse.ArgumentParser(
+        prog="python -m evals.equivalents", description=__doc__.split("\n\n")[0]
+    )
+    ap.add_argument(
+        "files", nargs="*", help=f"incident files (default: {', '.join(GENERATED_FILES)})"
+    )
+    ap.add_argument(
+        "--releases", default=None, help="releases to replay on (default: every release of the KB)"
+    )
     ap.add_argument("--kb", default=None, help="KB folder (default: TRIAGE_KB_DIR or <home>/kb)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -219,21 +266,25 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = kb_settings(args.kb)
     store = Store(settings.kb_path / "index.sqlite")
-    releases = [r.strip() for r in args.releases.split(",") if r.strip()] if args.releases \
+    releases = (
+        [r.strip() for r in args.releases.split(",") if r.strip()]
+        if args.releases
         else [r["version"] for r in store.releases()]
+    )
     log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     confirmer = ReplayConfirmer(settings, store, log=log)
     paths = [Path(f) for f in args.files] or [INCIDENTS_DIR / f for f in GENERATED_FILES]
     for path in paths:
-        found = find_equivalents(store, load_incidents([path]), releases, confirmer.replay,
-                                 log=log)
+        found = find_equivalents(store, load_incidents([path]), releases, confirmer.replay, log=log)
         n = update_file(path, found)
         per = defaultdict(int)
         for eqs in found.values():
             for e in eqs:
                 per[e.release] += 1
-        print(f"{path}: {n} incidents with equivalents "
-              f"({', '.join(f'{r} {c}' for r, c in sorted(per.items(), key=lambda x: _vkey(x[0])))})")
+        print(
+            f"{path}: {n} incidents with equivalents "
+            f"({', '.join(f'{r} {c}' for r, c in sorted(per.items(), key=lambda x: _vkey(x[0])))})"
+        )
     return 0
 
 

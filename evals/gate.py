@@ -70,8 +70,12 @@ def _n(agg: dict[str, Any], metric: str) -> int:
     return int(agg.get(f"{metric}_n", agg.get("n", 0)) or 0)
 
 
-def _breaches(label: str, agg: dict[str, Any], th: dict[str, Any],
-              keep: Callable[[str, float, bool], bool] | None = None) -> list[str]:
+def _breaches(
+    label: str,
+    agg: dict[str, Any],
+    th: dict[str, Any],
+    keep: Callable[[str, float, bool], bool] | None = None,
+) -> list[str]:
     """Threshold breaches of ``agg``; ``keep`` (per release) picks the thresholds that apply,
     and a value not measured there is no breach."""
     out: list[str] = []
@@ -82,8 +86,10 @@ def _breaches(label: str, agg: dict[str, Any], th: dict[str, Any],
             value = agg.get(metric)
             if value is None:
                 if keep is None:  # overall: every threshold must be measured
-                    out.append(f"{label}.{metric}: not measured (threshold "
-                               f"{'>=' if kind == 'min' else '<='} {bound})")
+                    out.append(
+                        f"{label}.{metric}: not measured (threshold "
+                        f"{'>=' if kind == 'min' else '<='} {bound})"
+                    )
                 continue
             if (value < bound) if kind == "min" else (value > bound):
                 n = "" if keep is None else f" (n={_n(agg, metric)})"
@@ -106,6 +112,7 @@ def check_gate(report: EvalReport, thresholds: dict[str, Any] | None = None) -> 
     failures = _breaches(name, system.aggregate, th)
     min_n = int((th.get("per_release") or {}).get("min_n", DEFAULT_MIN_N))
     for release, agg in _releases(report, name).items():
+
         def keep(metric: str, bound: float, floor: bool, agg: dict[str, Any] = agg) -> bool:
             return applies(metric, bound, _n(agg, metric), min_n, floor=floor)
 
@@ -113,8 +120,7 @@ def check_gate(report: EvalReport, thresholds: dict[str, Any] | None = None) -> 
     return failures + variant_breaches(report, th) + family_breaches(report, th)
 
 
-def family_breaches(report: EvalReport, thresholds: dict[str, Any] | None = None
-                    ) -> list[str]:
+def family_breaches(report: EvalReport, thresholds: dict[str, Any] | None = None) -> list[str]:
     """Breaches of the ``families`` floors (module docstring); a family or variant the
     report does not hold is not checked, a floor whose metric was not measured is."""
     th = (thresholds if thresholds is not None else load_thresholds()).get("families") or {}
@@ -127,16 +133,21 @@ def family_breaches(report: EvalReport, thresholds: dict[str, Any] | None = None
         if variant == "note":
             continue
         for family, floors in per_family.items():
-            agg = system.by_family.get(family) if variant == "original" else \
-                (report.by_family_variant.get(family) or {}).get(variant)
+            agg = (
+                system.by_family.get(family)
+                if variant == "original"
+                else (report.by_family_variant.get(family) or {}).get(variant)
+            )
             if agg is not None:
-                out += _breaches(f"family[{family}]{'' if variant == 'original' else '~' + variant}",
-                                 agg, {"min": floors})
+                out += _breaches(
+                    f"family[{family}]{'' if variant == 'original' else '~' + variant}",
+                    agg,
+                    {"min": floors},
+                )
     return out
 
 
-def variant_breaches(report: EvalReport, thresholds: dict[str, Any] | None = None
-                     ) -> list[str]:
+def variant_breaches(report: EvalReport, thresholds: dict[str, Any] | None = None) -> list[str]:
     """Breaches of the ``variants`` floors (empty when no variants were run)."""
     th = (thresholds if thresholds is not None else load_thresholds()).get("variants") or {}
     if not report.by_variant or not th:
@@ -157,8 +168,7 @@ def variant_breaches(report: EvalReport, thresholds: dict[str, Any] | None = Non
     return out
 
 
-def release_advisories(report: EvalReport, thresholds: dict[str, Any] | None = None
-                       ) -> list[str]:
+def release_advisories(report: EvalReport, thresholds: dict[str, Any] | None = None) -> list[str]:
     """Per-release values below a floor (above a ceiling) that the gate does not apply
     to, for lack of incidents: reported so that nothing hides behind the rule."""
     th = thresholds if thresholds is not None else load_thresholds()
@@ -168,14 +178,26 @@ def release_advisories(report: EvalReport, thresholds: dict[str, Any] | None = N
     min_n = int((th.get("per_release") or {}).get("min_n", DEFAULT_MIN_N))
     out: list[str] = []
     for release, agg in _releases(report, name).items():
+
         def keep(metric: str, bound: float, floor: bool, agg: dict[str, Any] = agg) -> bool:
             return not applies(metric, bound, _n(agg, metric), min_n, floor=floor)
 
-        out += [f"{line}, not gated: too few incidents"
-                for line in _breaches(f"{name}[{release}]", agg, th, keep)]
+        out += [
+            f"{line}, not gated: too few incidents"
+            for line in _breaches(f"{name}[{release}]", agg, th, keep)
+        ]
     return out
 
 
-__all__ = ["DEFAULT_MIN_N", "FAMILY_THRESHOLDS", "HIGH_CONFIDENCE", "THRESHOLDS", "applies",
-           "check_gate", "family_breaches", "load_thresholds", "release_advisories",
-           "variant_breaches"]
+__all__ = [
+    "DEFAULT_MIN_N",
+    "FAMILY_THRESHOLDS",
+    "HIGH_CONFIDENCE",
+    "THRESHOLDS",
+    "applies",
+    "check_gate",
+    "family_breaches",
+    "load_thresholds",
+    "release_advisories",
+    "variant_breaches",
+]

@@ -66,8 +66,10 @@ DEFAULT_RELEASES = ("0.5.9", "0.5.11", "0.5.23")
 #: releases outside the defaults, both validation layouts (0.5.21: the resolution hooks)
 MORE_RELEASES = ("0.5.5", "0.5.16", "0.5.21")
 #: shipped file -> the releases its run generated (seed 0, count 72)
-SHIPPED_RUNS: dict[str, tuple[str, ...]] = {"generated.jsonl": DEFAULT_RELEASES,
-                                            "generated_more.jsonl": MORE_RELEASES}
+SHIPPED_RUNS: dict[str, tuple[str, ...]] = {
+    "generated.jsonl": DEFAULT_RELEASES,
+    "generated_more.jsonl": MORE_RELEASES,
+}
 #: (model, default tensor parallelism, needs --trust-remote-code)
 MODELS: tuple[tuple[str, int, bool], ...] = (
     ("/models/DeepSeek-V3", 8, True),
@@ -76,11 +78,32 @@ MODELS: tuple[tuple[str, int, bool], ...] = (
     ("moonshotai/Kimi-K2-Instruct", 8, True),
     ("openai/gpt-oss-120b", 4, False),
 )
-HARDWARE = ("h100-x8", "h200-x8", "b200-x8", "rtx-pro-6000-x8", "a100-x8", "gb200-x4",
-            "mi300x-x8", "l40s-x4")
+HARDWARE = (
+    "h100-x8",
+    "h200-x8",
+    "b200-x8",
+    "rtx-pro-6000-x8",
+    "a100-x8",
+    "gb200-x4",
+    "mi300x-x8",
+    "l40s-x4",
+)
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
-_PREFERRED = ("speculative", "attention", "attn", "parallel", "page", "quant", "kv4", "fp8",
-              "disaggregation", "moe", "a2a", "dp", "tp")
+_PREFERRED = (
+    "speculative",
+    "attention",
+    "attn",
+    "parallel",
+    "page",
+    "quant",
+    "kv4",
+    "fp8",
+    "disaggregation",
+    "moe",
+    "a2a",
+    "dp",
+    "tp",
+)
 
 
 def _tier(check: dict[str, Any]) -> int:
@@ -137,8 +160,15 @@ def _renderable(check: dict[str, Any]) -> bool:
     return render_message(check, {}) is not None or src.startswith(("f'", 'f"'))
 
 
-def _log(prober: Prober, check: dict[str, Any], probe: Probe, ctx: Context, message: str | None,
-         rng: random.Random, seed: int) -> tuple[str, str]:
+def _log(
+    prober: Prober,
+    check: dict[str, Any],
+    probe: Probe,
+    ctx: Context,
+    message: str | None,
+    rng: random.Random,
+    seed: int,
+) -> tuple[str, str]:
     """(crash log, style) for one incident.
 
     Half of the logs (by a coin of their own, so the main stream of draws is
@@ -148,14 +178,23 @@ def _log(prober: Prober, check: dict[str, Any], probe: Probe, ctx: Context, mess
     """
     python = rng.choice(PYTHONS)
     entry = rng.choice(["python3 -m sglang.launch_server", "python -m sglang.launch_server"])
-    site = rng.choice([None, f"/opt/venv/lib/python{python}/site-packages",
-                       f"/root/.venv/lib/python{python}/site-packages"])
+    site = rng.choice(
+        [
+            None,
+            f"/opt/venv/lib/python{python}/site-packages",
+            f"/root/.venv/lib/python{python}/site-packages",
+        ]
+    )
     coin = random.Random(f"{seed}:{ctx.release}:{check['path']}:{check['start_line']}:warning")
-    warning = launcher_warning(prober.store, prober.release, site or SITE.format(py=python)) \
-        if coin.random() < 0.5 else []
+    warning = (
+        launcher_warning(prober.store, prober.release, site or SITE.format(py=python))
+        if coin.random() < 0.5
+        else []
+    )
     pin = f"sglang=={ctx.release}"
-    styles = ["traceback", "timestamped"] + (["message_only"] if message and check["kind"] == "raise"
-                                             else [])
+    styles = ["traceback", "timestamped"] + (
+        ["message_only"] if message and check["kind"] == "raise" else []
+    )
     style = rng.choice(styles) + (" (with the launcher's warning)" if warning else "")
     if style.startswith("message_only"):
         lines = [f"$ {entry} " + " ".join(_quote(a) for a in probe.argv), *warning]
@@ -164,11 +203,22 @@ def _log(prober: Prober, check: dict[str, Any], probe: Probe, ctx: Context, mess
         lines.append(f"{check['exc_type'] or 'AssertionError'}: {message}")
         return "\n".join(lines) + "\n", style
     preamble = warning + ([pin] if rng.random() < 0.3 else [])
-    log = render_log(prober.store, prober.release, check, python=python, argv=probe.argv,
-                     entry=entry, message=message, site=site, preamble=preamble)
+    log = render_log(
+        prober.store,
+        prober.release,
+        check,
+        python=python,
+        argv=probe.argv,
+        entry=entry,
+        message=message,
+        site=site,
+        preamble=preamble,
+    )
     if style.startswith("timestamped"):
-        stamp = f"[2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} " \
-                f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}]"
+        stamp = (
+            f"[2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} "
+            f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}]"
+        )
         head, _, rest = log.partition("\n")
         log = head + "\n" + "".join(f"{stamp} {line}\n" for line in rest.splitlines())
     return log, style
@@ -180,8 +230,15 @@ def _quote(arg: str) -> str:
     return shlex.quote(arg)
 
 
-def build_incident(prober: Prober, check: dict[str, Any], ctx: Context, probe: Probe,
-                   rng: random.Random, seed: int, message: str | None) -> Incident:
+def build_incident(
+    prober: Prober,
+    check: dict[str, Any],
+    ctx: Context,
+    probe: Probe,
+    rng: random.Random,
+    seed: int,
+    message: str | None,
+) -> Incident:
     """The incident for a firing ``probe`` (expected answer from the evaluator only)."""
     parsed = parse_argv(probe.argv, prober.catalog)
     user = set(parsed.values)
@@ -194,25 +251,43 @@ def build_incident(prober: Prober, check: dict[str, Any], ctx: Context, probe: P
     return Incident(
         id=f"gen-{ctx.release}-{short}-{check['start_line']}",
         source=f"generated:seed={seed}",
-        release=ctx.release, hardware=ctx.hardware, model=ctx.model, model_arch=ctx.model_arch,
-        command=list(probe.argv), crash_log=log,
+        release=ctx.release,
+        hardware=ctx.hardware,
+        model=ctx.model,
+        model_arch=ctx.model_arch,
+        command=list(probe.argv),
+        crash_log=log,
         expected=Expected(
             release=ctx.release,
-            location=ExpectedLocation(path=check["path"], function=check["function"],
-                                      start_line=check["start_line"], end_line=check["end_line"]),
+            location=ExpectedLocation(
+                path=check["path"],
+                function=check["function"],
+                start_line=check["start_line"],
+                end_line=check["end_line"],
+            ),
             root_cause_flags=[spell[a] for a in root],
             acceptable_fixes=[FixSpec(**f) for f in fixes],
-            no_flag_fix=None if fixes else "no single or pair edit of the launch flags makes "
-                                           "this check pass (computed)"),
+            no_flag_fix=None
+            if fixes
+            else "no single or pair edit of the launch flags makes this check pass (computed)",
+        ),
         category=category,  # type: ignore[arg-type]
         notes=f"generated: {style} log; flags searched with the evaluator "
-              f"({', '.join(f'{k}={v!r}' for k, v in sorted(probe.assign.items()))})",
+        f"({', '.join(f'{k}={v!r}' for k, v in sorted(probe.assign.items()))})",
     )
 
 
-def generate_release(store: Store, release: str, quota: int, seed: int, *,
-                     per_function: int = 3, contexts: int = 2, log=None,  # noqa: ANN001
-                     confirm: Confirm | None = None) -> list[Incident]:
+def generate_release(
+    store: Store,
+    release: str,
+    quota: int,
+    seed: int,
+    *,
+    per_function: int = 3,
+    contexts: int = 2,
+    log=None,  # noqa: ANN001
+    confirm: Confirm | None = None,
+) -> list[Incident]:
     """Up to ``quota`` incidents for ``release``.
 
     A first pass takes at most a fifth of the quota per category (so no area
@@ -248,8 +323,11 @@ def generate_release(store: Store, release: str, quota: int, seed: int, *,
         per_cat[inc.category] += 1
 
     def settle() -> None:
-        verdicts = confirm(release, [inc for inc, _ in pending]) if confirm and pending \
+        verdicts = (
+            confirm(release, [inc for inc, _ in pending])
+            if confirm and pending
             else [inc for inc, _ in pending]
+        )
         for (inc, function), kept in zip(pending, verdicts, strict=True):
             if kept is None:
                 per_fn[function] -= 1
@@ -257,8 +335,10 @@ def generate_release(store: Store, release: str, quota: int, seed: int, *,
             else:
                 out.append(kept)
             if log:
-                log(f"{release}: {inc.id} [{inc.category}] "
-                    f"{'dropped: not confirmed' if kept is None else 'kept'} {len(out)}/{quota}")
+                log(
+                    f"{release}: {inc.id} [{inc.category}] "
+                    f"{'dropped: not confirmed' if kept is None else 'kept'} {len(out)}/{quota}"
+                )
         pending.clear()
 
     def full() -> bool:
@@ -281,8 +361,9 @@ def generate_release(store: Store, release: str, quota: int, seed: int, *,
             probe = prober.make_fire(check, ctx, rng, budget=200 if rare else 60)
             if probe is None:
                 continue
-            changed = set(parse_argv(probe.argv, prober.catalog).values) ^ \
-                set(parse_argv(list(ctx.base_argv), prober.catalog).values) | set(probe.assign)
+            changed = set(parse_argv(probe.argv, prober.catalog).values) ^ set(
+                parse_argv(list(ctx.base_argv), prober.catalog).values
+            ) | set(probe.assign)
             if prober.earlier_firing(check, ctx, probe.argv, changed) is not None:
                 continue
             message = _message(prober, check, probe, ctx)
@@ -305,9 +386,15 @@ def generate_release(store: Store, release: str, quota: int, seed: int, *,
     return out
 
 
-def generate(store: Store, *, seed: int = 0, count: int = 72,
-             releases: tuple[str, ...] = DEFAULT_RELEASES, log=None,  # noqa: ANN001
-             confirm: Confirm | None = None) -> list[Incident]:
+def generate(
+    store: Store,
+    *,
+    seed: int = 0,
+    count: int = 72,
+    releases: tuple[str, ...] = DEFAULT_RELEASES,
+    log=None,  # noqa: ANN001
+    confirm: Confirm | None = None,
+) -> list[Incident]:
     """``count`` incidents spread evenly over ``releases`` (fewer if a release runs dry)."""
     out: list[Incident] = []
     for release in releases:
@@ -324,15 +411,19 @@ def quota_for(release: str, releases: tuple[str, ...], count: int = 72) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evals.generate",
-                                 description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m evals.generate", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--out", required=True, help="JSONL file to write")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--count", type=int, default=72)
     ap.add_argument("--releases", default=",".join(DEFAULT_RELEASES))
     ap.add_argument("--kb", default=None, help="KB folder (default: TRIAGE_KB_DIR or <home>/kb)")
-    ap.add_argument("--no-replay", action="store_true",
-                    help="keep the evaluator's ground truth unconfirmed (no replay)")
+    ap.add_argument(
+        "--no-replay",
+        action="store_true",
+        help="keep the evaluator's ground truth unconfirmed (no replay)",
+    )
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     settings = kb_settings(args.kb)
@@ -342,22 +433,33 @@ def main(argv: list[str] | None = None) -> int:
         store.require(r)
     log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     confirm = None if args.no_replay else ReplayConfirmer(settings, store, log=log)
-    incidents = generate(store, seed=args.seed, count=args.count, releases=releases, log=log,
-                         confirm=confirm)
+    incidents = generate(
+        store, seed=args.seed, count=args.count, releases=releases, log=log, confirm=confirm
+    )
     if confirm is not None:  # crashes of plain commands: replay is their only judge
         from evals.generate_context import context_incidents
 
-        incidents += context_incidents(store, settings, releases, contexts=MODELS,
-                                       hardware=HARDWARE, seed=args.seed, log=log)
+        incidents += context_incidents(
+            store, settings, releases, contexts=MODELS, hardware=HARDWARE, seed=args.seed, log=log
+        )
         # frameless logs other releases print identically: their equivalent answers
-        found = find_equivalents(store, incidents, [r["version"] for r in store.releases()],
-                                 confirm.replay, log=log)
-        incidents = [i.model_copy(update={"expected": i.expected.model_copy(
-            update={"equivalents": found[i.id]})}) if i.id in found else i for i in incidents]
+        found = find_equivalents(
+            store, incidents, [r["version"] for r in store.releases()], confirm.replay, log=log
+        )
+        incidents = [
+            i.model_copy(
+                update={"expected": i.expected.model_copy(update={"equivalents": found[i.id]})}
+            )
+            if i.id in found
+            else i
+            for i in incidents
+        ]
     dump_incidents(incidents, args.out)
     cats = Counter(i.category for i in incidents)
-    print(f"wrote {len(incidents)} incidents to {args.out}: "
-          + ", ".join(f"{k} {v}" for k, v in sorted(cats.items())))
+    print(
+        f"wrote {len(incidents)} incidents to {args.out}: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(cats.items()))
+    )
     return 0
 
 

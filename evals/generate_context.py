@@ -57,14 +57,23 @@ def _check_of(store: Store, release: str, res: ReplayResult) -> dict[str, Any] |
     origin = res.origin
     if res.status != "raised" or origin is None or origin.line is None:
         return None
-    rows = store.checks(release, path=origin.path, where="start_line <= ? AND end_line >= ?",
-                        params=[origin.line, origin.line])
+    rows = store.checks(
+        release,
+        path=origin.path,
+        where="start_line <= ? AND end_line >= ?",
+        params=[origin.line, origin.line],
+    )
     rows = [r for r in rows if r["kind"] in ("assert", "raise")]
     return min(rows, key=lambda r: r["end_line"] - r["start_line"]) if rows else None
 
 
-def _edits(check: dict[str, Any], argv: list[str], by_attr: dict[str, Any],
-           rng: random.Random, max_edits: int) -> list[FixSpec]:
+def _edits(
+    check: dict[str, Any],
+    argv: list[str],
+    by_attr: dict[str, Any],
+    rng: random.Random,
+    max_edits: int,
+) -> list[FixSpec]:
     """Single edits of the flags the check (and its guards) read, in a seeded order."""
     texts = [check["condition"] or "", *(g["condition"] for g in check["guards"])]
     attrs: set[str] = set()
@@ -88,24 +97,48 @@ def _edits(check: dict[str, Any], argv: list[str], by_attr: dict[str, Any],
     return out[:max_edits]
 
 
-def context_incidents(store: Store, settings: Settings, releases: Sequence[str], *,
-                      contexts: Sequence[tuple[str, int, bool]], hardware: Sequence[str],
-                      seed: int = 0, max_edits: int = 8, replay: Replay | None = None,
-                      log: Callable[[str], None] | None = None) -> list[Incident]:
+def context_incidents(
+    store: Store,
+    settings: Settings,
+    releases: Sequence[str],
+    *,
+    contexts: Sequence[tuple[str, int, bool]],
+    hardware: Sequence[str],
+    seed: int = 0,
+    max_edits: int = 8,
+    replay: Replay | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[Incident]:
     """Incidents of plain commands that SGLang refuses (see module doc)."""
     from kb.sources import fetch_release
     from service.replay.harness import replay_many
 
     replay = replay or replay_many
     rng = random.Random(f"{seed}:context")
-    roots = {r: fetch_release(r, wheel_dir=settings.wheel_dir, source_dir=settings.source_dir,
-                              index_url=settings.pip_index_url).root for r in releases}
+    roots = {
+        r: fetch_release(
+            r,
+            wheel_dir=settings.wheel_dir,
+            source_dir=settings.source_dir,
+            index_url=settings.pip_index_url,
+        ).root
+        for r in releases
+    }
     archs = [model_arch_for(m) for m, _, _ in contexts]
 
-    def run(release: str, hw: str, argvs: list[list[str]], arch: list[str | None]
-            ) -> list[ReplayResult]:
-        return replay(roots[release], release, argvs, hardware=hw, model_arch=arch,
-                      timeout_s=180, job_timeout_s=30, settings=settings)
+    def run(
+        release: str, hw: str, argvs: list[list[str]], arch: list[str | None]
+    ) -> list[ReplayResult]:
+        return replay(
+            roots[release],
+            release,
+            argvs,
+            hardware=hw,
+            model_arch=arch,
+            timeout_s=180,
+            job_timeout_s=30,
+            settings=settings,
+        )
 
     plain: dict[tuple[str, str], list[ReplayResult]] = {}
     for release in releases:
@@ -118,40 +151,68 @@ def context_incidents(store: Store, settings: Settings, releases: Sequence[str],
         by_attr = catalog.by_attr()
         for hw in hardware:
             for c_i, ((model, tp, trust), arch, res) in enumerate(
-                    zip(contexts, archs, plain[(release, hw)], strict=True)):
+                zip(contexts, archs, plain[(release, hw)], strict=True)
+            ):
                 check = _check_of(store, release, res)
                 if check is None:
                     continue
                 argv = plain_command(model, tp, trust, hw)
                 edits = _edits(check, argv, by_attr, rng, max_edits)
-                tried = run(release, hw, [apply_edits(argv, catalog, set=dict(e.set),
-                                                      remove=list(e.remove)) for e in edits],
-                            [arch] * len(edits)) if edits else []
+                tried = (
+                    run(
+                        release,
+                        hw,
+                        [
+                            apply_edits(argv, catalog, set=dict(e.set), remove=list(e.remove))
+                            for e in edits
+                        ],
+                        [arch] * len(edits),
+                    )
+                    if edits
+                    else []
+                )
                 # with no static analysis behind them, only an edit SGLang fully accepts counts
                 fixes = [e for e, t in zip(edits, tried, strict=True) if t.status == "passed"]
-                later = [r for r in releases[r_i + 1:] if plain[(r, hw)][c_i].status == "passed"]
-                no_fix = None if fixes else (
-                    f"upgrade: {later[0]} accepts the same command on {hw} (replay); none of "
-                    f"{len(edits)} single edits of the flags the check reads passes"
-                    if later else f"the model and the hardware trigger it: none of {len(edits)} "
-                    "single edits of the flags the check reads passes (replay); change the "
-                    "hardware or the model (checkpoint format)")
+                later = [r for r in releases[r_i + 1 :] if plain[(r, hw)][c_i].status == "passed"]
+                no_fix = (
+                    None
+                    if fixes
+                    else (
+                        f"upgrade: {later[0]} accepts the same command on {hw} (replay); none of "
+                        f"{len(edits)} single edits of the flags the check reads passes"
+                        if later
+                        else f"the model and the hardware trigger it: none of {len(edits)} "
+                        "single edits of the flags the check reads passes (replay); change the "
+                        "hardware or the model (checkpoint format)"
+                    )
+                )
                 short = check["function"].rsplit(".", 1)[-1].strip("_")
                 inc = Incident(
                     id=f"ctx-{release}-{hw}-{short}-{check['start_line']}",
-                    source=f"generated:context:seed={seed}", release=release, hardware=hw,
-                    model=model, model_arch=arch, command=argv,
+                    source=f"generated:context:seed={seed}",
+                    release=release,
+                    hardware=hw,
+                    model=model,
+                    model_arch=arch,
+                    command=argv,
                     crash_log=render_replay_log(store, release, res, argv),
                     expected=Expected(
                         release=release,
-                        location=ExpectedLocation(path=check["path"], function=check["function"],
-                                                  start_line=check["start_line"],
-                                                  end_line=check["end_line"]),
-                        root_cause_flags=[], acceptable_fixes=fixes, no_flag_fix=no_fix),
+                        location=ExpectedLocation(
+                            path=check["path"],
+                            function=check["function"],
+                            start_line=check["start_line"],
+                            end_line=check["end_line"],
+                        ),
+                        root_cause_flags=[],
+                        acceptable_fixes=fixes,
+                        no_flag_fix=no_fix,
+                    ),
                     category=categorize(check, []),  # type: ignore[arg-type]
                     notes=f"generated from a plain command SGLang refuses on {hw}; "
-                          f"{len(fixes)}/{len(edits)} replayed single edits hold",
-                    confirmed_by=f"replay:{release}:{hw}")
+                    f"{len(fixes)}/{len(edits)} replayed single edits hold",
+                    confirmed_by=f"replay:{release}:{hw}",
+                )
                 if log:
                     log(f"{inc.id}: {'no flag fix' if no_fix else f'{len(fixes)} fixes'}")
                 out.append(inc)

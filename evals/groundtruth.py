@@ -58,8 +58,19 @@ from service.engine import (
 FROZEN_ATTRS = frozenset({"model_path", "tokenizer_path", "device"})
 _INT_VALUES = (1, 2, 4, 8)
 #: parallel sizes, kept within the GPUs of the hardware profile
-PARALLEL_SIZES = frozenset({"tp_size", "dp_size", "pp_size", "ep_size", "moe_dp_size",
-                            "attn_cp_size", "dcp_size", "cp_size", "moe_ep_size"})
+PARALLEL_SIZES = frozenset(
+    {
+        "tp_size",
+        "dp_size",
+        "pp_size",
+        "ep_size",
+        "moe_dp_size",
+        "attn_cp_size",
+        "dcp_size",
+        "cp_size",
+        "moe_ep_size",
+    }
+)
 _FLOAT_VALUES = (0.5,)
 
 
@@ -89,8 +100,9 @@ def facts_for(ctx: Context) -> dict[str, Value]:
     facts = dict(fact_values(get_profile(ctx.hardware), ctx.model_arch, {}, model=ctx.model))
     if ctx.model_arch:
         key = fact_key("self.get_model_config().hf_config.architectures")
-        facts.setdefault(key, Value([ctx.model_arch], Provenance(
-            "fact", f"model architecture {ctx.model_arch}")))
+        facts.setdefault(
+            key, Value([ctx.model_arch], Provenance("fact", f"model architecture {ctx.model_arch}"))
+        )
     return facts
 
 
@@ -172,8 +184,9 @@ class Prober:
         return self._facts[ctx]
 
     # -- evaluation ---------------------------------------------------------------------
-    def argv_for(self, ctx: Context, assign: dict[str, object],
-                 remove: list[str] | None = None) -> list[str]:
+    def argv_for(
+        self, ctx: Context, assign: dict[str, object], remove: list[str] | None = None
+    ) -> list[str]:
         return apply_edits(list(ctx.base_argv), self.catalog, set=dict(assign), remove=remove or [])
 
     def attrs_for(self, argv: list[str]) -> dict[str, Value]:
@@ -186,15 +199,17 @@ class Prober:
             hit = self._attrs[key] = base_attrs(self.catalog, parse_argv(argv, self.catalog))
         return hit
 
-    def evaluate(self, check: dict[str, Any], argv: list[str], facts: dict[str, Value]
-                 ) -> PathEvaluation:
+    def evaluate(
+        self, check: dict[str, Any], argv: list[str], facts: dict[str, Value]
+    ) -> PathEvaluation:
         # guard truths are memoised per set of facts (keyed by the attribute values they read)
         memo = self._memos.setdefault(id(facts), {})
         if len(memo) > 200_000:
             memo.clear()
         try:
-            return evaluate_path(self.store, self.release, check, self.attrs_for(argv), facts,
-                                 memo=memo)
+            return evaluate_path(
+                self.store, self.release, check, self.attrs_for(argv), facts, memo=memo
+            )
         except Exception as exc:  # noqa: BLE001 - e.g. a write guard the evaluator refuses
             return PathEvaluation(UNKNOWN, [], set(), [f"evaluation failed: {exc}"])
 
@@ -218,8 +233,11 @@ class Prober:
             names = referenced_names(text)
         except Exception:  # noqa: BLE001
             return []
-        return sorted(a for a in names if a in self.by_attr and a not in FROZEN_ATTRS
-                      and not self.by_attr[a].deprecated)
+        return sorted(
+            a
+            for a in names
+            if a in self.by_attr and a not in FROZEN_ATTRS and not self.by_attr[a].deprecated
+        )
 
     def levers(self, check: dict[str, Any], condition: str) -> list[str]:
         """Flags that can change ``condition``: those it reads, then those the guards of
@@ -229,8 +247,11 @@ class Prober:
         for attr in direct:
             for w in earlier_writes(self.store, self.release, attr, check):
                 for g in w.guards:
-                    extra += [a for a in self.flag_attrs(g["condition"])
-                              if a not in direct and a not in extra]
+                    extra += [
+                        a
+                        for a in self.flag_attrs(g["condition"])
+                        if a not in direct and a not in extra
+                    ]
         return direct + sorted(extra)
 
     def candidates(self, attr: str, conditions: list[str], ctx: Context) -> list[object]:
@@ -265,8 +286,15 @@ class Prober:
         return out[:24]
 
     # -- search -------------------------------------------------------------------------
-    def make_fire(self, check: dict[str, Any], ctx: Context, rng: random.Random, *,
-                  budget: int = 120, depth: int = 5) -> Probe | None:
+    def make_fire(
+        self,
+        check: dict[str, Any],
+        ctx: Context,
+        rng: random.Random,
+        *,
+        budget: int = 120,
+        depth: int = 5,
+    ) -> Probe | None:
         """An assignment under which ``check``'s path condition is True, or None.
 
         Depth-first: the first piece of the path condition that does not hold is
@@ -293,10 +321,18 @@ class Prober:
             conditions = [p.condition for p in ev.parts]
             direct = self.flag_attrs(part.condition)
             levers = [a for a in self.levers(check, part.condition) if a not in direct]
-            singles = [((a, v),) for a in direct + levers
-                       for v in self.candidates(a, conditions, ctx) if assign.get(a) != v]
-            pairs = [((a, v), (b, w)) for (a, v), in singles for (b, w), in singles
-                     if a in direct and b in levers]
+            singles = [
+                ((a, v),)
+                for a in direct + levers
+                for v in self.candidates(a, conditions, ctx)
+                if assign.get(a) != v
+            ]
+            pairs = [
+                ((a, v), (b, w))
+                for ((a, v),) in singles
+                for ((b, w),) in singles
+                if a in direct and b in levers
+            ]
             rng.shuffle(singles)
             rng.shuffle(pairs)
             for moves in [*singles, *pairs]:
@@ -316,8 +352,9 @@ class Prober:
         key = self.order[check["id"]]
         return [c for c in self.checks if self.order[c["id"]] < key]
 
-    def earlier_firing(self, check: dict[str, Any], ctx: Context, argv: list[str],
-                       changed: set[str]) -> dict[str, Any] | None:
+    def earlier_firing(
+        self, check: dict[str, Any], ctx: Context, argv: list[str], changed: set[str]
+    ) -> dict[str, Any] | None:
         """A check that runs before ``check`` and fires under ``argv`` (None if none does).
 
         Checks that read none of ``changed`` (nor anything their earlier writes read)
@@ -338,21 +375,28 @@ class Prober:
         return None
 
     # -- expectations ---------------------------------------------------------------------
-    def acceptable_fixes(self, check: dict[str, Any], ctx: Context, probe: Probe, *,
-                         max_pairs: int = 40) -> list[dict[str, Any]]:
+    def acceptable_fixes(
+        self, check: dict[str, Any], ctx: Context, probe: Probe, *, max_pairs: int = 40
+    ) -> list[dict[str, Any]]:
         """Single and pair edits that make the check definitely pass without new failures."""
         facts = self.facts(ctx)
         ev = probe.evaluation
         parsed = parse_argv(probe.argv, self.catalog)
         conditions = [p.condition for p in ev.parts]
-        readable = sorted(a for a in ev.attrs if a in self.by_attr and a not in FROZEN_ATTRS
-                          and not self.by_attr[a].deprecated)
+        readable = sorted(
+            a
+            for a in ev.attrs
+            if a in self.by_attr and a not in FROZEN_ATTRS and not self.by_attr[a].deprecated
+        )
         singles: list[tuple[str, str, object]] = []
         for attr in readable:
             if attr in parsed.values:
                 singles.append(("remove", attr, None))
-            current = parsed.values[attr].value if attr in parsed.values else (
-                self.by_attr[attr].default if self.by_attr[attr].default_known else None)
+            current = (
+                parsed.values[attr].value
+                if attr in parsed.values
+                else (self.by_attr[attr].default if self.by_attr[attr].default_known else None)
+            )
             for value in self.candidates(attr, conditions, ctx):
                 if value != current:
                     singles.append(("set", attr, value))
@@ -364,8 +408,11 @@ class Prober:
             else:
                 failed.append(edit)
         fixed_attrs = {a for f in fixes for a in (*f["_attrs"],)}
-        pairs = [(x, y) for x, y in itertools.combinations(failed, 2)
-                 if x[1] != y[1] and x[1] not in fixed_attrs and y[1] not in fixed_attrs]
+        pairs = [
+            (x, y)
+            for x, y in itertools.combinations(failed, 2)
+            if x[1] != y[1] and x[1] not in fixed_attrs and y[1] not in fixed_attrs
+        ]
         pairs.sort(key=lambda p: (p[0][0] != "remove") + (p[1][0] != "remove"))
         for pair in pairs[:max_pairs]:
             if self._fixes(check, ctx, probe, list(pair), facts):
@@ -374,8 +421,14 @@ class Prober:
             f.pop("_attrs", None)
         return fixes
 
-    def _fixes(self, check: dict[str, Any], ctx: Context, probe: Probe,
-               edits: list[tuple[str, str, object]], facts: dict[str, Value]) -> bool:
+    def _fixes(
+        self,
+        check: dict[str, Any],
+        ctx: Context,
+        probe: Probe,
+        edits: list[tuple[str, str, object]],
+        facts: dict[str, Value],
+    ) -> bool:
         assign = dict(probe.assign)
         remove = [attr for op, attr, _ in edits if op == "remove"]
         for op, attr, value in edits:
@@ -383,16 +436,22 @@ class Prober:
                 assign[attr] = value
             else:
                 assign.pop(attr, None)
-        argv = apply_edits(list(probe.argv), self.catalog,
-                           set={a: v for op, a, v in edits if op == "set"}, remove=remove)
+        argv = apply_edits(
+            list(probe.argv),
+            self.catalog,
+            set={a: v for op, a, v in edits if op == "set"},
+            remove=remove,
+        )
         if self.evaluate(check, argv, facts).fired is not False:
             return False
         touched = {attr for _, attr, _ in edits}
         for other in self.checks:
             if other["id"] == check["id"] or not touched & self.names(other, facts):
                 continue
-            if self.evaluate(other, argv, facts).fired is True and \
-                    self.evaluate(other, probe.argv, facts).fired is not True:
+            if (
+                self.evaluate(other, argv, facts).fired is True
+                and self.evaluate(other, probe.argv, facts).fired is not True
+            ):
                 return False
         return True
 

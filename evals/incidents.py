@@ -47,6 +47,21 @@ def load_incidents(paths: Iterable[str | Path] | None = None) -> list[Incident]:
     return read_incidents(shipped_paths() if paths is None else paths)
 
 
-__all__ = ["CATEGORIES", "INCIDENTS_DIR", "SHIPPED", "Category", "Equivalent", "Expected",
-           "ExpectedLocation", "FixSpec", "Incident", "IncidentError", "categorize", "dump_incidents", "load_incidents",
-           "parse_incidents", "read_incidents", "shipped_paths"]
+__all__ = [
+    "CATEGORIES",
+    "INCIDENTS_DIR",
+    "SHIPPED",
+    "Category",
+    "Equivalent",
+    "Expected",
+    "ExpectedLocation",
+    "FixSpec",
+    "Incident",
+    "IncidentError",
+    "categorize",
+    "dump_incidents",
+    "load_incidents",
+    "parse_incidents",
+    "read_incidents",
+    "shipped_paths",
+]

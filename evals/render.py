@@ -45,8 +45,9 @@ def reported_line(check: dict[str, Any], python: str) -> int:
     return check["start_line"]
 
 
-def _line_with(store: Store, release: str, path: str, fn: dict[str, Any] | None,
-               needle: str) -> int | None:
+def _line_with(
+    store: Store, release: str, path: str, fn: dict[str, Any] | None, needle: str
+) -> int | None:
     if fn is None:
         return None
     lines = store.file_lines(release, path, fn["start_line"], fn["end_line"])
@@ -56,7 +57,9 @@ def _line_with(store: Store, release: str, path: str, fn: dict[str, Any] | None,
     return None
 
 
-def _frame(store: Store, release: str, path: str, line: int | None, function: str) -> FrameSpec | None:
+def _frame(
+    store: Store, release: str, path: str, line: int | None, function: str
+) -> FrameSpec | None:
     if line is None:
         return None
     text = store.file_lines(release, path, line, line)
@@ -81,25 +84,46 @@ def _entry_frames(store: Store, release: str) -> list[FrameSpec]:
                 fns = store.functions_at(release, ls, i)
                 frames = [FrameSpec(ls, i, fns[0]["name"] if fns else "<module>", line.strip())]
                 break
-        frames.append(_frame(store, release, sa, _line_with(
-            store, release, sa, resolve, "run_resolution_pipeline(self)"), "resolve_once"))
+        frames.append(
+            _frame(
+                store,
+                release,
+                sa,
+                _line_with(store, release, sa, resolve, "run_resolution_pipeline(self)"),
+                "resolve_once",
+            )
+        )
         return [f for f in frames if f is not None]
     prep = store.function(release, "prepare_server_args", sa)
-    frames.append(_frame(store, release, sa, _line_with(store, release, sa, prep, "from_cli_args("),
-                         "prepare_server_args"))
+    frames.append(
+        _frame(
+            store,
+            release,
+            sa,
+            _line_with(store, release, sa, prep, "from_cli_args("),
+            "prepare_server_args",
+        )
+    )
     fca = store.function(release, "ServerArgs.from_cli_args", sa)
-    frames.append(_frame(store, release, sa, _line_with(store, release, sa, fca, "return cls("),
-                         "from_cli_args"))
+    frames.append(
+        _frame(
+            store, release, sa, _line_with(store, release, sa, fca, "return cls("), "from_cli_args"
+        )
+    )
     frames.append(FrameSpec("<string>", 300, "__init__", None))
     return [f for f in frames if f is not None]
 
 
 def _main_guard(test: ast.expr) -> bool:
     """``__name__ == "__main__"``."""
-    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)
-            and test.left.id == "__name__" and len(test.comparators) == 1
-            and isinstance(test.comparators[0], ast.Constant)
-            and test.comparators[0].value == "__main__")
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and len(test.comparators) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "__main__"
+    )
 
 
 def launcher_warning(store: Store, release: str, site: str) -> list[str]:
@@ -124,9 +148,13 @@ def launcher_warning(store: Store, release: str, site: str) -> list[str]:
     blocks = [n.body for n in tree.body if isinstance(n, ast.If) and _main_guard(n.test)]
     for stmt in (s for body in blocks for s in body):
         call = stmt.value if isinstance(stmt, ast.Expr) else None
-        if not (isinstance(call, ast.Call) and ast.unparse(call.func) == "warnings.warn"
-                and call.args and isinstance(call.args[0], ast.Constant)
-                and isinstance(call.args[0].value, str)):
+        if not (
+            isinstance(call, ast.Call)
+            and ast.unparse(call.func) == "warnings.warn"
+            and call.args
+            and isinstance(call.args[0], ast.Constant)
+            and isinstance(call.args[0].value, str)
+        ):
             continue
         keywords = {k.arg: k.value for k in call.keywords}
         level = keywords.get("stacklevel")
@@ -153,8 +181,9 @@ def call_chain(store: Store, release: str, check: dict[str, Any]) -> list[FrameS
             for dpath, dqual in DISPATCHERS:
                 dfn = store.function(release, dqual, dpath)
                 needle_a, needle_b = f"self.{name}(", f"run_hook({name},"
-                line = _line_with(store, release, dpath, dfn, needle_a) or \
-                    _line_with(store, release, dpath, dfn, needle_b)
+                line = _line_with(store, release, dpath, dfn, needle_a) or _line_with(
+                    store, release, dpath, dfn, needle_b
+                )
                 if line is not None:
                     frames.insert(0, _frame(store, release, dpath, line, dqual.rsplit(".", 1)[-1]))
                     break
@@ -181,17 +210,32 @@ def render_message(check: dict[str, Any], values: dict[str, Any] | None = None) 
     return " ".join(res.value.split()) if isinstance(res.value, str) else None
 
 
-def render_log(store: Store, release: str, check: dict[str, Any], *, python: str = "3.12",
-               argv: list[str] | None = None, entry: str = "python3 -m sglang.launch_server",
-               message: str | None = None, line_offset: int = 0, site: str | None = None,
-               preamble: list[str] | None = None) -> str:
+def render_log(
+    store: Store,
+    release: str,
+    check: dict[str, Any],
+    *,
+    python: str = "3.12",
+    argv: list[str] | None = None,
+    entry: str = "python3 -m sglang.launch_server",
+    message: str | None = None,
+    line_offset: int = 0,
+    site: str | None = None,
+    preamble: list[str] | None = None,
+) -> str:
     """A realistic crash log: command, some log lines, traceback, exception line."""
     site = site or SITE.format(py=python)
     frames = _entry_frames(store, release) + call_chain(store, release, check)
     line = reported_line(check, python)
     text = store.file_lines(release, check["path"], line, line)
-    frames.append(FrameSpec(check["path"], line, check["function"].rsplit(".", 1)[-1],
-                            text[0].strip() if text else None))
+    frames.append(
+        FrameSpec(
+            check["path"],
+            line,
+            check["function"].rsplit(".", 1)[-1],
+            text[0].strip() if text else None,
+        )
+    )
     out: list[str] = []
     if argv is not None:
         out.append("$ " + entry + " " + shlex.join(argv))
@@ -212,18 +256,28 @@ def render_log(store: Store, release: str, check: dict[str, Any], *, python: str
     return "\n".join(out) + "\n"
 
 
-def render_replay_log(store: Store, release: str, result: Any, argv: list[str], *,
-                      entry: str = "python3 -m sglang.launch_server",
-                      site: str | None = None) -> str:
+def render_replay_log(
+    store: Store,
+    release: str,
+    result: Any,
+    argv: list[str],
+    *,
+    entry: str = "python3 -m sglang.launch_server",
+    site: str | None = None,
+) -> str:
     """The crash log of a replay (:class:`~service.replay.results.ReplayResult`):
     SGLang's real frames and message, as Python 3.11 (the replay's) prints them."""
     site = site or SITE.format(py="3.11")
     launcher = [f for f in _entry_frames(store, release) if f.path == "sglang/launch_server.py"]
-    frames = launcher + [FrameSpec(f.path, f.line or 0, f.function, f.code or None)
-                         for f in result.frames]
-    out = ["$ " + entry + " " + shlex.join(argv), "Traceback (most recent call last):",
-           '  File "<frozen runpy>", line 198, in _run_module_as_main',
-           '  File "<frozen runpy>", line 88, in _run_code']
+    frames = launcher + [
+        FrameSpec(f.path, f.line or 0, f.function, f.code or None) for f in result.frames
+    ]
+    out = [
+        "$ " + entry + " " + shlex.join(argv),
+        "Traceback (most recent call last):",
+        '  File "<frozen runpy>", line 198, in _run_module_as_main',
+        '  File "<frozen runpy>", line 88, in _run_code',
+    ]
     for prev, f in zip([None, *frames], frames, strict=False):
         if prev is not None and prev.function == "from_cli_args" and f.function == "__post_init__":
             out.append('  File "<string>", line 300, in __init__')  # the dataclass __init__

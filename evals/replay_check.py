@@ -48,11 +48,9 @@ __all__ = ["judge", "prewarm", "searched"]
 EVAL_DEADLINE_S = 600.0
 
 
-def searched(result: TriageResult, settings: KBSettings, max_candidates: int = 5
-             ) -> TriageResult:
+def searched(result: TriageResult, settings: KBSettings, max_candidates: int = 5) -> TriageResult:
     """``result`` after the fix search the service runs before answering (no deadline)."""
-    return search_fixes(result, settings, deadline_s=EVAL_DEADLINE_S,
-                        max_candidates=max_candidates)
+    return search_fixes(result, settings, deadline_s=EVAL_DEADLINE_S, max_candidates=max_candidates)
 
 
 def prewarm(settings: KBSettings, release: str | None, hardware: str | None) -> bool:
@@ -94,30 +92,46 @@ def judge(result: dict[str, Any], settings: KBSettings) -> dict[str, Any]:
     # for a check past validation no probe reaches, it says whether replay gets there
     argvs = [top["argv"]] if hardware and not past else [argv, top["argv"]]
     probe = {"env": probe_env(startup[0]), "model_facts": startup[1]} if startup else {}
-    results = replay_many(release_root(settings, release), release, argvs, hardware=hardware,
-                          model_arch=parsed.get("model_arch"), settings=settings, **probe)
+    results = replay_many(
+        release_root(settings, release),
+        release,
+        argvs,
+        hardware=hardware,
+        model_arch=parsed.get("model_arch"),
+        settings=settings,
+        **probe,
+    )
     if past and not _raised_at(results[0], result.get("location") or {}):
-        out["detail"] = ("replay does not reach this check (past argument validation, "
-                         f"no start-up probe; the command: {results[0].summary()})")
+        out["detail"] = (
+            "replay does not reach this check (past argument validation, "
+            f"no start-up probe; the command: {results[0].summary()})"
+        )
         return out
     if hardware:
         results = results[-1:]
         fix = results[0]
         out["detail"] = fix.summary()
-        out["fix_replay"] = {"passed": "passed", "raised": "failed",
-                             "argparse_error": "failed"}.get(fix.status)
+        out["fix_replay"] = {
+            "passed": "passed",
+            "raised": "failed",
+            "argparse_error": "failed",
+        }.get(fix.status)
         return out
     if past:  # the crash reproduced: the fix's own replay decides
         out["detail"] = results[1].summary()
-        out["fix_replay"] = {"passed": "passed", "raised": "failed",
-                             "argparse_error": "failed"}.get(results[1].status)
+        out["fix_replay"] = {
+            "passed": "passed",
+            "raised": "failed",
+            "argparse_error": "failed",
+        }.get(results[1].status)
         return out
     probe = {"location": result.get("location"), "fixes": [{}]}
     summarise(results, probe, release, hardware)
     verdict = probe["fixes"][0].get("replay") or {}
     out["detail"] = verdict.get("detail", "")
     out["fix_replay"] = {"verified": "passed", "next_failure": "failed"}.get(
-        verdict.get("status") or "")
+        verdict.get("status") or ""
+    )
     return out
 
 
@@ -133,8 +147,11 @@ def _startup(result: dict[str, Any]) -> Any:  # noqa: ANN401 - (probe, facts) or
 def _past_validation(result: dict[str, Any]) -> bool:
     """Whether the answer located a check of SGLang outside the argument-validation files."""
     path = (result.get("location") or {}).get("path") or ""
-    return result.get("status") == "located" and path.startswith("sglang/") \
+    return (
+        result.get("status") == "located"
+        and path.startswith("sglang/")
         and not path.startswith(VALIDATION_PREFIXES)
+    )
 
 
 def _raised_at(res: ReplayResult, location: dict[str, Any]) -> bool:

@@ -9,14 +9,22 @@ from evals.runner import EvalReport, SystemReport
 from evals.scoring import METRICS
 
 LABELS = {
-    "release_at_1": "release@1", "exact_location": "exact location",
-    "function_match": "function", "rc_precision": "root-cause P", "rc_recall": "root-cause R",
-    "fix_valid": "fix valid", "fix_match": "fix matches (top-3)",
-    "no_fix_declined": "no-fix declined", "grounded": "grounded",
-    "fix_replay": "fix passes replay", "no_fix": "no fix (share)",
-    "keeps_features": "keeps feature flags", "upgrade_said": "upgrade said",
+    "release_at_1": "release@1",
+    "exact_location": "exact location",
+    "function_match": "function",
+    "rc_precision": "root-cause P",
+    "rc_recall": "root-cause R",
+    "fix_valid": "fix valid",
+    "fix_match": "fix matches (top-3)",
+    "no_fix_declined": "no-fix declined",
+    "grounded": "grounded",
+    "fix_replay": "fix passes replay",
+    "no_fix": "no fix (share)",
+    "keeps_features": "keeps feature flags",
+    "upgrade_said": "upgrade said",
     "not_flag_said": "not-a-flag-problem said",
-    "location_ok": "location right", "fix_ok": "fix right",
+    "location_ok": "location right",
+    "fix_ok": "fix right",
 }
 PLOTTED = ("exact_location", "function_match", "rc_recall", "fix_match")
 
@@ -32,37 +40,64 @@ def _fmt(value: object) -> str:
 def markdown(report: EvalReport) -> str:
     """A summary table per system, per category for the engine, and the misses."""
     names = list(report.systems)
-    lines = [f"# sglang-triage eval — {report.incidents} incidents", "",
-             f"Target: {report.target} · {report.created}", "",
-             "| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    lines = [
+        f"# sglang-triage eval — {report.incidents} incidents",
+        "",
+        f"Target: {report.target} · {report.created}",
+        "",
+        "| metric | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
     for m in METRICS:
         cells = []
         for n in names:
             agg = report.systems[n].aggregate
-            cells.append(f"{_fmt(agg.get(m))} (n={agg.get(f'{m}_n', 0)})"
-                         if agg.get(m) is not None else "–")
+            cells.append(
+                f"{_fmt(agg.get(m))} (n={agg.get(f'{m}_n', 0)})" if agg.get(m) is not None else "–"
+            )
         lines.append(f"| {LABELS[m]} | " + " | ".join(cells) + " |")
     for key in ("latency_p50_ms", "latency_p95_ms", "errors"):
-        lines.append(f"| {key} | " + " | ".join(_fmt(report.systems[n].aggregate.get(key))
-                                                 for n in names) + " |")
+        lines.append(
+            f"| {key} | "
+            + " | ".join(_fmt(report.systems[n].aggregate.get(key)) for n in names)
+            + " |"
+        )
     eng = report.systems.get("engine")
     if eng is not None:
         for title, groups in (("category", eng.by_category), ("release", eng.by_release)):
-            lines += ["", f"## Engine by {title}", "",
-                      f"| {title} | n | " + " | ".join(LABELS[m] for m in METRICS)
-                      + " | p95 ms |", "|---|---|" + "---|" * (len(METRICS) + 1)]
+            lines += [
+                "",
+                f"## Engine by {title}",
+                "",
+                f"| {title} | n | " + " | ".join(LABELS[m] for m in METRICS) + " | p95 ms |",
+                "|---|---|" + "---|" * (len(METRICS) + 1),
+            ]
             for group, agg in groups.items():
-                lines.append(f"| {group} | {agg['n']} | "
-                             + " | ".join(_fmt(agg.get(m)) for m in METRICS)
-                             + f" | {_fmt(agg.get('latency_p95_ms'))} |")
-        misses = [s for s in eng.incidents if s.error or any(v is False or (
-            isinstance(v, float) and v < 1.0) for v in s.metrics.values())]
+                lines.append(
+                    f"| {group} | {agg['n']} | "
+                    + " | ".join(_fmt(agg.get(m)) for m in METRICS)
+                    + f" | {_fmt(agg.get('latency_p95_ms'))} |"
+                )
+        misses = [
+            s
+            for s in eng.incidents
+            if s.error
+            or any(v is False or (isinstance(v, float) and v < 1.0) for v in s.metrics.values())
+        ]
         if misses:
-            lines += ["", "## Engine misses", "", "| incident | status | location | missed |",
-                      "|---|---|---|---|"]
+            lines += [
+                "",
+                "## Engine misses",
+                "",
+                "| incident | status | location | missed |",
+                "|---|---|---|---|",
+            ]
             for s in misses:
-                missed = ", ".join(LABELS[k] for k, v in s.metrics.items()
-                                   if v is False or (isinstance(v, float) and v < 1.0))
+                missed = ", ".join(
+                    LABELS[k]
+                    for k, v in s.metrics.items()
+                    if v is False or (isinstance(v, float) and v < 1.0)
+                )
                 lines.append(f"| {s.id} | {s.error or s.status} | {s.location or '–'} | {missed} |")
     lines += variant_markdown(report)
     return "\n".join(lines) + "\n"
@@ -72,32 +107,52 @@ def variant_markdown(report: EvalReport) -> list[str]:
     """The by-variant and reliability sections (empty when no variants were run)."""
     if not report.by_variant:
         return []
-    lines = ["", "## Engine by variant", "",
-             "Location right: exact, an equivalent, or the same check in a release range "
-             "holding the expected release. Fix right: replay passes the recommended fix "
-             "(static match with an acceptable fix when replay did not decide), or the "
-             "expected upgrade / no-flag answer.", "",
-             "| variant | n | location right | n | fix right | n | errors |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "## Engine by variant",
+        "",
+        "Location right: exact, an equivalent, or the same check in a release range "
+        "holding the expected release. Fix right: replay passes the recommended fix "
+        "(static match with an acceptable fix when replay did not decide), or the "
+        "expected upgrade / no-flag answer.",
+        "",
+        "| variant | n | location right | n | fix right | n | errors |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, agg in report.by_variant.items():
-        lines.append(f"| {name} | {agg['n']} | {_fmt(agg.get('location_ok'))} | "
-                     f"{agg.get('location_ok_n', 0)} | {_fmt(agg.get('fix_ok'))} | "
-                     f"{agg.get('fix_ok_n', 0)} | {agg.get('errors', 0)} |")
-    lines += ["", "## Reliability (stated confidence vs location right)", "",
-              "| confidence | n | right | share |", "|---|---|---|---|"]
+        lines.append(
+            f"| {name} | {agg['n']} | {_fmt(agg.get('location_ok'))} | "
+            f"{agg.get('location_ok_n', 0)} | {_fmt(agg.get('fix_ok'))} | "
+            f"{agg.get('fix_ok_n', 0)} | {agg.get('errors', 0)} |"
+        )
+    lines += [
+        "",
+        "## Reliability (stated confidence vs location right)",
+        "",
+        "| confidence | n | right | share |",
+        "|---|---|---|---|",
+    ]
     for row in report.reliability:
-        lines.append(f"| {row['bucket']} | {row['n']} | {row['correct']} | "
-                     f"{_fmt(row['share'])} |")
-    misses = [s for s in report.variant_incidents if s.error or s.metrics.get("location_ok")
-              is False or s.metrics.get("fix_ok") is False]
+        lines.append(f"| {row['bucket']} | {row['n']} | {row['correct']} | {_fmt(row['share'])} |")
+    misses = [
+        s
+        for s in report.variant_incidents
+        if s.error or s.metrics.get("location_ok") is False or s.metrics.get("fix_ok") is False
+    ]
     if misses:
-        lines += ["", "## Variant misses", "",
-                  "| incident | status | release | location | conf | location right | fix right |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Variant misses",
+            "",
+            "| incident | status | release | location | conf | location right | fix right |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for s in misses:
-            lines.append(f"| {s.id} | {s.error or s.status} | {s.release or '–'} | "
-                         f"{s.location or '–'} | {_fmt(s.confidence)} | "
-                         f"{_fmt(s.metrics.get('location_ok'))} | {_fmt(s.metrics.get('fix_ok'))} |")
+            lines.append(
+                f"| {s.id} | {s.error or s.status} | {s.release or '–'} | "
+                f"{s.location or '–'} | {_fmt(s.confidence)} | "
+                f"{_fmt(s.metrics.get('location_ok'))} | {_fmt(s.metrics.get('fix_ok'))} |"
+            )
     return lines
 
 
@@ -134,8 +189,11 @@ def write_reports(report: EvalReport, out_dir: str | Path) -> dict[str, Path]:
     """``report.json``, ``report.md`` and ``metrics_by_category.png`` in ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "report.json", "markdown": out / "report.md",
-             "plot": out / "metrics_by_category.png"}
+    paths = {
+        "json": out / "report.json",
+        "markdown": out / "report.md",
+        "plot": out / "metrics_by_category.png",
+    }
     paths["json"].write_text(json.dumps(report.model_dump(mode="json"), indent=1), encoding="utf-8")
     paths["markdown"].write_text(markdown(report), encoding="utf-8")
     plot(report, paths["plot"])

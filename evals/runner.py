@@ -83,7 +83,8 @@ class EvalReport(BaseModel):
     reliability: list[dict[str, Any]] = Field(default_factory=list)
     #: with variants of family incidents: family -> variant (``original`` first) -> aggregate
     by_family_variant: dict[str, dict[str, dict[str, float | int | None]]] = Field(
-        default_factory=dict)
+        default_factory=dict
+    )
 
     @property
     def engine(self) -> SystemReport:
@@ -103,8 +104,11 @@ def request_for(incident: Incident) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - the engine will report the log itself
             has_command = False
         if not has_command:
-            body["command"] = incident.command if isinstance(incident.command, str) \
+            body["command"] = (
+                incident.command
+                if isinstance(incident.command, str)
                 else " ".join(incident.command)
+            )
     return body
 
 
@@ -118,8 +122,12 @@ def engine_call(engine: Any, replay: Any = None) -> Callable[[dict[str, Any]], d
     def call(body: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         payload = {k: v for k, v in body.items() if k in ("log", "command", "model")}
-        result = engine.triage(payload, hardware=body.get("hardware"), model=body.get("model"),
-                               model_arch=body.get("model_arch"))
+        result = engine.triage(
+            payload,
+            hardware=body.get("hardware"),
+            model=body.get("model"),
+            model_arch=body.get("model_arch"),
+        )
         if replay is None:
             return result.model_dump(mode="json")
         from evals.replay_check import judge, searched
@@ -138,8 +146,9 @@ def engine_call(engine: Any, replay: Any = None) -> Callable[[dict[str, Any]], d
 _RATE_LIMIT_RETRIES = 5
 
 
-def _http_call(url: str, timeout: float, headers: dict[str, str] | None
-               ) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def _http_call(
+    url: str, timeout: float, headers: dict[str, str] | None
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
     import httpx
 
     client = httpx.Client(base_url=url.rstrip("/"), timeout=timeout, headers=headers or {})
@@ -162,18 +171,25 @@ def _http_call(url: str, timeout: float, headers: dict[str, str] | None
     return call
 
 
-def _predict_engine(call: Callable[[dict[str, Any]], dict[str, Any]],
-                    incident: Incident) -> Prediction:
+def _predict_engine(
+    call: Callable[[dict[str, Any]], dict[str, Any]], incident: Incident
+) -> Prediction:
     t0 = time.perf_counter()
     try:
         result = call(request_for(incident))
     except Exception as exc:  # noqa: BLE001 - any failure is scored as a miss, and reported
-        return Prediction(status="error", error=f"{type(exc).__name__}: {str(exc)[:300]}",
-                          root_cause=[], fixes=[], citations=[],
-                          latency_ms=(time.perf_counter() - t0) * 1000)
+        return Prediction(
+            status="error",
+            error=f"{type(exc).__name__}: {str(exc)[:300]}",
+            root_cause=[],
+            fixes=[],
+            citations=[],
+            latency_ms=(time.perf_counter() - t0) * 1000,
+        )
     # with replay, the latency is the engine's own (the search and the judge wait for replay)
-    return from_triage(result, result.pop("eval_engine_ms", None)
-                       or (time.perf_counter() - t0) * 1000)
+    return from_triage(
+        result, result.pop("eval_engine_ms", None) or (time.perf_counter() - t0) * 1000
+    )
 
 
 def _describe(pred: Prediction) -> tuple[str | None, str | None]:
@@ -199,8 +215,10 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
 
 def aggregate(scores: list[IncidentScore]) -> dict[str, float | int | None]:
     """Means of each metric over the incidents where it applies; latency p50/p95."""
-    out: dict[str, float | int | None] = {"n": len(scores),
-                                          "errors": sum(1 for s in scores if s.error)}
+    out: dict[str, float | int | None] = {
+        "n": len(scores),
+        "errors": sum(1 for s in scores if s.error),
+    }
     for m in METRICS + ROBUST_METRICS:
         vals = [float(s.metrics[m]) for s in scores if s.metrics.get(m) is not None]
         out[m] = round(sum(vals) / len(vals), 4) if vals else None
@@ -224,16 +242,23 @@ def release_order(name: str) -> tuple[int, tuple[int, ...], str]:
         return (1, (), name)
 
 
-def _groups(scores: list[IncidentScore], key: Callable[[IncidentScore], str],
-            order: Callable[[str], Any] = str) -> dict[str, dict[str, float | int | None]]:
+def _groups(
+    scores: list[IncidentScore],
+    key: Callable[[IncidentScore], str],
+    order: Callable[[str], Any] = str,
+) -> dict[str, dict[str, float | int | None]]:
     groups: dict[str, list[IncidentScore]] = {}
     for s in scores:
         groups.setdefault(key(s), []).append(s)
     return {g: aggregate(groups[g]) for g in sorted(groups, key=order)}
 
 
-def _scores(incidents: list[Incident], preds: list[Prediction], store: Store | None,
-            originals: dict[str, Incident] | None = None) -> list[IncidentScore]:
+def _scores(
+    incidents: list[Incident],
+    preds: list[Prediction],
+    store: Store | None,
+    originals: dict[str, Incident] | None = None,
+) -> list[IncidentScore]:
     """Scores of ``incidents``; a variant without a command line is judged against the
     command its original (in ``originals``, by id) really ran."""
     from evals.variants import SEP, variant_name
@@ -246,14 +271,26 @@ def _scores(incidents: list[Incident], preds: list[Prediction], store: Store | N
         metrics = score(inc, pred, store, real=real)
         robust, basis = score_robust(inc, pred, store, metrics, real=real)
         confidence = pred.extra.get("confidence")
-        scores.append(IncidentScore(
-            id=inc.id, category=inc.category, source=inc.source.split(":", 1)[0],
-            expected_release=release_group(inc),
-            status=pred.status, error=pred.error, release=pred.release, location=where,
-            root_cause=list(pred.root_cause or []), top_fix=fix,
-            latency_ms=round(pred.latency_ms, 2), metrics={**metrics, **robust},
-            variant=variant_name(inc.id), fix_basis=basis,
-            confidence=None if confidence is None else float(confidence), family=inc.family))
+        scores.append(
+            IncidentScore(
+                id=inc.id,
+                category=inc.category,
+                source=inc.source.split(":", 1)[0],
+                expected_release=release_group(inc),
+                status=pred.status,
+                error=pred.error,
+                release=pred.release,
+                location=where,
+                root_cause=list(pred.root_cause or []),
+                top_fix=fix,
+                latency_ms=round(pred.latency_ms, 2),
+                metrics={**metrics, **robust},
+                variant=variant_name(inc.id),
+                fix_basis=basis,
+                confidence=None if confidence is None else float(confidence),
+                family=inc.family,
+            )
+        )
     return scores
 
 
@@ -267,18 +304,31 @@ def reliability(scores: Sequence[IncidentScore]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for k, (lo, hi) in enumerate(BUCKETS):
         last = k == len(BUCKETS) - 1
-        inside = [s for s in scores if s.confidence is not None
-                  and s.metrics.get("location_ok") is not None
-                  and lo <= s.confidence and (s.confidence < hi or (last and s.confidence <= hi))]
+        inside = [
+            s
+            for s in scores
+            if s.confidence is not None
+            and s.metrics.get("location_ok") is not None
+            and lo <= s.confidence
+            and (s.confidence < hi or (last and s.confidence <= hi))
+        ]
         right = sum(1 for s in inside if s.metrics["location_ok"])
-        out.append({"bucket": f"[{lo:.1f}, {hi:.1f}{']' if last else ')'}", "lo": lo, "hi": hi,
-                    "n": len(inside), "correct": right,
-                    "share": round(right / len(inside), 4) if inside else None})
+        out.append(
+            {
+                "bucket": f"[{lo:.1f}, {hi:.1f}{']' if last else ')'}",
+                "lo": lo,
+                "hi": hi,
+                "n": len(inside),
+                "correct": right,
+                "share": round(right / len(inside), 4) if inside else None,
+            }
+        )
     return out
 
 
-def variant_sections(originals: Sequence[IncidentScore], variants: Sequence[IncidentScore]
-                     ) -> tuple[dict[str, dict[str, float | int | None]], list[dict[str, Any]]]:
+def variant_sections(
+    originals: Sequence[IncidentScore], variants: Sequence[IncidentScore]
+) -> tuple[dict[str, dict[str, float | int | None]], list[dict[str, Any]]]:
     """``by_variant`` (``original``: the incidents variants were derived from, then each
     variant in :data:`evals.variants.VARIANTS` order) and the reliability table over both."""
     from evals.variants import SEP, VARIANTS
@@ -289,18 +339,25 @@ def variant_sections(originals: Sequence[IncidentScore], variants: Sequence[Inci
     for s in variants:
         groups.setdefault(s.variant, []).append(s)
     order = ["original", *VARIANTS]
-    by = {g: aggregate(groups[g]) for g in sorted(groups, key=lambda g: (
-        order.index(g) if g in order else len(order), g))}
+    by = {
+        g: aggregate(groups[g])
+        for g in sorted(groups, key=lambda g: (order.index(g) if g in order else len(order), g))
+    }
     return by, reliability([*base, *variants])
 
 
-def _system(name: str, incidents: list[Incident], preds: list[Prediction],
-            store: Store | None) -> SystemReport:
+def _system(
+    name: str, incidents: list[Incident], preds: list[Prediction], store: Store | None
+) -> SystemReport:
     scores = _scores(incidents, preds, store)
-    return SystemReport(name=name, incidents=scores, aggregate=aggregate(scores),
-                        by_category=_groups(scores, lambda s: s.category),
-                        by_release=_groups(scores, lambda s: s.expected_release, release_order),
-                        by_family=_groups([s for s in scores if s.family], _family, _family_order))
+    return SystemReport(
+        name=name,
+        incidents=scores,
+        aggregate=aggregate(scores),
+        by_category=_groups(scores, lambda s: s.category),
+        by_release=_groups(scores, lambda s: s.expected_release, release_order),
+        by_family=_groups([s for s in scores if s.family], _family, _family_order),
+    )
 
 
 def _family(s: IncidentScore) -> str:
@@ -313,14 +370,16 @@ def _family_order(name: str) -> tuple[int, str]:
     return (FAMILIES.index(name) if name in FAMILIES else len(FAMILIES), name)
 
 
-def family_variant_sections(originals: Sequence[IncidentScore],
-                            variants: Sequence[IncidentScore]
-                            ) -> dict[str, dict[str, dict[str, float | int | None]]]:
+def family_variant_sections(
+    originals: Sequence[IncidentScore], variants: Sequence[IncidentScore]
+) -> dict[str, dict[str, dict[str, float | int | None]]]:
     """family -> variant -> aggregate, for the family incidents variants were made of."""
     out: dict[str, dict[str, dict[str, float | int | None]]] = {}
     for family in sorted({s.family for s in originals if s.family}, key=_family_order):
-        by, _ = variant_sections([s for s in originals if s.family == family],
-                                 [s for s in variants if s.family == family])
+        by, _ = variant_sections(
+            [s for s in originals if s.family == family],
+            [s for s in variants if s.family == family],
+        )
         out[family] = by
     return out
 
@@ -339,6 +398,7 @@ def _order(incidents: list[Incident], replay: bool) -> list[int]:
 def _prewarm_next(settings: Any, incidents: list[Incident], order: list[int], at: int) -> None:  # noqa: ANN401
     """At the first incident of a (release, machine) group, start the next group's warm
     replay worker in the background: its start overlaps this group's answers."""
+
     def group(k: int) -> tuple[str | None, str | None]:
         return incidents[order[k]].release, incidents[order[k]].hardware
 
@@ -351,12 +411,19 @@ def _prewarm_next(settings: Any, incidents: list[Incident], order: list[int], at
         prewarm(settings, *group(nxt))
 
 
-def run_eval(incidents: list[Incident], engine_or_url: Any, *, kb: KnowledgeBase | None = None,
-             baselines: bool = False, timeout: float = 120.0,
-             headers: dict[str, str] | None = None,
-             progress: Callable[[str, int, int], None] | None = None,
-             replay: Any = None, variants: Sequence[str] = (),  # noqa: ANN401
-             variant_seed: int = 0) -> EvalReport:
+def run_eval(
+    incidents: list[Incident],
+    engine_or_url: Any,
+    *,
+    kb: KnowledgeBase | None = None,
+    baselines: bool = False,
+    timeout: float = 120.0,
+    headers: dict[str, str] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+    replay: Any = None,
+    variants: Sequence[str] = (),  # noqa: ANN401
+    variant_seed: int = 0,
+) -> EvalReport:
     """Evaluate ``incidents`` with the engine (an ``Engine`` or a service URL).
 
     ``kb`` is needed for grounding checks and baselines; for an in-process engine
@@ -405,18 +472,39 @@ def run_eval(incidents: list[Incident], engine_or_url: Any, *, kb: KnowledgeBase
             if progress:
                 progress("rag", i, len(incidents))
     systems = {name: _system(name, incidents, p, store) for name, p in preds.items()}
-    report = EvalReport(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                        target=target, incidents=len(incidents), systems=systems)
+    report = EvalReport(
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        target=target,
+        incidents=len(incidents),
+        systems=systems,
+    )
     if variants:
-        report.variant_incidents = _scores(extra, variant_preds, store,
-                                           {i.id: i for i in incidents})
+        report.variant_incidents = _scores(
+            extra, variant_preds, store, {i.id: i for i in incidents}
+        )
         report.by_variant, report.reliability = variant_sections(
-            systems["engine"].incidents, report.variant_incidents)
+            systems["engine"].incidents, report.variant_incidents
+        )
         report.by_family_variant = family_variant_sections(
-            systems["engine"].incidents, report.variant_incidents)
+            systems["engine"].incidents, report.variant_incidents
+        )
     return report
 
 
-__all__ = ["BUCKETS", "NOT_INGESTED", "SYSTEMS", "EvalReport", "IncidentScore", "SystemReport", "aggregate",
-           "engine_call", "family_variant_sections", "release_group", "release_order", "reliability", "request_for", "run_eval",
-           "variant_sections"]
+__all__ = [
+    "BUCKETS",
+    "NOT_INGESTED",
+    "SYSTEMS",
+    "EvalReport",
+    "IncidentScore",
+    "SystemReport",
+    "aggregate",
+    "engine_call",
+    "family_variant_sections",
+    "release_group",
+    "release_order",
+    "reliability",
+    "request_for",
+    "run_eval",
+    "variant_sections",
+]

@@ -81,10 +81,22 @@ from kb.recording import engine_root_cause
 from kb.store import Store
 from service.engine import apply_edits, parse_argv
 
-METRICS: tuple[str, ...] = ("release_at_1", "exact_location", "function_match", "rc_precision",
-                            "rc_recall", "fix_valid", "fix_match", "no_fix_declined", "grounded",
-                            "fix_replay", "no_fix", "keeps_features", "upgrade_said",
-                            "not_flag_said")
+METRICS: tuple[str, ...] = (
+    "release_at_1",
+    "exact_location",
+    "function_match",
+    "rc_precision",
+    "rc_recall",
+    "fix_valid",
+    "fix_match",
+    "no_fix_declined",
+    "grounded",
+    "fix_replay",
+    "no_fix",
+    "keeps_features",
+    "upgrade_said",
+    "not_flag_said",
+)
 
 #: per-answer correctness for variants and the reliability table (see the module docstring)
 ROBUST_METRICS: tuple[str, ...] = ("location_ok", "fix_ok")
@@ -120,26 +132,38 @@ def from_triage(result: dict[str, Any], latency_ms: float = 0.0) -> Prediction:
     if loc and loc.get("citation"):
         citations.append(loc["citation"])
     citations += [r["citation"] for r in result.get("references") or [] if r.get("citation")]
-    fixes = [{"set": f.get("set") or {}, "remove": f.get("remove") or [], "argv": f.get("argv"),
-              "fixes_check": f.get("fixes_check"), "trips": f.get("trips") or [],
-              "rule_verdicts": f.get("rule_verdicts") or [],
-              "recommended": bool(f.get("recommended")),
-              "keeps_features": f.get("keeps_features")}
-             for f in result.get("fixes") or []]
+    fixes = [
+        {
+            "set": f.get("set") or {},
+            "remove": f.get("remove") or [],
+            "argv": f.get("argv"),
+            "fixes_check": f.get("fixes_check"),
+            "trips": f.get("trips") or [],
+            "rule_verdicts": f.get("rule_verdicts") or [],
+            "recommended": bool(f.get("recommended")),
+            "keeps_features": f.get("keeps_features"),
+        }
+        for f in result.get("fixes") or []
+    ]
     rel = result.get("release") or {}
     return Prediction(
         status=result.get("status", "unlocated"),
         release=(result.get("release") or {}).get("release"),
         location={k: loc.get(k) for k in ("path", "function", "start_line", "end_line")}
-        if loc else None,
-        root_cause=engine_root_cause(result), fixes=fixes, citations=citations,
+        if loc
+        else None,
+        root_cause=engine_root_cause(result),
+        fixes=fixes,
+        citations=citations,
         latency_ms=latency_ms,
-        extra={"confidence": result.get("confidence"),
-               "range": list((rel.get("range") or {}).get("releases") or []),
-               **({"replay": result["eval_replay"]} if result.get("eval_replay") else {}),
-               **({"upgrade": result["upgrade_fix"]} if result.get("upgrade_fix") else {}),
-               **({"not_flag": result["not_flag_problem"]}
-                  if result.get("not_flag_problem") else {})})
+        extra={
+            "confidence": result.get("confidence"),
+            "range": list((rel.get("range") or {}).get("releases") or []),
+            **({"replay": result["eval_replay"]} if result.get("eval_replay") else {}),
+            **({"upgrade": result["upgrade_fix"]} if result.get("upgrade_fix") else {}),
+            **({"not_flag": result["not_flag_problem"]} if result.get("not_flag_problem") else {}),
+        },
+    )
 
 
 # ------------------------------------------------------------------------ scoring
@@ -170,20 +194,31 @@ def _norm_value(value: object) -> str:
         return text
 
 
-def _edit_key(set_: dict[str, Any], remove: list[str], catalog: Catalog | None
-              ) -> tuple[frozenset[tuple[str, str]], frozenset[str]]:
-    return (frozenset((_attr(k, catalog), _norm_value(v)) for k, v in set_.items()),
-            frozenset(_attr(r, catalog) for r in remove))
+def _edit_key(
+    set_: dict[str, Any], remove: list[str], catalog: Catalog | None
+) -> tuple[frozenset[tuple[str, str]], frozenset[str]]:
+    return (
+        frozenset((_attr(k, catalog), _norm_value(v)) for k, v in set_.items()),
+        frozenset(_attr(r, catalog) for r in remove),
+    )
 
 
 def _effect(argv: list[str], catalog: Catalog) -> tuple[Any, ...]:
     parsed = parse_argv(argv, catalog)
-    return (tuple(sorted((a, _norm_value(pf.value)) for a, pf in parsed.values.items())),
-            tuple(sorted(parsed.unknown)))
+    return (
+        tuple(sorted((a, _norm_value(pf.value)) for a, pf in parsed.values.items())),
+        tuple(sorted(parsed.unknown)),
+    )
 
 
-def fix_matches(fix: dict[str, Any], acceptable: FixSpec, command: list[str],
-                catalog: Catalog | None, *, real: list[str] | None = None) -> bool:
+def fix_matches(
+    fix: dict[str, Any],
+    acceptable: FixSpec,
+    command: list[str],
+    catalog: Catalog | None,
+    *,
+    real: list[str] | None = None,
+) -> bool:
     """Does ``fix`` (set/remove, maybe argv) equal the acceptable edit? With ``within``
     ranges, the fix must set each ranged flag to a number in its range and otherwise make
     exactly the acceptable edit.
@@ -196,14 +231,16 @@ def fix_matches(fix: dict[str, Any], acceptable: FixSpec, command: list[str],
         command = real
     if acceptable.within:
         return _within(fix, acceptable, catalog)
-    if _edit_key(fix.get("set") or {}, fix.get("remove") or [], catalog) == \
-            _edit_key(acceptable.set, acceptable.remove, catalog):
+    if _edit_key(fix.get("set") or {}, fix.get("remove") or [], catalog) == _edit_key(
+        acceptable.set, acceptable.remove, catalog
+    ):
         return True
     if catalog is None or not command or not fix.get("argv"):
         return False
     try:
-        wanted = apply_edits(command, catalog, set=dict(acceptable.set),
-                             remove=list(acceptable.remove))
+        wanted = apply_edits(
+            command, catalog, set=dict(acceptable.set), remove=list(acceptable.remove)
+        )
     except KeyError:
         return False
     before = _effect(command, catalog)
@@ -215,9 +252,12 @@ def _relative_to(fix: dict[str, Any], real: list[str], catalog: Catalog) -> dict
     """``fix`` as an edit of ``real``: its ``argv`` is ``real`` edited, a flag set to the value
     ``real`` gives it is left out, and so is a removal of a flag ``real`` does not set."""
     had = parse_argv(real, catalog).values
-    set_ = {k: v for k, v in (fix.get("set") or {}).items()
-            if _attr(k, catalog) not in had
-            or _norm_value(had[_attr(k, catalog)].value) != _norm_value(v)}
+    set_ = {
+        k: v
+        for k, v in (fix.get("set") or {}).items()
+        if _attr(k, catalog) not in had
+        or _norm_value(had[_attr(k, catalog)].value) != _norm_value(v)
+    }
     remove = [r for r in fix.get("remove") or [] if _attr(r, catalog) in had]
     try:
         argv = apply_edits(real, catalog, set=set_, remove=remove)
@@ -240,11 +280,11 @@ def _within(fix: dict[str, Any], acceptable: FixSpec, catalog: Catalog | None) -
     hit = {_attr(k, catalog): _number(v) for k, v in set_.items() if _attr(k, catalog) in ranged}
     if set(hit) != set(ranged):
         return False
-    if any(v is None or not lo <= v <= hi for (lo, hi), v in
-           ((ranged[a], hit[a]) for a in ranged)):
+    if any(v is None or not lo <= v <= hi for (lo, hi), v in ((ranged[a], hit[a]) for a in ranged)):
         return False
-    return _edit_key(rest, fix.get("remove") or [], catalog) == \
-        _edit_key(acceptable.set, acceptable.remove, catalog)
+    return _edit_key(rest, fix.get("remove") or [], catalog) == _edit_key(
+        acceptable.set, acceptable.remove, catalog
+    )
 
 
 def grounded(store: Store, citations: list[str]) -> bool | None:
@@ -257,8 +297,11 @@ def grounded(store: Store, citations: list[str]) -> bool | None:
             return False
         first = int(m["start"])
         last = int(m["end"] or first)
-        if not store.file_lines(m["rel"], m["path"], first, first) or \
-                not store.file_lines(m["rel"], m["path"], last, last) or last < first:
+        if (
+            not store.file_lines(m["rel"], m["path"], first, first)
+            or not store.file_lines(m["rel"], m["path"], last, last)
+            or last < first
+        ):
             return False
     return True
 
@@ -289,12 +332,16 @@ def right_answers(incident: Incident) -> list[tuple[str | None, Any]]:
 
 
 def _same_function(loc: dict[str, Any] | None, want: Any) -> bool:
-    return bool(loc) and loc.get("path") == want.path and \
-        str(loc.get("function") or "").rsplit(".", 1)[-1] == want.function.rsplit(".", 1)[-1]
+    return (
+        bool(loc)
+        and loc.get("path") == want.path
+        and str(loc.get("function") or "").rsplit(".", 1)[-1] == want.function.rsplit(".", 1)[-1]
+    )
 
 
-def score(incident: Incident, pred: Prediction, store: Store | None, *,
-          real: list[str] | None = None) -> dict[str, Any]:
+def score(
+    incident: Incident, pred: Prediction, store: Store | None, *, real: list[str] | None = None
+) -> dict[str, Any]:
     """Per-incident metrics (None where a metric does not apply); ``real``: the command the
     launch really ran when the incident (a variant) does not carry it (:func:`fix_matches`)."""
     exp = incident.expected
@@ -307,12 +354,16 @@ def score(incident: Incident, pred: Prediction, store: Store | None, *,
     loc = pred.location
     if exp.location is not None:
         out["function_match"] = _same_function(loc, exp.location) or any(
-            r == pred.release and _same_function(loc, e) for r, e in others)
+            r == pred.release and _same_function(loc, e) for r, e in others
+        )
         if exp.location.start_line is not None and exp.release is not None:
             out["exact_location"] = any(
-                r == pred.release and _same_function(loc, e) and loc is not None
+                r == pred.release
+                and _same_function(loc, e)
+                and loc is not None
                 and (loc.get("start_line"), loc.get("end_line")) == (e.start_line, e.end_line)
-                for r, e in answers)
+                for r, e in answers
+            )
     if pred.root_cause is not None:
         want = {_attr(f, catalog) for f in exp.root_cause_flags}
         got = {_attr(f, catalog) for f in pred.root_cause}
@@ -323,22 +374,34 @@ def score(incident: Incident, pred: Prediction, store: Store | None, *,
     if pred.fixes is not None:
         top = pred.fixes[0] if pred.fixes else None
         if pred.verified_fixes and (exp.no_flag_fix is None or top is not None):
-            out["fix_valid"] = bool(top) and top.get("fixes_check") == "true" and \
-                not top.get("trips") and not any(
-                    rv.get("verdict") == "violated" and rv.get("severity") == "error"
-                    and not rv.get("background") for rv in top.get("rule_verdicts") or [])
+            out["fix_valid"] = (
+                bool(top)
+                and top.get("fixes_check") == "true"
+                and not top.get("trips")
+                and not any(
+                    rv.get("verdict") == "violated"
+                    and rv.get("severity") == "error"
+                    and not rv.get("background")
+                    for rv in top.get("rule_verdicts") or []
+                )
+            )
         if exp.acceptable_fixes:
             command = incident.command_argv()
-            out["fix_match"] = any(fix_matches(f, a, command, catalog, real=real)
-                                   for f in pred.fixes[:3] for a in exp.acceptable_fixes)
+            out["fix_match"] = any(
+                fix_matches(f, a, command, catalog, real=real)
+                for f in pred.fixes[:3]
+                for a in exp.acceptable_fixes
+            )
         if exp.no_flag_fix is not None:
             out["no_fix_declined"] = not any(
-                f.get("fixes_check") in ("true", None) for f in pred.fixes)
+                f.get("fixes_check") in ("true", None) for f in pred.fixes
+            )
     if exp.no_flag_fix is not None and exp.no_flag_fix.startswith("upgrade"):
         up = pred.extra.get("upgrade") or {}
         named = _UPGRADE_TO.search(exp.no_flag_fix)
         out["upgrade_said"] = bool(up.get("sure")) and (
-            named is None or up.get("release") == named.group(1))
+            named is None or up.get("release") == named.group(1)
+        )
     if exp.no_flag_fix is not None and exp.no_flag_fix.startswith("not a"):
         out["not_flag_said"] = bool(pred.extra.get("not_flag"))
     if store is not None and pred.citations is not None:
@@ -374,8 +437,13 @@ def _check_at(store: Store, release: str | None, loc: Any) -> dict[str, Any] | N
     return next((c for c in rows if c["start_line"] == get("start_line")), None)
 
 
-def same_check(store: Store | None, release_a: str | None, loc_a: Any,  # noqa: ANN401
-               release_b: str | None, loc_b: Any) -> bool:  # noqa: ANN401
+def same_check(
+    store: Store | None,
+    release_a: str | None,
+    loc_a: Any,  # noqa: ANN401
+    release_b: str | None,
+    loc_b: Any,
+) -> bool:  # noqa: ANN401
     """Is the check at ``loc_a`` of ``release_a`` the one at ``loc_b`` of ``release_b``:
     the same exception and message template (:func:`evals.variants.same_message_check`)?"""
     from evals.variants import same_message_check
@@ -385,9 +453,14 @@ def same_check(store: Store | None, release_a: str | None, loc_a: Any,  # noqa: 
     return a is not None and b is not None and same_message_check(a, b)
 
 
-def score_robust(incident: Incident, pred: Prediction, store: Store | None,
-                 metrics: dict[str, Any], *, real: list[str] | None = None
-                 ) -> tuple[dict[str, Any], str | None]:
+def score_robust(
+    incident: Incident,
+    pred: Prediction,
+    store: Store | None,
+    metrics: dict[str, Any],
+    *,
+    real: list[str] | None = None,
+) -> tuple[dict[str, Any], str | None]:
     """``location_ok`` and ``fix_ok`` (module docstring) from the other ``metrics`` of the
     answer, and the basis of ``fix_ok`` (``replay``, ``static``, ``no_flag``)."""
     exp = incident.expected
@@ -413,7 +486,8 @@ def score_robust(incident: Incident, pred: Prediction, store: Store | None,
             catalog = catalog_for(store, exp.release or pred.release)
             out["fix_ok"] = top is not None and any(
                 fix_matches(top, a, incident.command_argv(), catalog, real=real)
-                for a in exp.acceptable_fixes)
+                for a in exp.acceptable_fixes
+            )
             basis = "static"
         return out, basis
     basis = "no_flag"
@@ -426,5 +500,16 @@ def score_robust(incident: Incident, pred: Prediction, store: Store | None,
     return out, basis
 
 
-__all__ = ["METRICS", "ROBUST_METRICS", "Prediction", "engine_root_cause", "fix_matches",
-           "from_triage", "grounded", "right_answers", "same_check", "score", "score_robust"]
+__all__ = [
+    "METRICS",
+    "ROBUST_METRICS",
+    "Prediction",
+    "engine_root_cause",
+    "fix_matches",
+    "from_triage",
+    "grounded",
+    "right_answers",
+    "same_check",
+    "score",
+    "score_robust",
+]

@@ -72,8 +72,11 @@ def _first_differences(a: Any, b: Any, path: str = "", limit: int = 3) -> list[s
 
 def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[str]]:
     """incident id -> its first differences (only incidents that differ or are missing)."""
-    return {k: (_first_differences(before.get(k), after.get(k)) or ["missing"])
-            for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)}
+    return {
+        k: (_first_differences(before.get(k), after.get(k)) or ["missing"])
+        for k in sorted(set(before) | set(after))
+        if before.get(k) != after.get(k)
+    }
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -93,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     settings = EngineSettings(**({"kb_dir": args.kb} if args.kb else {}))
     snap = snapshot(Engine(KnowledgeBase(settings), settings), load_incidents(args.incidents))
-    args.out.write_text("".join(json.dumps({"incident": k, **v}, sort_keys=True) + "\n"
-                                for k, v in snap.items()))
+    args.out.write_text(
+        "".join(json.dumps({"incident": k, **v}, sort_keys=True) + "\n" for k, v in snap.items())
+    )
     if args.compare is None:
         print(f"{len(snap)} answers -> {args.out}")
         return 0

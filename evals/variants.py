@@ -45,12 +45,31 @@ from packaging.version import InvalidVersion, Version
 from evals.incidents import Incident
 from kb.store import Store
 
-__all__ = ["PREFIX_STYLES", "VARIANTS", "build_variants", "exception_start", "is_generated",
-           "older_wording", "parse_variants", "prefix_lines", "same_message_check", "same_rule", "same_text",
-           "variant_name", "variant_of", "variants_of"]
+__all__ = [
+    "PREFIX_STYLES",
+    "VARIANTS",
+    "build_variants",
+    "exception_start",
+    "is_generated",
+    "older_wording",
+    "parse_variants",
+    "prefix_lines",
+    "same_message_check",
+    "same_rule",
+    "same_text",
+    "variant_name",
+    "variant_of",
+    "variants_of",
+]
 
-VARIANTS: tuple[str, ...] = ("frameless", "prefixed", "truncated", "fragment", "noversion",
-                             "older_wording")
+VARIANTS: tuple[str, ...] = (
+    "frameless",
+    "prefixed",
+    "truncated",
+    "fragment",
+    "noversion",
+    "older_wording",
+)
 PREFIX_STYLES: tuple[str, ...] = ("journald", "compose", "slurm", "ray", "rich", "kubectl")
 #: the separator of a variant's id: ``<incident id>~<variant>``
 SEP = "~"
@@ -58,18 +77,21 @@ SEP = "~"
 _TS = re.compile(r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}[^\]\n]{0,80}\] ?")
 _EXC = re.compile(r"[A-Za-z_][\w.]{0,200}(?:Error|Exception|Exit|Interrupt)(?::|$)")
 _FRAME = re.compile(r'\s{0,8}File "')
-_ENTRY = re.compile(r"(?:\S{0,200}python[\d.]{0,8} -m sglang\.launch_server"
-                    r"|\S{0,200}sglang serve|\S{0,200}launch_server\.py)\s?")
+_ENTRY = re.compile(
+    r"(?:\S{0,200}python[\d.]{0,8} -m sglang\.launch_server"
+    r"|\S{0,200}sglang serve|\S{0,200}launch_server\.py)\s?"
+)
 _VERSION_LINE = re.compile(
     r"\$ pip (?:list|show|freeze)[^\n]{0,200}sglang|sglang\s{0,4}(?:==|-|\s)\s{0,4}v?\d{1,3}\.\d"
     r"|^\s{0,8}(?:Version|sglang version|SGLang version)\s{0,4}[:=]?\s{0,4}v?\d{1,3}\.\d",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 
 def _bare(line: str) -> str:
     """``line`` without SGLang's ``[timestamp]`` prefix."""
     m = _TS.match(line)
-    return line[m.end():] if m else line
+    return line[m.end() :] if m else line
 
 
 def exception_start(lines: Sequence[str]) -> int | None:
@@ -83,14 +105,24 @@ def exception_start(lines: Sequence[str]) -> int | None:
 
 
 def _command_index(lines: Sequence[str]) -> int | None:
-    return next((i for i, ln in enumerate(lines)
-                 if _bare(ln).startswith("$ ") and _ENTRY.search(_bare(ln))), None)
+    return next(
+        (
+            i
+            for i, ln in enumerate(lines)
+            if _bare(ln).startswith("$ ") and _ENTRY.search(_bare(ln))
+        ),
+        None,
+    )
 
 
 def _derive(incident: Incident, name: str, log: str, **changes: Any) -> Incident:  # noqa: ANN401
     data = incident.model_dump(mode="json")
-    data.update(id=f"{incident.id}{SEP}{name}", crash_log=log,
-                notes=(f"variant {name} of {incident.id}. " + incident.notes).strip(), **changes)
+    data.update(
+        id=f"{incident.id}{SEP}{name}",
+        crash_log=log,
+        notes=(f"variant {name} of {incident.id}. " + incident.notes).strip(),
+        **changes,
+    )
     return Incident.model_validate(data)
 
 
@@ -160,7 +192,7 @@ def fragment(incident: Incident) -> Incident | None:
         bare = _bare(lines[at])
         m = _ENTRY.search(bare)
         assert m is not None
-        lines[at] = lines[at][: len(lines[at]) - len(bare)] + "$ " + bare[m.end():].lstrip()
+        lines[at] = lines[at][: len(lines[at]) - len(bare)] + "$ " + bare[m.end() :].lstrip()
     elif argv:
         lines.insert(0, "$ " + shlex.join(argv))
     else:
@@ -170,8 +202,11 @@ def fragment(incident: Incident) -> Incident | None:
 
 def noversion(incident: Incident) -> Incident | None:
     """Every version mention removed from the log (and the incident's release)."""
-    lines = [ln for ln in incident.crash_log.splitlines()
-             if not _VERSION_LINE.search(_bare(ln)) and ".dist-info" not in ln]
+    lines = [
+        ln
+        for ln in incident.crash_log.splitlines()
+        if not _VERSION_LINE.search(_bare(ln)) and ".dist-info" not in ln
+    ]
     if not lines:
         return None
     return _derive(incident, "noversion", "\n".join(lines) + "\n", release=None)
@@ -249,17 +284,25 @@ def same_message_check(a: dict[str, Any], b: dict[str, Any]) -> bool:
     if a["message"] and b["message"] and len(_template(a["message"])) >= MIN_LITERAL:
         return same_text(a["message"], b["message"])
     names = [c["function"].rsplit(".", 1)[-1].lstrip("_") for c in (a, b)]
-    return names[0] == names[1] and _template(a["condition"]) == _template(b["condition"]) \
+    return (
+        names[0] == names[1]
+        and _template(a["condition"]) == _template(b["condition"])
         and same_text(a["message"], b["message"])
+    )
 
 
 def same_rule(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Same exception type, condition and guards (conditions and polarity) — the same check."""
+
     def guards(c: dict[str, Any]) -> list[tuple[str, bool]]:
         return [(_test(g.get("condition")), bool(g.get("polarity"))) for g in c["guards"] or []]
 
-    return a["exc_type"] == b["exc_type"] and a["bare"] == b["bare"] and \
-        _test(a["condition"]) == _test(b["condition"]) and guards(a) == guards(b)
+    return (
+        a["exc_type"] == b["exc_type"]
+        and a["bare"] == b["bare"]
+        and _test(a["condition"]) == _test(b["condition"])
+        and guards(a) == guards(b)
+    )
 
 
 def older_wording(store: Store, incident: Incident) -> tuple[str, str] | None:
@@ -272,14 +315,20 @@ def older_wording(store: Store, incident: Incident) -> tuple[str, str] | None:
     if check is None or check["bare"] or not check["message"]:
         return None
     release = incident.expected.release
-    older = sorted((r["version"] for r in store.releases()
-                    if _version(r["version"]) < _version(release)),
-                   key=_version, reverse=True)
+    older = sorted(
+        (r["version"] for r in store.releases() if _version(r["version"]) < _version(release)),
+        key=_version,
+        reverse=True,
+    )
     short = check["function"].rsplit(".", 1)[-1].lstrip("_")  # _handle_x: handle_x in 0.5.19+
     for rel in older:
-        rows = [c for c in store.checks(rel, where="function LIKE ?", params=(f"%{short}",))
-                if c["function"].rsplit(".", 1)[-1].lstrip("_") == short and same_rule(c, check)
-                and _norm(c["message"]) != _norm(check["message"])]
+        rows = [
+            c
+            for c in store.checks(rel, where="function LIKE ?", params=(f"%{short}",))
+            if c["function"].rsplit(".", 1)[-1].lstrip("_") == short
+            and same_rule(c, check)
+            and _norm(c["message"]) != _norm(check["message"])
+        ]
         if not rows:
             continue
         try:
@@ -289,8 +338,12 @@ def older_wording(store: Store, incident: Incident) -> tuple[str, str] | None:
         for cand in rows:
             message = render_message(cand, attrs)
             now = render_message(check, attrs)
-            if message and now and _norm(message) != _norm(now) and \
-                    SequenceMatcher(None, _norm(message), _norm(now)).ratio() >= _REWORDED:
+            if (
+                message
+                and now
+                and _norm(message) != _norm(now)
+                and SequenceMatcher(None, _norm(message), _norm(now)).ratio() >= _REWORDED
+            ):
                 return rel, message
     return None
 
@@ -314,8 +367,9 @@ def older(store: Store, incident: Incident) -> Incident | None:
 # ------------------------------------------------------------------------- building
 
 
-def variant_of(incident: Incident, name: str, *, store: Store | None = None,
-               style: str = "journald") -> Incident | None:
+def variant_of(
+    incident: Incident, name: str, *, store: Store | None = None, style: str = "journald"
+) -> Incident | None:
     """One variant of ``incident`` (None when it has none: e.g. no older wording)."""
     if name == "frameless":
         return frameless(incident)
@@ -332,8 +386,13 @@ def variant_of(incident: Incident, name: str, *, store: Store | None = None,
     raise ValueError(f"unknown variant {name!r} (known: {', '.join(VARIANTS)})")
 
 
-def variants_of(incident: Incident, names: Sequence[str] = VARIANTS, *,
-                store: Store | None = None, style: str = "journald") -> list[Incident]:
+def variants_of(
+    incident: Incident,
+    names: Sequence[str] = VARIANTS,
+    *,
+    store: Store | None = None,
+    style: str = "journald",
+) -> list[Incident]:
     """The variants ``names`` of ``incident`` that exist, in the order of ``names``."""
     out = [variant_of(incident, n, store=store, style=style) for n in names]
     return [v for v in out if v is not None]
@@ -343,8 +402,13 @@ def is_generated(incident: Incident) -> bool:
     return incident.source.startswith("generated") and SEP not in incident.id
 
 
-def build_variants(incidents: Iterable[Incident], names: Sequence[str] = VARIANTS, *,
-                   store: Store | None = None, seed: int = 0) -> list[Incident]:
+def build_variants(
+    incidents: Iterable[Incident],
+    names: Sequence[str] = VARIANTS,
+    *,
+    store: Store | None = None,
+    seed: int = 0,
+) -> list[Incident]:
     """Variants of every generated incident of ``incidents``; the prefix style rotates with
     the incident's position among them, starting at ``seed``."""
     out: list[Incident] = []

@@ -81,34 +81,93 @@ def analyze_file(v: str, path: str, blob: bytes, out: BatchRows) -> Tree:
     fc = chunk_file(path, tree.root_node, blob, found, text)
     rows = out.tables
     rows["functions"].extend(
-        (v, path, fn.qualname, fn.name, fn.class_name, fn.start_line, fn.end_line,
-         fn.decorator_start, fn.signature, json.dumps(fn.decorators), fn.docstring, fn.parent)
-        for fn in fc.functions)
+        (
+            v,
+            path,
+            fn.qualname,
+            fn.name,
+            fn.class_name,
+            fn.start_line,
+            fn.end_line,
+            fn.decorator_start,
+            fn.signature,
+            json.dumps(fn.decorators),
+            fn.docstring,
+            fn.parent,
+        )
+        for fn in fc.functions
+    )
     rows["chunks"].extend(
-        (ch.id, v, path, ch.qualname, ch.kind, ch.start_line, ch.end_line, ch.part, ch.parts,
-         ch.text_hash, ch.text)
-        for ch in fc.chunks)
+        (
+            ch.id,
+            v,
+            path,
+            ch.qualname,
+            ch.kind,
+            ch.start_line,
+            ch.end_line,
+            ch.part,
+            ch.parts,
+            ch.text_hash,
+            ch.text,
+        )
+        for ch in fc.chunks
+    )
     where = _Enclosing(fc.functions)
     checks = extract_checks(tree.root_node, found)
     rows["checks"].extend(
-        (None, v, path, where.qualname(ck.start_line), ck.kind, ck.exc_type, int(ck.bare),
-         ck.condition, ck.message, ck.start_line, ck.end_line, ck.test_start, ck.test_end,
-         json.dumps([g.as_dict() for g in ck.guards]), ck.source)
-        for ck in checks)
-    rows["calls"].extend(extract_calls(v, path, tree.root_node, fc.functions, bool(checks),
-                                       where.function))
+        (
+            None,
+            v,
+            path,
+            where.qualname(ck.start_line),
+            ck.kind,
+            ck.exc_type,
+            int(ck.bare),
+            ck.condition,
+            ck.message,
+            ck.start_line,
+            ck.end_line,
+            ck.test_start,
+            ck.test_end,
+            json.dumps([g.as_dict() for g in ck.guards]),
+            ck.source,
+        )
+        for ck in checks
+    )
+    rows["calls"].extend(
+        extract_calls(v, path, tree.root_node, fc.functions, bool(checks), where.function)
+    )
     rows["registrations"].extend(
         (v, path, r.registry, json.dumps(list(r.keys)), r.target, r.line, r.kind)
-        for r in extract_registrations(tree.root_node, blob))
+        for r in extract_registrations(tree.root_node, blob)
+    )
     refs: list[list] = []
     if wants_refs:
-        refs = [[where.qualname(r.line), r.attr, r.kind, r.line, r.obj, r.value,
-                 json.dumps([g.as_dict() for g in r.guards])]
-                for r in extract_refs(tree.root_node, found)]
+        refs = [
+            [
+                where.qualname(r.line),
+                r.attr,
+                r.kind,
+                r.line,
+                r.obj,
+                r.value,
+                json.dumps([g.as_dict() for g in r.guards]),
+            ]
+            for r in extract_refs(tree.root_node, found)
+        ]
         out.refs.extend((v, path, *r) for r in refs)
-    rows["files"].append((v, path, hashlib.sha256(blob).hexdigest(), text.count("\n") + 1,
-                          json.dumps(errors[:50]), pack_text(text),
-                          zlib.compress(json.dumps(refs).encode(), 1) if refs else None))
+    rows["files"].append(
+        (
+            v,
+            path,
+            hashlib.sha256(blob).hexdigest(),
+            text.count("\n") + 1,
+            json.dumps(errors[:50]),
+            pack_text(text),
+            zlib.compress(json.dumps(refs).encode(), 1) if refs else None,
+        )
+    )
     if errors:
         out.errors[path] = errors[:20]
     out.files += 1
@@ -155,8 +214,9 @@ def stored_refs(v: str, path: str, all_refs: list[list]) -> list[tuple]:
     return [(v, path, *r) for r in all_refs]
 
 
-def batches(items: list[tuple[str, bytes]], *, max_bytes: int = 1 << 19, max_files: int = 64
-            ) -> list[list[tuple[str, bytes]]]:
+def batches(
+    items: list[tuple[str, bytes]], *, max_bytes: int = 1 << 19, max_files: int = 64
+) -> list[list[tuple[str, bytes]]]:
     """Consecutive batches of about ``max_bytes`` of source (or ``max_files`` files)."""
     out: list[list[tuple[str, bytes]]] = []
     cur: list[tuple[str, bytes]] = []

@@ -26,8 +26,10 @@ from kb.store import VALIDATION_PREFIXES
 
 __all__ = ["extract_calls"]
 
-def extract_calls(v: str, path: str, root: Node, functions: list[FunctionInfo],
-                  has_checks: bool, enclosing) -> list[tuple]:  # noqa: ANN001
+
+def extract_calls(
+    v: str, path: str, root: Node, functions: list[FunctionInfo], has_checks: bool, enclosing
+) -> list[tuple]:  # noqa: ANN001
     """``calls`` rows of one file (see the module docstring), in source order.
 
     ``enclosing(line)`` gives the innermost function holding ``line`` (or None)."""
@@ -43,7 +45,15 @@ def extract_calls(v: str, path: str, root: Node, functions: list[FunctionInfo],
             continue
         line = ts.start_line(call)
         fn = enclosing(line)
-        rows.append((v, path, name, fn.qualname if fn else "<module>",
-                     fn.start_line if fn else None, line,
-                     json.dumps([g.as_dict() for g in guards_of(call)])))
+        rows.append(
+            (
+                v,
+                path,
+                name,
+                fn.qualname if fn else "<module>",
+                fn.start_line if fn else None,
+                line,
+                json.dumps([g.as_dict() for g in guards_of(call)]),
+            )
+        )
     return rows

@@ -55,10 +55,13 @@ def _scanned_files(package_dir: Path) -> list[Path]:
 #: Files (below ``sglang/``) declaring the diffusion server's flags: its ``ServerArgs``
 #: (one file up to 0.5.13, a package later), disaggregation arguments, ``serve``'s own
 #: ``--config``, and the quantization arguments ``ServerArgs.add_cli_args`` adds.
-DIFFUSION_FILES = ("multimodal_gen/runtime/server_args.py", "multimodal_gen/runtime/server_args/",
-                   "multimodal_gen/runtime/disaggregation/",
-                   "multimodal_gen/runtime/entrypoints/cli/serve.py",
-                   "multimodal_gen/configs/quantization/")
+DIFFUSION_FILES = (
+    "multimodal_gen/runtime/server_args.py",
+    "multimodal_gen/runtime/server_args/",
+    "multimodal_gen/runtime/disaggregation/",
+    "multimodal_gen/runtime/entrypoints/cli/serve.py",
+    "multimodal_gen/configs/quantization/",
+)
 
 
 def _diffusion_files(package_dir: Path) -> list[Path]:
@@ -101,8 +104,9 @@ def _extract(package_dir: Path) -> Catalog:
     renames = argparse.from_cli_renames()
     for mod in mods:
         specs.extend(argparse.specs(mod, renames))
-    return Catalog(flags=_merge(specs), declarations=declarations,
-                   diffusion=_extract_diffusion(package_dir))
+    return Catalog(
+        flags=_merge(specs), declarations=declarations, diffusion=_extract_diffusion(package_dir)
+    )
 
 
 def _merge(specs: list[FlagSpec]) -> list[FlagSpec]:

@@ -48,10 +48,13 @@ _REF_CALL_BYTES = frozenset(n.encode() for n in (*DECLARE_CALLS, "setattr"))
 def _ref_words(receivers: frozenset[bytes]) -> re.Pattern[bytes]:
     """One pass over the text finds all three kinds of word :func:`ref_candidates`
     looks up: group 1 a receiver, group 2 a callee, group 3 ``return``."""
+
     def alt(names: frozenset[bytes]) -> bytes:
         return b"|".join(sorted(map(re.escape, names)))
-    return re.compile(rb"\b(?:(" + alt(receivers) + rb")|(" + alt(_REF_CALL_BYTES)
-                      + rb")|(return))\b")
+
+    return re.compile(
+        rb"\b(?:(" + alt(receivers) + rb")|(" + alt(_REF_CALL_BYTES) + rb")|(return))\b"
+    )
 
 
 #: Where a reference can start in the source text (see :func:`ref_candidates`).
@@ -115,8 +118,11 @@ def callee_name(call: Node) -> str:
         return ""
     if name in INDIRECT:
         args = call.child_by_field_name("arguments")
-        pos = [c for c in (args.named_children if args is not None else [])
-               if c.type not in ("keyword_argument", "comment")]
+        pos = [
+            c
+            for c in (args.named_children if args is not None else [])
+            if c.type not in ("keyword_argument", "comment")
+        ]
         idx = INDIRECT[name]
         return ts.text(pos[idx]) if len(pos) > idx and pos[idx].type == "identifier" else ""
     return name
@@ -136,12 +142,18 @@ def _if_chain_conditions(if_node: Node) -> list[tuple[str, int, Node | None]]:
 
 def _exits(block: Node | None) -> bool:
     """Does ``block`` end in a ``return``/``raise``/``continue``/``break``?"""
-    statements = [c for c in block.named_children if c.type != "comment"] if block is not None else []
+    statements = (
+        [c for c in block.named_children if c.type != "comment"] if block is not None else []
+    )
     if not statements:
         return False
     last = statements[-1]
-    return last.type in ("return_statement", "raise_statement", "continue_statement",
-                         "break_statement")
+    return last.type in (
+        "return_statement",
+        "raise_statement",
+        "continue_statement",
+        "break_statement",
+    )
 
 
 def guards_of(node: Node) -> list[Guard]:
@@ -156,8 +168,11 @@ def guards_of(node: Node) -> list[Guard]:
             for sib in cur.named_children:
                 if sib.id == child.id:
                     break
-                if sib.type == "if_statement" and not sib.children_by_field_name("alternative") \
-                        and _exits(sib.child_by_field_name("consequence")):
+                if (
+                    sib.type == "if_statement"
+                    and not sib.children_by_field_name("alternative")
+                    and _exits(sib.child_by_field_name("consequence"))
+                ):
                     cond = sib.child_by_field_name("condition")
                     level.append(Guard(ts.text(cond), False, ts.start_line(sib), "early_exit"))
         elif cur.type == "if_statement":
@@ -173,7 +188,11 @@ def guards_of(node: Node) -> list[Guard]:
                     level.append(Guard(cond, True, line, "elif"))
                     break
                 level.append(Guard(cond, False, line, "elif"))
-        elif cur.type == "else_clause" and cur.parent is not None and cur.parent.type == "if_statement":
+        elif (
+            cur.type == "else_clause"
+            and cur.parent is not None
+            and cur.parent.type == "if_statement"
+        ):
             for cond, line, _ in _if_chain_conditions(cur.parent):
                 level.append(Guard(cond, False, line, "else"))
         elif cur.type == "while_statement":
@@ -186,8 +205,9 @@ def guards_of(node: Node) -> list[Guard]:
             subject = cur.parent.parent if cur.parent is not None else None
             subj = ts.text(subject.child_by_field_name("subject")) if subject is not None else "?"
             if pattern:
-                level.append(Guard(f"{subj} == {ts.text(pattern[0])}", True,
-                                   ts.start_line(cur), "match"))
+                level.append(
+                    Guard(f"{subj} == {ts.text(pattern[0])}", True, ts.start_line(cur), "match")
+                )
         guards[:0] = level
         child = cur
         cur = cur.parent
@@ -222,15 +242,21 @@ def extract_checks(root: Node, found: dict[str, list[Node]] | None = None) -> li
         test = exprs[0] if exprs else None
         inner = _unparenthesize(test)
         msg = exprs[1] if len(exprs) > 1 else None
-        checks.append(Check(
-            kind="assert", exc_type="AssertionError", bare=msg is None,
-            condition=ts.text(test) if test is not None else None,
-            message=_string_literal(msg),
-            start_line=ts.start_line(node), end_line=ts.end_line(node),
-            test_start=ts.start_line(inner) if inner is not None else None,
-            test_end=ts.end_line(inner) if inner is not None else None,
-            guards=guards_of(node), source=ts.text(node),
-        ))
+        checks.append(
+            Check(
+                kind="assert",
+                exc_type="AssertionError",
+                bare=msg is None,
+                condition=ts.text(test) if test is not None else None,
+                message=_string_literal(msg),
+                start_line=ts.start_line(node),
+                end_line=ts.end_line(node),
+                test_start=ts.start_line(inner) if inner is not None else None,
+                test_end=ts.end_line(inner) if inner is not None else None,
+                guards=guards_of(node),
+                source=ts.text(node),
+            )
+        )
     for node in found.get("r", []):
         exc = node.named_children[0] if node.named_children else None
         exc_type: str | None = None
@@ -240,8 +266,11 @@ def extract_checks(root: Node, found: dict[str, list[Node]] | None = None) -> li
             if exc.type == "call":
                 exc_type = ts.text(exc.child_by_field_name("function")).rsplit(".", 1)[-1]
                 args = exc.child_by_field_name("arguments")
-                positional = [a for a in (args.named_children if args else [])
-                              if a.type not in ("keyword_argument", "comment")]
+                positional = [
+                    a
+                    for a in (args.named_children if args else [])
+                    if a.type not in ("keyword_argument", "comment")
+                ]
                 if positional:
                     message = ts.text(positional[0])
                     bare = False
@@ -252,13 +281,21 @@ def extract_checks(root: Node, found: dict[str, list[Node]] | None = None) -> li
             exc_type = built.exc_type or exc_type
             message = built.message
             bare = message is None
-        checks.append(Check(
-            kind="raise", exc_type=exc_type, bare=bare, condition=None, message=message,
-            start_line=ts.start_line(node), end_line=ts.end_line(node),
-            test_start=built.start_line if built else None,
-            test_end=built.end_line if built else None,
-            guards=guards_of(node), source=ts.text(node),
-        ))
+        checks.append(
+            Check(
+                kind="raise",
+                exc_type=exc_type,
+                bare=bare,
+                condition=None,
+                message=message,
+                start_line=ts.start_line(node),
+                end_line=ts.end_line(node),
+                test_start=built.start_line if built else None,
+                test_end=built.end_line if built else None,
+                guards=guards_of(node),
+                source=ts.text(node),
+            )
+        )
     checks.sort(key=lambda c: c.start_line)
     return checks
 
@@ -273,8 +310,10 @@ def _receiver(obj: Node, in_args_class: bool) -> str | None:
     if obj.type == "call" and callee_name(obj) in VIEW_CALLS:
         args = obj.child_by_field_name("arguments")
         first = args.named_children[0] if args is not None and args.named_children else None
-        if first is not None and first.type == "identifier" and (
-            ts.text(first) in ARG_OBJECTS or (ts.text(first) == "self" and in_args_class)
+        if (
+            first is not None
+            and first.type == "identifier"
+            and (ts.text(first) in ARG_OBJECTS or (ts.text(first) == "self" and in_args_class))
         ):
             return ts.text(obj)
     return None
@@ -284,9 +323,14 @@ def _assigned_value(attr_node: Node) -> tuple[bool, str | None]:
     """Is ``attr_node`` an assignment target? Then also the source of the value."""
     child = attr_node
     cur = attr_node.parent
-    while cur is not None and cur.type in ("pattern_list", "tuple_pattern", "list_pattern",
-                                           "parenthesized_expression", "expression_list",
-                                           "tuple"):
+    while cur is not None and cur.type in (
+        "pattern_list",
+        "tuple_pattern",
+        "list_pattern",
+        "parenthesized_expression",
+        "expression_list",
+        "tuple",
+    ):
         child, cur = cur, cur.parent
     if cur is not None and cur.type in ("assignment", "augmented_assignment"):
         left = cur.child_by_field_name("left")
@@ -300,8 +344,12 @@ def _identifier_at(root: Node, start: int, end: int) -> Node | None:
     """The identifier node spanning exactly bytes ``start``..``end``, if there is one
     (a word in a string or a comment, or part of a longer name, is not)."""
     node = root.named_descendant_for_byte_range(start, end)
-    if node is None or node.type != "identifier" or node.start_byte != start \
-            or node.end_byte != end:
+    if (
+        node is None
+        or node.type != "identifier"
+        or node.start_byte != start
+        or node.end_byte != end
+    ):
         return None
     return node
 
@@ -353,12 +401,15 @@ def ref_candidates(root: Node, *, with_self: bool) -> dict[str, list[Node]]:
                 continue
         if parent.type == "attribute" and parent.child(0) == name:
             attrs.setdefault(parent.id, parent)
-    return {"attr": list(attrs.values()), "call": list(calls.values()),
-            "ret": list(rets.values())}
+    return {"attr": list(attrs.values()), "call": list(calls.values()), "ret": list(rets.values())}
 
 
-def extract_refs(root: Node, found: dict[str, list[Node]] | None = None, *,
-                 args_classes: frozenset[str] = frozenset({"ServerArgs"})) -> list[Ref]:
+def extract_refs(
+    root: Node,
+    found: dict[str, list[Node]] | None = None,
+    *,
+    args_classes: frozenset[str] = frozenset({"ServerArgs"}),
+) -> list[Ref]:
     """Reads and writes of argument-object fields under ``root``.
 
     ``self.X`` counts only inside a class named in ``args_classes``. ``found``
@@ -372,8 +423,11 @@ def extract_refs(root: Node, found: dict[str, list[Node]] | None = None, *,
     source = root.text or b""
     self_possible = any(n.encode() in source for n in args_classes)
     if found is None or "attr" not in found:
-        found = (ts.captures(ts.FILE_QUERY, root) if root.has_error
-                 else ref_candidates(root, with_self=self_possible))
+        found = (
+            ts.captures(ts.FILE_QUERY, root)
+            if root.has_error
+            else ref_candidates(root, with_self=self_possible)
+        )
     for node in found.get("attr", []):
         obj = node.child_by_field_name("object")
         if obj is None:
@@ -395,8 +449,16 @@ def extract_refs(root: Node, found: dict[str, list[Node]] | None = None, *,
         if receiver is None:
             continue
         is_write, value = _assigned_value(node)
-        refs.append(Ref(ts.text(name), "write" if is_write else "read", ts.start_line(node),
-                        receiver, value, guards_of(node) if is_write else []))
+        refs.append(
+            Ref(
+                ts.text(name),
+                "write" if is_write else "read",
+                ts.start_line(node),
+                receiver,
+                value,
+                guards_of(node) if is_write else [],
+            )
+        )
     for call in found.get("call", []):
         if _callee_bytes(call) not in _REF_CALL_BYTES:  # fast path: most calls are not refs
             continue
@@ -408,14 +470,30 @@ def extract_refs(root: Node, found: dict[str, list[Node]] | None = None, *,
             for kw in args.named_children:
                 if kw.type == "keyword_argument":
                     key = ts.text(kw.child_by_field_name("name"))
-                    refs.append(Ref(key, "declare", ts.start_line(kw), callee,
-                                    ts.text(kw.child_by_field_name("value")), guards_of(call)))
+                    refs.append(
+                        Ref(
+                            key,
+                            "declare",
+                            ts.start_line(kw),
+                            callee,
+                            ts.text(kw.child_by_field_name("value")),
+                            guards_of(call),
+                        )
+                    )
         elif callee == "setattr":
             pos = args.named_children
             if len(pos) >= 3 and pos[1].type == "string" and _receiver(pos[0], True):
                 key = ts.text(pos[1]).strip("\"'")
-                refs.append(Ref(key, "write", ts.start_line(call), ts.text(pos[0]),
-                                ts.text(pos[2]), guards_of(call)))
+                refs.append(
+                    Ref(
+                        key,
+                        "write",
+                        ts.start_line(call),
+                        ts.text(pos[0]),
+                        ts.text(pos[2]),
+                        guards_of(call),
+                    )
+                )
     for ret in found.get("ret", []):
         value = ret.named_children[0] if ret.named_children else None
         if value is None or value.type != "dictionary":
@@ -427,8 +505,16 @@ def extract_refs(root: Node, found: dict[str, list[Node]] | None = None, *,
             if key is not None and key.type == "string":
                 text = ts.text(key).strip("\"'")
                 if text.isidentifier():
-                    refs.append(Ref(text, "return_dict", ts.start_line(pair), "return",
-                                    ts.text(pair.child_by_field_name("value")), guards_of(ret)))
+                    refs.append(
+                        Ref(
+                            text,
+                            "return_dict",
+                            ts.start_line(pair),
+                            "return",
+                            ts.text(pair.child_by_field_name("value")),
+                            guards_of(ret),
+                        )
+                    )
     refs.sort(key=lambda r: (r.line, r.attr, r.kind))
     return refs
 

@@ -171,7 +171,9 @@ def function_info(node: Node, source: bytes) -> FunctionInfo:
     decorator_start = ts.start_line(node)
     wrapper = node.parent
     if wrapper is not None and wrapper.type == "decorated_definition":
-        decorators = [ts.text(d).lstrip("@").strip() for d in wrapper.children if d.type == "decorator"]
+        decorators = [
+            ts.text(d).lstrip("@").strip() for d in wrapper.children if d.type == "decorator"
+        ]
         decorator_start = ts.start_line(wrapper)
     sig_end = body.start_byte if body is not None else node.end_byte
     signature = source[node.start_byte : sig_end].decode("utf-8", "replace").rstrip()
@@ -230,8 +232,14 @@ def _split_units(node: Node) -> list[Node]:
     for child in node.named_children:
         if child.type == "block":
             out.extend(child.named_children)
-        elif child.type in ("elif_clause", "else_clause", "except_clause", "finally_clause",
-                            "case_clause", "block_clause"):
+        elif child.type in (
+            "elif_clause",
+            "else_clause",
+            "except_clause",
+            "finally_clause",
+            "case_clause",
+            "block_clause",
+        ):
             out.append(child)
     return out
 
@@ -292,7 +300,12 @@ def _merge(spans: list[tuple[int, int]], src: _Text) -> list[tuple[int, int]]:
 
 
 def _unit_chunks(
-    path: str, qualname: str, kind: str, node: Node, src: _Text, start: int | None = None,
+    path: str,
+    qualname: str,
+    kind: str,
+    node: Node,
+    src: _Text,
+    start: int | None = None,
 ) -> list[Chunk]:
     spans = _merge(_split(node, src), src)
     if start is not None and spans and spans[0][0] > start:
@@ -337,9 +350,7 @@ def _chunk_scope(
             flush()
             name = ts.text(inner.child_by_field_name("name"))
             q = f"{scope_q}.{name}" if scope_q else name
-            out.extend(
-                _unit_chunks(path, q, "function", inner, src, start=ts.start_line(stmt))
-            )
+            out.extend(_unit_chunks(path, q, "function", inner, src, start=ts.start_line(stmt)))
         elif inner.type == "class_definition":
             flush()
             name = ts.text(inner.child_by_field_name("name"))
@@ -363,8 +374,13 @@ def _chunk_scope(
     flush()
 
 
-def chunk_file(path: str, tree_root: Node, source: bytes,
-               found: dict[str, list[Node]] | None = None, text: str | None = None) -> FileChunks:
+def chunk_file(
+    path: str,
+    tree_root: Node,
+    source: bytes,
+    found: dict[str, list[Node]] | None = None,
+    text: str | None = None,
+) -> FileChunks:
     """Functions and search chunks of one parsed file (``path`` is package-relative).
 
     ``found`` may carry the tree's ``f`` captures already (see

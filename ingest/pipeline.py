@@ -111,8 +111,17 @@ def _mp_context():  # noqa: ANN202
 
 
 #: ``kb`` modules whose code shapes the rows ingest writes (hashed with ``ingest/*.py``).
-KB_SHAPING: tuple[str, ...] = ("catalog_types", "code_types", "embedder", "knowledge", "migrations",
-                               "schema", "sources", "store", "writer")
+KB_SHAPING: tuple[str, ...] = (
+    "catalog_types",
+    "code_types",
+    "embedder",
+    "knowledge",
+    "migrations",
+    "schema",
+    "sources",
+    "store",
+    "writer",
+)
 
 
 @lru_cache(maxsize=1)
@@ -148,8 +157,9 @@ def _rel(source: ReleaseSource, file) -> str:  # noqa: ANN001
     return file.relative_to(source.root).as_posix()
 
 
-def _parsed_batches(v: str, items: list[tuple[str, bytes]], workers: int,
-                    stack: ExitStack) -> Iterator[BatchRows]:
+def _parsed_batches(
+    v: str, items: list[tuple[str, bytes]], workers: int, stack: ExitStack
+) -> Iterator[BatchRows]:
     """Rows of ``items``, batch by batch, in order. With several workers the pool is
     started at once, so parsing runs while the caller does other work."""
     jobs = [(v, b) for b in batches(items)]
@@ -162,18 +172,53 @@ def _parsed_batches(v: str, items: list[tuple[str, bytes]], workers: int,
 
 
 def _catalog_rows(v: str, catalog: Catalog) -> dict[str, list[tuple]]:
-    rows: dict[str, list[tuple]] = {"declarations": [], "refs": [], "flags": [],
-                                    "catalogs": [], "flag_spellings": []}
+    rows: dict[str, list[tuple]] = {
+        "declarations": [],
+        "refs": [],
+        "flags": [],
+        "catalogs": [],
+        "flag_spellings": [],
+    }
     for d in catalog.declarations:
-        rows["declarations"].append((v, d.attr, d.cls, d.annotation, dumps(d.default),
-                                     int(d.default_known), d.default_src, d.help, d.path, d.line))
-        rows["refs"].append((v, d.path, d.cls, d.attr, "declaration", d.line, d.cls,
-                             d.default_src, "[]"))
+        rows["declarations"].append(
+            (
+                v,
+                d.attr,
+                d.cls,
+                d.annotation,
+                dumps(d.default),
+                int(d.default_known),
+                d.default_src,
+                d.help,
+                d.path,
+                d.line,
+            )
+        )
+        rows["refs"].append(
+            (v, d.path, d.cls, d.attr, "declaration", d.line, d.cls, d.default_src, "[]")
+        )
     for f in catalog.flags:
-        rows["flags"].append((v, f.attr, json.dumps(f.flags), f.type, f.action, f.nargs,
-                              dumps(f.default), int(f.default_known), f.default_src,
-                              dumps(f.choices) if f.choices is not None else None, f.choices_src,
-                              f.help, int(f.required), int(f.deprecated), f.path, f.line, f.layout))
+        rows["flags"].append(
+            (
+                v,
+                f.attr,
+                json.dumps(f.flags),
+                f.type,
+                f.action,
+                f.nargs,
+                dumps(f.default),
+                int(f.default_known),
+                f.default_src,
+                dumps(f.choices) if f.choices is not None else None,
+                f.choices_src,
+                f.help,
+                int(f.required),
+                int(f.deprecated),
+                f.path,
+                f.line,
+                f.layout,
+            )
+        )
     rows["catalogs"].append((v, json.dumps(dataclasses.asdict(catalog), default=repr)))
     seen: set[str] = set()
     for f in catalog.flags:
@@ -184,8 +229,14 @@ def _catalog_rows(v: str, catalog: Catalog) -> dict[str, list[tuple]]:
     return rows
 
 
-def index_structure(kb: KnowledgeBase, source: ReleaseSource, *, force: bool = False,
-                    reuse: bool = True, progress: Progress | None = None) -> IngestReport:
+def index_structure(
+    kb: KnowledgeBase,
+    source: ReleaseSource,
+    *,
+    force: bool = False,
+    reuse: bool = True,
+    progress: Progress | None = None,
+) -> IngestReport:
     """Stage 1: the structured index of ``source`` (skipped when unchanged).
 
     Files whose analysis is already stored (same path and sha256, indexed by
@@ -206,12 +257,17 @@ def index_structure(kb: KnowledgeBase, source: ReleaseSource, *, force: bool = F
     ).hexdigest()
     report = IngestReport(source.version, source.origin, "unchanged", files=len(files))
     existing = kb.store.release(source.version)
-    if (not force and existing and existing["content_hash"] == content_hash
-            and existing["status"] in ("indexed", "complete")):
+    if (
+        not force
+        and existing
+        and existing["content_hash"] == content_hash
+        and existing["status"] in ("indexed", "complete")
+    ):
         for key in ("functions", "chunks", "checks", "refs", "flags"):
             setattr(report, key, existing[key])
         report.registrations = kb.store.query(
-            "SELECT COUNT(*) FROM registrations WHERE release = ?", (source.version,))[0][0]
+            "SELECT COUNT(*) FROM registrations WHERE release = ?", (source.version,)
+        )[0][0]
         report.timings["structure_s"] = round(time.perf_counter() - t0, 3)
         return report
 
@@ -252,15 +308,24 @@ def index_structure(kb: KnowledgeBase, source: ReleaseSource, *, force: bool = F
             report.refs = writer.counts["refs"]
             report.registrations = writer.counts["registrations"]
             report.flags = len(catalog.flags)
-            writer.finish({
-                "version": v, "origin": source.origin, "content_hash": content_hash,
-                "status": "indexed", "files": len(files), "functions": report.functions,
-                "chunks": report.chunks, "checks": report.checks, "refs": report.refs,
-                "flags": report.flags, "parse_errors": len(report.parse_errors),
-                "embedded_scope": "none",
-                "ingested_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "timings": "{}",
-            })
+            writer.finish(
+                {
+                    "version": v,
+                    "origin": source.origin,
+                    "content_hash": content_hash,
+                    "status": "indexed",
+                    "files": len(files),
+                    "functions": report.functions,
+                    "chunks": report.chunks,
+                    "checks": report.checks,
+                    "refs": report.refs,
+                    "flags": report.flags,
+                    "parse_errors": len(report.parse_errors),
+                    "embedded_scope": "none",
+                    "ingested_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "timings": "{}",
+                }
+            )
     report.timings["structure_s"] = round(time.perf_counter() - t0, 3)
     return report
 
@@ -269,8 +334,14 @@ def _scope_rank(scope: str) -> int:
     return SCOPES.index(scope) if scope in SCOPES else 0
 
 
-def embed_release(kb: KnowledgeBase, version: str, scope: str, report: IngestReport,
-                  *, progress: Progress | None = None) -> None:
+def embed_release(
+    kb: KnowledgeBase,
+    version: str,
+    scope: str,
+    report: IngestReport,
+    *,
+    progress: Progress | None = None,
+) -> None:
     """Stage 2: vectors for the chunks of ``version`` in ``scope``.
 
     Texts without a cached vector are encoded longest first, one model batch
@@ -287,13 +358,20 @@ def embed_release(kb: KnowledgeBase, version: str, scope: str, report: IngestRep
     if _scope_rank(scope) == 0:
         return
     t0 = time.perf_counter()
-    ids = {f"{version}:{r['id']}": r["path"] for r in kb.store.query(
-        "SELECT id, path FROM chunks WHERE release = ?", (version,))}
+    ids = {
+        f"{version}:{r['id']}": r["path"]
+        for r in kb.store.query("SELECT id, path FROM chunks WHERE release = ?", (version,))
+    }
     paths = sorted(p for p in set(ids.values()) if in_scope(p, scope))  # per file, not per chunk
-    rows = [dict(r) for i in range(0, len(paths), 500) for r in kb.store.query(
-        "SELECT id, path, qualname, kind, start_line, end_line, part, parts, text_hash, text "
-        f"FROM chunks WHERE release = ? AND path IN ({', '.join('?' * len(paths[i : i + 500]))})",
-        (version, *paths[i : i + 500]))]
+    rows = [
+        dict(r)
+        for i in range(0, len(paths), 500)
+        for r in kb.store.query(
+            "SELECT id, path, qualname, kind, start_line, end_line, part, parts, text_hash, text "
+            f"FROM chunks WHERE release = ? AND path IN ({', '.join('?' * len(paths[i : i + 500]))})",
+            (version, *paths[i : i + 500]),
+        )
+    ]
     rows.sort(key=lambda r: (r["path"], r["start_line"]))
     embedder = kb.embedder
     model = embedder.key
@@ -301,8 +379,16 @@ def embed_release(kb: KnowledgeBase, version: str, scope: str, report: IngestRep
     todo: dict[str, str] = {}
     for r in rows:
         if r["text_hash"] not in cached and r["text_hash"] not in todo:
-            chunk = Chunk(r["path"], r["qualname"], r["kind"], r["start_line"], r["end_line"],
-                          r["text"], r["part"], r["parts"])
+            chunk = Chunk(
+                r["path"],
+                r["qualname"],
+                r["kind"],
+                r["start_line"],
+                r["end_line"],
+                r["text"],
+                r["part"],
+                r["parts"],
+            )
             todo[r["text_hash"]] = chunk.embed_text
     report.reused = len(rows) - sum(1 for r in rows if r["text_hash"] in todo)
 
@@ -335,8 +421,11 @@ def embed_release(kb: KnowledgeBase, version: str, scope: str, report: IngestRep
     report.upserted = writer.upserted
     report.timings["embed_s"] = round(time.perf_counter() - t0, 3)
     report.timings["upsert_s"] = round(writer.upsert_s, 3)
-    best = scope if _scope_rank(scope) >= _scope_rank(rel["embedded_scope"] or "none") \
+    best = (
+        scope
+        if _scope_rank(scope) >= _scope_rank(rel["embedded_scope"] or "none")
         else rel["embedded_scope"]
+    )
     kb.store.set_release_fields(version, status="complete", embedded_scope=best)
 
 
@@ -354,8 +443,13 @@ class _VectorWriter:
 
     UPSERT_EVERY = 256
 
-    def __init__(self, kb: KnowledgeBase, version: str, model: str,
-                 waiting: dict[str, list[tuple[str, dict[str, Any]]]]) -> None:
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        version: str,
+        model: str,
+        waiting: dict[str, list[tuple[str, dict[str, Any]]]],
+    ) -> None:
         self.kb, self.version, self.model, self.waiting = kb, version, model, waiting
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="vector-writer")
         self.error: BaseException | None = None
@@ -388,8 +482,9 @@ class _VectorWriter:
 
     def store(self, hashes: list[str], vecs: np.ndarray) -> None:
         """Commit one encoded batch to the cache; queue the chunks that wait for it."""
-        self.kb.store.put_vectors(self.model, [(h, vecs.shape[1], vecs[j].tobytes())
-                                               for j, h in enumerate(hashes)])
+        self.kb.store.put_vectors(
+            self.model, [(h, vecs.shape[1], vecs[j].tobytes()) for j, h in enumerate(hashes)]
+        )
         self.upsert({h: vecs[j] for j, h in enumerate(hashes)})
 
     def upsert(self, vectors: dict[str, Any]) -> None:
@@ -399,10 +494,17 @@ class _VectorWriter:
             for cid, r in self.waiting.pop(h, ()):
                 ids.append(cid)
                 vecs.append(np.frombuffer(vec, dtype=np.float32) if isinstance(vec, bytes) else vec)
-                metas.append({"release": self.version, "path": r["path"],
-                              "qualname": r["qualname"], "start_line": r["start_line"],
-                              "end_line": r["end_line"], "kind": r["kind"],
-                              "text_hash": r["text_hash"]})
+                metas.append(
+                    {
+                        "release": self.version,
+                        "path": r["path"],
+                        "qualname": r["qualname"],
+                        "start_line": r["start_line"],
+                        "end_line": r["end_line"],
+                        "kind": r["kind"],
+                        "text_hash": r["text_hash"],
+                    }
+                )
         if len(ids) >= self.UPSERT_EVERY:
             self.flush()
 
@@ -417,8 +519,14 @@ class _VectorWriter:
         self.upsert_s += time.perf_counter() - t
 
 
-def ingest(kb: KnowledgeBase, source: ReleaseSource, *, scope: str = "default",
-           force: bool = False, progress: Progress | None = None) -> IngestReport:
+def ingest(
+    kb: KnowledgeBase,
+    source: ReleaseSource,
+    *,
+    scope: str = "default",
+    force: bool = False,
+    progress: Progress | None = None,
+) -> IngestReport:
     """Both stages for one release; returns what was done and how long it took."""
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {SCOPES}")

@@ -46,15 +46,32 @@ __all__ = ["Prebuilt", "exception_like", "resolve_prebuilt"]
 
 #: builtin exception classes (``KeyError``, ``StopIteration``, ``SystemExit``, ...)
 _BUILTIN_EXCEPTIONS = frozenset(
-    n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException))
+    n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)
+)
 _SCOPES = frozenset({"function_definition", "class_definition", "lambda", "module"})
 _STRINGY = frozenset({"string", "concatenated_string"})
 #: nodes that hold statements (or an ``as`` pattern): the only ones walked into
-_CONTAINERS = frozenset({
-    "module", "block", "expression_statement", "if_statement", "elif_clause", "else_clause",
-    "for_statement", "while_statement", "try_statement", "except_clause", "except_group_clause",
-    "finally_clause", "with_statement", "with_clause", "with_item", "match_statement",
-    "case_clause"})
+_CONTAINERS = frozenset(
+    {
+        "module",
+        "block",
+        "expression_statement",
+        "if_statement",
+        "elif_clause",
+        "else_clause",
+        "for_statement",
+        "while_statement",
+        "try_statement",
+        "except_clause",
+        "except_group_clause",
+        "finally_clause",
+        "with_statement",
+        "with_clause",
+        "with_item",
+        "match_statement",
+        "case_clause",
+    }
+)
 #: nodes of a function looked at for a binding (bounds the walk; statements only)
 _MAX_NODES = 20_000
 
@@ -102,13 +119,19 @@ def _string_like(node: Node | None) -> bool:
         return True
     if node.type == "binary_operator":
         op = node.child_by_field_name("operator")
-        return op is not None and ts.text(op) in ("+", "%") and \
-            _string_like(node.child_by_field_name("left"))
+        return (
+            op is not None
+            and ts.text(op) in ("+", "%")
+            and _string_like(node.child_by_field_name("left"))
+        )
     if node.type == "call":
         fn = node.child_by_field_name("function")
-        return fn is not None and fn.type == "attribute" \
-            and ts.text(fn.child_by_field_name("attribute")) == "format" \
+        return (
+            fn is not None
+            and fn.type == "attribute"
+            and ts.text(fn.child_by_field_name("attribute")) == "format"
             and _string_like(fn.child_by_field_name("object"))
+        )
     return False
 
 
@@ -168,8 +191,9 @@ def _message_of(raise_node: Node, name: str) -> Prebuilt | None:
     if scope is None:
         return None
     found = _bindings(scope, name, raise_node.start_byte)
-    base_at = next((i for i in range(len(found) - 1, -1, -1)
-                    if found[i].type == "assignment"), None)
+    base_at = next(
+        (i for i in range(len(found) - 1, -1, -1) if found[i].type == "assignment"), None
+    )
     if base_at is None:
         return None
     base = found[base_at]
@@ -179,16 +203,20 @@ def _message_of(raise_node: Node, name: str) -> Prebuilt | None:
         return None
     parts = [ts.text(_unwrap(value))]
     end = base
-    for aug in found[base_at + 1:]:
+    for aug in found[base_at + 1 :]:
         if aug.type != "augmented_assignment":
             return None  # bound by something else after the string: not resolvable
         op = aug.child_by_field_name("operator")
         more = aug.child_by_field_name("right")
         if op is None or ts.text(op) != "+=" or not _string_like(more):
             return None
-        if aug.parent is not None and base.parent is not None \
-                and aug.parent.parent is not None and base.parent.parent is not None \
-                and aug.parent.parent.id == base.parent.parent.id:  # same block: always runs
+        if (
+            aug.parent is not None
+            and base.parent is not None
+            and aug.parent.parent is not None
+            and base.parent.parent is not None
+            and aug.parent.parent.id == base.parent.parent.id
+        ):  # same block: always runs
             parts.append(ts.text(_unwrap(more)))
             end = aug
     return Prebuilt(None, " + ".join(parts), ts.start_line(base), ts.end_line(end))
@@ -196,8 +224,11 @@ def _message_of(raise_node: Node, name: str) -> Prebuilt | None:
 
 def _first_positional(call: Node) -> Node | None:
     args = call.child_by_field_name("arguments")
-    pos = [a for a in (args.named_children if args is not None else [])
-           if a.type not in ("keyword_argument", "comment", "list_splat", "dictionary_splat")]
+    pos = [
+        a
+        for a in (args.named_children if args is not None else [])
+        if a.type not in ("keyword_argument", "comment", "list_splat", "dictionary_splat")
+    ]
     return pos[0] if pos else None
 
 

@@ -70,16 +70,38 @@ MAX_TARGET = 120
 _MAX_LITERAL = 512
 
 #: Name parts (case-insensitive) that make a dict or subscript target look like a registry.
-REGISTRY_WORDS = ("registry", "backend", "mapping", "map", "methods", "configs", "parser",
-                  "detector", "_cls", "_classes")
+REGISTRY_WORDS = (
+    "registry",
+    "backend",
+    "mapping",
+    "map",
+    "methods",
+    "configs",
+    "parser",
+    "detector",
+    "_cls",
+    "_classes",
+)
 
 #: Statements that hold module-level statements (:func:`module_names` never enters a
 #: function or class body).
-_HOLDERS = frozenset({
-    "block", "if_statement", "elif_clause", "else_clause", "for_statement", "while_statement",
-    "try_statement", "except_clause", "except_group_clause", "finally_clause",
-    "with_statement", "match_statement", "case_clause",
-})
+_HOLDERS = frozenset(
+    {
+        "block",
+        "if_statement",
+        "elif_clause",
+        "else_clause",
+        "for_statement",
+        "while_statement",
+        "try_statement",
+        "except_clause",
+        "except_group_clause",
+        "finally_clause",
+        "with_statement",
+        "match_statement",
+        "case_clause",
+    }
+)
 _WS = re.compile(r"\s+")
 
 
@@ -115,8 +137,7 @@ def _short(node: Node | None, limit: int = MAX_TARGET) -> str:
 
 def _const_str(node: Node | None) -> str | None:
     """The value of a plain string literal (no f-string, no bytes), else None."""
-    if node is None or node.type != "string" or node.text is None \
-            or len(node.text) > _MAX_LITERAL:
+    if node is None or node.type != "string" or node.text is None or len(node.text) > _MAX_LITERAL:
         return None
     if any(c.type == "interpolation" for c in node.named_children):
         return None
@@ -164,8 +185,11 @@ def _registry_name(func: Node) -> str | None:
         return None
     if name.lstrip("_") == "register":
         obj = func.child_by_field_name("object")
-        owner = obj.child_by_field_name("attribute") if obj is not None and \
-            obj.type == "attribute" else obj
+        owner = (
+            obj.child_by_field_name("attribute")
+            if obj is not None and obj.type == "attribute"
+            else obj
+        )
         if owner is not None and owner.type == "identifier":
             name = f"{ts.text(owner)}.{name}"
     return name[:MAX_TARGET]
@@ -269,8 +293,9 @@ class _Extractor:
     def __init__(self, root: Node, source: bytes | None) -> None:
         self.root = root
         # the module's text and where it starts (``root.text`` starts at the first token)
-        self.source, self.base = (source, 0) if source is not None else \
-            (root.text or b"", root.start_byte)
+        self.source, self.base = (
+            (source, 0) if source is not None else (root.text or b"", root.start_byte)
+        )
         self.rows: list[tuple[int, int, Registration]] = []  # (start byte, index, row)
         self._module_names: frozenset[str] | None = None
 
@@ -283,11 +308,17 @@ class _Extractor:
     def full(self) -> bool:
         return len(self.rows) >= MAX_ROWS
 
-    def add(self, at: Node, registry: str, keys: tuple[str, ...], target: str, kind: str,
-            index: int = 0) -> None:
+    def add(
+        self, at: Node, registry: str, keys: tuple[str, ...], target: str, kind: str, index: int = 0
+    ) -> None:
         if not self.full():
-            self.rows.append((at.start_byte, index, Registration(
-                registry, keys, target, ts.start_line(at), kind)))
+            self.rows.append(
+                (
+                    at.start_byte,
+                    index,
+                    Registration(registry, keys, target, ts.start_line(at), kind),
+                )
+            )
 
     def run(self) -> list[Registration]:
         source, base = self.source, self.base
@@ -329,10 +360,14 @@ class _Extractor:
             return
         if holder.type == "decorator":
             keys = _decorator_keys(call)
-            definition = holder.parent.child_by_field_name("definition") \
-                if holder.parent is not None else None
-            target = ts.text(definition.child_by_field_name("name")) \
-                if definition is not None else ""
+            definition = (
+                holder.parent.child_by_field_name("definition")
+                if holder.parent is not None
+                else None
+            )
+            target = (
+                ts.text(definition.child_by_field_name("name")) if definition is not None else ""
+            )
             if keys:
                 self.add(holder, registry, keys, target[:MAX_TARGET], "decorator")
         elif holder.type == "call" and _is_child(call, holder, "function"):
@@ -363,14 +398,21 @@ class _Extractor:
         if node is None or node.type != "dictionary":
             return
         assign = node.parent
-        if assign is None or assign.type != "assignment" or not _is_child(node, assign, "right") \
-                or _statement(assign) is None:
+        if (
+            assign is None
+            or assign.type != "assignment"
+            or not _is_child(node, assign, "right")
+            or _statement(assign) is None
+        ):
             return
         left = assign.child_by_field_name("left")
         if left is not None and left.type == "identifier":
             name, scopes = ts.text(left), ("module", "class")
-        elif left is not None and left.type == "attribute" and ts.text(
-                left.child_by_field_name("object")) == "self":
+        elif (
+            left is not None
+            and left.type == "attribute"
+            and ts.text(left.child_by_field_name("object")) == "self"
+        ):
             name, scopes = ts.text(left.child_by_field_name("attribute")), ("init",)
         else:
             return
@@ -385,8 +427,14 @@ class _Extractor:
             if not all(k is not None for k in keys):
                 return
         for i, (pair, key) in enumerate(zip(pairs, keys, strict=True)):
-            self.add(pair, name[:MAX_TARGET], (str(key),),
-                     _short(pair.child_by_field_name("value")), "dict", i)
+            self.add(
+                pair,
+                name[:MAX_TARGET],
+                (str(key),),
+                _short(pair.child_by_field_name("value")),
+                "dict",
+                i,
+            )
 
     def subscript(self, sub: Node | None) -> None:
         """The row of ``NAME["key"] = X`` for the subscript ``NAME["key"]``, if it is one."""
@@ -399,8 +447,12 @@ class _Extractor:
         if not looks_like_registry(text):
             return
         assign = sub.parent
-        if assign is None or assign.type != "assignment" or not _is_child(sub, assign, "left") \
-                or _statement(assign) is None:
+        if (
+            assign is None
+            or assign.type != "assignment"
+            or not _is_child(sub, assign, "left")
+            or _statement(assign) is None
+        ):
             return
         indexes = sub.children_by_field_name("subscript")
         if len(indexes) != 1:
@@ -411,8 +463,13 @@ class _Extractor:
         if key is None:
             key = _enum_member(indexes[0])
         if key is not None:
-            self.add(sub, text[:MAX_TARGET], (key,),
-                     _short(assign.child_by_field_name("right")), "subscript")
+            self.add(
+                sub,
+                text[:MAX_TARGET],
+                (key,),
+                _short(assign.child_by_field_name("right")),
+                "subscript",
+            )
 
 
 def _statement(expr: Node) -> Node | None:
@@ -447,9 +504,11 @@ def module_names(root: Node) -> frozenset[str]:
                 while expr is not None and expr.type == "assignment":
                     left = expr.child_by_field_name("left")
                     if left is not None:
-                        names.update(ts.text(n) for n in (
-                            [left] if left.type == "identifier" else left.named_children)
-                            if n.type == "identifier")
+                        names.update(
+                            ts.text(n)
+                            for n in ([left] if left.type == "identifier" else left.named_children)
+                            if n.type == "identifier"
+                        )
                     expr = expr.child_by_field_name("right")
     return frozenset(names)
 

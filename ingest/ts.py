@@ -47,12 +47,26 @@ def captures(pattern: str, node: Node) -> dict[str, list[Node]]:
 
 
 #: Node types that may hold statements (and so functions, asserts and raises).
-_STATEMENT_HOLDERS = frozenset({
-    "block", "function_definition", "class_definition", "decorated_definition",
-    "if_statement", "elif_clause", "else_clause", "for_statement", "while_statement",
-    "try_statement", "except_clause", "except_group_clause", "finally_clause",
-    "with_statement", "match_statement", "case_clause",
-})
+_STATEMENT_HOLDERS = frozenset(
+    {
+        "block",
+        "function_definition",
+        "class_definition",
+        "decorated_definition",
+        "if_statement",
+        "elif_clause",
+        "else_clause",
+        "for_statement",
+        "while_statement",
+        "try_statement",
+        "except_clause",
+        "except_group_clause",
+        "finally_clause",
+        "with_statement",
+        "match_statement",
+        "case_clause",
+    }
+)
 
 
 def statement_captures(root: Node) -> dict[str, list[Node]]:
@@ -74,8 +88,9 @@ def statement_captures(root: Node) -> dict[str, list[Node]]:
     return found
 
 
-def _visit_statements(node: Node, functions: list[Node], asserts: list[Node],
-                      raises: list[Node]) -> None:
+def _visit_statements(
+    node: Node, functions: list[Node], asserts: list[Node], raises: list[Node]
+) -> None:
     # (a plain function, not a closure: a recursive closure is a reference cycle that
     # would keep every node it found, and so the tree, alive until the next collection)
     for child in node.named_children:

@@ -33,8 +33,9 @@ class IndexedCatalog(Catalog):
 
     def diffusion_catalog(self) -> Catalog:
         """The diffusion server's flags as an indexed catalog of their own, built once."""
-        return self.cached("_diffusion",
-                           lambda: IndexedCatalog(flags=list(self.diffusion), declarations=[]))
+        return self.cached(
+            "_diffusion", lambda: IndexedCatalog(flags=list(self.diffusion), declarations=[])
+        )
 
     def by_attr(self) -> dict[str, FlagSpec]:
         return dict(self.cached("_by_attr", lambda: Catalog.by_attr(self)))

@@ -19,8 +19,12 @@ class Guard:
     kind: str  # "if" | "elif" | "else" | "while" | "early_exit" | "match"
 
     def as_dict(self) -> dict[str, object]:
-        return {"condition": self.condition, "polarity": self.polarity, "line": self.line,
-                "kind": self.kind}
+        return {
+            "condition": self.condition,
+            "polarity": self.polarity,
+            "line": self.line,
+            "kind": self.kind,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Guard:

@@ -209,7 +209,10 @@ class _Normalizer(ast.NodeTransformer):
 def norm_text(node: ast.AST, arg_objects: Collection[str]) -> str:
     """``node``'s text with every argument-object root spelled ``args`` (memoised on frozen nodes)."""
     memo = _node_memo(node)
-    key = ("norm", arg_objects if isinstance(arg_objects, tuple | frozenset) else tuple(arg_objects))
+    key = (
+        "norm",
+        arg_objects if isinstance(arg_objects, tuple | frozenset) else tuple(arg_objects),
+    )
     if memo is not None:
         hit = memo.get(key)
         if hit is not None:
@@ -227,7 +230,10 @@ def attr_chain(node: ast.AST, arg_objects: Collection[str]) -> tuple[bool, list[
     The answer is memoised on frozen nodes; the list returned is the caller's own.
     """
     memo = _node_memo(node)
-    key = ("chain", arg_objects if isinstance(arg_objects, tuple | frozenset) else tuple(arg_objects))
+    key = (
+        "chain",
+        arg_objects if isinstance(arg_objects, tuple | frozenset) else tuple(arg_objects),
+    )
     if memo is not None and key in memo:
         hit = memo[key]
         return None if hit is None else (hit[0], list(hit[1]))  # type: ignore[index]

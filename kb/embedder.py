@@ -36,8 +36,10 @@ class Embedder:
         self.name = path.name
         self.batch_size = batch_size
         self.model = SentenceTransformer(self.path, device="cpu", local_files_only=True)
-        dim_of = getattr(self.model, "get_embedding_dimension", None) or \
-            self.model.get_sentence_embedding_dimension
+        dim_of = (
+            getattr(self.model, "get_embedding_dimension", None)
+            or self.model.get_sentence_embedding_dimension
+        )
         self.dim = int(dim_of() or 0)
 
     @property
@@ -49,8 +51,11 @@ class Embedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         vecs = self.model.encode(
-            list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-            convert_to_numpy=True, show_progress_bar=show_progress,
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=show_progress,
         )
         return np.asarray(vecs, dtype=np.float32)
 

@@ -31,8 +31,16 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AcquireError", "ConfigError", "KBError", "ReleaseNotIngested", "TriageError",
-           "UnsafeExpression", "VectorStoreError", "VersionNotFound"]
+__all__ = [
+    "AcquireError",
+    "ConfigError",
+    "KBError",
+    "ReleaseNotIngested",
+    "TriageError",
+    "UnsafeExpression",
+    "VectorStoreError",
+    "VersionNotFound",
+]
 
 
 class TriageError(Exception):

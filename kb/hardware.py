@@ -17,8 +17,18 @@ from pydantic import BaseModel
 
 from kb.errors import ConfigError
 
-__all__ = ["AMD_CAPABILITY", "BASES", "CUDA", "GPU_NAME_BASES", "LISTED", "PROFILES",
-           "HardwareProfile", "Vendor", "get_profile", "make_profile"]
+__all__ = [
+    "AMD_CAPABILITY",
+    "BASES",
+    "CUDA",
+    "GPU_NAME_BASES",
+    "LISTED",
+    "PROFILES",
+    "HardwareProfile",
+    "Vendor",
+    "get_profile",
+    "make_profile",
+]
 
 Vendor = Literal["nvidia", "amd", "cpu"]
 
@@ -78,8 +88,15 @@ def make_profile(base: str, count: int | None = None) -> HardwareProfile:
     gpu, vendor, sm, default_count, mem = BASES[base]
     n = default_count if count is None else count
     name = base if base == "cpu" else f"{base}-x{n}"
-    return HardwareProfile(name=name, gpu=gpu, vendor=vendor, sm=sm, count=n, memory_gb=mem,
-                           cuda=CUDA if vendor == "nvidia" else None)
+    return HardwareProfile(
+        name=name,
+        gpu=gpu,
+        vendor=vendor,
+        sm=sm,
+        count=n,
+        memory_gb=mem,
+        cuda=CUDA if vendor == "nvidia" else None,
+    )
 
 
 PROFILES: dict[str, HardwareProfile] = {}
@@ -108,8 +125,11 @@ def get_profile(name: str) -> HardwareProfile:
     if m is not None:
         base = ALIASES.get(m[2], m[2]).removesuffix("-")
         count = m[1] or m[3]
-        if base in BASES and not (base == "cpu" and count) and \
-                (not count or 1 <= int(count) <= MAX_GPUS):
+        if (
+            base in BASES
+            and not (base == "cpu" and count)
+            and (not count or 1 <= int(count) <= MAX_GPUS)
+        ):
             return make_profile(base, int(count) if count else None)
     raise ConfigError(
         f"unknown hardware profile {name!r}; valid: {', '.join(LISTED)} "

@@ -22,10 +22,26 @@ from pydantic import (
     model_serializer,
 )
 
-Category = Literal["speculative", "attention", "parallelism", "page_size", "quantization",
-                   "disaggregation", "argparse", "other"]
-CATEGORIES: tuple[str, ...] = ("speculative", "attention", "parallelism", "page_size",
-                               "quantization", "disaggregation", "argparse", "other")
+Category = Literal[
+    "speculative",
+    "attention",
+    "parallelism",
+    "page_size",
+    "quantization",
+    "disaggregation",
+    "argparse",
+    "other",
+]
+CATEGORIES: tuple[str, ...] = (
+    "speculative",
+    "attention",
+    "parallelism",
+    "page_size",
+    "quantization",
+    "disaggregation",
+    "argparse",
+    "other",
+)
 
 
 class ExpectedLocation(BaseModel):
@@ -151,8 +167,19 @@ class Incident(BaseModel):
             return text.split()
 
 
-_PARALLEL_ATTRS = ("tp_size", "dp_size", "pp_size", "ep_size", "enable_dp_attention", "nnodes",
-                   "attn_cp_size", "moe_dp_size", "context_parallel", "dcp_size", "cp_size")
+_PARALLEL_ATTRS = (
+    "tp_size",
+    "dp_size",
+    "pp_size",
+    "ep_size",
+    "enable_dp_attention",
+    "nnodes",
+    "attn_cp_size",
+    "moe_dp_size",
+    "context_parallel",
+    "dcp_size",
+    "cp_size",
+)
 
 
 def categorize(check: dict[str, Any], root: list[str]) -> str:
@@ -166,13 +193,15 @@ def categorize(check: dict[str, Any], root: list[str]) -> str:
         return "disaggregation"
     if "speculative" in fn or "speculative" in attrs:
         return "speculative"
-    if any(k in attrs for k in ("quantization", "dtype", "fp8", "fp4", "kv4")) or \
-            any(k in fn for k in ("quant", "kv4", "fp8", "fp4")):
+    if any(k in attrs for k in ("quantization", "dtype", "fp8", "fp4", "kv4")) or any(
+        k in fn for k in ("quant", "kv4", "fp8", "fp4")
+    ):
         return "quantization"
     if "attention_backend" in attrs or "attention" in fn or "attn" in fn:
         return "attention"
-    if any(a in attrs for a in _PARALLEL_ATTRS) or \
-            any(k in fn for k in ("parallel", "moe", "a2a", "eplb", "elastic_ep")):
+    if any(a in attrs for a in _PARALLEL_ATTRS) or any(
+        k in fn for k in ("parallel", "moe", "a2a", "eplb", "elastic_ep")
+    ):
         return "parallelism"
     return "other"
 
@@ -221,11 +250,24 @@ def dump_incidents(incidents: Iterable[Incident], path: str | Path) -> Path:
     """Write ``incidents`` as JSONL (one object per line, stable key order)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = "".join(json.dumps(i.model_dump(mode="json"), ensure_ascii=False) + "\n"
-                   for i in incidents)
+    text = "".join(
+        json.dumps(i.model_dump(mode="json"), ensure_ascii=False) + "\n" for i in incidents
+    )
     path.write_text(text, encoding="utf-8")
     return path
 
 
-__all__ = ["CATEGORIES", "Category", "Equivalent", "Expected", "ExpectedLocation", "FixSpec", "Incident",
-           "IncidentError", "categorize", "dump_incidents", "parse_incidents", "read_incidents"]
+__all__ = [
+    "CATEGORIES",
+    "Category",
+    "Equivalent",
+    "Expected",
+    "ExpectedLocation",
+    "FixSpec",
+    "Incident",
+    "IncidentError",
+    "categorize",
+    "dump_incidents",
+    "parse_incidents",
+    "read_incidents",
+]

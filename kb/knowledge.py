@@ -54,8 +54,9 @@ class KnowledgeBase:
 
     @cached_property
     def embedder(self) -> Embedder:
-        return get_embedder(self.settings.resolved_embedding_model(),
-                            batch_size=self.settings.embedding_batch_size)
+        return get_embedder(
+            self.settings.resolved_embedding_model(), batch_size=self.settings.embedding_batch_size
+        )
 
     @cached_property
     def query_embedder(self) -> Embedder | NumpyBertEncoder:

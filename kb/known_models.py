@@ -30,8 +30,15 @@ from pydantic import BaseModel, Field, model_validator
 
 from kb.errors import ConfigError
 
-__all__ = ["DATA_FILE", "SHAPE_FIELDS", "KnownModel", "ShapeSource", "known_model",
-           "known_model_by_name", "known_models"]
+__all__ = [
+    "DATA_FILE",
+    "SHAPE_FIELDS",
+    "KnownModel",
+    "ShapeSource",
+    "known_model",
+    "known_model_by_name",
+    "known_models",
+]
 
 DATA_FILE = Path(__file__).with_name("data") / "known_models.json"
 
@@ -110,7 +117,8 @@ class KnownModel(BaseModel):
         if uncited:
             raise ValueError(f"{self.label()}: shape values without a source {uncited}")
         if self.weight_block_size is not None and (
-                len(self.weight_block_size) != 2 or min(self.weight_block_size) <= 0):
+            len(self.weight_block_size) != 2 or min(self.weight_block_size) <= 0
+        ):
             raise ValueError(f"{self.label()}: weight_block_size must be [n, k] > 0")
         return self
 
@@ -134,8 +142,11 @@ class KnownModel(BaseModel):
         key = model_id.strip().strip("/").lower()
         hit = next((i for i in self.ids if i.lower() == key), None)
         if hit is None:
-            hit = max((p for p in self.patterns if fnmatch.fnmatchcase(key, p.lower())),
-                      key=len, default=None)
+            hit = max(
+                (p for p in self.patterns if fnmatch.fnmatchcase(key, p.lower())),
+                key=len,
+                default=None,
+            )
         return hit or self.label()
 
 
@@ -145,12 +156,14 @@ def _load(path: Path) -> tuple[KnownModel, ...]:
         raw = json.loads(path.read_text(encoding="utf-8"))
         models = tuple(KnownModel.model_validate(m) for m in raw["models"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"cannot read the known-model table {path}: {exc}",
-                          details={"path": str(path)}) from exc
+        raise ConfigError(
+            f"cannot read the known-model table {path}: {exc}", details={"path": str(path)}
+        ) from exc
     for m in models:
         if not (m.ids or m.patterns):
-            raise ConfigError(f"known-model entry without ids or patterns in {path}",
-                              details={"source": m.source})
+            raise ConfigError(
+                f"known-model entry without ids or patterns in {path}", details={"source": m.source}
+            )
     return models
 
 
@@ -183,6 +196,10 @@ def known_model_by_name(name: str, path: Path | None = None) -> tuple[str, Known
     key = name.strip().strip("/").lower()
     if not key or "/" in key:
         return None
-    hits = {(i, id(m)): (i, m) for m in known_models(path) for i in m.ids
-            if i.lower().rpartition("/")[2] == key}
+    hits = {
+        (i, id(m)): (i, m)
+        for m in known_models(path)
+        for i in m.ids
+        if i.lower().rpartition("/")[2] == key
+    }
     return next(iter(hits.values())) if len(hits) == 1 else None

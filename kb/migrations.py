@@ -76,10 +76,22 @@ CREATE TABLE IF NOT EXISTS registrations (
     release TEXT, path TEXT, registry TEXT, keys TEXT, target TEXT, line INTEGER, kind TEXT
 );
 """
-_V3_INDEXES = ("functions_loc", "functions_name", "checks_loc", "checks_fn", "calls_callee",
-               "chunks_hash")
-_V3_ORDER = {"files": "rowid", "functions": "rowid", "chunks": "seq", "checks": "id",
-             "calls": "rowid", "registrations": "rowid"}
+_V3_INDEXES = (
+    "functions_loc",
+    "functions_name",
+    "checks_loc",
+    "checks_fn",
+    "calls_callee",
+    "chunks_hash",
+)
+_V3_ORDER = {
+    "files": "rowid",
+    "functions": "rowid",
+    "chunks": "seq",
+    "checks": "id",
+    "calls": "rowid",
+    "registrations": "rowid",
+}
 
 
 def migrate(con: sqlite3.Connection, path: Path, transaction: Callable) -> None:
@@ -94,15 +106,19 @@ def migrate(con: sqlite3.Connection, path: Path, transaction: Callable) -> None:
         raise KBError(
             f"{path} has index schema {found}, newer than this sglang-triage's "
             f"({SCHEMA_VERSION}): upgrade sglang-triage, or ingest into another KB folder",
-            details={"kb": str(path), "schema": found, "supported": SCHEMA_VERSION})
+            details={"kb": str(path), "schema": found, "supported": SCHEMA_VERSION},
+        )
     for target, step in ((2, _to_2), (3, _to_3), (4, _to_4), (5, _to_5)):
         if found < target:
             with transaction():
                 if _version(con) < target:
                     step(con)
-                    con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
-                                (str(target),))
-    free, total = (con.execute(f"PRAGMA {p}").fetchone()[0] for p in ("freelist_count", "page_count"))
+                    con.execute(
+                        "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(target),)
+                    )
+    free, total = (
+        con.execute(f"PRAGMA {p}").fetchone()[0] for p in ("freelist_count", "page_count")
+    )
     if found < SCHEMA_VERSION and free * 4 > total:
         con.execute("VACUUM")  # the old layout's pages: a third of the file, say
 
@@ -122,8 +138,10 @@ def _to_2(con: sqlite3.Connection) -> None:
     con.execute("ALTER TABLE files ADD COLUMN all_refs BLOB")
     execute_script(con, _V3_TABLES)
     cols = ", ".join(COLUMNS["chunks"])
-    con.execute(f"INSERT INTO chunks ({cols}) SELECT {cols} FROM chunks_v1 "
-                "ORDER BY release, path, start_line")
+    con.execute(
+        f"INSERT INTO chunks ({cols}) SELECT {cols} FROM chunks_v1 "
+        "ORDER BY release, path, start_line"
+    )
     con.execute("DROP TABLE chunks_v1")
 
 
@@ -134,8 +152,9 @@ def _to_3(con: sqlite3.Connection) -> None:
 
 def _to_4(con: sqlite3.Connection) -> None:
     for table in UNIT_TABLES:  # a later layout's view holds no rows: the old table replaces it
-        if con.execute("SELECT 1 FROM sqlite_master WHERE type = 'view' AND name = ?",
-                       (table,)).fetchone():
+        if con.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'view' AND name = ?", (table,)
+        ).fetchone():
             con.execute(f"DROP VIEW {table}")
     # a table an older schema never had is simply empty
     execute_script(con, _V3_TABLES + _LATER_TABLES)
@@ -146,30 +165,41 @@ def _to_4(con: sqlite3.Connection) -> None:
     con.execute("DROP TABLE IF EXISTS chunks_fts")
     execute_script(con, SCHEMA)
     # every release's files with the extraction code that indexed them
-    con.execute("CREATE TEMP TABLE v3_held AS SELECT f.release AS release, f.path AS path, "
-                "f.sha256 AS sha256, m.value AS code FROM v3_files f "
-                "LEFT JOIN meta m ON m.key = 'code:' || f.release")
-    con.execute("CREATE TEMP TABLE v3_first AS SELECT MIN(rowid) AS held FROM v3_held "
-                "GROUP BY path, sha256, code")
-    con.execute("INSERT INTO units (path, sha256, code, lines, parse_errors, text, all_refs) "
-                "SELECT f.path, f.sha256, h.code, f.lines, f.parse_errors, f.text, f.all_refs "
-                "FROM v3_held h JOIN v3_files f ON f.release = h.release AND f.path = h.path "
-                "WHERE h.rowid IN (SELECT held FROM v3_first) ORDER BY h.rowid")
-    con.execute("CREATE TEMP TABLE v3_map AS SELECT h.release AS release, h.path AS path, "
-                "u.id AS unit, h.rowid IN (SELECT held FROM v3_first) AS first FROM v3_held h "
-                "JOIN units u ON u.path = h.path AND u.sha256 IS h.sha256 AND u.code IS h.code")
+    con.execute(
+        "CREATE TEMP TABLE v3_held AS SELECT f.release AS release, f.path AS path, "
+        "f.sha256 AS sha256, m.value AS code FROM v3_files f "
+        "LEFT JOIN meta m ON m.key = 'code:' || f.release"
+    )
+    con.execute(
+        "CREATE TEMP TABLE v3_first AS SELECT MIN(rowid) AS held FROM v3_held "
+        "GROUP BY path, sha256, code"
+    )
+    con.execute(
+        "INSERT INTO units (path, sha256, code, lines, parse_errors, text, all_refs) "
+        "SELECT f.path, f.sha256, h.code, f.lines, f.parse_errors, f.text, f.all_refs "
+        "FROM v3_held h JOIN v3_files f ON f.release = h.release AND f.path = h.path "
+        "WHERE h.rowid IN (SELECT held FROM v3_first) ORDER BY h.rowid"
+    )
+    con.execute(
+        "CREATE TEMP TABLE v3_map AS SELECT h.release AS release, h.path AS path, "
+        "u.id AS unit, h.rowid IN (SELECT held FROM v3_first) AS first FROM v3_held h "
+        "JOIN units u ON u.path = h.path AND u.sha256 IS h.sha256 AND u.code IS h.code"
+    )
     con.execute("CREATE INDEX temp.v3_map_key ON v3_map (release, path)")
-    con.execute("INSERT INTO release_files (release, path, unit) "
-                "SELECT release, path, unit FROM v3_map")
+    con.execute(
+        "INSERT INTO release_files (release, path, unit) SELECT release, path, unit FROM v3_map"
+    )
     for table in UNIT_TABLES[1:]:
         # check ids survive; a chunk's id and text are its file's lines (see kb.schema)
         dropped = ("release", "path", "id", "text") if table == "chunks" else ("release", "path")
         cols = [c for c in COLUMNS[table] if c not in dropped]
         names = ", ".join(cols)
         picked = ", ".join(f"x.{c}" for c in cols)
-        con.execute(f"INSERT INTO unit_{table} (unit, {names}) SELECT m.unit, {picked} "
-                    f"FROM v3_{table} x JOIN v3_map m ON m.release = x.release "
-                    f"AND m.path = x.path AND m.first ORDER BY x.{_V3_ORDER[table]}")
+        con.execute(
+            f"INSERT INTO unit_{table} (unit, {names}) SELECT m.unit, {picked} "
+            f"FROM v3_{table} x JOIN v3_map m ON m.release = x.release "
+            f"AND m.path = x.path AND m.first ORDER BY x.{_V3_ORDER[table]}"
+        )
     for table in UNIT_TABLES:
         con.execute(f"DROP TABLE v3_{table}")
     for temp in ("v3_map", "v3_first", "v3_held"):

@@ -70,9 +70,32 @@ def _erf(x: np.ndarray) -> np.ndarray:
     """erf to within 1.2e-7 (Numerical Recipes' ``erfcc``, Chebyshev fit)."""
     z = np.abs(x)
     t = 1.0 / (1.0 + 0.5 * z)
-    poly = -z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
-        -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (
-            -0.82215223 + t * 0.17087277))))))))
+    poly = (
+        -z * z
+        - 1.26551223
+        + t
+        * (
+            1.00002368
+            + t
+            * (
+                0.37409196
+                + t
+                * (
+                    0.09678418
+                    + t
+                    * (
+                        -0.18628806
+                        + t
+                        * (
+                            0.27886807
+                            + t
+                            * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))
+                        )
+                    )
+                )
+            )
+        )
+    )
     r = 1.0 - t * np.exp(poly)
     return np.where(x >= 0, r, -r)
 
@@ -94,14 +117,21 @@ class NumpyBertEncoder:
             raise ConfigError(f"embedding model must be an absolute local folder: {model_path}")
         cfg = _read_json(path / "config.json")
         modules = [m.get("type", "") for m in _read_json(path / "modules.json")]
-        pooling = _read_json(path / "1_Pooling" / "config.json") if (path / "1_Pooling").is_dir() \
-            else {}
-        if cfg.get("model_type") != "bert" or cfg.get("hidden_act") != "gelu" or \
-                cfg.get("position_embedding_type", "absolute") != "absolute" or \
-                [m.rsplit(".", 1)[-1] for m in modules] != ["Transformer", "Pooling", "Normalize"] or \
-                not pooling.get("pooling_mode_mean_tokens") or \
-                any(v for k, v in pooling.items() if k.startswith("pooling_mode_") and
-                    k != "pooling_mode_mean_tokens"):
+        pooling = (
+            _read_json(path / "1_Pooling" / "config.json") if (path / "1_Pooling").is_dir() else {}
+        )
+        if (
+            cfg.get("model_type") != "bert"
+            or cfg.get("hidden_act") != "gelu"
+            or cfg.get("position_embedding_type", "absolute") != "absolute"
+            or [m.rsplit(".", 1)[-1] for m in modules] != ["Transformer", "Pooling", "Normalize"]
+            or not pooling.get("pooling_mode_mean_tokens")
+            or any(
+                v
+                for k, v in pooling.items()
+                if k.startswith("pooling_mode_") and k != "pooling_mode_mean_tokens"
+            )
+        ):
             raise ConfigError(f"{path}: not a mean-pooled, normalised BERT sentence encoder")
         from tokenizers import Tokenizer
 
@@ -110,21 +140,30 @@ class NumpyBertEncoder:
         self.dim = int(cfg["hidden_size"])
         self.heads = int(cfg["num_attention_heads"])
         self.eps = float(cfg.get("layer_norm_eps", 1e-12))
-        max_len = int(_read_json(path / "sentence_bert_config.json").get("max_seq_length") or 0) \
-            if (path / "sentence_bert_config.json").exists() else 0
-        self.max_len = min(max_len or cfg["max_position_embeddings"], cfg["max_position_embeddings"])
+        max_len = (
+            int(_read_json(path / "sentence_bert_config.json").get("max_seq_length") or 0)
+            if (path / "sentence_bert_config.json").exists()
+            else 0
+        )
+        self.max_len = min(
+            max_len or cfg["max_position_embeddings"], cfg["max_position_embeddings"]
+        )
         self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(self.max_len)
         w = load_safetensors(path / "model.safetensors")
         w = {k.removeprefix("bert."): v for k, v in w.items()}
         try:
-            self.emb = (w["embeddings.word_embeddings.weight"],
-                        w["embeddings.position_embeddings.weight"],
-                        w["embeddings.token_type_embeddings.weight"][0],
-                        w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
-            self.layers = [self._layer(w, f"encoder.layer.{i}.")
-                           for i in range(int(cfg["num_hidden_layers"]))]
+            self.emb = (
+                w["embeddings.word_embeddings.weight"],
+                w["embeddings.position_embeddings.weight"],
+                w["embeddings.token_type_embeddings.weight"][0],
+                w["embeddings.LayerNorm.weight"],
+                w["embeddings.LayerNorm.bias"],
+            )
+            self.layers = [
+                self._layer(w, f"encoder.layer.{i}.") for i in range(int(cfg["num_hidden_layers"]))
+            ]
         except KeyError as exc:
             raise ConfigError(f"{path}: missing BERT weight {exc}") from exc
 
@@ -133,14 +172,22 @@ class NumpyBertEncoder:
         """One layer's weights as views of the mapped file (``x @ W.T`` for a Linear)."""
         a = p + "attention."
         return {
-            "q_w": w[f"{a}self.query.weight"].T, "q_b": w[f"{a}self.query.bias"],
-            "k_w": w[f"{a}self.key.weight"].T, "k_b": w[f"{a}self.key.bias"],
-            "v_w": w[f"{a}self.value.weight"].T, "v_b": w[f"{a}self.value.bias"],
-            "out_w": w[f"{a}output.dense.weight"].T, "out_b": w[f"{a}output.dense.bias"],
-            "ln1_w": w[f"{a}output.LayerNorm.weight"], "ln1_b": w[f"{a}output.LayerNorm.bias"],
-            "ff1_w": w[p + "intermediate.dense.weight"].T, "ff1_b": w[p + "intermediate.dense.bias"],
-            "ff2_w": w[p + "output.dense.weight"].T, "ff2_b": w[p + "output.dense.bias"],
-            "ln2_w": w[p + "output.LayerNorm.weight"], "ln2_b": w[p + "output.LayerNorm.bias"],
+            "q_w": w[f"{a}self.query.weight"].T,
+            "q_b": w[f"{a}self.query.bias"],
+            "k_w": w[f"{a}self.key.weight"].T,
+            "k_b": w[f"{a}self.key.bias"],
+            "v_w": w[f"{a}self.value.weight"].T,
+            "v_b": w[f"{a}self.value.bias"],
+            "out_w": w[f"{a}output.dense.weight"].T,
+            "out_b": w[f"{a}output.dense.bias"],
+            "ln1_w": w[f"{a}output.LayerNorm.weight"],
+            "ln1_b": w[f"{a}output.LayerNorm.bias"],
+            "ff1_w": w[p + "intermediate.dense.weight"].T,
+            "ff1_b": w[p + "intermediate.dense.bias"],
+            "ff2_w": w[p + "output.dense.weight"].T,
+            "ff2_b": w[p + "output.dense.bias"],
+            "ln2_w": w[p + "output.LayerNorm.weight"],
+            "ln2_b": w[p + "output.LayerNorm.bias"],
         }
 
     @property
@@ -153,8 +200,9 @@ class NumpyBertEncoder:
         x = _layer_norm(word[ids] + pos[:n] + tok_type, ln_w, ln_b, self.eps)
         h, d = self.heads, self.dim // self.heads
         for L in self.layers:
-            q, k, v = ((x @ L[f"{p}_w"] + L[f"{p}_b"]).reshape(n, h, d).transpose(1, 0, 2)
-                       for p in "qkv")
+            q, k, v = (
+                (x @ L[f"{p}_w"] + L[f"{p}_b"]).reshape(n, h, d).transpose(1, 0, 2) for p in "qkv"
+            )
             scores = q @ k.transpose(0, 2, 1) / np.sqrt(d)
             scores = np.exp(scores - scores.max(-1, keepdims=True))
             scores /= scores.sum(-1, keepdims=True)

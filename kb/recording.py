@@ -32,7 +32,9 @@ def _fix_of(fix: dict[str, Any], result: dict[str, Any]) -> tuple[FixSpec | None
             chosen = fixes[int(fix["rank"]) - 1]
         except (ValueError, TypeError, IndexError):
             return None, None
-        return FixSpec(set=dict(chosen.get("set") or {}), remove=list(chosen.get("remove") or [])), None
+        return FixSpec(
+            set=dict(chosen.get("set") or {}), remove=list(chosen.get("remove") or [])
+        ), None
     if fix.get("set") or fix.get("remove"):
         return FixSpec(set=dict(fix.get("set") or {}), remove=list(fix.get("remove") or [])), None
     return None, None
@@ -58,32 +60,57 @@ def incident_from_record(rec: dict[str, Any], store: Store | None = None) -> Inc
         return None
     release = (result.get("release") or {}).get("release")
     loc = result.get("location")
-    location = ExpectedLocation(path=loc["path"], function=loc["function"],
-                                start_line=loc.get("start_line"), end_line=loc.get("end_line")) \
-        if loc else None
+    location = (
+        ExpectedLocation(
+            path=loc["path"],
+            function=loc["function"],
+            start_line=loc.get("start_line"),
+            end_line=loc.get("end_line"),
+        )
+        if loc
+        else None
+    )
     root = engine_root_cause(result)
     parsed = result.get("parsed") or {}
     status = result.get("status")
-    category = "argparse" if status == "argparse" else (
-        categorize({"path": loc["path"], "function": loc["function"]}, root) if loc else "other")
+    category = (
+        "argparse"
+        if status == "argparse"
+        else (
+            categorize({"path": loc["path"], "function": loc["function"]}, root) if loc else "other"
+        )
+    )
     tid = rec["id"]
     return Incident(
-        id=f"rec-{tid}", source=f"recorded:{tid}", release=release,
+        id=f"rec-{tid}",
+        source=f"recorded:{tid}",
+        release=release,
         hardware=options.get("hardware") or parsed.get("hardware"),
         model=options.get("model") or parsed.get("model"),
         model_arch=options.get("model_arch") or parsed.get("model_arch"),
-        command=parsed.get("command"), crash_log=request.get("log") or "",
-        expected=Expected(release=release, location=location,
-                          root_cause_flags=root if status == "argparse" else _spell(root, store, release),
-                          acceptable_fixes=[fix] if fix else [], no_flag_fix=no_fix),
+        command=parsed.get("command"),
+        crash_log=request.get("log") or "",
+        expected=Expected(
+            release=release,
+            location=location,
+            root_cause_flags=root if status == "argparse" else _spell(root, store, release),
+            acceptable_fixes=[fix] if fix else [],
+            no_flag_fix=no_fix,
+        ),
         category=category,  # type: ignore[arg-type]
         notes=f"confirmed {conf.get('created', '')}: {conf.get('note') or ''}".strip(),
-        confirmed_by=f"{conf.get('source') or 'user'}:{tid}")
+        confirmed_by=f"{conf.get('source') or 'user'}:{tid}",
+    )
 
 
-def export_confirmed(records: Records, store: Store | None = None, *,
-                     source: str | None = None, limit: int | None = None,
-                     offset: int = 0) -> list[Incident]:
+def export_confirmed(
+    records: Records,
+    store: Store | None = None,
+    *,
+    source: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[Incident]:
     """Every confirmed triage as an incident, oldest confirmation first (a page of the
     confirmations with ``limit``/``offset``).
 
@@ -100,7 +127,6 @@ def export_confirmed(records: Records, store: Store | None = None, *,
         if inc is not None:
             out.append(inc)
     return out
-
 
 
 # ------------------------------------------------------- root cause of an answer
@@ -131,7 +157,9 @@ def _leaves(condition: str) -> list[str]:
     return out
 
 
-def _group_guard_atoms(atoms: list[dict[str, Any]], guards: list[str]) -> dict[int, list[dict[str, Any]]]:
+def _group_guard_atoms(
+    atoms: list[dict[str, Any]], guards: list[str]
+) -> dict[int, list[dict[str, Any]]]:
     """Assign guard atoms (in order) to the guards they came from.
 
     Each guard's leaves are consumed in turn; an atom that is not a leaf of the

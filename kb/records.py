@@ -48,8 +48,7 @@ class ConfirmRefused(TriageError):
 ConfirmCheck = Callable[[str | None, bool, str | None], str | None]
 
 
-def owner_check(owner: str | None, *, team: bool = False,
-                any_first: bool = False) -> ConfirmCheck:
+def owner_check(owner: str | None, *, team: bool = False, any_first: bool = False) -> ConfirmCheck:
     """The confirmation rule for a writer ``owner`` (a team key when ``team``): the triage's
     owner may confirm it (anyone may confirm a triage stored before owners existed; with
     ``any_first``, anyone may make the first confirmation: the Slack users of a thread), and
@@ -61,8 +60,9 @@ def owner_check(owner: str | None, *, team: bool = False,
         if triage_owner is not None and triage_owner != owner and not any_first:
             return "only the client that made this triage (or a team key) may confirm it"
         if confirmed and (confirmed_by is None or confirmed_by != owner):
-            return ("this triage was confirmed by someone else; only they (or a team key) "
-                    "may change it")
+            return (
+                "this triage was confirmed by someone else; only they (or a team key) may change it"
+            )
         return None
 
     return check
@@ -126,8 +126,10 @@ def location_of(result: dict[str, Any] | str) -> tuple[str | None, str | None]:
     if not isinstance(loc, dict):
         return None, None
     path, function = loc.get("path"), loc.get("function")
-    return (path if isinstance(path, str) else None,
-            function if isinstance(function, str) else None)
+    return (
+        path if isinstance(path, str) else None,
+        function if isinstance(function, str) else None,
+    )
 
 
 class Records:
@@ -146,8 +148,9 @@ class Records:
             self.url = db.sqlite_url(where)
         else:
             self.url = db.normalize_url(where)
-            name = db.sa.engine.make_url(self.url).database if self.url.startswith("sqlite") \
-                else None
+            name = (
+                db.sa.engine.make_url(self.url).database if self.url.startswith("sqlite") else None
+            )
             self.path = Path(name) if name else None
         self.engine: Engine = db.open_engine(self.url)
         self._sqlite = db.is_sqlite(self.engine)
@@ -160,8 +163,13 @@ class Records:
         """PostgreSQL's text refuses NUL characters; SQLite stores them as given."""
         return value if self._sqlite else value.replace("\x00", "")
 
-    def save(self, tid: str, request: dict[str, Any], result: dict[str, Any] | str,
-             owner: str | None = None) -> int:
+    def save(
+        self,
+        tid: str,
+        request: dict[str, Any],
+        result: dict[str, Any] | str,
+        owner: str | None = None,
+    ) -> int:
         """Store (or replace) triage ``tid``; ``result`` as a dict or already-encoded JSON.
 
         ``owner`` is who made it (``key:<hash>``, ``slack:<user>``, ``client:<address>``);
@@ -173,14 +181,26 @@ class Records:
         size = len(req.encode("utf-8", "replace")) + len(encoded.encode("utf-8", "replace"))
         path, function = location_of(result)
         with self._db.write_tx(self.engine) as conn:  # reads the owner, then writes
-            before = conn.execute(self._db.sa.select(t.c.owner, t.c.confirmed_by)
-                                  .where(t.c.id == tid)).first()
+            before = conn.execute(
+                self._db.sa.select(t.c.owner, t.c.confirmed_by).where(t.c.id == tid)
+            ).first()
             if owner is None and before is not None:
                 owner = before[0]
-            self._db.upsert(conn, t, {
-                "id": tid, "created": _now(), "request": req, "result": encoded,
-                "loc_path": path, "loc_function": function, "owner": owner, "size": size,
-                "confirmed_by": before[1] if before is not None else None})
+            self._db.upsert(
+                conn,
+                t,
+                {
+                    "id": tid,
+                    "created": _now(),
+                    "request": req,
+                    "result": encoded,
+                    "loc_path": path,
+                    "loc_function": function,
+                    "owner": owner,
+                    "size": size,
+                    "confirmed_by": before[1] if before is not None else None,
+                },
+            )
         return size
 
     def owners(self, tid: str) -> tuple[str | None, bool, str | None] | None:
@@ -188,9 +208,11 @@ class Records:
         not stored (owners are None for rows stored before owners existed)."""
         sa, t, c = self._db.sa, self._db.triages, self._db.confirmations
         with self.engine.connect() as conn:
-            row = conn.execute(sa.select(t.c.owner, c.c.id, t.c.confirmed_by)
-                               .select_from(t.outerjoin(c, c.c.id == t.c.id))
-                               .where(t.c.id == tid)).first()
+            row = conn.execute(
+                sa.select(t.c.owner, c.c.id, t.c.confirmed_by)
+                .select_from(t.outerjoin(c, c.c.id == t.c.id))
+                .where(t.c.id == tid)
+            ).first()
         return None if row is None else (row[0], row[1] is not None, row[2])
 
     def get(self, tid: str) -> dict[str, Any] | None:
@@ -198,13 +220,26 @@ class Records:
         in ``damaged`` (never an exception)."""
         t, c = self._db.triages, self._db.confirmations
         with self.engine.connect() as conn:
-            row = conn.execute(self._db.sa.select(t.c.id, t.c.created, t.c.request, t.c.result)
-                               .where(t.c.id == tid)).mappings().first()
+            row = (
+                conn.execute(
+                    self._db.sa.select(t.c.id, t.c.created, t.c.request, t.c.result).where(
+                        t.c.id == tid
+                    )
+                )
+                .mappings()
+                .first()
+            )
             if row is None:
                 return None
-            conf = conn.execute(self._db.sa.select(c.c.id, c.c.created, c.c.fix, c.c.note,
-                                                   c.c.source).where(c.c.id == tid)
-                                ).mappings().first()
+            conf = (
+                conn.execute(
+                    self._db.sa.select(c.c.id, c.c.created, c.c.fix, c.c.note, c.c.source).where(
+                        c.c.id == tid
+                    )
+                )
+                .mappings()
+                .first()
+            )
         damaged: list[str] = []
 
         def read(name: str, text: str | None) -> Any:
@@ -214,45 +249,75 @@ class Records:
                 return None
             return value
 
-        out = {"id": row["id"], "created": row["created"],
-               "request": read("request", row["request"]), "result": read("result", row["result"]),
-               "confirmation": None}
+        out = {
+            "id": row["id"],
+            "created": row["created"],
+            "request": read("request", row["request"]),
+            "result": read("result", row["result"]),
+            "confirmation": None,
+        }
         if conf is not None:
             note = conf["note"] or ""
             if not _clean(note):
                 damaged.append("confirmation.note")
                 note = ""
-            out["confirmation"] = dict(conf) | {"fix": read("confirmation.fix", conf["fix"]),
-                                                "note": note}
+            out["confirmation"] = dict(conf) | {
+                "fix": read("confirmation.fix", conf["fix"]),
+                "note": note,
+            }
         if damaged:
             out["damaged"] = damaged
         return out
 
-    def confirm(self, tid: str, fix: dict[str, Any], note: str = "", source: str = "api", *,
-                owner: str | None = None, check: ConfirmCheck | None = None) -> bool:
+    def confirm(
+        self,
+        tid: str,
+        fix: dict[str, Any],
+        note: str = "",
+        source: str = "api",
+        *,
+        owner: str | None = None,
+        check: ConfirmCheck | None = None,
+    ) -> bool:
         """Record that ``fix`` resolved triage ``tid`` (False when it is not stored), made by
         ``owner``. ``check(triage_owner, confirmed, confirmation_owner)`` runs in the same
         transaction, before anything is written: a reason it returns is raised as
         :class:`ConfirmRefused` and nothing changes."""
         sa, t, c = self._db.sa, self._db.triages, self._db.confirmations
         with self._db.write_tx(self.engine) as conn:
-            row = conn.execute(sa.select(t.c.owner, c.c.id, t.c.confirmed_by)
-                               .select_from(t.outerjoin(c, c.c.id == t.c.id))
-                               .where(t.c.id == tid)).first()
+            row = conn.execute(
+                sa.select(t.c.owner, c.c.id, t.c.confirmed_by)
+                .select_from(t.outerjoin(c, c.c.id == t.c.id))
+                .where(t.c.id == tid)
+            ).first()
             if row is None:
                 return False
             problem = check(row[0], row[1] is not None, row[2]) if check else None
             if problem:
                 raise ConfirmRefused(problem)
-            self._db.upsert(conn, c, {
-                "id": tid, "created": _now(), "fix": json.dumps(fix), "note": self._text(note),
-                "source": source})
+            self._db.upsert(
+                conn,
+                c,
+                {
+                    "id": tid,
+                    "created": _now(),
+                    "fix": json.dumps(fix),
+                    "note": self._text(note),
+                    "source": source,
+                },
+            )
             conn.execute(t.update().where(t.c.id == tid).values(confirmed_by=owner))
         return True
 
-    def similar(self, path: str, function: str, *, exclude: str | None = None,
-                limit: int = 3, show_id: Callable[[str | None], bool] | None = None,
-                ) -> list[dict[str, Any]]:
+    def similar(
+        self,
+        path: str,
+        function: str,
+        *,
+        exclude: str | None = None,
+        limit: int = 3,
+        show_id: Callable[[str | None], bool] | None = None,
+    ) -> list[dict[str, Any]]:
         """Confirmed past triages that failed in the same function, newest first, with their fixes.
 
         Filtered by the indexed location columns (copied from the result when it is
@@ -261,12 +326,13 @@ class Records:
         may not read that triage).
         """
         sa, t, c = self._db.sa, self._db.triages, self._db.confirmations
-        query = (sa.select(t.c.id, t.c.result, c.c.created, c.c.fix, c.c.note, t.c.owner)
-                 .select_from(c.join(t, t.c.id == c.c.id))
-                 .where(t.c.loc_path == path, t.c.loc_function == function,
-                        t.c.id != (exclude or ""))
-                 .order_by(c.c.created.desc(), self._db.order_key(c, self.engine).desc())
-                 .limit(limit))
+        query = (
+            sa.select(t.c.id, t.c.result, c.c.created, c.c.fix, c.c.note, t.c.owner)
+            .select_from(c.join(t, t.c.id == c.c.id))
+            .where(t.c.loc_path == path, t.c.loc_function == function, t.c.id != (exclude or ""))
+            .order_by(c.c.created.desc(), self._db.order_key(c, self.engine).desc())
+            .limit(limit)
+        )
         with self.engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         out: list[dict[str, Any]] = []
@@ -275,9 +341,14 @@ class Records:
             note = row["note"] or ""
             if not isinstance(result, dict) or fix is _DAMAGED or not _clean(note):
                 continue  # a damaged record is left out, never passed on
-            entry = {"id": row["id"], "release": (result.get("release") or {}).get("release"),
-                     "summary": result.get("summary"), "confirmed_fix": fix,
-                     "note": note, "confirmed_at": row["created"]}
+            entry = {
+                "id": row["id"],
+                "release": (result.get("release") or {}).get("release"),
+                "summary": result.get("summary"),
+                "confirmed_fix": fix,
+                "note": note,
+                "confirmed_at": row["created"],
+            }
             if show_id is not None and not show_id(row["owner"]):
                 del entry["id"]
             out.append(entry)
@@ -286,17 +357,22 @@ class Records:
     def confirmed(self, *, limit: int | None = None, offset: int = 0) -> list[dict[str, Any]]:
         """Confirmed triages, oldest first (a page of them with ``limit``/``offset``)."""
         c = self._db.confirmations
-        query = self._db.sa.select(c.c.id).order_by(c.c.created,
-                                                     self._db.order_key(c, self.engine))
+        query = self._db.sa.select(c.c.id).order_by(c.c.created, self._db.order_key(c, self.engine))
         if limit is not None:
             query = query.limit(limit).offset(offset)
         with self.engine.connect() as conn:
             ids = [row[0] for row in conn.execute(query)]
         return [r for r in (self.get(tid) for tid in ids) if r is not None]
 
-    def purge(self, *, max_age_days: float | None, max_count: int | None,
-              keep_confirmed: bool = True, now: datetime | None = None,
-              max_bytes: int | None = None) -> int:
+    def purge(
+        self,
+        *,
+        max_age_days: float | None,
+        max_count: int | None,
+        keep_confirmed: bool = True,
+        now: datetime | None = None,
+        max_bytes: int | None = None,
+    ) -> int:
         """Delete triages older than ``max_age_days`` and, oldest first, those beyond
         ``max_count``, then, oldest first, unconfirmed ones until all stored triages take at
         most ``max_bytes`` (their ``size``); confirmed ones (and their confirmations) stay
@@ -306,13 +382,17 @@ class Records:
         deleted = 0
         with self.engine.begin() as conn:
             if max_age_days is not None:
-                cutoff = ((now or datetime.now(timezone.utc)) - timedelta(days=max_age_days)
-                          ).isoformat(timespec="seconds")
+                cutoff = (
+                    (now or datetime.now(timezone.utc)) - timedelta(days=max_age_days)
+                ).isoformat(timespec="seconds")
                 deleted += conn.execute(t.delete().where(t.c.created < cutoff, *spare)).rowcount
             if max_count is not None:
-                beyond = (sa.select(t.c.id).where(*spare)
-                          .order_by(t.c.created.desc(), self._db.order_key(t, self.engine).desc())
-                          .offset(max_count))
+                beyond = (
+                    sa.select(t.c.id)
+                    .where(*spare)
+                    .order_by(t.c.created.desc(), self._db.order_key(t, self.engine).desc())
+                    .offset(max_count)
+                )
                 deleted += conn.execute(t.delete().where(t.c.id.in_(beyond))).rowcount
             if max_bytes is not None:
                 deleted += self._purge_bytes(conn, max_bytes, spare)
@@ -328,12 +408,17 @@ class Records:
         total = int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(size), 0))).scalar_one())
         if total <= max_bytes:
             return 0
-        kept = int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(size), 0))
-                                .where(sa.not_(sa.and_(*spare)) if spare else sa.false())
-                                ).scalar_one())
+        kept = int(
+            conn.execute(
+                sa.select(sa.func.coalesce(sa.func.sum(size), 0)).where(
+                    sa.not_(sa.and_(*spare)) if spare else sa.false()
+                )
+            ).scalar_one()
+        )
         budget = max_bytes - kept  # what the purgeable ones may still take, newest first
         running = sa.func.sum(size).over(
-            order_by=[t.c.created.desc(), self._db.order_key(t, self.engine).desc()])
+            order_by=[t.c.created.desc(), self._db.order_key(t, self.engine).desc()]
+        )
         ranked = sa.select(t.c.id.label("id"), running.label("upto")).where(*spare).subquery()
         doomed = sa.select(ranked.c.id).where(ranked.c.upto > budget)
         return int(conn.execute(t.delete().where(t.c.id.in_(doomed))).rowcount)
@@ -342,19 +427,34 @@ class Records:
         """The bytes every stored triage takes (request and result text)."""
         sa, t = self._db.sa, self._db.triages
         with self.engine.connect() as conn:
-            return int(conn.execute(sa.select(sa.func.coalesce(
-                sa.func.sum(sa.func.coalesce(t.c.size, 0)), 0))).scalar_one())
+            return int(
+                conn.execute(
+                    sa.select(sa.func.coalesce(sa.func.sum(sa.func.coalesce(t.c.size, 0)), 0))
+                ).scalar_one()
+            )
 
     def count(self) -> int:
         """How many triages are stored."""
         with self.engine.connect() as conn:
-            return int(conn.execute(self._db.sa.select(self._db.sa.func.count())
-                                    .select_from(self._db.triages)).scalar_one())
+            return int(
+                conn.execute(
+                    self._db.sa.select(self._db.sa.func.count()).select_from(self._db.triages)
+                ).scalar_one()
+            )
 
     def close(self) -> None:
         """Release the database connections (the store stays usable: they reopen)."""
         self.engine.dispose()
 
 
-__all__ = ["MAX_DEPTH", "ConfirmCheck", "ConfirmRefused", "Records", "json_problem",
-           "location_of", "new_triage_id", "owner_check", "safe_json"]
+__all__ = [
+    "MAX_DEPTH",
+    "ConfirmCheck",
+    "ConfirmRefused",
+    "Records",
+    "json_problem",
+    "location_of",
+    "new_triage_id",
+    "owner_check",
+    "safe_json",
+]

@@ -34,10 +34,26 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-__all__ = ["BASELINE", "MIGRATIONS", "confirmations", "is_sqlite", "metadata", "normalize_url",
-           "open_engine", "order_key", "replay_job_triages", "replay_jobs", "revision",
-           "slack_buckets", "slack_seen", "slack_threads", "sqlite_url", "triages", "upsert",
-           "write_tx"]
+__all__ = [
+    "BASELINE",
+    "MIGRATIONS",
+    "confirmations",
+    "is_sqlite",
+    "metadata",
+    "normalize_url",
+    "open_engine",
+    "order_key",
+    "replay_job_triages",
+    "replay_jobs",
+    "revision",
+    "slack_buckets",
+    "slack_seen",
+    "slack_threads",
+    "sqlite_url",
+    "triages",
+    "upsert",
+    "write_tx",
+]
 
 #: The folder of the Alembic scripts, and the revision a pre-migration ``records.sqlite`` is.
 MIGRATIONS = Path(__file__).resolve().parent / "records_migrations"
@@ -50,56 +66,87 @@ metadata = sa.MetaData()
 #: Stored triages. ``loc_path``/``loc_function`` copy the result's location (indexed, for
 #: :meth:`kb.records.Records.similar`); ``seq`` orders rows on servers (SQLite uses rowid).
 triages = sa.Table(
-    "triages", metadata,
-    sa.Column("id", sa.Text, primary_key=True), sa.Column("created", sa.Text),
-    sa.Column("request", sa.Text), sa.Column("result", sa.Text),
-    sa.Column("loc_path", sa.Text), sa.Column("loc_function", sa.Text),
-    sa.Column("seq", sa.BigInteger), sa.Column("owner", sa.Text),
-    sa.Column("confirmed_by", sa.Text), sa.Column("size", sa.BigInteger))
+    "triages",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("created", sa.Text),
+    sa.Column("request", sa.Text),
+    sa.Column("result", sa.Text),
+    sa.Column("loc_path", sa.Text),
+    sa.Column("loc_function", sa.Text),
+    sa.Column("seq", sa.BigInteger),
+    sa.Column("owner", sa.Text),
+    sa.Column("confirmed_by", sa.Text),
+    sa.Column("size", sa.BigInteger),
+)
 #: ``owner``: who stored the triage, ``confirmed_by``: who wrote its confirmation
 #: (``key:<hash>``, ``slack:<user>``, ``client:<address>``; NULL for rows written before
 #: owners existed: the confirmations table keeps its columns, so older code's inserts fit).
 #: ``size``: the bytes of the triage's request and result text (the records' byte bound).
 confirmations = sa.Table(
-    "confirmations", metadata,
-    sa.Column("id", sa.Text, primary_key=True), sa.Column("created", sa.Text),
-    sa.Column("fix", sa.Text), sa.Column("note", sa.Text), sa.Column("source", sa.Text),
-    sa.Column("seq", sa.BigInteger))
+    "confirmations",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("created", sa.Text),
+    sa.Column("fix", sa.Text),
+    sa.Column("note", sa.Text),
+    sa.Column("source", sa.Text),
+    sa.Column("seq", sa.BigInteger),
+)
 #: The Slack bot's shared state (see ``service.slack.shared``).
 slack_seen = sa.Table(
-    "slack_seen", metadata,
-    sa.Column("namespace", sa.Text, primary_key=True), sa.Column("key", sa.Text, primary_key=True),
-    sa.Column("expires", sa.Float, nullable=False))
+    "slack_seen",
+    metadata,
+    sa.Column("namespace", sa.Text, primary_key=True),
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("expires", sa.Float, nullable=False),
+)
 slack_threads = sa.Table(
-    "slack_threads", metadata,
+    "slack_threads",
+    metadata,
     sa.Column("channel", sa.Text, primary_key=True),
     sa.Column("thread_ts", sa.Text, primary_key=True),
-    sa.Column("context", sa.Text, nullable=False), sa.Column("updated", sa.Float, nullable=False))
+    sa.Column("context", sa.Text, nullable=False),
+    sa.Column("updated", sa.Float, nullable=False),
+)
 slack_buckets = sa.Table(
-    "slack_buckets", metadata,
-    sa.Column("key", sa.Text, primary_key=True), sa.Column("tokens", sa.Float, nullable=False),
-    sa.Column("last", sa.Float, nullable=False))
+    "slack_buckets",
+    metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("tokens", sa.Float, nullable=False),
+    sa.Column("last", sa.Float, nullable=False),
+)
 #: Durable replay jobs (see ``service.replay.jobs``) and the triages waiting on each.
 replay_jobs = sa.Table(
-    "replay_jobs", metadata,
+    "replay_jobs",
+    metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("key", sa.Text, nullable=False, unique=True),
-    sa.Column("client", sa.Text, nullable=False), sa.Column("rank", sa.Integer, nullable=False),
-    sa.Column("state", sa.Text, nullable=False), sa.Column("spec", sa.Text, nullable=False),
-    sa.Column("attempts", sa.Integer, nullable=False), sa.Column("worker", sa.Text),
-    sa.Column("created", sa.Float, nullable=False), sa.Column("claimed_at", sa.Float),
-    sa.Column("lease_until", sa.Float), sa.Column("finished", sa.Float),
-    sa.Column("error", sa.Text))
+    sa.Column("client", sa.Text, nullable=False),
+    sa.Column("rank", sa.Integer, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("spec", sa.Text, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("worker", sa.Text),
+    sa.Column("created", sa.Float, nullable=False),
+    sa.Column("claimed_at", sa.Float),
+    sa.Column("lease_until", sa.Float),
+    sa.Column("finished", sa.Float),
+    sa.Column("error", sa.Text),
+)
 replay_job_triages = sa.Table(
-    "replay_job_triages", metadata,
-    sa.Column("key", sa.Text, primary_key=True), sa.Column("tid", sa.Text, primary_key=True))
+    "replay_job_triages",
+    metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("tid", sa.Text, primary_key=True),
+)
 
 
 def normalize_url(url: str) -> str:
     """``url`` with PostgreSQL's driver made explicit (psycopg 3)."""
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
+            return "postgresql+psycopg://" + url[len(prefix) :]
     return url
 
 

@@ -13,10 +13,25 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["COLUMNS", "FTS_HASH_BYTES", "OWN_TABLES", "REGISTRATIONS_SCHEMA", "RELEASE_TABLES",
-           "SCHEMA", "SCHEMA_VERSION", "UNIT_TABLES", "VALIDATION_PREFIXES", "dumps",
-           "execute_script", "fts_body", "fts_query", "chunk_id", "fts_rows", "pack_text",
-           "register_functions"]
+__all__ = [
+    "COLUMNS",
+    "FTS_HASH_BYTES",
+    "OWN_TABLES",
+    "REGISTRATIONS_SCHEMA",
+    "RELEASE_TABLES",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "UNIT_TABLES",
+    "VALIDATION_PREFIXES",
+    "dumps",
+    "execute_script",
+    "fts_body",
+    "fts_query",
+    "chunk_id",
+    "fts_rows",
+    "pack_text",
+    "register_functions",
+]
 
 SCHEMA_VERSION = 5
 
@@ -48,7 +63,8 @@ CREATE VIEW IF NOT EXISTS registrations AS
     FROM release_files m JOIN unit_registrations r ON r.unit = m.unit;
 """
 
-SCHEMA = """
+SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS releases (
     version TEXT PRIMARY KEY, origin TEXT, content_hash TEXT, status TEXT,
@@ -126,7 +142,9 @@ CREATE VIEW IF NOT EXISTS calls AS
            c.caller AS caller, c.caller_start AS caller_start, c.line AS line,
            c.guards AS guards
     FROM release_files m JOIN unit_calls c ON c.unit = m.unit;
-""" + REGISTRATIONS_SCHEMA + """
+"""
+    + REGISTRATIONS_SCHEMA
+    + """
 CREATE TABLE IF NOT EXISTS refs (
     release TEXT, path TEXT, function TEXT, attr TEXT, kind TEXT, line INTEGER,
     obj TEXT, value TEXT, guards TEXT
@@ -152,6 +170,7 @@ CREATE TABLE IF NOT EXISTS embeddings (
     model TEXT, text_hash TEXT, dim INTEGER, vector BLOB, PRIMARY KEY (model, text_hash)
 );
 """
+)
 
 #: A chunk is a span of its file's lines, so neither its id (``path:start-end:kind``) nor
 #: its text is stored: the ``chunks`` view builds both, the text with the SQL function
@@ -169,26 +188,91 @@ RELEASE_TABLES = UNIT_TABLES + OWN_TABLES
 #: per-file row into its unit.
 COLUMNS: dict[str, tuple[str, ...]] = {
     "files": ("release", "path", "sha256", "lines", "parse_errors", "text", "all_refs"),
-    "functions": ("release", "path", "qualname", "name", "class_name", "start_line", "end_line",
-                  "decorator_start", "signature", "decorators", "docstring", "parent"),
-    "chunks": ("id", "release", "path", "qualname", "kind", "start_line", "end_line", "part",
-               "parts", "text_hash", "text"),
-    "checks": ("id", "release", "path", "function", "kind", "exc_type", "bare", "condition",
-               "message", "start_line", "end_line", "test_start", "test_end", "guards", "source"),
+    "functions": (
+        "release",
+        "path",
+        "qualname",
+        "name",
+        "class_name",
+        "start_line",
+        "end_line",
+        "decorator_start",
+        "signature",
+        "decorators",
+        "docstring",
+        "parent",
+    ),
+    "chunks": (
+        "id",
+        "release",
+        "path",
+        "qualname",
+        "kind",
+        "start_line",
+        "end_line",
+        "part",
+        "parts",
+        "text_hash",
+        "text",
+    ),
+    "checks": (
+        "id",
+        "release",
+        "path",
+        "function",
+        "kind",
+        "exc_type",
+        "bare",
+        "condition",
+        "message",
+        "start_line",
+        "end_line",
+        "test_start",
+        "test_end",
+        "guards",
+        "source",
+    ),
     "calls": ("release", "path", "callee", "caller", "caller_start", "line", "guards"),
     "registrations": ("release", "path", "registry", "keys", "target", "line", "kind"),
     "refs": ("release", "path", "function", "attr", "kind", "line", "obj", "value", "guards"),
-    "flags": ("release", "attr", "flags", "type", "action", "nargs", "default_json",
-              "default_known", "default_src", "choices", "choices_src", "help", "required",
-              "deprecated", "path", "line", "layout"),
+    "flags": (
+        "release",
+        "attr",
+        "flags",
+        "type",
+        "action",
+        "nargs",
+        "default_json",
+        "default_known",
+        "default_src",
+        "choices",
+        "choices_src",
+        "help",
+        "required",
+        "deprecated",
+        "path",
+        "line",
+        "layout",
+    ),
     "flag_spellings": ("release", "spelling", "attr"),
-    "declarations": ("release", "attr", "cls", "annotation", "default_json", "default_known",
-                     "default_src", "help", "path", "line"),
+    "declarations": (
+        "release",
+        "attr",
+        "cls",
+        "annotation",
+        "default_json",
+        "default_known",
+        "default_src",
+        "help",
+        "path",
+        "line",
+    ),
     "catalogs": ("release", "data"),
 }
 
 #: FTS5 ``hashsize``: postings buffered in memory before a segment is written.
 FTS_HASH_BYTES = 32 << 20
+
 
 def fts_body(path: str, qualname: str, text: str) -> str:
     """What ``chunks_fts`` indexes for a chunk. The index is contentless, so deleting
@@ -205,10 +289,16 @@ def fts_rows(con: sqlite3.Connection, where: str, params: Sequence[Any]) -> list
     does so for any insert into a virtual table from a query), which costs a
     third more than this.
     """
-    return [(seq, fts_body(path, qualname, text)) for seq, path, qualname, text in con.execute(
-        f"SELECT c.seq, u.path, c.qualname, unit_lines(u.id, u.text, c.start_line, c.end_line) "
-        f"FROM unit_chunks c JOIN units u "
-        f"ON u.id = c.unit {where} ORDER BY c.seq", params)]
+    return [
+        (seq, fts_body(path, qualname, text))
+        for seq, path, qualname, text in con.execute(
+            f"SELECT c.seq, u.path, c.qualname, unit_lines(u.id, u.text, c.start_line, c.end_line) "
+            f"FROM unit_chunks c JOIN units u "
+            f"ON u.id = c.unit {where} ORDER BY c.seq",
+            params,
+        )
+    ]
+
 
 _IDENT_SPLIT = re.compile(r"[A-Za-z][a-z0-9]*|[A-Z]+(?![a-z])|\d+")
 
@@ -232,7 +322,6 @@ def fts_query(text: str) -> str:
 def dumps(value: Any) -> str:
     """Stable JSON for stored values (non-JSON objects become their repr)."""
     return json.dumps(value, default=repr, sort_keys=True)
-
 
 
 def execute_script(con: sqlite3.Connection, script: str) -> None:

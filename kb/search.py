@@ -45,15 +45,23 @@ class SearchResult:
     degraded: str | None = None  # why dense search was skipped, if it was
 
     def as_dict(self) -> dict[str, Any]:
-        return {"query": self.query, "release": self.release, "modes": self.modes,
-                "degraded": self.degraded, "hits": [h.as_dict() for h in self.hits]}
+        return {
+            "query": self.query,
+            "release": self.release,
+            "modes": self.modes,
+            "degraded": self.degraded,
+            "hits": [h.as_dict() for h in self.hits],
+        }
 
 
-def hybrid_search(kb: KnowledgeBase, query: str, release: str, *, k: int = 10,
-                  dense: bool = True, pool: int = 50) -> SearchResult:
+def hybrid_search(
+    kb: KnowledgeBase, query: str, release: str, *, k: int = 10, dense: bool = True, pool: int = 50
+) -> SearchResult:
     """Top ``k`` chunks of ``release`` for ``query``."""
     rel = kb.store.require(release)
-    rankings: dict[str, list[str]] = {"keyword": [cid for cid, _ in kb.store.fts(query, release, pool)]}
+    rankings: dict[str, list[str]] = {
+        "keyword": [cid for cid, _ in kb.store.fts(query, release, pool)]
+    }
     degraded: str | None = None
     if dense:
         if (rel.get("embedded_scope") or "none") == "none":
@@ -67,8 +75,9 @@ def hybrid_search(kb: KnowledgeBase, query: str, release: str, *, k: int = 10,
             except ConfigError as exc:  # no embedding model in this install (the [ingest] extra)
                 degraded = f"query embedding unavailable: {exc.message}"
             except ImportError as exc:  # a non-BERT model without sentence-transformers
-                degraded = (f"query embedding unavailable: {exc.name} is not installed "
-                            "(the [ingest] extra)")
+                degraded = (
+                    f"query embedding unavailable: {exc.name} is not installed (the [ingest] extra)"
+                )
     scores: dict[str, float] = {}
     ranks: dict[str, dict[str, int]] = {}
     for mode, ids in rankings.items():
@@ -77,8 +86,17 @@ def hybrid_search(kb: KnowledgeBase, query: str, release: str, *, k: int = 10,
             ranks.setdefault(cid, {})[mode] = rank
     top = sorted(scores, key=lambda c: -scores[c])[:k]
     hits = [
-        Hit(release, r["path"], r["qualname"], r["kind"], r["start_line"], r["end_line"],
-            r["text"], round(scores[r["id"]], 6), ranks[r["id"]])
+        Hit(
+            release,
+            r["path"],
+            r["qualname"],
+            r["kind"],
+            r["start_line"],
+            r["end_line"],
+            r["text"],
+            round(scores[r["id"]], 6),
+            ranks[r["id"]],
+        )
         for r in kb.store.chunks(release, top)
     ]
     return SearchResult(query, release, hits, list(rankings), degraded)

@@ -62,13 +62,17 @@ class KBSettings(BaseSettings):
     )
     embedding_batch_size: int = 64
     query_encoder: Literal["numpy", "sentence-transformers"] = Field(
-        "numpy", description="How the service embeds search queries: the same model run in NumPy "
-        "(no torch in the API process) or through sentence-transformers.")
+        "numpy",
+        description="How the service embeds search queries: the same model run in NumPy "
+        "(no torch in the API process) or through sentence-transformers.",
+    )
     releases: list[str] = Field(default_factory=lambda: list(DEFAULT_RELEASES))
     pip_index_url: str | None = Field(None, description="Passed to pip download as --index-url.")
     sglang_git: str | None = Field(
-        None, description="SGLang's git URL or a local mirror: the source of dev builds "
-        "(0.5.19.dev410+gedff717ef names commit edff717ef), fetched into <home>/git.")
+        None,
+        description="SGLang's git URL or a local mirror: the source of dev builds "
+        "(0.5.19.dev410+gedff717ef names commit edff717ef), fetched into <home>/git.",
+    )
 
     @field_validator("sglang_git", mode="after")
     @classmethod
@@ -102,7 +106,6 @@ class KBSettings(BaseSettings):
 
     def resolved_embedding_model(self) -> str:
         return self.embedding_model or default_embedding_model()
-
 
 
 __all__ = ["DEFAULT_RELEASES", "KBSettings", "default_embedding_model"]

@@ -73,8 +73,17 @@ def download_wheel(version: str, wheel_dir: Path, *, index_url: str | None = Non
     # wheel meanwhile never sees half a file
     part = Path(tempfile.mkdtemp(prefix=".download-", dir=wheel_dir))
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--disable-pip-version-check", "--quiet", "-d", str(part), f"sglang=={version}",
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--quiet",
+        "-d",
+        str(part),
+        f"sglang=={version}",
     ]
     if index_url:
         cmd[4:4] = ["--index-url", index_url]
@@ -98,11 +107,13 @@ def download_wheel(version: str, wheel_dir: Path, *, index_url: str | None = Non
 
 def _python_and_metadata(name: str) -> bool:
     return (name.startswith("sglang/") and name.endswith(".py")) or (
-        ".dist-info/" in name and name.endswith(("METADATA", "RECORD")))
+        ".dist-info/" in name and name.endswith(("METADATA", "RECORD"))
+    )
 
 
-def unpack_wheel(wheel: Path, dest: Path,
-                 keep: Callable[[str], bool] = _python_and_metadata) -> Path:
+def unpack_wheel(
+    wheel: Path, dest: Path, keep: Callable[[str], bool] = _python_and_metadata
+) -> Path:
     """Extract the members of ``wheel`` that ``keep`` accepts into ``dest``.
 
     By default: the ``sglang/`` Python files and the dist-info metadata.
@@ -167,8 +178,11 @@ def _version_from_module(package_dir: Path) -> str | None:
             continue
         for node in tree.body:
             targets = (
-                node.targets if isinstance(node, ast.Assign)
-                else [node.target] if isinstance(node, ast.AnnAssign) else []
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else []
             )
             for target in targets:
                 if (
@@ -209,5 +223,8 @@ def iter_python_files(source: ReleaseSource) -> list[Path]:
     file elsewhere (``~/.ssh/id_rsa.py``, ``/etc/...``) is never read into the KB.
     """
     root = source.package_dir.resolve()
-    return sorted(p for p in source.package_dir.rglob("*.py")
-                  if p.is_file() and p.resolve().is_relative_to(root))
+    return sorted(
+        p
+        for p in source.package_dir.rglob("*.py")
+        if p.is_file() and p.resolve().is_relative_to(root)
+    )

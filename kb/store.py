@@ -73,20 +73,24 @@ class Store:
         con = self.connection()
         migrate(con, path, self.transaction)
         con.executescript(SCHEMA)  # idempotent DDL; executescript commits on its own
-        con.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                    (str(SCHEMA_VERSION),))
+        con.execute(
+            "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
         if not con.execute("SELECT 1 FROM chunks_fts_config WHERE k = 'hashsize'").fetchall():
             # buffer more postings in memory per flush: fewer segments to merge in bulk loads
-            con.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('hashsize', ?)",
-                        (FTS_HASH_BYTES,))
+            con.execute(
+                "INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('hashsize', ?)",
+                (FTS_HASH_BYTES,),
+            )
 
     # -- connections -----------------------------------------------------------------
     def connection(self) -> sqlite3.Connection:
         con = getattr(self._local, "con", None)
         if con is None:
             try:
-                con = sqlite3.connect(self.path, timeout=60, check_same_thread=False,
-                                      isolation_level=None)
+                con = sqlite3.connect(
+                    self.path, timeout=60, check_same_thread=False, isolation_level=None
+                )
             except sqlite3.Error as exc:
                 raise KBError(f"cannot open KB index {self.path}: {exc}") from exc
             con.row_factory = sqlite3.Row
@@ -163,9 +167,13 @@ class Store:
     def set_release_fields(self, version: str, **fields: Any) -> None:
         cols = ", ".join(f"{k} = ?" for k in fields)
         with self.transaction() as con:
-            con.execute(f"UPDATE releases SET {cols} WHERE version = ?", (*fields.values(), version))
+            con.execute(
+                f"UPDATE releases SET {cols} WHERE version = ?", (*fields.values(), version)
+            )
 
-    def replace_release(self, version: str, row: dict[str, Any], tables: dict[str, list[tuple]]) -> None:
+    def replace_release(
+        self, version: str, row: dict[str, Any], tables: dict[str, list[tuple]]
+    ) -> None:
         """Atomically replace every structural row of ``version`` (rows as in :data:`COLUMNS`)."""
         with self.release_writer(version) as writer:
             for table, rows in tables.items():
@@ -219,7 +227,8 @@ class Store:
             marks = ", ".join("(?, ?)" for _ in part)
             rows = self.query(
                 f"SELECT path, id FROM units WHERE code = ? AND (path, sha256) IN (VALUES {marks})",
-                (code, *(x for pair in part for x in pair)))
+                (code, *(x for pair in part for x in pair)),
+            )
             out.update((r["path"], r["id"]) for r in rows)
         return out
 
@@ -235,7 +244,11 @@ class Store:
             if key in self._texts:
                 return self._texts[key]  # type: ignore[return-value]
         rows = self.query("SELECT text FROM files WHERE release = ? AND path = ?", (version, path))
-        lines = zlib.decompress(rows[0]["text"]).decode("utf-8", "replace").split("\n") if rows else None
+        lines = (
+            zlib.decompress(rows[0]["text"]).decode("utf-8", "replace").split("\n")
+            if rows
+            else None
+        )
         with self._texts_lock:
             if len(self._texts) > 256:
                 self._texts.clear()
@@ -247,16 +260,22 @@ class Store:
         return lines[max(start - 1, 0) : end] if lines is not None else []
 
     def paths(self, version: str) -> list[str]:
-        return [r["path"] for r in self.query("SELECT path FROM files WHERE release = ?", (version,))]
+        return [
+            r["path"] for r in self.query("SELECT path FROM files WHERE release = ?", (version,))
+        ]
 
     def functions_at(self, version: str, path: str, line: int) -> list[dict[str, Any]]:
         """Functions enclosing ``line``, innermost first."""
         rows = self.query(
             "SELECT * FROM functions WHERE release = ? AND path = ? AND start_line <= ? "
-            "AND end_line >= ? ORDER BY start_line DESC", (version, path, line, line))
+            "AND end_line >= ? ORDER BY start_line DESC",
+            (version, path, line, line),
+        )
         return [dict(r) for r in rows]
 
-    def function(self, version: str, qualname: str, path: str | None = None) -> dict[str, Any] | None:
+    def function(
+        self, version: str, qualname: str, path: str | None = None
+    ) -> dict[str, Any] | None:
         sql = "SELECT * FROM functions WHERE release = ? AND qualname = ?"
         params: list[Any] = [version, qualname]
         if path:
@@ -265,8 +284,15 @@ class Store:
         rows = self.query(sql + " ORDER BY path", params)
         return dict(rows[0]) if rows else None
 
-    def checks(self, version: str, *, path: str | None = None, function: str | None = None,
-               where: str = "", params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+    def checks(
+        self,
+        version: str,
+        *,
+        path: str | None = None,
+        function: str | None = None,
+        where: str = "",
+        params: Iterable[Any] = (),
+    ) -> list[dict[str, Any]]:
         sql = "SELECT * FROM checks WHERE release = ?"
         args: list[Any] = [version]
         if path is not None:
@@ -293,8 +319,9 @@ class Store:
         rows = self.query(sql + " ORDER BY seq", params)
         return [dict(r) | {"guards": json.loads(r["guards"] or "[]")} for r in rows]
 
-    def registrations(self, version: str, *, registry: str | None = None,
-                      key: str | None = None) -> list[dict[str, Any]]:
+    def registrations(
+        self, version: str, *, registry: str | None = None, key: str | None = None
+    ) -> list[dict[str, Any]]:
         """What ``version`` registers (see :mod:`ingest.registries`), in path and line order:
         rows ``{"registry", "keys", "target", "path", "line", "kind"}``, ``keys`` a list.
 
@@ -309,13 +336,17 @@ class Store:
             sql += " AND registry = ?"
             args.append(registry)
         if key is not None:
-            sql += " AND EXISTS (SELECT 1 FROM json_each(registrations.keys) k WHERE k.value = ? " \
-                   "COLLATE NOCASE)"
+            sql += (
+                " AND EXISTS (SELECT 1 FROM json_each(registrations.keys) k WHERE k.value = ? "
+                "COLLATE NOCASE)"
+            )
             args.append(key)
         rows = self.query(sql + " ORDER BY path, line, seq", args)
         return [{**dict(r), "keys": json.loads(r["keys"] or "[]")} for r in rows]
 
-    def refs(self, version: str, attr: str, kinds: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    def refs(
+        self, version: str, attr: str, kinds: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
         sql = "SELECT * FROM refs WHERE release = ? AND attr = ?"
         args: list[Any] = [version, attr]
         if kinds:
@@ -338,13 +369,16 @@ class Store:
     def catalog_json(self, version: str) -> dict[str, Any]:
         rows = self.query("SELECT data FROM catalogs WHERE release = ?", (version,))
         if not rows:
-            raise ReleaseNotIngested(f"release {version} has no flag catalog in the KB",
-                                     details={"release": version})
+            raise ReleaseNotIngested(
+                f"release {version} has no flag catalog in the KB", details={"release": version}
+            )
         return json.loads(rows[0]["data"])
 
     def declarations(self, version: str, attr: str) -> list[dict[str, Any]]:
-        rows = self.query("SELECT * FROM declarations WHERE release = ? AND attr = ? ORDER BY line",
-                          (version, attr))
+        rows = self.query(
+            "SELECT * FROM declarations WHERE release = ? AND attr = ? ORDER BY line",
+            (version, attr),
+        )
         return [{**dict(r), "default": json.loads(r["default_json"])} for r in rows]
 
     def chunks(self, version: str, ids: Sequence[str]) -> list[dict[str, Any]]:
@@ -352,13 +386,20 @@ class Store:
 
         An id is ``path:start-end:kind`` (built by the ``chunks`` view, not stored),
         so rows are looked up by path and first line, which are indexed."""
-        keys = sorted({(i.rsplit(":", 2)[0], int(i.rsplit(":", 2)[1].split("-")[0]))
-                       for i in ids if _is_chunk_id(i)})
+        keys = sorted(
+            {
+                (i.rsplit(":", 2)[0], int(i.rsplit(":", 2)[1].split("-")[0]))
+                for i in ids
+                if _is_chunk_id(i)
+            }
+        )
         if not keys:
             return []
         marks = ", ".join("(?, ?)" for _ in keys)
-        rows = self.query(f"SELECT * FROM chunks WHERE release = ? AND (path, start_line) IN "
-                          f"(VALUES {marks})", (version, *(x for k in keys for x in k)))
+        rows = self.query(
+            f"SELECT * FROM chunks WHERE release = ? AND (path, start_line) IN (VALUES {marks})",
+            (version, *(x for k in keys for x in k)),
+        )
         by_id = {r["id"]: dict(r) for r in rows}
         return [by_id[i] for i in ids if i in by_id]
 
@@ -372,7 +413,8 @@ class Store:
             "SELECT c.id AS chunk_id, bm25(chunks_fts) AS score FROM chunks_fts "
             "CROSS JOIN chunks AS c ON c.seq = chunks_fts.rowid "
             "WHERE chunks_fts MATCH ? AND c.release = ? ORDER BY score LIMIT ?",
-            (match, version, limit))
+            (match, version, limit),
+        )
         return [(r["chunk_id"], r["score"]) for r in rows]
 
     # -- embedding cache ---------------------------------------------------------------
@@ -384,14 +426,17 @@ class Store:
             marks = ", ".join("?" * len(part))
             for r in self.query(
                 f"SELECT text_hash, vector FROM embeddings WHERE model = ? AND text_hash IN ({marks})",
-                (model, *part)):
+                (model, *part),
+            ):
                 out[r["text_hash"]] = r["vector"]
         return out
 
     def put_vectors(self, model: str, rows: Iterable[tuple[str, int, bytes]]) -> None:
         with self.transaction() as con:
-            con.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?, ?)",
-                            [(model, h, dim, vec) for h, dim, vec in rows])
+            con.executemany(
+                "INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?, ?)",
+                [(model, h, dim, vec) for h, dim, vec in rows],
+            )
 
 
 def _is_chunk_id(text: str) -> bool:
@@ -409,5 +454,14 @@ def _check_row(row: sqlite3.Row) -> dict[str, Any]:
     return d
 
 
-__all__ = ["COLUMNS", "SCHEMA_VERSION", "VALIDATION_PREFIXES", "ReleaseWriter", "Store", "dumps",
-           "fts_body", "fts_query", "pack_text"]
+__all__ = [
+    "COLUMNS",
+    "SCHEMA_VERSION",
+    "VALIDATION_PREFIXES",
+    "ReleaseWriter",
+    "Store",
+    "dumps",
+    "fts_body",
+    "fts_query",
+    "pack_text",
+]

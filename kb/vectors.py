@@ -42,8 +42,10 @@ class VectorStore:
             if url:
                 parsed = urlparse(url)
                 self.client = chromadb.HttpClient(
-                    host=parsed.hostname or "127.0.0.1", port=parsed.port or 8000,
-                    ssl=parsed.scheme == "https", settings=settings,
+                    host=parsed.hostname or "127.0.0.1",
+                    port=parsed.port or 8000,
+                    ssl=parsed.scheme == "https",
+                    settings=settings,
                 )
                 self.where = url
             else:
@@ -52,7 +54,9 @@ class VectorStore:
                 self.client = chromadb.PersistentClient(path=str(path), settings=settings)
                 self.where = str(path)
             self.collection = self.client.get_or_create_collection(
-                COLLECTION, embedding_function=None, metadata={"hnsw:space": "cosine"},
+                COLLECTION,
+                embedding_function=None,
+                metadata={"hnsw:space": "cosine"},
             )
         except Exception as exc:  # chromadb raises many types (httpx, ValueError, ...)
             raise VectorStoreError(f"Chroma at {url or path} is not usable: {exc}") from exc
@@ -81,8 +85,13 @@ class VectorStore:
             except Exception as exc:
                 raise VectorStoreError(f"Chroma delete failed: {exc}") from exc
 
-    def upsert(self, ids: Sequence[str], vectors: Sequence[Sequence[float]],
-               metadatas: Sequence[dict[str, Any]], batch: int = 1000) -> None:
+    def upsert(
+        self,
+        ids: Sequence[str],
+        vectors: Sequence[Sequence[float]],
+        metadatas: Sequence[dict[str, Any]],
+        batch: int = 1000,
+    ) -> None:
         for i in range(0, len(ids), batch):
             try:
                 self.collection.upsert(
@@ -96,9 +105,12 @@ class VectorStore:
     def query(self, vector: Sequence[float], release: str, n: int = 50) -> list[tuple[str, float]]:
         """(chunk id, cosine distance) of the nearest chunks of ``release``."""
         try:
-            res = self.collection.query(query_embeddings=np.asarray([vector], dtype=np.float32),
-                                        n_results=n,
-                                        where={"release": release}, include=["distances"])
+            res = self.collection.query(
+                query_embeddings=np.asarray([vector], dtype=np.float32),
+                n_results=n,
+                where={"release": release},
+                include=["distances"],
+            )
         except Exception as exc:
             raise VectorStoreError(f"Chroma query failed: {exc}") from exc
         ids = res["ids"][0] if res["ids"] else []

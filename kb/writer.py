@@ -49,23 +49,36 @@ class ReleaseWriter:
         say) is reused with its rows dropped: rows of one key are the same
         whoever writes them, so releases sharing it see no difference.
         """
-        sha, lines, errors, text, refs = (file_row[2:7] if file_row is not None
-                                          else (None, None, "[]", None, None))
-        found = self.con.execute(
-            "SELECT id FROM units WHERE path = ? AND sha256 IS ? AND code IS ?",
-            (path, sha, self.code)).fetchone() if sha is not None else None
+        sha, lines, errors, text, refs = (
+            file_row[2:7] if file_row is not None else (None, None, "[]", None, None)
+        )
+        found = (
+            self.con.execute(
+                "SELECT id FROM units WHERE path = ? AND sha256 IS ? AND code IS ?",
+                (path, sha, self.code),
+            ).fetchone()
+            if sha is not None
+            else None
+        )
         if found:
             unit = int(found[0])
             _drop_unit_rows(self.con, f"= {unit}")
-            self.con.execute("UPDATE units SET lines = ?, parse_errors = ?, text = ?, all_refs = ? "
-                             "WHERE id = ?", (lines, errors, text, refs, unit))
+            self.con.execute(
+                "UPDATE units SET lines = ?, parse_errors = ?, text = ?, all_refs = ? WHERE id = ?",
+                (lines, errors, text, refs, unit),
+            )
         else:
-            unit = int(self.con.execute(
-                "INSERT INTO units (path, sha256, code, lines, parse_errors, text, all_refs) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (path, sha, self.code, lines, errors, text, refs)).lastrowid)
-        self.con.execute("INSERT OR REPLACE INTO release_files (release, path, unit) VALUES (?, ?, ?)",
-                         (self.version, path, unit))
+            unit = int(
+                self.con.execute(
+                    "INSERT INTO units (path, sha256, code, lines, parse_errors, text, all_refs) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (path, sha, self.code, lines, errors, text, refs),
+                ).lastrowid
+            )
+        self.con.execute(
+            "INSERT OR REPLACE INTO release_files (release, path, unit) VALUES (?, ?, ?)",
+            (self.version, path, unit),
+        )
         self._units[path] = unit
         self.counts["files"] += 1
         return unit
@@ -87,8 +100,9 @@ class ReleaseWriter:
         if table in _PER_FILE:
             self._add_unit_rows(table, cols, rows)
             return
-        self.con.executemany(f"INSERT INTO {table} ({', '.join(cols)}) "
-                             f"VALUES ({', '.join('?' * len(cols))})", rows)
+        self.con.executemany(
+            f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", rows
+        )
         self.counts[table] += len(rows)
 
     def _add_unit_rows(self, table: str, cols: Sequence[str], rows: Sequence[tuple]) -> None:
@@ -106,11 +120,16 @@ class ReleaseWriter:
             text = cols.index("text") if "text" in cols else -1
             self.con.executemany(
                 "INSERT INTO chunks_fts (rowid, body) VALUES (?, ?)",
-                [(first + i, fts_body(r[path], r[qualname], r[text] if text >= 0 else ""))
-                 for i, r in enumerate(rows)])
+                [
+                    (first + i, fts_body(r[path], r[qualname], r[text] if text >= 0 else ""))
+                    for i, r in enumerate(rows)
+                ],
+            )
             self._seq = first + len(rows) - 1
-        self.con.executemany(f"INSERT INTO unit_{table} ({', '.join(names)}) "
-                             f"VALUES ({', '.join('?' * len(names))})", out)
+        self.con.executemany(
+            f"INSERT INTO unit_{table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+            out,
+        )
         self.counts[table] += len(out)
 
     @staticmethod
@@ -132,48 +151,71 @@ class ReleaseWriter:
         the last release holding it): ingest again.
         """
         con = self.con
-        con.execute("CREATE TEMP TABLE IF NOT EXISTS link_units (path TEXT PRIMARY KEY, unit INTEGER)")
+        con.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS link_units (path TEXT PRIMARY KEY, unit INTEGER)"
+        )
         con.execute("DELETE FROM temp.link_units")
         con.executemany("INSERT INTO temp.link_units VALUES (?, ?)", sorted(units.items()))
-        n = con.execute("INSERT OR REPLACE INTO release_files (release, path, unit) "
-                        "SELECT ?, l.path, l.unit FROM temp.link_units l "
-                        "JOIN units u ON u.id = l.unit", (self.version,)).rowcount
+        n = con.execute(
+            "INSERT OR REPLACE INTO release_files (release, path, unit) "
+            "SELECT ?, l.path, l.unit FROM temp.link_units l "
+            "JOIN units u ON u.id = l.unit",
+            (self.version,),
+        ).rowcount
         if n != len(units):
-            raise KBError(f"release {self.version}: {len(units) - n} stored file analyses "
-                          "vanished during ingest; run the ingest again")
+            raise KBError(
+                f"release {self.version}: {len(units) - n} stored file analyses "
+                "vanished during ingest; run the ingest again"
+            )
         self.counts["files"] += n
         for table in _PER_FILE:
             self.counts[table] += con.execute(
                 f"SELECT COUNT(*) FROM unit_{table} WHERE unit IN "
-                "(SELECT unit FROM temp.link_units)").fetchone()[0]
-        return {r[0]: json.loads(r[1])[:20] for r in con.execute(
-            "SELECT u.path, u.parse_errors FROM temp.link_units l JOIN units u ON u.id = l.unit "
-            "WHERE u.parse_errors != '[]'")}
+                "(SELECT unit FROM temp.link_units)"
+            ).fetchone()[0]
+        return {
+            r[0]: json.loads(r[1])[:20]
+            for r in con.execute(
+                "SELECT u.path, u.parse_errors FROM temp.link_units l JOIN units u ON u.id = l.unit "
+                "WHERE u.parse_errors != '[]'"
+            )
+        }
 
     def file_refs(self, paths: Iterable[str]) -> list[tuple[str, list[list[Any]]]]:
         """(path, unfiltered refs) of files already in this release that have refs."""
         wanted = set(paths)
-        return [(r[0], json.loads(zlib.decompress(r[1]))) for r in self.con.execute(
-            "SELECT path, all_refs FROM files WHERE release = ? AND all_refs IS NOT NULL "
-            "ORDER BY path", (self.version,)) if r[0] in wanted]
+        return [
+            (r[0], json.loads(zlib.decompress(r[1])))
+            for r in self.con.execute(
+                "SELECT path, all_refs FROM files WHERE release = ? AND all_refs IS NOT NULL "
+                "ORDER BY path",
+                (self.version,),
+            )
+            if r[0] in wanted
+        ]
 
     def finish(self, row: dict[str, Any]) -> None:
         """Write the release row (and the extraction code that built it), then drop
         the units no release holds any more."""
         cols = ", ".join(row)
-        self.con.execute(f"INSERT INTO releases ({cols}) VALUES ({', '.join('?' * len(row))})",
-                         tuple(row.values()))
+        self.con.execute(
+            f"INSERT INTO releases ({cols}) VALUES ({', '.join('?' * len(row))})",
+            tuple(row.values()),
+        )
         if self.code:
-            self.con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                             (f"code:{self.version}", self.code))
+            self.con.execute(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"code:{self.version}", self.code)
+            )
         collect_garbage(self.con)
         self.finished = True
 
 
 def _drop_unit_rows(con: sqlite3.Connection, which: str) -> None:
     """Delete the per-file rows (and keyword entries) of the units ``id {which}``."""
-    con.executemany("INSERT INTO chunks_fts (chunks_fts, rowid, body) VALUES ('delete', ?, ?)",
-                    fts_rows(con, f"WHERE c.unit {which}", ()))
+    con.executemany(
+        "INSERT INTO chunks_fts (chunks_fts, rowid, body) VALUES ('delete', ?, ?)",
+        fts_rows(con, f"WHERE c.unit {which}", ()),
+    )
     for table in _PER_FILE:
         con.execute(f"DELETE FROM unit_{table} WHERE unit {which}")
 
@@ -182,8 +224,10 @@ def collect_garbage(con: sqlite3.Connection) -> int:
     """Delete the units no release links to, with their rows; returns how many."""
     con.execute("CREATE TEMP TABLE IF NOT EXISTS orphan_units (id INTEGER PRIMARY KEY)")
     con.execute("DELETE FROM temp.orphan_units")
-    n = con.execute("INSERT INTO temp.orphan_units SELECT id FROM units WHERE NOT EXISTS "
-                    "(SELECT 1 FROM release_files m WHERE m.unit = units.id)").rowcount
+    n = con.execute(
+        "INSERT INTO temp.orphan_units SELECT id FROM units WHERE NOT EXISTS "
+        "(SELECT 1 FROM release_files m WHERE m.unit = units.id)"
+    ).rowcount
     if n:
         _drop_unit_rows(con, "IN (SELECT id FROM temp.orphan_units)")
         con.execute("DELETE FROM units WHERE id IN (SELECT id FROM temp.orphan_units)")

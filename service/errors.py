@@ -27,6 +27,20 @@ from service.engine import (
 )
 from service.replay.errors import ReplayError
 
-__all__ = ["AcquireError", "BinaryInput", "ConfigError", "EmptyInput", "InputTooLarge", "KBError",
-           "LogParseError", "NoCrashFound", "ReleaseNotIngested", "ReplayError", "TriageError",
-           "UnknownRelease", "UnsafeExpression", "VectorStoreError", "VersionNotFound"]
+__all__ = [
+    "AcquireError",
+    "BinaryInput",
+    "ConfigError",
+    "EmptyInput",
+    "InputTooLarge",
+    "KBError",
+    "LogParseError",
+    "NoCrashFound",
+    "ReleaseNotIngested",
+    "ReplayError",
+    "TriageError",
+    "UnknownRelease",
+    "UnsafeExpression",
+    "VectorStoreError",
+    "VersionNotFound",
+]

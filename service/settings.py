@@ -39,96 +39,152 @@ class Settings(EngineSettings):
     """Runtime configuration of every sglang-triage front end."""
 
     # service
-    api_keys: list[SecretStr] = Field(default_factory=list,
-                                      description="Bearer keys (secret); empty = open.")
+    api_keys: list[SecretStr] = Field(
+        default_factory=list, description="Bearer keys (secret); empty = open."
+    )
     team_api_keys: list[SecretStr] = Field(
-        default_factory=list, description="Team bearer keys (secret): accepted like "
-        "TRIAGE_API_KEYS, and read and confirm every client's triages (other keys only their own).")
+        default_factory=list,
+        description="Team bearer keys (secret): accepted like "
+        "TRIAGE_API_KEYS, and read and confirm every client's triages (other keys only their own).",
+    )
     max_body_bytes: int = 1024 * 1024
     allowed_hosts: list[str] = Field(
-        default_factory=list, description="Host names the API answers to; empty = the loopback "
-        "names and the host of TRIAGE_PUBLIC_URL (DNS-rebinding guard).")
+        default_factory=list,
+        description="Host names the API answers to; empty = the loopback "
+        "names and the host of TRIAGE_PUBLIC_URL (DNS-rebinding guard).",
+    )
     records_max_age_days: float | None = Field(
-        30.0, description="Unconfirmed triages older than this are purged (None: kept).")
+        30.0, description="Unconfirmed triages older than this are purged (None: kept)."
+    )
     records_max_count: int | None = Field(
-        100_000, description="At most this many unconfirmed triages are kept (oldest purged).")
+        100_000, description="At most this many unconfirmed triages are kept (oldest purged)."
+    )
     records_max_bytes: int | None = Field(
-        1 << 30, description="Stored triages use at most this many bytes (request and answer "
-        "text); beyond it the oldest unconfirmed ones are purged (None: no byte bound).")
+        1 << 30,
+        description="Stored triages use at most this many bytes (request and answer "
+        "text); beyond it the oldest unconfirmed ones are purged (None: no byte bound).",
+    )
     records_min_free_bytes: int = Field(
-        256 << 20, description="When the records' disk has less free space than this, new "
-        "triages are answered but not stored (the answer says so).")
+        256 << 20,
+        description="When the records' disk has less free space than this, new "
+        "triages are answered but not stored (the answer says so).",
+    )
     triage_rate_per_minute: float = Field(
-        120.0, ge=0, description="POST /triage requests a client (a key, or an address on an "
+        120.0,
+        ge=0,
+        description="POST /triage requests a client (a key, or an address on an "
         "open service) may send a minute, per process; beyond it 429 with Retry-After (0: off; "
-        "team keys are not limited).")
+        "team keys are not limited).",
+    )
     triage_burst: int = Field(
-        60, ge=1, description="POST /triage requests a client may send at once before the rate "
-        "applies.")
+        60,
+        ge=1,
+        description="POST /triage requests a client may send at once before the rate applies.",
+    )
     header_timeout_s: float = Field(
-        10.0, gt=0, description="`serve` closes a connection whose request line and headers "
-        "have not all arrived this many seconds after it opened (or after its last answer).")
+        10.0,
+        gt=0,
+        description="`serve` closes a connection whose request line and headers "
+        "have not all arrived this many seconds after it opened (or after its last answer).",
+    )
 
     database_url: SecretStr | None = Field(
-        None, description="Records, Slack state and replay jobs in this database "
+        None,
+        description="Records, Slack state and replay jobs in this database "
         "(postgresql://user:password@host/db, or sqlite:///path; secret: it may hold a "
-        "password); unset: <kb>/records.sqlite, Slack state in memory, replay in-process.")
+        "password); unset: <kb>/records.sqlite, Slack state in memory, replay in-process.",
+    )
     replay_queue: Literal["auto", "process", "database"] = Field(
-        "auto", description="Where replay runs: 'process' (a thread of the API), 'database' "
+        "auto",
+        description="Where replay runs: 'process' (a thread of the API), 'database' "
         "(durable jobs for `sglang-triage replay-worker`); 'auto': 'database' when "
-        "database_url is set.")
+        "database_url is set.",
+    )
     replay_lease_s: float = Field(
-        60.0, description="A claimed replay job returns to the queue when its worker stops "
-        "renewing the lease for this long (a killed worker).")
+        60.0,
+        description="A claimed replay job returns to the queue when its worker stops "
+        "renewing the lease for this long (a killed worker).",
+    )
     replay_enabled: bool = Field(True, description="Verify fixes by replay in the background.")
     replay_pool: bool = Field(
-        True, description="Replay on warm workers that import each release once (two at most, "
-        "stopped after 10 idle minutes); off: a fresh sandboxed subprocess per batch.")
+        True,
+        description="Replay on warm workers that import each release once (two at most, "
+        "stopped after 10 idle minutes); off: a fresh sandboxed subprocess per batch.",
+    )
     fix_search_deadline_s: float = Field(
-        4.0, ge=0, description="When static evaluation leaves the check or a fix undecided, "
+        4.0,
+        ge=0,
+        description="When static evaluation leaves the check or a fix undecided, "
         "replay the candidate fixes before answering, waiting at most this long (0: never; "
-        "past it the answer is returned and replay goes on in the background).")
+        "past it the answer is returned and replay goes on in the background).",
+    )
     fix_search_verify_clean: bool = Field(
-        True, description="Also replay a statically verified recommended fix before "
+        True,
+        description="Also replay a statically verified recommended fix before "
         "answering (one command line on a warm worker), and search the other candidates when "
-        "SGLang refuses it; off: only undecided triages wait for replay.")
+        "SGLang refuses it; off: only undecided triages wait for replay.",
+    )
     fix_search_candidates: int = Field(
-        5, ge=1, le=20, description="At most this many candidate fixes are replayed by the "
-        "fix search.")
+        5,
+        ge=1,
+        le=20,
+        description="At most this many candidate fixes are replayed by the fix search.",
+    )
     on_demand_ingest: bool = Field(
-        True, description="Index a release the log names but the KB lacks, then answer from it.")
+        True, description="Index a release the log names but the KB lacks, then answer from it."
+    )
     on_demand_embed: bool = Field(
-        True, description="Embed a release ingested on demand, in the ingest's own process, "
+        True,
+        description="Embed a release ingested on demand, in the ingest's own process, "
         "when Chroma is a server (TRIAGE_CHROMA_URL); embedded Chroma is one process's, so "
-        "there the release is searched by keywords (off: keywords always).")
+        "there the release is searched by keywords (off: keywords always).",
+    )
     on_demand_per_client_per_hour: int = Field(
-        3, ge=0, description="New releases one client may have ingested on demand per hour "
-        "(the next one is refused with a note).")
+        3,
+        ge=0,
+        description="New releases one client may have ingested on demand per hour "
+        "(the next one is refused with a note).",
+    )
     on_demand_global_per_hour: int = Field(
-        20, ge=0, description="New releases ingested on demand per hour, all clients together.")
+        20, ge=0, description="New releases ingested on demand per hour, all clients together."
+    )
     on_demand_timeout_s: float = Field(
-        900.0, gt=0, description="An on-demand ingest (its child process) is stopped after this "
-        "long and counts as failed.")
+        900.0,
+        gt=0,
+        description="An on-demand ingest (its child process) is stopped after this "
+        "long and counts as failed.",
+    )
     release_list_ttl_s: float = Field(
-        3600.0, ge=0, description="How long the package index's release list is reused; only "
-        "listed versions are fetched on demand.")
+        3600.0,
+        ge=0,
+        description="How long the package index's release list is reused; only "
+        "listed versions are fetched on demand.",
+    )
     disk_quota_gb: float = Field(
-        10.0, ge=0, description="Before an on-demand ingest, the KB, wheel and source caches "
+        10.0,
+        ge=0,
+        description="Before an on-demand ingest, the KB, wheel and source caches "
         "must hold less than this: least recently used on-demand releases are evicted (never "
-        "the defaults), else the ingest is refused (0: no quota).")
+        "the defaults), else the ingest is refused (0: no quota).",
+    )
 
     # slack
     slack_bot_token: SecretStr | None = Field(
-        None, description="xoxb- bot token (secret); with the signing secret, enables /slack/events.")
+        None,
+        description="xoxb- bot token (secret); with the signing secret, enables /slack/events.",
+    )
     slack_signing_secret: SecretStr | None = Field(
-        None, description="Signing secret of the Slack app (secret), checks /slack/events.")
+        None, description="Signing secret of the Slack app (secret), checks /slack/events."
+    )
     slack_app_token: SecretStr | None = Field(
-        None, description="xapp- token for Socket Mode (secret).")
+        None, description="xapp- token for Socket Mode (secret)."
+    )
     slack_api_url: str | None = Field(None, description="Slack Web API base URL (tests: a stub).")
     slack_response_hosts: list[str] = Field(
         default_factory=lambda: ["hooks.slack.com", "hooks.slack-gov.com"],
         description="Hosts a slash command's response_url may name (https only, except "
-        "loopback hosts listed here for tests); others are never posted to.")
+        "loopback hosts listed here for tests); others are never posted to.",
+    )
     public_url: str = Field("http://127.0.0.1:8000", description="Base URL for report links.")
 
     def api_key_values(self) -> list[str]:
@@ -162,10 +218,12 @@ def env_example(model: type[BaseModel] = Settings) -> str:
     :class:`SecretStr` fields). Lists are JSON, as pydantic-settings reads them; unset values
     are empty. Regenerate with ``python -m service.settings > .env.example``.
     """
-    lines = ["# Every TRIAGE_* setting of sglang-triage with its default (docs/configuration.md).",
-             "# Copy to .env (read from the working directory) and uncomment what you change.",
-             "# Generated by `python -m service.settings > .env.example`; a test checks it is "
-             "complete.", ""]
+    lines = [
+        "# Every TRIAGE_* setting of sglang-triage with its default (docs/configuration.md).",
+        "# Copy to .env (read from the working directory) and uncomment what you change.",
+        "# Generated by `python -m service.settings > .env.example`; a test checks it is complete.",
+        "",
+    ]
     for name, field in model.model_fields.items():
         meaning = " ".join((field.description or _MEANING.get(name, name)).split())
         if "SecretStr" in repr(field.annotation) and "secret" not in meaning:
@@ -174,9 +232,17 @@ def env_example(model: type[BaseModel] = Settings) -> str:
             shown = _SHOWN[name]
         else:
             value = field.get_default(call_default_factory=True)
-            shown = ("" if value is None else json.dumps(value) if isinstance(value, list | dict)
-                     else str(value).lower() if isinstance(value, bool)
-                     else str(value) if isinstance(value, str | int | float | Path) else "")
+            shown = (
+                ""
+                if value is None
+                else json.dumps(value)
+                if isinstance(value, list | dict)
+                else str(value).lower()
+                if isinstance(value, bool)
+                else str(value)
+                if isinstance(value, str | int | float | Path)
+                else ""
+            )
         lines += [f"# {meaning}", f"# TRIAGE_{name.upper()}={shown}", ""]
     return "\n".join(lines)
 

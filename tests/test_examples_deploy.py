@@ -35,10 +35,19 @@ EXAMPLES = sorted(p for p in DEPLOY.rglob("*") if p.is_file())
 HOOKS: list[dict[str, Any]] = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
 #: the options of ``run`` and ``watch`` as specified for issue 29 (the commands are written
 #: alongside); checked against the real commands as well once the CLI has them
-SPECIFIED = {"run": {"--preflight", "--release", "--hardware", "--report-to", "--slack-channel",
-                     "--json"},
-             "watch": {"--file", "--journald", "--docker", "--kubectl", "--json", "--report-to",
-                       "--slack-channel", "--no-follow"}}
+SPECIFIED = {
+    "run": {"--preflight", "--release", "--hardware", "--report-to", "--slack-channel", "--json"},
+    "watch": {
+        "--file",
+        "--journald",
+        "--docker",
+        "--kubectl",
+        "--json",
+        "--report-to",
+        "--slack-channel",
+        "--no-follow",
+    },
+}
 _LAUNCH_RE = re.compile(r"-m sglang\.launch_server\b|\bsglang serve\b")
 
 
@@ -48,16 +57,26 @@ def _commands() -> dict[str, click.Command]:
 
 def test_the_examples_are_all_there_and_every_yaml_parses() -> None:
     names = {str(p.relative_to(DEPLOY)) for p in EXAMPLES}
-    assert {"systemd/sglang.service", "systemd/sglang.service.d/10-preflight.conf",
-            "systemd/sglang-run.service", "systemd/sglang-watch.service",
-            "kubernetes/sglang.yaml", "compose/compose.yaml", "slurm/sglang.sbatch"} <= names
+    assert {
+        "systemd/sglang.service",
+        "systemd/sglang.service.d/10-preflight.conf",
+        "systemd/sglang-run.service",
+        "systemd/sglang-watch.service",
+        "kubernetes/sglang.yaml",
+        "compose/compose.yaml",
+        "slurm/sglang.sbatch",
+    } <= names
     k8s = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "sglang.yaml").read_text()))
     deployment = next(d for d in k8s if d["kind"] == "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     server, sidecar = pod["containers"]
     assert server["command"][:2] == ["bash", "-c"] and "sglang-triage run" in server["args"][0]
-    assert sidecar["command"][:4] == ["sglang-triage", "watch", "--file",
-                                      "/var/log/sglang/server.log"]
+    assert sidecar["command"][:4] == [
+        "sglang-triage",
+        "watch",
+        "--file",
+        "/var/log/sglang/server.log",
+    ]
     shared = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
     mounted = [{m["name"]: m["mountPath"] for m in c["volumeMounts"]} for c in (server, sidecar)]
     assert "logs" in shared and all(m["logs"] == "/var/log/sglang" for m in mounted)
@@ -78,14 +97,22 @@ def test_systemd_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     assert (bindir / "python3").exists() and (bindir / "sglang-triage").exists()
     for f in units.rglob("*"):
         if f.is_file():  # verify needs each Exec binary to exist: point them at real ones
-            f.write_text(f.read_text().replace("/opt/sglang/bin/", f"{bindir}/")
-                         .replace("/opt/sglang-triage/bin/", f"{bindir}/"))
+            f.write_text(
+                f.read_text()
+                .replace("/opt/sglang/bin/", f"{bindir}/")
+                .replace("/opt/sglang-triage/bin/", f"{bindir}/")
+            )
     names = sorted(p.name for p in units.glob("*.service"))
     assert names == ["sglang-run.service", "sglang-watch.service", "sglang.service"]
 
     def verify() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([analyze, "verify", "--man=no", *(str(units / n) for n in names)],
-                              capture_output=True, text=True, timeout=120, check=False)
+        return subprocess.run(
+            [analyze, "verify", "--man=no", *(str(units / n) for n in names)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     proc = verify()
     assert proc.returncode == 0 and proc.stdout + proc.stderr == "", proc.stdout + proc.stderr
@@ -98,8 +125,11 @@ def test_systemd_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
 def test_every_launch_command_of_every_example_is_found() -> None:
     for path in EXAMPLES:
         text = path.read_text()
-        expected = {n for n, line in enumerate(text.splitlines(), 1)
-                    if _LAUNCH_RE.search(line) and not line.lstrip().startswith("#")}
+        expected = {
+            n
+            for n, line in enumerate(text.splitlines(), 1)
+            if _LAUNCH_RE.search(line) and not line.lstrip().startswith("#")
+        }
         assert {c.line for c in extract(path).commands} == expected, path
 
 
@@ -151,7 +181,9 @@ def _invocations(path: Path) -> list[list[str]]:
         for line in text.replace("\\\n", " ").splitlines():
             if line.lstrip().startswith("#"):
                 continue
-            for m in re.finditer(r"(?:^|[\s/])sglang-triage[ \t]{1,20}([a-z][a-z-]{0,40})\b([^\n]*)", line):
+            for m in re.finditer(
+                r"(?:^|[\s/])sglang-triage[ \t]{1,20}([a-z][a-z-]{0,40})\b([^\n]*)", line
+            ):
                 found.append([m[1], *(t.strip("\"',") for t in m[2].split())])
     return found
 
@@ -162,16 +194,22 @@ def test_sglang_triage_invocations_use_only_real_options() -> None:
     for path in EXAMPLES:
         for sub, *args in _invocations(path):
             seen.add(sub)
-            opts = {a.split("=", 1)[0] for a in (args[:args.index("--")] if "--" in args else args)
-                    if a.startswith("-")}
+            opts = {
+                a.split("=", 1)[0]
+                for a in (args[: args.index("--")] if "--" in args else args)
+                if a.startswith("-")
+            }
             allowed = set(SPECIFIED.get(sub, set()))
             if sub in commands:
                 real = {o for p in commands[sub].params for o in p.opts + p.secondary_opts}
                 allowed = (allowed & real) if sub in SPECIFIED else real
             assert allowed and opts <= allowed, (path, sub, opts - allowed)
             if "--preflight" in opts:
-                value = next(a.split("=", 1)[1] if "=" in a else args[args.index(a) + 1]
-                             for a in args if a.startswith("--preflight"))
+                value = next(
+                    a.split("=", 1)[1] if "=" in a else args[args.index(a) + 1]
+                    for a in args
+                    if a.startswith("--preflight")
+                )
                 assert value in ("warn", "strict", "off")
     assert seen == {"run", "watch", "lint", "ingest"}
 
@@ -197,16 +235,19 @@ def test_pre_commit_hooks_are_real_commands() -> None:
 
 
 def test_pre_commit_entry_fails_on_a_bad_file(
-        kb, kb_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    kb, kb_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # noqa: ANN001
     monkeypatch.setenv("TRIAGE_KB_DIR", str(kb_settings.kb_path))
     monkeypatch.setenv("TRIAGE_ON_DEMAND_INGEST", "false")
     monkeypatch.setenv("TRIAGE_FIX_SEARCH_DEADLINE_S", "0")
     monkeypatch.delenv("TRIAGE_CHROMA_URL", raising=False)
     bad = tmp_path / "launch.sh"
-    bad.write_text('pip install "sglang==0.5.11"\n'
-                   "python3 -m sglang.launch_server --model-path /models/Kimi-K2.6 --tp 8 \\\n"
-                   "  --speculative-algorithm EAGLE3 --speculative-draft-model-path /d \\\n"
-                   "  --speculative-eagle-topk 4 --speculative-num-draft-tokens 8\n")
+    bad.write_text(
+        'pip install "sglang==0.5.11"\n'
+        "python3 -m sglang.launch_server --model-path /models/Kimi-K2.6 --tp 8 \\\n"
+        "  --speculative-algorithm EAGLE3 --speculative-draft-model-path /d \\\n"
+        "  --speculative-eagle-topk 4 --speculative-num-draft-tokens 8\n"
+    )
     unrelated = tmp_path / "backup.sh"
     unrelated.write_text("rsync -a /data /backup\n")
     good = DEPLOY / "systemd" / "sglang.service"

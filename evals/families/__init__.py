@@ -33,15 +33,18 @@ from kb.store import Store
 __all__ = ["FAMILIES", "FAMILIES_FILE", "REPLAYED", "generate", "load_family_incidents", "main"]
 
 #: every family, in report order
-FAMILIES: tuple[str, ...] = ("block_shape", "moe_runner_a2a", "layer_attention_backend",
-                             "memory_pool")
+FAMILIES: tuple[str, ...] = (
+    "block_shape",
+    "moe_runner_a2a",
+    "layer_attention_backend",
+    "memory_pool",
+)
 #: the families replay's start-up probes reach (their fixes carry SGLang's verdict)
 REPLAYED: tuple[str, ...] = ("block_shape", "moe_runner_a2a")
 FAMILIES_FILE = INCIDENTS_DIR / "families.jsonl"
 
 
-def generate(store: Store, settings: KBSettings | None, releases: Sequence[str]
-             ) -> list[Incident]:
+def generate(store: Store, settings: KBSettings | None, releases: Sequence[str]) -> list[Incident]:
     """Every family's incidents for ``releases`` (the replayed families need ``settings``
     with a sandbox and the releases' wheels; without them they are left out)."""
     from evals.families.equivalents import with_equivalents
@@ -65,10 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evals.families", description=__doc__)
     parser.add_argument("--releases", default="0.5.5,0.5.9,0.5.11,0.5.16,0.5.21,0.5.23")
     parser.add_argument("--out", type=Path, default=FAMILIES_FILE)
-    parser.add_argument("--kb", default=None,
-                        help="KB folder (default: TRIAGE_KB_DIR or <home>/kb)")
-    parser.add_argument("--no-replay", action="store_true",
-                        help="rendered families only (no sandbox needed)")
+    parser.add_argument(
+        "--kb", default=None, help="KB folder (default: TRIAGE_KB_DIR or <home>/kb)"
+    )
+    parser.add_argument(
+        "--no-replay", action="store_true", help="rendered families only (no sandbox needed)"
+    )
     args = parser.parse_args(argv)
     from evals.confirm import kb_settings
 

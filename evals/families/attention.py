@@ -34,8 +34,15 @@ from kb.catalog_types import FlagSpec
 from kb.catalogs import load_catalog
 from kb.store import Store
 
-__all__ = ["ROOT", "USUAL_REFUSED", "AttentionCase", "acceptable_backends", "attention_cases",
-           "deciding_flag", "position_of"]
+__all__ = [
+    "ROOT",
+    "USUAL_REFUSED",
+    "AttentionCase",
+    "acceptable_backends",
+    "attention_cases",
+    "deciding_flag",
+    "position_of",
+]
 
 ROOT = "sglang/srt/layers/attention/"
 #: refused names preferred, in order (what users pass on NVIDIA GPUs)
@@ -61,8 +68,9 @@ class AttentionCase:
     listed: tuple[str, ...] = ()
 
 
-def _literal_sets(store: Store, release: str, check: dict[str, Any], name: str
-                  ) -> list[tuple[str, ...]]:
+def _literal_sets(
+    store: Store, release: str, check: dict[str, Any], name: str
+) -> list[tuple[str, ...]]:
     """Literal collections of names assigned to ``name`` in the raising function, each in
     source order."""
     fn = store.functions_at(release, check["path"], check["start_line"])
@@ -91,12 +99,14 @@ def _refusable(supported: frozenset[str], flags: Sequence[FlagSpec], text: str) 
     if spec is None:
         return []
     rest = sorted(set(spec.choices or ()) - supported)
-    return sorted(rest, key=lambda n: USUAL_REFUSED.index(n) if n in USUAL_REFUSED
-                  else len(USUAL_REFUSED))
+    return sorted(
+        rest, key=lambda n: USUAL_REFUSED.index(n) if n in USUAL_REFUSED else len(USUAL_REFUSED)
+    )
 
 
-def deciding_flag(flags: Sequence[FlagSpec], supported: frozenset[str], text: str,
-                  position: str) -> FlagSpec | None:
+def deciding_flag(
+    flags: Sequence[FlagSpec], supported: frozenset[str], text: str, position: str
+) -> FlagSpec | None:
     """The backend flag whose choices cover ``supported``: the position's own flag
     (``--mm-attention-backend`` for ``mm``), else one the message spells, else one
     naming no position, fewest choices first."""
@@ -107,8 +117,9 @@ def deciding_flag(flags: Sequence[FlagSpec], supported: frozenset[str], text: st
 
     if position in POSITIONS and position not in ("prefill", "decode"):
         covering = [s for s in covering if position in words(s)]
-    covering.sort(key=lambda s: (not any(f in text for f in s.flags), bool(words(s)),
-                                 len(s.choices or ())))
+    covering.sort(
+        key=lambda s: (not any(f in text for f in s.flags), bool(words(s)), len(s.choices or ()))
+    )
     return covering[0] if covering else None
 
 
@@ -120,16 +131,20 @@ def position_of(expr: str) -> str:
     return ""
 
 
-def _formatted(store: Store, release: str, c: dict[str, Any], flags: Sequence[FlagSpec]
-               ) -> list[AttentionCase]:
+def _formatted(
+    store: Store, release: str, c: dict[str, Any], flags: Sequence[FlagSpec]
+) -> list[AttentionCase]:
     """Cases of a formatted message: a set it prints, names it refuses."""
     src = c["message"] or ""
     names = local_names(src)
     out = []
     for name in names:
         regs = store.registrations(release, registry=name)
-        sets = [tuple(dict.fromkeys(r["keys"][0] for r in regs))] if regs else \
-            _literal_sets(store, release, c, name)
+        sets = (
+            [tuple(dict.fromkeys(r["keys"][0] for r in regs))]
+            if regs
+            else _literal_sets(store, release, c, name)
+        )
         others = [n for n in names if n != name]
         for listed in sets[:2]:
             supported = frozenset(listed)
@@ -142,37 +157,75 @@ def _formatted(store: Store, release: str, c: dict[str, Any], flags: Sequence[Fl
             message = render_source(src, values)
             if message is None:
                 continue
-            out.append(AttentionCase(release, c, c["exc_type"], message, supported,
-                                     tuple((position_of(n), refused) for n in others),
-                                     "registry" if regs else "printed", listed))
+            out.append(
+                AttentionCase(
+                    release,
+                    c,
+                    c["exc_type"],
+                    message,
+                    supported,
+                    tuple((position_of(n), refused) for n in others),
+                    "registry" if regs else "printed",
+                    listed,
+                )
+            )
     return out
 
 
-def _literal(store: Store, release: str, c: dict[str, Any], flags: Sequence[FlagSpec]
-             ) -> list[AttentionCase]:
+def _literal(
+    store: Store, release: str, c: dict[str, Any], flags: Sequence[FlagSpec]
+) -> list[AttentionCase]:
     """Cases of a literal message (names compared in the condition, or quoted ones the
     raising file registers)."""
     src = c["message"] or ""
     text = literal_text(src) or ""
     if "only supported" in src:
         cond = ast.parse(c["condition"] or "0", mode="eval")
-        listed = tuple(dict.fromkeys(n.value for n in ast.walk(cond)
-                                     if isinstance(n, ast.Constant) and isinstance(n.value, str)))
+        listed = tuple(
+            dict.fromkeys(
+                n.value
+                for n in ast.walk(cond)
+                if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            )
+        )
         refusable = _refusable(frozenset(listed), flags, src)
         if listed and refusable and "not (" not in (c["condition"] or ""):
-            return [AttentionCase(release, c, c["exc_type"], text, frozenset(listed),
-                                  (("", refusable[0]),), "condition", listed)]
+            return [
+                AttentionCase(
+                    release,
+                    c,
+                    c["exc_type"],
+                    text,
+                    frozenset(listed),
+                    (("", refusable[0]),),
+                    "condition",
+                    listed,
+                )
+            ]
         return []
     out = []
     for q in re.findall(r"'([a-z0-9_]{1,30})'", text):
         regs = [r for r in store.registrations(release, key=q) if r["path"] == c["path"]]
         if regs:
             reg = regs[0]["registry"]
-            keys = dict.fromkeys(r["keys"][0] for r in store.registrations(release, registry=reg)
-                                 if r["path"] == c["path"])
+            keys = dict.fromkeys(
+                r["keys"][0]
+                for r in store.registrations(release, registry=reg)
+                if r["path"] == c["path"]
+            )
             keys.pop(q, None)
-            out.append(AttentionCase(release, c, c["exc_type"], text, frozenset(keys),
-                                     (("mm", q),), "file registry", tuple(sorted(keys))))
+            out.append(
+                AttentionCase(
+                    release,
+                    c,
+                    c["exc_type"],
+                    text,
+                    frozenset(keys),
+                    (("mm", q),),
+                    "file registry",
+                    tuple(sorted(keys)),
+                )
+            )
     return out
 
 
@@ -189,19 +242,28 @@ def attention_cases(store: Store, releases: Sequence[str]) -> list[AttentionCase
             src = c["message"] or ""
             if not c["path"].startswith(ROOT) or "backend" not in src.lower():
                 continue
-            out += _formatted(store, release, c, flags) if literal_text(src) is None \
+            out += (
+                _formatted(store, release, c, flags)
+                if literal_text(src) is None
                 else _literal(store, release, c, flags)
+            )
     return out
 
 
-def acceptable_backends(case: AttentionCase, flags: Sequence[FlagSpec]
-                        ) -> tuple[FlagSpec, list[str]] | None:
+def acceptable_backends(
+    case: AttentionCase, flags: Sequence[FlagSpec]
+) -> tuple[FlagSpec, list[str]] | None:
     """The flag that decides ``case``'s refused positions and the supported names it
     accepts, in the release's order (None: no flag takes one)."""
     position = next((p for p, _ in case.refused if p), "")
-    spec = deciding_flag(flags, case.supported, case.check["message"] or "", position) \
-        or deciding_flag([s for s in flags if s.choices and case.refused[0][1] in s.choices],
-                         frozenset(), case.check["message"] or "", position)
+    spec = deciding_flag(
+        flags, case.supported, case.check["message"] or "", position
+    ) or deciding_flag(
+        [s for s in flags if s.choices and case.refused[0][1] in s.choices],
+        frozenset(),
+        case.check["message"] or "",
+        position,
+    )
     if spec is None:
         return None
     names = [n for n in case.listed if n in (spec.choices or ())]

@@ -21,8 +21,13 @@ from evals.incidents import Equivalent, Incident
 from kb.store import Store
 from service.engine import MessageTemplate, message_pattern, parse_log
 
-__all__ = ["MIN_LITERAL", "Templates", "printed_equivalents", "release_templates",
-           "with_equivalents"]
+__all__ = [
+    "MIN_LITERAL",
+    "Templates",
+    "printed_equivalents",
+    "release_templates",
+    "with_equivalents",
+]
 
 #: the least literal text (characters) a template needs to vouch for a printed message
 MIN_LITERAL = 24
@@ -58,25 +63,38 @@ def printed_equivalents(incident: Incident, templates: Templates) -> list[Equiva
         if release == incident.expected.release:
             continue
         for check, template in rows:
-            if (check["exc_type"] or "AssertionError") == primary.type and \
-                    template.regex.fullmatch(text):
-                out.append(Equivalent(release=release, path=check["path"],
-                                      function=check["function"],
-                                      start_line=check["start_line"], end_line=check["end_line"]))
+            if (check["exc_type"] or "AssertionError") == primary.type and template.regex.fullmatch(
+                text
+            ):
+                out.append(
+                    Equivalent(
+                        release=release,
+                        path=check["path"],
+                        function=check["function"],
+                        start_line=check["start_line"],
+                        end_line=check["end_line"],
+                    )
+                )
     return out
 
 
-def with_equivalents(store: Store, incidents: Sequence[Incident], releases: Sequence[str]
-                     ) -> list[Incident]:
+def with_equivalents(
+    store: Store, incidents: Sequence[Incident], releases: Sequence[str]
+) -> list[Incident]:
     """``incidents`` with their printed-text equivalents in ``expected.equivalents``."""
     templates = release_templates(store, releases)
     out: list[Incident] = []
     for inc in incidents:
         found = printed_equivalents(inc, templates)
         if found:
-            inc = inc.model_copy(update={
-                "expected": inc.expected.model_copy(update={"equivalents": found}),
-                "notes": (inc.notes + f" Equivalents: {len(found)} checks of other releases "
-                          "print this message exactly (static: message templates).").strip()})
+            inc = inc.model_copy(
+                update={
+                    "expected": inc.expected.model_copy(update={"equivalents": found}),
+                    "notes": (
+                        inc.notes + f" Equivalents: {len(found)} checks of other releases "
+                        "print this message exactly (static: message templates)."
+                    ).strip(),
+                }
+            )
         out.append(inc)
     return out

@@ -28,17 +28,29 @@ from kb.catalogs import load_catalog
 from kb.incidents import FixSpec
 from kb.store import Store
 
-__all__ = ["LAUNCH", "POOL_CODE", "MemoryCase", "acceptable_fixes", "fraction_like",
-           "memory_cases", "render_memory", "steps_of"]
+__all__ = [
+    "LAUNCH",
+    "POOL_CODE",
+    "MemoryCase",
+    "acceptable_fixes",
+    "fraction_like",
+    "memory_cases",
+    "render_memory",
+    "steps_of",
+]
 
 #: where SGLang sizes its pools
 POOL_CODE = ("sglang/srt/mem_cache/", "sglang/srt/model_executor/")
 UP = ("increase", "raise", "larger", "higher")
 DOWN = ("reduce", "lower", "smaller", "decrease")
 #: the failing launch: each flag is sent when the release declares it
-LAUNCH: dict[str, float] = {"--mem-fraction-static": 0.8, "--max-running-requests": 64,
-                            "--mamba-full-memory-ratio": 0.5, "--max-mamba-cache-size": 100,
-                            "--chunked-prefill-size": 4096}
+LAUNCH: dict[str, float] = {
+    "--mem-fraction-static": 0.8,
+    "--max-running-requests": 64,
+    "--mamba-full-memory-ratio": 0.5,
+    "--max-mamba-cache-size": 100,
+    "--chunked-prefill-size": 4096,
+}
 #: highest memory fraction (or ratio) a fix may set
 FRACTION_CAP = 0.95
 #: a count moved up stays within this many times the launch's value
@@ -79,13 +91,12 @@ def steps_of(text: str, flags: set[str]) -> tuple[Step, ...]:
         flag = m.group(0)
         if flag not in flags:
             continue
-        before = text[max(0, text.rfind(".", 0, m.start()) + 1):m.start()].lower()
+        before = text[max(0, text.rfind(".", 0, m.start()) + 1) : m.start()].lower()
         words = re.findall(r"[a-z]+", before)
-        way = next((("up" if w in UP else "down") for w in reversed(words) if w in UP + DOWN),
-                   None)
+        way = next((("up" if w in UP else "down") for w in reversed(words) if w in UP + DOWN), None)
         if way is None:
             continue
-        b = re.match(r"`? (?:above|at least) ([0-9.]{0,20}[0-9])", text[m.end():])
+        b = re.match(r"`? (?:above|at least) ([0-9.]{0,20}[0-9])", text[m.end() :])
         out.append((flag, way, float(b.group(1)) if b else None))
     return tuple(out)
 
@@ -94,8 +105,12 @@ def numeric_flags(flags: Sequence[FlagSpec]) -> set[str]:
     return {f for s in flags if s.type in ("int", "float") for f in s.flags}
 
 
-def memory_cases(store: Store, releases: Sequence[str], per_release: int = 4,
-                 launch: Mapping[str, float] = LAUNCH) -> list[MemoryCase]:
+def memory_cases(
+    store: Store,
+    releases: Sequence[str],
+    per_release: int = 4,
+    launch: Mapping[str, float] = LAUNCH,
+) -> list[MemoryCase]:
     """Up to ``per_release`` cases per release the KB holds: the first raise (by path and
     line) of each recipe (its steps), rendered with ``launch``."""
     out: list[MemoryCase] = []
@@ -130,19 +145,29 @@ def _range(step: Step, current: float, spec: FlagSpec) -> tuple[float, float] | 
     flag, way, bound = step
     if fraction_like(flag, spec):
         eps = 0.001
-        low, high = (max(current, bound or current) + eps, FRACTION_CAP) if way == "up" \
+        low, high = (
+            (max(current, bound or current) + eps, FRACTION_CAP)
+            if way == "up"
             else (eps, current - eps)
+        )
     elif spec.type == "int":
-        low, high = (max(current, bound or current) + 1, max(current, 1) * COUNT_CAP) \
-            if way == "up" else (1, current - 1)
+        low, high = (
+            (max(current, bound or current) + 1, max(current, 1) * COUNT_CAP)
+            if way == "up"
+            else (1, current - 1)
+        )
     else:
-        low, high = (max(current, bound or current) * 1.001, current * COUNT_CAP) \
-            if way == "up" else (current * 0.001, current * 0.999)
+        low, high = (
+            (max(current, bound or current) * 1.001, current * COUNT_CAP)
+            if way == "up"
+            else (current * 0.001, current * 0.999)
+        )
     return (round(low, 4), round(high, 4)) if low <= high else None
 
 
-def acceptable_fixes(steps: Sequence[Step], launch: Mapping[str, float],
-                     flags: Sequence[FlagSpec]) -> list[FixSpec]:
+def acceptable_fixes(
+    steps: Sequence[Step], launch: Mapping[str, float], flags: Sequence[FlagSpec]
+) -> list[FixSpec]:
     """Moving one step's flag, or two steps' flags together, from the launch's value the
     way the message says (a step whose flag the launch did not set has no value to move
     from, and is left out)."""
@@ -155,6 +180,7 @@ def acceptable_fixes(steps: Sequence[Step], launch: Mapping[str, float],
             if r is not None:
                 ranges[flag] = r
     singles = [FixSpec(within={f: r}) for f, r in ranges.items()]
-    pairs = [FixSpec(within={a: ranges[a], b: ranges[b]})
-             for a, b in itertools.combinations(ranges, 2)]
+    pairs = [
+        FixSpec(within={a: ranges[a], b: ranges[b]}) for a, b in itertools.combinations(ranges, 2)
+    ]
     return singles + pairs

@@ -48,14 +48,20 @@ def local_names(src: str) -> list[str]:
     tree = _parse(src)
     if tree is None:
         return []
-    return sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
-                   and not hasattr(builtins, n.id)})
+    return sorted(
+        {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not hasattr(builtins, n.id)}
+    )
 
 
 def _formatted_as_is(tree: ast.expr, name: str) -> bool:
     """Does the message format ``name`` itself (``{name}`` or ``{name!r}``)?"""
-    return any(isinstance(n, ast.FormattedValue) and isinstance(n.value, ast.Name)
-               and n.value.id == name and not n.format_spec for n in ast.walk(tree))
+    return any(
+        isinstance(n, ast.FormattedValue)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == name
+        and not n.format_spec
+        for n in ast.walk(tree)
+    )
 
 
 def _literal(items: tuple[str, ...], as_set: bool) -> str:
@@ -68,14 +74,21 @@ def _helpers(tree: ast.expr, fill: Callable[[str], object]) -> dict[str, Callabl
     the message reads (``get_schedule().mem_fraction_static``)."""
     reads: dict[str, dict[str, object]] = {}
     for n in ast.walk(tree):
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Call) \
-                and isinstance(n.value.func, ast.Name) and not n.value.args:
+        if (
+            isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Call)
+            and isinstance(n.value.func, ast.Name)
+            and not n.value.args
+        ):
             reads.setdefault(n.value.func.id, {})[n.attr] = fill(n.attr)
     return {name: (lambda d=d: dict(d)) for name, d in reads.items()}
 
 
-def render_source(src: str, values: Mapping[str, object] | None = None,
-                  fill: Callable[[str], object] | None = None) -> str | None:
+def render_source(
+    src: str,
+    values: Mapping[str, object] | None = None,
+    fill: Callable[[str], object] | None = None,
+) -> str | None:
     """The text ``src`` (a message's source) evaluates to, or None when the interpreter
     cannot make text of it.
 

@@ -42,8 +42,10 @@ SCHEDULER = "sglang/srt/managers/scheduler.py"
 
 #: (model, hardware profiles in turn) by what a message is about
 HYBRID = ("Qwen/Qwen3-Next-80B-A3B-Instruct", ("h100-x8", "h200-x8", "a100-x8"))
-BLACKWELL_HYBRID = ("Qwen/Qwen3-Next-80B-A3B-Instruct", ("b200-x8", "gb200-x4", "b300-x8",
-                                                         "rtx-pro-6000-x8"))
+BLACKWELL_HYBRID = (
+    "Qwen/Qwen3-Next-80B-A3B-Instruct",
+    ("b200-x8", "gb200-x4", "b300-x8", "rtx-pro-6000-x8"),
+)
 VISION = ("Qwen/Qwen2.5-VL-72B-Instruct", ("b200-x8", "gb200-x4", "rtx-pro-6000-x8"))
 DENSE = ("meta-llama/Llama-3.1-70B-Instruct", ("l40s-x4", "a100-x8", "h100-x8"))
 SMALL = ("meta-llama/Llama-3.1-8B-Instruct", ("rtx-5090-x1", "l40s-x4"))
@@ -78,8 +80,7 @@ def _scheduler_frame(store: Store, release: str) -> FrameSpec | None:
     lines = store.file_lines(release, SCHEDULER, fn["start_line"], fn["end_line"])
     for i, text in enumerate(lines):
         if "Scheduler(" in text and "=" in text:
-            return FrameSpec(SCHEDULER, fn["start_line"] + i, "run_scheduler_process",
-                             text.strip())
+            return FrameSpec(SCHEDULER, fn["start_line"] + i, "run_scheduler_process", text.strip())
     return None
 
 
@@ -88,32 +89,51 @@ def _version_lines(release: str, python: str, gpu: str | None, count: int, k: in
     if k % 3 == 0:
         return ["$ pip freeze | grep sglang", f"sglang=={release}"]
     if k % 3 == 1:
-        rows = [f"Python: {_PATCH[python]} (main, Nov  6 2025, 13:44:16) [GCC 13.3.0]",
-                f"CUDA available: {bool(gpu)}"]
+        rows = [
+            f"Python: {_PATCH[python]} (main, Nov  6 2025, 13:44:16) [GCC 13.3.0]",
+            f"CUDA available: {bool(gpu)}",
+        ]
         if gpu:
             rows.append(f"GPU {','.join(str(i) for i in range(count))}: {gpu}")
         return ["$ python3 -m sglang.check_env", *rows, f"sglang: {release}"]
     return []
 
 
-def crash_log(store: Store, release: str, check: dict[str, Any], message: str,
-              argv: list[str], k: int, hardware: str | None) -> str:
+def crash_log(
+    store: Store,
+    release: str,
+    check: dict[str, Any],
+    message: str,
+    argv: list[str],
+    k: int,
+    hardware: str | None,
+) -> str:
     """The crash log of incident number ``k`` (module docstring)."""
     python = _pick(PYTHONS, k)
     site = _pick([SITE.format(py=python), f"/opt/venv/lib/python{python}/site-packages"], k // 4)
     profile = get_profile(hardware) if hardware else None
     entry = _pick(["python3 -m sglang.launch_server", "python -m sglang.launch_server"], k // 2)
-    out = _version_lines(release, python, profile.gpu if profile else None,
-                         profile.count if profile else 1, k)
+    out = _version_lines(
+        release, python, profile.gpu if profile else None, profile.count if profile else 1, k
+    )
     out.append(f"$ {entry} " + " ".join(argv))
     stamp = f"[2025-{1 + k % 12:02d}-{1 + k % 28:02d} 10:{k % 60:02d}:{(7 * k) % 60:02d}"
     out.append(f"{stamp} TP0] Scheduler hit an exception: Traceback (most recent call last):")
-    frames = [f for f in [_scheduler_frame(store, release), *call_chain(store, release, check)]
-              if f is not None]
+    frames = [
+        f
+        for f in [_scheduler_frame(store, release), *call_chain(store, release, check)]
+        if f is not None
+    ]
     line = reported_line(check, python)
     text = store.file_lines(release, check["path"], line, line)
-    frames.append(FrameSpec(check["path"], line, check["function"].rsplit(".", 1)[-1],
-                            text[0].strip() if text else None))
+    frames.append(
+        FrameSpec(
+            check["path"],
+            line,
+            check["function"].rsplit(".", 1)[-1],
+            text[0].strip() if text else None,
+        )
+    )
     for f in frames:
         out += _frame_lines(f, site)
     out.append(f"{check['exc_type'] or 'RuntimeError'}: {message}")
@@ -129,8 +149,12 @@ def _launch(model: str, hardware: str | None, extra: list[str]) -> list[str]:
 
 
 def _location(check: dict[str, Any]) -> ExpectedLocation:
-    return ExpectedLocation(path=check["path"], function=check["function"],
-                            start_line=check["start_line"], end_line=check["end_line"])
+    return ExpectedLocation(
+        path=check["path"],
+        function=check["function"],
+        start_line=check["start_line"],
+        end_line=check["end_line"],
+    )
 
 
 def _id(family: str, release: str, check: dict[str, Any], k: int) -> str:
@@ -167,19 +191,29 @@ def attention_incidents(store: Store, releases: Sequence[str]) -> list[Incident]
         model, hardware = _attention_setting(case, k)
         argv = _launch(model, hardware, [flag, refused])
         check = case.check
-        out.append(Incident(
-            id=_id("attention", case.release, check, k),
-            source=f"generated:family=layer_attention_backend:{case.kind}",
-            release=case.release, hardware=hardware, model=model,
-            model_arch=model_arch_for(model), command=argv,
-            crash_log=crash_log(store, case.release, check, case.message, argv, k, hardware),
-            expected=Expected(release=case.release, location=_location(check),
-                              root_cause_flags=[flag],
-                              acceptable_fixes=[FixSpec(set={flag: n}) for n in names]),
-            category=categorize(check, [spec.attr]),  # type: ignore[arg-type]
-            notes=f"{NOTE}. {case.kind}: {flag} {refused} refused; supported: "
-                  f"{', '.join(names)}",
-            confirmed_by=None, family="layer_attention_backend"))
+        out.append(
+            Incident(
+                id=_id("attention", case.release, check, k),
+                source=f"generated:family=layer_attention_backend:{case.kind}",
+                release=case.release,
+                hardware=hardware,
+                model=model,
+                model_arch=model_arch_for(model),
+                command=argv,
+                crash_log=crash_log(store, case.release, check, case.message, argv, k, hardware),
+                expected=Expected(
+                    release=case.release,
+                    location=_location(check),
+                    root_cause_flags=[flag],
+                    acceptable_fixes=[FixSpec(set={flag: n}) for n in names],
+                ),
+                category=categorize(check, [spec.attr]),  # type: ignore[arg-type]
+                notes=f"{NOTE}. {case.kind}: {flag} {refused} refused; supported: "
+                f"{', '.join(names)}",
+                confirmed_by=None,
+                family="layer_attention_backend",
+            )
+        )
     return out
 
 
@@ -203,11 +237,21 @@ def memory_incidents(store: Store, releases: Sequence[str]) -> list[Incident]:
         catalog = load_catalog(store, case.release)
         by_flag = catalog.by_flag()
         named = {f for f, _, _ in case.steps}
-        base = {**LAUNCH, "--mem-fraction-static": _pick(FRACTIONS, k),
-                "--max-running-requests": _pick(RUNNING, k)}
-        launch = {f: v for f, v in base.items() if f in by_flag and (
-            f in named or f == "--mem-fraction-static" or (f == "--chunked-prefill-size"
-                                                           and k % 2 == 0))}
+        base = {
+            **LAUNCH,
+            "--mem-fraction-static": _pick(FRACTIONS, k),
+            "--max-running-requests": _pick(RUNNING, k),
+        }
+        launch = {
+            f: v
+            for f, v in base.items()
+            if f in by_flag
+            and (
+                f in named
+                or f == "--mem-fraction-static"
+                or (f == "--chunked-prefill-size" and k % 2 == 0)
+            )
+        }
         message = render_memory(case.check["message"] or "", launch)
         if message is None:
             continue
@@ -220,17 +264,31 @@ def memory_incidents(store: Store, releases: Sequence[str]) -> list[Incident]:
         argv = _launch(model, hardware, extra)
         check = case.check
         moved = [f for f, _, _ in steps if f in launch]
-        out.append(Incident(
-            id=_id("memory", case.release, check, k), source="generated:family=memory_pool",
-            release=case.release, hardware=hardware, model=model,
-            model_arch=model_arch_for(model), command=argv,
-            crash_log=crash_log(store, case.release, check, message, argv, k, hardware),
-            expected=Expected(release=case.release, location=_location(check),
-                              root_cause_flags=moved, acceptable_fixes=fixes),
-            category=categorize(check, [by_flag[f].attr for f in moved]),  # type: ignore[arg-type]
-            notes=f"{NOTE}. steps: " + "; ".join(
-                f"{f} {w}" + (f" past {b:g}" if b is not None else "") for f, w, b in steps),
-            confirmed_by=None, family="memory_pool"))
+        out.append(
+            Incident(
+                id=_id("memory", case.release, check, k),
+                source="generated:family=memory_pool",
+                release=case.release,
+                hardware=hardware,
+                model=model,
+                model_arch=model_arch_for(model),
+                command=argv,
+                crash_log=crash_log(store, case.release, check, message, argv, k, hardware),
+                expected=Expected(
+                    release=case.release,
+                    location=_location(check),
+                    root_cause_flags=moved,
+                    acceptable_fixes=fixes,
+                ),
+                category=categorize(check, [by_flag[f].attr for f in moved]),  # type: ignore[arg-type]
+                notes=f"{NOTE}. steps: "
+                + "; ".join(
+                    f"{f} {w}" + (f" past {b:g}" if b is not None else "") for f, w, b in steps
+                ),
+                confirmed_by=None,
+                family="memory_pool",
+            )
+        )
     return out
 
 

@@ -53,8 +53,18 @@ from service.engine import apply_edits
 from service.replay import ReplayResult, StartupProbe, replay_startup
 from service.replay.probes import FAMILY_CHECKS
 
-__all__ = ["A2A_BACKENDS", "BLOCK_CHECKPOINTS", "BLOCK_LAYOUTS", "HARDWARE", "PER_RELEASE",
-           "Checkpoint", "a2a_fixes", "block_fixes", "family_checks", "replayed_incidents"]
+__all__ = [
+    "A2A_BACKENDS",
+    "BLOCK_CHECKPOINTS",
+    "BLOCK_LAYOUTS",
+    "HARDWARE",
+    "PER_RELEASE",
+    "Checkpoint",
+    "a2a_fixes",
+    "block_fixes",
+    "family_checks",
+    "replayed_incidents",
+]
 
 #: the machine every launch declares (a profile replay's probes run on, see their tests)
 HARDWARE = "rtx-pro-6000-x8"
@@ -71,8 +81,12 @@ _FUSED = "requires a fused func for a2a backend"
 
 
 def _fp8(block: list[int]) -> dict[str, Any]:
-    return {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
-            "weight_block_size": block}
+    return {
+        "activation_scheme": "dynamic",
+        "fmt": "e4m3",
+        "quant_method": "fp8",
+        "weight_block_size": block,
+    }
 
 
 @dataclass(frozen=True)
@@ -89,15 +103,31 @@ class Checkpoint:
 
 #: block-quantized MoE checkpoints (the Qwen3-30B-A3B stand-in has moe_intermediate_size 768)
 BLOCK_CHECKPOINTS: tuple[Checkpoint, ...] = (
-    Checkpoint("qwen3-30b-fp8", "Qwen/Qwen3-30B-A3B-FP8", QWEN_MOE,
-               {"quantization_config": _fp8([128, 128])}),
-    Checkpoint("qwen3-235b-fp8", "Qwen/Qwen3-235B-A22B-FP8", QWEN_MOE,
-               {"hidden_size": 4096, "moe_intermediate_size": 1536, "num_experts_per_tok": 8,
-                "quantization_config": _fp8([128, 128])}),
+    Checkpoint(
+        "qwen3-30b-fp8",
+        "Qwen/Qwen3-30B-A3B-FP8",
+        QWEN_MOE,
+        {"quantization_config": _fp8([128, 128])},
+    ),
+    Checkpoint(
+        "qwen3-235b-fp8",
+        "Qwen/Qwen3-235B-A22B-FP8",
+        QWEN_MOE,
+        {
+            "hidden_size": 4096,
+            "moe_intermediate_size": 1536,
+            "num_experts_per_tok": 8,
+            "quantization_config": _fp8([128, 128]),
+        },
+    ),
     # hypothetical: block_n 128 passes the compatibility check where block_k 256 fails
     # create_weights (384 % 256)
-    Checkpoint("b128x256", "example-org/Qwen3-30B-A3B-FP8-block128x256", QWEN_MOE,
-               {"quantization_config": _fp8([128, 256])}),
+    Checkpoint(
+        "b128x256",
+        "example-org/Qwen3-30B-A3B-FP8-block128x256",
+        QWEN_MOE,
+        {"quantization_config": _fp8([128, 256])},
+    ),
 )
 _MULTI_NODE = ("--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "10.0.0.1:5000")
 #: (checkpoint short name, layout flags): launches that fail with some release's checks
@@ -113,8 +143,9 @@ BLOCK_LAYOUTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: MoE checkpoints the a2a launches use (BF16 and FP8; the stand-ins as they are)
 A2A_CHECKPOINTS: tuple[Checkpoint, ...] = (
     Checkpoint("qwen3-30b", "Qwen/Qwen3-30B-A3B", QWEN_MOE),
-    Checkpoint("deepseek-v3", "deepseek-ai/DeepSeek-V3", DEEPSEEK,
-               extra_argv=("--trust-remote-code",)),
+    Checkpoint(
+        "deepseek-v3", "deepseek-ai/DeepSeek-V3", DEEPSEEK, extra_argv=("--trust-remote-code",)
+    ),
 )
 _TP = ("--tp-size", "--tp", "--tensor-parallel-size")
 _EP = ("--ep-size", "--ep", "--expert-parallel-size")
@@ -126,9 +157,15 @@ def family_checks(store: Store, release: str, family: str) -> list[dict[str, Any
     """The KB's checks of ``release`` that ``family``'s probe reaches (``moe_runner_a2a``:
     only the missing fused-func refusal)."""
     targets = FAMILY_CHECKS[PROBES[family]]
-    out = [c for c in store.checks(release) if c["path"].startswith("sglang/srt/")
-           and any(c["path"].endswith(suffix) and c["function"].rsplit(".", 1)[-1] == name
-                   for suffix, name in targets)]
+    out = [
+        c
+        for c in store.checks(release)
+        if c["path"].startswith("sglang/srt/")
+        and any(
+            c["path"].endswith(suffix) and c["function"].rsplit(".", 1)[-1] == name
+            for suffix, name in targets
+        )
+    ]
     if family == "moe_runner_a2a":
         out = [c for c in out if _FUSED in (c["message"] or "")]
     return out
@@ -137,11 +174,18 @@ def family_checks(store: Store, release: str, family: str) -> list[dict[str, Any
 def _check_at(checks: Sequence[dict[str, Any]], result: ReplayResult) -> dict[str, Any] | None:
     """The innermost of ``checks`` spanning the origin line of a raised probe replay."""
     origin = result.origin
-    if result.status != "raised" or result.phase != "probe" or origin is None \
-            or origin.line is None:
+    if (
+        result.status != "raised"
+        or result.phase != "probe"
+        or origin is None
+        or origin.line is None
+    ):
         return None
-    hits = [c for c in checks if c["path"] == origin.path
-            and c["start_line"] <= origin.line <= c["end_line"]]
+    hits = [
+        c
+        for c in checks
+        if c["path"] == origin.path and c["start_line"] <= origin.line <= c["end_line"]
+    ]
     return min(hits, key=lambda c: c["end_line"] - c["start_line"], default=None)
 
 
@@ -155,24 +199,33 @@ def block_fixes(argv: Sequence[str]) -> list[FixSpec]:
     and every other power-of-two ``--tp-size`` up to 16 (for which the current expert
     parallelism still divides it)."""
     tp, ep = _flag(argv, _TP, 1), _flag(argv, _EP, 1)
-    out = [FixSpec(set={"--ep-size": e}) for e in (1, 2, 4, 8, 16)
-           if e != ep and e <= tp and tp % e == 0]
-    out += [FixSpec(set={"--tp-size": t}) for t in (1, 2, 4, 8, 16)
-            if t != tp and t % ep == 0]
+    out = [
+        FixSpec(set={"--ep-size": e})
+        for e in (1, 2, 4, 8, 16)
+        if e != ep and e <= tp and tp % e == 0
+    ]
+    out += [FixSpec(set={"--tp-size": t}) for t in (1, 2, 4, 8, 16) if t != tp and t % ep == 0]
     return out
 
 
 def _pairs(store: Store, release: str) -> set[tuple[str, str]]:
-    return {(r["keys"][0], r["keys"][1]) for r in store.registrations(release, registry=REGISTRY)
-            if len(r["keys"]) == 2}
+    return {
+        (r["keys"][0], r["keys"][1])
+        for r in store.registrations(release, registry=REGISTRY)
+        if len(r["keys"]) == 2
+    }
 
 
 def a2a_fixes(pairs: set[tuple[str, str]], a2a: str, runner: str) -> list[FixSpec]:
     """Every other runner registered for ``a2a``, every other a2a backend for ``runner``."""
-    out = [FixSpec(set={"--moe-runner-backend": r}) for a, r in sorted(pairs)
-           if a == a2a and r != runner]
-    out += [FixSpec(set={"--moe-a2a-backend": a}) for a, r in sorted(pairs)
-            if r == runner and a != a2a]
+    out = [
+        FixSpec(set={"--moe-runner-backend": r})
+        for a, r in sorted(pairs)
+        if a == a2a and r != runner
+    ]
+    out += [
+        FixSpec(set={"--moe-a2a-backend": a}) for a, r in sorted(pairs) if r == runner and a != a2a
+    ]
     return out
 
 
@@ -195,18 +248,28 @@ class _Replayer:
     def __init__(self, settings: KBSettings, release: str, root: Path) -> None:
         self.settings, self.release, self.root = settings, release, root
 
-    def run(self, family: str, ckpt: Checkpoint, argvs: Sequence[Sequence[str]]
-            ) -> list[ReplayResult]:
+    def run(
+        self, family: str, ckpt: Checkpoint, argvs: Sequence[Sequence[str]]
+    ) -> list[ReplayResult]:
         if not argvs:
             return []
-        return replay_startup(self.settings, self.release, HARDWARE, argvs,
-                              probe=StartupProbe(family=PROBES[family]),  # type: ignore[arg-type]
-                              model_arch=ckpt.arch, model_facts=dict(ckpt.facts),
-                              release_root=self.root, timeout_s=300, job_timeout_s=90)
+        return replay_startup(
+            self.settings,
+            self.release,
+            HARDWARE,
+            argvs,
+            probe=StartupProbe(family=PROBES[family]),  # type: ignore[arg-type]
+            model_arch=ckpt.arch,
+            model_facts=dict(ckpt.facts),
+            release_root=self.root,
+            timeout_s=300,
+            job_timeout_s=90,
+        )
 
 
-def _crash_and_fixes(rp: _Replayer, launches: list[_Launch], checks: list[dict[str, Any]],
-                     catalog: Any) -> list[tuple[_Launch, list[FixSpec]]]:  # noqa: ANN401
+def _crash_and_fixes(
+    rp: _Replayer, launches: list[_Launch], checks: list[dict[str, Any]], catalog: Any
+) -> list[tuple[_Launch, list[FixSpec]]]:  # noqa: ANN401
     """Replay each launch, then the candidate fixes of those that raised at a family check;
     (launch, fixes replay accepted) for the launches kept."""
     by_ckpt: dict[str, list[_Launch]] = {}
@@ -218,8 +281,9 @@ def _crash_and_fixes(rp: _Replayer, launches: list[_Launch], checks: list[dict[s
         for launch, res in zip(group, rp.run(family, ckpt, [g.argv for g in group]), strict=True):
             launch.crash, launch.check = res, _check_at(checks, res)
         crashed = [g for g in group if g.check is not None]
-        fixed = [(g, f, apply_edits(g.argv, catalog, set=dict(f.set))) for g in crashed
-                 for f in g.fixes]
+        fixed = [
+            (g, f, apply_edits(g.argv, catalog, set=dict(f.set))) for g in crashed for f in g.fixes
+        ]
         verdicts = rp.run(family, ckpt, [argv for _, _, argv in fixed])
         held: dict[int, list[FixSpec]] = {}
         for (g, fix, _), res in zip(fixed, verdicts, strict=True):
@@ -253,22 +317,40 @@ def _a2a_launches(store: Store, release: str, catalog: Any) -> list[_Launch]:  #
             for runner in runners:
                 if (a2a, runner) in pairs:
                     continue
-                argv = ["--model-path", ckpt.model, "--tp-size", "8", "--ep-size", "8",
-                        *ckpt.extra_argv, "--moe-a2a-backend", a2a,
-                        "--moe-runner-backend", runner]
-                out.append(_Launch("moe_runner_a2a", ckpt, argv, f"{ckpt.short}-{a2a}-{runner}",
-                                   a2a_fixes(pairs, a2a, runner)))
+                argv = [
+                    "--model-path",
+                    ckpt.model,
+                    "--tp-size",
+                    "8",
+                    "--ep-size",
+                    "8",
+                    *ckpt.extra_argv,
+                    "--moe-a2a-backend",
+                    a2a,
+                    "--moe-runner-backend",
+                    runner,
+                ]
+                out.append(
+                    _Launch(
+                        "moe_runner_a2a",
+                        ckpt,
+                        argv,
+                        f"{ckpt.short}-{a2a}-{runner}",
+                        a2a_fixes(pairs, a2a, runner),
+                    )
+                )
     return out
 
 
-def _pick(kept: list[tuple[_Launch, list[FixSpec]]], cap: int, offset: int,
-          key: Callable[[_Launch], str]) -> list[tuple[_Launch, list[FixSpec]]]:
+def _pick(
+    kept: list[tuple[_Launch, list[FixSpec]]], cap: int, offset: int, key: Callable[[_Launch], str]
+) -> list[tuple[_Launch, list[FixSpec]]]:
     """Up to ``cap`` launches, round-robin over ``key`` groups (rotated by ``offset``)."""
     groups: dict[str, list[tuple[_Launch, list[FixSpec]]]] = {}
     for item in kept:
         groups.setdefault(key(item[0]), []).append(item)
     names = sorted(groups)
-    names = names[offset % len(names):] + names[:offset % len(names)] if names else []
+    names = names[offset % len(names) :] + names[: offset % len(names)] if names else []
     out: list[tuple[_Launch, list[FixSpec]]] = []
     depth = 0
     while len(out) < cap and any(len(groups[n]) > depth for n in names):
@@ -283,13 +365,17 @@ def _pick(kept: list[tuple[_Launch, list[FixSpec]]], cap: int, offset: int,
 _SLUG = re.compile(r"[^a-z0-9]{1,40}")
 
 
-def _incident(store: Store, release: str, launch: _Launch, fixes: list[FixSpec],
-              entry: str) -> Incident:
+def _incident(
+    store: Store, release: str, launch: _Launch, fixes: list[FixSpec], entry: str
+) -> Incident:
     crash, check = launch.crash, launch.check
     assert crash is not None and check is not None
     if launch.family == "block_shape":
-        root = [f for f in ("--tp-size", "--ep-size")
-                if any(t in launch.argv for t in (_TP if f == "--tp-size" else _EP))]
+        root = [
+            f
+            for f in ("--tp-size", "--ep-size")
+            if any(t in launch.argv for t in (_TP if f == "--tp-size" else _EP))
+        ]
     else:
         root = ["--moe-a2a-backend", "--moe-runner-backend"]
     attrs = [f.strip("-").replace("-", "_") for f in root]
@@ -298,18 +384,29 @@ def _incident(store: Store, release: str, launch: _Launch, fixes: list[FixSpec],
     return Incident(
         id=f"fam-{launch.family}-{release}-{short}",
         source=f"generated:family={launch.family}",
-        release=release, hardware=HARDWARE, model=launch.ckpt.model, model_arch=launch.ckpt.arch,
+        release=release,
+        hardware=HARDWARE,
+        model=launch.ckpt.model,
+        model_arch=launch.ckpt.arch,
         command=list(launch.argv),
         crash_log=render_replay_log(store, release, crash, launch.argv, entry=entry),
         expected=Expected(
             release=release,
-            location=ExpectedLocation(path=check["path"], function=check["function"],
-                                      start_line=check["start_line"], end_line=check["end_line"]),
-            root_cause_flags=root, acceptable_fixes=fixes),
+            location=ExpectedLocation(
+                path=check["path"],
+                function=check["function"],
+                start_line=check["start_line"],
+                end_line=check["end_line"],
+            ),
+            root_cause_flags=root,
+            acceptable_fixes=fixes,
+        ),
         category=categorize(check, attrs),  # type: ignore[arg-type]
-        notes=(f"generated: start-up probe {PROBES[launch.family]} on {HARDWARE} "
-               f"({launch.ckpt.arch}, model facts: {facts}); replay: crash reproduced at "
-               f"{crash.location}, {len(fixes)}/{len(launch.fixes)} fixes hold"),
+        notes=(
+            f"generated: start-up probe {PROBES[launch.family]} on {HARDWARE} "
+            f"({launch.ckpt.arch}, model facts: {facts}); replay: crash reproduced at "
+            f"{crash.location}, {len(fixes)}/{len(launch.fixes)} fixes hold"
+        ),
         confirmed_by=f"replay-probe:{release}:{HARDWARE}",
         family=launch.family,
     )
@@ -318,15 +415,24 @@ def _incident(store: Store, release: str, launch: _Launch, fixes: list[FixSpec],
 def _release_root(settings: KBSettings, release: str) -> Path:
     from kb.sources import fetch_release
 
-    return fetch_release(release, wheel_dir=settings.wheel_dir, source_dir=settings.source_dir,
-                         index_url=getattr(settings, "pip_index_url", None)).root
+    return fetch_release(
+        release,
+        wheel_dir=settings.wheel_dir,
+        source_dir=settings.source_dir,
+        index_url=getattr(settings, "pip_index_url", None),
+    ).root
 
 
-def replayed_incidents(store: Store, settings: KBSettings, releases: Sequence[str], *,
-                       families: Sequence[str] = ("block_shape", "moe_runner_a2a"),
-                       per_release: Mapping[str, int] | None = None,
-                       max_launches: int | None = None,
-                       log: Log | None = None) -> list[Incident]:
+def replayed_incidents(
+    store: Store,
+    settings: KBSettings,
+    releases: Sequence[str],
+    *,
+    families: Sequence[str] = ("block_shape", "moe_runner_a2a"),
+    per_release: Mapping[str, int] | None = None,
+    max_launches: int | None = None,
+    log: Log | None = None,
+) -> list[Incident]:
     """The replay-confirmed incidents of ``families`` for ``releases`` (see the module
     docstring); a release without the family's check, or whose release tree cannot be
     fetched, contributes none. ``per_release`` overrides :data:`PER_RELEASE`;
@@ -358,8 +464,10 @@ def replayed_incidents(store: Store, settings: KBSettings, releases: Sequence[st
             chosen = _pick(kept, caps[family], index, key)
             out += [_incident(store, release, g, fixes, entry) for g, fixes in chosen]
             if log:
-                log(f"{release} {family}: {len(launches)} launches, {len(kept)} refused at the "
-                    f"check with a fix replay accepted, {len(chosen)} kept")
+                log(
+                    f"{release} {family}: {len(launches)} launches, {len(kept)} refused at the "
+                    f"check with a fix replay accepted, {len(chosen)} kept"
+                )
     return out
 
 
@@ -378,8 +486,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = kb_settings(args.kb)
     store = Store(settings.kb_path / "index.sqlite")
     releases = [r.strip() for r in args.releases.split(",") if r.strip()]
-    incidents = replayed_incidents(store, settings, releases,
-                                   log=lambda m: print(m, file=sys.stderr, flush=True))
+    incidents = replayed_incidents(
+        store, settings, releases, log=lambda m: print(m, file=sys.stderr, flush=True)
+    )
     dump_incidents(incidents, args.out)
     print(f"{len(incidents)} incidents -> {args.out}")
     return 0

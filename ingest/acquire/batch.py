@@ -49,10 +49,14 @@ class AllReport:
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"since": self.since, "index_url": self.index_url, "listed": self.listed,
-                "seconds": round(self.seconds, 2),
-                "releases": [r.as_dict() for r in self.reports],
-                "skipped": [s.as_dict() for s in self.skipped]}
+        return {
+            "since": self.since,
+            "index_url": self.index_url,
+            "listed": self.listed,
+            "seconds": round(self.seconds, 2),
+            "releases": [r.as_dict() for r in self.reports],
+            "skipped": [s.as_dict() for s in self.skipped],
+        }
 
 
 def scope_for(version: str, settings: KBSettings, scope: str) -> str:
@@ -60,11 +64,17 @@ def scope_for(version: str, settings: KBSettings, scope: str) -> str:
     return scope if version in settings.releases else "none"
 
 
-def ingest_all(kb: KnowledgeBase, settings: KBSettings, *, since: str | None = None,
-               scope: str = "default", force: bool = False,
-               progress_for: Callable[[str], Progress | None] | None = None,
-               on_release: Callable[[IngestReport | Skip], None] | None = None,
-               listing: Listing | None = None) -> AllReport:
+def ingest_all(
+    kb: KnowledgeBase,
+    settings: KBSettings,
+    *,
+    since: str | None = None,
+    scope: str = "default",
+    force: bool = False,
+    progress_for: Callable[[str], Progress | None] | None = None,
+    on_release: Callable[[IngestReport | Skip], None] | None = None,
+    listing: Listing | None = None,
+) -> AllReport:
     """Ingest every listed release from ``since`` on (see the module docstring).
 
     ``progress_for(version)`` gives the progress callback of one release's
@@ -73,8 +83,12 @@ def ingest_all(kb: KnowledgeBase, settings: KBSettings, *, since: str | None = N
     """
     t0 = time.perf_counter()
     listing = listing or list_releases(settings.pip_index_url, since=since)
-    result = AllReport(since, listing.index_url, listed=len(listing.releases) + len(listing.skipped),
-                       skipped=list(listing.skipped))
+    result = AllReport(
+        since,
+        listing.index_url,
+        listed=len(listing.releases) + len(listing.skipped),
+        skipped=list(listing.skipped),
+    )
     for skip in listing.skipped:
         if on_release:
             on_release(skip)
@@ -89,9 +103,13 @@ def ingest_all(kb: KnowledgeBase, settings: KBSettings, *, since: str | None = N
                 outcome = Skip(rel.version, f"no sglang/{SERVER_ARGS} in {source.origin}")
             else:
                 try:
-                    outcome = ingest(kb, source, scope=scope_for(rel.version, settings, scope),
-                                     force=force,
-                                     progress=progress_for(rel.version) if progress_for else None)
+                    outcome = ingest(
+                        kb,
+                        source,
+                        scope=scope_for(rel.version, settings, scope),
+                        force=force,
+                        progress=progress_for(rel.version) if progress_for else None,
+                    )
                 except TriageError as exc:
                     outcome = Skip(rel.version, f"ingest failed: {exc.message}")
         if isinstance(outcome, Skip):

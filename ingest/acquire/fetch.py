@@ -30,7 +30,12 @@ def fetch_any(version: str, settings: KBSettings) -> ReleaseSource:
     subclass) when the source cannot be fetched.
     """
     if is_dev_build(version):
-        return fetch_dev_build(version, git_url=settings.sglang_git, home=settings.home,
-                               source_dir=settings.source_dir)
-    return fetch_release(version, wheel_dir=settings.wheel_dir, source_dir=settings.source_dir,
-                         index_url=settings.pip_index_url)
+        return fetch_dev_build(
+            version, git_url=settings.sglang_git, home=settings.home, source_dir=settings.source_dir
+        )
+    return fetch_release(
+        version,
+        wheel_dir=settings.wheel_dir,
+        source_dir=settings.source_dir,
+        index_url=settings.pip_index_url,
+    )

@@ -38,8 +38,17 @@ from pathlib import Path
 from kb.errors import AcquireError, ConfigError
 from kb.sources import ReleaseSource
 
-__all__ = ["DEV_VERSION", "DevBuildNeedsGit", "GitFetchError", "dev_commit", "ensure_commit",
-           "extract_commit", "fetch_dev_build", "mirror_dir", "public_url"]
+__all__ = [
+    "DEV_VERSION",
+    "DevBuildNeedsGit",
+    "GitFetchError",
+    "dev_commit",
+    "ensure_commit",
+    "extract_commit",
+    "fetch_dev_build",
+    "mirror_dir",
+    "public_url",
+]
 
 #: ``0.5.19.dev410+gedff717ef`` (optionally ``.d20250101`` for a dirty tree): group 1 the commit.
 DEV_VERSION = re.compile(r"^[0-9][0-9A-Za-z.!]*\.dev[0-9]+\+g([0-9a-f]{7,40})(?:\.d[0-9]{8})?$")
@@ -77,8 +86,15 @@ def mirror_dir(home: Path, url: str) -> Path:
 def _git(*args: str, cwd: Path | None = None, binary: bool = False) -> subprocess.CompletedProcess:
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
     try:
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=not binary,
-                              env=env, timeout=GIT_TIMEOUT_S, check=False)
+        return subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=not binary,
+            env=env,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
     except FileNotFoundError as exc:
         raise GitFetchError("git is not installed; dev builds need it") from exc
     except subprocess.TimeoutExpired as exc:
@@ -111,16 +127,28 @@ def ensure_commit(url: str, commit: str, mirror: Path) -> str:
     found = _resolve(mirror, commit)
     if found:
         return found
-    proc = _git("fetch", "--quiet", "--prune", "--tags", "--", url,
-                "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", cwd=mirror)
+    proc = _git(
+        "fetch",
+        "--quiet",
+        "--prune",
+        "--tags",
+        "--",
+        url,
+        "+refs/heads/*:refs/heads/*",
+        "+refs/tags/*:refs/tags/*",
+        cwd=mirror,
+    )
     if proc.returncode != 0:
-        raise GitFetchError(f"git fetch from {public_url(url)} failed: {_err(proc)}",
-                            details={"url": public_url(url), "commit": commit})
+        raise GitFetchError(
+            f"git fetch from {public_url(url)} failed: {_err(proc)}",
+            details={"url": public_url(url), "commit": commit},
+        )
     found = _resolve(mirror, commit)
     if not found:
         raise GitFetchError(
             f"commit {commit} is not on any branch or tag of {public_url(url)}",
-            details={"url": public_url(url), "commit": commit})
+            details={"url": public_url(url), "commit": commit},
+        )
     return found
 
 
@@ -131,8 +159,9 @@ def extract_commit(mirror: Path, sha: str, dest: Path) -> Path:
         return dest
     proc = _git("archive", "--format=tar", sha, "--", PACKAGE, cwd=mirror, binary=True)
     if proc.returncode != 0:
-        raise GitFetchError(f"commit {sha[:12]} has no {PACKAGE}: {_err(proc)}",
-                            details={"commit": sha})
+        raise GitFetchError(
+            f"commit {sha[:12]} has no {PACKAGE}: {_err(proc)}", details={"commit": sha}
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     prefix = "python/"
@@ -144,7 +173,7 @@ def extract_commit(mirror: Path, sha: str, dest: Path) -> Path:
                     continue
                 if ".." in Path(m.name).parts:
                     continue
-                m.name = m.name[len(prefix):]
+                m.name = m.name[len(prefix) :]
                 members.append(m)
             tar.extractall(tmp, members=members, filter="data")
         (tmp / ".complete").write_text(sha)
@@ -159,8 +188,9 @@ def extract_commit(mirror: Path, sha: str, dest: Path) -> Path:
     return dest
 
 
-def fetch_dev_build(version: str, *, git_url: str | None, home: Path,
-                    source_dir: Path) -> ReleaseSource:
+def fetch_dev_build(
+    version: str, *, git_url: str | None, home: Path, source_dir: Path
+) -> ReleaseSource:
     """The source of the commit ``version`` names, as a release called ``version``."""
     commit = dev_commit(version)
     if commit is None:
@@ -169,11 +199,13 @@ def fetch_dev_build(version: str, *, git_url: str | None, home: Path,
         raise DevBuildNeedsGit(
             f"{version} is a dev build of commit {commit}: set TRIAGE_SGLANG_GIT (setting "
             f"sglang_git) to SGLang's git URL or a local mirror to ingest it",
-            details={"version": version, "commit": commit, "setting": "TRIAGE_SGLANG_GIT"})
+            details={"version": version, "commit": commit, "setting": "TRIAGE_SGLANG_GIT"},
+        )
     mirror = mirror_dir(home, git_url)
     sha = ensure_commit(git_url, commit, mirror)
     root = extract_commit(mirror, sha, source_dir / f"git-{sha}")
     if not (root / "sglang").is_dir():
         raise GitFetchError(f"commit {sha[:12]} has no Python files under {PACKAGE}")
-    return ReleaseSource(version=version.strip(), root=root,
-                         origin=f"git:{public_url(git_url)}@{sha}")
+    return ReleaseSource(
+        version=version.strip(), root=root, origin=f"git:{public_url(git_url)}@{sha}"
+    )

@@ -39,9 +39,19 @@ from packaging.version import InvalidVersion, Version
 
 from kb.errors import AcquireError
 
-__all__ = ["DEFAULT_INDEX", "IndexFile", "IndexRelease", "Listing", "Skip", "fetch_files",
-           "list_releases", "parse_html_page", "parse_json_page", "project_url",
-           "select_releases"]
+__all__ = [
+    "DEFAULT_INDEX",
+    "IndexFile",
+    "IndexRelease",
+    "Listing",
+    "Skip",
+    "fetch_files",
+    "list_releases",
+    "parse_html_page",
+    "parse_json_page",
+    "project_url",
+    "select_releases",
+]
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 PROJECT = "sglang"
@@ -148,8 +158,15 @@ def parse_json_page(data: dict[str, Any], base_url: str = "") -> list[IndexFile]
             continue
         yanked, reason = _yanked(f.get("yanked", False))
         hashes = f.get("hashes") if isinstance(f.get("hashes"), dict) else {}
-        out.append(IndexFile(f["filename"], urllib.parse.urljoin(base_url, str(f.get("url", ""))),
-                             yanked, reason, hashes.get("sha256")))
+        out.append(
+            IndexFile(
+                f["filename"],
+                urllib.parse.urljoin(base_url, str(f.get("url", ""))),
+                yanked,
+                reason,
+                hashes.get("sha256"),
+            )
+        )
     return out
 
 
@@ -174,10 +191,17 @@ class _Links(HTMLParser):
         href = attrs.get("href") or ""
         url, _, fragment = href.partition("#")
         name = "".join(self._text).strip() or urllib.parse.unquote(url.rsplit("/", 1)[-1])
-        sha = fragment[len("sha256="):] if fragment.startswith("sha256=") else None
+        sha = fragment[len("sha256=") :] if fragment.startswith("sha256=") else None
         yanked = "data-yanked" in attrs
-        self.files.append(IndexFile(name, urllib.parse.urljoin(self.base_url, url), yanked,
-                                    (attrs.get("data-yanked") or None) if yanked else None, sha))
+        self.files.append(
+            IndexFile(
+                name,
+                urllib.parse.urljoin(self.base_url, url),
+                yanked,
+                (attrs.get("data-yanked") or None) if yanked else None,
+                sha,
+            )
+        )
 
 
 def parse_html_page(text: str, base_url: str = "") -> list[IndexFile]:
@@ -187,7 +211,9 @@ def parse_html_page(text: str, base_url: str = "") -> list[IndexFile]:
     return parser.files
 
 
-def fetch_files(index_url: str | None = None, *, timeout: float = 30.0) -> tuple[list[IndexFile], str]:
+def fetch_files(
+    index_url: str | None = None, *, timeout: float = 30.0
+) -> tuple[list[IndexFile], str]:
     """The project page's files and its format (``"json"`` or ``"html"``).
 
     ``http(s)://`` indexes are asked for JSON and read as HTML if they answer
@@ -216,8 +242,9 @@ def fetch_files(index_url: str | None = None, *, timeout: float = 30.0) -> tuple
     return parse_html_page(resp.text, str(resp.url)), "html"
 
 
-def select_releases(files: list[IndexFile], *, since: str | None = None,
-                    include_pre: bool = True) -> Listing:
+def select_releases(
+    files: list[IndexFile], *, since: str | None = None, include_pre: bool = True
+) -> Listing:
     """Group ``files`` by version and pick what to ingest: at or after ``since``, oldest first.
 
     Versions before ``since`` are left out silently (not asked for); the others
@@ -251,8 +278,9 @@ def select_releases(files: list[IndexFile], *, since: str | None = None,
     return Listing(releases, skipped)
 
 
-def list_releases(index_url: str | None = None, *, since: str | None = None,
-                  include_pre: bool = True) -> Listing:
+def list_releases(
+    index_url: str | None = None, *, since: str | None = None, include_pre: bool = True
+) -> Listing:
     """:func:`fetch_files` then :func:`select_releases`: what ``ingest --all`` works through."""
     files, page_format = fetch_files(index_url)
     listing = select_releases(files, since=since, include_pre=include_pre)

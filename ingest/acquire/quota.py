@@ -31,8 +31,16 @@ from pathlib import Path
 from kb.knowledge import KnowledgeBase
 from kb.settings import KBSettings
 
-__all__ = ["LEDGER_PREFIX", "Room", "disk_usage", "evict", "make_room", "one_ingest_at_a_time",
-           "on_demand_releases", "record_on_demand"]
+__all__ = [
+    "LEDGER_PREFIX",
+    "Room",
+    "disk_usage",
+    "evict",
+    "make_room",
+    "one_ingest_at_a_time",
+    "on_demand_releases",
+    "record_on_demand",
+]
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +64,10 @@ def one_ingest_at_a_time(kb: KnowledgeBase) -> Iterator[None]:
 def record_on_demand(kb: KnowledgeBase, version: str, when: float | None = None) -> None:
     """Remember that ``version`` was ingested on demand (it may be evicted later)."""
     with kb.store.transaction() as con:
-        con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                    (LEDGER_PREFIX + version, json.dumps({"landed": when or time.time()})))
+        con.execute(
+            "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+            (LEDGER_PREFIX + version, json.dumps({"landed": when or time.time()})),
+        )
 
 
 def on_demand_releases(kb: KnowledgeBase) -> dict[str, float]:
@@ -66,7 +76,7 @@ def on_demand_releases(kb: KnowledgeBase) -> dict[str, float]:
     held = {r["version"] for r in kb.store.releases()}
     out: dict[str, float] = {}
     for row in rows:
-        version = row["key"][len(LEDGER_PREFIX):]
+        version = row["key"][len(LEDGER_PREFIX) :]
         if version not in held:
             continue
         try:
@@ -90,8 +100,9 @@ def _tree_bytes(path: Path) -> int:
                     try:
                         if entry.is_dir(follow_symlinks=False):
                             stack.append(Path(entry.path))
-                        elif entry.is_file(follow_symlinks=False) and \
-                                not entry.name.endswith(("-wal", "-shm")):
+                        elif entry.is_file(follow_symlinks=False) and not entry.name.endswith(
+                            ("-wal", "-shm")
+                        ):
                             total += entry.stat(follow_symlinks=False).st_size
                     except OSError:
                         continue
@@ -127,8 +138,9 @@ def _source_folders(settings: KBSettings, version: str, origin: str | None) -> l
     found = [settings.source_dir / version]
     if origin and origin.startswith("git:") and "@" in origin:
         found.append(settings.source_dir / f"git-{origin.rsplit('@', 1)[1]}")
-    return [p for p in found if p.is_dir() and p.resolve().is_relative_to(
-        settings.source_dir.resolve())]
+    return [
+        p for p in found if p.is_dir() and p.resolve().is_relative_to(settings.source_dir.resolve())
+    ]
 
 
 def evict(kb: KnowledgeBase, settings: KBSettings, version: str) -> None:
@@ -165,8 +177,14 @@ class Room:
         return self.after < self.quota
 
 
-def make_room(kb: KnowledgeBase, settings: KBSettings, quota: int, *,
-              keep: Iterable[str] = (), last_used: Mapping[str, float] | None = None) -> Room:
+def make_room(
+    kb: KnowledgeBase,
+    settings: KBSettings,
+    quota: int,
+    *,
+    keep: Iterable[str] = (),
+    last_used: Mapping[str, float] | None = None,
+) -> Room:
     """Evict on-demand releases until the usage is under ``quota`` bytes.
 
     Least recently used first (``last_used``: version -> time it last answered, else the
@@ -179,14 +197,23 @@ def make_room(kb: KnowledgeBase, settings: KBSettings, quota: int, *,
         return room
     protected = set(settings.releases) | set(keep)
     used = dict(last_used or {})
-    candidates = sorted(((max(landed, used.get(v, 0.0)), v)
-                         for v, landed in on_demand_releases(kb).items() if v not in protected))
+    candidates = sorted(
+        (
+            (max(landed, used.get(v, 0.0)), v)
+            for v, landed in on_demand_releases(kb).items()
+            if v not in protected
+        )
+    )
     for _, version in candidates:
         evict(kb, settings, version)
         room.evicted.append(version)
         room.after = disk_usage(settings)
-        log.info("disk quota: evicted on-demand release %s (%d bytes in use of %d)",
-                 version, room.after, quota)
+        log.info(
+            "disk quota: evicted on-demand release %s (%d bytes in use of %d)",
+            version,
+            room.after,
+            quota,
+        )
         if room.ok:
             break
     return room

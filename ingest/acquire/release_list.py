@@ -31,8 +31,15 @@ from kb.errors import AcquireError
 
 from .pypi_index import IndexFile, fetch_files, project_url, select_releases
 
-__all__ = ["LISTING_TIMEOUT_S", "RETRY_LISTING_S", "Offered", "ReleaseList", "normalize",
-           "not_offered", "release_list_for"]
+__all__ = [
+    "LISTING_TIMEOUT_S",
+    "RETRY_LISTING_S",
+    "Offered",
+    "ReleaseList",
+    "normalize",
+    "not_offered",
+    "release_list_for",
+]
 
 #: A listing that failed is asked for again after this long at the earliest.
 RETRY_LISTING_S = 60.0
@@ -76,9 +83,14 @@ class ReleaseList:
     counts the times the index was asked.
     """
 
-    def __init__(self, index_url: str | None, *, ttl_s: float, cache_file: Path | None = None,
-                 fetch: Callable[[str | None], tuple[list[IndexFile], str]] | None = None,
-                 ) -> None:
+    def __init__(
+        self,
+        index_url: str | None,
+        *,
+        ttl_s: float,
+        cache_file: Path | None = None,
+        fetch: Callable[[str | None], tuple[list[IndexFile], str]] | None = None,
+    ) -> None:
         self.index_url = project_url(index_url)
         self._index = index_url
         self.ttl_s = max(0.0, ttl_s)
@@ -101,13 +113,17 @@ class ReleaseList:
         stale = self._fresh()
         if stale is not None and time.time() - stale.listed_at < self.ttl_s:
             return stale
-        got = (self._fetching.acquire(timeout=LISTING_TIMEOUT_S + 5) if stale is None
-               else self._fetching.acquire(blocking=False))
+        got = (
+            self._fetching.acquire(timeout=LISTING_TIMEOUT_S + 5)
+            if stale is None
+            else self._fetching.acquire(blocking=False)
+        )
         if not got:
             if stale is not None:
                 return stale
-            raise AcquireError("the release list is still being read from the index; "
-                               "try again in a moment")
+            raise AcquireError(
+                "the release list is still being read from the index; try again in a moment"
+            )
         try:
             again = self._fresh()
             if again is not None and time.time() - again.listed_at < self.ttl_s:
@@ -123,8 +139,11 @@ class ReleaseList:
                 files, _ = self._fetch(self._index)
                 listing = select_releases(files)
             except Exception as exc:  # httpx, a malformed page: never the caller's 500
-                why = exc.message if isinstance(exc, AcquireError) else \
-                    f"cannot list releases from {self.index_url}: {type(exc).__name__}: {exc}"
+                why = (
+                    exc.message
+                    if isinstance(exc, AcquireError)
+                    else f"cannot list releases from {self.index_url}: {type(exc).__name__}: {exc}"
+                )
                 with self._lock:
                     self._failed = (time.monotonic(), why[:500])
                 if stale is not None:
@@ -143,10 +162,14 @@ class ReleaseList:
         """The newest listing known (memory, else the cache file), fresh or not."""
         with self._lock:
             mine = self._offered
-        disk = self._read_cache() if mine is None or \
-            time.time() - mine.listed_at >= self.ttl_s else None
-        best = max((o for o in (mine, disk) if o is not None), key=lambda o: o.listed_at,
-                   default=None)
+        disk = (
+            self._read_cache()
+            if mine is None or time.time() - mine.listed_at >= self.ttl_s
+            else None
+        )
+        best = max(
+            (o for o in (mine, disk) if o is not None), key=lambda o: o.listed_at, default=None
+        )
         if best is not None and best is disk:
             with self._lock:
                 self._offered = best
@@ -159,8 +182,11 @@ class ReleaseList:
             data = json.loads(self.cache_file.read_text())
             if data.get("index_url") != self.index_url:
                 return None
-            return Offered(self.index_url, frozenset(str(v) for v in data["versions"]),
-                           float(data["listed_at"]))
+            return Offered(
+                self.index_url,
+                frozenset(str(v) for v in data["versions"]),
+                float(data["listed_at"]),
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return None  # a damaged cache file is listed again
 
@@ -171,8 +197,14 @@ class ReleaseList:
             self.cache_file.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".releases-", dir=self.cache_file.parent)
             with os.fdopen(fd, "w") as fh:
-                json.dump({"index_url": offered.index_url, "listed_at": offered.listed_at,
-                           "versions": sorted(offered.versions, key=Version)}, fh)
+                json.dump(
+                    {
+                        "index_url": offered.index_url,
+                        "listed_at": offered.listed_at,
+                        "versions": sorted(offered.versions, key=Version),
+                    },
+                    fh,
+                )
             os.replace(tmp, self.cache_file)
         except OSError:
             pass  # the memory copy still holds; a read-only home only costs more listings
@@ -204,16 +236,26 @@ def not_offered(version: str, releases: ReleaseList, *, git_url: str | None) -> 
     from .fetch import is_dev_build
 
     if is_dev_build(version):
-        return None if git_url else (
-            f"{version} is a dev build: its source is a git commit and TRIAGE_SGLANG_GIT is "
-            "not set, so nothing was fetched")
+        return (
+            None
+            if git_url
+            else (
+                f"{version} is a dev build: its source is a git commit and TRIAGE_SGLANG_GIT is "
+                "not set, so nothing was fetched"
+            )
+        )
     try:
         offered = releases.offered()
     except AcquireError as exc:
-        return f"the package index's release list could not be read ({exc.message}); " \
-               "nothing was fetched"
+        return (
+            f"the package index's release list could not be read ({exc.message}); "
+            "nothing was fetched"
+        )
     if normalize(version) in offered.versions:
         return None
     nearest = offered.nearest(version)
-    return (f"{version} is not a release on the package index ({len(offered.versions)} listed"
-            + (f"; the nearest is {nearest}" if nearest else "") + "), so nothing was fetched")
+    return (
+        f"{version} is not a release on the package index ({len(offered.versions)} listed"
+        + (f"; the nearest is {nearest}" if nearest else "")
+        + "), so nothing was fetched"
+    )

@@ -48,8 +48,10 @@ __all__ = [
 RULES_DIR = Path(__file__).resolve().parent
 SCHEMA_PATH = RULES_DIR / "schema.json"
 
-_CITATION = re.compile(r"^(?P<release>[^:\s]+):(?P<path>[^:\s]+):(?P<function>[^:\s]+):"
-                       r"(?P<start>\d+)(?:-(?P<end>\d+))?$")
+_CITATION = re.compile(
+    r"^(?P<release>[^:\s]+):(?P<path>[^:\s]+):(?P<function>[^:\s]+):"
+    r"(?P<start>\d+)(?:-(?P<end>\d+))?$"
+)
 _GIVEN = re.compile(r"\bgiven\(")
 
 
@@ -76,8 +78,9 @@ def parse_citation(text: str) -> Citation:
     end = int(m["end"]) if m["end"] else start
     if end < start:
         raise ValueError(f"citation {text!r} ends before it starts")
-    return Citation(release=m["release"], path=m["path"], function=m["function"],
-                    start=start, end=end)
+    return Citation(
+        release=m["release"], path=m["path"], function=m["function"], start=start, end=end
+    )
 
 
 class FixHints(BaseModel):
@@ -226,8 +229,11 @@ def remember_reads(when: str, require: str, reads: frozenset[str]) -> None:
 HELPER_READS: dict[str, tuple[str, ...]] = {
     "attn_dp_enabled_of": ("attn_dp_size", "ep_join_mode"),
     "num_dp_ranks_of": ("dp_size", "attn_dp_size"),
-    "attention_backends_of": ("attention_backend", "prefill_attention_backend",
-                              "decode_attention_backend"),
+    "attention_backends_of": (
+        "attention_backend",
+        "prefill_attention_backend",
+        "decode_attention_backend",
+    ),
 }
 
 
@@ -259,8 +265,11 @@ def load_card_file(path: Path) -> list[Card]:
             raise ConfigError(f"{path.name}: entry {i} is not a mapping")
         problems = schema_errors(item)
         if problems:
-            raise ConfigError(f"{path.name}: card {item.get('id', i)!r} breaks the schema: "
-                              + "; ".join(problems[:3]), details={"errors": problems})
+            raise ConfigError(
+                f"{path.name}: card {item.get('id', i)!r} breaks the schema: "
+                + "; ".join(problems[:3]),
+                details={"errors": problems},
+            )
         try:
             cards.append(Card.model_validate(item))
         except ValueError as exc:
@@ -302,8 +311,10 @@ def schema_errors(item: dict[str, Any]) -> list[str]:
     import jsonschema
 
     validator = jsonschema.Draft202012Validator(card_schema())
-    return [f"{'/'.join(str(p) for p in e.absolute_path) or '<card>'}: {e.message}"
-            for e in validator.iter_errors(item)]
+    return [
+        f"{'/'.join(str(p) for p in e.absolute_path) or '<card>'}: {e.message}"
+        for e in validator.iter_errors(item)
+    ]
 
 
 # ------------------------------------------------------------------------- citations
@@ -323,7 +334,9 @@ def citation_problem(store: Store, citation: str) -> str | None:
         return f"release {c.release} is not in the KB"
     rows = store.query(
         "SELECT start_line, end_line, decorator_start FROM functions "
-        "WHERE release = ? AND path = ? AND qualname = ?", (c.release, c.path, c.function))
+        "WHERE release = ? AND path = ? AND qualname = ?",
+        (c.release, c.path, c.function),
+    )
     if not rows:
         if not store.file_lines(c.release, c.path, 1, 1):
             return f"{c.path} is not a file of {c.release}"

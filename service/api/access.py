@@ -39,9 +39,20 @@ from kb.records import Records, owner_check
 from service.api.limits import BoundedDict
 from service.settings import Settings, reveal
 
-__all__ = ["MAX_KEY_FAILURES", "Caller", "caller_of", "check_key", "client_address",
-           "confirm_refusal", "key_owner", "keyed", "may_read", "rate_bucket",
-           "readable_incidents", "redact_confirmation"]
+__all__ = [
+    "MAX_KEY_FAILURES",
+    "Caller",
+    "caller_of",
+    "check_key",
+    "client_address",
+    "confirm_refusal",
+    "key_owner",
+    "keyed",
+    "may_read",
+    "rate_bucket",
+    "readable_incidents",
+    "redact_confirmation",
+]
 
 T = TypeVar("T")
 
@@ -121,11 +132,15 @@ def check_key(request: Request, settings: Settings) -> Caller:
         if len(recent) >= MAX_KEY_FAILURES:
             failures[client] = recent
             wait = max(1, int(FAIL_WINDOW_S - (now - recent[0])) + 1)
-            raise HTTPException(429, "too many wrong API keys from this address; wait a minute",
-                                headers={"Retry-After": str(wait)})
+            raise HTTPException(
+                429,
+                "too many wrong API keys from this address; wait a minute",
+                headers={"Retry-After": str(wait)},
+            )
         failures[client] = [*recent, now][-MAX_KEY_FAILURES:]
-    raise HTTPException(401, "missing or wrong bearer API key",
-                        headers={"WWW-Authenticate": "Bearer"})
+    raise HTTPException(
+        401, "missing or wrong bearer API key", headers={"WWW-Authenticate": "Bearer"}
+    )
 
 
 def caller_of(request: Request, settings: Settings) -> Caller:
@@ -141,15 +156,19 @@ def may_read(caller: Caller, owner: str | None) -> bool:
     return not caller.keyed or caller.team or owner is None or owner == caller.owner
 
 
-def confirm_refusal(caller: Caller, triage_owner: str | None, confirmed: bool,
-                    confirmed_by: str | None) -> str | None:
+def confirm_refusal(
+    caller: Caller, triage_owner: str | None, confirmed: bool, confirmed_by: str | None
+) -> str | None:
     """Why ``caller`` may not confirm this triage (None when it may); see the module doc."""
     check = owner_check(caller.owner, team=caller.team, any_first=not caller.keyed)
     return check(triage_owner, confirmed, confirmed_by)
 
 
-def redact_confirmation(fix: dict[str, Any], note: str, settings: Settings,
-                        ) -> tuple[dict[str, Any], str]:
+def redact_confirmation(
+    fix: dict[str, Any],
+    note: str,
+    settings: Settings,
+) -> tuple[dict[str, Any], str]:
     """A confirmation's fix and note with secrets replaced by ``***`` (before they are
     stored, shown in ``similar`` and ``/incidents``, or copied into later answers): token
     shapes, the service's own keys, and the value of a secret-like flag (``--api-key``,

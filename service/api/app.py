@@ -44,12 +44,28 @@ from service.errors import BinaryInput, EmptyInput, InputTooLarge, LogParseError
 from service.settings import Settings, get_settings, reveal
 from service.wiring import jobs_for, kb_for, records_for
 
-__all__ = ["MAX_KEY_FAILURES", "RequestIdMiddleware", "app", "app_settings", "create_app",
-           "get_engine", "get_kb", "get_records", "key_ok", "require_key"]
+__all__ = [
+    "MAX_KEY_FAILURES",
+    "RequestIdMiddleware",
+    "app",
+    "app_settings",
+    "create_app",
+    "get_engine",
+    "get_kb",
+    "get_records",
+    "key_ok",
+    "require_key",
+]
 
 _STATUS: list[tuple[type[TriageError], int]] = [
-    (EmptyInput, 400), (BinaryInput, 415), (InputTooLarge, 413), (LogParseError, 422),
-    (ReleaseNotIngested, 404), (UnknownRelease, 422), (ConfigError, 400), (VectorStoreError, 503),
+    (EmptyInput, 400),
+    (BinaryInput, 415),
+    (InputTooLarge, 413),
+    (LogParseError, 422),
+    (ReleaseNotIngested, 404),
+    (UnknownRelease, 422),
+    (ConfigError, 400),
+    (VectorStoreError, 503),
 ]
 
 EXAMPLE_LOG = (
@@ -74,8 +90,10 @@ async def get_kb(settings: Annotated[Settings, Depends(app_settings)]) -> Knowle
     return kb_for(settings)
 
 
-async def get_engine(kb: Annotated[KnowledgeBase, Depends(get_kb)],
-                     settings: Annotated[Settings, Depends(app_settings)]) -> Engine:
+async def get_engine(
+    kb: Annotated[KnowledgeBase, Depends(get_kb)],
+    settings: Annotated[Settings, Depends(app_settings)],
+) -> Engine:
     return Engine(kb, settings)
 
 
@@ -98,8 +116,9 @@ def _client(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
-async def require_key(request: Request,
-                      settings: Annotated[Settings, Depends(app_settings)]) -> None:
+async def require_key(
+    request: Request, settings: Annotated[Settings, Depends(app_settings)]
+) -> None:
     """Admit a request with a valid key (or any on an open service), else 401/429; the
     caller is kept for ownership checks (:func:`service.api.access.check_key`)."""
     access.check_key(request, settings)
@@ -108,22 +127,30 @@ async def require_key(request: Request,
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The API. ``settings`` (default: the process's) configure what is fixed when the app is
     built: the request guard, Slack; requests read theirs through :func:`app_settings`."""
-    app = FastAPI(title="sglang-triage", version=app_version(),
-                  description="Why did SGLang refuse to start, and which flag change fixes it?",
-                  docs_url=None, redoc_url=None, openapi_url=None)  # see service.api.docs
+    app = FastAPI(
+        title="sglang-triage",
+        version=app_version(),
+        description="Why did SGLang refuse to start, and which flag change fixes it?",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )  # see service.api.docs
 
     settings = settings or get_settings()
-    app.add_middleware(RequestGuard,
-                       hosts=allowed_hosts(settings.allowed_hosts, settings.public_url),
-                       origins=frozenset({settings.public_url.rstrip("/").lower()}),
-                       max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        RequestGuard,
+        hosts=allowed_hosts(settings.allowed_hosts, settings.public_url),
+        origins=frozenset({settings.public_url.rstrip("/").lower()}),
+        max_body_bytes=settings.max_body_bytes,
+    )
     app.add_middleware(RequestIdMiddleware)  # outermost: every answer gets its request id
 
     @app.exception_handler(TriageError)
     async def triage_error(_: Request, exc: TriageError) -> JSONResponse:
         status = next((code for cls, code in _STATUS if isinstance(exc, cls)), 422)
-        return JSONResponse({"detail": exc.message, "error": type(exc).__name__, **exc.details},
-                            status_code=status)
+        return JSONResponse(
+            {"detail": exc.message, "error": type(exc).__name__, **exc.details}, status_code=status
+        )
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:
@@ -137,9 +164,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         from service.replay.sandbox import status as sandbox_status
 
         sandbox = sandbox_status()
-        body = {"ready": ready, "releases": releases, "chroma": "ok" if chroma else "unreachable",
-                "replay": {"sandbox": sandbox.available, "detail": sandbox.reason},
-                "degraded": not chroma or not sandbox.available}
+        body = {
+            "ready": ready,
+            "releases": releases,
+            "chroma": "ok" if chroma else "unreachable",
+            "replay": {"sandbox": sandbox.available, "detail": sandbox.reason},
+            "degraded": not chroma or not sandbox.available,
+        }
         return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/releases", dependencies=[Depends(require_key)])
@@ -147,32 +178,58 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return kb.store.releases()
 
     @app.get("/search", dependencies=[Depends(require_key)])
-    def search(q: Annotated[str, Query(min_length=1, max_length=2000)],
-               release: str, kb: Annotated[KnowledgeBase, Depends(get_kb)],
-               k: Annotated[int, Query(ge=1, le=50)] = 5) -> dict[str, Any]:
+    def search(
+        q: Annotated[str, Query(min_length=1, max_length=2000)],
+        release: str,
+        kb: Annotated[KnowledgeBase, Depends(get_kb)],
+        k: Annotated[int, Query(ge=1, le=50)] = 5,
+    ) -> dict[str, Any]:
         from kb.search import hybrid_search
 
         return hybrid_search(kb, q, release, k=k).as_dict()
 
-    @app.post("/triage", dependencies=[Depends(require_key),
-                                       Depends(triage_rate_limit(
-                                           app_settings,
-                                           access.rate_bucket))],
-              response_class=Response,
-              responses={200: {"model": TriageResult, "description": "The diagnosis, with its "
-                               "`id` (`GET /triage/{id}` shows it again, with replay verdicts)"}},
-              openapi_extra={"requestBody": {"content": {
-                  "text/plain": {"schema": {"type": "string"}, "example": EXAMPLE_LOG},
-                  "application/json": {"schema": TriageRequest.model_json_schema(),
-                                       "example": {"log": EXAMPLE_LOG, "release": "0.5.11",
-                                                   "hardware": "rtx-pro-6000-x8"}}},
-                  "required": True}})
-    async def triage(request: Request, settings: Annotated[Settings, Depends(app_settings)],
-                     engine: Annotated[Engine, Depends(get_engine)],
-                     records: Annotated[Records, Depends(get_records)],
-                     release: str | None = None, hardware: str | None = None,
-                     model: str | None = None, model_arch: str | None = None,
-                     replay: bool = True) -> Response:
+    @app.post(
+        "/triage",
+        dependencies=[
+            Depends(require_key),
+            Depends(triage_rate_limit(app_settings, access.rate_bucket)),
+        ],
+        response_class=Response,
+        responses={
+            200: {
+                "model": TriageResult,
+                "description": "The diagnosis, with its "
+                "`id` (`GET /triage/{id}` shows it again, with replay verdicts)",
+            }
+        },
+        openapi_extra={
+            "requestBody": {
+                "content": {
+                    "text/plain": {"schema": {"type": "string"}, "example": EXAMPLE_LOG},
+                    "application/json": {
+                        "schema": TriageRequest.model_json_schema(),
+                        "example": {
+                            "log": EXAMPLE_LOG,
+                            "release": "0.5.11",
+                            "hardware": "rtx-pro-6000-x8",
+                        },
+                    },
+                },
+                "required": True,
+            }
+        },
+    )
+    async def triage(
+        request: Request,
+        settings: Annotated[Settings, Depends(app_settings)],
+        engine: Annotated[Engine, Depends(get_engine)],
+        records: Annotated[Records, Depends(get_records)],
+        release: str | None = None,
+        hardware: str | None = None,
+        model: str | None = None,
+        model_arch: str | None = None,
+        replay: bool = True,
+    ) -> Response:
         body = await _read_limited(request, settings.max_body_bytes)
         payload: str | dict[str, Any]
         ctype = request.headers.get("content-type", "text/plain").split(";")[0].strip().lower()
@@ -183,8 +240,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     data = json.loads(body.decode("utf-8"))
                 req = TriageRequest.model_validate(data)
             except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-                raise HTTPException(422, f"invalid JSON body: {str(exc)[:300] or type(exc).__name__}",
-                                    ) from exc
+                raise HTTPException(
+                    422,
+                    f"invalid JSON body: {str(exc)[:300] or type(exc).__name__}",
+                ) from exc
             payload = req.model_dump(exclude_none=True)
             if isinstance(req.command, list):
                 payload["command"] = " ".join(req.command)
@@ -200,17 +259,44 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             except UnicodeDecodeError as exc:
                 raise BinaryInput("the body is not UTF-8 text") from exc
             payload = text
-        options = {"release": release, "hardware": hardware, "model": model, "model_arch": model_arch}
-        body = await run_in_threadpool(_answer, engine, records, settings, payload, text, options,
-                                       replay, _client(request),
-                                       access.caller_of(request, settings))
+        options = {
+            "release": release,
+            "hardware": hardware,
+            "model": model,
+            "model_arch": model_arch,
+        }
+        body = await run_in_threadpool(
+            _answer,
+            engine,
+            records,
+            settings,
+            payload,
+            text,
+            options,
+            replay,
+            _client(request),
+            access.caller_of(request, settings),
+        )
         return Response(body, media_type="application/json")
 
-    @app.post("/lint", dependencies=[Depends(require_key)],
-              openapi_extra={"requestBody": {"content": {"application/json": {"example": {
-                  "release": "0.5.11", "hardware": "rtx-pro-6000-x8",
-                  "command": "python -m sglang.launch_server --model-path /models/Kimi-K2.6 --tp 8 "
-                             "--speculative-algorithm EAGLE3 --speculative-eagle-topk 4"}}}}})
+    @app.post(
+        "/lint",
+        dependencies=[Depends(require_key)],
+        openapi_extra={
+            "requestBody": {
+                "content": {
+                    "application/json": {
+                        "example": {
+                            "release": "0.5.11",
+                            "hardware": "rtx-pro-6000-x8",
+                            "command": "python -m sglang.launch_server --model-path /models/Kimi-K2.6 --tp 8 "
+                            "--speculative-algorithm EAGLE3 --speculative-eagle-topk 4",
+                        }
+                    }
+                }
+            }
+        },
+    )
     def lint(body: dict[str, Any], kb: Annotated[KnowledgeBase, Depends(get_kb)]) -> dict[str, Any]:
         from service.engine import lint_payload
 
@@ -220,18 +306,34 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(422, str(exc)[:500]) from exc
 
     @app.get("/rules", dependencies=[Depends(require_key)])
-    def rules(kb: Annotated[KnowledgeBase, Depends(get_kb)], release: str | None = None,
-              origin: str | None = None, severity: str | None = None, q: str | None = None,
-              limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-              offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0) -> dict[str, Any]:
+    def rules(
+        kb: Annotated[KnowledgeBase, Depends(get_kb)],
+        release: str | None = None,
+        origin: str | None = None,
+        severity: str | None = None,
+        q: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0,
+    ) -> dict[str, Any]:
         from service.engine import rules_payload
 
-        return rules_payload(kb.store, release=release, origin=origin, severity=severity, q=q,
-                             limit=limit, offset=offset)
+        return rules_payload(
+            kb.store,
+            release=release,
+            origin=origin,
+            severity=severity,
+            q=q,
+            limit=limit,
+            offset=offset,
+        )
 
     @app.get("/triage/{tid}", dependencies=[Depends(require_key)])
-    def get_triage(tid: str, request: Request, records: Annotated[Records, Depends(get_records)],
-                   settings: Annotated[Settings, Depends(app_settings)]) -> dict[str, Any]:
+    def get_triage(
+        tid: str,
+        request: Request,
+        records: Annotated[Records, Depends(get_records)],
+        settings: Annotated[Settings, Depends(app_settings)],
+    ) -> dict[str, Any]:
         owners = records.owners(tid)
         rec = records.get(tid) if owners is not None else None
         if rec is None or not access.may_read(access.caller_of(request, settings), owners[0]):
@@ -239,10 +341,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return rec
 
     @app.post("/incidents/{tid}/confirm", dependencies=[Depends(require_key)])
-    def confirm(tid: str, body: ConfirmRequest, request: Request,
-                records: Annotated[Records, Depends(get_records)],
-                kb: Annotated[KnowledgeBase, Depends(get_kb)],
-                settings: Annotated[Settings, Depends(app_settings)]) -> dict[str, Any]:
+    def confirm(
+        tid: str,
+        body: ConfirmRequest,
+        request: Request,
+        records: Annotated[Records, Depends(get_records)],
+        kb: Annotated[KnowledgeBase, Depends(get_kb)],
+        settings: Annotated[Settings, Depends(app_settings)],
+    ) -> dict[str, Any]:
         caller = access.caller_of(request, settings)
         owners = records.owners(tid)
         rec = records.get(tid) if owners is not None else None
@@ -254,31 +360,43 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         fix, note = access.redact_confirmation(body.fix_dict(), body.note, settings)
         try:
             stored = records.confirm(
-                tid, fix, note, source=body.source, owner=caller.owner,
-                check=lambda t, done, c: access.confirm_refusal(caller, t, done, c))
+                tid,
+                fix,
+                note,
+                source=body.source,
+                owner=caller.owner,
+                check=lambda t, done, c: access.confirm_refusal(caller, t, done, c),
+            )
         except ConfirmRefused as exc:
             raise HTTPException(403, exc.message) from exc
         if not stored:
             raise HTTPException(404, f"no stored triage {tid[:100]}")
         return {"id": tid, "confirmed": True}
 
-    @app.get("/incidents", dependencies=[Depends(require_key)],
-             response_class=responses.NDJSONResponse)
-    def export(request: Request, records: Annotated[Records, Depends(get_records)],
-               kb: Annotated[KnowledgeBase, Depends(get_kb)],
-               settings: Annotated[Settings, Depends(app_settings)],
-               source: Literal["api", "web", "slack"] | None = None,
-               limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-               offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0) -> Response:
+    @app.get(
+        "/incidents", dependencies=[Depends(require_key)], response_class=responses.NDJSONResponse
+    )
+    def export(
+        request: Request,
+        records: Annotated[Records, Depends(get_records)],
+        kb: Annotated[KnowledgeBase, Depends(get_kb)],
+        settings: Annotated[Settings, Depends(app_settings)],
+        source: Literal["api", "web", "slack"] | None = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0,
+    ) -> Response:
         """Confirmed triages as eval incidents, JSONL (``sglang-triage eval --incidents``),
         a page at a time (``limit``/``offset`` over the confirmations, oldest first); with
         keys, only the caller's own triages (a team key: all), so a page may be short."""
         from kb.recording import export_confirmed
 
         incidents = export_confirmed(records, kb.store, source=source, limit=limit, offset=offset)
-        lines = [json.dumps(redact_payload(i.model_dump(mode="json")), ensure_ascii=False) + "\n"
-                 for i in access.readable_incidents(access.caller_of(request, settings),
-                                                    incidents, records)]
+        lines = [
+            json.dumps(redact_payload(i.model_dump(mode="json")), ensure_ascii=False) + "\n"
+            for i in access.readable_incidents(
+                access.caller_of(request, settings), incidents, records
+            )
+        ]
         return responses.NDJSONResponse("".join(lines))
 
     from service.web import mount_web
@@ -311,9 +429,17 @@ def _unknown_flags(kb: KnowledgeBase, rec: dict[str, Any], flags: list[str]) -> 
 PURGE_EVERY = storage.PURGE_EVERY
 
 
-def _answer(engine: Engine, records: Records, settings: Settings, payload: str | dict[str, Any],
-            text: str, options: dict[str, str | None], replay: bool, client: str = "local",
-            caller: access.Caller | None = None) -> bytes:
+def _answer(
+    engine: Engine,
+    records: Records,
+    settings: Settings,
+    payload: str | dict[str, Any],
+    text: str,
+    options: dict[str, str | None],
+    replay: bool,
+    client: str = "local",
+    caller: access.Caller | None = None,
+) -> bytes:
     """Triage, store and encode one answer (on a worker thread: all of it blocks).
 
     The answer is encoded to JSON once; the same text is stored and returned. The replay
@@ -335,8 +461,9 @@ def _answer(engine: Engine, records: Records, settings: Settings, payload: str |
         records.save(tid, request_record, updated.model_dump_json())
 
     late = ondemand.LateAnswer(landed)  # delivers only after the first answer is stored
-    result = ondemand.triage(engine, settings, payload, **options, replay=replay,
-                             client=caller.owner, on_update=late)  # budgets: per key or address
+    result = ondemand.triage(
+        engine, settings, payload, **options, replay=replay, client=caller.owner, on_update=late
+    )  # budgets: per key or address
     metrics.observe_triage(result.timings_ms, result.status)
     tid = new_triage_id()
     result.id = tid
@@ -344,20 +471,30 @@ def _answer(engine: Engine, records: Records, settings: Settings, payload: str |
         result.degraded.append("vector store unreachable: search falls back to keywords")
     if result.location is not None:
         similar = records.similar(
-            result.location.path, result.location.function, exclude=tid,
+            result.location.path,
+            result.location.function,
+            exclude=tid,
             # open service: other people's triages are not linked; with keys, only readable ones
-            show_id=lambda owner: caller.keyed and access.may_read(caller, owner))
+            show_id=lambda owner: caller.keyed and access.may_read(caller, owner),
+        )
         result.similar = redact_payload(similar)  # notes stored before they were redacted
     request_record = {"options": options, "log": redact(text)[:200_000]}
     refused = storage.disk_refusal(records, settings)
     if refused:
         result.id = None
         result.degraded.append(refused)
-    wants_replay = (replay and result.status == "located" and settings.replay_enabled
-                    and not refused and not ondemand.ingesting(result))
+    wants_replay = (
+        replay
+        and result.status == "located"
+        and settings.replay_enabled
+        and not refused
+        and not ondemand.ingesting(result)
+    )
     if wants_replay:
-        result.replay = {"status": "pending",
-                         "detail": f"GET /triage/{tid} shows the replay verdicts when done"}
+        result.replay = {
+            "status": "pending",
+            "detail": f"GET /triage/{tid} shows the replay verdicts when done",
+        }
     encoded = result.model_dump_json()
     # stored before the replay starts: a replay answered from its cache may finish (and
     # store its verdicts) at once, and must not be overwritten by this "pending" record
@@ -371,25 +508,39 @@ def _answer(engine: Engine, records: Records, settings: Settings, payload: str |
         jobs = jobs_for(settings, records)  # None: replay runs in this process
         try:
             if jobs is not None:  # a durable job for `sglang-triage replay-worker`
-                fut = jobs.enqueue_triage(tid, json.loads(encoded),
-                                          list(result.parsed.command or []),
-                                          result.parsed.hardware, result.parsed.model_arch,
-                                          client=client)
+                fut = jobs.enqueue_triage(
+                    tid,
+                    json.loads(encoded),
+                    list(result.parsed.command or []),
+                    result.parsed.hardware,
+                    result.parsed.model_arch,
+                    client=client,
+                )
             else:
-                fut = schedule(settings, json.loads(encoded), list(result.parsed.command or []),
-                               result.parsed.hardware, result.parsed.model_arch,
-                               lambda updated: records.save(tid, request_record, updated),
-                               client=client)
+                fut = schedule(
+                    settings,
+                    json.loads(encoded),
+                    list(result.parsed.command or []),
+                    result.parsed.hardware,
+                    result.parsed.model_arch,
+                    lambda updated: records.save(tid, request_record, updated),
+                    client=client,
+                )
         except QueueFull as exc:
             result.replay = {"status": "unverified", "detail": f"{exc.message}; try again later"}
         else:
             if fut is None:
                 release = (result.release or {}).get("release")
                 argv = list(result.parsed.command or [])
-                why = (jobs.unavailable_reason(release, argv) if jobs is not None
-                       else unavailable_reason(settings, release, argv))
-                result.replay = {"status": "unavailable",
-                                 "detail": why or "replay could not be scheduled"}
+                why = (
+                    jobs.unavailable_reason(release, argv)
+                    if jobs is not None
+                    else unavailable_reason(settings, release, argv)
+                )
+                result.replay = {
+                    "status": "unavailable",
+                    "detail": why or "replay could not be scheduled",
+                }
         if result.replay.get("status") != "pending":
             encoded = result.model_dump_json()
             records.save(tid, request_record, encoded)
@@ -433,10 +584,14 @@ class RequestIdMiddleware:
             seconds = time.perf_counter() - t0
             metrics.observe_request(scope, status, seconds)
             client = scope.get("client")
-            log_access(request_id=rid.decode(), method=str(scope.get("method")),
-                       path=str(scope.get("path")), status=status,
-                       duration_ms=round(seconds * 1000, 2),
-                       client=str(client[0]) if client else None)
+            log_access(
+                request_id=rid.decode(),
+                method=str(scope.get("method")),
+                path=str(scope.get("path")),
+                status=status,
+                duration_ms=round(seconds * 1000, 2),
+                client=str(client[0]) if client else None,
+            )
             REQUEST_ID.reset(token)
 
 
@@ -467,18 +622,21 @@ def _vectors_ok(kb: KnowledgeBase, ttl_s: float = 5.0) -> bool:
 async def _read_limited(request: Request, limit: int) -> bytes:
     length = request.headers.get("content-length")
     if length and length.isdigit() and int(length) > limit:
-        raise InputTooLarge(f"the body is {int(length)} bytes; the limit is {limit}",
-                            details={"limit": limit})
+        raise InputTooLarge(
+            f"the body is {int(length)} bytes; the limit is {limit}", details={"limit": limit}
+        )
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise InputTooLarge(f"the body exceeds the limit of {limit} bytes", details={"limit": limit})
+            raise InputTooLarge(
+                f"the body exceeds the limit of {limit} bytes", details={"limit": limit}
+            )
         chunks.append(chunk)
     body = b"".join(chunks)
     if not body.strip():
-        raise EmptyInput("the body is empty: POST the crash log as text/plain or JSON {\"log\": ...}")
+        raise EmptyInput('the body is empty: POST the crash log as text/plain or JSON {"log": ...}')
     return body
 
 

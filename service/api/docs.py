@@ -23,8 +23,9 @@ def mount_docs(app: FastAPI, require_key: Callable[..., Any]) -> None:
     """Add ``/openapi.json``, ``/docs`` and ``/docs/assets`` (the app is built without them)."""
     import swagger_ui_bundle
 
-    app.mount("/docs/assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path),
-              name="docs-assets")
+    app.mount(
+        "/docs/assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets"
+    )
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_key)])
     def openapi() -> JSONResponse:
@@ -32,7 +33,10 @@ def mount_docs(app: FastAPI, require_key: Callable[..., Any]) -> None:
 
     @app.get("/docs", include_in_schema=False, dependencies=[Depends(require_key)])
     def docs() -> HTMLResponse:
-        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} API",
-                                   swagger_js_url="/docs/assets/swagger-ui-bundle.js",
-                                   swagger_css_url="/docs/assets/swagger-ui.css",
-                                   swagger_favicon_url="/docs/assets/favicon-32x32.png")
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title=f"{app.title} API",
+            swagger_js_url="/docs/assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs/assets/swagger-ui.css",
+            swagger_favicon_url="/docs/assets/favicon-32x32.png",
+        )

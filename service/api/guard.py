@@ -58,7 +58,7 @@ def allowed_hosts(configured: Iterable[str], public_url: str) -> frozenset[str]:
 def _host_name(host: str) -> str:
     host = host.strip().lower()
     if host.startswith("["):  # [::1]:8000
-        return host[1:host.find("]")] if "]" in host else host
+        return host[1 : host.find("]")] if "]" in host else host
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
@@ -78,8 +78,9 @@ class RequestGuard:
     """See the module docstring: ``hosts`` allowed in ``Host``, ``origins`` allowed besides
     the request's own, and the body limit."""
 
-    def __init__(self, app: Any, *, hosts: frozenset[str], origins: frozenset[str],
-                 max_body_bytes: int) -> None:
+    def __init__(
+        self, app: Any, *, hosts: frozenset[str], origins: frozenset[str], max_body_bytes: int
+    ) -> None:
         self.app = app
         self.hosts = hosts
         self.origins = origins
@@ -93,8 +94,12 @@ class RequestGuard:
         raw_host = headers.get(b"host", b"").decode("latin-1").strip().lower()
         host = _host_name(raw_host)
         if host not in self.hosts:
-            await _reject(send, 400, "HostNotAllowed",
-                          f"Host {host!r} is not served here (TRIAGE_ALLOWED_HOSTS)")
+            await _reject(
+                send,
+                400,
+                "HostNotAllowed",
+                f"Host {host!r} is not served here (TRIAGE_ALLOWED_HOSTS)",
+            )
             return
         if scope["method"] in _UNSAFE:
             problem = self._cross_site(headers, raw_host)
@@ -103,8 +108,13 @@ class RequestGuard:
                 return
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await _reject(send, 413, "InputTooLarge",
-                          f"the body is over the {self.limit} byte limit", limit=self.limit)
+            await _reject(
+                send,
+                413,
+                "InputTooLarge",
+                f"the body is over the {self.limit} byte limit",
+                limit=self.limit,
+            )
             return
         body = bytearray()
         more = scope["method"] not in ("GET", "HEAD", "OPTIONS")
@@ -112,15 +122,24 @@ class RequestGuard:
             try:
                 message = await asyncio.wait_for(receive(), timeout=BODY_TIMEOUT_S)
             except asyncio.TimeoutError:
-                await _reject(send, 408, "RequestTimeout",
-                              f"the body did not arrive within {BODY_TIMEOUT_S:.0f} s")
+                await _reject(
+                    send,
+                    408,
+                    "RequestTimeout",
+                    f"the body did not arrive within {BODY_TIMEOUT_S:.0f} s",
+                )
                 return
             if message["type"] == "http.disconnect":
                 return
             body += message.get("body", b"")
             if len(body) > self.limit:
-                await _reject(send, 413, "InputTooLarge",
-                              f"the body is over the {self.limit} byte limit", limit=self.limit)
+                await _reject(
+                    send,
+                    413,
+                    "InputTooLarge",
+                    f"the body is over the {self.limit} byte limit",
+                    limit=self.limit,
+                )
                 return
             more = bool(message.get("more_body"))
         ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
@@ -156,7 +175,14 @@ class RequestGuard:
 
 async def _reject(send: Send, status: int, error: str, detail: str, **extra: Any) -> None:
     body = json.dumps({"detail": detail, "error": error, **extra}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

@@ -78,8 +78,14 @@ class TokenBuckets:
     """Per-key token buckets: ``per_minute`` tokens a minute, at most ``burst`` saved up,
     for at most ``max_keys`` keys."""
 
-    def __init__(self, per_minute: float, burst: int, *, max_keys: int = MAX_CLIENTS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        per_minute: float,
+        burst: int,
+        *,
+        max_keys: int = MAX_CLIENTS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.rate = per_minute / 60.0
         self.burst = float(max(1, burst))
         self.clock = clock
@@ -115,9 +121,10 @@ def buckets_for(app_state: object, settings: Settings) -> TokenBuckets:
     return found
 
 
-def triage_rate_limit(settings_dependency: Callable[..., object],
-                      owner_of: Callable[[Request, Settings], str | None],
-                      ) -> Callable[..., object]:
+def triage_rate_limit(
+    settings_dependency: Callable[..., object],
+    owner_of: Callable[[Request, Settings], str | None],
+) -> Callable[..., object]:
     """A FastAPI dependency that takes one token of the caller's bucket or answers 429.
 
     ``settings_dependency`` is the app's own settings dependency (tests override it);
@@ -128,17 +135,19 @@ def triage_rate_limit(settings_dependency: Callable[..., object],
 
     # the dependency is a default, not an Annotated[...]: with postponed annotations FastAPI
     # could not resolve the local name ``settings_dependency``
-    async def limit(request: Request,
-                    settings: Settings = Depends(settings_dependency)) -> None:  # noqa: B008
+    async def limit(request: Request, settings: Settings = Depends(settings_dependency)) -> None:  # noqa: B008
         if settings.triage_rate_per_minute <= 0:
             return
         owner = owner_of(request, settings)
         wait = 0.0 if owner is None else buckets_for(request.app.state, settings).take(owner)
         if wait > 0:
             retry = "3600" if math.isinf(wait) else str(max(1, math.ceil(wait)))
-            raise HTTPException(429, f"too many triages from this client: at most "
-                                f"{settings.triage_rate_per_minute:g} a minute "
-                                f"(bursts of {settings.triage_burst}); try again later",
-                                headers={"Retry-After": retry})
+            raise HTTPException(
+                429,
+                f"too many triages from this client: at most "
+                f"{settings.triage_rate_per_minute:g} a minute "
+                f"(bursts of {settings.triage_burst}); try again later",
+                headers={"Retry-After": retry},
+            )
 
     return limit

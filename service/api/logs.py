@@ -21,8 +21,14 @@ import time
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["ACCESS_LOGGER", "REQUEST_ID", "JsonFormatter", "json_handler", "log_access",
-           "log_config"]
+__all__ = [
+    "ACCESS_LOGGER",
+    "REQUEST_ID",
+    "JsonFormatter",
+    "json_handler",
+    "log_access",
+    "log_config",
+]
 
 #: The id of the request being served (``None`` outside a request).
 REQUEST_ID: ContextVar[str | None] = ContextVar("sglang_triage_request_id", default=None)
@@ -42,9 +48,12 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        line: dict[str, Any] = {"ts": f"{ts}.{int(record.msecs):03d}Z",
-                                "level": record.levelname, "logger": record.name,
-                                "msg": record.getMessage()}
+        line: dict[str, Any] = {
+            "ts": f"{ts}.{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         rid = getattr(record, "request_id", None) or REQUEST_ID.get()
         if rid:
             line["request_id"] = rid
@@ -58,13 +67,27 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
-def log_access(*, request_id: str, method: str, path: str, status: int, duration_ms: float,
-               client: str | None) -> None:
+def log_access(
+    *, request_id: str, method: str, path: str, status: int, duration_ms: float, client: str | None
+) -> None:
     """Log one access line (INFO on ``sglang_triage.access``) with its fields."""
     if _access.isEnabledFor(logging.INFO):
-        _access.info("%s %s %s", method, path, status, extra={"request_id": request_id, "fields": {
-            "method": method, "path": path, "status": status, "duration_ms": duration_ms,
-            "client": client}})
+        _access.info(
+            "%s %s %s",
+            method,
+            path,
+            status,
+            extra={
+                "request_id": request_id,
+                "fields": {
+                    "method": method,
+                    "path": path,
+                    "status": status,
+                    "duration_ms": duration_ms,
+                    "client": client,
+                },
+            },
+        )
 
 
 def json_handler() -> logging.Handler:

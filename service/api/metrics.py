@@ -50,9 +50,19 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.routing import Mount
 
-__all__ = ["CONTENT_TYPE_LATEST", "REGISTRY", "CacheCollector", "observe_request",
-           "observe_triage", "render", "route_label", "set_version", "watch_engine_caches",
-           "watch_replay_pool", "watch_replay_queue"]
+__all__ = [
+    "CONTENT_TYPE_LATEST",
+    "REGISTRY",
+    "CacheCollector",
+    "observe_request",
+    "observe_triage",
+    "render",
+    "route_label",
+    "set_version",
+    "watch_engine_caches",
+    "watch_replay_pool",
+    "watch_replay_queue",
+]
 
 log = logging.getLogger("sglang_triage.metrics")
 
@@ -61,27 +71,67 @@ REGISTRY = CollectorRegistry()
 ProcessCollector(registry=REGISTRY)
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-_STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_STAGE_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
 _REPLAY_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 180.0, 300.0)
 
-REQUESTS = Counter("sglang_triage_http_requests", "HTTP requests, by route template and status.",
-                   ["method", "route", "status"], registry=REGISTRY)
-LATENCY = Histogram("sglang_triage_http_request_duration_seconds",
-                    "HTTP request latency (first byte in to last byte out), by route and status.",
-                    ["method", "route", "status"], buckets=_LATENCY_BUCKETS, registry=REGISTRY)
-STAGES = Histogram("sglang_triage_triage_stage_seconds",
-                   "Time of each stage of a triage (the answer's timings_ms).", ["stage"],
-                   buckets=_STAGE_BUCKETS, registry=REGISTRY)
-TRIAGES = Counter("sglang_triage_triages", "Triages answered, by the answer's status.",
-                  ["status"], registry=REGISTRY)
-REPLAY_JOBS = Counter("sglang_triage_replay_jobs", "Background replay batches that ended.",
-                      ["outcome"], registry=REGISTRY)
-REPLAY_SECONDS = Histogram("sglang_triage_replay_job_seconds",
-                           "Run time of a background replay batch (not its wait in the queue).",
-                           buckets=_REPLAY_BUCKETS, registry=REGISTRY)
-REPLAY_DEPTH = Gauge("sglang_triage_replay_queue_depth",
-                     "Replay batches waiting in the queue (not counting the one running).",
-                     registry=REGISTRY)
+REQUESTS = Counter(
+    "sglang_triage_http_requests",
+    "HTTP requests, by route template and status.",
+    ["method", "route", "status"],
+    registry=REGISTRY,
+)
+LATENCY = Histogram(
+    "sglang_triage_http_request_duration_seconds",
+    "HTTP request latency (first byte in to last byte out), by route and status.",
+    ["method", "route", "status"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+STAGES = Histogram(
+    "sglang_triage_triage_stage_seconds",
+    "Time of each stage of a triage (the answer's timings_ms).",
+    ["stage"],
+    buckets=_STAGE_BUCKETS,
+    registry=REGISTRY,
+)
+TRIAGES = Counter(
+    "sglang_triage_triages",
+    "Triages answered, by the answer's status.",
+    ["status"],
+    registry=REGISTRY,
+)
+REPLAY_JOBS = Counter(
+    "sglang_triage_replay_jobs",
+    "Background replay batches that ended.",
+    ["outcome"],
+    registry=REGISTRY,
+)
+REPLAY_SECONDS = Histogram(
+    "sglang_triage_replay_job_seconds",
+    "Run time of a background replay batch (not its wait in the queue).",
+    buckets=_REPLAY_BUCKETS,
+    registry=REGISTRY,
+)
+REPLAY_DEPTH = Gauge(
+    "sglang_triage_replay_queue_depth",
+    "Replay batches waiting in the queue (not counting the one running).",
+    registry=REGISTRY,
+)
 BUILD = Info("sglang_triage_build", "The running sglang-triage.", registry=REGISTRY)
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -98,8 +148,12 @@ def route_label(scope: Mapping[str, Any]) -> str:
     if isinstance(path, str) and path:
         return path.rstrip("/") + "/*" if isinstance(route, Mount) else path
     root, app_root = str(scope.get("root_path") or ""), str(scope.get("app_root_path") or "")
-    if scope.get("endpoint") is not None and len(root) > len(app_root) and root.startswith(app_root):
-        return root[len(app_root):].rstrip("/") + "/*"
+    if (
+        scope.get("endpoint") is not None
+        and len(root) > len(app_root)
+        and root.startswith(app_root)
+    ):
+        return root[len(app_root) :].rstrip("/") + "/*"
     return "<unmatched>"
 
 
@@ -128,12 +182,21 @@ class CacheCollector(Collector):
         self.stats = stats
 
     def collect(self) -> Iterable[Any]:
-        hits = CounterMetricFamily("sglang_triage_engine_cache_hits",
-                                   "Lookups answered from an engine cache.", labels=["cache"])
-        misses = CounterMetricFamily("sglang_triage_engine_cache_misses",
-                                     "Lookups an engine cache could not answer.", labels=["cache"])
-        entries = GaugeMetricFamily("sglang_triage_engine_cache_entries",
-                                    "Entries held by an engine cache.", labels=["cache"])
+        hits = CounterMetricFamily(
+            "sglang_triage_engine_cache_hits",
+            "Lookups answered from an engine cache.",
+            labels=["cache"],
+        )
+        misses = CounterMetricFamily(
+            "sglang_triage_engine_cache_misses",
+            "Lookups an engine cache could not answer.",
+            labels=["cache"],
+        )
+        entries = GaugeMetricFamily(
+            "sglang_triage_engine_cache_entries",
+            "Entries held by an engine cache.",
+            labels=["cache"],
+        )
         try:
             table = self.stats()
         except Exception as exc:  # noqa: BLE001 - a scrape must not fail on a cache
@@ -161,24 +224,37 @@ class PoolCollector(Collector):
             st = {}
         workers = list(st.get("workers") or [])
         out: list[Any] = [
-            GaugeMetricFamily("sglang_triage_replay_pool_workers",
-                              "Warm replay workers running.",
-                              value=sum(1 for w in workers if w.get("alive"))),
-            GaugeMetricFamily("sglang_triage_replay_pool_waiting",
-                              "Candidate command lines waiting for a warm worker.",
-                              value=st.get("queue_depth", 0)),
-            CounterMetricFamily("sglang_triage_replay_pool_jobs",
-                                "Command lines a warm worker validated.",
-                                value=st.get("jobs_served", 0)),
-            CounterMetricFamily("sglang_triage_replay_pool_refused",
-                                "Candidate command lines refused (the pool was full).",
-                                value=st.get("refused", 0))]
-        rss = GaugeMetricFamily("sglang_triage_replay_pool_worker_rss_mib",
-                                "Resident memory of a warm replay worker.",
-                                labels=["release", "machine"])
-        start = GaugeMetricFamily("sglang_triage_replay_pool_worker_start_seconds",
-                                  "How long the worker's start (imports, warm-up) took.",
-                                  labels=["release", "machine"])
+            GaugeMetricFamily(
+                "sglang_triage_replay_pool_workers",
+                "Warm replay workers running.",
+                value=sum(1 for w in workers if w.get("alive")),
+            ),
+            GaugeMetricFamily(
+                "sglang_triage_replay_pool_waiting",
+                "Candidate command lines waiting for a warm worker.",
+                value=st.get("queue_depth", 0),
+            ),
+            CounterMetricFamily(
+                "sglang_triage_replay_pool_jobs",
+                "Command lines a warm worker validated.",
+                value=st.get("jobs_served", 0),
+            ),
+            CounterMetricFamily(
+                "sglang_triage_replay_pool_refused",
+                "Candidate command lines refused (the pool was full).",
+                value=st.get("refused", 0),
+            ),
+        ]
+        rss = GaugeMetricFamily(
+            "sglang_triage_replay_pool_worker_rss_mib",
+            "Resident memory of a warm replay worker.",
+            labels=["release", "machine"],
+        )
+        start = GaugeMetricFamily(
+            "sglang_triage_replay_pool_worker_start_seconds",
+            "How long the worker's start (imports, warm-up) took.",
+            labels=["release", "machine"],
+        )
         for w in workers:
             labels = [str(w.get("release")), str(w.get("machine"))]
             rss.add_metric(labels, float(w.get("rss_mib") or 0.0))

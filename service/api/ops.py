@@ -44,9 +44,17 @@ def mount_ops(app: FastAPI, require_key: Callable[..., Any]) -> None:
     metrics.watch_replay_pool(lambda: default_pool().stats())
     metrics.watch_engine_caches(cache_stats)
 
-    @app.get("/metrics", dependencies=[Depends(require_key)], response_class=Response,
-             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
-                 "description": "This process's metrics, Prometheus text format"}})
+    @app.get(
+        "/metrics",
+        dependencies=[Depends(require_key)],
+        response_class=Response,
+        responses={
+            200: {
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+                "description": "This process's metrics, Prometheus text format",
+            }
+        },
+    )
     def prometheus() -> Response:
         """Request counts and latencies by route template, triage stage timings, the replay
         queue; one process's numbers (each worker has its own)."""

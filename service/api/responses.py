@@ -20,8 +20,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel
 
-__all__ = ["ECHO_CHARS", "ErrorBody", "NDJSONResponse", "declare_errors", "install",
-           "short_input", "validation_error"]
+__all__ = [
+    "ECHO_CHARS",
+    "ErrorBody",
+    "NDJSONResponse",
+    "declare_errors",
+    "install",
+    "short_input",
+    "validation_error",
+]
 
 #: At most this many characters of a client's input are echoed in an error.
 ECHO_CHARS = 200
@@ -41,16 +48,18 @@ class NDJSONResponse(PlainTextResponse):
     media_type = "application/x-ndjson"
 
 
-_WHY = {400: "Bad request: a Host not served here, an empty body, a bad hardware name",
-        401: "Missing or wrong bearer API key",
-        403: "A cross-site request from a browser, or not the owner of the triage",
-        404: "Not found (or not readable with this key)",
-        408: "The request body did not arrive in time",
-        413: "The body is over the size limit",
-        415: "The body is not UTF-8 text",
-        422: "The request was understood but cannot be used",
-        429: "Too many requests (see Retry-After)",
-        503: "A backing store (vectors) is unreachable"}
+_WHY = {
+    400: "Bad request: a Host not served here, an empty body, a bad hardware name",
+    401: "Missing or wrong bearer API key",
+    403: "A cross-site request from a browser, or not the owner of the triage",
+    404: "Not found (or not readable with this key)",
+    408: "The request body did not arrive in time",
+    413: "The body is over the size limit",
+    415: "The body is not UTF-8 text",
+    422: "The request was understood but cannot be used",
+    429: "Too many requests (see Retry-After)",
+    503: "A backing store (vectors) is unreachable",
+}
 
 
 def short_input(value: Any, limit: int = ECHO_CHARS) -> Any:
@@ -104,8 +113,9 @@ def declare_errors(app: FastAPI) -> None:
         if getattr(app, "_errors_declared", False) and app.openapi_schema is not None:
             return app.openapi_schema
         schema = build()
-        schema.setdefault("components", {}).setdefault("schemas", {})["ErrorBody"] = \
+        schema.setdefault("components", {}).setdefault("schemas", {})["ErrorBody"] = (
             ErrorBody.model_json_schema()
+        )
         ref = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
         for path, item in schema.get("paths", {}).items():
             for method, op in item.items():

@@ -11,8 +11,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-__all__ = ["MAX_NOTE", "ConfirmRequest", "FixEdit", "FlagValue", "NoFlagFix", "RankedFix",
-           "TriageRequest"]
+__all__ = [
+    "MAX_NOTE",
+    "ConfirmRequest",
+    "FixEdit",
+    "FlagValue",
+    "NoFlagFix",
+    "RankedFix",
+    "TriageRequest",
+]
 
 #: Characters a confirmation note may hold.
 MAX_NOTE = 2000
@@ -63,9 +70,13 @@ class ConfirmRequest(_Strict):
 
 class TriageRequest(_Strict):
     log: Annotated[str, StringConstraints(max_length=8 << 20)]
-    command: Annotated[str, StringConstraints(max_length=100_000)] | \
-        Annotated[list[Annotated[str, StringConstraints(max_length=10_000)]],
-                  Field(max_length=2000)] | None = None
+    command: (
+        Annotated[str, StringConstraints(max_length=100_000)]
+        | Annotated[
+            list[Annotated[str, StringConstraints(max_length=10_000)]], Field(max_length=2000)
+        ]
+        | None
+    ) = None
     release: Annotated[str, StringConstraints(max_length=100)] | None = None
     hardware: Annotated[str, StringConstraints(max_length=100)] | None = None
     model: Annotated[str, StringConstraints(max_length=500)] | None = None

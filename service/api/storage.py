@@ -42,9 +42,11 @@ def disk_refusal(records: Records, settings: Settings) -> str | None:
     """Why a new triage may not be stored now (None: it may)."""
     free = free_bytes(records)
     if free is not None and free < settings.records_min_free_bytes:
-        return (f"not stored: the records' disk is nearly full ({free >> 20} MiB free, "
-                f"TRIAGE_RECORDS_MIN_FREE_BYTES is {settings.records_min_free_bytes >> 20} MiB); "
-                "this answer has no permalink")
+        return (
+            f"not stored: the records' disk is nearly full ({free >> 20} MiB free, "
+            f"TRIAGE_RECORDS_MIN_FREE_BYTES is {settings.records_min_free_bytes >> 20} MiB); "
+            "this answer has no permalink"
+        )
     return None
 
 
@@ -68,8 +70,11 @@ class RetentionClock:
                 self._saves = self._bytes = 0
         if not due:
             return 0
-        return records.purge(max_age_days=settings.records_max_age_days,
-                             max_count=settings.records_max_count, max_bytes=bound)
+        return records.purge(
+            max_age_days=settings.records_max_age_days,
+            max_count=settings.records_max_count,
+            max_bytes=bound,
+        )
 
 
 #: The process's clock (every API route stores through it).

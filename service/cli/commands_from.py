@@ -51,8 +51,9 @@ _PARAM_RE = re.compile(r"([A-Za-z_]\w{0,200})(?:(:?[-=])(.*))?", re.S)
 _VERSION = r"v?(\d{1,3}\.\d{1,3}\.\d{1,4}(?:\.post\d{1,3})?)"
 _IMAGE_RE = re.compile(r"(?:^|[\s/\"'=,])sglang:" + _VERSION + r"(?![\w.])", re.M)
 _PIP_RE = re.compile(r"\bsglang(?:\[[\w,. -]{0,100}\])?[ \t]{0,3}==[ \t]{0,3}" + _VERSION)
-_TRIAGE_RE = re.compile(r"\bsglang-triage[ \t]{1,10}(?:run|lint)\b[^\n]{0,300}?[ \t]--release[= ]"
-                        + _VERSION)
+_TRIAGE_RE = re.compile(
+    r"\bsglang-triage[ \t]{1,10}(?:run|lint)\b[^\n]{0,300}?[ \t]--release[= ]" + _VERSION
+)
 _MARK_RE = re.compile(r"sglang\.launch_server|\bsglang[ \t]{1,50}serve\b")
 _COMPOSE_VAR_RE = re.compile(r"\$\$|\$\{([^}]{1,300})\}|\$([A-Za-z_]\w{0,200})")
 _K8S_VAR_RE = re.compile(r"\$\$|\$\(([A-Za-z_][\w.-]{0,200})\)")
@@ -86,8 +87,10 @@ class LaunchCommand:
     @property
     def command(self) -> str:
         """The command on one line; variables left as written stay unquoted."""
-        return " ".join(t if re.fullmatch(r"[\w@%+=:,./${}()-]{1,10000}", t) else shlex.quote(t)
-                        for t in [*self.launcher, *self.argv])
+        return " ".join(
+            t if re.fullmatch(r"[\w@%+=:,./${}()-]{1,10000}", t) else shlex.quote(t)
+            for t in [*self.launcher, *self.argv]
+        )
 
 
 @dataclass
@@ -119,8 +122,14 @@ def _find_launch(vals: list[str]) -> tuple[int, int] | None:
         if v.rsplit("/", 1)[-1] == "sglang" and j + 1 < len(vals) and vals[j + 1] == "serve":
             return j, j + 2
         if v == "sglang.launch_server" and j > 0 and vals[j - 1] == "-m":
-            start = next((k for k in range(j - 2, max(j - 7, -1), -1)
-                          if _PY_RE.fullmatch(vals[k].rsplit("/", 1)[-1])), j - 1)
+            start = next(
+                (
+                    k
+                    for k in range(j - 2, max(j - 7, -1), -1)
+                    if _PY_RE.fullmatch(vals[k].rsplit("/", 1)[-1])
+                ),
+                j - 1,
+            )
             return start, j + 1
     return None
 
@@ -171,11 +180,20 @@ def _from_words(words: list[Word], ctx: _Ctx) -> list[LaunchCommand]:
     env = dict(ctx.env)
     env.update(m.groups() for w in words[:start] if (m := _ASSIGN_RE.fullmatch(w.value)))
     hint = _own_hint(vals[:start], words[0].line) or ctx.hint
-    return [LaunchCommand(
-        file=ctx.file, line=words[start].line, kind=ctx.kind, where=ctx.where,
-        launcher=vals[start:flags], argv=vals[flags:], env=env,
-        unresolved=list(dict.fromkeys(u for w in span for u in w.unresolved)),
-        assumed=list(dict.fromkeys(a for w in span for a in w.assumed)), release_hint=hint)]
+    return [
+        LaunchCommand(
+            file=ctx.file,
+            line=words[start].line,
+            kind=ctx.kind,
+            where=ctx.where,
+            launcher=vals[start:flags],
+            argv=vals[flags:],
+            env=env,
+            unresolved=list(dict.fromkeys(u for w in span for u in w.unresolved)),
+            assumed=list(dict.fromkeys(a for w in span for a in w.assumed)),
+            release_hint=hint,
+        )
+    ]
 
 
 def _from_script(text: str, line: int, ctx: _Ctx) -> list[LaunchCommand]:
@@ -234,7 +252,7 @@ def _systemd(text: str, ctx: _Ctx) -> list[LaunchCommand]:
     for key, value, at in entries:
         prefix = re.match(r"[-@:+!|]{0,5}", value)
         assert prefix is not None
-        rest = value[prefix.end():]
+        rest = value[prefix.end() :]
         words = [w for cmd in Lexer(rest, at, env, shell=False).commands() for w in cmd]
         if "@" in prefix.group() and len(words) > 1:
             del words[1]  # "@/usr/bin/python3 python3 …": the second word is argv[0]
@@ -257,10 +275,11 @@ def _mapping(node: yaml.Node, depth: int = 0) -> dict[str, yaml.Node]:
     out: dict[str, yaml.Node] = {}
     for k, v in getattr(node, "value", []):
         if isinstance(k, yaml.ScalarNode) and k.value == "<<":
-            for m in (v.value if isinstance(v, yaml.SequenceNode) else [v]):
+            for m in v.value if isinstance(v, yaml.SequenceNode) else [v]:
                 if isinstance(m, yaml.MappingNode) and depth < 4:
-                    out.update((kk, vv) for kk, vv in _mapping(m, depth + 1).items()
-                               if kk not in out)
+                    out.update(
+                        (kk, vv) for kk, vv in _mapping(m, depth + 1).items() if kk not in out
+                    )
         elif isinstance(k, yaml.ScalarNode):
             out[str(k.value)] = v
     return out
@@ -315,10 +334,10 @@ def _yaml_words(node: yaml.Node | None, kind: str, env: dict[str, str]) -> list[
         return out
     if isinstance(node, yaml.ScalarNode) and node.value:
         v, u, a = _expand_item(str(node.value), kind, env)
-        words = [w for c in Lexer(v, _line(node), {}, shell=False, expand=False).commands()
-                 for w in c]
-        return [Word(w.value, w.line, tuple(x for x in u if x in w.value), tuple(a))
-                for w in words]
+        words = [
+            w for c in Lexer(v, _line(node), {}, shell=False, expand=False).commands() for w in c
+        ]
+        return [Word(w.value, w.line, tuple(x for x in u if x in w.value), tuple(a)) for w in words]
     return []
 
 
@@ -327,8 +346,11 @@ def _env_of(m: dict[str, yaml.Node]) -> dict[str, str]:
     out: dict[str, str] = {}
     node = m.get("environment") or m.get("env")
     if isinstance(node, yaml.MappingNode):
-        out.update((k, str(v.value)) for k, v in _mapping(node).items()
-                   if isinstance(v, yaml.ScalarNode) and v.tag != "tag:yaml.org,2002:null")
+        out.update(
+            (k, str(v.value))
+            for k, v in _mapping(node).items()
+            if isinstance(v, yaml.ScalarNode) and v.tag != "tag:yaml.org,2002:null"
+        )
     elif isinstance(node, yaml.SequenceNode):
         for item in node.value:
             if isinstance(item, yaml.ScalarNode) and (a := _ASSIGN_RE.fullmatch(str(item.value))):
@@ -360,17 +382,25 @@ def _yaml(text: str, ctx: _Ctx) -> list[LaunchCommand]:
                 walk(item, f"{path}[{n}]", kind, label)
         elif isinstance(node, yaml.ScalarNode):
             if isinstance(node.value, str) and _MARK_RE.search(node.value):
-                out.extend(_from_script(node.value, _line(node), _Ctx(ctx.file, kind, label or path)))
+                out.extend(
+                    _from_script(node.value, _line(node), _Ctx(ctx.file, kind, label or path))
+                )
         elif isinstance(node, yaml.MappingNode):
             m = _mapping(node)
             keys = ("entrypoint", "command") if "entrypoint" in m else ("command", "args")
             if any(k in m and id(m[k]) not in used for k in keys):  # an alias: read once
                 name = m.get("name")
-                where = f"{label} container {name.value}" if label and isinstance(
-                    name, yaml.ScalarNode) else (label or path)
+                where = (
+                    f"{label} container {name.value}"
+                    if label and isinstance(name, yaml.ScalarNode)
+                    else (label or path)
+                )
                 image = m.get("image")
-                hint = _own_hint([str(image.value)], _line(image)) \
-                    if isinstance(image, yaml.ScalarNode) else None
+                hint = (
+                    _own_hint([str(image.value)], _line(image))
+                    if isinstance(image, yaml.ScalarNode)
+                    else None
+                )
                 env = _env_of(m)
                 words = [w for k in keys for w in _yaml_words(m.get(k), kind, env)]
                 out.extend(_from_words(words, _Ctx(ctx.file, kind, where, env, hint)))
@@ -412,15 +442,24 @@ def detect_kind(name: str, text: str) -> str:
 def _hints(text: str) -> list[ReleaseHint]:
     """Every release the text names (image tags, ``sglang==X``), in order of position."""
     found = []
-    for rx, what in ((_IMAGE_RE, "image tag"), (_PIP_RE, "pinned"),
-                     (_TRIAGE_RE, "sglang-triage --release")):
+    for rx, what in (
+        (_IMAGE_RE, "image tag"),
+        (_PIP_RE, "pinned"),
+        (_TRIAGE_RE, "sglang-triage --release"),
+    ):
         for n, m in enumerate(rx.finditer(text)):
             if n >= 50:
                 break
-            said = _token_at(text, m.start(1), m.end(1)) if rx is _IMAGE_RE else m[1] \
-                if rx is _TRIAGE_RE else m.group()
-            found.append((m.start(), ReleaseHint(m[1], f"{what} {said}",
-                                                 text.count("\n", 0, m.start()) + 1)))
+            said = (
+                _token_at(text, m.start(1), m.end(1))
+                if rx is _IMAGE_RE
+                else m[1]
+                if rx is _TRIAGE_RE
+                else m.group()
+            )
+            found.append(
+                (m.start(), ReleaseHint(m[1], f"{what} {said}", text.count("\n", 0, m.start()) + 1))
+            )
     return [h for _, h in sorted(found, key=lambda x: x[0])]
 
 

@@ -47,27 +47,35 @@ def render_report(report: LintReport, console: Console) -> None:
             console.print(f"    cites {escape(c)}", style="dim")
         for fix in f.fixes[:2]:
             tag = "[green]verified[/green]" if fix.verified else "[yellow]not clean[/yellow]"
-            console.print(f"    fix ({tag}, {escape(fix.origin)}): {escape(fix.command)}",
-                          highlight=False)
+            console.print(
+                f"    fix ({tag}, {escape(fix.origin)}): {escape(fix.command)}", highlight=False
+            )
             if not fix.verified:
                 console.print(f"      {escape(fix.note)}", style="dim")
     for f in report.unknown[:10]:
-        console.print(f"[cyan]? {escape(f.rule)}[/cyan] {escape(f.title)} — {escape(f.reason)}",
-                      highlight=False)
+        console.print(
+            f"[cyan]? {escape(f.rule)}[/cyan] {escape(f.title)} — {escape(f.reason)}",
+            highlight=False,
+        )
     if len(report.unknown) > 10:
         console.print(f"[cyan]? … {len(report.unknown) - 10} more undecided cards[/cyan]")
     if report.background:
-        console.print(f"[dim]{len(report.background)} card(s) are violated by --model-path alone "
-                      "on this machine and model and are not counted[/dim]")
+        console.print(
+            f"[dim]{len(report.background)} card(s) are violated by --model-path alone "
+            "on this machine and model and are not counted[/dim]"
+        )
     errors = sum(1 for f in report.violated if f.severity == "error")
     warnings = len(report.violated) - errors
     verdict = "[green]ok[/green]" if report.ok else "[red]would fail[/red]"
-    console.print(f"{verdict}: {errors} error(s), {warnings} warning(s), "
-                  f"{len(report.unknown)} undecided; {report.timings_ms.get('total', 0)} ms")
+    console.print(
+        f"{verdict}: {errors} error(s), {warnings} warning(s), "
+        f"{len(report.unknown)} undecided; {report.timings_ms.get('total', 0)} ms"
+    )
 
 
-def lint_command(release: str, hardware: str | None, model_arch: str | None,
-                 flags: list[str], as_json: bool) -> int:
+def lint_command(
+    release: str, hardware: str | None, model_arch: str | None, flags: list[str], as_json: bool
+) -> int:
     """``sglang-triage lint``: print the report; exit code 0 ok, 1 error cards violated, 2 usage."""
     from service.settings import Settings
     from service.wiring import kb_for
@@ -100,8 +108,9 @@ def _version_key(v: str) -> tuple[int, Any]:
         return (0, v)
 
 
-def choose_release(asked: str | None, hint: ReleaseHint | None,
-                   ingested: list[str]) -> tuple[str, str]:
+def choose_release(
+    asked: str | None, hint: ReleaseHint | None, ingested: list[str]
+) -> tuple[str, str]:
     """(release to lint against, why): ``asked`` wins; else the release the file names when it
     is ingested, else the nearest ingested one not after it (the oldest when all are later);
     else the newest ingested release. Every choice not asked for is said as an assumption.
@@ -113,20 +122,25 @@ def choose_release(asked: str | None, hint: ReleaseHint | None,
         other = f"; the file names {said}" if hint and hint.version != asked else ""
         return asked, f"as asked (--release){other}"
     if not ingested:
-        raise ValueError("no release is in the KB: run `sglang-triage ingest --release X` "
-                         "or give --release")
+        raise ValueError(
+            "no release is in the KB: run `sglang-triage ingest --release X` or give --release"
+        )
     ordered = sorted(ingested, key=_version_key)
     if hint is None:
-        return ordered[-1], ("assumed: the file names no release, so the newest ingested "
-                             "one (give --release to choose)")
+        return ordered[-1], (
+            "assumed: the file names no release, so the newest ingested "
+            "one (give --release to choose)"
+        )
     if hint.version in ingested:
         return hint.version, f"from the file: {said}"
     key = _version_key(hint.version)
     before = [v for v in ordered if _version_key(v) <= key]
     near = before[-1] if before else ordered[0]
-    return near, (f"assumed: the file names {said}, which is not in the KB, so the nearest "
-                  f"ingested release (`sglang-triage ingest --release {hint.version}` to "
-                  "lint against it)")
+    return near, (
+        f"assumed: the file names {said}, which is not in the KB, so the nearest "
+        f"ingested release (`sglang-triage ingest --release {hint.version}` to "
+        "lint against it)"
+    )
 
 
 def _set_aside(report: LintReport, unresolved: list[str]) -> LintReport:
@@ -148,36 +162,61 @@ def _set_aside(report: LintReport, unresolved: list[str]) -> LintReport:
     for finding in report.violated:
         for fix in finding.fixes:
             fix.command = as_written(fix.command)
-    return report.model_copy(update={
-        "command": as_written(report.command),
-        "parse_errors": [p for p in report.parse_errors if not held(p)],
-        "unknown_flags": [u for u in report.unknown_flags if not held(u)]})
+    return report.model_copy(
+        update={
+            "command": as_written(report.command),
+            "parse_errors": [p for p in report.parse_errors if not held(p)],
+            "unknown_flags": [u for u in report.unknown_flags if not held(u)],
+        }
+    )
 
 
 def _entry(cmd: LaunchCommand, release: str, why: str, report: LintReport) -> dict[str, Any]:
-    return {"file": cmd.file, "line": cmd.line, "kind": cmd.kind, "where": cmd.where,
-            "command": cmd.command, "launcher": cmd.launcher, "argv": cmd.argv,
-            "env": {k: "<redacted>" if _SECRET_RE.search(k) else v for k, v in cmd.env.items()},
-            "unresolved": cmd.unresolved, "assumed": cmd.assumed, "release": release,
-            "release_source": why, "ok": report.ok, "report": report.model_dump(mode="json")}
+    return {
+        "file": cmd.file,
+        "line": cmd.line,
+        "kind": cmd.kind,
+        "where": cmd.where,
+        "command": cmd.command,
+        "launcher": cmd.launcher,
+        "argv": cmd.argv,
+        "env": {k: "<redacted>" if _SECRET_RE.search(k) else v for k, v in cmd.env.items()},
+        "unresolved": cmd.unresolved,
+        "assumed": cmd.assumed,
+        "release": release,
+        "release_source": why,
+        "ok": report.ok,
+        "report": report.model_dump(mode="json"),
+    }
 
 
-def _print_entry(cmd: LaunchCommand, release: str, why: str, report: LintReport,
-                 console: Console) -> None:
-    console.print(f"[bold]{escape(cmd.file)}:{cmd.line}[/bold]  ({escape(cmd.kind)}, "
-                  f"{escape(cmd.where)})", soft_wrap=True, highlight=False)
+def _print_entry(
+    cmd: LaunchCommand, release: str, why: str, report: LintReport, console: Console
+) -> None:
+    console.print(
+        f"[bold]{escape(cmd.file)}:{cmd.line}[/bold]  ({escape(cmd.kind)}, {escape(cmd.where)})",
+        soft_wrap=True,
+        highlight=False,
+    )
     console.print(f"release {escape(release)}: {escape(why)}", soft_wrap=True, highlight=False)
     if cmd.unresolved:
-        console.print(f"[yellow]left as written:[/yellow] {escape(', '.join(cmd.unresolved))} "
-                      "(the file does not say their value; cards reading them stay undecided)",
-                      soft_wrap=True, highlight=False)
+        console.print(
+            f"[yellow]left as written:[/yellow] {escape(', '.join(cmd.unresolved))} "
+            "(the file does not say their value; cards reading them stay undecided)",
+            soft_wrap=True,
+            highlight=False,
+        )
     for a in cmd.assumed:
         console.print(f"[cyan]assumed:[/cyan] {escape(a)}", soft_wrap=True, highlight=False)
     render_report(report, console)
 
 
-_FROM_OPTIONS = {"--release": "release", "-r": "release", "--hardware": "hardware",
-                 "--model-arch": "model_arch"}
+_FROM_OPTIONS = {
+    "--release": "release",
+    "-r": "release",
+    "--hardware": "hardware",
+    "--model-arch": "model_arch",
+}
 _FROM_FLAGS = {"--json": "as_json", "--skip-empty": "skip_empty"}
 
 
@@ -199,8 +238,10 @@ def _from_arguments(tokens: list[str]) -> tuple[list[str], dict[str, Any]]:
             given[_FROM_OPTIONS[tok]] = tokens[i + 1]
             i += 1
         elif tok.startswith("-") and tok != "-":
-            raise ValueError(f"--from takes files, not launch flags: {tok} "
-                             "(lint --release X -- <flags> lints flags)")
+            raise ValueError(
+                f"--from takes files, not launch flags: {tok} "
+                "(lint --release X -- <flags> lints flags)"
+            )
         else:
             files.append(tok)
         i += 1
@@ -209,8 +250,14 @@ def _from_arguments(tokens: list[str]) -> tuple[list[str], dict[str, Any]]:
     return files, given
 
 
-def lint_from_command(files: list[str], release: str | None, hardware: str | None,
-                      model_arch: str | None, as_json: bool, skip_empty: bool = False) -> int:
+def lint_from_command(
+    files: list[str],
+    release: str | None,
+    hardware: str | None,
+    model_arch: str | None,
+    as_json: bool,
+    skip_empty: bool = False,
+) -> int:
     """``sglang-triage lint --from FILE…``: lint every launch command of every file.
 
     Returns 0 when every command is ok, 1 when one violates an error card, 2 on a usage error,
@@ -231,15 +278,18 @@ def lint_from_command(files: list[str], release: str | None, hardware: str | Non
     as_json, skip_empty = given.get("as_json", as_json), given.get("skip_empty", skip_empty)
     try:
         store = kb_for(Settings()).store
-        ingested = [r["version"] for r in store.releases()
-                    if r["status"] in ("indexed", "complete")]
+        ingested = [
+            r["version"] for r in store.releases() if r["status"] in ("indexed", "complete")
+        ]
     except TriageError as exc:
         err.print(f"[red]error:[/red] {escape(exc.message)}")
         return 2
     if release is not None and release not in ingested:
-        err.print(f"[red]error:[/red] release {escape(release)} is not in the KB (ingested: "
-                  f"{escape(', '.join(sorted(ingested, key=_version_key)) or 'none')}); run "
-                  f"`sglang-triage ingest --release {escape(release)}`")
+        err.print(
+            f"[red]error:[/red] release {escape(release)} is not in the KB (ingested: "
+            f"{escape(', '.join(sorted(ingested, key=_version_key)) or 'none')}); run "
+            f"`sglang-triage ingest --release {escape(release)}`"
+        )
         return 2
     status, entries, failed, total = 0, [], 0, 0
     for name in files:
@@ -250,11 +300,17 @@ def lint_from_command(files: list[str], release: str | None, hardware: str | Non
             status = 2
             continue
         if not found.commands:
-            said = (f"{name}: no SGLang launch command found (read as {found.kind}; looked for "
-                    "`python -m sglang.launch_server …` and `sglang serve …`, also under "
-                    "srun/torchrun/exec/docker run/sh -c)")
-            err.print(f"[dim]{escape(said)}; skipped[/dim]" if skip_empty
-                      else f"[red]error:[/red] {escape(said)}", highlight=False)
+            said = (
+                f"{name}: no SGLang launch command found (read as {found.kind}; looked for "
+                "`python -m sglang.launch_server …` and `sglang serve …`, also under "
+                "srun/torchrun/exec/docker run/sh -c)"
+            )
+            err.print(
+                f"[dim]{escape(said)}; skipped[/dim]"
+                if skip_empty
+                else f"[red]error:[/red] {escape(said)}",
+                highlight=False,
+            )
             status = status if skip_empty else 2
             continue
         for cmd in found.commands:
@@ -262,11 +318,20 @@ def lint_from_command(files: list[str], release: str | None, hardware: str | Non
             try:
                 chosen, why = choose_release(release, cmd.release_hint, ingested)
                 env = {k: v for k, v in cmd.env.items() if k.startswith(_SGLANG_ENV)}
-                report = lint(store, chosen, cmd.argv, hardware, model_arch,
-                              env=env or None, prefix=" ".join(cmd.launcher))
+                report = lint(
+                    store,
+                    chosen,
+                    cmd.argv,
+                    hardware,
+                    model_arch,
+                    env=env or None,
+                    prefix=" ".join(cmd.launcher),
+                )
             except (TriageError, ValueError) as exc:
-                err.print(f"[red]error:[/red] {escape(cmd.file)}:{cmd.line}: "
-                          f"{escape(getattr(exc, 'message', str(exc)))}")
+                err.print(
+                    f"[red]error:[/red] {escape(cmd.file)}:{cmd.line}: "
+                    f"{escape(getattr(exc, 'message', str(exc)))}"
+                )
                 status = 2
                 continue
             report = _set_aside(report, cmd.unresolved)
@@ -279,8 +344,9 @@ def lint_from_command(files: list[str], release: str | None, hardware: str | Non
         out.print_json(json.dumps(entries))
     elif total:
         verdict = "[red]would fail[/red]" if failed else "[green]ok[/green]"
-        out.print(f"{verdict}: {total} launch command(s) in {len(files)} file(s), "
-                  f"{failed} would fail")
+        out.print(
+            f"{verdict}: {total} launch command(s) in {len(files)} file(s), {failed} would fail"
+        )
     return status or (1 if failed else 0)
 
 

@@ -24,8 +24,11 @@ from rich.table import Table
 from kb.errors import TriageError
 from service.settings import Settings
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Explain why an SGLang server refused to start, and check the fix.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Explain why an SGLang server refused to start, and check the fix.",
+)
 console = Console(stderr=True)
 out = Console()
 
@@ -53,18 +56,35 @@ class _BarProgress:
 
 @app.command()
 def ingest(
-    release: Annotated[list[str] | None, typer.Option("--release", "-r",
-                       help="PyPI release, or a dev build such as 0.5.19.dev410+gedff717ef "
-                            "(needs TRIAGE_SGLANG_GIT); repeatable.")] = None,
-    path: Annotated[list[Path] | None, typer.Option("--path", help="Local checkout or site-packages.")] = None,
-    version: Annotated[str | None, typer.Option(help="Version for --path when metadata has none.")] = None,
+    release: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--release",
+            "-r",
+            help="PyPI release, or a dev build such as 0.5.19.dev410+gedff717ef "
+            "(needs TRIAGE_SGLANG_GIT); repeatable.",
+        ),
+    ] = None,
+    path: Annotated[
+        list[Path] | None, typer.Option("--path", help="Local checkout or site-packages.")
+    ] = None,
+    version: Annotated[
+        str | None, typer.Option(help="Version for --path when metadata has none.")
+    ] = None,
     scope: Annotated[str, typer.Option(help="Embedding scope: none | default | full.")] = "default",
     force: Annotated[bool, typer.Option(help="Re-index even if unchanged.")] = False,
     defaults: Annotated[bool, typer.Option("--defaults", help="Ingest TRIAGE_RELEASES.")] = False,
-    all_releases: Annotated[bool, typer.Option(
-        "--all", help="Every release on the index (structure only; TRIAGE_RELEASES also "
-                      "embedded in --scope), oldest first.")] = False,
-    since: Annotated[str | None, typer.Option(help="With --all: releases from this version on.")] = None,
+    all_releases: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Every release on the index (structure only; TRIAGE_RELEASES also "
+            "embedded in --scope), oldest first.",
+        ),
+    ] = False,
+    since: Annotated[
+        str | None, typer.Option(help="With --all: releases from this version on.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Download (or read) SGLang releases and index them into the KB."""
@@ -89,8 +109,14 @@ def ingest(
     try:
         sources = [fetch_any(r, settings) for r in releases]
         sources += [read_local(p, version=version) for p in (path or [])]
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=True) as bar:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as bar:
             for src in sources:
                 progress = _BarProgress(bar, src.version)
                 report = run_ingest(kb, src, scope=scope, force=force, progress=progress)
@@ -105,7 +131,10 @@ def ingest(
     if as_json:
         payload: Any = reports
         if everything is not None:
-            payload = {**everything.as_dict(), "releases": reports + everything.as_dict()["releases"]}
+            payload = {
+                **everything.as_dict(),
+                "releases": reports + everything.as_dict()["releases"],
+            }
         out.print_json(json.dumps(payload))
 
 
@@ -114,14 +143,18 @@ def _print_report(report: Any) -> None:
         f"[green]{report.version}[/green] {report.structure}: {report.files} files, "
         f"{report.functions} functions, {report.checks} checks, {report.flags} flags; "
         f"embedded {report.embedded} new, {report.reused} reused "
-        f"({report.scope}); {report.timings}")
+        f"({report.scope}); {report.timings}"
+    )
     if report.parse_errors:
-        console.print(f"  [yellow]{len(report.parse_errors)} files with syntax "
-                      f"errors (indexed as far as they parse)[/yellow]")
+        console.print(
+            f"  [yellow]{len(report.parse_errors)} files with syntax "
+            f"errors (indexed as far as they parse)[/yellow]"
+        )
 
 
-def _ingest_all(kb: Any, settings: Settings, bar: Progress, *, since: str | None, scope: str,
-                force: bool) -> Any:
+def _ingest_all(
+    kb: Any, settings: Settings, bar: Progress, *, since: str | None, scope: str, force: bool
+) -> Any:
     """``--all``: :func:`ingest.acquire.batch.ingest_all` with a bar per release."""
     from ingest.acquire.batch import ingest_all
     from ingest.acquire.pypi_index import Skip
@@ -132,20 +165,40 @@ def _ingest_all(kb: Any, settings: Settings, bar: Progress, *, since: str | None
         else:
             _print_report(outcome)
 
-    return ingest_all(kb, settings, since=since, scope=scope, force=force,
-                      progress_for=lambda v: _BarProgress(bar, v), on_release=told)
+    return ingest_all(
+        kb,
+        settings,
+        since=since,
+        scope=scope,
+        force=force,
+        progress_for=lambda v: _BarProgress(bar, v),
+        on_release=told,
+    )
 
 
 def _print_all(result: Any) -> None:
     """The summary table of ``--all``: every release ingested or skipped, and why."""
     from packaging.version import InvalidVersion, Version
 
-    table = Table("release", "outcome", "files parsed / reused", "seconds", "why",
-                  title=f"{len(result.reports)} ingested, {len(result.skipped)} skipped "
-                        f"of {result.listed} listed ({result.index_url})")
-    rows = [(r.version, r.structure, f"{r.parsed} / {r.reused_files}",
-             str(round(r.timings.get("structure_s", 0) + r.timings.get("embed_s", 0), 1)), "")
-            for r in result.reports]
+    table = Table(
+        "release",
+        "outcome",
+        "files parsed / reused",
+        "seconds",
+        "why",
+        title=f"{len(result.reports)} ingested, {len(result.skipped)} skipped "
+        f"of {result.listed} listed ({result.index_url})",
+    )
+    rows = [
+        (
+            r.version,
+            r.structure,
+            f"{r.parsed} / {r.reused_files}",
+            str(round(r.timings.get("structure_s", 0) + r.timings.get("embed_s", 0), 1)),
+            "",
+        )
+        for r in result.reports
+    ]
     rows += [(s.version, "skipped", "", "", s.reason) for s in result.skipped]
 
     def key(row: tuple) -> tuple:
@@ -168,10 +221,20 @@ def releases(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     if as_json:
         out.print_json(json.dumps(rows))
         return
-    table = Table("release", "status", "files", "functions", "checks", "flags", "embedded", "origin")
+    table = Table(
+        "release", "status", "files", "functions", "checks", "flags", "embedded", "origin"
+    )
     for r in rows:
-        table.add_row(r["version"], r["status"], str(r["files"]), str(r["functions"]),
-                      str(r["checks"]), str(r["flags"]), r["embedded_scope"] or "", r["origin"])
+        table.add_row(
+            r["version"],
+            r["status"],
+            str(r["files"]),
+            str(r["functions"]),
+            str(r["checks"]),
+            str(r["flags"]),
+            r["embedded_scope"] or "",
+            r["origin"],
+        )
     out.print(table)
 
 
@@ -207,10 +270,16 @@ def search(
 def triage(
     file: Annotated[str, typer.Argument(help="Crash log file, or - for stdin.")],
     release: Annotated[str | None, typer.Option("--release", "-r")] = None,
-    hardware: Annotated[str | None, typer.Option(help="Hardware profile, e.g. rtx-pro-6000-x8.")] = None,
+    hardware: Annotated[
+        str | None, typer.Option(help="Hardware profile, e.g. rtx-pro-6000-x8.")
+    ] = None,
     model: Annotated[str | None, typer.Option(help="Model path or name.")] = None,
-    model_arch: Annotated[str | None, typer.Option(help="HF architecture, e.g. DeepseekV3ForCausalLM.")] = None,
-    command: Annotated[str | None, typer.Option(help="The launch command, if not in the log.")] = None,
+    model_arch: Annotated[
+        str | None, typer.Option(help="HF architecture, e.g. DeepseekV3ForCausalLM.")
+    ] = None,
+    command: Annotated[
+        str | None, typer.Option(help="The launch command, if not in the log.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Diagnose a crash log and propose checked fixes."""
@@ -223,9 +292,15 @@ def triage(
     payload: str | dict = {"log": text, "command": command} if command else text
     try:
         settings = _settings()
-        result = ondemand.triage(Engine(KnowledgeBase(settings)), settings, payload,
-                                 release=release, hardware=hardware, model=model,
-                                 model_arch=model_arch)
+        result = ondemand.triage(
+            Engine(KnowledgeBase(settings)),
+            settings,
+            payload,
+            release=release,
+            hardware=hardware,
+            model=model,
+            model_arch=model_arch,
+        )
     except TriageError as exc:
         _fail(exc)
         return
@@ -238,13 +313,26 @@ def triage(
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def lint(
     ctx: typer.Context,
-    release: Annotated[str | None, typer.Option("--release", "-r",
-                       help="Required with launch flags; with --from, default: the file's.")] = None,
-    from_files: Annotated[list[str] | None, typer.Option(
-        "--from", help="Shell/Slurm script, systemd unit, compose file or Kubernetes manifest "
-                       "to lint every launch command of; repeatable (more files may follow).")] = None,
-    skip_empty: Annotated[bool, typer.Option(
-        "--skip-empty", help="With --from: a file with no launch command is not an error.")] = False,
+    release: Annotated[
+        str | None,
+        typer.Option(
+            "--release", "-r", help="Required with launch flags; with --from, default: the file's."
+        ),
+    ] = None,
+    from_files: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--from",
+            help="Shell/Slurm script, systemd unit, compose file or Kubernetes manifest "
+            "to lint every launch command of; repeatable (more files may follow).",
+        ),
+    ] = None,
+    skip_empty: Annotated[
+        bool,
+        typer.Option(
+            "--skip-empty", help="With --from: a file with no launch command is not an error."
+        ),
+    ] = False,
     hardware: Annotated[str | None, typer.Option(help="Hardware profile, e.g. b200-x8.")] = None,
     model_arch: Annotated[str | None, typer.Option(help="HF architecture.")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
@@ -257,8 +345,11 @@ def lint(
     from service.cli.lint import lint_command, lint_from_command
 
     if from_files:
-        raise typer.Exit(lint_from_command([*from_files, *ctx.args], release, hardware,
-                                           model_arch, as_json, skip_empty))
+        raise typer.Exit(
+            lint_from_command(
+                [*from_files, *ctx.args], release, hardware, model_arch, as_json, skip_empty
+            )
+        )
     if release is None:
         console.print("give --release X -- <launch flags>, or --from FILE")
         raise typer.Exit(2)
@@ -269,8 +360,12 @@ def lint(
 def replay(
     ctx: typer.Context,
     release: Annotated[str, typer.Option("--release", "-r")],
-    hardware: Annotated[str | None, typer.Option(help="Hardware profile, e.g. rtx-pro-6000-x8.")] = None,
-    model_arch: Annotated[str | None, typer.Option(help="HF architecture of the generated model.")] = None,
+    hardware: Annotated[
+        str | None, typer.Option(help="Hardware profile, e.g. rtx-pro-6000-x8.")
+    ] = None,
+    model_arch: Annotated[
+        str | None, typer.Option(help="HF architecture of the generated model.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Run the release's own argument validation on a declared machine (CPU-only, isolated).
@@ -284,11 +379,21 @@ def replay(
 
 @app.command(name="purge-records")
 def purge_records(
-    max_age_days: Annotated[float | None, typer.Option(help="Default: TRIAGE_RECORDS_MAX_AGE_DAYS.")] = None,
-    max_count: Annotated[int | None, typer.Option(help="Default: TRIAGE_RECORDS_MAX_COUNT.")] = None,
-    include_confirmed: Annotated[bool, typer.Option(
-        "--include-confirmed", help="Purge confirmed triages (recorded incidents) too.")] = False,
-    max_bytes: Annotated[int | None, typer.Option(help="Default: TRIAGE_RECORDS_MAX_BYTES.")] = None,
+    max_age_days: Annotated[
+        float | None, typer.Option(help="Default: TRIAGE_RECORDS_MAX_AGE_DAYS.")
+    ] = None,
+    max_count: Annotated[
+        int | None, typer.Option(help="Default: TRIAGE_RECORDS_MAX_COUNT.")
+    ] = None,
+    include_confirmed: Annotated[
+        bool,
+        typer.Option(
+            "--include-confirmed", help="Purge confirmed triages (recorded incidents) too."
+        ),
+    ] = False,
+    max_bytes: Annotated[
+        int | None, typer.Option(help="Default: TRIAGE_RECORDS_MAX_BYTES.")
+    ] = None,
 ) -> None:
     """Apply the stored triages' retention limits now (the API also does so as it goes)."""
     from service.wiring import records_for
@@ -298,18 +403,26 @@ def purge_records(
         max_age_days=settings.records_max_age_days if max_age_days is None else max_age_days,
         max_count=settings.records_max_count if max_count is None else max_count,
         keep_confirmed=not include_confirmed,
-        max_bytes=settings.records_max_bytes if max_bytes is None else max_bytes)
-    console.print(f"{n} stored triage(s) purged"
-                  + ("" if include_confirmed else "; confirmed ones kept"))
+        max_bytes=settings.records_max_bytes if max_bytes is None else max_bytes,
+    )
+    console.print(
+        f"{n} stored triage(s) purged" + ("" if include_confirmed else "; confirmed ones kept")
+    )
 
 
 @app.command()
 def serve(
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     port: Annotated[int, typer.Option()] = 8000,
-    workers: Annotated[int, typer.Option(
-        min=1, help="uvicorn workers; more than one needs a Chroma server (TRIAGE_CHROMA_URL).")] = 1,
-    access_log: Annotated[bool, typer.Option(help="One JSON line per request (with its x-request-id).")] = True,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1, help="uvicorn workers; more than one needs a Chroma server (TRIAGE_CHROMA_URL)."
+        ),
+    ] = 1,
+    access_log: Annotated[
+        bool, typer.Option(help="One JSON line per request (with its x-request-id).")
+    ] = True,
 ) -> None:
     """Run the HTTP API (FastAPI + uvicorn); logs are JSON lines on stderr. A connection whose
     request headers have not all arrived within TRIAGE_HEADER_TIMEOUT_S is closed.
@@ -323,16 +436,25 @@ def serve(
             f"[red]error:[/red] --workers {workers} needs a Chroma server: the embedded Chroma "
             "is a single-process store. Run `chroma run --path ~/.cache/sglang-triage/chroma "
             "--port 8001`, set TRIAGE_CHROMA_URL=http://127.0.0.1:8001 (and ingest into it), "
-            "or serve with --workers 1.", soft_wrap=True)
+            "or serve with --workers 1.",
+            soft_wrap=True,
+        )
         raise typer.Exit(2)
     import uvicorn
 
     from service.api.protocol import protocol_path
 
     # the protocol closes connections whose headers do not arrive (TRIAGE_HEADER_TIMEOUT_S)
-    uvicorn.run("service.api.app:app", host=host, port=port, workers=workers,
-                log_level="info", access_log=False, log_config=serve_log_config(access_log),
-                http=protocol_path())
+    uvicorn.run(
+        "service.api.app:app",
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="info",
+        access_log=False,
+        log_config=serve_log_config(access_log),
+        http=protocol_path(),
+    )
 
 
 def serve_log_config(access_log: bool) -> dict[str, Any]:
@@ -349,11 +471,17 @@ def serve_log_config(access_log: bool) -> dict[str, Any]:
 
 
 @app.command()
-def slack(socket: Annotated[bool, typer.Option("--socket", help="Socket Mode (TRIAGE_SLACK_APP_TOKEN).")] = False) -> None:
+def slack(
+    socket: Annotated[
+        bool, typer.Option("--socket", help="Socket Mode (TRIAGE_SLACK_APP_TOKEN).")
+    ] = False,
+) -> None:
     """Run the Slack bot over Socket Mode (HTTP Events mode is served by `serve` at /slack/events)."""
     if not socket:
-        console.print("HTTP mode: set TRIAGE_SLACK_BOT_TOKEN and TRIAGE_SLACK_SIGNING_SECRET and run "
-                      "`sglang-triage serve`; events go to /slack/events")
+        console.print(
+            "HTTP mode: set TRIAGE_SLACK_BOT_TOKEN and TRIAGE_SLACK_SIGNING_SECRET and run "
+            "`sglang-triage serve`; events go to /slack/events"
+        )
         raise typer.Exit(2)
     from service.slack.bot import run_socket_mode
 
@@ -363,17 +491,36 @@ def slack(socket: Annotated[bool, typer.Option("--socket", help="Socket Mode (TR
         _fail(exc)
 
 
-@app.command(name="run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(
+    name="run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
 def run_launch(
     ctx: typer.Context,
-    preflight: Annotated[str, typer.Option(help="warn | strict (exit 2 on an error card) | off.")] = "warn",
-    release: Annotated[str | None, typer.Option("--release", "-r", help="Instead of the installed one.")] = None,
-    hardware: Annotated[str | None, typer.Option(help="Profile instead of the detected GPUs.")] = None,
-    report_to: Annotated[str | None, typer.Option(help="sglang-triage service URL to POST a crash to.")] = None,
-    slack_channel: Annotated[str | None, typer.Option(help="Slack channel for a crash report.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="The report as one JSON line on stderr.")] = False,
-    preflight_replay: Annotated[bool, typer.Option(
-        "--preflight-replay", help="Also replay the release's validation (sandbox, cached wheel).")] = False,
+    preflight: Annotated[
+        str, typer.Option(help="warn | strict (exit 2 on an error card) | off.")
+    ] = "warn",
+    release: Annotated[
+        str | None, typer.Option("--release", "-r", help="Instead of the installed one.")
+    ] = None,
+    hardware: Annotated[
+        str | None, typer.Option(help="Profile instead of the detected GPUs.")
+    ] = None,
+    report_to: Annotated[
+        str | None, typer.Option(help="sglang-triage service URL to POST a crash to.")
+    ] = None,
+    slack_channel: Annotated[
+        str | None, typer.Option(help="Slack channel for a crash report.")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="The report as one JSON line on stderr.")
+    ] = False,
+    preflight_replay: Annotated[
+        bool,
+        typer.Option(
+            "--preflight-replay",
+            help="Also replay the release's validation (sandbox, cached wheel).",
+        ),
+    ] = False,
 ) -> None:
     """Launch SGLang with the machine's facts known, lint it first, and triage a start-up crash.
 
@@ -383,32 +530,67 @@ def run_launch(
     from service.watch.run import RunOptions
     from service.watch.run import run as run_use_case
 
-    options = RunOptions(preflight=preflight, release=release, hardware=hardware, report_to=report_to,
-                         slack_channel=slack_channel, as_json=as_json, replay=preflight_replay)
+    options = RunOptions(
+        preflight=preflight,
+        release=release,
+        hardware=hardware,
+        report_to=report_to,
+        slack_channel=slack_channel,
+        as_json=as_json,
+        replay=preflight_replay,
+    )
     raise typer.Exit(run_use_case(list(ctx.args), options, _settings(), render=render_result))
 
 
 @app.command()
 def watch(
     file: Annotated[Path | None, typer.Option(help="A log file to follow (rotation too).")] = None,
-    journald: Annotated[str | None, typer.Option(help="Follow a systemd unit (journalctl -fu UNIT).")] = None,
-    docker: Annotated[str | None, typer.Option(help="Follow a container (docker logs -f NAME).")] = None,
+    journald: Annotated[
+        str | None, typer.Option(help="Follow a systemd unit (journalctl -fu UNIT).")
+    ] = None,
+    docker: Annotated[
+        str | None, typer.Option(help="Follow a container (docker logs -f NAME).")
+    ] = None,
     kubectl: Annotated[str | None, typer.Option(help="Follow a pod (kubectl logs -f POD).")] = None,
     release: Annotated[str | None, typer.Option("--release", "-r")] = None,
-    hardware: Annotated[str | None, typer.Option(help="Hardware profile, e.g. rtx-pro-6000-x8.")] = None,
-    gpus_from: Annotated[Path | None, typer.Option(help="Recorded nvidia-smi --query-gpu CSV.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON lines: report and repeat events.")] = False,
-    report_to: Annotated[str | None, typer.Option(help="sglang-triage service URL to POST reports to.")] = None,
-    slack_channel: Annotated[str | None, typer.Option(help="Slack channel; repeats reply in its thread.")] = None,
-    follow: Annotated[bool, typer.Option("--follow/--no-follow", help="--no-follow: read to the end, exit.")] = True,
+    hardware: Annotated[
+        str | None, typer.Option(help="Hardware profile, e.g. rtx-pro-6000-x8.")
+    ] = None,
+    gpus_from: Annotated[
+        Path | None, typer.Option(help="Recorded nvidia-smi --query-gpu CSV.")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="JSON lines: report and repeat events.")
+    ] = False,
+    report_to: Annotated[
+        str | None, typer.Option(help="sglang-triage service URL to POST reports to.")
+    ] = None,
+    slack_channel: Annotated[
+        str | None, typer.Option(help="Slack channel; repeats reply in its thread.")
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow/--no-follow", help="--no-follow: read to the end, exit.")
+    ] = True,
 ) -> None:
     """Follow a log stream (stdin by default), triage each start-up crash once, count a crash loop."""
     from service.watch.watcher import watch_command
 
-    raise typer.Exit(watch_command(
-        file=file, journald=journald, docker=docker, kubectl=kubectl, release=release,
-        hardware=hardware, gpus_from=gpus_from, as_json=as_json, report_to=report_to,
-        slack_channel=slack_channel, follow=follow, settings=_settings()))
+    raise typer.Exit(
+        watch_command(
+            file=file,
+            journald=journald,
+            docker=docker,
+            kubectl=kubectl,
+            release=release,
+            hardware=hardware,
+            gpus_from=gpus_from,
+            as_json=as_json,
+            report_to=report_to,
+            slack_channel=slack_channel,
+            follow=follow,
+            settings=_settings(),
+        )
+    )
 
 
 def _load_plugins() -> None:

@@ -31,8 +31,10 @@ from service.engine import (
 def _head(result: TriageResult) -> Text:
     rel = result.release
     head = Text(result.summary, style="bold")
-    head.append(f"\n\nrelease {rel.get('release')} ({rel.get('method')}, "
-                f"confidence {rel.get('confidence')})")
+    head.append(
+        f"\n\nrelease {rel.get('release')} ({rel.get('method')}, "
+        f"confidence {rel.get('confidence')})"
+    )
     if rel.get("note"):
         head.append(f"\n{rel['note']}")
     hardware = hardware_line(result.hardware)
@@ -41,12 +43,17 @@ def _head(result: TriageResult) -> Text:
     rng = rel.get("range") or {}
     if rng.get("releases"):
         head.append(f"\nrelease range {rng.get('text')}")
-        head.append("".join(f"\n  · {p['text']}" for p in rng.get("evidence") or [] if p.get("used")))
+        head.append(
+            "".join(f"\n  · {p['text']}" for p in rng.get("evidence") or [] if p.get("used"))
+        )
         head.append("".join(f"\n  · {d}" for d in rng.get("differences") or []))
     if result.upgrade:
         head.append(f"\n{result.upgrade}")
-    for line in (printed_line(result.printed), model_facts_line(result.model_facts),
-                 fix_search_line(result.fix_search)):
+    for line in (
+        printed_line(result.printed),
+        model_facts_line(result.model_facts),
+        fix_search_line(result.fix_search),
+    ):
         if line:
             head.append(f"\n{line}")
     return head
@@ -67,17 +74,31 @@ def render_fix(fix: FixOut, console: Console) -> None:
 
 
 def render_result(result: TriageResult, console: Console) -> None:
-    console.print(Panel(_head(result), title="sglang-triage", subtitle=f"confidence {result.confidence}"))
+    console.print(
+        Panel(_head(result), title="sglang-triage", subtitle=f"confidence {result.confidence}")
+    )
     loc = result.location
     if loc is not None and loc.excerpt:
         code = "\n".join(e.text for e in loc.excerpt)
         hl = {e.line for e in loc.excerpt if e.highlight}
-        console.print(Panel(Syntax(code, "python", line_numbers=True, start_line=loc.excerpt[0].line,
-                                   highlight_lines=hl), title=loc.citation))
+        console.print(
+            Panel(
+                Syntax(
+                    code,
+                    "python",
+                    line_numbers=True,
+                    start_line=loc.excerpt[0].line,
+                    highlight_lines=hl,
+                ),
+                title=loc.citation,
+            )
+        )
     if result.rule:
         console.print(Text("rule: ", style="bold") + Text(result.rule))
     if result.evaluation is not None:
-        table = Table("atom", "role", "value", "inputs", title=f"evaluation: fired={result.evaluation.fired}")
+        table = Table(
+            "atom", "role", "value", "inputs", title=f"evaluation: fired={result.evaluation.fired}"
+        )
         for atom in result.evaluation.atoms:
             if not atom.failing and atom.value != "unknown":
                 continue
@@ -87,11 +108,18 @@ def render_result(result: TriageResult, console: Console) -> None:
     if result.arithmetic:
         console.print(Text("arithmetic: ", style="bold") + Text(result.arithmetic))
     for i, line in enumerate(upgrade_lines(result.upgrade_fix)):
-        console.print(Text(line, style="bold green" if i == 0 else ""), markup=False,
-                       highlight=False, soft_wrap=True, crop=False)
+        console.print(
+            Text(line, style="bold green" if i == 0 else ""),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+            crop=False,
+        )
     for fix in result.fixes[:3]:
         render_fix(fix, console)
     if result.no_flag_fix:
         console.print(Text("no flag fix: ", style="yellow") + Text(result.no_flag_fix))
     for u in result.unknowns:
-        console.print(Text("unknown ", style="yellow") + Text(f"{u.what}: {u.why} (settle: {u.settle})"))
+        console.print(
+            Text("unknown ", style="yellow") + Text(f"{u.what}: {u.why} (settle: {u.settle})")
+        )

@@ -43,12 +43,18 @@ _SHOWN_FIELDS = (
 
 def render_replay(result: ReplayResult, console: Console) -> None:
     """A human-readable report of one replay."""
-    colour = {"passed": "green", "raised": "red", "argparse_error": "red",
-              "harness_error": "yellow"}[result.status]
+    colour = {
+        "passed": "green",
+        "raised": "red",
+        "argparse_error": "red",
+        "harness_error": "yellow",
+    }[result.status]
     machine = result.hardware or "this machine (no hardware declared)"
-    console.print(f"[bold {colour}]{result.status}[/bold {colour}]  sglang {result.version} on "
-                  f"{machine}, model {result.model_arch or '(as given)'}"
-                  + ("  [dim](cached)[/dim]" if result.cached else ""))
+    console.print(
+        f"[bold {colour}]{result.status}[/bold {colour}]  sglang {result.version} on "
+        f"{machine}, model {result.model_arch or '(as given)'}"
+        + ("  [dim](cached)[/dim]" if result.cached else "")
+    )
     for note in result.substitutions:
         console.print(f"  [dim]{note}[/dim]", highlight=False, soft_wrap=True)
     if result.status == "raised":
@@ -66,8 +72,9 @@ def render_replay(result: ReplayResult, console: Console) -> None:
     elif result.server_args:
         for name in _SHOWN_FIELDS:
             if name in result.server_args:
-                console.print(f"  {name} = {result.server_args[name]!r}", markup=False,
-                              highlight=False)
+                console.print(
+                    f"  {name} = {result.server_args[name]!r}", markup=False, highlight=False
+                )
     if result.probe_disagreements:
         console.print(f"  [yellow]probe disagreements: {result.probe_disagreements}[/yellow]")
     timing = ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items() if k.endswith("_s"))
@@ -75,9 +82,16 @@ def render_replay(result: ReplayResult, console: Console) -> None:
         console.print(f"  [dim]{timing}[/dim]")
 
 
-def replay_command(release: str, hardware: str | None, model_arch: str | None,
-                   flags: Sequence[str], as_json: bool, *,
-                   settings: Settings | None = None, timeout_s: float = 120) -> int:
+def replay_command(
+    release: str,
+    hardware: str | None,
+    model_arch: str | None,
+    flags: Sequence[str],
+    as_json: bool,
+    *,
+    settings: Settings | None = None,
+    timeout_s: float = 120,
+) -> int:
     """Fetch (or reuse) ``release``, replay ``flags`` on it, print the outcome; the exit status."""
     from kb.sources import fetch_release
 
@@ -90,10 +104,21 @@ def replay_command(release: str, hardware: str | None, model_arch: str | None,
         err.print("nothing to replay: give the server flags after --")
         return 2
     try:
-        source = fetch_release(release, wheel_dir=settings.wheel_dir,
-                               source_dir=settings.source_dir, index_url=settings.pip_index_url)
-        result = replay(source.root, release, argv, hardware=hardware, model_arch=model_arch,
-                        timeout_s=timeout_s, settings=settings)
+        source = fetch_release(
+            release,
+            wheel_dir=settings.wheel_dir,
+            source_dir=settings.source_dir,
+            index_url=settings.pip_index_url,
+        )
+        result = replay(
+            source.root,
+            release,
+            argv,
+            hardware=hardware,
+            model_arch=model_arch,
+            timeout_s=timeout_s,
+            settings=settings,
+        )
     except TriageError as exc:
         err.print(f"[red]error:[/red] {exc.message}")
         return 2

@@ -70,8 +70,9 @@ class Lexer:
     ``env`` is read as the lexer goes, so the caller may add assignments between commands.
     """
 
-    def __init__(self, text: str, line: int, env: dict[str, str], *, shell: bool = True,
-                 expand: bool = True) -> None:
+    def __init__(
+        self, text: str, line: int, env: dict[str, str], *, shell: bool = True, expand: bool = True
+    ) -> None:
         self.t, self.i, self.line, self.env = text, 0, line, env
         self.shell, self.expand = shell, expand
         self.close = -1  # index of the next "}", for ${…}
@@ -86,14 +87,20 @@ class Lexer:
             if c == "\\" and t.startswith("\n", self.i + 1):
                 self.i, self.line = self.i + 2, self.line + 1
                 continue
-            boundary = c in " \t\r\n" or (self.shell and (c in ";&|()<>" or (c == "#" and cur is None)))
+            boundary = c in " \t\r\n" or (
+                self.shell and (c in ";&|()<>" or (c == "#" and cur is None))
+            )
             if not boundary:
                 if cur is None:
                     cur = _Cur(self.line)
                 self._piece(cur)
                 continue
-            if c in "<>" and cur is not None and not cur.quoted \
-                    and "".join(x for x, _ in cur.chunks).isdigit():
+            if (
+                c in "<>"
+                and cur is not None
+                and not cur.quoted
+                and "".join(x for x, _ in cur.chunks).isdigit()
+            ):
                 cur = None  # "2>": the fd number is no word
             if cur is not None:
                 if not skip:
@@ -132,7 +139,7 @@ class Lexer:
         if c == "'":
             end = t.find("'", i + 1)
             end = len(t) if end < 0 else end
-            cur.chunks.append((t[i + 1:end], False))
+            cur.chunks.append((t[i + 1 : end], False))
             cur.quoted, self.line, self.i = True, self.line + t.count("\n", i, end), end + 1
         elif c == '"':
             cur.quoted, self.i = True, i + 1
@@ -152,16 +159,16 @@ class Lexer:
                 else:
                     m = _DQ_PLAIN_RE.match(t, self.i)
                     end = m.end() if m else self.i + 1
-                    cur.chunks.append((t[self.i:end], False))
+                    cur.chunks.append((t[self.i : end], False))
                     self.i = end
             self.i += 1
         elif c == "\\":
-            cur.chunks.append((t[i + 1:i + 2], False))
+            cur.chunks.append((t[i + 1 : i + 2], False))
             self.i = i + 2
         elif c in "$`" and self.expand:
             self._dollar(cur, split=True)
         elif c == "%" and not self.shell:  # systemd specifiers: %% is %, %i is left as written
-            spec = t[i:i + 2]
+            spec = t[i : i + 2]
             cur.chunks.append(("%" if spec == "%%" else spec, False))
             if spec != "%%" and len(spec) == 2:
                 cur.unresolved.append(spec)
@@ -175,7 +182,7 @@ class Lexer:
     def _dollar(self, cur: _Cur, *, split: bool) -> None:
         """``$…`` at ``self.i``: a known variable's value, else the text as written."""
         t, i = self.t, self.i
-        nxt = t[i + 1:i + 2]
+        nxt = t[i + 1 : i + 2]
         if t[i] == "`" or nxt == "(":
             raw = _balanced(t, i)
         elif nxt == "{":
@@ -187,7 +194,7 @@ class Lexer:
                 cur.chunks.append(("$", False))
                 self.i = i + 1
                 return
-            raw = t[i:end + 1]
+            raw = t[i : end + 1]
             m = _PARAM_RE.fullmatch(raw[2:-1])
             self.i = end + 1
             if m and m[1] in self.env:
@@ -195,8 +202,9 @@ class Lexer:
             elif m and m[2]:
                 default = m[3].strip("\"'")
                 cur.chunks.append((default, split and self.shell))
-                cur.assumed.append(f"{raw} read as {default!r} (its default; {m[1]} is not "
-                                   "set in the file)")
+                cur.assumed.append(
+                    f"{raw} read as {default!r} (its default; {m[1]} is not set in the file)"
+                )
             else:
                 cur.chunks.append((raw, False))
                 cur.unresolved.append(raw)
@@ -211,7 +219,7 @@ class Lexer:
                 cur.unresolved.append("$" + raw)
             return
         elif nxt and nxt in "0123456789@*#?$!-":
-            raw = t[i:i + 2]
+            raw = t[i : i + 2]
         else:
             cur.chunks.append(("$", False))
             self.i = i + 1
@@ -233,13 +241,11 @@ def _balanced(t: str, i: int) -> str:
     """
     if t[i] == "`":
         end = t.find("`", i + 1, i + 4000)
-        return t[i:(end + 1) if end > 0 else i + 1]
+        return t[i : (end + 1) if end > 0 else i + 1]
     depth = 0
     for m in _PARENS_RE.finditer(t, i + 1, min(len(t), i + 4000)):
         depth += 1 if m.group() == "(" else -1
         if depth == 0:
-            return t[i:m.end()]
+            return t[i : m.end()]
     eol = t.find("\n", i)
-    return t[i:eol if eol > 0 else len(t)]
-
-
+    return t[i : eol if eol > 0 else len(t)]

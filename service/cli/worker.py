@@ -24,9 +24,12 @@ console = Console(stderr=True)
 
 
 def replay_worker(
-    once: Annotated[bool, typer.Option("--once", help="Process at most one job, then exit.")] = False,
-    poll: Annotated[float, typer.Option("--poll", min=0.05,
-                                        help="Seconds between looks at an empty queue.")] = 2.0,
+    once: Annotated[
+        bool, typer.Option("--once", help="Process at most one job, then exit.")
+    ] = False,
+    poll: Annotated[
+        float, typer.Option("--poll", min=0.05, help="Seconds between looks at an empty queue.")
+    ] = 2.0,
 ) -> None:
     """Replay queued triages (TRIAGE_DATABASE_URL, or TRIAGE_REPLAY_QUEUE=database) and store
     the verdicts in the triage records, as the API's in-process replay does."""
@@ -36,11 +39,14 @@ def replay_worker(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = Settings()
-    if settings.replay_queue == "process" or (settings.replay_queue == "auto"
-                                              and not settings.database_url):
-        console.print("[yellow]note:[/yellow] the API replays in-process with these settings "
-                      "(set TRIAGE_DATABASE_URL or TRIAGE_REPLAY_QUEUE=database); "
-                      "serving the records' queue anyway")
+    if settings.replay_queue == "process" or (
+        settings.replay_queue == "auto" and not settings.database_url
+    ):
+        console.print(
+            "[yellow]note:[/yellow] the API replays in-process with these settings "
+            "(set TRIAGE_DATABASE_URL or TRIAGE_REPLAY_QUEUE=database); "
+            "serving the records' queue anyway"
+        )
     from service.replay.jobs import JobQueue
 
     records = records_for(settings)

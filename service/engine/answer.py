@@ -42,7 +42,11 @@ class Citation(BaseModel):
     end_line: int | None = None
 
     def __str__(self) -> str:
-        span = f"{self.line}-{self.end_line}" if self.end_line and self.end_line != self.line else f"{self.line}"
+        span = (
+            f"{self.line}-{self.end_line}"
+            if self.end_line and self.end_line != self.line
+            else f"{self.line}"
+        )
         return f"{self.release}:{self.path}:{span}"
 
     @property

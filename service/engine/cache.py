@@ -31,8 +31,16 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 if TYPE_CHECKING:
     from kb.store import Store
 
-__all__ = ["LRUCache", "cached", "clear_all", "facts_signature", "freeze_long_lived", "recent",
-           "release_key", "stats"]
+__all__ = [
+    "LRUCache",
+    "cached",
+    "clear_all",
+    "facts_signature",
+    "freeze_long_lived",
+    "recent",
+    "release_key",
+    "stats",
+]
 
 V = TypeVar("V")
 
@@ -103,6 +111,7 @@ _MAX_ENTRIES = 50_000
 _RECENT_TTL_S = 5.0
 _recent: dict[tuple[Any, ...], tuple[float, Any]] = {}
 
+
 def cached(key: tuple[Any, ...], build):  # noqa: ANN001, ANN202
     """Memoise ``build()`` under ``key`` (process-wide, bounded, thread-safe).
 
@@ -118,8 +127,6 @@ def cached(key: tuple[Any, ...], build):  # noqa: ANN001, ANN202
             _kb_cache.clear()
         _kb_cache[key] = value
     return value
-
-
 
 
 def recent(key: tuple[Any, ...], read):  # noqa: ANN001, ANN202
@@ -142,10 +149,10 @@ def recent(key: tuple[Any, ...], read):  # noqa: ANN001, ANN202
 def release_key(store: Store, version: str, what: str) -> tuple[Any, ...]:
     """A cache key that changes when the release is re-indexed (hash looked up every few s)."""
     path = str(store.path)
-    content_hash = recent(("content-hash", path, version),
-                          lambda: (store.release(version) or {}).get("content_hash"))
+    content_hash = recent(
+        ("content-hash", path, version), lambda: (store.release(version) or {}).get("content_hash")
+    )
     return (path, version, content_hash, what)
-
 
 
 # ------------------------------------------------------------------ all caches
@@ -166,8 +173,10 @@ def stats() -> dict[str, dict[str, int]]:
     """name -> size, capacity, hits and misses of every cache (for profiling)."""
     with _registry_lock:
         caches = list(_registry)
-    return {c.name: {"size": len(c), "max": c.maxsize, "hits": c.hits, "misses": c.misses}
-            for c in caches}
+    return {
+        c.name: {"size": len(c), "max": c.maxsize, "hits": c.hits, "misses": c.misses}
+        for c in caches
+    }
 
 
 def facts_signature(facts: Mapping[str, object]) -> str:
@@ -181,8 +190,14 @@ def facts_signature(facts: Mapping[str, object]) -> str:
     for key in sorted(facts):
         v = facts[key]
         prov = getattr(v, "provenance", None)
-        items.append((key, repr(getattr(v, "value", v)), getattr(prov, "kind", None),
-                      getattr(prov, "detail", None)))
+        items.append(
+            (
+                key,
+                repr(getattr(v, "value", v)),
+                getattr(prov, "kind", None),
+                getattr(prov, "detail", None),
+            )
+        )
     return hashlib.sha1(repr(items).encode()).hexdigest()
 
 

@@ -8,8 +8,14 @@ from __future__ import annotations
 
 from kb.errors import TriageError
 
-__all__ = ["BinaryInput", "EmptyInput", "InputTooLarge", "LogParseError", "NoCrashFound",
-           "UnknownRelease"]
+__all__ = [
+    "BinaryInput",
+    "EmptyInput",
+    "InputTooLarge",
+    "LogParseError",
+    "NoCrashFound",
+    "UnknownRelease",
+]
 
 
 class LogParseError(TriageError):

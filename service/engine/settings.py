@@ -19,5 +19,6 @@ class EngineSettings(KBSettings):
     llm_base_url: str | None = None
     llm_model: str | None = None
     llm_api_key: SecretStr | None = Field(
-        None, description="API key of the LLM endpoint (secret; never in repr, logs or dumps).")
+        None, description="API key of the LLM endpoint (secret; never in repr, logs or dumps)."
+    )
     llm_timeout_s: float = 20.0

@@ -56,9 +56,22 @@ from .worker import (
     child_env,
 )
 
-__all__ = ["FAILED_MAX", "MAX_QUEUED", "MAX_WAITERS", "NEEDS_INGEST_EXTRA", "RETRY_AFTER_S",
-           "LateAnswer", "OnDemandIngest", "OnDemandNote", "annotate", "child_env", "ingester_for",
-           "ingesting", "triage", "wanted_release"]
+__all__ = [
+    "FAILED_MAX",
+    "MAX_QUEUED",
+    "MAX_WAITERS",
+    "NEEDS_INGEST_EXTRA",
+    "RETRY_AFTER_S",
+    "LateAnswer",
+    "OnDemandIngest",
+    "OnDemandNote",
+    "annotate",
+    "child_env",
+    "ingester_for",
+    "ingesting",
+    "triage",
+    "wanted_release",
+]
 
 
 log = logging.getLogger(__name__)
@@ -72,8 +85,9 @@ def _is_version(text: str) -> bool:
     return True
 
 
-def wanted_release(payload: str | bytes | dict[str, Any], release: str | None,
-                   kb: KnowledgeBase, *, max_bytes: int) -> str | None:
+def wanted_release(
+    payload: str | bytes | dict[str, Any], release: str | None, kb: KnowledgeBase, *, max_bytes: int
+) -> str | None:
     """The release the log says it ran, when the KB does not hold it; else None.
 
     Only the most trusted hint counts (a ``release`` given with the request
@@ -85,8 +99,9 @@ def wanted_release(payload: str | bytes | dict[str, Any], release: str | None,
     named = release or extras.get("release")
     versions = [str(named)] if named else []
     order = {k: i for i, k in enumerate(HINT_ORDER)}
-    versions += [h.version for h in sorted(parsed.release_hints,
-                                           key=lambda h: order.get(h.kind, len(order)))]
+    versions += [
+        h.version for h in sorted(parsed.release_hints, key=lambda h: order.get(h.kind, len(order)))
+    ]
     if not versions or not _is_version(versions[0]):
         return None
     top = str(Version(versions[0])) if "+" not in versions[0] else versions[0]
@@ -104,15 +119,20 @@ def annotate(result: TriageResult, note: OnDemandNote | None) -> None:
     if note.status == "ingested" and rel.get("release") == note.release:
         rel.setdefault("evidence", []).append(
             f"{note.release} was ingested on demand ({note.seconds} s); then decided by "
-            f"{rel.get('method')}")
+            f"{rel.get('method')}"
+        )
         rel["method"] = "on_demand"
     elif note.status == "ingesting":
         then = "this answer will update" if "will update" in note.detail else "triage it again"
-        result.degraded.append(f"ingesting {note.release}; {then} (until then it is from "
-                               f"{rel.get('release')}): {note.detail}")
+        result.degraded.append(
+            f"ingesting {note.release}; {then} (until then it is from "
+            f"{rel.get('release')}): {note.detail}"
+        )
     else:
-        caveat = (f"the log names {note.release}, which is not in the KB ({note.detail}); "
-                  f"this answer is from {rel.get('release')}. To answer from it: {note.how}")
+        caveat = (
+            f"the log names {note.release}, which is not in the KB ({note.detail}); "
+            f"this answer is from {rel.get('release')}. To answer from it: {note.how}"
+        )
         result.degraded.append(caveat)
 
 
@@ -161,10 +181,19 @@ def ingester_for(kb: KnowledgeBase) -> OnDemandIngest:
         return found
 
 
-def triage(engine: Engine, settings: Settings, payload: str | bytes | dict[str, Any], *,
-           release: str | None = None, hardware: str | None = None, model: str | None = None,
-           model_arch: str | None = None, replay: bool = True, client: str = "local",
-           on_update: Callable[[TriageResult], None] | None = None) -> TriageResult:
+def triage(
+    engine: Engine,
+    settings: Settings,
+    payload: str | bytes | dict[str, Any],
+    *,
+    release: str | None = None,
+    hardware: str | None = None,
+    model: str | None = None,
+    model_arch: str | None = None,
+    replay: bool = True,
+    client: str = "local",
+    on_update: Callable[[TriageResult], None] | None = None,
+) -> TriageResult:
     """:meth:`Engine.triage`, with the release the log names ingested on demand when the KB
     lacks it (what every front end calls).
 
@@ -185,6 +214,7 @@ def triage(engine: Engine, settings: Settings, payload: str | bytes | dict[str, 
     ingester = ingester_for(engine.kb)
     landed = None
     if wanted and on_update is not None:
+
         def landed(note: OnDemandNote) -> None:
             try:
                 again = engine.triage(payload, **options, max_bytes=limit)
@@ -196,19 +226,30 @@ def triage(engine: Engine, settings: Settings, payload: str | bytes | dict[str, 
             ingester.touch(again.release.get("release"))
             on_update(again)
 
-    note = ingester.ensure(wanted, settings, client=client, on_landed=landed,
-                           wait=on_update is None) if wanted else None
+    note = (
+        ingester.ensure(wanted, settings, client=client, on_landed=landed, wait=on_update is None)
+        if wanted
+        else None
+    )
     result = engine.triage(payload, **options, max_bytes=limit)
     annotate(result, note)
     ingester.touch(result.release.get("release"))
-    if replay and settings.replay_enabled and settings.fix_search_deadline_s > 0 and \
-            not ingesting(result):
+    if (
+        replay
+        and settings.replay_enabled
+        and settings.fix_search_deadline_s > 0
+        and not ingesting(result)
+    ):
         from service.replay.search import search_fixes
 
         started = time.monotonic()
-        search_fixes(result, settings, deadline_s=settings.fix_search_deadline_s,
-                     max_candidates=settings.fix_search_candidates,
-                     verify_clean=settings.fix_search_verify_clean)
+        search_fixes(
+            result,
+            settings,
+            deadline_s=settings.fix_search_deadline_s,
+            max_candidates=settings.fix_search_candidates,
+            verify_clean=settings.fix_search_verify_clean,
+        )
         if result.upgrade_fix is not None:  # the named release's own validation judges it
             from service.replay.upgrade import verify_upgrade
 

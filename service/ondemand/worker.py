@@ -32,8 +32,16 @@ from kb.knowledge import KnowledgeBase
 from kb.settings import KBSettings
 from service.settings import Settings
 
-__all__ = ["FAILED_MAX", "MAX_QUEUED", "MAX_WAITERS", "NEEDS_INGEST_EXTRA", "RETRY_AFTER_S",
-           "OnDemandIngest", "OnDemandNote", "child_env"]
+__all__ = [
+    "FAILED_MAX",
+    "MAX_QUEUED",
+    "MAX_WAITERS",
+    "NEEDS_INGEST_EXTRA",
+    "RETRY_AFTER_S",
+    "OnDemandIngest",
+    "OnDemandNote",
+    "child_env",
+]
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +56,9 @@ MAX_QUEUED = 4
 MAX_WAITERS = 64
 _HOUR_S = 3600.0
 #: What to install where :mod:`ingest`'s dependencies (tree-sitter, ...) are missing.
-NEEDS_INGEST_EXTRA = "on-demand ingest needs the [ingest] extra (pip install 'sglang-triage[ingest]')"
+NEEDS_INGEST_EXTRA = (
+    "on-demand ingest needs the [ingest] extra (pip install 'sglang-triage[ingest]')"
+)
 
 
 def _missing_ingest() -> str | None:
@@ -84,8 +94,9 @@ def child_env(settings: KBSettings) -> dict[str, str]:
     for name in KBSettings.model_fields:
         value = getattr(settings, name)
         if value is not None:
-            env[f"TRIAGE_{name.upper()}"] = (json.dumps(value) if isinstance(value, list)
-                                             else str(value))
+            env[f"TRIAGE_{name.upper()}"] = (
+                json.dumps(value) if isinstance(value, list) else str(value)
+            )
     env["HF_HUB_OFFLINE"] = "1"
     env["COLUMNS"] = "1000"  # the CLI's console would wrap its error line at 80
     return env
@@ -95,8 +106,11 @@ def _child_error(stderr: str) -> str:
     """The reason a failed ``sglang-triage ingest`` gave (its ``error:`` line, else its tail)."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     at = max((i for i, line in enumerate(lines) if "error:" in line), default=None)
-    text = (" ".join(lines[at:]).split("error:", 1)[1].strip() if at is not None
-            else " / ".join(lines[-3:]))
+    text = (
+        " ".join(lines[at:]).split("error:", 1)[1].strip()
+        if at is not None
+        else " / ".join(lines[-3:])
+    )
     return (text or "the ingest process failed without a message")[:600]
 
 
@@ -141,44 +155,57 @@ class OnDemandIngest:
         atexit.register(self._stop_child)
 
     # -- the request side ----------------------------------------------------------------
-    def ensure(self, version: str, settings: Settings, *, client: str = "local",
-               on_landed: Callable[[OnDemandNote], None] | None = None,
-               wait: bool = False) -> OnDemandNote:
+    def ensure(
+        self,
+        version: str,
+        settings: Settings,
+        *,
+        client: str = "local",
+        on_landed: Callable[[OnDemandNote], None] | None = None,
+        wait: bool = False,
+    ) -> OnDemandNote:
         """Whether ``version`` is (or is being) indexed, or why not; never waits for pip
         unless ``wait``. ``on_landed(note)`` is called (on the worker thread) when an
         ingest this call started or joined ends, whichever way."""
         how = f"sglang-triage ingest --release {version}"
         if not settings.on_demand_ingest:
-            return OnDemandNote(release=version, status="disabled", how=how,
-                                detail="on-demand ingest is off (TRIAGE_ON_DEMAND_INGEST)")
+            return OnDemandNote(
+                release=version,
+                status="disabled",
+                how=how,
+                detail="on-demand ingest is off (TRIAGE_ON_DEMAND_INGEST)",
+            )
         missing = _missing_ingest()
         if missing:
             return OnDemandNote(release=version, status="disabled", how=how, detail=missing)
         not_offered = self._not_offered(version, settings)
         if not_offered:
-            return OnDemandNote(release=version, status="unavailable", how=how,
-                                detail=not_offered)
+            return OnDemandNote(release=version, status="unavailable", how=how, detail=not_offered)
         with self._lock:  # everything that decides whether pip runs, under one lock
             rel = self.kb.store.release(version)
             if rel is not None and rel["status"] in ("indexed", "complete"):  # done meanwhile
-                return OnDemandNote(release=version, status="ingested", seconds=0.0, how=how,
-                                    detail="indexed by another request just before this one")
+                return OnDemandNote(
+                    release=version,
+                    status="ingested",
+                    seconds=0.0,
+                    how=how,
+                    detail="indexed by another request just before this one",
+                )
             failed = self._failure(version)
             if failed:
-                return OnDemandNote(release=version, status="unavailable", how=how,
-                                    detail=failed)
+                return OnDemandNote(release=version, status="unavailable", how=how, detail=failed)
             job = self._jobs.get(version)
             if job is None:
                 refused = self._over_budget(client, settings)
                 if refused:
-                    return OnDemandNote(release=version, status="refused", how=how,
-                                        detail=refused)
+                    return OnDemandNote(release=version, status="refused", how=how, detail=refused)
                 job = self._jobs[version] = _Job(version, settings, client)
                 self._started.append((time.monotonic(), client))
                 self._queue.put(job)
                 if self._worker is None or not self._worker.is_alive():
-                    self._worker = threading.Thread(target=self._work, daemon=True,
-                                                    name="on-demand-ingest")
+                    self._worker = threading.Thread(
+                        target=self._work, daemon=True, name="on-demand-ingest"
+                    )
                     self._worker.start()
             ahead = list(self._jobs).index(version)
             waiting = sum(len(j.waiters) for j in self._jobs.values())
@@ -190,11 +217,19 @@ class OnDemandIngest:
             assert job.note is not None
             return job.note
         queued = f" ({ahead} release(s) ahead of it)" if ahead else ""
-        then = ("this answer will update when it lands" if follows else
-                "triage the log again once it landed" if on_landed is None else
-                "too many answers wait for it: triage the log again once it landed")
-        return OnDemandNote(release=version, status="ingesting", how=how,
-                            detail=f"ingesting {version} in the background{queued}; {then}")
+        then = (
+            "this answer will update when it lands"
+            if follows
+            else "triage the log again once it landed"
+            if on_landed is None
+            else "too many answers wait for it: triage the log again once it landed"
+        )
+        return OnDemandNote(
+            release=version,
+            status="ingesting",
+            how=how,
+            detail=f"ingesting {version} in the background{queued}; {then}",
+        )
 
     def touch(self, version: str | None) -> None:
         """An answer came from ``version``: it was used now (the quota evicts the least
@@ -207,8 +242,11 @@ class OnDemandIngest:
         """Why ``version`` must not be fetched (:func:`ingest.acquire.release_list.not_offered`)."""
         from ingest.acquire.release_list import not_offered, release_list_for
 
-        releases = release_list_for(settings.pip_index_url, ttl_s=settings.release_list_ttl_s,
-                                    cache_file=settings.home / "index" / "releases.json")
+        releases = release_list_for(
+            settings.pip_index_url,
+            ttl_s=settings.release_list_ttl_s,
+            cache_file=settings.home / "index" / "releases.json",
+        )
         return not_offered(version, releases, git_url=settings.sglang_git)
 
     def _failure(self, version: str) -> str | None:
@@ -235,12 +273,16 @@ class OnDemandIngest:
         while self._started and now - self._started[0][0] >= _HOUR_S:
             self._started.popleft()
         if len(self._started) >= settings.on_demand_global_per_hour:
-            return (f"{len(self._started)} releases were ingested on demand in the last hour, "
-                    "the service's limit (TRIAGE_ON_DEMAND_GLOBAL_PER_HOUR): not ingested now")
+            return (
+                f"{len(self._started)} releases were ingested on demand in the last hour, "
+                "the service's limit (TRIAGE_ON_DEMAND_GLOBAL_PER_HOUR): not ingested now"
+            )
         mine = sum(1 for _, who in self._started if who == client)
         if mine >= settings.on_demand_per_client_per_hour:
-            return (f"this client had {mine} new releases ingested on demand in the last hour, "
-                    "its limit (TRIAGE_ON_DEMAND_PER_CLIENT_PER_HOUR): not ingested now")
+            return (
+                f"this client had {mine} new releases ingested on demand in the last hour, "
+                "its limit (TRIAGE_ON_DEMAND_PER_CLIENT_PER_HOUR): not ingested now"
+            )
         if len(self._jobs) > MAX_QUEUED:
             return f"{len(self._jobs)} releases are being ingested or waiting: try again later"
         return None
@@ -261,9 +303,12 @@ class OnDemandIngest:
                 note = self._run(job)
             except Exception as exc:  # a bug must not leave the answers waiting forever
                 log.exception("on-demand ingest of %s failed", job.version)
-                note = OnDemandNote(release=job.version, status="unavailable",
-                                    how=f"sglang-triage ingest --release {job.version}",
-                                    detail=f"the ingest failed unexpectedly: {type(exc).__name__}")
+                note = OnDemandNote(
+                    release=job.version,
+                    status="unavailable",
+                    how=f"sglang-triage ingest --release {job.version}",
+                    detail=f"the ingest failed unexpectedly: {type(exc).__name__}",
+                )
             with self._lock:
                 job.note = note
                 self._jobs.pop(job.version, None)
@@ -285,9 +330,13 @@ class OnDemandIngest:
         with one_ingest_at_a_time(self.kb):
             rel = self.kb.store.release(job.version)
             if rel is not None and rel["status"] in ("indexed", "complete"):
-                return OnDemandNote(release=job.version, status="ingested", seconds=0.0,
-                                    how=f"sglang-triage ingest --release {job.version}",
-                                    detail="indexed by another process of the service")
+                return OnDemandNote(
+                    release=job.version,
+                    status="ingested",
+                    seconds=0.0,
+                    how=f"sglang-triage ingest --release {job.version}",
+                    detail="indexed by another process of the service",
+                )
             return self._ingest(job)
 
     def _ingest(self, job: _Job) -> OnDemandNote:
@@ -307,52 +356,97 @@ class OnDemandIngest:
                 evicted = f"; to stay under the disk quota, evicted {', '.join(room.evicted)}"
             if not room.ok:
                 return OnDemandNote(
-                    release=v, status="refused", how=how,
+                    release=v,
+                    status="refused",
+                    how=how,
                     detail=f"the KB and caches hold {room.after / 1e9:.3f} GB, at or over the "
-                           f"disk quota of {settings.disk_quota_gb} GB (TRIAGE_DISK_QUOTA_GB)" +
-                           (evicted or "; no on-demand release is left to evict (the default "
-                            "releases are kept)") + ": not ingested")
+                    f"disk quota of {settings.disk_quota_gb} GB (TRIAGE_DISK_QUOTA_GB)"
+                    + (
+                        evicted
+                        or "; no on-demand release is left to evict (the default releases are kept)"
+                    )
+                    + ": not ingested",
+                )
         embeds = settings.on_demand_embed and bool(settings.chroma_url) and _can_embed()
-        cmd = [sys.executable, "-m", "service.cli.main", "ingest", "--release", v,
-               "--scope", "default" if embeds else "none"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "service.cli.main",
+            "ingest",
+            "--release",
+            v,
+            "--scope",
+            "default" if embeds else "none",
+        ]
         self.fetches += 1
-        log.info("on-demand ingest of %s started in a child process", v,
-                 extra={"fields": {"release": v, "client": job.client}})
+        log.info(
+            "on-demand ingest of %s started in a child process",
+            v,
+            extra={"fields": {"release": v, "client": job.client}},
+        )
         try:
-            proc = subprocess.Popen(cmd, env=child_env(settings), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                    start_new_session=True)  # its pip and parse workers too
+            proc = subprocess.Popen(
+                cmd,
+                env=child_env(settings),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )  # its pip and parse workers too
         except OSError as exc:
-            return OnDemandNote(release=v, status="unavailable", how=how,
-                                detail=f"could not start the ingest of {v}: {exc}")
+            return OnDemandNote(
+                release=v,
+                status="unavailable",
+                how=how,
+                detail=f"could not start the ingest of {v}: {exc}",
+            )
         self._child = proc
         try:
             _, err = proc.communicate(timeout=settings.on_demand_timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             _, err = proc.communicate()
-            err = f"error: it took longer than {settings.on_demand_timeout_s:g} s " \
-                  "(TRIAGE_ON_DEMAND_TIMEOUT_S) and was stopped"
+            err = (
+                f"error: it took longer than {settings.on_demand_timeout_s:g} s "
+                "(TRIAGE_ON_DEMAND_TIMEOUT_S) and was stopped"
+            )
         finally:
             self._child = None
         seconds = round(time.perf_counter() - t0, 2)
         rel = self.kb.store.release(v)
         if rel is None or rel["status"] not in ("indexed", "complete"):
-            return OnDemandNote(release=v, status="unavailable", how=how,
-                                detail=f"could not fetch or index {v}: {_child_error(err)}"
-                                       + evicted)
+            return OnDemandNote(
+                release=v,
+                status="unavailable",
+                how=how,
+                detail=f"could not fetch or index {v}: {_child_error(err)}" + evicted,
+            )
         record_on_demand(self.kb, v)
         self._used[v] = time.time()
-        why_not = ("embedding failed: " + _child_error(err) if embeds else
-                   "TRIAGE_ON_DEMAND_EMBED is off" if not settings.on_demand_embed else
-                   "embedded Chroma belongs to the server process: set TRIAGE_CHROMA_URL"
-                   if not settings.chroma_url else
-                   "sentence-transformers is not installed: the [ingest] extra")
+        why_not = (
+            "embedding failed: " + _child_error(err)
+            if embeds
+            else "TRIAGE_ON_DEMAND_EMBED is off"
+            if not settings.on_demand_embed
+            else "embedded Chroma belongs to the server process: set TRIAGE_CHROMA_URL"
+            if not settings.chroma_url
+            else "sentence-transformers is not installed: the [ingest] extra"
+        )
         return OnDemandNote(
-            release=v, status="ingested", seconds=seconds, how=how,
+            release=v,
+            status="ingested",
+            seconds=seconds,
+            how=how,
             detail=f"indexed on demand in {seconds:.1f} s by a separate process: {rel['files']} "
-                   "files; " + ("with embeddings" if embeds and proc.returncode == 0 else
-                                f"no embeddings ({why_not}): search uses keywords") + evicted)
+            "files; "
+            + (
+                "with embeddings"
+                if embeds and proc.returncode == 0
+                else f"no embeddings ({why_not}): search uses keywords"
+            )
+            + evicted,
+        )
 
     def _stop_child(self) -> None:
         """At exit: stop a running ingest (it is started again by the next log naming it)."""

@@ -13,5 +13,16 @@ from service.replay.pool import WarmPool, default_pool
 from service.replay.probes import StartupProbe, probe_for_location, replay_startup
 from service.replay.results import Frame, ReplayResult
 
-__all__ = ["Frame", "ReplayResult", "StartupProbe", "WarmPool", "default_pool", "prewarm",
-           "probe_for_location", "replay", "replay_async", "replay_many", "replay_startup"]
+__all__ = [
+    "Frame",
+    "ReplayResult",
+    "StartupProbe",
+    "WarmPool",
+    "default_pool",
+    "prewarm",
+    "probe_for_location",
+    "replay",
+    "replay_async",
+    "replay_many",
+    "replay_startup",
+]

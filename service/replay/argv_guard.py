@@ -113,8 +113,7 @@ def _classify(token: str, table: OptionTable) -> tuple[str, str | None] | str | 
             return name, value
     found = _matches(token, table)
     if len(found) > 1:
-        raise ValueError(f"ambiguous option: {token} could match "
-                         + ", ".join(o for o, _ in found))
+        raise ValueError(f"ambiguous option: {token} could match " + ", ".join(o for o, _ in found))
     if len(found) == 1:
         return found[0]
     if _NEGATIVE.match(token) and not table.negative_number_options:

@@ -43,12 +43,17 @@ def _same_check(res: ReplayResult, result: dict[str, Any]) -> bool:
     """Did the replay fail inside the check the static diagnosis located?"""
     loc = result.get("location") or {}
     origin = res.origin
-    return bool(origin is not None and origin.path == loc.get("path") and origin.line is not None
-                and loc.get("start_line", 0) <= origin.line <= loc.get("end_line", -1))
+    return bool(
+        origin is not None
+        and origin.path == loc.get("path")
+        and origin.line is not None
+        and loc.get("start_line", 0) <= origin.line <= loc.get("end_line", -1)
+    )
 
 
-def summarise(results: list[ReplayResult], result: dict[str, Any], release: str,
-              hardware: str | None) -> dict[str, Any]:
+def summarise(
+    results: list[ReplayResult], result: dict[str, Any], release: str, hardware: str | None
+) -> dict[str, Any]:
     """Fold replay results into the stored triage (first = the user's command, then fixes).
 
     Without a hardware profile, replay runs the release on this CPU-only machine,
@@ -66,29 +71,43 @@ def summarise(results: list[ReplayResult], result: dict[str, Any], release: str,
         same = _same_check(first, result)
         if not same and hardware is None:
             blocked_at = first.location
-            repro = {"status": "unverified", "location": blocked_at,
-                     "detail": f"replay on {release} without a hardware profile stopped at "
-                               f"{blocked_at or 'an earlier check'} ({first.exception_type}) "
-                               "before the crash's check; give the hardware (GET /hardware "
-                               "lists the profiles) to verify"}
+            repro = {
+                "status": "unverified",
+                "location": blocked_at,
+                "detail": f"replay on {release} without a hardware profile stopped at "
+                f"{blocked_at or 'an earlier check'} ({first.exception_type}) "
+                "before the crash's check; give the hardware (GET /hardware "
+                "lists the profiles) to verify",
+            }
         else:
-            repro = {"status": "reproduced" if same else "different_failure",
-                     "detail": f"replay on {on}: {first.exception_type} "
-                               f"{'at the same check' if same else 'elsewhere'}",
-                     "location": _loc(first)}
+            repro = {
+                "status": "reproduced" if same else "different_failure",
+                "detail": f"replay on {on}: {first.exception_type} "
+                f"{'at the same check' if same else 'elsewhere'}",
+                "location": _loc(first),
+            }
     else:
         repro = {"status": first.status, "detail": f"replay on {on}: {first.status}"}
     for fix, res in zip(result.get("fixes", []), rest, strict=False):
         if res.status == "passed":
             fix["replay"] = {"status": "verified", "detail": f"verified by replay on {on}"}
         elif res.status == "harness_error":
-            fix["replay"] = {"status": "unverified", "detail": f"replay harness error: {res.harness_reason}"}
+            fix["replay"] = {
+                "status": "unverified",
+                "detail": f"replay harness error: {res.harness_reason}",
+            }
         elif blocked_at is not None and res.location == blocked_at:
-            fix["replay"] = {"status": "unverified", "detail": "replay without a hardware profile "
-                             "stopped at the same place as the command; give the hardware to verify"}
+            fix["replay"] = {
+                "status": "unverified",
+                "detail": "replay without a hardware profile "
+                "stopped at the same place as the command; give the hardware to verify",
+            }
         else:
-            fix["replay"] = {"status": "next_failure", "detail": f"replay on {on}: then "
-                             f"{res.exception_type}", "location": _loc(res)}
+            fix["replay"] = {
+                "status": "next_failure",
+                "detail": f"replay on {on}: then {res.exception_type}",
+                "location": _loc(res),
+            }
     result["replay"] = repro
     return result
 
@@ -101,13 +120,24 @@ def release_root(settings: Settings, release: str) -> Path:
     """The unpacked release whose validation replay runs (its wheel fetched into the cache)."""
     from kb.sources import fetch_release
 
-    return fetch_release(release, wheel_dir=settings.wheel_dir, source_dir=settings.source_dir,
-                         index_url=settings.pip_index_url).root
+    return fetch_release(
+        release,
+        wheel_dir=settings.wheel_dir,
+        source_dir=settings.source_dir,
+        index_url=settings.pip_index_url,
+    ).root
 
 
-def schedule(settings: Settings, result: dict[str, Any], argv: list[str], hardware: str | None,
-             model_arch: str | None, on_done: Callable[[dict[str, Any]], None],
-             budget_s: float = 180.0, client: str = "local") -> Future | None:
+def schedule(
+    settings: Settings,
+    result: dict[str, Any],
+    argv: list[str],
+    hardware: str | None,
+    model_arch: str | None,
+    on_done: Callable[[dict[str, Any]], None],
+    budget_s: float = 180.0,
+    client: str = "local",
+) -> Future | None:
     """Start the background replay of ``argv`` and the fixes; ``on_done`` gets the updated result.
 
     None when replay cannot run (see :func:`unavailable_reason`); raises
@@ -118,8 +148,16 @@ def schedule(settings: Settings, result: dict[str, Any], argv: list[str], hardwa
     if unavailable_reason(settings, release, argv) is not None:
         return None
     argvs = [argv] + [f["argv"] for f in result.get("fixes", [])]
-    fut = replay_async(release_root(settings, release), release, argvs, hardware=hardware, model_arch=model_arch,
-                       timeout_s=budget_s, settings=settings, client=client)
+    fut = replay_async(
+        release_root(settings, release),
+        release,
+        argvs,
+        hardware=hardware,
+        model_arch=model_arch,
+        timeout_s=budget_s,
+        settings=settings,
+        client=client,
+    )
 
     def done(f: Future) -> None:
         try:

@@ -56,9 +56,13 @@ NetworkBlocked = child_guard.NetworkBlocked
 install_socket_guard = child_guard.install_socket_guard
 
 HERE = Path(__file__).resolve().parent
-_HARNESS_FILES = {str(Path(__file__).resolve()), str(HERE / "child_serve.py"),
-                  str(HERE / "child_guard.py"), str(HERE / "child_values.py"),
-                  str(HERE / "child_probes.py")}
+_HARNESS_FILES = {
+    str(Path(__file__).resolve()),
+    str(HERE / "child_serve.py"),
+    str(HERE / "child_guard.py"),
+    str(HERE / "child_values.py"),
+    str(HERE / "child_probes.py"),
+}
 #: a job's start-up probe request (JSON in its environment; ``service.replay.probes``)
 PROBE_ENV = "TRIAGE_REPLAY_STARTUP"
 
@@ -89,8 +93,15 @@ def _frames(exc: BaseException, roots: dict[str, str]) -> list[dict[str, Any]]:
     out = []
     for fs in traceback.extract_tb(exc.__traceback__):
         kind, rel = _where(fs.filename, roots)
-        out.append({"kind": kind, "path": rel, "line": fs.lineno, "function": fs.name,
-                    "code": (fs.line or "").strip()[:300]})
+        out.append(
+            {
+                "kind": kind,
+                "path": rel,
+                "line": fs.lineno,
+                "function": fs.name,
+                "code": (fs.line or "").strip()[:300],
+            }
+        )
     return out
 
 
@@ -104,8 +115,15 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 _STUB_WORDS = ("replay stub", "StubAttr", "StubModule", "_replay_stubkit", "_replay_hw")
-_GPU_WORDS = ("Torch not compiled with CUDA", "CUDA driver", "no CUDA GPUs", "CUDA error",
-              "NVML", "nvidia-smi", "Found no NVIDIA driver")
+_GPU_WORDS = (
+    "Torch not compiled with CUDA",
+    "CUDA driver",
+    "no CUDA GPUs",
+    "CUDA error",
+    "NVML",
+    "nvidia-smi",
+    "Found no NVIDIA driver",
+)
 
 
 def _lazy_import_frame(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -131,8 +149,10 @@ def harness_reason(exc: BaseException, frames: list[dict[str, Any]]) -> str | No
         return f"operation on a stub object: {text}"
     lazy = _lazy_import_frame(frames)
     if lazy is not None:
-        return (f"failed while importing {lazy['path']} (module level, line {lazy['line']}): "
-                f"{text}; import-time failures come from the environment, not from validation")
+        return (
+            f"failed while importing {lazy['path']} (module level, line {lazy['line']}): "
+            f"{text}; import-time failures come from the environment, not from validation"
+        )
     if frames:
         last = frames[-1]
         if last["kind"] in ("stub", "harness"):
@@ -154,8 +174,10 @@ def classify(exc: BaseException, roots: dict[str, str]) -> dict[str, Any]:
         for inner in _chain(exc)[1:]:
             inner_reason = harness_reason(inner, _frames(inner, roots))
             if inner_reason is not None and (
-                isinstance(inner, ImportError) or "stub" in inner_reason
-                or "harness" in inner_reason or "network" in inner_reason
+                isinstance(inner, ImportError)
+                or "stub" in inner_reason
+                or "harness" in inner_reason
+                or "network" in inner_reason
             ):
                 reason = f"caused by: {inner_reason}"
                 break
@@ -199,7 +221,8 @@ def setup(cfg: dict[str, Any], roots: dict[str, Any]) -> tuple[Any, dict[str, An
         if cfg.get("hardware"):
             hw.patch_subprocess(cfg["hardware"])
         report["shims"] = _replay_compat.patch_transformers() + _replay_compat.patch_torch_library(
-            {r for r in cfg["force_stubs"] if "." not in r})
+            {r for r in cfg["force_stubs"] if "." not in r}
+        )
         report["timings"]["setup_s"] = time.perf_counter() - t0
 
         report["phase"] = "import"
@@ -213,17 +236,23 @@ def setup(cfg: dict[str, Any], roots: dict[str, Any]) -> tuple[Any, dict[str, An
             memory = cfg["hardware"].get("memory_mib")
             common = sys.modules.get("sglang.srt.utils.common")
             roots["original_probes"] = {  # a warm worker's forks may pin them anew
-                name: getattr(common, name) for name in [*(cfg.get("probes") or {}),
-                                                         "get_device_memory_capacity",
-                                                         "get_nvgpu_memory_capacity"]
-                if callable(getattr(common, name, None))}
+                name: getattr(common, name)
+                for name in [
+                    *(cfg.get("probes") or {}),
+                    "get_device_memory_capacity",
+                    "get_nvgpu_memory_capacity",
+                ]
+                if callable(getattr(common, name, None))
+            }
             report["probe_disagreements"] = hw.patch_probes(cfg.get("probes") or {}, memory)
         return sa, report
     except BaseException as exc:  # noqa: BLE001 - everything here is the harness's
         info = classify(exc, roots)
         info["status"] = "harness_error"
-        info["harness_reason"] = (f"failed while {report['phase']}ing the release: "
-                                  f"{info['harness_reason'] or info['exception_type']}")
+        info["harness_reason"] = (
+            f"failed while {report['phase']}ing the release: "
+            f"{info['harness_reason'] or info['exception_type']}"
+        )
         report.update(info)
         report["stubs_served"] = _served(roots)
         return None, report
@@ -233,8 +262,9 @@ def _served(roots: dict[str, Any]) -> list[str]:
     return sorted({n for f in roots.get("finders", ()) for n in f.served})
 
 
-def validate(sa: Any, argv: list[str], roots: dict[str, Any],
-             startup: dict[str, Any] | None = None) -> dict[str, Any]:
+def validate(
+    sa: Any, argv: list[str], roots: dict[str, Any], startup: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Run the release's own validation on ``argv`` and classify the outcome; when it
     passed and ``startup`` asks for a probe, run it (:mod:`child_probes`) on the result."""
     result: dict[str, Any] = {"phase": "validate"}
@@ -259,9 +289,13 @@ def validate(sa: Any, argv: list[str], roots: dict[str, Any],
     except SystemExit as exc:
         usage = stderr.getvalue()
         if exc.code == 2 or "usage:" in usage:
-            result.update(status="argparse_error", exception_type="SystemExit",
-                          exit_code=exc.code, message=_argparse_message(usage),
-                          usage=_clip(usage))
+            result.update(
+                status="argparse_error",
+                exception_type="SystemExit",
+                exit_code=exc.code,
+                message=_argparse_message(usage),
+                usage=_clip(usage),
+            )
         else:
             result.update(classify(exc, roots))
             result["status"] = "harness_error"
@@ -272,8 +306,12 @@ def validate(sa: Any, argv: list[str], roots: dict[str, Any],
         result.update(classify(exc, roots))
     if child_guard.EVENTS:  # even when SGLang swallowed the refusal (DFLASH) and went on
         result.pop("server_args", None)
-        result.update(unsafe("replay refused: the release tried to load code from a model "
-                             f"folder ({', '.join(sorted(set(child_guard.EVENTS)))})"))
+        result.update(
+            unsafe(
+                "replay refused: the release tried to load code from a model "
+                f"folder ({', '.join(sorted(set(child_guard.EVENTS)))})"
+            )
+        )
     result["timings"] = {"validate_s": time.perf_counter() - t0}
     if "probe_s" in result:
         result["timings"]["probe_s"] = result.pop("probe_s")
@@ -283,18 +321,26 @@ def validate(sa: Any, argv: list[str], roots: dict[str, Any],
 
 def unsafe(reason: str) -> dict[str, Any]:
     """The answer for a job the guards refused (never SGLang's verdict, never ``passed``)."""
-    return {"status": "harness_error", "phase": "unsafe", "harness_reason": reason[:500],
-            "exception_type": None, "message": None, "frames": [], "all_frames": []}
+    return {
+        "status": "harness_error",
+        "phase": "unsafe",
+        "harness_reason": reason[:500],
+        "exception_type": None,
+        "message": None,
+        "frames": [],
+        "all_frames": [],
+    }
 
 
 def _send(fd: int, result: dict[str, Any]) -> None:
     data = (json.dumps(result, default=repr) + "\n").encode()
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
-def _run_forked(sa: Any, job: dict[str, Any], roots: dict[str, Any],
-                timeout_s: float) -> dict[str, Any]:
+def _run_forked(
+    sa: Any, job: dict[str, Any], roots: dict[str, Any], timeout_s: float
+) -> dict[str, Any]:
     """Validate one job in a forked copy of the warmed-up process, killed after ``timeout_s``;
     its result comes back through a pipe. Then every other process left in the sandbox is
     killed and counted in ``leftover_processes``."""
@@ -335,8 +381,9 @@ def _run_forked(sa: Any, job: dict[str, Any], roots: dict[str, Any],
                 result["probe_disagreements"] = repatched
             if before is not None:
                 result["new_modules"] = sorted(set(sys.modules) - before)
-                result["import_consulted"] = {m: sorted(f) for m, f in read.items()
-                                              if m not in read_before}
+                result["import_consulted"] = {
+                    m: sorted(f) for m, f in read.items() if m not in read_before
+                }
             _send(write_fd, result)
         except BaseException as exc:  # noqa: BLE001
             with contextlib.suppress(Exception):
@@ -371,9 +418,13 @@ def _run_forked(sa: Any, job: dict[str, Any], roots: dict[str, Any],
     except ValueError:
         result = None
     if not isinstance(result, dict):
-        result = {"status": "harness_error", "phase": "timeout" if timed_out else "crash",
-                  "harness_reason": f"validation did not finish within {timeout_s:.0f}s (killed)"
-                  if timed_out else f"the validating process died (wait status {status})"}
+        result = {
+            "status": "harness_error",
+            "phase": "timeout" if timed_out else "crash",
+            "harness_reason": f"validation did not finish within {timeout_s:.0f}s (killed)"
+            if timed_out
+            else f"the validating process died (wait status {status})",
+        }
     if leftovers:
         result["leftover_processes"] = len(leftovers)
     return result
@@ -399,12 +450,23 @@ def _limit_cpu(timeout_s: float) -> None:
 
 
 def _runner_failure(exc: BaseException) -> dict[str, Any]:
-    return {"status": "harness_error", "phase": "harness",
-            "exception_type": type(exc).__name__, "message": str(exc)[:4000],
-            "harness_reason": "the replay runner itself failed",
-            "all_frames": [{"kind": "harness", "path": fs.filename, "line": fs.lineno,
-                            "function": fs.name, "code": (fs.line or "")[:300]}
-                           for fs in traceback.extract_tb(exc.__traceback__)]}
+    return {
+        "status": "harness_error",
+        "phase": "harness",
+        "exception_type": type(exc).__name__,
+        "message": str(exc)[:4000],
+        "harness_reason": "the replay runner itself failed",
+        "all_frames": [
+            {
+                "kind": "harness",
+                "path": fs.filename,
+                "line": fs.lineno,
+                "function": fs.name,
+                "code": (fs.line or "")[:300],
+            }
+            for fs in traceback.extract_tb(exc.__traceback__)
+        ],
+    }
 
 
 def _clip(text: str, head: int = 2500, tail: int = 1500) -> str:
@@ -467,8 +529,9 @@ def main() -> int:
                 result = report
             else:
                 result = _run_forked(sa, job, roots, float(cfg["job_timeout_s"]))
-                result["setup"] = {k: report.get(k) for k in
-                                   ("timings", "shims", "probe_disagreements")}
+                result["setup"] = {
+                    k: report.get(k) for k in ("timings", "shims", "probe_disagreements")
+                }
             _send(out_fd, {"index": i, "result": result})
             done.add(i)
     except BaseException as exc:  # noqa: BLE001 - report rather than crash

@@ -64,8 +64,9 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
-def namespace_problems(parser: argparse.ArgumentParser, ns: argparse.Namespace,
-                       allowed: set[str]) -> list[str]:
+def namespace_problems(
+    parser: argparse.ArgumentParser, ns: argparse.Namespace, allowed: set[str]
+) -> list[str]:
     """What in ``ns`` (parsed by the release's ``parser``) replay must not run: names of
     destinations only, never their values."""
     problems = []
@@ -101,14 +102,17 @@ def install_argv_guard(allowed: list[str]) -> None:
     if getattr(original, "__replay_guard__", False):
         original = original.__wrapped__  # type: ignore[attr-defined]
 
-    def parse_known_args(self: argparse.ArgumentParser, args: Any = None,
-                         namespace: Any = None) -> Any:
+    def parse_known_args(
+        self: argparse.ArgumentParser, args: Any = None, namespace: Any = None
+    ) -> Any:
         ns, extras = original(self, args, namespace)
         if _is_server_parser(self):
             problems = namespace_problems(self, ns, allowed_set)
             if problems:
-                raise UnsafeArgv("replay refused to run this command line: the release's "
-                                 "parser gives " + ", ".join(problems))
+                raise UnsafeArgv(
+                    "replay refused to run this command line: the release's "
+                    "parser gives " + ", ".join(problems)
+                )
         return ns, extras
 
     parse_known_args.__replay_guard__ = True  # type: ignore[attr-defined]
@@ -116,8 +120,12 @@ def install_argv_guard(allowed: list[str]) -> None:
     argparse.ArgumentParser.parse_known_args = parse_known_args  # type: ignore[method-assign]
 
 
-_LOADERS = ("get_class_from_dynamic_module", "get_class_in_module", "get_cached_module_file",
-            "custom_object_save")
+_LOADERS = (
+    "get_class_from_dynamic_module",
+    "get_class_in_module",
+    "get_cached_module_file",
+    "custom_object_save",
+)
 
 
 def install_code_guard() -> list[str]:
@@ -186,14 +194,20 @@ def dump_options(sa: Any) -> dict[str, Any]:
             return "*"
         return str(nargs)
 
-    options = {opt: [a.dest, kind(a), bool(a.required)] for a in parser._actions
-               for opt in a.option_strings}
+    options = {
+        opt: [a.dest, kind(a), bool(a.required)]
+        for a in parser._actions
+        for opt in a.option_strings
+    }
     positionals = [[a.dest, kind(a)] for a in parser._actions if not a.option_strings]
-    return {"options": options, "positionals": positionals,
-            "allow_abbrev": bool(getattr(parser, "allow_abbrev", True)),
-            "prefix_chars": parser.prefix_chars,
-            "negative_number_options": bool(parser._has_negative_number_optionals),
-            "python": list(sys.version_info[:2])}
+    return {
+        "options": options,
+        "positionals": positionals,
+        "allow_abbrev": bool(getattr(parser, "allow_abbrev", True)),
+        "prefix_chars": parser.prefix_chars,
+        "negative_number_options": bool(parser._has_negative_number_optionals),
+        "python": list(sys.version_info[:2]),
+    }
 
 
 def leftover_processes(keep: set[int]) -> list[int]:

@@ -49,8 +49,12 @@ __all__ = ["FAMILIES", "fake_parallel", "parallel_sizes", "run_probe"]
 #: what a probe family runs (for reports)
 FAMILIES = ("moe_block_shape", "moe_runner_a2a")
 
-_RANK = ("get_tensor_model_parallel_rank", "get_moe_expert_parallel_rank",
-         "get_moe_tensor_parallel_rank", "get_moe_data_parallel_rank")
+_RANK = (
+    "get_tensor_model_parallel_rank",
+    "get_moe_expert_parallel_rank",
+    "get_moe_tensor_parallel_rank",
+    "get_moe_data_parallel_rank",
+)
 _REGISTERS = re.compile(r"@register_fused_func\(\s{0,4}\"(\w{1,40})\",\s{0,4}\"(\w{1,60})\"")
 
 
@@ -64,8 +68,12 @@ def parallel_sizes(fields: dict[str, Any]) -> dict[str, int]:
     tp = _int(fields, "tp_size", 1)
     ep = _int(fields, "ep_size", _int(fields, "moe_ep_size", 1))
     moe_dp = _int(fields, "moe_dp_size", 1)
-    return {"tp_size": tp, "moe_ep_size": ep, "moe_dp_size": moe_dp,
-            "moe_tp_size": max(1, tp // ep // moe_dp)}
+    return {
+        "tp_size": tp,
+        "moe_ep_size": ep,
+        "moe_dp_size": moe_dp,
+        "moe_tp_size": max(1, tp // ep // moe_dp),
+    }
 
 
 def _constant(value: int) -> Callable[..., int]:
@@ -81,11 +89,13 @@ def fake_parallel(sizes: dict[str, int]) -> Any:
     """Replace the release's parallel-size getters (and rank getters: rank 0) by constants,
     in ``parallel_state`` and every ``sglang.*`` module holding them by name. The fork ends
     after the probe, so nothing is restored."""
-    values = {"get_tensor_model_parallel_world_size": sizes["tp_size"],
-              "get_moe_expert_parallel_world_size": sizes["moe_ep_size"],
-              "get_moe_tensor_parallel_world_size": sizes["moe_tp_size"],
-              "get_moe_data_parallel_world_size": sizes["moe_dp_size"],
-              **{name: 0 for name in _RANK}}
+    values = {
+        "get_tensor_model_parallel_world_size": sizes["tp_size"],
+        "get_moe_expert_parallel_world_size": sizes["moe_ep_size"],
+        "get_moe_tensor_parallel_world_size": sizes["moe_tp_size"],
+        "get_moe_data_parallel_world_size": sizes["moe_dp_size"],
+        **{name: 0 for name in _RANK},
+    }
     fakes = {name: _constant(value) for name, value in values.items()}
     patched: list[str] = []
     for modname, mod in list(sys.modules.items()):
@@ -131,8 +141,11 @@ def _stamp_ranks() -> None:
     derived = getattr(context, "_derived_widths", None)
     if not callable(get_parallel) or not callable(derived):
         return
-    ranks = {name: 0 for name, decl in derived().items()
-             if name.endswith("_rank") and not getattr(decl, "fn", None)}
+    ranks = {
+        name: 0
+        for name, decl in derived().items()
+        if name.endswith("_rank") and not getattr(decl, "fn", None)
+    }
     if ranks:
         get_parallel().override_permanently(**ranks)
 
@@ -156,11 +169,16 @@ def _check_compat(mc: Any, sizes: dict[str, int], out: dict[str, Any]) -> None:
     check = getattr(moe_ep_setup, "check_quantized_moe_compatibility", None)
     if callable(check):
         out["steps"].append("moe_ep_setup.check_quantized_moe_compatibility")
-        check(model_config=mc, tp_size=sizes["tp_size"], moe_ep_size=sizes["moe_ep_size"],
-              moe_dp_size=sizes["moe_dp_size"])
+        check(
+            model_config=mc,
+            tp_size=sizes["tp_size"],
+            moe_ep_size=sizes["moe_ep_size"],
+            moe_dp_size=sizes["moe_dp_size"],
+        )
         return
-    path = os.path.join(sys.modules["sglang"].__path__[0], "srt", "model_executor",
-                        "model_runner.py")
+    path = os.path.join(
+        sys.modules["sglang"].__path__[0], "srt", "model_executor", "model_runner.py"
+    )
     with contextlib.suppress(OSError), open(path, encoding="utf-8") as fh:
         if "def check_quantized_moe_compatibility" not in fh.read():
             out["notes"].append("this release has no check_quantized_moe_compatibility")
@@ -168,9 +186,12 @@ def _check_compat(mc: Any, sizes: dict[str, int], out: dict[str, Any]) -> None:
     from sglang.srt.model_executor.model_runner import ModelRunner
 
     out["steps"].append("ModelRunner.check_quantized_moe_compatibility")
-    holder = types.SimpleNamespace(model_config=mc, tp_size=sizes["tp_size"],
-                                   moe_ep_size=sizes["moe_ep_size"],
-                                   moe_dp_size=sizes["moe_dp_size"])
+    holder = types.SimpleNamespace(
+        model_config=mc,
+        tp_size=sizes["tp_size"],
+        moe_ep_size=sizes["moe_ep_size"],
+        moe_dp_size=sizes["moe_dp_size"],
+    )
     ModelRunner.check_quantized_moe_compatibility(holder)  # type: ignore[arg-type]
 
 
@@ -193,8 +214,12 @@ def _moe_method(qc: Any) -> Any:
     if isinstance(named, type):
         return named
     for obj in vars(mod).values():
-        if isinstance(obj, type) and obj.__name__.endswith("MoEMethod") \
-                and obj.__module__ == mod.__name__ and "create_weights" in vars(obj):
+        if (
+            isinstance(obj, type)
+            and obj.__name__.endswith("MoEMethod")
+            and obj.__module__ == mod.__name__
+            and "create_weights" in vars(obj)
+        ):
             return obj
     return None
 
@@ -203,13 +228,15 @@ def _moe_shape(text: Any, fields: dict[str, Any]) -> tuple[int, int, int, int] |
     """(experts incl. redundant ones, hidden size, moe intermediate size, top-k) of the
     model's MoE layers, or None for a dense model."""
     inter = getattr(text, "moe_intermediate_size", None)
-    experts = (getattr(text, "n_routed_experts", None) or getattr(text, "num_experts", None)
-               or getattr(text, "num_local_experts", None))
+    experts = (
+        getattr(text, "n_routed_experts", None)
+        or getattr(text, "num_experts", None)
+        or getattr(text, "num_local_experts", None)
+    )
     if not inter or not experts:
         return None
     top_k = getattr(text, "num_experts_per_tok", None) or 1
-    return (experts + _int(fields, "ep_num_redundant_experts", 0), text.hidden_size, inter,
-            top_k)
+    return (experts + _int(fields, "ep_num_redundant_experts", 0), text.hidden_size, inter, top_k)
 
 
 def _model_and_quant(server_args: Any, out: dict[str, Any], check: bool) -> tuple[Any, Any]:
@@ -217,8 +244,10 @@ def _model_and_quant(server_args: Any, out: dict[str, Any], check: bool) -> tupl
     out["steps"].append("ModelConfig.from_server_args")
     mc = _model_config(server_args)
     quant = getattr(mc, "quantization", None)
-    out["values"].update(quantization=quant, moe_intermediate_size=getattr(
-        _hf_text(mc), "moe_intermediate_size", None))
+    out["values"].update(
+        quantization=quant,
+        moe_intermediate_size=getattr(_hf_text(mc), "moe_intermediate_size", None),
+    )
     if check:
         _check_compat(mc, out["sizes"], out)
     if not quant:
@@ -235,20 +264,25 @@ def probe_block_shape(server_args: Any, request: dict[str, Any], out: dict[str, 
     _publish(server_args)
     mc, qc = _model_and_quant(server_args, out, check=True)
     if qc is None:  # the check does not apply: no verdict on a fix for it
-        raise _ProbeUnreached("the model config has no quantization: the block-shape checks "
-                              "do not apply (give the checkpoint's quantization_config)")
+        raise _ProbeUnreached(
+            "the model config has no quantization: the block-shape checks "
+            "do not apply (give the checkpoint's quantization_config)"
+        )
     shape = _moe_shape(_hf_text(mc), out["fields"])
     method_cls = _moe_method(qc)
     if method_cls is None or shape is None:
-        raise _ProbeUnreached(f"no MoE method or MoE shape for {type(qc).__name__}: "
-                              "create_weights not reached")
+        raise _ProbeUnreached(
+            f"no MoE method or MoE shape for {type(qc).__name__}: create_weights not reached"
+        )
     experts, hidden, inter, top_k = shape
     out["values"].update(num_experts=experts, top_k=top_k, hidden_size=hidden)
     why = _build_moe_layer(qc, shape, out)
     if why is None:
         return
-    out["notes"].append(f"the MoE layer could not be built here ({why}); the MoE method's "
-                        "create_weights is called on a stand-in layer instead")
+    out["notes"].append(
+        f"the MoE layer could not be built here ({why}); the MoE method's "
+        "create_weights is called on a stand-in layer instead"
+    )
     _create_weights(method_cls, qc, experts, hidden, inter, top_k, out)
 
 
@@ -266,8 +300,7 @@ def _layer_class(qc: Any) -> Any:
     return FusedMoE
 
 
-def _build_moe_layer(qc: Any, shape: tuple[int, int, int, int],
-                     out: dict[str, Any]) -> str | None:
+def _build_moe_layer(qc: Any, shape: tuple[int, int, int, int], out: dict[str, Any]) -> str | None:
     """The release's MoE layer (``get_moe_impl_class``: FusedMoE, DeepEPMoE...) on the meta
     device: it sizes its partition from the faked parallel sizes, calls its quant method's
     ``create_weights`` and ``create_moe_runner`` (``MoeRunner``). None when built; else why
@@ -277,9 +310,16 @@ def _build_moe_layer(qc: Any, shape: tuple[int, int, int, int],
     experts, hidden, inter, top_k = shape
     cls = _layer_class(qc)
     params = inspect.signature(cls.__init__).parameters
-    kwargs = {"num_experts": experts, "hidden_size": hidden, "intermediate_size": inter,
-              "layer_id": 0, "top_k": top_k, "params_dtype": torch.bfloat16,
-              "quant_config": qc, "prefix": "model.layers.0.mlp.experts"}
+    kwargs = {
+        "num_experts": experts,
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "layer_id": 0,
+        "top_k": top_k,
+        "params_dtype": torch.bfloat16,
+        "quant_config": qc,
+        "prefix": "model.layers.0.mlp.experts",
+    }
     out["steps"].append(f"{cls.__name__}(...) on the meta device")
     try:
         with torch.device("meta"):
@@ -287,20 +327,26 @@ def _build_moe_layer(qc: Any, shape: tuple[int, int, int, int],
     except Exception as exc:  # noqa: BLE001 - a check's refusal is re-raised
         frames = traceback.extract_tb(exc.__traceback__)
         last = frames[-1] if frames else None
-        if last is not None and _is_check_line({
+        if last is not None and _is_check_line(
+            {
                 "kind": "sglang" if _release_rel(last.filename) else "other",
-                "path": _release_rel(last.filename), "code": (last.line or "").strip()}):
+                "path": _release_rel(last.filename),
+                "code": (last.line or "").strip(),
+            }
+        ):
             raise
         where = f"{os.path.basename(last.filename)}:{last.lineno}" if last else "?"
         return f"{type(exc).__name__} at {where}"
     method = getattr(layer, "quant_method", None)
     runner = getattr(method, "runner", None)
     out["values"].update(
-        layer=cls.__name__, quant_method=type(method).__name__,
+        layer=cls.__name__,
+        quant_method=type(method).__name__,
         intermediate_size_per_partition=getattr(layer, "intermediate_size_per_partition", None),
         num_local_experts=getattr(layer, "num_local_experts", None),
         runner_backend=getattr(getattr(runner, "runner_backend", None), "value", None),
-        fused_func=getattr(getattr(runner, "fused_func", None), "__name__", None))
+        fused_func=getattr(getattr(runner, "fused_func", None), "__name__", None),
+    )
     return None
 
 
@@ -313,8 +359,9 @@ def _release_rel(filename: str) -> str | None:
     return os.path.relpath(path, root).replace(os.sep, "/")
 
 
-def _create_weights(method_cls: Any, qc: Any, experts: int, hidden: int, inter: int,
-                    top_k: int, out: dict[str, Any]) -> None:
+def _create_weights(
+    method_cls: Any, qc: Any, experts: int, hidden: int, inter: int, top_k: int, out: dict[str, Any]
+) -> None:
     """``create_weights`` of the MoE method on a stand-in layer holding what ``FusedMoE``
     sets before calling it (partition sizes from the faked parallel sizes)."""
     import torch
@@ -323,26 +370,43 @@ def _create_weights(method_cls: Any, qc: Any, experts: int, hidden: int, inter: 
     sizes = out["sizes"]
     per_partition = inter // sizes["moe_tp_size"]
     local = experts // sizes["moe_ep_size"]
-    out["values"].update(intermediate_size_per_partition=per_partition,
-                         num_local_experts=local)
+    out["values"].update(intermediate_size_per_partition=per_partition, num_local_experts=local)
     layer = torch.nn.Module()
-    fields = {f: v for f, v in {
-        "num_experts": experts, "num_local_experts": local, "hidden_size": hidden,
-        "intermediate_size_per_partition": per_partition, "layer_id": 0, "top_k": top_k,
-        "params_dtype": torch.bfloat16}.items()
-        if f in getattr(MoeRunnerConfig, "__dataclass_fields__", {})}
-    for name, value in {"moe_tp_size": sizes["moe_tp_size"], "moe_ep_size": sizes["moe_ep_size"],
-                        "moe_tp_rank": 0, "moe_ep_rank": 0, "num_experts": experts,
-                        "num_local_experts": local, "hidden_size": hidden,
-                        "intermediate_size_per_partition": per_partition,
-                        "moe_runner_config": MoeRunnerConfig(**fields)}.items():
+    fields = {
+        f: v
+        for f, v in {
+            "num_experts": experts,
+            "num_local_experts": local,
+            "hidden_size": hidden,
+            "intermediate_size_per_partition": per_partition,
+            "layer_id": 0,
+            "top_k": top_k,
+            "params_dtype": torch.bfloat16,
+        }.items()
+        if f in getattr(MoeRunnerConfig, "__dataclass_fields__", {})
+    }
+    for name, value in {
+        "moe_tp_size": sizes["moe_tp_size"],
+        "moe_ep_size": sizes["moe_ep_size"],
+        "moe_tp_rank": 0,
+        "moe_ep_rank": 0,
+        "num_experts": experts,
+        "num_local_experts": local,
+        "hidden_size": hidden,
+        "intermediate_size_per_partition": per_partition,
+        "moe_runner_config": MoeRunnerConfig(**fields),
+    }.items():
         setattr(layer, name, value)
     out["steps"].append(f"{method_cls.__name__}.create_weights (stand-in layer)")
     method = method_cls(qc)
     params = inspect.signature(method.create_weights).parameters
-    kwargs: dict[str, Any] = {"layer": layer, "num_experts": local, "hidden_size": hidden,
-                              "intermediate_size_per_partition": per_partition,
-                              "params_dtype": torch.bfloat16}
+    kwargs: dict[str, Any] = {
+        "layer": layer,
+        "num_experts": local,
+        "hidden_size": hidden,
+        "intermediate_size_per_partition": per_partition,
+        "params_dtype": torch.bfloat16,
+    }
     kwargs = {k: v for k, v in kwargs.items() if k in params or _has_var_kw(params)}
     with torch.device("meta"):
         method.create_weights(**kwargs, weight_loader=_no_loader)
@@ -373,8 +437,9 @@ def _registering_modules(root: str) -> dict[str, list[tuple[str, str]]]:
     return found
 
 
-def probe_runner_a2a(server_args: Any, request: dict[str, Any], out: dict[str, Any],
-                     release_root: str) -> None:
+def probe_runner_a2a(
+    server_args: Any, request: dict[str, Any], out: dict[str, Any], release_root: str
+) -> None:
     """Publish the args, import every registering module, then build the model's MoE layer
     (its quant method constructs ``MoeRunner`` with the backend it picks: the fused-func
     lookup); with ``runner_backend`` given, ``MoeRunner(backend, MoeRunnerConfig())``."""
@@ -398,8 +463,9 @@ def probe_runner_a2a(server_args: Any, request: dict[str, Any], out: dict[str, A
         shape = _moe_shape(_hf_text(mc), out["fields"])
         if shape is None:
             raise _ProbeUnreached("the model has no MoE layers: no MoE runner is built")
-        out["pending_registrations"] = [m for m, pairs in registering.items()
-                                        if m in failed and any(p[0] == a2a for p in pairs)]
+        out["pending_registrations"] = [
+            m for m, pairs in registering.items() if m in failed and any(p[0] == a2a for p in pairs)
+        ]
         why = _build_moe_layer(qc, shape, out)
         if why is not None:
             raise _ProbeUnreached(f"the MoE layer could not be built here ({why})")
@@ -411,10 +477,13 @@ def probe_runner_a2a(server_args: Any, request: dict[str, Any], out: dict[str, A
     backend = resolve(wanted) if callable(resolve) else moe_utils.MoeRunnerBackend(wanted)
     out["values"]["runner_backend"] = backend.value
     if backend.is_auto():
-        raise _ProbeUnreached("runner_backend 'auto' is resolved by the quantization method "
-                              "when the model is built (leave runner_backend out)")
-    out["pending_registrations"] = [m for m, pairs in registering.items()
-                                    if m in failed and (a2a, backend.value) in pairs]
+        raise _ProbeUnreached(
+            "runner_backend 'auto' is resolved by the quantization method "
+            "when the model is built (leave runner_backend out)"
+        )
+    out["pending_registrations"] = [
+        m for m, pairs in registering.items() if m in failed and (a2a, backend.value) in pairs
+    ]
     out["steps"].append("MoeRunner(runner_backend, MoeRunnerConfig())")
     MoeRunner(backend, MoeRunnerConfig())
 
@@ -432,14 +501,20 @@ def _is_check_line(frame: dict[str, Any] | None) -> bool:
     """Whether ``frame`` is a ``raise``/``assert`` line of the release outside its
     process-state bookkeeping (where a probe's refusal is a check's verdict)."""
     code = (frame or {}).get("code") or ""
-    return frame is not None and frame.get("kind") == "sglang" \
-        and frame.get("path") not in _STATE_FILES \
+    return (
+        frame is not None
+        and frame.get("kind") == "sglang"
+        and frame.get("path") not in _STATE_FILES
         and (code.startswith(("raise ", "assert ", "assert(")) or code == "raise")
+    )
 
 
-def run_probe(server_args: Any, request: dict[str, Any], roots: dict[str, Any],
-              classify: Callable[[BaseException, dict[str, Any]], dict[str, Any]],
-              ) -> dict[str, Any]:
+def run_probe(
+    server_args: Any,
+    request: dict[str, Any],
+    roots: dict[str, Any],
+    classify: Callable[[BaseException, dict[str, Any]], dict[str, Any]],
+) -> dict[str, Any]:
     """Run the requested probe on validated ``server_args``; the outcome as a dict
     (``status``, ``probe`` with steps/values/notes, and the classified exception)."""
     family = str(request.get("family") or "")
@@ -460,8 +535,14 @@ def run_probe(server_args: Any, request: dict[str, Any], roots: dict[str, Any],
                 raise _ProbeUnreached(f"unknown probe family {family!r}")
         result["status"] = "passed"
     except _ProbeUnreached as exc:
-        result.update(status="harness_error", harness_reason=str(exc), exception_type=None,
-                      message=None, frames=[], all_frames=[])
+        result.update(
+            status="harness_error",
+            harness_reason=str(exc),
+            exception_type=None,
+            message=None,
+            frames=[],
+            all_frames=[],
+        )
     except BaseException as exc:  # noqa: BLE001 - classified below
         info = classify(exc, roots)
         result.update(info)
@@ -470,11 +551,14 @@ def run_probe(server_args: Any, request: dict[str, Any], roots: dict[str, Any],
             result["status"] = "harness_error"
             result["harness_reason"] = (
                 f"the probe failed at {origin.get('path')}:{origin.get('line')} without "
-                f"reaching a check of the release ({info['exception_type']})")
+                f"reaching a check of the release ({info['exception_type']})"
+            )
         elif info["status"] == "raised" and report.pop("pending_registrations", None):
             result["status"] = "harness_error"
-            result["harness_reason"] = ("a module registering this pair could not be "
-                                        "imported here: the lookup is not the release's")
+            result["harness_reason"] = (
+                "a module registering this pair could not be "
+                "imported here: the lookup is not the release's"
+            )
     report.pop("pending_registrations", None)
     report.pop("fields", None)
     return result

@@ -51,8 +51,11 @@ def _apply_hardware(job: dict[str, Any], roots: dict[str, Any]) -> dict[str, Any
         if name.startswith("sglang") and mod is not None:
             for attr, obj in list(vars(mod).items()):
                 # type checks only: a lazy-import proxy's __getattr__ would import its module
-                if attr in originals and isinstance(obj, types.FunctionType) \
-                        and obj.__dict__.get("__replay_stub__") is True:
+                if (
+                    attr in originals
+                    and isinstance(obj, types.FunctionType)
+                    and obj.__dict__.get("__replay_stub__") is True
+                ):
                     setattr(mod, attr, originals[attr])
     _clear_sglang_caches()
     return hw.patch_probes(job.get("probes") or {}, wanted.get("memory_mib"))
@@ -72,13 +75,20 @@ def _clear_sglang_caches() -> None:
 
 #: a job's machine fact -> the facts read through our fakes that reveal it (``_replay_hw``,
 #: ``pynvml``); any other difference (GPU model, capability) is revealed by all of _ANY
-_REVEALED_BY = {"count": {"count", "nvidia-smi"},
-                "memory_mib": {"memory", "properties", "nvidia-smi"}}
+_REVEALED_BY = {
+    "count": {"count", "nvidia-smi"},
+    "memory_mib": {"memory", "properties", "nvidia-smi"},
+}
 _ANY = {"capability", "name", "properties", "nvidia-smi", "count", "memory"}
 
 
-def bound_at_import(wanted: dict[str, Any], setup: dict[str, Any], probes: dict[str, Any],
-                    setup_probes: dict[str, Any], read: set[str]) -> list[str]:
+def bound_at_import(
+    wanted: dict[str, Any],
+    setup: dict[str, Any],
+    probes: dict[str, Any],
+    setup_probes: dict[str, Any],
+    read: set[str],
+) -> list[str]:
     """Why a job's machine cannot be applied in a fork of this worker: the facts in which it
     differs from the setup's machine that the release read while importing (``read``: every
     fact any imported module's top level asked for). Empty: the fork can re-pin them."""
@@ -89,13 +99,21 @@ def bound_at_import(wanted: dict[str, Any], setup: dict[str, Any], probes: dict[
         hit = _REVEALED_BY.get(key, _ANY) & read
         if hit:
             why.append(f"{key} (read at import through {', '.join(sorted(hit))})")
-    why += [f"{name} (called at import)" for name in sorted(set(probes) | set(setup_probes))
-            if probes.get(name) != setup_probes.get(name) and name in read]
+    why += [
+        f"{name} (called at import)"
+        for name in sorted(set(probes) | set(setup_probes))
+        if probes.get(name) != setup_probes.get(name) and name in read
+    ]
     return why
 
 
-def _serve_job(sa: Any, job: dict[str, Any], roots: dict[str, Any], report: dict[str, Any],
-               default_timeout: float) -> dict[str, Any]:
+def _serve_job(
+    sa: Any,
+    job: dict[str, Any],
+    roots: dict[str, Any],
+    report: dict[str, Any],
+    default_timeout: float,
+) -> dict[str, Any]:
     """One job of the warm worker: validate in a fork (or answer the setup failure, or
     ``machine_bound`` when the job's machine differs in a fact the release read at import)."""
     if sa is None:
@@ -104,12 +122,20 @@ def _serve_job(sa: Any, job: dict[str, Any], roots: dict[str, Any], report: dict
         import _replay_stubkit as kit
 
         read = set().union(*kit.IMPORT_CONSULTED.values())
-        why = bound_at_import(job["hardware"], roots.get("setup_hardware") or {},
-                              job.get("probes") or {}, roots.get("setup_probes") or {}, read)
+        why = bound_at_import(
+            job["hardware"],
+            roots.get("setup_hardware") or {},
+            job.get("probes") or {},
+            roots.get("setup_probes") or {},
+            read,
+        )
         if why:
-            return {"status": "harness_error", "phase": "machine_bound",
-                    "harness_reason": "this worker's release read these facts of its machine "
-                                      "while importing: " + "; ".join(why)}
+            return {
+                "status": "harness_error",
+                "phase": "machine_bound",
+                "harness_reason": "this worker's release read these facts of its machine "
+                "while importing: " + "; ".join(why),
+            }
     learn = roots.get("learn_left", 0) > 0
     if learn:
         job = {**job, "report_modules": True}
@@ -186,9 +212,23 @@ def serve(cfg: dict[str, Any], log_path: str) -> None:
     except BaseException as exc:  # noqa: BLE001 - reported, then every job gets it
         sa, report = None, child._runner_failure(exc)
     roots["learn_left"] = LEARN_JOBS
-    answer({"ready": True, "ok": sa is not None, "pid": os.getpid(),
-            "setup": {k: report.get(k) for k in ("timings", "shims", "probe_disagreements",
-                                                 "harness_reason", "import_consulted")}})
+    answer(
+        {
+            "ready": True,
+            "ok": sa is not None,
+            "pid": os.getpid(),
+            "setup": {
+                k: report.get(k)
+                for k in (
+                    "timings",
+                    "shims",
+                    "probe_disagreements",
+                    "harness_reason",
+                    "import_consulted",
+                )
+            },
+        }
+    )
     default_timeout = float(cfg.get("job_timeout_s") or 30)
     for line in proto_in:
         job_id = None
@@ -205,7 +245,8 @@ def serve(cfg: dict[str, Any], log_path: str) -> None:
         if roots.get("to_import"):
             t0 = time.perf_counter()
             report["preimported"] = report.get("preimported", 0) + len(
-                _preimport(roots.pop("to_import")))
+                _preimport(roots.pop("to_import"))
+            )
             timings = report.setdefault("timings", {})
             timings["preimport_s"] = timings.get("preimport_s", 0.0) + time.perf_counter() - t0
     sys.stdout.flush()

@@ -22,7 +22,9 @@ def json_safe(value: Any, depth: int = 0) -> Any:
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+        return (
+            value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+        )
     if isinstance(value, enum.Enum):
         return json_safe(value.value, depth + 1)
     if depth > 6:
@@ -33,8 +35,10 @@ def json_safe(value: Any, depth: int = 0) -> Any:
         items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
         return [json_safe(v, depth + 1) for v in items]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: json_safe(getattr(value, f.name, None), depth + 1)
-                for f in dataclasses.fields(value)}
+        return {
+            f.name: json_safe(getattr(value, f.name, None), depth + 1)
+            for f in dataclasses.fields(value)
+        }
     if isinstance(value, Path):
         return str(value)
     return repr(value)[:200]
@@ -55,7 +59,8 @@ def dump_fields(server_args: Any) -> dict[str, Any]:
         names = [f.name for f in dataclasses.fields(server_args)]
     else:
         names = list(getattr(type(server_args), "__struct_fields__", ())) or sorted(
-            vars(server_args))
+            vars(server_args)
+        )
     for name in names:
         try:
             out[name] = json_safe(getattr(server_args, name))

@@ -74,8 +74,17 @@ from service.replay.queue import ReplayQueue
 from service.replay.results import Frame, ReplayResult
 from service.replay.trees import replay_tree
 
-__all__ = ["HARNESS_DIR", "STUB_FAILURE_ENV", "batch_key", "harness_version", "pool_enabled",
-           "prewarm", "replay", "replay_async", "replay_many"]
+__all__ = [
+    "HARNESS_DIR",
+    "STUB_FAILURE_ENV",
+    "batch_key",
+    "harness_version",
+    "pool_enabled",
+    "prewarm",
+    "replay",
+    "replay_async",
+    "replay_many",
+]
 
 #: test hook: ``import:<module>`` or ``call:<fake>`` makes a stub raise inside the child
 STUB_FAILURE_ENV = "TRIAGE_REPLAY_STUB_FAILURE"
@@ -84,7 +93,11 @@ _UNCACHED_PHASES = {"timeout", "crash", "harness", "busy", "deadline"}
 #: callers whose settings carry no ``replay_pool`` (the service's ``Settings`` read the same
 #: variable)
 _POOL_ENV = os.environ.get("TRIAGE_REPLAY_POOL", "1").strip().lower() not in (
-    "0", "false", "no", "off")
+    "0",
+    "false",
+    "no",
+    "off",
+)
 
 
 def pool_enabled(settings: KBSettings | None = None) -> bool:
@@ -114,16 +127,28 @@ def _cache_key(payload: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def batch_key(version: str, argvs: Sequence[Sequence[str]], *, hardware: str | None,
-              model_arch: str | None, env: Mapping[str, str] | None = None) -> str:
+def batch_key(
+    version: str,
+    argvs: Sequence[Sequence[str]],
+    *,
+    hardware: str | None,
+    model_arch: str | None,
+    env: Mapping[str, str] | None = None,
+) -> str:
     """The cache key of a whole batch, from what the caller knows before any tree is
     unpacked: the same hash as each command line's (:func:`_cache_key`, this package's
     code and the venv's key packages included) over the version, command lines,
     declared machine, architecture and environment. Durable replay jobs are
     de-duplicated by it (:mod:`service.replay.jobs`)."""
-    return _cache_key({"batch": [[str(a) for a in argv] for argv in argvs], "version": version,
-                       "hardware": hardware, "arch": model_arch,
-                       "env": dict(sorted((env or {}).items()))})
+    return _cache_key(
+        {
+            "batch": [[str(a) for a in argv] for argv in argvs],
+            "version": version,
+            "hardware": hardware,
+            "arch": model_arch,
+            "env": dict(sorted((env or {}).items())),
+        }
+    )
 
 
 def _cache_path(home: Path, key: str) -> Path:
@@ -167,10 +192,13 @@ def _prune_cache(home: Path) -> int:
     with contextlib.suppress(OSError):
         for sub in os.scandir(home / "replay-cache"):
             if sub.is_dir():
-                files += [(f.stat().st_mtime, f.path) for f in os.scandir(sub.path)
-                          if f.name.endswith(".json")]
+                files += [
+                    (f.stat().st_mtime, f.path)
+                    for f in os.scandir(sub.path)
+                    if f.name.endswith(".json")
+                ]
     files.sort()
-    doomed = files[:max(0, len(files) - CACHE_MAX_FILES)]
+    doomed = files[: max(0, len(files) - CACHE_MAX_FILES)]
     for _, name in doomed:
         with contextlib.suppress(OSError):
             os.unlink(name)
@@ -180,13 +208,16 @@ def _prune_cache(home: Path) -> int:
 def _frame(raw: Any) -> Frame | None:
     if not isinstance(raw, dict) or "path" not in raw:
         return None
-    return Frame(kind=str(raw.get("kind", "sglang")), path=str(raw["path"]),
-                 line=raw.get("line"), function=str(raw.get("function", "")),
-                 code=str(raw.get("code", "")))
+    return Frame(
+        kind=str(raw.get("kind", "sglang")),
+        path=str(raw["path"]),
+        line=raw.get("line"),
+        function=str(raw.get("function", "")),
+        code=str(raw.get("code", "")),
+    )
 
 
-def _to_result(raw: dict[str, Any], base: dict[str, Any],
-               tree: Path | None = None) -> ReplayResult:
+def _to_result(raw: dict[str, Any], base: dict[str, Any], tree: Path | None = None) -> ReplayResult:
     """A child's raw answer as a :class:`ReplayResult`; with the release ``tree``, its
     exception text is vetted first (:func:`service.replay.messages.vet`)."""
     if tree is not None:
@@ -201,15 +232,21 @@ def _to_result(raw: dict[str, Any], base: dict[str, Any],
     if status == "harness_error" and not reason:
         reason = "the replay produced no verdict"
     return ReplayResult(
-        **base, status=status, ran=raw.get("ran"), phase=raw.get("phase"),
-        exception_type=raw.get("exception_type"), message=raw.get("message"),
+        **base,
+        status=status,
+        ran=raw.get("ran"),
+        phase=raw.get("phase"),
+        exception_type=raw.get("exception_type"),
+        message=raw.get("message"),
         frames=[f for f in (_frame(x) for x in raw.get("frames") or []) if f],
         origin=_frame(raw.get("sglang_origin")) if status == "raised" else None,
         raised_at=all_frames[-1] if all_frames else None,
         harness_reason=reason if status == "harness_error" else None,
-        usage=raw.get("usage"), server_args=raw.get("server_args"),
+        usage=raw.get("usage"),
+        server_args=raw.get("server_args"),
         startup=raw.get("probe") if isinstance(raw.get("probe"), dict) else None,
-        probe_disagreements=setup.get("probe_disagreements") or raw.get("probe_disagreements")
+        probe_disagreements=setup.get("probe_disagreements")
+        or raw.get("probe_disagreements")
         or {},
         stubs_served=raw.get("stubs_served") or [],
         shims=setup.get("shims") or raw.get("shims") or [],
@@ -218,12 +255,21 @@ def _to_result(raw: dict[str, Any], base: dict[str, Any],
 
 
 def replay_many(
-    release_root: Path, version: str, argvs: Sequence[Sequence[str]], *,
-    hardware: str | None, model_arch: str | None | Sequence[str | None],
+    release_root: Path,
+    version: str,
+    argvs: Sequence[Sequence[str]],
+    *,
+    hardware: str | None,
+    model_arch: str | None | Sequence[str | None],
     timeout_s: float = 60,
-    job_timeout_s: float = 30, env: Mapping[str, str] | None = None,
-    settings: KBSettings | None = None, use_cache: bool = True, stub_failure: str | None = None,
-    test_payload: Path | None = None, deadline_s: float | None = None, pool: bool | None = None,
+    job_timeout_s: float = 30,
+    env: Mapping[str, str] | None = None,
+    settings: KBSettings | None = None,
+    use_cache: bool = True,
+    stub_failure: str | None = None,
+    test_payload: Path | None = None,
+    deadline_s: float | None = None,
+    pool: bool | None = None,
     model_facts: Mapping[str, Any] | None = None,
 ) -> list[ReplayResult]:
     """Replay several command lines of one release on one declared machine.
@@ -258,8 +304,9 @@ def replay_many(
     settings = settings or KBSettings()
     hw = get_profile(hardware) if hardware else None
     stub_failure = stub_failure or os.environ.get(STUB_FAILURE_ENV) or None
-    tree, tree_note = replay_tree(Path(release_root), version, home=settings.home,
-                                  wheel_dir=settings.wheel_dir)
+    tree, tree_note = replay_tree(
+        Path(release_root), version, home=settings.home, wheel_dir=settings.wheel_dir
+    )
     if model_arch is None or isinstance(model_arch, str):
         archs: list[str | None] = [model_arch] * len(argvs)
     else:
@@ -271,34 +318,61 @@ def replay_many(
     # the release's own option table (a sandboxed read, once per tree); a caller with a
     # deadline waits for it until then: its command lines are answered unverified after
     reading = argvs and sandbox.status().available
-    options = option_table(
-        tree, settings.home, lambda: _dump_options(tree, hw, settings.home, timeout_s),
-        wait_s=None if deadline_at is None else deadline_at - time.monotonic(),
-    ) if reading else None
+    options = (
+        option_table(
+            tree,
+            settings.home,
+            lambda: _dump_options(tree, hw, settings.home, timeout_s),
+            wait_s=None if deadline_at is None else deadline_at - time.monotonic(),
+        )
+        if reading
+        else None
+    )
     for i, argv in enumerate(argvs):
         argv = [str(a) for a in argv]
         if reading and options is None and deadline_at is not None:
-            results[i] = _to_result(_unreplayed("the release's option table is still being "
-                                                "read"), {"version": version, "argv": argv,
-                                                          "hardware": hw.name if hw else None})
+            results[i] = _to_result(
+                _unreplayed("the release's option table is still being read"),
+                {"version": version, "argv": argv, "hardware": hw.name if hw else None},
+            )
             continue
         run_argv, arch, notes = substitute_argv(argv, archs[i], settings.home, options)
         if model_facts and run_argv is not None and arch in MODEL_CONFIGS:  # its own folder
-            plain, facts_dir = (str(_stable_dir(settings.home, label, cfg)) for label, cfg in (
-                (arch, MODEL_CONFIGS[arch]),
-                (f"{arch}-facts", config_with_facts(arch, dict(model_facts)))))
+            plain, facts_dir = (
+                str(_stable_dir(settings.home, label, cfg))
+                for label, cfg in (
+                    (arch, MODEL_CONFIGS[arch]),
+                    (f"{arch}-facts", config_with_facts(arch, dict(model_facts))),
+                )
+            )
             run_argv = [facts_dir if token == plain else token for token in run_argv]
             notes.append(f"model facts laid over the {arch} config: {facts_dir}")
         if options is None:
-            notes.append("the release's own option table could not be read: options were "
-                         "resolved against replay's fallback table")
-        base = {"version": version, "argv": argv, "effective_argv": run_argv or [],
-                "hardware": hw.name if hw else None, "model_arch": arch,
-                "substitutions": notes, "notes": [f"release tree: {tree} ({tree_note})"]}
-        key = _cache_key({"version": version, "tree": str(tree), "argv": argv,
-                          "hardware": hw.model_dump() if hw else None, "arch": arch,
-                          "env": dict(sorted((env or {}).items())), "fail": stub_failure,
-                          **({"facts": dict(model_facts)} if model_facts else {})})
+            notes.append(
+                "the release's own option table could not be read: options were "
+                "resolved against replay's fallback table"
+            )
+        base = {
+            "version": version,
+            "argv": argv,
+            "effective_argv": run_argv or [],
+            "hardware": hw.name if hw else None,
+            "model_arch": arch,
+            "substitutions": notes,
+            "notes": [f"release tree: {tree} ({tree_note})"],
+        }
+        key = _cache_key(
+            {
+                "version": version,
+                "tree": str(tree),
+                "argv": argv,
+                "hardware": hw.model_dump() if hw else None,
+                "arch": arch,
+                "env": dict(sorted((env or {}).items())),
+                "fail": stub_failure,
+                **({"facts": dict(model_facts)} if model_facts else {}),
+            }
+        )
         base["cache_key"] = key
         if run_argv is None:  # refused: nothing of the user's is ever run
             results[i] = _to_result({"phase": "harness", "harness_reason": notes[-1]}, base)
@@ -311,8 +385,17 @@ def replay_many(
             pending.append((i, key, base, run_argv))
     warm = use_pool and not (stub_failure or test_payload) and sandbox.status().available
     if pending and warm:
-        answers = _run_warm(tree, hw, [p[3] for p in pending], env, timeout_s, job_timeout_s,
-                            [p[2] for p in pending], settings.home, deadline_at)
+        answers = _run_warm(
+            tree,
+            hw,
+            [p[3] for p in pending],
+            env,
+            timeout_s,
+            job_timeout_s,
+            [p[2] for p in pending],
+            settings.home,
+            deadline_at,
+        )
         for (i, key, _, _), result in zip(pending, answers, strict=True):
             if result is not None:
                 results[i] = result
@@ -324,9 +407,19 @@ def replay_many(
             results[i] = _to_result(_unreplayed(), base)
         pending = []
     if pending:
-        fresh = _run_batch(tree, hw, [p[3] for p in pending], env, timeout_s, job_timeout_s,
-                           stub_failure, [p[2] for p in pending], settings.home, test_payload,
-                           deadline_at)
+        fresh = _run_batch(
+            tree,
+            hw,
+            [p[3] for p in pending],
+            env,
+            timeout_s,
+            job_timeout_s,
+            stub_failure,
+            [p[2] for p in pending],
+            settings.home,
+            test_payload,
+            deadline_at,
+        )
         for (i, key, _, _), result in zip(pending, fresh, strict=True):
             results[i] = result
             if use_cache and not (stub_failure or test_payload):
@@ -334,8 +427,9 @@ def replay_many(
     return [r for r in results if r is not None]
 
 
-def prewarm(release_root: Path, version: str, hardware: str | None,
-            settings: KBSettings | None = None) -> bool:
+def prewarm(
+    release_root: Path, version: str, hardware: str | None, settings: KBSettings | None = None
+) -> bool:
     """Start the warm worker that will replay ``version`` on ``hardware`` in the background
     (:meth:`service.replay.pool.WarmPool.prestart`) and return at once. False when the pool
     is off, the sandbox is missing or the worker cannot be started now; raises nothing."""
@@ -346,8 +440,9 @@ def prewarm(release_root: Path, version: str, hardware: str | None,
 
     try:
         hw = get_profile(hardware) if hardware else None
-        tree, _ = replay_tree(Path(release_root), version, home=settings.home,
-                              wheel_dir=settings.wheel_dir)
+        tree, _ = replay_tree(
+            Path(release_root), version, home=settings.home, wheel_dir=settings.wheel_dir
+        )
         home = settings.home
         option_table(tree, home, lambda: _dump_options(tree, hw, home, 180.0), wait_s=0.0)
         return default_pool().prestart(tree, hw, settings.home)
@@ -355,27 +450,49 @@ def prewarm(release_root: Path, version: str, hardware: str | None,
         return False
 
 
-def _dump_options(tree: Path, hw: HardwareProfile | None, home: Path,
-                  timeout_s: float) -> dict[str, Any] | None:
+def _dump_options(
+    tree: Path, hw: HardwareProfile | None, home: Path, timeout_s: float
+) -> dict[str, Any] | None:
     """The release's option table, read by a sandboxed child from its real parser."""
     out: list[dict[str, Any]] = []
     try:
-        _run_batch(tree, hw, [], None, max(timeout_s, 120.0), 30, None, [], home,
-                   dump_options=True, options_out=out)
+        _run_batch(
+            tree,
+            hw,
+            [],
+            None,
+            max(timeout_s, 120.0),
+            30,
+            None,
+            [],
+            home,
+            dump_options=True,
+            options_out=out,
+        )
     except ReplayError:
         return None
     return out[0] if out else None
 
 
 def _unreplayed(why: str = "the deadline passed") -> dict[str, Any]:
-    return {"status": "harness_error", "phase": "deadline",
-            "harness_reason": f"{why} before this command line was replayed (unverified)"}
+    return {
+        "status": "harness_error",
+        "phase": "deadline",
+        "harness_reason": f"{why} before this command line was replayed (unverified)",
+    }
 
 
-def _run_warm(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
-              env: Mapping[str, str] | None, timeout_s: float, job_timeout_s: float,
-              bases: list[dict[str, Any]], home: Path,
-              deadline_at: float | None) -> list[ReplayResult | None]:
+def _run_warm(
+    tree: Path,
+    hw: HardwareProfile | None,
+    argvs: list[list[str]],
+    env: Mapping[str, str] | None,
+    timeout_s: float,
+    job_timeout_s: float,
+    bases: list[dict[str, Any]],
+    home: Path,
+    deadline_at: float | None,
+) -> list[ReplayResult | None]:
     """The command lines on the warm pool; None where it could not run them (go cold).
     ``timeout_s`` bounds the wait for a worker's start, as it bounds the cold import."""
     from service.replay.pool import PoolJob, default_pool
@@ -388,8 +505,9 @@ def _run_warm(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
     raws: list[dict[str, Any] | None] = []
     try:
         for i in range(0, len(jobs), step):
-            raws += pool.run(tree, hw, home, jobs[i:i + step], deadline=deadline_at,
-                             start_wait_s=timeout_s)
+            raws += pool.run(
+                tree, hw, home, jobs[i : i + step], deadline=deadline_at, start_wait_s=timeout_s
+            )
     except ReplayError:  # closed (interpreter exiting): the cold path decides
         return [None] * len(argvs)
     out: list[ReplayResult | None] = []
@@ -403,12 +521,21 @@ def _run_warm(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
     return out
 
 
-def _run_batch(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
-               env: Mapping[str, str] | None, timeout_s: float, job_timeout_s: float,
-               stub_failure: str | None, bases: list[dict[str, Any]], home: Path,
-               test_payload: Path | None = None, deadline_at: float | None = None,
-               dump_options: bool = False,
-               options_out: list[dict[str, Any]] | None = None) -> list[ReplayResult]:
+def _run_batch(
+    tree: Path,
+    hw: HardwareProfile | None,
+    argvs: list[list[str]],
+    env: Mapping[str, str] | None,
+    timeout_s: float,
+    job_timeout_s: float,
+    stub_failure: str | None,
+    bases: list[dict[str, Any]],
+    home: Path,
+    test_payload: Path | None = None,
+    deadline_at: float | None = None,
+    dump_options: bool = False,
+    options_out: list[dict[str, Any]] | None = None,
+) -> list[ReplayResult]:
     sandboxed = sandbox.status()
     if not sandboxed.available:
         raise ReplayError(sandboxed.reason)
@@ -419,8 +546,14 @@ def _run_batch(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
         overall = max(1.0, min(overall, deadline_at - time.monotonic()))
     with tempfile.TemporaryDirectory(prefix="sglang-replay-") as tmp_name:
         tmp = Path(tmp_name)
-        jobs = [{"argv": argv, "log_path": str(tmp / f"log-{i}.txt"),
-                 "allowed_paths": generated_paths(argv, home)} for i, argv in enumerate(argvs)]
+        jobs = [
+            {
+                "argv": argv,
+                "log_path": str(tmp / f"log-{i}.txt"),
+                "allowed_paths": generated_paths(argv, home),
+            }
+            for i, argv in enumerate(argvs)
+        ]
         cfg = {
             "release_root": str(tree), "stub_dirs": [str(d) for d in STUB_DIRS],
             "force_stubs": force, "fallback_stubs": fallback,
@@ -434,22 +567,33 @@ def _run_batch(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
         sandbox.prepare_workdir(tmp)
         main_log = tmp / "child.log"
         t0 = time.perf_counter()
-        cmd = sandbox.command([sys.executable, "-s", str(CHILD), str(tmp / "config.json")],
-                              workdir=tmp, hidden=[home],
-                              readable=[HARNESS_DIR, tree, home / "replay-models"],
-                              limits=sandbox.Limits(cpu_s=int(overall) + 30))
+        cmd = sandbox.command(
+            [sys.executable, "-s", str(CHILD), str(tmp / "config.json")],
+            workdir=tmp,
+            hidden=[home],
+            readable=[HARNESS_DIR, tree, home / "replay-models"],
+            limits=sandbox.Limits(cpu_s=int(overall) + 30),
+        )
         lines, killed, returncode = run_with_results(
-            cmd, cfg, tmp, _child_env(tmp, tree, hw, env), main_log, overall)
+            cmd, cfg, tmp, _child_env(tmp, tree, hw, env), main_log, overall
+        )
         wall = time.perf_counter() - t0
-        answers = {line["index"]: line["result"] for line in lines
-                   if isinstance(line.get("index"), int) and isinstance(line.get("result"), dict)}
+        answers = {
+            line["index"]: line["result"]
+            for line in lines
+            if isinstance(line.get("index"), int) and isinstance(line.get("result"), dict)
+        }
         if options_out is not None:
-            options_out.extend(line["options"] for line in lines[:1]
-                               if isinstance(line.get("options"), dict))
+            options_out.extend(
+                line["options"] for line in lines[:1] if isinstance(line.get("options"), dict)
+            )
         out: list[ReplayResult] = []
         for i, (job, base) in enumerate(zip(jobs, bases, strict=True)):
-            raw = (_unreplayed() if killed and capped and i not in answers
-                   else _read_job(answers.get(i), killed, returncode, overall))
+            raw = (
+                _unreplayed()
+                if killed and capped and i not in answers
+                else _read_job(answers.get(i), killed, returncode, overall)
+            )
             result = _to_result(raw, base, tree)
             result.timings["subprocess_wall_s"] = round(wall, 3)
             result.log_tail = _tail(Path(job["log_path"])) or _tail(main_log)
@@ -457,21 +601,36 @@ def _run_batch(tree: Path, hw: HardwareProfile | None, argvs: list[list[str]],
         return out
 
 
-def _read_job(raw: dict[str, Any] | None, killed: bool, returncode: int | None,
-              overall: float) -> dict[str, Any]:
+def _read_job(
+    raw: dict[str, Any] | None, killed: bool, returncode: int | None, overall: float
+) -> dict[str, Any]:
     if raw is not None:
         return raw
     if killed:
-        return {"status": "harness_error", "phase": "timeout",
-                "harness_reason": f"the replay did not finish within {overall:.0f}s (killed)"}
-    return {"status": "harness_error", "phase": "crash",
-            "harness_reason": f"the replay subprocess exited ({returncode}) without a result"}
+        return {
+            "status": "harness_error",
+            "phase": "timeout",
+            "harness_reason": f"the replay did not finish within {overall:.0f}s (killed)",
+        }
+    return {
+        "status": "harness_error",
+        "phase": "crash",
+        "harness_reason": f"the replay subprocess exited ({returncode}) without a result",
+    }
 
 
 def replay(
-    release_root: Path, version: str, argv: list[str], *, hardware: str | None,
-    model_arch: str | None, timeout_s: float = 60, env: Mapping[str, str] | None = None,
-    settings: KBSettings | None = None, use_cache: bool = True, stub_failure: str | None = None,
+    release_root: Path,
+    version: str,
+    argv: list[str],
+    *,
+    hardware: str | None,
+    model_arch: str | None,
+    timeout_s: float = 60,
+    env: Mapping[str, str] | None = None,
+    settings: KBSettings | None = None,
+    use_cache: bool = True,
+    stub_failure: str | None = None,
 ) -> ReplayResult:
     """Replay one command line (``argv`` without the program name) of ``version``.
 
@@ -480,15 +639,29 @@ def replay(
     architecture the generated ``--model-path`` folder declares (guessed from
     the given model path when None). See :func:`replay_many` for the rest.
     """
-    return replay_many(release_root, version, [argv], hardware=hardware,
-                       model_arch=model_arch, timeout_s=timeout_s, job_timeout_s=timeout_s,
-                       env=env, settings=settings, use_cache=use_cache,
-                       stub_failure=stub_failure)[0]
+    return replay_many(
+        release_root,
+        version,
+        [argv],
+        hardware=hardware,
+        model_arch=model_arch,
+        timeout_s=timeout_s,
+        job_timeout_s=timeout_s,
+        env=env,
+        settings=settings,
+        use_cache=use_cache,
+        stub_failure=stub_failure,
+    )[0]
 
 
-def replay_async(release_root: Path, version: str, argvs: Sequence[Sequence[str]], *,
-                 client: str = "local", **kwargs: Any
-                 ) -> concurrent.futures.Future[list[ReplayResult]]:
+def replay_async(
+    release_root: Path,
+    version: str,
+    argvs: Sequence[Sequence[str]],
+    *,
+    client: str = "local",
+    **kwargs: Any,
+) -> concurrent.futures.Future[list[ReplayResult]]:
     """:func:`replay_many` in the background queue (bounded, fair between clients; one batch
     at a time). Raises :class:`~service.replay.queue.QueueFull` when it is full."""
     return QUEUE.submit(client, replay_many, release_root, version, argvs, **kwargs)

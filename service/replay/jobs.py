@@ -62,9 +62,16 @@ class Job:
 class JobQueue:
     """The ``replay_jobs`` table of ``engine`` (see the module doc)."""
 
-    def __init__(self, engine: Engine, *, lease_s: float = 60.0, max_pending: int = 64,
-                 per_client: int = 8, max_attempts: int = 3,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        lease_s: float = 60.0,
+        max_pending: int = 64,
+        per_client: int = 8,
+        max_attempts: int = 3,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.engine, self.lease_s, self.clock = engine, lease_s, clock
         self.max_pending, self.per_client, self.max_attempts = max_pending, per_client, max_attempts
 
@@ -77,9 +84,17 @@ class JobQueue:
             return "replay needs the release and the launch command"
         return None
 
-    def enqueue_triage(self, tid: str, result: dict[str, Any], argv: list[str],
-                       hardware: str | None, model_arch: str | None, *, client: str = "local",
-                       budget_s: float = 180.0) -> int | None:
+    def enqueue_triage(
+        self,
+        tid: str,
+        result: dict[str, Any],
+        argv: list[str],
+        hardware: str | None,
+        model_arch: str | None,
+        *,
+        client: str = "local",
+        budget_s: float = 180.0,
+    ) -> int | None:
         """Queue the replay of triage ``tid`` (its command and every fix); the job's id, or
         None when it cannot be replayed. Raises :class:`QueueFull` over a bound."""
         release = (result.get("release") or {}).get("release")
@@ -87,8 +102,13 @@ class JobQueue:
             return None
         argvs = [list(argv)] + [list(f.get("argv") or []) for f in result.get("fixes", [])]
         key = batch_key(release, argvs, hardware=hardware, model_arch=model_arch)
-        spec = {"release": release, "argvs": argvs, "hardware": hardware,
-                "model_arch": model_arch, "budget_s": budget_s}
+        spec = {
+            "release": release,
+            "argvs": argvs,
+            "hardware": hardware,
+            "model_arch": model_arch,
+            "budget_s": budget_s,
+        }
         return self.submit(key, spec, tid, client)
 
     def submit(self, key: str, spec: dict[str, Any], tid: str, client: str = "local") -> int:
@@ -106,12 +126,24 @@ class JobQueue:
             row = self._locked(conn, key)
             if row is None or row.state not in _WAITING:
                 self._check_bounds(conn, client)
-                rank = conn.execute(sa.select(sa.func.count()).select_from(t).where(
-                    t.c.client == client, t.c.state.in_(_WAITING))).scalar_one()
-                fresh = {"client": client, "rank": rank, "state": "queued",
-                         "spec": json.dumps(spec), "attempts": 0, "worker": None,
-                         "created": self.clock(), "claimed_at": None, "lease_until": None,
-                         "finished": None, "error": None}
+                rank = conn.execute(
+                    sa.select(sa.func.count())
+                    .select_from(t)
+                    .where(t.c.client == client, t.c.state.in_(_WAITING))
+                ).scalar_one()
+                fresh = {
+                    "client": client,
+                    "rank": rank,
+                    "state": "queued",
+                    "spec": json.dumps(spec),
+                    "attempts": 0,
+                    "worker": None,
+                    "created": self.clock(),
+                    "claimed_at": None,
+                    "lease_until": None,
+                    "finished": None,
+                    "error": None,
+                }
                 if row is None:
                     conn.execute(t.insert().values(key=key, **fresh))
                 else:  # finished before: replay again (the worker's disk cache may answer)
@@ -123,13 +155,15 @@ class JobQueue:
 
     def _locked(self, conn: Connection, key: str) -> Any:
         t = db.replay_jobs
-        return conn.execute(sa.select(t.c.id, t.c.state).where(t.c.key == key)
-                            .with_for_update()).first()
+        return conn.execute(
+            sa.select(t.c.id, t.c.state).where(t.c.key == key).with_for_update()
+        ).first()
 
     def _check_bounds(self, conn: Connection, client: str) -> None:
         t = db.replay_jobs
-        queued = conn.execute(sa.select(t.c.client, sa.func.count()).where(t.c.state == "queued")
-                              .group_by(t.c.client)).all()
+        queued = conn.execute(
+            sa.select(t.c.client, sa.func.count()).where(t.c.state == "queued").group_by(t.c.client)
+        ).all()
         if sum(n for _, n in queued) >= self.max_pending:
             raise QueueFull(f"replay queue full ({self.max_pending} jobs waiting)")
         if dict(queued).get(client, 0) >= self.per_client:
@@ -139,8 +173,11 @@ class JobQueue:
         """Jobs waiting for a worker (not counting those running)."""
         t = db.replay_jobs
         with self.engine.connect() as conn:
-            return int(conn.execute(sa.select(sa.func.count()).select_from(t)
-                                    .where(t.c.state == "queued")).scalar_one())
+            return int(
+                conn.execute(
+                    sa.select(sa.func.count()).select_from(t).where(t.c.state == "queued")
+                ).scalar_one()
+            )
 
     def jobs(self) -> list[dict[str, Any]]:
         """Every job row, oldest first (for operators and tests)."""
@@ -157,33 +194,66 @@ class JobQueue:
         with db.write_tx(self.engine) as conn:
             row = conn.execute(
                 sa.select(t.c.id, t.c.key, t.c.spec, t.c.attempts)
-                .where(sa.or_(t.c.state == "queued",
-                              sa.and_(t.c.state == "running", t.c.lease_until < now)))
-                .order_by(t.c.rank, t.c.id).limit(1)
-                .with_for_update(skip_locked=True)).first()
+                .where(
+                    sa.or_(
+                        t.c.state == "queued",
+                        sa.and_(t.c.state == "running", t.c.lease_until < now),
+                    )
+                )
+                .order_by(t.c.rank, t.c.id)
+                .limit(1)
+                .with_for_update(skip_locked=True)
+            ).first()
             if row is None:
                 return None
             attempts = row.attempts + 1
-            conn.execute(t.update().where(t.c.id == row.id).values(
-                state="running", worker=worker, attempts=attempts, claimed_at=now,
-                lease_until=now + self.lease_s))
-        return Job(id=row.id, key=row.key, spec=json.loads(row.spec), attempts=attempts,
-                   worker=worker, exhausted=attempts > self.max_attempts)
+            conn.execute(
+                t.update()
+                .where(t.c.id == row.id)
+                .values(
+                    state="running",
+                    worker=worker,
+                    attempts=attempts,
+                    claimed_at=now,
+                    lease_until=now + self.lease_s,
+                )
+            )
+        return Job(
+            id=row.id,
+            key=row.key,
+            spec=json.loads(row.spec),
+            attempts=attempts,
+            worker=worker,
+            exhausted=attempts > self.max_attempts,
+        )
 
     def renew(self, job: Job) -> bool:
         """Extend ``job``'s lease; False when it is no longer this worker's."""
         t = db.replay_jobs
         with self.engine.begin() as conn:
-            return conn.execute(t.update().where(
-                t.c.id == job.id, t.c.worker == job.worker, t.c.state == "running",
-            ).values(lease_until=self.clock() + self.lease_s)).rowcount == 1
+            return (
+                conn.execute(
+                    t.update()
+                    .where(
+                        t.c.id == job.id,
+                        t.c.worker == job.worker,
+                        t.c.state == "running",
+                    )
+                    .values(lease_until=self.clock() + self.lease_s)
+                ).rowcount
+                == 1
+            )
 
     def waiting(self, job: Job) -> list[str]:
         """The triages still waiting for ``job``'s verdicts."""
         w = db.replay_job_triages
         with self.engine.connect() as conn:
-            return [r[0] for r in conn.execute(sa.select(w.c.tid).where(w.c.key == job.key)
-                                               .order_by(w.c.tid))]
+            return [
+                r[0]
+                for r in conn.execute(
+                    sa.select(w.c.tid).where(w.c.key == job.key).order_by(w.c.tid)
+                )
+            ]
 
     def settle(self, job: Job, tids: list[str]) -> None:
         """``tids`` got their verdicts: they wait no more."""
@@ -197,13 +267,21 @@ class JobQueue:
         the job is no longer this worker's (its new owner finishes it)."""
         t, w = db.replay_jobs, db.replay_job_triages
         with db.write_tx(self.engine) as conn:
-            row = conn.execute(sa.select(t.c.worker, t.c.state).where(t.c.id == job.id)
-                               .with_for_update()).first()
+            row = conn.execute(
+                sa.select(t.c.worker, t.c.state).where(t.c.id == job.id).with_for_update()
+            ).first()
             if row is None or row.worker != job.worker or row.state != "running":
                 return True
             if conn.execute(sa.select(w.c.tid).where(w.c.key == job.key).limit(1)).first():
                 return False
-            conn.execute(t.update().where(t.c.id == job.id).values(
-                state="failed" if error else "done", finished=self.clock(), error=error,
-                lease_until=None))
+            conn.execute(
+                t.update()
+                .where(t.c.id == job.id)
+                .values(
+                    state="failed" if error else "done",
+                    finished=self.clock(),
+                    error=error,
+                    lease_until=None,
+                )
+            )
         return True

@@ -33,8 +33,9 @@ _LOG_TAIL_LINES = 40
 _MAX_RESULTS = 256 << 20
 
 
-def _child_env(tmp: Path, tree: Path, hw: HardwareProfile | None,
-               extra: Mapping[str, str] | None) -> dict[str, str]:
+def _child_env(
+    tmp: Path, tree: Path, hw: HardwareProfile | None, extra: Mapping[str, str] | None
+) -> dict[str, str]:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(tmp), "TMPDIR": str(tmp), "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
@@ -55,8 +56,11 @@ def _child_env(tmp: Path, tree: Path, hw: HardwareProfile | None,
 
 def _extra_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     """The caller's variables a replay may set (never ``PYTHONPATH``, ``HOME``, ``PATH``)."""
-    return {key: str(value) for key, value in (extra or {}).items()
-            if key.isidentifier() and key not in ("PYTHONPATH", "HOME", "PATH")}
+    return {
+        key: str(value)
+        for key, value in (extra or {}).items()
+        if key.isidentifier() and key not in ("PYTHONPATH", "HOME", "PATH")
+    }
 
 
 def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
@@ -67,8 +71,14 @@ def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def run_with_results(cmd: list[str], cfg: dict[str, Any], workdir: Path, env: dict[str, str],
-                     log: Path, timeout_s: float) -> tuple[list[dict[str, Any]], bool, int | None]:
+def run_with_results(
+    cmd: list[str],
+    cfg: dict[str, Any],
+    workdir: Path,
+    env: dict[str, str],
+    log: Path,
+    timeout_s: float,
+) -> tuple[list[dict[str, Any]], bool, int | None]:
     """Run a cold child (``cmd`` reads ``<workdir>/config.json``) and collect the JSON lines
     it writes on a pipe (``cfg["result_fd"]``, passed to it alone: the forks validating
     command lines close it first, so no job's code can forge another job's result).
@@ -93,9 +103,16 @@ def run_with_results(cmd: list[str], cfg: dict[str, Any], workdir: Path, env: di
     killed = False
     with open(log, "wb") as out:
         try:
-            proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, pass_fds=(write_fd,))
+            proc = subprocess.Popen(
+                cmd,
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=(write_fd,),
+            )
         except OSError as exc:
             os.close(read_fd)
             raise ReplayError(f"cannot start the replay subprocess: {exc}") from exc

@@ -49,16 +49,31 @@ def raise_literals(tree: Path, rel_path: str, line: int) -> list[str] | None:
         return None
     best: ast.stmt | None = None
     for node in ast.walk(module):
-        if isinstance(node, ast.stmt) and not isinstance(
-                node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For,
-                       ast.While, ast.With, ast.Try, ast.Module)) \
-                and node.lineno <= line <= (node.end_lineno or node.lineno) \
-                and (best is None or node.lineno >= best.lineno):
+        if (
+            isinstance(node, ast.stmt)
+            and not isinstance(
+                node,
+                (
+                    ast.FunctionDef,
+                    ast.AsyncFunctionDef,
+                    ast.ClassDef,
+                    ast.If,
+                    ast.For,
+                    ast.While,
+                    ast.With,
+                    ast.Try,
+                    ast.Module,
+                ),
+            )
+            and node.lineno <= line <= (node.end_lineno or node.lineno)
+            and (best is None or node.lineno >= best.lineno)
+        ):
             best = node
     if best is None:
         return None
-    pieces = [n.value for n in ast.walk(best)
-              if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    pieces = [
+        n.value for n in ast.walk(best) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    ]
     return [p for p in pieces if len(p.strip()) >= _MIN_LITERAL]
 
 
@@ -69,8 +84,11 @@ def _sglang_message(raw: dict[str, Any], tree: Path) -> bool:
         return False
     if last.get("kind") in ("stub", "harness"):  # replay's own code raised it
         return True
-    if last.get("kind") == "internal" and str(last.get("path", "")).startswith(
-            "<frozen importlib") and str(raw.get("exception_type", "")).endswith("Error"):
+    if (
+        last.get("kind") == "internal"
+        and str(last.get("path", "")).startswith("<frozen importlib")
+        and str(raw.get("exception_type", "")).endswith("Error")
+    ):
         return True  # Python's import system ("No module named ...")
     if last.get("kind") != "sglang":
         return False
@@ -95,6 +113,9 @@ def vet(raw: dict[str, Any], tree: Path) -> dict[str, Any]:
     frames = out.get("all_frames")
     if isinstance(frames, list):
         out["all_frames"] = [
-            {**f, "code": ""} if isinstance(f, dict) and f.get("kind") not in ("sglang", "harness")
-            else f for f in frames]
+            {**f, "code": ""}
+            if isinstance(f, dict) and f.get("kind") not in ("sglang", "harness")
+            else f
+            for f in frames
+        ]
     return out

@@ -16,8 +16,13 @@ from typing import Any
 
 from kb.errors import ConfigError
 
-__all__ = ["MODEL_CONFIGS", "config_with_facts", "draft_config", "supported_archs",
-           "write_model_dir"]
+__all__ = [
+    "MODEL_CONFIGS",
+    "config_with_facts",
+    "draft_config",
+    "supported_archs",
+    "write_model_dir",
+]
 
 _DEEPSEEK_V3: dict[str, Any] = {  # deepseek-ai/DeepSeek-V3 (FP8 block quantized)
     "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
@@ -152,8 +157,7 @@ def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 #: keys a checkpoint's facts may not set: they choose code (``auto_map``) or the model class
-_FIXED_KEYS = frozenset({"auto_map", "architectures", "model_type", "text_config",
-                         "vision_config"})
+_FIXED_KEYS = frozenset({"auto_map", "architectures", "model_type", "text_config", "vision_config"})
 _FACT_VALUE_MAX = 4000  # characters of JSON per fact
 
 
@@ -164,14 +168,17 @@ def config_with_facts(arch: str, facts: dict[str, Any]) -> dict[str, Any]:
     None removes the key. Raises :class:`ConfigError` for an unknown architecture, a key
     that chooses code or the model class, or a value that is not small plain JSON."""
     if arch not in MODEL_CONFIGS:
-        raise ConfigError(f"replay has no model config for {arch!r}",
-                          details={"model_arch": arch, "valid": supported_archs()})
+        raise ConfigError(
+            f"replay has no model config for {arch!r}",
+            details={"model_arch": arch, "valid": supported_archs()},
+        )
     config = copy.deepcopy(MODEL_CONFIGS[arch])
     text = _text_config(config)
     for key, value in facts.items():
         if not isinstance(key, str) or not key.isidentifier() or key in _FIXED_KEYS:
-            raise ConfigError(f"model fact {key!r} cannot be set for replay",
-                              details={"fact": str(key)})
+            raise ConfigError(
+                f"model fact {key!r} cannot be set for replay", details={"fact": str(key)}
+            )
         try:
             blob = json.dumps(value)
         except (TypeError, ValueError) as exc:

@@ -52,14 +52,19 @@ def from_dump(dump: dict[str, Any]) -> OptionTable:
         raise ValueError("no options in the dump")
     table = {str(k): (str(v[0]), str(v[1])) for k, v in options.items()}
     required = frozenset(str(v[0]) for v in options.values() if len(v) > 2 and v[2])
-    return OptionTable(table, allow_abbrev=bool(dump.get("allow_abbrev", True)),
-                       prefix_chars=str(dump.get("prefix_chars") or "-"),
-                       negative_number_options=bool(dump.get("negative_number_options")),
-                       required=required, source="parser")
+    return OptionTable(
+        table,
+        allow_abbrev=bool(dump.get("allow_abbrev", True)),
+        prefix_chars=str(dump.get("prefix_chars") or "-"),
+        negative_number_options=bool(dump.get("negative_number_options")),
+        required=required,
+        source="parser",
+    )
 
 
-def option_table(tree: Path, home: Path, dump: Callable[[], dict[str, Any] | None],
-                 wait_s: float | None = None) -> OptionTable | None:
+def option_table(
+    tree: Path, home: Path, dump: Callable[[], dict[str, Any] | None], wait_s: float | None = None
+) -> OptionTable | None:
     """The release's option table: memory, then ``<home>/replay-options/``, else ``dump()``
     (a sandboxed run, see the module docstring) whose answer is stored. None when the dump
     fails, or when a caller with a deadline (``wait_s``: at most that many seconds) would

@@ -43,8 +43,17 @@ _GCN_ARCH = {"mi300x": "gfx942", "mi325x": "gfx942", "mi355x": "gfx950"}
 
 #: GPU-only packages: stubbed even if installed (they cannot run without a device)
 FORCE_STUBS: dict[str, tuple[str, ...]] = {
-    "nvidia": ("triton", "flashinfer", "sgl_kernel", "deep_gemm", "cuda", "pynvml", "tvm_ffi",
-               "cutlass", "cuda_python"),
+    "nvidia": (
+        "triton",
+        "flashinfer",
+        "sgl_kernel",
+        "deep_gemm",
+        "cuda",
+        "pynvml",
+        "tvm_ffi",
+        "cutlass",
+        "cuda_python",
+    ),
     # vllm: SGLang's ROCm images are built on ROCm's vllm images (rocm.Dockerfile's
     # BASE_IMAGE_942="rocm/sgl-dev:vllm20250114" for 0.5.5), and releases up to 0.5.5
     # refuse to import on AMD without it ("vllm is required when SGLANG_USE_AITER is set
@@ -59,8 +68,19 @@ FORCE_STUBS: dict[str, tuple[str, ...]] = {
 #: (0.5.5: 0.1.25 ... 0.5.23: 0.2.7), so a real install always has it, and 0.5.16's
 #: ``server_args.py`` imports it at module level (``function_call/inkling_detector.py``).
 FALLBACK_STUBS: tuple[str, ...] = (
-    "psutil", "msgspec", "zmq", "IPython", "partial_json_parser", "torchvision", "dill",
-    "sentencepiece", "compressed_tensors", "gguf", "tvm_ffi", "xgrammar", "einops",
+    "psutil",
+    "msgspec",
+    "zmq",
+    "IPython",
+    "partial_json_parser",
+    "torchvision",
+    "dill",
+    "sentencepiece",
+    "compressed_tensors",
+    "gguf",
+    "tvm_ffi",
+    "xgrammar",
+    "einops",
 )
 
 
@@ -104,6 +124,7 @@ def stub_plan(hw: HardwareProfile | None) -> tuple[list[str], list[str]]:
 
 # ------------------------------------------------------------------ model folders
 
+
 def readable_by_all(folder: Path) -> None:
     """Modes 0755 (folder) and 0644 (its files): the sandbox user (host uid 65534 when the
     service is root) reads generated folders; ``mkdtemp`` makes them 0700."""
@@ -142,21 +163,29 @@ UNSAFE_DESTS = ("config", "trust_remote_code")
 ALWAYS_DROPPED = ("--config", "--trust-remote-code")
 _PATH_SUFFIXES = ("-path", "-paths", "-dir", "-file", "-folder")
 _DEST_SUFFIXES = ("_path", "_paths", "_dir", "_file", "_folder")
-_MODEL_DEST, _TOKENIZER_DEST, _DRAFT_DEST = ("model_path", "tokenizer_path",
-                                             "speculative_draft_model_path")
+_MODEL_DEST, _TOKENIZER_DEST, _DRAFT_DEST = (
+    "model_path",
+    "tokenizer_path",
+    "speculative_draft_model_path",
+)
 _REPLACED_DESTS = (_MODEL_DEST, _TOKENIZER_DEST, _DRAFT_DEST)
 
 #: used when the release's own table is not known (unit tests, a release whose parser could
 #: not be read): the options that matter here, so that their prefixes resolve to them (or
 #: are refused as ambiguous); anything else is left for the child's real-parser check
-FALLBACK_OPTIONS = OptionTable({
-    "--model-path": ("model_path", "1"), "--model": ("model_path", "1"),
-    "--tokenizer-path": ("tokenizer_path", "1"),
-    "--speculative-draft-model-path": ("speculative_draft_model_path", "1"),
-    "--speculative-draft-model": ("speculative_draft_model_path", "1"),
-    "--speculative-algorithm": ("speculative_algorithm", "1"),
-    "--trust-remote-code": ("trust_remote_code", "0"), "--config": ("config", "1"),
-}, source="fallback")
+FALLBACK_OPTIONS = OptionTable(
+    {
+        "--model-path": ("model_path", "1"),
+        "--model": ("model_path", "1"),
+        "--tokenizer-path": ("tokenizer_path", "1"),
+        "--speculative-draft-model-path": ("speculative_draft_model_path", "1"),
+        "--speculative-draft-model": ("speculative_draft_model_path", "1"),
+        "--speculative-algorithm": ("speculative_algorithm", "1"),
+        "--trust-remote-code": ("trust_remote_code", "0"),
+        "--config": ("config", "1"),
+    },
+    source="fallback",
+)
 
 
 def _unsafe(item: Item) -> bool:
@@ -165,14 +194,17 @@ def _unsafe(item: Item) -> bool:
         return False
     if item.dest in UNSAFE_DESTS:
         return True
-    if item.option is not None and (item.option.endswith(_PATH_SUFFIXES)
-                                    or (item.dest or "").endswith(_DEST_SUFFIXES)):
+    if item.option is not None and (
+        item.option.endswith(_PATH_SUFFIXES) or (item.dest or "").endswith(_DEST_SUFFIXES)
+    ):
         return True
     return any(path_like(v) for v in item.values)
 
 
-def drop_unsafe(argv: list[str], options: OptionTable | None = None,
-                ) -> tuple[list[str], list[str]]:
+def drop_unsafe(
+    argv: list[str],
+    options: OptionTable | None = None,
+) -> tuple[list[str], list[str]]:
     """(argv expanded by the release's parser rules (:func:`~service.replay.argv_guard.expand`:
     abbreviations and ``--flag=value`` resolved to the full option) without what could make
     replay read a user's files or run their code, the options dropped): ``--config``,
@@ -226,9 +258,12 @@ def generated_paths(argv: list[str], home: Path) -> list[str]:
     return out
 
 
-def substitute_argv(argv: list[str], model_arch: str | None, home: Path,
-                    options: OptionTable | None = None,
-                    ) -> tuple[list[str] | None, str | None, list[str]]:
+def substitute_argv(
+    argv: list[str],
+    model_arch: str | None,
+    home: Path,
+    options: OptionTable | None = None,
+) -> tuple[list[str] | None, str | None, list[str]]:
     """(argv as run, or None when replay must refuse; architecture used; notes).
 
     Replay never runs a user's path or code. ``argv`` is read with the release's option
@@ -251,12 +286,16 @@ def substitute_argv(argv: list[str], model_arch: str | None, home: Path,
         items = expand(list(argv), table)
         out, dropped = drop_unsafe(list(argv), table)
     except ValueError as exc:
-        notes.append(f"replay refused: {exc} (argparse would refuse it; replay runs only "
-                     "command lines whose every option it can resolve)")
+        notes.append(
+            f"replay refused: {exc} (argparse would refuse it; replay runs only "
+            "command lines whose every option it can resolve)"
+        )
         return None, model_arch, notes
     if dropped:
-        notes.append("dropped before replay (they name files or code of the user's): "
-                     + ", ".join(dict.fromkeys(dropped)))
+        notes.append(
+            "dropped before replay (they name files or code of the user's): "
+            + ", ".join(dict.fromkeys(dropped))
+        )
     model, tokenizer, draft = (_last(items, d) for d in _REPLACED_DESTS)
     algo = _last(items, "speculative_algorithm")
     kept = [it for it in expand(out, table) if it.dest not in _REPLACED_DESTS]
@@ -269,21 +308,30 @@ def substitute_argv(argv: list[str], model_arch: str | None, home: Path,
     if model is None and _MODEL_DEST in table.required:
         return out, arch, notes  # argparse refuses it ("required"), before any folder is read
     if arch is None or arch not in MODEL_CONFIGS:
-        what = f"architecture {arch} has no generated config" if arch else \
-            "the model architecture is unknown (give model_arch)"
+        what = (
+            f"architecture {arch} has no generated config"
+            if arch
+            else "the model architecture is unknown (give model_arch)"
+        )
         notes.append(f"replay refused: {what}; replay never runs a user's model folder")
         return None, arch, notes
     target = _stable_dir(home, arch, MODEL_CONFIGS[arch])
     out += [table.spelling(_MODEL_DEST, "--model-path") or "--model-path", str(target)]
-    notes.append(f"--model-path {model if model is not None else '(not given)'} replaced by "
-                 f"a generated {arch} config folder {target}")
+    notes.append(
+        f"--model-path {model if model is not None else '(not given)'} replaced by "
+        f"a generated {arch} config folder {target}"
+    )
     if tokenizer is not None:
-        out += [table.spelling(_TOKENIZER_DEST, "--tokenizer-path") or "--tokenizer-path",
-                str(target)]
+        out += [
+            table.spelling(_TOKENIZER_DEST, "--tokenizer-path") or "--tokenizer-path",
+            str(target),
+        ]
         notes.append("--tokenizer-path replaced by the generated folder as well")
     if draft is not None:
-        flag = table.spelling(_DRAFT_DEST, "--speculative-draft-model-path") or \
-            "--speculative-draft-model-path"
+        flag = (
+            table.spelling(_DRAFT_DEST, "--speculative-draft-model-path")
+            or "--speculative-draft-model-path"
+        )
         if draft == model:
             out += [flag, str(target)]
             notes.append("--speculative-draft-model-path (same as the model path) replaced too")
@@ -292,6 +340,8 @@ def substitute_argv(argv: list[str], model_arch: str | None, home: Path,
             label = f"draft-{cfg['architectures'][0]}-for-{arch}"
             draft_dir = _stable_dir(home, label, cfg)
             out += [flag, str(draft_dir)]
-            notes.append(f"--speculative-draft-model-path {draft} replaced by a generated "
-                         f"{cfg['architectures'][0]} config folder {draft_dir}")
+            notes.append(
+                f"--speculative-draft-model-path {draft} replaced by a generated "
+                f"{cfg['architectures'][0]} config folder {draft_dir}"
+            )
     return out, arch, notes

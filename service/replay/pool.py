@@ -62,8 +62,15 @@ from service.replay.pool_worker import (  # noqa: F401 - part of this module's A
     _Worker,
 )
 
-__all__ = ["ANSWER_MARGIN_S", "PoolJob", "PoolUnavailable", "WarmPool", "WorkerKey",
-           "default_pool", "unverified"]
+__all__ = [
+    "ANSWER_MARGIN_S",
+    "PoolJob",
+    "PoolUnavailable",
+    "WarmPool",
+    "WorkerKey",
+    "default_pool",
+    "unverified",
+]
 
 
 class PoolUnavailable(ReplayError):
@@ -72,15 +79,24 @@ class PoolUnavailable(ReplayError):
 
 def unverified(phase: str, reason: str) -> dict[str, Any]:
     """A raw answer for a candidate the pool did not run (``busy``, ``deadline``)."""
-    return {"status": "harness_error", "phase": phase, "harness_reason": reason,
-            "timings": {"warm": 1.0}}
+    return {
+        "status": "harness_error",
+        "phase": phase,
+        "harness_reason": reason,
+        "timings": {"warm": 1.0},
+    }
 
 
 class WarmPool:
     """Warm replay workers, one per :class:`WorkerKey` (see the module docstring)."""
 
-    def __init__(self, max_workers: int = 2, idle_timeout_s: float = 600.0,
-                 max_waiting: int = 64, start_timeout_s: float = 180.0) -> None:
+    def __init__(
+        self,
+        max_workers: int = 2,
+        idle_timeout_s: float = 600.0,
+        max_waiting: int = 64,
+        start_timeout_s: float = 180.0,
+    ) -> None:
         self.max_workers = max(1, max_workers)
         self.idle_timeout_s = idle_timeout_s
         self.max_waiting = max_waiting
@@ -95,9 +111,16 @@ class WarmPool:
 
     # ---------------------------------------------------------------- public API
 
-    def run(self, tree: Path, hw: HardwareProfile | None, home: Path, jobs: Sequence[PoolJob],
-            *, deadline: float | None = None,
-            start_wait_s: float | None = None) -> list[dict[str, Any] | None]:
+    def run(
+        self,
+        tree: Path,
+        hw: HardwareProfile | None,
+        home: Path,
+        jobs: Sequence[PoolJob],
+        *,
+        deadline: float | None = None,
+        start_wait_s: float | None = None,
+    ) -> list[dict[str, Any] | None]:
         """Validate ``jobs`` on the warm worker of (``tree``, ``hw``, ``home``), in order.
 
         Returns one raw child answer per job (``log_tail`` and ``timings`` with
@@ -110,8 +133,11 @@ class WarmPool:
         busy pool.
         """
         t_submit = time.monotonic()
-        start_by = t_submit + (self.start_timeout_s if start_wait_s is None
-                               else min(start_wait_s, self.start_timeout_s))
+        start_by = t_submit + (
+            self.start_timeout_s
+            if start_wait_s is None
+            else min(start_wait_s, self.start_timeout_s)
+        )
         out: list[dict[str, Any] | None] = [None] * len(jobs)
         with self._cond:
             if self._closed:
@@ -130,13 +156,16 @@ class WarmPool:
             worker = self._acquire(WorkerKey.of(tree, hw, home), hw, deadline)
             if worker is None:
                 for i in admitted:
-                    out[i] = unverified("busy", "the replay pool is full (every worker busy); "
-                                                "not replayed (unverified)")
+                    out[i] = unverified(
+                        "busy",
+                        "the replay pool is full (every worker busy); not replayed (unverified)",
+                    )
                 return out
             restarted = False
             for i in admitted:
-                raw = self._one(worker, dataclasses.replace(jobs[i], hw=hw), deadline,
-                                start_by, restarted)
+                raw = self._one(
+                    worker, dataclasses.replace(jobs[i], hw=hw), deadline, start_by, restarted
+                )
                 with self._cond:
                     self._waiting -= 1
                     pending -= 1
@@ -145,8 +174,7 @@ class WarmPool:
                 if raw.get("phase") == "machine_bound":  # this one goes cold (WorkerKey)
                     continue
                 restarted |= bool(raw.pop("_restarted", False))
-                raw.setdefault("timings", {}).update(
-                    pool_wait_s=raw.pop("_wait_s", 0.0), warm=1.0)
+                raw.setdefault("timings", {}).update(pool_wait_s=raw.pop("_wait_s", 0.0), warm=1.0)
                 if raw.get("phase") == "deadline":
                     raw["timings"]["pool_wait_s"] = time.monotonic() - t_submit
                 out[i] = raw
@@ -188,8 +216,12 @@ class WarmPool:
         candidates waiting, jobs served and refused."""
         with self._cond:
             workers = list(self._workers.values())
-            out = {"max_workers": self.max_workers, "queue_depth": self._waiting,
-                   "jobs_served": self._served, "refused": self._refused}
+            out = {
+                "max_workers": self.max_workers,
+                "queue_depth": self._waiting,
+                "jobs_served": self._served,
+                "refused": self._refused,
+            }
         out["workers"] = [w.stats() for w in workers]
         return out
 
@@ -216,12 +248,20 @@ class WarmPool:
 
     # ---------------------------------------------------------------- internals
 
-    def _one(self, worker: _Worker, job: PoolJob, deadline: float | None, start_by: float,
-             restarted: bool) -> dict[str, Any] | None:
+    def _one(
+        self,
+        worker: _Worker,
+        job: PoolJob,
+        deadline: float | None,
+        start_by: float,
+        restarted: bool,
+    ) -> dict[str, Any] | None:
         t0 = time.monotonic()
         if not worker.lock.acquire(timeout=-1 if deadline is None else max(0.0, deadline - t0)):
-            return unverified("deadline", "the deadline passed while this candidate waited for "
-                              "the worker (unverified)")
+            return unverified(
+                "deadline",
+                "the deadline passed while this candidate waited for the worker (unverified)",
+            )
         try:
             was_alive = worker.alive()
             if not was_alive and restarted:
@@ -230,19 +270,27 @@ class WarmPool:
             limit = start_by if deadline is None else min(start_by, deadline)
             if not worker.wait_ready(limit - time.monotonic()):
                 if deadline is not None and time.monotonic() >= deadline - 0.01:
-                    return unverified("deadline", "the deadline passed before this candidate "
-                                      "was replayed (worker still starting; unverified)")
+                    return unverified(
+                        "deadline",
+                        "the deadline passed before this candidate "
+                        "was replayed (worker still starting; unverified)",
+                    )
                 if worker.starting():
-                    return {"status": "harness_error", "phase": "timeout", "harness_reason":
-                            f"the warm replay worker did not start within "
-                            f"{start_by - t0:.0f}s (it keeps starting for the next call)"}
+                    return {
+                        "status": "harness_error",
+                        "phase": "timeout",
+                        "harness_reason": f"the warm replay worker did not start within "
+                        f"{start_by - t0:.0f}s (it keeps starting for the next call)",
+                    }
                 return None
             if worker.failure is not None:
                 return None
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0.5:
-                return unverified("deadline", "the deadline passed before this candidate "
-                                  "was replayed (unverified)")
+                return unverified(
+                    "deadline",
+                    "the deadline passed before this candidate was replayed (unverified)",
+                )
             if left is not None and left < job.timeout_s:
                 job = dataclasses.replace(job, timeout_s=max(1.0, left))
             wait_s = time.monotonic() - t0
@@ -255,12 +303,14 @@ class WarmPool:
         raw["_restarted"] = not was_alive and worker.starts > 1
         return raw
 
-    def _acquire(self, key: WorkerKey, hw: HardwareProfile | None,
-                 deadline: float | None) -> _Worker | None:
+    def _acquire(
+        self, key: WorkerKey, hw: HardwareProfile | None, deadline: float | None
+    ) -> _Worker | None:
         """The worker for ``key`` (marked in use), evicting the least recently used idle one
         over ``max_workers``; None when every worker stays busy until the deadline."""
-        give_up = time.monotonic() + (self.start_timeout_s if deadline is None
-                                      else max(0.0, deadline - time.monotonic()))
+        give_up = time.monotonic() + (
+            self.start_timeout_s if deadline is None else max(0.0, deadline - time.monotonic())
+        )
         victims: list[_Worker] = []
         with self._cond:
             while True:
@@ -289,8 +339,9 @@ class WarmPool:
 
     def _start_reaper(self) -> None:
         if self._reaper is None and self.idle_timeout_s > 0:
-            self._reaper = threading.Thread(target=self._reap, name="replay-pool-reaper",
-                                            daemon=True)
+            self._reaper = threading.Thread(
+                target=self._reap, name="replay-pool-reaper", daemon=True
+            )
             self._reaper.start()
 
     def _reap(self) -> None:
@@ -302,8 +353,11 @@ class WarmPool:
                     return
                 self._cond.wait(interval)
                 now = time.monotonic()
-                idle = [w for w in self._workers.values()
-                        if w.users == 0 and now - w.last_used >= self.idle_timeout_s]
+                idle = [
+                    w
+                    for w in self._workers.values()
+                    if w.users == 0 and now - w.last_used >= self.idle_timeout_s
+                ]
                 for worker in idle:
                     del self._workers[worker.key]
             for worker in idle:

@@ -132,8 +132,9 @@ class _Spawner:
     def call(self, fn: Callable[[], T]) -> T:
         with self._lock:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="replay-pool-spawner",
-                                                daemon=True)
+                self._thread = threading.Thread(
+                    target=self._loop, name="replay-pool-spawner", daemon=True
+                )
                 self._thread.start()
         fut: Future[Any] = Future()
         self._todo.put((fn, fut))
@@ -187,8 +188,7 @@ class _Worker:
         self.stop()
         self._ready.clear()
         self.failure = None
-        self._starter = threading.Thread(target=self._start, name="replay-pool-start",
-                                         daemon=True)
+        self._starter = threading.Thread(target=self._start, name="replay-pool-start", daemon=True)
         self._starter.start()
 
     def starting(self) -> bool:
@@ -212,7 +212,8 @@ class _Worker:
         except Exception as exc:  # noqa: BLE001 - any start failure makes the pool unavailable
             log = _tail(self.work / "worker.log") if self.work else ""
             self.failure = f"the warm replay worker did not start: {exc}"[:500] + (
-                f"\n{log}" if log else "")
+                f"\n{log}" if log else ""
+            )
             self.stop()
         finally:
             self._ready.set()
@@ -224,11 +225,17 @@ class _Worker:
         (self.work / "jobs").mkdir()
         (self.work / "jobs").chmod(0o755)  # job folders are the parent's to create
         force, fallback = stub_plan(self.hw)
-        cfg = {"release_root": str(tree), "stub_dirs": [str(d) for d in STUB_DIRS],
-               "force_stubs": force, "fallback_stubs": fallback,
-               "hardware": hardware_payload(self.hw), "probes": probe_values(self.hw),
-               "forced_failure": None, "log_path": str(self.work / "worker.log"),
-               "job_timeout_s": 120}
+        cfg = {
+            "release_root": str(tree),
+            "stub_dirs": [str(d) for d in STUB_DIRS],
+            "force_stubs": force,
+            "fallback_stubs": fallback,
+            "hardware": hardware_payload(self.hw),
+            "probes": probe_values(self.hw),
+            "forced_failure": None,
+            "log_path": str(self.work / "worker.log"),
+            "job_timeout_s": 120,
+        }
         (self.work / "config.json").write_text(json.dumps(cfg))
         (self.work / "config.json").chmod(0o644)
         (self.work / "worker.log").touch()  # the worker appends to it as the sandbox user
@@ -237,14 +244,24 @@ class _Worker:
             os.chown(self.work / "jobs", 0, 0)
         cmd = sandbox.command(
             [sys.executable, "-s", str(CHILD_SERVE), str(self.work / "config.json")],
-            workdir=self.work, hidden=[home],
+            workdir=self.work,
+            hidden=[home],
             readable=[HARNESS_DIR, tree, home / "replay-models"],
-            limits=sandbox.Limits(cpu_s=WORKER_CPU_S))
+            limits=sandbox.Limits(cpu_s=WORKER_CPU_S),
+        )
         env = _child_env(self.work, tree, self.hw, None)
         with open(self.work / "worker.log", "ab") as early:  # before the child redirects
-            self.proc = _SPAWNER.call(lambda: subprocess.Popen(
-                cmd, cwd=self.work, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=early, start_new_session=True))
+            self.proc = _SPAWNER.call(
+                lambda: subprocess.Popen(
+                    cmd,
+                    cwd=self.work,
+                    env=env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=early,
+                    start_new_session=True,
+                )
+            )
         self._buf.clear()
         if self.retired:  # evicted or closed while starting
             raise RuntimeError("the worker was retired while starting")
@@ -296,11 +313,15 @@ class _Worker:
         job_dir = self.work / "jobs" / str(job_id)  # this job's own folder, removed after
         job_dir.mkdir()
         log_path = job_dir / "log.txt"
-        msg: dict[str, Any] = {"id": job_id, "argv": list(job.argv), "timeout_s": job.timeout_s,
-                               "workdir": str(job_dir), "log_path": str(log_path),
-                               "allowed_paths": generated_paths(list(job.argv),
-                                                                Path(self.key.home)),
-                               "env": dict(job.env)}
+        msg: dict[str, Any] = {
+            "id": job_id,
+            "argv": list(job.argv),
+            "timeout_s": job.timeout_s,
+            "workdir": str(job_dir),
+            "log_path": str(log_path),
+            "allowed_paths": generated_paths(list(job.argv), Path(self.key.home)),
+            "env": dict(job.env),
+        }
         if job.hw is not None:
             msg["hardware"] = hardware_payload(job.hw)
             msg["probes"] = probe_values(job.hw)
@@ -315,19 +336,28 @@ class _Worker:
             self.proc.stdin.flush()
             line = self._read_line(time.monotonic() + job.timeout_s + ANSWER_MARGIN_S)
             answer = json.loads(line)
-            if not isinstance(answer, dict) or answer.get("id") != job_id \
-                    or not isinstance(answer.get("result"), dict):
+            if (
+                not isinstance(answer, dict)
+                or answer.get("id") != job_id
+                or not isinstance(answer.get("result"), dict)
+            ):
                 raise ValueError(f"not the answer to job {job_id}: {line[:200]!r}")
             raw: dict[str, Any] = answer["result"]
         except TimeoutError:
-            raw = {"status": "harness_error", "phase": "timeout", "harness_reason":
-                   f"the warm replay worker did not answer within "
-                   f"{job.timeout_s + ANSWER_MARGIN_S:.0f}s (worker killed)"}
+            raw = {
+                "status": "harness_error",
+                "phase": "timeout",
+                "harness_reason": f"the warm replay worker did not answer within "
+                f"{job.timeout_s + ANSWER_MARGIN_S:.0f}s (worker killed)",
+            }
             self.stop()
         except (OSError, EOFError, ValueError) as exc:
-            raw = {"status": "harness_error", "phase": "crash", "harness_reason":
-                   f"the warm replay worker failed ({type(exc).__name__}: {exc}; "
-                   f"worker killed)"[:600]}
+            raw = {
+                "status": "harness_error",
+                "phase": "crash",
+                "harness_reason": f"the warm replay worker failed ({type(exc).__name__}: {exc}; "
+                f"worker killed)"[:600],
+            }
             self.stop()
         raw["log_tail"] = _tail(log_path)
         shutil.rmtree(job_dir, ignore_errors=True)
@@ -341,10 +371,18 @@ class _Worker:
 
     def stats(self) -> dict[str, Any]:
         tree = Path(self.key.tree)
-        return {"release": tree.name, "tree": str(tree), "machine": self.key.hardware,
-                "vendor": self.hw.vendor if self.hw else None,
-                "started_with": self.hw.name if self.hw else None,
-                "alive": self.alive(), "pid": self.proc.pid if self.proc else None,
-                "start_s": self.start_s, "starts": self.starts, "jobs": self.jobs,
-                "busy": self.users > 0, "idle_s": round(time.monotonic() - self.last_used, 1),
-                "rss_mib": _rss_mib(self.proc.pid) if self.alive() and self.proc else 0.0}
+        return {
+            "release": tree.name,
+            "tree": str(tree),
+            "machine": self.key.hardware,
+            "vendor": self.hw.vendor if self.hw else None,
+            "started_with": self.hw.name if self.hw else None,
+            "alive": self.alive(),
+            "pid": self.proc.pid if self.proc else None,
+            "start_s": self.start_s,
+            "starts": self.starts,
+            "jobs": self.jobs,
+            "busy": self.users > 0,
+            "idle_s": round(time.monotonic() - self.last_used, 1),
+            "rss_mib": _rss_mib(self.proc.pid) if self.alive() and self.proc else 0.0,
+        }

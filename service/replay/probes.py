@@ -45,8 +45,15 @@ from service.engine import TriageResult
 from service.replay.harness import replay_many
 from service.replay.results import ReplayResult
 
-__all__ = ["FAMILY_CHECKS", "PROBE_ENV", "StartupProbe", "probe_env", "probe_for_location",
-           "replay_startup", "startup_request"]
+__all__ = [
+    "FAMILY_CHECKS",
+    "PROBE_ENV",
+    "StartupProbe",
+    "probe_env",
+    "probe_for_location",
+    "replay_startup",
+    "startup_request",
+]
 
 #: the environment variable carrying a job's probe request into the replay child
 PROBE_ENV = "TRIAGE_REPLAY_STARTUP"
@@ -70,9 +77,12 @@ class StartupProbe(BaseModel):
 
     family: ProbeFamily
     runner_backend: str | None = Field(
-        None, max_length=64, pattern=r"^[a-z0-9_]{1,64}$",
+        None,
+        max_length=64,
+        pattern=r"^[a-z0-9_]{1,64}$",
         description="moe_runner_a2a: the runner the quantization method would pick "
-                    "(default: the resolved --moe-runner-backend)")
+        "(default: the resolved --moe-runner-backend)",
+    )
 
     def request(self) -> dict[str, Any]:
         """The JSON the child reads."""
@@ -90,13 +100,23 @@ def probe_for_location(path: str, function: str) -> StartupProbe | None:
 
 
 #: checkpoint shape fields a triage's model facts or printed values may lay over the stand-in
-SHAPE_FACTS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "num_experts_per_tok",
-               "n_routed_experts", "num_experts", "num_local_experts")
+SHAPE_FACTS = (
+    "hidden_size",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "num_experts_per_tok",
+    "n_routed_experts",
+    "num_experts",
+    "num_local_experts",
+)
 
 
 def _block(value: Any) -> list[int] | None:
-    if isinstance(value, list) and len(value) == 2 and all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+    if (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
         return list(value)
     return None
 
@@ -115,19 +135,28 @@ def startup_request(result: TriageResult) -> tuple[StartupProbe, dict[str, Any]]
     if probe is None:
         return None
     known: dict[str, Any] = {f.name: f.value for f in result.model_facts}
-    known.update({p.expr: p.value for p in result.printed
-                  if p.role == "fact" and p.expr.isidentifier()})
-    facts: dict[str, Any] = {k: known[k] for k in SHAPE_FACTS
-                             if isinstance(known.get(k), int) and known[k] > 0}
+    known.update(
+        {p.expr: p.value for p in result.printed if p.role == "fact" and p.expr.isidentifier()}
+    )
+    facts: dict[str, Any] = {
+        k: known[k] for k in SHAPE_FACTS if isinstance(known.get(k), int) and known[k] > 0
+    }
     n = known.get("weight_block_size_n")
     block = _block(known.get("weight_block_size")) or (
-        [n, n] if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None)
+        [n, n] if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+    )
     method = known.get("quantization")
-    method = method if isinstance(method, str) and method.isidentifier() else (
-        "fp8" if block is not None and "weight_block_size_n" in known else None)
+    method = (
+        method
+        if isinstance(method, str) and method.isidentifier()
+        else ("fp8" if block is not None and "weight_block_size_n" in known else None)
+    )
     if block is not None and method is not None:
-        facts["quantization_config"] = {"quant_method": method, "weight_block_size": block,
-                                        "activation_scheme": "dynamic"}
+        facts["quantization_config"] = {
+            "quant_method": method,
+            "weight_block_size": block,
+            "activation_scheme": "dynamic",
+        }
     return probe, facts
 
 
@@ -136,13 +165,23 @@ def probe_env(probe: StartupProbe, env: Mapping[str, str] | None = None) -> dict
     return {**dict(env or {}), PROBE_ENV: json.dumps(probe.request(), sort_keys=True)}
 
 
-def replay_startup(settings: KBSettings, release: str, hardware: str | None,
-                   argvs: Sequence[Sequence[str]], *, probe: StartupProbe,
-                   model_arch: str | None, model_facts: Mapping[str, Any] | None = None,
-                   release_root: Path | None = None, env: Mapping[str, str] | None = None,
-                   timeout_s: float = 120.0, job_timeout_s: float = 60.0,
-                   deadline_s: float | None = None, use_cache: bool = True,
-                   pool: bool | None = None) -> list[ReplayResult]:
+def replay_startup(
+    settings: KBSettings,
+    release: str,
+    hardware: str | None,
+    argvs: Sequence[Sequence[str]],
+    *,
+    probe: StartupProbe,
+    model_arch: str | None,
+    model_facts: Mapping[str, Any] | None = None,
+    release_root: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 120.0,
+    job_timeout_s: float = 60.0,
+    deadline_s: float | None = None,
+    use_cache: bool = True,
+    pool: bool | None = None,
+) -> list[ReplayResult]:
     """Replay ``argvs`` of ``release`` on ``hardware`` through validation and then the
     ``probe`` (see the module docstring), with the checkpoint's ``model_facts`` laid over
     the architecture's stand-in config. One result per command line; the rest as
@@ -151,10 +190,24 @@ def replay_startup(settings: KBSettings, release: str, hardware: str | None,
     if release_root is None:
         from kb.sources import fetch_release
 
-        release_root = fetch_release(release, wheel_dir=settings.wheel_dir,
-                                     source_dir=settings.source_dir,
-                                     index_url=getattr(settings, "pip_index_url", None)).root
-    return replay_many(release_root, release, argvs, hardware=hardware, model_arch=model_arch,
-                       timeout_s=timeout_s, job_timeout_s=job_timeout_s,
-                       env=probe_env(probe, env), settings=settings, use_cache=use_cache,
-                       deadline_s=deadline_s, pool=pool, model_facts=model_facts)
+        release_root = fetch_release(
+            release,
+            wheel_dir=settings.wheel_dir,
+            source_dir=settings.source_dir,
+            index_url=getattr(settings, "pip_index_url", None),
+        ).root
+    return replay_many(
+        release_root,
+        release,
+        argvs,
+        hardware=hardware,
+        model_arch=model_arch,
+        timeout_s=timeout_s,
+        job_timeout_s=job_timeout_s,
+        env=probe_env(probe, env),
+        settings=settings,
+        use_cache=use_cache,
+        deadline_s=deadline_s,
+        pool=pool,
+        model_facts=model_facts,
+    )

@@ -46,8 +46,9 @@ class ReplayResult(BaseModel):
     status: ReplayStatus
     version: str
     argv: list[str] = Field(description="The command line as given.")
-    effective_argv: list[str] = Field(default_factory=list,
-                                      description="As run (model paths replaced).")
+    effective_argv: list[str] = Field(
+        default_factory=list, description="As run (model paths replaced)."
+    )
     hardware: str | None = None
     model_arch: str | None = None
     substitutions: list[str] = Field(default_factory=list)
@@ -64,8 +65,10 @@ class ReplayResult(BaseModel):
 
     server_args: dict[str, Any] | None = None
     startup: dict[str, Any] | None = Field(
-        None, description="A start-up probe's report (service.replay.probes): family, steps "
-                          "run, faked parallel sizes, computed values, notes.")
+        None,
+        description="A start-up probe's report (service.replay.probes): family, steps "
+        "run, faked parallel sizes, computed values, notes.",
+    )
     probe_disagreements: dict[str, Any] = Field(default_factory=dict)
     stubs_served: list[str] = Field(default_factory=list)
     shims: list[str] = Field(default_factory=list)

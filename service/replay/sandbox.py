@@ -43,17 +43,36 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SANDBOX_ID", "Limits", "SandboxStatus", "command", "prepare_workdir", "privileged",
-           "private_ancestors", "status"]
+__all__ = [
+    "SANDBOX_ID",
+    "Limits",
+    "SandboxStatus",
+    "command",
+    "prepare_workdir",
+    "privileged",
+    "private_ancestors",
+    "status",
+]
 
 #: The uid and gid the child runs as ("nobody"), on the host too when the service is root.
 SANDBOX_ID = 65534
 #: bwrap's namespaces without the user namespace (a root service drops privileges with
 #: ``setpriv`` instead, so that the child is host uid 65534, not host root)
-_NAMESPACES = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-               "--unshare-cgroup-try"]
-_SETPRIV_DROP = [f"--reuid={SANDBOX_ID}", f"--regid={SANDBOX_ID}", "--clear-groups",
-                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+_NAMESPACES = [
+    "--unshare-pid",
+    "--unshare-net",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+]
+_SETPRIV_DROP = [
+    f"--reuid={SANDBOX_ID}",
+    f"--regid={SANDBOX_ID}",
+    "--clear-groups",
+    "--inh-caps=-all",
+    "--bounding-set=-all",
+    "--no-new-privs",
+]
 
 
 def privileged() -> bool:
@@ -86,17 +105,34 @@ def status() -> SandboxStatus:
     """Whether replay can be sandboxed here (``bwrap`` present and able to make namespaces)."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        return SandboxStatus(False, "bubblewrap (bwrap) is not installed: replay is off "
-                                    "(apt-get install bubblewrap)")
+        return SandboxStatus(
+            False, "bubblewrap (bwrap) is not installed: replay is off (apt-get install bubblewrap)"
+        )
     prlimit = shutil.which("prlimit")
     if prlimit is None:
         return SandboxStatus(False, "prlimit (util-linux) is not installed: replay is off", bwrap)
     setpriv = shutil.which("setpriv")
     if privileged() and setpriv is None:
-        return SandboxStatus(False, "setpriv (util-linux) is not installed: as root, replay "
-                                    "cannot drop to an unprivileged user, so it is off", bwrap)
-    probe_cmd = [bwrap, "--die-with-parent", *_identity(setpriv), "--ro-bind", "/", "/",
-                 "--proc", "/proc", "--dev", "/dev", *_drop(setpriv), "true"]
+        return SandboxStatus(
+            False,
+            "setpriv (util-linux) is not installed: as root, replay "
+            "cannot drop to an unprivileged user, so it is off",
+            bwrap,
+        )
+    probe_cmd = [
+        bwrap,
+        "--die-with-parent",
+        *_identity(setpriv),
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        *_drop(setpriv),
+        "true",
+    ]
     try:
         probe = subprocess.run(probe_cmd, capture_output=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -104,10 +140,14 @@ def status() -> SandboxStatus:
     if probe.returncode != 0:
         err = probe.stderr.decode(errors="replace").strip()[:300]
         return SandboxStatus(False, f"bubblewrap cannot create namespaces here: {err}", bwrap)
-    how = (f"host uid {SANDBOX_ID} through setpriv" if privileged()
-           else "user namespace (uid 65534)")
-    return SandboxStatus(True, f"bubblewrap: PID, network, IPC, UTS and cgroup namespaces; {how}",
-                         bwrap, prlimit, setpriv)
+    how = f"host uid {SANDBOX_ID} through setpriv" if privileged() else "user namespace (uid 65534)"
+    return SandboxStatus(
+        True,
+        f"bubblewrap: PID, network, IPC, UTS and cgroup namespaces; {how}",
+        bwrap,
+        prlimit,
+        setpriv,
+    )
 
 
 def _identity(setpriv: str | None) -> list[str]:
@@ -167,14 +207,24 @@ def prepare_workdir(path: Path) -> None:
 def interpreter_paths() -> list[Path]:
     """What the child's interpreter needs to see: this Python (prefixes, executable) and every
     folder on its import path (the venv's site-packages, an editable install's source tree)."""
-    paths = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix),
-             Path(sys.executable).parent]
+    paths = [
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        Path(sys.exec_prefix),
+        Path(sys.executable).parent,
+    ]
     paths += [Path(p) for p in sys.path if p and os.path.isabs(p)]
     return list(dict.fromkeys(paths))
 
 
-def command(argv: Sequence[str], *, workdir: Path, hidden: Sequence[Path],
-            readable: Sequence[Path], limits: Limits | None = None) -> list[str]:
+def command(
+    argv: Sequence[str],
+    *,
+    workdir: Path,
+    hidden: Sequence[Path],
+    readable: Sequence[Path],
+    limits: Limits | None = None,
+) -> list[str]:
     """``argv`` wrapped in ``prlimit`` and bubblewrap (see the module docstring).
 
     ``workdir`` is the only writable folder (and the working directory; the caller
@@ -187,13 +237,30 @@ def command(argv: Sequence[str], *, workdir: Path, hidden: Sequence[Path],
     if not st.available or st.bwrap is None or st.prlimit is None:
         raise RuntimeError(st.reason)
     lim = limits or Limits()
-    cmd = [st.prlimit, f"--cpu={lim.cpu_s}", f"--as={lim.address_space_bytes}",
-           f"--fsize={lim.file_size_bytes}", f"--nofile={lim.open_files}",
-           f"--nproc={lim.processes}", "--",
-           st.bwrap, "--die-with-parent", "--new-session", *_identity(st.setpriv),
-           # as root, setpriv needs CAP_SETUID to drop to 65534 (and then drops every cap)
-           *([] if privileged() else ["--cap-drop", "ALL"]),
-           "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    cmd = [
+        st.prlimit,
+        f"--cpu={lim.cpu_s}",
+        f"--as={lim.address_space_bytes}",
+        f"--fsize={lim.file_size_bytes}",
+        f"--nofile={lim.open_files}",
+        f"--nproc={lim.processes}",
+        "--",
+        st.bwrap,
+        "--die-with-parent",
+        "--new-session",
+        *_identity(st.setpriv),
+        # as root, setpriv needs CAP_SETUID to drop to 65534 (and then drops every cap)
+        *([] if privileged() else ["--cap-drop", "ALL"]),
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+    ]
     # mounts apply in order: folders the sandbox user cannot enter become empty, then the
     # interpreter (it may live under /tmp), then the hidden folders over anything above,
     # then what must stay readable inside them
@@ -213,6 +280,14 @@ def command(argv: Sequence[str], *, workdir: Path, hidden: Sequence[Path],
         if path.exists():
             cmd += _mount_points(path, covered)
             cmd += ["--ro-bind", str(path), str(path)]
-    cmd += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir), "--",
-            *_drop(st.setpriv), *argv]
+    cmd += [
+        "--bind",
+        str(workdir),
+        str(workdir),
+        "--chdir",
+        str(workdir),
+        "--",
+        *_drop(st.setpriv),
+        *argv,
+    ]
     return cmd

@@ -53,8 +53,15 @@ from service.replay.harness import replay_many
 from service.replay.probes import probe_env, startup_request
 from service.replay.results import ReplayResult
 
-__all__ = ["SKIPS_THE_CHECK", "keeping_alternatives", "needs_search", "request_cost", "rerank",
-           "search_fixes", "skips_check"]
+__all__ = [
+    "SKIPS_THE_CHECK",
+    "keeping_alternatives",
+    "needs_search",
+    "request_cost",
+    "rerank",
+    "search_fixes",
+    "skips_check",
+]
 
 #: per command line inside the replay subprocess (a warm pool answers in about a second)
 JOB_TIMEOUT_S = 30.0
@@ -85,6 +92,7 @@ def _candidates(result: TriageResult, limit: int) -> list[FixOut]:
 def rerank(result: TriageResult, replayed: list[FixOut], on: str) -> str:
     """Order ``result.fixes`` by replay's verdicts and move the recommendation to the first
     fix replay accepted; returns the ``fix_search`` status (see the module docstring)."""
+
     def status(f: FixOut) -> str:
         return (f.replay or {}).get("status", "")
 
@@ -101,8 +109,9 @@ def rerank(result: TriageResult, replayed: list[FixOut], on: str) -> str:
 
     # a guard flip (it skips the check, :func:`service.engine.fixes.filters.guard_flip`) is
     # kept only when replay accepts it
-    result.fixes[:] = [f for f in result.fixes
-                       if not (skips_check(f) and any(f is r for r in rejected))]
+    result.fixes[:] = [
+        f for f in result.fixes if not (skips_check(f) and any(f is r for r in rejected))
+    ]
     rejected = [f for f in rejected if not skips_check(f)]
     result.fixes.sort(key=key)
     accepted.sort(key=key)
@@ -121,8 +130,8 @@ def rerank(result: TriageResult, replayed: list[FixOut], on: str) -> str:
         return "verified"
     if decided and decided == len(replayed):
         result.no_flag_fix = result.no_flag_fix or (
-            f"replay on {on} rejected every candidate fix; no flag change found that "
-            f"SGLang accepts")
+            f"replay on {on} rejected every candidate fix; no flag change found that SGLang accepts"
+        )
         return "rejected"
     return "unverified"
 
@@ -143,11 +152,12 @@ def request_cost(fix: FixOut) -> tuple[int, int, int, int]:
     flags it edits). Among fixes replay accepted, the recommended one is the least costly
     (then the engine's order): one that keeps every flag the user set, with the fewest
     edits."""
-    carded = any(v.verdict == "violated" and v.severity == "error" and not v.background
-                 for v in fix.rule_verdicts)
+    carded = any(
+        v.verdict == "violated" and v.severity == "error" and not v.background
+        for v in fix.rule_verdicts
+    )
     removed = sum(1 for line in fix.edits if line.startswith("- "))
-    return (int(carded), 0 if fix.keeps_features else 1, removed,
-            len(fix.set) + len(fix.remove))
+    return (int(carded), 0 if fix.keeps_features else 1, removed, len(fix.set) + len(fix.remove))
 
 
 def keeping_alternatives(result: TriageResult, first: FixOut, limit: int) -> list[FixOut]:
@@ -157,8 +167,11 @@ def keeping_alternatives(result: TriageResult, first: FixOut, limit: int) -> lis
     cost = request_cost(first)
     if cost[1:3] == (0, 0):
         return []
-    return [f for f in result.fixes if f is not first and f.fixes_check != "false"
-            and request_cost(f) < cost][:limit]
+    return [
+        f
+        for f in result.fixes
+        if f is not first and f.fixes_check != "false" and request_cost(f) < cost
+    ][:limit]
 
 
 def _refute_trips(fix: FixOut) -> None:
@@ -170,17 +183,25 @@ def _refute_trips(fix: FixOut) -> None:
     where = [f"{t.get('function')} ({t.get('path')}:{t.get('line')})" for t in fix.trips]
     fix.replay = {**(fix.replay or {}), "refuted_trips": where}
     fix.trips = []
-    fix.verdict = _with_replay_note(fix.verdict, "replay shows that " + ", ".join(where[:2])
-                                    + " does not fire")
+    fix.verdict = _with_replay_note(
+        fix.verdict, "replay shows that " + ", ".join(where[:2]) + " does not fire"
+    )
 
 
 def _with_replay_note(verdict: str, note: str) -> str:
     return verdict if note in verdict else f"{verdict}; {note}"
 
 
-def search_fixes(result: TriageResult, settings: KBSettings, *, deadline_s: float,
-                 max_candidates: int = 5, force: bool = False, verify_clean: bool = True,
-                 use_cache: bool = True) -> TriageResult:
+def search_fixes(
+    result: TriageResult,
+    settings: KBSettings,
+    *,
+    deadline_s: float,
+    max_candidates: int = 5,
+    force: bool = False,
+    verify_clean: bool = True,
+    use_cache: bool = True,
+) -> TriageResult:
     """Verify the candidate fixes of ``result`` by replay within ``deadline_s`` (in place).
 
     When :func:`needs_search` (or ``force``) holds, the best ``max_candidates`` are
@@ -192,8 +213,9 @@ def search_fixes(result: TriageResult, settings: KBSettings, *, deadline_s: floa
     (benchmarks) replays even what the replay cache knows.
     """
     wide = force or needs_search(result)
-    if not wide and not (verify_clean and result.status == "located"
-                         and any(f.recommended for f in result.fixes)):
+    if not wide and not (
+        verify_clean and result.status == "located" and any(f.recommended for f in result.fixes)
+    ):
         return result
     release = (result.release or {}).get("release")
     argv = list(result.parsed.command or [])
@@ -221,8 +243,15 @@ def search_fixes(result: TriageResult, settings: KBSettings, *, deadline_s: floa
     return result
 
 
-def _search(result: TriageResult, settings: KBSettings, release: str, argv: list[str],
-            candidates: list[FixOut], deadline_s: float, use_cache: bool) -> None:
+def _search(
+    result: TriageResult,
+    settings: KBSettings,
+    release: str,
+    argv: list[str],
+    candidates: list[FixOut],
+    deadline_s: float,
+    use_cache: bool,
+) -> None:
     """Replay ``candidates`` (and, without declared hardware, the user's command, to tell a
     stop they share on this CPU-only machine from a verdict) and record each one's
     ``replay``; ``result.fix_search`` gets ``_late`` (how many the deadline left) or
@@ -231,14 +260,23 @@ def _search(result: TriageResult, settings: KBSettings, release: str, argv: list
     lines = [f.argv for f in candidates] if hardware else [argv] + [f.argv for f in candidates]
     # a check past validation: replay goes on into its own code (service.replay.probes)
     startup = startup_request(result)
-    probe: dict[str, Any] = {"env": probe_env(startup[0]), "model_facts": startup[1]} \
-        if startup else {}
+    probe: dict[str, Any] = (
+        {"env": probe_env(startup[0]), "model_facts": startup[1]} if startup else {}
+    )
     try:
-        results = replay_many(release_root(settings, release), release, lines,
-                              hardware=hardware, model_arch=arch,
-                              timeout_s=max(60.0, deadline_s), job_timeout_s=JOB_TIMEOUT_S,
-                              settings=settings, use_cache=use_cache, deadline_s=deadline_s,
-                              **probe)
+        results = replay_many(
+            release_root(settings, release),
+            release,
+            lines,
+            hardware=hardware,
+            model_arch=arch,
+            timeout_s=max(60.0, deadline_s),
+            job_timeout_s=JOB_TIMEOUT_S,
+            settings=settings,
+            use_cache=use_cache,
+            deadline_s=deadline_s,
+            **probe,
+        )
     except TriageError as exc:
         result.fix_search = {"_error": f"replay failed: {exc.message}"}
         return
@@ -250,8 +288,10 @@ def _search(result: TriageResult, settings: KBSettings, release: str, argv: list
         for fix, res in zip(candidates, own, strict=True):
             fix.replay = _verdict(res, on)
         return
-    as_dict: dict[str, Any] = {"location": result.location.model_dump() if result.location
-                               else None, "fixes": [{} for _ in candidates]}
+    as_dict: dict[str, Any] = {
+        "location": result.location.model_dump() if result.location else None,
+        "fixes": [{} for _ in candidates],
+    }
     summarise(results, as_dict, release, hardware)
     for fix, verdict in zip(candidates, as_dict["fixes"], strict=True):
         fix.replay = verdict.get("replay")
@@ -265,12 +305,16 @@ def _verdict(res: ReplayResult, on: str) -> dict[str, Any]:
     if res.status == "harness_error":
         return {"status": "unverified", "detail": f"replay harness error: {res.harness_reason}"}
     what = res.exception_type or "argparse error"
-    return {"status": "next_failure", "detail": f"replay on {on}: then {what}",
-            "location": res.location}
+    return {
+        "status": "next_failure",
+        "detail": f"replay on {on}: then {what}",
+        "location": res.location,
+    }
 
 
-def _finish(result: TriageResult, candidates: list[FixOut], release: str, t0: float,
-            deadline_s: float) -> None:
+def _finish(
+    result: TriageResult, candidates: list[FixOut], release: str, t0: float, deadline_s: float
+) -> None:
     """Re-rank by the verdicts and write ``fix_search`` (see the module docstring)."""
     state = result.fix_search or {}
     hardware = result.parsed.hardware
@@ -278,29 +322,45 @@ def _finish(result: TriageResult, candidates: list[FixOut], release: str, t0: fl
     seconds = round(time.perf_counter() - t0, 2)
     n = len(candidates)
     if "_error" in state:
-        result.fix_search = {"status": "unverified", "candidates": n, "detail": state["_error"],
-                             "seconds": seconds}
+        result.fix_search = {
+            "status": "unverified",
+            "candidates": n,
+            "detail": state["_error"],
+            "seconds": seconds,
+        }
         return
     late = int(state.get("_late", 0))
     if late == n:
         busy = bool(state.get("_busy"))
         result.fix_search = {
-            "status": "unverified" if busy else "background", "candidates": n,
+            "status": "unverified" if busy else "background",
+            "candidates": n,
             "seconds": seconds,
-            "detail": (f"the replay pool is full: the {n} candidate fixes stay unverified"
-                       if busy else f"replay of {n} candidate fixes on {on} did not finish "
-                       f"within {deadline_s:g} s; it goes on in the background")}
+            "detail": (
+                f"the replay pool is full: the {n} candidate fixes stay unverified"
+                if busy
+                else f"replay of {n} candidate fixes on {on} did not finish "
+                f"within {deadline_s:g} s; it goes on in the background"
+            ),
+        }
         return
     status = rerank(result, candidates, on)
     if status in ("verified", "rejected"):
-        result.summary = summary_with_fix(result.summary,
-                                          next((f for f in result.fixes if f.recommended), None))
+        result.summary = summary_with_fix(
+            result.summary, next((f for f in result.fixes if f.recommended), None)
+        )
     verified = sum(1 for f in candidates if (f.replay or {}).get("status") == "verified")
     detail = {
         "verified": f"verified by replay on {on}: {verified} of {n} candidate fixes accepted",
         "rejected": f"replay on {on} rejected all {n} candidate fixes",
         "unverified": f"replay on {on} could not decide the candidates",
     }[status]
-    result.fix_search = {"status": status, "candidates": n, "detail": detail,
-                         "seconds": seconds, "release": release, "hardware": hardware,
-                         "not_replayed": late}
+    result.fix_search = {
+        "status": status,
+        "candidates": n,
+        "detail": detail,
+        "seconds": seconds,
+        "release": release,
+        "hardware": hardware,
+        "not_replayed": late,
+    }

@@ -56,18 +56,23 @@ def _readable(tree: Path) -> Path:
     return tree
 
 
-def replay_tree(release_root: Path, version: str, *, home: Path, wheel_dir: Path) -> tuple[Path, str]:
+def replay_tree(
+    release_root: Path, version: str, *, home: Path, wheel_dir: Path
+) -> tuple[Path, str]:
     """(folder holding ``sglang/`` to put on ``sys.path``, a note on where it came from),
     readable by the sandbox user."""
     if not (release_root / "sglang" / "__init__.py").is_file():
-        raise ReplayError(f"no sglang package under {release_root}",
-                          details={"release_root": str(release_root)})
+        raise ReplayError(
+            f"no sglang package under {release_root}", details={"release_root": str(release_root)}
+        )
     wheel = _wheel_for(release_root, wheel_dir)
     if wheel is None:
         _readable(release_root)
         if (release_root / ".complete").is_file():
-            return release_root, ("the wheel of this Python-only tree is not cached; resources "
-                                  "(jit_kernel headers, JSON configs, extensions) are missing")
+            return release_root, (
+                "the wheel of this Python-only tree is not cached; resources "
+                "(jit_kernel headers, JSON configs, extensions) are missing"
+            )
         return release_root, "the release tree as given"
     safe = "".join(c if c.isalnum() or c in ".+-_" else "_" for c in version)[:64]
     return _readable(_extract(wheel, home / "replay-trees" / safe)), f"full wheel {wheel.name}"

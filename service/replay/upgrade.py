@@ -34,9 +34,9 @@ from service.replay.search import JOB_TIMEOUT_S
 __all__ = ["verify_upgrade"]
 
 
-
-def verify_upgrade(result: TriageResult, settings: KBSettings, *, deadline_s: float,
-                   use_cache: bool = True) -> TriageResult:
+def verify_upgrade(
+    result: TriageResult, settings: KBSettings, *, deadline_s: float, use_cache: bool = True
+) -> TriageResult:
     """Replay ``result``'s command on its upgrade's release and record the verdict (in
     place; see the module docstring). Nothing happens without an ``upgrade_fix``."""
     up = result.upgrade_fix
@@ -50,16 +50,26 @@ def verify_upgrade(result: TriageResult, settings: KBSettings, *, deadline_s: fl
     hardware, arch = result.parsed.hardware, result.parsed.model_arch
     on = f"{up.release} with {hardware or 'no declared hardware'}"
     try:
-        res = replay_many(release_root(settings, up.release), up.release, [argv],
-                          hardware=hardware, model_arch=arch, timeout_s=max(60.0, deadline_s),
-                          job_timeout_s=JOB_TIMEOUT_S, settings=settings, use_cache=use_cache,
-                          deadline_s=deadline_s)[0]
+        res = replay_many(
+            release_root(settings, up.release),
+            up.release,
+            [argv],
+            hardware=hardware,
+            model_arch=arch,
+            timeout_s=max(60.0, deadline_s),
+            job_timeout_s=JOB_TIMEOUT_S,
+            settings=settings,
+            use_cache=use_cache,
+            deadline_s=deadline_s,
+        )[0]
     except TriageError as exc:
         up.replay = {"status": "unverified", "detail": f"replay failed: {exc.message}"}
         return result
     if res.status == "passed":
-        up.replay = {"status": "verified",
-                     "detail": f"your command passes {up.release}'s validation on replay ({on})"}
+        up.replay = {
+            "status": "verified",
+            "detail": f"your command passes {up.release}'s validation on replay ({on})",
+        }
         up.not_checked = [n for n in up.not_checked if not n.startswith("the other checks")]
         if not up.sure and not up.flags_missing:  # now the answer leads with it
             up.sure = True
@@ -68,22 +78,35 @@ def verify_upgrade(result: TriageResult, settings: KBSettings, *, deadline_s: fl
             if result.no_flag_fix:
                 result.no_flag_fix = upgrade_no_fix(up, result.no_flag_fix)
     elif res.status == "harness_error" and res.phase in ("deadline", "busy"):
-        why = ("the replay pool was full" if res.phase == "busy" else
-               "its worker was starting, or the fix search used the time")
-        up.replay = {"status": "unverified",
-                     "detail": f"the replay on {on} did not run within the fix search's "
-                               f"deadline ({why})"}
+        why = (
+            "the replay pool was full"
+            if res.phase == "busy"
+            else "its worker was starting, or the fix search used the time"
+        )
+        up.replay = {
+            "status": "unverified",
+            "detail": f"the replay on {on} did not run within the fix search's deadline ({why})",
+        }
     elif res.status == "harness_error":
-        up.replay = {"status": "unverified", "detail": f"replay harness error: {res.harness_reason}"}
+        up.replay = {
+            "status": "unverified",
+            "detail": f"replay harness error: {res.harness_reason}",
+        }
     elif hardware is None:
-        up.replay = {"status": "unverified", "location": res.location,
-                     "detail": f"replay on {on} stopped at {res.location or 'a check'} "
-                               f"({res.exception_type or 'argparse error'}); give the hardware "
-                               "to verify"}
+        up.replay = {
+            "status": "unverified",
+            "location": res.location,
+            "detail": f"replay on {on} stopped at {res.location or 'a check'} "
+            f"({res.exception_type or 'argparse error'}); give the hardware "
+            "to verify",
+        }
     else:
         what = res.exception_type or "argparse error"
-        up.replay = {"status": "next_failure", "location": res.location,
-                     "detail": f"replay on {on}: then {what} at {res.location or 'a check'}"}
+        up.replay = {
+            "status": "next_failure",
+            "location": res.location,
+            "detail": f"replay on {on}: then {what} at {res.location or 'a check'}",
+        }
         if up.sure:  # the answer led with it: it no longer does
             result.summary = result.summary.replace(f"; {upgrade_phrase(up)}", "")
             if result.no_flag_fix:

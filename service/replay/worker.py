@@ -40,8 +40,9 @@ log = logging.getLogger("sglang_triage.replay.worker")
 TEST_PAYLOAD_ENV = "TRIAGE_REPLAY_TEST_PAYLOAD"
 
 
-def run_spec(settings: KBSettings, spec: dict[str, Any],
-             test_payload: Path | None = None) -> list[ReplayResult] | dict[str, str]:
+def run_spec(
+    settings: KBSettings, spec: dict[str, Any], test_payload: Path | None = None
+) -> list[ReplayResult] | dict[str, str]:
     """Replay a job's ``spec``: the results, or the ``replay`` verdict when it cannot run."""
     from service.replay.harness import replay_many
 
@@ -49,23 +50,37 @@ def run_spec(settings: KBSettings, spec: dict[str, Any],
     why = unavailable_reason(settings, release, argvs[0] if argvs else [])
     if why is not None:
         return {"status": "unavailable", "detail": why}
-    return replay_many(release_root(settings, release), release, argvs, hardware=spec.get("hardware"),
-                       model_arch=spec.get("model_arch"),
-                       timeout_s=float(spec.get("budget_s") or 180.0), settings=settings,
-                       test_payload=test_payload)
+    return replay_many(
+        release_root(settings, release),
+        release,
+        argvs,
+        hardware=spec.get("hardware"),
+        model_arch=spec.get("model_arch"),
+        timeout_s=float(spec.get("budget_s") or 180.0),
+        settings=settings,
+        test_payload=test_payload,
+    )
 
 
 class Worker:
     """Claims jobs from ``queue`` and writes their verdicts into ``records``."""
 
-    def __init__(self, records: Records, queue: JobQueue, settings: KBSettings, *,
-                 name: str | None = None, test_payload: Path | None = None) -> None:
+    def __init__(
+        self,
+        records: Records,
+        queue: JobQueue,
+        settings: KBSettings,
+        *,
+        name: str | None = None,
+        test_payload: Path | None = None,
+    ) -> None:
         self.records, self.queue, self.settings = records, queue, settings
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.test_payload = test_payload
 
-    def run(self, *, once: bool = False, poll_s: float = 2.0,
-            stop: threading.Event | None = None) -> int:
+    def run(
+        self, *, once: bool = False, poll_s: float = 2.0, stop: threading.Event | None = None
+    ) -> int:
         """Process jobs until ``stop`` is set (or, with ``once``, at most one job); waits
         ``poll_s`` seconds between looks at an empty queue. Returns the jobs processed."""
         stop = stop or threading.Event()
@@ -88,16 +103,25 @@ class Worker:
             return False
         log.info("job %s (%s) claimed, attempt %s", job.id, job.key[:12], job.attempts)
         if job.exhausted:
-            self._deliver(job, {"status": "unverified", "detail": "replay did not finish: its "
-                                f"worker was lost {job.attempts - 1} times"}, "gave up")
+            self._deliver(
+                job,
+                {
+                    "status": "unverified",
+                    "detail": "replay did not finish: its "
+                    f"worker was lost {job.attempts - 1} times",
+                },
+                "gave up",
+            )
             return True
         stop = threading.Event()
-        beat = threading.Thread(target=self._heartbeat, args=(job, stop), daemon=True,
-                                name=f"lease-{job.id}")
+        beat = threading.Thread(
+            target=self._heartbeat, args=(job, stop), daemon=True, name=f"lease-{job.id}"
+        )
         beat.start()
         try:
             outcome: list[ReplayResult] | dict[str, str] = run_spec(
-                self.settings, job.spec, self.test_payload)
+                self.settings, job.spec, self.test_payload
+            )
             error = outcome.get("detail") if isinstance(outcome, dict) else None
         except Exception as exc:  # noqa: BLE001 - told to the triages, as in-process
             log.warning("replay of job %s failed: %s", job.id, exc)
@@ -118,8 +142,9 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - the database may blink; try again
                 log.warning("renewing the lease of job %s failed: %s", job.id, exc)
 
-    def _deliver(self, job: Job, outcome: list[ReplayResult] | dict[str, str],
-                 error: str | None) -> None:
+    def _deliver(
+        self, job: Job, outcome: list[ReplayResult] | dict[str, str], error: str | None
+    ) -> None:
         """Write the verdicts into every waiting triage, then finish the job (again when
         more triages joined meanwhile)."""
         while True:
@@ -132,8 +157,9 @@ class Worker:
             if not tids:
                 time.sleep(0.05)
 
-    def _write(self, tid: str, spec: dict[str, Any],
-               outcome: list[ReplayResult] | dict[str, str]) -> None:
+    def _write(
+        self, tid: str, spec: dict[str, Any], outcome: list[ReplayResult] | dict[str, str]
+    ) -> None:
         rec = self.records.get(tid)
         if rec is None or not isinstance(rec.get("result"), dict):
             return  # purged, or damaged: nothing to update

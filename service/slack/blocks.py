@@ -35,6 +35,7 @@ SECTION_LIMIT = 2900  # Slack's section text limit is 3000 characters
 MAX_BLOCKS = 48  # Slack allows 50 blocks per message
 # --------------------------------------------------------------------------- mrkdwn helpers
 
+
 def esc(text: str) -> str:
     """Escape the three characters Slack's mrkdwn reserves."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -55,8 +56,10 @@ def section(text: str) -> Block:
 
 
 def context(*items: str) -> Block:
-    return {"type": "context",
-            "elements": [{"type": "mrkdwn", "text": trunc(i, 2000)} for i in items if i][:10]}
+    return {
+        "type": "context",
+        "elements": [{"type": "mrkdwn", "text": trunc(i, 2000)} for i in items if i][:10],
+    }
 
 
 def md_to_mrkdwn(markdown: str) -> str:
@@ -115,6 +118,7 @@ def split_sections(text: str, limit: int = SECTION_LIMIT, max_sections: int = 8)
 
 # --------------------------------------------------------------------------- pieces
 
+
 def release_line(result: TriageResult) -> str:
     rel = result.release or {}
     parts = [f"release *{esc(str(rel.get('release') or '?'))}*"]
@@ -153,11 +157,17 @@ def excerpt_text(result: TriageResult, context_lines: int | None = 2) -> str:
 
 
 def best_fix(result: TriageResult) -> FixOut | None:
-    return next((f for f in result.fixes if f.recommended), result.fixes[0] if result.fixes else None)
+    return next(
+        (f for f in result.fixes if f.recommended), result.fixes[0] if result.fixes else None
+    )
 
 
-_VERDICT_ICON = {"violated": ":x:", "satisfied": ":white_check_mark:", "unknown": ":grey_question:",
-                 "not_applicable": ":heavy_minus_sign:"}
+_VERDICT_ICON = {
+    "violated": ":x:",
+    "satisfied": ":white_check_mark:",
+    "unknown": ":grey_question:",
+    "not_applicable": ":heavy_minus_sign:",
+}
 
 
 def fix_text(fix: FixOut) -> str:
@@ -178,9 +188,16 @@ def answer_context(result: TriageResult) -> list[Block]:
     """One context line with the values the message printed, the model facts the answer
     used, the check's arithmetic and the fix search's status."""
     arithmetic = f"Arithmetic: {result.arithmetic}" if result.arithmetic else None
-    items = [esc(trunc(line, 600)) for line in (printed_line(result.printed),
-                                                model_facts_line(result.model_facts), arithmetic,
-                                                fix_search_line(result.fix_search)) if line]
+    items = [
+        esc(trunc(line, 600))
+        for line in (
+            printed_line(result.printed),
+            model_facts_line(result.model_facts),
+            arithmetic,
+            fix_search_line(result.fix_search),
+        )
+        if line
+    ]
     return [context(*items)] if items else []
 
 
@@ -192,9 +209,11 @@ def rule_block(result: TriageResult) -> list[Block]:
 def fix_blocks(fix: FixOut) -> list[Block]:
     blocks = [section(fix_text(fix))]
     if fix.rule_verdicts:
-        rows = [f"{_VERDICT_ICON.get(v.verdict, '•')} `{esc(v.rule)}` {v.verdict.replace('_', ' ')}"
-                f" ({esc(v.severity)}){': ' + esc(trunc(v.reason, 200)) if v.reason else ''}"
-                for v in fix.rule_verdicts[:12]]
+        rows = [
+            f"{_VERDICT_ICON.get(v.verdict, '•')} `{esc(v.rule)}` {v.verdict.replace('_', ' ')}"
+            f" ({esc(v.severity)}){': ' + esc(trunc(v.reason, 200)) if v.reason else ''}"
+            for v in fix.rule_verdicts[:12]
+        ]
         blocks.append(section("*Rule verdicts*\n" + "\n".join(rows)))
     return blocks
 
@@ -203,25 +222,47 @@ def action_blocks(result: TriageResult, report_url: str | None) -> list[Block]:
     elements: list[dict[str, Any]] = []
     fix = best_fix(result)
     if result.id and fix is not None:
-        elements.append({"type": "button", "action_id": FIXED_ACTION, "style": "primary",
-                         "text": {"type": "plain_text", "text": "This fixed it"},
-                         "value": json.dumps({"t": result.id, "r": fix.rank})})
+        elements.append(
+            {
+                "type": "button",
+                "action_id": FIXED_ACTION,
+                "style": "primary",
+                "text": {"type": "plain_text", "text": "This fixed it"},
+                "value": json.dumps({"t": result.id, "r": fix.rank}),
+            }
+        )
     if report_url:
-        elements.append({"type": "button", "action_id": REPORT_ACTION, "url": report_url,
-                         "text": {"type": "plain_text", "text": "Full report"}})
-    return [{"type": "actions", "block_id": "triage_actions", "elements": elements}] if elements else []
+        elements.append(
+            {
+                "type": "button",
+                "action_id": REPORT_ACTION,
+                "url": report_url,
+                "text": {"type": "plain_text", "text": "Full report"},
+            }
+        )
+    return (
+        [{"type": "actions", "block_id": "triage_actions", "elements": elements}]
+        if elements
+        else []
+    )
 
 
-INPUT_HINT = ("Paste the launch command and the full traceback (text, a ``` block, or a text file); "
-              "add `release=0.5.11 hardware=h100-x8` in front if they are not in the log.")
-FOLLOW_UP_HINT = ("Ask in this thread: `why?` · `show the check` · `other fixes` · "
-                  "`what about on H100?` · `on 0.5.23?`")
+INPUT_HINT = (
+    "Paste the launch command and the full traceback (text, a ``` block, or a text file); "
+    "add `release=0.5.11 hardware=h100-x8` in front if they are not in the log."
+)
+FOLLOW_UP_HINT = (
+    "Ask in this thread: `why?` · `show the check` · `other fixes` · "
+    "`what about on H100?` · `on 0.5.23?`"
+)
 
 
 # --------------------------------------------------------------------------- messages
 
-def triage_blocks(result: TriageResult, report_url: str | None,
-                  note: str | None = None) -> tuple[str, list[Block]]:
+
+def triage_blocks(
+    result: TriageResult, report_url: str | None, note: str | None = None
+) -> tuple[str, list[Block]]:
     """The main reply: summary, failing check, fix command, confidence/release, verdicts, links."""
     blocks: list[Block] = []
     if note:
@@ -255,17 +296,22 @@ def triage_blocks(result: TriageResult, report_url: str | None,
     return fallback, blocks[:MAX_BLOCKS]
 
 
-def change_note(old: TriageResult, old_options: dict[str, Any], new: TriageResult,
-                new_options: dict[str, Any]) -> str:
+def change_note(
+    old: TriageResult, old_options: dict[str, Any], new: TriageResult, new_options: dict[str, Any]
+) -> str:
     """One line on what changed when a follow-up re-evaluated the log with new facts."""
-    changed = [f"{k} `{esc(str(v))}`" for k, v in new_options.items() if v and v != old_options.get(k)]
+    changed = [
+        f"{k} `{esc(str(v))}`" for k, v in new_options.items() if v and v != old_options.get(k)
+    ]
     fired_old = old.evaluation.fired if old.evaluation else "n/a"
     fired_new = new.evaluation.fired if new.evaluation else "n/a"
     fix_old, fix_new = best_fix(old), best_fix(new)
     same = (fix_old.command if fix_old else None) == (fix_new.command if fix_new else None)
-    return (f":arrows_counterclockwise: Re-evaluated with {', '.join(changed) or 'the same options'}: "
-            f"check fired {fired_old} → {fired_new}; recommended fix "
-            f"{'unchanged' if same else 'changed'}.")
+    return (
+        f":arrows_counterclockwise: Re-evaluated with {', '.join(changed) or 'the same options'}: "
+        f"check fired {fired_old} → {fired_new}; recommended fix "
+        f"{'unchanged' if same else 'changed'}."
+    )
 
 
 def why_blocks(result: TriageResult) -> tuple[str, list[Block]]:
@@ -279,11 +325,19 @@ def check_blocks(result: TriageResult) -> tuple[str, list[Block]]:
     """The failing check in full: excerpt, condition, guards."""
     loc, check = result.location, result.check
     if loc is None:
-        return "No check located.", [section("No SGLang check was located for this log, so there "
-                                             "is nothing to show. " + esc(result.summary))]
-    blocks = [section(f"*The check* `{esc(loc.function)}` at `{esc(loc.citation)}` "
-                      f"(located by {esc(loc.method.replace('_', ' '))}, {loc.confidence})\n"
-                      + code(excerpt_text(result, None)))]
+        return "No check located.", [
+            section(
+                "No SGLang check was located for this log, so there "
+                "is nothing to show. " + esc(result.summary)
+            )
+        ]
+    blocks = [
+        section(
+            f"*The check* `{esc(loc.function)}` at `{esc(loc.citation)}` "
+            f"(located by {esc(loc.method.replace('_', ' '))}, {loc.confidence})\n"
+            + code(excerpt_text(result, None))
+        )
+    ]
     blocks.extend(rule_block(result))
     if check is not None:
         rows = []
@@ -293,12 +347,16 @@ def check_blocks(result: TriageResult) -> tuple[str, list[Block]]:
             rows.append(f"*Message:* {esc(trunc(check.message, 400))}")
         for g in check.guards[:8]:
             cond = " ".join(str(g.get("condition", "")).split())
-            rows.append(f"• guard `{esc(trunc(cond, 300))}`"
-                        + ("" if g.get("polarity", True) else " (must be false)"))
+            rows.append(
+                f"• guard `{esc(trunc(cond, 300))}`"
+                + ("" if g.get("polarity", True) else " (must be false)")
+            )
         if rows:
             blocks.append(section("\n".join(rows)))
     if loc.alternatives:
-        blocks.append(context("Other candidates: " + ", ".join(f"`{esc(a)}`" for a in loc.alternatives[:5])))
+        blocks.append(
+            context("Other candidates: " + ", ".join(f"`{esc(a)}`" for a in loc.alternatives[:5]))
+        )
     return f"The check at {loc.citation}", blocks
 
 
@@ -316,15 +374,20 @@ def fixes_blocks(result: TriageResult) -> tuple[str, list[Block]]:
 def unknowns_blocks(result: TriageResult) -> tuple[str, list[Block]]:
     if not result.unknowns:
         return "Nothing unknown", [section("Every input of the check was known.")]
-    rows = [f"• *{esc(u.what)}*: {esc(u.why)} — settle with {esc(u.settle)}" for u in result.unknowns[:15]]
+    rows = [
+        f"• *{esc(u.what)}*: {esc(u.why)} — settle with {esc(u.settle)}"
+        for u in result.unknowns[:15]
+    ]
     return "Unknowns", split_sections("*What is unknown*\n" + "\n".join(rows))
 
 
 def help_blocks(has_context: bool) -> tuple[str, list[Block]]:
-    text = ("Paste an SGLang crash log (the launch command and the traceback) as text, "
-            "in a ``` code block, or as a text file/snippet, and I'll explain why the server "
-            "refused to start and which command-line change fixes it. Options go first: "
-            "`release=0.5.11 hardware=h100-x8 model_arch=...`.")
+    text = (
+        "Paste an SGLang crash log (the launch command and the traceback) as text, "
+        "in a ``` code block, or as a text file/snippet, and I'll explain why the server "
+        "refused to start and which command-line change fixes it. Options go first: "
+        "`release=0.5.11 hardware=h100-x8 model_arch=...`."
+    )
     if has_context:
         text = FOLLOW_UP_HINT + "\n" + text
     return "How to use sglang-triage", [section(text)]
@@ -343,7 +406,11 @@ def confirmed_blocks(original: list[Block], user: str, command: str) -> list[Blo
     for block in original:
         if block.get("type") == "actions":
             rest = [e for e in block.get("elements", []) if e.get("action_id") != FIXED_ACTION]
-            out.append(context(f":white_check_mark: Confirmed by <@{esc(user)}>: `{esc(trunc(command, 300))}`"))
+            out.append(
+                context(
+                    f":white_check_mark: Confirmed by <@{esc(user)}>: `{esc(trunc(command, 300))}`"
+                )
+            )
             if rest:
                 out.append({**block, "elements": rest})
         else:

@@ -70,19 +70,43 @@ Blocks = list[dict[str, Any]]
 
 SLASH_COMMAND = "/sglang-triage"
 FILE_HOSTS = ("files.slack.com",)
-TEXT_FILETYPES = {"text", "python", "shell", "log", "json", "yaml", "markdown", "post", "diff",
-                  "javascript", "plain", "txt", "csv", "toml", "ini"}
+TEXT_FILETYPES = {
+    "text",
+    "python",
+    "shell",
+    "log",
+    "json",
+    "yaml",
+    "markdown",
+    "post",
+    "diff",
+    "javascript",
+    "plain",
+    "txt",
+    "csv",
+    "toml",
+    "ini",
+}
 
 
 # ------------------------------------------------------------------------------ the bot
 
+
 class SlackTriageBot:
     """The Bolt app and its listeners, around an :class:`Engine` and :class:`Records`."""
 
-    def __init__(self, settings: Settings, engine_factory: EngineFactory, records: Records, *,
-                 socket_mode: bool = False, client: WebClient | None = None,
-                 bucket: TokenBucket | None = None, workers: int = 8,
-                 state: SlackState | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        engine_factory: EngineFactory,
+        records: Records,
+        *,
+        socket_mode: bool = False,
+        client: WebClient | None = None,
+        bucket: TokenBucket | None = None,
+        workers: int = 8,
+        state: SlackState | None = None,
+    ) -> None:
         if not settings.slack_bot_token:
             raise ConfigError("the Slack bot needs TRIAGE_SLACK_BOT_TOKEN")
         if not socket_mode and not settings.slack_signing_secret:
@@ -98,15 +122,32 @@ class SlackTriageBot:
         self.events = self.state.events
         self.messages = self.state.messages
         self.bucket = bucket or self.state.bucket
-        self.secrets = tuple(s for s in map(reveal, (
-            settings.slack_bot_token, settings.slack_signing_secret, settings.slack_app_token,
-            settings.llm_api_key, *settings.api_keys, *settings.team_api_keys)) if s)
+        self.secrets = tuple(
+            s
+            for s in map(
+                reveal,
+                (
+                    settings.slack_bot_token,
+                    settings.slack_signing_secret,
+                    settings.slack_app_token,
+                    settings.llm_api_key,
+                    *settings.api_keys,
+                    *settings.team_api_keys,
+                ),
+            )
+            if s
+        )
         self.client = client or make_client(settings)
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="slack-triage")
-        self.app = App(client=self.client, signing_secret=reveal(settings.slack_signing_secret) or "",
-                       token_verification_enabled=False, process_before_response=False,
-                       request_verification_enabled=not socket_mode,
-                       listener_executor=self.executor, name="sglang-triage")
+        self.app = App(
+            client=self.client,
+            signing_secret=reveal(settings.slack_signing_secret) or "",
+            token_verification_enabled=False,
+            process_before_response=False,
+            request_verification_enabled=not socket_mode,
+            listener_executor=self.executor,
+            name="sglang-triage",
+        )
         self.app.use(self._dedupe)
         self.app.event("app_mention")(self._on_mention)
         self.app.event("message")(self._on_message)
@@ -126,8 +167,9 @@ class SlackTriageBot:
         return f"{self.settings.public_url.rstrip('/')}/t/{tid}"
 
     # -- middleware -------------------------------------------------------------------
-    def _dedupe(self, req: BoltRequest, body: dict[str, Any],
-                next: Callable[[], BoltResponse]) -> BoltResponse | None:
+    def _dedupe(
+        self, req: BoltRequest, body: dict[str, Any], next: Callable[[], BoltResponse]
+    ) -> BoltResponse | None:
         event_id = body.get("event_id") if isinstance(body, dict) else None
         retry = (req.headers.get("x-slack-retry-num") or [None])[0]
         if event_id and not self.events.add(str(event_id)):
@@ -154,8 +196,14 @@ class SlackTriageBot:
             return
         ack(text="Triaging your crash log… the answer will be posted in this channel.")
         channel = command.get("channel_id", "")
-        done = self._triage_or_report(channel, None, text, options, {
-            "command": SLASH_COMMAND, "user": command.get("user_id")}, command.get("response_url"))
+        done = self._triage_or_report(
+            channel,
+            None,
+            text,
+            options,
+            {"command": SLASH_COMMAND, "user": command.get("user_id")},
+            command.get("response_url"),
+        )
         if done is None:
             return
         result, tid, payload, opts = done
@@ -171,7 +219,9 @@ class SlackTriageBot:
         ack()
         action = (body.get("actions") or [{}])[0]
         user = (body.get("user") or {}).get("id", "")
-        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id", "")
+        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
+            "channel_id", ""
+        )
         message = body.get("message") or {}
         thread = message.get("thread_ts") or message.get("ts")
         try:
@@ -187,19 +237,41 @@ class SlackTriageBot:
             self._post(channel, thread, *sb.error_blocks(f"triage {tid} is no longer stored"))
             return
         try:  # any user of the thread may confirm first; only they may change it later
-            self.records.confirm(tid, fix, note=f"confirmed in Slack by {user} in {channel}",
-                                 source="slack", owner=f"slack:{user}",
-                                 check=owner_check(f"slack:{user}", any_first=True))
+            self.records.confirm(
+                tid,
+                fix,
+                note=f"confirmed in Slack by {user} in {channel}",
+                source="slack",
+                owner=f"slack:{user}",
+                check=owner_check(f"slack:{user}", any_first=True),
+            )
         except ConfirmRefused:
-            self._post(channel, thread, *sb.error_blocks(
-                f"Triage {tid} was already confirmed by someone else; only they can change it."))
+            self._post(
+                channel,
+                thread,
+                *sb.error_blocks(
+                    f"Triage {tid} was already confirmed by someone else; only they can change it."
+                ),
+            )
             return
         if message.get("ts") and message.get("blocks"):
-            self._update(channel, message["ts"], message.get("text", ""),
-                         sb.confirmed_blocks(message["blocks"], user, fix.get("command", "")))
-        self._post(channel, thread, f"Recorded: fix {rank} resolved triage {tid}.",
-                   [sb.section(f":white_check_mark: Thanks <@{user}>: recorded as an incident "
-                               f"(triage `{tid}`, fix {rank}).")])
+            self._update(
+                channel,
+                message["ts"],
+                message.get("text", ""),
+                sb.confirmed_blocks(message["blocks"], user, fix.get("command", "")),
+            )
+        self._post(
+            channel,
+            thread,
+            f"Recorded: fix {rank} resolved triage {tid}.",
+            [
+                sb.section(
+                    f":white_check_mark: Thanks <@{user}>: recorded as an incident "
+                    f"(triage `{tid}`, fix {rank})."
+                )
+            ],
+        )
 
     # -- messages ---------------------------------------------------------------------
     def _handle_message(self, event: dict[str, Any]) -> None:
@@ -221,13 +293,20 @@ class SlackTriageBot:
                 return
             except (httpx.HTTPError, SlackApiError) as exc:
                 log.warning("file fetch failed: %s", type(exc).__name__)
-                self._post(channel, thread, *sb.error_blocks("Could not fetch the file from Slack."))
+                self._post(
+                    channel, thread, *sb.error_blocks("Could not fetch the file from Slack.")
+                )
                 return
         if not text or (not files and not looks_like_log(text) and len(text) < 80):
             self._post(channel, thread, *sb.help_blocks(ctx is not None))
             return
-        done = self._triage_or_report(channel, thread, text, options,
-                                      {"channel": channel, "thread_ts": thread, "user": event.get("user")})
+        done = self._triage_or_report(
+            channel,
+            thread,
+            text,
+            options,
+            {"channel": channel, "thread_ts": thread, "user": event.get("user")},
+        )
         if done is None:
             return
         result, tid, payload, opts = done
@@ -242,28 +321,56 @@ class SlackTriageBot:
             kind = "rerun"
         if kind in ("hardware", "release", "rerun"):
             new = dict(ctx.options)
-            new.update({"hardware": value} if kind == "hardware" else
-                       {"release": value} if kind == "release" else options)
+            new.update(
+                {"hardware": value}
+                if kind == "hardware"
+                else {"release": value}
+                if kind == "release"
+                else options
+            )
             owner = (self.records.owners(ctx.tid) or (None,))[0]  # the thread's asker
-            done = self._triage_or_report(ctx.channel, ctx.thread_ts, ctx.payload, new, {
-                "channel": ctx.channel, "thread_ts": ctx.thread_ts, "follow_up": text[:200],
-                "owner": owner}, redacted=True)
+            done = self._triage_or_report(
+                ctx.channel,
+                ctx.thread_ts,
+                ctx.payload,
+                new,
+                {
+                    "channel": ctx.channel,
+                    "thread_ts": ctx.thread_ts,
+                    "follow_up": text[:200],
+                    "owner": owner,
+                },
+                redacted=True,
+            )
             if done is None:
                 return
             result, tid, payload, opts = done
             note = sb.change_note(ctx.result, ctx.options, result, opts)
             self.threads.put(ThreadContext(ctx.channel, ctx.thread_ts, payload, opts, tid, result))
-            self._post(ctx.channel, ctx.thread_ts, *sb.triage_blocks(result, self.report_url(tid), note))
+            self._post(
+                ctx.channel, ctx.thread_ts, *sb.triage_blocks(result, self.report_url(tid), note)
+            )
             return
-        render = {"why": sb.why_blocks, "check": sb.check_blocks, "fixes": sb.fixes_blocks,
-                  "unknowns": sb.unknowns_blocks}.get(kind)
+        render = {
+            "why": sb.why_blocks,
+            "check": sb.check_blocks,
+            "fixes": sb.fixes_blocks,
+            "unknowns": sb.unknowns_blocks,
+        }.get(kind)
         fallback, blocks = render(ctx.result) if render else sb.help_blocks(True)
         self.threads.put(ctx)
         self._post(ctx.channel, ctx.thread_ts, fallback, blocks)
 
-    def _triage_or_report(self, channel: str, thread: str | None, text: str, options: dict[str, Any],
-                          source: dict[str, Any], response_url: str | None = None,
-                          redacted: bool = False) -> tuple[TriageResult, str, str, dict[str, str | None]] | None:
+    def _triage_or_report(
+        self,
+        channel: str,
+        thread: str | None,
+        text: str,
+        options: dict[str, Any],
+        source: dict[str, Any],
+        response_url: str | None = None,
+        redacted: bool = False,
+    ) -> tuple[TriageResult, str, str, dict[str, str | None]] | None:
         """:meth:`_triage`, or None after posting why it failed (never a stack trace)."""
         try:
             return self._triage(text, options, source, redacted=redacted)
@@ -271,27 +378,39 @@ class SlackTriageBot:
             fallback, blocks = sb.error_blocks(exc.message, sb.INPUT_HINT)
         except Exception:  # a bug must not leave the thread silent
             log.exception("slack triage failed")
-            fallback, blocks = sb.error_blocks("The triage failed unexpectedly; the error was logged.")
+            fallback, blocks = sb.error_blocks(
+                "The triage failed unexpectedly; the error was logged."
+            )
         if response_url:
             self._respond(response_url, fallback, blocks)
         else:
             self._post(channel, thread, fallback, blocks)
         return None
 
-    def _triage(self, text: str, options: dict[str, Any], source: dict[str, Any],
-                redacted: bool = False) -> tuple[TriageResult, str, str, dict[str, str | None]]:
+    def _triage(
+        self, text: str, options: dict[str, Any], source: dict[str, Any], redacted: bool = False
+    ) -> tuple[TriageResult, str, str, dict[str, str | None]]:
         """Run the engine on the (redacted) log; store the result; ``(result, id, payload, options)``."""
         payload = text if redacted else redact(text, self.secrets)
-        opts: dict[str, str | None] = {k: options.get(k) for k in ("release", "hardware", "model",
-                                                                     "model_arch")}
-        result = ondemand.triage(self.engine, self.settings, payload, **opts,  # waits for an ingest
-                                 client=f"slack:{source.get('user') or 'unknown'}")
+        opts: dict[str, str | None] = {
+            k: options.get(k) for k in ("release", "hardware", "model", "model_arch")
+        }
+        result = ondemand.triage(
+            self.engine,
+            self.settings,
+            payload,
+            **opts,  # waits for an ingest
+            client=f"slack:{source.get('user') or 'unknown'}",
+        )
         tid = new_triage_id()
         result.id = tid
         user = source.get("user")
-        self.records.save(tid, {"options": opts, "log": payload[:200_000],
-                                "source": "slack", "slack": source}, result.model_dump(mode="json"),
-                          owner=f"slack:{user}" if user else source.get("owner"))
+        self.records.save(
+            tid,
+            {"options": opts, "log": payload[:200_000], "source": "slack", "slack": source},
+            result.model_dump(mode="json"),
+            owner=f"slack:{user}" if user else source.get("owner"),
+        )
         return result, tid, payload, opts
 
     def _fetch_files(self, files: list[dict[str, Any]]) -> list[str]:
@@ -303,18 +422,27 @@ class SlackTriageBot:
                 f = {**f, **(self.client.files_info(file=f["id"]).get("file") or {})}
             url = f.get("url_private_download") or f.get("url_private")
             mimetype, filetype = str(f.get("mimetype") or ""), str(f.get("filetype") or "")
-            if not url or not (mimetype.startswith("text/") or filetype in TEXT_FILETYPES
-                               or f.get("mode") == "snippet"):
+            if not url or not (
+                mimetype.startswith("text/")
+                or filetype in TEXT_FILETYPES
+                or f.get("mode") == "snippet"
+            ):
                 raise _input_error(f"{f.get('name', 'the file')} is not a text file")
             if int(f.get("size") or 0) > limit:
                 raise _input_error(f"{f.get('name', 'the file')} is over {limit} bytes")
             if not self._allowed_file_url(url):
                 raise _input_error("refusing to fetch a file from outside Slack")
-            resp = httpx.get(url, headers={"Authorization": f"Bearer {reveal(self.settings.slack_bot_token)}"},
-                             timeout=20.0, follow_redirects=False)
+            resp = httpx.get(
+                url,
+                headers={"Authorization": f"Bearer {reveal(self.settings.slack_bot_token)}"},
+                timeout=20.0,
+                follow_redirects=False,
+            )
             if resp.status_code != 200 or "text/html" in resp.headers.get("content-type", ""):
-                raise _input_error(f"could not download {f.get('name', 'the file')} "
-                                   f"(HTTP {resp.status_code}); is files:read granted?")
+                raise _input_error(
+                    f"could not download {f.get('name', 'the file')} "
+                    f"(HTTP {resp.status_code}); is files:read granted?"
+                )
             data = resp.content[: limit + 1]
             if len(data) > limit or b"\x00" in data:
                 raise _input_error(f"{f.get('name', 'the file')} is too large or binary")
@@ -335,8 +463,9 @@ class SlackTriageBot:
             return None
         payload = redact_payload({"text": text[:3000], "blocks": blocks}, self.secrets)
         try:
-            resp = self.client.chat_postMessage(channel=channel, thread_ts=thread_ts,
-                                                unfurl_links=False, **payload)
+            resp = self.client.chat_postMessage(
+                channel=channel, thread_ts=thread_ts, unfurl_links=False, **payload
+            )
         except SlackApiError as exc:
             log.warning("chat.postMessage to %s failed: %s", channel, exc.response.get("error"))
             return None
@@ -357,8 +486,9 @@ class SlackTriageBot:
         if not allowed_response_url(response_url, self.settings.slack_response_hosts):
             log.warning("refusing to post to a response_url outside TRIAGE_SLACK_RESPONSE_HOSTS")
             return
-        payload = redact_payload({"text": text[:3000], "blocks": blocks,
-                                     "response_type": "in_channel"}, self.secrets)
+        payload = redact_payload(
+            {"text": text[:3000], "blocks": blocks, "response_type": "in_channel"}, self.secrets
+        )
         try:
             httpx.post(response_url, json=payload, timeout=10.0)
         except httpx.HTTPError as exc:
@@ -395,6 +525,7 @@ def _input_error(message: str) -> TriageError:
 
 # ------------------------------------------------------------------------------ wiring
 
+
 def make_client(settings: Settings) -> WebClient:
     """A WebClient with the bot token, ``settings.slack_api_url`` and 429 retries."""
     kwargs: dict[str, Any] = {"token": reveal(settings.slack_bot_token), "timeout": 20}
@@ -405,8 +536,9 @@ def make_client(settings: Settings) -> WebClient:
     return client
 
 
-def _defaults(settings: Settings, engine_factory: EngineFactory | None,
-              records: Records | None) -> tuple[EngineFactory, Records]:
+def _defaults(
+    settings: Settings, engine_factory: EngineFactory | None, records: Records | None
+) -> tuple[EngineFactory, Records]:
     from service.wiring import engine_for, records_for
 
     factory = engine_factory or (lambda: engine_for(settings))
@@ -416,7 +548,9 @@ def _defaults(settings: Settings, engine_factory: EngineFactory | None,
 class _ThreadedHandler(SlackRequestHandler):
     """Bolt's FastAPI handler, dispatching on a worker thread so the event loop never waits."""
 
-    async def handle(self, req: Any, addition_context_properties: dict[str, Any] | None = None) -> Any:
+    async def handle(
+        self, req: Any, addition_context_properties: dict[str, Any] | None = None
+    ) -> Any:
         from starlette.concurrency import run_in_threadpool
 
         if req.method != "POST":
@@ -425,14 +559,23 @@ class _ThreadedHandler(SlackRequestHandler):
         try:  # Bolt parses the body before it checks the signature
             bolt_req = to_bolt_request(req, body, addition_context_properties)
         except ValueError:  # a body starting with "{" that is not JSON, bad form encoding
-            return Response("the request body is neither JSON nor form data", status_code=400,
-                            media_type="text/plain")
+            return Response(
+                "the request body is neither JSON nor form data",
+                status_code=400,
+                media_type="text/plain",
+            )
         bolt_resp = await run_in_threadpool(self.app.dispatch, bolt_req)
         return to_starlette_response(bolt_resp)
 
 
-def mount_slack(app: FastAPI, settings: Settings, engine_factory: EngineFactory | None = None,
-                records: Records | None = None, *, path: str = "/slack/events") -> SlackTriageBot:
+def mount_slack(
+    app: FastAPI,
+    settings: Settings,
+    engine_factory: EngineFactory | None = None,
+    records: Records | None = None,
+    *,
+    path: str = "/slack/events",
+) -> SlackTriageBot:
     """Add ``POST {path}`` (events, slash command, interactivity) to a FastAPI app.
 
     Slack signs every request; Bolt answers 401 to a bad signature or a
@@ -467,8 +610,9 @@ def mount_slack(app: FastAPI, settings: Settings, engine_factory: EngineFactory 
         elif ctype != "application/x-www-form-urlencoded":
             return Response("Slack sends JSON or form-encoded bodies", status_code=415)
         # a forged signature recorded here is harmless: it never equals a real one
-        if ctype == "application/x-www-form-urlencoded" and \
-                not signatures.add(request.headers.get("x-slack-signature", "")):
+        if ctype == "application/x-www-form-urlencoded" and not signatures.add(
+            request.headers.get("x-slack-signature", "")
+        ):
             return Response("replayed Slack request", status_code=401)
         return await handler.handle(request)
 
@@ -476,8 +620,9 @@ def mount_slack(app: FastAPI, settings: Settings, engine_factory: EngineFactory 
     return bot
 
 
-def run_socket_mode(settings: Settings, engine_factory: EngineFactory | None = None,
-                    records: Records | None = None) -> None:
+def run_socket_mode(
+    settings: Settings, engine_factory: EngineFactory | None = None, records: Records | None = None
+) -> None:
     """Serve the bot over Socket Mode (``xapp-`` token; no public URL needed). Blocks."""
     from slack_bolt.adapter.socket_mode import SocketModeHandler
 
@@ -488,5 +633,10 @@ def run_socket_mode(settings: Settings, engine_factory: EngineFactory | None = N
     SocketModeHandler(bot.app, reveal(settings.slack_app_token), web_client=bot.client).start()
 
 
-__all__ = ["SlackTriageBot", "allowed_response_url", "make_client", "mount_slack",
-           "run_socket_mode"]
+__all__ = [
+    "SlackTriageBot",
+    "allowed_response_url",
+    "make_client",
+    "mount_slack",
+    "run_socket_mode",
+]

@@ -53,8 +53,13 @@ class DbSeen(Seen):
     (event ids, message ts, request signatures): ``add`` is False when another process
     (or this one) added ``key`` less than ``ttl_s`` ago."""
 
-    def __init__(self, engine: Engine, namespace: str, ttl_s: float = 3600.0,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        namespace: str,
+        ttl_s: float = 3600.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.engine, self.namespace, self.ttl_s, self.clock = engine, namespace, ttl_s, clock
         self._adds = itertools.count(1)
 
@@ -64,10 +69,14 @@ class DbSeen(Seen):
             if next(self._adds) % PRUNE_EVERY == 0:
                 conn.execute(t.delete().where(t.c.expires < now))
             else:  # an expired entry of this key frees it
-                conn.execute(t.delete().where(t.c.namespace == self.namespace, t.c.key == key,
-                                              t.c.expires < now))
-            return _insert_ignore(conn, t, {"namespace": self.namespace, "key": key,
-                                            "expires": now + self.ttl_s})
+                conn.execute(
+                    t.delete().where(
+                        t.c.namespace == self.namespace, t.c.key == key, t.c.expires < now
+                    )
+                )
+            return _insert_ignore(
+                conn, t, {"namespace": self.namespace, "key": key, "expires": now + self.ttl_s}
+            )
 
 
 class DbThreadStore(ThreadStore):
@@ -75,8 +84,13 @@ class DbThreadStore(ThreadStore):
     options, triage id and result) as JSON; at most ``max_items`` kept, least recently
     stored dropped first, and none older than ``ttl_s``."""
 
-    def __init__(self, engine: Engine, max_items: int = 2000, ttl_s: float = 7 * 86400.0,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        max_items: int = 2000,
+        ttl_s: float = 7 * 86400.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.engine, self.max_items, self.ttl_s, self.clock = engine, max_items, ttl_s, clock
         self._puts = itertools.count(1)
 
@@ -85,35 +99,56 @@ class DbThreadStore(ThreadStore):
             return None
         t = db.slack_threads
         with self.engine.connect() as conn:
-            row = conn.execute(sa.select(t.c.context, t.c.updated).where(
-                t.c.channel == channel, t.c.thread_ts == thread_ts)).first()
+            row = conn.execute(
+                sa.select(t.c.context, t.c.updated).where(
+                    t.c.channel == channel, t.c.thread_ts == thread_ts
+                )
+            ).first()
         if row is None or row.updated < self.clock() - self.ttl_s:
             return None
         try:
             raw = json.loads(row.context)
-            return ThreadContext(channel, thread_ts, raw["payload"], raw["options"], raw["tid"],
-                                 TriageResult.model_validate(raw["result"]))
+            return ThreadContext(
+                channel,
+                thread_ts,
+                raw["payload"],
+                raw["options"],
+                raw["tid"],
+                TriageResult.model_validate(raw["result"]),
+            )
         except (ValueError, KeyError, TypeError):  # written by another version: start afresh
             return None
 
     def put(self, ctx: ThreadContext) -> None:
         t, now = db.slack_threads, self.clock()
         ctx.updated = time.monotonic()
-        context = json.dumps({"payload": ctx.payload, "options": ctx.options, "tid": ctx.tid,
-                              "result": ctx.result.model_dump(mode="json")}, default=str)
+        context = json.dumps(
+            {
+                "payload": ctx.payload,
+                "options": ctx.options,
+                "tid": ctx.tid,
+                "result": ctx.result.model_dump(mode="json"),
+            },
+            default=str,
+        )
         with self.engine.begin() as conn:
-            conn.execute(t.delete().where(t.c.channel == ctx.channel,
-                                          t.c.thread_ts == ctx.thread_ts))
-            conn.execute(t.insert().values(channel=ctx.channel, thread_ts=ctx.thread_ts,
-                                           context=context, updated=now))
+            conn.execute(
+                t.delete().where(t.c.channel == ctx.channel, t.c.thread_ts == ctx.thread_ts)
+            )
+            conn.execute(
+                t.insert().values(
+                    channel=ctx.channel, thread_ts=ctx.thread_ts, context=context, updated=now
+                )
+            )
             if next(self._puts) % 64 == 0:
                 self._prune(conn, now)
 
     def _prune(self, conn: Connection, now: float) -> None:
         t = db.slack_threads
         conn.execute(t.delete().where(t.c.updated < now - self.ttl_s))
-        beyond = (sa.select(t.c.updated).order_by(t.c.updated.desc())
-                  .offset(self.max_items).limit(1)).scalar_subquery()
+        beyond = (
+            sa.select(t.c.updated).order_by(t.c.updated.desc()).offset(self.max_items).limit(1)
+        ).scalar_subquery()
         conn.execute(t.delete().where(t.c.updated <= beyond))
 
 
@@ -121,8 +156,13 @@ class DbTokenBucket(TokenBucket):
     """:class:`~service.slack.state.TokenBucket` in ``slack_buckets``: every process takes
     from the same per-channel bucket."""
 
-    def __init__(self, engine: Engine, rate: float = 1.0, burst: int = 5,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        rate: float = 1.0,
+        burst: int = 5,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         super().__init__(rate, burst, clock)
         self.engine = engine
 
@@ -131,12 +171,16 @@ class DbTokenBucket(TokenBucket):
         with db.write_tx(self.engine) as conn:
             now = self.clock()
             _insert_ignore(conn, t, {"key": key, "tokens": self.burst, "last": now})
-            row = conn.execute(sa.select(t.c.tokens, t.c.last).where(t.c.key == key)
-                               .with_for_update()).one()
+            row = conn.execute(
+                sa.select(t.c.tokens, t.c.last).where(t.c.key == key).with_for_update()
+            ).one()
             tokens = min(self.burst, row.tokens + max(0.0, now - row.last) * self.rate)
             taken = tokens >= 1.0
-            conn.execute(t.update().where(t.c.key == key)
-                         .values(tokens=tokens - 1.0 if taken else tokens, last=now))
+            conn.execute(
+                t.update()
+                .where(t.c.key == key)
+                .values(tokens=tokens - 1.0 if taken else tokens, last=now)
+            )
         return 0.0 if taken else (1.0 - tokens) / self.rate
 
 
@@ -158,5 +202,10 @@ def slack_state(engine: Engine | None) -> SlackState:
     signature_ttl = 6 * 60.0  # Bolt refuses timestamps older than five minutes
     if engine is None:
         return SlackState(Seen(), Seen(), ThreadStore(), TokenBucket(), Seen(ttl_s=signature_ttl))
-    return SlackState(DbSeen(engine, "event"), DbSeen(engine, "message"), DbThreadStore(engine),
-                      DbTokenBucket(engine), DbSeen(engine, "signature", ttl_s=signature_ttl))
+    return SlackState(
+        DbSeen(engine, "event"),
+        DbSeen(engine, "message"),
+        DbThreadStore(engine),
+        DbTokenBucket(engine),
+        DbSeen(engine, "signature", ttl_s=signature_ttl),
+    )

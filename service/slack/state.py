@@ -32,8 +32,13 @@ __all__ = ["Seen", "ThreadContext", "ThreadStore", "TokenBucket"]
 class TokenBucket:
     """Per-key token buckets: ``rate`` tokens a second, at most ``burst`` saved up."""
 
-    def __init__(self, rate: float = 1.0, burst: int = 5,
-                 clock: Callable[[], float] = time.monotonic, max_keys: int = 10_000) -> None:
+    def __init__(
+        self,
+        rate: float = 1.0,
+        burst: int = 5,
+        clock: Callable[[], float] = time.monotonic,
+        max_keys: int = 10_000,
+    ) -> None:
         self.rate, self.burst, self.clock = rate, float(burst), clock
         self.max_keys = max_keys  # channels remembered at once, least recently used forgotten
         self._state: OrderedDict[str, tuple[float, float]] = OrderedDict()
@@ -83,8 +88,10 @@ class Seen:
     def add(self, key: str) -> bool:
         now = time.monotonic()
         with self._lock:
-            while self._items and (len(self._items) >= self.max_items
-                                   or next(iter(self._items.values())) < now - self.ttl_s):
+            while self._items and (
+                len(self._items) >= self.max_items
+                or next(iter(self._items.values())) < now - self.ttl_s
+            ):
                 self._items.popitem(last=False)
             if key in self._items:
                 return False

@@ -21,8 +21,14 @@ import re
 from kb.errors import ConfigError
 from service.engine import GpuHint, get_profile, profile_from_gpus
 
-__all__ = ["classify_followup", "drop_versions", "hardware_from_text", "looks_like_log",
-           "normalize_text", "split_options"]
+__all__ = [
+    "classify_followup",
+    "drop_versions",
+    "hardware_from_text",
+    "looks_like_log",
+    "normalize_text",
+    "split_options",
+]
 
 _MENTION = re.compile(r"<@[UWB][A-Z0-9]++(?:\|[^<>]*)?>")
 _LINK = re.compile(r"<((?:https?|mailto|ftp|file):[^<>|]*)(?:\|([^<>]*))?>")
@@ -39,10 +45,15 @@ _FOLLOWUPS = [
 ]
 _OPTION = re.compile(r"^(release|hardware|hw|model|model_arch|arch)=(\S+)$", re.I)
 _OPTION_KEYS = {"hw": "hardware", "arch": "model_arch"}
-_LOG_HINTS = re.compile(r"Traceback \(most recent call last\)|launch_server|sglang serve|--model-path|"
-                        r"error: argument|usage: |^\w+(?:Error|Exception)\b", re.I | re.M)
+_LOG_HINTS = re.compile(
+    r"Traceback \(most recent call last\)|launch_server|sglang serve|--model-path|"
+    r"error: argument|usage: |^\w+(?:Error|Exception)\b",
+    re.I | re.M,
+)
 _VERSION = re.compile(r"\b(\d+\.\d+\.\d+(?:\.post\d+|rc\d+)?)\b")
-_COUNT = re.compile(r"\b(\d{1,3})\s*[x×*]\s*(?=[A-Za-z])|\b[A-Za-z]+\d+[A-Za-z]*\s*[x×*]\s*(\d{1,3})\b")
+_COUNT = re.compile(
+    r"\b(\d{1,3})\s*[x×*]\s*(?=[A-Za-z])|\b[A-Za-z]+\d+[A-Za-z]*\s*[x×*]\s*(\d{1,3})\b"
+)
 
 
 def normalize_text(text: str) -> str:

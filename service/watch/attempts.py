@@ -42,9 +42,22 @@ from dataclasses import dataclass, field
 from service.engine import bare_rank, line_prefix, source_column, strip_ansi
 from service.watch.ready import is_ready_line, is_start_line
 
-__all__ = ["HEAD_CHARS", "HEAD_LINES", "MAX_LINE_CHARS", "MAX_SOURCES", "SETTLE_LINES", "TAIL_CHARS",
-           "TAIL_LINES", "Attempt", "Segmenter", "StrippedLine", "command_key", "normalise", "signature",
-           "strip_line"]
+__all__ = [
+    "HEAD_CHARS",
+    "HEAD_LINES",
+    "MAX_LINE_CHARS",
+    "MAX_SOURCES",
+    "SETTLE_LINES",
+    "TAIL_CHARS",
+    "TAIL_LINES",
+    "Attempt",
+    "Segmenter",
+    "StrippedLine",
+    "command_key",
+    "normalise",
+    "signature",
+    "strip_line",
+]
 
 MAX_LINE_CHARS = 64 * 1024
 HEAD_LINES = 300  # the launch command and the ServerArgs dump come first
@@ -135,8 +148,10 @@ _CHAIN = ("During handling of the above exception", "The above exception was the
 _SYSTEMD_ENDS = ("Main process exited", "Failed with result")
 _COMPOSE_EXIT_RE = re.compile(r"[A-Za-z0-9][\w.-]{0,63} exited with code (\d{1,5})")
 _EXIT_STATUS_RE = re.compile(r"code=(exited|killed|dumped), status=(\d{1,5})")
-_COMMAND_RE = re.compile(r"python[\d.]{0,8}\s{1,8}-m\s{1,8}sglang\.launch_server\b"
-                         r"|\bsglang\s{1,8}serve\b")
+_COMMAND_RE = re.compile(
+    r"python[\d.]{0,8}\s{1,8}-m\s{1,8}sglang\.launch_server\b"
+    r"|\bsglang\s{1,8}serve\b"
+)
 _FRAME_RE = re.compile(r'\s{1,40}File "([^"]{1,1000})", line (\d{1,7}), in (\S{1,200})')
 _DIGITS_RE = re.compile(r"\d+")
 _HEX_RE = re.compile(r"0x[0-9a-fA-F]{1,32}")
@@ -191,13 +206,13 @@ def _command_at(text: str) -> str | None:
     if "sglang" not in text[:4000]:
         return None
     m = _COMMAND_RE.search(text, 0, 4000)
-    if m is None or "Example:" in text[:m.start()]:
+    if m is None or "Example:" in text[: m.start()]:
         return None
-    rest = text[m.end():m.end() + 20].lstrip()
+    rest = text[m.end() : m.end() + 20].lstrip()
     if rest and not rest.startswith("-"):
         return None
     start = max(text.rfind(" ", 0, m.start()), text.rfind("\t", 0, m.start())) + 1
-    return text[start:start + 10_000].strip()  # from the interpreter's path, if one is given
+    return text[start : start + 10_000].strip()  # from the interpreter's path, if one is given
 
 
 def _relaunch(text: str) -> bool:
@@ -222,11 +237,13 @@ def command_key(command: str | None) -> str:
 
 def signature(*parts: object) -> str:
     """A short stable key for ``parts`` (a 16-hex-digit SHA-1 prefix)."""
-    return hashlib.sha1("\x1f".join("" if p is None else str(p) for p in parts).encode(),
-                        usedforsecurity=False).hexdigest()[:16]
+    return hashlib.sha1(
+        "\x1f".join("" if p is None else str(p) for p in parts).encode(), usedforsecurity=False
+    ).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------------- attempts
+
 
 @dataclass
 class Attempt:
@@ -260,8 +277,11 @@ class Attempt:
         head/tail bounds."""
         self.lines_seen += 1
         line = StrippedLine("", line.text, line.source)
-        if not self.tail and len(self.head) < HEAD_LINES and \
-                self.head_chars + len(line.text) <= HEAD_CHARS:
+        if (
+            not self.tail
+            and len(self.head) < HEAD_LINES
+            and self.head_chars + len(line.text) <= HEAD_CHARS
+        ):
             self.head.append(line)
             self.head_chars += len(line.text)
             return
@@ -281,8 +301,11 @@ class Attempt:
         want = self.crash_source
         if want is None:
             return [ln.text for ln in self.lines()]
-        return [ln.text for ln in self.lines()
-                if ln.source is None or ln.source == want or want.startswith(f"{ln.source}/")]
+        return [
+            ln.text
+            for ln in self.lines()
+            if ln.source is None or ln.source == want or want.startswith(f"{ln.source}/")
+        ]
 
     @property
     def ended(self) -> bool:
@@ -293,8 +316,14 @@ class Attempt:
         """A key computed from the stream alone: the command, the exception line and the
         innermost frame (numbers in the message blanked). Equal keys are the same crash,
         so a restart loop is recognised before anything is triaged again."""
-        return signature("pre", status, command_key(self.command), self.crash,
-                         normalise(self.crash_line), self.crash_frame)
+        return signature(
+            "pre",
+            status,
+            command_key(self.command),
+            self.crash,
+            normalise(self.crash_line),
+            self.crash_frame,
+        )
 
     @property
     def command(self) -> str | None:
@@ -356,12 +385,19 @@ class Segmenter:
                 done += self._settle(att)
                 att = self._open()
             att.starts[line.source] = max(kind, att.starts.get(line.source, -1))
-        elif att is None or (att.settled and att.crash is not None
-                             and line.source == att.crash_source and _relaunch(line.text)):
+        elif att is None or (
+            att.settled
+            and att.crash is not None
+            and line.source == att.crash_source
+            and _relaunch(line.text)
+        ):
             att = self._open()  # no start line, but the crashed source fails again
         att.keep(line)
-        if line.source not in att.commands and len(att.commands) < MAX_SOURCES and \
-                (command := _command_at(line.text)) is not None:
+        if (
+            line.source not in att.commands
+            and len(att.commands) < MAX_SOURCES
+            and (command := _command_at(line.text)) is not None
+        ):
             att.commands[line.source] = command
         if is_ready_line(line.text):
             att.up = True

@@ -39,9 +39,22 @@ from kb.errors import ConfigError
 from kb.hardware import BASES, MAX_GPUS
 from service.engine import GpuHint, get_profile, profile_from_gpus, redact
 
-__all__ = ["MAX_CONFIG_BYTES", "PROBE", "PROBE_TIMEOUT_S", "SMI_QUERY", "MachineFacts",
-           "command_start", "env_facts", "gather", "hardware_from_smi", "installed_release", "interpreter_for",
-           "model_facts", "model_path_of", "read_gpus"]
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "PROBE",
+    "PROBE_TIMEOUT_S",
+    "SMI_QUERY",
+    "MachineFacts",
+    "command_start",
+    "env_facts",
+    "gather",
+    "hardware_from_smi",
+    "installed_release",
+    "interpreter_for",
+    "model_facts",
+    "model_path_of",
+    "read_gpus",
+]
 
 PROBE_TIMEOUT_S = 10.0
 SMI_TIMEOUT_S = 10.0
@@ -112,12 +125,18 @@ class MachineFacts:
 
     def to_json(self) -> dict[str, Any]:
         """The facts as :class:`~service.watch.report.CrashReport` carries them."""
-        out: dict[str, Any] = {"release": self.release, "hardware": self.hardware,
-                               "model": self.model, "env": self.env, "notes": self.notes}
+        out: dict[str, Any] = {
+            "release": self.release,
+            "hardware": self.hardware,
+            "model": self.model,
+            "env": self.env,
+            "notes": self.notes,
+        }
         return {k: v for k, v in out.items() if v}
 
 
 # ---------------------------------------------------------------------------- release
+
 
 def _which(name: str, env: Mapping[str, str]) -> str | None:
     return shutil.which(name, path=env.get("PATH", os.defpath))
@@ -149,7 +168,7 @@ def command_start(argv: Sequence[str]) -> int:
 def interpreter_for(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[str, str]:
     """``(interpreter, how it was found)`` for a launch command (see the module docstring)."""
     env = os.environ if env is None else env
-    argv = list(argv)[command_start(argv):]
+    argv = list(argv)[command_start(argv) :]
     if argv:
         first = argv[0]
         found = first if "/" in first else _which(first, env)
@@ -169,18 +188,29 @@ def interpreter_for(argv: Sequence[str], env: Mapping[str, str] | None = None) -
     return sys.executable, "sglang-triage's own interpreter (the command names none)"
 
 
-def installed_release(interpreter: str, how: str,
-                      env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], str | None]:
+def installed_release(
+    interpreter: str, how: str, env: Mapping[str, str] | None = None
+) -> tuple[dict[str, Any], str | None]:
     """``(release fact, note)``: the SGLang version ``interpreter`` sees (empty dict and a
     note saying why when it sees none)."""
     try:
-        proc = subprocess.run([interpreter, "-c", PROBE], capture_output=True, timeout=PROBE_TIMEOUT_S,
-                              env=dict(os.environ if env is None else env), stdin=subprocess.DEVNULL,
-                              check=False)
+        proc = subprocess.run(
+            [interpreter, "-c", PROBE],
+            capture_output=True,
+            timeout=PROBE_TIMEOUT_S,
+            env=dict(os.environ if env is None else env),
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError) as exc:
-        return {}, f"could not ask {interpreter} for its SGLang: {type(exc).__name__}: {str(exc)[:200]}"
+        return (
+            {},
+            f"could not ask {interpreter} for its SGLang: {type(exc).__name__}: {str(exc)[:200]}",
+        )
     try:
-        data = json.loads(proc.stdout[-_MAX_OUTPUT:].decode("utf-8", "replace").strip().splitlines()[-1])
+        data = json.loads(
+            proc.stdout[-_MAX_OUTPUT:].decode("utf-8", "replace").strip().splitlines()[-1]
+        )
     except (ValueError, IndexError):
         data = None
     if not isinstance(data, dict):
@@ -196,16 +226,23 @@ def installed_release(interpreter: str, how: str,
     location = data.get("location")
     pkg = os.path.join(location, "sglang") if location else None
     detail = f"importlib.metadata of {interpreter}, {how}" + (f"; {pkg}" if pkg else "")
-    fact = {"version": version, "source": "installed", "detail": detail,
-            "location": pkg, "commit": str(commit)[:40] if commit else None,
-            "interpreter": interpreter, "python": data.get("python"),
-            "dev_build": ".dev" in version or "+" in version or bool(commit)}
+    fact = {
+        "version": version,
+        "source": "installed",
+        "detail": detail,
+        "location": pkg,
+        "commit": str(commit)[:40] if commit else None,
+        "interpreter": interpreter,
+        "python": data.get("python"),
+        "dev_build": ".dev" in version or "+" in version or bool(commit),
+    }
     if data.get("url"):
         fact["url"] = data["url"]
     return fact, None
 
 
 # ---------------------------------------------------------------------------- hardware
+
 
 def _gb(mib: float) -> int:
     return max(1, round(mib / 1024))
@@ -251,8 +288,11 @@ def _rows_csv(text: str) -> list[dict[str, Any]]:
         if len(cells) < 2 or not cells[0] or "MiB" not in cells[1]:
             continue
         mib = cells[1].replace("MiB", "").strip()
-        row: dict[str, Any] = {"name": cells[0][:200], "line": line.strip()[:300],
-                               "memory_mib": int(mib) if mib.isdecimal() else None}
+        row: dict[str, Any] = {
+            "name": cells[0][:200],
+            "line": line.strip()[:300],
+            "memory_mib": int(mib) if mib.isdecimal() else None,
+        }
         if len(cells) >= 4:
             cap = cells[2].split(".")
             if len(cap) == 2 and cap[0].isdecimal() and cap[1].isdecimal():
@@ -266,7 +306,7 @@ def _rows_csv(text: str) -> list[dict[str, Any]]:
 
 def _rows_table(text: str) -> list[dict[str, Any]]:
     """Rows of the usual ``nvidia-smi`` table or of ``nvidia-smi -L``."""
-    lines = text.splitlines()[:4 * MAX_GPUS + 40]
+    lines = text.splitlines()[: 4 * MAX_GPUS + 40]
     driver = next((m[1] for ln in lines[:20] if (m := _SMI_DRIVER.search(ln[:400]))), None)
     rows = []
     for i, line in enumerate(lines):
@@ -275,13 +315,20 @@ def _rows_table(text: str) -> list[dict[str, Any]]:
             continue
         nxt = lines[i + 1][:400] if i + 1 < len(lines) else ""
         mem = _SMI_MIB.search(nxt)
-        rows.append({"name": m[2].strip(), "line": line.strip()[:300],
-                     "memory_mib": int(mem[1]) if mem else None, "driver": driver})
+        rows.append(
+            {
+                "name": m[2].strip(),
+                "line": line.strip()[:300],
+                "memory_mib": int(mem[1]) if mem else None,
+                "driver": driver,
+            }
+        )
     return rows
 
 
-def hardware_from_smi(text: str, env: Mapping[str, str] | None = None,
-                      source: str = "nvidia-smi") -> dict[str, Any]:
+def hardware_from_smi(
+    text: str, env: Mapping[str, str] | None = None, source: str = "nvidia-smi"
+) -> dict[str, Any]:
     """The hardware fact of recorded ``nvidia-smi`` output (``--query-gpu`` CSV, ``-L`` or
     the table): ``profile`` (a name ``--hardware`` accepts, or None), ``gpus`` (name,
     count, memory, compute capability, driver), ``count``, ``evidence`` (the first GPU row),
@@ -298,17 +345,35 @@ def hardware_from_smi(text: str, env: Mapping[str, str] | None = None,
     if ids and all(p.isdecimal() for p in ids) and len(ids) <= len(rows):
         count, counted = len(ids), f"CUDA_VISIBLE_DEVICES={cvd}"
     mib = first.get("memory_mib")
-    hint = GpuHint(name=first["name"], sm=first.get("sm"), count=count,
-                   memory_gb=_gb(mib) if mib else None, vendor="nvidia", evidence=first["line"])
+    hint = GpuHint(
+        name=first["name"],
+        sm=first.get("sm"),
+        count=count,
+        memory_gb=_gb(mib) if mib else None,
+        vendor="nvidia",
+        evidence=first["line"],
+    )
     profile, how = _profile_for(hint)
-    gpus = [{"name": n, "count": sum(1 for r in rows if r["name"] == n),
-             "memory_mib": next(r.get("memory_mib") for r in rows if r["name"] == n),
-             "compute_capability": (lambda sm: f"{sm // 10}.{sm % 10}" if sm else None)(
-                 next(r.get("sm") for r in rows if r["name"] == n)),
-             "driver": next(r.get("driver") for r in rows if r["name"] == n)}
-            for n in dict.fromkeys(r["name"] for r in rows)]
-    return {"profile": profile, "source": source, "evidence": first["line"],
-            "detail": f"{how}; {count} GPUs ({counted})", "gpus": gpus, "count": count}
+    gpus = [
+        {
+            "name": n,
+            "count": sum(1 for r in rows if r["name"] == n),
+            "memory_mib": next(r.get("memory_mib") for r in rows if r["name"] == n),
+            "compute_capability": (lambda sm: f"{sm // 10}.{sm % 10}" if sm else None)(
+                next(r.get("sm") for r in rows if r["name"] == n)
+            ),
+            "driver": next(r.get("driver") for r in rows if r["name"] == n),
+        }
+        for n in dict.fromkeys(r["name"] for r in rows)
+    ]
+    return {
+        "profile": profile,
+        "source": source,
+        "evidence": first["line"],
+        "detail": f"{how}; {count} GPUs ({counted})",
+        "gpus": gpus,
+        "count": count,
+    }
 
 
 def _rocm_from_json(text: str, source: str) -> dict[str, Any]:
@@ -316,18 +381,37 @@ def _rocm_from_json(text: str, source: str) -> dict[str, Any]:
         data = json.loads(text[:_MAX_OUTPUT])
     except ValueError:
         return {}
-    cards = [v for k, v in data.items() if k.startswith("card") and isinstance(v, dict)] \
-        if isinstance(data, dict) else []
+    cards = (
+        [v for k, v in data.items() if k.startswith("card") and isinstance(v, dict)]
+        if isinstance(data, dict)
+        else []
+    )
     if not cards:
         return {}
     card = cards[0]
-    name = str(card.get("Card series") or card.get("Card SKU") or card.get("Card model")
-               or card.get("Device Name") or "AMD GPU")[:200]
+    name = str(
+        card.get("Card series")
+        or card.get("Card SKU")
+        or card.get("Card model")
+        or card.get("Device Name")
+        or "AMD GPU"
+    )[:200]
     arch = str(card.get("GFX Version") or "")[:20] or None
     total = card.get("VRAM Total Memory (B)")
-    mem = round(int(total) / 1024**3) if isinstance(total, str | int) and str(total).isdecimal() else None
-    hint = GpuHint(name=name, sm=None, count=len(cards), memory_gb=mem, vendor="amd", arch=arch,
-                   evidence=json.dumps(card)[:300])
+    mem = (
+        round(int(total) / 1024**3)
+        if isinstance(total, str | int) and str(total).isdecimal()
+        else None
+    )
+    hint = GpuHint(
+        name=name,
+        sm=None,
+        count=len(cards),
+        memory_gb=mem,
+        vendor="amd",
+        arch=arch,
+        evidence=json.dumps(card)[:300],
+    )
     prof = profile_from_gpus([hint])
     profile = None
     if prof is not None:
@@ -336,15 +420,26 @@ def _rocm_from_json(text: str, source: str) -> dict[str, Any]:
         except ConfigError:
             profile = None
     how = f"{profile}: by GPU name {name}" if profile else f"no hardware profile fits {name}"
-    return {"profile": profile, "source": source, "evidence": hint.evidence,
-            "detail": f"{how}; {len(cards)} GPUs listed", "count": len(cards),
-            "gpus": [{"name": name, "count": len(cards), "memory_gb": mem, "arch": arch}]}
+    return {
+        "profile": profile,
+        "source": source,
+        "evidence": hint.evidence,
+        "detail": f"{how}; {len(cards)} GPUs listed",
+        "count": len(cards),
+        "gpus": [{"name": name, "count": len(cards), "memory_gb": mem, "arch": arch}],
+    }
 
 
 def _run_tool(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, str | None]:
     try:
-        proc = subprocess.run(argv, capture_output=True, timeout=SMI_TIMEOUT_S, env=dict(env),
-                              stdin=subprocess.DEVNULL, check=False)
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            timeout=SMI_TIMEOUT_S,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"{os.path.basename(argv[0])} failed: {type(exc).__name__}: {str(exc)[:200]}"
     if proc.returncode != 0:
@@ -388,6 +483,7 @@ def read_gpus(env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], lis
 
 # ------------------------------------------------------------------------- model, env
 
+
 def model_path_of(argv: Sequence[str]) -> str | None:
     """The value of ``--model-path``/``--model`` (last one wins; ``--x=v`` or ``--x v``)."""
     found = None
@@ -423,11 +519,18 @@ def model_facts(argv: Sequence[str]) -> tuple[dict[str, Any], str | None]:
         return fact, f"{cfg} is not a JSON object"
     arch = data.get("architectures")
     quant = data.get("quantization_config")
-    fact.update({"source": "config.json", "detail": str(cfg), "local": True,
-                 "architectures": [str(a)[:200] for a in arch[:4]] if isinstance(arch, list) else [],
-                 "model_type": str(data.get("model_type"))[:100] if data.get("model_type") else None,
-                 "quantization": str(quant.get("quant_method"))[:50]
-                 if isinstance(quant, dict) and quant.get("quant_method") else None})
+    fact.update(
+        {
+            "source": "config.json",
+            "detail": str(cfg),
+            "local": True,
+            "architectures": [str(a)[:200] for a in arch[:4]] if isinstance(arch, list) else [],
+            "model_type": str(data.get("model_type"))[:100] if data.get("model_type") else None,
+            "quantization": str(quant.get("quant_method"))[:50]
+            if isinstance(quant, dict) and quant.get("quant_method")
+            else None,
+        }
+    )
     return fact, None
 
 
@@ -437,15 +540,23 @@ def env_facts(env: Mapping[str, str] | None = None) -> dict[str, str]:
     env = os.environ if env is None else env
     out: dict[str, str] = {}
     for name in sorted(env):
-        if not (name.startswith("SGLANG_") or name == "CUDA_VISIBLE_DEVICES") or len(out) >= _MAX_ENV:
+        if (
+            not (name.startswith("SGLANG_") or name == "CUDA_VISIBLE_DEVICES")
+            or len(out) >= _MAX_ENV
+        ):
             continue
         value = env[name][:200]
         out[name] = "<hidden>" if _SECRET_NAME.search(name) else redact(value)
     return out
 
 
-def gather(argv: Sequence[str], env: Mapping[str, str] | None = None, *,
-           release: str | None = None, hardware: str | None = None) -> MachineFacts:
+def gather(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    release: str | None = None,
+    hardware: str | None = None,
+) -> MachineFacts:
     """Every fact of the launch ``argv``: a given ``release``/``hardware`` (the user's
     ``--release``/``--hardware``) replaces the probe and says so."""
     env = os.environ if env is None else env

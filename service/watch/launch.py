@@ -39,16 +39,32 @@ from types import FrameType
 
 from service.watch.ready import is_ready_line
 
-__all__ = ["DRAIN_S", "FORWARDED", "LaunchResult", "LineSplitter", "Tail", "clean_line", "exit_code_of",
-           "launch"]
+__all__ = [
+    "DRAIN_S",
+    "FORWARDED",
+    "LaunchResult",
+    "LineSplitter",
+    "Tail",
+    "clean_line",
+    "exit_code_of",
+    "launch",
+]
 
 #: signals forwarded to the child's process group (a second SIGINT becomes SIGKILL)
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
-             signal.SIGUSR2)
+FORWARDED = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
 #: how long output still arriving after the child exited is copied
 DRAIN_S = 2.0
 _READ = 65536
-_ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[ -/]{0,4}[@-~]|\x1b\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)|\x1b[@-_]")
+_ANSI = re.compile(
+    r"\x1b\[[0-9;?]{0,32}[ -/]{0,4}[@-~]|\x1b\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)|\x1b[@-_]"
+)
 
 
 def clean_line(raw: str) -> str:
@@ -216,9 +232,16 @@ class _Forwarder:
             _copy_winsize(like, master)
 
 
-def launch(argv: Sequence[str], *, env: dict[str, str] | None = None, stdout_fd: int = 1,
-           stderr_fd: int = 2, use_pty: bool | None = None, tail: Tail | None = None,
-           on_line: Callable[[str], None] | None = None) -> LaunchResult:
+def launch(
+    argv: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    stdout_fd: int = 1,
+    stderr_fd: int = 2,
+    use_pty: bool | None = None,
+    tail: Tail | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> LaunchResult:
     """Run ``argv`` transparently (see the module docstring) and return how it ended.
 
     ``stdout_fd``/``stderr_fd`` are where the child's output is copied (ours by default);
@@ -250,14 +273,24 @@ def launch(argv: Sequence[str], *, env: dict[str, str] | None = None, stdout_fd:
             on_line(tail.lines[-1] if tail.lines else line)
 
     try:
-        proc = subprocess.Popen(list(argv), env=env, stdout=spec[0], stderr=spec[1],
-                                start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            list(argv),
+            env=env,
+            stdout=spec[0],
+            stderr=spec[1],
+            start_new_session=True,
+            close_fds=True,
+        )
     except OSError as exc:
         for fd in [*sinks, *child_ends]:
             os.close(fd)
         code = 127 if isinstance(exc, FileNotFoundError) else 126
-        return LaunchResult(returncode=code, exit_code=code, tail=tail,
-                            error=f"{argv[0] if argv else '(empty command)'}: {exc.strerror or exc}")
+        return LaunchResult(
+            returncode=code,
+            exit_code=code,
+            tail=tail,
+            error=f"{argv[0] if argv else '(empty command)'}: {exc.strerror or exc}",
+        )
     for fd in child_ends:
         os.close(fd)
     result = LaunchResult(returncode=0, exit_code=0, tail=tail, pty=bool(ptys), pid=proc.pid)
@@ -277,8 +310,12 @@ def launch(argv: Sequence[str], *, env: dict[str, str] | None = None, stdout_fd:
     return result
 
 
-def _pump(sel: selectors.BaseSelector, sinks: dict[int, int],
-          splitters: dict[int, LineSplitter], proc: subprocess.Popen[bytes]) -> None:
+def _pump(
+    sel: selectors.BaseSelector,
+    sinks: dict[int, int],
+    splitters: dict[int, LineSplitter],
+    proc: subprocess.Popen[bytes],
+) -> None:
     """Copy until every stream ends, or :data:`DRAIN_S` after the child exited."""
     exited_at: float | None = None
     broken: set[int] = set()

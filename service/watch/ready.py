@@ -20,7 +20,8 @@ READY_MARKERS = ("The server is fired up and ready to roll!",)
 # resolved ``server_args=ServerArgs(`` line, a systemd/journald "Started ..." line
 _START_RE = re.compile(
     r"(?:python[\d.]*\s+-m\s+sglang\.launch_server\b|\bsglang\s+serve\b|"
-    r"\bserver_args=ServerArgs\(|systemd\[\d+\]: Started\b)")
+    r"\bserver_args=ServerArgs\(|systemd\[\d+\]: Started\b)"
+)
 
 
 def is_ready_line(line: str) -> bool:

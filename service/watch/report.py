@@ -48,8 +48,17 @@ from service.engine import (
 )
 from service.settings import Settings, reveal
 
-__all__ = ["REPORT_KEY_ENV", "STATUSES", "CrashReport", "apply_facts", "crash_key", "fact_lines",
-           "render_answer", "reply_in_thread", "send_report"]
+__all__ = [
+    "REPORT_KEY_ENV",
+    "STATUSES",
+    "CrashReport",
+    "apply_facts",
+    "crash_key",
+    "fact_lines",
+    "render_answer",
+    "reply_in_thread",
+    "send_report",
+]
 
 STATUSES = ("startup_crash", "not_startup", "ok")
 #: environment variable holding the bearer key for ``--report-to`` (never a command-line flag)
@@ -68,8 +77,15 @@ def crash_key(result: TriageResult | None, tail: list[str], status: str = "start
     if result is not None:
         loc = result.location.citation if result.location is not None else ""
         check = str(result.check.id) if result.check is not None else ""
-        parts = [status, str(result.release.get("release")), result.status, loc, check,
-                 result.parsed.exception or "", _DIGITS.sub("N", (result.parsed.message or "")[:300])]
+        parts = [
+            status,
+            str(result.release.get("release")),
+            result.status,
+            loc,
+            check,
+            result.parsed.exception or "",
+            _DIGITS.sub("N", (result.parsed.message or "")[:300]),
+        ]
     else:
         lines = [ln.strip()[:300] for ln in tail if ln.strip()][-3:]
         parts = [status, *(_DIGITS.sub("N", _HEX.sub("X", ln)) for ln in lines)]
@@ -106,19 +122,31 @@ class CrashReport:
         if self.status == "startup_crash":
             return f"SGLang exited{code} before its ready line: a start-up crash{times}"
         if self.status == "not_startup":
-            return (f"SGLang exited{code} after its ready line: not a start-up crash{times}; "
-                    "not triaged as a launch-flag problem")
+            return (
+                f"SGLang exited{code} after its ready line: not a start-up crash{times}; "
+                "not triaged as a launch-flag problem"
+            )
         return f"SGLang exited{code} normally{times}"
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-safe dict: the whole bounded tail, the facts and the answer."""
-        return {"status": self.status, "headline": self.headline(), "exit_code": self.exit_code,
-                "count": self.count, "key": self.key, "command": self.command, "facts": self.facts,
-                "tail": list(self.tail), "error": self.error, "sent": dict(self.sent),
-                "result": self.result.model_dump(mode="json") if self.result is not None else None}
+        return {
+            "status": self.status,
+            "headline": self.headline(),
+            "exit_code": self.exit_code,
+            "count": self.count,
+            "key": self.key,
+            "command": self.command,
+            "facts": self.facts,
+            "tail": list(self.tail),
+            "error": self.error,
+            "sent": dict(self.sent),
+            "result": self.result.model_dump(mode="json") if self.result is not None else None,
+        }
 
-    def render_text(self, console: Console,
-                    render: Callable[[TriageResult, Console], None] | None = None) -> None:
+    def render_text(
+        self, console: Console, render: Callable[[TriageResult, Console], None] | None = None
+    ) -> None:
         """Print the report: the headline, the facts with their sources, then the answer or,
         without one, the tail. ``render`` prints the answer (the CLI passes its
         ``render_result``; the default is :func:`render_answer`, this layer's short form)."""
@@ -144,6 +172,7 @@ class CrashReport:
 
 # ------------------------------------------------------------------------------- facts
 
+
 def fact_lines(facts: dict[str, Any], result: TriageResult | None = None) -> list[str]:
     """``release: 0.5.11 exact (installed; ...)``, ``hardware: h100-x8 detected (...)``,
     ``model: ...``, ``env: ...``: the facts and where each came from."""
@@ -151,12 +180,22 @@ def fact_lines(facts: dict[str, Any], result: TriageResult | None = None) -> lis
     rel = facts.get("release") or {}
     if rel.get("version"):
         answered = result.release.get("release") if result is not None else None
-        how = "exact" if answered in (None, rel["version"]) else f"not in the KB, answered from {answered}"
+        how = (
+            "exact"
+            if answered in (None, rel["version"])
+            else f"not in the KB, answered from {answered}"
+        )
         if rel.get("source") != "installed":
-            how = "given" if answered in (None, rel["version"]) else f"given, answered from {answered}"
+            how = (
+                "given"
+                if answered in (None, rel["version"])
+                else f"given, answered from {answered}"
+            )
         extra = f", commit {rel['commit']}" if rel.get("commit") else ""
-        lines.append(f"release: {rel['version']} {how} ({rel.get('source', '?')}{extra}; "
-                     f"{rel.get('detail', '')})".replace("; )", ")"))
+        lines.append(
+            f"release: {rel['version']} {how} ({rel.get('source', '?')}{extra}; "
+            f"{rel.get('detail', '')})".replace("; )", ")")
+        )
     hw = facts.get("hardware") or {}
     if hw:
         name = hw.get("profile") or "no known profile"
@@ -188,18 +227,27 @@ def apply_facts(result: TriageResult, facts: dict[str, Any]) -> TriageResult:
     rel = facts.get("release") or {}
     if rel.get("version") and rel.get("source") == "installed":
         exact = result.release.get("release") == rel["version"]
-        result.release["installed"] = {k: rel.get(k) for k in
-                                       ("version", "location", "commit", "interpreter", "detail")}
+        result.release["installed"] = {
+            k: rel.get(k) for k in ("version", "location", "commit", "interpreter", "detail")
+        }
         result.release["source"] = "installed"
         result.release["match"] = "exact" if exact else "nearest"
         if exact:
             result.release["method"] = "installed"
     hw = facts.get("hardware") or {}
-    if hw.get("profile") and hw.get("source") != "given" and result.hardware is not None \
-            and result.hardware.name == hw["profile"]:
-        result.hardware = result.hardware.model_copy(update={
-            "source": "detected", "evidence": str(hw.get("evidence") or "")[:500],
-            "detail": str(hw.get("detail") or hw.get("source") or "")[:500]})
+    if (
+        hw.get("profile")
+        and hw.get("source") != "given"
+        and result.hardware is not None
+        and result.hardware.name == hw["profile"]
+    ):
+        result.hardware = result.hardware.model_copy(
+            update={
+                "source": "detected",
+                "evidence": str(hw.get("evidence") or "")[:500],
+                "detail": str(hw.get("detail") or hw.get("source") or "")[:500],
+            }
+        )
     return result
 
 
@@ -208,10 +256,16 @@ def render_answer(result: TriageResult, console: Console) -> None:
     first fixes (edit lines and the whole command on one unwrapped line), unknowns."""
     rel = result.release
     console.print(Text(result.summary, style="bold"), soft_wrap=True)
-    console.print(Text(f"release {rel.get('release')} ({rel.get('method')}, confidence "
-                       f"{rel.get('confidence')}); answer confidence {result.confidence}"))
+    console.print(
+        Text(
+            f"release {rel.get('release')} ({rel.get('method')}, confidence "
+            f"{rel.get('confidence')}); answer confidence {result.confidence}"
+        )
+    )
     if result.location is not None:
-        console.print(Text(f"failing check: {result.location.function} at {result.location.citation}"))
+        console.print(
+            Text(f"failing check: {result.location.function} at {result.location.citation}")
+        )
     if result.rule:
         console.print(Text(f"rule: {result.rule}"), soft_wrap=True)
     line = model_facts_line(result.model_facts)
@@ -220,8 +274,10 @@ def render_answer(result: TriageResult, console: Console) -> None:
     for line in upgrade_lines(result.upgrade_fix):
         console.print(Text(line), soft_wrap=True)
     for fix in result.fixes[:3]:
-        console.print(Text(f"fix {fix.rank}{' (recommended)' if fix.recommended else ''}: {fix.verdict}"),
-                      soft_wrap=True)
+        console.print(
+            Text(f"fix {fix.rank}{' (recommended)' if fix.recommended else ''}: {fix.verdict}"),
+            soft_wrap=True,
+        )
         for edit in edit_lines(fix):
             console.print(Text(f"  {edit}"))
         console.print(fix.command, markup=False, highlight=False, soft_wrap=True, crop=False)
@@ -232,6 +288,7 @@ def render_answer(result: TriageResult, console: Console) -> None:
 
 
 # ------------------------------------------------------------------------------ sending
+
 
 def _triage_url(base: str) -> str:
     base = base.rstrip("/")
@@ -263,8 +320,13 @@ def _send_team(report: CrashReport, url: str) -> str:
     if key:
         headers["authorization"] = f"Bearer {key}"
     try:
-        resp = httpx.post(target, json=_request_body(report), headers=headers,
-                          timeout=_HTTP_TIMEOUT_S, follow_redirects=False)
+        resp = httpx.post(
+            target,
+            json=_request_body(report),
+            headers=headers,
+            timeout=_HTTP_TIMEOUT_S,
+            follow_redirects=False,
+        )
     except httpx.HTTPError as exc:
         return f"not sent to {target}: {type(exc).__name__}: {str(exc)[:200]}"
     if resp.status_code != 200:
@@ -311,8 +373,12 @@ def _post_slack(settings: Settings, payload: dict[str, Any]) -> tuple[dict[str, 
         return None, "TRIAGE_SLACK_BOT_TOKEN is not set"
     base = (settings.slack_api_url or "https://slack.com/api/").rstrip("/")
     try:
-        resp = httpx.post(f"{base}/chat.postMessage", json=redact_payload(payload, extra=[token]),
-                          timeout=_HTTP_TIMEOUT_S, headers={"authorization": f"Bearer {token}"})
+        resp = httpx.post(
+            f"{base}/chat.postMessage",
+            json=redact_payload(payload, extra=[token]),
+            timeout=_HTTP_TIMEOUT_S,
+            headers={"authorization": f"Bearer {token}"},
+        )
         data = resp.json()
     except (httpx.HTTPError, ValueError) as exc:
         return None, f"{type(exc).__name__}: {str(exc)[:200]}"
@@ -322,7 +388,9 @@ def _post_slack(settings: Settings, payload: dict[str, Any]) -> tuple[dict[str, 
     return data, ""
 
 
-def _send_slack(report: CrashReport, channel: str, thread_ts: str | None, settings: Settings) -> str:
+def _send_slack(
+    report: CrashReport, channel: str, thread_ts: str | None, settings: Settings
+) -> str:
     text, blocks = _slack_message(report)
     payload: dict[str, Any] = {"channel": channel, "text": text[:3000], "blocks": blocks}
     if thread_ts:
@@ -337,15 +405,22 @@ def _send_slack(report: CrashReport, channel: str, thread_ts: str | None, settin
 
 def reply_in_thread(channel: str, thread_ts: str, text: str, settings: Settings) -> str:
     """One short reply in a report's Slack thread (a repeat's count); a note of what happened."""
-    data, why = _post_slack(settings, {"channel": channel, "thread_ts": thread_ts,
-                                       "text": text[:3000]})
+    data, why = _post_slack(
+        settings, {"channel": channel, "thread_ts": thread_ts, "text": text[:3000]}
+    )
     if data is None:
         return f"no reply in Slack channel {channel}: {why}"
     return f"replied in the Slack thread {thread_ts}"
 
 
-def send_report(report: CrashReport, *, report_to: str | None, slack_channel: str | None,
-                thread_ts: str | None = None, settings: Settings) -> list[str]:
+def send_report(
+    report: CrashReport,
+    *,
+    report_to: str | None,
+    slack_channel: str | None,
+    thread_ts: str | None = None,
+    settings: Settings,
+) -> list[str]:
     """Send ``report`` where asked; one note per destination (sent, or why not).
 
     ``report_to`` (a sglang-triage service's base URL, or its ``/triage`` URL) gets the

@@ -93,8 +93,9 @@ def _sglang_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith("SGLANG_") or k == "CUDA_VISIBLE_DEVICES"}
 
 
-def preflight(settings: Settings, argv: Sequence[str], facts: MachineFacts,
-              env: Mapping[str, str]) -> dict[str, Any]:
+def preflight(
+    settings: Settings, argv: Sequence[str], facts: MachineFacts, env: Mapping[str, str]
+) -> dict[str, Any]:
     """Lint the command's flags against the facts' release; a JSON-safe summary with
     ``status`` ``ok`` | ``errors`` | ``skipped``, the violated error cards (``errors``: rule,
     title, reason, citations, fixes) and ``ms``. Never ingests."""
@@ -104,35 +105,69 @@ def preflight(settings: Settings, argv: Sequence[str], facts: MachineFacts,
     release = facts.version
     launcher, flags = flags_of(argv)
     if not release:
-        return {"status": "skipped", "note": "no SGLang release is known (none installed for the "
-                "command's interpreter, and no --release): pre-flight skipped"}
+        return {
+            "status": "skipped",
+            "note": "no SGLang release is known (none installed for the "
+            "command's interpreter, and no --release): pre-flight skipped",
+        }
     arch = (facts.model.get("architectures") or [None])[0]
     try:
-        report = lint(kb_for(settings).store, release, flags, facts.profile, arch,
-                      env=_sglang_env(env), prefix=shlex.join(launcher) or "python -m sglang.launch_server")
+        report = lint(
+            kb_for(settings).store,
+            release,
+            flags,
+            facts.profile,
+            arch,
+            env=_sglang_env(env),
+            prefix=shlex.join(launcher) or "python -m sglang.launch_server",
+        )
     except ReleaseNotIngested:
-        return {"status": "skipped", "release": release,
-                "note": f"release {release} is not in the KB: pre-flight skipped (add it with "
-                        f"`sglang-triage ingest --release {release}`)"}
+        return {
+            "status": "skipped",
+            "release": release,
+            "note": f"release {release} is not in the KB: pre-flight skipped (add it with "
+            f"`sglang-triage ingest --release {release}`)",
+        }
     except (TriageError, ValueError) as exc:
         msg = getattr(exc, "message", None) or str(exc)
         return {"status": "skipped", "release": release, "note": f"pre-flight skipped: {msg[:300]}"}
-    errors = [{"rule": f.rule, "title": f.title, "reason": f.reason, "citations": f.citations[:3],
-               "fixes": [{"command": x.command, "verified": x.verified, "origin": x.origin}
-                         for x in f.fixes[:2]]}
-              for f in report.violated if f.severity == "error"]
-    return {"status": "ok" if report.ok else "errors", "release": release,
-            "hardware": report.hardware, "model_arch": report.model_arch, "errors": errors,
-            "warnings": sum(1 for f in report.violated if f.severity != "error"),
-            "undecided": len(report.unknown), "ms": round((time.perf_counter() - t0) * 1000, 1)}
+    errors = [
+        {
+            "rule": f.rule,
+            "title": f.title,
+            "reason": f.reason,
+            "citations": f.citations[:3],
+            "fixes": [
+                {"command": x.command, "verified": x.verified, "origin": x.origin}
+                for x in f.fixes[:2]
+            ],
+        }
+        for f in report.violated
+        if f.severity == "error"
+    ]
+    return {
+        "status": "ok" if report.ok else "errors",
+        "release": release,
+        "hardware": report.hardware,
+        "model_arch": report.model_arch,
+        "errors": errors,
+        "warnings": sum(1 for f in report.violated if f.severity != "error"),
+        "undecided": len(report.unknown),
+        "ms": round((time.perf_counter() - t0) * 1000, 1),
+    }
 
 
 #: seconds the pre-flight replay may take (a cold sandboxed interpreter included)
 REPLAY_TIMEOUT_S = 60.0
 
 
-def preflight_replay(settings: Settings, argv: Sequence[str], facts: MachineFacts,
-                     pre: dict[str, Any], timeout_s: float = REPLAY_TIMEOUT_S) -> dict[str, Any]:
+def preflight_replay(
+    settings: Settings,
+    argv: Sequence[str],
+    facts: MachineFacts,
+    pre: dict[str, Any],
+    timeout_s: float = REPLAY_TIMEOUT_S,
+) -> dict[str, Any]:
     """``pre`` with SGLang as the judge: the release's own argument validation replayed on
     the command's flags with the detected hardware and model architecture, in the replay
     sandbox (never the user's model path: replay generates a stand-in checkpoint). A
@@ -153,20 +188,35 @@ def preflight_replay(settings: Settings, argv: Sequence[str], facts: MachineFact
         return {**pre, "replay": {"status": "skipped", "note": f"replay skipped: {reason}"}}
     root = unpack_wheel(wheel, settings.source_dir / release)
     arch = (facts.model.get("architectures") or [None])[0]
-    res = replay(root, release, flags, hardware=facts.profile, model_arch=arch,
-                 timeout_s=timeout_s, settings=settings)
+    res = replay(
+        root,
+        release,
+        flags,
+        hardware=facts.profile,
+        model_arch=arch,
+        timeout_s=timeout_s,
+        settings=settings,
+    )
     where = res.origin.where() if res.origin is not None else ""
-    verdict = {"status": res.status, "hardware": res.hardware, "where": where,
-               "message": (res.message or res.harness_reason or "")[:500]}
+    verdict = {
+        "status": res.status,
+        "hardware": res.hardware,
+        "where": where,
+        "message": (res.message or res.harness_reason or "")[:500],
+    }
     if res.status not in ("raised", "argparse_error"):
         return {**pre, "replay": verdict}
-    error = {"rule": "replay", "title": f"SGLang {release}'s own validation refuses the command "
-             f"({res.exception_type or 'argparse'})", "reason": verdict["message"],
-             "citations": [f"{release}:{res.origin.path}:{res.origin.line}"]
-             if res.origin is not None and res.origin.path and res.origin.line else [],
-             "fixes": []}
-    return {**pre, "status": "errors", "errors": [*pre.get("errors", []), error],
-            "replay": verdict}
+    error = {
+        "rule": "replay",
+        "title": f"SGLang {release}'s own validation refuses the command "
+        f"({res.exception_type or 'argparse'})",
+        "reason": verdict["message"],
+        "citations": [f"{release}:{res.origin.path}:{res.origin.line}"]
+        if res.origin is not None and res.origin.path and res.origin.line
+        else [],
+        "fixes": [],
+    }
+    return {**pre, "status": "errors", "errors": [*pre.get("errors", []), error], "replay": verdict}
 
 
 def _print_preflight(pre: dict[str, Any], err: Console, strict: bool) -> None:
@@ -175,17 +225,33 @@ def _print_preflight(pre: dict[str, Any], err: Console, strict: bool) -> None:
         return
     replayed = pre.get("replay") or {}
     if pre["status"] == "ok":
-        err.print(Text(f"sglang-triage pre-flight: SGLang {pre['release']}"
-                       f"{' on ' + pre['hardware'] if pre.get('hardware') else ''}: no error card "
-                       f"violated ({pre['warnings']} warning(s), {pre['undecided']} undecided)",
-                       style="dim"), soft_wrap=True)
+        err.print(
+            Text(
+                f"sglang-triage pre-flight: SGLang {pre['release']}"
+                f"{' on ' + pre['hardware'] if pre.get('hardware') else ''}: no error card "
+                f"violated ({pre['warnings']} warning(s), {pre['undecided']} undecided)",
+                style="dim",
+            ),
+            soft_wrap=True,
+        )
         if replayed:
-            err.print(Text(f"sglang-triage pre-flight replay: {replayed.get('status')}"
-                           + (f" ({replayed['note']})" if replayed.get("note") else ""),
-                           style="dim"), soft_wrap=True)
+            err.print(
+                Text(
+                    f"sglang-triage pre-flight replay: {replayed.get('status')}"
+                    + (f" ({replayed['note']})" if replayed.get("note") else ""),
+                    style="dim",
+                ),
+                soft_wrap=True,
+            )
         return
-    err.print(Text(f"sglang-triage pre-flight: SGLang {pre['release']} would refuse this command "
-                   f"({len(pre['errors'])} error card(s)):", style="bold red"), soft_wrap=True)
+    err.print(
+        Text(
+            f"sglang-triage pre-flight: SGLang {pre['release']} would refuse this command "
+            f"({len(pre['errors'])} error card(s)):",
+            style="bold red",
+        ),
+        soft_wrap=True,
+    )
     for e in pre["errors"]:
         err.print(Text(f"✗ {e['rule']} {e['title']}", style="red"), soft_wrap=True)
         err.print(Text(f"    {e['reason']}"), soft_wrap=True)
@@ -195,12 +261,19 @@ def _print_preflight(pre: dict[str, Any], err: Console, strict: bool) -> None:
             tag = "verified" if fix["verified"] else "not clean"
             err.print(Text(f"    fix ({tag}, {fix['origin']}):"))
             err.print(fix["command"], markup=False, highlight=False, soft_wrap=True, crop=False)
-    err.print(Text("refusing to launch (--preflight strict)" if strict else
-                   "launching anyway (--preflight warn)", style="bold"))
+    err.print(
+        Text(
+            "refusing to launch (--preflight strict)"
+            if strict
+            else "launching anyway (--preflight warn)",
+            style="bold",
+        )
+    )
 
 
-def _payload(tail: Tail, argv: Sequence[str], facts: MachineFacts,
-             env: Mapping[str, str]) -> dict[str, Any]:
+def _payload(
+    tail: Tail, argv: Sequence[str], facts: MachineFacts, env: Mapping[str, str]
+) -> dict[str, Any]:
     """The structured triage input: the launch's ``SGLANG_*`` settings as ``export`` lines
     before the tail (the log parser reads them), the command and the interpreter's Python."""
     exports = [f"export {k}={shlex.quote(v)}" for k, v in sorted(_sglang_env(env).items())][:64]
@@ -211,16 +284,22 @@ def _payload(tail: Tail, argv: Sequence[str], facts: MachineFacts,
     return payload
 
 
-def triage_launch(settings: Settings, tail: Tail, argv: Sequence[str], facts: MachineFacts,
-                  env: Mapping[str, str]) -> tuple[TriageResult | None, str | None]:
+def triage_launch(
+    settings: Settings, tail: Tail, argv: Sequence[str], facts: MachineFacts, env: Mapping[str, str]
+) -> tuple[TriageResult | None, str | None]:
     """``(answer, error)``: the tail triaged with the facts, stamped with them."""
     from service import ondemand  # noqa: PLC0415 - the engine only when something crashed
     from service.wiring import engine_for  # noqa: PLC0415
 
     try:
-        result = ondemand.triage(engine_for(settings), settings, _payload(tail, argv, facts, env),
-                                 release=facts.version, hardware=facts.profile,
-                                 model=facts.model.get("path"))
+        result = ondemand.triage(
+            engine_for(settings),
+            settings,
+            _payload(tail, argv, facts, env),
+            release=facts.version,
+            hardware=facts.profile,
+            model=facts.model.get("path"),
+        )
     except TriageError as exc:
         return None, exc.message
     except Exception as exc:  # noqa: BLE001 - a triage bug must not hide SGLang's own exit
@@ -234,10 +313,18 @@ def _status(res: LaunchResult) -> str:
     return "not_startup" if res.tail.ready else "startup_crash"
 
 
-def run(argv: Sequence[str], options: RunOptions, settings: Settings, *,
-        err: Console | None = None, env: Mapping[str, str] | None = None,
-        stdout_fd: int = 1, stderr_fd: int = 2, tail: Tail | None = None,
-        render: Callable[[TriageResult, Console], None] | None = None) -> int:
+def run(
+    argv: Sequence[str],
+    options: RunOptions,
+    settings: Settings,
+    *,
+    err: Console | None = None,
+    env: Mapping[str, str] | None = None,
+    stdout_fd: int = 1,
+    stderr_fd: int = 2,
+    tail: Tail | None = None,
+    render: Callable[[TriageResult, Console], None] | None = None,
+) -> int:
     """The ``run`` use case (see the module docstring); returns the exit code to use.
 
     ``err`` is where our own messages go (stderr); ``stdout_fd``/``stderr_fd`` where the
@@ -249,8 +336,9 @@ def run(argv: Sequence[str], options: RunOptions, settings: Settings, *,
         err.print(f"--preflight must be one of {', '.join(PREFLIGHT_MODES)}", markup=False)
         return 2
     if not argv:
-        err.print("usage: sglang-triage run [options] -- python -m sglang.launch_server ...",
-                  markup=False)
+        err.print(
+            "usage: sglang-triage run [options] -- python -m sglang.launch_server ...", markup=False
+        )
         return 2
     facts = gather(argv, env, release=options.release, hardware=options.hardware)
     pre: dict[str, Any] = {"status": "off"}
@@ -263,8 +351,10 @@ def run(argv: Sequence[str], options: RunOptions, settings: Settings, *,
             _print_preflight(pre, err, strict)
         if strict and pre["status"] == "errors":
             if options.as_json:
-                _emit_json(err, {"launched": False, "exit_code": 2, "preflight": pre,
-                                 "facts": facts.to_json()})
+                _emit_json(
+                    err,
+                    {"launched": False, "exit_code": 2, "preflight": pre, "facts": facts.to_json()},
+                )
             return 2
     res = launch(argv, env=env, stdout_fd=stdout_fd, stderr_fd=stderr_fd, tail=tail)
     if res.error:
@@ -282,20 +372,42 @@ def run(argv: Sequence[str], options: RunOptions, settings: Settings, *,
         if options.as_json:
             _emit_json(err, {**out, "facts": facts.to_json()})
         return res.exit_code
-    result, error = (triage_launch(settings, res.tail, argv, facts, env)
-                     if status == "startup_crash" else (None, None))
-    report = CrashReport(result=result, tail=list(res.tail.lines), status=status,
-                         facts=facts.to_json(), command=argv, exit_code=res.exit_code, error=error)
+    result, error = (
+        triage_launch(settings, res.tail, argv, facts, env)
+        if status == "startup_crash"
+        else (None, None)
+    )
+    report = CrashReport(
+        result=result,
+        tail=list(res.tail.lines),
+        status=status,
+        facts=facts.to_json(),
+        command=argv,
+        exit_code=res.exit_code,
+        error=error,
+    )
     asked = bool(options.report_to or options.slack_channel)
     if options.as_json:
-        notes = send_report(report, report_to=options.report_to, slack_channel=options.slack_channel,
-                            settings=settings) if asked else []
+        notes = (
+            send_report(
+                report,
+                report_to=options.report_to,
+                slack_channel=options.slack_channel,
+                settings=settings,
+            )
+            if asked
+            else []
+        )
         _emit_json(err, {**out, "report": report.to_json(), "sent": notes})
     else:
         report.render_text(err, render)
         if asked:
-            for note in send_report(report, report_to=options.report_to,
-                                    slack_channel=options.slack_channel, settings=settings):
+            for note in send_report(
+                report,
+                report_to=options.report_to,
+                slack_channel=options.slack_channel,
+                settings=settings,
+            ):
                 err.print(Text(f"sglang-triage: {note}", style="dim"), soft_wrap=True)
     return res.exit_code
 

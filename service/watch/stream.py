@@ -32,8 +32,17 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["CHUNK", "CLIENTS", "MAX_LINE_BYTES", "ClientSource", "LineSplitter", "SourceError",
-           "client_command", "fd_lines", "file_lines"]
+__all__ = [
+    "CHUNK",
+    "CLIENTS",
+    "MAX_LINE_BYTES",
+    "ClientSource",
+    "LineSplitter",
+    "SourceError",
+    "client_command",
+    "fd_lines",
+    "file_lines",
+]
 
 CHUNK = 64 * 1024
 MAX_LINE_BYTES = 64 * 1024
@@ -71,7 +80,7 @@ class LineSplitter:
             data = data[:-1]
         k = data.rfind(b"\r")
         if k >= 0:
-            data = data[k + 1:]
+            data = data[k + 1 :]
         self.lines += 1
         return data.decode("utf-8", "replace").translate(_CONTROLS)
 
@@ -90,7 +99,7 @@ class LineSplitter:
                     self._part.clear()
             else:
                 room = self.max_line - len(self._part)
-                self._part += data[start:min(end, start + room)]
+                self._part += data[start : min(end, start + room)]
                 if end - start > room:
                     self.cut += 1
                     self._skipping = nl < 0
@@ -120,8 +129,9 @@ class LineSplitter:
         self._skipping = False
 
 
-def fd_lines(fd: int, *, idle_s: float | None = None,
-             splitter: LineSplitter | None = None) -> Iterator[str | None]:
+def fd_lines(
+    fd: int, *, idle_s: float | None = None, splitter: LineSplitter | None = None
+) -> Iterator[str | None]:
     """The lines read from ``fd`` (a pipe, standard input, a file) until end of input.
 
     With ``idle_s`` a ``None`` is yielded each time nothing arrived for that long."""
@@ -142,9 +152,15 @@ def fd_lines(fd: int, *, idle_s: float | None = None,
     yield from split.finish()
 
 
-def file_lines(path: Path, *, follow: bool, poll_s: float = 0.25, idle_s: float = 2.0,
-               stop: Callable[[], bool] | None = None,
-               splitter: LineSplitter | None = None) -> Iterator[str | None]:
+def file_lines(
+    path: Path,
+    *,
+    follow: bool,
+    poll_s: float = 0.25,
+    idle_s: float = 2.0,
+    stop: Callable[[], bool] | None = None,
+    splitter: LineSplitter | None = None,
+) -> Iterator[str | None]:
     """The lines of ``path``; with ``follow``, then the lines appended to it, forever
     (or until ``stop()`` is true), following rotation.
 
@@ -200,8 +216,11 @@ def file_lines(path: Path, *, follow: bool, poll_s: float = 0.25, idle_s: float 
 def client_command(kind: str, name: str, *, follow: bool) -> list[str]:
     """The command line that streams the logs of ``name`` with the ``kind`` client."""
     if kind == "journald":
-        return ["journalctl", "-o", "short-iso", "-fu", name] if follow else \
-            ["journalctl", "-o", "short-iso", "--no-pager", "-u", name]
+        return (
+            ["journalctl", "-o", "short-iso", "-fu", name]
+            if follow
+            else ["journalctl", "-o", "short-iso", "--no-pager", "-u", name]
+        )
     if kind == "docker":
         return ["docker", "logs", "-f", name] if follow else ["docker", "logs", name]
     if kind == "kubectl":
@@ -223,8 +242,9 @@ class ClientSource:
         self.argv = client_command(kind, name, follow=follow)
         self.kind, self.follow, self.idle_s = kind, follow, idle_s
         if shutil.which(self.argv[0]) is None:
-            raise SourceError(f"--{kind} needs the `{self.argv[0]}` client, which is not "
-                              "installed or not on PATH")
+            raise SourceError(
+                f"--{kind} needs the `{self.argv[0]}` client, which is not installed or not on PATH"
+            )
         self.returncode: int | None = None
         self.error: str | None = None
 
@@ -232,8 +252,12 @@ class ClientSource:
         # the client's own complaints go to a file, so a chatty stderr never blocks it
         errors = tempfile.TemporaryFile()  # noqa: SIM115 - closed below
         try:
-            proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT if self.kind == "docker" else errors)
+            proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if self.kind == "docker" else errors,
+            )
         except OSError as exc:
             errors.close()
             raise SourceError(f"cannot run {self.argv[0]}: {exc.strerror or exc}") from exc
@@ -250,8 +274,9 @@ class ClientSource:
                 said = errors.read(CHUNK).decode("utf-8", "replace")
                 last = [ln for ln in said.splitlines() if ln.strip()] or [last_line]
                 last = [ln for ln in last if ln]
-                self.error = (f"`{' '.join(self.argv)}` exited with status {self.returncode}"
-                              + (f": {last[-1][:300]}" if last else ""))
+                self.error = f"`{' '.join(self.argv)}` exited with status {self.returncode}" + (
+                    f": {last[-1][:300]}" if last else ""
+                )
         finally:
             errors.close()
             if proc.poll() is None:

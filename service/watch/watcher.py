@@ -48,8 +48,15 @@ from service.watch.facts import hardware_from_smi
 from service.watch.report import CrashReport, apply_facts, reply_in_thread, send_report
 from service.watch.stream import ClientSource, SourceError, fd_lines, file_lines
 
-__all__ = ["MAX_REMEMBERED", "REPORT_TAIL", "Output", "WatchEvent", "Watcher", "slack_reply_due",
-           "watch_command"]
+__all__ = [
+    "MAX_REMEMBERED",
+    "REPORT_TAIL",
+    "Output",
+    "WatchEvent",
+    "Watcher",
+    "slack_reply_due",
+    "watch_command",
+]
 
 MAX_REMEMBERED = 256
 REPORT_TAIL = 200  # lines of an attempt a report carries (the triage reads more)
@@ -69,20 +76,35 @@ class WatchEvent:
         """One JSON line: a ``report`` event carries the whole report, a ``repeat`` event
         the report's key, the new count and "still the same cause"."""
         if self.kind == "report":
-            return {"event": "report", "attempt": self.attempt, **self.report.to_json(),
-                    "notes": self.notes}
-        return {"event": "repeat", "attempt": self.attempt, "key": self.report.key,
-                "count": self.count, "status": self.report.status,
-                "exit_code": self.report.exit_code, "headline": repeat_line(self),
-                "notes": self.notes}
+            return {
+                "event": "report",
+                "attempt": self.attempt,
+                **self.report.to_json(),
+                "notes": self.notes,
+            }
+        return {
+            "event": "repeat",
+            "attempt": self.attempt,
+            "key": self.report.key,
+            "count": self.count,
+            "status": self.report.status,
+            "exit_code": self.report.exit_code,
+            "headline": repeat_line(self),
+            "notes": self.notes,
+        }
 
 
 def repeat_line(event: WatchEvent) -> str:
     """``attempt 3: the same crash again (3 times), still the same cause: <summary>``."""
-    what = event.report.result.summary if event.report.result is not None else \
-        event.report.headline().split(":")[0]
-    return (f"attempt {event.attempt}: the same crash again ({event.count} times), "
-            f"still the same cause: {what}")
+    what = (
+        event.report.result.summary
+        if event.report.result is not None
+        else event.report.headline().split(":")[0]
+    )
+    return (
+        f"attempt {event.attempt}: the same crash again ({event.count} times), "
+        f"still the same cause: {what}"
+    )
 
 
 def _fit(lines: list[str], limit: int) -> str:
@@ -109,9 +131,16 @@ class Watcher:
     ``triaged`` counts the triages run; ``settled`` the attempts that ended in a crash.
     """
 
-    def __init__(self, engine: Engine, settings: Settings, *, release: str | None = None,
-                 hardware: str | None = None, facts: dict[str, Any] | None = None,
-                 max_remembered: int = MAX_REMEMBERED) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        settings: Settings,
+        *,
+        release: str | None = None,
+        hardware: str | None = None,
+        facts: dict[str, Any] | None = None,
+        max_remembered: int = MAX_REMEMBERED,
+    ) -> None:
         self.engine, self.settings = engine, settings
         self.release = release
         self.facts = dict(facts or {})
@@ -177,29 +206,44 @@ class Watcher:
         result, error = None, None
         if status == "startup_crash":
             result, error = self._triage(_fit(lines, int(self.settings.max_body_bytes * 0.9)))
-        command = attempt.argv() or (list(result.parsed.command)
-                                     if result is not None and result.parsed.command else None)
+        command = attempt.argv() or (
+            list(result.parsed.command) if result is not None and result.parsed.command else None
+        )
         if result is not None:
             loc = result.location.citation if result.location is not None else None
-            key = signature("report", status, command_key(" ".join(command or [])),
-                            result.parsed.exception or result.status,
-                            normalise(result.parsed.message or ""), loc)
+            key = signature(
+                "report",
+                status,
+                command_key(" ".join(command or [])),
+                result.parsed.exception or result.status,
+                normalise(result.parsed.message or ""),
+                loc,
+            )
         else:
             key = signature("report", pre)
         self._remember(self.aliases, pre, key)
         if key in self.reports:
             return self._repeat(key, attempt)
-        report = CrashReport(result=result, tail=lines[-REPORT_TAIL:], status=status, count=1,
-                             facts=self.facts, command=command, key=key,
-                             exit_code=attempt.exit_code, error=error)
+        report = CrashReport(
+            result=result,
+            tail=lines[-REPORT_TAIL:],
+            status=status,
+            count=1,
+            facts=self.facts,
+            command=command,
+            key=key,
+            exit_code=attempt.exit_code,
+            error=error,
+        )
         self._remember(self.reports, key, report)
         return WatchEvent("report", report, attempt.index, 1)
 
     def _triage(self, text: str) -> tuple[TriageResult | None, str | None]:
         self.triaged += 1
         try:
-            result = ondemand.triage(self.engine, self.settings, text, release=self.release,
-                                     hardware=self.hardware)
+            result = ondemand.triage(
+                self.engine, self.settings, text, release=self.release, hardware=self.hardware
+            )
         except TriageError as exc:
             return None, exc.message
         except Exception as exc:  # noqa: BLE001 - one bad attempt must not end a long watch
@@ -210,6 +254,7 @@ class Watcher:
 
 
 # ------------------------------------------------------------------------------ output
+
 
 def slack_reply_due(count: int) -> bool:
     """Whether a repeat seen ``count`` times gets a thread reply: 2 and 3, then 5, 10, 20,
@@ -226,9 +271,16 @@ def slack_reply_due(count: int) -> bool:
 class Output:
     """Where events go: stdout (text or JSON lines), the team service, a Slack thread."""
 
-    def __init__(self, settings: Settings, *, as_json: bool, report_to: str | None = None,
-                 slack_channel: str | None = None, console: Console | None = None,
-                 stream: Any = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        as_json: bool,
+        report_to: str | None = None,
+        slack_channel: str | None = None,
+        console: Console | None = None,
+        stream: Any = None,
+    ) -> None:
         self.settings, self.as_json = settings, as_json
         self.report_to, self.slack_channel = report_to, slack_channel
         self.console = console or Console(soft_wrap=True)
@@ -255,19 +307,26 @@ class Output:
         report = event.report
         if event.kind == "report":
             if self.report_to or self.slack_channel:
-                event.notes += send_report(report, report_to=self.report_to,
-                                           slack_channel=self.slack_channel,
-                                           settings=self.settings)
+                event.notes += send_report(
+                    report,
+                    report_to=self.report_to,
+                    slack_channel=self.slack_channel,
+                    settings=self.settings,
+                )
             return
         if not self.slack_channel or not slack_reply_due(event.count):
             return
         ts = report.sent.get("slack_ts")
         if not ts:
-            event.notes.append(f"no reply in Slack channel {self.slack_channel}: the report "
-                               "itself was not posted")
+            event.notes.append(
+                f"no reply in Slack channel {self.slack_channel}: the report itself was not posted"
+            )
             return
-        event.notes.append(self._reply(report.sent.get("slack_channel") or self.slack_channel,
-                                       ts, f"{repeat_line(event)}."))
+        event.notes.append(
+            self._reply(
+                report.sent.get("slack_channel") or self.slack_channel, ts, f"{repeat_line(event)}."
+            )
+        )
 
     def _reply(self, channel: str, thread_ts: str, text: str) -> str:
         """One short reply in the report's thread (``chat.postMessage`` with ``thread_ts``)."""
@@ -276,8 +335,10 @@ class Output:
 
 # ------------------------------------------------------------------------- the command
 
-def _source(file: Path | None, clients: dict[str, str | None], *, follow: bool,
-            idle_s: float) -> tuple[Iterable[str | None], ClientSource | None]:
+
+def _source(
+    file: Path | None, clients: dict[str, str | None], *, follow: bool, idle_s: float
+) -> tuple[Iterable[str | None], ClientSource | None]:
     """The line source of the options: a file, a client, else standard input."""
     chosen = [k for k, v in clients.items() if v]
     if len(chosen) + (file is not None) > 1:
@@ -289,18 +350,29 @@ def _source(file: Path | None, clients: dict[str, str | None], *, follow: bool,
         client = ClientSource(chosen[0], str(clients[chosen[0]]), follow=follow, idle_s=idle_s)
         return client, client
     if sys.stdin is None or sys.stdin.isatty():
-        raise SourceError("nothing to watch: give --file, --journald, --docker or --kubectl, "
-                          "or pipe a log in (journalctl -fu sglang | sglang-triage watch)")
+        raise SourceError(
+            "nothing to watch: give --file, --journald, --docker or --kubectl, "
+            "or pipe a log in (journalctl -fu sglang | sglang-triage watch)"
+        )
     return fd_lines(sys.stdin.fileno(), idle_s=idle_s if follow else None), None
 
 
-def watch_command(*, file: Path | None = None, journald: str | None = None,
-                  docker: str | None = None, kubectl: str | None = None,
-                  release: str | None = None, hardware: str | None = None,
-                  gpus_from: Path | None = None, as_json: bool = False,
-                  report_to: str | None = None, slack_channel: str | None = None,
-                  follow: bool = True, idle_s: float = 2.0,
-                  settings: Settings | None = None) -> int:
+def watch_command(
+    *,
+    file: Path | None = None,
+    journald: str | None = None,
+    docker: str | None = None,
+    kubectl: str | None = None,
+    release: str | None = None,
+    hardware: str | None = None,
+    gpus_from: Path | None = None,
+    as_json: bool = False,
+    report_to: str | None = None,
+    slack_channel: str | None = None,
+    follow: bool = True,
+    idle_s: float = 2.0,
+    settings: Settings | None = None,
+) -> int:
     """``sglang-triage watch``: 0 when the stream ended (or ``--no-follow`` read it all),
     2 for a bad source (none, two, a missing client, a client that failed, an unreadable
     file) or an unreadable ``--gpus-from``, 130 on Ctrl-C (after settling what was seen)."""
@@ -313,19 +385,32 @@ def watch_command(*, file: Path | None = None, journald: str | None = None,
             err.print(Text(f"error: cannot read --gpus-from {gpus_from}: {exc.strerror or exc}"))
             return 2
         if not hw:
-            err.print(Text(f"error: --gpus-from {gpus_from} lists no GPU (expected nvidia-smi "
-                           "--query-gpu=name,memory.total,compute_cap,driver_version "
-                           "--format=csv,noheader output)"))
+            err.print(
+                Text(
+                    f"error: --gpus-from {gpus_from} lists no GPU (expected nvidia-smi "
+                    "--query-gpu=name,memory.total,compute_cap,driver_version "
+                    "--format=csv,noheader output)"
+                )
+            )
             return 2
         facts["hardware"] = hw
     try:
-        lines, client = _source(file, {"journald": journald, "docker": docker, "kubectl": kubectl},
-                                follow=follow, idle_s=idle_s)
+        lines, client = _source(
+            file,
+            {"journald": journald, "docker": docker, "kubectl": kubectl},
+            follow=follow,
+            idle_s=idle_s,
+        )
         settings = settings or Settings()
         from kb.knowledge import KnowledgeBase  # noqa: PLC0415 - after the cheap checks
 
-        watcher = Watcher(Engine(KnowledgeBase(settings)), settings, release=release,
-                          hardware=hardware, facts=facts)
+        watcher = Watcher(
+            Engine(KnowledgeBase(settings)),
+            settings,
+            release=release,
+            hardware=hardware,
+            facts=facts,
+        )
     except SourceError as exc:
         err.print(Text(f"error: {exc}"))
         return 2
@@ -342,9 +427,14 @@ def watch_command(*, file: Path | None = None, journald: str | None = None,
         for event in watcher.close():
             output(event)
         return 130
-    err.print(Text(f"watch: {watcher.segmenter.count} attempt(s), {watcher.settled} ended in a "
-                   f"crash, {output.counts['report']} report(s), {output.counts['repeat']} "
-                   f"repeat(s), {watcher.triaged} triage(s)", style="dim"))
+    err.print(
+        Text(
+            f"watch: {watcher.segmenter.count} attempt(s), {watcher.settled} ended in a "
+            f"crash, {output.counts['report']} report(s), {output.counts['repeat']} "
+            f"repeat(s), {watcher.triaged} triage(s)",
+            style="dim",
+        )
+    )
     if client is not None and client.error:
         err.print(Text(f"error: {client.error}"))
         return 2

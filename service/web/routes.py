@@ -32,11 +32,17 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 INDEX_HTML = STATIC_DIR / "index.html"
 
 #: Applied to the HTML page: scripts, styles, fetches and images from this origin only.
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-       "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
-       "form-action 'self'")
-_PAGE_HEADERS = {"content-security-policy": CSP, "x-content-type-options": "nosniff",
-                 "referrer-policy": "no-referrer", "cache-control": "no-cache"}
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
+    "form-action 'self'"
+)
+_PAGE_HEADERS = {
+    "content-security-policy": CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-cache",
+}
 
 #: The most lines ``GET /source`` returns in one answer.
 MAX_SOURCE_LINES = 400
@@ -73,16 +79,21 @@ def web_router(require_key: Callable[..., None], get_kb: Callable[..., Any]) -> 
 
         profiles = [p.model_dump() for p in PROFILES.values()]
         archs = sorted({arch for _, arch in ARCH_BY_MODEL})
-        return {"profiles": profiles, "model_archs": archs,
-                "note": "any listed GPU with -xN (e.g. h100-x2) is accepted as well"}
+        return {
+            "profiles": profiles,
+            "model_archs": archs,
+            "note": "any listed GPU with -xN (e.g. h100-x2) is accepted as well",
+        }
 
     @router.get("/source", dependencies=[Depends(require_key)])
-    def source(release: Annotated[str, Query(min_length=1, max_length=100)],
-               path: Annotated[str, Query(min_length=1, max_length=500)],
-               start: Annotated[int, Query(ge=1, le=10_000_000)],
-               end: Annotated[int | None, Query(ge=1, le=10_000_000)] = None,
-               context: Annotated[int, Query(ge=0, le=50)] = 0,
-               kb: Any = Depends(get_kb)) -> dict[str, Any]:  # noqa: B008 - see above
+    def source(
+        kb: Annotated[Any, Depends(get_kb)],
+        release: Annotated[str, Query(min_length=1, max_length=100)],
+        path: Annotated[str, Query(min_length=1, max_length=500)],
+        start: Annotated[int, Query(ge=1, le=10_000_000)],
+        end: Annotated[int | None, Query(ge=1, le=10_000_000)] = None,
+        context: Annotated[int, Query(ge=0, le=50)] = 0,
+    ) -> dict[str, Any]:
         """Lines ``start``..``end`` (plus ``context`` around) of ``path`` in ``release``.
 
         Lines inside ``start``..``end`` are marked ``highlight``. 404 when the
@@ -95,11 +106,21 @@ def web_router(require_key: Callable[..., None], get_kb: Callable[..., Any]) -> 
         lines = kb.store.file_lines(release, path, first_shown, last_shown)
         if not lines and kb.store.file_text(release, path) is None:
             raise HTTPException(404, f"{release}:{path} is not in the KB")
-        return {"release": release, "path": path, "start": start, "end": last,
-                "citation": f"{release}:{path}:{start}" + (f"-{last}" if last != start else ""),
-                "lines": [{"line": first_shown + i, "text": text,
-                           "highlight": start <= first_shown + i <= last}
-                          for i, text in enumerate(lines)]}
+        return {
+            "release": release,
+            "path": path,
+            "start": start,
+            "end": last,
+            "citation": f"{release}:{path}:{start}" + (f"-{last}" if last != start else ""),
+            "lines": [
+                {
+                    "line": first_shown + i,
+                    "text": text,
+                    "highlight": start <= first_shown + i <= last,
+                }
+                for i, text in enumerate(lines)
+            ],
+        }
 
     return router
 

@@ -46,13 +46,20 @@ def test_rag_chunks_the_validation_files_and_retrieves(kb) -> None:  # noqa: ANN
     text = kb.store.file_text("0.5.11", "sglang/srt/server_args.py").split("\n")
     c = chunks[len(chunks) // 2]
     assert text[c["start_line"] - 1].strip() in c["text"]
-    inc = next(i for i in load_incidents() if i.release == "0.5.11" and "ValueError:" in i.crash_log
-               and "Traceback" not in i.crash_log)
+    inc = next(
+        i
+        for i in load_incidents()
+        if i.release == "0.5.11" and "ValueError:" in i.crash_log and "Traceback" not in i.crash_log
+    )
     pred = rag.predict(inc)
     assert pred.release == "0.5.11" and pred.extra["top"]
     if pred.location is not None:
-        assert kb.store.checks("0.5.11", path=pred.location["path"],
-                               where="start_line = ?", params=[pred.location["start_line"]])
+        assert kb.store.checks(
+            "0.5.11",
+            path=pred.location["path"],
+            where="start_line = ?",
+            params=[pred.location["start_line"]],
+        )
     m = score(inc, pred, kb.store)
     assert m["fix_match"] is None and m["release_at_1"] is None
     _, matrix = rag.index("0.5.11")

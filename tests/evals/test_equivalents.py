@@ -9,29 +9,47 @@ from evals.equivalents import normalize, update_file
 from evals.incidents import Equivalent, Expected, ExpectedLocation, Incident, load_incidents
 from evals.scoring import Prediction, score
 
-_LOG = ("$ python -m sglang.launch_server --model-path m --enable-x\n"
-        "ValueError: x needs   y\n")
+_LOG = "$ python -m sglang.launch_server --model-path m --enable-x\nValueError: x needs   y\n"
 
 
 def _incident(**expected: object) -> Incident:
     """A made-up frameless incident: 0.5.16's check in server_args.py, and 0.5.23's hook."""
     return Incident(
-        id="made-up-1", source="test", release="0.5.16", hardware="h100-x8",
-        command=["--model-path", "m", "--enable-x"], crash_log=_LOG, category="other",
+        id="made-up-1",
+        source="test",
+        release="0.5.16",
+        hardware="h100-x8",
+        command=["--model-path", "m", "--enable-x"],
+        crash_log=_LOG,
+        category="other",
         expected=Expected(
             release="0.5.16",
-            location=ExpectedLocation(path="sglang/srt/server_args.py",
-                                      function="ServerArgs._handle_x", start_line=100,
-                                      end_line=104),
-            equivalents=[Equivalent(release="0.5.23", path="sglang/srt/arg_groups/x_hook.py",
-                                    function="_check_x", start_line=40, end_line=44)],
-            **expected))
+            location=ExpectedLocation(
+                path="sglang/srt/server_args.py",
+                function="ServerArgs._handle_x",
+                start_line=100,
+                end_line=104,
+            ),
+            equivalents=[
+                Equivalent(
+                    release="0.5.23",
+                    path="sglang/srt/arg_groups/x_hook.py",
+                    function="_check_x",
+                    start_line=40,
+                    end_line=44,
+                )
+            ],
+            **expected,
+        ),
+    )
 
 
 def _answer(release: str, path: str, function: str, start: int, end: int) -> Prediction:
-    return Prediction(status="located", release=release,
-                      location={"path": path, "function": function, "start_line": start,
-                                "end_line": end})
+    return Prediction(
+        status="located",
+        release=release,
+        location={"path": path, "function": function, "start_line": start, "end_line": end},
+    )
 
 
 def _located(metrics: dict) -> tuple:
@@ -71,8 +89,9 @@ def test_equivalents_are_written_only_when_present() -> None:
 
 
 def test_update_file_changes_only_the_equivalents(tmp_path: Path) -> None:
-    bare = _incident().model_copy(update={"expected": _incident().expected.model_copy(
-        update={"equivalents": []})})
+    bare = _incident().model_copy(
+        update={"expected": _incident().expected.model_copy(update={"equivalents": []})}
+    )
     other = bare.model_copy(update={"id": "made-up-2"})
     path = tmp_path / "x.jsonl"
     lines = [json.dumps(i.model_dump(mode="json"), ensure_ascii=False) for i in (bare, other)]

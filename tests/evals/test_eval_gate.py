@@ -31,8 +31,11 @@ def _untimed(th: dict) -> dict:
     """The thresholds without the latency ones: latency is measured and reported here but
     asserted by benchmarks (``make bench``), not by a suite that shares the machine with
     other tests (``sglang-triage eval`` applies every threshold)."""
-    return {**th, "min": {k: v for k, v in th["min"].items() if not k.startswith("latency")},
-            "max": {k: v for k, v in th["max"].items() if not k.startswith("latency")}}
+    return {
+        **th,
+        "min": {k: v for k, v in th["min"].items() if not k.startswith("latency")},
+        "max": {k: v for k, v in th["max"].items() if not k.startswith("latency")},
+    }
 
 
 def test_gate_holds_over_all_shipped_incidents(report) -> None:  # noqa: ANN001
@@ -58,8 +61,11 @@ def test_every_generated_release_is_reported_and_gated_on_its_own(report) -> Non
         assert applies("errors", 0, agg["n"], min_n, floor=False), release
         if agg["n"] < 20:
             continue
-        gated = [m for m, floor in th["min"].items()
-                 if applies(m, floor, agg[f"{m}_n"] or 0, min_n, floor=True)]
+        gated = [
+            m
+            for m, floor in th["min"].items()
+            if applies(m, floor, agg[f"{m}_n"] or 0, min_n, floor=True)
+        ]
         assert {"function_match", "rc_recall", "fix_replay"} <= set(gated), (release, gated)
         assert applies("no_fix", th["max"]["no_fix"], agg["no_fix_n"] or 0, min_n, floor=False)
 
@@ -81,8 +87,9 @@ def test_reports_are_written(report, tmp_path) -> None:  # noqa: ANN001
 
 
 def test_a_failing_gate_says_why(report) -> None:  # noqa: ANN001
-    failures = check_gate(report, {"min": {"fix_match": 1.01, "no_such": 0.5},
-                                   "max": {"latency_p50_ms": 0.0}})
+    failures = check_gate(
+        report, {"min": {"fix_match": 1.01, "no_such": 0.5}, "max": {"latency_p50_ms": 0.0}}
+    )
     assert any(f.startswith("engine.fix_match:") for f in failures)
     assert any("no_such: not measured" in f for f in failures)
     assert any("latency_p50_ms" in f for f in failures)

@@ -29,10 +29,16 @@ def report(kb, kb_settings) -> EvalReport:  # noqa: ANN001
         pytest.fail(f"the family gate needs replay: {status().reason}")
     incidents = load_family_incidents()
     engine = Engine(kb)
-    replayed = run_eval([i for i in incidents if i.family in REPLAYED], engine, kb=kb,
-                        replay=kb_settings, variants=("frameless",))
-    rendered = run_eval([i for i in incidents if i.family not in REPLAYED], engine, kb=kb,
-                        variants=("frameless",))
+    replayed = run_eval(
+        [i for i in incidents if i.family in REPLAYED],
+        engine,
+        kb=kb,
+        replay=kb_settings,
+        variants=("frameless",),
+    )
+    rendered = run_eval(
+        [i for i in incidents if i.family not in REPLAYED], engine, kb=kb, variants=("frameless",)
+    )
     for family, agg in replayed.engine.by_family.items():
         assert agg["fix_replay_n"], family  # replay decided (the probe reached the check)
     rendered.engine.by_family.update(replayed.engine.by_family)

@@ -19,26 +19,40 @@ from evals.runner import (
 )
 from evals.scoring import METRICS
 
-TH = {"system": "engine", "min": {"exact_location": 0.95}, "max": {"errors": 0},
-      "per_release": {"min_n": 10}}
+TH = {
+    "system": "engine",
+    "min": {"exact_location": 0.95},
+    "max": {"errors": 0},
+    "per_release": {"min_n": 10},
+}
 
 
 def _score(i: int, release: str, hit: bool, error: bool = False) -> IncidentScore:
     metrics: dict[str, bool | float | None] = {m: None for m in METRICS}
     metrics["exact_location"] = hit
-    return IncidentScore(id=f"gen-{release.replace(' ', '_')}-check_something_long_enough-{1000 + i}",
-                         category="speculative", source="generated", expected_release=release,
-                         status="located", error="RuntimeError: x" if error else None,
-                         latency_ms=100.0 + i, metrics=metrics)
+    return IncidentScore(
+        id=f"gen-{release.replace(' ', '_')}-check_something_long_enough-{1000 + i}",
+        category="speculative",
+        source="generated",
+        expected_release=release,
+        status="located",
+        error="RuntimeError: x" if error else None,
+        latency_ms=100.0 + i,
+        metrics=metrics,
+    )
 
 
 def _report(scores: list[IncidentScore]) -> EvalReport:
     system = SystemReport(
-        name="engine", incidents=scores, aggregate=aggregate(scores),
+        name="engine",
+        incidents=scores,
+        aggregate=aggregate(scores),
         by_category=_groups(scores, lambda s: s.category),
-        by_release=_groups(scores, lambda s: s.expected_release, release_order))
-    return EvalReport(created="now", target="in-process", incidents=len(scores),
-                      systems={"engine": system})
+        by_release=_groups(scores, lambda s: s.expected_release, release_order),
+    )
+    return EvalReport(
+        created="now", target="in-process", incidents=len(scores), systems={"engine": system}
+    )
 
 
 def _release(name: str, n: int, misses: int, start: int = 0) -> list[IncidentScore]:
@@ -65,26 +79,34 @@ def test_a_release_cannot_hide_behind_the_average() -> None:
 
 
 def test_small_releases_are_reported_not_gated() -> None:
-    scores = _release("0.5.11", 60, 0) + _release("0.5.21", 12, 1, start=100) \
+    scores = (
+        _release("0.5.11", 60, 0)
+        + _release("0.5.21", 12, 1, start=100)
         + [_score(200, NOT_INGESTED, hit=False)]
+    )
     report = _report(scores)
     assert check_gate(report, TH) == []  # 11/12 = 0.917 but 12 < 20
     assert release_advisories(report, TH) == [
-        "engine[0.5.21].exact_location: 0.9167 < 0.95 (n=12), not gated: too few incidents"]
+        "engine[0.5.21].exact_location: 0.9167 < 0.95 (n=12), not gated: too few incidents"
+    ]
     assert list(report.engine.by_release)[-1] == NOT_INGESTED  # reported, never gated
 
 
 def test_errors_are_gated_per_release_too() -> None:
-    scores = _release("0.5.9", 30, 0) + [_score(100 + i, "0.5.16", True, error=i == 0)
-                                         for i in range(12)]
+    scores = _release("0.5.9", 30, 0) + [
+        _score(100 + i, "0.5.16", True, error=i == 0) for i in range(12)
+    ]
     failures = check_gate(_report(scores), TH)
     assert "engine.errors: 1 > 0" in failures
     assert "engine[0.5.16].errors: 1 > 0 (n=12)" in failures
 
 
 def test_printed_tables_fit_80_columns() -> None:
-    scores = _release("0.5.21", 3, 1) + _release("0.5.16", 2, 0, start=10) \
+    scores = (
+        _release("0.5.21", 3, 1)
+        + _release("0.5.16", 2, 0, start=10)
         + [_score(99, NOT_INGESTED, hit=True, error=True)]
+    )
     buf = StringIO()
     print_report(_report(scores), Console(file=buf, width=80, no_color=True))
     lines = buf.getvalue().splitlines()
@@ -94,7 +116,7 @@ def test_printed_tables_fit_80_columns() -> None:
     assert head.split()[1:] == ["release", *(_short(m) for m in METRICS)]
     # ids fold instead of being cut: the incident column, read down, holds every id
     width = head.index("release")
-    body = lines[lines.index(head) + 2:]
-    body = body[:next(i for i, line in enumerate(body) if line.startswith("rel release@1"))]
+    body = lines[lines.index(head) + 2 :]
+    body = body[: next(i for i, line in enumerate(body) if line.startswith("rel release@1"))]
     column = "".join(line[:width].strip() for line in body)
     assert all(s.id in column for s in scores) and column.count("check_something") == 6

@@ -63,8 +63,7 @@ class _ShippedVerdicts:
 def test_shipped_file_is_the_scripts_output(kb, by_file, name, release) -> None:  # noqa: ANN001
     """Each release's part of a shipped generated file is exactly what seed 0 produces,
     given replay's verdicts (nothing hand-edited): same incidents, same order, same logs."""
-    shipped = [i for i in by_file[name] if i.release == release
-               and i.source == "generated:seed=0"]
+    shipped = [i for i in by_file[name] if i.release == release and i.source == "generated:seed=0"]
     assert shipped, (name, release)
     verdicts = _ShippedVerdicts(shipped)
     quota = gen.quota_for(release, gen.SHIPPED_RUNS[name])  # the run's quota (count 72)
@@ -83,8 +82,10 @@ def test_shipped_verdicts_replay_again(kb, cache_settings, generated, release) -
     confirmer = ReplayConfirmer(cache_settings, kb.store)
     mine = [i for i in generated if i.release == release and i.source == "generated:seed=0"]
     hardware = Counter(i.hardware for i in mine).most_common(1)[0][0]
-    sample = sorted((i for i in mine if i.hardware == hardware),
-                    key=lambda i: (len(i.expected.acceptable_fixes), i.id))[:2]
+    sample = sorted(
+        (i for i in mine if i.hardware == hardware),
+        key=lambda i: (len(i.expected.acceptable_fixes), i.id),
+    )[:2]
     again = confirmer(release, sample)
     for inc, back in zip(sample, again, strict=True):
         assert back is not None, inc.id
@@ -112,16 +113,23 @@ def test_shipped_files_cover_both_validation_layouts(kb, generated) -> None:  # 
     the hooks."""
     hooks = [i for i in generated if "_hook.py" in (i.expected.location.path or "")]
     assert {i.release for i in hooks} >= {"0.5.21", "0.5.23"}
-    assert any(i.expected.location.path == "sglang/srt/server_args.py"
-               for i in generated if i.release in ("0.5.5", "0.5.16"))
+    assert any(
+        i.expected.location.path == "sglang/srt/server_args.py"
+        for i in generated
+        if i.release in ("0.5.5", "0.5.16")
+    )
 
 
 def test_expected_locations_exist_and_logs_parse(kb, generated) -> None:  # noqa: ANN001
     for inc in generated:
         loc = inc.expected.location
-        rows = kb.store.checks(inc.expected.release, path=loc.path, function=loc.function,
-                               where="start_line = ? AND end_line = ?",
-                               params=[loc.start_line, loc.end_line])
+        rows = kb.store.checks(
+            inc.expected.release,
+            path=loc.path,
+            function=loc.function,
+            where="start_line = ? AND end_line = ?",
+            params=[loc.start_line, loc.end_line],
+        )
         assert len(rows) == 1, inc.id
         parsed = parse_log(inc.crash_log)
         assert parsed.primary is not None, inc.id
@@ -144,8 +152,13 @@ def test_ground_truth_reevaluates(kb, generated, release, k) -> None:  # noqa: A
         prober = Prober(kb.store, inc.release)
         ctx = Context(inc.release, inc.model, inc.model_arch, inc.hardware, tuple())
         loc = inc.expected.location
-        check = kb.store.checks(inc.release, path=loc.path, function=loc.function,
-                                where="start_line = ?", params=[loc.start_line])[0]
+        check = kb.store.checks(
+            inc.release,
+            path=loc.path,
+            function=loc.function,
+            where="start_line = ?",
+            params=[loc.start_line],
+        )[0]
         facts = prober.facts(ctx)
         ev = prober.evaluate(check, inc.command, facts)
         assert ev.fired is True, inc.id
@@ -175,16 +188,27 @@ def test_launcher_warning_is_what_python_prints(kb, tmp_path, release) -> None: 
     text = kb.store.file_text(release, "sglang/launch_server.py")
     first, last = _warn_statement(text)
     lines = text.split("\n")
-    keep = {i for i, line in enumerate(lines, 1) if line.strip() in (
-        "import warnings", 'if __name__ == "__main__":')} | set(range(first, last + 1))
+    keep = {
+        i
+        for i, line in enumerate(lines, 1)
+        if line.strip() in ("import warnings", 'if __name__ == "__main__":')
+    } | set(range(first, last + 1))
     package = tmp_path / "sglang"
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "launch_server.py").write_text(
-        "\n".join(line if i in keep else "" for i, line in enumerate(lines, 1)))
+        "\n".join(line if i in keep else "" for i, line in enumerate(lines, 1))
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-    run = subprocess.run([sys.executable, "-m", "sglang.launch_server"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=60, check=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "sglang.launch_server"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     rendered = launcher_warning(kb.store, release, str(tmp_path))
     assert rendered and rendered[0].startswith(f"{tmp_path}/sglang/launch_server.py:{first}: ")
     assert run.stderr.splitlines() == rendered
@@ -232,15 +256,31 @@ def test_generator_does_not_use_the_engines_fixes_or_locate() -> None:
 
 def test_cli_writes_jsonl(kb_settings, tmp_path, ingest_reports) -> None:  # noqa: ANN001
     out = tmp_path / "g.jsonl"
-    rc = gen.main(["--out", str(out), "--count", "1", "--releases", "0.5.9",
-                   "--kb", str(kb_settings.kb_path), "--quiet", "--no-replay"])
+    rc = gen.main(
+        [
+            "--out",
+            str(out),
+            "--count",
+            "1",
+            "--releases",
+            "0.5.9",
+            "--kb",
+            str(kb_settings.kb_path),
+            "--quiet",
+            "--no-replay",
+        ]
+    )
     assert rc == 0
     written = load_incidents([out])
     assert len(written) == 1 and written[0].confirmed_by is None  # not replayed
 
 
-def test_context_incidents_replay_again(kb, cache_settings, sglang_source,  # noqa: ANN001
-                                        generated) -> None:
+def test_context_incidents_replay_again(
+    kb,
+    cache_settings,
+    sglang_source,  # noqa: ANN001
+    generated,
+) -> None:
     """Crashes of plain commands (model + hardware alone) reproduce under SGLang's own
     validation, with its real message, and include at least one "no flag fix" incident."""
     from evals.confirm import fires_expected_check
@@ -256,9 +296,15 @@ def test_context_incidents_replay_again(kb, cache_settings, sglang_source,  # no
     firsts = {Version(i.release) < Version("0.5.19"): i for i in reversed(ctx)}  # per layout
     for first in firsts.values():
         root = sglang_source(first.release).root
-        again = replay_many(root, first.release, [first.command_argv()],
-                            hardware=first.hardware, model_arch=first.model_arch,
-                            settings=cache_settings)[0]
+        again = replay_many(
+            root,
+            first.release,
+            [first.command_argv()],
+            hardware=first.hardware,
+            model_arch=first.model_arch,
+            settings=cache_settings,
+        )[0]
         assert fires_expected_check(again, first), first.id
         assert first.crash_log.rstrip().endswith(
-            f"{again.exception_type}: {again.message.strip()}"), first.id
+            f"{again.exception_type}: {again.message.strip()}"
+        ), first.id

@@ -21,18 +21,29 @@ from evals.scoring import METRICS
 
 
 def _report(metrics: tuple[str, ...]) -> EvalReport:
-    scores = [IncidentScore(
-        id=f"gen-{release.replace(' ', '_')}-ServerArgs._handle_speculative_decoding-assert-{3519 + i}-{'x' * 30}",
-        category="speculative", source="generated", expected_release=release, status="located",
-        error="RuntimeError: boom" if i == 2 else None, latency_ms=123_456.0 + i,
-        metrics={m: [True, False, 0.5, None][(i + j) % 4] for j, m in enumerate(metrics)})
-        for i, release in enumerate(["0.5.11", "0.5.23", NOT_INGESTED, "0.5.5"])]
+    scores = [
+        IncidentScore(
+            id=f"gen-{release.replace(' ', '_')}-ServerArgs._handle_speculative_decoding-assert-{3519 + i}-{'x' * 30}",
+            category="speculative",
+            source="generated",
+            expected_release=release,
+            status="located",
+            error="RuntimeError: boom" if i == 2 else None,
+            latency_ms=123_456.0 + i,
+            metrics={m: [True, False, 0.5, None][(i + j) % 4] for j, m in enumerate(metrics)},
+        )
+        for i, release in enumerate(["0.5.11", "0.5.23", NOT_INGESTED, "0.5.5"])
+    ]
     system = SystemReport(
-        name="engine", incidents=scores, aggregate=aggregate(scores),
+        name="engine",
+        incidents=scores,
+        aggregate=aggregate(scores),
         by_category=_groups(scores, lambda s: s.category),
-        by_release=_groups(scores, lambda s: s.expected_release, release_order))
-    return EvalReport(created="now", target="in-process", incidents=len(scores),
-                      systems={"engine": system})
+        by_release=_groups(scores, lambda s: s.expected_release, release_order),
+    )
+    return EvalReport(
+        created="now", target="in-process", incidents=len(scores), systems={"engine": system}
+    )
 
 
 def _lines(report: EvalReport) -> list[str]:
@@ -43,7 +54,8 @@ def _lines(report: EvalReport) -> list[str]:
 
 @pytest.mark.parametrize("extra", [(), ("replay_verdict_seen", "features_kept_share")])
 def test_every_line_of_the_per_incident_table_fits_80_columns(
-        monkeypatch: pytest.MonkeyPatch, extra: tuple[str, ...]) -> None:
+    monkeypatch: pytest.MonkeyPatch, extra: tuple[str, ...]
+) -> None:
     metrics = METRICS + extra
     monkeypatch.setattr(cli, "METRICS", metrics)  # a metric added later still fits
     report = _report(metrics)
@@ -53,5 +65,5 @@ def test_every_line_of_the_per_incident_table_fits_80_columns(
     assert head.split()[2:] == [cli._short(m) for m in metrics]
     assert all(len(h) <= 3 for h in head.split()[2:])
     width = head.index("release")
-    column = "".join(line[:width].strip() for line in lines[lines.index(head) + 2:])
+    column = "".join(line[:width].strip() for line in lines[lines.index(head) + 2 :])
     assert all(s.id in column for s in report.engine.incidents)  # ids fold, never cut

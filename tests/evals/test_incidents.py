@@ -24,8 +24,13 @@ SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "incidents"
 
 
 def _minimal(**over: object) -> dict:
-    base = {"id": "x-1", "source": "test", "crash_log": "AssertionError\n",
-            "expected": {"location": None}, "category": "other"}
+    base = {
+        "id": "x-1",
+        "source": "test",
+        "crash_log": "AssertionError\n",
+        "expected": {"location": None},
+        "category": "other",
+    }
     return {**base, **over}
 
 
@@ -58,20 +63,30 @@ def test_seed_incidents_match_the_case() -> None:
     assert ".dev" in one.crash_log and "--speculative-eagle-topk 4" in one.crash_log
     assert 'server_args.py", line 3519, in _handle_speculative_decoding' in two.crash_log
     assert "--speculative-eagle-topk" not in two.crash_log
-    assert set(one.expected.root_cause_flags) == {"--speculative-eagle-topk",
-                                                  "--speculative-num-draft-tokens"}
+    assert set(one.expected.root_cause_flags) == {
+        "--speculative-eagle-topk",
+        "--speculative-num-draft-tokens",
+    }
     assert two.expected.root_cause_flags == ["--speculative-num-draft-tokens"]
-    triple = {"--speculative-num-steps": 3, "--speculative-eagle-topk": 1,
-              "--speculative-num-draft-tokens": 4}
+    triple = {
+        "--speculative-num-steps": 3,
+        "--speculative-eagle-topk": 1,
+        "--speculative-num-draft-tokens": 4,
+    }
     assert any(f.set == triple for f in one.expected.acceptable_fixes)
-    assert any(f.remove == ["--speculative-num-draft-tokens"] and not f.set
-               for f in two.expected.acceptable_fixes)
+    assert any(
+        f.remove == ["--speculative-num-draft-tokens"] and not f.set
+        for f in two.expected.acceptable_fixes
+    )
 
 
 @pytest.mark.skipif(not (SHARED / "public_examples.jsonl").is_file(), reason="shared/ not present")
 def test_public_incidents_keep_logs_and_reported_answers_verbatim() -> None:
-    src = {json.loads(line)["id"]: json.loads(line)
-           for line in (SHARED / "public_examples.jsonl").read_text().splitlines() if line.strip()}
+    src = {
+        json.loads(line)["id"]: json.loads(line)
+        for line in (SHARED / "public_examples.jsonl").read_text().splitlines()
+        if line.strip()
+    }
     public = load_incidents([INCIDENTS_DIR / "public.jsonl"])
     assert len(public) == len(src) == 5
     for inc in public:
@@ -106,8 +121,9 @@ def test_duplicate_ids_are_rejected(tmp_path) -> None:  # noqa: ANN001
 
 
 def test_round_trip_and_command_forms(tmp_path) -> None:  # noqa: ANN001
-    inc = Incident.model_validate(_minimal(command="python -m sglang.launch_server \\\n --tp 8 "
-                                                   "--model-path '/m/a b'"))
+    inc = Incident.model_validate(
+        _minimal(command="python -m sglang.launch_server \\\n --tp 8 --model-path '/m/a b'")
+    )
     assert inc.command_argv()[-2:] == ["--model-path", "/m/a b"]
     assert Incident.model_validate(_minimal(command=["--tp", "8"])).command_argv() == ["--tp", "8"]
     assert Incident.model_validate(_minimal()).command_argv() == []

@@ -23,13 +23,21 @@ def test_export_confirmed(kb, tmp_path) -> None:  # noqa: ANN001
     opts = {"release": None, "hardware": "rtx-pro-6000-x8", "model": None, "model_arch": None}
     t1 = _save(records, engine, seed["seed-attempt-2"].crash_log, opts)
     t2 = _save(records, engine, seed["seed-attempt-1"].crash_log, {**opts, "hardware": None})
-    t3 = _save(records, engine, "$ python -m sglang.launch_server --model-path /m/x --tp 2 "
-               "--reasoning_parser kimi_k2\nlaunch_server.py: error: unrecognized arguments: "
-               "--reasoning_parser kimi_k2\n", opts)
+    t3 = _save(
+        records,
+        engine,
+        "$ python -m sglang.launch_server --model-path /m/x --tp 2 "
+        "--reasoning_parser kimi_k2\nlaunch_server.py: error: unrecognized arguments: "
+        "--reasoning_parser kimi_k2\n",
+        opts,
+    )
     # the user confirms the fix that drops the draft size (not the engine's first: that one
     # adds the missing companion flags)
-    drop = next(f["rank"] for f in records.get(t1)["result"]["fixes"]
-                if f["remove"] == ["--speculative-num-draft-tokens"] and not f["set"])
+    drop = next(
+        f["rank"]
+        for f in records.get(t1)["result"]["fixes"]
+        if f["remove"] == ["--speculative-num-draft-tokens"] and not f["set"]
+    )
     assert records.confirm(t1, {"rank": drop}, note="worked")
     assert records.confirm(t2, {"no_flag_fix": "upgrade"})
     assert not records.confirm("nope", {"rank": 1})

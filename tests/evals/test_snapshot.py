@@ -23,8 +23,12 @@ def test_snapshots_of_the_same_code_are_identical(kb) -> None:  # noqa: ANN001
     assert "summary" in compare(first, changed)[some][0]
 
 
-def test_cli_compares_with_an_earlier_snapshot(kb_settings, ingest_reports, tmp_path,  # noqa: ANN001
-                                               capsys) -> None:
+def test_cli_compares_with_an_earlier_snapshot(
+    kb_settings,
+    ingest_reports,
+    tmp_path,  # noqa: ANN001
+    capsys,
+) -> None:
     seed = str(INCIDENTS_DIR / "seed.jsonl")
     before = tmp_path / "before.jsonl"
     args = ["--incidents", seed, "--kb", str(kb_settings.kb_path)]

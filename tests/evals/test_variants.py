@@ -30,10 +30,14 @@ from evals.variants import (
 from service.engine import Engine
 
 _FRAME = re.compile(r'File "')
-_HEADS = {"journald": re.compile(r"Dec 03 \d\d:\d\d:\d\d gpu-node-3 python3\[1234\]: "),
-          "compose": re.compile(r"sglang-1  \|(?: |$)"), "slurm": re.compile(r"0: "),
-          "ray": re.compile(r"\(pid=4242\) "), "kubectl": re.compile(r"\[pod/sglang-0/server\] "),
-          "rich": re.compile(r"\[12/03/26 \d\d:\d\d:\d\d\] INFO     ")}
+_HEADS = {
+    "journald": re.compile(r"Dec 03 \d\d:\d\d:\d\d gpu-node-3 python3\[1234\]: "),
+    "compose": re.compile(r"sglang-1  \|(?: |$)"),
+    "slurm": re.compile(r"0: "),
+    "ray": re.compile(r"\(pid=4242\) "),
+    "kubectl": re.compile(r"\[pod/sglang-0/server\] "),
+    "rich": re.compile(r"\[12/03/26 \d\d:\d\d:\d\d\] INFO     "),
+}
 _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception)(?::|$)")
 
 
@@ -71,8 +75,9 @@ def test_every_variant_has_its_property(generated) -> None:  # noqa: ANN001
         if framed:
             truncated = got["truncated"].crash_log.splitlines()
             assert truncated == lines[:exc_at]  # cut right before the exception line
-            assert len(_FRAME.findall(got["truncated"].crash_log)) == \
-                len(_FRAME.findall(inc.crash_log))
+            assert len(_FRAME.findall(got["truncated"].crash_log)) == len(
+                _FRAME.findall(inc.crash_log)
+            )
             assert not any(_EXC_LINE.match(ln.split("] ", 1)[-1]) for ln in truncated)
         frag = got["fragment"]
         assert frag.command is None
@@ -96,7 +101,7 @@ def test_prefixes_go_on_every_line(generated, style: str) -> None:  # noqa: ANN0
     for old, new in zip(before, after, strict=True):
         m = head.match(new)
         assert m is not None, (style, new)
-        assert new[m.end():].rstrip() == old.rstrip() or style == "rich"
+        assert new[m.end() :].rstrip() == old.rstrip() or style == "rich"
     if style == "rich":
         assert all(ln.endswith("  launcher.py:123") and " INFO     " in ln for ln in after)
 
@@ -104,8 +109,9 @@ def test_prefixes_go_on_every_line(generated, style: str) -> None:  # noqa: ANN0
 def test_variants_are_deterministic_and_styles_rotate(generated) -> None:  # noqa: ANN001
     few = generated[:12]
     one = build_variants(few, ("prefixed", "truncated"), seed=0)
-    assert [v.model_dump() for v in one] == \
-        [v.model_dump() for v in build_variants(few, ("prefixed", "truncated"), seed=0)]
+    assert [v.model_dump() for v in one] == [
+        v.model_dump() for v in build_variants(few, ("prefixed", "truncated"), seed=0)
+    ]
     styles = [v.notes.split(".", 1)[0] for v in one if v.id.endswith("~prefixed")]
     assert len(set(styles)) == len(PREFIX_STYLES)  # 12 incidents: every style twice
     other = build_variants(few, ("prefixed",), seed=1)
@@ -154,8 +160,12 @@ def _same_check_elsewhere(store, generated):  # noqa: ANN001, ANN202
             if rel == inc.expected.release:
                 continue
             for c in store.checks(rel, function=loc.function):
-                cand = {"path": c["path"], "function": c["function"],
-                        "start_line": c["start_line"], "end_line": c["end_line"]}
+                cand = {
+                    "path": c["path"],
+                    "function": c["function"],
+                    "start_line": c["start_line"],
+                    "end_line": c["end_line"],
+                }
                 if same_check(store, rel, cand, inc.expected.release, loc):
                     return inc, rel, cand
     raise AssertionError("no check of a generated incident is in two releases")
@@ -166,31 +176,56 @@ def test_a_range_holding_the_expected_release_scores_the_same_check(store, gener
     want = inc.expected.release
 
     def ok(rng: list[str], location: dict | None = None) -> bool | None:
-        pred = Prediction(status="located", release=rel, location=location or loc, fixes=[],
-                          root_cause=[], citations=[], extra={"range": rng})
+        pred = Prediction(
+            status="located",
+            release=rel,
+            location=location or loc,
+            fixes=[],
+            root_cause=[],
+            citations=[],
+            extra={"range": rng},
+        )
         metrics = score(inc, pred, store)
         return score_robust(inc, pred, store, metrics)[0]["location_ok"]
 
     assert ok([want, rel]) is True
     assert ok([rel]) is False  # the range does not hold the expected release
     assert ok([]) is False  # no range: the answer names another release, a miss
-    other = next(c for c in store.checks(rel) if not same_check(
-        store, rel, c, want, inc.expected.location))
-    assert ok([want, rel], {k: other[k] for k in ("path", "function", "start_line",
-                                                  "end_line")}) is False
+    other = next(
+        c for c in store.checks(rel) if not same_check(store, rel, c, want, inc.expected.location)
+    )
+    assert (
+        ok([want, rel], {k: other[k] for k in ("path", "function", "start_line", "end_line")})
+        is False
+    )
 
 
 def _s(i: int, conf: float | None, right: bool | None, variant: str = "original") -> IncidentScore:
-    return IncidentScore(id=f"gen-x-{i}" + ("" if variant == "original" else f"~{variant}"),
-                         category="other", source="generated", status="located",
-                         latency_ms=1.0, metrics={"location_ok": right, "fix_ok": right},
-                         variant=variant, confidence=conf)
+    return IncidentScore(
+        id=f"gen-x-{i}" + ("" if variant == "original" else f"~{variant}"),
+        category="other",
+        source="generated",
+        status="located",
+        latency_ms=1.0,
+        metrics={"location_ok": right, "fix_ok": right},
+        variant=variant,
+        confidence=conf,
+    )
 
 
 def test_reliability_buckets() -> None:
-    scores = [_s(0, 0.0, True), _s(1, 0.49, False), _s(2, 0.5, True), _s(3, 0.79, False),
-              _s(4, 0.8, True), _s(5, 0.89, False), _s(6, 0.9, True), _s(7, 1.0, True),
-              _s(8, None, True), _s(9, 0.95, None)]
+    scores = [
+        _s(0, 0.0, True),
+        _s(1, 0.49, False),
+        _s(2, 0.5, True),
+        _s(3, 0.79, False),
+        _s(4, 0.8, True),
+        _s(5, 0.89, False),
+        _s(6, 0.9, True),
+        _s(7, 1.0, True),
+        _s(8, None, True),
+        _s(9, 0.95, None),
+    ]
     table = reliability(scores)
     assert [(r["lo"], r["hi"]) for r in table] == list(BUCKETS)
     assert [r["n"] for r in table] == [2, 2, 2, 2]  # no confidence / no location: left out
@@ -198,26 +233,60 @@ def test_reliability_buckets() -> None:
 
 
 def _variant_report(location: dict[str, float], high_right: int) -> EvalReport:
-    system = SystemReport(name="engine", incidents=[], aggregate={"n": 0, "errors": 0},
-                          by_category={})
-    by = {v: {"n": 10, "errors": 0, "location_ok": r, "location_ok_n": 10, "fix_ok": r,
-              "fix_ok_n": 10} for v, r in location.items()}
-    rel = [{"bucket": "[0.8, 0.9)", "lo": 0.8, "hi": 0.9, "n": 10, "correct": high_right,
-            "share": high_right / 10}]
-    return EvalReport(created="now", target="t", incidents=0, systems={"engine": system},
-                      by_variant=by, reliability=rel)
+    system = SystemReport(
+        name="engine", incidents=[], aggregate={"n": 0, "errors": 0}, by_category={}
+    )
+    by = {
+        v: {
+            "n": 10,
+            "errors": 0,
+            "location_ok": r,
+            "location_ok_n": 10,
+            "fix_ok": r,
+            "fix_ok_n": 10,
+        }
+        for v, r in location.items()
+    }
+    rel = [
+        {
+            "bucket": "[0.8, 0.9)",
+            "lo": 0.8,
+            "hi": 0.9,
+            "n": 10,
+            "correct": high_right,
+            "share": high_right / 10,
+        }
+    ]
+    return EvalReport(
+        created="now",
+        target="t",
+        incidents=0,
+        systems={"engine": system},
+        by_variant=by,
+        reliability=rel,
+    )
 
 
 def test_the_gate_checks_variant_floors_when_variants_ran() -> None:
-    th = {"system": "engine", "min": {}, "max": {},
-          "variants": {"min": {"frameless": {"location_ok": 0.5, "fix_ok": 0.4},
-                               "prefixed": {"location_ok": 0.9}},
-                       "high_confidence": 0.9}}
+    th = {
+        "system": "engine",
+        "min": {},
+        "max": {},
+        "variants": {
+            "min": {
+                "frameless": {"location_ok": 0.5, "fix_ok": 0.4},
+                "prefixed": {"location_ok": 0.9},
+            },
+            "high_confidence": 0.9,
+        },
+    }
     assert variant_breaches(_variant_report({"frameless": 0.6, "prefixed": 0.95}, 9), th) == []
     failures = check_gate(_variant_report({"frameless": 0.3, "prefixed": 0.95}, 8), th)
-    assert sorted(failures) == ["reliability[confidence >= 0.8]: 0.8 < 0.9 (n=10)",
-                                "variant[frameless].fix_ok: 0.3 < 0.4",
-                                "variant[frameless].location_ok: 0.3 < 0.5"]
+    assert sorted(failures) == [
+        "reliability[confidence >= 0.8]: 0.8 < 0.9 (n=10)",
+        "variant[frameless].fix_ok: 0.3 < 0.4",
+        "variant[frameless].location_ok: 0.3 < 0.5",
+    ]
     only = _variant_report({"prefixed": 0.95}, 10)  # frameless not run: not gated
     assert variant_breaches(only, th) == []
     plain = _variant_report({}, 10)
@@ -238,8 +307,8 @@ def test_the_engine_answers_every_variant(kb, generated) -> None:  # noqa: ANN00
     assert all(s.confidence is not None for s in answers)
     assert list(report.by_variant)[0] == "original" and report.by_variant["original"]["n"] == 1
     assert sum(r["n"] for r in report.reliability) == sum(
-        1 for s in [*report.engine.incidents, *answers] if s.metrics.get("location_ok")
-        is not None)
+        1 for s in [*report.engine.incidents, *answers] if s.metrics.get("location_ok") is not None
+    )
     assert report.engine.aggregate["n"] == 1  # the originals' scores stay the originals' own
     assert EvalReport.model_validate_json(report.model_dump_json()).by_variant == report.by_variant
 

@@ -79,8 +79,7 @@ def _sorted(nodes) -> list[int]:  # noqa: ANN001
 
 
 def _rows(refs) -> list[tuple]:  # noqa: ANN001
-    return [(r.attr, r.kind, r.line, r.obj, r.value, [g.as_dict() for g in r.guards])
-            for r in refs]
+    return [(r.attr, r.kind, r.line, r.obj, r.value, [g.as_dict() for g in r.guards]) for r in refs]
 
 
 def _assert_same(source: bytes) -> None:
@@ -102,13 +101,21 @@ def test_statement_walk_and_ref_candidates_match_the_query_on_tricky_code() -> N
     refs = {(r.attr, r.kind, r.obj) for r in extract_refs(root, ts.statement_captures(root))}
     # the hand-checked part: words in strings and comments and longer names are not refs,
     # view calls, setattr, declare_resolution and returned dicts are
-    assert ("fake", "read", "args") not in refs and ("in_comment", "write", "server_args") not in refs
+    assert ("fake", "read", "args") not in refs and (
+        "in_comment",
+        "write",
+        "server_args",
+    ) not in refs
     assert ("nope", "write", "myargs") not in refs and ("nope", "write", "args_") not in refs
     assert ("viewed", "write", "resolved_view(server_args, args)") in refs
     assert ("nested", "write", "args.resolved_view(sa)") in refs  # starts where args.… does
     assert ("resolved_view", "read", "args") in refs
     assert ("mode", "read", "resolved_view(self)") not in refs  # only a named receiver is
-    assert ("dp_size", "write", "self") in refs and ("chosen", "declare", "declare_resolution") in refs
+    assert ("dp_size", "write", "self") in refs and (
+        "chosen",
+        "declare",
+        "declare_resolution",
+    ) in refs
     assert ("mode", "return_dict", "return") in refs and ("final", "return_dict", "return") in refs
     assert ("attempts", "write", "args") in refs and ("in_lambda", "read", "args") in refs
     assert ("not_args", "write", "self") not in refs
@@ -130,7 +137,9 @@ def test_a_tree_with_syntax_errors_is_left_to_the_query() -> None:
     walked = ts.statement_captures(root)
     for key in ("f", "a", "r", "attr", "call", "ret"):  # one query serves statements and refs
         assert _sorted(walked.get(key, [])) == _sorted(queried.get(key, []))
-    assert _rows(extract_refs(root, walked)) == _rows(extract_refs(root, ts.captures(ts.FILE_QUERY, root)))
+    assert _rows(extract_refs(root, walked)) == _rows(
+        extract_refs(root, ts.captures(ts.FILE_QUERY, root))
+    )
 
 
 def test_real_release_files_give_the_same_rows(

@@ -27,7 +27,13 @@ def _declared(package_dir: Path) -> set[str]:
     found: set[str] = set()
     for rel in DIFFUSION_FILES:
         p = package_dir / rel
-        files = sorted(p.rglob("*.py")) if rel.endswith("/") and p.is_dir() else [p] if p.is_file() else []
+        files = (
+            sorted(p.rglob("*.py"))
+            if rel.endswith("/") and p.is_dir()
+            else [p]
+            if p.is_file()
+            else []
+        )
         for f in files:
             found.update(_LITERAL_FLAG.findall(f.read_text(encoding="utf-8", errors="replace")))
     return found
@@ -61,10 +67,14 @@ def test_the_session_kb_stores_the_diffusion_flags(store) -> None:  # noqa: ANN0
         cat = load_catalog(store, rel)
         assert cat.diffusion, rel
         assert cat.diffusion_catalog() is cat.diffusion_catalog()  # built once per catalog
-        spellings = {r["spelling"] for r in store.query(
-            "SELECT spelling FROM flag_spellings WHERE release = ?", (rel,))}
+        spellings = {
+            r["spelling"]
+            for r in store.query("SELECT spelling FROM flag_spellings WHERE release = ?", (rel,))
+        }
         only_diffusion = set(cat.diffusion_catalog().by_flag()) - set(cat.by_flag())
-        assert only_diffusion and not (only_diffusion & spellings), rel  # the LLM index never has them
+        assert only_diffusion and not (only_diffusion & spellings), (
+            rel
+        )  # the LLM index never has them
 
 
 def test_a_catalog_stored_before_diffusion_flags_reads_as_none(store, tmp_path: Path) -> None:  # noqa: ANN001
@@ -75,8 +85,10 @@ def test_a_catalog_stored_before_diffusion_flags_reads_as_none(store, tmp_path: 
     data = store.catalog_json("0.5.11")
     data.pop("diffusion")
     with copy.transaction() as con:
-        con.execute("INSERT INTO releases (version, origin, content_hash, status) VALUES (?, ?, ?, ?)",
-                    ("0.5.11", rel["origin"], rel["content_hash"] + "-old", "indexed"))
+        con.execute(
+            "INSERT INTO releases (version, origin, content_hash, status) VALUES (?, ?, ?, ?)",
+            ("0.5.11", rel["origin"], rel["content_hash"] + "-old", "indexed"),
+        )
         con.execute("INSERT INTO catalogs VALUES (?, ?)", ("0.5.11", json.dumps(data)))
     cat = load_catalog(copy, "0.5.11")
     assert cat.diffusion == [] and cat.diffusion_catalog().by_flag() == {}

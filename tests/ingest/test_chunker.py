@@ -61,7 +61,10 @@ def test_functions_have_qualnames_lines_and_metadata_like_python_ast() -> None:
     fc = chunker.chunk_file("sglang/x.py", root, data)
     by_q = {f.qualname: f for f in fc.functions}
     assert set(by_q) == {
-        "ServerArgs.check", "ServerArgs.check.<locals>.inner", "outer", "outer.<locals>.middle",
+        "ServerArgs.check",
+        "ServerArgs.check.<locals>.inner",
+        "outer",
+        "outer.<locals>.middle",
         "outer.<locals>.middle.<locals>.inner",
     }
     tree = ast.parse(SOURCE)
@@ -78,7 +81,9 @@ def test_functions_have_qualnames_lines_and_metadata_like_python_ast() -> None:
 
 
 def test_chunks_tile_the_file_and_fit_the_budget() -> None:
-    body = "\n".join(f"    value_{i} = compute_something(argument_{i}, other={i})" for i in range(200))
+    body = "\n".join(
+        f"    value_{i} = compute_something(argument_{i}, other={i})" for i in range(200)
+    )
     src = f"def big(a):\n    if a:\n{textwrap.indent(body, '    ')}\n    return a\n"
     data, root = _parse(src)
     fc = chunker.chunk_file("sglang/big.py", root, data)
@@ -118,7 +123,9 @@ def test_checks_carry_guard_chains_lines_and_messages() -> None:
     assert (a.test_start, a.test_end) == (a.start_line + 1, a.start_line + 2)
     assert a.bare and a.exc_type == "AssertionError"
     assert [(g.condition, g.polarity) for g in a.guards] == [
-        ("self.tp_size > 1", True), ("self.page_size is None", True)]
+        ("self.tp_size > 1", True),
+        ("self.page_size is None", True),
+    ]
     assert r.exc_type == "ValueError" and not r.bare
     assert r.message == 'f"page size {self.page_size} unsupported"'
     assert [(g.condition, g.polarity, g.kind) for g in r.guards] == [
@@ -133,11 +140,12 @@ def test_early_exit_is_a_negative_guard() -> None:
     _, root = _parse(src)
     (check,) = extract_checks(root)
     assert [(g.condition, g.polarity, g.kind) for g in check.guards] == [
-        ("not cfg.enabled", False, "early_exit")]
+        ("not cfg.enabled", False, "early_exit")
+    ]
 
 
 def test_refs_reads_writes_and_resolution_declarations() -> None:
-    src = textwrap.dedent('''
+    src = textwrap.dedent("""
         def hook(server_args):
             cfg = resolving_view(server_args)
             if cfg.speculative_eagle_topk is None:
@@ -146,7 +154,7 @@ def test_refs_reads_writes_and_resolution_declarations() -> None:
             if resolved_view(server_args).disable_overlap_schedule:
                 pass
             return {"cuda_graph_max_bs": 8}
-    ''')
+    """)
     _, root = _parse(src)
     refs = {(r.attr, r.kind) for r in extract_refs(root)}
     assert ("speculative_eagle_topk", "read") in refs

@@ -33,8 +33,10 @@ def _count(store: Store, sql: str, params: tuple = ()) -> int:
 
 
 def _shas(store: Store, version: str) -> dict[str, str]:
-    return {r["path"]: r["sha256"] for r in store.query(
-        "SELECT path, sha256 FROM files WHERE release = ?", (version,))}
+    return {
+        r["path"]: r["sha256"]
+        for r in store.query("SELECT path, sha256 FROM files WHERE release = ?", (version,))
+    }
 
 
 def _digest(path: Path) -> dict[tuple[str, str], tuple[int, str]]:
@@ -47,8 +49,9 @@ def _digest(path: Path) -> dict[tuple[str, str], tuple[int, str]]:
         cols = ", ".join(c for c in COLUMNS[table] if c != "id" or table == "chunks")
         for (version,) in con.execute("SELECT version FROM releases").fetchall():
             h, n = hashlib.sha256(), 0
-            for row in con.execute(f"SELECT {cols} FROM {table} WHERE release = ? "
-                                   f"ORDER BY {cols}", (version,)):
+            for row in con.execute(
+                f"SELECT {cols} FROM {table} WHERE release = ? ORDER BY {cols}", (version,)
+            ):
                 h.update(repr(row).encode())
                 n += 1
             out[(table, version)] = (n, h.hexdigest())
@@ -65,8 +68,13 @@ def _as_schema_3(src: Path, dest: Path) -> None:
         live.backup(con)
     for table in UNIT_TABLES:
         cols = ", ".join(c for c in COLUMNS[table] if c != "id" or table == "chunks")
-        lead = "ROW_NUMBER() OVER () AS seq, " if table == "chunks" else \
-            "ROW_NUMBER() OVER () AS id, " if table == "checks" else ""
+        lead = (
+            "ROW_NUMBER() OVER () AS seq, "
+            if table == "chunks"
+            else "ROW_NUMBER() OVER () AS id, "
+            if table == "checks"
+            else ""
+        )
         con.execute(f"CREATE TABLE v3_{table} AS SELECT {lead}{cols} FROM {table}")
     for table in UNIT_TABLES:
         con.execute(f"DROP VIEW {table}")
@@ -75,9 +83,15 @@ def _as_schema_3(src: Path, dest: Path) -> None:
         con.execute(f"ALTER TABLE v3_{table} RENAME TO {table}")
     con.execute("DROP TABLE units")
     con.execute("INSERT INTO chunks_fts (chunks_fts) VALUES ('delete-all')")
-    con.executemany("INSERT INTO chunks_fts (rowid, body) VALUES (?, ?)", [
-        (seq, f"{path} {qualname}\n{text}") for seq, path, qualname, text in
-        con.execute("SELECT seq, path, qualname, text FROM chunks").fetchall()])
+    con.executemany(
+        "INSERT INTO chunks_fts (rowid, body) VALUES (?, ?)",
+        [
+            (seq, f"{path} {qualname}\n{text}")
+            for seq, path, qualname, text in con.execute(
+                "SELECT seq, path, qualname, text FROM chunks"
+            ).fetchall()
+        ],
+    )
     con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
     con.commit()
     con.close()
@@ -88,9 +102,11 @@ def _bare_assert_log(store: Store, version: str) -> str:
     check = store.checks(version, path=SA, where="bare = 1 AND start_line = end_line")[0]
     line = store.file_lines(version, SA, check["start_line"], check["start_line"])[0].strip()
     function = (check["function"] or "").rsplit(".", 1)[-1]
-    return ("Traceback (most recent call last):\n"
-            f'  File "/usr/lib/python3.11/site-packages/{SA}", line {check["start_line"]}, '
-            f"in {function}\n    {line}\nAssertionError\n")
+    return (
+        "Traceback (most recent call last):\n"
+        f'  File "/usr/lib/python3.11/site-packages/{SA}", line {check["start_line"]}, '
+        f"in {function}\n    {line}\nAssertionError\n"
+    )
 
 
 def _answer(kb: KnowledgeBase, log: str, version: str) -> dict:
@@ -109,7 +125,8 @@ def _without_ids(value: Any) -> Any:  # noqa: ANN401 - any JSON value
 
 
 def test_an_index_of_the_release_keyed_layout_migrates_reading_the_same(
-        two_releases, kb_settings, tmp_path) -> None:  # noqa: ANN001
+    two_releases, kb_settings, tmp_path
+) -> None:  # noqa: ANN001
     kb, _ = two_releases
     old_layout = tmp_path / "index.sqlite"
     _as_schema_3(kb.store.path, old_layout)
@@ -121,8 +138,9 @@ def test_an_index_of_the_release_keyed_layout_migrates_reading_the_same(
     assert _count(store, "SELECT COUNT(*) FROM units") < _count(store, "SELECT COUNT(*) FROM files")
     for version in (OLD, NEW):
         assert store.release(version)["content_hash"] == kb.store.release(version)["content_hash"]
-        assert store.fts("speculative eagle topk", version) == \
-            kb.store.fts("speculative eagle topk", version)
+        assert store.fts("speculative eagle topk", version) == kb.store.fts(
+            "speculative eagle topk", version
+        )
     # and the engine answers from the migrated KB exactly as from the one it came from
     store.close()
     migrated = KnowledgeBase(kb_settings.model_copy(update={"kb_dir": tmp_path}))
@@ -142,12 +160,16 @@ def test_unchanged_files_are_stored_once(two_releases) -> None:  # noqa: ANN001
     marks = ", ".join("?" * len(same))
     for table in UNIT_TABLES[1:]:
         in_old = _count(store, f"SELECT COUNT(*) FROM {table} WHERE release = ?", (OLD,))
-        only_new = _count(store, f"SELECT COUNT(*) FROM {table} WHERE release = ? "
-                                 f"AND path NOT IN ({marks})", (NEW, *sorted(same)))
+        only_new = _count(
+            store,
+            f"SELECT COUNT(*) FROM {table} WHERE release = ? AND path NOT IN ({marks})",
+            (NEW, *sorted(same)),
+        )
         assert _count(store, f"SELECT COUNT(*) FROM unit_{table}") == in_old + only_new, table
     # each release still reads all of its own rows
-    assert _count(store, "SELECT COUNT(*) FROM functions WHERE release = ?", (NEW,)) == \
-        new.functions
+    assert (
+        _count(store, "SELECT COUNT(*) FROM functions WHERE release = ?", (NEW,)) == new.functions
+    )
     # deleting the older release (last: the module's KB is left with NEW only) keeps the shared analyses the newer one links to
     before = _digest(store.path)[("checks", NEW)]
     kb.store.delete_release(OLD)

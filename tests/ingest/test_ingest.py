@@ -25,7 +25,9 @@ def _ast_function(text: str, cls: str, name: str) -> ast.FunctionDef:
 def test_handle_speculative_decoding_spans_exactly_its_source_lines(kb: KnowledgeBase) -> None:
     fn = kb.store.function("0.5.11", SPEC_FN, SA)
     assert fn is not None
-    node = _ast_function(kb.store.file_text("0.5.11", SA), "ServerArgs", "_handle_speculative_decoding")
+    node = _ast_function(
+        kb.store.file_text("0.5.11", SA), "ServerArgs", "_handle_speculative_decoding"
+    )
     assert (fn["start_line"], fn["end_line"]) == (node.lineno, node.end_lineno)
     assert fn["signature"] == "def _handle_speculative_decoding(self)"
 
@@ -70,7 +72,11 @@ def test_references_include_declaration_and_writes(kb: KnowledgeBase) -> None:
 def test_same_check_lives_in_the_speculative_hook_in_0_5_23(kb: KnowledgeBase) -> None:
     path = "sglang/srt/arg_groups/speculative_hook.py"
     checks = kb.store.checks("0.5.23", path=path, function="_handle_eagle_family")
-    bare = [c for c in checks if c["bare"] and "speculative_eagle_topk is None" in (c["condition"] or "")]
+    bare = [
+        c
+        for c in checks
+        if c["bare"] and "speculative_eagle_topk is None" in (c["condition"] or "")
+    ]
     assert len(bare) == 1
     assert "cfg.speculative_num_draft_tokens is None" in bare[0]["condition"]
     assert any("cfg.speculative_num_steps is None" in g["condition"] for g in bare[0]["guards"])
@@ -112,8 +118,11 @@ def test_reingest_of_an_unchanged_release_is_a_no_op(kb: KnowledgeBase, sglang_s
     assert after["ingested_at"] == before["ingested_at"]
     assert len(kb.store.checks("0.5.11")) == n_checks
     assert kb.vectors.count("0.5.11") == vectors_before
-    in_scope_chunks = [r for r in kb.store.query(
-        "SELECT path FROM chunks WHERE release = '0.5.11'") if in_scope(r["path"], "default")]
+    in_scope_chunks = [
+        r
+        for r in kb.store.query("SELECT path FROM chunks WHERE release = '0.5.11'")
+        if in_scope(r["path"], "default")
+    ]
     assert vectors_before == len(in_scope_chunks)
 
 
@@ -127,7 +136,8 @@ def test_dev_build_keeps_its_full_version_string(tmp_path) -> None:
     (pkg / "srt").mkdir(parents=True)
     (pkg / "version.py").write_text('__version__ = "0.5.19.dev410+gedff717ef"\n')
     (pkg / "srt" / "server_args.py").write_text(
-        "class ServerArgs:\n    def check(self):\n        assert self.tp_size > 0\n")
+        "class ServerArgs:\n    def check(self):\n        assert self.tp_size > 0\n"
+    )
     src = read_local(tmp_path)
     assert src.version == "0.5.19.dev410+gedff717ef"
 
@@ -142,14 +152,22 @@ def _small_tree(full: Path, dest: Path, files: list[str]) -> Path:
     return dest
 
 
-def test_interrupted_embedding_resumes_without_duplicates(kb_settings, sglang_source, tmp_path,
-                                                         monkeypatch) -> None:
+def test_interrupted_embedding_resumes_without_duplicates(
+    kb_settings, sglang_source, tmp_path, monkeypatch
+) -> None:
     settings = kb_settings.model_copy(update={"kb_dir": tmp_path / "kb"})
     small = KnowledgeBase(settings)
-    tree = _small_tree(sglang_source("0.5.11").root, tmp_path / "src", [
-        "sglang/launch_server.py", "sglang/srt/configs/load_config.py",
-        "sglang/srt/configs/device_config.py", "sglang/srt/server_args_config_parser.py",
-        "sglang/srt/configs/model_config.py"])
+    tree = _small_tree(
+        sglang_source("0.5.11").root,
+        tmp_path / "src",
+        [
+            "sglang/launch_server.py",
+            "sglang/srt/configs/load_config.py",
+            "sglang/srt/configs/device_config.py",
+            "sglang/srt/server_args_config_parser.py",
+            "sglang/srt/configs/model_config.py",
+        ],
+    )
     src = read_local(tree)
     assert src.version == "0.5.11"
     report = index_structure(small, src)
@@ -174,8 +192,11 @@ def test_interrupted_embedding_resumes_without_duplicates(kb_settings, sglang_so
     resumed = ingest(small, src, scope="default")
     assert resumed.structure == "unchanged"
     assert resumed.reused > 0  # the first batch survived the interruption
-    n_scope = sum(1 for r in small.store.query("SELECT path FROM chunks WHERE release = '0.5.11'")
-                  if in_scope(r["path"], "default"))
+    n_scope = sum(
+        1
+        for r in small.store.query("SELECT path FROM chunks WHERE release = '0.5.11'")
+        if in_scope(r["path"], "default")
+    )
     assert small.vectors.count("0.5.11") == n_scope
     assert small.store.release("0.5.11")["status"] == "complete"
 
@@ -186,22 +207,34 @@ def test_call_sites_are_stored_at_ingest(kb) -> None:  # noqa: ANN001
     store = kb.store
     sites = store.calls("0.5.11", "sglang/srt/server_args.py", "_handle_speculative_decoding")
     assert [s["caller"] for s in sites] == ["ServerArgs.__post_init__"]
-    text = store.file_lines("0.5.11", "sglang/srt/server_args.py", sites[0]["line"], sites[0]["line"])
+    text = store.file_lines(
+        "0.5.11", "sglang/srt/server_args.py", sites[0]["line"], sites[0]["line"]
+    )
     assert "_handle_speculative_decoding(" in text[0]
     path = "sglang/srt/arg_groups/pipeline.py"
-    hooks = [r for r in store.calls("0.5.23", path) if r["caller"] == "run_resolution_pipeline"
-             and "run_hook(" in store.file_lines("0.5.23", path, r["line"], r["line"])[0]]
+    hooks = [
+        r
+        for r in store.calls("0.5.23", path)
+        if r["caller"] == "run_resolution_pipeline"
+        and "run_hook(" in store.file_lines("0.5.23", path, r["line"], r["line"])[0]
+    ]
     assert len(hooks) > 5, "run_resolution_pipeline runs its hooks through run_hook"
     for hook in hooks:
         line = store.file_lines("0.5.23", path, hook["line"], hook["line"])[0]
         assert line.split("run_hook(", 1)[1].lstrip().startswith(hook["callee"]), line
     assert all(isinstance(g["polarity"], bool) for r in hooks for g in r["guards"])
     # outside the validation files, only calls of the file's own functions are kept
-    other = store.query("SELECT DISTINCT path FROM calls WHERE release = '0.5.11' AND path NOT LIKE "
-                        "'sglang/srt/server_args.py' AND path NOT LIKE 'sglang/srt/arg_groups/%' "
-                        "LIMIT 20")
+    other = store.query(
+        "SELECT DISTINCT path FROM calls WHERE release = '0.5.11' AND path NOT LIKE "
+        "'sglang/srt/server_args.py' AND path NOT LIKE 'sglang/srt/arg_groups/%' "
+        "LIMIT 20"
+    )
     for row in other:
-        own = {f["name"] for f in store.query(
-            "SELECT name FROM functions WHERE release = '0.5.11' AND path = ?", (row["path"],))}
+        own = {
+            f["name"]
+            for f in store.query(
+                "SELECT name FROM functions WHERE release = '0.5.11' AND path = ?", (row["path"],)
+            )
+        }
         callees = {c["callee"] for c in store.calls("0.5.11", row["path"])}
         assert callees <= own, row["path"]

@@ -29,7 +29,7 @@ def _rows(source: str) -> list[tuple]:
 
 
 def test_decorators_with_string_arguments_register_their_target() -> None:
-    assert _rows('''
+    assert _rows("""
         @register_fused_func("none", "flashinfer_trtllm")
         def fused_none_trtllm(x):
             return x
@@ -44,11 +44,16 @@ def test_decorators_with_string_arguments_register_their_target() -> None:
             @_register_for("Llama4ForCausalLM", name="llama4", enabled=True)
             def method(self):
                 pass
-    ''') == [
+    """) == [
         ("register_fused_func", ["none", "flashinfer_trtllm"], "fused_none_trtllm", 2, "decorator"),
         ("register_fused_func", ["deepep", "flashinfer_cutedsl"], "fused_deepep", 6, "decorator"),
-        ("register_fused_func", ["flashinfer", "flashinfer_cutedsl"], "fused_deepep", 7,
-         "decorator"),
+        (
+            "register_fused_func",
+            ["flashinfer", "flashinfer_cutedsl"],
+            "fused_deepep",
+            7,
+            "decorator",
+        ),
         # a bare ``register`` method is named with its receiver
         ("CustomOp.register", ["silu_and_mul"], "SiluAndMul", 11, "decorator"),
         # positional strings in order, then string keyword values
@@ -57,7 +62,8 @@ def test_decorators_with_string_arguments_register_their_target() -> None:
 
 
 def test_decorators_that_register_no_key_are_not_rows() -> None:
-    assert _regs('''
+    assert (
+        _regs("""
         @register_custom_op
         def a(): pass
 
@@ -75,11 +81,13 @@ def test_decorators_that_register_no_key_are_not_rows() -> None:
 
         @register_x("a")("b")
         def f(): pass
-    ''') == []
+    """)
+        == []
+    )
 
 
 def test_call_statements_register_their_first_other_argument() -> None:
-    assert _rows('''
+    assert _rows("""
         import registries
         registry = registries.Registry()
 
@@ -98,12 +106,11 @@ def test_call_statements_register_their_first_other_argument() -> None:
                 lambda config:   FlexKV(
                     config),
             )
-    ''') == [
+    """) == [
         ("register_draft_binder", ["dense"], "_bind_dense", 5, "call"),
         ("AttentionBackendRegistry.register", ["fa3"], "handle_attention_fa3", 6, "call"),
         ("CONFIG_MAPPING.register", ["cohere2_moe"], "Cohere2MoeConfig", 7, "call"),
-        ("register_pre_permute", ["deepep_ll", "aiter"], "_pre_permute_deepep_to_aiter", 8,
-         "call"),
+        ("register_pre_permute", ["deepep_ll", "aiter"], "_pre_permute_deepep_to_aiter", 8, "call"),
         ("register_model", ["Llama"], "LlamaForCausalLM", 9, "call"),
         ("register_parser", ["qwen"], "QwenParser", 10, "call"),
         ("register_kernel", ["mxfp4_gemm"], "_gemm", 11, "call"),
@@ -113,7 +120,8 @@ def test_call_statements_register_their_first_other_argument() -> None:
 
 
 def test_calls_on_local_objects_or_without_leading_keys_are_not_registrations() -> None:
-    assert _regs('''
+    assert (
+        _regs("""
         class Layer(Module):
             def __init__(self, weight):
                 self.register_buffer("weight", weight)
@@ -130,12 +138,14 @@ def test_calls_on_local_objects_or_without_leading_keys_are_not_registrations() 
             register_backend(f"{name}", FA3)
             print(register_backend("in", "an expression"))
             direct_register_custom_op(op_name="not_a_register_callee", op_func=f)
-    ''') == []
+    """)
+        == []
+    )
 
 
 def test_registry_like_dicts_give_one_row_per_entry() -> None:
     long_value = "make_backend(" + ", ".join(f"arg{i}" for i in range(60)) + ")"
-    assert _rows(f'''
+    assert _rows(f"""
         QUANTIZATION_METHODS = {{"fp8": Fp8Config, "awq": AWQConfig}}
         _ATTENTION_BACKENDS: dict[
             str, type
@@ -152,7 +162,7 @@ def test_registry_like_dicts_give_one_row_per_entry() -> None:
 
             def __init__(self):
                 self._parsers = {{"json": JsonParser, "xml": XmlParser}}
-    ''') == [
+    """) == [
         ("QUANTIZATION_METHODS", ["fp8"], "Fp8Config", 2, "dict"),
         ("QUANTIZATION_METHODS", ["awq"], "AWQConfig", 2, "dict"),
         ("_ATTENTION_BACKENDS", ["fa3"], "FlashAttentionBackend", 6, "dict"),
@@ -168,7 +178,8 @@ def test_registry_like_dicts_give_one_row_per_entry() -> None:
 
 
 def test_dicts_that_are_not_registries_are_not_rows() -> None:
-    assert _regs('''
+    assert (
+        _regs("""
         ONE_BACKEND = {"fa3": FA3}
         defaults = {"a": 1, "b": 2}
         MIXED_MAP = {"fa3": FA3, Backend.TRITON: Triton}
@@ -185,11 +196,13 @@ def test_dicts_that_are_not_registries_are_not_rows() -> None:
             def load(self):
                 self.param_map = {"q": "q_proj", "k": "k_proj"}
             call(mapping={"a": 1, "b": 2})
-    ''') == []
+    """)
+        == []
+    )
 
 
 def test_subscript_assignments_to_module_registries() -> None:
-    assert _rows('''
+    assert _rows("""
         _CONFIG_REGISTRY = {}
         _CONFIG_REGISTRY["deepseek_v32"] = DeepseekV32Config
         ALL_ATTENTION_FUNCTIONS[Backend.SGLANG] = sglang_attention
@@ -204,7 +217,7 @@ def test_subscript_assignments_to_module_registries() -> None:
             _CONFIG_REGISTRY[name] = Other
             _CONFIG_REGISTRY["a"]["b"] = Nested
             result = _CONFIG_REGISTRY["x"] == Other
-    ''') == [
+    """) == [
         ("_CONFIG_REGISTRY", ["deepseek_v32"], "DeepseekV32Config", 3, "subscript"),
         ("ALL_ATTENTION_FUNCTIONS", ["SGLANG"], "sglang_attention", 4, "subscript"),
         ("_CONFIG_REGISTRY", ["kimi_k2"], "( KimiK2Config )", 7, "subscript"),
@@ -212,7 +225,8 @@ def test_subscript_assignments_to_module_registries() -> None:
 
 
 def test_registrations_in_comments_and_strings_are_not_rows() -> None:
-    assert _regs('''
+    assert (
+        _regs('''
         """The entries:
 
         @register_fused_func("deepep", "flashinfer_cutedsl")
@@ -220,17 +234,22 @@ def test_registrations_in_comments_and_strings_are_not_rows() -> None:
         """
         # register_backend("fa3", FA3)
         x = 'MODEL_MAP = {"a": 1, "b": 2}'
-    ''') == []
+    ''')
+        == []
+    )
 
 
 def test_rows_come_in_source_order_across_kinds() -> None:
-    assert [(r.line, r.kind) for r in _regs('''
+    assert [
+        (r.line, r.kind)
+        for r in _regs("""
         BACKENDS = {"a": A, "b": B}
         @register_backend("c")
         def c(): pass
         BACKENDS["d"] = D
         register_backend("e", E)
-    ''')] == [(2, "dict"), (2, "dict"), (3, "decorator"), (5, "subscript"), (6, "call")]
+    """)
+    ] == [(2, "dict"), (2, "dict"), (3, "decorator"), (5, "subscript"), (6, "call")]
 
 
 def test_rows_keys_and_strings_are_bounded() -> None:
@@ -239,7 +258,7 @@ def test_rows_keys_and_strings_are_bounded() -> None:
     assert len(rows) == MAX_ROWS and rows[-1].keys == (f"k{MAX_ROWS - 1}",)
     keys = ", ".join(f'"k{i}"' for i in range(MAX_KEYS + 5))
     long_key = "x" * (MAX_KEY + 100)
-    (wide,) = _regs(f'@register_x({keys})\ndef {"f" * 300}(): pass\n')
+    (wide,) = _regs(f"@register_x({keys})\ndef {'f' * 300}(): pass\n")
     assert len(wide.keys) == MAX_KEYS and len(wide.target) == MAX_TARGET
     (long,) = _regs(f'register_x("{long_key}", T)\n')
     assert long.keys == ("x" * MAX_KEY,)
@@ -247,13 +266,13 @@ def test_rows_keys_and_strings_are_bounded() -> None:
 
 
 def test_a_file_with_syntax_errors_still_gives_its_whole_statements() -> None:
-    rows = _rows('''
+    rows = _rows("""
         @register_attention_backend("fa3")
         def create_fa3(runner):
             return FA3(runner
 
         register_backend("triton", Triton)
-    ''')
+    """)
     assert ("register_attention_backend", ["fa3"], "create_fa3", 2, "decorator") in rows
 
 
@@ -262,5 +281,13 @@ def test_analyze_file_writes_registration_rows() -> None:
     src = b'@register_fused_func("none", "triton")\ndef f(): pass\n'
     analyze_file("0.5.23", "sglang/srt/x.py", src, out)
     assert out.tables["registrations"] == [
-        ("0.5.23", "sglang/srt/x.py", "register_fused_func", '["none", "triton"]', "f", 1,
-         "decorator")]
+        (
+            "0.5.23",
+            "sglang/srt/x.py",
+            "register_fused_func",
+            '["none", "triton"]',
+            "f",
+            1,
+            "decorator",
+        )
+    ]

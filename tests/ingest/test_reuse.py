@@ -12,18 +12,29 @@ from kb.sources import read_local
 from tests.trees import release_tree
 
 SA = "sglang/srt/server_args.py"
-UNCHANGED = ["sglang/launch_server.py", "sglang/srt/configs/device_config.py",
-             "sglang/srt/server_args_config_parser.py"]
+UNCHANGED = [
+    "sglang/launch_server.py",
+    "sglang/srt/configs/device_config.py",
+    "sglang/srt/server_args_config_parser.py",
+]
 #: Reads a field that only 0.5.12's catalog declares, and one both declare.
-USER = ("def start(server_args):\n"
-        "    if server_args.detokenizer_worker_num > 1:\n"
-        "        assert server_args.tp_size >= 1, 'tp'\n"
-        "    return server_args.tp_size\n")
+USER = (
+    "def start(server_args):\n"
+    "    if server_args.detokenizer_worker_num > 1:\n"
+    "        assert server_args.tp_size >= 1, 'tp'\n"
+    "    return server_args.tp_size\n"
+)
 #: Per-file tables, compared without their surrogate keys (chunks.seq, checks.id).
-TABLES = {"files": "path", "functions": "path, start_line, qualname",
-          "chunks": "path, start_line, kind", "checks": "path, start_line, kind",
-          "refs": "path, line, attr, kind", "flags": "attr", "declarations": "attr, line",
-          "flag_spellings": "spelling"}
+TABLES = {
+    "files": "path",
+    "functions": "path, start_line, qualname",
+    "chunks": "path, start_line, kind",
+    "checks": "path, start_line, kind",
+    "refs": "path, line, attr, kind",
+    "flags": "attr",
+    "declarations": "attr, line",
+    "flag_spellings": "spelling",
+}
 
 
 def _rows(kb: KnowledgeBase, version: str) -> dict[str, list[tuple]]:
@@ -31,16 +42,21 @@ def _rows(kb: KnowledgeBase, version: str) -> dict[str, list[tuple]]:
     register_functions(con)
     out = {}
     for table, order in TABLES.items():
-        cols = [r[1] for r in con.execute(f"PRAGMA table_info({table})")
-                if r[1] not in ("seq", "release") and not (table == "checks" and r[1] == "id")]
-        out[table] = con.execute(f"SELECT {', '.join(cols)} FROM {table} WHERE release = ? "
-                                 f"ORDER BY {order}", (version,)).fetchall()
+        cols = [
+            r[1]
+            for r in con.execute(f"PRAGMA table_info({table})")
+            if r[1] not in ("seq", "release") and not (table == "checks" and r[1] == "id")
+        ]
+        out[table] = con.execute(
+            f"SELECT {', '.join(cols)} FROM {table} WHERE release = ? ORDER BY {order}", (version,)
+        ).fetchall()
     con.close()
     return out
 
 
 def test_next_release_copies_unchanged_files_and_equals_a_fresh_parse(
-        kb_settings, sglang_source, tmp_path) -> None:  # noqa: ANN001
+    kb_settings, sglang_source, tmp_path
+) -> None:  # noqa: ANN001
     old, new = sglang_source("0.5.11").root, sglang_source("0.5.12").root
     common = {rel: old / rel for rel in UNCHANGED}
     assert all((old / r).read_bytes() == (new / r).read_bytes() for r in UNCHANGED)
@@ -59,14 +75,21 @@ def test_next_release_copies_unchanged_files_and_equals_a_fresh_parse(
     got, want = _rows(incremental, "0.0.2"), _rows(fresh, "0.0.2")
     for table in TABLES:
         assert got[table] == want[table], table
-    assert (rep.functions, rep.chunks, rep.checks, rep.refs) == \
-        (alone.functions, alone.chunks, alone.checks, alone.refs)
+    assert (rep.functions, rep.chunks, rep.checks, rep.refs) == (
+        alone.functions,
+        alone.chunks,
+        alone.checks,
+        alone.refs,
+    )
     # the copied file's refs are filtered by 0.0.2's catalog, not 0.0.1's
     user_refs = {r[2] for r in got["refs"] if r[0] == "sglang/user.py"}
     assert "detokenizer_worker_num" in user_refs
     assert "detokenizer_worker_num" not in {
-        r["attr"] for r in incremental.store.query(
-            "SELECT attr FROM refs WHERE release = '0.0.1' AND path = 'sglang/user.py'")}
+        r["attr"]
+        for r in incremental.store.query(
+            "SELECT attr FROM refs WHERE release = '0.0.1' AND path = 'sglang/user.py'"
+        )
+    }
     # keyword search sees the copied chunks of the new release
     hits = dict(incremental.store.fts("detokenizer worker num", "0.0.2"))
     assert any(cid.startswith("sglang/user.py:") for cid in hits)
@@ -82,7 +105,8 @@ def test_next_release_copies_unchanged_files_and_equals_a_fresh_parse(
 
 
 def test_re_ingest_after_deleting_a_release_leaves_no_stale_keyword_rows(
-        kb_settings, sglang_source, tmp_path) -> None:  # noqa: ANN001
+    kb_settings, sglang_source, tmp_path
+) -> None:  # noqa: ANN001
     old = sglang_source("0.5.11").root
     tree = release_tree(tmp_path / "a", "0.0.1", {rel: old / rel for rel in UNCHANGED})
     kb = KnowledgeBase(kb_settings.model_copy(update={"kb_dir": tmp_path / "kb"}))
@@ -98,9 +122,14 @@ def test_re_ingest_after_deleting_a_release_leaves_no_stale_keyword_rows(
 
 def test_vectors_are_reconciled_with_the_chunk_rows(kb_settings, sglang_source, tmp_path) -> None:  # noqa: ANN001
     old = sglang_source("0.5.11").root
-    tree = release_tree(tmp_path / "a", "0.0.1", {
-        "sglang/launch_server.py": old / "sglang/launch_server.py",
-        "sglang/srt/configs/device_config.py": old / "sglang/srt/configs/device_config.py"})
+    tree = release_tree(
+        tmp_path / "a",
+        "0.0.1",
+        {
+            "sglang/launch_server.py": old / "sglang/launch_server.py",
+            "sglang/srt/configs/device_config.py": old / "sglang/srt/configs/device_config.py",
+        },
+    )
     kb = KnowledgeBase(kb_settings.model_copy(update={"kb_dir": tmp_path / "kb"}))
     rep = ingest(kb, read_local(tree), scope="default")
     ids = sorted(kb.vectors.release_hashes("0.0.1"))

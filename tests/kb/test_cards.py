@@ -36,9 +36,15 @@ def test_curated_cards_cover_the_brief() -> None:
     ids = {c.id for c in CURATED}
     assert len(CURATED) >= 10
     assert all(c.origin == "curated" for c in CURATED)
-    for needed in ("c-trtllm-mha-topk1", "c-dp-attention-reset-dp1", "c-dsv4-nextn-raw-string",
-                   "c-tbo-needs-attn-dp", "c-trtllm-mha-gpu-0523", "c-mla-page-size",
-                   "c-deprecated-stream-output"):
+    for needed in (
+        "c-trtllm-mha-topk1",
+        "c-dp-attention-reset-dp1",
+        "c-dsv4-nextn-raw-string",
+        "c-tbo-needs-attn-dp",
+        "c-trtllm-mha-gpu-0523",
+        "c-mla-page-size",
+        "c-deprecated-stream-output",
+    ):
         assert needed in ids
     assert all(c.examples for c in CURATED), "every curated card has examples"
 
@@ -49,16 +55,27 @@ def test_schema_validates_every_curated_card(name: str, item: dict) -> None:
 
 
 def test_schema_and_model_refuse_bad_cards(tmp_path: Path) -> None:
-    good = {"id": "c-x", "title": "a card", "releases": ">=0.5.9", "require": "args.tp_size > 0",
-            "severity": "error", "message": "m", "citations": ["0.5.11:a.py:f:1-2"],
-            "origin": "curated"}
+    good = {
+        "id": "c-x",
+        "title": "a card",
+        "releases": ">=0.5.9",
+        "require": "args.tp_size > 0",
+        "severity": "error",
+        "message": "m",
+        "citations": ["0.5.11:a.py:f:1-2"],
+        "origin": "curated",
+    }
     assert schema_errors(good) == []
     assert schema_errors({**good, "severity": "fatal"})
     assert schema_errors({**good, "surprise": 1})
     assert schema_errors({**good, "citations": ["0.5.11:a.py:1"]})
     Card.model_validate(good)
-    for bad in ({"require": "__import__('os').system('x')"}, {"when": "(lambda: 1)()"},
-                {"require": "[x for x in args.y]"}, {"releases": "around 0.5"}):
+    for bad in (
+        {"require": "__import__('os').system('x')"},
+        {"when": "(lambda: 1)()"},
+        {"require": "[x for x in args.y]"},
+        {"releases": "around 0.5"},
+    ):
         with pytest.raises(ValueError):
             Card.model_validate({**good, **bad})
     path = tmp_path / "bad.yaml"
@@ -70,19 +87,29 @@ def test_schema_and_model_refuse_bad_cards(tmp_path: Path) -> None:
 def test_citation_format() -> None:
     c = parse_citation("0.5.11:sglang/srt/server_args.py:ServerArgs._handle_x:3519-3522")
     assert (c.release, c.path, c.function, c.start, c.end) == (
-        "0.5.11", "sglang/srt/server_args.py", "ServerArgs._handle_x", 3519, 3522)
+        "0.5.11",
+        "sglang/srt/server_args.py",
+        "ServerArgs._handle_x",
+        3519,
+        3522,
+    )
     assert str(parse_citation("0.5.9:a.py:f:7")) == "0.5.9:a.py:f:7"
     with pytest.raises(ValueError):
         parse_citation("0.5.11:a.py:f:9-3")
 
 
 def test_every_curated_citation_exists_in_the_kb(store: Store) -> None:
-    problems = [(c.id, cit, p) for c in CURATED for cit in c.citations
-                if (p := citation_problem(store, cit)) is not None]
+    problems = [
+        (c.id, cit, p)
+        for c in CURATED
+        for cit in c.citations
+        if (p := citation_problem(store, cit)) is not None
+    ]
     assert problems == []
     assert citation_problem(store, "0.5.11:sglang/srt/server_args.py:ServerArgs.nope:1-2")
-    assert citation_problem(store, "0.5.11:sglang/srt/server_args.py:"
-                                   "ServerArgs._handle_data_parallelism:1-2")
+    assert citation_problem(
+        store, "0.5.11:sglang/srt/server_args.py:ServerArgs._handle_data_parallelism:1-2"
+    )
     assert citation_problem(store, "0.4.0:sglang/srt/server_args.py:f:1-2")
 
 
@@ -100,8 +127,11 @@ def _examples() -> list[tuple[Card, object]]:
     return [(c, ex) for c in CURATED for ex in c.examples]
 
 
-@pytest.mark.parametrize("card,example", _examples(),
-                         ids=[f"{c.id}@{e.release}-{e.hardware or 'nohw'}" for c, e in _examples()])
+@pytest.mark.parametrize(
+    "card,example",
+    _examples(),
+    ids=[f"{c.id}@{e.release}-{e.hardware or 'nohw'}" for c, e in _examples()],
+)
 def test_curated_examples_evaluate_as_stated(store: Store, card: Card, example) -> None:  # noqa: ANN001
     facts = facts_for(example.hardware, example.model_arch)
     for kind, argv in (("fail", example.fail), ("pass", example.pass_)):

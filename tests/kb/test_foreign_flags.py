@@ -13,7 +13,9 @@ from kb.catalogs import load_catalog
 from kb.foreign_flags import DATA_FILE, foreign_flag, foreign_flags
 
 # owner/repo@tag:path:line of the foreign engine's own declaration
-_SOURCE = re.compile(r"[\w.-]{1,100}/[\w.-]{1,100}@v\d{1,4}(?:\.\d{1,4}){1,3}:[\w/.-]{1,200}\.(?:py|rs):\d{1,6}")
+_SOURCE = re.compile(
+    r"[\w.-]{1,100}/[\w.-]{1,100}@v\d{1,4}(?:\.\d{1,4}){1,3}:[\w/.-]{1,200}\.(?:py|rs):\d{1,6}"
+)
 
 
 def test_every_entry_is_well_formed_and_cited() -> None:

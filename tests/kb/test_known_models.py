@@ -30,7 +30,9 @@ def test_table_loads_and_every_entry_has_a_source_and_a_match() -> None:
     ("nvidia/DeepSeek-R1-0528-FP4", None, "modelopt_fp4", None),
     ("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", None, "fp8", False),
 ])  # fmt: skip
-def test_lookup_by_id_and_pattern(model_id: str, arch: str | None, quant: str, mla: bool | None) -> None:
+def test_lookup_by_id_and_pattern(
+    model_id: str, arch: str | None, quant: str, mla: bool | None
+) -> None:
     m = known_model(model_id)
     assert m is not None
     assert (m.architectures or [None])[0] == arch
@@ -41,8 +43,10 @@ def test_exact_id_beats_pattern_and_unknown_ids_miss() -> None:
     assert known_model("meta-llama/Llama-3.1-405B-Instruct-FP8").quantization == "fbgemm_fp8"
     assert known_model("someone/private-model") is None
     assert known_model("") is None
-    assert known_model("moonshotai/Kimi-K2-Thinking").matched("moonshotai/kimi-k2-thinking") == \
-        "moonshotai/Kimi-K2-Thinking"
+    assert (
+        known_model("moonshotai/Kimi-K2-Thinking").matched("moonshotai/kimi-k2-thinking")
+        == "moonshotai/Kimi-K2-Thinking"
+    )
 
 
 def test_folder_name_match_needs_exactly_one_entry() -> None:

@@ -11,8 +11,11 @@ import pytest
 from kb.errors import ConfigError
 from kb.known_models import DATA_FILE, SHAPE_FIELDS, known_model, known_models
 
-_INTS = [f for f in SHAPE_FIELDS if f not in ("weight_block_size", "layer_types", "has_vision",
-                                              "vision_model_type")]
+_INTS = [
+    f
+    for f in SHAPE_FIELDS
+    if f not in ("weight_block_size", "layer_types", "has_vision", "vision_model_type")
+]
 
 
 def _shaped() -> list:
@@ -24,8 +27,13 @@ def test_the_table_has_cited_shapes_for_popular_checkpoints() -> None:
     assert len(shaped) >= 5
     fields = {f for m in shaped for f in m.shape()}
     # what the post-validation checks read is covered somewhere in the table
-    assert {"moe_intermediate_size", "weight_block_size", "num_key_value_heads",
-            "hidden_size", "layer_types"} <= fields
+    assert {
+        "moe_intermediate_size",
+        "weight_block_size",
+        "num_key_value_heads",
+        "hidden_size",
+        "layer_types",
+    } <= fields
 
 
 @pytest.mark.parametrize("entry", _shaped(), ids=lambda m: m.label())
@@ -78,14 +86,27 @@ def test_expert_and_layer_layout_agree(entry) -> None:
         assert shape.get("has_vision") is True
 
 
-@pytest.mark.parametrize("model_id", [
-    "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3.2", "deepseek-ai/DeepSeek-V4-Pro",
-    "moonshotai/Kimi-K2-Instruct", "moonshotai/Kimi-K2.5", "Qwen/Qwen3-235B-A22B",
-    "Qwen/Qwen3-Coder-480B-A35B-Instruct", "Qwen/Qwen3-VL-30B-A3B-Instruct",
-    "Qwen/Qwen3.5-35B-A3B", "MiniMaxAI/MiniMax-M2.5", "zai-org/GLM-5-FP8",
-    "meta-llama/Llama-3.1-405B", "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
-    "mistralai/Mixtral-8x7B-v0.1", "google/gemma-3-4b-it", "openai/gpt-oss-120b",
-])
+@pytest.mark.parametrize(
+    "model_id",
+    [
+        "deepseek-ai/DeepSeek-R1",
+        "deepseek-ai/DeepSeek-V3.2",
+        "deepseek-ai/DeepSeek-V4-Pro",
+        "moonshotai/Kimi-K2-Instruct",
+        "moonshotai/Kimi-K2.5",
+        "Qwen/Qwen3-235B-A22B",
+        "Qwen/Qwen3-Coder-480B-A35B-Instruct",
+        "Qwen/Qwen3-VL-30B-A3B-Instruct",
+        "Qwen/Qwen3.5-35B-A3B",
+        "MiniMaxAI/MiniMax-M2.5",
+        "zai-org/GLM-5-FP8",
+        "meta-llama/Llama-3.1-405B",
+        "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
+        "mistralai/Mixtral-8x7B-v0.1",
+        "google/gemma-3-4b-it",
+        "openai/gpt-oss-120b",
+    ],
+)
 def test_popular_checkpoints_have_cited_shapes(model_id: str) -> None:
     """Issue #27 item 4: the checkpoints users run most carry the fields the checks read."""
     entry = known_model(model_id)
@@ -125,30 +146,59 @@ def _table(tmp_path: Path, **entry: object) -> Path:
 CITE = "owner/repo@" + "a" * 40 + ":config.json"
 
 
-@pytest.mark.parametrize("entry, why", [
-    ({"hidden_size": 4096}, "shape values without a source"),
-    ({"hidden_size": 4096, "sources": [{"cite": CITE, "fields": ["head_dim"]}]}, "no value"),
-    ({"hidden_size": 1, "sources": [{"cite": CITE, "fields": ["hidden_size"]},
-                                    {"cite": CITE, "fields": ["hidden_size"]}]}, "cited twice"),
-    ({"vocab": 1, "sources": [{"cite": CITE, "fields": ["vocab"]}]}, "unknown fields"),
-    ({"quantization": "fp8", "weight_block_size": [128],
-      "sources": [{"cite": CITE, "fields": ["weight_block_size"]}]}, "[n, k]"),
-])
-def test_the_loader_refuses_uncited_or_malformed_shapes(tmp_path: Path, entry: dict,
-                                                        why: str) -> None:
+@pytest.mark.parametrize(
+    "entry, why",
+    [
+        ({"hidden_size": 4096}, "shape values without a source"),
+        ({"hidden_size": 4096, "sources": [{"cite": CITE, "fields": ["head_dim"]}]}, "no value"),
+        (
+            {
+                "hidden_size": 1,
+                "sources": [
+                    {"cite": CITE, "fields": ["hidden_size"]},
+                    {"cite": CITE, "fields": ["hidden_size"]},
+                ],
+            },
+            "cited twice",
+        ),
+        ({"vocab": 1, "sources": [{"cite": CITE, "fields": ["vocab"]}]}, "unknown fields"),
+        (
+            {
+                "quantization": "fp8",
+                "weight_block_size": [128],
+                "sources": [{"cite": CITE, "fields": ["weight_block_size"]}],
+            },
+            "[n, k]",
+        ),
+    ],
+)
+def test_the_loader_refuses_uncited_or_malformed_shapes(
+    tmp_path: Path, entry: dict, why: str
+) -> None:
     with pytest.raises(ConfigError, match=None) as err:
         known_models(_table(tmp_path, **entry))
     assert why in str(err.value)
 
 
 def test_a_cited_entry_loads(tmp_path: Path) -> None:
-    path = _table(tmp_path, quantization="fp8", moe_intermediate_size=1536,
-                  weight_block_size=[128, 128], sources=[
-                      {"cite": CITE, "fields": ["moe_intermediate_size", "weight_block_size"],
-                       "note": "a copy"}])
+    path = _table(
+        tmp_path,
+        quantization="fp8",
+        moe_intermediate_size=1536,
+        weight_block_size=[128, 128],
+        sources=[
+            {
+                "cite": CITE,
+                "fields": ["moe_intermediate_size", "weight_block_size"],
+                "note": "a copy",
+            }
+        ],
+    )
     m = known_model("org/m", path)
-    assert m is not None and m.shape() == {"moe_intermediate_size": 1536,
-                                           "weight_block_size": [128, 128]}
+    assert m is not None and m.shape() == {
+        "moe_intermediate_size": 1536,
+        "weight_block_size": [128, 128],
+    }
     assert m.cite("weight_block_size") == f"{CITE} (a copy)"
 
 

@@ -40,10 +40,12 @@ def test_vectors_equal_sentence_transformers(model_dir: str) -> None:
 
 
 def test_the_api_process_never_imports_torch(model_dir: str) -> None:
-    code = ("import sys; from kb.query_encoder import NumpyBertEncoder; "
-            f"NumpyBertEncoder({model_dir!r}).encode(['topk']); "
-            "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers') "
-            "if m in sys.modules))")
+    code = (
+        "import sys; from kb.query_encoder import NumpyBertEncoder; "
+        f"NumpyBertEncoder({model_dir!r}).encode(['topk']); "
+        "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers') "
+        "if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -63,8 +65,9 @@ def test_other_folders_are_refused_for_the_fallback(model_dir: str, tmp_path: Pa
     shutil.copytree(model_dir, other, ignore=shutil.ignore_patterns("model.safetensors"))
     pooling = other / "1_Pooling" / "config.json"
     cfg = json.loads(pooling.read_text())
-    pooling.write_text(json.dumps(cfg | {"pooling_mode_mean_tokens": False,
-                                         "pooling_mode_cls_token": True}))
+    pooling.write_text(
+        json.dumps(cfg | {"pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True})
+    )
     with pytest.raises(ConfigError, match="mean-pooled"):
         NumpyBertEncoder(str(other))
 

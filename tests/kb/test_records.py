@@ -9,8 +9,11 @@ from kb.records import Records
 
 
 def _result(path: str, function: str, release: str = "0.5.11") -> dict:
-    return {"location": {"path": path, "function": function}, "release": {"release": release},
-            "summary": f"{function} refused"}
+    return {
+        "location": {"path": path, "function": function},
+        "release": {"release": release},
+        "summary": f"{function} refused",
+    }
 
 
 def test_similar_finds_confirmed_triages_of_the_same_function_newest_first(tmp_path: Path) -> None:
@@ -27,9 +30,14 @@ def test_similar_finds_confirmed_triages_of_the_same_function_newest_first(tmp_p
     # unconfirmed (t2, plain), other functions and the excluded id are left out; ties in the
     # confirmation second resolve to the later confirmation
     assert [s["id"] for s in got] == ["t3", "t1"]
-    assert got[0] == {"id": "t3", "release": "0.5.3", "summary": spec[1] + " refused",
-                      "confirmed_fix": {"flags": {"--speculative-eagle-topk": "1"}, "id": "t3"},
-                      "note": "ok", "confirmed_at": got[0]["confirmed_at"]}
+    assert got[0] == {
+        "id": "t3",
+        "release": "0.5.3",
+        "summary": spec[1] + " refused",
+        "confirmed_fix": {"flags": {"--speculative-eagle-topk": "1"}, "id": "t3"},
+        "note": "ok",
+        "confirmed_at": got[0]["confirmed_at"],
+    }
     assert records.similar("sglang/x.py", "f") == []
     assert records.get("plain")["result"] == _result(*spec)
 

@@ -56,17 +56,22 @@ def test_a_schema_1_index_is_migrated_keeping_its_rows(tmp_path: Path) -> None:
     con = sqlite3.connect(path)
     con.executescript(SCHEMA_1)
     con.execute("INSERT INTO releases (version, status) VALUES ('0.5.11', 'indexed')")
-    con.execute("INSERT INTO files VALUES ('0.5.11', 'sglang/a.py', 's', 2, '[]', ?)",
-                (pack_text("def topk_check():\n    assert speculative_eagle_topk == 1\n"),))
-    con.execute("INSERT INTO chunks VALUES ('sglang/a.py:1-2:function', '0.5.11', 'sglang/a.py', "
-                "'topk_check', 'function', 1, 2, 1, 1, 'h', "
-                "'def topk_check():\n    assert speculative_eagle_topk == 1')")
+    con.execute(
+        "INSERT INTO files VALUES ('0.5.11', 'sglang/a.py', 's', 2, '[]', ?)",
+        (pack_text("def topk_check():\n    assert speculative_eagle_topk == 1\n"),),
+    )
+    con.execute(
+        "INSERT INTO chunks VALUES ('sglang/a.py:1-2:function', '0.5.11', 'sglang/a.py', "
+        "'topk_check', 'function', 1, 2, 1, 1, 'h', "
+        "'def topk_check():\n    assert speculative_eagle_topk == 1')"
+    )
     con.execute("INSERT INTO chunks_fts VALUES ('0.5.11', 'sglang/a.py:1-2:function', 'x')")
     con.commit()
     con.close()
     store = Store(path)
-    assert store.query("SELECT value FROM meta WHERE key = 'schema_version'")[0][0] == \
-        str(SCHEMA_VERSION)
+    assert store.query("SELECT value FROM meta WHERE key = 'schema_version'")[0][0] == str(
+        SCHEMA_VERSION
+    )
     assert store.release("0.5.11")["content_hash"] is None  # re-indexed by the next ingest
     assert store.fts("speculative eagle topk", "0.5.11")[0][0] == "sglang/a.py:1-2:function"
     assert store.chunks("0.5.11", ["sglang/a.py:1-2:function"])[0]["qualname"] == "topk_check"
@@ -81,8 +86,9 @@ def test_a_schema_2_index_is_marked_for_re_indexing(tmp_path: Path) -> None:
     and the next ingest re-indexes it, while its rows stay readable meanwhile."""
     path = tmp_path / "index.sqlite"
     store = Store(path)
-    store.replace_release("0.5.11", {"version": "0.5.11", "origin": "t", "content_hash": "h",
-                                     "status": "indexed"}, {})
+    store.replace_release(
+        "0.5.11", {"version": "0.5.11", "origin": "t", "content_hash": "h", "status": "indexed"}, {}
+    )
     store.close()
     con = sqlite3.connect(path)
     con.executescript(SCHEMA_3_FROM_4)
@@ -91,8 +97,9 @@ def test_a_schema_2_index_is_marked_for_re_indexing(tmp_path: Path) -> None:
     con.commit()
     con.close()
     store = Store(path)
-    assert store.query("SELECT value FROM meta WHERE key = 'schema_version'")[0][0] == \
-        str(SCHEMA_VERSION)
+    assert store.query("SELECT value FROM meta WHERE key = 'schema_version'")[0][0] == str(
+        SCHEMA_VERSION
+    )
     assert store.release("0.5.11")["content_hash"] is None
     assert store.calls("0.5.11", "sglang/srt/server_args.py") == []
 
@@ -100,8 +107,19 @@ def test_a_schema_2_index_is_marked_for_re_indexing(tmp_path: Path) -> None:
 def test_a_writer_that_fails_leaves_the_old_rows(tmp_path: Path) -> None:
     store = Store(tmp_path / "index.sqlite")
     row = {"version": "0.5.11", "origin": "test", "content_hash": "h", "status": "indexed"}
-    chunk = ("sglang/a.py:1-1:module", "0.5.11", "sglang/a.py", "<module>", "module", 1, 1, 1, 1,
-             "h1", "speculative_eagle_topk = 1")
+    chunk = (
+        "sglang/a.py:1-1:module",
+        "0.5.11",
+        "sglang/a.py",
+        "<module>",
+        "module",
+        1,
+        1,
+        1,
+        1,
+        "h1",
+        "speculative_eagle_topk = 1",
+    )
     store.replace_release("0.5.11", row, {"chunks": [chunk]})
     with pytest.raises(RuntimeError), store.release_writer("0.5.11") as writer:
         writer.add("chunks", [(*chunk[:-1], "page_size = 16")])
@@ -117,10 +135,15 @@ def test_an_index_of_a_newer_schema_is_refused_not_misread(tmp_path: Path) -> No
     path = tmp_path / "index.sqlite"
     Store(path).close()
     con = sqlite3.connect(path)
-    con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
+    con.execute(
+        "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),)
+    )
     con.commit()
     con.close()
     with pytest.raises(KBError, match="newer than this sglang-triage") as info:
         Store(path)
-    assert info.value.details == {"kb": str(path), "schema": SCHEMA_VERSION + 1,
-                                  "supported": SCHEMA_VERSION}
+    assert info.value.details == {
+        "kb": str(path),
+        "schema": SCHEMA_VERSION + 1,
+        "supported": SCHEMA_VERSION,
+    }

@@ -11,25 +11,41 @@ from pydantic import SecretStr
 from service.settings import Settings, env_example, reveal
 
 ROOT = Path(__file__).resolve().parents[2]
-SECRETS = {"api_keys": ["key-AAAA1111"], "slack_bot_token": "xoxb-BBBB2222",
-           "slack_signing_secret": "sign-CCCC3333", "slack_app_token": "xapp-DDDD4444",
-           "llm_api_key": "sk-EEEE5555",
-           "database_url": "postgresql://triage:pw-FFFF6666@db.internal/triage"}
-PLAIN = ["key-AAAA1111", "xoxb-BBBB2222", "sign-CCCC3333", "xapp-DDDD4444", "sk-EEEE5555",
-         "pw-FFFF6666"]
+SECRETS = {
+    "api_keys": ["key-AAAA1111"],
+    "slack_bot_token": "xoxb-BBBB2222",
+    "slack_signing_secret": "sign-CCCC3333",
+    "slack_app_token": "xapp-DDDD4444",
+    "llm_api_key": "sk-EEEE5555",
+    "database_url": "postgresql://triage:pw-FFFF6666@db.internal/triage",
+}
+PLAIN = [
+    "key-AAAA1111",
+    "xoxb-BBBB2222",
+    "sign-CCCC3333",
+    "xapp-DDDD4444",
+    "sk-EEEE5555",
+    "pw-FFFF6666",
+]
 
 
 def test_secrets_never_show_in_repr_str_or_dumps(tmp_path: Path) -> None:
     settings = Settings(kb_dir=tmp_path, **SECRETS)
-    for text in (repr(settings), str(settings), settings.model_dump_json(),
-                 repr(settings.model_dump()), str(settings.model_dump(mode="json"))):
+    for text in (
+        repr(settings),
+        str(settings),
+        settings.model_dump_json(),
+        repr(settings.model_dump()),
+        str(settings.model_dump(mode="json")),
+    ):
         leaked = [s for s in PLAIN if s in text]
         assert leaked == [], text
     assert "**********" in settings.model_dump_json()
 
 
 def test_secrets_are_read_from_the_environment_and_revealed_only_on_request(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRIAGE_API_KEYS", '["k1", "k2"]')
     monkeypatch.setenv("TRIAGE_SLACK_BOT_TOKEN", "xoxb-env")
     monkeypatch.setenv("TRIAGE_LLM_API_KEY", "sk-env")
@@ -51,9 +67,11 @@ def _example_vars() -> dict[str, str]:
     for i, line in enumerate(lines):
         m = re.fullmatch(r"#? ?(TRIAGE_[A-Z0-9_]+)=.*", line)
         if m:
-            assert i > 0 and lines[i - 1].startswith("# ") \
-                and not re.match(r"# TRIAGE_\w+=", lines[i - 1]), \
-                f"{m.group(1)} has no one-line comment above it"
+            assert (
+                i > 0
+                and lines[i - 1].startswith("# ")
+                and not re.match(r"# TRIAGE_\w+=", lines[i - 1])
+            ), f"{m.group(1)} has no one-line comment above it"
             found[m.group(1)] = lines[i - 1]
     return found
 
@@ -61,8 +79,9 @@ def _example_vars() -> dict[str, str]:
 def test_env_example_lists_every_setting_and_nothing_else() -> None:
     listed = _example_vars()
     fields = {f"TRIAGE_{name.upper()}" for name in Settings.model_fields}
-    assert sorted(fields - set(listed)) == [], \
+    assert sorted(fields - set(listed)) == [], (
         "regenerate: python -m service.settings > .env.example"
+    )
     assert sorted(set(listed) - fields) == []
 
 

@@ -27,15 +27,36 @@ def upgrade() -> None:
         op.execute(sa.schema.CreateSequence(sa.Sequence("records_seq")))
 
     def seq() -> list[sa.Column]:
-        return [sa.Column("seq", sa.BigInteger, nullable=False,
-                          server_default=sa.text("nextval('records_seq')"))] if server else []
+        return (
+            [
+                sa.Column(
+                    "seq",
+                    sa.BigInteger,
+                    nullable=False,
+                    server_default=sa.text("nextval('records_seq')"),
+                )
+            ]
+            if server
+            else []
+        )
 
-    op.create_table("triages", sa.Column("id", sa.Text, primary_key=True),
-                    sa.Column("created", sa.Text), sa.Column("request", sa.Text),
-                    sa.Column("result", sa.Text), *seq())
-    op.create_table("confirmations", sa.Column("id", sa.Text, primary_key=True),
-                    sa.Column("created", sa.Text), sa.Column("fix", sa.Text),
-                    sa.Column("note", sa.Text), sa.Column("source", sa.Text), *seq())
+    op.create_table(
+        "triages",
+        sa.Column("id", sa.Text, primary_key=True),
+        sa.Column("created", sa.Text),
+        sa.Column("request", sa.Text),
+        sa.Column("result", sa.Text),
+        *seq(),
+    )
+    op.create_table(
+        "confirmations",
+        sa.Column("id", sa.Text, primary_key=True),
+        sa.Column("created", sa.Text),
+        sa.Column("fix", sa.Text),
+        sa.Column("note", sa.Text),
+        sa.Column("source", sa.Text),
+        *seq(),
+    )
 
 
 def downgrade() -> None:

@@ -31,8 +31,10 @@ def _location(text: str | None) -> tuple[str | None, str | None]:
         path, function = loc.get("path"), loc.get("function")
     except (ValueError, RecursionError, AttributeError):
         return None, None
-    return (path if isinstance(path, str) else None,
-            function if isinstance(function, str) else None)
+    return (
+        path if isinstance(path, str) else None,
+        function if isinstance(function, str) else None,
+    )
 
 
 def upgrade() -> None:
@@ -41,19 +43,31 @@ def upgrade() -> None:
     op.create_index("ix_triages_location", "triages", ["loc_path", "loc_function"])
     op.create_index("ix_triages_created", "triages", ["created"])
     bind = op.get_bind()
-    table = sa.table("triages", sa.column("id", sa.Text), sa.column("result", sa.Text),
-                     sa.column("loc_path", sa.Text), sa.column("loc_function", sa.Text))
+    table = sa.table(
+        "triages",
+        sa.column("id", sa.Text),
+        sa.column("result", sa.Text),
+        sa.column("loc_path", sa.Text),
+        sa.column("loc_function", sa.Text),
+    )
     last = ""
     while True:  # in primary-key pages: never the whole table in memory
-        rows = bind.execute(sa.select(table.c.id, table.c.result).where(table.c.id > last)
-                            .order_by(table.c.id).limit(_BATCH)).all()
+        rows = bind.execute(
+            sa.select(table.c.id, table.c.result)
+            .where(table.c.id > last)
+            .order_by(table.c.id)
+            .limit(_BATCH)
+        ).all()
         if not rows:
             break
         for tid, result in rows:
             path, function = _location(result)
             if path is not None or function is not None:
-                bind.execute(table.update().where(table.c.id == tid)
-                             .values(loc_path=path, loc_function=function))
+                bind.execute(
+                    table.update()
+                    .where(table.c.id == tid)
+                    .values(loc_path=path, loc_function=function)
+                )
         last = rows[-1][0]
 
 

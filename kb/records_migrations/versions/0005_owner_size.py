@@ -28,11 +28,15 @@ def upgrade() -> None:
     op.add_column("triages", sa.Column("size", sa.BigInteger))
     op.add_column("triages", sa.Column("confirmed_by", sa.Text))
     if op.get_bind().dialect.name == "sqlite":
-        op.execute("UPDATE triages SET size = coalesce(length(CAST(request AS BLOB)), 0)"
-                   " + coalesce(length(CAST(result AS BLOB)), 0)")
+        op.execute(
+            "UPDATE triages SET size = coalesce(length(CAST(request AS BLOB)), 0)"
+            " + coalesce(length(CAST(result AS BLOB)), 0)"
+        )
     else:
-        op.execute("UPDATE triages SET size = coalesce(octet_length(request), 0)"
-                   " + coalesce(octet_length(result), 0)")
+        op.execute(
+            "UPDATE triages SET size = coalesce(octet_length(request), 0)"
+            " + coalesce(octet_length(result), 0)"
+        )
 
 
 def downgrade() -> None:

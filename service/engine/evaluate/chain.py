@@ -38,8 +38,11 @@ VALIDATION_PATHS = VALIDATION_PREFIXES
 #: Calls that run the function passed as an argument (its position): a pipeline step
 #: ``run_hook(fn, server_args)``, a post-process pass ``run_post_process_pass(server_args,
 #: fn)`` (its returned dict is declared) and a plugin resolver ``record_foreign_defaults``.
-STEP_RUNNERS: dict[str, int] = {"run_hook": 0, "run_post_process_pass": 1,
-                                "record_foreign_defaults": 2}
+STEP_RUNNERS: dict[str, int] = {
+    "run_hook": 0,
+    "run_post_process_pass": 1,
+    "record_foreign_defaults": 2,
+}
 
 
 def function_source(store: Store, version: str, fn: dict[str, Any]) -> str:
@@ -68,7 +71,11 @@ def _calls_with_nodes(node: ast.AST) -> list[tuple[ast.Call, str]]:
         if not isinstance(sub, ast.Call):
             continue
         func = sub.func
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+        ):
             out.append((sub, func.attr))
         elif isinstance(func, ast.Name):
             at = STEP_RUNNERS.get(func.id)
@@ -105,8 +112,9 @@ def validation_order(store: Store, version: str) -> dict[str, float]:
                 ranks.setdefault(name, float(len(ranks)))
         # one level below each step
         for name, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
-            for row in store.query("SELECT * FROM functions WHERE release = ? AND name = ?",
-                                   (version, name)):
+            for row in store.query(
+                "SELECT * FROM functions WHERE release = ? AND name = ?", (version, name)
+            ):
                 if not row["path"].startswith(VALIDATION_PATHS):
                     continue
                 node = function_ast(store, version, dict(row))
@@ -138,10 +146,11 @@ def call_site_guards(store: Store, version: str, qualname: str, path: str) -> li
     name = qualname.rsplit(".", 1)[-1]
 
     def build() -> list[CallSite]:
-        return [CallSite(path, row["caller"], row["line"],
-                         [Guard.from_dict(g) for g in row["guards"]])
-                for row in store.calls(version, path, name)
-                if row["caller"].rsplit(".", 1)[-1] != name]  # not recursion
+        return [
+            CallSite(path, row["caller"], row["line"], [Guard.from_dict(g) for g in row["guards"]])
+            for row in store.calls(version, path, name)
+            if row["caller"].rsplit(".", 1)[-1] != name
+        ]  # not recursion
 
     return cached(release_key(store, version, f"calls:{path}:{name}"), build)
 
@@ -169,8 +178,10 @@ def earlier_writes(store: Store, version: str, attr: str, check: dict[str, Any])
     function at an earlier line. Writes whose order is unknown are returned
     with ``rank=None`` so callers can report them as "may be changed".
     """
-    return cached(release_key(store, version, f"writes:{check['id']}:{attr}"),
-                   lambda: _earlier_writes(store, version, attr, check))
+    return cached(
+        release_key(store, version, f"writes:{check['id']}:{attr}"),
+        lambda: _earlier_writes(store, version, attr, check),
+    )
 
 
 def _earlier_writes(store: Store, version: str, attr: str, check: dict[str, Any]) -> list[Write]:
@@ -188,8 +199,18 @@ def _earlier_writes(store: Store, version: str, attr: str, check: dict[str, Any]
             continue
         elif rank is None and check_rank is not None:
             pass  # unknown order: keep, flagged by rank None
-        out.append(Write(attr, ref["path"], ref["function"], ref["line"], ref["kind"],
-                         ref["value"], ref["guards"], rank if not same_fn else check_rank))
+        out.append(
+            Write(
+                attr,
+                ref["path"],
+                ref["function"],
+                ref["line"],
+                ref["kind"],
+                ref["value"],
+                ref["guards"],
+                rank if not same_fn else check_rank,
+            )
+        )
     out.sort(key=lambda w: (w.rank if w.rank is not None else -1.0, w.line))
     return out
 
@@ -198,8 +219,21 @@ def later_writes(store: Store, version: str, attr: str, check: dict[str, Any]) -
     """Writes of ``attr`` at or after ``check`` in its own function (e.g. auto-chosen values)."""
     out: list[Write] = []
     for ref in store.refs(version, attr, kinds=("write", "declare")):
-        if ref["function"] == check["function"] and ref["path"] == check["path"] \
-                and ref["line"] > check["end_line"]:
-            out.append(Write(attr, ref["path"], ref["function"], ref["line"], ref["kind"],
-                             ref["value"], ref["guards"], None))
+        if (
+            ref["function"] == check["function"]
+            and ref["path"] == check["path"]
+            and ref["line"] > check["end_line"]
+        ):
+            out.append(
+                Write(
+                    attr,
+                    ref["path"],
+                    ref["function"],
+                    ref["line"],
+                    ref["kind"],
+                    ref["value"],
+                    ref["guards"],
+                    None,
+                )
+            )
     return out

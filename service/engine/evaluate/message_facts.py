@@ -71,12 +71,24 @@ class MessageFacts:
 
 def _reads(expr: ast.expr, attrs: frozenset[str]) -> set[str]:
     """The server-args attributes (of ``attrs``) an expression (after substitution) reads."""
-    return {n.attr for n in ast.walk(expr) if isinstance(n, ast.Attribute) and n.attr in attrs
-            and isinstance(n.value, ast.Name) and n.value.id in DEFAULT_ARG_OBJECTS}
+    return {
+        n.attr
+        for n in ast.walk(expr)
+        if isinstance(n, ast.Attribute)
+        and n.attr in attrs
+        and isinstance(n.value, ast.Name)
+        and n.value.id in DEFAULT_ARG_OBJECTS
+    }
 
 
-def message_facts(store: Store, version: str, check: dict[str, Any], message: str | None,
-                  attrs: dict[str, Value], user_set: set[str]) -> MessageFacts:
+def message_facts(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    message: str | None,
+    attrs: dict[str, Value],
+    user_set: set[str],
+) -> MessageFacts:
     """Bind ``message`` (the log's) to ``check``'s message and sort the values (see module)."""
     out = MessageFacts()
     bound = bind_message(check.get("message"), message)
@@ -93,8 +105,10 @@ def message_facts(store: Store, version: str, check: dict[str, Any], message: st
     derived: list[tuple[BoundValue, ast.expr]] = []
     for b in bound:
         try:
-            expr = ast.parse(params.rename_fields(store, version, fn, check, source.substitute(
-                b.expr, local)), mode="eval").body
+            expr = ast.parse(
+                params.rename_fields(store, version, fn, check, source.substitute(b.expr, local)),
+                mode="eval",
+            ).body
         except SyntaxError:
             continue
         reads = _reads(expr, params.server_args_attrs(store, version))
@@ -110,9 +124,17 @@ def message_facts(store: Store, version: str, check: dict[str, Any], message: st
                 out.attrs[attr] = Value(b.value, prov)
                 out.printed.append(PrintedValue(b, "flag", attr))
             elif have is not None and have.value != b.value:
-                out.printed.append(PrintedValue(b, "flag", attr, note=(
-                    f"the message printed {b.expr}={b.text}, but the command sets "
-                    f"{attr} to {have.value!r}: the log may be of another launch")))
+                out.printed.append(
+                    PrintedValue(
+                        b,
+                        "flag",
+                        attr,
+                        note=(
+                            f"the message printed {b.expr}={b.text}, but the command sets "
+                            f"{attr} to {have.value!r}: the log may be of another launch"
+                        ),
+                    )
+                )
             else:
                 out.printed.append(PrintedValue(b, "flag", attr))
             continue
@@ -136,8 +158,13 @@ def _holds_own(expr: ast.expr) -> bool:
     return any(_own(n) for n in ast.walk(expr) if isinstance(n, ast.Attribute))
 
 
-def _solve(b: BoundValue, expr: ast.expr, attrs: dict[str, Value], filled: dict[str, Value],
-           user_set: set[str]) -> tuple[str, Value] | None:
+def _solve(
+    b: BoundValue,
+    expr: ast.expr,
+    attrs: dict[str, Value],
+    filled: dict[str, Value],
+    user_set: set[str],
+) -> tuple[str, Value] | None:
     """``(fact key, value)`` of the object's own value in a printed derived value: the
     message printed ``intermediate_size_per_partition = 384`` and SGLang computes it as
     ``fused_moe.intermediate_size // (tp_size // ep_size // moe_dp_size)``; with the
@@ -145,8 +172,13 @@ def _solve(b: BoundValue, expr: ast.expr, attrs: dict[str, Value], filled: dict[
     ``own / flags`` and ``own * flags`` are solved, and only when a flag the divisor reads
     was set by the command or printed (a default alone does not say how the crashed process
     ran)."""
-    if not (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.FloorDiv | ast.Div | ast.Mult)
-            and _own(expr.left) and isinstance(b.value, int) and not isinstance(b.value, bool)):
+    if not (
+        isinstance(expr, ast.BinOp)
+        and isinstance(expr.op, ast.FloorDiv | ast.Div | ast.Mult)
+        and _own(expr.left)
+        and isinstance(b.value, int)
+        and not isinstance(b.value, bool)
+    ):
         return None
     reads = {n.attr for n in ast.walk(expr.right) if isinstance(n, ast.Attribute)}
     if not reads & (user_set | set(filled)):
@@ -164,20 +196,31 @@ def _solve(b: BoundValue, expr: ast.expr, attrs: dict[str, Value], filled: dict[
     else:
         value, how = b.value * k, f"{b.value} × {k}"
     name = ast.unparse(expr.left)
-    return fact_key(name), Value(value, Provenance("message", (
-        f"{b.evidence}; {name} = {how} = {value} (the printed {b.expr} times the launch's "
-        f"{ast.unparse(expr.right).replace('server_args.', '')})")))
+    return fact_key(name), Value(
+        value,
+        Provenance(
+            "message",
+            (
+                f"{b.evidence}; {name} = {how} = {value} (the printed {b.expr} times the launch's "
+                f"{ast.unparse(expr.right).replace('server_args.', '')})"
+            ),
+        ),
+    )
 
 
 def _own(expr: ast.expr) -> bool:
     """Is ``expr`` a field the raising object holds itself (``model_config.quantization``,
     renamed by :func:`~service.engine.evaluate.params.rename_fields`)?"""
-    return isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) \
+    return (
+        isinstance(expr, ast.Attribute)
+        and isinstance(expr.value, ast.Name)
         and expr.value.id not in DEFAULT_ARG_OBJECTS
+    )
 
 
-def _compare(b: BoundValue, expr: ast.expr, attrs: dict[str, Value],
-             filled: dict[str, Value]) -> str:
+def _compare(
+    b: BoundValue, expr: ast.expr, attrs: dict[str, Value], filled: dict[str, Value]
+) -> str:
     """A note when the flags give ``expr`` a value other than the printed one ("" else)."""
     try:
         got = evaluate(ast.unparse(expr), Env({**attrs, **filled})).value
@@ -185,9 +228,11 @@ def _compare(b: BoundValue, expr: ast.expr, attrs: dict[str, Value],
         return ""
     if got is UNKNOWN or got == b.value:
         return ""
-    return (f"the message printed {b.expr}={b.text}, but the flags give {got!r}: "
-            "a value set outside the command line (a config file, an environment variable, "
-            "SGLang's own adjustment) may differ")
+    return (
+        f"the message printed {b.expr}={b.text}, but the flags give {got!r}: "
+        "a value set outside the command line (a config file, an environment variable, "
+        "SGLang's own adjustment) may differ"
+    )
 
 
 def held_at_crash(ev: PathEvaluation, printed: MessageFacts) -> PathEvaluation:
@@ -201,9 +246,17 @@ def held_at_crash(ev: PathEvaluation, printed: MessageFacts) -> PathEvaluation:
         return ev
     undecided = [p for p in ev.parts if p.holds is UNKNOWN]
     texts = ", ".join(f"`{p.condition[:60]}`" for p in undecided[:3])
-    return replace(ev, fired=True, caveats=[*ev.caveats, (
-        f"the message printed this check's own values, so it raised: {texts} held at the "
-        "crash though the flags alone do not decide it")])
+    return replace(
+        ev,
+        fired=True,
+        caveats=[
+            *ev.caveats,
+            (
+                f"the message printed this check's own values, so it raised: {texts} held at the "
+                "crash though the flags alone do not decide it"
+            ),
+        ],
+    )
 
 
 def printed_flags(printed: MessageFacts, catalog: Catalog) -> list[str]:

@@ -32,9 +32,19 @@ from kb.store import Store
 from service.engine.cache import cached, release_key
 from service.engine.evaluate import chain
 
-__all__ = ["DerivedTrace", "FlagTrace", "derived_params", "flag_for", "flag_params",
-           "formula_for", "own_fields", "rename_fields", "server_args_attrs", "snake_case",
-           "traced_params"]
+__all__ = [
+    "DerivedTrace",
+    "FlagTrace",
+    "derived_params",
+    "flag_for",
+    "flag_params",
+    "formula_for",
+    "own_fields",
+    "rename_fields",
+    "server_args_attrs",
+    "snake_case",
+    "traced_params",
+]
 
 #: chunks of the release searched for one name
 MAX_CHUNKS = 300
@@ -56,9 +66,13 @@ class FlagTrace:
 
 def server_args_attrs(store: Store, version: str) -> frozenset[str]:
     """The server-args attributes of ``version`` (flags and declarations; cached)."""
+
     def build() -> frozenset[str]:
-        rows = store.query("SELECT attr FROM flags WHERE release = ? UNION "
-                           "SELECT attr FROM declarations WHERE release = ?", (version, version))
+        rows = store.query(
+            "SELECT attr FROM flags WHERE release = ? UNION "
+            "SELECT attr FROM declarations WHERE release = ?",
+            (version, version),
+        )
         return frozenset(r["attr"] for r in rows)
 
     return cached(release_key(store, version, "params:attrs"), build)
@@ -68,17 +82,28 @@ def flag_for(store: Store, version: str, name: str) -> FlagTrace | None:
     """The server-args attribute SGLang passes as ``name`` (None when none is found)."""
     if not _NAME.fullmatch(name):
         return None
-    return cached(release_key(store, version, f"params:flag-for:{name}"),
-                  lambda: _trace(store, version, name))
+    return cached(
+        release_key(store, version, f"params:flag-for:{name}"), lambda: _trace(store, version, name)
+    )
 
 
 def _trace(store: Store, version: str, name: str) -> FlagTrace | None:
     attrs = server_args_attrs(store, version)
     if name in attrs:
         decl = store.declarations(version, name)
-        row = decl[0] if decl else next(iter(store.query(
-            "SELECT path, line FROM flags WHERE release = ? AND attr = ? LIMIT 1",
-            (version, name))), None)
+        row = (
+            decl[0]
+            if decl
+            else next(
+                iter(
+                    store.query(
+                        "SELECT path, line FROM flags WHERE release = ? AND attr = ? LIMIT 1",
+                        (version, name),
+                    )
+                ),
+                None,
+            )
+        )
         if row is None:
             return None
         return FlagTrace(name, name, f"{version}:{row['path']}:{row['line']}", "declared")
@@ -90,9 +115,15 @@ def _trace(store: Store, version: str, name: str) -> FlagTrace | None:
         "CROSS JOIN chunks AS c ON c.seq = chunks_fts.rowid "
         "WHERE chunks_fts MATCH ? AND c.release = ? "
         "ORDER BY (c.path LIKE '%test%' OR c.path LIKE '%bench%'), c.path LIMIT ?",
-        (f'"{phrase}"', version, MAX_CHUNKS))
-    passes = re.compile(r"\b" + re.escape(name) + r"\s{0,4}=\s{0,4}" + _RECEIVER
-                        + r"([A-Za-z_]\w{0,80})(?=\s{0,4}(?:[,)#]|$))")
+        (f'"{phrase}"', version, MAX_CHUNKS),
+    )
+    passes = re.compile(
+        r"\b"
+        + re.escape(name)
+        + r"\s{0,4}=\s{0,4}"
+        + _RECEIVER
+        + r"([A-Za-z_]\w{0,80})(?=\s{0,4}(?:[,)#]|$))"
+    )
     votes: Counter[str] = Counter()
     first: dict[str, tuple[str, str]] = {}
     for row in rows:
@@ -103,8 +134,9 @@ def _trace(store: Store, version: str, name: str) -> FlagTrace | None:
                     continue
                 # SGLang's own start-up outranks its benchmarks and tests
                 votes[attr] += 1 if "/test" in row["path"] or "bench" in row["path"] else 10
-                first.setdefault(attr, (f"{version}:{row['path']}:{row['start_line'] + i}",
-                                        m.group(0).strip()))
+                first.setdefault(
+                    attr, (f"{version}:{row['path']}:{row['start_line'] + i}", m.group(0).strip())
+                )
     if not votes:
         return None
     attr = max(votes, key=lambda a: (votes[a], a == name.rsplit("_", 2)[-1], a))
@@ -117,12 +149,16 @@ def _parameters(store: Store, version: str, fn: dict[str, Any]) -> list[str]:
     node = chain.function_ast(store, version, fn)
     if node is None:
         return []
-    return [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)
-            if a.arg not in DEFAULT_ARG_OBJECTS and a.arg not in ("self", "cls")]
+    return [
+        a.arg
+        for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)
+        if a.arg not in DEFAULT_ARG_OBJECTS and a.arg not in ("self", "cls")
+    ]
 
 
-def traced_params(store: Store, version: str, fn: dict[str, Any] | None,
-                  path: str) -> dict[str, FlagTrace]:
+def traced_params(
+    store: Store, version: str, fn: dict[str, Any] | None, path: str
+) -> dict[str, FlagTrace]:
     """The parameters of ``fn`` (a function past argument validation) that SGLang fills
     from a server-args attribute, with the trace (cached per release and function).
     Functions of the validation files get none: there the server-args object itself is
@@ -141,22 +177,31 @@ def traced_params(store: Store, version: str, fn: dict[str, Any] | None,
     return cached(release_key(store, version, f"params:of:{fn['path']}:{fn['start_line']}"), build)
 
 
-def flag_params(store: Store, version: str, fn: dict[str, Any] | None, path: str,
-                local: Mapping[str, ast.expr], keep: Collection[str] = ()) -> dict[str, ast.expr]:
+def flag_params(
+    store: Store,
+    version: str,
+    fn: dict[str, Any] | None,
+    path: str,
+    local: Mapping[str, ast.expr],
+    keep: Collection[str] = (),
+) -> dict[str, ast.expr]:
     """``{parameter: server_args.<attr>}`` for :func:`traced_params`, and ``{parameter:
     formula}`` for :func:`derived_params`, to substitute into the check's conditions like a
     local (parameters a local or a fact in ``keep`` shadows are left)."""
-    out = {name: ast.parse(f"server_args.{t.attr}", mode="eval").body
-           for name, t in traced_params(store, version, fn, path).items()
-           if name not in local and name not in keep}
+    out = {
+        name: ast.parse(f"server_args.{t.attr}", mode="eval").body
+        for name, t in traced_params(store, version, fn, path).items()
+        if name not in local and name not in keep
+    }
     for name, d in derived_params(store, version, fn, path).items():
         if name not in local and name not in keep and name not in out:
             out[name] = ast.parse(d.expr, mode="eval").body
     return out
 
 
-def own_fields(store: Store, version: str, fn: dict[str, Any] | None,
-               check: dict[str, Any]) -> frozenset[str]:
+def own_fields(
+    store: Store, version: str, fn: dict[str, Any] | None, check: dict[str, Any]
+) -> frozenset[str]:
     """Fields ``self.X`` the check's function assigns before the check, outside the
     validation files (cached): there ``self.quantization`` may hold the checkpoint's
     method (``self.quantization = quant_method`` in ``ModelConfig``), not the flag's."""
@@ -169,10 +214,14 @@ def own_fields(store: Store, version: str, fn: dict[str, Any] | None,
             return frozenset()
         line = check["start_line"] - fn["start_line"] + 1
         return frozenset(
-            t.attr for sub in ast.walk(node)
+            t.attr
+            for sub in ast.walk(node)
             if isinstance(sub, ast.Assign | ast.AugAssign | ast.AnnAssign) and sub.lineno < line
             for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
-            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self")
+            if isinstance(t, ast.Attribute)
+            and isinstance(t.value, ast.Name)
+            and t.value.id == "self"
+        )
 
     return cached(release_key(store, version, f"params:own:{check['id']}"), build)
 
@@ -182,8 +231,9 @@ def snake_case(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
 
-def rename_fields(store: Store, version: str, fn: dict[str, Any] | None, check: dict[str, Any],
-                  condition: str) -> str:
+def rename_fields(
+    store: Store, version: str, fn: dict[str, Any] | None, check: dict[str, Any], condition: str
+) -> str:
     """``condition`` as a check outside the validation files reads it: a field of the
     argument object that is not a server-args attribute is renamed to the attribute SGLang
     fills it from (``self.moe_ep_size`` in a model runner is ``ep_size``; :func:`flag_for`),
@@ -201,8 +251,11 @@ def rename_fields(store: Store, version: str, fn: dict[str, Any] | None, check: 
     root = snake_case(fn["class_name"]) if fn is not None and fn.get("class_name") else None
     changed = False
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                and node.value.id in DEFAULT_ARG_OBJECTS):
+        if not (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in DEFAULT_ARG_OBJECTS
+        ):
             continue
         if node.value.id == "self" and node.attr in own and root:
             node.value, changed = ast.Name(root, ast.Load()), True
@@ -251,8 +304,11 @@ def _assignments(store: Store, version: str, name: str) -> list[tuple[str, int, 
         "CROSS JOIN chunks AS c ON c.seq = chunks_fts.rowid "
         "WHERE chunks_fts MATCH ? AND c.release = ? "
         "ORDER BY (c.path LIKE '%test%' OR c.path LIKE '%bench%'), c.path LIMIT ?",
-        (f'"{phrase}"', version, MAX_CHUNKS))
-    pattern = re.compile(r"^\s{0,40}(?:self\.)?" + re.escape(name) + r"\s{0,4}=\s{0,4}([^=].{0,200})$")
+        (f'"{phrase}"', version, MAX_CHUNKS),
+    )
+    pattern = re.compile(
+        r"^\s{0,40}(?:self\.)?" + re.escape(name) + r"\s{0,4}=\s{0,4}([^=].{0,200})$"
+    )
     out: list[tuple[str, int, ast.expr]] = []
     seen: set[tuple[str, int]] = set()
     for row in rows:
@@ -279,8 +335,9 @@ def _arithmetic(node: ast.expr) -> bool:
         return isinstance(node.op, _ARITH) and _arithmetic(node.left) and _arithmetic(node.right)
     if isinstance(node, ast.Constant):
         return isinstance(node.value, int) and not isinstance(node.value, bool)
-    return isinstance(node, ast.Name) or (isinstance(node, ast.Attribute)
-                                          and isinstance(node.value, ast.Name))
+    return isinstance(node, ast.Name) or (
+        isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+    )
 
 
 def _cite(store: Store, version: str, path: str, line: int) -> str:
@@ -288,15 +345,18 @@ def _cite(store: Store, version: str, path: str, line: int) -> str:
     return text[0].strip() if text else ""
 
 
-def formula_for(store: Store, version: str, name: str, *, holder: bool = False
-                ) -> DerivedTrace | None:
+def formula_for(
+    store: Store, version: str, name: str, *, holder: bool = False
+) -> DerivedTrace | None:
     """``name`` as arithmetic of flags (see above; cached per release). With ``holder``,
     a bare operand that is no flag is the assigning object's own value
     (``fused_moe.intermediate_size``); without it every operand must be a flag."""
     if not _NAME.fullmatch(name):
         return None
-    return cached(release_key(store, version, f"params:formula:{name}:{holder}"),
-                  lambda: _formula(store, version, name, holder))
+    return cached(
+        release_key(store, version, f"params:formula:{name}:{holder}"),
+        lambda: _formula(store, version, name, holder),
+    )
 
 
 def _formula(store: Store, version: str, name: str, holder: bool) -> DerivedTrace | None:
@@ -304,24 +364,39 @@ def _formula(store: Store, version: str, name: str, holder: bool) -> DerivedTrac
     votes: Counter[str] = Counter()
     found: dict[str, DerivedTrace] = {}
     for path, line, rhs in _assignments(store, version, name):
-        steps: list[FlagTrace] = [FlagTrace(name, ast.unparse(rhs), f"{version}:{path}:{line}",
-                                            _cite(store, version, path, line))]
+        steps: list[FlagTrace] = [
+            FlagTrace(
+                name,
+                ast.unparse(rhs),
+                f"{version}:{path}:{line}",
+                _cite(store, version, path, line),
+            )
+        ]
         owner: str | None = None
         if holder:
             fns = store.functions_at(version, path, line)
             owner = _holder(fns[0]["class_name"]) if fns and fns[0].get("class_name") else None
 
-        def leaf(node: ast.expr, owner: str | None = owner, steps: list[FlagTrace] = steps
-                 ) -> ast.expr | None:
+        def leaf(
+            node: ast.expr, owner: str | None = owner, steps: list[FlagTrace] = steps
+        ) -> ast.expr | None:
             if isinstance(node, ast.Constant):
                 return node
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                    and node.value.id != "self":
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id != "self"
+            ):
                 if node.value.id in DEFAULT_ARG_OBJECTS and node.attr in attrs:
                     return ast.parse(f"server_args.{node.attr}", mode="eval").body
                 return None
-            field = node.attr if isinstance(node, ast.Attribute) else node.id \
-                if isinstance(node, ast.Name) else None
+            field = (
+                node.attr
+                if isinstance(node, ast.Attribute)
+                else node.id
+                if isinstance(node, ast.Name)
+                else None
+            )
             if field is None or field == name:
                 return None
             trace = flag_for(store, version, field)
@@ -342,8 +417,9 @@ def _formula(store: Store, version: str, name: str, holder: bool) -> DerivedTrac
         if expr is None or "server_args." not in (text := ast.unparse(expr)):
             continue
         votes[text] += 1 if "/test" in path or "bench" in path else 10
-        found.setdefault(text, DerivedTrace(name, text, tuple(
-            t for t in steps if t.how != "declared")))
+        found.setdefault(
+            text, DerivedTrace(name, text, tuple(t for t in steps if t.how != "declared"))
+        )
     if not votes:
         return None
     return found[max(votes, key=lambda t: (votes[t], t.count("server_args."), t))]
@@ -365,8 +441,9 @@ def _resolve(node: ast.expr, leaf: Any) -> ast.expr | None:  # noqa: ANN401 - a 
     return leaf(node)
 
 
-def derived_params(store: Store, version: str, fn: dict[str, Any] | None,
-                   path: str) -> dict[str, DerivedTrace]:
+def derived_params(
+    store: Store, version: str, fn: dict[str, Any] | None, path: str
+) -> dict[str, DerivedTrace]:
     """The parameters of ``fn`` (past argument validation) that no flag is passed as but
     SGLang computes from flags where it builds them (:func:`formula_for`; cached)."""
     if fn is None or path.startswith(chain.VALIDATION_PATHS):
@@ -383,5 +460,6 @@ def derived_params(store: Store, version: str, fn: dict[str, Any] | None,
                 out[name] = d
         return out
 
-    return cached(release_key(store, version, f"params:derived:{fn['path']}:{fn['start_line']}"),
-                  build)
+    return cached(
+        release_key(store, version, f"params:derived:{fn['path']}:{fn['start_line']}"), build
+    )

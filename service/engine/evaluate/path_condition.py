@@ -76,8 +76,9 @@ class PathEvaluation:
         return t is not None and t.holds is UNKNOWN
 
 
-def base_attrs(catalog: Catalog, parsed: ParsedArgs,
-               server_args_log: dict[str, Any] | None = None) -> dict[str, Value]:
+def base_attrs(
+    catalog: Catalog, parsed: ParsedArgs, server_args_log: dict[str, Any] | None = None
+) -> dict[str, Value]:
     """Defaults < logged resolved values < the user's flags.
 
     The defaults part is built once per catalog (catalogs are cached and read-only)
@@ -103,12 +104,16 @@ def _catalog_defaults(catalog: Catalog) -> dict[str, Value]:
         attrs: dict[str, Value] = {}
         for spec in catalog.flags:
             if spec.default_known and spec.attr not in attrs:
-                attrs[spec.attr] = Value(spec.default, Provenance(
-                    "default", f"default {spec.default!r} ({spec.path}:{spec.line})"))
+                attrs[spec.attr] = Value(
+                    spec.default,
+                    Provenance("default", f"default {spec.default!r} ({spec.path}:{spec.line})"),
+                )
         for decl in catalog.declarations:
             if decl.default_known:
-                attrs[decl.attr] = Value(decl.default, Provenance(
-                    "default", f"default {decl.default!r} ({decl.path}:{decl.line})"))
+                attrs[decl.attr] = Value(
+                    decl.default,
+                    Provenance("default", f"default {decl.default!r} ({decl.path}:{decl.line})"),
+                )
         return attrs
 
     return catalog.cached("_defaults", build) if isinstance(catalog, IndexedCatalog) else build()
@@ -143,8 +148,9 @@ def _and(values: list[object]) -> object:
     return True
 
 
-def _locals_before(store: Store, version: str, fn: dict[str, Any] | None,
-                   line: int) -> dict[str, ast.expr]:
+def _locals_before(
+    store: Store, version: str, fn: dict[str, Any] | None, line: int
+) -> dict[str, ast.expr]:
     """Simple ``name = expr`` assignments in ``fn`` before ``line`` (see :mod:`.source`)."""
     return source.locals_before(store, version, fn, line)
 
@@ -183,26 +189,41 @@ def _truth(cond: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> o
 Fold = tuple[tuple[tuple[str, Value], ...], list[str], dict[str, list[str]]]
 
 
-def apply_earlier_writes(store: Store, version: str, check: dict[str, Any], attrs: dict[str, Value],
-                         facts: dict[str, Value], names: set[str],
-                         memo: dict[tuple[Any, ...], object] | None = None,
-                         *, facts_sig: str | None = None,
-                         ) -> tuple[list[str], dict[str, list[str]]]:
+def apply_earlier_writes(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    attrs: dict[str, Value],
+    facts: dict[str, Value],
+    names: set[str],
+    memo: dict[tuple[Any, ...], object] | None = None,
+    *,
+    facts_sig: str | None = None,
+) -> tuple[list[str], dict[str, list[str]]]:
     """Fold the writes that run before ``check`` into ``attrs`` (in place).
 
     Returns (caveats, notes by attribute); see :func:`fold_earlier_writes`.
     """
-    assigned, caveats, notes = fold_earlier_writes(store, version, check, attrs, facts, names,
-                                                   memo, facts_sig=facts_sig)
+    assigned, caveats, notes = fold_earlier_writes(
+        store, version, check, attrs, facts, names, memo, facts_sig=facts_sig
+    )
     for attr, value in assigned:
         attrs[attr] = value
     return list(caveats), {k: list(v) for k, v in notes.items()}
 
 
-def fold_earlier_writes(store: Store, version: str, check: dict[str, Any],
-                        attrs: Mapping[str, Value], facts: dict[str, Value], names: Collection[str],
-                        memo: dict[tuple[Any, ...], object] | None = None,
-                        *, facts_sig: str | None = None, cache: bool = True) -> Fold:
+def fold_earlier_writes(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    attrs: Mapping[str, Value],
+    facts: dict[str, Value],
+    names: Collection[str],
+    memo: dict[tuple[Any, ...], object] | None = None,
+    *,
+    facts_sig: str | None = None,
+    cache: bool = True,
+) -> Fold:
     """What folding the writes that run before ``check`` does to ``attrs`` (left untouched):
     (the assignments in order, caveats, notes by attribute). The result is shared: read-only.
 
@@ -216,8 +237,13 @@ def fold_earlier_writes(store: Store, version: str, check: dict[str, Any],
     if not cache:
         return _fold(store, version, check, ChainMap({}, attrs), facts, frozen, memo)  # type: ignore[arg-type]
     deps = write_dependencies(store, version, check, frozen, frozenset(facts))
-    key = (release_key(store, version, "folds"), check["id"], tuple(sorted(frozen)),
-           facts_sig or facts_signature(facts), tuple(value_key(attrs.get(d)) for d in deps))
+    key = (
+        release_key(store, version, "folds"),
+        check["id"],
+        tuple(sorted(frozen)),
+        facts_sig or facts_signature(facts),
+        tuple(value_key(attrs.get(d)) for d in deps),
+    )
     hit = _FOLDS.get(key)
     if hit is None:
         hit = _fold(store, version, check, ChainMap({}, attrs), facts, frozen, memo)  # type: ignore[arg-type]
@@ -231,9 +257,13 @@ _CLOSURE_DEPTH = 2
 _MAX_FOLDED = 400
 
 
-def fold_plan(store: Store, version: str, check: dict[str, Any], names: frozenset[str],
-              fact_names: frozenset[str] = frozenset(),
-              ) -> tuple[tuple[tuple[chain.Write, resolution.PreparedWrite], ...], tuple[str, ...]]:
+def fold_plan(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    names: frozenset[str],
+    fact_names: frozenset[str] = frozenset(),
+) -> tuple[tuple[tuple[chain.Write, resolution.PreparedWrite], ...], tuple[str, ...]]:
     """The writes folded before ``check`` in validation order, prepared, and the attributes
     that decide how they fold (cached per release).
 
@@ -242,6 +272,7 @@ def fold_plan(store: Store, version: str, check: dict[str, Any], names: frozense
     hook declared sees that declaration). They are sorted by pipeline position, so each
     is evaluated over exactly the writes that ran before it.
     """
+
     def build() -> tuple[tuple[tuple[chain.Write, resolution.PreparedWrite], ...], tuple[str, ...]]:
         deps = set(names)
         seen: set[str] = set()
@@ -265,25 +296,47 @@ def fold_plan(store: Store, version: str, check: dict[str, Any], names: frozense
             frontier = added - seen
             if not frontier:
                 break
-        order = sorted(writes.values(), key=lambda p: (
-            p[0].rank if p[0].rank is not None else -1.0, p[0].path, p[0].line, p[0].attr))
+        order = sorted(
+            writes.values(),
+            key=lambda p: (
+                p[0].rank if p[0].rank is not None else -1.0,
+                p[0].path,
+                p[0].line,
+                p[0].attr,
+            ),
+        )
         return tuple(order), tuple(sorted(deps))
 
-    key = (*release_key(store, version, "fold-plan"), check["id"], tuple(sorted(names)),
-           hash(fact_names))
+    key = (
+        *release_key(store, version, "fold-plan"),
+        check["id"],
+        tuple(sorted(names)),
+        hash(fact_names),
+    )
     return cached(key, build)
 
 
-def write_dependencies(store: Store, version: str, check: dict[str, Any], names: frozenset[str],
-                       fact_names: frozenset[str] = frozenset()) -> tuple[str, ...]:
+def write_dependencies(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    names: frozenset[str],
+    fact_names: frozenset[str] = frozenset(),
+) -> tuple[str, ...]:
     """The attributes that decide how the earlier writes of ``names`` fold in (cached):
     ``names`` themselves and every attribute read by the folded writes' guards and values."""
     return fold_plan(store, version, check, names, fact_names)[1]
 
 
-def _fold(store: Store, version: str, check: dict[str, Any], attrs: MutableMapping[str, Value],
-          facts: dict[str, Value], names: frozenset[str],
-          memo: dict[tuple[Any, ...], object] | None) -> Fold:
+def _fold(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    attrs: MutableMapping[str, Value],
+    facts: dict[str, Value],
+    names: frozenset[str],
+    memo: dict[tuple[Any, ...], object] | None,
+) -> Fold:
     """The uncached fold: (assignments in order, caveats, notes); ``attrs`` is scratch space
     (assigned in place). Only the writes of ``names`` are reported (notes and caveats);
     the others are folded so that later writes read what ran before them."""
@@ -309,8 +362,9 @@ def _fold(store: Store, version: str, check: dict[str, Any], attrs: MutableMappi
             continue
         if w.rank is None:
             if report:
-                notes.setdefault(attr, []).append(f"may be changed at {where} when {when} "
-                                                  "(order relative to the check unknown)")
+                notes.setdefault(attr, []).append(
+                    f"may be changed at {where} when {when} (order relative to the check unknown)"
+                )
             continue
         if holds is True and not pw.reached and not same_fn:
             holds = UNKNOWN  # in a helper of a step called from several places: guards unknown
@@ -324,15 +378,26 @@ def _fold(store: Store, version: str, check: dict[str, Any], attrs: MutableMappi
                 notes.setdefault(attr, []).append(f"rewritten at {where} from its own value")
             continue
         if holds is True and value is not UNKNOWN:
-            assign(attr, Value(value, Provenance("write", resolution.write_provenance(
-                version, w, value, when))))
+            assign(
+                attr,
+                Value(
+                    value, Provenance("write", resolution.write_provenance(version, w, value, when))
+                ),
+            )
             if report:
                 notes.setdefault(attr, []).append(f"set to {value!r} at {where}")
         else:
             msg = f"may be changed at {where} when {when}"
             if holds is True:
-                assign(attr, Value(UNKNOWN, Provenance("write", f"set at {where} to "
-                                                           f"`{pw.value}`, not known statically")))
+                assign(
+                    attr,
+                    Value(
+                        UNKNOWN,
+                        Provenance(
+                            "write", f"set at {where} to `{pw.value}`, not known statically"
+                        ),
+                    ),
+                )
             if report:
                 notes.setdefault(attr, []).append(msg)
                 caveats.append(f"`{attr}` {msg}")
@@ -349,15 +414,17 @@ def _transforms_itself(value_src: str | None, attr: str) -> bool:
         return False
 
 
-def prepared_pieces(store: Store, version: str, check: dict[str, Any], fact_names: frozenset[str]
-                    ) -> tuple[list[tuple[str, str, bool, int | None]], set[str]]:
+def prepared_pieces(
+    store: Store, version: str, check: dict[str, Any], fact_names: frozenset[str]
+) -> tuple[list[tuple[str, str, bool, int | None]], set[str]]:
     """The pieces of ``check``'s path condition with locals substituted (cached per check)."""
     key = release_key(store, version, f"pieces:{check['id']}:{hash(fact_names)}")
     return cached(key, lambda: _prepare(store, version, check, fact_names))
 
 
-def _prepare(store: Store, version: str, check: dict[str, Any], fact_names: frozenset[str]
-             ) -> tuple[list[tuple[str, str, bool, int | None]], set[str]]:
+def _prepare(
+    store: Store, version: str, check: dict[str, Any], fact_names: frozenset[str]
+) -> tuple[list[tuple[str, str, bool, int | None]], set[str]]:
     fns = store.functions_at(version, check["path"], check["start_line"])
     fn = fns[0] if fns else None
     local = _locals_before(store, version, fn, check["start_line"])
@@ -374,11 +441,26 @@ def _prepare(store: Store, version: str, check: dict[str, Any], fact_names: froz
         pieces.append(("test", check["condition"], False, check["test_start"]))
     param = resolution.args_param(store, version, fn)
     fb = resolution.fallbacks(store, version)
-    texts = [(role, source.inline_helpers(store, version, resolution.rewrite(
-                  params.rename_fields(store, version, fn, check,
-                                       substitute(cond, local, fact_names)), param, fb),
-                  fact_names), pol, line)
-             for role, cond, pol, line in pieces]
+    texts = [
+        (
+            role,
+            source.inline_helpers(
+                store,
+                version,
+                resolution.rewrite(
+                    params.rename_fields(
+                        store, version, fn, check, substitute(cond, local, fact_names)
+                    ),
+                    param,
+                    fb,
+                ),
+                fact_names,
+            ),
+            pol,
+            line,
+        )
+        for role, cond, pol, line in pieces
+    ]
     names: set[str] = set()
     for _, cond, _, _ in texts:
         try:
@@ -391,6 +473,7 @@ def _prepare(store: Store, version: str, check: dict[str, Any], fact_names: froz
 def piece_kinds(store: Store, version: str, check: dict[str, Any]) -> list[str]:
     """The kind (:data:`PIECE_KINDS`) of each piece of :func:`prepared_pieces`, in order
     (cached per check). An early exit is an ``exit_raise`` when its ``if`` body raises."""
+
     def build() -> list[str]:
         fns = store.functions_at(version, check["path"], check["start_line"])
         fn = fns[0] if fns else None
@@ -418,8 +501,11 @@ def _raising_ifs(store: Store, version: str, fn: dict[str, Any] | None) -> froze
     if node is None or fn is None:
         return frozenset()
     offset = fn["start_line"] - 1
-    return frozenset(sub.lineno + offset for sub in ast.walk(node) if isinstance(sub, ast.If)
-                     and any(isinstance(s, ast.Raise) for s in sub.body))
+    return frozenset(
+        sub.lineno + offset
+        for sub in ast.walk(node)
+        if isinstance(sub, ast.If) and any(isinstance(s, ast.Raise) for s in sub.body)
+    )
 
 
 def _own_test_index(texts: list[tuple[str, str, bool, int | None]], kinds: list[str]) -> int:
@@ -434,10 +520,17 @@ def _own_test_index(texts: list[tuple[str, str, bool, int | None]], kinds: list[
     return -1
 
 
-def evaluate_path(store: Store, version: str, check: dict[str, Any], attrs: dict[str, Value],
-                  facts: dict[str, Value], *, apply_writes: bool = True,
-                  memo: dict[tuple[Any, ...], object] | None = None,
-                  facts_sig: str | None = None) -> PathEvaluation:
+def evaluate_path(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    attrs: dict[str, Value],
+    facts: dict[str, Value],
+    *,
+    apply_writes: bool = True,
+    memo: dict[tuple[Any, ...], object] | None = None,
+    facts_sig: str | None = None,
+) -> PathEvaluation:
     """Evaluate every piece of ``check``'s path condition.
 
     ``facts_sig`` is :func:`~service.engine.cache.facts_signature` of ``facts`` when the caller
@@ -450,8 +543,9 @@ def evaluate_path(store: Store, version: str, check: dict[str, Any], attrs: dict
     caveats: list[str] = []
     notes: dict[str, list[str]] = {}
     if apply_writes:
-        caveats, notes = apply_earlier_writes(store, version, check, attrs, facts, names, memo,
-                                              facts_sig=fsig)
+        caveats, notes = apply_earlier_writes(
+            store, version, check, attrs, facts, names, memo, facts_sig=fsig
+        )
     env = Env(attrs, facts)
     parts: list[PiecePart] = []
     kinds = piece_kinds(store, version, check)
@@ -464,8 +558,9 @@ def evaluate_path(store: Store, version: str, check: dict[str, Any], attrs: dict
         except Exception as exc:  # noqa: BLE001 - UnsafeExpression / syntax: unknown, said so
             caveats.append(f"could not evaluate `{cond[:80]}`: {exc}")
             res = Result(UNKNOWN, UNKNOWN, (), frozenset(), (cond[:80],))
-        parts.append(PiecePart(role, cond, pol, line, res, _holds(res.truth, pol), kinds[i],
-                               i == test_at))
+        parts.append(
+            PiecePart(role, cond, pol, line, res, _holds(res.truth, pol), kinds[i], i == test_at)
+        )
     fired = _and([p.holds for p in parts]) if parts else UNKNOWN
     return PathEvaluation(fired, parts, names, caveats, notes)
 

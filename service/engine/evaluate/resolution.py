@@ -53,6 +53,7 @@ _WRITE_LABEL = {"declare": "declared by", "return_dict": "returned for declarati
 
 def fallbacks(store: Store, version: str) -> Mapping[str, object]:
     """Field -> its ``Arg(fallback=<constant>)`` in the release's field declarations (cached)."""
+
     def build() -> dict[str, object]:
         out: dict[str, object] = {}
         for path in store.paths(version):
@@ -112,12 +113,19 @@ class _Reads(ast.NodeTransformer):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
             return node
         at = READ_FUNCTIONS.get(node.func.id)
-        if at is None or len(node.args) <= at or node.keywords \
-                or not is_arg_root(node.args[0], DEFAULT_ARG_OBJECTS):
+        if (
+            at is None
+            or len(node.args) <= at
+            or node.keywords
+            or not is_arg_root(node.args[0], DEFAULT_ARG_OBJECTS)
+        ):
             return node
         field = node.args[at]
-        if not (isinstance(field, ast.Constant) and isinstance(field.value, str)
-                and field.value.isidentifier()):
+        if not (
+            isinstance(field, ast.Constant)
+            and isinstance(field.value, str)
+            and field.value.isidentifier()
+        ):
             return node
         read = ast.Attribute(ast.Name("server_args", ast.Load()), field.value, ast.Load())
         if field.value not in self.fallback:
@@ -127,8 +135,9 @@ class _Reads(ast.NodeTransformer):
         return ast.IfExp(test, read, ast.Constant(self.fallback[field.value]))
 
 
-def rewrite(text: str, param: str | None = None,
-            fallback: Mapping[str, object] | None = None) -> str:
+def rewrite(
+    text: str, param: str | None = None, fallback: Mapping[str, object] | None = None
+) -> str:
     """``text`` with resolution reads spelled as attribute reads of ``server_args``.
 
     ``resolution_result(server_args, "x")`` -> ``server_args.x`` (or
@@ -164,16 +173,21 @@ class PreparedWrite:
         return self.guards if same_function else self.site_guards + self.guards
 
 
-def prepare_write(store: Store, version: str, w: chain.Write, keep: frozenset[str]) -> PreparedWrite:
+def prepare_write(
+    store: Store, version: str, w: chain.Write, keep: frozenset[str]
+) -> PreparedWrite:
     """``w``'s value and guards with the function's locals substituted, helpers inlined and
     resolution reads rewritten; a helper's write also carries the guards of its one call
     site in a step (cached per release)."""
-    key = release_key(store, version, f"prepared-write:{w.path}:{w.line}:{w.attr}:{w.kind}:"
-                                      f"{hash(keep)}")
+    key = release_key(
+        store, version, f"prepared-write:{w.path}:{w.line}:{w.attr}:{w.kind}:{hash(keep)}"
+    )
     return cached(key, lambda: _prepare_write(store, version, w, keep))
 
 
-def _prepare_write(store: Store, version: str, w: chain.Write, keep: frozenset[str]) -> PreparedWrite:
+def _prepare_write(
+    store: Store, version: str, w: chain.Write, keep: frozenset[str]
+) -> PreparedWrite:
     fns = store.functions_at(version, w.path, w.line)
     fn = fns[0] if fns else None
     fb = fallbacks(store, version)
@@ -185,8 +199,9 @@ def _prepare_write(store: Store, version: str, w: chain.Write, keep: frozenset[s
         return source.inline_helpers(store, version, out, keep)
 
     value = text(w.value, fn, w.line) if w.value else None
-    guards = [(text(g["condition"], fn, g.get("line") or w.line), bool(g["polarity"]))
-              for g in w.guards]
+    guards = [
+        (text(g["condition"], fn, g.get("line") or w.line), bool(g["polarity"])) for g in w.guards
+    ]
     reached = True
     site: list[tuple[str, bool]] = []
     if w.rank is not None and w.rank != int(w.rank):
@@ -195,20 +210,26 @@ def _prepare_write(store: Store, version: str, w: chain.Write, keep: frozenset[s
             reached = False
         else:
             caller, line, site_guards = found
-            site = [(text(g["condition"], caller, g.get("line") or line), bool(g["polarity"]))
-                    for g in site_guards]
+            site = [
+                (text(g["condition"], caller, g.get("line") or line), bool(g["polarity"]))
+                for g in site_guards
+            ]
     return PreparedWrite(value, tuple(guards), tuple(site), reached)
 
 
-def _single_call_site(store: Store, version: str, name: str
-                      ) -> tuple[dict[str, Any] | None, int, list[dict[str, Any]]] | None:
+def _single_call_site(
+    store: Store, version: str, name: str
+) -> tuple[dict[str, Any] | None, int, list[dict[str, Any]]] | None:
     """(caller function, line, guards) of the one call of ``name`` in a validation file,
     or None when it is called from several places (or none is stored)."""
     name = name.rsplit(".", 1)[-1]
-    rows = [r for r in store.query("SELECT * FROM calls WHERE release = ? AND callee = ?",
-                                   (version, name))
-            if r["path"].startswith(chain.VALIDATION_PATHS)
-            and r["caller"].rsplit(".", 1)[-1] != name]
+    rows = [
+        r
+        for r in store.query(
+            "SELECT * FROM calls WHERE release = ? AND callee = ?", (version, name)
+        )
+        if r["path"].startswith(chain.VALIDATION_PATHS) and r["caller"].rsplit(".", 1)[-1] != name
+    ]
     if len(rows) != 1:
         return None
     row = rows[0]

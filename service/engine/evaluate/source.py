@@ -32,8 +32,9 @@ _MAX_INLINE_DEPTH = 2
 _ARG_NAMES = frozenset({"self", "server_args", "cfg", "args"})
 
 
-def locals_before(store: Store, version: str, fn: dict[str, Any] | None,
-                  line: int) -> dict[str, ast.expr]:
+def locals_before(
+    store: Store, version: str, fn: dict[str, Any] | None, line: int
+) -> dict[str, ast.expr]:
     """Simple ``name = expr`` assignments in ``fn`` before ``line`` (last one wins; cached).
 
     ``a, b = (x, y)`` binds ``a`` and ``b``; ``a, b = helper(...)`` does too when the
@@ -41,8 +42,10 @@ def locals_before(store: Store, version: str, fn: dict[str, Any] | None,
     """
     if fn is None:
         return {}
-    return cached(release_key(store, version, f"locals:{fn['path']}:{fn['start_line']}:{line}"),
-                  lambda: _scan_locals(store, version, fn, line))
+    return cached(
+        release_key(store, version, f"locals:{fn['path']}:{fn['start_line']}:{line}"),
+        lambda: _scan_locals(store, version, fn, line),
+    )
 
 
 def _scan_locals(store: Store, version: str, fn: dict[str, Any], line: int) -> dict[str, ast.expr]:
@@ -72,8 +75,9 @@ def _eager(expr: ast.expr, env: dict[str, ast.expr]) -> ast.expr:
     return ast.parse(substitute(ast.unparse(expr), env), mode="eval").body if env else expr
 
 
-def _walk_block(store: Store, version: str, body: list[ast.stmt], env: dict[str, ast.expr],
-                line: int) -> None:
+def _walk_block(
+    store: Store, version: str, body: list[ast.stmt], env: dict[str, ast.expr], line: int
+) -> None:
     """Bind ``env`` in place from the statements of ``body`` before ``line`` (relative)."""
     for stmt in body:
         if stmt.lineno >= line:
@@ -84,7 +88,9 @@ def _walk_block(store: Store, version: str, body: list[ast.stmt], env: dict[str,
             if isinstance(target, ast.Name):
                 if target.id not in _ARG_NAMES:
                     env[target.id] = _eager(stmt.value, env)
-            elif isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts):
+            elif isinstance(target, ast.Tuple) and all(
+                isinstance(e, ast.Name) for e in target.elts
+            ):
                 items = _tuple_items(store, version, _eager(stmt.value, env), len(target.elts))
                 for elt in target.elts:
                     assert isinstance(elt, ast.Name)
@@ -123,8 +129,12 @@ def _walk_block(store: Store, version: str, body: list[ast.stmt], env: dict[str,
                     env[name] = ast.IfExp(test, a, b)
         elif inside and isinstance(stmt, ast.With | ast.Try | ast.For | ast.While):
             for sub in ast.walk(stmt):
-                if isinstance(sub, ast.stmt) and sub is not stmt and sub.lineno < line \
-                        and isinstance(stmt, ast.For | ast.While):
+                if (
+                    isinstance(sub, ast.stmt)
+                    and sub is not stmt
+                    and sub.lineno < line
+                    and isinstance(stmt, ast.For | ast.While)
+                ):
                     for name in _bound_names(sub):
                         env.pop(name, None)
             if isinstance(stmt, ast.For | ast.While):
@@ -147,7 +157,9 @@ def _tuple_items(store: Store, version: str, value: ast.expr, n: int) -> list[as
         return list(value.elts)
     if isinstance(value, ast.Call):
         try:
-            inlined = ast.parse(inline_helpers(store, version, ast.unparse(value)), mode="eval").body
+            inlined = ast.parse(
+                inline_helpers(store, version, ast.unparse(value)), mode="eval"
+            ).body
         except SyntaxError:
             return None
         if isinstance(inlined, ast.Tuple) and len(inlined.elts) == n:
@@ -187,18 +199,31 @@ def substitute(condition: str, local: dict[str, ast.expr], keep: Collection[str]
 # ----------------------------------------------------------------------------- helpers
 
 
-def _helper_body(store: Store, version: str, name: str) -> tuple[list[str], list[Any], ast.expr] | None:
+def _helper_body(
+    store: Store, version: str, name: str
+) -> tuple[list[str], list[Any], ast.expr] | None:
     """(parameter names, their defaults aligned right, returned expression with the body's
     locals substituted) of a pure single-return helper ``name`` of the validation files."""
+
     def build() -> tuple[list[str], list[Any], ast.expr] | None:
-        rows = [dict(r) for r in store.query(
-            "SELECT * FROM functions WHERE release = ? AND name = ? ORDER BY path", (version, name))
-            if r["path"].startswith(chain.VALIDATION_PATHS)]
+        rows = [
+            dict(r)
+            for r in store.query(
+                "SELECT * FROM functions WHERE release = ? AND name = ? ORDER BY path",
+                (version, name),
+            )
+            if r["path"].startswith(chain.VALIDATION_PATHS)
+        ]
         if len(rows) != 1:  # unknown or ambiguous: not inlined
             return None
         node = chain.function_ast(store, version, rows[0])
-        if node is None or node.args.vararg or node.args.kwarg or node.args.kwonlyargs \
-                or node.decorator_list:
+        if (
+            node is None
+            or node.args.vararg
+            or node.args.kwarg
+            or node.args.kwonlyargs
+            or node.decorator_list
+        ):
             return None
         local: dict[str, ast.expr] = {}
         for stmt in node.body:
@@ -206,16 +231,22 @@ def _helper_body(store: Store, version: str, name: str) -> tuple[list[str], list
                 continue  # docstring
             if isinstance(stmt, ast.Import | ast.ImportFrom):
                 continue
-            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
-                    and isinstance(stmt.targets[0], ast.Name):
+            if (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+            ):
                 local[stmt.targets[0].id] = ast.parse(
-                    substitute(ast.unparse(stmt.value), local), mode="eval").body
+                    substitute(ast.unparse(stmt.value), local), mode="eval"
+                ).body
                 continue
             if isinstance(stmt, ast.Return) and stmt.value is not None:
                 ret = ast.parse(substitute(ast.unparse(stmt.value), local), mode="eval").body
                 params = [a.arg for a in node.args.posonlyargs + node.args.args]
-                defaults = [d.value if isinstance(d, ast.Constant) else _NO_DEFAULT
-                            for d in node.args.defaults]
+                defaults = [
+                    d.value if isinstance(d, ast.Constant) else _NO_DEFAULT
+                    for d in node.args.defaults
+                ]
                 return params, defaults, ret
             return None
         return None
@@ -232,9 +263,13 @@ class _Inliner(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802
         node = self.generic_visit(node)  # type: ignore[assignment]
-        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) \
-                or self.depth >= _MAX_INLINE_DEPTH or any(k.arg is None for k in node.keywords) \
-                or any(isinstance(a, ast.Starred) for a in node.args):
+        if (
+            not isinstance(node, ast.Call)
+            or not isinstance(node.func, ast.Name)
+            or self.depth >= _MAX_INLINE_DEPTH
+            or any(k.arg is None for k in node.keywords)
+            or any(isinstance(a, ast.Starred) for a in node.args)
+        ):
             return node
         try:
             if fact_key(node) in self.keep:
@@ -249,7 +284,7 @@ class _Inliner(ast.NodeTransformer):
         for kw in node.keywords:
             assert kw.arg is not None
             bound[kw.arg] = kw.value
-        for param, default in zip(params[len(params) - len(defaults):], defaults, strict=True):
+        for param, default in zip(params[len(params) - len(defaults) :], defaults, strict=True):
             if param not in bound and default is not _NO_DEFAULT:
                 bound[param] = ast.Constant(default)
         if set(params) - set(bound) or set(bound) - set(params):

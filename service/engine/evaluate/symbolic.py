@@ -26,9 +26,11 @@ _ARG_NAMES = ("self", "server_args", "cfg", "args")
 
 def function_named(store: Store, version: str, name: str) -> dict[str, Any] | None:
     """The first function called ``name`` in the validation files (cached per release; read-only)."""
+
     def build() -> dict[str, Any] | None:
-        for row in store.query("SELECT * FROM functions WHERE release = ? AND name = ? "
-                               "ORDER BY path", (version, name)):
+        for row in store.query(
+            "SELECT * FROM functions WHERE release = ? AND name = ? ORDER BY path", (version, name)
+        ):
             if row["path"].startswith(chain.VALIDATION_PATHS):
                 return dict(row)
         return None
@@ -53,8 +55,11 @@ def _run(body: list[ast.stmt], local: dict[str, ast.expr], env: Env, steps: list
             return UNKNOWN
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
             continue  # docstring
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
-                and isinstance(stmt.targets[0], ast.Name):
+        if (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+        ):
             local[stmt.targets[0].id] = ast.parse(_subst(stmt.value, local), mode="eval").body
             continue
         if isinstance(stmt, ast.Return):

@@ -30,8 +30,9 @@ from service.engine.release.versions import parse_version
 __all__ = ["check_changes", "flag_changes", "release_notes"]
 
 
-def check_changes(store: Store, version: str, check: dict[str, Any],
-                  release: dict[str, Any]) -> tuple[list[ReleaseChange], str | None, list[str]]:
+def check_changes(
+    store: Store, version: str, check: dict[str, Any], release: dict[str, Any]
+) -> tuple[list[ReleaseChange], str | None, list[str]]:
     """The located check in the other ingested releases: the changes after ``version``,
     the upgrade that removes or changes it, and how the older releases of the range
     (when the release was inferred as a range) hold it differently. The range's
@@ -40,19 +41,29 @@ def check_changes(store: Store, version: str, check: dict[str, Any],
     rng = release.get("range") or {}
     in_range = [r for r in rng.get("releases") or [] if r != version]
     pos = ingested.index(version) if version in ingested else len(ingested)
-    newer = ingested[pos + 1:]
+    newer = ingested[pos + 1 :]
     changes = check_across(store, version, check, sorted(set(in_range) | set(newer)))
-    later = [ReleaseChange(subject="check", release=c.release, status=c.status, note=c.note,
-                           citations=c.citations, condition=c.condition)
-             for c in changes if c.release in newer]
+    later = [
+        ReleaseChange(
+            subject="check",
+            release=c.release,
+            status=c.status,
+            note=c.note,
+            citations=c.citations,
+            condition=c.condition,
+        )
+        for c in changes
+        if c.release in newer
+    ]
     differences = range_differences(version, changes, in_range)
     if rng:
         rng["differences"] = differences
     return later, upgrade_note(version, changes), differences
 
 
-def flag_changes(history: Sequence[FlagHistory],
-                 version: str) -> tuple[list[ReleaseChange], str | None]:
+def flag_changes(
+    history: Sequence[FlagHistory], version: str
+) -> tuple[list[ReleaseChange], str | None]:
     """The flags' changes in the releases after ``version``, and one sentence on the
     flags the diagnosed release lacks: where they were added, removed or renamed."""
     key = parse_version(version)
@@ -63,9 +74,15 @@ def flag_changes(history: Sequence[FlagHistory],
             v = parse_version(c.release)
             after = key is not None and v is not None and v > key
             if after:
-                later.append(ReleaseChange(subject=h.flag, release=c.release, status=c.kind,
-                                           note=c.text,
-                                           citations=[c.citation] if c.citation else []))
+                later.append(
+                    ReleaseChange(
+                        subject=h.flag,
+                        release=c.release,
+                        status=c.kind,
+                        note=c.text,
+                        citations=[c.citation] if c.citation else [],
+                    )
+                )
             if version in h.absent_in and (after or c.kind in ("removed", "renamed")):
                 told.append(c.text)
     return later, "; ".join(dict.fromkeys(told)) or None

@@ -18,10 +18,22 @@ from service.engine.expr.interpreter import UNKNOWN, Env, Value, evaluate
 
 __all__ = ["arithmetic_steps", "sentence"]
 
-_OPS: dict[type[ast.operator], str] = {ast.FloorDiv: "//", ast.Div: "/", ast.Mod: "%",
-                                       ast.Mult: "×", ast.Add: "+", ast.Sub: "-"}
-_CMPS: dict[type[ast.cmpop], str] = {ast.NotEq: "!=", ast.Eq: "==", ast.Lt: "<", ast.LtE: "<=",
-                                     ast.Gt: ">", ast.GtE: ">="}
+_OPS: dict[type[ast.operator], str] = {
+    ast.FloorDiv: "//",
+    ast.Div: "/",
+    ast.Mod: "%",
+    ast.Mult: "×",
+    ast.Add: "+",
+    ast.Sub: "-",
+}
+_CMPS: dict[type[ast.cmpop], str] = {
+    ast.NotEq: "!=",
+    ast.Eq: "==",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+}
 #: steps shown for one test
 MAX_STEPS = 8
 
@@ -45,8 +57,9 @@ def _named(node: ast.expr, value: object) -> str:
     return str(value)
 
 
-def arithmetic_steps(condition: str, attrs: Mapping[str, Value],
-                     facts: Mapping[str, Value]) -> list[str]:
+def arithmetic_steps(
+    condition: str, attrs: Mapping[str, Value], facts: Mapping[str, Value]
+) -> list[str]:
     """The arithmetic steps of ``condition``, innermost first (``[]`` when it has none
     whose operands are known): each ``a op b = c``, and each comparison of a computed
     number with ``holds``/``fails``."""
@@ -63,13 +76,22 @@ def arithmetic_steps(condition: str, attrs: Mapping[str, Value],
         if len(steps) >= MAX_STEPS:
             return
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            left, right, whole = (_number(node.left, env), _number(node.right, env),
-                                  _number(node, env))
+            left, right, whole = (
+                _number(node.left, env),
+                _number(node.right, env),
+                _number(node, env),
+            )
             if UNKNOWN not in (left, right, whole):
-                steps.append(f"{_named(node.left, left)} {_OPS[type(node.op)]} "
-                             f"{_named(node.right, right)} = {whole}")
-        elif isinstance(node, ast.Compare) and len(node.ops) == 1 \
-                and type(node.ops[0]) in _CMPS and isinstance(node.left, ast.BinOp):
+                steps.append(
+                    f"{_named(node.left, left)} {_OPS[type(node.op)]} "
+                    f"{_named(node.right, right)} = {whole}"
+                )
+        elif (
+            isinstance(node, ast.Compare)
+            and len(node.ops) == 1
+            and type(node.ops[0]) in _CMPS
+            and isinstance(node.left, ast.BinOp)
+        ):
             left, right = _number(node.left, env), _number(node.comparators[0], env)
             if UNKNOWN not in (left, right):
                 truth = evaluate(ast.unparse(node), env).truth
@@ -80,8 +102,12 @@ def arithmetic_steps(condition: str, attrs: Mapping[str, Value],
     return steps
 
 
-def sentence(condition: str | None, attrs: Mapping[str, Value], facts: Mapping[str, Value],
-             fix: tuple[str, Mapping[str, Value]] | None = None) -> str | None:
+def sentence(
+    condition: str | None,
+    attrs: Mapping[str, Value],
+    facts: Mapping[str, Value],
+    fix: tuple[str, Mapping[str, Value]] | None = None,
+) -> str | None:
     """The arithmetic of the check's own test ``condition`` in plain words (None when it
     has no computable arithmetic): the steps with the crash's values, then with the
     recommended fix's (``fix``: its flags as the user would type them, and the attributes

@@ -35,8 +35,11 @@ def failing_inputs(atoms: list[AtomOut]) -> list[str]:
             if len(repr(inp.value)) > 40 and inp.source not in ("flag", "default"):
                 label = f"{atom.text} is {atom.value}"  # a whole fact object says too much
             else:
-                label = f"{_flagish(inp.name)}={inp.value!r}" if inp.source in ("flag", "default") \
+                label = (
+                    f"{_flagish(inp.name)}={inp.value!r}"
+                    if inp.source in ("flag", "default")
                     else f"{inp.name}={inp.value!r}"
+                )
             if label not in out:
                 out.append(label)
     return out
@@ -47,22 +50,32 @@ SUMMARY_WORDS = 29
 SUMMARY_WORDS_UPGRADE = 40
 
 
-def summary(exc_type: str | None, bare: bool, location: Location | None, atoms: list[AtomOut],
-            fixes: list[FixOut], release: str, *, upgrade: str | None = None) -> str:
+def summary(
+    exc_type: str | None,
+    bare: bool,
+    location: Location | None,
+    atoms: list[AtomOut],
+    fixes: list[FixOut],
+    release: str,
+    *,
+    upgrade: str | None = None,
+) -> str:
     """One line: what fired where, why, and the fix. ``upgrade`` (a sure upgrade, in
     :func:`~service.engine.fixes.upgrade.upgrade_phrase`'s words) comes before the flag
     fix, which stays the alternative for those who keep the release."""
     if location is None:
         return f"Could not locate the failing check in {release}."
-    what = f"{'bare ' if bare else ''}{exc_type or 'check'} in {location.function.rsplit('.', 1)[-1]}"
-    inputs = failing_inputs(atoms)[:2 if upgrade is None else 1]
+    what = (
+        f"{'bare ' if bare else ''}{exc_type or 'check'} in {location.function.rsplit('.', 1)[-1]}"
+    )
+    inputs = failing_inputs(atoms)[: 2 if upgrade is None else 1]
     why = f" because {', '.join(inputs)}" if inputs else ""
     first = f"; {upgrade}" if upgrade else ""
     fix = ""
     if fixes:
         fix = "; fix: " + fix_phrase(next((f for f in fixes if f.recommended), fixes[0]))
     words = f"{what} ({release}){why}{first}{fix}.".split()
-    return " ".join(words[:SUMMARY_WORDS if upgrade is None else SUMMARY_WORDS_UPGRADE])
+    return " ".join(words[: SUMMARY_WORDS if upgrade is None else SUMMARY_WORDS_UPGRADE])
 
 
 def with_upgrade(summary_text: str, phrase: str) -> str:
@@ -76,8 +89,10 @@ def with_upgrade(summary_text: str, phrase: str) -> str:
 def upgrade_paragraph(up: UpgradeFix) -> str:
     """The explanation's first paragraph for a sure upgrade, with both citations."""
     cites = " and ".join(f"`{c}`" for c in up.citations)
-    return (f"**Upgrade first:** `{up.install}` — {up.note} ({cites}). The same command "
-            f"then gets past this check; not checked: {'; '.join(up.not_checked)}.\n\n")
+    return (
+        f"**Upgrade first:** `{up.install}` — {up.note} ({cites}). The same command "
+        f"then gets past this check; not checked: {'; '.join(up.not_checked)}.\n\n"
+    )
 
 
 def not_flag_paragraph(nf: NotFlagProblem) -> str:
@@ -102,24 +117,36 @@ def with_fix(summary_text: str, fix: FixOut | None) -> str:
     """``summary_text`` naming ``fix`` (or no fix) instead of the fix it named."""
     head = summary_text.split("; fix: ", 1)[0].rstrip(".")
     words = (f"{head}; fix: {fix_phrase(fix)}." if fix is not None else f"{head}.").split()
-    return " ".join(words[:SUMMARY_WORDS_UPGRADE if "; upgrade to SGLang ≥" in head
-                           else SUMMARY_WORDS])
+    return " ".join(
+        words[: SUMMARY_WORDS_UPGRADE if "; upgrade to SGLang ≥" in head else SUMMARY_WORDS]
+    )
 
 
-def markdown(result: dict[str, Any], location: Location | None, atoms: list[AtomOut],
-             fixes: list[FixOut], unknowns: list[UnknownFact], release: str,
-             references: list[dict[str, str]], caveats: list[str]) -> str:
+def markdown(
+    result: dict[str, Any],
+    location: Location | None,
+    atoms: list[AtomOut],
+    fixes: list[FixOut],
+    unknowns: list[UnknownFact],
+    release: str,
+    references: list[dict[str, str]],
+    caveats: list[str],
+) -> str:
     lines: list[str] = []
     res = result
     if location is None:
         lines.append(f"The crash could not be tied to a check in SGLang {release}.")
     else:
-        lines.append(f"**Where:** `{location.function}` at `{location.citation}` "
-                     f"(located by {location.method.replace('_', ' ')}, confidence "
-                     f"{location.confidence:.2f}).")
+        lines.append(
+            f"**Where:** `{location.function}` at `{location.citation}` "
+            f"(located by {location.method.replace('_', ' ')}, confidence "
+            f"{location.confidence:.2f})."
+        )
         cond = res.get("condition")
         if cond:
-            lines.append(f"\n**The check** (`{location.citation}`):\n\n```python\n{cond.strip()}\n```")
+            lines.append(
+                f"\n**The check** (`{location.citation}`):\n\n```python\n{cond.strip()}\n```"
+            )
         if res.get("rule"):  # a bare check: its rule in words (explain/rule.py), cited
             lines.append(f"\n**The rule:** {res['rule']}")
         if res.get("undecided"):
@@ -128,9 +155,14 @@ def markdown(result: dict[str, Any], location: Location | None, atoms: list[Atom
         if fired:
             lines.append("\n**Why it fired:**")
             for atom in fired:
-                srcs = "; ".join(f"`{i.name}` = `{i.value!r}` from {i.source}"
-                                 + (f" ({i.detail})" if i.detail else "") for i in atom.inputs)
-                lines.append(f"- `{atom.text}` is **{atom.value}** ({atom.role}) — {srcs or 'no inputs'}")
+                srcs = "; ".join(
+                    f"`{i.name}` = `{i.value!r}` from {i.source}"
+                    + (f" ({i.detail})" if i.detail else "")
+                    for i in atom.inputs
+                )
+                lines.append(
+                    f"- `{atom.text}` is **{atom.value}** ({atom.role}) — {srcs or 'no inputs'}"
+                )
     if caveats:
         lines.append("\n**Values SGLang changes before this check:**")
         lines.extend(f"- {c}" for c in caveats[:8])

@@ -42,8 +42,11 @@ def fix_search_line(search: Mapping[str, Any] | None) -> str | None:
         return None
     status = str(search.get("status") or "unknown")
     detail = str(search.get("detail") or "").strip()
-    text = detail if detail.lower().startswith(status.lower()) else \
-        (f"{status}: {detail}" if detail else status)
+    text = (
+        detail
+        if detail.lower().startswith(status.lower())
+        else (f"{status}: {detail}" if detail else status)
+    )
     extra: list[str] = []
     if search.get("candidates") is not None:
         extra.append(f"{search['candidates']} replayed")
@@ -68,7 +71,8 @@ def printed_line(printed: list[PrintedValue]) -> str | None:
         return None
     return "Printed in the message: " + ", ".join(
         f"{p.expr}={short_evidence(p.text, 60)}" + (f" ({p.attr})" if p.attr else "")
-        for p in printed[:8])
+        for p in printed[:8]
+    )
 
 
 #: the longest evidence line :func:`hardware_line` shows (longer ones are cut with "...")
@@ -91,13 +95,23 @@ def hardware_line(hardware: HardwareSource | None) -> str | None:
         return f"hardware: {hardware.name} (declared)"
     evidence = short_evidence(hardware.evidence) if hardware.evidence else ""
     if hardware.source == "detected":  # read on the machine (`sglang-triage run`, `watch`)
-        return f"hardware: {hardware.name} " + (f'(detected: "{evidence}")' if evidence
-                                                 else "(detected)")
-    return f"hardware: {hardware.name} " + (f'(from the log: "{evidence}")' if evidence else "(from the log)")
+        return f"hardware: {hardware.name} " + (
+            f'(detected: "{evidence}")' if evidence else "(detected)"
+        )
+    return f"hardware: {hardware.name} " + (
+        f'(from the log: "{evidence}")' if evidence else "(from the log)"
+    )
 
 
-__all__ = ["EVIDENCE_LIMIT", "edit_lines", "fix_search_line", "hardware_line", "model_facts_line",
-           "printed_line", "short_evidence"]
+__all__ = [
+    "EVIDENCE_LIMIT",
+    "edit_lines",
+    "fix_search_line",
+    "hardware_line",
+    "model_facts_line",
+    "printed_line",
+    "short_evidence",
+]
 
 
 def upgrade_lines(up: UpgradeFix | None) -> list[str]:

@@ -22,10 +22,19 @@ def _atoms(ev) -> list[AtomOut]:  # noqa: ANN001
         # an atom "fails" when its value pushes the piece towards firing (never one of a
         # sibling check the path passed: that is not why this one fired)
         for atom, failing in zip(part.result.atoms, part.atoms_failing(), strict=True):
-            out.append(AtomOut(
-                text=atom.text, role=part.role, value=tri(atom.value), failing=failing,
-                inputs=[AtomInput(name=n, value=jsonable(v), source=p.kind, detail=p.detail)
-                        for n, v, p in atom.inputs], piece=piece))
+            out.append(
+                AtomOut(
+                    text=atom.text,
+                    role=part.role,
+                    value=tri(atom.value),
+                    failing=failing,
+                    inputs=[
+                        AtomInput(name=n, value=jsonable(v), source=p.kind, detail=p.detail)
+                        for n, v, p in atom.inputs
+                    ],
+                    piece=piece,
+                )
+            )
     return out
 
 
@@ -45,8 +54,10 @@ def _unknowns(ev, hw: str | None, arch: str | None, argv: list[str]) -> list[Unk
             prov = next((p for a in part.result.atoms for n, _, p in a.inputs if n == name), None)
             low = name.lower()
             if prov is not None and prov.kind == "write":
-                settle = (f"the value SGLang gives it before this check ({prov.detail}); "
-                          "a replay of the release's validation with these flags")
+                settle = (
+                    f"the value SGLang gives it before this check ({prov.detail}); "
+                    "a replay of the release's validation with these flags"
+                )
             elif any(h in low for h in _HW_FACT_HINTS) and hw is None:
                 settle = "the hardware profile, e.g. --hardware rtx-pro-6000-x8"
             elif "arch" in low or "model_config" in low or "hf_config" in low:
@@ -54,12 +65,17 @@ def _unknowns(ev, hw: str | None, arch: str | None, argv: list[str]) -> list[Unk
             elif not argv:
                 settle = "the full launch command"
             elif name.isidentifier() and name in ev.attrs:
-                settle = (f"the value of --{name.replace('_', '-')} (set it explicitly), "
-                          "or a replay of the release's validation with these flags")
+                settle = (
+                    f"the value of --{name.replace('_', '-')} (set it explicitly), "
+                    "or a replay of the release's validation with these flags"
+                )
             else:
                 settle = "a replay of the release's validation with these flags"
-            why = (f"the check's own test `{part.condition[:80]}` needs it" if own
-                   else f"`{part.condition[:80]}` needs it")
+            why = (
+                f"the check's own test `{part.condition[:80]}` needs it"
+                if own
+                else f"`{part.condition[:80]}` needs it"
+            )
             out.append(UnknownFact(what=name, why=why, settle=settle))
     return out
 
@@ -72,18 +88,26 @@ def _no_fix_reason(ev, check: dict[str, Any], undecided: bool = False) -> str:  
         names = ", ".join(f"`{n}`" for n in ev.test.result.unknowns[:3]) or "an unknown input"
         test_needs = f" (the check's own test `{ev.test.condition[:80]}` needs {names})"
     if undecided:
-        return ("no flag edit could be shown statically to make this check pass; the "
-                "candidates listed are undecided (some inputs are unknown) and need a replay"
-                + test_needs)
+        return (
+            "no flag edit could be shown statically to make this check pass; the "
+            "candidates listed are undecided (some inputs are unknown) and need a replay"
+            + test_needs
+        )
     if test_needs:
-        return ("no flag edit could be shown to make this check pass: its own test could not "
-                f"be decided{test_needs}; see unknowns")
+        return (
+            "no flag edit could be shown to make this check pass: its own test could not "
+            f"be decided{test_needs}; see unknowns"
+        )
     if ev.fired is UNKNOWN:
-        return ("no flag edit could be shown to make this check pass, because some of its "
-                "inputs are unknown (see unknowns)")
+        return (
+            "no flag edit could be shown to make this check pass, because some of its "
+            "inputs are unknown (see unknowns)"
+        )
     if not ev.attrs:
-        return ("the check reads no launch flag: it depends on the model, hardware or environment, "
-                "so no flag change avoids it; an upgrade or a different model/hardware may")
+        return (
+            "the check reads no launch flag: it depends on the model, hardware or environment, "
+            "so no flag change avoids it; an upgrade or a different model/hardware may"
+        )
     return "no edit of the flags this check reads makes it pass; the validator or an upgrade is the fix"
 
 
@@ -93,10 +117,13 @@ def _undecided(ev) -> str | None:  # noqa: ANN001
     if not getattr(ev, "test_unknown", False):
         return None
     names = ", ".join(f"`{n}`" for n in ev.test.result.unknowns[:3]) or "an unknown input"
-    return (f"the check's own test `{ev.test.condition[:120]}` could not be evaluated: it "
-            f"needs {names}. Nothing above is claimed as the reason it fired.")
+    return (
+        f"the check's own test `{ev.test.condition[:120]}` could not be evaluated: it "
+        f"needs {names}. Nothing above is claimed as the reason it fired."
+    )
 
 
 def _guards_text(check: dict[str, Any]) -> str:
-    return " and ".join(g["condition"] if g["polarity"] else f"not ({g['condition']})"
-                        for g in check["guards"])
+    return " and ".join(
+        g["condition"] if g["polarity"] else f"not ({g['condition']})" for g in check["guards"]
+    )

@@ -14,8 +14,9 @@ from service.engine.evaluate.params import FlagTrace
 __all__ = ["references"]
 
 
-def references(store: Store, version: str, attrs: set[str], catalog: Catalog,
-               traces: list[FlagTrace] = ()) -> list[Reference]:  # type: ignore[assignment]
+def references(
+    store: Store, version: str, attrs: set[str], catalog: Catalog, traces: list[FlagTrace] = ()
+) -> list[Reference]:  # type: ignore[assignment]
     """Declaration, ``--help`` and up to three writes of the first six of ``attrs`` (sorted),
     then each parameter trace (``moe_ep_size`` is passed ``cfg.ep_size`` at path:line)."""
     refs: list[Reference] = []
@@ -23,22 +24,40 @@ def references(store: Store, version: str, attrs: set[str], catalog: Catalog,
     for attr in sorted(attrs)[:6]:
         decl = catalog.declaration(attr)
         if decl is not None:
-            refs.append(Reference(kind="declaration", citation=f"{version}:{decl.path}:{decl.line}",
-                                  text=f"{attr}: {decl.annotation} = {decl.default_src}"))
+            refs.append(
+                Reference(
+                    kind="declaration",
+                    citation=f"{version}:{decl.path}:{decl.line}",
+                    text=f"{attr}: {decl.annotation} = {decl.default_src}",
+                )
+            )
         spec = by_attr.get(attr)
         if spec is not None and spec.line:
-            refs.append(Reference(kind="help", citation=f"{version}:{spec.path}:{spec.line}",
-                                  text=f"{' / '.join(spec.flags)}: {(spec.help or '')[:160]}"))
+            refs.append(
+                Reference(
+                    kind="help",
+                    citation=f"{version}:{spec.path}:{spec.line}",
+                    text=f"{' / '.join(spec.flags)}: {(spec.help or '')[:160]}",
+                )
+            )
         for w in _writes(store, version, attr):
-            refs.append(Reference(kind="write", citation=f"{version}:{w['path']}:{w['line']}",
-                                  text=f"{attr} = {(w['value'] or '')[:80]}"))
+            refs.append(
+                Reference(
+                    kind="write",
+                    citation=f"{version}:{w['path']}:{w['line']}",
+                    text=f"{attr} = {(w['value'] or '')[:80]}",
+                )
+            )
     for t in traces:
         if t.how != "declared":
-            refs.append(Reference(kind="passes", citation=t.citation,
-                                  text=f"{t.name} is {t.attr}: {t.how}"))
+            refs.append(
+                Reference(kind="passes", citation=t.citation, text=f"{t.name} is {t.attr}: {t.how}")
+            )
     return refs
 
 
 def _writes(store: Store, version: str, attr: str) -> list[dict[str, Any]]:
-    return cached(release_key(store, version, f"ref-writes:{attr}"),
-                  lambda: store.refs(version, attr, kinds=("write", "declare"))[:3])
+    return cached(
+        release_key(store, version, f"ref-writes:{attr}"),
+        lambda: store.refs(version, attr, kinds=("write", "declare"))[:3],
+    )

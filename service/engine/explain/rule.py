@@ -35,17 +35,29 @@ from service.engine.flags.parse import ParsedArgs
 #: a list longer than this is shown by its first items and its length
 _MAX_ITEMS = 6
 _ATTR_TEXT = re.compile(r"\b(?:self|server_args|args|cfg|sa)\.([A-Za-z_]\w*)")
-_ENV_CALLS = frozenset({"get_bool_env_var", "get_int_env_var", "get_float_env_var",
-                        "get_str_env_var", "getenv", "os.getenv", "os.environ.get"})
+_ENV_CALLS = frozenset(
+    {
+        "get_bool_env_var",
+        "get_int_env_var",
+        "get_float_env_var",
+        "get_str_env_var",
+        "getenv",
+        "os.getenv",
+        "os.environ.get",
+    }
+)
 _BOOL_TYPES = frozenset({"bool", "str2bool"})
 
 
 class Namer:
     """Names for what a condition reads: flags in the user's spellings, facts in words."""
 
-    def __init__(self, catalog: Catalog | None = None,
-                 spellings: Mapping[str, str] | None = None,
-                 roots: tuple[str, ...] = DEFAULT_ARG_OBJECTS) -> None:
+    def __init__(
+        self,
+        catalog: Catalog | None = None,
+        spellings: Mapping[str, str] | None = None,
+        roots: tuple[str, ...] = DEFAULT_ARG_OBJECTS,
+    ) -> None:
         self.by_attr = catalog.by_attr() if catalog is not None else {}
         self.spellings = dict(spellings or {})
         #: the names that stand for the server arguments (``self`` only in ServerArgs)
@@ -73,8 +85,11 @@ class Namer:
         spec = self.by_attr.get(attr)
         if spec is None:
             return True
-        return (spec.action in NO_VALUE_ACTIONS or (spec.type or "") in _BOOL_TYPES
-                or (spec.default_known and spec.default in (None, False)))
+        return (
+            spec.action in NO_VALUE_ACTIONS
+            or (spec.type or "") in _BOOL_TYPES
+            or (spec.default_known and spec.default in (None, False))
+        )
 
 
 @dataclass(frozen=True)
@@ -93,6 +108,7 @@ class _Pred:
 
 
 # ----------------------------------------------------------------------------- operands
+
 
 def _flag_attr(node: ast.AST, namer: Namer) -> str | None:
     """The ServerArgs attribute ``node`` reads (``self.x``, ``getattr(cfg, "x", d)``)."""
@@ -114,8 +130,13 @@ def _chain_text(node: ast.AST, namer: Namer) -> str | None:
 
 def _env_name(node: ast.AST) -> str | None:
     """``X`` for ``envs.X.get()``, ``envs.X.value``, ``envs.X``, ``get_bool_env_var("X")``."""
-    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
-            and isinstance(node.args[0].value, str) and ast.unparse(node.func) in _ENV_CALLS:
+    if (
+        isinstance(node, ast.Call)
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+        and ast.unparse(node.func) in _ENV_CALLS
+    ):
         return node.args[0].value
     text = ast.unparse(node)
     m = re.fullmatch(r"envs\.([A-Z][A-Z0-9_]*)(?:\.get\(\)|\.value)?", text)
@@ -127,8 +148,11 @@ def _fact_name(node: ast.AST, namer: Namer) -> str | None:
     env = _env_name(node)
     if env is not None:
         return f"the environment variable `{env}`"
-    sub0 = isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) \
+    sub0 = (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.slice, ast.Constant)
         and node.slice.value == 0
+    )
     text = _chain_text(node.value if sub0 else node, namer)  # type: ignore[attr-defined]
     if text is None:
         return None
@@ -194,7 +218,7 @@ def _const_text(value: object) -> str:
 def _items(values: list[str]) -> str:
     """``A, B or C``; a long list as its first items and its length."""
     if len(values) > _MAX_ITEMS:
-        return f"{', '.join(values[:_MAX_ITEMS - 2])} … ({len(values)} values)"
+        return f"{', '.join(values[: _MAX_ITEMS - 2])} … ({len(values)} values)"
     return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} or {values[-1]}"
 
 
@@ -202,26 +226,33 @@ def _value(node: ast.AST, namer: Namer) -> str:
     if isinstance(node, ast.Constant):
         return _const_text(node.value)
     if isinstance(node, ast.List | ast.Tuple | ast.Set) and all(
-            isinstance(e, ast.Constant) for e in node.elts):
+        isinstance(e, ast.Constant) for e in node.elts
+    ):
         return "[" + ", ".join(_const_text(e.value) for e in node.elts) + "]"  # type: ignore[attr-defined]
     return _subject(node, namer)
 
 
 # ----------------------------------------------------------------------------- predicates
 
-_ORDER = {ast.Lt: ("less than", "at least"), ast.LtE: ("at most", "more than"),
-          ast.Gt: ("more than", "at most"), ast.GtE: ("at least", "less than")}
+_ORDER = {
+    ast.Lt: ("less than", "at least"),
+    ast.LtE: ("at most", "more than"),
+    ast.Gt: ("more than", "at most"),
+    ast.GtE: ("at least", "less than"),
+}
 _FLIP = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE}
 
 
-def _pair(pos_is: str, neg_is: str, pos_must: str, neg_must: str, subject: str,
-          neg: bool) -> _Pred:
+def _pair(pos_is: str, neg_is: str, pos_must: str, neg_must: str, subject: str, neg: bool) -> _Pred:
     return _Pred(subject, neg_is, neg_must) if neg else _Pred(subject, pos_is, pos_must)
 
 
 def _compare(left: ast.AST, op: ast.cmpop, right: ast.AST, namer: Namer, neg: bool) -> _Pred:
-    swap = isinstance(left, ast.Constant) and not isinstance(right, ast.Constant) \
+    swap = (
+        isinstance(left, ast.Constant)
+        and not isinstance(right, ast.Constant)
         and not isinstance(op, ast.In | ast.NotIn)
+    )
     if swap:
         left, right = right, left
         op = _FLIP.get(type(op), type(op))()  # type: ignore[operator]
@@ -229,53 +260,109 @@ def _compare(left: ast.AST, op: ast.cmpop, right: ast.AST, namer: Namer, neg: bo
         neg = not neg
         op = {ast.NotEq: ast.Eq, ast.IsNot: ast.Is, ast.NotIn: ast.In}[type(op)]()
     if isinstance(op, ast.Eq | ast.Is) and isinstance(right, ast.Constant) and right.value is None:
-        return _pair("is not set", "is set", "must be unset", "must be set",
-                     _subject(left, namer), neg)
-    if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) and right.value == 0 \
-            and isinstance(left, ast.BinOp) and isinstance(left.op, ast.Mod):
+        return _pair(
+            "is not set", "is set", "must be unset", "must be set", _subject(left, namer), neg
+        )
+    if (
+        isinstance(op, ast.Eq)
+        and isinstance(right, ast.Constant)
+        and right.value == 0
+        and isinstance(left, ast.BinOp)
+        and isinstance(left.op, ast.Mod)
+    ):
         div = f"divisible by {_value(left.right, namer)}"
-        return _pair(f"is {div}", f"is not {div}", f"must be {div}", f"must not be {div}",
-                     _subject(left.left, namer), neg)
+        return _pair(
+            f"is {div}",
+            f"is not {div}",
+            f"must be {div}",
+            f"must not be {div}",
+            _subject(left.left, namer),
+            neg,
+        )
     if isinstance(op, ast.Eq | ast.Is):
         v = _value(right, namer)
-        return _pair(f"is {v}", f"is not {v}", f"must be {v}", f"must not be {v}",
-                     _subject(left, namer), neg)
+        return _pair(
+            f"is {v}", f"is not {v}", f"must be {v}", f"must not be {v}", _subject(left, namer), neg
+        )
     if isinstance(op, ast.In):
         if isinstance(right, ast.List | ast.Tuple | ast.Set) and right.elts:
             vals = [_value(e, namer) for e in right.elts]
             one = "one of " + _items(vals) if len(vals) > 1 else vals[0]
-            return _pair(f"is {one}", f"is not {one}", f"must be {one}", f"must not be {one}",
-                         _subject(left, namer), neg)
+            return _pair(
+                f"is {one}",
+                f"is not {one}",
+                f"must be {one}",
+                f"must not be {one}",
+                _subject(left, namer),
+                neg,
+            )
         if isinstance(left, ast.Constant):
             v = _value(left, namer)
-            return _pair(f"contains {v}", f"does not contain {v}", f"must contain {v}",
-                         f"must not contain {v}", _subject(right, namer), neg)
+            return _pair(
+                f"contains {v}",
+                f"does not contain {v}",
+                f"must contain {v}",
+                f"must not contain {v}",
+                _subject(right, namer),
+                neg,
+            )
         where = _value(right, namer)
-        return _pair(f"is in {where}", f"is not in {where}", f"must be in {where}",
-                     f"must not be in {where}", _subject(left, namer), neg)
+        return _pair(
+            f"is in {where}",
+            f"is not in {where}",
+            f"must be in {where}",
+            f"must not be in {where}",
+            _subject(left, namer),
+            neg,
+        )
     pos, negw = _ORDER[type(op)]  # type: ignore[index]
     v = _value(right, namer)
-    return _pair(f"is {pos} {v}", f"is {negw} {v}", f"must be {pos} {v}", f"must be {negw} {v}",
-                 _subject(left, namer), neg)
+    return _pair(
+        f"is {pos} {v}",
+        f"is {negw} {v}",
+        f"must be {pos} {v}",
+        f"must be {negw} {v}",
+        _subject(left, namer),
+        neg,
+    )
 
 
 def _truthy(node: ast.AST, namer: Namer, neg: bool) -> _Pred:
     attr = _flag_attr(node, namer)
     if attr is not None and namer.is_switch(attr):
-        return _pair("is set", "is not set", "must be set", "must not be set", namer.flag(attr), neg)
+        return _pair(
+            "is set", "is not set", "must be set", "must not be set", namer.flag(attr), neg
+        )
     if attr is not None:
-        return _pair("is non-zero and non-empty", "is zero or empty", "must be non-zero and non-empty",
-                     "must be zero or empty", namer.flag(attr), neg)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args \
-            and node.func.attr in ("startswith", "endswith"):
+        return _pair(
+            "is non-zero and non-empty",
+            "is zero or empty",
+            "must be non-zero and non-empty",
+            "must be zero or empty",
+            namer.flag(attr),
+            neg,
+        )
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.args
+        and node.func.attr in ("startswith", "endswith")
+    ):
         how = "starts" if node.func.attr == "startswith" else "ends"
         v = _value(node.args[0], namer)
-        return _pair(f"{how} with {v}", f"does not {how[:-1]} with {v}", f"must {how[:-1]} with {v}",
-                     f"must not {how[:-1]} with {v}", _subject(node.func.value, namer), neg)
+        return _pair(
+            f"{how} with {v}",
+            f"does not {how[:-1]} with {v}",
+            f"must {how[:-1]} with {v}",
+            f"must not {how[:-1]} with {v}",
+            _subject(node.func.value, namer),
+            neg,
+        )
     return _pair("is true", "is false", "must be true", "must be false", _subject(node, namer), neg)
 
 
 # ----------------------------------------------------------------------------- composition
+
 
 @dataclass(frozen=True)
 class _Junction:
@@ -335,12 +422,24 @@ def _words(rule: _Rule, require: bool, nested: bool = False) -> str:
     texts: list[str] = []
     for subjects, key, first in _group(rule.parts, phrase):
         if len(subjects) > 1:
-            both = "both " if len(subjects) == 2 and rule.kind == "and" and require \
-                and key.startswith("must be ") else ""
-            verb = key.replace("must ", f"must {both}", 1) if require else \
-                key.replace("is ", "are ", 1).replace("does ", "do ", 1)
-            texts.append(f"{_join(subjects, rule.kind)} {verb}" if rule.kind == "and"
-                         else f"either {_join(subjects, 'or')} {key}")
+            both = (
+                "both "
+                if len(subjects) == 2
+                and rule.kind == "and"
+                and require
+                and key.startswith("must be ")
+                else ""
+            )
+            verb = (
+                key.replace("must ", f"must {both}", 1)
+                if require
+                else key.replace("is ", "are ", 1).replace("does ", "do ", 1)
+            )
+            texts.append(
+                f"{_join(subjects, rule.kind)} {verb}"
+                if rule.kind == "and"
+                else f"either {_join(subjects, 'or')} {key}"
+            )
         else:
             texts.append(_words(first, require, nested=True))
     text = _join(texts, rule.kind)
@@ -356,8 +455,9 @@ def _parse(text: str) -> ast.expr | None:
         return None
 
 
-def words(condition: str, namer: Namer | None = None, *, require: bool = False,
-          negate: bool = False) -> str:
+def words(
+    condition: str, namer: Namer | None = None, *, require: bool = False, negate: bool = False
+) -> str:
     """``condition`` in words: a statement ("`--x` is not set") or, with ``require``, what
     must hold ("`--x` must be unset"); ``negate`` says it of ``not (condition)``.
 
@@ -382,9 +482,14 @@ def arg_roots(check: Mapping[str, Any]) -> tuple[str, ...]:
     return (*roots, "self") if cls.endswith("ServerArgs") else roots
 
 
-def rule_sentence(check: Mapping[str, Any], release: str, catalog: Catalog | None = None, *,
-                  spellings: Mapping[str, str] | None = None,
-                  citation: str | None = None) -> str | None:
+def rule_sentence(
+    check: Mapping[str, Any],
+    release: str,
+    catalog: Catalog | None = None,
+    *,
+    spellings: Mapping[str, str] | None = None,
+    citation: str | None = None,
+) -> str | None:
     """The rule ``check`` enforces, in one sentence (None when there is nothing to say).
 
     An assert: "In 0.5.11, when <guards>, <its test as a requirement>; otherwise the
@@ -413,8 +518,9 @@ def rule_sentence(check: Mapping[str, Any], release: str, catalog: Catalog | Non
 __all__ = ["Namer", "arg_roots", "literal", "plain_rule", "rule_sentence", "words"]
 
 
-def plain_rule(check: dict[str, Any], version: str, catalog: Catalog, pargs: ParsedArgs,
-               citation: str) -> str | None:
+def plain_rule(
+    check: dict[str, Any], version: str, catalog: Catalog, pargs: ParsedArgs, citation: str
+) -> str | None:
     """The rule a bare (or message-less) check enforces in one sentence, flags spelled as the
     user typed them (:func:`~service.engine.explain.rule.rule_sentence`); None for a check
     whose message already says it."""

@@ -48,8 +48,19 @@ from kb.known_models import KnownModel, known_model, known_model_by_name
 from service.engine.expr.interpreter import Provenance, Value
 from service.engine.facts.shape import SHAPE_INTS, shape_rows
 
-__all__ = ["HF_FIELDS", "MAX_CONFIG_BYTES", "CheckpointFact", "CheckpointInfo", "checkpoint_facts",
-           "checkpoint_info", "fact_rows", "flag_value", "hf_hub_cache", "info_from_config", "read_config"]
+__all__ = [
+    "HF_FIELDS",
+    "MAX_CONFIG_BYTES",
+    "CheckpointFact",
+    "CheckpointInfo",
+    "checkpoint_facts",
+    "checkpoint_info",
+    "fact_rows",
+    "flag_value",
+    "hf_hub_cache",
+    "info_from_config",
+    "read_config",
+]
 
 MAX_CONFIG_BYTES = 2 * 1024 * 1024
 Source = Literal["config.json", "hf_cache", "known_model"]
@@ -124,6 +135,7 @@ class CheckpointFact:
 
 # ------------------------------------------------------------------------------- reading
 
+
 def hf_hub_cache() -> Path:
     """The Hugging Face hub cache folder, as ``huggingface_hub`` resolves it."""
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
@@ -191,8 +203,9 @@ def _parse(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
     for cfg in (out, out.get("text_config") or {}):
         vision = cfg.get("vision_config")
         if isinstance(vision, dict):  # only what the facts say: a tower, and which
-            cfg["vision_config"] = {k: vision[k] for k in ("model_type", "architectures")
-                                    if k in vision}
+            cfg["vision_config"] = {
+                k: vision[k] for k in ("model_type", "architectures") if k in vision
+            }
         elif "vision_config" in cfg:
             del cfg["vision_config"]
     return out
@@ -222,17 +235,23 @@ def _quantization(hf: dict[str, Any], extra: dict[str, Any] | None) -> str:
     return method
 
 
-def info_from_config(model: str, hf: dict[str, Any], source: Source, detail: str,
-                     hf_quant: dict[str, Any] | None = None,
-                     notes: tuple[str, ...] = ()) -> CheckpointInfo:
+def info_from_config(
+    model: str,
+    hf: dict[str, Any],
+    source: Source,
+    detail: str,
+    hf_quant: dict[str, Any] | None = None,
+    notes: tuple[str, ...] = (),
+) -> CheckpointInfo:
     """A :class:`CheckpointInfo` from whitelisted ``config.json`` fields."""
     info = CheckpointInfo(model, source, detail, hf, _quantization(hf, hf_quant), None, notes)
     mla = info.text_field("kv_lora_rank") is not None or bool(set(info.architectures) & _MLA_ARCHS)
     return CheckpointInfo(model, source, detail, hf, info.quantization, mla, notes)
 
 
-def _info_from_known(model: str, entry: KnownModel, matched: str, how: str,
-                     notes: tuple[str, ...]) -> CheckpointInfo:
+def _info_from_known(
+    model: str, entry: KnownModel, matched: str, how: str, notes: tuple[str, ...]
+) -> CheckpointInfo:
     """The entry as a ``config.json``-like dict: a vision model's text shape is nested in
     ``text_config`` (as its ``config.json`` nests it), a ``weight_block_size`` in
     ``quantization_config``; each shape value keeps its citation."""
@@ -245,26 +264,31 @@ def _info_from_known(model: str, entry: KnownModel, matched: str, how: str,
     shape = entry.shape()
     text: dict[str, Any] = hf
     if entry.has_vision:  # the layer and expert counts are the text model's too
-        text = hf.setdefault("text_config", {k: hf.pop(k) for k in ("num_hidden_layers",
-                                                                   "num_experts") if k in hf})
+        text = hf.setdefault(
+            "text_config", {k: hf.pop(k) for k in ("num_hidden_layers", "num_experts") if k in hf}
+        )
     for name in SHAPE_INTS:
         if isinstance(shape.get(name), int):
             text[name] = shape[name]
     if entry.weight_block_size is not None and entry.quantization not in (None, "none"):
-        hf["quantization_config"] = {"quant_method": entry.quantization,
-                                     "weight_block_size": list(entry.weight_block_size)}
+        hf["quantization_config"] = {
+            "quant_method": entry.quantization,
+            "weight_block_size": list(entry.weight_block_size),
+        }
     mla = entry.mla
     if mla is None and entry.architectures:
         mla = bool(set(entry.architectures) & _MLA_ARCHS)
     detail = f"known-model table: {matched} ({how}); {entry.source}"
     cites = {f: f"known model {matched}: {entry.cite(f)}" for f in shape}
     layout = {k: shape[k] for k in ("layer_types", "has_vision", "vision_model_type") if k in shape}
-    return CheckpointInfo(model, "known_model", detail, hf, entry.quantization, mla, notes,
-                          cites, layout)
+    return CheckpointInfo(
+        model, "known_model", detail, hf, entry.quantization, mla, notes, cites, layout
+    )
 
 
-def _local_config(folder: Path, model: str, source: Source,
-                  notes: list[str]) -> CheckpointInfo | None:
+def _local_config(
+    folder: Path, model: str, source: Source, notes: list[str]
+) -> CheckpointInfo | None:
     cfg_path = folder / "config.json"
     hf, note = read_config(cfg_path)
     if hf is None:
@@ -330,19 +354,32 @@ def checkpoint_info(model: str | None) -> CheckpointInfo | None:
 
 # --------------------------------------------------------------------------------- facts
 
+
 def _keys(*exprs: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(fact_key(e) for e in exprs))
 
 
-_ARCH_KEYS = _keys("model_arch", "self.get_model_config().hf_config.architectures",
-                   "model_config.hf_config.architectures", "hf_config.architectures",
-                   "model.hf_config.architectures")
+_ARCH_KEYS = _keys(
+    "model_arch",
+    "self.get_model_config().hf_config.architectures",
+    "model_config.hf_config.architectures",
+    "hf_config.architectures",
+    "model.hf_config.architectures",
+)
 _QUANT_KEYS = _keys("self.get_model_config().quantization")
-_MLA_KEYS = _keys("self.use_mla_backend()", "use_mla_backend(args)", "use_mla_backend(view)",
-                  "use_mla_backend(server_args)")
-_DSA_KEYS = _keys("is_deepseek_nsa(self.get_model_config().hf_config)", "is_deepseek_nsa(hf_config)",
-                  "is_deepseek_dsa(model_config_of(args).hf_config)",
-                  "is_deepseek_dsa(model_config_of(view).hf_config)", "is_deepseek_dsa(hf_config)")
+_MLA_KEYS = _keys(
+    "self.use_mla_backend()",
+    "use_mla_backend(args)",
+    "use_mla_backend(view)",
+    "use_mla_backend(server_args)",
+)
+_DSA_KEYS = _keys(
+    "is_deepseek_nsa(self.get_model_config().hf_config)",
+    "is_deepseek_nsa(hf_config)",
+    "is_deepseek_dsa(model_config_of(args).hf_config)",
+    "is_deepseek_dsa(model_config_of(view).hf_config)",
+    "is_deepseek_dsa(hf_config)",
+)
 _CONFIG_ROOTS = _keys("model_config_of(args)", "model_config_of(view)", "self.get_model_config()")
 _FIELD_ROOTS = ("get_model_config().hf_config", "model_config_of(args).hf_config")
 
@@ -359,8 +396,11 @@ def fact_rows(info: CheckpointInfo, user_quantization: str | None = None) -> lis
         add("architecture", archs[0], _ARCH_KEYS + _CONFIG_ROOTS)
     model_type = info.hf_config.get("model_type")
     if isinstance(model_type, str):
-        add("model_type", model_type, tuple(f"{r}.model_type" for r in _FIELD_ROOTS)
-            + ("checkpoint_model_type",))
+        add(
+            "model_type",
+            model_type,
+            tuple(f"{r}.model_type" for r in _FIELD_ROOTS) + ("checkpoint_model_type",),
+        )
     if info.quantization is not None:
         keys = ("checkpoint_quantization",)
         if not user_quantization:
@@ -375,8 +415,9 @@ def fact_rows(info: CheckpointInfo, user_quantization: str | None = None) -> lis
     if experts is not None:
         add("num_experts", experts, ("checkpoint_num_experts",))
     known = info.layout if info.source == "known_model" else None
-    for name, value, keys, cited in shape_rows(info.hf_config, info.quantization,
-                                               user_quantization, known):
+    for name, value, keys, cited in shape_rows(
+        info.hf_config, info.quantization, user_quantization, known
+    ):
         add(name, value, keys, info.cites.get(cited, ""))
     return rows
 
@@ -393,9 +434,12 @@ def flag_value(argv: list[str] | None, flag: str) -> str | None:
     return value
 
 
-def checkpoint_facts(info: CheckpointInfo, user_quantization: str | None = None,
-                     rows: list[CheckpointFact] | None = None,
-                     declared_arch: str | None = None) -> dict[str, Value]:
+def checkpoint_facts(
+    info: CheckpointInfo,
+    user_quantization: str | None = None,
+    rows: list[CheckpointFact] | None = None,
+    declared_arch: str | None = None,
+) -> dict[str, Value]:
     """Evaluator facts for ``info``; ``user_quantization`` is the launch's ``--quantization``.
 
     Without ``--quantization``, ``self.get_model_config().quantization`` is the

@@ -47,6 +47,7 @@ __all__ = [
     "env_facts", "probe_values", "profile_from_gpus",
 ]  # fmt: skip
 
+
 def profile_from_gpus(gpus: list[GpuHint]) -> HardwareProfile | None:
     """A profile from the GPUs a log mentions (the first one that can be identified).
 
@@ -67,8 +68,15 @@ def profile_from_gpus(gpus: list[GpuHint]) -> HardwareProfile | None:
             return prof.model_copy(update=update)
         sm = hint.sm or gpu_sm(hint.name)
         if sm:
-            return HardwareProfile(name=f"gpu-sm{sm}-x{count}", gpu=hint.name, vendor="nvidia",
-                                   sm=sm, count=count, memory_gb=hint.memory_gb or 0, cuda=CUDA)
+            return HardwareProfile(
+                name=f"gpu-sm{sm}-x{count}",
+                gpu=hint.name,
+                vendor="nvidia",
+                sm=sm,
+                count=count,
+                memory_gb=hint.memory_gb or 0,
+                cuda=CUDA,
+            )
     return None
 
 
@@ -167,8 +175,16 @@ _PLATFORM = {
     "has_flashinfer": "is_flashinfer_available", "device_sm": "get_device_sm",
     "device_capability": "get_device_capability",
 }  # fmt: skip
-_CURRENT_PLATFORM = ("is_cuda", "is_hip", "is_npu", "is_xpu", "is_musa", "is_mps", "is_cpu",
-                     "is_cuda_alike")
+_CURRENT_PLATFORM = (
+    "is_cuda",
+    "is_hip",
+    "is_npu",
+    "is_xpu",
+    "is_musa",
+    "is_mps",
+    "is_cpu",
+    "is_cuda_alike",
+)
 
 
 def _cuda_tuple(cuda: str | None) -> tuple[int, int] | None:
@@ -203,8 +219,9 @@ def probe_values(hw: HardwareProfile, flashinfer_env: bool) -> dict[str, object]
     return v
 
 
-def hardware_facts(hw: HardwareProfile, env: Mapping[str, str] | None = None, *,
-                   origin: str | None = None) -> dict[str, Value]:
+def hardware_facts(
+    hw: HardwareProfile, env: Mapping[str, str] | None = None, *, origin: str | None = None
+) -> dict[str, Value]:
     """Facts about the machine, keyed as :func:`~service.engine.expr.interpreter.fact_key` spells them.
 
     ``is_flashinfer_available()`` assumes flashinfer is installed (SGLang's CUDA
@@ -218,10 +235,15 @@ def hardware_facts(hw: HardwareProfile, env: Mapping[str, str] | None = None, *,
     prov = Provenance("fact", f"hardware profile {hw.name} ({label})")
     flag = (env or {}).get("SGLANG_IS_FLASHINFER_AVAILABLE")
     flashinfer_env = flag is None or flag.lower() in ("true", "1")
-    assumed = Provenance("fact", (
-        f"hardware profile {hw.name} ({label}); assumes flashinfer is installed, as SGLang's "
-        "CUDA install does" if flag is None
-        else f"hardware profile {hw.name} ({label}) and SGLANG_IS_FLASHINFER_AVAILABLE={flag}"))
+    assumed = Provenance(
+        "fact",
+        (
+            f"hardware profile {hw.name} ({label}); assumes flashinfer is installed, as SGLang's "
+            "CUDA install does"
+            if flag is None
+            else f"hardware profile {hw.name} ({label}) and SGLANG_IS_FLASHINFER_AVAILABLE={flag}"
+        ),
+    )
     probes = probe_values(hw, flashinfer_env)
     out: dict[str, Value] = {}
     for name, value in probes.items():
@@ -247,10 +269,17 @@ def hardware_facts(hw: HardwareProfile, env: Mapping[str, str] | None = None, *,
             extra[f"current_platform.{name}()"] = probes[name]
     if hw.memory_gb and gpu:
         mib = hw.memory_gb * 1024
-        for key in ("gpu_mem", "get_device_memory_capacity()",
-                    "get_device_memory_capacity(args.device)"):
-            out[key] = Value(mib, Provenance(
-                "fact", f"hardware profile {hw.name}: {hw.memory_gb} GB per GPU (~{mib} MiB)"))
+        for key in (
+            "gpu_mem",
+            "get_device_memory_capacity()",
+            "get_device_memory_capacity(args.device)",
+        ):
+            out[key] = Value(
+                mib,
+                Provenance(
+                    "fact", f"hardware profile {hw.name}: {hw.memory_gb} GB per GPU (~{mib} MiB)"
+                ),
+            )
     for key, value in extra.items():
         out[key] = Value(value, prov)
     # 0.5.23: get_platform().X reads the same probes (runtime_context._PLATFORM_PROBES)
@@ -266,8 +295,11 @@ def hardware_facts(hw: HardwareProfile, env: Mapping[str, str] | None = None, *,
 def model_facts(model_arch: str, model: str | None = None) -> dict[str, Value]:
     """``model_arch`` and the ``hf_config.architectures`` chains SGLang reads it from."""
     guessed = model is not None and model_arch_for(model) == model_arch
-    detail = (f"model architecture {model_arch} (from model name {model})" if guessed
-              else f"model architecture {model_arch} (declared)")
+    detail = (
+        f"model architecture {model_arch} (from model name {model})"
+        if guessed
+        else f"model architecture {model_arch} (declared)"
+    )
     prov = Provenance("fact", detail)
     archs = [model_arch]
     return {
@@ -311,10 +343,14 @@ def env_fields_from_source(text: str) -> dict[str, EnvField]:
         return {}
     out: dict[str, EnvField] = {}
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call)
-                and isinstance(node.value.func, ast.Name)
-                and node.value.func.id in _ENV_CLASSES):
+        if not (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id in _ENV_CLASSES
+        ):
             continue
         kind = _ENV_CLASSES[node.value.func.id]
         default: object = None
@@ -354,8 +390,9 @@ def _parse_env(kind: EnvKind | None, raw: str) -> tuple[bool, object]:
     return True, raw
 
 
-def env_facts(env: Mapping[str, str],
-              env_fields: Mapping[str, EnvField] | None = None) -> dict[str, Value]:
+def env_facts(
+    env: Mapping[str, str], env_fields: Mapping[str, EnvField] | None = None
+) -> dict[str, Value]:
     """Facts for environment variables: set ones from ``env``; unset ``envs.X`` from defaults.
 
     A set variable ``X`` answers ``get_bool_env_var('X')`` (with or without a
@@ -386,9 +423,14 @@ def env_facts(env: Mapping[str, str],
         if ok:
             out[f"envs.{name}.get()"] = Value(value, prov)
         elif field is not None and field.default_known and field.kind != "json":
-            out[f"envs.{name}.get()"] = Value(field.default, Provenance(
-                "fact", f"environment {name}={raw} (from the log) is not a valid {field.kind}; "
-                "SGLang warns and uses the default"))
+            out[f"envs.{name}.get()"] = Value(
+                field.default,
+                Provenance(
+                    "fact",
+                    f"environment {name}={raw} (from the log) is not a valid {field.kind}; "
+                    "SGLang warns and uses the default",
+                ),
+            )
     for name, field in (env_fields or {}).items():
         if name in env or not field.default_known or field.kind == "json":
             continue
@@ -399,10 +441,15 @@ def env_facts(env: Mapping[str, str],
     return out
 
 
-def fact_values(hw: HardwareProfile | None, model_arch: str | None,
-                env: Mapping[str, str] | None = None, *, model: str | None = None,
-                env_fields: Mapping[str, EnvField] | None = None,
-                hw_origin: str | None = None) -> dict[str, Value]:
+def fact_values(
+    hw: HardwareProfile | None,
+    model_arch: str | None,
+    env: Mapping[str, str] | None = None,
+    *,
+    model: str | None = None,
+    env_fields: Mapping[str, EnvField] | None = None,
+    hw_origin: str | None = None,
+) -> dict[str, Value]:
     """Every declared fact for the evaluator's ``Env(attrs, facts=...)``.
 
     ``hw`` gives the hardware probes (see :func:`hardware_facts`), ``model_arch``

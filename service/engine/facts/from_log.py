@@ -51,9 +51,18 @@ from kb.hardware import (
 from service.engine.expr.interpreter import Provenance, Value
 from service.engine.logparse.gpus import GpuHint
 
-__all__ = ["ROCM_ARCH_BASES", "LogHardware", "LogModelField", "closest_base", "gpu_count",
-           "field_rows", "hardware_from_log", "log_lines", "log_model_facts",
-           "model_fields_from_log"]
+__all__ = [
+    "ROCM_ARCH_BASES",
+    "LogHardware",
+    "LogModelField",
+    "closest_base",
+    "gpu_count",
+    "field_rows",
+    "hardware_from_log",
+    "log_lines",
+    "log_model_facts",
+    "model_fields_from_log",
+]
 
 #: ROCm ``gcnArchName`` -> profile base (MI325X shares gfx942; memory tells it apart)
 ROCM_ARCH_BASES = {"gfx942": "mi300x", "gfx950": "mi355x"}
@@ -102,8 +111,9 @@ def closest_base(hint: GpuHint) -> tuple[str, str] | None:
             return base, f"GPU name {hint.name}"
     if hint.arch in ROCM_ARCH_BASES:
         base = ROCM_ARCH_BASES[hint.arch]
-        same = [b for b, cap in AMD_CAPABILITY.items()
-                if cap == AMD_CAPABILITY[base] and b in BASES]
+        same = [
+            b for b, cap in AMD_CAPABILITY.items() if cap == AMD_CAPABILITY[base] and b in BASES
+        ]
         return _by_memory(same, hint.memory_gb, hint.free_gb), f"ROCm architecture {hint.arch}"
     if hint.sm is None:
         return None
@@ -148,8 +158,9 @@ def _flag(argv: Sequence[str], names: tuple[str, ...]) -> str | bool | None:
     return found
 
 
-def _parallel(server_args: Mapping[str, object] | None,
-              command: Sequence[str] | None) -> tuple[int, str] | None:
+def _parallel(
+    server_args: Mapping[str, object] | None, command: Sequence[str] | None
+) -> tuple[int, str] | None:
     """GPUs the launch uses, ``tp * pp`` (times ``dp`` without DP attention), and how it
     was read; None when the log shows no parallel size."""
     sizes: dict[str, int] = {}
@@ -173,8 +184,12 @@ def _parallel(server_args: Mapping[str, object] | None,
     return n, f"{text} in {where}"
 
 
-def gpu_count(hint: GpuHint, env: Mapping[str, str], server_args: Mapping[str, object] | None,
-              command: Sequence[str] | None) -> tuple[int | None, str]:
+def gpu_count(
+    hint: GpuHint,
+    env: Mapping[str, str],
+    server_args: Mapping[str, object] | None,
+    command: Sequence[str] | None,
+) -> tuple[int | None, str]:
     """``(count, how)``: ``CUDA_VISIBLE_DEVICES``, else the GPUs listed, else the parallel
     sizes; ``(None, "")`` when the log shows none of them."""
     cvd = env.get("CUDA_VISIBLE_DEVICES", "").strip()
@@ -189,9 +204,13 @@ def gpu_count(hint: GpuHint, env: Mapping[str, str], server_args: Mapping[str, o
     return None, ""
 
 
-def hardware_from_log(gpus: Sequence[GpuHint], *, env: Mapping[str, str] | None = None,
-                      server_args: Mapping[str, object] | None = None,
-                      command: Sequence[str] | None = None) -> LogHardware | None:
+def hardware_from_log(
+    gpus: Sequence[GpuHint],
+    *,
+    env: Mapping[str, str] | None = None,
+    server_args: Mapping[str, object] | None = None,
+    command: Sequence[str] | None = None,
+) -> LogHardware | None:
     """The closest known profile to the GPUs the log shows, or None when none is identified.
 
     The first GPU identified by name wins, else the first identified by ROCm
@@ -223,9 +242,13 @@ def hardware_from_log(gpus: Sequence[GpuHint], *, env: Mapping[str, str] | None 
     if hint.sm and prof.vendor == "nvidia":
         update["sm"] = hint.sm
     detail = f"{prof.name}: closest profile by {how}; " + (
-        f"{prof.count} GPUs ({counted})" if counted else f"{prof.count} GPUs (the profile's usual count)")
-    return LogHardware(profile=prof.model_copy(update=update), evidence=hint.evidence,
-                       detail=detail)
+        f"{prof.count} GPUs ({counted})"
+        if counted
+        else f"{prof.count} GPUs (the profile's usual count)"
+    )
+    return LogHardware(
+        profile=prof.model_copy(update=update), evidence=hint.evidence, detail=detail
+    )
 
 
 def found_name(hint: GpuHint) -> bool:
@@ -234,6 +257,7 @@ def found_name(hint: GpuHint) -> bool:
 
 
 # ----------------------------------------------------------------- model fields printed
+
 
 class LogModelField(BaseModel):
     """A model field SGLang printed while it started: ``name`` (``loaded_model_class``,
@@ -246,10 +270,21 @@ class LogModelField(BaseModel):
 
 #: (marker of the start-up line, printed key -> field name, integer or identifier)
 _MODEL_LINES: tuple[tuple[str, dict[str, tuple[str, bool]]], ...] = (
-    ("Load weight end.", {"type": ("loaded_model_class", False), "quant": ("quantization", False),
-                          "quant_algo": ("quant_algo", False)}),
-    ("max_total_num_tokens=", {"max_total_num_tokens": ("max_total_num_tokens", True),
-                               "context_len": ("context_len", True)}),
+    (
+        "Load weight end.",
+        {
+            "type": ("loaded_model_class", False),
+            "quant": ("quantization", False),
+            "quant_algo": ("quant_algo", False),
+        },
+    ),
+    (
+        "max_total_num_tokens=",
+        {
+            "max_total_num_tokens": ("max_total_num_tokens", True),
+            "context_len": ("context_len", True),
+        },
+    ),
 )
 #: the facts each field answers (``self.model_config.context_len`` and a ``model_config``
 #: parameter key alike); the rest are bare names for rule cards
@@ -295,7 +330,7 @@ def model_fields_from_log(lines: Sequence[str]) -> list[LogModelField]:
             at = line.find(marker)
             if at < 0:
                 continue
-            text = line[at:at + _MAX_LINE_CHARS]
+            text = line[at : at + _MAX_LINE_CHARS]
             for part in text.split(","):
                 key, eq, raw = part.partition("=")
                 field = keys.get(key.strip().rpartition(" ")[2]) if eq else None
@@ -303,14 +338,16 @@ def model_fields_from_log(lines: Sequence[str]) -> list[LogModelField]:
                     continue
                 value = _field_value(raw, field[1])
                 if value is not None:
-                    found[field[0]] = LogModelField(name=field[0], value=value,
-                                                    evidence=line.strip()[:300])
+                    found[field[0]] = LogModelField(
+                        name=field[0], value=value, evidence=line.strip()[:300]
+                    )
     algo = str(found.pop("quant_algo").value).upper() if "quant_algo" in found else ""
     quant = found.get("quantization")
     if quant is not None and str(quant.value).lower() == "modelopt":  # SGLang's own name
         kind = "fp4" if "FP4" in algo else "fp8" if "FP8" in algo else ""
-        found["quantization"] = quant.model_copy(update={"value": f"modelopt_{kind}"}) if kind \
-            else quant
+        found["quantization"] = (
+            quant.model_copy(update={"value": f"modelopt_{kind}"}) if kind else quant
+        )
     return list(found.values())
 
 
@@ -327,6 +364,13 @@ def log_model_facts(fields: Sequence[LogModelField]) -> dict[str, Value]:
 def field_rows(fields: Sequence[LogModelField], read: set[str] | None) -> list[dict[str, Any]]:
     """``TriageResult.model_facts`` rows (as dicts) for the printed fields; ``used`` when the
     evaluated condition read one of the field's facts."""
-    return [{"name": f.name, "value": f.value, "source": "log", "detail": f.evidence,
-             "used": bool(read and read.intersection(_FIELD_KEYS.get(f.name, ())))}
-            for f in fields]
+    return [
+        {
+            "name": f.name,
+            "value": f.value,
+            "source": "log",
+            "detail": f.evidence,
+            "used": bool(read and read.intersection(_FIELD_KEYS.get(f.name, ()))),
+        }
+        for f in fields
+    ]

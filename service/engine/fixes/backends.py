@@ -60,10 +60,14 @@ MAX_MESSAGE_CHARS = 4_000
 MAX_SCAN_LINES = 400
 
 _QUOTED = re.compile(r"['\"`]([A-Za-z0-9_.\-]{1,40})['\"`]")
-_ONLY = re.compile(r"(?:only supports?|supported backends?(?: are)?|available backends?(?: are)?|"
-                   r"must be one of|choose from)\s{0,3}:?\s{0,3}([^.\n]{1,300})", re.I)
-_ONLY_BEFORE = re.compile(r"([A-Za-z0-9_, \-]{1,200}?)\s(?:backends?\s)?(?:are|is) the only supported",
-                          re.I)
+_ONLY = re.compile(
+    r"(?:only supports?|supported backends?(?: are)?|available backends?(?: are)?|"
+    r"must be one of|choose from)\s{0,3}:?\s{0,3}([^.\n]{1,300})",
+    re.I,
+)
+_ONLY_BEFORE = re.compile(
+    r"([A-Za-z0-9_, \-]{1,200}?)\s(?:backends?\s)?(?:are|is) the only supported", re.I
+)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,80}")
 _WORDS = re.compile(r"[a-z][a-z0-9]{1,30}")
 
@@ -131,15 +135,17 @@ def _listed(text: str) -> list[str]:
     out: list[str] = []
     for m in _ONLY.finditer(text):
         part = m.group(1)
-        out += _QUOTED.findall(part) or [w.strip(" '\"[]") for w in re.split(r",|\bor\b|\band\b",
-                                                                               part)]
+        out += _QUOTED.findall(part) or [
+            w.strip(" '\"[]") for w in re.split(r",|\bor\b|\band\b", part)
+        ]
     for m in _ONLY_BEFORE.finditer(text):
         out += [w.strip(" '\"") for w in re.split(r",|\bor\b|\band\b", m.group(1))]
     return [w for w in dict.fromkeys(out) if w and re.fullmatch(r"[A-Za-z0-9_.\-]{1,40}", w)]
 
 
-def supported_set(store: Store, version: str, check: dict[str, Any], bound: list[BoundValue],
-                  message: str | None) -> tuple[list[str], str, str | None] | None:
+def supported_set(
+    store: Store, version: str, check: dict[str, Any], bound: list[BoundValue], message: str | None
+) -> tuple[list[str], str, str | None] | None:
     """(supported names, citation, the printed expression that listed them) — see the
     module; None when neither the message nor the code lists them."""
     for b in bound:
@@ -167,14 +173,18 @@ def _check_cite(version: str, check: dict[str, Any]) -> str:
     return f"{version}:{check['path']}:{check['start_line']}"
 
 
-def _file_registry(store: Store, version: str, check: dict[str, Any], refused: str
-                   ) -> tuple[list[str], str] | None:
+def _file_registry(
+    store: Store, version: str, check: dict[str, Any], refused: str
+) -> tuple[list[str], str] | None:
     """The registry of the raising file that registers ``refused``: its other names."""
     for row in store.registrations(version, key=refused):
         if row["path"] != check["path"] or len(row["keys"]) != 1:
             continue
-        rows = [r for r in store.registrations(version, registry=row["registry"])
-                if r["path"] == check["path"] and len(r["keys"]) == 1]
+        rows = [
+            r
+            for r in store.registrations(version, registry=row["registry"])
+            if r["path"] == check["path"] and len(r["keys"]) == 1
+        ]
         names = [r["keys"][0] for r in rows if r["keys"][0] != refused]
         if names:
             return names, f"{version}:{rows[0]['path']}:{rows[0]['line']}"
@@ -185,12 +195,23 @@ def _words(text: str) -> set[str]:
     return set(_WORDS.findall(text.lower().replace("_", " ").replace("-", " ")))
 
 
-def _deciding_flag(catalog: Catalog, old: str | None, supported: list[str], expr: str,
-                   message: str, path: str, named: list[str], attrs: dict[str, Value],
-                   user_set: set[str]) -> FlagSpec | None:
+def _deciding_flag(
+    catalog: Catalog,
+    old: str | None,
+    supported: list[str],
+    expr: str,
+    message: str,
+    path: str,
+    named: list[str],
+    attrs: dict[str, Value],
+    user_set: set[str],
+) -> FlagSpec | None:
     """The flag that decides ``old`` (see the module)."""
-    specs = [s for s in catalog.flags if s.choices and s.attr.endswith(BACKEND_SUFFIX)
-             and any(v in s.choices for v in supported)]
+    specs = [
+        s
+        for s in catalog.flags
+        if s.choices and s.attr.endswith(BACKEND_SUFFIX) and any(v in s.choices for v in supported)
+    ]
     if old is not None and any(old in s.choices for s in specs if s.choices):
         specs = [s for s in specs if s.choices and old in s.choices]
     elif old is not None:  # a name no flag offers: only a flag the message names in words
@@ -202,8 +223,11 @@ def _deciding_flag(catalog: Catalog, old: str | None, supported: list[str], expr
     if said:
         return said[0]
     if old is not None:
-        mine = [s for s in specs if s.attr in user_set and attrs.get(s.attr) is not None
-                and attrs[s.attr].value == old]
+        mine = [
+            s
+            for s in specs
+            if s.attr in user_set and attrs.get(s.attr) is not None and attrs[s.attr].value == old
+        ]
         if len(mine) == 1:
             return mine[0]
     ew, mw, pw = _words(expr), _words(message), _words(path)
@@ -228,10 +252,18 @@ def _base(attr: str, catalog: Catalog) -> str | None:
     return None
 
 
-def backend_edits(store: Store, version: str, check: dict[str, Any], bound: list[BoundValue],
-                  message: str | None, catalog: Catalog, attrs: dict[str, Value],
-                  user_set: set[str], steps: list[RecipeStep],
-                  traced: dict[str, str] | None = None) -> list[BackendEdit]:
+def backend_edits(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    bound: list[BoundValue],
+    message: str | None,
+    catalog: Catalog,
+    attrs: dict[str, Value],
+    user_set: set[str],
+    steps: list[RecipeStep],
+    traced: dict[str, str] | None = None,
+) -> list[BackendEdit]:
     """Supported backends for the refused ones (see the module). ``traced`` maps a printed
     expression to the flag attribute the raising function fills it from
     (:mod:`service.engine.evaluate.params`); such a flag decides its refused name."""
@@ -241,7 +273,11 @@ def backend_edits(store: Store, version: str, check: dict[str, Any], bound: list
     refused: list[tuple[str | None, str]] = []  # (refused name, printed expression)
     listing = found[2] if found else None
     for b in bound:
-        if b.expr != listing and isinstance(b.value, str) and (found is None or b.value not in found[0]):
+        if (
+            b.expr != listing
+            and isinstance(b.value, str)
+            and (found is None or b.value not in found[0])
+        ):
             refused.append((b.value.strip("'\""), b.expr))
     if not refused:
         refused = [(q, "") for q in _QUOTED.findall(text) if found is None or q not in found[0]][:2]
@@ -261,22 +297,31 @@ def backend_edits(store: Store, version: str, check: dict[str, Any], bound: list
     for old, expr in refused:
         spec = by_attr.get((traced or {}).get(expr, ""))
         if spec is None or not spec.choices or not spec.attr.endswith(BACKEND_SUFFIX):
-            spec = _deciding_flag(catalog, old, supported, expr, text, check["path"], named,
-                                  attrs, user_set)
+            spec = _deciding_flag(
+                catalog, old, supported, expr, text, check["path"], named, attrs, user_set
+            )
         if spec is not None and spec.attr not in decided:
             decided[spec.attr] = old
     # one value in several variants the launch did not set: their base flag decides them
     olds = set(decided.values())
     bases = {_base(a, catalog) for a in decided}
-    if len(decided) > 1 and len(olds) == 1 and len(bases) == 1 and None not in bases \
-            and not set(decided) & user_set:
+    if (
+        len(decided) > 1
+        and len(olds) == 1
+        and len(bases) == 1
+        and None not in bases
+        and not set(decided) & user_set
+    ):
         decided = {bases.pop(): olds.pop()}  # type: ignore[arg-type]
     out: list[BackendEdit] = []
     for attr, old in decided.items():
         spec = by_attr[attr]
         values = [v for v in supported if v in (spec.choices or []) and v != old]
-        siblings = {str(attrs[a].value) for a in attrs if a != attr and a.endswith(
-            _base(attr, catalog) or attr) and attrs[a].value is not None}
+        siblings = {
+            str(attrs[a].value)
+            for a in attrs
+            if a != attr and a.endswith(_base(attr, catalog) or attr) and attrs[a].value is not None
+        }
         values.sort(key=lambda v: (v not in siblings, v != spec.default, supported.index(v)))
         out += [BackendEdit(attr, v, old, citation, tuple(supported)) for v in values[:MAX_VALUES]]
     return out

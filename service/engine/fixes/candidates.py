@@ -62,13 +62,24 @@ class PostValidation:
     unknowns: list[UnknownFact] = field(default_factory=list)
 
 
-def _judge(store: Store, version: str, check: dict[str, Any], edit: Edit,
-           attrs: dict[str, Value], facts: dict[str, Value], catalog: Catalog,
-           replaced: set[str], word: str) -> Verdict | None:
+def _judge(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    edit: Edit,
+    attrs: dict[str, Value],
+    facts: dict[str, Value],
+    catalog: Catalog,
+    replaced: set[str],
+    word: str,
+) -> Verdict | None:
     """The verdict of ``edit`` (see the module), None when the check still fires; ``word``
     is said on the fix when the check's own test is not decided statically."""
-    kept = {k: v for k, v in facts.items()
-            if not (v.provenance.kind == "message" and repr(v.value) in replaced)}
+    kept = {
+        k: v
+        for k, v in facts.items()
+        if not (v.provenance.kind == "message" and repr(v.value) in replaced)
+    }
     sig = facts_signature(kept)
     v = fixes_check(store, version, check, edit, attrs, kept, catalog, facts_sig=sig)
     if v.fixes_check is False:
@@ -82,18 +93,35 @@ def _judge(store: Store, version: str, check: dict[str, Any], edit: Edit,
     return v
 
 
-def post_validation_verdicts(store: Store, version: str, check: dict[str, Any],
-                             printed: MessageFacts, message: str | None, catalog: Catalog,
-                             parsed: ParsedArgs, attrs: dict[str, Value],
-                             facts: dict[str, Value], *, facts_sig: str | None = None
-                             ) -> PostValidation:
+def post_validation_verdicts(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    printed: MessageFacts,
+    message: str | None,
+    catalog: Catalog,
+    parsed: ParsedArgs,
+    attrs: dict[str, Value],
+    facts: dict[str, Value],
+    *,
+    facts_sig: str | None = None,
+) -> PostValidation:
     """The candidates of the module, judged, and their citations."""
     out = PostValidation()
     # no command: the candidates are judged on the flags the raised check implies
-    launch = assumed_launch(store, version, check,
-                            held_at_crash(evaluate_path(store, version, check, attrs, facts,
-                                                        facts_sig=facts_sig), printed),
-                            attrs, parsed, catalog, facts, facts_sig=facts_sig)
+    launch = assumed_launch(
+        store,
+        version,
+        check,
+        held_at_crash(
+            evaluate_path(store, version, check, attrs, facts, facts_sig=facts_sig), printed
+        ),
+        attrs,
+        parsed,
+        catalog,
+        facts,
+        facts_sig=facts_sig,
+    )
     if launch is not None:
         attrs, parsed = launch.attrs, launch.parsed
     user_set = set(parsed.values)
@@ -103,21 +131,44 @@ def post_validation_verdicts(store: Store, version: str, check: dict[str, Any],
     rough: list[str] = []
     for r in recipe_edits(steps, catalog, attrs, user_set, printed.bound, message):
         cite = f"{version}:{check['path']}:{check['start_line']}"
-        edit = Edit(set={} if r.remove else {r.attr: r.value}, remove=[r.attr] if r.remove else [],
-                    origin=f"the message's own recipe (raised at {cite}): {r.why}", preference=0)
-        edits.append((edit, set(), cite, "on the message's word: its own test is not decided "
-                      "statically" + ("; the size is a rough step" if r.rough else "")))
+        edit = Edit(
+            set={} if r.remove else {r.attr: r.value},
+            remove=[r.attr] if r.remove else [],
+            origin=f"the message's own recipe (raised at {cite}): {r.why}",
+            preference=0,
+        )
+        edits.append(
+            (
+                edit,
+                set(),
+                cite,
+                "on the message's word: its own test is not decided "
+                "statically" + ("; the size is a rough step" if r.rough else ""),
+            )
+        )
         if r.rough:
             rough.append(f"{r.step.flag} {r.value}")
     traced = {p.bound.expr: p.attr for p in printed.printed if p.role == "flag" and p.attr}
-    for b in backend_edits(store, version, check, printed.bound, message, catalog, attrs,
-                           user_set, steps, traced):
+    for b in backend_edits(
+        store, version, check, printed.bound, message, catalog, attrs, user_set, steps, traced
+    ):
         was = f" in place of {b.old!r}" if b.old else ""
-        edit = Edit(set={b.attr: b.value}, origin=(
-            f"supported: {b.value!r}{was} is one of {list(b.supported)}, the backends the "
-            f"raising layer accepts (listed at {b.citation})"), preference=0)
-        edits.append((edit, {repr(b.old)} if b.old else set(), b.citation,
-                      "on the listed names: the check's own test is not decided statically"))
+        edit = Edit(
+            set={b.attr: b.value},
+            origin=(
+                f"supported: {b.value!r}{was} is one of {list(b.supported)}, the backends the "
+                f"raising layer accepts (listed at {b.citation})"
+            ),
+            preference=0,
+        )
+        edits.append(
+            (
+                edit,
+                {repr(b.old)} if b.old else set(),
+                b.citation,
+                "on the listed names: the check's own test is not decided statically",
+            )
+        )
     seen: set[Any] = set()
     clean: list[Verdict] = []
     tripped: list[Verdict] = []
@@ -131,30 +182,42 @@ def post_validation_verdicts(store: Store, version: str, check: dict[str, Any],
         (tripped if v.trips else clean).append(v)
         if cite and cite not in out.citations:
             out.citations.append(cite)
-    registered, cites = registry_verdicts(store, version, check, printed.bound, catalog, parsed,
-                                          attrs, facts, facts_sig=facts_sig)
+    registered, cites = registry_verdicts(
+        store, version, check, printed.bound, catalog, parsed, attrs, facts, facts_sig=facts_sig
+    )
     out.verdicts = clean + [v for v in registered if v.edit.key() not in seen]
     out.tripped = tripped
     for v in [*out.verdicts, *tripped] if launch is not None else []:
         v.edit.notes.append(launch.note(catalog))
     out.citations += [c for c in cites if c not in out.citations]
     if rough:
-        out.unknowns.append(UnknownFact(
-            what="the free GPU memory at start-up",
-            why=f"the message does not print it, so {', '.join(rough[:3])} is a rough step: "
+        out.unknowns.append(
+            UnknownFact(
+                what="the free GPU memory at start-up",
+                why=f"the message does not print it, so {', '.join(rough[:3])} is a rough step: "
                 "whether it leaves room for the memory pool depends on it",
-            settle="the lines SGLang logs while loading (\"Load weight end ... avail mem=... GB\", "
-                   "\"KV Cache is allocated\", \"Memory pool end\") or `nvidia-smi` on the node "
-                   "before the launch"))
+                settle='the lines SGLang logs while loading ("Load weight end ... avail mem=... GB", '
+                '"KV Cache is allocated", "Memory pool end") or `nvidia-smi` on the node '
+                "before the launch",
+            )
+        )
     return out
 
 
 def _no_op(edit: Edit, attrs: dict[str, Value]) -> bool:
     """Whether ``edit`` only sets flags to the values the launch (as known or implied) already
     has: "Cannot enable both --a and --b" read as "enable --a" asks for what crashed."""
-    return bool(edit.set) and not edit.remove and all(
-        a in attrs and attrs[a].value is not UNKNOWN and type(attrs[a].value) is type(v)
-        and attrs[a].value == v for a, v in edit.set.items())
+    return (
+        bool(edit.set)
+        and not edit.remove
+        and all(
+            a in attrs
+            and attrs[a].value is not UNKNOWN
+            and type(attrs[a].value) is type(v)
+            and attrs[a].value == v
+            for a, v in edit.set.items()
+        )
+    )
 
 
 def _literal_message(check: dict[str, Any]) -> str:

@@ -81,8 +81,9 @@ def _usable(value: object) -> bool:
     return value is not None and value is not UNKNOWN
 
 
-def companion_sets(store: Store, version: str, sites: list[tuple[list[str], str]],
-                   parsed: ParsedArgs, env: Env) -> list[tuple[dict[str, object], str, bool]]:
+def companion_sets(
+    store: Store, version: str, sites: list[tuple[list[str], str]], parsed: ParsedArgs, env: Env
+) -> list[tuple[dict[str, object], str, bool]]:
     """(attributes to set, origin, whether the whole tuple is one SGLang chooses) completing
     each partially set choice group (module docstring), best first, without duplicates."""
     out: list[tuple[dict[str, object], str, bool]] = []
@@ -107,16 +108,27 @@ def companion_sets(store: Store, version: str, sites: list[tuple[list[str], str]
             add = {n: chosen[n] for n in unset}
             if not all(_usable(v) for v in add.values()):
                 continue
-            out.append((add, f"add the companion flags with the values SGLang chooses with "
-                             f"{users} ({call} can return {values!r})", True))
+            out.append(
+                (
+                    add,
+                    f"add the companion flags with the values SGLang chooses with "
+                    f"{users} ({call} can return {values!r})",
+                    True,
+                )
+            )
             consistent += 1
             if consistent >= MAX_CONSISTENT:
                 break
         if evaluated is not UNKNOWN:
             add = {n: v for n, v in zip(names, evaluated, strict=True) if n in unset}  # type: ignore[arg-type]
             if all(_usable(v) for v in add.values()):
-                out.append((add, f"add the companion flags SGLang would choose ({call}), "
-                                 f"keeping {users}", False))
+                out.append(
+                    (
+                        add,
+                        f"add the companion flags SGLang would choose ({call}), keeping {users}",
+                        False,
+                    )
+                )
     unique: dict[tuple[tuple[str, str], ...], tuple[dict[str, object], str, bool]] = {}
     for item in out:
         unique.setdefault(tuple(sorted((k, repr(v)) for k, v in item[0].items())), item)

@@ -48,8 +48,18 @@ from service.engine.expr.interpreter import Value
 from service.engine.fixes.model import Edit
 from service.engine.flags.parse import ParsedArgs
 
-__all__ = ["SKIP_KINDS", "BackendRefusal", "backend_refusals", "guard_flip", "refused_values",
-           "screened", "sets_refused", "sibling_trips", "turns_off", "SKIP_NOTE"]
+__all__ = [
+    "SKIP_KINDS",
+    "BackendRefusal",
+    "backend_refusals",
+    "guard_flip",
+    "refused_values",
+    "screened",
+    "sets_refused",
+    "sibling_trips",
+    "turns_off",
+    "SKIP_NOTE",
+]
 
 #: piece kinds that are not the check's own: an earlier ``if ...: return`` the path passes,
 #: and the guard of the call of the check's function (:data:`~.pieces.PIECE_KINDS`)
@@ -61,7 +71,9 @@ SKIP_NOTE = "skips the check"
 #: capability, SM/arch predicates, MLA/NSA/DSA, the architecture and checkpoint facts)
 _HW_OR_ARCH_FACT = re.compile(
     r"is_sm\d|\.is_sm\d|capability|platform|hopper|blackwell|ampere|is_hip|is_cuda|gfx|"
-    r"model_arch|architectures|mla|nsa|dsa|checkpoint_|model_type", re.IGNORECASE)
+    r"model_arch|architectures|mla|nsa|dsa|checkpoint_|model_type",
+    re.IGNORECASE,
+)
 _EQUAL = (ast.Eq, ast.In, ast.Is)
 _UNEQUAL = (ast.NotEq, ast.NotIn, ast.IsNot)
 
@@ -86,8 +98,9 @@ def _compare(text: str) -> tuple[str, bool, tuple[object, ...]] | None:
         return None
     if isinstance(right, ast.Constant):
         values: tuple[object, ...] = (right.value,)
-    elif isinstance(right, ast.Tuple | ast.List | ast.Set) and \
-            all(isinstance(e, ast.Constant) for e in right.elts):
+    elif isinstance(right, ast.Tuple | ast.List | ast.Set) and all(
+        isinstance(e, ast.Constant) for e in right.elts
+    ):
         values = tuple(e.value for e in right.elts if isinstance(e, ast.Constant))
     else:
         return None
@@ -102,9 +115,10 @@ def _conjunction(condition: str) -> bool:
         tree = ast.parse(condition.strip(), mode="eval")
     except SyntaxError:
         return False
-    return not any(isinstance(n, ast.IfExp) or (isinstance(n, ast.BoolOp)
-                                                 and isinstance(n.op, ast.Or))
-                   for n in ast.walk(tree))
+    return not any(
+        isinstance(n, ast.IfExp) or (isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or))
+        for n in ast.walk(tree)
+    )
 
 
 def _held(part: PiecePart, fired: object) -> list[object]:
@@ -115,8 +129,14 @@ def _held(part: PiecePart, fired: object) -> list[object]:
     atoms = part.result.atoms
     failing = part.atoms_failing()
     signs = atom_signs(part.condition)
-    conj = fired is True and part.polarity is True and part.holds is not False \
-        and part.explains and len(signs) == len(atoms) and _conjunction(part.condition)
+    conj = (
+        fired is True
+        and part.polarity is True
+        and part.holds is not False
+        and part.explains
+        and len(signs) == len(atoms)
+        and _conjunction(part.condition)
+    )
     out: list[object] = []
     for i, atom in enumerate(atoms):
         if isinstance(atom.value, bool):
@@ -150,9 +170,10 @@ def refused_values(ev: PathEvaluation) -> dict[str, list[object]]:
 
 def sets_refused(edit: Edit, refused: Mapping[str, list[object]]) -> bool:
     """Whether ``edit`` sets a flag to a value the check refuses (:func:`refused_values`)."""
-    return any(attr in refused and any(value == r and type(value) is type(r)
-                                       for r in refused[attr])
-               for attr, value in edit.set.items())
+    return any(
+        attr in refused and any(value == r and type(value) is type(r) for r in refused[attr])
+        for attr, value in edit.set.items()
+    )
 
 
 def _names(part: PiecePart) -> set[str]:
@@ -182,9 +203,18 @@ def sibling_trips(check: dict[str, Any], ev: PathEvaluation) -> list[dict[str, A
     """The earlier sibling checks of ``check``'s function (``exit_raise`` pieces) that raise
     on ``ev`` (a candidate's evaluation of the check): the check is then not reached, so it
     passes, but the launch fails at the sibling instead. As re-checked neighbours are."""
-    return [{"id": f"{check['id']}@{p.line}", "path": check["path"], "function": check["function"],
-             "line": p.line, "message": "", "condition": p.condition}
-            for p in ev.parts if p.kind == "exit_raise" and p.holds is False]
+    return [
+        {
+            "id": f"{check['id']}@{p.line}",
+            "path": check["path"],
+            "function": check["function"],
+            "line": p.line,
+            "message": "",
+            "condition": p.condition,
+        }
+        for p in ev.parts
+        if p.kind == "exit_raise" and p.holds is False
+    ]
 
 
 def turns_off(edit: Edit, flip: PiecePart, parsed: ParsedArgs, catalog: Any) -> str:  # noqa: ANN401
@@ -201,8 +231,11 @@ def turns_off(edit: Edit, flip: PiecePart, parsed: ParsedArgs, catalog: Any) -> 
     setting = ", ".join(f"{spell(a)} {v}" for a, v in edit.set.items())
     what = removed or "the part of the launch the check guards"
     what += f" (by setting {setting})" if setting else ""
-    where = "the guard of the call of the check's function" if flip.kind == "call_site" \
+    where = (
+        "the guard of the call of the check's function"
+        if flip.kind == "call_site"
         else "an early exit"
+    )
     return f"turns off {what}: {where} (`{flip.condition}`) then skips the check"
 
 
@@ -223,10 +256,17 @@ def _is_backend(attr: str) -> bool:
     return attr.endswith("_backend")
 
 
-def backend_refusals(store: Store, version: str, edits: list[Edit], attrs: dict[str, Value],
-                     facts: dict[str, Value], parsed: ParsedArgs,
-                     edited: Callable[[Edit], dict[str, Value]],
-                     *, facts_sig: str | None = None) -> dict[tuple[Any, ...], BackendRefusal]:
+def backend_refusals(
+    store: Store,
+    version: str,
+    edits: list[Edit],
+    attrs: dict[str, Value],
+    facts: dict[str, Value],
+    parsed: ParsedArgs,
+    edited: Callable[[Edit], dict[str, Value]],
+    *,
+    facts_sig: str | None = None,
+) -> dict[tuple[Any, ...], BackendRefusal]:
     """Edit key -> why it is dropped, for each edit of ``edits`` that sets a backend flag
     (``*_backend``) to a value an error card of ``version`` refuses on these facts (module
     docstring): violated after the edit and not by the user's command, its evaluation
@@ -240,38 +280,54 @@ def backend_refusals(store: Store, version: str, edits: list[Edit], attrs: dict[
     cards = [c for c in cards_for(store, version) if c.severity == "error" and c.reads & backends]
     if not cards:
         return {}
-    before = {r.card.id for r in evaluate_cards(store, version, attrs, facts, parsed, cards=cards,
-                                                facts_sig=facts_sig)
-              if r.verdict == "violated"}
+    before = {
+        r.card.id
+        for r in evaluate_cards(
+            store, version, attrs, facts, parsed, cards=cards, facts_sig=facts_sig
+        )
+        if r.verdict == "violated"
+    }
     out: dict[tuple[Any, ...], BackendRefusal] = {}
     for edit in todo:
         mine = [c for c in cards if c.id not in before and c.reads & set(edit.set)]
-        for r in evaluate_cards(store, version, edited(edit), facts, parsed, cards=mine,
-                                facts_sig=facts_sig):
-            if r.verdict != "violated" or not any(n in facts and _HW_OR_ARCH_FACT.search(n)
-                                                  for n, _, _ in r.inputs):
+        for r in evaluate_cards(
+            store, version, edited(edit), facts, parsed, cards=mine, facts_sig=facts_sig
+        ):
+            if r.verdict != "violated" or not any(
+                n in facts and _HW_OR_ARCH_FACT.search(n) for n, _, _ in r.inputs
+            ):
                 continue
             attr = next((a for a in edit.set if _is_backend(a) and a in r.card.reads), None)
             if attr is None:
                 continue
-            out[edit.key()] = BackendRefusal(attr, edit.set[attr], r.card.id,
-                                             r.card.citations[0] if r.card.citations else "")
+            out[edit.key()] = BackendRefusal(
+                attr, edit.set[attr], r.card.id, r.card.citations[0] if r.card.citations else ""
+            )
             break
     return out
 
 
-def screened(store: Store, version: str, ev: PathEvaluation, edits: list[Edit],
-             parsed: ParsedArgs, attrs: dict[str, Value], facts: dict[str, Value],
-             edited: Callable[[Edit], dict[str, Value]], *,
-             facts_sig: str | None = None) -> list[Edit]:
+def screened(
+    store: Store,
+    version: str,
+    ev: PathEvaluation,
+    edits: list[Edit],
+    parsed: ParsedArgs,
+    attrs: dict[str, Value],
+    facts: dict[str, Value],
+    edited: Callable[[Edit], dict[str, Value]],
+    *,
+    facts_sig: str | None = None,
+) -> list[Edit]:
     """``edits`` without those that set a value the located check refuses
     (:func:`sets_refused`) or a backend value an error rule card of the release refuses on
     these facts (:func:`backend_refusals`); each kept edit setting a flag whose other values
     a card refused cites it (``Edit.notes``). ``edited(edit)``: the attributes after it."""
     refused = refused_values(ev)
     edits = [e for e in edits if not sets_refused(e, refused)]
-    dropped = backend_refusals(store, version, edits, attrs, facts, parsed, edited,
-                               facts_sig=facts_sig)
+    dropped = backend_refusals(
+        store, version, edits, attrs, facts, parsed, edited, facts_sig=facts_sig
+    )
     kept = [e for e in edits if e.key() not in dropped]
     for e in kept:
         e.notes = [d.phrase() for d in dropped.values() if d.attr in e.set][:3]

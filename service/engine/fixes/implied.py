@@ -77,6 +77,7 @@ class ImpliedLaunch:
     def note(self, catalog: Catalog) -> str:
         """What the fixes assume, in the catalog's spellings."""
         by_attr = catalog.by_attr()
+
         def flag(attr: str) -> str:
             spec = by_attr.get(attr)
             return spec.flags[0] if spec is not None and spec.flags else attr
@@ -93,8 +94,11 @@ class ImpliedLaunch:
                 parts.append(flag(attr))
             else:
                 parts.append(f"{flag(attr)} {value}")
-        return ("assumes the launch had " + ", ".join(parts)
-                + ": no command was given, and the check raised, so its path held")
+        return (
+            "assumes the launch had "
+            + ", ".join(parts)
+            + ": no command was given, and the check raised, so its path held"
+        )
 
 
 def command_unknown(parsed: ParsedArgs, attrs: dict[str, Value], catalog: Catalog) -> bool:
@@ -149,8 +153,9 @@ def _implied_value(text: str, truth: bool, now: object, no_value: bool) -> objec
     flags = [s for s in sides if isinstance(s, ast.Attribute)]
     if len(flags) != 1 or not all(s is flags[0] or _constants(s) is not None for s in sides):
         return None
-    if len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq | ast.Is | ast.In | ast.NotEq
-                                         | ast.IsNot | ast.NotIn):
+    if len(node.ops) == 1 and isinstance(
+        node.ops[0], ast.Eq | ast.Is | ast.In | ast.NotEq | ast.IsNot | ast.NotIn
+    ):
         equal = isinstance(node.ops[0], ast.Eq | ast.Is | ast.In)
         consts = _constants(node.comparators[0] if node.left is flags[0] else node.left) or []
         if (truth if equal else not truth) and len(consts) == 1:
@@ -162,14 +167,16 @@ def _constants(node: ast.expr) -> list[object] | None:
     """The constants of a constant, or of a tuple/list/set of constants; None otherwise."""
     if isinstance(node, ast.Constant):
         return [node.value]
-    if isinstance(node, ast.Tuple | ast.List | ast.Set) and \
-            all(isinstance(e, ast.Constant) for e in node.elts):
+    if isinstance(node, ast.Tuple | ast.List | ast.Set) and all(
+        isinstance(e, ast.Constant) for e in node.elts
+    ):
         return [e.value for e in node.elts if isinstance(e, ast.Constant)]
     return None
 
 
-def implied_launch(ev: PathEvaluation, attrs: dict[str, Value], parsed: ParsedArgs,
-                   catalog: Catalog) -> ImpliedLaunch | None:
+def implied_launch(
+    ev: PathEvaluation, attrs: dict[str, Value], parsed: ParsedArgs, catalog: Catalog
+) -> ImpliedLaunch | None:
     """The launch with the flags the raised check implies (module docstring), None when its
     pieces imply none."""
     by_attr = catalog.by_attr()
@@ -192,8 +199,9 @@ def implied_launch(ev: PathEvaluation, attrs: dict[str, Value], parsed: ParsedAr
             spec = by_attr.get(attr)
             if spec is None or not spec.flags or attr in parsed.values:
                 continue
-            value = _implied_value(atom.text, truth, atom.value,
-                                   spec.action in NO_VALUE_ACTIONS or spec.nargs == "0")
+            value = _implied_value(
+                atom.text, truth, atom.value, spec.action in NO_VALUE_ACTIONS or spec.nargs == "0"
+            )
             if value is None:
                 continue
             if one_of:
@@ -215,20 +223,37 @@ def implied_launch(ev: PathEvaluation, attrs: dict[str, Value], parsed: ParsedAr
     for i, (attr, value) in enumerate(implied.items()):
         flag = by_attr[attr].flags[0]
         raw = [flag] if value is UNKNOWN or isinstance(value, bool) else [flag, str(value)]
-        new_attrs[attr] = Value(value, Provenance("flag", f"implied by the check's path: "
-                                                  f"{' '.join(raw)}"))
-        values[attr] = ParsedFlag(attr=attr, value=value, token=flag, raw=raw,
-                                  index=start + i, flag=flag)
-    return ImpliedLaunch(new_attrs, ParsedArgs(values=values, unknown=list(parsed.unknown),
-                                               errors=list(parsed.errors),
-                                               abbreviations=dict(parsed.abbreviations)),
-                         implied, [g for g in either if all(a in implied for a in g)])
+        new_attrs[attr] = Value(
+            value, Provenance("flag", f"implied by the check's path: {' '.join(raw)}")
+        )
+        values[attr] = ParsedFlag(
+            attr=attr, value=value, token=flag, raw=raw, index=start + i, flag=flag
+        )
+    return ImpliedLaunch(
+        new_attrs,
+        ParsedArgs(
+            values=values,
+            unknown=list(parsed.unknown),
+            errors=list(parsed.errors),
+            abbreviations=dict(parsed.abbreviations),
+        ),
+        implied,
+        [g for g in either if all(a in implied for a in g)],
+    )
 
 
-def assumed_launch(store: Store, version: str, check: dict[str, Any], ev: PathEvaluation,
-                   attrs: dict[str, Value], parsed: ParsedArgs, catalog: Catalog,
-                   facts: dict[str, Value], *, facts_sig: str | None = None
-                   ) -> ImpliedLaunch | None:
+def assumed_launch(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    ev: PathEvaluation,
+    attrs: dict[str, Value],
+    parsed: ParsedArgs,
+    catalog: Catalog,
+    facts: dict[str, Value],
+    *,
+    facts_sig: str | None = None,
+) -> ImpliedLaunch | None:
     """The implied launch of ``check`` with its evaluation, when the user's command is not
     known (:func:`command_unknown`), ``ev`` (the check on what is known) does not fire, and
     the check fires or is undecided on the implied flags; None otherwise."""
@@ -237,6 +262,7 @@ def assumed_launch(store: Store, version: str, check: dict[str, Any], ev: PathEv
     launch = implied_launch(ev, attrs, parsed, catalog)
     if launch is None:
         return None
-    launch.evaluation = evaluate_path(store, version, check, launch.attrs, facts,
-                                      facts_sig=facts_sig)
+    launch.evaluation = evaluate_path(
+        store, version, check, launch.attrs, facts, facts_sig=facts_sig
+    )
     return None if launch.evaluation.fired is False else launch

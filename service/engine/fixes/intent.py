@@ -47,16 +47,38 @@ from kb.catalog_types import NO_VALUE_ACTIONS, Catalog, FlagSpec
 from service.engine.expr.interpreter import UNKNOWN, Value
 from service.engine.flags.parse import ParsedArgs
 
-__all__ = ["IntentCost", "Loss", "gives_up_sentence", "intent_cost", "is_count",
-           "is_feature", "losses", "sane_value"]
+__all__ = [
+    "IntentCost",
+    "Loss",
+    "gives_up_sentence",
+    "intent_cost",
+    "is_count",
+    "is_feature",
+    "losses",
+    "sane_value",
+]
 
 _OFF_PREFIXES = ("disable_", "no_", "skip_")
 _ON_PREFIXES = ("enable_", "use_")
 _SELECTOR_SUFFIXES = ("_algorithm", "_mode", "_paths", "_model_path")
 _SELECTOR_NAMES = frozenset({"quantization"})
 _OFF_CHOICES = frozenset({"none", "null", "off", "disabled"})
-_COUNT_WORDS = frozenset({"size", "num", "topk", "steps", "tokens", "count", "workers",
-                          "sessions", "replicas", "degree", "len", "length"})
+_COUNT_WORDS = frozenset(
+    {
+        "size",
+        "num",
+        "topk",
+        "steps",
+        "tokens",
+        "count",
+        "workers",
+        "sessions",
+        "replicas",
+        "degree",
+        "len",
+        "length",
+    }
+)
 _COUNT_HELP = re.compile(r"\b(number of|size|count)\b", re.IGNORECASE)
 
 
@@ -126,8 +148,9 @@ def _default(attr: str, catalog: Catalog) -> object:
     return spec.default if spec is not None and spec.default_known else UNKNOWN
 
 
-def losses(set_: dict[str, object], remove: list[str], parsed: ParsedArgs,
-           catalog: Catalog) -> list[Loss]:
+def losses(
+    set_: dict[str, object], remove: list[str], parsed: ParsedArgs, catalog: Catalog
+) -> list[Loss]:
     """The feature flags of the user's command that an edit (``set_``, ``remove``,
     attribute names) leaves without the user's value, in command-line order."""
     by_attr = catalog.by_attr()
@@ -164,15 +187,23 @@ class IntentCost:
     added: int  # flags the user did not set that the edit sets
 
 
-def intent_cost(set_: dict[str, object], remove: list[str], parsed: ParsedArgs,
-                catalog: Catalog, attrs: dict[str, Value] | None = None) -> IntentCost:
+def intent_cost(
+    set_: dict[str, object],
+    remove: list[str],
+    parsed: ParsedArgs,
+    catalog: Catalog,
+    attrs: dict[str, Value] | None = None,
+) -> IntentCost:
     """The :class:`IntentCost` of an edit of attributes (``set_``, ``remove``)."""
     lost = {x.attr for x in losses(set_, remove, parsed, catalog)}
     mine = set(parsed.values)
-    touched = (set(set_) | set(remove))
-    overridden = {a for a in touched & mine if a not in lost
-                  and not (a in set_ and set_[a] == parsed.values[a].value)}
-    added = {a for a in set(set_) - mine
-             if attrs is None or a not in attrs or attrs[a].value != set_[a]}
+    touched = set(set_) | set(remove)
+    overridden = {
+        a
+        for a in touched & mine
+        if a not in lost and not (a in set_ and set_[a] == parsed.values[a].value)
+    }
+    added = {
+        a for a in set(set_) - mine if attrs is None or a not in attrs or attrs[a].value != set_[a]
+    }
     return IntentCost(len(lost), len(overridden), len(added))
-

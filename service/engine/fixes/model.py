@@ -30,7 +30,10 @@ class Edit:
     skips: str = ""
 
     def key(self) -> tuple[Any, ...]:
-        return (tuple(sorted((k, repr(v)) for k, v in self.set.items())), tuple(sorted(self.remove)))
+        return (
+            tuple(sorted((k, repr(v)) for k, v in self.set.items())),
+            tuple(sorted(self.remove)),
+        )
 
     def size(self) -> int:
         return len(self.set) + len(self.remove)

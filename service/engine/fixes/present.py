@@ -73,24 +73,41 @@ def _verdict(v: Verdict, version: str, lost: str) -> str:
     if v.fixes_check is UNKNOWN:
         names = unknown_inputs(v)
         reads = ", ".join(names[:_MAX_NAMED]) + (", ..." if len(names) > _MAX_NAMED else "")
-        text = (f"undecided statically (the check reads {reads}, unknown here); replay decides"
-                if names else "undecided statically; replay decides")
+        text = (
+            f"undecided statically (the check reads {reads}, unknown here); replay decides"
+            if names
+            else "undecided statically; replay decides"
+        )
     elif v.trips:
         t = v.trips[0]
-        text = (f"fixes this check, but then {t['function']} at "
-                f"{version}:{t['path']}:{t['line']} would fire")
+        text = (
+            f"fixes this check, but then {t['function']} at "
+            f"{version}:{t['path']}:{t['line']} would fire"
+        )
     else:
-        extra = f" ({v.unknown_neighbours} related checks undecided)" if v.unknown_neighbours else ""
+        extra = (
+            f" ({v.unknown_neighbours} related checks undecided)" if v.unknown_neighbours else ""
+        )
         text = f"fixes the check; no other check of {version} that reads these flags fires{extra}"
     if v.edit.skips:  # a guard flip: what it turns off, feature flag or not
-        text = f"{SKIP_NOTE} rather than fixing it ({v.edit.skips}), kept only if replay " \
-               f"accepts it; {text}"
+        text = (
+            f"{SKIP_NOTE} rather than fixing it ({v.edit.skips}), kept only if replay "
+            f"accepts it; {text}"
+        )
     text = "; ".join([text, *v.edit.notes])
     return f"{text}; {lost}" if lost else text
 
 
-def fix_out(rank: int, v: Verdict, argv: list[str], catalog: Catalog, parsed: ParsedArgs,
-            version: str, *, prefix: str) -> FixOut:
+def fix_out(
+    rank: int,
+    v: Verdict,
+    argv: list[str],
+    catalog: Catalog,
+    parsed: ParsedArgs,
+    version: str,
+    *,
+    prefix: str,
+) -> FixOut:
     """The :class:`FixOut` of ``v`` for the user's ``argv`` (parsed as ``parsed``)."""
     edit = v.edit
     new_argv = apply_edits(argv, catalog, set=dict(edit.set), remove=list(edit.remove))
@@ -98,13 +115,20 @@ def fix_out(rank: int, v: Verdict, argv: list[str], catalog: Catalog, parsed: Pa
     touched = list(edit.remove) + [a for a in edit.set if a not in edit.remove]
     lost = gives_up_sentence(losses(dict(edit.set), list(edit.remove), parsed, catalog))
     return FixOut(
-        rank=rank, set={spelled(a, parsed, catalog): jsonable(val) for a, val in edit.set.items()},
-        remove=[spelled(a, parsed, catalog) for a in edit.remove], argv=new_argv,
+        rank=rank,
+        set={spelled(a, parsed, catalog): jsonable(val) for a, val in edit.set.items()},
+        remove=[spelled(a, parsed, catalog) for a in edit.remove],
+        argv=new_argv,
         command=render_command(new_argv, prefix=prefix),
         origin=f"{edit.origin} ({SKIP_NOTE})" if edit.skips else edit.origin,
-        fixes_check=tri(v.fixes_check), trips=v.trips, unknown_neighbours=v.unknown_neighbours,
-        verdict=_verdict(v, version, lost), edits=edit_lines(touched, parsed, after),
-        gives_up=lost, keeps_features=not lost)
+        fixes_check=tri(v.fixes_check),
+        trips=v.trips,
+        unknown_neighbours=v.unknown_neighbours,
+        verdict=_verdict(v, version, lost),
+        edits=edit_lines(touched, parsed, after),
+        gives_up=lost,
+        keeps_features=not lost,
+    )
 
 
 def with_bases(added: list[FixOut], bases: list[FixOut], fixes: list[FixOut]) -> list[FixOut]:
@@ -119,9 +143,12 @@ def with_bases(added: list[FixOut], bases: list[FixOut], fixes: list[FixOut]) ->
     return out
 
 
-def recommended_edit(fixes: list[FixOut], pairs: list[tuple[Verdict, FixOut]],
-                     attrs: dict[str, Value], catalog: Catalog
-                     ) -> tuple[str, dict[str, Value]] | None:
+def recommended_edit(
+    fixes: list[FixOut],
+    pairs: list[tuple[Verdict, FixOut]],
+    attrs: dict[str, Value],
+    catalog: Catalog,
+) -> tuple[str, dict[str, Value]] | None:
     """The recommended fix's edit as typed (``--ep-size 2``) and the attributes after it,
     when the recommended fix is one of ``pairs`` (its verdict and presented fix)."""
     best = next((f for f in fixes if f.recommended), None)

@@ -62,8 +62,9 @@ _NO_VALUE = object()  # no default to compare with
 _NEVER_DROP = frozenset({"model_path"})  # candidates re-checked beyond the number returned
 
 # (release key, file) -> neighbour candidate rows and their raw condition/guards text
-_NEIGHBOUR_ROWS: LRUCache[tuple[list[dict[str, Any]], list[tuple[str | None, str | None]]]] = \
+_NEIGHBOUR_ROWS: LRUCache[tuple[list[dict[str, Any]], list[tuple[str | None, str | None]]]] = (
     LRUCache("fixes.neighbour_rows", 64)
+)
 # ((release key, file), attr) -> indexes of the candidate rows that mention attr
 _ATTR_ROWS: LRUCache[frozenset[int]] = LRUCache("fixes.attr_rows", 8192)
 # (release key, facts, (check id, values read)) -> the check's verdict without earlier writes
@@ -141,10 +142,12 @@ def _in_arithmetic(attr: str, text: str) -> bool:
     tree = _condition_tree(text)
     if tree is None:
         return False
-    return any(isinstance(node, ast.BinOp) and isinstance(node.op, _ARITH_OPS)
-               and any(isinstance(side, ast.Attribute) and side.attr == attr
-                       for side in ast.walk(node))
-               for node in ast.walk(tree))
+    return any(
+        isinstance(node, ast.BinOp)
+        and isinstance(node.op, _ARITH_OPS)
+        and any(isinstance(side, ast.Attribute) and side.attr == attr for side in ast.walk(node))
+        for node in ast.walk(tree)
+    )
 
 
 def _choice_sites(store: Store, version: str, check: dict[str, Any]) -> list[tuple[list[str], str]]:
@@ -166,8 +169,11 @@ def _choice_sites(store: Store, version: str, check: dict[str, Any]) -> list[tup
             if stmt.lineno + offset > check["end_line"] + 12:
                 continue
             target = stmt.targets[0]
-            names = [e.attr for e in (target.elts if isinstance(target, ast.Tuple) else [target])
-                     if isinstance(e, ast.Attribute)]
+            names = [
+                e.attr
+                for e in (target.elts if isinstance(target, ast.Tuple) else [target])
+                if isinstance(e, ast.Attribute)
+            ]
             if not names or not isinstance(stmt.value, ast.Call):
                 continue
             sites.append((names, ast.unparse(stmt.value)))
@@ -176,8 +182,13 @@ def _choice_sites(store: Store, version: str, check: dict[str, Any]) -> list[tup
     return cached(release_key(store, version, f"choice-sites:{check['id']}"), build)
 
 
-def _sglang_choice(store: Store, version: str, check: dict[str, Any], attrs: dict[str, Value],
-                   facts: dict[str, Value]) -> dict[str, object]:
+def _sglang_choice(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    attrs: dict[str, Value],
+    facts: dict[str, Value],
+) -> dict[str, object]:
     """Values the check's function assigns right after it, as SGLang would compute them."""
     env = Env(attrs, facts)
     for names, call in _choice_sites(store, version, check):
@@ -191,14 +202,26 @@ def _sglang_choice(store: Store, version: str, check: dict[str, Any], attrs: dic
     return {}
 
 
-def candidate_edits(store: Store, version: str, check: dict[str, Any], ev: PathEvaluation,
-                    parsed: ParsedArgs, catalog: Catalog, attrs: dict[str, Value],
-                    facts: dict[str, Value]) -> list[Edit]:
+def candidate_edits(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    ev: PathEvaluation,
+    parsed: ParsedArgs,
+    catalog: Catalog,
+    attrs: dict[str, Value],
+    facts: dict[str, Value],
+) -> list[Edit]:
     by_attr = catalog.by_attr()
     conditions = [p.condition for p in ev.parts]
     # a required flag (the model path) is never dropped: no launch works without it
-    user_set = [a for a in sorted(ev.attrs) if a in parsed.values
-                and not (a in by_attr and by_attr[a].required) and a not in _NEVER_DROP]
+    user_set = [
+        a
+        for a in sorted(ev.attrs)
+        if a in parsed.values
+        and not (a in by_attr and by_attr[a].required)
+        and a not in _NEVER_DROP
+    ]
     edits: list[Edit] = []
     sites = _choice_sites(store, version, check)
     for add, origin, agrees in companion_sets(store, version, sites, parsed, Env(attrs, facts)):
@@ -217,8 +240,12 @@ def candidate_edits(store: Store, version: str, check: dict[str, Any], ev: PathE
         current = attrs.get(attr, Value(UNKNOWN, Provenance("unknown"))).value
         if spec.action in ("store_true", "store_false"):
             if attr not in user_set:  # switching off a switch the user set is dropping it
-                edits.append(Edit(set={attr: not bool(current) if current is not UNKNOWN else True},
-                                  origin="toggle"))
+                edits.append(
+                    Edit(
+                        set={attr: not bool(current) if current is not UNKNOWN else True},
+                        origin="toggle",
+                    )
+                )
             continue
         values = _constants_for(attr, conditions)
         values += [c for c in (spec.choices or [])[:8] if c not in values]
@@ -226,7 +253,9 @@ def candidate_edits(store: Store, version: str, check: dict[str, Any], ev: PathE
         # setting a flag the user set back to its default is dropping it (listed above)
         default = spec.default if spec.default_known and attr in user_set else _NO_VALUE
         for v in values:
-            if v != current and not (v == default and isinstance(v, bool) == isinstance(default, bool)):
+            if v != current and not (
+                v == default and isinstance(v, bool) == isinstance(default, bool)
+            ):
                 edits.append(Edit(set={attr: v}, origin="a value the check accepts"))
     unique: dict[tuple[Any, ...], Edit] = {}
     for e in edits:
@@ -237,8 +266,10 @@ def candidate_edits(store: Store, version: str, check: dict[str, Any], ev: PathE
 
 def _sane(edit: Edit, by_attr: dict[str, Any], attrs: dict[str, Value]) -> bool:
     """No value that only satisfies a comparison (:func:`~service.engine.fixes.intent.sane_value`)."""
-    return all(sane_value(by_attr.get(a), v, attrs[a].value if a in attrs else UNKNOWN)
-               for a, v in edit.set.items())
+    return all(
+        sane_value(by_attr.get(a), v, attrs[a].value if a in attrs else UNKNOWN)
+        for a, v in edit.set.items()
+    )
 
 
 def edited_attrs(attrs: dict[str, Value], edit: Edit, catalog: Catalog) -> dict[str, Value]:
@@ -248,8 +279,12 @@ def edited_attrs(attrs: dict[str, Value], edit: Edit, catalog: Catalog) -> dict[
         spec = defaults.get(attr)
         decl = catalog.declaration(attr)
         if decl is not None and decl.default_known:
-            new[attr] = Value(decl.default, Provenance("default", f"default {decl.default!r} "
-                                                       f"({decl.path}:{decl.line}) after the fix"))
+            new[attr] = Value(
+                decl.default,
+                Provenance(
+                    "default", f"default {decl.default!r} ({decl.path}:{decl.line}) after the fix"
+                ),
+            )
         elif spec is not None and spec.default_known:
             new[attr] = Value(spec.default, Provenance("default", f"default {spec.default!r}"))
         else:
@@ -261,6 +296,7 @@ def edited_attrs(attrs: dict[str, Value], edit: Edit, catalog: Catalog) -> dict[
 
 def _last_spec_by_attr(catalog: Catalog) -> dict[str, Any]:
     """attr -> the last flag spec writing it (once per read-only KB catalog; not to be modified)."""
+
     def build() -> dict[str, Any]:
         return {s.attr: s for s in catalog.flags}
 
@@ -268,7 +304,9 @@ def _last_spec_by_attr(catalog: Catalog) -> dict[str, Any]:
     return catalog_cached("fixes:last_spec", build) if catalog_cached is not None else build()
 
 
-def neighbours(store: Store, version: str, check: dict[str, Any], attrs: set[str]) -> list[dict[str, Any]]:
+def neighbours(
+    store: Store, version: str, check: dict[str, Any], attrs: set[str]
+) -> list[dict[str, Any]]:
     """Other checks of the validation files that read any of ``attrs``.
 
     The checks of ``check``'s file and of ``arg_groups/`` whose condition or
@@ -288,15 +326,20 @@ def neighbours(store: Store, version: str, check: dict[str, Any], attrs: set[str
     return [rows[i] for i in sorted(hit) if rows[i]["id"] != check["id"]][:MAX_NEIGHBOURS]
 
 
-def _candidate_rows(store: Store, version: str, check: dict[str, Any]
-                    ) -> tuple[list[dict[str, Any]], list[tuple[str | None, str | None]]]:
+def _candidate_rows(
+    store: Store, version: str, check: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[tuple[str | None, str | None]]]:
     """Checks of ``check``'s file and of ``arg_groups/`` with their raw condition/guards text."""
     where = "(path = ? OR path LIKE ?)"
     params = [check["path"], "sglang/srt/arg_groups/%"]
     rows = store.checks(version, where=where, params=params)
-    raw = {r["id"]: (r["condition"], r["guards"]) for r in store.query(
-        f"SELECT id, condition, guards FROM checks WHERE release = ? AND {where}",
-        [version, *params])}
+    raw = {
+        r["id"]: (r["condition"], r["guards"])
+        for r in store.query(
+            f"SELECT id, condition, guards FROM checks WHERE release = ? AND {where}",
+            [version, *params],
+        )
+    }
     return rows, [raw.get(r["id"], (None, None)) for r in rows]
 
 
@@ -308,23 +351,40 @@ def _like_pattern(text: str) -> re.Pattern[str]:
 
 def _rows_mentioning(texts: list[tuple[str | None, str | None]], attr: str) -> frozenset[int]:
     pat = _like_pattern(attr)
-    return frozenset(i for i, (cond, guards) in enumerate(texts)
-                     if (cond is not None and pat.search(cond))
-                     or (guards is not None and pat.search(guards)))
+    return frozenset(
+        i
+        for i, (cond, guards) in enumerate(texts)
+        if (cond is not None and pat.search(cond)) or (guards is not None and pat.search(guards))
+    )
 
 
-def fixes_check(store: Store, version: str, check: dict[str, Any], edit: Edit,
-                attrs: dict[str, Value], facts: dict[str, Value], catalog: Catalog,
-                memo: dict[tuple[Any, ...], object] | None = None,
-                *, facts_sig: str | None = None) -> Verdict:
+def fixes_check(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    edit: Edit,
+    attrs: dict[str, Value],
+    facts: dict[str, Value],
+    catalog: Catalog,
+    memo: dict[tuple[Any, ...], object] | None = None,
+    *,
+    facts_sig: str | None = None,
+) -> Verdict:
     """Phase 1: does ``edit`` make the check itself definitely pass?"""
     new_attrs = edited_attrs(attrs, edit, catalog)
     ev = evaluate_path(store, version, check, new_attrs, facts, memo=memo, facts_sig=facts_sig)
     return Verdict(edit, ev.fired is False if ev.fired is not UNKNOWN else UNKNOWN, evaluation=ev)
 
 
-def verify(store: Store, version: str, check: dict[str, Any], edit: Edit, attrs: dict[str, Value],
-           facts: dict[str, Value], catalog: Catalog) -> Verdict:
+def verify(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    edit: Edit,
+    attrs: dict[str, Value],
+    facts: dict[str, Value],
+    catalog: Catalog,
+) -> Verdict:
     """Both phases: the check passes, and no neighbouring check fires instead."""
     verdict = fixes_check(store, version, check, edit, attrs, facts, catalog)
     if verdict.fixes_check is True:
@@ -332,10 +392,18 @@ def verify(store: Store, version: str, check: dict[str, Any], edit: Edit, attrs:
     return verdict
 
 
-def recheck_neighbours(store: Store, version: str, check: dict[str, Any], verdict: Verdict,
-                       attrs: dict[str, Value], facts: dict[str, Value], catalog: Catalog,
-                       memo: dict[tuple[Any, ...], object] | None = None,
-                       *, facts_sig: str | None = None) -> None:
+def recheck_neighbours(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    verdict: Verdict,
+    attrs: dict[str, Value],
+    facts: dict[str, Value],
+    catalog: Catalog,
+    memo: dict[tuple[Any, ...], object] | None = None,
+    *,
+    facts_sig: str | None = None,
+) -> None:
     """Phase 2: record the other checks that ``verdict.edit`` would make fire.
 
     Without earlier writes a neighbour's verdict depends only on the values of
@@ -361,13 +429,26 @@ def recheck_neighbours(store: Store, version: str, check: dict[str, Any], verdic
         for other, names in plan.rows:
             key = (other["id"], tuple((n, values[n]) for n in names))
             if key not in memo:
-                memo[key] = _FIRED.get_or_build((rkey, fsig, key), lambda o=other: evaluate_path(
-                    store, version, o, new_attrs, facts, apply_writes=False, facts_sig=fsig).fired)
+                memo[key] = _FIRED.get_or_build(
+                    (rkey, fsig, key),
+                    lambda o=other: (
+                        evaluate_path(
+                            store, version, o, new_attrs, facts, apply_writes=False, facts_sig=fsig
+                        ).fired
+                    ),
+                )
             fired = memo[key]
             if fired is True:
-                trips.append({"id": other["id"], "path": other["path"],
-                              "function": other["function"], "line": other["start_line"],
-                              "message": other["message"], "condition": other["condition"]})
+                trips.append(
+                    {
+                        "id": other["id"],
+                        "path": other["path"],
+                        "function": other["function"],
+                        "line": other["start_line"],
+                        "message": other["message"],
+                        "condition": other["condition"],
+                    }
+                )
             elif fired is UNKNOWN:
                 unknown += 1
         hit = (tuple(trips), unknown)
@@ -382,12 +463,20 @@ class _NeighbourPlan:
     names: tuple[str, ...]  # every attribute any neighbour reads, sorted
 
 
-def _neighbour_plan(store: Store, version: str, check: dict[str, Any], touched: frozenset[str],
-                    fact_names: frozenset[str]) -> _NeighbourPlan:
+def _neighbour_plan(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    touched: frozenset[str],
+    fact_names: frozenset[str],
+) -> _NeighbourPlan:
     """The neighbours for ``touched`` with the sorted attributes each reads (cached)."""
+
     def build() -> _NeighbourPlan:
-        rows = tuple((o, tuple(sorted(prepared_pieces(store, version, o, fact_names)[1])))
-                     for o in neighbours(store, version, check, set(touched)))
+        rows = tuple(
+            (o, tuple(sorted(prepared_pieces(store, version, o, fact_names)[1])))
+            for o in neighbours(store, version, check, set(touched))
+        )
         return _NeighbourPlan(rows, tuple(sorted({n for _, names in rows for n in names})))
 
     key = (*release_key(store, version, "neighbour-plan"), check["id"], touched, fact_names)
@@ -401,10 +490,19 @@ def _best_giving_up(ranked: list[Verdict], checked: list[Verdict], costs: Cost) 
     return next((v for v in ranked if costs[v.edit.key()].features and v not in checked), None)
 
 
-def propose(store: Store, version: str, check: dict[str, Any], ev: PathEvaluation,
-            parsed: ParsedArgs, catalog: Catalog, attrs: dict[str, Value],
-            facts: dict[str, Value], *, limit: int = 5,
-            facts_sig: str | None = None) -> list[Verdict]:
+def propose(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    ev: PathEvaluation,
+    parsed: ParsedArgs,
+    catalog: Catalog,
+    attrs: dict[str, Value],
+    facts: dict[str, Value],
+    *,
+    limit: int = 5,
+    facts_sig: str | None = None,
+) -> list[Verdict]:
     """The best ``limit`` candidate fixes for ``check``, ranked by :func:`rank`.
 
     Every candidate's check is evaluated (phase 1); those that fix it are re-checked
@@ -426,22 +524,35 @@ def propose(store: Store, version: str, check: dict[str, Any], ev: PathEvaluatio
     fsig = facts_sig or facts_signature(facts)
     assumed = ""
     # no command: propose for the flags the raised check implies (fixes/implied.py)
-    launch = assumed_launch(store, version, check, ev, attrs, parsed, catalog, facts,
-                            facts_sig=fsig)
+    launch = assumed_launch(
+        store, version, check, ev, attrs, parsed, catalog, facts, facts_sig=fsig
+    )
     if launch is not None and launch.evaluation is not None:
-        ev, attrs, parsed, assumed = (launch.evaluation, launch.attrs, launch.parsed,
-                                      launch.note(catalog))
-    edits = screened(store, version, ev, candidate_edits(store, version, check, ev, parsed,
-                                                         catalog, attrs, facts),
-                     parsed, attrs, facts, lambda e: edited_attrs(attrs, e, catalog),
-                     facts_sig=fsig)
+        ev, attrs, parsed, assumed = (
+            launch.evaluation,
+            launch.attrs,
+            launch.parsed,
+            launch.note(catalog),
+        )
+    edits = screened(
+        store,
+        version,
+        ev,
+        candidate_edits(store, version, check, ev, parsed, catalog, attrs, facts),
+        parsed,
+        attrs,
+        facts,
+        lambda e: edited_attrs(attrs, e, catalog),
+        facts_sig=fsig,
+    )
     costs: Cost = {e.key(): intent_cost(e.set, e.remove, parsed, catalog, attrs) for e in edits}
     guard_memo: dict[tuple[Any, ...], object] = {}
     passing: list[Verdict] = []
     undecided: list[Verdict] = []
     for edit in edits:
-        v = fixes_check(store, version, check, edit, attrs, facts, catalog, guard_memo,
-                        facts_sig=fsig)
+        v = fixes_check(
+            store, version, check, edit, attrs, facts, catalog, guard_memo, facts_sig=fsig
+        )
         flip = guard_flip(edit, ev) if v.fixes_check is True else None
         if flip is not None:  # skips the check rather than fixing it: ranked after real fixes
             edit.skips = turns_off(edit, flip, parsed, catalog)
@@ -463,26 +574,47 @@ def propose(store: Store, version: str, check: dict[str, Any], ev: PathEvaluatio
         checked.append(v)
     alternative = _best_giving_up(ranked, checked, costs)
     if alternative is not None:
-        recheck_neighbours(store, version, check, alternative, attrs, facts, catalog, memo,
-                           facts_sig=fsig)
+        recheck_neighbours(
+            store, version, check, alternative, attrs, facts, catalog, memo, facts_sig=fsig
+        )
         checked.append(alternative)
     # drop supersets of a clean fix (dropping A and B when dropping A alone is enough); a
     # subset that only skips the check does not count (replay may refute it: the pair stays)
     out: list[Verdict] = []
     for v in rank(checked, ev, costs, skips_first=bool(assumed)):
-        if any(o.ok and not o.edit.skips and set(o.edit.remove) < set(v.edit.remove)
-               and not o.edit.set and not v.edit.set for o in checked):
+        if any(
+            o.ok
+            and not o.edit.skips
+            and set(o.edit.remove) < set(v.edit.remove)
+            and not o.edit.set
+            and not v.edit.set
+            for o in checked
+        ):
             continue
         out.append(v)
     out = diverse(out, costs)[:limit]
     # when every fix listed keeps the request, the best clean one that gives part of it up is
     # listed too (last): the user's call, and the rule cards may refute the others
-    alt = next((v for v in rank(checked, ev, costs, skips_first=bool(assumed)) if v.ok and costs[v.edit.key()].features), None)
-    if alt is not None and len(out) == limit and not any(costs[v.edit.key()].features for v in out) \
-            and alt not in out:
+    alt = next(
+        (
+            v
+            for v in rank(checked, ev, costs, skips_first=bool(assumed))
+            if v.ok and costs[v.edit.key()].features
+        ),
+        None,
+    )
+    if (
+        alt is not None
+        and len(out) == limit
+        and not any(costs[v.edit.key()].features for v in out)
+        and alt not in out
+    ):
         out[-1] = alt
-    if ev.fired is not False and (ev.fired is UNKNOWN or not any(v.ok for v in out)) \
-            and len(out) < limit:
+    if (
+        ev.fired is not False
+        and (ev.fired is UNKNOWN or not any(v.ok for v in out))
+        and len(out) < limit
+    ):
         out += rank(undecided, ev, costs, skips_first=bool(assumed))[: limit - len(out)]
     for v in out if assumed else []:
         v.edit.notes.append(assumed)

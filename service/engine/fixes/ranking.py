@@ -58,8 +58,13 @@ def intent_tier(edit: Edit, ev: PathEvaluation) -> int:
 Cost = dict[tuple[Any, ...], IntentCost]
 
 
-def rank(verdicts: list[Verdict], ev: PathEvaluation | None = None,
-         costs: Cost | None = None, *, skips_first: bool = False) -> list[Verdict]:
+def rank(
+    verdicts: list[Verdict],
+    ev: PathEvaluation | None = None,
+    costs: Cost | None = None,
+    *,
+    skips_first: bool = False,
+) -> list[Verdict]:
     """Best first: verified clean, then fixing the check but tripping another, then the rest
     (undecided); within each, what keeps more of the user's request (``costs``: the
     :class:`~service.engine.fixes.intent.IntentCost` of each edit by key: fewer features
@@ -77,11 +82,23 @@ def rank(verdicts: list[Verdict], ev: PathEvaluation | None = None,
         status = 0 if v.ok else (1 if v.fixes_check is True else 2)
         cost = (costs or {}).get(v.edit.key(), zero)
         tier = intent_tier(v.edit, ev) if ev is not None else 0
-        order = (bool(v.edit.skips), cost.features) if skips_first else \
-            (cost.features, bool(v.edit.skips))
-        return (status, *order, cost.overridden, tier, len(v.trips),
-                v.edit.size(),
-                -len(v.edit.remove), v.edit.preference, v.unknown_neighbours, v.edit.key())
+        order = (
+            (bool(v.edit.skips), cost.features)
+            if skips_first
+            else (cost.features, bool(v.edit.skips))
+        )
+        return (
+            status,
+            *order,
+            cost.overridden,
+            tier,
+            len(v.trips),
+            v.edit.size(),
+            -len(v.edit.remove),
+            v.edit.preference,
+            v.unknown_neighbours,
+            v.edit.key(),
+        )
 
     return sorted(verdicts, key=key)
 

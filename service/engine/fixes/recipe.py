@@ -46,26 +46,81 @@ MAX_STEPS = 6
 _FLAG = re.compile(r"--[a-z][a-z0-9]{0,30}(?:[-_][a-z0-9]{1,30}){0,8}")
 _VALUE = re.compile(r"[ =]`?'?\"?([A-Za-z0-9_.+\-]{1,60})")
 _TO_VALUE = re.compile(r"`?'?\"? to `?'?\"?([A-Za-z0-9_.+\-]{1,60})")
-_BOUND = re.compile(r"`?'?\"? ?(above|at least|over|greater than|below|at most|under|less than)"
-                    r" ~?([0-9]{1,12}(?:\.[0-9]{1,12})?)")
+_BOUND = re.compile(
+    r"`?'?\"? ?(above|at least|over|greater than|below|at most|under|less than)"
+    r" ~?([0-9]{1,12}(?:\.[0-9]{1,12})?)"
+)
 _WORD = re.compile(r"[a-z]{2,20}")
 _CLAUSE_END = re.compile(r"[.;:!?](?:\s|$)|\n")
 _JOIN = re.compile(r"\s{0,3}`?'?\"?\s{0,3}(?:,|/|or|and|, or|, and)\s{0,3}`?'?\"?\s{0,3}")
 _VERBS = {
-    "set": ("use", "set", "pass", "add", "enable", "specify", "require", "requires", "try",
-            "using", "setting", "adding", "enabling", "choose", "select", "switch"),
-    "increase": ("increase", "raise", "larger", "higher", "bigger", "more", "increasing",
-                 "raising"),
-    "decrease": ("reduce", "lower", "decrease", "smaller", "fewer", "less", "reducing",
-                 "lowering", "decreasing"),
+    "set": (
+        "use",
+        "set",
+        "pass",
+        "add",
+        "enable",
+        "specify",
+        "require",
+        "requires",
+        "try",
+        "using",
+        "setting",
+        "adding",
+        "enabling",
+        "choose",
+        "select",
+        "switch",
+    ),
+    "increase": (
+        "increase",
+        "raise",
+        "larger",
+        "higher",
+        "bigger",
+        "more",
+        "increasing",
+        "raising",
+    ),
+    "decrease": (
+        "reduce",
+        "lower",
+        "decrease",
+        "smaller",
+        "fewer",
+        "less",
+        "reducing",
+        "lowering",
+        "decreasing",
+    ),
     "remove": ("remove", "unset", "drop", "disable", "without", "removing", "disabling"),
 }
 _VERB_OF = {w: v for v, words in _VERBS.items() for w in words}
-_NEGATIONS = frozenset({"not", "cannot", "can't", "doesn", "don", "incompatible", "unsupported",
-                        "invalid", "conflicts", "conflict", "no"})
-_DIRECTION = {"above": "increase", "at least": "increase", "over": "increase",
-              "greater than": "increase", "below": "decrease", "at most": "decrease",
-              "under": "decrease", "less than": "decrease"}
+_NEGATIONS = frozenset(
+    {
+        "not",
+        "cannot",
+        "can't",
+        "doesn",
+        "don",
+        "incompatible",
+        "unsupported",
+        "invalid",
+        "conflicts",
+        "conflict",
+        "no",
+    }
+)
+_DIRECTION = {
+    "above": "increase",
+    "at least": "increase",
+    "over": "increase",
+    "greater than": "increase",
+    "below": "decrease",
+    "at most": "decrease",
+    "under": "decrease",
+    "less than": "decrease",
+}
 
 
 @dataclass(frozen=True)
@@ -122,7 +177,7 @@ def _verb_before(text: str) -> str | None:
         if w in _NEGATIONS:
             return None
         if w in _VERB_OF:  # a negated verb ("cannot enable both", "do not use") asks nothing
-            return None if _NEGATIONS.intersection(words[max(0, i - 2):i]) else _VERB_OF[w]
+            return None if _NEGATIONS.intersection(words[max(0, i - 2) : i]) else _VERB_OF[w]
     return None
 
 
@@ -136,9 +191,11 @@ def _clause_start(message: str, end: int) -> int:
 
 def _negated_after(message: str, end: int) -> bool:
     """Does the text right after a flag negate it ("--x is not supported")?"""
-    after = message[end:end + 40].lower()
-    return bool(re.match(r"[`'\"]?\s{0,2}(?:\S{1,40}\s)?(?:is|are|was)\s(?:not|only|un)", after)) \
+    after = message[end : end + 40].lower()
+    return (
+        bool(re.match(r"[`'\"]?\s{0,2}(?:\S{1,40}\s)?(?:is|are|was)\s(?:not|only|un)", after))
         or " not supported" in after[:30]
+    )
 
 
 def read_recipe(message: str | None, catalog: Catalog) -> list[RecipeStep]:
@@ -157,10 +214,10 @@ def read_recipe(message: str | None, catalog: Catalog) -> list[RecipeStep]:
             continue
         start = _clause_start(text, m.start())
         verb = None
-        if prev is not None and prev[0] >= start and _JOIN.fullmatch(text[prev[0]:m.start()]):
+        if prev is not None and prev[0] >= start and _JOIN.fullmatch(text[prev[0] : m.start()]):
             verb = prev[1]
         if verb is None:
-            verb = _verb_before(text[start:m.start()])
+            verb = _verb_before(text[start : m.start()])
         value: object = None
         bound: float | None = None
         end = m.end()
@@ -185,7 +242,7 @@ def read_recipe(message: str | None, catalog: Catalog) -> list[RecipeStep]:
             continue
         prev = (end, verb)
         stop = _CLAUSE_END.search(text, end)
-        quote = text[start:stop.start() + 1 if stop else len(text)].strip()
+        quote = text[start : stop.start() + 1 if stop else len(text)].strip()
         step = RecipeStep(spec.attr, flag, verb, value, bound, quote[:200])
         if all((s.attr, s.verb) != (step.attr, step.verb) for s in steps):
             steps.append(step)
@@ -194,9 +251,14 @@ def read_recipe(message: str | None, catalog: Catalog) -> list[RecipeStep]:
     return steps
 
 
-def recipe_edits(steps: list[RecipeStep], catalog: Catalog, attrs: dict[str, Value],
-                 user_set: set[str], bound: list[BoundValue],
-                 message: str | None = None) -> list[RecipeEdit]:
+def recipe_edits(
+    steps: list[RecipeStep],
+    catalog: Catalog,
+    attrs: dict[str, Value],
+    user_set: set[str],
+    bound: list[BoundValue],
+    message: str | None = None,
+) -> list[RecipeEdit]:
     """Candidate edits for ``steps``: the value the message gives, a switch turned on, a
     flag the launch set dropped, or a numeric flag sized in the asked direction."""
     by_attr = catalog.by_attr()
@@ -220,6 +282,9 @@ def recipe_edits(steps: list[RecipeStep], catalog: Catalog, attrs: dict[str, Val
             sized = sized_value(spec, s.verb, current, s.bound)
             if sized is not None:
                 value, why, rough = sized
-                out.append(RecipeEdit(s, s.attr, value, why=f"the message says: {s.text!r}; {why}",
-                                      rough=rough))
+                out.append(
+                    RecipeEdit(
+                        s, s.attr, value, why=f"the message says: {s.text!r}; {why}", rough=rough
+                    )
+                )
     return out

@@ -93,15 +93,17 @@ def _registrations(store: Store, version: str, name: str) -> list[dict[str, Any]
     return store.registrations(version, key=name)[:MAX_ROWS]
 
 
-def _flag_for(catalog: Catalog, old: str, new: str, attrs: dict[str, Value],
-              hints: tuple[str, ...] = ()) -> str | None:
+def _flag_for(
+    catalog: Catalog, old: str, new: str, attrs: dict[str, Value], hints: tuple[str, ...] = ()
+) -> str | None:
     """The attribute of the flag whose choices hold both names. Of several: the one named
     exactly like a hint (the printed enum's class: ``MoeRunnerBackend`` is
     ``moe_runner_backend``), else those ending like one (the printed expression,
     ``runner_backend``), then the one the launch set to ``old``, then the flag the others
     are variants of; None when that does not decide it."""
-    hits = sorted({s.attr for s in catalog.flags
-                   if s.choices and old in s.choices and new in s.choices})
+    hits = sorted(
+        {s.attr for s in catalog.flags if s.choices and old in s.choices and new in s.choices}
+    )
     exact = [a for a in hits if a in hints]
     if len(exact) == 1:
         return exact[0]
@@ -116,8 +118,9 @@ def _flag_for(catalog: Catalog, old: str, new: str, attrs: dict[str, Value],
     return base[0] if len(base) == 1 else None
 
 
-def registry_edits(store: Store, version: str, bound: list[BoundValue], catalog: Catalog,
-                   attrs: dict[str, Value]) -> list[RegistryEdit]:
+def registry_edits(
+    store: Store, version: str, bound: list[BoundValue], catalog: Catalog, attrs: dict[str, Value]
+) -> list[RegistryEdit]:
     """Registered alternatives to the key the message printed (see the module)."""
     names = _names(bound)
     if not names:
@@ -149,26 +152,40 @@ def registry_edits(store: Store, version: str, bound: list[BoundValue], catalog:
     return out[:MAX_EDITS]
 
 
-def _missing_keys(names: list[str], at: list[set[str]], registered: set[tuple[str, ...]],
-                  unregistered: set[str]) -> list[tuple[str, ...]]:
+def _missing_keys(
+    names: list[str], at: list[set[str]], registered: set[tuple[str, ...]], unregistered: set[str]
+) -> list[tuple[str, ...]]:
     """The keys the crash may have looked up, most certain first: the printed names, one
     per position, each found at its position in some registration; else (a name the
     registry holds nowhere, like ``mooncake`` where no runner registers a fused function
     for it) in one position and the others found. Never a registered key (the lookup
     missed)."""
     width = len(at)
-    strict = [p for p in itertools.permutations(names, width)
-              if all(p[i] in at[i] for i in range(width)) and p not in registered]
+    strict = [
+        p
+        for p in itertools.permutations(names, width)
+        if all(p[i] in at[i] for i in range(width)) and p not in registered
+    ]
     if strict:
         return strict[:1]
-    return [p for p in itertools.permutations(names, width)
-            if width > 1 and sum(p[i] in unregistered for i in range(width)) == 1
-            and all(p[i] in at[i] or p[i] in unregistered for i in range(width))][:4]
+    return [
+        p
+        for p in itertools.permutations(names, width)
+        if width > 1
+        and sum(p[i] in unregistered for i in range(width)) == 1
+        and all(p[i] in at[i] or p[i] in unregistered for i in range(width))
+    ][:4]
 
 
-def _alternatives(catalog: Catalog, attrs: dict[str, Value],
-                  hints_of: dict[str, tuple[str, ...]], rows: list[dict[str, Any]],
-                  missing: tuple[str, ...], registry: str, version: str) -> list[RegistryEdit]:
+def _alternatives(
+    catalog: Catalog,
+    attrs: dict[str, Value],
+    hints_of: dict[str, tuple[str, ...]],
+    rows: list[dict[str, Any]],
+    missing: tuple[str, ...],
+    registry: str,
+    version: str,
+) -> list[RegistryEdit]:
     """The registrations of ``rows`` that differ from ``missing`` in one name, as edits."""
     out: list[RegistryEdit] = []
     for r in rows:
@@ -182,42 +199,65 @@ def _alternatives(catalog: Catalog, attrs: dict[str, Value],
         attr = _flag_for(catalog, old, new, attrs, hints_of.get(old, ()))
         if attr is None:
             continue
-        keep = tuple((a, k) for i, k in enumerate(keys) if i != diff[0]
-                     for a in [_flag_for(catalog, k, k, attrs, hints_of.get(k, ()))]
-                     if a is not None and (a not in attrs or attrs[a].value != k))
-        edit = RegistryEdit(attr, new, old, registry, keys,
-                            f"{version}:{r['path']}:{r['line']}", keep)
+        keep = tuple(
+            (a, k)
+            for i, k in enumerate(keys)
+            if i != diff[0]
+            for a in [_flag_for(catalog, k, k, attrs, hints_of.get(k, ()))]
+            if a is not None and (a not in attrs or attrs[a].value != k)
+        )
+        edit = RegistryEdit(
+            attr, new, old, registry, keys, f"{version}:{r['path']}:{r['line']}", keep
+        )
         if all((e.attr, e.value) != (attr, new) for e in out):
             out.append(edit)
     return out
 
 
-def registry_verdicts(store: Store, version: str, check: dict[str, Any], bound: list[BoundValue],
-                      catalog: Catalog, parsed: ParsedArgs, attrs: dict[str, Value],
-                      facts: dict[str, Value], *, facts_sig: str | None = None
-                      ) -> tuple[list[Verdict], list[str]]:
+def registry_verdicts(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    bound: list[BoundValue],
+    catalog: Catalog,
+    parsed: ParsedArgs,
+    attrs: dict[str, Value],
+    facts: dict[str, Value],
+    *,
+    facts_sig: str | None = None,
+) -> tuple[list[Verdict], list[str]]:
     """Verdicts for :func:`registry_edits` (the check fixed by the registration; the
     release's neighbouring checks re-checked), and the registrations' citations."""
     verdicts: list[Verdict] = []
     citations: list[str] = []
     edits = registry_edits(store, version, bound, catalog, attrs)
     for e in edits:
-        edit = Edit(set={**dict(e.keep), e.attr: e.value}, origin=(
-            f"registered: {e.registry}{e.keys} at {e.citation}, so the lookup of "
-            f"{e.value!r} in place of {e.old!r} finds it"), preference=0)
+        edit = Edit(
+            set={**dict(e.keep), e.attr: e.value},
+            origin=(
+                f"registered: {e.registry}{e.keys} at {e.citation}, so the lookup of "
+                f"{e.value!r} in place of {e.old!r} finds it"
+            ),
+            preference=0,
+        )
         v = Verdict(edit, True)
         recheck_neighbours(store, version, check, v, attrs, facts, catalog, facts_sig=facts_sig)
         verdicts.append(v)
         citations.append(e.citation)
     # clean first, then what keeps more of the launch (another runner for the user's a2a
     # backend before giving the a2a backend up)
-    costs = {id(v): intent_cost(v.edit.set, v.edit.remove, parsed, catalog, attrs)
-             for v in verdicts}
+    costs = {
+        id(v): intent_cost(v.edit.set, v.edit.remove, parsed, catalog, attrs) for v in verdicts
+    }
     by_attr = catalog.by_attr()
     # a printed name that asks for a feature (``deepep``) counts as asked for, when the
     # message came without its command
-    off = {id(v): e.attr in by_attr and is_feature(by_attr[e.attr], e.old)
-           and not is_feature(by_attr[e.attr], e.value) for v, e in zip(verdicts, edits, strict=True)}
+    off = {
+        id(v): e.attr in by_attr
+        and is_feature(by_attr[e.attr], e.old)
+        and not is_feature(by_attr[e.attr], e.value)
+        for v, e in zip(verdicts, edits, strict=True)
+    }
     # The release's rule cards on each edit: one that violates a card ranks after the
     # others. Of the alternatives for the same printed name (every other a2a backend for
     # ``mooncake``) the one no card doubts comes first, whatever feature it switches to;
@@ -226,18 +266,43 @@ def registry_verdicts(store: Store, version: str, check: dict[str, Any], bound: 
     doubts = _card_doubts(store, version, verdicts, catalog, parsed, attrs, facts, facts_sig)
     bare = not parsed.values
     name_of = {id(v): e.attr for v, e in zip(verdicts, edits, strict=True)}
-    group = {id(v): min((costs[id(w)].features for w in verdicts
-                         if name_of[id(w)] == name_of[id(v)] and not doubts[id(w)][0]),
-                        default=costs[id(v)].features) for v in verdicts}
-    verdicts.sort(key=lambda v: (not v.ok, doubts[id(v)][0], bare and doubts[id(v)][1],
-                                 group[id(v)], doubts[id(v)][1], costs[id(v)].features,
-                                 costs[id(v)].overridden, off[id(v)], len(v.trips)))
+    group = {
+        id(v): min(
+            (
+                costs[id(w)].features
+                for w in verdicts
+                if name_of[id(w)] == name_of[id(v)] and not doubts[id(w)][0]
+            ),
+            default=costs[id(v)].features,
+        )
+        for v in verdicts
+    }
+    verdicts.sort(
+        key=lambda v: (
+            not v.ok,
+            doubts[id(v)][0],
+            bare and doubts[id(v)][1],
+            group[id(v)],
+            doubts[id(v)][1],
+            costs[id(v)].features,
+            costs[id(v)].overridden,
+            off[id(v)],
+            len(v.trips),
+        )
+    )
     return verdicts, citations
 
 
-def _card_doubts(store: Store, version: str, verdicts: list[Verdict], catalog: Catalog,
-                 parsed: ParsedArgs, attrs: dict[str, Value], facts: dict[str, Value],
-                 facts_sig: str | None) -> dict[int, tuple[int, int]]:
+def _card_doubts(
+    store: Store,
+    version: str,
+    verdicts: list[Verdict],
+    catalog: Catalog,
+    parsed: ParsedArgs,
+    attrs: dict[str, Value],
+    facts: dict[str, Value],
+    facts_sig: str | None,
+) -> dict[int, tuple[int, int]]:
     """Per verdict, ``(violated, undecided)``: the error rule cards of the release reading a
     flag the edit sets that its command violates, or cannot decide, and the launch as read
     did not. A registered alternative whose own validation may refuse it (``--moe-a2a-backend
@@ -250,12 +315,23 @@ def _card_doubts(store: Store, version: str, verdicts: list[Verdict], catalog: C
     cards = [c for c in cards_for(store, version) if c.severity == "error" and c.reads & touched]
     if not cards:
         return out
-    before = {r.card.id: r.verdict for r in evaluate_cards(
-        store, version, attrs, facts, parsed, cards=cards, facts_sig=facts_sig)}
+    before = {
+        r.card.id: r.verdict
+        for r in evaluate_cards(
+            store, version, attrs, facts, parsed, cards=cards, facts_sig=facts_sig
+        )
+    }
     for v in verdicts:
         mine = [c for c in cards if c.reads & set(v.edit.set)]
-        after = evaluate_cards(store, version, edited_attrs(attrs, v.edit, catalog), facts,
-                               parsed, cards=mine, facts_sig=facts_sig)
+        after = evaluate_cards(
+            store,
+            version,
+            edited_attrs(attrs, v.edit, catalog),
+            facts,
+            parsed,
+            cards=mine,
+            facts_sig=facts_sig,
+        )
         new = [r.verdict for r in after if r.verdict != before.get(r.card.id)]
         out[id(v)] = (new.count("violated"), new.count("unknown"))
     return out

@@ -37,24 +37,42 @@ MAX_KEPT = 2
 
 def _violated(fix: FixOut, background: frozenset[str]) -> list[str]:
     """Error cards ``fix`` violates, but for those ``--model-path`` alone violates."""
-    return [v.rule for v in fix.rule_verdicts if v.verdict == "violated"
-            and v.severity == "error" and v.rule not in background]
+    return [
+        v.rule
+        for v in fix.rule_verdicts
+        if v.verdict == "violated" and v.severity == "error" and v.rule not in background
+    ]
 
 
 def _extended(edit: Edit, set_: dict[str, Any], remove: list[str], note: str) -> Edit | None:
     """``edit`` plus another edit, or None when the two disagree (one undoes the other)."""
-    if set(set_) & set(edit.remove) or set(remove) & set(edit.set) \
-            or any(k in edit.set and edit.set[k] != v for k, v in set_.items()):
+    if (
+        set(set_) & set(edit.remove)
+        or set(remove) & set(edit.set)
+        or any(k in edit.set and edit.set[k] != v for k, v in set_.items())
+    ):
         return None
-    merged = Edit(set={**edit.set, **set_}, remove=sorted(set(edit.remove) | set(remove)),
-                  origin=f"{edit.origin}, then {note}")
+    merged = Edit(
+        set={**edit.set, **set_},
+        remove=sorted(set(edit.remove) | set(remove)),
+        origin=f"{edit.origin}, then {note}",
+    )
     return None if merged.key() == edit.key() else merged
 
 
-def repair(store: Store, version: str, check: dict[str, Any],
-           pairs: list[tuple[Verdict, FixOut]], argv: list[str], parsed: ParsedArgs,
-           catalog: Catalog, attrs: dict[str, Value], facts: dict[str, Value], *,
-           facts_sig: str | None = None) -> list[tuple[FixOut, Verdict]]:
+def repair(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    pairs: list[tuple[Verdict, FixOut]],
+    argv: list[str],
+    parsed: ParsedArgs,
+    catalog: Catalog,
+    attrs: dict[str, Value],
+    facts: dict[str, Value],
+    *,
+    facts_sig: str | None = None,
+) -> list[tuple[FixOut, Verdict]]:
     """Verified extensions of the proposed fixes (each verdict with its fix, the card
     verdicts already on it) that violate one error card, best-ranked fixes first, each
     with the fix it extends; empty when a fix is already clean or none can be repaired."""

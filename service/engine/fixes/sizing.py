@@ -34,8 +34,15 @@ from kb.catalog_types import FlagSpec
 from service.engine.expr.interpreter import Value
 from service.engine.locate.message_values import BoundValue
 
-__all__ = ["MAX_FRACTION", "MIN_FRACTION", "current_value", "is_fraction", "is_numeric",
-           "printed_value", "sized_value"]
+__all__ = [
+    "MAX_FRACTION",
+    "MIN_FRACTION",
+    "current_value",
+    "is_fraction",
+    "is_numeric",
+    "printed_value",
+    "sized_value",
+]
 
 #: highest static memory fraction proposed
 MAX_FRACTION = 0.95
@@ -49,8 +56,9 @@ FRACTION_STEP = 0.05
 
 def is_numeric(spec: FlagSpec) -> bool:
     """Does ``spec`` take a number (``int``, ``float``, a human-readable int)?"""
-    return (spec.type or "") in ("int", "float", "human_readable_int") \
-        or (spec.type or "").endswith("_int")
+    return (spec.type or "") in ("int", "float", "human_readable_int") or (
+        spec.type or ""
+    ).endswith("_int")
 
 
 def is_fraction(spec: FlagSpec) -> bool:
@@ -68,20 +76,31 @@ def printed_value(spec: FlagSpec, message: str | None) -> float | None:
     ``--mem-fraction-static=0.8``, ``--max-running-requests 64``), None when it printed none."""
     text = (message or "")[:MAX_MESSAGE_CHARS]
     for name in (*spec.flags, spec.attr):
-        for m in re.finditer(rf"(?<![\w-]){re.escape(name)}(?![\w-])[`'\"]?\s{{0,2}}[=:]?\s{{0,2}}"
-                             r"(-?[0-9]{1,12}(?:\.[0-9]{1,12})?)(?!\.?[0-9])", text):
+        for m in re.finditer(
+            rf"(?<![\w-]){re.escape(name)}(?![\w-])[`'\"]?\s{{0,2}}[=:]?\s{{0,2}}"
+            r"(-?[0-9]{1,12}(?:\.[0-9]{1,12})?)(?!\.?[0-9])",
+            text,
+        ):
             return float(m.group(1))
     return None
 
 
-def current_value(spec: FlagSpec, attrs: dict[str, Value], bound: list[BoundValue],
-                  message: str | None = None, user_set: set[str] | None = None) -> object:
+def current_value(
+    spec: FlagSpec,
+    attrs: dict[str, Value],
+    bound: list[BoundValue],
+    message: str | None = None,
+    user_set: set[str] | None = None,
+) -> object:
     """The value the crashed launch ran with for ``spec`` (see the module), None unknown:
     the command's, else the one the message printed (bound to a placeholder, or in its
     text), else the release's default."""
     have = attrs.get(spec.attr)
-    if have is not None and _number(have.value) is not None and (
-            user_set is None or spec.attr in user_set):
+    if (
+        have is not None
+        and _number(have.value) is not None
+        and (user_set is None or spec.attr in user_set)
+    ):
         return have.value
     for b in bound:
         if b.expr.rsplit(".", 1)[-1] == spec.attr and _number(b.value) is not None:
@@ -96,8 +115,9 @@ def current_value(spec: FlagSpec, attrs: dict[str, Value], bound: list[BoundValu
     return None
 
 
-def sized_value(spec: FlagSpec, direction: str, current: object, bound: float | None
-                ) -> tuple[object, str, bool] | None:
+def sized_value(
+    spec: FlagSpec, direction: str, current: object, bound: float | None
+) -> tuple[object, str, bool] | None:
     """(value, how it was chosen, rough?) moving ``spec`` in ``direction`` (``increase`` or
     ``decrease``) from ``current``, past ``bound`` when the message printed one; None
     when no sane value exists (a fraction already at :data:`MAX_FRACTION`, an unknown
@@ -118,36 +138,63 @@ def sized_value(spec: FlagSpec, direction: str, current: object, bound: float | 
     value = cur * 2 if direction == "increase" else cur // 2
     if value <= 0 or value == cur:
         return None
-    return value, (f"{'doubled' if direction == 'increase' else 'halved'} from {cur}: a rough "
-                   "step, the size that fits depends on the free GPU memory"), True
+    return (
+        value,
+        (
+            f"{'doubled' if direction == 'increase' else 'halved'} from {cur}: a rough "
+            "step, the size that fits depends on the free GPU memory"
+        ),
+        True,
+    )
 
 
 def _word(direction: str) -> str:
     return "above" if direction == "increase" else "below"
 
 
-def _fraction(direction: str, cur: float | None, bound: float | None
-              ) -> tuple[object, str, bool] | None:
+def _fraction(
+    direction: str, cur: float | None, bound: float | None
+) -> tuple[object, str, bool] | None:
     if bound is not None:
-        value = math.floor(bound * 100 + 1) / 100 if direction == "increase" \
+        value = (
+            math.floor(bound * 100 + 1) / 100
+            if direction == "increase"
             else math.ceil(bound * 100 - 1) / 100
+        )
         if direction == "increase" and value > MAX_FRACTION:
             return None
         if not 0 < value < 1:
             return None
-        return round(value, 2), (f"the message asks for a value {_word(direction)} {bound:g}; "
-                                 f"{round(value, 2)} is the next step past it"), False
+        return (
+            round(value, 2),
+            (
+                f"the message asks for a value {_word(direction)} {bound:g}; "
+                f"{round(value, 2)} is the next step past it"
+            ),
+            False,
+        )
     if direction == "increase":
         start = cur
         if start is None:
-            return round(MAX_FRACTION - FRACTION_STEP, 2), (
-                "the launch left it to SGLang (chosen from the GPU memory, usually lower); "
-                f"{MAX_FRACTION - FRACTION_STEP:.2f} is a rough estimate"), True
+            return (
+                round(MAX_FRACTION - FRACTION_STEP, 2),
+                (
+                    "the launch left it to SGLang (chosen from the GPU memory, usually lower); "
+                    f"{MAX_FRACTION - FRACTION_STEP:.2f} is a rough estimate"
+                ),
+                True,
+            )
         if start >= MAX_FRACTION:
             return None
         value = round(min(MAX_FRACTION, start + FRACTION_STEP), 2)
-        return value, (f"raised from {start:g} by one step, at most {MAX_FRACTION}: a rough "
-                       "estimate, whether it is enough depends on the free GPU memory"), True
+        return (
+            value,
+            (
+                f"raised from {start:g} by one step, at most {MAX_FRACTION}: a rough "
+                "estimate, whether it is enough depends on the free GPU memory"
+            ),
+            True,
+        )
     if cur is None or cur <= MIN_FRACTION:
         return None
     value = round(max(MIN_FRACTION, cur - FRACTION_STEP), 2)

@@ -75,8 +75,9 @@ def _tested_attrs(check: dict[str, Any]) -> list[str]:
     return sorted(set(_ATTR.findall(test or "")))
 
 
-def _same_flags_checks(store: Store, release: str, attrs: list[str],
-                       path: str) -> list[dict[str, Any]]:
+def _same_flags_checks(
+    store: Store, release: str, attrs: list[str], path: str
+) -> list[dict[str, Any]]:
     """Checks of ``release`` under the same part of SGLang as ``path`` (``sglang/srt``)
     whose condition or guards read every one of ``attrs``: where a check the history
     calls removed may live on, reworded (say, moved into a hook)."""
@@ -88,9 +89,15 @@ def _same_flags_checks(store: Store, release: str, attrs: list[str],
     return store.checks(release, where=where, params=params)[:_MAX_SIMILAR]
 
 
-def _verdict(store: Store, release: str, rows: list[dict[str, Any]], argv: list[str],
-             server_args: dict[str, Any] | None, facts: dict[str, Value],
-             fired_here: bool) -> str:
+def _verdict(
+    store: Store,
+    release: str,
+    rows: list[dict[str, Any]],
+    argv: list[str],
+    server_args: dict[str, Any] | None,
+    facts: dict[str, Value],
+    fired_here: bool,
+) -> str:
     """``fires`` when a row fires with the user's values in ``release``; ``passes`` when
     every row is false and the diagnosed check fired with them; else ``may_pass``. Stops
     at the first row that fires."""
@@ -109,9 +116,15 @@ def _verdict(store: Store, release: str, rows: list[dict[str, Any]], argv: list[
     return "may_pass"
 
 
-def _status(store: Store, change: ReleaseChange, check: dict[str, Any], argv: list[str],
-            server_args: dict[str, Any] | None, facts: dict[str, Value],
-            fired_here: bool) -> tuple[str, str | None]:
+def _status(
+    store: Store,
+    change: ReleaseChange,
+    check: dict[str, Any],
+    argv: list[str],
+    server_args: dict[str, Any] | None,
+    facts: dict[str, Value],
+    fired_here: bool,
+) -> tuple[str, str | None]:
     """(``removed`` / ``passes`` / ``may_pass`` / ``fires``, a check of the release that
     reads the same flags) for one later release. A changed check that evaluates false is
     only ``may_pass`` when the diagnosed release's check was not shown to fire with the
@@ -138,13 +151,13 @@ def _kin(store: Store, release: str, check: dict[str, Any]) -> list[dict[str, An
     """Where the rule may live on reworded in ``release``: the checks of the function of
     that name (a 0.5.19+ hook keeps the name without ``ServerArgs._``) and those reading
     the same flags; cached per release content and check (two scans of its checks)."""
+
     def build() -> list[dict[str, Any]]:
         rows = _function_checks(store, release, check)
         rows += _same_flags_checks(store, release, _tested_attrs(check), check["path"])
         return list({r["id"]: r for r in rows}.values())
 
-    return cached(release_key(store, release, "upgrade-kin") + (check["id"], check["path"]),
-                  build)
+    return cached(release_key(store, release, "upgrade-kin") + (check["id"], check["path"]), build)
 
 
 def _short(function: str) -> str:
@@ -157,14 +170,26 @@ def _function_checks(store: Store, release: str, check: dict[str, Any]) -> list[
     if not check.get("function"):
         return []
     short = _short(check["function"])
-    rows = store.checks(release, where="function LIKE ? AND path LIKE ?",
-                        params=(f"%{short}", "/".join(check["path"].split("/")[:2]) + "/%"))
-    return [r for r in rows if _short(r["function"]) == short][:_MAX_SIMILAR * 2]
+    rows = store.checks(
+        release,
+        where="function LIKE ? AND path LIKE ?",
+        params=(f"%{short}", "/".join(check["path"].split("/")[:2]) + "/%"),
+    )
+    return [r for r in rows if _short(r["function"]) == short][: _MAX_SIMILAR * 2]
 
 
-def upgrade_fix(store: Store, version: str, check: dict[str, Any], later: list[ReleaseChange],
-                argv: list[str], server_args: dict[str, Any] | None, facts: dict[str, Value],
-                *, prefix: str, fired_here: bool = True) -> UpgradeFix | None:
+def upgrade_fix(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    later: list[ReleaseChange],
+    argv: list[str],
+    server_args: dict[str, Any] | None,
+    facts: dict[str, Value],
+    *,
+    prefix: str,
+    fired_here: bool = True,
+) -> UpgradeFix | None:
     """Upgrading as the fix of ``check`` (a ``checks`` row of ``version``; see the module
     docstring); None when the newest ingested release still refuses the command.
     ``fired_here``: the check evaluated true in ``version`` with the same values."""
@@ -175,8 +200,9 @@ def upgrade_fix(store: Store, version: str, check: dict[str, Any], later: list[R
     judged: dict[int, tuple[str, str | None]] = {}
     start = len(changes)
     while start > 0:
-        judged[start - 1] = _status(store, changes[start - 1], check, argv, server_args, facts,
-                                    fired_here)
+        judged[start - 1] = _status(
+            store, changes[start - 1], check, argv, server_args, facts, fired_here
+        )
         if judged[start - 1][0] not in _PASSING:
             break
         start -= 1
@@ -194,38 +220,56 @@ def upgrade_fix(store: Store, version: str, check: dict[str, Any], later: list[R
     there = target.citations[-1] if len(target.citations) > 1 else None
     similar = judged[start][1]
     if similar is not None:
-        note = (f"{target.note}, but checks there read the same flags or sit in the same "
-                f"function (first at {similar}): "
-                + ("your flags pass them" if status == "passes" else
-                   "whether your flags pass them could not be decided statically"))
+        note = (
+            f"{target.note}, but checks there read the same flags or sit in the same "
+            f"function (first at {similar}): "
+            + (
+                "your flags pass them"
+                if status == "passes"
+                else "whether your flags pass them could not be decided statically"
+            )
+        )
     elif status == "removed":
         note = target.note
     elif status == "passes":
-        note = (f"in {target.release} the check reads `{target.condition}`, which your "
-                f"flags pass")
+        note = f"in {target.release} the check reads `{target.condition}`, which your flags pass"
     else:
-        note = (f"in {target.release} the check reads `{target.condition}`; whether your "
-                f"flags pass it could not be decided statically")
-    later_ok = [c.release for c in changes[start + 1:]]
+        note = (
+            f"in {target.release} the check reads `{target.condition}`; whether your "
+            f"flags pass it could not be decided statically"
+        )
+    later_ok = [c.release for c in changes[start + 1 :]]
     if later_ok:
         note += f"; so do {', '.join(later_ok)}"
-    not_checked = [f"the other checks of {target.release}'s start-up (a replay of "
-                   f"{target.release}'s validation with this command settles it)",
-                   f"releases after {version} that the KB has not ingested"]
+    not_checked = [
+        f"the other checks of {target.release}'s start-up (a replay of "
+        f"{target.release}'s validation with this command settles it)",
+        f"releases after {version} that the KB has not ingested",
+    ]
     if missing:
-        not_checked.insert(0, f"{target.release} does not know "
-                              f"{', '.join(missing)}: rename or drop them")
-    return UpgradeFix(release=target.release, status=status,  # type: ignore[arg-type]
-                      sure=sure, note=note, install=f'pip install "sglang=={target.release}"',
-                      command=render_command(argv, prefix=prefix),
-                      citations=[here] + [c for c in (there, similar) if c and c != here],
-                      flags_missing=missing, not_checked=not_checked)
+        not_checked.insert(
+            0, f"{target.release} does not know {', '.join(missing)}: rename or drop them"
+        )
+    return UpgradeFix(
+        release=target.release,
+        status=status,  # type: ignore[arg-type]
+        sure=sure,
+        note=note,
+        install=f'pip install "sglang=={target.release}"',
+        command=render_command(argv, prefix=prefix),
+        citations=[here] + [c for c in (there, similar) if c and c != here],
+        flags_missing=missing,
+        not_checked=not_checked,
+    )
 
 
 def upgrade_phrase(fix: UpgradeFix) -> str:
     """The upgrade in the summary's words: ``upgrade to SGLang ≥ 0.5.16 (check removed)``."""
-    how = {"removed": "check removed", "passes": "check changed; your flags pass",
-           "may_pass": "check changed"}[fix.status]
+    how = {
+        "removed": "check removed",
+        "passes": "check changed; your flags pass",
+        "may_pass": "check changed",
+    }[fix.status]
     if (fix.replay or {}).get("status") == "verified":
         how = "its validation accepts your command on replay"
     return f"upgrade to SGLang ≥ {fix.release} ({how})"

@@ -7,7 +7,7 @@ import shlex
 from kb.catalog_types import Catalog, FlagSpec
 from service.engine.flags.parse import _nargs, _normalise, _Parser
 
-__all__ = ['apply_edits', 'render_command']
+__all__ = ["apply_edits", "render_command"]
 
 
 def render_command(argv: list[str], *, prefix: str = "python -m sglang.launch_server") -> str:

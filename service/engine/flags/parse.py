@@ -97,7 +97,7 @@ class _PrefixIndex:
 
     def starting_with(self, prefix: str) -> set[str]:
         out: set[str] = set()
-        for o in self.sorted[bisect.bisect_left(self.sorted, prefix):]:
+        for o in self.sorted[bisect.bisect_left(self.sorted, prefix) :]:
             if not o.startswith(prefix):
                 break
             out.add(o)
@@ -423,5 +423,3 @@ def suggest_flag(token: str, catalog: Catalog, n: int = 3) -> list[str]:
         if cand not in out:
             out.append(cand)
     return out[:n]
-
-

@@ -33,8 +33,15 @@ from service.engine.flags.edit import apply_edits, render_command
 from service.engine.flags.parse import parse_argv
 from service.engine.llm.prompt import AssistContext, LLMAnswer, LLMEdit, Snippet
 
-__all__ = ["MAX_EDITS", "MAX_SUMMARY_WORDS", "check_edit", "check_text", "flag_table",
-           "merge_answer", "rewrite_citations"]
+__all__ = [
+    "MAX_EDITS",
+    "MAX_SUMMARY_WORDS",
+    "check_edit",
+    "check_text",
+    "flag_table",
+    "merge_answer",
+    "rewrite_citations",
+]
 
 MAX_EDITS = 3
 MAX_SUMMARY_WORDS = 30
@@ -48,8 +55,10 @@ _LINE_CLAIMS = (
     (re.compile(r"(?<![\d:]):\d+\b"), "claims a file:line location"),
     (re.compile(r"#L\d+|\bL\d{2,}\b"), "claims a line number"),
 )
-_DIFF_LINE = re.compile(r"^\s*(?:@@ .*@@|(?:\+\+\+|---) (?:a/|b/|/dev/null)|[+-]\s{0,8}"
-                        r"(?:def |class |assert |if |elif |else:|raise |return |import |self\.))")
+_DIFF_LINE = re.compile(
+    r"^\s*(?:@@ .*@@|(?:\+\+\+|---) (?:a/|b/|/dev/null)|[+-]\s{0,8}"
+    r"(?:def |class |assert |if |elif |else:|raise |return |import |self\.))"
+)
 _FLAG_TOKEN = re.compile(r"(?<![\w-])--[A-Za-z][\w-]*")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
@@ -147,8 +156,9 @@ def _describe(edit: LLMEdit) -> str:
     return "; ".join(parts) or "(empty edit)"
 
 
-def check_edit(edit: LLMEdit, ctx: AssistContext, result: TriageResult
-               ) -> tuple[FixOut | None, str | None, int | None]:
+def check_edit(
+    edit: LLMEdit, ctx: AssistContext, result: TriageResult
+) -> tuple[FixOut | None, str | None, int | None]:
     """-> (fix, rejection reason, rank of the deterministic fix it equals)."""
     cat, table = ctx.catalog, flag_table(ctx)
     before = parse_argv(ctx.argv, cat)
@@ -157,8 +167,10 @@ def check_edit(edit: LLMEdit, ctx: AssistContext, result: TriageResult
     if unknown:
         return None, f"{', '.join(unknown)}: not a flag of SGLang {ctx.release}", None
     specs = {k: table[k] for k in [*edit.set, *edit.remove] if k not in typos}
-    to_set = {specs[k].flags[0]: (value if specs[k].takes_value else _as_bool(value))
-              for k, value in edit.set.items()}
+    to_set = {
+        specs[k].flags[0]: (value if specs[k].takes_value else _as_bool(value))
+        for k, value in edit.set.items()
+    }
     to_remove = [k if k in typos else specs[k].flags[0] for k in edit.remove]
     touched = [specs[k].attr for k in [*edit.set, *edit.remove] if k not in typos]
     try:
@@ -176,8 +188,11 @@ def check_edit(edit: LLMEdit, ctx: AssistContext, result: TriageResult
         if fix.argv == new_argv:
             return None, None, fix.rank
     attrs = list(dict.fromkeys(touched))
-    typed = Edit(set={a: after.values[a].value for a in attrs if a in after.values},
-                 remove=[a for a in attrs if a not in after.values], origin="llm")
+    typed = Edit(
+        set={a: after.values[a].value for a in attrs if a in after.values},
+        remove=[a for a in attrs if a not in after.values],
+        origin="llm",
+    )
     trips: list[dict[str, Any]] = []
     unknown_n = 0
     undecided = False
@@ -188,8 +203,14 @@ def check_edit(edit: LLMEdit, ctx: AssistContext, result: TriageResult
         undecided = v.fixes_check is not True  # inputs stay unknown: kept, unverified
         if v.trips:
             t = v.trips[0]
-            return None, (f"fixes the check, but then {t['function']} at "
-                          f"{ctx.release}:{t['path']}:{t['line']} would fire"), None
+            return (
+                None,
+                (
+                    f"fixes the check, but then {t['function']} at "
+                    f"{ctx.release}:{t['path']}:{t['line']} would fire"
+                ),
+                None,
+            )
         trips, unknown_n, passes = v.trips, v.unknown_neighbours, True
     else:
         passes = not after.errors and not after.unknown
@@ -200,23 +221,43 @@ def check_edit(edit: LLMEdit, ctx: AssistContext, result: TriageResult
         raw, has_error = ctx.rule_check(new_argv)
         verdicts = [r if isinstance(r, RuleVerdict) else RuleVerdict.model_validate(r) for r in raw]
         if has_error:
-            bad = [f"{r.rule}: {r.reason}" if r.reason else r.rule for r in verdicts
-                   if r.verdict == "violated"]
+            bad = [
+                f"{r.rule}: {r.reason}" if r.reason else r.rule
+                for r in verdicts
+                if r.verdict == "violated"
+            ]
             return None, "violates " + ("; ".join(bad) or "a rule"), None
     extra = f" ({unknown_n} related checks undecided)" if unknown_n else ""
     by_flag = cat.by_flag()
-    spelled = {k: after.values[by_flag[k].attr].value if by_flag[k].attr in after.values else v
-               for k, v in to_set.items()}
-    verdict = (f"proposed by the model, unverified: the check's inputs stay unknown, so the "
-               f"code cannot show that it passes; flags of {ctx.release}, the edited command "
-               f"parses and no rule card refuses it" if undecided else
-               f"proposed by the model and verified: fixes the check; no other check "
-               f"of {ctx.release} that reads these flags fires{extra}")
-    return FixOut(rank=len(result.fixes) + 1, set=spelled, remove=to_remove, argv=new_argv,
-                  command=render_command(new_argv, prefix=ctx.prefix), origin="llm",
-                  fixes_check="unknown" if undecided else tri(passes), trips=trips,
-                  unknown_neighbours=unknown_n, verdict=verdict,
-                  rule_verdicts=verdicts), None, None
+    spelled = {
+        k: after.values[by_flag[k].attr].value if by_flag[k].attr in after.values else v
+        for k, v in to_set.items()
+    }
+    verdict = (
+        f"proposed by the model, unverified: the check's inputs stay unknown, so the "
+        f"code cannot show that it passes; flags of {ctx.release}, the edited command "
+        f"parses and no rule card refuses it"
+        if undecided
+        else f"proposed by the model and verified: fixes the check; no other check "
+        f"of {ctx.release} that reads these flags fires{extra}"
+    )
+    return (
+        FixOut(
+            rank=len(result.fixes) + 1,
+            set=spelled,
+            remove=to_remove,
+            argv=new_argv,
+            command=render_command(new_argv, prefix=ctx.prefix),
+            origin="llm",
+            fixes_check="unknown" if undecided else tri(passes),
+            trips=trips,
+            unknown_neighbours=unknown_n,
+            verdict=verdict,
+            rule_verdicts=verdicts,
+        ),
+        None,
+        None,
+    )
 
 
 # -- merging the answer ----------------------------------------------------------------
@@ -224,15 +265,23 @@ def _footer(result: TriageResult, release: str) -> str:
     rec = next((f for f in result.fixes if f.recommended), None)
     if rec is not None:
         who = "the model's fix, " if rec.origin == "llm" else ""
-        return (f"\n\n**Verified fix** ({who}checked against {release}):\n\n```\n{rec.command}\n```"
-                f"\n\n{rec.verdict}")
+        return (
+            f"\n\n**Verified fix** ({who}checked against {release}):\n\n```\n{rec.command}\n```"
+            f"\n\n{rec.verdict}"
+        )
     if result.no_flag_fix:
         return f"\n\n**No verified flag fix:** {result.no_flag_fix}"
     return ""
 
 
-def merge_answer(result: TriageResult, answer: LLMAnswer, snippets: list[Snippet],
-                 ctx: AssistContext, info: dict[str, Any], t0: float) -> TriageResult:
+def merge_answer(
+    result: TriageResult,
+    answer: LLMAnswer,
+    snippets: list[Snippet],
+    ctx: AssistContext,
+    info: dict[str, Any],
+    t0: float,
+) -> TriageResult:
     """``result`` with the parts of ``answer`` that pass the checks, and ``llm`` set from
     ``info`` (the call's metadata) plus what was accepted, cited and rejected; ``t0`` is
     the ``time.perf_counter()`` at which the assist started."""
@@ -259,16 +308,20 @@ def merge_answer(result: TriageResult, answer: LLMAnswer, snippets: list[Snippet
             rejected.append({"item": item, "reason": why or "failed"})
         else:
             # an unverified proposal is shown, labelled, and never recommended
-            fix.recommended = fix.fixes_check == "true" and not det_recommended and not any(
-                f.recommended for f in fixes)
+            fix.recommended = (
+                fix.fixes_check == "true"
+                and not det_recommended
+                and not any(f.recommended for f in fixes)
+            )
             fixes.append(fix)
             added.append(fix.rank)
     update["fixes"] = fixes
     # explanation
     clean, dropped = check_text(answer.explanation, ids, flags)
     rejected += dropped
-    cited = sorted({s for g in _CITE_GROUP.findall(clean) for s in _SID.findall(g)},
-                   key=lambda s: int(s[1:]))
+    cited = sorted(
+        {s for g in _CITE_GROUP.findall(clean) for s in _SID.findall(g)}, key=lambda s: int(s[1:])
+    )
     explanation_ok = bool(cited)
     if explanation_ok:
         view = result.model_copy(update={"fixes": fixes})
@@ -278,8 +331,12 @@ def merge_answer(result: TriageResult, answer: LLMAnswer, snippets: list[Snippet
         update["citations"] = list(dict.fromkeys([*result.citations, *extra]))  # type: ignore[list-item]
         info["deterministic_explanation"] = result.explanation
     else:
-        rejected.append({"item": f"explanation: {answer.explanation[:200]}",
-                         "reason": "cites none of the snippets given once the checks are applied"})
+        rejected.append(
+            {
+                "item": f"explanation: {answer.explanation[:200]}",
+                "reason": "cites none of the snippets given once the checks are applied",
+            }
+        )
     # summary: only alongside an accepted (grounded) explanation
     summary = " ".join(_CITE_GROUP.sub("", answer.summary).split())
     reason = _problem(answer.summary, ids, flags)
@@ -291,12 +348,17 @@ def merge_answer(result: TriageResult, answer: LLMAnswer, snippets: list[Snippet
         update["summary"] = summary
     else:
         rejected.append({"item": f"summary: {answer.summary[:200]}", "reason": reason or "empty"})
-    info.update(used=explanation_ok or bool(added),
-                explanation="accepted" if explanation_ok else "rejected",
-                summary="accepted" if "summary" in update else "rejected",
-                cited=cited, fixes_added=added, agrees_with=agrees, rejected=rejected,
-                unverified=[f.rank for f in fixes if f.rank in added and f.fixes_check != "true"],
-                elapsed_ms=round((time.perf_counter() - t0) * 1000, 1))
+    info.update(
+        used=explanation_ok or bool(added),
+        explanation="accepted" if explanation_ok else "rejected",
+        summary="accepted" if "summary" in update else "rejected",
+        cited=cited,
+        fixes_added=added,
+        agrees_with=agrees,
+        rejected=rejected,
+        unverified=[f.rank for f in fixes if f.rank in added and f.fixes_check != "true"],
+        elapsed_ms=round((time.perf_counter() - t0) * 1000, 1),
+    )
     if not info["used"]:
         info["error"] = "nothing in the answer passed the checks"
     return result.model_copy(update={**update, "llm": info})

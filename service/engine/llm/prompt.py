@@ -36,8 +36,17 @@ from service.engine.evaluate.path_condition import base_attrs
 from service.engine.expr.interpreter import Value
 from service.engine.flags.parse import parse_argv
 
-__all__ = ["ANSWER_SCHEMA", "AssistContext", "LLMAnswer", "LLMEdit", "RuleCheck", "Snippet",
-           "build_messages", "build_snippets", "context_from_result"]
+__all__ = [
+    "ANSWER_SCHEMA",
+    "AssistContext",
+    "LLMAnswer",
+    "LLMEdit",
+    "RuleCheck",
+    "Snippet",
+    "build_messages",
+    "build_snippets",
+    "context_from_result",
+]
 
 #: ``rule_check(argv) -> (verdicts, has_error)``; verdicts are RuleVerdict or dicts.
 RuleCheck = Callable[[list[str]], tuple[Sequence[Any], bool]]
@@ -52,7 +61,8 @@ class LLMEdit(BaseModel):
     """One change to the launch command, in flag spellings."""
 
     set: dict[str, str | int | float | bool] = Field(
-        default_factory=dict, description="flag spelling -> new value")
+        default_factory=dict, description="flag spelling -> new value"
+    )
     remove: list[str] = Field(default_factory=list, description="flag spellings to drop")
 
 
@@ -103,9 +113,14 @@ class AssistContext:
     prefix: str = _DEFAULT_PREFIX
 
 
-def context_from_result(store: Store, result: TriageResult, *, attrs: dict[str, Value] | None = None,
-                        facts: dict[str, Value] | None = None,
-                        rule_check: RuleCheck | None = None) -> AssistContext:
+def context_from_result(
+    store: Store,
+    result: TriageResult,
+    *,
+    attrs: dict[str, Value] | None = None,
+    facts: dict[str, Value] | None = None,
+    rule_check: RuleCheck | None = None,
+) -> AssistContext:
     """Rebuild an :class:`AssistContext` from a result (attrs from argv when not given)."""
     release = str(result.release.get("release"))
     catalog = load_catalog(store, release)
@@ -114,12 +129,21 @@ def context_from_result(store: Store, result: TriageResult, *, attrs: dict[str, 
         attrs = base_attrs(catalog, parse_argv(argv, catalog))
     check = None
     if result.check is not None and result.location is not None:
-        rows = store.checks(release, path=result.location.path, where="id = ?",
-                            params=[result.check.id])
+        rows = store.checks(
+            release, path=result.location.path, where="id = ?", params=[result.check.id]
+        )
         check = rows[0] if rows else None
-    return AssistContext(store=store, release=release, catalog=catalog, argv=argv, attrs=attrs,
-                         facts=dict(facts or {}), check=check, rule_check=rule_check,
-                         prefix=_prefix_of(result, argv))
+    return AssistContext(
+        store=store,
+        release=release,
+        catalog=catalog,
+        argv=argv,
+        attrs=attrs,
+        facts=dict(facts or {}),
+        check=check,
+        rule_check=rule_check,
+        prefix=_prefix_of(result, argv),
+    )
 
 
 def _prefix_of(result: TriageResult, argv: list[str]) -> str:
@@ -171,40 +195,64 @@ def build_snippets(result: TriageResult, ctx: AssistContext) -> list[Snippet]:
 
     p = result.parsed
     crash = f"{p.exception or 'exception'}" + (f": {p.message}" if p.message else " (no message)")
-    add("input", "the user's launch command and crash",
-        f"command: {shlex.join(ctx.argv) or '(not in the log)'}\ncrash: {crash}", None)
+    add(
+        "input",
+        "the user's launch command and crash",
+        f"command: {shlex.join(ctx.argv) or '(not in the log)'}\ncrash: {crash}",
+        None,
+    )
     loc, chk = result.location, result.check
     if loc is not None and chk is not None:
         code = textwrap.dedent("\n".join(e.text for e in loc.excerpt))
-        marked = "\n".join(("> " if e.highlight else "  ") + line for e, line in
-                           zip(loc.excerpt, code.splitlines(), strict=False))
-        text = (f"{'bare ' if chk.bare else ''}{chk.kind} raising {chk.exc_type or 'an exception'}\n"
-                f"condition: {textwrap.dedent(chk.condition or '').strip() or '(none)'}\n"
-                f"message: {chk.message or '(none)'}\ncode (the check marked with >):\n{marked}")
+        marked = "\n".join(
+            ("> " if e.highlight else "  ") + line
+            for e, line in zip(loc.excerpt, code.splitlines(), strict=False)
+        )
+        text = (
+            f"{'bare ' if chk.bare else ''}{chk.kind} raising {chk.exc_type or 'an exception'}\n"
+            f"condition: {textwrap.dedent(chk.condition or '').strip() or '(none)'}\n"
+            f"message: {chk.message or '(none)'}\ncode (the check marked with >):\n{marked}"
+        )
         add("check", f"{loc.function} in {loc.path}", text, loc.citation)
         for g in chk.guards:
             need = "must hold" if g.get("polarity") else "must not hold"
             cite = f"{ctx.release}:{loc.path}:{g['line']}" if g.get("line") else loc.citation
-            add("guard", f"{g.get('kind', 'if')} in {loc.function}",
+            add(
+                "guard",
+                f"{g.get('kind', 'if')} in {loc.function}",
                 f"{textwrap.dedent(g.get('condition') or '').strip()} ({need} for the check to run)",
-                cite)
+                cite,
+            )
     if result.evaluation is not None and loc is not None:
         ev = result.evaluation
-        guard_cites = [(_norm(g.get("condition") or ""), f"{ctx.release}:{loc.path}:{g['line']}")
-                       for g in (chk.guards if chk else []) if g.get("line")]
-        add("evaluation", "the check's path condition with this command",
-            f"fires: {ev.fired}" + "".join(f"\ncaveat: {c}" for c in ev.caveats[:6]), loc.citation)
+        guard_cites = [
+            (_norm(g.get("condition") or ""), f"{ctx.release}:{loc.path}:{g['line']}")
+            for g in (chk.guards if chk else [])
+            if g.get("line")
+        ]
+        add(
+            "evaluation",
+            "the check's path condition with this command",
+            f"fires: {ev.fired}" + "".join(f"\ncaveat: {c}" for c in ev.caveats[:6]),
+            loc.citation,
+        )
         for atom in ev.atoms:
             cite = loc.citation
             if atom.role == "guard":  # cite the guard the atom belongs to when it is known
                 text = _norm(atom.text)
                 cite = next((c for cond, c in guard_cites if text in cond), loc.citation)
-            inputs = "; ".join(f"{i.name} = {i.value!r} from {i.source}"
-                               + (f" ({i.detail})" if i.detail else "") for i in atom.inputs)
-            add("evaluation", f"{atom.role} atom",
+            inputs = "; ".join(
+                f"{i.name} = {i.value!r} from {i.source}" + (f" ({i.detail})" if i.detail else "")
+                for i in atom.inputs
+            )
+            add(
+                "evaluation",
+                f"{atom.role} atom",
                 f"`{atom.text}` is {atom.value}"
                 + (" (pushes towards firing)" if atom.failing else "")
-                + f"; inputs: {inputs or 'none'}", cite)
+                + f"; inputs: {inputs or 'none'}",
+                cite,
+            )
     seen = set()
     for ref in result.references[:_MAX_REFS]:
         seen.add(ref.citation)
@@ -243,5 +291,7 @@ Answer with one JSON object with the keys summary, explanation and edits."""
 def build_messages(snippets: list[Snippet], release: str) -> list[tuple[str, str]]:
     """The chat messages sent to the model (system rules + snippets)."""
     body = "\n\n".join(s.render() for s in snippets)
-    return [("system", _SYSTEM.format(release=release)),
-            ("human", f"Snippets:\n\n{body}\n\nExplain the crash and propose edits.")]
+    return [
+        ("system", _SYSTEM.format(release=release)),
+        ("human", f"Snippets:\n\n{body}\n\nExplain the crash and propose edits."),
+    ]

@@ -121,11 +121,15 @@ def _api_key(key: SecretStr | str | None) -> SecretStr:
 def _ask(messages: list[tuple[str, str]], settings: Settings) -> LLMAnswer:
     from langchain_openai import ChatOpenAI
 
-    llm = ChatOpenAI(base_url=settings.llm_base_url, model=settings.llm_model,
-                     api_key=_api_key(settings.llm_api_key),
-                     timeout=settings.llm_timeout_s, max_retries=0, temperature=0)
-    chain = llm.with_structured_output(ANSWER_SCHEMA, method=METHOD, strict=False,
-                                       include_raw=True)
+    llm = ChatOpenAI(
+        base_url=settings.llm_base_url,
+        model=settings.llm_model,
+        api_key=_api_key(settings.llm_api_key),
+        timeout=settings.llm_timeout_s,
+        max_retries=0,
+        temperature=0,
+    )
+    chain = llm.with_structured_output(ANSWER_SCHEMA, method=METHOD, strict=False, include_raw=True)
     out = chain.invoke(messages)
     parsed = out.get("parsed") if isinstance(out, dict) else None
     if parsed is None:

@@ -91,8 +91,14 @@ class ArgparseDiagnosis(BaseModel):
 class _Work:
     """Mutable state of one diagnosis."""
 
-    def __init__(self, store: Store, release: str, catalog: Catalog,
-                 argv: list[str] | None, scope: Scope = "llm") -> None:
+    def __init__(
+        self,
+        store: Store,
+        release: str,
+        catalog: Catalog,
+        argv: list[str] | None,
+        scope: Scope = "llm",
+    ) -> None:
         self.store, self.release, self.full, self.argv = store, release, catalog, argv
         self.scope = scope
         self.catalog = scoped_catalog(catalog, scope)  # the flags of the parser that ran
@@ -132,8 +138,11 @@ def _unrecognized(err: ArgparseError, w: _Work) -> tuple[str | None, str | None]
             continue
         suggestions = suggest_flag(flag, w.catalog)
         hist = flag_history(w.store, flag, w.release, w.scope)
-        if _normalise(flag) not in w.catalog.by_flag() and hist.renamed_to is None \
-                and _foreign(flag, values, w):
+        if (
+            _normalise(flag) not in w.catalog.by_flag()
+            and hist.renamed_to is None
+            and _foreign(flag, values, w)
+        ):
             continue
         if known:  # a flag of SGLang's other parser
             _known(flag, known, None, w)
@@ -148,8 +157,10 @@ def _unrecognized(err: ArgparseError, w: _Work) -> tuple[str | None, str | None]
             w.edits.append({"remove": [flag]})
             where = f" ({hist.note})" if hist.note else ""
             maybe = f"; closest spellings: {', '.join(suggestions)}" if suggestions else ""
-            w.notes.append(f"{flag} is not an option of {_whose(w.scope)}SGLang {w.release}{where}{maybe}. "
-                           "Remove it or use a release that has it.")
+            w.notes.append(
+                f"{flag} is not an option of {_whose(w.scope)}SGLang {w.release}{where}{maybe}. "
+                "Remove it or use a release that has it."
+            )
             continue
         spec = w.catalog.by_flag()[target]
         w.history_flags.append(target)
@@ -157,9 +168,11 @@ def _unrecognized(err: ArgparseError, w: _Work) -> tuple[str | None, str | None]
         edit, note = _rename_edit(flag, target, spec, values)
         if "_" in flag and target == _normalise(flag):
             w.leads.append(f"SGLang spells it {target}")
-            note += (f"; argparse matches option strings exactly, and SGLang {w.release} spells "
-                     "its options with dashes" + ("" if any("_" in f for f in w.catalog.by_flag())
-                                                  else " only"))
+            note += (
+                f"; argparse matches option strings exactly, and SGLang {w.release} spells "
+                "its options with dashes"
+                + ("" if any("_" in f for f in w.catalog.by_flag()) else " only")
+            )
         w.edits.append(edit)
         w.notes.append(note)
     return first_flag, first_value
@@ -170,8 +183,10 @@ def _known(flag: str, note: str, spec: FlagSpec | None, w: _Work) -> None:
     parser that ran; see :func:`~service.engine.locate.argparse_foreign.known_here`)."""
     w.history_flags.append(flag)
     scope = w.scope if spec is not None else ("diffusion" if w.scope == "llm" else "llm")
-    w.leads.append(f"{flag} is an option of SGLang {w.release}'s "
-                   f"{'LLM' if scope == 'llm' else 'diffusion'} server")
+    w.leads.append(
+        f"{flag} is an option of SGLang {w.release}'s "
+        f"{'LLM' if scope == 'llm' else 'diffusion'} server"
+    )
     if spec is not None:
         w.line = w.line or _line(spec)
         w.notes.append(note)
@@ -182,7 +197,9 @@ def _known(flag: str, note: str, spec: FlagSpec | None, w: _Work) -> None:
 
 def _foreign(flag: str, values: list[str], w: _Work) -> bool:
     """Replace another engine's flag by SGLang's (LLM server only); False when it is not one."""
-    answer = foreign_answer(flag, values, w.argv, w.catalog, w.release) if w.scope == "llm" else None
+    answer = (
+        foreign_answer(flag, values, w.argv, w.catalog, w.release) if w.scope == "llm" else None
+    )
     if answer is None:
         return False
     if answer.edit is not None:
@@ -190,15 +207,22 @@ def _foreign(flag: str, values: list[str], w: _Work) -> bool:
     w.notes.append(answer.note)
     w.line = w.line or answer.line
     w.foreign.append(answer.source)
-    w.leads.append(f"{flag} is {answer.engine}'s flag" + (f", SGLang's is {answer.target}" if answer.target
-                                                   and answer.edit and answer.edit.get("set") else ""))
+    w.leads.append(
+        f"{flag} is {answer.engine}'s flag"
+        + (
+            f", SGLang's is {answer.target}"
+            if answer.target and answer.edit and answer.edit.get("set")
+            else ""
+        )
+    )
     if answer.target:
         w.history_flags.append(answer.target)
     return True
 
 
-def _rename_target(flag: str, suggestions: list[str], hist: FlagHistory,
-                   catalog: Catalog) -> str | None:
+def _rename_target(
+    flag: str, suggestions: list[str], hist: FlagHistory, catalog: Catalog
+) -> str | None:
     by_flag = catalog.by_flag()
     norm = _normalise(flag)
     if norm in by_flag:
@@ -210,24 +234,36 @@ def _rename_target(flag: str, suggestions: list[str], hist: FlagHistory,
     return None
 
 
-def _rename_edit(flag: str, target: str, spec: FlagSpec,
-                 values: list[str]) -> tuple[dict[str, Any], str]:
-    why = (f"{flag} is not a spelling argparse knows in this release; "
-           f"the option is {target} ({_describe(spec)})")
+def _rename_edit(
+    flag: str, target: str, spec: FlagSpec, values: list[str]
+) -> tuple[dict[str, Any], str]:
+    why = (
+        f"{flag} is not a spelling argparse knows in this release; "
+        f"the option is {target} ({_describe(spec)})"
+    )
     if not spec.takes_value:
         negated = flag.startswith("--no-") and not target.startswith("--no-")
         falsy = negated or (bool(values) and values[0].lower() in _FALSE_WORDS)
         if negated:
-            default = "which is the default" if not spec.default else f"but its default is {spec.default!r}"
+            default = (
+                "which is the default"
+                if not spec.default
+                else f"but its default is {spec.default!r}"
+            )
             return {"remove": [flag]}, why + f"; {flag} asked for the negation, {default}"
         if falsy:
-            return {"remove": [flag]}, why + f"; it takes no value, and {values[0]!r} asks for the default"
+            return {
+                "remove": [flag]
+            }, why + f"; it takes no value, and {values[0]!r} asks for the default"
         extra = f"; it takes no value, so {values[0]!r} is dropped" if values else ""
         return {"remove": [flag], "set": {target: True}}, why + extra
     if not values:
         return {"remove": [flag]}, why + f"; no value was given for {flag}, so add {target} <value>"
-    value: object = values if spec.nargs in ("+", "*") or (spec.nargs or "").isdigit() \
+    value: object = (
+        values
+        if spec.nargs in ("+", "*") or (spec.nargs or "").isdigit()
         else _choice_value(spec, values[0])
+    )
     return {"remove": [flag], "set": {target: value}}, why + "; rename it keeping the value"
 
 
@@ -251,8 +287,9 @@ def _stray(values: list[str], w: _Work) -> None:
     w.notes.append(f"stray value(s) {' '.join(values)} belong to no option{where}")
 
 
-def _invalid_choice(err: ArgparseError, w: _Work, spec: FlagSpec | None,
-                    flag: str | None) -> tuple[list | None, list[str]]:
+def _invalid_choice(
+    err: ArgparseError, w: _Work, spec: FlagSpec | None, flag: str | None
+) -> tuple[list | None, list[str]]:
     value = err.values[0] if err.values else ""
     valid: list | None = list(spec.choices) if spec is not None and spec.choices else err.choices
     closest = _closest(value, valid) if valid else []
@@ -305,8 +342,9 @@ def _invalid_value(err: ArgparseError, w: _Work, spec: FlagSpec | None, flag: st
         w.notes.append(f"{value!r} is not a valid value for {flag}")
         return
     fixed = _coerce(spec, value)
-    w.notes.append(f"{flag} expects a value of type {spec.type or 'str'} ({_describe(spec)}); "
-                   f"got {value!r}")
+    w.notes.append(
+        f"{flag} expects a value of type {spec.type or 'str'} ({_describe(spec)}); got {value!r}"
+    )
     if fixed is not None and flag:
         w.edits.append({"set": {flag: fixed}})
         w.notes.append(f"{value!r} reads as {fixed!r}")
@@ -317,7 +355,9 @@ def _expected(err: ArgparseError, w: _Work, spec: FlagSpec | None, flag: str | N
         w.notes.append(f"{flag} needs a value")
         return
     need = {"+": "at least one value", "*": "values", "?": "an optional value"}.get(
-        spec.nargs or "", "one value" if not (spec.nargs or "").isdigit() else f"{spec.nargs} values")
+        spec.nargs or "",
+        "one value" if not (spec.nargs or "").isdigit() else f"{spec.nargs} values",
+    )
     note = f"{flag} expects {need} ({_describe(spec)})"
     if w.argv is not None:
         for i, tok in enumerate(w.argv):
@@ -327,8 +367,10 @@ def _expected(err: ArgparseError, w: _Work, spec: FlagSpec | None, flag: str | N
             if nxt is None:
                 note += "; it is the last token of the command, with no value after it"
             elif nxt.startswith("-") and _resolve(nxt, w.catalog) is None:
-                note += (f"; the next token {nxt!r} starts with '-', so argparse reads it as an "
-                         f"option: write {tok}={nxt}")
+                note += (
+                    f"; the next token {nxt!r} starts with '-', so argparse reads it as an "
+                    f"option: write {tok}={nxt}"
+                )
                 w.edits.append({"inline": {tok: nxt}})
             elif nxt.startswith("-"):
                 note += f"; it is followed directly by the option {nxt}"
@@ -353,8 +395,9 @@ def _ambiguous(err: ArgparseError, w: _Work, flag: str | None) -> None:
     w.notes.append(note)
 
 
-def _expand_edit(prefix: str, target: str, spec: FlagSpec,
-                 argv: list[str] | None) -> dict[str, Any] | None:
+def _expand_edit(
+    prefix: str, target: str, spec: FlagSpec, argv: list[str] | None
+) -> dict[str, Any] | None:
     """Replace an abbreviation by the full spelling, keeping its value from ``argv``."""
     if not spec.takes_value:
         return {"remove": [prefix], "set": {target: True}}
@@ -385,8 +428,13 @@ def _required(err: ArgparseError, w: _Work) -> None:
 # ---------------------------------------------------------------------------
 
 
-def diagnose_argparse(err: ArgparseError, argv: list[str] | None, store: Store,
-                      release: str, scope: Scope | None = None) -> ArgparseDiagnosis:
+def diagnose_argparse(
+    err: ArgparseError,
+    argv: list[str] | None,
+    store: Store,
+    release: str,
+    scope: Scope | None = None,
+) -> ArgparseDiagnosis:
     """Explain ``err`` with the flag catalog of ``release`` (see the module docstring); the
     flags of the parser that printed it (``scope``, else
     :func:`~service.engine.locate.argparse_foreign.which_parser`)."""
@@ -424,11 +472,20 @@ def diagnose_argparse(err: ArgparseError, argv: list[str] | None, store: Store,
     if spec is not None and spec.deprecated and spec.help:
         w.notes.append(f"{flag} is deprecated in {release}: {spec.help}")
     return ArgparseDiagnosis(
-        kind=err.kind, flag=flag, value=value, suggestions=w.suggestions,
-        valid_choices=valid, closest_choices=closest, history=w.history(), edits=w.edits,
-        fixed_argv=_fix(w), flag_line=w.line, parser=scope, foreign_sources=w.foreign,
-        explanation=f"argparse{_by(scope)} rejected the command: {err.message}{_lead(w)}. " + " ".join(
-            n if n.endswith(".") else n + "." for n in w.notes),
+        kind=err.kind,
+        flag=flag,
+        value=value,
+        suggestions=w.suggestions,
+        valid_choices=valid,
+        closest_choices=closest,
+        history=w.history(),
+        edits=w.edits,
+        fixed_argv=_fix(w),
+        flag_line=w.line,
+        parser=scope,
+        foreign_sources=w.foreign,
+        explanation=f"argparse{_by(scope)} rejected the command: {err.message}{_lead(w)}. "
+        + " ".join(n if n.endswith(".") else n + "." for n in w.notes),
     )
 
 

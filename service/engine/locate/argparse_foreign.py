@@ -67,7 +67,9 @@ def which_parser(err: ArgparseError, argv: list[str] | None, catalog: Catalog) -
     return "diffusion" if diffusion_only and not llm_only else "llm"
 
 
-def known_here(flag: str, catalog: Catalog, scope: Scope, release: str) -> tuple[str, FlagSpec | None]:
+def known_here(
+    flag: str, catalog: Catalog, scope: Scope, release: str
+) -> tuple[str, FlagSpec | None]:
     """A note when ``flag`` is a spelling of either parser of ``release``, or a unique prefix
     argparse expands to one (else ``""``), and the spec of the ``scope`` parser that has it."""
     name = flag.split("=", 1)[0]
@@ -75,16 +77,25 @@ def known_here(flag: str, catalog: Catalog, scope: Scope, release: str) -> tuple
     other_scope: Scope = "diffusion" if scope == "llm" else "llm"
     theirs = _resolve(name, scoped_catalog(catalog, other_scope))
     if mine is not None:
-        abbrev = "" if name in mine.flags else f" (argparse takes it as an abbreviation of {mine.flags[0]})"
-        return (f"{name} is an option of {SCOPE_NAMES[scope]} in SGLang {release}{abbrev} "
-                f"(declared at {release}:{mine.path}:{mine.line}), so that parser would accept it: "
-                "the command was parsed by another release or another parser; check the installed "
-                "version (python -c 'import sglang; print(sglang.__version__)') and the entry point",
-                mine)
+        abbrev = (
+            ""
+            if name in mine.flags
+            else f" (argparse takes it as an abbreviation of {mine.flags[0]})"
+        )
+        return (
+            f"{name} is an option of {SCOPE_NAMES[scope]} in SGLang {release}{abbrev} "
+            f"(declared at {release}:{mine.path}:{mine.line}), so that parser would accept it: "
+            "the command was parsed by another release or another parser; check the installed "
+            "version (python -c 'import sglang; print(sglang.__version__)') and the entry point",
+            mine,
+        )
     if theirs is not None:
-        return (f"{name} is an option of {SCOPE_NAMES[other_scope]} in SGLang {release} "
-                f"(declared at {release}:{theirs.path}:{theirs.line}), not of "
-                f"{SCOPE_NAMES[scope]}, which parsed this command", None)
+        return (
+            f"{name} is an option of {SCOPE_NAMES[other_scope]} in SGLang {release} "
+            f"(declared at {release}:{theirs.path}:{theirs.line}), not of "
+            f"{SCOPE_NAMES[scope]}, which parsed this command",
+            None,
+        )
     return "", None
 
 
@@ -96,8 +107,9 @@ def _tp_value(argv: list[str] | None, catalog: Catalog) -> object | None:
     return hit.value if hit is not None else None
 
 
-def _companions(entry: ForeignFlag, value: str | None, argv: list[str] | None,
-                catalog: Catalog) -> dict[str, object]:
+def _companions(
+    entry: ForeignFlag, value: str | None, argv: list[str] | None, catalog: Catalog
+) -> dict[str, object]:
     """The ``also`` flags the release has and the command does not set."""
     by_flag = catalog.by_flag()
     given = parse_argv(argv, catalog).values if argv is not None else {}
@@ -116,8 +128,9 @@ def _companions(entry: ForeignFlag, value: str | None, argv: list[str] | None,
     return out
 
 
-def foreign_answer(flag: str, values: list[str], argv: list[str] | None, catalog: Catalog,
-                   release: str) -> ForeignAnswer | None:
+def foreign_answer(
+    flag: str, values: list[str], argv: list[str] | None, catalog: Catalog, release: str
+) -> ForeignAnswer | None:
     """The answer for another engine's ``flag`` typed with ``values`` (None: not in the table)."""
     entry = foreign_flag(flag)
     if entry is None:
@@ -129,8 +142,14 @@ def foreign_answer(flag: str, values: list[str], argv: list[str] | None, catalog
     if entry.value == "drop" or target is None:
         lacks = f"; SGLang {release} has no {' or '.join(entry.sglang)}" if entry.sglang else ""
         why = f"; {entry.note}" if entry.note else "; SGLang has no equivalent"
-        return ForeignAnswer(engine=entry.engine, edit={"remove": [flag]}, note=whose + lacks + why + "; remove it",
-                             target=None, line=None, source=entry.source)
+        return ForeignAnswer(
+            engine=entry.engine,
+            edit={"remove": [flag]},
+            note=whose + lacks + why + "; remove it",
+            target=None,
+            line=None,
+            source=entry.source,
+        )
     spec = by_flag[target]
     here = f"{release}:{spec.path}:{spec.line}"
     head = f"{whose}; SGLang {release}'s is {target} ({_describe(spec)}; declared at {here})"
@@ -144,14 +163,23 @@ def foreign_answer(flag: str, values: list[str], argv: list[str] | None, catalog
     else:
         value = (values if spec.nargs in ("+", "*") else values[0]) if values else None
     if value is None:
-        return ForeignAnswer(engine=entry.engine, edit={"remove": [flag]},
-                             note=head + why + f"; set {target} to the value you need",
-                             target=target, line=(spec.path, spec.line), source=entry.source)
+        return ForeignAnswer(
+            engine=entry.engine,
+            edit={"remove": [flag]},
+            note=head + why + f"; set {target} to the value you need",
+            target=target,
+            line=(spec.path, spec.line),
+            source=entry.source,
+        )
     to_set: dict[str, object] = {target: value}
     to_set.update(_companions(entry, values[0] if values else None, argv, catalog))
     shown = " ".join(f"{k} {v}" if v is not True else k for k, v in to_set.items())
     approx = "" if entry.exact else " (an approximation)"
-    return ForeignAnswer(engine=entry.engine, edit={"remove": [flag], "set": to_set},
-                         note=head + why + f"; replace it with {shown}{approx}",
-                         target=target, line=(spec.path, spec.line), source=entry.source)
-
+    return ForeignAnswer(
+        engine=entry.engine,
+        edit={"remove": [flag], "set": to_set},
+        note=head + why + f"; replace it with {shown}{approx}",
+        target=target,
+        line=(spec.path, spec.line),
+        source=entry.source,
+    )

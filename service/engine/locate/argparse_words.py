@@ -17,8 +17,9 @@ def _closest(value: str, choices: list) -> list[str]:
     exact = [t for t in texts if t.lower().replace("-", "_") == norm]
     if exact:
         return exact[:1]
-    return difflib.get_close_matches(value, texts, n=3, cutoff=0.5) or \
-        difflib.get_close_matches(value.lower(), texts, n=3, cutoff=0.5)
+    return difflib.get_close_matches(value, texts, n=3, cutoff=0.5) or difflib.get_close_matches(
+        value.lower(), texts, n=3, cutoff=0.5
+    )
 
 
 def _unrecognized_groups(message: str) -> list[tuple[str | None, list[str]]]:
@@ -49,7 +50,7 @@ def _adjacent_values(argv: list[str], flag: str, values: list[str]) -> tuple[lis
         while j < len(argv) and len(taken) < len(values) and argv[j] == values[len(taken)]:
             taken.append(argv[j])
             j += 1
-        return taken, values[len(taken):]
+        return taken, values[len(taken) :]
     return values, []
 
 

@@ -43,8 +43,15 @@ from kb.store import Store
 from service.engine.cache import cached, release_key
 from service.engine.locate.message_template import message_pattern
 
-__all__ = ["CheckChange", "CheckStatus", "check_across", "ingested_releases", "range_differences",
-           "firing_text", "upgrade_note"]
+__all__ = [
+    "CheckChange",
+    "CheckStatus",
+    "check_across",
+    "ingested_releases",
+    "range_differences",
+    "firing_text",
+    "upgrade_note",
+]
 
 CheckStatus = Literal["same", "moved", "changed", "removed"]
 _MIN_LITERAL = 12  # literal characters a message needs to identify a check by itself
@@ -101,8 +108,11 @@ def _norm_msg(src: str | None) -> str:
 
 
 def _guard_texts(check: dict[str, Any]) -> list[str]:
-    return [(c if g.get("polarity", True) else f"not ({c})")
-            for g in check.get("guards") or [] if (c := g.get("condition"))]
+    return [
+        (c if g.get("polarity", True) else f"not ({c})")
+        for g in check.get("guards") or []
+        if (c := g.get("condition"))
+    ]
 
 
 def _guards(check: dict[str, Any]) -> str:
@@ -145,16 +155,21 @@ def _index(store: Store, release: str, check: dict[str, Any]) -> _Index:
     of thousands of checks; cached per release content and check."""
     fn = check.get("function") or ""
     short = _short(fn)
-    validation = check["path"] == "sglang/srt/server_args.py" or \
-        check["path"].startswith("sglang/srt/arg_groups/")
+    validation = check["path"] == "sglang/srt/server_args.py" or check["path"].startswith(
+        "sglang/srt/arg_groups/"
+    )
 
     def build() -> _Index:
         where = "path = ? OR function = ? OR function LIKE ? OR message = ?"
         if validation:
             where += f" OR {_VALIDATION}"
-        rows = tuple(store.checks(release, where=where,
-                                  params=(check["path"], short, f"%.{short}",
-                                          check.get("message") or "")))
+        rows = tuple(
+            store.checks(
+                release,
+                where=where,
+                params=(check["path"], short, f"%.{short}", check.get("message") or ""),
+            )
+        )
         return _Index(rows, tuple(_key(r) for r in rows))
 
     what = f"check-history:{check['path']}:{fn}:{hash(check.get('message'))}:{validation}"
@@ -196,8 +211,9 @@ def _similar(a: _Key, b: _Key) -> float:
     test that kept most of its text, or the other way round (difflib ratios)."""
     msg = SequenceMatcher(None, a.msg, b.msg).ratio() if a.msg and b.msg else 0.0
     test = SequenceMatcher(None, a.cond, b.cond).ratio() if a.cond and b.cond else 0.0
-    if (msg >= _SIMILAR_MSG and test >= _SIMILAR_TEST - 0.25) or \
-            (test >= _SIMILAR_TEST and (msg >= _SIMILAR_MSG - 0.2 or not (a.msg and b.msg))):
+    if (msg >= _SIMILAR_MSG and test >= _SIMILAR_TEST - 0.25) or (
+        test >= _SIMILAR_TEST and (msg >= _SIMILAR_MSG - 0.2 or not (a.msg and b.msg))
+    ):
         return msg + test
     return 0.0
 
@@ -212,16 +228,26 @@ def _one(store: Store, release: str, check: dict[str, Any], key: _Key, other: st
         if fn is not None:
             cites.append(f"{other}:{fn['path']}:{fn['start_line']}")
             where = f"; {_short(check['function'])} is still at {cites[-1]}"
-        return CheckChange(release=other, status="removed", citations=cites,
-                           note=f"{other} has no check with this condition or message{where}")
+        return CheckChange(
+            release=other,
+            status="removed",
+            citations=cites,
+            note=f"{other} has no check with this condition or message{where}",
+        )
     row, how = found
     there = _cite(other, row)
     pos = (row["path"], row["start_line"]) != (check["path"], check["start_line"])
     if how == "exact":
         status: CheckStatus = "moved" if pos else "same"
-        note = (f"the same check is at {there}" if pos else f"the same check, same lines ({there})")
-        return CheckChange(release=other, status=status, note=note, citations=[here, there],
-                           path=row["path"], start_line=row["start_line"])
+        note = f"the same check is at {there}" if pos else f"the same check, same lines ({there})"
+        return CheckChange(
+            release=other,
+            status=status,
+            note=note,
+            citations=[here, there],
+            path=row["path"],
+            start_line=row["start_line"],
+        )
     if how == "guards":
         guards = " and ".join(" ".join(t.split()) for t in _guard_texts(row)) or "none"
         note = f"the same test at {there}, under other guards: `{guards}`"
@@ -231,21 +257,33 @@ def _one(store: Store, release: str, check: dict[str, Any], key: _Key, other: st
     elif how == "cond":
         note = f"the check at {there} has the same condition but another message"
     else:
-        note = (f"a similar check of the same function at {there}, when "
-                f"`{firing_text(row) or '(no condition)'}`")
-    return CheckChange(release=other, status="changed", note=note, citations=[here, there],
-                       condition=firing_text(row), path=row["path"],
-                       start_line=row["start_line"])
+        note = (
+            f"a similar check of the same function at {there}, when "
+            f"`{firing_text(row) or '(no condition)'}`"
+        )
+    return CheckChange(
+        release=other,
+        status="changed",
+        note=note,
+        citations=[here, there],
+        condition=firing_text(row),
+        path=row["path"],
+        start_line=row["start_line"],
+    )
 
 
-def check_across(store: Store, release: str, check: dict[str, Any],
-                 others: Sequence[str]) -> list[CheckChange]:
+def check_across(
+    store: Store, release: str, check: dict[str, Any], others: Sequence[str]
+) -> list[CheckChange]:
     """How ``check`` (a ``checks`` row of ``release``) stands in each release of ``others``."""
     key = _key(check)
     if not key.cond and not key.msg:
         return []  # nothing to recognise it by
-    return [_one(store, release, check, key, o) for o in sorted(others, key=release_sort_key)
-            if o != release]
+    return [
+        _one(store, release, check, key, o)
+        for o in sorted(others, key=release_sort_key)
+        if o != release
+    ]
 
 
 def upgrade_note(release: str, changes: Sequence[CheckChange]) -> str | None:
@@ -257,8 +295,10 @@ def upgrade_note(release: str, changes: Sequence[CheckChange]) -> str | None:
     newest ingested release still holds it unchanged.
     """
     key = release_sort_key(release)
-    newer = sorted((c for c in changes if release_sort_key(c.release) > key),
-                   key=lambda c: release_sort_key(c.release))
+    newer = sorted(
+        (c for c in changes if release_sort_key(c.release) > key),
+        key=lambda c: release_sort_key(c.release),
+    )
     start = len(newer)
     while start > 0 and newer[start - 1].status in ("removed", "changed"):
         start -= 1
@@ -266,13 +306,12 @@ def upgrade_note(release: str, changes: Sequence[CheckChange]) -> str | None:
         return None
     c = newer[start]
     if all(x.status == "removed" for x in newer[start:]):
-        return (f"upgrading to ≥ {c.release} removes this check ({c.note}; "
-                f"here: {c.citations[0]})")
+        return f"upgrading to ≥ {c.release} removes this check ({c.note}; here: {c.citations[0]})"
     first = next(x for x in newer[start:] if x.status == "changed")
-    what = (f"changes its condition to `{first.condition}`" if first.condition
-            else "changes it")
-    out = f"upgrading to ≥ {first.release} {what} ({first.citations[-1]}; here: " \
-          f"{first.citations[0]})"
+    what = f"changes its condition to `{first.condition}`" if first.condition else "changes it"
+    out = (
+        f"upgrading to ≥ {first.release} {what} ({first.citations[-1]}; here: {first.citations[0]})"
+    )
     gone = len(newer)
     while gone > 0 and newer[gone - 1].status == "removed":
         gone -= 1
@@ -287,13 +326,17 @@ def ingested_releases(store: Store) -> list[str]:
     return sorted(rows, key=release_sort_key)
 
 
-def range_differences(release: str, changes: Sequence[CheckChange],
-                      in_range: Sequence[str]) -> list[str]:
+def range_differences(
+    release: str, changes: Sequence[CheckChange], in_range: Sequence[str]
+) -> list[str]:
     """How the older releases of the range hold the check differently (line, file, condition)."""
     key = release_sort_key(release)
     out = []
     for c in changes:
         if c.release in in_range and release_sort_key(c.release) < key and c.status != "same":
-            out.append(f"in {c.release}: {c.note}" if c.status != "removed" else
-                       f"in {c.release}: no such check ({c.note})")
+            out.append(
+                f"in {c.release}: {c.note}"
+                if c.status != "removed"
+                else f"in {c.release}: no such check ({c.note})"
+            )
     return out

@@ -29,8 +29,12 @@ _SEARCH_LOCATED: LRUCache[tuple[Located | None]] = LRUCache("engine.search_locat
 _MISMATCH = ("which is not a line of this check", "does not fit this check's message")
 
 
-def search_locate(kb: Any, exc: ExceptionInfo, version: str,  # noqa: ANN401 - a KnowledgeBase
-                  scope: Scope | None = None) -> Located | None:
+def search_locate(
+    kb: Any,
+    exc: ExceptionInfo,
+    version: str,  # noqa: ANN401 - a KnowledgeBase
+    scope: Scope | None = None,
+) -> Located | None:
     """Locate by hybrid search, memoised per release, exception (type and message) and scope.
 
     A result obtained while the vector store was unreachable is not kept, so
@@ -39,8 +43,15 @@ def search_locate(kb: Any, exc: ExceptionInfo, version: str,  # noqa: ANN401 - a
     from kb.search import hybrid_search
 
     s = kb.settings
-    key = (release_key(kb.store, version, "search-locate"), s.chroma_url, s.embedding_model,
-           exc.type, exc.qualified_type, exc.message, scope.part if scope else None)
+    key = (
+        release_key(kb.store, version, "search-locate"),
+        s.chroma_url,
+        s.embedding_model,
+        exc.type,
+        exc.qualified_type,
+        exc.message,
+        scope.part if scope else None,
+    )
     hit = _SEARCH_LOCATED.get(key)
     if hit is None:
         complete = True
@@ -55,8 +66,11 @@ def search_locate(kb: Any, exc: ExceptionInfo, version: str,  # noqa: ANN401 - a
         if complete:
             _SEARCH_LOCATED.put(key, hit)
     located = hit[0]
-    return None if located is None else replace(
-        located, alternatives=list(located.alternatives), notes=list(located.notes))
+    return (
+        None
+        if located is None
+        else replace(located, alternatives=list(located.alternatives), notes=list(located.notes))
+    )
 
 
 def doubt_unknowns(located: Located, release: str) -> list[UnknownFact]:
@@ -68,9 +82,12 @@ def doubt_unknowns(located: Located, release: str) -> list[UnknownFact]:
     if not failed:
         return []
     check = located.check
-    return [UnknownFact(
-        what="whether this check raised the crash",
-        why=f"{check['path']}:{check['start_line']} in {release} was located by "
+    return [
+        UnknownFact(
+            what="whether this check raised the crash",
+            why=f"{check['path']}:{check['start_line']} in {release} was located by "
             f"{located.method}, but " + "; ".join(failed),
-        settle="the exact release (`pip show sglang`) and the full traceback with its "
-               "source lines")]
+            settle="the exact release (`pip show sglang`) and the full traceback with its "
+            "source lines",
+        )
+    ]

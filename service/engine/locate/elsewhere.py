@@ -45,7 +45,7 @@ def _package(frame: Frame) -> str | None:
     for root in _ROOTS:
         k = p.rfind(root)
         if k >= 0:
-            top = p[k + len(root):].split("/", 1)[0]
+            top = p[k + len(root) :].split("/", 1)[0]
             return top.removesuffix(".py") or None
     return None
 
@@ -82,8 +82,9 @@ def _call_site(store: Store, version: str, frames: list[Frame]) -> str | None:
     return None
 
 
-def not_a_flag_problem(exc: ExceptionInfo, store: Store, version: str,
-                       catalog: Catalog) -> NotFlagProblem | None:
+def not_a_flag_problem(
+    exc: ExceptionInfo, store: Store, version: str, catalog: Catalog
+) -> NotFlagProblem | None:
     """The "not a launch-flag problem" verdict for an exception no check of ``version``
     matched, or None when the evidence does not hold (see the module docstring)."""
     message = exc.message or ""
@@ -96,24 +97,32 @@ def not_a_flag_problem(exc: ExceptionInfo, store: Store, version: str,
     inner = frames[-1] if frames else None
     cited = _call_site(store, version, frames)
     checked = ingested_releases(store)
-    not_checked = ["SGLang releases the KB has not ingested",
-                   "the installed versions of the packages named (`pip list` shows them)"]
+    not_checked = [
+        "SGLang releases the KB has not ingested",
+        "the installed versions of the packages named (`pip list` shows them)",
+    ]
     if exc.type.rsplit(".", 1)[-1] in _SKEW_TYPES or (
-            exc.type.endswith("AttributeError") and "module '" in message):
+        exc.type.endswith("AttributeError") and "module '" in message
+    ):
         m = _FROM_MODULE.search(message)
         module = m.group(1) if m else None
         if module is None or module.split(".")[0] == "sglang":
             return None  # SGLang's own module: a broken install, not another package
         top = module.split(".")[0]
         return NotFlagProblem(
-            kind="dependency_skew", package=top,
-            reason=(f"SGLang {version} could not import what it needs from `{module}`: the "
-                    f"installed {top} does not match this SGLang release (install the "
-                    f"{top} version SGLang {version} pins, or the SGLang release built "
-                    f"for your {top})"),
+            kind="dependency_skew",
+            package=top,
+            reason=(
+                f"SGLang {version} could not import what it needs from `{module}`: the "
+                f"installed {top} does not match this SGLang release (install the "
+                f"{top} version SGLang {version} pins, or the SGLang release built "
+                f"for your {top})"
+            ),
             evidence=[f"{exc.type}: {message[:200]}"],
-            citations=[cited] if cited else [], checked_releases=checked,
-            not_checked=not_checked)
+            citations=[cited] if cited else [],
+            checked_releases=checked,
+            not_checked=not_checked,
+        )
     if inner is None or inner.package_path is not None:
         return None  # raised in SGLang (or no frames): not shown to come from elsewhere
     package = _package(inner)
@@ -123,9 +132,15 @@ def not_a_flag_problem(exc: ExceptionInfo, store: Store, version: str,
         return None  # a check of another ingested release raises it: a release question
     where = f"{package}/…:{inner.line} in {inner.function}" if inner.function else package
     return NotFlagProblem(
-        kind="raised_elsewhere", package=package,
-        reason=(f"the {exc.type} is raised inside {package} ({where}), and no check of the "
-                f"ingested SGLang releases ({', '.join(checked)}) raises this message; "
-                f"no launch flag of {version} is named in it"),
+        kind="raised_elsewhere",
+        package=package,
+        reason=(
+            f"the {exc.type} is raised inside {package} ({where}), and no check of the "
+            f"ingested SGLang releases ({', '.join(checked)}) raises this message; "
+            f"no launch flag of {version} is named in it"
+        ),
         evidence=[f'File "{inner.path}", line {inner.line}, in {inner.function}'],
-        citations=[cited] if cited else [], checked_releases=checked, not_checked=not_checked)
+        citations=[cited] if cited else [],
+        checked_releases=checked,
+        not_checked=not_checked,
+    )

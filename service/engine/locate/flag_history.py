@@ -25,11 +25,13 @@ from kb.catalog_types import Catalog
 from kb.catalogs import load_catalog
 from kb.store import Store
 
-__all__ = ['FlagChange', 'FlagHistory', 'Scope', 'flag_history', 'scoped_catalog']
+__all__ = ["FlagChange", "FlagHistory", "Scope", "flag_history", "scoped_catalog"]
 
 Scope = Literal["llm", "diffusion"]
-SCOPE_NAMES: dict[str, str] = {"llm": "SGLang's LLM server",
-                               "diffusion": "SGLang's diffusion server (sglang/multimodal_gen)"}
+SCOPE_NAMES: dict[str, str] = {
+    "llm": "SGLang's LLM server",
+    "diffusion": "SGLang's diffusion server (sglang/multimodal_gen)",
+}
 
 
 class FlagChange(BaseModel):
@@ -66,7 +68,8 @@ def _vkey(version: str) -> tuple[int, Any]:
 def _releases(store: Store) -> list[str]:
     rows = store.query(
         "SELECT version FROM releases WHERE status IN ('indexed', 'complete') "
-        "AND version IN (SELECT DISTINCT release FROM flag_spellings)")
+        "AND version IN (SELECT DISTINCT release FROM flag_spellings)"
+    )
     return sorted((r["version"] for r in rows), key=_vkey)
 
 
@@ -117,7 +120,9 @@ def flag_history(store: Store, flag: str, release: str, scope: Scope = "llm") ->
         other_scope: Scope = "diffusion" if scope == "llm" else "llm"
         other = sorted(_spelling_attrs(store, flag, releases, other_scope), key=_vkey)
         where = "" if scope == "llm" else f" of {SCOPE_NAMES[scope]}"
-        note: str | None = f"{flag} is not a flag{where} in any ingested release ({', '.join(releases)})"
+        note: str | None = (
+            f"{flag} is not a flag{where} in any ingested release ({', '.join(releases)})"
+        )
         if other:
             note += f"; it is a flag of {SCOPE_NAMES[other_scope]} in {', '.join(other)}"
     elif not absent:
@@ -127,22 +132,38 @@ def flag_history(store: Store, flag: str, release: str, scope: Scope = "llm") ->
         for a, b in zip(releases, releases[1:], strict=False):
             if (a in attrs) != (b in attrs):
                 steps.append(f"{'removed' if a in attrs else 'added'} after {a}")
-        note = (f"{flag} exists in {', '.join(present)} but not in {', '.join(absent)}"
-                f" ({'; '.join(steps)})")
+        note = (
+            f"{flag} exists in {', '.join(present)} but not in {', '.join(absent)}"
+            f" ({'; '.join(steps)})"
+        )
     if renamed is not None:
         attr = next(iter(sorted(set(attrs.values()))))
         note = (note + "; " if note else "") + (
-            f"its attribute `{attr}` is spelled {renamed} in {release}")
+            f"its attribute `{attr}` is spelled {renamed} in {release}"
+        )
     changes = _changes(store, flag, releases, attrs, scope) if present else []
     told = [c.text for c in changes if c.kind != "added" or release not in attrs]
     if told:
         note = (note + "; " if note else "") + "; ".join(told)
-    return FlagHistory(flag=flag, present_in=present, absent_in=absent, note=note,
-                       renamed_to=renamed, changes=changes, scope=scope, other_scope=other)
+    return FlagHistory(
+        flag=flag,
+        present_in=present,
+        absent_in=absent,
+        note=note,
+        renamed_to=renamed,
+        changes=changes,
+        scope=scope,
+        other_scope=other,
+    )
 
 
-def _spec(store: Store, release: str, flag: str | None = None, attr: str | None = None,  # noqa: ANN202
-          scope: Scope = "llm"):
+def _spec(
+    store: Store,
+    release: str,
+    flag: str | None = None,
+    attr: str | None = None,  # noqa: ANN202
+    scope: Scope = "llm",
+):
     catalog = _catalog(store, release, scope)
     if catalog is None:
         return None  # no catalog: no declaration to cite
@@ -153,8 +174,9 @@ def _cite(release: str, spec) -> str | None:  # noqa: ANN001
     return f"{release}:{spec.path}:{spec.line}" if spec is not None and spec.line else None
 
 
-def _changes(store: Store, flag: str, releases: list[str],
-             attrs: dict[str, str], scope: Scope = "llm") -> list[FlagChange]:
+def _changes(
+    store: Store, flag: str, releases: list[str], attrs: dict[str, str], scope: Scope = "llm"
+) -> list[FlagChange]:
     """Transitions of ``flag`` between consecutive ingested releases (see the module doc)."""
     out: list[FlagChange] = []
     deprecated_before = False
@@ -163,29 +185,54 @@ def _changes(store: Store, flag: str, releases: list[str],
             spec = _spec(store, b, attr=attrs[a], scope=scope)
             new = spec.flags[0] if spec is not None and spec.flags else None
             if new is not None:
-                out.append(FlagChange(release=b, kind="renamed", spelling=new,
-                                      citation=_cite(b, spec),
-                                      text=f"`{flag}` was removed in {b}; use `{new}`"
-                                           f" (its attribute `{attrs[a]}`)"))
+                out.append(
+                    FlagChange(
+                        release=b,
+                        kind="renamed",
+                        spelling=new,
+                        citation=_cite(b, spec),
+                        text=f"`{flag}` was removed in {b}; use `{new}`"
+                        f" (its attribute `{attrs[a]}`)",
+                    )
+                )
             else:
-                out.append(FlagChange(release=b, kind="removed",
-                                      citation=_cite(a, _spec(store, a, flag=flag, scope=scope)),
-                                      text=f"`{flag}` was removed in {b} (last in {a})"))
+                out.append(
+                    FlagChange(
+                        release=b,
+                        kind="removed",
+                        citation=_cite(a, _spec(store, a, flag=flag, scope=scope)),
+                        text=f"`{flag}` was removed in {b} (last in {a})",
+                    )
+                )
         elif b in attrs and a not in attrs:
             spec = _spec(store, b, flag=flag, scope=scope)
-            out.append(FlagChange(release=b, kind="added", citation=_cite(b, spec),
-                                  text=f"`{flag}` was added in {b}"))
+            out.append(
+                FlagChange(
+                    release=b,
+                    kind="added",
+                    citation=_cite(b, spec),
+                    text=f"`{flag}` was added in {b}",
+                )
+            )
         if b in attrs:
             spec = _spec(store, b, flag=flag, scope=scope)
             dep = bool(spec is not None and spec.deprecated)
             if dep and not deprecated_before and a in attrs:
-                out.append(FlagChange(release=b, kind="deprecated", citation=_cite(b, spec),
-                                      text=f"`{flag}` is deprecated from {b}"))
+                out.append(
+                    FlagChange(
+                        release=b,
+                        kind="deprecated",
+                        citation=_cite(b, spec),
+                        text=f"`{flag}` is deprecated from {b}",
+                    )
+                )
             deprecated_before = dep
     return out
 
 
-def _renamed_spelling(store: Store, release: str, attrs: set[str], scope: Scope = "llm") -> str | None:
+def _renamed_spelling(
+    store: Store, release: str, attrs: set[str], scope: Scope = "llm"
+) -> str | None:
     catalog = _catalog(store, release, scope)
     if catalog is None:
         return None  # no catalog: no rename information

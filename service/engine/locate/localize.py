@@ -53,8 +53,9 @@ def _kind_matches(check: dict[str, Any], exc: ExceptionInfo) -> bool:
         return check["kind"] == "assert" or check["exc_type"] == "AssertionError"
     if exc.type in ("<unknown>", ""):
         return True
-    return check["kind"] == "raise" and (check["exc_type"] in (exc.type, None) or
-                                         check["exc_type"] == exc.qualified_type)
+    return check["kind"] == "raise" and (
+        check["exc_type"] in (exc.type, None) or check["exc_type"] == exc.qualified_type
+    )
 
 
 def sglang_frames(exc: ExceptionInfo, store: Store, release: str) -> list[Frame]:
@@ -71,8 +72,9 @@ def sglang_frames(exc: ExceptionInfo, store: Store, release: str) -> list[Frame]
     return out
 
 
-def locate_by_frames(exc: ExceptionInfo, store: Store, release: str,
-                     line_offsets: dict[str, int]) -> Located | None:
+def locate_by_frames(
+    exc: ExceptionInfo, store: Store, release: str, line_offsets: dict[str, int]
+) -> Located | None:
     frames = sglang_frames(exc, store, release)
     if not frames:
         return None
@@ -84,18 +86,29 @@ def locate_by_frames(exc: ExceptionInfo, store: Store, release: str,
         mapped = frame.line - line_offsets.get(path, 0)
         if mapped != frame.line:
             notes.append(f"reported line {frame.line} maps to {mapped} in {release}")
-        spanning = [c for c in store.checks(release, path=path,
-                                            where="start_line <= ? AND end_line >= ?",
-                                            params=(mapped, mapped)) if _kind_matches(c, exc)]
+        spanning = [
+            c
+            for c in store.checks(
+                release,
+                path=path,
+                where="start_line <= ? AND end_line >= ?",
+                params=(mapped, mapped),
+            )
+            if _kind_matches(c, exc)
+        ]
         if exc.bare:
             spanning = [c for c in spanning if c["bare"]] or spanning
         if spanning:
             best = max(spanning, key=lambda c: c["start_line"])  # innermost statement
-            return _cross_checked(store, release, exc, frame, mapped, best,
-                                  0.97 if not notes else 0.9, notes)
+            return _cross_checked(
+                store, release, exc, frame, mapped, best, 0.97 if not notes else 0.9, notes
+            )
     function = frame.function or ""
-    candidates = [c for c in store.checks(release, path=path)
-                  if c["function"].rsplit(".", 1)[-1] == function and _kind_matches(c, exc)]
+    candidates = [
+        c
+        for c in store.checks(release, path=path)
+        if c["function"].rsplit(".", 1)[-1] == function and _kind_matches(c, exc)
+    ]
     if exc.bare:
         candidates = [c for c in candidates if c["bare"]]
     if not candidates:
@@ -108,11 +121,15 @@ def locate_by_frames(exc: ExceptionInfo, store: Store, release: str,
         candidates = holding + [c for c in candidates if c not in holding]
     n = len(holding) or len(candidates)
     conf = 0.85 if n == 1 else max(0.4, 0.8 - 0.1 * (n - 1))
-    notes.append(f"line {frame.line} is not a {exc.type} check in {release}; located by function "
-                 f"{function} and check kind ({len(candidates)} candidate(s))")
+    notes.append(
+        f"line {frame.line} is not a {exc.type} check in {release}; located by function "
+        f"{function} and check kind ({len(candidates)} candidate(s))"
+    )
     if source and not holding:
-        notes.append(f"the log prints `{source[:80]}` at line {frame.line}, which is not a "
-                     f"line of this check in {release}")
+        notes.append(
+            f"the log prints `{source[:80]}` at line {frame.line}, which is not a "
+            f"line of this check in {release}"
+        )
         conf = min(conf, _CONTRADICTED)
     if _message_fits(store, release, candidates[0], exc) is False:
         notes.append(f"the message does not fit this check's message in {release}")
@@ -120,16 +137,18 @@ def locate_by_frames(exc: ExceptionInfo, store: Store, release: str,
     return Located(candidates[0], "function_kind", conf, frame.line, candidates[1:4], notes)
 
 
-def locate_by_message(exc: ExceptionInfo, store: Store, release: str,
-                      scope: Scope | None = None) -> Located | None:
+def locate_by_message(
+    exc: ExceptionInfo, store: Store, release: str, scope: Scope | None = None
+) -> Located | None:
     """The check whose message template matches the message best; with a ``scope`` (the
     part of SGLang the launch ran), matches outside it are left out unless none is in it."""
     if not exc.message:
         return None
     from service.engine.locate.message import MESSAGE_MIN, match_message
 
-    matches = match_message(store, release, exc.message, exc_type=exc.type,
-                            limit=4 if scope is None else 12)
+    matches = match_message(
+        store, release, exc.message, exc_type=exc.type, limit=4 if scope is None else 12
+    )
     notes: list[str] = []
     if scope is not None:
         matches, said = scope.keep([m for m in matches if m.score >= MESSAGE_MIN])
@@ -142,12 +161,23 @@ def locate_by_message(exc: ExceptionInfo, store: Store, release: str,
     alts = []
     for m in matches[1:4]:
         alts.extend(store.checks(release, where="id = ?", params=(m.check_id,)))
-    return Located(rows[0], "message", round(min(0.95, matches[0].score), 3), None, alts,
-                   [f"matched the message template `{matches[0].template}`", *notes])
+    return Located(
+        rows[0],
+        "message",
+        round(min(0.95, matches[0].score), 3),
+        None,
+        alts,
+        [f"matched the message template `{matches[0].template}`", *notes],
+    )
 
 
-def locate_by_search(exc: ExceptionInfo, store: Store, release: str, search,  # noqa: ANN001
-                     scope: Scope | None = None) -> Located | None:
+def locate_by_search(
+    exc: ExceptionInfo,
+    store: Store,
+    release: str,
+    search,  # noqa: ANN001
+    scope: Scope | None = None,
+) -> Located | None:
     """Last resort: the best-ranked chunk holding a check of the right kind (inside
     ``scope``, when one is given and any hit is in it)."""
     if not exc.message:
@@ -158,14 +188,28 @@ def locate_by_search(exc: ExceptionInfo, store: Store, release: str, search,  # 
     if scope is not None:
         hits, note = scope.keep(hits)
     for hit in hits:
-        rows = [c for c in store.checks(release, path=hit.path,
-                                        where="start_line >= ? AND end_line <= ?",
-                                        params=(hit.start_line, hit.end_line))
-                if _kind_matches(c, exc)]
+        rows = [
+            c
+            for c in store.checks(
+                release,
+                path=hit.path,
+                where="start_line >= ? AND end_line <= ?",
+                params=(hit.start_line, hit.end_line),
+            )
+            if _kind_matches(c, exc)
+        ]
         if rows:
-            return Located(rows[0], "search", 0.3, None, rows[1:3],
-                           ["located by search only: the message matched no check template",
-                            *([note] if note else [])])
+            return Located(
+                rows[0],
+                "search",
+                0.3,
+                None,
+                rows[1:3],
+                [
+                    "located by search only: the message matched no check template",
+                    *([note] if note else []),
+                ],
+            )
     return None
 
 
@@ -184,8 +228,9 @@ def _source_in(store: Store, release: str, check: dict[str, Any], source: str) -
     return any(_norm(line) == source for line in lines)
 
 
-def _message_fits(store: Store, release: str, check: dict[str, Any],
-                  exc: ExceptionInfo) -> bool | None:
+def _message_fits(
+    store: Store, release: str, check: dict[str, Any], exc: ExceptionInfo
+) -> bool | None:
     """Does the exception's message fit the check's message template? False only when the
     template does not match it at all while another check's template of the release
     matches it well; None when either has no message to compare (a bare assert, a
@@ -201,27 +246,51 @@ def _message_fits(store: Store, release: str, check: dict[str, Any],
     return False if any(h.score >= MESSAGE_MIN for h in hits) else None
 
 
-def _cross_checked(store: Store, release: str, exc: ExceptionInfo, frame: Frame, mapped: int,
-                   best: dict[str, Any], conf: float, notes: list[str]) -> Located:
+def _cross_checked(
+    store: Store,
+    release: str,
+    exc: ExceptionInfo,
+    frame: Frame,
+    mapped: int,
+    best: dict[str, Any],
+    conf: float,
+    notes: list[str],
+) -> Located:
     """The frame_line location, cross-checked with the printed source line and the message
     (see the module docstring)."""
     source = _norm(frame.source)
     if source and not _source_in(store, release, best, source):
-        near = [c for c in store.checks(release, path=best["path"],
-                                        where="start_line >= ? AND start_line <= ?",
-                                        params=(mapped - _SOURCE_WINDOW, mapped + _SOURCE_WINDOW))
-                if _kind_matches(c, exc) and _source_in(store, release, c, source)]
+        near = [
+            c
+            for c in store.checks(
+                release,
+                path=best["path"],
+                where="start_line >= ? AND start_line <= ?",
+                params=(mapped - _SOURCE_WINDOW, mapped + _SOURCE_WINDOW),
+            )
+            if _kind_matches(c, exc) and _source_in(store, release, c, source)
+        ]
         if near:
             other = min(near, key=lambda c: abs(c["start_line"] - mapped))
-            notes.append(f"the log prints `{source[:80]}` at line {frame.line}; in {release} that "
-                         f"is line {other['start_line']}'s check, not the one at line {mapped}")
+            notes.append(
+                f"the log prints `{source[:80]}` at line {frame.line}; in {release} that "
+                f"is line {other['start_line']}'s check, not the one at line {mapped}"
+            )
             fits = _message_fits(store, release, other, exc)
             if fits is False:
                 notes.append(f"the message does not fit this check's message in {release}")
-            return Located(other, "frame_source", 0.9 if fits is not False else _CONTRADICTED,
-                           frame.line, [best], notes)
-        notes.append(f"the log prints `{source[:80]}` at line {frame.line}, which is not a line "
-                     f"of this check in {release}")
+            return Located(
+                other,
+                "frame_source",
+                0.9 if fits is not False else _CONTRADICTED,
+                frame.line,
+                [best],
+                notes,
+            )
+        notes.append(
+            f"the log prints `{source[:80]}` at line {frame.line}, which is not a line "
+            f"of this check in {release}"
+        )
         conf = min(conf, _CONTRADICTED)
     if _message_fits(store, release, best, exc) is False:
         notes.append(f"the message does not fit this check's message in {release}")

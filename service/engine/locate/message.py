@@ -37,8 +37,13 @@ from service.engine.locate.message_align import (
 )
 from service.engine.locate.message_template import MessageTemplate, message_pattern, normalise
 
-__all__ = ["MAX_MESSAGE_CHARS", "MESSAGE_MIN", "MessageMatch", "match_message",
-           "split_exception_prefix"]
+__all__ = [
+    "MAX_MESSAGE_CHARS",
+    "MESSAGE_MIN",
+    "MessageMatch",
+    "match_message",
+    "split_exception_prefix",
+]
 
 MAX_MESSAGE_CHARS = 2000
 """Characters of a user's message that are looked at; the rest is ignored."""
@@ -114,8 +119,17 @@ def _build(store: Store, release: str) -> _Index:
         entry = by_key.get(key)
         if entry is None:
             entry = by_key[key] = _Entry(tpl, [], frozenset(_interior_words(tpl.fragments)))
-        entry.rows.append(_Row(r["id"], r["path"], r["function"] or "", r["kind"],
-                               r["exc_type"], r["start_line"], r["end_line"]))
+        entry.rows.append(
+            _Row(
+                r["id"],
+                r["path"],
+                r["function"] or "",
+                r["kind"],
+                r["exc_type"],
+                r["start_line"],
+                r["end_line"],
+            )
+        )
     entries = list(by_key.values())
     df: Counter[str] = Counter()
     for e in entries:
@@ -183,11 +197,12 @@ def split_exception_prefix(message: str) -> tuple[str | None, str]:
     m = _EXC_PREFIX.match(message)
     if m is None:
         return None, message
-    return m.group(1).rsplit(".", 1)[-1], message[m.end():]
+    return m.group(1).rsplit(".", 1)[-1], message[m.end() :]
 
 
-def match_message(store: Store, release: str, message: str, exc_type: str | None = None,
-                  limit: int = 5) -> list[MessageMatch]:
+def match_message(
+    store: Store, release: str, message: str, exc_type: str | None = None, limit: int = 5
+) -> list[MessageMatch]:
     """Checks of ``release`` whose message template matches ``message``, best first.
 
     Only the first :data:`MAX_MESSAGE_CHARS` characters are used. A leading
@@ -233,13 +248,22 @@ def match_message(store: Store, release: str, message: str, exc_type: str | None
             score = base * type_factor(exc_type, row.kind, row.exc_type)
             if score < _MIN_SCORE:
                 continue
-            out.append(MessageMatch(
-                check_id=row.check_id, release=release, path=row.path, function=row.function,
-                kind=row.kind, exc_type=row.exc_type, start_line=row.start_line,
-                end_line=row.end_line, score=round(min(1.0, score), 4),
-                template=entry.template.text, match_kind=al.kind,
-                literal_chars=entry.template.literal_chars,
-                values=al.values if al.kind == "full" else [],
-            ))
+            out.append(
+                MessageMatch(
+                    check_id=row.check_id,
+                    release=release,
+                    path=row.path,
+                    function=row.function,
+                    kind=row.kind,
+                    exc_type=row.exc_type,
+                    start_line=row.start_line,
+                    end_line=row.end_line,
+                    score=round(min(1.0, score), 4),
+                    template=entry.template.text,
+                    match_kind=al.kind,
+                    literal_chars=entry.template.literal_chars,
+                    values=al.values if al.kind == "full" else [],
+                )
+            )
     out.sort(key=lambda m: (-m.score, -m.literal_chars, m.path, m.start_line))
     return out[:limit]

@@ -78,8 +78,9 @@ def _common_prefix(a: str, b: str) -> int:
     return i
 
 
-def _walk(frags: list[str], msg: str, i: int, pos: int, explained: int,
-          kind: MatchKind) -> Alignment:
+def _walk(
+    frags: list[str], msg: str, i: int, pos: int, explained: int, kind: MatchKind
+) -> Alignment:
     """Continue after fragment ``i - 1`` ended at ``pos``; a placeholder comes next."""
     n = len(msg)
     last = len(frags) - 1
@@ -106,8 +107,9 @@ def _walk(frags: list[str], msg: str, i: int, pos: int, explained: int,
                 i += 1
                 continue
         # fragment i is missing: the message ends inside the template
-        return Alignment("truncated" if kind == "full" else kind,
-                         explained + _prefix_at_end(msg, pos, frag))
+        return Alignment(
+            "truncated" if kind == "full" else kind, explained + _prefix_at_end(msg, pos, frag)
+        )
     return Alignment(kind, explained, values)
 
 
@@ -190,7 +192,8 @@ def score_alignment(al: Alignment, n: int, literal: int) -> float:
 
 
 _BUILTIN_EXC = {
-    name: obj for name, obj in vars(builtins).items()
+    name: obj
+    for name, obj in vars(builtins).items()
     if isinstance(obj, type) and issubclass(obj, BaseException)
 }
 

@@ -129,8 +129,13 @@ _WRAPPERS = {"str": "s", "repr": "r"}
 
 def _hole(node: ast.expr, conversion: str = "", spec: str = "") -> Placeholder:
     """The placeholder of a formatted expression (``str(x)``/``repr(x)`` unwrapped)."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-            and node.func.id in _WRAPPERS and len(node.args) == 1 and not node.keywords:
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _WRAPPERS
+        and len(node.args) == 1
+        and not node.keywords
+    ):
         return _hole(node.args[0], _WRAPPERS[node.func.id], spec)
     return Placeholder(ast.unparse(node), conversion, spec)
 
@@ -146,8 +151,11 @@ def _parts(node: ast.expr) -> list[_Part] | None:
                 out.append(value.value)
             elif isinstance(value, ast.FormattedValue):
                 spec = value.format_spec
-                spec_src = "".join(v.value for v in spec.values if isinstance(v, ast.Constant)) \
-                    if isinstance(spec, ast.JoinedStr) else ""
+                spec_src = (
+                    "".join(v.value for v in spec.values if isinstance(v, ast.Constant))
+                    if isinstance(spec, ast.JoinedStr)
+                    else ""
+                )
                 out.append(_hole(value.value, _CONVERSIONS.get(value.conversion, ""), spec_src))
             else:
                 out.append(_HOLE)
@@ -156,8 +164,9 @@ def _parts(node: ast.expr) -> list[_Part] | None:
         left, right = _parts(node.left), _parts(node.right)
         if left is None and right is None:
             return None  # e.g. ``a + b``: nothing literal to anchor on
-        return (left if left is not None else [_hole(node.left)]) + \
-            (right if right is not None else [_hole(node.right)])
+        return (left if left is not None else [_hole(node.left)]) + (
+            right if right is not None else [_hole(node.right)]
+        )
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
         left = _parts(node.left)
         if left is None:
@@ -175,8 +184,7 @@ def _parts(node: ast.expr) -> list[_Part] | None:
     return None
 
 
-def _expand(parts: list[_Part],
-            split: Callable[[str], list[_Part] | None]) -> list[_Part] | None:
+def _expand(parts: list[_Part], split: Callable[[str], list[_Part] | None]) -> list[_Part] | None:
     out: list[_Part] = []
     for part in parts:
         if isinstance(part, str):
@@ -194,16 +202,22 @@ class _PercentArgs:
 
     def __init__(self, args: ast.expr) -> None:
         self.items = list(args.elts) if isinstance(args, ast.Tuple) else [args]
-        self.named = {k.value: v for k, v in zip(args.keys, args.values, strict=True)
-                      if isinstance(k, ast.Constant) and isinstance(k.value, str)} \
-            if isinstance(args, ast.Dict) else {}
+        self.named = (
+            {
+                k.value: v
+                for k, v in zip(args.keys, args.values, strict=True)
+                if isinstance(k, ast.Constant) and isinstance(k.value, str)
+            }
+            if isinstance(args, ast.Dict)
+            else {}
+        )
         self.next = 0
 
     def take(self, spec: str) -> Placeholder:
         conv = "r" if spec.endswith("r") else ""
         fmt = spec[1:] if spec[-1:] in "dfeEgGxXo" else ""
         if spec.startswith("%("):
-            name = spec[2:spec.index(")")]
+            name = spec[2 : spec.index(")")]
             node = self.named.get(name)
             return Placeholder(ast.unparse(node) if node is not None else name, conv, fmt)
         if self.next >= len(self.items) or any(isinstance(i, ast.Starred) for i in self.items):
@@ -233,8 +247,9 @@ class _FormatArgs:
         self.next = 0
 
     def field(self, name: str, conv: str | None, spec: str) -> Placeholder:
-        head, sep, rest = name.partition(".") if "[" not in name.split(".")[0] \
-            else name.partition("[")
+        head, sep, rest = (
+            name.partition(".") if "[" not in name.split(".")[0] else name.partition("[")
+        )
         node: ast.expr | None
         if head == "":
             node = self.args[self.next] if self.next < len(self.args) else None

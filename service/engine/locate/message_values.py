@@ -178,7 +178,7 @@ def _align(literals: list[str], message: str) -> list[str] | None:
     end = message.rfind(last) if last else len(message)
     if end < pos:
         return None
-    if last and end + len(last) != len(message) and message[end + len(last):].strip():
+    if last and end + len(last) != len(message) and message[end + len(last) :].strip():
         return None
     texts.append(message[pos:end].strip())
     return texts

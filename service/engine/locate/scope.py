@@ -35,28 +35,64 @@ from typing import Any, Literal
 
 from service.engine.logparse.parse import ParsedLog
 
-__all__ = ["DIFFUSION_FLAGS", "DIFFUSION_MODEL_WORDS", "DIFFUSION_ONLY", "LLM_ONLY",
-           "OTHER_PROGRAMS", "Scope", "launch_scope"]
+__all__ = [
+    "DIFFUSION_FLAGS",
+    "DIFFUSION_MODEL_WORDS",
+    "DIFFUSION_ONLY",
+    "LLM_ONLY",
+    "OTHER_PROGRAMS",
+    "Scope",
+    "launch_scope",
+]
 
 Part = Literal["llm", "diffusion"]
 
 DIFFUSION_ONLY = ("sglang/multimodal_gen/",)
 """Paths only the diffusion runtime runs."""
-LLM_ONLY = ("sglang/srt/server_args.py", "sglang/srt/arg_groups/", "sglang/srt/managers/",
-            "sglang/srt/entrypoints/", "sglang/srt/speculative/", "sglang/srt/disaggregation/",
-            "sglang/launch_server.py")
+LLM_ONLY = (
+    "sglang/srt/server_args.py",
+    "sglang/srt/arg_groups/",
+    "sglang/srt/managers/",
+    "sglang/srt/entrypoints/",
+    "sglang/srt/speculative/",
+    "sglang/srt/disaggregation/",
+    "sglang/launch_server.py",
+)
 """Paths only the LLM server runs (its arguments, scheduler, HTTP server)."""
 OTHER_PROGRAMS = ("sglang/lang/", "sglang/test/", "sglang/benchmark/", "sglang/bench_")
 """SGLang's other programs: neither server runs them at start-up."""
-DIFFUSION_FLAGS = frozenset({
-    "--num-gpus", "--sp-degree", "--ulysses-degree", "--ring-degree", "--enable-cfg-parallel",
-    "--dit-cpu-offload", "--dit-layerwise-offload", "--text-encoder-cpu-offload",
-    "--vae-cpu-offload", "--image-encoder-cpu-offload"})
+DIFFUSION_FLAGS = frozenset(
+    {
+        "--num-gpus",
+        "--sp-degree",
+        "--ulysses-degree",
+        "--ring-degree",
+        "--enable-cfg-parallel",
+        "--dit-cpu-offload",
+        "--dit-layerwise-offload",
+        "--text-encoder-cpu-offload",
+        "--vae-cpu-offload",
+        "--image-encoder-cpu-offload",
+    }
+)
 """Flags of the diffusion parser (``multimodal_gen``'s ``ServerArgs``) the LLM server lacks
 (checked against 0.5.23: none is declared under ``sglang/srt``)."""
-DIFFUSION_MODEL_WORDS = ("flux", "stable-diffusion", "sdxl", "sd3", "wan2.", "wan-ai",
-                         "hunyuanvideo", "hunyuan-video", "qwen-image", "z-image", "ltx-video",
-                         "cogvideo", "mochi", "diffusion")
+DIFFUSION_MODEL_WORDS = (
+    "flux",
+    "stable-diffusion",
+    "sdxl",
+    "sd3",
+    "wan2.",
+    "wan-ai",
+    "hunyuanvideo",
+    "hunyuan-video",
+    "qwen-image",
+    "z-image",
+    "ltx-video",
+    "cogvideo",
+    "mochi",
+    "diffusion",
+)
 """Lower-case words of diffusion model names (Hugging Face ids of the families SGLang's
 diffusion runtime serves)."""
 _PIPELINE_ARCH = re.compile(r"[A-Za-z0-9]{1,80}Pipeline")
@@ -86,22 +122,23 @@ class Scope:
         """The rows (dicts or objects with a ``path``) in scope, and a note on what was
         left out; all rows and a note when none is in scope (the scope is evidence, not
         proof: a wrong guess must not hide the only candidate)."""
+
         def path(r: Any) -> str:
             return str(r.get(path_of) if isinstance(r, dict) else getattr(r, path_of, ""))
+
         inside = [r for r in rows if self.admits(path(r))]
         dropped = len(rows) - len(inside)
         if not dropped:
             return list(rows), None
         what = "the LLM server" if self.part == "llm" else "the diffusion runtime"
         if not inside:
-            return list(rows), (f"no candidate is in {what} ({self.reason}); kept those "
-                                "outside it")
-        return inside, (f"{dropped} candidate(s) outside {what} not considered "
-                        f"({self.reason})")
+            return list(rows), (f"no candidate is in {what} ({self.reason}); kept those outside it")
+        return inside, (f"{dropped} candidate(s) outside {what} not considered ({self.reason})")
 
 
-def _serve_evidence(frames: Iterable[str], argv: Sequence[str], model: str | None,
-                    model_arch: str | None) -> tuple[Part, str] | None:
+def _serve_evidence(
+    frames: Iterable[str], argv: Sequence[str], model: str | None, model_arch: str | None
+) -> tuple[Part, str] | None:
     paths = list(frames)
     if any(p.startswith(DIFFUSION_ONLY) for p in paths):
         return "diffusion", "a traceback frame is in sglang/multimodal_gen"
@@ -120,8 +157,13 @@ def _serve_evidence(frames: Iterable[str], argv: Sequence[str], model: str | Non
     return None
 
 
-def launch_scope(parsed: ParsedLog, *, model: str | None = None, model_arch: str | None = None,
-                 text: str | None = None) -> Scope:
+def launch_scope(
+    parsed: ParsedLog,
+    *,
+    model: str | None = None,
+    model_arch: str | None = None,
+    text: str | None = None,
+) -> Scope:
     """The :class:`Scope` of the launch ``parsed`` comes from (see the module docstring).
 
     ``text`` is the log itself, searched (its first :data:`_TEXT_SCAN` characters) for an
@@ -131,13 +173,16 @@ def launch_scope(parsed: ParsedLog, *, model: str | None = None, model_arch: str
     if "launch_server" in entry:
         return Scope("llm", f"`{entry}` starts the LLM server")
     if any(p.startswith("sglang/cli/generate") for p in frames) or (
-            text is not None and _GENERATE.search(text[:_TEXT_SCAN])):
+        text is not None and _GENERATE.search(text[:_TEXT_SCAN])
+    ):
         return Scope("diffusion", "`sglang generate` runs the diffusion runtime")
     if entry.endswith("sglang serve"):
         found = _serve_evidence(frames, parsed.command or [], model or parsed.model, model_arch)
         if found is None:
-            return Scope(None, "`sglang serve` serves LLMs and diffusion models; nothing in "
-                               "the log tells which")
+            return Scope(
+                None,
+                "`sglang serve` serves LLMs and diffusion models; nothing in the log tells which",
+            )
         return Scope(found[0], f"`sglang serve`, and {found[1]}")
     found = _serve_evidence(frames, (), None, None)
     if found is not None:

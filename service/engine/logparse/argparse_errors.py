@@ -101,8 +101,12 @@ def _argparse_fields(msg: str) -> tuple[ArgparseKind, list[str], list[str], list
     return "other", flags + [f for f in _FLAG_RE.findall(rest) if f not in flags], [], None
 
 
-_BARE_STARTS = ("unrecognized arguments: ", "the following arguments are required: ",
-                 "ambiguous option: ", "argument -")
+_BARE_STARTS = (
+    "unrecognized arguments: ",
+    "the following arguments are required: ",
+    "ambiguous option: ",
+    "argument -",
+)
 
 
 def _bare_error(line: str) -> str | None:
@@ -115,11 +119,22 @@ def _bare_error(line: str) -> str | None:
     return line
 
 
-_DIFFUSION_MARKERS = ("multimodal_gen", "serve backend 'diffusion'", "sglang generate ",
-                      "sglang-diffusion", "SGLang Diffusion", "--model-type diffusion",
-                      "--model-type=diffusion")
-_LLM_MARKERS = ("serve backend 'llm'", "--model-type llm", "--model-type=llm", "sglang.launch_server",
-                "launch_server.py")
+_DIFFUSION_MARKERS = (
+    "multimodal_gen",
+    "serve backend 'diffusion'",
+    "sglang generate ",
+    "sglang-diffusion",
+    "SGLang Diffusion",
+    "--model-type diffusion",
+    "--model-type=diffusion",
+)
+_LLM_MARKERS = (
+    "serve backend 'llm'",
+    "--model-type llm",
+    "--model-type=llm",
+    "sglang.launch_server",
+    "launch_server.py",
+)
 
 
 def _parser_of(lines: Sequence[str]) -> Literal["llm", "diffusion"] | None:
@@ -148,8 +163,13 @@ def find_argparse_error(lines: Sequence[str]) -> ArgparseError | None:
         line = lines[i][:SCAN_CHARS].strip()
         if line.startswith("usage: "):
             j = i + 1
-            while (j < n and j - i < 5000 and lines[j][:1] in (" ", "\t") and lines[j].strip()
-                   and "error: " not in lines[j][:SCAN_CHARS]):
+            while (
+                j < n
+                and j - i < 5000
+                and lines[j][:1] in (" ", "\t")
+                and lines[j].strip()
+                and "error: " not in lines[j][:SCAN_CHARS]
+            ):
                 j += 1
             usage = (j, "\n".join(x.rstrip() for x in lines[i:j])[:65536])
             i = j

@@ -73,7 +73,9 @@ class WarningLine(BaseModel):
     message: str
 
 
-_WARNING_RE = re.compile(r"^[ \t]*(\S{1,500}?\.py):(\d{1,6}): ([A-Za-z_]\w{0,60}Warning): (.{0,300})")
+_WARNING_RE = re.compile(
+    r"^[ \t]*(\S{1,500}?\.py):(\d{1,6}): ([A-Za-z_]\w{0,60}Warning): (.{0,300})"
+)
 MAX_WARNINGS = 20
 
 
@@ -90,8 +92,11 @@ def find_sglang_warnings(lines: Sequence[str]) -> list[WarningLine]:
         if m is None or path is None or (path, int(m.group(2))) in seen:
             continue
         seen.add((path, int(m.group(2))))
-        out.append(WarningLine(path=path, line=int(m.group(2)), category=m.group(3),
-                               message=m.group(4).strip()))
+        out.append(
+            WarningLine(
+                path=path, line=int(m.group(2)), category=m.group(3), message=m.group(4).strip()
+            )
+        )
         if len(out) >= MAX_WARNINGS:
             break
     return out

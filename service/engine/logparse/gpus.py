@@ -90,7 +90,9 @@ _COUNT_RE = re.compile(r"\d ?[x×]")
 _GPU_LABEL_RE = re.compile(
     r"\bGPU(?:[ \t]name| device)?[ \t]*[:=][ \t]*['\"]?((?:NVIDIA|AMD|Tesla)[ \t][^,;|'\"()\n]{1,80})"
 )
-_AVAIL_RE = re.compile(r"\bavail(?:able)? mem(?:ory)?[ \t]*[=:][ \t]*(\d{1,4}(?:\.\d{1,3})?)[ \t]*GB")
+_AVAIL_RE = re.compile(
+    r"\bavail(?:able)? mem(?:ory)?[ \t]*[=:][ \t]*(\d{1,4}(?:\.\d{1,3})?)[ \t]*GB"
+)
 # torch.cuda.get_device_properties(...)
 _PROPS_NAME_RE = re.compile(r"name='([^'\n]{1,100})'")
 _PROPS_CAP_RE = re.compile(r"\bmajor=(\d{1,2}), ?minor=(\d{1,2})\b")
@@ -100,8 +102,18 @@ _PROPS_ARCH_RE = re.compile(r"\bgcnArchName='(gfx[0-9a-f]{3,4})")
 _CAP_TUPLE_RE = re.compile(r"capability(?:\(\))?[^()\n]{0,40}\((\d{1,2}), ?(\d{1,2})\)", re.I)
 _CAP_SM_RE = re.compile(r"capability:?[ \t]{0,3}sm_?(\d{2,3})\b", re.I)
 _CAP_DOT_RE = re.compile(r"capability[ \t]{0,3}[:=]?[ \t]{0,3}(\d{1,2})\.(\d)\b", re.I)
-_REQUIREMENT_WORDS = ("requir", "minimum", "at least", ">=", "or higher", "or newer",
-                      "or above", "or later", "expected", "need")
+_REQUIREMENT_WORDS = (
+    "requir",
+    "minimum",
+    "at least",
+    ">=",
+    "or higher",
+    "or newer",
+    "or above",
+    "or later",
+    "expected",
+    "need",
+)
 _ROCM_ARCH_RE = re.compile(
     r"(?:\bgcnArchName='|^[ \t]*Name:[ \t]{1,40}|\barch(?:itecture)?[ \t]*[:=][ \t]*['\"]?)"
     r"(gfx9[0-9a-f]{2})\b"
@@ -251,9 +263,18 @@ class _Gpus:
             sm = self.sm.get(name, gpu_sm(name))
             amd = arch is not None or sm in (94, 95) or _AMD_NAME_RE.search(name) is not None
             vendor: GpuVendor | None = "amd" if amd else ("nvidia" if sm is not None else None)
-            out.append(GpuHint(name=name, sm=sm, count=len(self.ids[name]) or self.counts.get(name),
-                               memory_gb=mem, vendor=vendor, free_gb=free_gb, arch=arch,
-                               evidence=self.evidence[name]))
+            out.append(
+                GpuHint(
+                    name=name,
+                    sm=sm,
+                    count=len(self.ids[name]) or self.counts.get(name),
+                    memory_gb=mem,
+                    vendor=vendor,
+                    free_gb=free_gb,
+                    arch=arch,
+                    evidence=self.evidence[name],
+                )
+            )
         return out
 
 
@@ -317,8 +338,13 @@ def find_gpus(lines: Sequence[str]) -> list[GpuHint]:
                 free = max(free or 0.0, float(m[1]))
         g.last = None
         _names(g, line, lines[i + 1][:SCAN_CHARS] if i + 1 < len(lines) else "")
-        sm = _capability(line) if "apabilit" in low and "_CudaDeviceProperties(" not in line \
-            and not _GPU_CC_RE.match(line) else None
+        sm = (
+            _capability(line)
+            if "apabilit" in low
+            and "_CudaDeviceProperties(" not in line
+            and not _GPU_CC_RE.match(line)
+            else None
+        )
         m = _ROCM_ARCH_RE.search(line) if "gfx9" in line else None
         if g.last is not None:
             if sm is not None:

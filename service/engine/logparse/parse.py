@@ -149,8 +149,9 @@ def _spend(budget: CpuBudget, stage: str) -> None:
         )
 
 
-def parse_log(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES,
-              budget: CpuBudget | None = None) -> ParsedLog:
+def parse_log(
+    text: str, *, max_bytes: int = DEFAULT_MAX_BYTES, budget: CpuBudget | None = None
+) -> ParsedLog:
     """Parse a crash log pasted as text.
 
     Raises :class:`InputTooLarge` (over ``max_bytes`` UTF-8 bytes, or more CPU time
@@ -224,8 +225,16 @@ def parse_log(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES,
 
 
 def _understood(parsed: ParsedLog) -> dict[str, Any]:
-    keys = {"cleaned_lines", "command", "entrypoint", "model", "env", "python_version", "notes",
-            "missing"}
+    keys = {
+        "cleaned_lines",
+        "command",
+        "entrypoint",
+        "model",
+        "env",
+        "python_version",
+        "notes",
+        "missing",
+    }
     return parsed.model_dump(include=keys) | {
         "server_args": parsed.server_args is not None,
         "release_hints": [h.version for h in parsed.release_hints],
@@ -243,8 +252,9 @@ def _decode(data: bytes, max_bytes: int) -> str:
         raise BinaryInput(f"the input is not valid UTF-8 (byte {exc.start})") from exc
 
 
-def parse_bytes(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                budget: CpuBudget | None = None) -> ParsedLog:
+def parse_bytes(
+    data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES, budget: CpuBudget | None = None
+) -> ParsedLog:
     """Decode ``data`` as strict UTF-8 (:class:`BinaryInput` otherwise) and :func:`parse_log` it."""
     return parse_log(_decode(data, max_bytes), max_bytes=max_bytes, budget=budget)
 
@@ -253,7 +263,9 @@ _PY_VERSION_RE = re.compile(r"(\d{1,2})\.(\d{1,3})")
 
 
 def parse_input(
-    payload: str | bytes | dict[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES,
+    payload: str | bytes | dict[str, Any],
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
     budget: CpuBudget | None = None,
 ) -> tuple[ParsedLog, dict[str, Any]]:
     """Parse a raw log or a structured report ``{"log", "command"?, "release"?, "hardware"?,
@@ -285,8 +297,10 @@ def parse_input(
             except (ValueError, RecursionError):
                 data = None
         if not (isinstance(data, dict) and "log" in data):
-            return (parse_log(payload, max_bytes=max_bytes, budget=budget),
-                    {"hardware": None, "release": None})
+            return (
+                parse_log(payload, max_bytes=max_bytes, budget=budget),
+                {"hardware": None, "release": None},
+            )
         payload = data
     if not isinstance(payload, dict):
         raise LogParseError(f"unsupported input of type {type(payload).__name__}")
@@ -295,8 +309,9 @@ def parse_input(
     return _parse_structured(payload, max_bytes, budget)
 
 
-def _parse_structured(payload: dict[str, Any], max_bytes: int,
-                      budget: CpuBudget) -> tuple[ParsedLog, dict[str, Any]]:
+def _parse_structured(
+    payload: dict[str, Any], max_bytes: int, budget: CpuBudget
+) -> tuple[ParsedLog, dict[str, Any]]:
     log = payload.get("log")
     if isinstance(log, list) and all(isinstance(x, str) for x in log):
         log = "\n".join(log)

@@ -27,16 +27,41 @@ __all__ = ["command_lines", "command_only", "find_message", "missing_parts"]
 
 _MAX_SCAN_LINES = 5000  # lines from the end of the log looked at for a message
 _MAX_MESSAGE_CHARS = 2000
-_LEVEL_RE = re.compile(
-    r"^\[?(?:ERROR|CRITICAL|FATAL|WARNING|WARN|Error|Fatal)\]?(?::| -)? {1,8}"
-)
+_LEVEL_RE = re.compile(r"^\[?(?:ERROR|CRITICAL|FATAL|WARNING|WARN|Error|Fatal)\]?(?::| -)? {1,8}")
 _SIGNAL_RE = re.compile(
     r"(?<![\w-])(?:[a-z][a-z0-9]{0,40}_[a-z0-9_]{1,80}|--[a-z][\w-]{1,80})|sglang|SGLang"
 )
-_ERROR_WORDS = ("must", "should", "not ", "only", "requir", "unsupported", "invalid",
-                "cannot", "can't", "error", "failed", "expected", "incompatible", "exceed")
-_NOT_MESSAGES = ('File "', "$ ", "-", "[", "{", "usage:", "Traceback", "#", "(", "INFO",
-                 "DEBUG", "+ ", "> ")
+_ERROR_WORDS = (
+    "must",
+    "should",
+    "not ",
+    "only",
+    "requir",
+    "unsupported",
+    "invalid",
+    "cannot",
+    "can't",
+    "error",
+    "failed",
+    "expected",
+    "incompatible",
+    "exceed",
+)
+_NOT_MESSAGES = (
+    'File "',
+    "$ ",
+    "-",
+    "[",
+    "{",
+    "usage:",
+    "Traceback",
+    "#",
+    "(",
+    "INFO",
+    "DEBUG",
+    "+ ",
+    "> ",
+)
 _KEY_LINE_RE = re.compile(r"^[\w.\"'-]{1,64}:(?: |$)")
 _COMMAND_HINTS = ("sglang.launch_server", "launch_server.py", "sglang serve", "ServerArgs(")
 
@@ -48,7 +73,7 @@ def _candidate(line: str, last: bool) -> tuple[str, str | None] | None:
         return None
     level = _LEVEL_RE.match(s)
     if level is not None:
-        s = s[level.end():].strip()
+        s = s[level.end() :].strip()
     named = exception_name(s)
     if named is not None and named[1] is not None and named[1].strip():
         return named[1].strip(), named[0]
@@ -90,9 +115,15 @@ def find_message(lines: Sequence[str], skip: frozenset[int] = frozenset()) -> Ex
             continue
         message, name = found
         qualified = name or UNKNOWN_TYPE
-        return ExceptionInfo(type=qualified.rsplit(".", 1)[-1], qualified_type=qualified,
-                             message=message, bare=False, frames=[], context=None,
-                             start_line=i + 1)
+        return ExceptionInfo(
+            type=qualified.rsplit(".", 1)[-1],
+            qualified_type=qualified,
+            message=message,
+            bare=False,
+            frames=[],
+            context=None,
+            start_line=i + 1,
+        )
     return None
 
 
@@ -104,8 +135,11 @@ def missing_parts(primary: ExceptionInfo | None, argparse_error: bool) -> list[s
         return ["the exception or error message (only the launch command was found)"]
     missing = []
     if primary.type == UNKNOWN_TYPE:
-        missing.append("the exception line (the traceback is cut before it)" if primary.frames
-                       else "the exception type")
+        missing.append(
+            "the exception line (the traceback is cut before it)"
+            if primary.frames
+            else "the exception type"
+        )
     if not primary.frames:
         missing.append("the traceback frames")
     return missing

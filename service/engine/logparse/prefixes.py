@@ -35,8 +35,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["SCAN", "LinePrefix", "PrefixKind", "bare_rank", "compose_name", "line_prefix",
-           "source_column", "strip_ansi"]
+__all__ = [
+    "SCAN",
+    "LinePrefix",
+    "PrefixKind",
+    "bare_rank",
+    "compose_name",
+    "line_prefix",
+    "source_column",
+    "strip_ansi",
+]
 
 SCAN = 400
 """Characters of a line the prefix patterns look at."""
@@ -92,8 +100,13 @@ def _launcher(m: re.Match[str]) -> LinePrefix:
     return LinePrefix("launcher", m.end(), source)
 
 
-def line_prefix(line: str, *, rank: bool = False, sglang_ts: bool = False,
-                compose: Callable[[str], bool] | None = None) -> LinePrefix | None:
+def line_prefix(
+    line: str,
+    *,
+    rank: bool = False,
+    sglang_ts: bool = False,
+    compose: Callable[[str], bool] | None = None,
+) -> LinePrefix | None:
     """The transport prefix at the start of ``line``, or None (see the module docstring).
 
     ``rank`` also takes a bare ``0: ``; ``sglang_ts`` also takes SGLang's bracketed

@@ -38,26 +38,46 @@ class Redacted(str):
     __slots__ = ()
 
 
-_SECRET_FLAG_NAMES = ("api-key", "admin-api-key", "hf-token", "token", "secret", "password",
-                      "access-key", "secret-key")
+_SECRET_FLAG_NAMES = (
+    "api-key",
+    "admin-api-key",
+    "hf-token",
+    "token",
+    "secret",
+    "password",
+    "access-key",
+    "secret-key",
+)
 #: A whole ``[\w-]`` run (one start per run: never inside one) that ends in a secret flag
 #: name and is followed by ``=`` or a blank. The run is consumed possessively and its end
 #: checked by fixed-width lookbehinds, so each character is looked at a bounded number of
 #: times. Whether the run holds the ``--`` of a flag is checked in :func:`_secret_flag`.
 _FLAG_RUN_RE = re.compile(
-    r"(?<![\w-])[\w-]*+(?:" + "|".join(f"(?<={re.escape(n)})" for n in _SECRET_FLAG_NAMES)
-    + r")(?=[\s=])", re.I)
+    r"(?<![\w-])[\w-]*+(?:"
+    + "|".join(f"(?<={re.escape(n)})" for n in _SECRET_FLAG_NAMES)
+    + r")(?=[\s=])",
+    re.I,
+)
 #: The separator and the value after a secret flag (matched at the flag's end, never after
 #: a blank, so a search through a run of blanks starts once).
 _FLAG_VALUE_RE = re.compile(r"(?<!\s)(=|\s++)(\"[^\"]*\"|'[^']*'|\S+)")
 
 _SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # NAME=value and NAME: value for env-like names (HF_TOKEN=, OPENAI_API_KEY=, AWS_SECRET_ACCESS_KEY=)
-    (re.compile(r"\b([A-Z0-9_]*(?:TOKEN|API_KEY|SECRET|SECRET_ACCESS_KEY|PASSWORD))(\s*[=:]\s*)"
-                r"(\"[^\"]*\"|'[^']*'|[^\s\"',)]+)"), rf"\1\2{REDACTED}"),
+    (
+        re.compile(
+            r"\b([A-Z0-9_]*(?:TOKEN|API_KEY|SECRET|SECRET_ACCESS_KEY|PASSWORD))(\s*[=:]\s*)"
+            r"(\"[^\"]*\"|'[^']*'|[^\s\"',)]+)"
+        ),
+        rf"\1\2{REDACTED}",
+    ),
     # python reprs and kwargs: ServerArgs(api_key='...', hf_token="...")
-    (re.compile(r"\b([a-z0-9_]*(?:api_key|token|secret|password))(=)(\"[^\"]*\"|'[^']*'|[^\s\"',)]+)"),
-     rf"\1\2{REDACTED}"),
+    (
+        re.compile(
+            r"\b([a-z0-9_]*(?:api_key|token|secret|password))(=)(\"[^\"]*\"|'[^']*'|[^\s\"',)]+)"
+        ),
+        rf"\1\2{REDACTED}",
+    ),
     (re.compile(r"(?i)\b(authorization\s*:\s*(?:bearer|basic|token)\s+)\S+"), rf"\1{REDACTED}"),
     (re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{6,}"), REDACTED),
     (re.compile(r"\bxapp-[A-Za-z0-9-]{6,}"), REDACTED),
@@ -113,7 +133,7 @@ def _redact_flags(text: str) -> str:
             v = _FLAG_VALUE_RE.match(text, m.end())
             if v is None:
                 continue
-            pieces += [text[pos:m.end()], v.group(1), REDACTED]
+            pieces += [text[pos : m.end()], v.group(1), REDACTED]
             pos = v.end()
     if not pieces:
         return text

@@ -44,8 +44,6 @@ SCAN_CHARS = 10_000
 MAX_LINE_CHARS = 100_000  # longer lines are cut (a ServerArgs repr can be ~15k characters)
 
 
-
-
 class CpuBudget:
     """CPU seconds that reading one log may spend, checked between lines and stages.
 
@@ -73,7 +71,9 @@ class CpuBudget:
 # --------------------------------------------------------------------------- cleaning
 
 _LEVELS = r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)"
-_FRAMEISH_RE = re.compile(rf'^[ \t]{{0,40}}(?:File "|Traceback \(|{_LEVELS}\b|[A-Z][\w.]{{0,200}}:)')
+_FRAMEISH_RE = re.compile(
+    rf'^[ \t]{{0,40}}(?:File "|Traceback \(|{_LEVELS}\b|[A-Z][\w.]{{0,200}}:)'
+)
 
 
 def _compose_services(lines: Sequence[str]) -> frozenset[str]:
@@ -116,8 +116,9 @@ def _strip_column(line: str, always: bool) -> str:
     return line
 
 
-def _strip_prefix(line: str, compose: frozenset[str],
-                  rank: bool = False) -> tuple[str, bool, str | None]:
+def _strip_prefix(
+    line: str, compose: frozenset[str], rank: bool = False
+) -> tuple[str, bool, str | None]:
     """Remove transport prefixes (:func:`~service.engine.logparse.prefixes.line_prefix`,
     SGLang's ``[timestamp]`` included) from one line.
 

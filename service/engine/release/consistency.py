@@ -47,8 +47,17 @@ from service.engine.logparse.parse import ParsedLog
 from service.engine.release.resolve import ReleaseResolution
 from service.engine.release.versions import release_sort_key
 
-__all__ = ["DOUBT", "MAX_LOOKED", "MAX_TRIED", "NEAR_SCORE", "SLACK", "Recheck", "fires_in", "locate_in",
-           "recheck_release"]
+__all__ = [
+    "DOUBT",
+    "MAX_LOOKED",
+    "MAX_TRIED",
+    "NEAR_SCORE",
+    "SLACK",
+    "Recheck",
+    "fires_in",
+    "locate_in",
+    "recheck_release",
+]
 
 MAX_TRIED = 3
 """Other releases evaluated at most when the picked one cannot have fired."""
@@ -65,7 +74,9 @@ SLACK = 0.1
 (its location's confidence at most this much lower): a frame that lands on a line of the
 check there, not a guess by function."""
 _KEEP = frozenset({"explicit", "hint"})
-_RECEIVER = re.compile(r"\bresolved_view\((?:self|server_args)\)\.|\b(?:self|cfg|server_args|args|view)\.")
+_RECEIVER = re.compile(
+    r"\bresolved_view\((?:self|server_args)\)\.|\b(?:self|cfg|server_args|args|view)\."
+)
 
 
 @dataclass
@@ -77,15 +88,23 @@ class Recheck:
     located: Located | None
 
 
-def locate_in(store: Store, exc: ExceptionInfo, release: str, offsets: dict[str, int],
-              scope: Scope | None) -> Located | None:
+def locate_in(
+    store: Store, exc: ExceptionInfo, release: str, offsets: dict[str, int], scope: Scope | None
+) -> Located | None:
     """The check of ``release`` that raised ``exc``: by frames, else by message."""
-    return locate_by_frames(exc, store, release, offsets) or \
-        locate_by_message(exc, store, release, scope)
+    return locate_by_frames(exc, store, release, offsets) or locate_by_message(
+        exc, store, release, scope
+    )
 
 
-def fires_in(store: Store, release: str, located: Located, exc: ExceptionInfo,
-             parsed: ParsedLog, facts: dict[str, Value]) -> object:
+def fires_in(
+    store: Store,
+    release: str,
+    located: Located,
+    exc: ExceptionInfo,
+    parsed: ParsedLog,
+    facts: dict[str, Value],
+) -> object:
     """True, False or UNKNOWN: does the located check's path condition hold in ``release``
     with the command's flags, ``facts`` and the message's printed values (the triage's
     own evaluation, without fixes)?"""
@@ -101,8 +120,10 @@ def fires_in(store: Store, release: str, located: Located, exc: ExceptionInfo,
         attrs = base_attrs(catalog, pargs, parsed.server_args)
     attrs.update(printed.attrs)
     merged = {**facts, **printed.facts}
-    ev = held_at_crash(evaluate_path(store, release, check, attrs, merged,
-                                     facts_sig=facts_signature(merged)), printed)
+    ev = held_at_crash(
+        evaluate_path(store, release, check, attrs, merged, facts_sig=facts_signature(merged)),
+        printed,
+    )
     return ev.fired
 
 
@@ -110,8 +131,9 @@ def _alternatives(res: ReleaseResolution) -> list[tuple[str, dict[str, int]]]:
     """(release, line offsets) the evidence leaves open besides the pick, best first."""
     pick = res.release
     if res.range is not None and res.method not in ("fingerprint", "nearest"):
-        rels = sorted((r for r in res.range.releases if r != pick), key=release_sort_key,
-                      reverse=True)
+        rels = sorted(
+            (r for r in res.range.releases if r != pick), key=release_sort_key, reverse=True
+        )
         return [(r, {}) for r in rels]
     mine = next((c for c in res.candidates if c.release == pick), None)
     if mine is None:
@@ -121,15 +143,23 @@ def _alternatives(res: ReleaseResolution) -> list[tuple[str, dict[str, int]]]:
         if c.release == pick:
             continue
         same = c.matched_frames == mine.matched_frames and abs(c.score - mine.score) < 1e-6
-        near = res.method == "nearest" and c.matched_frames == mine.matched_frames \
+        near = (
+            res.method == "nearest"
+            and c.matched_frames == mine.matched_frames
             and c.score >= NEAR_SCORE * mine.score > 0
+        )
         if same or near:
             out.append((c.release, dict(c.offsets)))
     return out
 
 
-def recheck_release(store: Store, parsed: ParsedLog, res: ReleaseResolution,
-                    facts: dict[str, Value], scope: Scope | None = None) -> Recheck:
+def recheck_release(
+    store: Store,
+    parsed: ParsedLog,
+    res: ReleaseResolution,
+    facts: dict[str, Value],
+    scope: Scope | None = None,
+) -> Recheck:
     """The consistency step (see the module docstring)."""
     exc = parsed.primary
     if exc is None or parsed.argparse_error is not None or res.release is None:
@@ -138,14 +168,22 @@ def recheck_release(store: Store, parsed: ParsedLog, res: ReleaseResolution,
     if located is None or fires_in(store, res.release, located, exc, parsed, facts) is not False:
         return Recheck(res, located)
     where = f"{located.check['path']}:{located.check['start_line']}"
-    cannot = (f"the located check ({where}) cannot fire in {res.release} with the command's "
-              "flags and the message's values")
+    cannot = (
+        f"the located check ({where}) cannot fire in {res.release} with the command's "
+        "flags and the message's values"
+    )
     # ``pip hint names 0.5.11: sglang==0.5.11`` (release.resolve's evidence)
     named = any(f" hint names {res.release}:" in e for e in res.evidence)
     if res.method in _KEEP or named:
-        return Recheck(_noted(res, f"{cannot}; kept {res.release}, which "
-                                   f"{'was given' if res.method == 'explicit' else 'the log names'}",
-                              DOUBT), located)
+        return Recheck(
+            _noted(
+                res,
+                f"{cannot}; kept {res.release}, which "
+                f"{'was given' if res.method == 'explicit' else 'the log names'}",
+                DOUBT,
+            ),
+            located,
+        )
     tried: list[str] = []
     seen = {_signature(located.check)}
     maybe: tuple[str, dict[str, int], Located] | None = None
@@ -169,10 +207,24 @@ def recheck_release(store: Store, parsed: ParsedLog, res: ReleaseResolution,
         rel, offsets, there = maybe
         return Recheck(_moved(res, rel, offsets, f"{cannot}; in {rel} it may fire"), there)
     if not tried:
-        return Recheck(_noted(res, f"{cannot}; no other release that fits the evidence has "
-                                   "another version of the check", DOUBT), located)
-    return Recheck(_noted(res, f"{cannot}, nor in {', '.join(tried)}: the release, the "
-                               "command or the facts may be wrong", DOUBT), located)
+        return Recheck(
+            _noted(
+                res,
+                f"{cannot}; no other release that fits the evidence has "
+                "another version of the check",
+                DOUBT,
+            ),
+            located,
+        )
+    return Recheck(
+        _noted(
+            res,
+            f"{cannot}, nor in {', '.join(tried)}: the release, the "
+            "command or the facts may be wrong",
+            DOUBT,
+        ),
+        located,
+    )
 
 
 def _signature(check: dict[str, Any]) -> tuple[str, ...]:
@@ -185,16 +237,22 @@ def _signature(check: dict[str, Any]) -> tuple[str, ...]:
 
 
 def _noted(res: ReleaseResolution, text: str, factor: float) -> ReleaseResolution:
-    return res.model_copy(update={
-        "confidence": round(res.confidence * factor, 3),
-        "note": "; ".join(x for x in (res.note, text) if x),
-        "evidence": [*res.evidence, text]})
+    return res.model_copy(
+        update={
+            "confidence": round(res.confidence * factor, 3),
+            "note": "; ".join(x for x in (res.note, text) if x),
+            "evidence": [*res.evidence, text],
+        }
+    )
 
 
-def _moved(res: ReleaseResolution, rel: str, offsets: dict[str, int],
-           text: str) -> ReleaseResolution:
+def _moved(
+    res: ReleaseResolution, rel: str, offsets: dict[str, int], text: str
+) -> ReleaseResolution:
     update: dict[str, Any] = {
-        "release": rel, "line_offsets": offsets,
+        "release": rel,
+        "line_offsets": offsets,
         "note": "; ".join(x for x in (res.note, f"{text}: answered from {rel}") if x),
-        "evidence": [*res.evidence, f"{text}: answered from {rel}, not {res.release}"]}
+        "evidence": [*res.evidence, f"{text}: answered from {rel}, not {res.release}"],
+    }
     return res.model_copy(update=update)

@@ -106,8 +106,7 @@ class _FileIndex:
 
     def enclosing(self, n: int) -> list[_Fn]:
         """Functions whose lines include ``n``, innermost first."""
-        return sorted((f for f in self.functions if f.start <= n <= f.end),
-                      key=lambda f: -f.start)
+        return sorted((f for f in self.functions if f.start <= n <= f.end), key=lambda f: -f.start)
 
     def named(self, name: str) -> list[_Fn]:
         return [f for f in self.functions if f.name == name]
@@ -148,24 +147,36 @@ def _file_index(key: _Key) -> _FileIndex | None:
             loose.setdefault(_loose(s), []).append(i)
     fns = key.store.query(
         "SELECT name, qualname, start_line, end_line FROM functions WHERE release = ? AND path = ?",
-        (key.release, key.path))
+        (key.release, key.path),
+    )
     chks = key.store.query(
         "SELECT function, exc_type, bare, start_line, end_line FROM checks "
-        "WHERE release = ? AND path = ?", (key.release, key.path))
+        "WHERE release = ? AND path = ?",
+        (key.release, key.path),
+    )
     return _FileIndex(
         lines=lines,
         positions={k: tuple(v) for k, v in positions.items()},
         loose={k: tuple(v) for k, v in loose.items()},
         functions=tuple(_Fn(r["name"], r["qualname"], r["start_line"], r["end_line"]) for r in fns),
-        checks=tuple(_Check(r["function"], (r["exc_type"] or "").rsplit(".", 1)[-1],
-                            bool(r["bare"]), r["start_line"], r["end_line"]) for r in chks),
+        checks=tuple(
+            _Check(
+                r["function"],
+                (r["exc_type"] or "").rsplit(".", 1)[-1],
+                bool(r["bare"]),
+                r["start_line"],
+                r["end_line"],
+            )
+            for r in chks
+        ),
     )
 
 
 def _release_file(store: Store, rel: dict[str, Any], path: str) -> _FileIndex | None:
     """The cached :class:`_FileIndex` of ``path`` in the release row ``rel``."""
-    return _file_index(_Key(str(store.path), rel["version"], rel.get("content_hash") or "",
-                            path, store))
+    return _file_index(
+        _Key(str(store.path), rel["version"], rel.get("content_hash") or "", path, store)
+    )
 
 
 # ------------------------------------------------------------------------------ frames
@@ -202,8 +213,16 @@ def sglang_frames(parsed: ParsedLog) -> list[FrameRef]:
             seen.add(key)
             printed = [s.strip() for s in (fr.source or "").split("\n") if s.strip()]
             crash = exc if exc is parsed.primary and i == len(frames) - 1 else None
-            out.append(FrameRef(fr.package_path, fr.line, fr.function,
-                                printed[0] if printed else None, tuple(printed[1:4]), crash))
+            out.append(
+                FrameRef(
+                    fr.package_path,
+                    fr.line,
+                    fr.function,
+                    printed[0] if printed else None,
+                    tuple(printed[1:4]),
+                    crash,
+                )
+            )
             if len(out) >= MAX_FRAMES:
                 return out
     return out
@@ -246,9 +265,14 @@ class ReleaseScore:
 
     def candidate(self) -> ReleaseCandidate:
         """The public summary of this score."""
-        return ReleaseCandidate(release=self.release, score=self.score,
-                                matched_frames=self.matched, total_frames=self.total,
-                                offsets=dict(self.per_path), evidence=self.evidence[:8])
+        return ReleaseCandidate(
+            release=self.release,
+            score=self.score,
+            matched_frames=self.matched,
+            total_frames=self.total,
+            offsets=dict(self.per_path),
+            evidence=self.evidence[:8],
+        )
 
 
 def _function_ok(idx: _FileIndex, fr: FrameRef) -> bool:
@@ -281,18 +305,20 @@ def _occurrences(idx: _FileIndex, fr: FrameRef) -> tuple[list[int], bool, bool]:
     found = [n for n in idx.positions.get(fr.text, ()) if any(lo <= n <= hi for lo, hi in ranges)]
     if not found:
         loose = True
-        found = [n for n in idx.loose.get(_loose(fr.text), ())
-                 if any(lo <= n <= hi for lo, hi in ranges)]
+        found = [
+            n for n in idx.loose.get(_loose(fr.text), ()) if any(lo <= n <= hi for lo, hi in ranges)
+        ]
     if fr.more:
-        follow = [n for n in found
-                  if all(idx.line(n + k + 1) == s for k, s in enumerate(fr.more))]
+        follow = [n for n in found if all(idx.line(n + k + 1) == s for k, s in enumerate(fr.more))]
         found = follow or found
     if fr.crash is not None and fns:
         exc_type = fr.crash.type.rsplit(".", 1)[-1]
         quals = {f.qualname for f in fns}
-        spans = [(c.start, c.end) for c in idx.checks
-                 if c.function in quals and c.exc_type == exc_type
-                 and (c.bare or not fr.crash.bare)]
+        spans = [
+            (c.start, c.end)
+            for c in idx.checks
+            if c.function in quals and c.exc_type == exc_type and (c.bare or not fr.crash.bare)
+        ]
         inside = [n for n in found if any(lo <= n <= hi for lo, hi in spans)]
         found = inside or found
     return found, True, loose
@@ -324,13 +350,17 @@ def score_release(store: Store, rel: dict[str, Any], frames: list[FrameRef]) -> 
         if lines:
             choices.append((fr, lines))
             if loose:
-                sc.evidence.append(f"{fr.path}:{fr.line}: `{shorten(fr.text)}` is in {version} "
-                                   "with another argument object (self./server_args./cfg.)")
+                sc.evidence.append(
+                    f"{fr.path}:{fr.line}: `{shorten(fr.text)}` is in {version} "
+                    "with another argument object (self./server_args./cfg.)"
+                )
         elif len(sc.evidence) < 8:
             sc.evidence.append(
-                f"{fr.path}:{fr.line}: no function {fr.function} in {version}" if not fn_found
+                f"{fr.path}:{fr.line}: no function {fr.function} in {version}"
+                if not fn_found
                 else f"{fr.path}:{fr.line}: `{shorten(fr.text)}` is not in {fr.function} "
-                     f"in {version}")
+                f"in {version}"
+            )
     _pick_offsets(sc, choices)
     return sc
 
@@ -351,13 +381,18 @@ def _pick_offsets(sc: ReleaseScore, choices: list[tuple[FrameRef, list[int]]]) -
         sc.offsets.append((fr.path, off))
         sc.per_path.setdefault(fr.path, off)  # frames come innermost first
         if off and len(sc.evidence) < 8:
-            sc.evidence.append(f"{fr.path}:{fr.line} `{shorten(fr.text or '')}` is line {best} "
-                               f"in {sc.release} (offset {off:+d})")
+            sc.evidence.append(
+                f"{fr.path}:{fr.line} `{shorten(fr.text or '')}` is line {best} "
+                f"in {sc.release} (offset {off:+d})"
+            )
     if sc.exact:
         sc.evidence.insert(0, f"all {sc.matched} printed frame lines match {sc.release} exactly")
     elif sc.anchors:
-        sc.evidence.insert(0, f"{sc.matched}/{sc.anchors} printed frame lines match "
-                              f"{sc.release} exactly; {sc.found} found nearby")
+        sc.evidence.insert(
+            0,
+            f"{sc.matched}/{sc.anchors} printed frame lines match "
+            f"{sc.release} exactly; {sc.found} found nearby",
+        )
 
 
 _WORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{3,}")

@@ -54,15 +54,28 @@ from service.engine.logparse.parse import ParsedLog
 from service.engine.release.fingerprint import shorten, warning_fits
 from service.engine.release.versions import is_dev, match_release, not_after, release_sort_key
 
-__all__ = ["MESSAGE_TIE", "PieceKind", "RangePiece", "ReleaseRange", "best_message_matches",
-           "infer_range", "span"]
+__all__ = [
+    "MESSAGE_TIE",
+    "PieceKind",
+    "RangePiece",
+    "ReleaseRange",
+    "best_message_matches",
+    "infer_range",
+    "span",
+]
 
 PieceKind = Literal["warnings", "hint", "server_args", "argparse", "command", "message"]
 
 #: Releases whose best template match is within this of the best release's match it equally.
 MESSAGE_TIE = 0.02
-_ORDER: tuple[PieceKind, ...] = ("warnings", "hint", "server_args", "argparse", "command",
-                                 "message")
+_ORDER: tuple[PieceKind, ...] = (
+    "warnings",
+    "hint",
+    "server_args",
+    "argparse",
+    "command",
+    "message",
+)
 
 
 class RangePiece(BaseModel):
@@ -138,26 +151,33 @@ def _warnings(parsed: ParsedLog, store: Store, rows: list[dict]) -> RangePiece |
     return RangePiece(kind="warnings", releases=fit, citations=cites, text=text)
 
 
-
 def _hint(parsed: ParsedLog, ingested: list[str]) -> RangePiece | None:
     hints = [h for h in parsed.release_hints if h.kind != "explicit"]
     named = {rel: h for h in reversed(hints) if (rel := match_release(h.version, ingested))}
     if named:
         rels = sorted(named, key=release_sort_key)
         first = named[rels[-1]]
-        return RangePiece(kind="hint", releases=rels,
-                          text=f"the log names {span(rels, ingested)} "
-                               f"({first.kind}: {shorten(first.evidence, 80)})")
+        return RangePiece(
+            kind="hint",
+            releases=rels,
+            text=f"the log names {span(rels, ingested)} "
+            f"({first.kind}: {shorten(first.evidence, 80)})",
+        )
     for h in hints:
         if is_dev(h.version):
             base = sorted(not_after(h.version, ingested), key=release_sort_key)
             if base:
-                return RangePiece(kind="hint", releases=base,
-                                  text=f"dev build {h.version}: {span(base, ingested)} are not "
-                                       "after it")
+                return RangePiece(
+                    kind="hint",
+                    releases=base,
+                    text=f"dev build {h.version}: {span(base, ingested)} are not after it",
+                )
     if hints:
-        return RangePiece(kind="hint", releases=list(ingested),
-                          text=f"the log names {hints[0].version}, which is not ingested")
+        return RangePiece(
+            kind="hint",
+            releases=list(ingested),
+            text=f"the log names {hints[0].version}, which is not ingested",
+        )
     return None
 
 
@@ -180,9 +200,16 @@ def _server_args(parsed: ParsedLog, store: Store, ingested: list[str]) -> RangeP
     fewest = min(missing.values(), default=0)
     fit = [r for r in ingested if r in missing and missing[r] == fewest]
     what = f"the ServerArgs(...) dump's {len(dump)} fields"
-    return RangePiece(kind="server_args", releases=fit, citations=[cites[r] for r in fit[-2:]],
-                      text=(f"{what} are {span(fit, ingested)}'s fields" if fit
-                            else f"{what} are no ingested release's fields"))
+    return RangePiece(
+        kind="server_args",
+        releases=fit,
+        citations=[cites[r] for r in fit[-2:]],
+        text=(
+            f"{what} are {span(fit, ingested)}'s fields"
+            if fit
+            else f"{what} are no ingested release's fields"
+        ),
+    )
 
 
 def _argparse(parsed: ParsedLog, store: Store, ingested: list[str]) -> RangePiece | None:
@@ -198,8 +225,11 @@ def _argparse(parsed: ParsedLog, store: Store, ingested: list[str]) -> RangePiec
             if all(n in unknown for n in names):
                 fit.append(rel)
         what = ", ".join(f"`{n}`" for n in names[:4])
-        text = (f"{_says(fit, ingested, 'has', 'have')} no flag {what}" if fit
-                else f"every ingested release has {what}")
+        text = (
+            f"{_says(fit, ingested, 'has', 'have')} no flag {what}"
+            if fit
+            else f"every ingested release has {what}"
+        )
     else:
         flag = err.flags[0]
         value = err.values[0] if err.values else None
@@ -216,8 +246,9 @@ def _argparse(parsed: ParsedLog, store: Store, ingested: list[str]) -> RangePiec
             if spec.path and spec.line:
                 cites.append(f"{rel}:{spec.path}:{spec.line}")
         if err.kind == "invalid_choice":
-            text = (f"{_says(fit, ingested, 'refuses', 'refuse')} {value!r} for `{flag}`"
-                    + (" with exactly the choices argparse listed" if listed else ""))
+            text = f"{_says(fit, ingested, 'refuses', 'refuse')} {value!r} for `{flag}`" + (
+                " with exactly the choices argparse listed" if listed else ""
+            )
         else:
             text = f"{_says(fit, ingested, 'has', 'have')} `{flag}`"
     return RangePiece(kind="argparse", releases=fit, citations=cites[-2:], text=text)
@@ -234,23 +265,30 @@ def _command(parsed: ParsedLog, store: Store, ingested: list[str]) -> RangePiece
     for rel in ingested:
         pa = parse_argv(argv, load_catalog(store, rel))
         bad = [u for u in pa.unknown if u.startswith("-") and u.split("=", 1)[0] not in skip]
-        bad += [e for e in pa.errors if "invalid choice" in e
-                and not any(f"{s}" in e.split(":", 1)[0] for s in skip)]
+        bad += [
+            e
+            for e in pa.errors
+            if "invalid choice" in e and not any(f"{s}" in e.split(":", 1)[0] for s in skip)
+        ]
         if bad:
             refused[rel] = shorten(bad[0], 60)
         else:
             fit.append(rel)
     n = sum(a.startswith("--") for a in argv)
-    text = (f"{_says(fit, ingested, 'accepts', 'accept')} every flag of the command ({n} flags)"
-            if fit else "no ingested release accepts every flag of the command")
+    text = (
+        f"{_says(fit, ingested, 'accepts', 'accept')} every flag of the command ({n} flags)"
+        if fit
+        else "no ingested release accepts every flag of the command"
+    )
     if refused:
         no = sorted(refused, key=release_sort_key)
         text += f"; {_says(no, ingested, 'refuses', 'refuse')} it ({no[0]}: `{refused[no[0]]}`)"
     return RangePiece(kind="command", releases=fit, text=text)
 
 
-def best_message_matches(parsed: ParsedLog, store: Store,
-                         releases: Sequence[str]) -> dict[str, MessageMatch]:
+def best_message_matches(
+    parsed: ParsedLog, store: Store, releases: Sequence[str]
+) -> dict[str, MessageMatch]:
     """The best check match (at least :data:`MESSAGE_MIN`) of the primary message per release."""
     exc = parsed.primary
     if exc is None or not exc.message or parsed.argparse_error is not None:
@@ -268,14 +306,18 @@ def _message(parsed: ParsedLog, store: Store, ingested: list[str]) -> RangePiece
     if not best:
         return None
     top = max(m.score for m in best.values())
-    tied = sorted((r for r, m in best.items() if m.score >= top - MESSAGE_TIE), key=release_sort_key)
+    tied = sorted(
+        (r for r, m in best.items() if m.score >= top - MESSAGE_TIE), key=release_sort_key
+    )
     m = best[tied[-1]]
     where = f"`{shorten(m.template, 80)}` ({m.path}:{m.start_line} in {tied[-1]})"
     kind = f" ({m.match_kind} match, score {m.score})" if m.match_kind != "full" else ""
     if len(tied) == len(ingested):
         text = f"the message matches {where}{kind}, and alike in every ingested release"
     else:
-        text = f"{_says(tied, ingested, 'holds', 'hold')} a check matching the message: {where}{kind}"
+        text = (
+            f"{_says(tied, ingested, 'holds', 'hold')} a check matching the message: {where}{kind}"
+        )
     lesser = [r for r in ingested if r in best and r not in tied]
     absent = [r for r in ingested if r not in best]
     if lesser:
@@ -283,8 +325,13 @@ def _message(parsed: ParsedLog, store: Store, ingested: list[str]) -> RangePiece
     if absent:
         text += f"; {_says(absent, ingested, 'holds', 'hold')} no such check"
     cites = [f"{r}:{best[r].path}:{best[r].start_line}" for r in (tied[0], tied[-1])]
-    return RangePiece(kind="message", releases=tied, text=text, score=m.score,
-                      citations=list(dict.fromkeys(cites)))
+    return RangePiece(
+        kind="message",
+        releases=tied,
+        text=text,
+        score=m.score,
+        citations=list(dict.fromkeys(cites)),
+    )
 
 
 # ------------------------------------------------------------------------------ range
@@ -294,14 +341,18 @@ def infer_range(parsed: ParsedLog, store: Store, rows: list[dict]) -> ReleaseRan
     """Intersect the evidence of ``parsed`` over the ingested release rows ``rows``
     (sorted oldest first; ``version`` and ``content_hash`` each)."""
     ingested = [r["version"] for r in rows]
-    pieces = [p for p in (
-        _warnings(parsed, store, rows),
-        _hint(parsed, ingested),
-        _server_args(parsed, store, ingested),
-        _argparse(parsed, store, ingested),
-        _command(parsed, store, ingested),
-        _message(parsed, store, ingested),
-    ) if p is not None]
+    pieces = [
+        p
+        for p in (
+            _warnings(parsed, store, rows),
+            _hint(parsed, ingested),
+            _server_args(parsed, store, ingested),
+            _argparse(parsed, store, ingested),
+            _command(parsed, store, ingested),
+            _message(parsed, store, ingested),
+        )
+        if p is not None
+    ]
     pieces.sort(key=lambda p: _ORDER.index(p.kind))
     current = list(ingested)
     for p in pieces:
@@ -319,6 +370,11 @@ def infer_range(parsed: ParsedLog, store: Store, rows: list[dict]) -> ReleaseRan
     text = span(current, ingested)
     if len(ingested) > 1:
         text += f" (of {ingested[0]}–{ingested[-1]})"
-    return ReleaseRange(first=current[0] if current else None,
-                        last=current[-1] if current else None,
-                        releases=current, ingested=ingested, text=text, evidence=pieces)
+    return ReleaseRange(
+        first=current[0] if current else None,
+        last=current[-1] if current else None,
+        releases=current,
+        ingested=ingested,
+        text=text,
+        evidence=pieces,
+    )

@@ -92,15 +92,29 @@ from service.engine.release.versions import (
 
 __all__ = ["ReleaseResolution", "resolve_release"]
 
-Method = Literal["explicit", "hint", "fingerprint", "nearest", "warnings", "message", "range",
-                 "only_release", "none"]
+Method = Literal[
+    "explicit",
+    "hint",
+    "fingerprint",
+    "nearest",
+    "warnings",
+    "message",
+    "range",
+    "only_release",
+    "none",
+]
 
 #: Releases whose best template match for the message is within this of the best
 #: release's match it equally well.
 _MESSAGE_TIE = 0.02
 
-_HINT_STRENGTH = {"explicit": 1.0, "dist_info": 1.0, "check_env": 1.0, "pip": 0.9,
-                  "version_string": 0.7}
+_HINT_STRENGTH = {
+    "explicit": 1.0,
+    "dist_info": 1.0,
+    "check_env": 1.0,
+    "pip": 0.9,
+    "version_string": 0.7,
+}
 #: Release hints in the order they are believed.
 HINT_ORDER = ("explicit", "dist_info", "check_env", "pip", "version_string")
 _SETTLE = "pass the release, e.g. from `pip show sglang` or `python -m sglang.check_env`"
@@ -127,8 +141,9 @@ class ReleaseResolution(BaseModel):
 def _hints(parsed: ParsedLog, explicit: str | None) -> list[ReleaseHint]:
     hints = list(parsed.release_hints)
     if explicit:
-        hints.insert(0, ReleaseHint(version=explicit, evidence=f"release given: {explicit}",
-                                    kind="explicit"))
+        hints.insert(
+            0, ReleaseHint(version=explicit, evidence=f"release given: {explicit}", kind="explicit")
+        )
     order = {k: i for i, k in enumerate(HINT_ORDER)}
     return sorted(hints, key=lambda h: order.get(h.kind, len(order)))
 
@@ -148,19 +163,32 @@ class _Ctx:
     notes: list[str] = field(default_factory=list)
     range: ReleaseRange | None = None
 
-    def done(self, release: str | None, confidence: float, method: Method, dev: bool = False,
-             order: Sequence[str] = ()) -> ReleaseResolution:
+    def done(
+        self,
+        release: str | None,
+        confidence: float,
+        method: Method,
+        dev: bool = False,
+        order: Sequence[str] = (),
+    ) -> ReleaseResolution:
         offsets = dict(self.scored[release].per_path) if release in self.scored else {}
         return ReleaseResolution(
-            release=release, confidence=round(max(0.0, min(1.0, confidence)), 3), method=method,
-            dev_build=dev or is_dev(self.reported), reported_version=self.reported,
-            note="; ".join(self.notes) or None, evidence=self.evidence,
-            candidates=_ordered(self.scored, release, order), line_offsets=offsets,
-            range=self.range)
+            release=release,
+            confidence=round(max(0.0, min(1.0, confidence)), 3),
+            method=method,
+            dev_build=dev or is_dev(self.reported),
+            reported_version=self.reported,
+            note="; ".join(self.notes) or None,
+            evidence=self.evidence,
+            candidates=_ordered(self.scored, release, order),
+            line_offsets=offsets,
+            range=self.range,
+        )
 
 
-def resolve_release(parsed: ParsedLog, store: Store, *,
-                    explicit: str | None = None) -> ReleaseResolution:
+def resolve_release(
+    parsed: ParsedLog, store: Store, *, explicit: str | None = None
+) -> ReleaseResolution:
     """Decide which ingested release to analyse ``parsed`` against (see the module docstring)."""
     rows = [r for r in store.releases() if r.get("status") in ("indexed", "complete")]
     rows.sort(key=lambda r: release_sort_key(r["version"]))
@@ -170,9 +198,13 @@ def resolve_release(parsed: ParsedLog, store: Store, *,
     reported = hints[0].version if hints else None
     if not ingested:
         return ReleaseResolution(
-            release=None, confidence=0.0, method="none", dev_build=is_dev(reported),
+            release=None,
+            confidence=0.0,
+            method="none",
+            dev_build=is_dev(reported),
             reported_version=reported,
-            note="no release is ingested; run `sglang-triage ingest --release X`")
+            note="no release is ingested; run `sglang-triage ingest --release X`",
+        )
     frames = sglang_frames(parsed)
     scored = {r["version"]: score_release(store, r, frames) for r in rows} if frames else {}
     ctx = _Ctx(ingested, reported, scored, {})
@@ -191,8 +223,10 @@ def resolve_release(parsed: ParsedLog, store: Store, *,
         if rel is not None:
             _explicit_evidence(ctx, rel)
             return ctx.done(rel, 1.0, "explicit")
-        ctx.notes.append(f"release {explicit_hint.version} was given but is not ingested "
-                         f"(ingested: {', '.join(ingested)}); resolved from the log instead")
+        ctx.notes.append(
+            f"release {explicit_hint.version} was given but is not ingested "
+            f"(ingested: {', '.join(ingested)}); resolved from the log instead"
+        )
     if scored:  # 2. and 3.
         res = _from_frames(ctx)
         if res is not None:
@@ -209,23 +243,30 @@ def _from_range(ctx: _Ctx, rng: ReleaseRange, frames: bool) -> ReleaseResolution
     named = [r for r in rng.releases if r in ctx.hinted]
     penalty = 0.0
     if ctx.hinted and not named:
-        _contradicted(ctx.hinted, ctx.evidence, "warnings" if "warnings" in narrowing
-                      else "log's evidence")
+        _contradicted(
+            ctx.hinted, ctx.evidence, "warnings" if "warnings" in narrowing else "log's evidence"
+        )
         penalty = 0.1
     if named:  # a release the log names, consistent with the stronger evidence
         pick = max(named, key=lambda r: (ctx.hinted[r], release_sort_key(r)))
         if "warnings" in narrowing:
-            return ctx.done(pick, _hint_adjust(0.6, pick, ctx.hinted, ctx.evidence, "warnings"),
-                            "warnings", order=order)
+            return ctx.done(
+                pick,
+                _hint_adjust(0.6, pick, ctx.hinted, ctx.evidence, "warnings"),
+                "warnings",
+                order=order,
+            )
         return ctx.done(pick, (0.8 if frames else 0.9) * ctx.hinted[pick], "hint", order=order)
-    dev = next((p for p in rng.evidence if p.kind == "hint" and p.used
-                and is_dev(ctx.reported)), None)
+    dev = next(
+        (p for p in rng.evidence if p.kind == "hint" and p.used and is_dev(ctx.reported)), None
+    )
     if dev is not None and rng.releases:
         pick = rng.releases[-1]
-        ctx.notes.append(f"dev build {ctx.reported}; nearest release {pick} by version "
-                         "number (no traceback lines to compare)")
-        return ctx.done(pick, 0.3 + 0.05 * (len(narrowing) > 1), "nearest", dev=True,
-                        order=order)
+        ctx.notes.append(
+            f"dev build {ctx.reported}; nearest release {pick} by version "
+            "number (no traceback lines to compare)"
+        )
+        return ctx.done(pick, 0.3 + 0.05 * (len(narrowing) > 1), "nearest", dev=True, order=order)
     if rng.narrowed:
         pick = _tie_break(rng.releases, {}, ctx.reported)
         single = len(rng.releases) == 1
@@ -244,24 +285,37 @@ def _from_range(ctx: _Ctx, rng: ReleaseRange, frames: bool) -> ReleaseResolution
         else:  # named, but ruled out by stronger evidence
             said = f"the log's evidence rules out {ctx.reported}, the release the log names"
         why = ", ".join(dict.fromkeys(_WHY[k] for k in narrowing))
-        which = ("the newest of them" if pick == rng.releases[-1]
-                 else f"the newest of them not after {ctx.reported}")
-        ctx.notes.append(f"{said}; the releases that fit {why}: {rng.text}; took {pick}, "
-                         f"{which} (releases not ingested may fit too). "
-                         f"To settle it, {_SETTLE}")
+        which = (
+            "the newest of them"
+            if pick == rng.releases[-1]
+            else f"the newest of them not after {ctx.reported}"
+        )
+        ctx.notes.append(
+            f"{said}; the releases that fit {why}: {rng.text}; took {pick}, "
+            f"{which} (releases not ingested may fit too). "
+            f"To settle it, {_SETTLE}"
+        )
         return ctx.done(pick, conf - penalty, method, order=order)
     if len(ctx.ingested) == 1:
-        ctx.notes.append(f"only {ctx.ingested[0]} is ingested and the log does not name a "
-                         f"release; {_SETTLE}")
+        ctx.notes.append(
+            f"only {ctx.ingested[0]} is ingested and the log does not name a release; {_SETTLE}"
+        )
         return ctx.done(ctx.ingested[0], 0.3, "only_release")
-    ctx.notes.append(f"nothing in the log identifies the release; analysing against the "
-                     f"newest ingested release {ctx.ingested[-1]}. To settle it, {_SETTLE}")
+    ctx.notes.append(
+        f"nothing in the log identifies the release; analysing against the "
+        f"newest ingested release {ctx.ingested[-1]}. To settle it, {_SETTLE}"
+    )
     return ctx.done(ctx.ingested[-1], 0.15, "none")
 
 
-_WHY = {"warnings": "the warnings", "hint": "the version named", "server_args":
-        "the ServerArgs dump", "argparse": "the argparse error", "command": "the command's flags",
-        "message": "the message"}
+_WHY = {
+    "warnings": "the warnings",
+    "hint": "the version named",
+    "server_args": "the ServerArgs dump",
+    "argparse": "the argparse error",
+    "command": "the command's flags",
+    "message": "the message",
+}
 
 
 def _explicit_evidence(ctx: _Ctx, rel: str) -> None:
@@ -272,61 +326,85 @@ def _explicit_evidence(ctx: _Ctx, rel: str) -> None:
     best = max(ctx.scored.values(), key=lambda s: (s.exact, s.score))
     mine = ctx.scored[rel]
     if best.release != rel and best.exact and not mine.exact:
-        ctx.evidence.append(f"the traceback matches {best.release} line for line, "
-                            f"not the given {rel}")
+        ctx.evidence.append(
+            f"the traceback matches {best.release} line for line, not the given {rel}"
+        )
     elif mine.anchors and not mine.exact and mine.found:
-        ctx.notes.append(f"lines differ from release {rel} "
-                         f"({describe_offsets([o for _, o in mine.offsets])})")
+        ctx.notes.append(
+            f"lines differ from release {rel} ({describe_offsets([o for _, o in mine.offsets])})"
+        )
 
 
 def _from_frames(ctx: _Ctx) -> ReleaseResolution | None:
     """Fingerprint, then nearest by anchors, then files and functions alone; None if undecided."""
     hinted, evidence = ctx.hinted, ctx.evidence
-    ranked = sorted(ctx.scored.values(), key=lambda s: (
-        s.exact, s.score, hinted.get(s.release, 0), release_sort_key(s.release)), reverse=True)
+    ranked = sorted(
+        ctx.scored.values(),
+        key=lambda s: (s.exact, s.score, hinted.get(s.release, 0), release_sort_key(s.release)),
+        reverse=True,
+    )
     best = ranked[0]
     if best.exact:
         tied = [s for s in ranked if s.exact and s.score == best.score]
         pick = _tie_break([s.release for s in tied], hinted, ctx.reported)
         conf = best.score * (0.97 if len(tied) == 1 else 0.6 / len(tied) + 0.2)
         if len(tied) > 1:
-            evidence.append("the traceback matches " + ", ".join(s.release for s in tied)
-                            + f" equally; took {pick}")
+            evidence.append(
+                "the traceback matches "
+                + ", ".join(s.release for s in tied)
+                + f" equally; took {pick}"
+            )
         conf = _hint_adjust(conf, pick, hinted, evidence, "frames")
         return ctx.done(pick, conf, "fingerprint", order=[s.release for s in tied])
-    near = sorted((s for s in ranked if s.found), key=lambda s: (
-        -s.found / max(s.anchors, 1), s.total_offset, _distance(s.release, ctx.reported)))
+    near = sorted(
+        (s for s in ranked if s.found),
+        key=lambda s: (
+            -s.found / max(s.anchors, 1),
+            s.total_offset,
+            _distance(s.release, ctx.reported),
+        ),
+    )
     if near:
         top = near[0]
         conf = 0.35 + 0.4 * top.found / max(top.anchors, 1)
-        if len(near) > 1 and (near[1].found, near[1].total_offset) == (top.found,
-                                                                       top.total_offset):
+        if len(near) > 1 and (near[1].found, near[1].total_offset) == (top.found, top.total_offset):
             conf -= 0.2
             evidence.append(f"{near[1].release} fits the anchors equally well")
         conf = _hint_adjust(conf, top.release, hinted, evidence, "anchor lines")
-        what = (f"dev build {ctx.reported}" if is_dev(ctx.reported) else
-                "lines match no ingested release exactly (a dev build or a patched install)")
-        ctx.notes.append(f"{what}; nearest release {top.release} "
-                         f"({describe_offsets([o for _, o in top.offsets])})")
+        what = (
+            f"dev build {ctx.reported}"
+            if is_dev(ctx.reported)
+            else "lines match no ingested release exactly (a dev build or a patched install)"
+        )
+        ctx.notes.append(
+            f"{what}; nearest release {top.release} "
+            f"({describe_offsets([o for _, o in top.offsets])})"
+        )
         return ctx.done(top.release, conf, "nearest", dev=True, order=[s.release for s in near])
     # no printed line found anywhere: the files and functions alone may single one out
     second = ranked[1].score if len(ranked) > 1 else 0.0
     if best.score > second and (not hinted or best.release in hinted):
         if any(s.anchors for s in ranked):
-            ctx.notes.append(f"no printed frame line is in any ingested release; nearest "
-                             f"release {best.release} (the traceback's files and functions "
-                             "exist there)")
+            ctx.notes.append(
+                f"no printed frame line is in any ingested release; nearest "
+                f"release {best.release} (the traceback's files and functions "
+                "exist there)"
+            )
             return ctx.done(best.release, 0.2 + 0.3 * best.score, "nearest", dev=True)
-        evidence.append(f"the traceback's files and functions fit {best.release} best "
-                        "(no source lines were printed)")
+        evidence.append(
+            f"the traceback's files and functions fit {best.release} best "
+            "(no source lines were printed)"
+        )
         conf = _hint_adjust(0.25 + 0.35 * best.score, best.release, hinted, evidence, "frames")
         return ctx.done(best.release, conf, "fingerprint")
     tied = sorted((s.release for s in ranked if s.score == best.score), key=release_sort_key)
     if best.score > 0 and len(tied) < len(ranked) and not any(s.anchors for s in ranked):
         # files and functions alone fit several releases equally: the newest of them
         pick = _tie_break(tied, hinted, ctx.reported)
-        evidence.append(f"the traceback's files and functions fit {', '.join(tied)} equally "
-                        f"(no source lines were printed); took {pick}")
+        evidence.append(
+            f"the traceback's files and functions fit {', '.join(tied)} equally "
+            f"(no source lines were printed); took {pick}"
+        )
         conf = _hint_adjust((0.25 + 0.35 * best.score) * 0.8, pick, hinted, evidence, "frames")
         return ctx.done(pick, conf, "fingerprint", order=tied)
     if best.score > 0:
@@ -348,8 +426,9 @@ def _tie_break(tied: list[str], hinted: dict[str, float], reported: str | None) 
     return older[0] if older else max(tied, key=release_sort_key)
 
 
-def _hint_adjust(conf: float, pick: str, hinted: dict[str, float], evidence: list[str],
-                 what: str) -> float:
+def _hint_adjust(
+    conf: float, pick: str, hinted: dict[str, float], evidence: list[str], what: str
+) -> float:
     if not hinted:
         return conf
     if pick in hinted:
@@ -359,13 +438,17 @@ def _hint_adjust(conf: float, pick: str, hinted: dict[str, float], evidence: lis
 
 
 def _contradicted(hinted: dict[str, float], evidence: list[str], what: str) -> None:
-    evidence.append(f"the {what} contradict the release hint(s) "
-                    f"{', '.join(sorted(hinted, key=release_sort_key))}; trusted the {what}")
+    evidence.append(
+        f"the {what} contradict the release hint(s) "
+        f"{', '.join(sorted(hinted, key=release_sort_key))}; trusted the {what}"
+    )
 
 
-def _ordered(scored: dict[str, ReleaseScore], first: str | None,
-             order: Sequence[str]) -> list[ReleaseCandidate]:
+def _ordered(
+    scored: dict[str, ReleaseScore], first: str | None, order: Sequence[str]
+) -> list[ReleaseCandidate]:
     rank = {r: i for i, r in enumerate([first, *order] if first else order)}
-    items = sorted(scored.values(), key=lambda s: (rank.get(s.release, len(rank)), -s.score,
-                                                   s.total_offset))
+    items = sorted(
+        scored.values(), key=lambda s: (rank.get(s.release, len(rank)), -s.score, s.total_offset)
+    )
     return [s.candidate() for s in items]

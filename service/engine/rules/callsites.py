@@ -31,8 +31,16 @@ from service.engine.cache import cached, release_key
 from service.engine.evaluate import chain
 from service.engine.evaluate.path_condition import substitute
 
-__all__ = ["FACT_LOCALS", "Site", "call_index", "guard_text", "local_map", "reach_condition",
-           "validation_paths", "with_locals"]
+__all__ = [
+    "FACT_LOCALS",
+    "Site",
+    "call_index",
+    "guard_text",
+    "local_map",
+    "reach_condition",
+    "validation_paths",
+    "with_locals",
+]
 
 #: Local names kept as they are: they are facts the checker can be told directly.
 FACT_LOCALS = frozenset({"model_arch"})
@@ -56,8 +64,11 @@ def validation_paths(store: Store, version: str) -> list[str]:
 
 
 def _functions(store: Store, version: str, path: str) -> list[dict[str, Any]]:
-    rows = store.query("SELECT qualname, name, path, start_line, end_line FROM functions "
-                       "WHERE release = ? AND path = ? ORDER BY start_line", (version, path))
+    rows = store.query(
+        "SELECT qualname, name, path, start_line, end_line FROM functions "
+        "WHERE release = ? AND path = ? ORDER BY start_line",
+        (version, path),
+    )
     return [dict(r) for r in rows]
 
 
@@ -75,7 +86,8 @@ def call_index(store: Store, version: str) -> dict[str, list[Site]]:
                     continue  # not a validation function, or recursion
                 guards = tuple((g["condition"], g["polarity"]) for g in row["guards"])
                 index.setdefault(name, []).append(
-                    Site(path, row["caller"], row["caller_start"], row["line"], guards))
+                    Site(path, row["caller"], row["caller_start"], row["line"], guards)
+                )
         return index
 
     return cached(release_key(store, version, "rules:call_index"), build)
@@ -84,13 +96,16 @@ def call_index(store: Store, version: str) -> dict[str, list[Site]]:
 # ------------------------------------------------------------------------- locals
 
 
-def _assignments(store: Store, version: str, path: str, start: int
-                 ) -> tuple[list[int], list[tuple[str, ast.expr]]]:
+def _assignments(
+    store: Store, version: str, path: str, start: int
+) -> tuple[list[int], list[tuple[str, ast.expr]]]:
     """Simple ``name = expr`` assignments of one function, by absolute line (cached)."""
 
     def build() -> tuple[list[int], list[tuple[str, ast.expr]]]:
-        rows = store.query("SELECT * FROM functions WHERE release = ? AND path = ? "
-                           "AND start_line = ?", (version, path, start))
+        rows = store.query(
+            "SELECT * FROM functions WHERE release = ? AND path = ? AND start_line = ?",
+            (version, path, start),
+        )
         if not rows:
             return [], []
         fn = dict(rows[0])
@@ -100,8 +115,11 @@ def _assignments(store: Store, version: str, path: str, start: int
         offset = fn["start_line"] - 1
         found: list[tuple[int, str, ast.expr]] = []
         for sub in ast.walk(node):
-            if isinstance(sub, ast.Assign) and len(sub.targets) == 1 \
-                    and isinstance(sub.targets[0], ast.Name):
+            if (
+                isinstance(sub, ast.Assign)
+                and len(sub.targets) == 1
+                and isinstance(sub.targets[0], ast.Name)
+            ):
                 name = sub.targets[0].id
                 if name not in ARG_OBJECTS:
                     found.append((sub.lineno + offset, name, sub.value))
@@ -111,8 +129,9 @@ def _assignments(store: Store, version: str, path: str, start: int
     return cached(release_key(store, version, f"rules:assign:{path}:{start}"), build)
 
 
-def local_map(store: Store, version: str, path: str, fn_start: int | None,
-              line: int) -> dict[str, ast.expr]:
+def local_map(
+    store: Store, version: str, path: str, fn_start: int | None, line: int
+) -> dict[str, ast.expr]:
     """Locals of the function starting at ``fn_start`` assigned before ``line`` (last wins)."""
     if fn_start is None:
         return {}
@@ -126,8 +145,9 @@ def local_map(store: Store, version: str, path: str, fn_start: int | None,
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def with_locals(store: Store, version: str, path: str, fn_start: int | None, line: int,
-                condition: str) -> str:
+def with_locals(
+    store: Store, version: str, path: str, fn_start: int | None, line: int, condition: str
+) -> str:
     """``condition`` with the function's earlier locals substituted (cached; facts kept)."""
     if fn_start is None:
         return condition
@@ -137,8 +157,10 @@ def with_locals(store: Store, version: str, path: str, fn_start: int | None, lin
     if not names or not names.intersection(_IDENT.findall(condition)):
         return condition
     key = release_key(store, version, f"rules:subst:{path}:{fn_start}:{pos}:{condition}")
-    return cached(key, lambda: substitute(
-        condition, local_map(store, version, path, fn_start, line), FACT_LOCALS))
+    return cached(
+        key,
+        lambda: substitute(condition, local_map(store, version, path, fn_start, line), FACT_LOCALS),
+    )
 
 
 def guard_text(condition: str, polarity: bool) -> str:
@@ -172,8 +194,10 @@ def _reach(store: Store, version: str, qualname: str, depth: int) -> str | None:
             up = reach_condition(store, version, s.caller, depth + 1)
             if up is not None:
                 parts.append(f"({up})")
-        parts += [guard_text(with_locals(store, version, s.path, s.caller_start, s.line, c), p)
-                  for c, p in s.guards]
+        parts += [
+            guard_text(with_locals(store, version, s.path, s.caller_start, s.line, c), p)
+            for c, p in s.guards
+        ]
         if not parts:
             return None
         alts.append(" and ".join(parts))

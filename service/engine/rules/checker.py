@@ -66,8 +66,17 @@ from service.engine.rules.helpers import (
     facts_for,
 )
 
-__all__ = ["CardResult", "Verdict", "baseline_violations", "cards_for", "check", "check_fix",
-           "evaluate_cards", "facts_for", "prepare_flags"]
+__all__ = [
+    "CardResult",
+    "Verdict",
+    "baseline_violations",
+    "cards_for",
+    "check",
+    "check_fix",
+    "evaluate_cards",
+    "facts_for",
+    "prepare_flags",
+]
 
 Verdict = Literal["violated", "satisfied", "unknown", "not_applicable"]
 
@@ -94,8 +103,9 @@ class CardResult:
     notes: list[str] = field(default_factory=list)
 
     def as_rule_verdict(self) -> RuleVerdict:
-        return RuleVerdict(rule=self.card.id, verdict=self.verdict, severity=self.card.severity,
-                           reason=self.reason)
+        return RuleVerdict(
+            rule=self.card.id, verdict=self.verdict, severity=self.card.severity, reason=self.reason
+        )
 
 
 # --------------------------------------------------------------------------- facts
@@ -119,8 +129,13 @@ def _derivation_key(store: Store) -> str:
 def cards_for(store: Store, release: str) -> list[Card]:
     """Curated and derived cards whose range contains ``release`` (cached)."""
     curated = load_curated()
-    key = (str(store.path), _derivation_key(store), release, id(curated[0]) if curated else 0,
-           len(curated))
+    key = (
+        str(store.path),
+        _derivation_key(store),
+        release,
+        id(curated[0]) if curated else 0,
+        len(curated),
+    )
     with _lock:
         hit = _releases_cache.get(key)
     if hit is not None:
@@ -134,8 +149,10 @@ def cards_for(store: Store, release: str) -> list[Card]:
 
 
 def _check_rows(store: Store, release: str) -> dict[tuple[str, int], dict[str, Any]]:
-    return cached(release_key(store, release, "rules:check_rows"), lambda: {
-        (r["path"], r["start_line"]): r for r in qualifying_checks(store, release)})
+    return cached(
+        release_key(store, release, "rules:check_rows"),
+        lambda: {(r["path"], r["start_line"]): r for r in qualifying_checks(store, release)},
+    )
 
 
 def _release_meta(store: Store, release: str) -> dict[str, tuple[Card, Any, tuple[str, ...]]]:
@@ -198,8 +215,13 @@ def _plan(store: Store, release: str) -> _Plan:
         for i, e in enumerate(entries):
             for d in e.deps:
                 by_dep.setdefault(d, []).append(i)
-        return _Plan(key, cards, entries, {d: tuple(v) for d, v in by_dep.items()},
-                     tuple(i for i, e in enumerate(entries) if e.uses_given))
+        return _Plan(
+            key,
+            cards,
+            entries,
+            {d: tuple(v) for d, v in by_dep.items()},
+            tuple(i for i, e in enumerate(entries) if e.uses_given),
+        )
 
     plan = cached(key, build)
     return plan if plan.cards is cards else build()
@@ -208,8 +230,9 @@ def _plan(store: Store, release: str) -> _Plan:
 # ------------------------------------------------------------------------ flags
 
 
-def prepare_flags(store: Store, release: str, flags: list[str] | Mapping[str, Any],
-                  catalog: Catalog | None = None) -> tuple[dict[str, Value], ParsedArgs]:
+def prepare_flags(
+    store: Store, release: str, flags: list[str] | Mapping[str, Any], catalog: Catalog | None = None
+) -> tuple[dict[str, Value], ParsedArgs]:
     """(attribute environment, parsed argv) for a token list or a ``{flag or attr: value}`` dict."""
     catalog = catalog or load_catalog(store, release)
     defaults = _defaults(store, release, catalog)
@@ -218,11 +241,16 @@ def prepare_flags(store: Store, release: str, flags: list[str] | Mapping[str, An
         by_flag, by_attr = catalog.by_flag(), catalog.by_attr()
         attrs = dict(defaults)
         for key, value in flags.items():
-            spec = by_flag.get(key) or by_attr.get(key) or by_attr.get(key.lstrip("-").replace("-", "_"))
+            spec = (
+                by_flag.get(key)
+                or by_attr.get(key)
+                or by_attr.get(key.lstrip("-").replace("-", "_"))
+            )
             attr = spec.attr if spec is not None else key.lstrip("-").replace("-", "_")
             attrs[attr] = Value(value, Provenance("flag", f"{key}={value!r}"))
-            parsed.values[attr] = ParsedFlag(attr, value, key, [key], 0,
-                                             key if key.startswith("-") else "")
+            parsed.values[attr] = ParsedFlag(
+                attr, value, key, [key], 0, key if key.startswith("-") else ""
+            )
         return attrs, parsed
     parsed = parse_argv([str(t) for t in flags], catalog)
     attrs = dict(defaults)
@@ -252,7 +280,9 @@ def _inputs(results: list[Result]) -> list[tuple[str, object, str]]:
             for name, value, prov in atom.inputs:
                 if name not in seen:
                     seen.add(name)
-                    out.append((name, value, f"{prov.kind}: {prov.detail}" if prov.detail else prov.kind))
+                    out.append(
+                        (name, value, f"{prov.kind}: {prov.detail}" if prov.detail else prov.kind)
+                    )
     return out
 
 
@@ -298,8 +328,13 @@ def _judge(card: Card, env: Env, notes: list[str]) -> CardResult:
             return CardResult(card, "satisfied", "`require` holds", [], _inputs([req]), notes)
         w, parts = _when(card, env)
     except UnsafeExpression as exc:
-        return CardResult(card, "unknown", f"unknown because the card could not be evaluated: "
-                          f"{exc.message}", [card.id], notes=notes)
+        return CardResult(
+            card,
+            "unknown",
+            f"unknown because the card could not be evaluated: {exc.message}",
+            [card.id],
+            notes=notes,
+        )
     r = req.truth
     inputs = _inputs([*parts, req])
     if w is False:
@@ -312,8 +347,13 @@ def _judge(card: Card, env: Env, notes: list[str]) -> CardResult:
     unknowns = list(dict.fromkeys([*when_unknowns, *(req.unknowns if r is UNKNOWN else ())]))
     names = ", ".join(unknowns[:6]) or "some inputs"
     verb = "is" if len(unknowns) == 1 else "are"
-    part = "`when`" if w is UNKNOWN and r is not UNKNOWN else \
-        "`require`" if w is not UNKNOWN else "`when` and `require`"
+    part = (
+        "`when`"
+        if w is UNKNOWN and r is not UNKNOWN
+        else "`require`"
+        if w is not UNKNOWN
+        else "`when` and `require`"
+    )
     reason = f"unknown because {names} {verb} not known ({part} undecided)"
     if notes:
         reason += "; " + notes[0]
@@ -322,6 +362,7 @@ def _judge(card: Card, env: Env, notes: list[str]) -> CardResult:
 
 def _defaults(store: Store, release: str, catalog: Catalog | None = None) -> dict[str, Value]:
     """The release's attribute defaults (:func:`base_attrs` without flags), cached; read-only."""
+
     def build() -> dict[str, Value]:
         return base_attrs(catalog or load_catalog(store, release), ParsedArgs())
 
@@ -338,10 +379,16 @@ def _changed(attrs: Mapping[str, Value], defaults: Mapping[str, Value]) -> set[s
     return out
 
 
-def evaluate_cards(store: Store, release: str, attrs: Mapping[str, Value],
-                   facts: Mapping[str, Value], parsed: ParsedArgs | None = None,
-                   *, cards: list[Card] | None = None,
-                   facts_sig: str | None = None) -> list[CardResult]:
+def evaluate_cards(
+    store: Store,
+    release: str,
+    attrs: Mapping[str, Value],
+    facts: Mapping[str, Value],
+    parsed: ParsedArgs | None = None,
+    *,
+    cards: list[Card] | None = None,
+    facts_sig: str | None = None,
+) -> list[CardResult]:
     """A :class:`CardResult` per card (default: every card of ``release``), memoised.
 
     A verdict depends only on the card's dependencies (see :func:`_meta`), the
@@ -357,21 +404,33 @@ def evaluate_cards(store: Store, release: str, attrs: Mapping[str, Value],
         return _evaluate(store, release, entries, attrs, facts, parsed, fsig)
     plan = _plan(store, release)
     defaults = _defaults(store, release)
-    ref = _reference.get_or_build((plan.key, fsig), lambda: _evaluate(
-        store, release, plan.entries, defaults, facts, ParsedArgs(), fsig))
+    ref = _reference.get_or_build(
+        (plan.key, fsig),
+        lambda: _evaluate(store, release, plan.entries, defaults, facts, ParsedArgs(), fsig),
+    )
     todo = set(plan.given)
     for attr in _changed(attrs, defaults):
         todo.update(plan.by_dep.get(attr, ()))
     out = list(ref)
     order = sorted(todo)
-    for i, res in zip(order, _evaluate(store, release, [plan.entries[i] for i in order], attrs,
-                                       facts, parsed, fsig), strict=True):
+    for i, res in zip(
+        order,
+        _evaluate(store, release, [plan.entries[i] for i in order], attrs, facts, parsed, fsig),
+        strict=True,
+    ):
         out[i] = res
     return out
 
 
-def _evaluate(store: Store, release: str, entries: list[_Entry], attrs: Mapping[str, Value],
-              facts: Mapping[str, Value], parsed: ParsedArgs, fsig: str) -> list[CardResult]:
+def _evaluate(
+    store: Store,
+    release: str,
+    entries: list[_Entry],
+    attrs: Mapping[str, Value],
+    facts: Mapping[str, Value],
+    parsed: ParsedArgs,
+    fsig: str,
+) -> list[CardResult]:
     """Each entry's verdict, through the per-card memo."""
     given, typed = _given_fn(parsed)
     functions = {**_HELPERS, "given": given}
@@ -388,8 +447,15 @@ def _evaluate(store: Store, release: str, entries: list[_Entry], attrs: Mapping[
             if sig is None:
                 sig = sigs[d] = value_signature(attrs.get(d))
             values.append(sig)
-        key = (rkey, card.id, card.when, card.require, fsig, tuple(values),
-               typed if e.uses_given else ())
+        key = (
+            rkey,
+            card.id,
+            card.when,
+            card.require,
+            fsig,
+            tuple(values),
+            typed if e.uses_given else (),
+        )
         hit = _memo.get(key)
         if hit is not None:
             out.append(hit)
@@ -399,8 +465,16 @@ def _evaluate(store: Store, release: str, entries: list[_Entry], attrs: Mapping[
             try:
                 # the card's verdict is memoised on the same inputs: no need to keep the fold
                 assigned, caveats, _ = fold_earlier_writes(
-                    store, release, e.row, attrs, dict(facts), card.reads, guard_memo,
-                    facts_sig=fsig, cache=False)
+                    store,
+                    release,
+                    e.row,
+                    attrs,
+                    dict(facts),
+                    card.reads,
+                    guard_memo,
+                    facts_sig=fsig,
+                    cache=False,
+                )
             except UnsafeExpression as exc:  # a write's guard outside the whitelist
                 assigned, caveats = (), [f"earlier writes not folded in: {exc.message}"]
             final = dict(assigned)  # the last assignment of each attribute wins
@@ -417,8 +491,13 @@ def _evaluate(store: Store, release: str, entries: list[_Entry], attrs: Mapping[
 # ------------------------------------------------------------------------ public API
 
 
-def check(flags: list[str] | Mapping[str, Any], release: str,
-          facts: Mapping[str, Value] | None = None, *, store: Store) -> list[RuleVerdict]:
+def check(
+    flags: list[str] | Mapping[str, Any],
+    release: str,
+    facts: Mapping[str, Value] | None = None,
+    *,
+    store: Store,
+) -> list[RuleVerdict]:
     """One verdict per card applicable to ``release`` for ``flags`` under ``facts``.
 
     ``flags`` is an argv token list (without the program) or a ``{flag or attr: value}``
@@ -429,9 +508,14 @@ def check(flags: list[str] | Mapping[str, Any], release: str,
     return [r.as_rule_verdict() for r in evaluate_cards(store, release, attrs, facts or {}, parsed)]
 
 
-def check_fix(store: Store, release: str, argv: list[str] | Mapping[str, Any],
-              facts: Mapping[str, Value] | None = None, *,
-              facts_sig: str | None = None) -> tuple[list[RuleVerdict], bool]:
+def check_fix(
+    store: Store,
+    release: str,
+    argv: list[str] | Mapping[str, Any],
+    facts: Mapping[str, Value] | None = None,
+    *,
+    facts_sig: str | None = None,
+) -> tuple[list[RuleVerdict], bool]:
     """For the engine, on every candidate fix: (the decided verdicts, any error violated?).
 
     Only ``violated`` verdicts and the ``unknown`` ones of cards that read a flag
@@ -444,33 +528,51 @@ def check_fix(store: Store, release: str, argv: list[str] | Mapping[str, Any],
     """
     facts = facts or {}
     fsig = facts_sig or facts_signature(facts)
-    flags = tuple((k, repr(v)) for k, v in argv.items()) if isinstance(argv, Mapping) \
+    flags = (
+        tuple((k, repr(v)) for k, v in argv.items())
+        if isinstance(argv, Mapping)
         else ("argv", *map(str, argv))
-    key = (release_key(store, release, "rules:check_fix"), _derivation_key(store),
-           flags, fsig)
+    )
+    key = (release_key(store, release, "rules:check_fix"), _derivation_key(store), flags, fsig)
     verdicts, bad = _fix_answers.get_or_build(
-        key, lambda: _check_fix(store, release, argv, facts, fsig))
+        key, lambda: _check_fix(store, release, argv, facts, fsig)
+    )
     return [v.model_copy() for v in verdicts], bad
 
 
-def _check_fix(store: Store, release: str, argv: list[str] | Mapping[str, Any],
-               facts: Mapping[str, Value], fsig: str) -> tuple[list[RuleVerdict], bool]:
+def _check_fix(
+    store: Store,
+    release: str,
+    argv: list[str] | Mapping[str, Any],
+    facts: Mapping[str, Value],
+    fsig: str,
+) -> tuple[list[RuleVerdict], bool]:
     attrs, parsed = prepare_flags(store, release, argv)
     results = evaluate_cards(store, release, attrs, facts, parsed, facts_sig=fsig)
     background = baseline_violations(store, release, attrs, facts, facts_sig=fsig)
     touched = set(parsed.values)
-    relevant = [r.as_rule_verdict() for r in results if r.verdict == "violated"
-                or (r.verdict == "unknown" and r.card.reads & touched)]
+    relevant = [
+        r.as_rule_verdict()
+        for r in results
+        if r.verdict == "violated" or (r.verdict == "unknown" and r.card.reads & touched)
+    ]
     for v in relevant:
         v.background = v.verdict == "violated" and v.rule in background
-    bad = any(r.verdict == "violated" and r.card.severity == "error"
-              and r.card.id not in background for r in results)
+    bad = any(
+        r.verdict == "violated" and r.card.severity == "error" and r.card.id not in background
+        for r in results
+    )
     return relevant, bad
 
 
-def baseline_violations(store: Store, release: str, attrs: Mapping[str, Value],
-                        facts: Mapping[str, Value], *,
-                        facts_sig: str | None = None) -> frozenset[str]:
+def baseline_violations(
+    store: Store,
+    release: str,
+    attrs: Mapping[str, Value],
+    facts: Mapping[str, Value],
+    *,
+    facts_sig: str | None = None,
+) -> frozenset[str]:
     """Cards violated by ``--model-path <the same model>`` alone (with the same facts).
 
     No flag choice causes (or cures) these: they hold for the release's defaults
@@ -480,13 +582,20 @@ def baseline_violations(store: Store, release: str, attrs: Mapping[str, Value],
     model = attrs.get("model_path")
     value = str(model.value if model is not None and model.value is not None else "/models/model")
     fsig = facts_sig or facts_signature(facts)
-    key = ("baseline", release_key(store, release, "rules:baseline"),
-           _derivation_key(store), value, fsig)
+    key = (
+        "baseline",
+        release_key(store, release, "rules:baseline"),
+        _derivation_key(store),
+        value,
+        fsig,
+    )
 
     def build() -> frozenset[str]:
         base, parsed = prepare_flags(store, release, ["--model-path", value])
-        return frozenset(r.card.id for r in evaluate_cards(store, release, base, facts, parsed,
-                                                            facts_sig=fsig)
-                         if r.verdict == "violated")
+        return frozenset(
+            r.card.id
+            for r in evaluate_cards(store, release, base, facts, parsed, facts_sig=fsig)
+            if r.verdict == "violated"
+        )
 
     return _baselines.get_or_build(key, build)

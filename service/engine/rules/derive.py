@@ -56,9 +56,19 @@ from service.engine.evaluate.path_condition import fold_plan
 from service.engine.expr.interpreter import normalize, referenced_names, validate
 from service.engine.rules.callsites import ARG_OBJECTS, reach_condition, with_locals
 
-__all__ = ["DERIVATION_VERSION", "DerivedCheck", "SourceInfo", "derivation_key", "derive_cards",
-           "derive_cards_for", "derive_release", "derived_path", "derived_sources",
-           "qualifying_checks", "version_range"]
+__all__ = [
+    "DERIVATION_VERSION",
+    "DerivedCheck",
+    "SourceInfo",
+    "derivation_key",
+    "derive_cards",
+    "derive_cards_for",
+    "derive_release",
+    "derived_path",
+    "derived_sources",
+    "qualifying_checks",
+    "version_range",
+]
 
 DERIVATION_VERSION = "4"
 _lock = threading.Lock()
@@ -154,15 +164,28 @@ def _derive_check(store: Store, version: str, row: dict[str, Any]) -> DerivedChe
     span = f"{start}-{end}" if end != start else str(start)
     reads = when[1] | req[1]
     deps, writes = _write_deps(store, version, row, reads)
-    return DerivedCheck(when[0], req[0], version,
-                        f"{version}:{row['path']}:{row['function']}:{span}", row["id"],
-                        row["kind"], row["function"], row["path"], start, end, bool(row["bare"]),
-                        row["message"], reads, tuple(sorted(deps | helper_reads(when[0], req[0]))),
-                        writes)
+    return DerivedCheck(
+        when[0],
+        req[0],
+        version,
+        f"{version}:{row['path']}:{row['function']}:{span}",
+        row["id"],
+        row["kind"],
+        row["function"],
+        row["path"],
+        start,
+        end,
+        bool(row["bare"]),
+        row["message"],
+        reads,
+        tuple(sorted(deps | helper_reads(when[0], req[0]))),
+        writes,
+    )
 
 
-def _write_deps(store: Store, version: str, row: dict[str, Any],
-                reads: frozenset[str]) -> tuple[set[str], bool]:
+def _write_deps(
+    store: Store, version: str, row: dict[str, Any], reads: frozenset[str]
+) -> tuple[set[str], bool]:
     """(attributes the earlier writes of ``reads`` depend on, any such write?).
 
     The same fold plan the checker folds in (:func:`~service.engine.evaluate.path_condition.
@@ -177,13 +200,17 @@ def _write_deps(store: Store, version: str, row: dict[str, Any],
             except Exception:  # noqa: BLE001 - unparsable: only the attribute itself
                 continue
     return deps, bool(plan) or any(
-        chain.earlier_writes(store, version, attr, row) for attr in reads)
+        chain.earlier_writes(store, version, attr, row) for attr in reads
+    )
 
 
 def qualifying_checks(store: Store, version: str) -> list[dict[str, Any]]:
     """The checks of ``version``'s validation surface (the candidates for derivation)."""
-    return store.checks(version, where="path = ? OR path LIKE ?",
-                        params=["sglang/srt/server_args.py", "sglang/srt/arg_groups/%"])
+    return store.checks(
+        version,
+        where="path = ? OR path LIKE ?",
+        params=["sglang/srt/server_args.py", "sglang/srt/arg_groups/%"],
+    )
 
 
 def derive_release(store: Store, version: str) -> list[DerivedCheck]:
@@ -273,18 +300,32 @@ def _card(group: list[DerivedCheck], all_releases: list[str]) -> Card:
         title, message = _short(text), text
     else:
         title = _short(f"{first.function.rsplit('.', 1)[-1]} requires {first.require}")
-        message = (f"bare {'AssertionError' if first.kind == 'assert' else 'raise'} in "
-                   f"{first.function}: requires `{first.require}`")
-    how = ("the assert's test" if first.kind == "assert"
-           else "not (the innermost guard of the raise)")
-    rationale = (f"Derived from the {first.kind} in {first.function} "
-                 f"({first.path}:{first.start}-{first.end} in {first.release}); seen in "
-                 f"{', '.join(sorted({d.release for d in group}, key=Version))}. "
-                 f"`when` is the call-site and enclosing guards, `require` is {how}.")
-    return Card(id=f"d-{digest}", title=title, releases=releases, when=first.when,
-                require=first.require, severity="error", message=message,
-                rationale=rationale, citations=list(dict.fromkeys(d.citation for d in group)),
-                fix_hints=_fix_hints(first.require), origin="derived")
+        message = (
+            f"bare {'AssertionError' if first.kind == 'assert' else 'raise'} in "
+            f"{first.function}: requires `{first.require}`"
+        )
+    how = (
+        "the assert's test" if first.kind == "assert" else "not (the innermost guard of the raise)"
+    )
+    rationale = (
+        f"Derived from the {first.kind} in {first.function} "
+        f"({first.path}:{first.start}-{first.end} in {first.release}); seen in "
+        f"{', '.join(sorted({d.release for d in group}, key=Version))}. "
+        f"`when` is the call-site and enclosing guards, `require` is {how}."
+    )
+    return Card(
+        id=f"d-{digest}",
+        title=title,
+        releases=releases,
+        when=first.when,
+        require=first.require,
+        severity="error",
+        message=message,
+        rationale=rationale,
+        citations=list(dict.fromkeys(d.citation for d in group)),
+        fix_hints=_fix_hints(first.require),
+        origin="derived",
+    )
 
 
 # ------------------------------------------------------------------------- caching
@@ -294,7 +335,9 @@ def derivation_key(store: Store) -> tuple[str, list[str]]:
     """(cache key, ingested releases): changes when any release is re-indexed."""
     rows = [r for r in store.releases() if r["status"] in ("indexed", "complete")]
     releases = sorted((r["version"] for r in rows), key=Version)
-    basis = json.dumps([DERIVATION_VERSION, sorted((r["version"], r["content_hash"]) for r in rows)])
+    basis = json.dumps(
+        [DERIVATION_VERSION, sorted((r["version"], r["content_hash"]) for r in rows)]
+    )
     return hashlib.sha256(basis.encode()).hexdigest()[:24], releases
 
 
@@ -334,8 +377,13 @@ def _read_raw(path: Path, key: str) -> list[dict[str, Any]] | None:
 
 
 def _sources_of(records: list[dict[str, Any]]) -> dict[str, dict[str, SourceInfo]]:
-    return {rec["card"]["id"]: {r: SourceInfo(v["path"], v["start"], tuple(v["deps"]), v["writes"])
-                                for r, v in rec["sources"].items()} for rec in records}
+    return {
+        rec["card"]["id"]: {
+            r: SourceInfo(v["path"], v["start"], tuple(v["deps"]), v["writes"])
+            for r, v in rec["sources"].items()
+        }
+        for rec in records
+    }
 
 
 def _card_of(rec: dict[str, Any]) -> Card:
@@ -354,21 +402,35 @@ def _read_file(path: Path, key: str) -> Derived | None:
         return None
 
 
-def _write_file(path: Path, key: str, releases: list[str], derived: Derived,
-                reads: dict[str, frozenset[str]]) -> None:
+def _write_file(
+    path: Path, key: str, releases: list[str], derived: Derived, reads: dict[str, frozenset[str]]
+) -> None:
     cards, sources = derived
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".derived-", suffix=".jsonl")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            meta = {"key": key, "version": DERIVATION_VERSION, "releases": releases,
-                    "cards": len(cards)}
+            meta = {
+                "key": key,
+                "version": DERIVATION_VERSION,
+                "releases": releases,
+                "cards": len(cards),
+            }
             fh.write(json.dumps({"_meta": meta}) + "\n")
             for c in cards:
-                rec = {"card": c.model_dump(mode="json", by_alias=True, exclude_defaults=True),
-                       "reads": sorted(reads[c.id]),
-                       "sources": {r: {"path": i.path, "start": i.start, "deps": list(i.deps),
-                                       "writes": i.writes} for r, i in sources[c.id].items()}}
+                rec = {
+                    "card": c.model_dump(mode="json", by_alias=True, exclude_defaults=True),
+                    "reads": sorted(reads[c.id]),
+                    "sources": {
+                        r: {
+                            "path": i.path,
+                            "start": i.start,
+                            "deps": list(i.deps),
+                            "writes": i.writes,
+                        }
+                        for r, i in sources[c.id].items()
+                    },
+                }
                 fh.write(json.dumps(rec) + "\n")
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)

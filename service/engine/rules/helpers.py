@@ -13,11 +13,15 @@ from service.engine.expr.interpreter import (
 )
 from service.engine.facts.core import fact_values, get_profile, model_arch_for
 
-__all__ = ['facts_for']
+__all__ = ["facts_for"]
 
 
-def facts_for(hardware: str | None = None, model_arch: str | None = None,
-              model: str | None = None, env: Mapping[str, str] | None = None) -> dict[str, Value]:
+def facts_for(
+    hardware: str | None = None,
+    model_arch: str | None = None,
+    model: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Value]:
     """Facts as the engine builds them: a hardware profile name, an architecture
     (guessed from ``model`` when not given) and environment variables."""
     hw = get_profile(hardware) if hardware else None
@@ -54,5 +58,8 @@ def _attention_backends_of(cfg: Any) -> object:
     return (pre or base, dec or base)
 
 
-_HELPERS = {"attn_dp_enabled_of": _attn_dp_enabled_of, "num_dp_ranks_of": _num_dp_ranks_of,
-            "attention_backends_of": _attention_backends_of}
+_HELPERS = {
+    "attn_dp_enabled_of": _attn_dp_enabled_of,
+    "num_dp_ranks_of": _num_dp_ranks_of,
+    "attention_backends_of": _attention_backends_of,
+}

@@ -48,8 +48,12 @@ __all__ = ["LintFinding", "LintFix", "LintReport", "lint"]
 MAX_CANDIDATES = 8
 MAX_FIXES = 3
 MAX_FIXED_FINDINGS = 12
-_ORIGIN_RANK = {"card fix_hints": 0, "drop a flag the card requires": 1,
-                "a value the card accepts": 1, "drop a flag that enables the card": 2}
+_ORIGIN_RANK = {
+    "card fix_hints": 0,
+    "drop a flag the card requires": 1,
+    "a value the card accepts": 1,
+    "drop a flag that enables the card": 2,
+}
 
 
 class LintFix(BaseModel):
@@ -98,9 +102,18 @@ class LintReport(BaseModel):
 # ------------------------------------------------------------------------ candidates
 
 
-_NEGATED: dict[type, type] = {ast.Gt: ast.LtE, ast.GtE: ast.Lt, ast.Lt: ast.GtE, ast.LtE: ast.Gt,
-                              ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn,
-                              ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+_NEGATED: dict[type, type] = {
+    ast.Gt: ast.LtE,
+    ast.GtE: ast.Lt,
+    ast.Lt: ast.GtE,
+    ast.LtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+}
 
 
 def _constants(require: str) -> list[tuple[str, object]]:
@@ -120,8 +133,11 @@ def _constants(require: str) -> list[tuple[str, object]]:
     def visit(node: ast.AST, negated: bool) -> None:
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             visit(node.operand, not negated)
-        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                and node.value.id == "args":
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "args"
+        ):
             out.append((node.attr, not negated))
         elif isinstance(node, ast.BoolOp):
             for v in node.values:
@@ -136,8 +152,11 @@ def _constants(require: str) -> list[tuple[str, object]]:
             visit(node.orelse, negated)
 
     def _accept(left: ast.AST, op: ast.cmpop, right: ast.AST) -> None:
-        if not (isinstance(left, ast.Attribute) and isinstance(left.value, ast.Name)
-                and left.value.id == "args"):
+        if not (
+            isinstance(left, ast.Attribute)
+            and isinstance(left.value, ast.Name)
+            and left.value.id == "args"
+        ):
             return
         attr = left.attr
         if isinstance(right, ast.Constant) and right.value is not None:
@@ -150,14 +169,19 @@ def _constants(require: str) -> list[tuple[str, object]]:
             elif isinstance(op, ast.Lt) and numeric:
                 out.append((attr, v - 1))
         elif isinstance(op, ast.In) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
-            out.extend((attr, e.value) for e in right.elts[:3]
-                       if isinstance(e, ast.Constant) and e.value is not None)
+            out.extend(
+                (attr, e.value)
+                for e in right.elts[:3]
+                if isinstance(e, ast.Constant) and e.value is not None
+            )
 
     visit(tree, False)
     return list(dict.fromkeys(out))
 
 
-def card_candidates(card: Card, user_set: set[str], catalog: Catalog) -> list[tuple[dict, list, str]]:
+def card_candidates(
+    card: Card, user_set: set[str], catalog: Catalog
+) -> list[tuple[dict, list, str]]:
     """Unchecked ``(set, remove, origin)`` edits (attribute keys) that may satisfy ``card``,
     most likely first: its ``fix_hints``, dropping a flag of ``user_set`` its ``require``
     reads, a value ``require`` accepts, dropping a flag its ``when`` reads."""
@@ -169,8 +193,13 @@ def card_candidates(card: Card, user_set: set[str], catalog: Catalog) -> list[tu
 
     out: list[tuple[dict, list, str]] = []
     if not card.fix_hints.empty():
-        out.append(({attr_of(k): v for k, v in card.fix_hints.set.items()},
-                    [attr_of(k) for k in card.fix_hints.remove], "card fix_hints"))
+        out.append(
+            (
+                {attr_of(k): v for k, v in card.fix_hints.set.items()},
+                [attr_of(k) for k in card.fix_hints.remove],
+                "card fix_hints",
+            )
+        )
     user_set = {a for a in user_set if a not in _KEEP and not _required(a, by_attr)}
     req_reads = sorted(_reads(card.require))
     for attr in req_reads:
@@ -178,8 +207,9 @@ def card_candidates(card: Card, user_set: set[str], catalog: Catalog) -> list[tu
             out.append(({}, [attr], "drop a flag the card requires"))
     for attr, value in _constants(card.require):
         spec = by_attr.get(attr)
-        if spec is not None and (not isinstance(value, bool)
-                                 or spec.action in ("store_true", "store_false")):
+        if spec is not None and (
+            not isinstance(value, bool) or spec.action in ("store_true", "store_false")
+        ):
             out.append(({attr: value}, [], "a value the card accepts"))
     for attr in sorted(_reads(card.when) - set(req_reads)):
         if attr in user_set:
@@ -218,20 +248,25 @@ def _spell(key: str, catalog: Catalog) -> str:
 
 
 class _Ctx:
-    def __init__(self, store: Store, release: str, catalog: Catalog, facts: dict[str, Value],
-                 prefix: str) -> None:
+    def __init__(
+        self, store: Store, release: str, catalog: Catalog, facts: dict[str, Value], prefix: str
+    ) -> None:
         self.store, self.release, self.catalog, self.facts = store, release, catalog, facts
         self.prefix = prefix
 
     def results(self, argv: list[str]) -> tuple[list[CardResult], frozenset[str], set[str]]:
         attrs, parsed = prepare_flags(self.store, self.release, argv, self.catalog)
         results = evaluate_cards(self.store, self.release, attrs, self.facts, parsed)
-        return results, baseline_violations(self.store, self.release, attrs, self.facts), \
-            set(parsed.values)
+        return (
+            results,
+            baseline_violations(self.store, self.release, attrs, self.facts),
+            set(parsed.values),
+        )
 
 
-def _try_fix(ctx: _Ctx, card: Card, argv: list[str], before_bad: set[str], s: dict, r: list,
-             origin: str) -> LintFix | None:
+def _try_fix(
+    ctx: _Ctx, card: Card, argv: list[str], before_bad: set[str], s: dict, r: list, origin: str
+) -> LintFix | None:
     try:
         new_argv = apply_edits(argv, ctx.catalog, set=dict(s), remove=list(r))
     except KeyError:
@@ -242,9 +277,15 @@ def _try_fix(ctx: _Ctx, card: Card, argv: list[str], before_bad: set[str], s: di
     by_id = {x.card.id: x for x in results}
     after = by_id.get(card.id)
     card_after = after.verdict if after is not None else "not_applicable"
-    trips = [x.card.id for x in results if x.verdict == "violated" and x.card.severity == "error"
-             and x.card.id not in before_bad and x.card.id not in background
-             and x.card.id != card.id]
+    trips = [
+        x.card.id
+        for x in results
+        if x.verdict == "violated"
+        and x.card.severity == "error"
+        and x.card.id not in before_bad
+        and x.card.id not in background
+        and x.card.id != card.id
+    ]
     verified = card_after in ("satisfied", "not_applicable") and not trips
     if trips:
         t = by_id[trips[0]].card
@@ -253,23 +294,44 @@ def _try_fix(ctx: _Ctx, card: Card, argv: list[str], before_bad: set[str], s: di
         note = f"the card is still {card_after} after this edit"
     else:
         note = "the card holds and no other error card of this release is violated"
-    return LintFix(set={_spell(k, ctx.catalog): jsonable(v) for k, v in s.items()},
-                   remove=[_spell(k, ctx.catalog) for k in r], argv=new_argv,
-                   command=render_command(new_argv, prefix=ctx.prefix), origin=origin,
-                   verified=verified, card_after=card_after, trips=trips, note=note)
+    return LintFix(
+        set={_spell(k, ctx.catalog): jsonable(v) for k, v in s.items()},
+        remove=[_spell(k, ctx.catalog) for k in r],
+        argv=new_argv,
+        command=render_command(new_argv, prefix=ctx.prefix),
+        origin=origin,
+        verified=verified,
+        card_after=card_after,
+        trips=trips,
+        note=note,
+    )
 
 
 def _finding(res: CardResult, release: str) -> LintFinding:
     card = res.card
-    return LintFinding(rule=card.id, title=card.title, verdict=res.verdict,  # type: ignore[arg-type]
-                       severity=card.severity, origin=card.origin, message=card.message,
-                       reason=res.reason, unknowns=res.unknowns,
-                       citations=card.citations_for(release))
+    return LintFinding(
+        rule=card.id,
+        title=card.title,
+        verdict=res.verdict,  # type: ignore[arg-type]
+        severity=card.severity,
+        origin=card.origin,
+        message=card.message,
+        reason=res.reason,
+        unknowns=res.unknowns,
+        citations=card.citations_for(release),
+    )
 
 
-def lint(store: Store, release: str, argv: list[str], hardware: str | None = None,
-         model_arch: str | None = None, *, env: dict[str, str] | None = None,
-         prefix: str = "python -m sglang.launch_server") -> LintReport:
+def lint(
+    store: Store,
+    release: str,
+    argv: list[str],
+    hardware: str | None = None,
+    model_arch: str | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    prefix: str = "python -m sglang.launch_server",
+) -> LintReport:
     """Check ``argv`` (flags only) on ``release``; see the module docstring."""
     t0 = time.perf_counter()
     catalog = load_catalog(store, release)
@@ -289,22 +351,44 @@ def lint(store: Store, release: str, argv: list[str], hardware: str | None = Non
     violated.sort(key=lambda x: (x.card.severity != "error", x.card.origin != "curated", x.card.id))
     before_bad = {x.card.id for x in violated if x.card.severity == "error"}
     report = LintReport(
-        release=release, hardware=hardware, model_arch=arch, argv=argv,
+        release=release,
+        hardware=hardware,
+        model_arch=arch,
+        argv=argv,
         command=render_command(argv, prefix=prefix),
-        ok=not before_bad, counts=counts, parse_errors=list(parsed0.errors),
+        ok=not before_bad,
+        counts=counts,
+        parse_errors=list(parsed0.errors),
         unknown_flags=list(parsed0.unknown),
-        background=[_finding(x, release) for x in results
-                    if x.verdict == "violated" and x.card.id in background],
-        unknown=[_finding(x, release) for x in results
-                 if x.verdict == "unknown" and (x.card.reads & user_set or x.card.uses_given)])
+        background=[
+            _finding(x, release)
+            for x in results
+            if x.verdict == "violated" and x.card.id in background
+        ],
+        unknown=[
+            _finding(x, release)
+            for x in results
+            if x.verdict == "unknown" and (x.card.reads & user_set or x.card.uses_given)
+        ],
+    )
     t1 = time.perf_counter()
     for i, x in enumerate(violated):
         finding = _finding(x, release)
         if i < MAX_FIXED_FINDINGS:
-            fixes = [f for s, r, origin in card_candidates(x.card, user_set, catalog)
-                     if (f := _try_fix(ctx, x.card, argv, before_bad, s, r, origin)) is not None]
-            fixes.sort(key=lambda f: (not f.verified, f.card_after == "violated", len(f.trips),
-                                      _ORIGIN_RANK.get(f.origin, 3), len(f.set) + len(f.remove)))
+            fixes = [
+                f
+                for s, r, origin in card_candidates(x.card, user_set, catalog)
+                if (f := _try_fix(ctx, x.card, argv, before_bad, s, r, origin)) is not None
+            ]
+            fixes.sort(
+                key=lambda f: (
+                    not f.verified,
+                    f.card_after == "violated",
+                    len(f.trips),
+                    _ORIGIN_RANK.get(f.origin, 3),
+                    len(f.set) + len(f.remove),
+                )
+            )
             finding.fixes = fixes[:MAX_FIXES]
         report.violated.append(finding)
     timings["fixes"] = round((time.perf_counter() - t1) * 1000, 2)

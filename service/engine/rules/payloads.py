@@ -30,8 +30,15 @@ from service.engine.rules.lint import lint
 
 __all__ = ["LintRequest", "lint_payload", "rules_payload", "split_command"]
 
-_PROGRAMS = ("sglang", "serve", "python", "python3", "-m", "sglang.launch_server",
-             "sglang.launch_server")
+_PROGRAMS = (
+    "sglang",
+    "serve",
+    "python",
+    "python3",
+    "-m",
+    "sglang.launch_server",
+    "sglang.launch_server",
+)
 
 
 def split_command(flags: list[str] | str) -> list[str]:
@@ -42,8 +49,11 @@ def split_command(flags: list[str] | str) -> list[str]:
     """
     tokens = shlex.split(flags) if isinstance(flags, str) else [str(t) for t in flags]
     i = 0
-    while i < len(tokens) and not tokens[i].startswith("-") and (
-            tokens[i] in _PROGRAMS or tokens[i].endswith(("/python", "/python3", "/sglang"))):
+    while (
+        i < len(tokens)
+        and not tokens[i].startswith("-")
+        and (tokens[i] in _PROGRAMS or tokens[i].endswith(("/python", "/python3", "/sglang")))
+    ):
         i += 1
     if i < len(tokens) and tokens[i] == "-m" and i + 1 < len(tokens):
         i += 2
@@ -57,13 +67,15 @@ class LintRequest(BaseModel):
 
     release: str = Field(min_length=1, max_length=64)
     flags: list[Annotated[str, StringConstraints(max_length=10_000)]] | None = Field(
-        default=None, max_length=4096)
+        default=None, max_length=4096
+    )
     command: str | None = Field(default=None, max_length=100_000)
     hardware: str | None = Field(default=None, max_length=100)
     model_arch: str | None = Field(default=None, max_length=200)
-    env: dict[Annotated[str, StringConstraints(max_length=200)],
-              Annotated[str, StringConstraints(max_length=10_000)]] = Field(
-        default_factory=dict, max_length=256)
+    env: dict[
+        Annotated[str, StringConstraints(max_length=200)],
+        Annotated[str, StringConstraints(max_length=10_000)],
+    ] = Field(default_factory=dict, max_length=256)
 
     @model_validator(mode="after")
     def _one_of(self) -> LintRequest:
@@ -81,8 +93,10 @@ def lint_payload(store: Store, body: dict[str, Any] | LintRequest) -> dict[str, 
     try:
         req = body if isinstance(body, LintRequest) else LintRequest.model_validate(body)
     except ValidationError as exc:
-        raise ConfigError(f"invalid lint request: {exc.errors()[0]['msg']}",
-                          details={"errors": exc.errors(include_url=False)}) from exc
+        raise ConfigError(
+            f"invalid lint request: {exc.errors()[0]['msg']}",
+            details={"errors": exc.errors(include_url=False)},
+        ) from exc
     try:
         argv = split_command(req.flags if req.flags is not None else req.command or "")
     except ValueError as exc:  # shlex: unbalanced quotes
@@ -91,9 +105,15 @@ def lint_payload(store: Store, body: dict[str, Any] | LintRequest) -> dict[str, 
     return report.model_dump(mode="json")
 
 
-def rules_payload(store: Store, release: str | None = None, origin: str | None = None,
-                  severity: str | None = None, q: str | None = None, limit: int = 100,
-                  offset: int = 0) -> dict[str, Any]:
+def rules_payload(
+    store: Store,
+    release: str | None = None,
+    origin: str | None = None,
+    severity: str | None = None,
+    q: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> dict[str, Any]:
     """``GET /rules``: cards (curated first), filtered by release range, origin, severity, text."""
     cards = cards_for(store, release) if release else [*load_curated(), *derive_cards(store)]
     if origin:
@@ -102,13 +122,23 @@ def rules_payload(store: Store, release: str | None = None, origin: str | None =
         cards = [c for c in cards if c.severity == severity]
     if q:
         needle = q.lower()
-        cards = [c for c in cards if needle in c.title.lower() or needle in c.id
-                 or needle in c.when.lower() or needle in c.require.lower()]
+        cards = [
+            c
+            for c in cards
+            if needle in c.title.lower()
+            or needle in c.id
+            or needle in c.when.lower()
+            or needle in c.require.lower()
+        ]
     cards = sorted(cards, key=lambda c: (c.origin != "curated", c.id))
     limit = max(1, min(limit, 1000))
-    page = cards[max(offset, 0): max(offset, 0) + limit]
-    return {"count": len(cards), "offset": offset, "limit": limit,
-            "cards": [c.model_dump(mode="json", by_alias=True) for c in page]}
+    page = cards[max(offset, 0) : max(offset, 0) + limit]
+    return {
+        "count": len(cards),
+        "offset": offset,
+        "limit": limit,
+        "cards": [c.model_dump(mode="json", by_alias=True) for c in page],
+    }
 
 
 # ----------------------------------------------------------------------------- CLI

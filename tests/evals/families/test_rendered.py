@@ -26,8 +26,9 @@ def incidents(store) -> list[Incident]:
 
 def _check(store, inc: Incident) -> dict:
     loc = inc.expected.location
-    return next(c for c in store.checks(inc.release, path=loc.path)
-                if c["start_line"] == loc.start_line)
+    return next(
+        c for c in store.checks(inc.release, path=loc.path) if c["start_line"] == loc.start_line
+    )
 
 
 def test_each_family_spans_three_releases(incidents) -> None:
@@ -50,8 +51,11 @@ def test_an_incident_is_its_release_raise_as_a_crash_log(store, incidents) -> No
         exc = parsed.primary
         assert exc is not None and exc.type == (check["exc_type"] or "RuntimeError"), inc.id
         assert exc.frames and exc.frames[-1].path.endswith(loc.path), inc.id
-        assert exc.frames[-1].line in {check["start_line"], check["test_start"],
-                                       check["test_end"]}, inc.id
+        assert exc.frames[-1].line in {
+            check["start_line"],
+            check["test_start"],
+            check["test_end"],
+        }, inc.id
         assert parsed.command == inc.command_argv(), inc.id
         # the message the incident carries is in the log, whole
         message = inc.crash_log.rstrip("\n").rsplit("\n", 1)[-1].split(": ", 1)[1]
@@ -62,10 +66,11 @@ def test_an_incident_is_its_release_raise_as_a_crash_log(store, incidents) -> No
         assert frameless[0].crash_log.strip().endswith(message.strip())
 
 
-def test_an_attention_fix_sets_the_deciding_flag_to_a_supported_backend(store,
-                                                                       incidents) -> None:
-    cases = {(c.release, c.check["path"], c.check["start_line"], c.message): c
-             for c in attention_cases(store, RELEASES)}
+def test_an_attention_fix_sets_the_deciding_flag_to_a_supported_backend(store, incidents) -> None:
+    cases = {
+        (c.release, c.check["path"], c.check["start_line"], c.message): c
+        for c in attention_cases(store, RELEASES)
+    }
     seen = 0
     for inc in (i for i in incidents if i.family == "layer_attention_backend"):
         check = _check(store, inc)
@@ -91,8 +96,10 @@ def test_a_memory_fix_moves_a_named_flag_the_way_the_message_says(store, inciden
         catalog = load_catalog(store, inc.release)
         by_flag = catalog.by_flag()
         message = parse_log(inc.crash_log).primary.message
-        steps = {f: (way, bound) for f, way, bound in steps_of(
-            message, {f for s in catalog.flags for f in s.flags})}
+        steps = {
+            f: (way, bound)
+            for f, way, bound in steps_of(message, {f for s in catalog.flags for f in s.flags})
+        }
         argv = inc.command_argv()
         assert inc.expected.acceptable_fixes
         for fix in inc.expected.acceptable_fixes:
@@ -113,5 +120,6 @@ def test_a_memory_fix_moves_a_named_flag_the_way_the_message_says(store, inciden
 
 def test_a_release_incidents_do_not_depend_on_the_run(store, incidents) -> None:
     again = rendered_incidents(store, ("0.5.23",))
-    assert [i.model_dump() for i in again] == \
-        [i.model_dump() for i in incidents if i.release == "0.5.23"]
+    assert [i.model_dump() for i in again] == [
+        i.model_dump() for i in incidents if i.release == "0.5.23"
+    ]

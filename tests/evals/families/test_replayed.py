@@ -27,8 +27,13 @@ RELEASE = "0.5.23"
 
 @pytest.fixture(scope="module")
 def incidents(store, kb_settings) -> list[Incident]:  # noqa: ANN001
-    return replayed_incidents(store, kb_settings, [RELEASE], max_launches=8,
-                              per_release={"block_shape": 2, "moe_runner_a2a": 2})
+    return replayed_incidents(
+        store,
+        kb_settings,
+        [RELEASE],
+        max_launches=8,
+        per_release={"block_shape": 2, "moe_runner_a2a": 2},
+    )
 
 
 def test_each_family_has_an_incident_at_its_check(incidents, store) -> None:  # noqa: ANN001
@@ -41,11 +46,14 @@ def test_each_family_has_an_incident_at_its_check(incidents, store) -> None:  # 
         loc = inc.expected.location
         assert loc is not None and inc.expected.release == RELEASE
         checks = family_checks(store, RELEASE, inc.family or "")
-        assert any((c["path"], c["function"], c["start_line"], c["end_line"])
-                   == (loc.path, loc.function, loc.start_line, loc.end_line) for c in checks)
+        assert any(
+            (c["path"], c["function"], c["start_line"], c["end_line"])
+            == (loc.path, loc.function, loc.start_line, loc.end_line)
+            for c in checks
+        )
         # the log parses back to the command, the check's lines and SGLang's exception
         parsed = parse_log(inc.crash_log)
-        assert parsed.command is not None and parsed.command[-len(inc.command):] == inc.command
+        assert parsed.command is not None and parsed.command[-len(inc.command) :] == inc.command
         primary = parsed.primary
         assert primary is not None and primary.frames
         inner = primary.frames[-1]
@@ -66,11 +74,17 @@ def test_every_acceptable_fix_passes_the_probe(incidents, store, kb_settings) ->
         fixes = inc.expected.acceptable_fixes
         assert fixes, inc.id
         argvs = [apply_edits(inc.command_argv(), catalog, set=dict(f.set)) for f in fixes]
-        results = replay_startup(kb_settings, RELEASE, HARDWARE,
-                                 [inc.command_argv(), *argvs],
-                                 probe=StartupProbe(family=PROBES[inc.family]),  # type: ignore[arg-type]
-                                 model_arch=inc.model_arch, model_facts=facts[inc.model],
-                                 timeout_s=300, job_timeout_s=90)
+        results = replay_startup(
+            kb_settings,
+            RELEASE,
+            HARDWARE,
+            [inc.command_argv(), *argvs],
+            probe=StartupProbe(family=PROBES[inc.family]),  # type: ignore[arg-type]
+            model_arch=inc.model_arch,
+            model_facts=facts[inc.model],
+            timeout_s=300,
+            job_timeout_s=90,
+        )
         assert results[0].status == "raised" and results[0].phase == "probe"
         assert [r.status for r in results[1:]] == ["passed"] * len(fixes), inc.id
 
@@ -83,21 +97,33 @@ def test_candidate_fixes() -> None:
     assert {"--tp-size": 1} not in sets  # ep 2 does not divide tp 1
     pairs = {("none", "triton"), ("deepep", "cutedsl"), ("none", "trtllm")}
     assert [f.set for f in a2a_fixes(pairs, "deepep", "trtllm")] == [
-        {"--moe-runner-backend": "cutedsl"}, {"--moe-a2a-backend": "none"}]
+        {"--moe-runner-backend": "cutedsl"},
+        {"--moe-a2a-backend": "none"},
+    ]
 
 
 def test_judge_says_replay_does_not_reach_a_check_no_probe_reaches(store, kb_settings) -> None:  # noqa: ANN001
     """A located check past argument validation that no start-up probe reaches: replay of the
     command does not get there, so the fix gets no verdict (never a trivial 'passed')."""
-    check = next(c for c in store.checks(RELEASE) if c["path"].startswith("sglang/srt/mem_cache/")
-                 and c["kind"] == "raise")
+    check = next(
+        c
+        for c in store.checks(RELEASE)
+        if c["path"].startswith("sglang/srt/mem_cache/") and c["kind"] == "raise"
+    )
     argv = ["--model-path", "Qwen/Qwen3-30B-A3B", "--tp-size", "2"]
-    answer = {"status": "located", "release": {"release": RELEASE},
-              "location": {k: check[k] for k in ("path", "function", "start_line", "end_line")},
-              "parsed": {"command": argv, "hardware": HARDWARE,
-                         "model_arch": "Qwen3MoeForCausalLM"},
-              "fixes": [{"recommended": True, "argv": [*argv, "--mem-fraction-static", "0.8"],
-                         "replay": {"status": "verified"}}]}
+    answer = {
+        "status": "located",
+        "release": {"release": RELEASE},
+        "location": {k: check[k] for k in ("path", "function", "start_line", "end_line")},
+        "parsed": {"command": argv, "hardware": HARDWARE, "model_arch": "Qwen3MoeForCausalLM"},
+        "fixes": [
+            {
+                "recommended": True,
+                "argv": [*argv, "--mem-fraction-static", "0.8"],
+                "replay": {"status": "verified"},
+            }
+        ],
+    }
     verdict = judge(answer, kb_settings)
     assert verdict["fix_replay"] is None and verdict["recommended"]
     assert "replay does not reach this check" in verdict["detail"]

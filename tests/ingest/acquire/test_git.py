@@ -27,13 +27,17 @@ GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.test", "-c", "com
 
 
 def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run([*GIT, *args], cwd=cwd, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        [*GIT, *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def _py_files(package_dir: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(package_dir)): p.read_bytes()
-            for p in sorted(package_dir.rglob("*.py")) if p.is_file()}
+    return {
+        str(p.relative_to(package_dir)): p.read_bytes()
+        for p in sorted(package_dir.rglob("*.py"))
+        if p.is_file()
+    }
 
 
 def _commit_release(work: Path, src: ReleaseSource) -> str:
@@ -55,8 +59,10 @@ def test_dev_versions_name_commits() -> None:
     assert dev_commit("0.5.19") is None
     assert dev_commit("0.5.19.dev410") is None
     assert dev_commit("0.5.19+gedff717ef") is None
-    assert public_url("https://user:tok@github.com/sgl-project/sglang.git") == \
-        "https://github.com/sgl-project/sglang.git"
+    assert (
+        public_url("https://user:tok@github.com/sgl-project/sglang.git")
+        == "https://github.com/sgl-project/sglang.git"
+    )
 
 
 def test_dev_build_without_the_setting_names_it(cache_settings: Settings, tmp_path: Path) -> None:
@@ -68,8 +74,9 @@ def test_dev_build_without_the_setting_names_it(cache_settings: Settings, tmp_pa
     assert not (tmp_path / "git").exists()
 
 
-def test_settings_make_a_local_mirror_path_absolute(monkeypatch: pytest.MonkeyPatch,
-                                                    tmp_path: Path) -> None:
+def test_settings_make_a_local_mirror_path_absolute(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TRIAGE_SGLANG_GIT", "mirror.git")
     assert Settings().sglang_git == str(tmp_path / "mirror.git")
@@ -78,8 +85,8 @@ def test_settings_make_a_local_mirror_path_absolute(monkeypatch: pytest.MonkeyPa
 
 
 def test_dev_builds_fetch_their_exact_commit_and_ingest(
-        cache_settings: Settings, sglang_source: Callable[[str], ReleaseSource],
-        tmp_path: Path) -> None:
+    cache_settings: Settings, sglang_source: Callable[[str], ReleaseSource], tmp_path: Path
+) -> None:
     old, new = sglang_source("0.5.9"), sglang_source("0.5.11")
     work = tmp_path / "work"
     work.mkdir()
@@ -87,9 +94,15 @@ def test_dev_builds_fetch_their_exact_commit_and_ingest(
     sha_old = _commit_release(work, old)
     upstream = tmp_path / "upstream.git"
     _git(tmp_path, "clone", "-q", "--bare", str(work), str(upstream))
-    settings = cache_settings.model_copy(update={
-        "home": tmp_path / "home", "kb_dir": tmp_path / "kb", "chroma_url": None,
-        "sglang_git": str(upstream), "releases": []})
+    settings = cache_settings.model_copy(
+        update={
+            "home": tmp_path / "home",
+            "kb_dir": tmp_path / "kb",
+            "chroma_url": None,
+            "sglang_git": str(upstream),
+            "releases": [],
+        }
+    )
 
     v_old = f"0.5.10.dev3+g{sha_old[:9]}"
     src_old = fetch_any(v_old, settings)
@@ -102,8 +115,12 @@ def test_dev_builds_fetch_their_exact_commit_and_ingest(
     sha_new = _commit_release(work, new)
     _git(work, "push", "-q", str(upstream), "main")
     mirror = mirror_dir(settings.home, str(upstream))
-    assert subprocess.run(["git", "cat-file", "-e", sha_new], cwd=mirror,
-                          capture_output=True).returncode != 0
+    assert (
+        subprocess.run(
+            ["git", "cat-file", "-e", sha_new], cwd=mirror, capture_output=True
+        ).returncode
+        != 0
+    )
     src_new = fetch_any(f"0.5.12.dev1+g{sha_new[:12]}", settings)
     assert _py_files(src_new.package_dir) == _py_files(new.package_dir)
     assert _py_files(src_new.package_dir) != _py_files(src_old.package_dir)
@@ -118,8 +135,10 @@ def test_dev_builds_fetch_their_exact_commit_and_ingest(
         row = kb.store.release(v_old)
         assert row is not None and row["status"] in ("indexed", "complete")
         assert row["origin"] == src_old.origin
-        checks = kb.store.query("SELECT COUNT(*) AS n FROM checks WHERE release = ? AND path = ?",
-                                (v_old, "sglang/srt/server_args.py"))
+        checks = kb.store.query(
+            "SELECT COUNT(*) AS n FROM checks WHERE release = ? AND path = ?",
+            (v_old, "sglang/srt/server_args.py"),
+        )
         assert checks[0]["n"] > 20
         assert ingest(kb, fetch_any(v_old, settings), scope="none").structure == "unchanged"
     finally:

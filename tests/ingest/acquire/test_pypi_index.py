@@ -20,8 +20,13 @@ from service.settings import Settings
 
 
 def _file(name: str, yanked: bool | str = False) -> dict:
-    return {"filename": name, "url": f"../../packages/{name}", "hashes": {"sha256": "0" * 64},
-            "requires-python": ">=3.10", "yanked": yanked}
+    return {
+        "filename": name,
+        "url": f"../../packages/{name}",
+        "hashes": {"sha256": "0" * 64},
+        "requires-python": ">=3.10",
+        "yanked": yanked,
+    }
 
 
 #: A PEP 691 page as an index serves it: 0.5.1 fully yanked (with a reason), 0.5.2's wheel
@@ -74,8 +79,11 @@ def test_recorded_page_skips_yanked_and_orders_by_version() -> None:
     only_sdist = listing.releases[0]
     assert (only_sdist.has_wheel, only_sdist.has_sdist) == (False, True)
 
-    assert select_releases(files, since="0.5.0", include_pre=False).versions == \
-        ["0.5.2", "0.5.9", "0.5.10"]
+    assert select_releases(files, since="0.5.0", include_pre=False).versions == [
+        "0.5.2",
+        "0.5.9",
+        "0.5.10",
+    ]
     assert select_releases(files).versions[0] == "0.4.0"
     with pytest.raises(AcquireError, match="not a version"):
         select_releases(files, since="five")
@@ -96,15 +104,25 @@ def test_local_index_folder_json_and_html_fallback(tmp_path: Path) -> None:
         "sglang-0.5.8-py3-none-any.whl</a>"
         '<a href="../../p/sglang-0.5.9-py3-none-any.whl#sha256=cd" '
         'data-requires-python="&gt;=3.10">sglang-0.5.9-py3-none-any.whl</a>'
-        "</body></html>")
+        "</body></html>"
+    )
     listing = list_releases(html_index.as_uri())
     assert (listing.page_format, listing.versions) == ("html", ["0.5.9"])
     assert [s.as_dict() for s in listing.skipped] == [{"version": "0.5.8", "reason": "yanked"}]
 
-    files = parse_html_page('<a href="x/sglang-0.5.9.tar.gz" data-yanked="bad tag">sglang-0.5.9.tar.gz</a>',
-                            "https://i.test/simple/sglang/")
-    assert files == [IndexFile("sglang-0.5.9.tar.gz", "https://i.test/simple/sglang/x/sglang-0.5.9.tar.gz",
-                               True, "bad tag", None)]
+    files = parse_html_page(
+        '<a href="x/sglang-0.5.9.tar.gz" data-yanked="bad tag">sglang-0.5.9.tar.gz</a>',
+        "https://i.test/simple/sglang/",
+    )
+    assert files == [
+        IndexFile(
+            "sglang-0.5.9.tar.gz",
+            "https://i.test/simple/sglang/x/sglang-0.5.9.tar.gz",
+            True,
+            "bad tag",
+            None,
+        )
+    ]
 
     with pytest.raises(AcquireError, match="no index.json or index.html"):
         list_releases((tmp_path / "empty").as_uri())

@@ -25,8 +25,9 @@ class ServerThread:
     """uvicorn in a thread; stops when the fixture ends."""
 
     def __init__(self, app, port: int) -> None:  # noqa: ANN001
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                                    log_level="warning", lifespan="off"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = f"http://127.0.0.1:{port}"
 
@@ -57,8 +58,9 @@ def api_settings(kb_settings: Settings, kb, tmp_path_factory) -> Settings:  # no
     KB (tests/service/api/test_ondemand.py ingests on demand into a KB of its own). No
     per-client rate limit either: every test posts from 127.0.0.1 to this one server
     (tests/service/hardening/test_limits.py turns it on for a server of its own)."""
-    return kb_settings.model_copy(update={"replay_enabled": False, "on_demand_ingest": False,
-                                          "triage_rate_per_minute": 0.0})
+    return kb_settings.model_copy(
+        update={"replay_enabled": False, "on_demand_ingest": False, "triage_rate_per_minute": 0.0}
+    )
 
 
 @pytest.fixture(scope="session")

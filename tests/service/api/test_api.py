@@ -11,14 +11,28 @@ from evals.render import render_log
 
 from .conftest import make_server
 
-SEED_ARGV = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "EAGLE3",
-             "--speculative-draft-model-path", "/d", "--speculative-eagle-topk", "4",
-             "--speculative-num-draft-tokens", "8"]
+SEED_ARGV = [
+    "--model-path",
+    "/models/Kimi-K2.6",
+    "--tp",
+    "8",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "/d",
+    "--speculative-eagle-topk",
+    "4",
+    "--speculative-num-draft-tokens",
+    "8",
+]
 
 
 def _seed_log(kb) -> str:  # noqa: ANN001
-    check = next(c for c in kb.store.checks("0.5.11", function="ServerArgs._handle_speculative_decoding")
-                 if c["bare"])
+    check = next(
+        c
+        for c in kb.store.checks("0.5.11", function="ServerArgs._handle_speculative_decoding")
+        if c["bare"]
+    )
     return render_log(kb.store, "0.5.11", check, argv=SEED_ARGV)
 
 
@@ -31,8 +45,11 @@ def test_health_and_ready(client: httpx.Client) -> None:
 
 
 def test_triage_text_plain_returns_the_check_and_a_fix(client: httpx.Client, kb) -> None:  # noqa: ANN001
-    r = client.post("/triage?release=0.5.11", content=_seed_log(kb),
-                    headers={"content-type": "text/plain", "x-request-id": "abc123"})
+    r = client.post(
+        "/triage?release=0.5.11",
+        content=_seed_log(kb),
+        headers={"content-type": "text/plain", "x-request-id": "abc123"},
+    )
     assert r.status_code == 200, r.text
     assert r.headers["x-request-id"] == "abc123"
     body = r.json()
@@ -45,8 +62,10 @@ def test_triage_text_plain_returns_the_check_and_a_fix(client: httpx.Client, kb)
 
 
 def test_request_ids_are_echoed_only_when_plain(client: httpx.Client) -> None:
-    assert client.get("/healthz", headers={"x-request-id": "run-7:a.b"}).headers["x-request-id"] \
+    assert (
+        client.get("/healthz", headers={"x-request-id": "run-7:a.b"}).headers["x-request-id"]
         == "run-7:a.b"
+    )
     for bad in ("x" * 65, "a;b", "<script>"):
         rid = client.get("/healthz", headers={"x-request-id": bad}).headers["x-request-id"]
         assert rid != bad and len(rid) == 12
@@ -56,8 +75,9 @@ def test_request_ids_are_echoed_only_when_plain(client: httpx.Client) -> None:
 
 
 def test_triage_json_body_with_hardware(client: httpx.Client, kb) -> None:  # noqa: ANN001
-    r = client.post("/triage", json={"log": _seed_log(kb), "release": "0.5.11",
-                                     "hardware": "rtx-pro-6000-x8"})
+    r = client.post(
+        "/triage", json={"log": _seed_log(kb), "release": "0.5.11", "hardware": "rtx-pro-6000-x8"}
+    )
     assert r.status_code == 200, r.text
     assert r.json()["parsed"]["hardware"] == "rtx-pro-6000-x8"
 
@@ -71,8 +91,11 @@ def test_confirm_records_the_fix(client: httpx.Client, kb) -> None:  # noqa: ANN
     assert rec["confirmation"]["fix"] == fix
     assert client.post("/incidents/nope/confirm", json={"fix": {}}).status_code == 404
     # a later crash in the same check shows the confirmed fix as a similar past incident
-    check = next(c for c in kb.store.checks("0.5.11", function="ServerArgs._handle_speculative_decoding")
-                 if c["bare"])
+    check = next(
+        c
+        for c in kb.store.checks("0.5.11", function="ServerArgs._handle_speculative_decoding")
+        if c["bare"]
+    )
     other = render_log(kb.store, "0.5.11", check, python="3.11", argv=SEED_ARGV[:-2])
     later = client.post("/triage?release=0.5.11", content=other).json()
     # an open service does not link other people's triages: the fix is shown, not the id
@@ -92,31 +115,47 @@ def test_confirm_records_the_fix(client: httpx.Client, kb) -> None:  # noqa: ANN
     mine = next(r for r in rows if r["id"] == f"rec-{body['id']}")
     assert mine["confirmed_by"] == f"api:{body['id']}"
     assert mine["expected"]["acceptable_fixes"] == [fix]
-    assert all(r["id"] != mine["id"] for r in
-               map(json.loads, client.get("/incidents?source=web").text.splitlines()))
+    assert all(
+        r["id"] != mine["id"]
+        for r in map(json.loads, client.get("/incidents?source=web").text.splitlines())
+    )
     assert client.get("/incidents?source=nope").status_code == 422
 
 
 def test_bad_inputs_get_clear_4xx(client: httpx.Client, api_settings) -> None:  # noqa: ANN001
     empty = client.post("/triage", content=b"   \n", headers={"content-type": "text/plain"})
     assert empty.status_code == 400 and "empty" in empty.json()["detail"]
-    binary = client.post("/triage", content=b"\x00\x01\x02log", headers={"content-type": "text/plain"})
+    binary = client.post(
+        "/triage", content=b"\x00\x01\x02log", headers={"content-type": "text/plain"}
+    )
     assert binary.status_code == 415
-    not_utf8 = client.post("/triage", content="caf\xe9".encode("latin-1"),
-                           headers={"content-type": "text/plain"})
+    not_utf8 = client.post(
+        "/triage", content="caf\xe9".encode("latin-1"), headers={"content-type": "text/plain"}
+    )
     assert not_utf8.status_code == 415
-    huge = client.post("/triage", content=b"x" * (api_settings.max_body_bytes + 10),
-                       headers={"content-type": "text/plain"})
+    huge = client.post(
+        "/triage",
+        content=b"x" * (api_settings.max_body_bytes + 10),
+        headers={"content-type": "text/plain"},
+    )
     assert huge.status_code == 413
-    nothing = client.post("/triage", content=b"server started fine\nall good\n",
-                          headers={"content-type": "text/plain"})
+    nothing = client.post(
+        "/triage",
+        content=b"server started fine\nall good\n",
+        headers={"content-type": "text/plain"},
+    )
     assert nothing.status_code == 422
     assert "understood" in nothing.json()
-    bad_json = client.post("/triage", content=b"{not json", headers={"content-type": "application/json"})
+    bad_json = client.post(
+        "/triage", content=b"{not json", headers={"content-type": "application/json"}
+    )
     assert bad_json.status_code == 422
-    bad_hw = client.post("/triage?hardware=tpu-v9", content=b"Traceback (most recent call last):\n"
-                         b'  File "/x/sglang/srt/server_args.py", line 3519, in _handle_speculative_decoding\n'
-                         b"AssertionError\n")
+    bad_hw = client.post(
+        "/triage?hardware=tpu-v9",
+        content=b"Traceback (most recent call last):\n"
+        b'  File "/x/sglang/srt/server_args.py", line 3519, in _handle_speculative_decoding\n'
+        b"AssertionError\n",
+    )
     assert bad_hw.status_code == 400
 
 
@@ -126,7 +165,9 @@ def test_unknown_release_is_404(client: httpx.Client) -> None:
 
 
 def test_search_and_releases(client: httpx.Client) -> None:
-    hits = client.get("/search", params={"q": "trtllm_mha topk", "release": "0.5.11", "k": 3}).json()
+    hits = client.get(
+        "/search", params={"q": "trtllm_mha topk", "release": "0.5.11", "k": 3}
+    ).json()
     assert len(hits["hits"]) == 3 and hits["hits"][0]["citation"].startswith("0.5.11:")
     assert {r["version"] for r in client.get("/releases").json()} >= {"0.5.11", "0.5.23"}
 
@@ -148,8 +189,14 @@ def test_api_keys_guard_everything_but_health(api_settings, kb) -> None:  # noqa
 
 
 def test_lint_flags_the_seed_command_and_rules_are_listed(client: httpx.Client) -> None:
-    r = client.post("/lint", json={"release": "0.5.11", "hardware": "rtx-pro-6000-x8",
-                                   "command": "python -m sglang.launch_server " + " ".join(SEED_ARGV)})
+    r = client.post(
+        "/lint",
+        json={
+            "release": "0.5.11",
+            "hardware": "rtx-pro-6000-x8",
+            "command": "python -m sglang.launch_server " + " ".join(SEED_ARGV),
+        },
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     cited = [c for f in body["violated"] for c in f["citations"]]
@@ -159,15 +206,22 @@ def test_lint_flags_the_seed_command_and_rules_are_listed(client: httpx.Client) 
 
 
 def test_every_fix_carries_rule_verdicts(client: httpx.Client, kb) -> None:  # noqa: ANN001
-    body = client.post("/triage?release=0.5.11&hardware=rtx-pro-6000-x8", content=_seed_log(kb)).json()
+    body = client.post(
+        "/triage?release=0.5.11&hardware=rtx-pro-6000-x8", content=_seed_log(kb)
+    ).json()
     recommended = [f for f in body["fixes"] if f["recommended"]]
     assert len(recommended) == 1
-    assert not any(v["verdict"] == "violated" and v["severity"] == "error"
-                   for v in recommended[0]["rule_verdicts"])
+    assert not any(
+        v["verdict"] == "violated" and v["severity"] == "error"
+        for v in recommended[0]["rule_verdicts"]
+    )
 
 
-def test_triage_verifies_the_crash_and_fixes_by_replay_in_the_background(api_settings, kb,  # noqa: ANN001
-                                                                         monkeypatch) -> None:  # noqa: ANN001
+def test_triage_verifies_the_crash_and_fixes_by_replay_in_the_background(
+    api_settings,
+    kb,  # noqa: ANN001
+    monkeypatch,
+) -> None:  # noqa: ANN001
     """The answer does not wait for the replay: the replay is held until the answer has
     arrived (a fast path that waited for it would never answer: the client times out),
     then runs for real and its verdicts land in the stored triage."""
@@ -192,8 +246,10 @@ def test_triage_verifies_the_crash_and_fixes_by_replay_in_the_background(api_set
     on = api_settings.model_copy(update={"replay_enabled": True})
     with make_server(on) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
         try:
-            first = c.post("/triage?release=0.5.11&hardware=rtx-pro-6000-x8"
-                           "&model_arch=DeepseekV3ForCausalLM", content=_seed_log(kb))
+            first = c.post(
+                "/triage?release=0.5.11&hardware=rtx-pro-6000-x8&model_arch=DeepseekV3ForCausalLM",
+                content=_seed_log(kb),
+            )
         except httpx.ReadTimeout:
             pytest.fail("no answer while the replay was held: the fast path waits for it")
         finally:
@@ -218,8 +274,9 @@ def test_triage_verifies_the_crash_and_fixes_by_replay_in_the_background(api_set
         assert "verified by replay on 0.5.11 with rtx-pro-6000-x8" in top["replay"]["detail"]
 
 
-def test_a_replay_that_finishes_at_once_is_not_overwritten(api_settings, kb, tmp_path,
-                                                           monkeypatch) -> None:  # noqa: ANN001
+def test_a_replay_that_finishes_at_once_is_not_overwritten(
+    api_settings, kb, tmp_path, monkeypatch
+) -> None:  # noqa: ANN001
     """A replay answered from its disk cache can store its verdicts before the request
     returns; the "pending" record must already be stored by then, never after."""
     from concurrent.futures import Future
@@ -243,5 +300,7 @@ def test_a_replay_that_finishes_at_once_is_not_overwritten(api_settings, kb, tmp
     options = {"release": "0.5.11", "hardware": None, "model": None, "model_arch": None}
     body = json.loads(_answer(Engine(kb, settings), records, settings, text, text, options, True))
     assert body["replay"]["status"] == "pending"
-    assert records.get(body["id"])["result"]["replay"] == {"status": "reproduced",
-                                                           "detail": "from the cache"}
+    assert records.get(body["id"])["result"]["replay"] == {
+        "status": "reproduced",
+        "detail": "from the cache",
+    }

@@ -19,8 +19,9 @@ def test_triage_of_a_message_only_log_answers_a_release_range(client: httpx.Clie
     rng = body["release"]["range"]
     assert rng["releases"] == holders and (rng["first"], rng["last"]) == (holders[0], holders[-1])
     assert body["release"]["release"] == holders[-1]
-    assert any(p["kind"] == "message" and span(holders, ingested) in p["text"]
-               for p in rng["evidence"])
+    assert any(
+        p["kind"] == "message" and span(holders, ingested) in p["text"] for p in rng["evidence"]
+    )
     assert "later_releases" in body and "upgrade" in body
     for change in body["later_releases"]:
         assert change["release"] not in holders[:-1]

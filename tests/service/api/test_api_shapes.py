@@ -11,8 +11,11 @@ from tests.service.engine.logparse import shapes
 
 @pytest.mark.parametrize("shape", sorted(shapes.ALL))
 def test_no_shape_is_a_422(client: httpx.Client, shape: str) -> None:
-    r = client.post("/triage?release=0.5.11", content=shapes.ALL[shape].encode(),
-                    headers={"content-type": "text/plain"})
+    r = client.post(
+        "/triage?release=0.5.11",
+        content=shapes.ALL[shape].encode(),
+        headers={"content-type": "text/plain"},
+    )
     assert r.status_code == 200, r.text[:500]
     body = r.json()
     assert body["status"] in ("located", "argparse", "unlocated")

@@ -26,13 +26,17 @@ def _bare_assert(package: Path) -> tuple[int, str, str]:
     in a release's source, found with ``ast`` (the test's own reading, not the KB's)."""
     text = (package / "srt" / "server_args.py").read_text()
     lines = text.splitlines()
-    cls = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef)
-               and n.name == "ServerArgs")
+    cls = next(
+        n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs"
+    )
     for fn in cls.body:
         if isinstance(fn, ast.FunctionDef):
             for node in ast.walk(fn):
-                if isinstance(node, ast.Assert) and node.msg is None and \
-                        node.lineno == node.end_lineno:
+                if (
+                    isinstance(node, ast.Assert)
+                    and node.msg is None
+                    and node.lineno == node.end_lineno
+                ):
                     return node.lineno, fn.name, lines[node.lineno - 1].strip()
     raise AssertionError("no single-line bare assert in ServerArgs")
 
@@ -40,10 +44,14 @@ def _bare_assert(package: Path) -> tuple[int, str, str]:
 @pytest.fixture(scope="module")
 def small_kb(kb_settings: Settings, sglang_source, tmp_path_factory) -> Settings:  # noqa: ANN001
     """A KB holding only 0.5.9 (structure), in a folder of its own."""
-    settings = kb_settings.model_copy(update={"kb_dir": tmp_path_factory.mktemp("ondemand"),
-                                              "replay_enabled": False,
-                                              "on_demand_ingest": True,
-                                              "on_demand_embed": False})
+    settings = kb_settings.model_copy(
+        update={
+            "kb_dir": tmp_path_factory.mktemp("ondemand"),
+            "replay_enabled": False,
+            "on_demand_ingest": True,
+            "on_demand_embed": False,
+        }
+    )
     kb = KnowledgeBase(settings)
     index_structure(kb, sglang_source(BASE))
     kb.close()
@@ -62,12 +70,15 @@ def _settled(c: httpx.Client, tid: str, polls: int = 2400) -> dict:
 
 
 def test_a_release_not_in_the_kb_is_answered_at_once_then_ingested_and_answered_exactly(
-        small_kb: Settings, sglang_source) -> None:  # noqa: ANN001
+    small_kb: Settings, sglang_source
+) -> None:  # noqa: ANN001
     line, function, stmt = _bare_assert(sglang_source(MISSING).package_dir)
-    log = (f"$ pip install sglang=={MISSING}\n"
-           "Traceback (most recent call last):\n"
-           f'  File "/usr/lib/python3.11/site-packages/{SA}", line {line}, in {function}\n'
-           f"    {stmt}\nAssertionError\n")
+    log = (
+        f"$ pip install sglang=={MISSING}\n"
+        "Traceback (most recent call last):\n"
+        f'  File "/usr/lib/python3.11/site-packages/{SA}", line {line}, in {function}\n'
+        f"    {stmt}\nAssertionError\n"
+    )
     with make_server(small_kb) as srv, httpx.Client(base_url=srv.url, timeout=300) as c:
         r = c.post("/triage", content=log, headers={"content-type": "text/plain"})
         assert r.status_code == 200, r.text
@@ -75,8 +86,9 @@ def test_a_release_not_in_the_kb_is_answered_at_once_then_ingested_and_answered_
         # answered at once from the release the KB holds, saying the answer will update
         assert first["release"]["release"] == BASE
         assert first["release"]["on_demand"]["status"] == "ingesting"
-        assert any(d.startswith(f"ingesting {MISSING}; this answer will update")
-                   for d in first["degraded"])
+        assert any(
+            d.startswith(f"ingesting {MISSING}; this answer will update") for d in first["degraded"]
+        )
         # the stored triage (GET /triage/{id}, the /t/{id} page) is the exact answer once
         # the ingest (a child process: `sglang-triage ingest --release X`) landed
         body = _settled(c, first["id"])["result"]
@@ -94,13 +106,17 @@ def test_a_release_not_in_the_kb_is_answered_at_once_then_ingested_and_answered_
 
 
 def test_a_release_that_cannot_be_fetched_is_named_with_how_to_ingest_it(
-        small_kb: Settings, tmp_path) -> None:  # noqa: ANN001
+    small_kb: Settings, tmp_path
+) -> None:  # noqa: ANN001
     # a release the index does not list: refused before any pip call
-    offline = small_kb.model_copy(update={
-        "wheel_dir": tmp_path / "wheels", "source_dir": tmp_path / "sources"})
-    log = ("$ pip install sglang==0.5.99\nTraceback (most recent call last):\n"
-           '  File "/usr/lib/python3.11/site-packages/sglang/launch_server.py", line 1, in <module>\n'
-           "AssertionError\n")
+    offline = small_kb.model_copy(
+        update={"wheel_dir": tmp_path / "wheels", "source_dir": tmp_path / "sources"}
+    )
+    log = (
+        "$ pip install sglang==0.5.99\nTraceback (most recent call last):\n"
+        '  File "/usr/lib/python3.11/site-packages/sglang/launch_server.py", line 1, in <module>\n'
+        "AssertionError\n"
+    )
     with make_server(offline) as srv, httpx.Client(base_url=srv.url, timeout=300) as c:
         r = c.post("/triage", content=log, headers={"content-type": "text/plain"})
         assert r.status_code == 200, r.text

@@ -33,9 +33,21 @@ def test_shell_script_continuations_env_variables_and_wrappers() -> None:
     assert got.kind == "shell"
     first, serve, inner = got.commands
     assert first.line == 8 and first.launcher == ["python3", "-u", "-m", "sglang.launch_server"]
-    assert first.argv == ["--model-path", "/models/Qwen3-32B", "--tp", "4",
-                          "--mem-fraction-static", "0.85", "--context-length", "32768",
-                          "--port", "30000", "--host", "$HOST", "$@"]
+    assert first.argv == [
+        "--model-path",
+        "/models/Qwen3-32B",
+        "--tp",
+        "4",
+        "--mem-fraction-static",
+        "0.85",
+        "--context-length",
+        "32768",
+        "--port",
+        "30000",
+        "--host",
+        "$HOST",
+        "$@",
+    ]
     assert first.env == {"TP": "4", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}  # exported + prefix
     assert first.unresolved == ["$HOST", "$@"]
     assert first.assumed and "${PORT:-30000}" in first.assumed[0]
@@ -51,8 +63,10 @@ def test_shell_script_continuations_env_variables_and_wrappers() -> None:
 
 
 def test_assignment_with_an_unknown_value_stays_unresolved() -> None:
-    text = ('HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
-            "python -m sglang.launch_server --dist-init-addr $HEAD:5000 --node-rank `hostname`\n")
+    text = (
+        'HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
+        "python -m sglang.launch_server --dist-init-addr $HEAD:5000 --node-rank `hostname`\n"
+    )
     (cmd,) = extract_text(text, "x.sh").commands
     assert cmd.argv == ["--dist-init-addr", "$HEAD:5000", "--node-rank", "`hostname`"]
     assert cmd.unresolved == ["$HEAD", "`hostname`"]
@@ -106,8 +120,16 @@ def test_systemd_unit() -> None:
     start, post = got.commands  # [Unit] has no Exec lines; ExecStartPre holds no launch
     assert start.line == 9 and start.where == "ExecStart" and start.kind == "systemd"
     assert start.launcher == ["/opt/sglang/bin/python3", "-m", "sglang.launch_server"]
-    assert start.argv == ["--model-path", "/models/Llama 3", "--tp", "8",
-                          "--served-model-name", "%i", "--api-key", "${API_KEY}"]
+    assert start.argv == [
+        "--model-path",
+        "/models/Llama 3",
+        "--tp",
+        "8",
+        "--served-model-name",
+        "%i",
+        "--api-key",
+        "${API_KEY}",
+    ]
     assert start.unresolved == ["%i", "${API_KEY}"]
     assert start.env["LATE"] == "1"  # Environment= anywhere in [Service] applies
     assert post.where == "ExecStartPost" and post.argv == ["--port", "1"]
@@ -231,8 +253,12 @@ def test_kubernetes_multi_document() -> None:
 
 def test_files_without_a_command_and_bad_yaml(tmp_path: Path) -> None:
     assert extract_text("#!/bin/sh\necho hello\n# sglang serve --tp 2\n", "a.sh").commands == []
-    assert extract_text("services:\n  db: {image: postgres, command: [postgres]}\n",
-                        "compose.yml").commands == []
+    assert (
+        extract_text(
+            "services:\n  db: {image: postgres, command: [postgres]}\n", "compose.yml"
+        ).commands
+        == []
+    )
     with pytest.raises(ValueError, match="not valid YAML"):
         extract_text("a: [unclosed\n", "x.yaml")
     with pytest.raises(ValueError, match="cannot read"):
@@ -243,8 +269,10 @@ def test_files_without_a_command_and_bad_yaml(tmp_path: Path) -> None:
 
 
 def test_yaml_aliases_are_read_once() -> None:
-    text = ("x-cmd: &cmd [python3, -m, sglang.launch_server, --tp, '2']\n"
-            "services:\n  a: {command: *cmd}\n  b: {command: *cmd}\n")
+    text = (
+        "x-cmd: &cmd [python3, -m, sglang.launch_server, --tp, '2']\n"
+        "services:\n  a: {command: *cmd}\n  b: {command: *cmd}\n"
+    )
     got = extract_text(text, "compose.yaml")
     assert [c.argv for c in got.commands] == [["--tp", "2"]]
 
@@ -254,8 +282,10 @@ def test_choose_release() -> None:
     hint = ReleaseHint("0.5.11", "image tag lmsysorg/sglang:v0.5.11", 3)
     assert choose_release("0.5.23", hint, ingested)[0] == "0.5.23"
     assert "the file names 0.5.11" in choose_release("0.5.23", hint, ingested)[1]
-    assert choose_release(None, hint, ingested) == ("0.5.11", "from the file: 0.5.11 "
-                                                    "(image tag lmsysorg/sglang:v0.5.11, line 3)")
+    assert choose_release(None, hint, ingested) == (
+        "0.5.11",
+        "from the file: 0.5.11 (image tag lmsysorg/sglang:v0.5.11, line 3)",
+    )
     near, why = choose_release(None, ReleaseHint("0.5.16", "pinned", 1), ingested)
     assert near == "0.5.11" and why.startswith("assumed:") and "not in the KB" in why
     assert choose_release(None, ReleaseHint("0.4.0", "pinned", 1), ingested)[0] == "0.5.9"

@@ -19,13 +19,19 @@ from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "examples" / "deploy"
-WITH_COMMANDS = [DEPLOY / "systemd" / "sglang.service", DEPLOY / "systemd" / "sglang-run.service",
-                 DEPLOY / "kubernetes" / "sglang.yaml", DEPLOY / "compose" / "compose.yaml",
-                 DEPLOY / "slurm" / "sglang.sbatch"]
+WITH_COMMANDS = [
+    DEPLOY / "systemd" / "sglang.service",
+    DEPLOY / "systemd" / "sglang-run.service",
+    DEPLOY / "kubernetes" / "sglang.yaml",
+    DEPLOY / "compose" / "compose.yaml",
+    DEPLOY / "slurm" / "sglang.sbatch",
+]
 #: the 0.5.11 seed: EAGLE3 with topk 4 and 8 draft tokens, no --speculative-num-steps
-SEED = ("--model-path /models/Kimi-K2.6 --tp 8 --speculative-algorithm EAGLE3 "
-        "--speculative-draft-model-path /d --speculative-eagle-topk 4 "
-        "--speculative-num-draft-tokens 8")
+SEED = (
+    "--model-path /models/Kimi-K2.6 --tp 8 --speculative-algorithm EAGLE3 "
+    "--speculative-draft-model-path /d --speculative-eagle-topk 4 "
+    "--speculative-num-draft-tokens 8"
+)
 BAD_UNIT = f"""\
 # SGLang from lmsysorg/sglang:v0.5.11-cu129
 [Service]
@@ -70,19 +76,23 @@ def test_every_example_kind_lints_clean_on_the_release_it_names(kb_env: Settings
 
 
 def test_a_failing_command_exits_1_with_its_file_line_and_a_checked_fix(
-        kb_env: Settings, tmp_path: Path) -> None:
+    kb_env: Settings, tmp_path: Path
+) -> None:
     bad = tmp_path / "bad.service"
     bad.write_text(BAD_UNIT)
     code, stdout, _ = _run("--from", str(bad))
     assert code == 1
     lines = stdout.splitlines()
     assert lines[0] == f"{bad}:4  (systemd, ExecStart)"
-    assert lines[1].startswith("release 0.5.11: from the file: 0.5.11 (image tag "
-                               "lmsysorg/sglang:v0.5.11-cu129, line 1)")
+    assert lines[1].startswith(
+        "release 0.5.11: from the file: 0.5.11 (image tag lmsysorg/sglang:v0.5.11-cu129, line 1)"
+    )
     text = " ".join(stdout.split())
     assert "✗ error" in text and "fix (verified" in text and "would fail" in text
-    assert "SGLang 0.5.11, model KimiK25ForConditionalGeneration: /opt/sglang/bin/python3 -m " \
-           "sglang.launch_server --model-path /models/Kimi-K2.6" in text
+    assert (
+        "SGLang 0.5.11, model KimiK25ForConditionalGeneration: /opt/sglang/bin/python3 -m "
+        "sglang.launch_server --model-path /models/Kimi-K2.6" in text
+    )
     # with a good file too: 1 still, and --json lists both commands
     code, stdout, _ = _run("--from", str(bad), "--from", str(WITH_COMMANDS[0]), "--json")
     assert code == 1
@@ -91,9 +101,11 @@ def test_a_failing_command_exits_1_with_its_file_line_and_a_checked_fix(
 
 def test_variables_left_open_are_reported_not_flagged(kb_env: Settings, tmp_path: Path) -> None:
     script = tmp_path / "start.sh"
-    script.write_text('MODEL=/models/Qwen3-32B\nexport HF_TOKEN=secret\n'
-                      'exec python3 -m sglang.launch_server --model-path "$MODEL" --tp "$TP" '
-                      '--port ${PORT:-30000} "$@"\n')
+    script.write_text(
+        "MODEL=/models/Qwen3-32B\nexport HF_TOKEN=secret\n"
+        'exec python3 -m sglang.launch_server --model-path "$MODEL" --tp "$TP" '
+        '--port ${PORT:-30000} "$@"\n'
+    )
     code, stdout, output = _run("--from", str(script), "--release", "0.5.11")
     assert code == 0, output
     assert "left as written: $TP, $@ (the file does not say their value" in stdout
@@ -101,8 +113,15 @@ def test_variables_left_open_are_reported_not_flagged(kb_env: Settings, tmp_path
     assert "unknown flag" not in stdout and "invalid int value" not in stdout
     code, stdout, _ = _run("--from", str(script), "--release", "0.5.11", "--json")
     (entry,) = json.loads(stdout)
-    assert entry["argv"] == ["--model-path", "/models/Qwen3-32B", "--tp", "$TP",
-                             "--port", "30000", "$@"]
+    assert entry["argv"] == [
+        "--model-path",
+        "/models/Qwen3-32B",
+        "--tp",
+        "$TP",
+        "--port",
+        "30000",
+        "$@",
+    ]
     assert entry["unresolved"] == ["$TP", "$@"] and entry["report"]["unknown_flags"] == []
     assert entry["report"]["command"].endswith("--tp $TP --port 30000 $@")  # not '$TP'
     assert entry["env"] == {"HF_TOKEN": "<redacted>"}
@@ -131,8 +150,9 @@ def test_release_choice_and_pre_commit_arguments(kb_env: Settings, tmp_path: Pat
     # pre-commit appends the hook's args after the entry ("… --from"), then the file names
     pinned = tmp_path / "pinned.sh"
     pinned.write_text('pip install "sglang==0.5.23"\nsglang serve --model-path /models/m\n')
-    code, stdout, _ = _run("--skip-empty", "--from", "--release", "0.5.11", str(plain),
-                           str(pinned), "--json")
+    code, stdout, _ = _run(
+        "--skip-empty", "--from", "--release", "0.5.11", str(plain), str(pinned), "--json"
+    )
     got = json.loads(stdout)
     assert code == 0 and [e["release"] for e in got] == ["0.5.11", "0.5.11"]
     assert "the file names 0.5.23 (pinned sglang==0.5.23, line 1)" in got[1]["release_source"]
@@ -147,16 +167,29 @@ def test_release_choice_and_pre_commit_arguments(kb_env: Settings, tmp_path: Pat
 def test_real_process(kb_env: Settings, tmp_path: Path) -> None:
     bad = tmp_path / "bad.service"
     bad.write_text(BAD_UNIT)
-    env = {**os.environ, "TRIAGE_KB_DIR": str(kb_env.kb_path), "TRIAGE_HOME": str(kb_env.home),
-           "TRIAGE_ON_DEMAND_INGEST": "false", "TRIAGE_FIX_SEARCH_DEADLINE_S": "0",
-           "HF_HUB_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "TRIAGE_KB_DIR": str(kb_env.kb_path),
+        "TRIAGE_HOME": str(kb_env.home),
+        "TRIAGE_ON_DEMAND_INGEST": "false",
+        "TRIAGE_FIX_SEARCH_DEADLINE_S": "0",
+        "HF_HUB_OFFLINE": "1",
+    }
     env.pop("TRIAGE_CHROMA_URL", None)
     exe = Path(sys.executable).with_name("sglang-triage")
     k8s = DEPLOY / "kubernetes" / "sglang.yaml"
-    proc = subprocess.run([str(exe), "lint", "--from", str(k8s), "--from", str(bad)], env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [str(exe), "lint", "--from", str(k8s), "--from", str(bad)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 1, proc.stderr
     heads = [line for line in proc.stdout.splitlines() if line.startswith((str(k8s), str(bad)))]
-    assert heads == [f"{k8s}:43  (kubernetes, Deployment/sglang container server)",
-                     f"{bad}:4  (systemd, ExecStart)"]
+    assert heads == [
+        f"{k8s}:43  (kubernetes, Deployment/sglang container server)",
+        f"{bad}:4  (systemd, ExecStart)",
+    ]
     assert "would fail: 2 launch command(s) in 2 file(s), 1 would fail" in proc.stdout

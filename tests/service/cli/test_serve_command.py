@@ -11,7 +11,8 @@ from service.cli.main import app
 
 
 def test_several_workers_on_the_embedded_chroma_are_refused(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("TRIAGE_CHROMA_URL", raising=False)
     monkeypatch.setenv("TRIAGE_KB_DIR", str(tmp_path / "kb"))
     result = CliRunner().invoke(app, ["serve", "--workers", "2", "--port", "1"])

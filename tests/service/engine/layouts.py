@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 #: spellings of the tensor, expert and MoE data parallel sizes
-_NAMES = {"--tp": "tp", "--tp-size": "tp", "--tensor-parallel-size": "tp", "--ep": "ep",
-          "--ep-size": "ep", "--expert-parallel-size": "ep", "--moe-dp-size": "dp"}
+_NAMES = {
+    "--tp": "tp",
+    "--tp-size": "tp",
+    "--tensor-parallel-size": "tp",
+    "--ep": "ep",
+    "--ep-size": "ep",
+    "--expert-parallel-size": "ep",
+    "--moe-dp-size": "dp",
+}
 
 
 def layout(argv: list[str]) -> tuple[int, int, int]:

@@ -53,9 +53,11 @@ def _framed(store, inc: AttentionCase) -> str:
     exception line."""
     c = inc.check
     line = store.file_lines(inc.release, c["path"], c["start_line"], c["start_line"])[0].strip()
-    return ("Traceback (most recent call last):\n"
-            f'  File "/usr/local/lib/python3.12/dist-packages/{c["path"]}", line {c["start_line"]}, '
-            f'in {c["function"].rsplit(".", 1)[-1]}\n    {line}\n{inc.exc}: {inc.message}\n')
+    return (
+        "Traceback (most recent call last):\n"
+        f'  File "/usr/local/lib/python3.12/dist-packages/{c["path"]}", line {c["start_line"]}, '
+        f"in {c['function'].rsplit('.', 1)[-1]}\n    {line}\n{inc.exc}: {inc.message}\n"
+    )
 
 
 def _same_message(store, inc: AttentionCase) -> int:
@@ -83,8 +85,11 @@ def test_a_refused_backend_is_replaced_by_a_listed_one(engine, kb, with_frames) 
         where = (result.location.path, result.location.start_line) if result.location else None
         cite = f"{inc.release}:{inc.check['path']}:{inc.check['start_line']}"
         if where != (inc.check["path"], inc.check["start_line"]) and not (
-                not with_frames and _same_message(store, inc) > 1 and result.location
-                and cite in result.location.alternatives):
+            not with_frames
+            and _same_message(store, inc) > 1
+            and result.location
+            and cite in result.location.alternatives
+        ):
             failures.append((inc.release, inc.kind, inc.message[:80], where))
             continue
         located += 1
@@ -93,20 +98,30 @@ def test_a_refused_backend_is_replaced_by_a_listed_one(engine, kb, with_frames) 
             failures.append((inc.release, inc.kind, inc.message[:80], "no fix"))
             continue
         catalog = load_catalog(store, inc.release)
-        edited = [a for a in best.argv if a.startswith("--") and a[2:].replace("-", "_") in
-                  {s.attr for s in catalog.flags if s.choices}]
+        edited = [
+            a
+            for a in best.argv
+            if a.startswith("--")
+            and a[2:].replace("-", "_") in {s.attr for s in catalog.flags if s.choices}
+        ]
         ok = True
         by_flag = catalog.by_flag()
         for position, _ in inc.refused:
             got = _effective(best.argv, position, edited)
-            ok = ok and got is not None and got[1] in inc.supported \
+            ok = (
+                ok
+                and got is not None
+                and got[1] in inc.supported
                 and got[1] in by_flag[got[0]].choices
+            )
         # the fix cites where the supported names are defined, in this release
         ok = ok and f"{inc.release}:" in best.origin
         if ok:
             valid += 1
         else:
             failures.append((inc.release, inc.kind, inc.message[:80], best.command))
-    print(f"attention family (frames={with_frames}): n={len(incidents)} located={located} "
-          f"fix valid={valid}")
+    print(
+        f"attention family (frames={with_frames}): n={len(incidents)} located={located} "
+        f"fix valid={valid}"
+    )
     assert not failures, failures

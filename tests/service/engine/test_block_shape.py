@@ -27,7 +27,9 @@ def engine(kb) -> Engine:
 
 
 def _check(store, release: str) -> dict:
-    rows = [c for c in store.checks(release) if (c["message"] or "").startswith(f'f"{MESSAGE_START}')]
+    rows = [
+        c for c in store.checks(release) if (c["message"] or "").startswith(f'f"{MESSAGE_START}')
+    ]
     assert len(rows) == 1, (release, len(rows))
     return rows[0]
 
@@ -35,9 +37,14 @@ def _check(store, release: str) -> dict:
 def _message(check: dict, size: int, tp: int, ep: int, block: int) -> str:
     """The release's own message source rendered with the crash's values."""
     moe_tp = tp // ep
-    names = {"moe_intermediate_size": size, "moe_tp_size": moe_tp, "weight_block_size_n": block,
-             "tp_size": tp, "moe_ep_size": ep,
-             "self": SimpleNamespace(tp_size=tp, moe_ep_size=ep)}
+    names = {
+        "moe_intermediate_size": size,
+        "moe_tp_size": moe_tp,
+        "weight_block_size_n": block,
+        "tp_size": tp,
+        "moe_ep_size": ep,
+        "self": SimpleNamespace(tp_size=tp, moe_ep_size=ep),
+    }
     return eval("(" + check["message"] + ")", {}, names)  # noqa: S307 - SGLang's f-string
 
 
@@ -52,8 +59,9 @@ def _holds(size: int, block: int, tp: int, ep: int, dp: int) -> bool:
 @pytest.mark.parametrize("release", RELEASES)
 @pytest.mark.parametrize("size, tp, block", SHAPES)
 @pytest.mark.parametrize("frameless_command", [True, False])
-def test_block_shape_fix_makes_the_arithmetic_hold(engine, kb, release, size, tp, block,
-                                                   frameless_command) -> None:
+def test_block_shape_fix_makes_the_arithmetic_hold(
+    engine, kb, release, size, tp, block, frameless_command
+) -> None:
     check = _check(kb.store, release)
     message = _message(check, size, tp, 1, block)
     # as users post it: the exception line alone, with the launch command or without it
@@ -61,10 +69,16 @@ def test_block_shape_fix_makes_the_arithmetic_hold(engine, kb, release, size, tp
     log = (command if frameless_command else "") + f"ValueError: {message}\n"
     result = engine.triage(log, release=release)
     assert result.status == "located"
-    assert (result.location.path, result.location.start_line) == (check["path"], check["start_line"])
+    assert (result.location.path, result.location.start_line) == (
+        check["path"],
+        check["start_line"],
+    )
     assert result.evaluation.fired == "true"
     printed = {p.expr: p for p in result.printed}
-    assert printed["moe_intermediate_size"].value == size and printed["moe_intermediate_size"].role == "fact"
+    assert (
+        printed["moe_intermediate_size"].value == size
+        and printed["moe_intermediate_size"].role == "fact"
+    )
     assert printed["weight_block_size_n"].value == block
     # what the message printed is never reported unknown
     assert not any(u.what in printed for u in result.unknowns)
@@ -91,9 +105,11 @@ def test_a_message_alone_completes_the_command_with_its_flags(engine, kb) -> Non
 
 def test_parameters_are_traced_to_their_flags_with_a_cited_line(engine, kb) -> None:
     check = _check(kb.store, "0.5.23")
-    result = engine.triage(f"ValueError: {_message(check, 1536, 8, 1, 128)}\n"
-                           "$ python -m sglang.launch_server --model-path m --tp 8",
-                           release="0.5.23")
+    result = engine.triage(
+        f"ValueError: {_message(check, 1536, 8, 1, 128)}\n"
+        "$ python -m sglang.launch_server --model-path m --tp 8",
+        release="0.5.23",
+    )
     passes = [r for r in result.references if r.kind == "passes"]
     assert passes and passes[0].text.startswith("moe_ep_size is ep_size")
     _, path, line = passes[0].citation.split(":")

@@ -18,8 +18,22 @@ COMMANDS = [
     "--model /m --quant fp8 --kv-cache-dtype fp8_e5m2 --attention-backend triton -h",
     "--model-path /m --speculative --spec-algo NEXTN --unknown-flag 3 --disable-radix",
 ]
-TOKENS = ["--tp", "--speculative", "--spec", "--mem", "--enable-dp", "--page", "--x",
-          "-h", "-hx", "--", "--attention", "--model", "--disable-r", "--kv"]
+TOKENS = [
+    "--tp",
+    "--speculative",
+    "--spec",
+    "--mem",
+    "--enable-dp",
+    "--page",
+    "--x",
+    "-h",
+    "-hx",
+    "--",
+    "--attention",
+    "--model",
+    "--disable-r",
+    "--kv",
+]
 
 
 @pytest.fixture(scope="module", params=["0.5.11", "0.5.23"])

@@ -27,10 +27,13 @@ def engine(kb) -> Engine:
 
 
 def _create_weights_check(store, release: str, word: str) -> dict:
-    rows = [c for c in store.checks(release)
-            if c["path"] == "sglang/srt/layers/quantization/fp8.py"
-            and f"weight quantization {word} = " in (c["message"] or "")
-            and "intermediate_size_per_partition" in (c["message"] or "")]
+    rows = [
+        c
+        for c in store.checks(release)
+        if c["path"] == "sglang/srt/layers/quantization/fp8.py"
+        and f"weight quantization {word} = " in (c["message"] or "")
+        and "intermediate_size_per_partition" in (c["message"] or "")
+    ]
     assert len(rows) == 1, (release, word, len(rows))
     return rows[0]
 
@@ -53,22 +56,32 @@ def test_per_partition_size_is_traced_to_the_parallel_flags(kb, release) -> None
         assert step.name in text, (step, text)
 
 
-@pytest.mark.parametrize("release, word, size, tp, block", [("0.5.5", "block_k", 768, 2, 256),
-                                                            ("0.5.23", "block_n", 1536, 16, 128)])
-def test_create_weights_fix_makes_the_block_divide(engine, kb, release, word, size, tp,
-                                                   block) -> None:
+@pytest.mark.parametrize(
+    "release, word, size, tp, block",
+    [("0.5.5", "block_k", 768, 2, 256), ("0.5.23", "block_n", 1536, 16, 128)],
+)
+def test_create_weights_fix_makes_the_block_divide(
+    engine, kb, release, word, size, tp, block
+) -> None:
     check = _create_weights_check(kb.store, release, word)
     per_partition = size // tp
     assert per_partition % block  # a failing shape
     # the raise's own frame: the same message is also raised by blockwise INT8
-    frame = (f'  File "/usr/local/lib/python3.11/dist-packages/{check["path"]}", line '
-             f'{check["start_line"]}, in create_weights\n    raise ValueError(\n')
-    log = (f"$ python -m sglang.launch_server --model-path org/unknown-moe-fp8 --tp {tp}\n"
-           f"Traceback (most recent call last):\n{frame}"
-           f"ValueError: {_message(check, per_partition, block, word)}\n")
+    frame = (
+        f'  File "/usr/local/lib/python3.11/dist-packages/{check["path"]}", line '
+        f"{check['start_line']}, in create_weights\n    raise ValueError(\n"
+    )
+    log = (
+        f"$ python -m sglang.launch_server --model-path org/unknown-moe-fp8 --tp {tp}\n"
+        f"Traceback (most recent call last):\n{frame}"
+        f"ValueError: {_message(check, per_partition, block, word)}\n"
+    )
     result = engine.triage(log, release=release)
     assert result.status == "located"
-    assert (result.location.path, result.location.start_line) == (check["path"], check["start_line"])
+    assert (result.location.path, result.location.start_line) == (
+        check["path"],
+        check["start_line"],
+    )
     assert result.evaluation.fired == "true"
     best = next(f for f in result.fixes if f.recommended)
     new_tp, new_ep, new_dp = layout(best.argv)
@@ -88,23 +101,36 @@ def test_without_the_launch_the_printed_value_stays_a_fact(engine, kb) -> None:
     assert printed["intermediate_size_per_partition"].role == "fact"
 
 
-@pytest.mark.parametrize("release, a2a, runner, with_command", [
-    ("0.5.11", "deepep", "flashinfer_trtllm", True),
-    ("0.5.16", "mooncake", "flashinfer_cutlass", False),
-    ("0.5.23", "mooncake", "flashinfer_trtllm", True)])
-def test_unregistered_a2a_backend_gets_the_registered_none(engine, kb, release, a2a, runner,
-                                                          with_command) -> None:
+@pytest.mark.parametrize(
+    "release, a2a, runner, with_command",
+    [
+        ("0.5.11", "deepep", "flashinfer_trtllm", True),
+        ("0.5.16", "mooncake", "flashinfer_cutlass", False),
+        ("0.5.23", "mooncake", "flashinfer_trtllm", True),
+    ],
+)
+def test_unregistered_a2a_backend_gets_the_registered_none(
+    engine, kb, release, a2a, runner, with_command
+) -> None:
     rows = kb.store.registrations(release, key=runner)
     assert any(tuple(r["keys"]) == ("none", runner) for r in rows)
     enum = runner.upper()
-    message = (f"NotImplementedError: Runner backend MoeRunnerBackend.{enum} requires a fused "
-               f"func for a2a backend {a2a}, but none is registered.")
-    command = (f"$ python -m sglang.launch_server --model-path m --tp-size 8 --ep-size 8 "
-               f"--moe-a2a-backend {a2a} --moe-runner-backend {runner}\n")
+    message = (
+        f"NotImplementedError: Runner backend MoeRunnerBackend.{enum} requires a fused "
+        f"func for a2a backend {a2a}, but none is registered."
+    )
+    command = (
+        f"$ python -m sglang.launch_server --model-path m --tp-size 8 --ep-size 8 "
+        f"--moe-a2a-backend {a2a} --moe-runner-backend {runner}\n"
+    )
     result = engine.triage((command if with_command else "") + message, release=release)
     assert result.status == "located"
     best = next(f for f in result.fixes if f.recommended)
     assert re.search(r"--moe-a2a-backend none\b", best.command), best.command
     assert f"--moe-runner-backend {runner}" in best.command
-    assert any(c.endswith(f":{r['line']}") and r["path"] in c for r in rows
-               if tuple(r["keys"]) == ("none", runner) for c in result.citations)
+    assert any(
+        c.endswith(f":{r['line']}") and r["path"] in c
+        for r in rows
+        if tuple(r["keys"]) == ("none", runner)
+        for c in result.citations
+    )

@@ -7,9 +7,17 @@ import pytest
 from evals.render import render_log
 from service.engine.triage import Engine
 
-SEED_BASE = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--trust-remote-code",
-             "--speculative-algorithm", "EAGLE3",
-             "--speculative-draft-model-path", "/models/Kimi-K2.6-eagle3"]
+SEED_BASE = [
+    "--model-path",
+    "/models/Kimi-K2.6",
+    "--tp",
+    "8",
+    "--trust-remote-code",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "/models/Kimi-K2.6-eagle3",
+]
 ATTEMPT_1 = SEED_BASE + ["--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"]
 ATTEMPT_2 = SEED_BASE + ["--speculative-num-draft-tokens", "8"]
 
@@ -20,19 +28,27 @@ def engine(kb) -> Engine:
 
 
 def _seed_check(kb, release: str) -> dict:
-    fn = "ServerArgs._handle_speculative_decoding" if release != "0.5.23" else "_handle_eagle_family"
-    return next(c for c in kb.store.checks(release, function=fn) if c["bare"]
-                and "speculative_eagle_topk is None" in c["condition"])
+    fn = (
+        "ServerArgs._handle_speculative_decoding" if release != "0.5.23" else "_handle_eagle_family"
+    )
+    return next(
+        c
+        for c in kb.store.checks(release, function=fn)
+        if c["bare"] and "speculative_eagle_topk is None" in c["condition"]
+    )
 
 
 def _fix_sets(result) -> list[tuple[frozenset, frozenset]]:
     return [(frozenset(f.remove), frozenset(f.set.items())) for f in result.fixes]
 
 
-@pytest.mark.parametrize("argv, must_drop", [
-    (ATTEMPT_1, {"--speculative-eagle-topk", "--speculative-num-draft-tokens"}),
-    (ATTEMPT_2, {"--speculative-num-draft-tokens"}),
-])
+@pytest.mark.parametrize(
+    "argv, must_drop",
+    [
+        (ATTEMPT_1, {"--speculative-eagle-topk", "--speculative-num-draft-tokens"}),
+        (ATTEMPT_2, {"--speculative-num-draft-tokens"}),
+    ],
+)
 def test_seed_attempts_on_0_5_11(kb, engine, argv, must_drop) -> None:
     check = _seed_check(kb, "0.5.11")
     log = render_log(kb.store, "0.5.11", check, python="3.12", argv=argv)
@@ -43,14 +59,26 @@ def test_seed_attempts_on_0_5_11(kb, engine, argv, must_drop) -> None:
     assert result.check.bare and result.check.kind == "assert"
     assert result.evaluation.fired == "true"
     failing = [a for a in result.evaluation.atoms if a.failing]
-    assert any(a.text == "self.speculative_num_draft_tokens is None" and a.inputs[0].value == 8
-               and a.inputs[0].source == "flag" for a in failing)
+    assert any(
+        a.text == "self.speculative_num_draft_tokens is None"
+        and a.inputs[0].value == 8
+        and a.inputs[0].source == "flag"
+        for a in failing
+    )
     fixes = _fix_sets(result)
     # fix 1 adds the missing companion --speculative-num-steps and keeps every size the user
     # gave; dropping the sizes, and steps/topk/draft 3/1/4 explicitly, are offered too
     assert (frozenset(must_drop), frozenset()) in fixes
-    assert (frozenset(), frozenset({("--speculative-num-steps", 3), ("--speculative-eagle-topk", 1),
-                                    ("--speculative-num-draft-tokens", 4)})) in fixes
+    assert (
+        frozenset(),
+        frozenset(
+            {
+                ("--speculative-num-steps", 3),
+                ("--speculative-eagle-topk", 1),
+                ("--speculative-num-draft-tokens", 4),
+            }
+        ),
+    ) in fixes
     top = result.fixes[0]
     assert top.recommended and top.fixes_check == "true" and not top.trips
     assert "--speculative-algorithm EAGLE3" in top.command
@@ -58,7 +86,9 @@ def test_seed_attempts_on_0_5_11(kb, engine, argv, must_drop) -> None:
     assert top.keeps_features and any(e.startswith("+ --speculative-num-steps") for e in top.edits)
     for flag in must_drop:  # the user's sizes are kept, with the user's values
         given = argv[argv.index(flag) + 1]
-        assert top.argv[top.argv.index(flag) + 1] == given and str(top.set.get(flag, given)) == given
+        assert (
+            top.argv[top.argv.index(flag) + 1] == given and str(top.set.get(flag, given)) == given
+        )
     assert top.command.startswith("python3 -m sglang.launch_server")
     assert "0.5.11:sglang/srt/server_args.py:3519-3522" in result.explanation
     assert len(result.summary.split()) < 30
@@ -99,9 +129,11 @@ def test_dev_build_lines_off_by_12_to_79_resolve_to_nearest_0_5_11(kb, engine) -
 
 
 def test_argparse_spelling_error_gets_the_dash_spelling(engine) -> None:
-    log = ("$ python -m sglang.launch_server --model-path /moonshotai/Kimi-K2-Thinking --tp 8 "
-           "--reasoning_parser kimi_k2\n"
-           "launch_server.py: error: unrecognized arguments: --reasoning_parser kimi_k2\n")
+    log = (
+        "$ python -m sglang.launch_server --model-path /moonshotai/Kimi-K2-Thinking --tp 8 "
+        "--reasoning_parser kimi_k2\n"
+        "launch_server.py: error: unrecognized arguments: --reasoning_parser kimi_k2\n"
+    )
     result = engine.triage(log, release="0.5.11")
     assert result.status == "argparse"
     fix = result.fixes[0]
@@ -112,22 +144,35 @@ def test_argparse_spelling_error_gets_the_dash_spelling(engine) -> None:
 
 def test_message_only_value_error_finds_the_raise(kb, engine) -> None:
     log = "ValueError: trtllm_mha backend only supports topk = 1 for speculative decoding.\n"
-    result = engine.triage({"log": log, "release": "0.5.11",
-                            "command": "--attention-backend trtllm_mha --speculative-algorithm EAGLE "
-                                       "--speculative-eagle-topk 4 --model-path /m/Llama-3.1-8B"})
+    result = engine.triage(
+        {
+            "log": log,
+            "release": "0.5.11",
+            "command": "--attention-backend trtllm_mha --speculative-algorithm EAGLE "
+            "--speculative-eagle-topk 4 --model-path /m/Llama-3.1-8B",
+        }
+    )
     assert result.location.method == "message"
     assert result.check.kind == "raise" and result.check.exc_type == "ValueError"
     assert "trtllm_mha backend only supports topk = 1" in result.check.message
     assert result.location.function.startswith("ServerArgs.")
-    assert any("--speculative-eagle-topk" in f.set or "--speculative-eagle-topk" in f.remove
-               or "--attention-backend" in f.set or "--attention-backend" in f.remove
-               for f in result.fixes)
+    assert any(
+        "--speculative-eagle-topk" in f.set
+        or "--speculative-eagle-topk" in f.remove
+        or "--attention-backend" in f.set
+        or "--attention-backend" in f.remove
+        for f in result.fixes
+    )
 
 
 def test_hardware_changes_the_verdict(kb, engine) -> None:
-    check = next(c for c in kb.store.checks(
-        "0.5.11", function="ServerArgs._handle_attention_backend_compatibility")
-        if "prefill is only supported on Blackwell" in (c["message"] or ""))
+    check = next(
+        c
+        for c in kb.store.checks(
+            "0.5.11", function="ServerArgs._handle_attention_backend_compatibility"
+        )
+        if "prefill is only supported on Blackwell" in (c["message"] or "")
+    )
     argv = ["--model-path", "/models/Llama-3.1-8B-Instruct", "--attention-backend", "trtllm_mha"]
     log = render_log(kb.store, "0.5.11", check, python="3.12", argv=argv)
     on_rtx = engine.triage(log, release="0.5.11", hardware="rtx-pro-6000-x8")

@@ -65,16 +65,28 @@ def test_maxsize_must_be_positive() -> None:
 
 
 def test_facts_signature_sees_values_and_provenance_not_order() -> None:
-    a = {"is_cuda()": Value(True, Provenance("fact", "profile x")),
-         "model_arch": Value("DeepseekV3ForCausalLM", Provenance("fact", "arch"))}
+    a = {
+        "is_cuda()": Value(True, Provenance("fact", "profile x")),
+        "model_arch": Value("DeepseekV3ForCausalLM", Provenance("fact", "arch")),
+    }
     same = dict(reversed(list(a.items())))
     other_value = {**a, "is_cuda()": Value(False, Provenance("fact", "profile x"))}
     other_source = {**a, "is_cuda()": Value(True, Provenance("fact", "profile y"))}
     one_vs_true = {**a, "is_cuda()": Value(1, Provenance("fact", "profile x"))}
     sig = facts_signature(a)
     assert facts_signature(same) == sig
-    assert len({sig, facts_signature(other_value), facts_signature(other_source),
-                facts_signature(one_vs_true), facts_signature({})}) == 5
+    assert (
+        len(
+            {
+                sig,
+                facts_signature(other_value),
+                facts_signature(other_source),
+                facts_signature(one_vs_true),
+                facts_signature({}),
+            }
+        )
+        == 5
+    )
 
 
 def test_freeze_long_lived_moves_objects_out_of_collections() -> None:

@@ -44,17 +44,24 @@ def _value(argv: list[str], flag: str) -> float | None:
 def _framed(store, inc: MemoryCase) -> str:
     c = inc.check
     line = store.file_lines(inc.release, c["path"], c["start_line"], c["start_line"])[0].strip()
-    return ("Traceback (most recent call last):\n"
-            f'  File "/opt/venv/lib/python3.11/site-packages/{c["path"]}", line {c["start_line"]}, '
-            f'in {c["function"].rsplit(".", 1)[-1]}\n    {line}\n{c["exc_type"]}: {inc.message}\n')
+    return (
+        "Traceback (most recent call last):\n"
+        f'  File "/opt/venv/lib/python3.11/site-packages/{c["path"]}", line {c["start_line"]}, '
+        f"in {c['function'].rsplit('.', 1)[-1]}\n    {line}\n{c['exc_type']}: {inc.message}\n"
+    )
 
 
 def _same_message(store, inc: MemoryCase) -> int:
     """How many checks of the release print this message (a message alone cannot tell
     them apart)."""
-    return sum(1 for c in store.checks(inc.release) if c["path"].startswith(POOL_CODE)
-               and c["exc_type"] == inc.check["exc_type"] and c["message"]
-               and render_memory(c["message"]) == inc.message)
+    return sum(
+        1
+        for c in store.checks(inc.release)
+        if c["path"].startswith(POOL_CODE)
+        and c["exc_type"] == inc.check["exc_type"]
+        and c["message"]
+        and render_memory(c["message"]) == inc.message
+    )
 
 
 def test_incidents_cover_both_releases_and_directions(store) -> None:
@@ -74,16 +81,25 @@ def test_a_pool_too_small_moves_the_flag_the_message_names(engine, kb, with_fram
         catalog = load_catalog(store, inc.release)
         by_flag = catalog.by_flag()
         launch = {f: v for f, v in LAUNCH.items() if f in by_flag}
-        command = "$ python -m sglang.launch_server --model-path org/hybrid-model " + " ".join(
-            f"{f} {v}" for f, v in launch.items()) + "\n"
-        log = command + _framed(store, inc) if with_frames \
+        command = (
+            "$ python -m sglang.launch_server --model-path org/hybrid-model "
+            + " ".join(f"{f} {v}" for f, v in launch.items())
+            + "\n"
+        )
+        log = (
+            command + _framed(store, inc)
+            if with_frames
             else f"{inc.check['exc_type']}: {inc.message}\n"
+        )
         result = engine.triage(log, release=inc.release)
         where = (result.location.path, result.location.start_line) if result.location else None
         cite = f"{inc.release}:{inc.check['path']}:{inc.check['start_line']}"
         if where != (inc.check["path"], inc.check["start_line"]) and not (
-                not with_frames and _same_message(store, inc) > 1 and result.location
-                and cite in result.location.alternatives):
+            not with_frames
+            and _same_message(store, inc) > 1
+            and result.location
+            and cite in result.location.alternatives
+        ):
             failures.append((inc.release, inc.message[:70], "located at", where))
             continue
         located += 1
@@ -117,6 +133,8 @@ def test_a_pool_too_small_moves_the_flag_the_message_names(engine, kb, with_fram
                 assert any("free GPU memory" in u.what for u in result.unknowns), inc.message
         else:
             failures.append((inc.release, inc.message[:70], best.command[-120:]))
-    print(f"memory family (frames={with_frames}): n={len(incidents)} located={located} "
-          f"fix valid={valid}")
+    print(
+        f"memory family (frames={with_frames}): n={len(incidents)} located={located} "
+        f"fix valid={valid}"
+    )
     assert not failures, failures

@@ -21,15 +21,21 @@ def engine(kb) -> Engine:
 
 
 def _runner_check(store, release: str) -> dict | None:
-    rows = [c for c in store.checks(release) if "requires a fused func for a2a backend"
-            in (c["message"] or "")]
+    rows = [
+        c
+        for c in store.checks(release)
+        if "requires a fused func for a2a backend" in (c["message"] or "")
+    ]
     return rows[0] if len(rows) == 1 else None
 
 
 def _missing_pairs(store, release: str, limit: int = 2) -> list[tuple[str, str]]:
     """(a2a, runner) pairs not registered, for runners and a2a backends that are."""
-    pairs = {tuple(r["keys"]) for r in store.registrations(release, registry=REGISTRY)
-             if len(r["keys"]) == 2}
+    pairs = {
+        tuple(r["keys"])
+        for r in store.registrations(release, registry=REGISTRY)
+        if len(r["keys"]) == 2
+    }
     a2as = sorted({a for a, _ in pairs} - {"none"})
     runners = sorted({r for _, r in pairs})
     return [(a, r) for a, r in itertools.product(a2as, runners) if (a, r) not in pairs][:limit]
@@ -40,8 +46,11 @@ def _message(check: dict, runner: str, a2a: str) -> str:
         def __str__(self) -> str:
             return f"MoeRunnerBackend.{runner.upper()}"
 
-    return eval("(" + check["message"] + ")", {},  # noqa: S307 - SGLang's own f-string
-                {"runner_backend": Runner(), "a2a_backend_name": a2a})
+    return eval(
+        "(" + check["message"] + ")",
+        {},  # noqa: S307 - SGLang's own f-string
+        {"runner_backend": Runner(), "a2a_backend_name": a2a},
+    )
 
 
 def _value(argv: list[str], flag: str) -> str | None:
@@ -67,18 +76,27 @@ def test_a_missing_fused_func_is_fixed_by_a_registered_pair(engine, kb, with_com
     for release, a2a, runner in incidents:
         check = _runner_check(store, release)
         message = _message(check, runner, a2a)
-        command = (f"$ python -m sglang.launch_server --model-path org/moe --tp 8 "
-                   f"--moe-a2a-backend {a2a} --moe-runner-backend {runner}\n")
+        command = (
+            f"$ python -m sglang.launch_server --model-path org/moe --tp 8 "
+            f"--moe-a2a-backend {a2a} --moe-runner-backend {runner}\n"
+        )
         log = (command if with_command else "") + f"NotImplementedError: {message}\n"
         result = engine.triage(log, release=release)
         assert result.status == "located", (release, a2a, runner)
-        assert (result.location.path, result.location.start_line) == (check["path"], check["start_line"])
+        assert (result.location.path, result.location.start_line) == (
+            check["path"],
+            check["start_line"],
+        )
         best = next((f for f in result.fixes if f.recommended), None)
         assert best is not None, (release, a2a, runner, result.no_flag_fix)
-        new = (_value(best.argv, "--moe-a2a-backend") or a2a,
-               _value(best.argv, "--moe-runner-backend") or runner)
-        registered = {tuple(r["keys"]): f"{release}:{r['path']}:{r['line']}"
-                      for r in store.registrations(release, registry=REGISTRY)}
+        new = (
+            _value(best.argv, "--moe-a2a-backend") or a2a,
+            _value(best.argv, "--moe-runner-backend") or runner,
+        )
+        registered = {
+            tuple(r["keys"]): f"{release}:{r['path']}:{r['line']}"
+            for r in store.registrations(release, registry=REGISTRY)
+        }
         assert new in registered, (release, a2a, runner, best.command)
         # one name changed, the other kept as the crash printed it
         assert (new[0] == a2a) != (new[1] == runner)

@@ -21,8 +21,12 @@ from kb.sources import read_local
 
 from ..api.conftest import free_port, make_server
 
-SMALL = ["sglang/launch_server.py", "sglang/srt/configs/load_config.py",
-         "sglang/srt/configs/device_config.py", "sglang/srt/server_args_config_parser.py"]
+SMALL = [
+    "sglang/launch_server.py",
+    "sglang/srt/configs/load_config.py",
+    "sglang/srt/configs/device_config.py",
+    "sglang/srt/server_args_config_parser.py",
+]
 
 
 def small_tree(full: Path, dest: Path, version: str) -> Path:
@@ -48,9 +52,21 @@ def _wait_http(url: str, seconds: float = 60) -> None:
 def chroma_server(tmp_path):  # noqa: ANN001
     port = free_port()
     exe = Path(sys.executable).parent / "chroma"
-    proc = subprocess.Popen([str(exe), "run", "--path", str(tmp_path / "chroma"), "--host",
-                             "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            str(exe),
+            "run",
+            "--path",
+            str(tmp_path / "chroma"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     _wait_http(f"http://127.0.0.1:{port}/api/v2/heartbeat")
     yield proc, f"http://127.0.0.1:{port}"
     if proc.poll() is None:
@@ -58,8 +74,9 @@ def chroma_server(tmp_path):  # noqa: ANN001
         proc.wait()
 
 
-def test_chroma_server_killed_triage_keeps_answering_degraded(kb_settings, sglang_source, tmp_path,
-                                                            chroma_server, kb) -> None:  # noqa: ANN001
+def test_chroma_server_killed_triage_keeps_answering_degraded(
+    kb_settings, sglang_source, tmp_path, chroma_server, kb
+) -> None:  # noqa: ANN001
     proc, url = chroma_server
     settings = kb_settings.model_copy(update={"kb_dir": tmp_path / "kb", "chroma_url": url})
     server_kb = KnowledgeBase(settings)
@@ -88,14 +105,22 @@ def test_chroma_server_killed_triage_keeps_answering_degraded(kb_settings, sglan
 
 
 def _kb_snapshot(kb: KnowledgeBase, version: str) -> dict:
-    counts = {t: kb.store.query(f"SELECT COUNT(*) AS n FROM {t} WHERE release = ?", (version,))[0]["n"]
-              for t in ("files", "functions", "chunks", "checks", "refs", "flags")}
+    counts = {
+        t: kb.store.query(f"SELECT COUNT(*) AS n FROM {t} WHERE release = ?", (version,))[0]["n"]
+        for t in ("files", "functions", "chunks", "checks", "refs", "flags")
+    }
     ids = kb.vectors.collection.get(where={"release": version}, include=[])["ids"]
-    return {"counts": counts, "vector_ids": sorted(ids), "dupes": len(ids) - len(set(ids)),
-            "hash": kb.store.release(version)["content_hash"]}
+    return {
+        "counts": counts,
+        "vector_ids": sorted(ids),
+        "dupes": len(ids) - len(set(ids)),
+        "hash": kb.store.release(version)["content_hash"],
+    }
 
 
-def test_ingest_killed_midway_reruns_to_an_identical_kb(kb_settings, sglang_source, tmp_path) -> None:  # noqa: ANN001
+def test_ingest_killed_midway_reruns_to_an_identical_kb(
+    kb_settings, sglang_source, tmp_path
+) -> None:  # noqa: ANN001
     tree = small_tree(sglang_source("0.5.11").root, tmp_path / "src", "0.5.11")
     env = dict(os.environ, TRIAGE_KB_DIR=str(tmp_path / "killed"), TRIAGE_EMBEDDING_BATCH_SIZE="8")
     cmd = [sys.executable, "-m", "service.cli.main", "ingest", "--path", str(tree)]
@@ -120,8 +145,11 @@ def test_ingest_killed_midway_reruns_to_an_identical_kb(kb_settings, sglang_sour
     ingest(fresh, read_local(tree), scope="default")
     a, b = _kb_snapshot(rerun, "0.5.11"), _kb_snapshot(fresh, "0.5.11")
     assert a == b and a["dupes"] == 0
-    n_scope = sum(1 for r in rerun.store.query("SELECT path FROM chunks WHERE release = '0.5.11'")
-                  if in_scope(r["path"], "default"))
+    n_scope = sum(
+        1
+        for r in rerun.store.query("SELECT path FROM chunks WHERE release = '0.5.11'")
+        if in_scope(r["path"], "default")
+    )
     assert len(a["vector_ids"]) == n_scope
     assert rerun.store.release("0.5.11")["status"] == "complete"
 
@@ -143,6 +171,7 @@ def test_ingest_and_triage_at_the_same_time(api_settings, sglang_source, tmp_pat
     log = (Path(__file__).resolve().parents[3] / "examples" / "seed_attempt1.log").read_text()
     stop, first = threading.Event(), threading.Event()
     with make_server(settings) as srv:
+
         def hammer() -> None:
             with httpx.Client(base_url=srv.url, timeout=60) as c:
                 while not stop.is_set():
@@ -151,6 +180,7 @@ def test_ingest_and_triage_at_the_same_time(api_settings, sglang_source, tmp_pat
                     first.set()
                     if r.status_code != 200:
                         errors.append(f"{r.status_code}: {r.text[:200]}")
+
         t = threading.Thread(target=hammer)
         t.start()
         try:

@@ -64,24 +64,40 @@ def _post_within_cpu(settings: Settings, body: bytes, tmp_path: Path, cpu_s: int
     (tmp_path / "settings.pickle").write_bytes(pickle.dumps(settings))
     (tmp_path / "body").write_bytes(body)
     # the wall-clock timeout only keeps a stuck subprocess from hanging the suite
-    proc = subprocess.run([sys.executable, "-c", _CHILD.format(cpu_s=cpu_s),
-                           str(tmp_path / "settings.pickle"), str(tmp_path / "body")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _CHILD.format(cpu_s=cpu_s),
+            str(tmp_path / "settings.pickle"),
+            str(tmp_path / "body"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
     _assert_finished(proc, 1)
     return json.loads(proc.stdout.strip().splitlines()[-2])
 
 
 def test_ten_megabyte_log_is_refused_by_default(client: httpx.Client) -> None:
-    r = client.post("/triage", content=b"x" * (10 * 1024 * 1024), headers={"content-type": "text/plain"})
+    r = client.post(
+        "/triage", content=b"x" * (10 * 1024 * 1024), headers={"content-type": "text/plain"}
+    )
     assert r.status_code == 413 and "limit" in r.json()["detail"]
 
 
-def test_ten_megabyte_log_gets_a_bounded_answer_when_allowed(big_settings: Settings,
-                                                             tmp_path: Path) -> None:
+def test_ten_megabyte_log_gets_a_bounded_answer_when_allowed(
+    big_settings: Settings, tmp_path: Path
+) -> None:
     noise = b"[2026-01-01 00:00:00] INFO scheduler.py:1: step\n" * 200_000
-    tail = (b"Traceback (most recent call last):\n"
-            b'  File "/x/sglang/srt/server_args.py", line 3519, in _handle_speculative_decoding\n'
-            b"    assert (\nAssertionError\n")
+    tail = (
+        b"Traceback (most recent call last):\n"
+        b'  File "/x/sglang/srt/server_args.py", line 3519, in _handle_speculative_decoding\n'
+        b"    assert (\nAssertionError\n"
+    )
     # about 15 CPU seconds, 7 of them reading the 10 MB (a quadratic read would take hours)
     got = _post_within_cpu(big_settings, noise + tail, tmp_path, cpu_s=60)
     # the whole log was read, within the parser's own CPU budget: the crash at its end found
@@ -91,7 +107,9 @@ def test_ten_megabyte_log_gets_a_bounded_answer_when_allowed(big_settings: Setti
 
 def test_hundred_thousand_line_traceback(big_server) -> None:  # noqa: ANN001
     frames = b'  File "/x/sglang/srt/a.py", line 12, in f\n    g()\n' * 50_000
-    r = _post(big_server.url, b"Traceback (most recent call last):\n" + frames + b"RecursionError: deep\n")
+    r = _post(
+        big_server.url, b"Traceback (most recent call last):\n" + frames + b"RecursionError: deep\n"
+    )
     assert r.status_code < 500
 
 
@@ -102,8 +120,20 @@ def test_deeply_nested_json(client: httpx.Client) -> None:
 
 
 def test_regex_backtracking_bait(api_settings: Settings, tmp_path: Path) -> None:
-    bait = ("Traceback (most recent call last):\n" + '  File "' + "a" * 50_000 + '", line ' + "9" * 5000
-            + ", in " + "(" * 20_000 + "\n" + "ValueError: " + "a" * 30_000 + "!" * 10 + "\n")
+    bait = (
+        "Traceback (most recent call last):\n"
+        + '  File "'
+        + "a" * 50_000
+        + '", line '
+        + "9" * 5000
+        + ", in "
+        + "(" * 20_000
+        + "\n"
+        + "ValueError: "
+        + "a" * 30_000
+        + "!" * 10
+        + "\n"
+    )
     # about 6 CPU seconds, nearly all of them the server's start and cold first triage
     got = _post_within_cpu(api_settings, bait.encode(), tmp_path, cpu_s=30)
     assert got["status"] < 500, got

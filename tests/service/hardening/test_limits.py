@@ -32,8 +32,9 @@ def _auth(key: str) -> dict[str, str]:
 def own_records(api_settings: Settings, tmp_path: Path) -> Settings:
     """The suite's KB with records in a database of the test's own (purges touch nothing
     shared)."""
-    return api_settings.model_copy(update={
-        "database_url": f"sqlite:///{tmp_path / 'records.sqlite'}"})
+    return api_settings.model_copy(
+        update={"database_url": f"sqlite:///{tmp_path / 'records.sqlite'}"}
+    )
 
 
 # ------------------------------------------------------------------ keys and rates
@@ -61,20 +62,24 @@ def test_the_wrong_key_table_is_bounded(api_settings: Settings, monkeypatch) -> 
 
 
 def test_triage_is_rate_limited_per_client(api_settings: Settings) -> None:
-    limited = api_settings.model_copy(update={"api_keys": [GOOD, OTHER], "team_api_keys": [TEAM],
-                                              "triage_rate_per_minute": 1.0, "triage_burst": 3})
+    limited = api_settings.model_copy(
+        update={
+            "api_keys": [GOOD, OTHER],
+            "team_api_keys": [TEAM],
+            "triage_rate_per_minute": 1.0,
+            "triage_burst": 3,
+        }
+    )
     with make_server(limited) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
         # empty bodies (400) cost a token too: the bucket is taken before any work
-        codes = [c.post("/triage", content=b"", headers=_auth(GOOD)).status_code
-                 for _ in range(5)]
+        codes = [c.post("/triage", content=b"", headers=_auth(GOOD)).status_code for _ in range(5)]
         assert codes == [400, 400, 400, 429, 429]
         r = c.post("/triage", content=b"", headers=_auth(GOOD))
         assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
         assert r.json()["detail"].startswith("too many triages")
         assert c.post("/triage", content=b"", headers=_auth(OTHER)).status_code == 400  # own bucket
         assert c.get("/releases", headers=_auth(GOOD)).status_code == 200  # only /triage
-        team = [c.post("/triage", content=b"", headers=_auth(TEAM)).status_code
-                for _ in range(5)]
+        team = [c.post("/triage", content=b"", headers=_auth(TEAM)).status_code for _ in range(5)]
         assert team == [400] * 5  # team keys (the eval suite, automation) are not limited
 
 
@@ -104,12 +109,17 @@ def test_slack_token_buckets_are_bounded() -> None:
 
 
 def test_the_records_bound_is_in_bytes_oldest_unconfirmed_purged_first(
-        own_records: Settings, tmp_path: Path) -> None:
+    own_records: Settings, tmp_path: Path
+) -> None:
     log = SEED.read_text()
     with make_server(own_records) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
         first = c.post("/triage?release=0.5.11", content=log).json()["id"]
-        assert c.post(f"/incidents/{first}/confirm",
-                      json={"fix": {"rank": 1}, "note": "kept"}).status_code == 200
+        assert (
+            c.post(
+                f"/incidents/{first}/confirm", json={"fix": {"rank": 1}, "note": "kept"}
+            ).status_code
+            == 200
+        )
         records = Records(own_records.database_url)
         one = records.size_bytes()
         bound = 3 * one + one // 2  # room for the confirmed one and two and a half more
@@ -119,7 +129,7 @@ def test_the_records_bound_is_in_bytes_oldest_unconfirmed_purged_first(
     assert records.size_bytes() <= bound
     kept = [tid for tid in ids if records.get(tid) is not None]
     assert records.get(first) is not None  # confirmed: never purged by the bound
-    assert kept == ids[-len(kept):] and 1 <= len(kept) < 6  # the newest stayed
+    assert kept == ids[-len(kept) :] and 1 <= len(kept) < 6  # the newest stayed
 
 
 def test_a_nearly_full_disk_answers_without_storing(own_records: Settings) -> None:
@@ -153,8 +163,10 @@ def test_purge_records_command_takes_a_byte_bound(tmp_path: Path, api_settings: 
 def test_validation_errors_echo_only_a_short_prefix(client: httpx.Client) -> None:
     tid = client.post("/triage?release=0.5.11", content=SEED.read_text()).json()["id"]
     note = "n" * 800_000
-    r = client.post(f"/incidents/{tid}/confirm",
-                    json={"fix": {"remove": ["--speculative-eagle-topk"]}, "note": note})
+    r = client.post(
+        f"/incidents/{tid}/confirm",
+        json={"fix": {"remove": ["--speculative-eagle-topk"]}, "note": note},
+    )
     assert r.status_code == 422
     assert len(r.content) < 4000 and "nnnn" in r.text  # a prefix, not 800 KB back
     r = client.post(f"/incidents/{tid}/confirm", json={"fix": {"set": {"x" * 5000: 1}}})
@@ -168,12 +180,21 @@ def test_validation_errors_echo_only_a_short_prefix(client: httpx.Client) -> Non
 def served(tmp_path: Path) -> Iterator[int]:
     """``sglang-triage serve`` as users run it, with a one-second header timeout."""
     port = free_port()
-    env = {**os.environ, "TRIAGE_KB_DIR": str(tmp_path / "kb"), "TRIAGE_API_KEYS": "[]",
-           "HF_HUB_OFFLINE": "1", "TRIAGE_HEADER_TIMEOUT_S": "1"}
+    env = {
+        **os.environ,
+        "TRIAGE_KB_DIR": str(tmp_path / "kb"),
+        "TRIAGE_API_KEYS": "[]",
+        "HF_HUB_OFFLINE": "1",
+        "TRIAGE_HEADER_TIMEOUT_S": "1",
+    }
     env.pop("TRIAGE_CHROMA_URL", None)
     err = (tmp_path / "serve.err").open("w+")
-    proc = subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--port",
-                             str(port)], env=env, stdout=subprocess.DEVNULL, stderr=err)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+    )
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -181,8 +202,9 @@ def served(tmp_path: Path) -> Iterator[int]:
                 httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
                 break
             except httpx.TransportError:
-                assert proc.poll() is None and time.monotonic() < deadline, \
-                    Path(err.name).read_text()
+                assert proc.poll() is None and time.monotonic() < deadline, Path(
+                    err.name
+                ).read_text()
                 time.sleep(0.2)
         yield port
     finally:

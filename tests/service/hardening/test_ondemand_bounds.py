@@ -51,19 +51,28 @@ class FakeIndex:
     def wheel_gets(self, version: str | None = None) -> int:
         """Downloads of a distribution file (of ``version``, or of any)."""
         with self.lock:
-            return sum(1 for path, _ in self.hits if path.endswith(".whl") and
-                       (version is None or f"sglang-{version}-" in path))
+            return sum(
+                1
+                for path, _ in self.hits
+                if path.endswith(".whl") and (version is None or f"sglang-{version}-" in path)
+            )
 
     def listings(self) -> int:
         """Project pages asked for by the service (not by pip)."""
         with self.lock:
-            return sum(1 for path, agent in self.hits
-                       if path.rstrip("/").endswith("/sglang") and not agent.startswith("pip/"))
+            return sum(
+                1
+                for path, agent in self.hits
+                if path.rstrip("/").endswith("/sglang") and not agent.startswith("pip/")
+            )
 
 
 @pytest.fixture(scope="module")
-def index(sglang_source: Callable[[str], ReleaseSource], cache_settings: Settings,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeIndex]:
+def index(
+    sglang_source: Callable[[str], ReleaseSource],
+    cache_settings: Settings,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[FakeIndex]:
     sglang_source(REAL)  # the real wheel, in the shared cache
     folder = tmp_path_factory.mktemp("index")
     project = folder / "simple" / "sglang"
@@ -77,8 +86,11 @@ def index(sglang_source: Callable[[str], ReleaseSource], cache_settings: Setting
         name = f"sglang-{version}-py3-none-any.whl"
         (project / name).write_bytes(b"not a wheel\n" * 100)
         names.append(name)
-    (project / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "".join(
-        f'<a href="{n}">{n}</a><br/>\n' for n in names) + "</body></html>\n")
+    (project / "index.html").write_text(
+        "<!DOCTYPE html><html><body>\n"
+        + "".join(f'<a href="{n}">{n}</a><br/>\n' for n in names)
+        + "</body></html>\n"
+    )
     served = FakeIndex("", folder)
 
     class Handler(SimpleHTTPRequestHandler):
@@ -95,8 +107,11 @@ def index(sglang_source: Callable[[str], ReleaseSource], cache_settings: Setting
 
 
 @pytest.fixture(scope="module")
-def base_kb(sglang_source: Callable[[str], ReleaseSource],
-            tmp_path_factory: pytest.TempPathFactory, cache_settings: Settings) -> Path:
+def base_kb(
+    sglang_source: Callable[[str], ReleaseSource],
+    tmp_path_factory: pytest.TempPathFactory,
+    cache_settings: Settings,
+) -> Path:
     """A KB folder holding only 0.5.5's structure (copied by each test that changes it)."""
     folder = tmp_path_factory.mktemp("base-kb")
     kb = KnowledgeBase(cache_settings.model_copy(update={"kb_dir": folder}))
@@ -109,9 +124,16 @@ def base_kb(sglang_source: Callable[[str], ReleaseSource],
 def _settings(tmp: Path, base_kb: Path, index: FakeIndex, **update: object) -> Settings:
     """Settings of a fresh home (empty wheel and source caches) with a copy of the base KB."""
     shutil.copytree(base_kb, tmp / "kb")
-    return Settings(home=tmp / "home", kb_dir=tmp / "kb", pip_index_url=index.url,
-                    releases=[BASE], replay_enabled=False, fix_search_deadline_s=0.0,
-                    on_demand_embed=False, **update)
+    return Settings(
+        home=tmp / "home",
+        kb_dir=tmp / "kb",
+        pip_index_url=index.url,
+        releases=[BASE],
+        replay_enabled=False,
+        fix_search_deadline_s=0.0,
+        on_demand_embed=False,
+        **update,
+    )
 
 
 def _pip_env() -> dict[str, str]:
@@ -121,9 +143,11 @@ def _pip_env() -> dict[str, str]:
 
 
 def _log(version: str) -> str:
-    return (f"$ pip install sglang=={version}\nTraceback (most recent call last):\n"
-            '  File "/usr/lib/python3.11/site-packages/sglang/launch_server.py", line 1, '
-            "in <module>\nAssertionError\n")
+    return (
+        f"$ pip install sglang=={version}\nTraceback (most recent call last):\n"
+        '  File "/usr/lib/python3.11/site-packages/sglang/launch_server.py", line 1, '
+        "in <module>\nAssertionError\n"
+    )
 
 
 def _tree_bytes(path: Path) -> int:
@@ -143,16 +167,28 @@ def _serving(tmp: Path, base_kb: Path, index: FakeIndex, **env_update: str) -> I
     """``sglang-triage serve`` (one worker, 40 threads) on a copy of the base KB."""
     settings = _settings(tmp, base_kb, index)
     port = free_port()
-    env = {**_pip_env(), "TRIAGE_HOME": str(settings.home), "TRIAGE_KB_DIR": str(settings.kb_path),
-           "TRIAGE_PIP_INDEX_URL": index.url, "TRIAGE_RELEASES": json.dumps([BASE]),
-           "TRIAGE_REPLAY_ENABLED": "false", "TRIAGE_FIX_SEARCH_DEADLINE_S": "0",
-           "TRIAGE_ON_DEMAND_EMBED": "false", "TRIAGE_API_KEYS": "[]",
-           "TRIAGE_TRIAGE_RATE_PER_MINUTE": "0",  # bursts are these tests' point
-           "TRIAGE_ON_DEMAND_PER_CLIENT_PER_HOUR": "10", **env_update}
+    env = {
+        **_pip_env(),
+        "TRIAGE_HOME": str(settings.home),
+        "TRIAGE_KB_DIR": str(settings.kb_path),
+        "TRIAGE_PIP_INDEX_URL": index.url,
+        "TRIAGE_RELEASES": json.dumps([BASE]),
+        "TRIAGE_REPLAY_ENABLED": "false",
+        "TRIAGE_FIX_SEARCH_DEADLINE_S": "0",
+        "TRIAGE_ON_DEMAND_EMBED": "false",
+        "TRIAGE_API_KEYS": "[]",
+        "TRIAGE_TRIAGE_RATE_PER_MINUTE": "0",  # bursts are these tests' point
+        "TRIAGE_ON_DEMAND_PER_CLIENT_PER_HOUR": "10",
+        **env_update,
+    }
     errlog = tmp / "serve.err"
     with errlog.open("w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--port",
-                                 str(port)], env=env, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(600):
@@ -169,16 +205,20 @@ def _serving(tmp: Path, base_kb: Path, index: FakeIndex, **env_update: str) -> I
 
 
 @pytest.fixture(scope="module")
-def serve(index: FakeIndex, base_kb: Path, tmp_path_factory: pytest.TempPathFactory,
-          ) -> Iterator[Serve]:
+def serve(
+    index: FakeIndex,
+    base_kb: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Serve]:
     """One server for the tests that each name releases of their own."""
     with _serving(tmp_path_factory.mktemp("serve"), base_kb, index) as srv:
         yield srv
 
 
 def _post(url: str, log: str) -> httpx.Response:
-    return httpx.post(f"{url}/triage", content=log, timeout=120,
-                      headers={"content-type": "text/plain"})
+    return httpx.post(
+        f"{url}/triage", content=log, timeout=120, headers={"content-type": "text/plain"}
+    )
 
 
 def _post_all(url: str, logs: list[str]) -> list[httpx.Response]:
@@ -222,7 +262,8 @@ def _settled(url: str, tid: str, polls: int = 2400) -> dict:
 
 
 def test_forty_unlisted_versions_fetch_nothing_and_healthz_answers(
-        serve: Serve, index: FakeIndex) -> None:
+    serve: Serve, index: FakeIndex
+) -> None:
     caches = serve.settings.wheel_dir, serve.settings.source_dir
     before = [_tree_bytes(p) for p in caches]
     wheels = index.wheel_gets()
@@ -246,7 +287,8 @@ def test_forty_unlisted_versions_fetch_nothing_and_healthz_answers(
 
 
 def test_concurrent_requests_for_one_release_fetch_it_once_and_are_answered_at_once(
-        serve: Serve, index: FakeIndex) -> None:
+    serve: Serve, index: FakeIndex
+) -> None:
     n = 39  # with the server's 40 threads: one ingest must not take them all
     rss_before = _rss(serve.proc.pid)
     with concurrent.futures.ThreadPoolExecutor(n) as pool:
@@ -269,8 +311,9 @@ def test_concurrent_requests_for_one_release_fetch_it_once_and_are_answered_at_o
         # "ingesting" is said only while the ingest is in flight: answered before it finished
         assert note["status"] == "ingesting" and note["release"] == REAL
         assert body["release"]["release"] == BASE
-        assert any(d.startswith(f"ingesting {REAL}; this answer will update") for d in
-                   body["degraded"])
+        assert any(
+            d.startswith(f"ingesting {REAL}; this answer will update") for d in body["degraded"]
+        )
         ids.append(body["id"])
     # the web page polls the stored triage; it is re-triaged when the ingest lands
     peak = {"child": 0}
@@ -301,14 +344,19 @@ def test_concurrent_requests_for_one_release_fetch_it_once_and_are_answered_at_o
     assert grown < 400e6
     held = {r["version"] for r in KnowledgeBase(serve.settings).store.releases()}
     assert held == {BASE, REAL}
-    again = httpx.post(f"{serve.url}/triage", content=_log(REAL), timeout=60,
-                       headers={"content-type": "text/plain"}).json()
+    again = httpx.post(
+        f"{serve.url}/triage",
+        content=_log(REAL),
+        timeout=60,
+        headers={"content-type": "text/plain"},
+    ).json()
     assert again["release"]["release"] == REAL and "on_demand" not in again["release"]
     assert index.wheel_gets(REAL) == 1
 
 
 def test_a_failed_release_is_not_fetched_again_within_the_window(
-        serve: Serve, index: FakeIndex) -> None:
+    serve: Serve, index: FakeIndex
+) -> None:
     broken = BROKEN[0]
     gets = index.wheel_gets(broken)
     first = _post_all(serve.url, [_log(broken)] * 5)
@@ -317,7 +365,8 @@ def test_a_failed_release_is_not_fetched_again_within_the_window(
     for rec in settled:  # the requests that were waiting learn the failure, once
         note = rec["result"]["release"]["on_demand"]
         assert note["status"] == "unavailable" and note["detail"].startswith(
-            f"could not fetch or index {broken}")
+            f"could not fetch or index {broken}"
+        )
     later = _post_all(serve.url, [_log(broken)] * 5)
     for r in later:
         note = r.json()["release"]["on_demand"]
@@ -327,7 +376,8 @@ def test_a_failed_release_is_not_fetched_again_within_the_window(
 
 
 def test_the_page_polls_while_the_release_is_ingested_and_shows_the_new_answer(
-        serve: Serve, index: FakeIndex, browser: object) -> None:
+    serve: Serve, index: FakeIndex, browser: object
+) -> None:
     version = BROKEN[1]  # fetched, then refused by the ingest: cheap, and an answer changes
     gets = index.wheel_gets(version)
     ctx = browser.new_context(base_url=serve.url)  # type: ignore[attr-defined]
@@ -346,7 +396,9 @@ def test_the_page_polls_while_the_release_is_ingested_and_shows_the_new_answer(
         page.wait_for_function(
             "(v) => document.getElementById('result').textContent"
             ".includes(`the log names ${v}, which is not in the KB (could not fetch or index`)",
-            arg=version, timeout=300_000)
+            arg=version,
+            timeout=300_000,
+        )
         assert f"ingesting {version}" not in page.inner_text("#result")
         assert errors == []
     finally:
@@ -355,7 +407,8 @@ def test_the_page_polls_while_the_release_is_ingested_and_shows_the_new_answer(
 
 
 def test_over_http_the_next_new_release_over_the_clients_budget_is_refused(
-        tmp_path: Path, base_kb: Path, index: FakeIndex) -> None:
+    tmp_path: Path, base_kb: Path, index: FakeIndex
+) -> None:
     gets = index.wheel_gets(BROKEN[2])
     with _serving(tmp_path, base_kb, index, TRIAGE_ON_DEMAND_PER_CLIENT_PER_HOUR="2") as srv:
         first = [_post(srv.url, _log(v)).json() for v in BROKEN[:2]]
@@ -365,8 +418,10 @@ def test_over_http_the_next_new_release_over_the_clients_budget_is_refused(
         body = r.json()
         note = body["release"]["on_demand"]
         assert note["status"] == "refused" and note["release"] == BROKEN[2]
-        assert "this client had 2 new releases ingested on demand in the last hour" in \
-            note["detail"] and "TRIAGE_ON_DEMAND_PER_CLIENT_PER_HOUR" in note["detail"]
+        assert (
+            "this client had 2 new releases ingested on demand in the last hour" in note["detail"]
+            and "TRIAGE_ON_DEMAND_PER_CLIENT_PER_HOUR" in note["detail"]
+        )
         assert body["release"]["release"] == BASE
         assert any(BROKEN[2] in d and note["how"] in d for d in body["degraded"])
         # joining an ingest under way costs nothing: the same releases are still answered
@@ -381,12 +436,14 @@ def test_over_http_the_next_new_release_over_the_clients_budget_is_refused(
 
 
 def test_the_next_new_release_over_a_clients_hourly_budget_is_refused(
-        tmp_path: Path, base_kb: Path, index: FakeIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, base_kb: Path, index: FakeIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for key in [k for k in os.environ if k.startswith("PIP_")]:
         monkeypatch.delenv(key)
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    settings = _settings(tmp_path, base_kb, index, on_demand_per_client_per_hour=2,
-                         on_demand_global_per_hour=3)
+    settings = _settings(
+        tmp_path, base_kb, index, on_demand_per_client_per_hour=2, on_demand_global_per_hour=3
+    )
     ingester = ondemand.OnDemandIngest(KnowledgeBase(settings))
     first = [ingester.ensure(v, settings, client="10.0.0.1") for v in BROKEN[:2]]
     assert [n.status for n in first] == ["ingesting", "ingesting"]
@@ -403,13 +460,13 @@ def test_the_next_new_release_over_a_clients_hourly_budget_is_refused(
     assert ingester.fetches == 3  # child ingests started: the refused ones started none
 
 
-def _fake_on_demand_release(settings: Settings, kb: KnowledgeBase, version: str,
-                            size: int) -> None:
+def _fake_on_demand_release(settings: Settings, kb: KnowledgeBase, version: str, size: int) -> None:
     """An on-demand release with its cached wheel and unpacked source taking ``size`` bytes."""
     from ingest.acquire.quota import record_on_demand
 
-    kb.store.replace_release(version, {"version": version, "origin": "pypi:test",
-                                       "status": "indexed", "files": 0}, {})
+    kb.store.replace_release(
+        version, {"version": version, "origin": "pypi:test", "status": "indexed", "files": 0}, {}
+    )
     record_on_demand(kb, version)
     settings.wheel_dir.mkdir(parents=True, exist_ok=True)
     (settings.wheel_dir / f"sglang-{version}-py3-none-any.whl").write_bytes(b"w" * (size // 2))
@@ -418,7 +475,8 @@ def _fake_on_demand_release(settings: Settings, kb: KnowledgeBase, version: str,
 
 
 def test_the_disk_quota_evicts_an_on_demand_release_never_a_default(
-        tmp_path: Path, base_kb: Path, index: FakeIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, base_kb: Path, index: FakeIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from ingest.acquire.quota import disk_usage, on_demand_releases
 
     for key in [k for k in os.environ if k.startswith("PIP_")]:
@@ -436,8 +494,10 @@ def test_the_disk_quota_evicts_an_on_demand_release_never_a_default(
     assert note.status == "unavailable" and index.wheel_gets(BROKEN[2]) >= 1
     held = {r["version"] for r in kb.store.releases()}
     assert held == {BASE} and on_demand_releases(kb) == {}
-    assert not list(settings.wheel_dir.glob("sglang-0.5.7-*")) and \
-        not (settings.source_dir / "0.5.7").exists()
+    assert (
+        not list(settings.wheel_dir.glob("sglang-0.5.7-*"))
+        and not (settings.source_dir / "0.5.7").exists()
+    )
     # a quota the default release alone exceeds: nothing left to evict, refused, no fetch
     _fake_on_demand_release(settings, kb, "0.5.6", size)
     tiny = settings.model_copy(update={"disk_quota_gb": 1e-6})
@@ -450,7 +510,8 @@ def test_the_disk_quota_evicts_an_on_demand_release_never_a_default(
 
 
 def test_the_release_list_is_read_once_per_ttl_and_shared_through_its_file(
-        tmp_path: Path, index: FakeIndex) -> None:
+    tmp_path: Path, index: FakeIndex
+) -> None:
     from ingest.acquire.release_list import ReleaseList
 
     cache = tmp_path / "releases.json"
@@ -481,7 +542,8 @@ def test_the_failure_memory_is_bounded(tmp_path: Path, base_kb: Path, index: Fak
 
 
 def test_dev_builds_go_to_git_only_when_configured_and_within_the_budgets(
-        tmp_path: Path, base_kb: Path, index: FakeIndex) -> None:
+    tmp_path: Path, base_kb: Path, index: FakeIndex
+) -> None:
     dev, other = "0.5.19.dev410+gedff717ef", "0.5.19.dev411+gabcdef123"
     settings = _settings(tmp_path, base_kb, index, on_demand_per_client_per_hour=1)
     ingester = ondemand.OnDemandIngest(KnowledgeBase(settings))

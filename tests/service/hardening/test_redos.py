@@ -40,18 +40,68 @@ MB = 1_000_000
 #: Pieces that are repeated into adversarial bodies: runs that made (or could make) a
 #: pattern backtrack, and lines every reader looks at.
 UNITS = [
-    "-", "--a", '"', "'", " ", "\t", "=", "a=", "a", "1.", "0.5.", "|", "(", "[", "{", "<", ":",
-    'File "', "--api-key ", "--api-key", "x--token ", "HF_TOKEN=", "api_key=", "Authorization: Bearer ",
-    "sglang-", "sglang==", "qwen3", "<@U1|", "<http:", "<!", "ServerArgs(", "SGLANG_X=", "GPU 0: ",
-    "\x1b[", "[2026-01-01 00:00:00", "svc-1  | ", "- ", "a: b\n", "a\n", "\\\n", "usage: x\n  y\n",
-    "error: ", "ValueError: x\n", "Traceback (most recent call last):\n",
-    '  File "/x/sglang/srt/a.py", line 1, in f\n', "python -m sglang.launch_server --model-path ",
+    "-",
+    "--a",
+    '"',
+    "'",
+    " ",
+    "\t",
+    "=",
+    "a=",
+    "a",
+    "1.",
+    "0.5.",
+    "|",
+    "(",
+    "[",
+    "{",
+    "<",
+    ":",
+    'File "',
+    "--api-key ",
+    "--api-key",
+    "x--token ",
+    "HF_TOKEN=",
+    "api_key=",
+    "Authorization: Bearer ",
+    "sglang-",
+    "sglang==",
+    "qwen3",
+    "<@U1|",
+    "<http:",
+    "<!",
+    "ServerArgs(",
+    "SGLANG_X=",
+    "GPU 0: ",
+    "\x1b[",
+    "[2026-01-01 00:00:00",
+    "svc-1  | ",
+    "- ",
+    "a: b\n",
+    "a\n",
+    "\\\n",
+    "usage: x\n  y\n",
+    "error: ",
+    "ValueError: x\n",
+    "Traceback (most recent call last):\n",
+    '  File "/x/sglang/srt/a.py", line 1, in f\n',
+    "python -m sglang.launch_server --model-path ",
 ]
 #: Packages whose every module reads user text, and single modules that do.
-PACKAGES = ["service.engine.logparse", "service.engine.locate", "service.engine.release",
-            "service.watch"]
-MODULES = ["service.engine.flags.parse", "service.slack.text", "service.engine.facts.core",
-           "service.api.app", "service.cli.commands_from", "service.cli.shell_words"]
+PACKAGES = [
+    "service.engine.logparse",
+    "service.engine.locate",
+    "service.engine.release",
+    "service.watch",
+]
+MODULES = [
+    "service.engine.flags.parse",
+    "service.slack.text",
+    "service.engine.facts.core",
+    "service.api.app",
+    "service.cli.commands_from",
+    "service.cli.shell_words",
+]
 #: Characters of the runs each pattern meets (a quadratic pattern needs minutes here).
 PATTERN_RUN = 100_000
 
@@ -178,36 +228,49 @@ def probe_paths(lines: bool, size: int = MB) -> None:
 def _bounded(call: str, cpu_s: int) -> subprocess.CompletedProcess[str]:
     """Run ``tests.service.hardening.test_redos.<call>`` in a subprocess limited to ``cpu_s``
     CPU seconds (``RLIMIT_CPU``: SIGXCPU past it)."""
-    code = ("import resource\n"
-            f"resource.setrlimit(resource.RLIMIT_CPU, ({cpu_s}, {cpu_s}))\n"
-            "from tests.service.hardening import test_redos as t\n"
-            f"t.{call}\n")
+    code = (
+        "import resource\n"
+        f"resource.setrlimit(resource.RLIMIT_CPU, ({cpu_s}, {cpu_s}))\n"
+        "from tests.service.hardening import test_redos as t\n"
+        f"t.{call}\n"
+    )
     # the wall-clock timeout only keeps a stuck probe from hanging the suite; the bound
     # asserted is the CPU limit
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          timeout=1800, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
 
 
 def _assert_finished(proc: subprocess.CompletedProcess[str], expected: int) -> None:
     killed = proc.returncode < 0 and -proc.returncode in (9, 24)  # SIGKILL, SIGXCPU
-    assert proc.returncode == 0, ("killed past its CPU limit" if killed else proc.stderr[-3000:])
+    assert proc.returncode == 0, "killed past its CPU limit" if killed else proc.stderr[-3000:]
     assert proc.stdout.strip().endswith(f"done {expected}"), proc.stdout[-2000:]
 
 
 def test_the_pattern_walk_finds_the_patterns_of_every_reader() -> None:
     names = {name for name, _ in compiled_patterns()}
-    for expected in ("service.engine.logparse.redact._FLAG_RUN_RE",
-                     "service.engine.logparse.frames._FRAME_RE",
-                     "service.engine.logparse.environment._RELEASE_PATTERNS[0][1]",
-                     "service.engine.locate.message._EXC_PREFIX",
-                     "service.slack.text._LINK", "service.engine.facts.core._ARCH_RES[0][0]"):
+    for expected in (
+        "service.engine.logparse.redact._FLAG_RUN_RE",
+        "service.engine.logparse.frames._FRAME_RE",
+        "service.engine.logparse.environment._RELEASE_PATTERNS[0][1]",
+        "service.engine.locate.message._EXC_PREFIX",
+        "service.slack.text._LINK",
+        "service.engine.facts.core._ARCH_RES[0][0]",
+    ):
         assert expected in names
     assert len(names) > 80
 
 
 def test_every_compiled_pattern_is_linear_on_adversarial_runs() -> None:
-    expected = sum(len(set(UNITS) | _literal_units(p) | {u + " " for u in _literal_units(p)})
-                   for _, p in compiled_patterns())
+    expected = sum(
+        len(set(UNITS) | _literal_units(p) | {u + " " for u in _literal_units(p)})
+        for _, p in compiled_patterns()
+    )
     _assert_finished(_bounded("probe_patterns()", cpu_s=60), expected)
 
 
@@ -219,21 +282,46 @@ def test_every_parse_path_reads_1mb_adversarial_bodies_in_bounded_cpu(lines: boo
 # ------------------------------------------------------------------ a real server
 
 
-SERVER_UNITS = ["-", "--a", '"', " ", 'File "', "=", "a=", "--api-key ", "x--token ", "<http:",
-                "ValueError: x\n", '  File "/x/sglang/srt/a.py", line 1, in f\n', "a\n"]
+SERVER_UNITS = [
+    "-",
+    "--a",
+    '"',
+    " ",
+    'File "',
+    "=",
+    "a=",
+    "--api-key ",
+    "x--token ",
+    "<http:",
+    "ValueError: x\n",
+    '  File "/x/sglang/srt/a.py", line 1, in f\n',
+    "a\n",
+]
 
 
 def _serve(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
-    env = {**os.environ, "TRIAGE_KB_DIR": str(tmp_path / "kb"), "TRIAGE_API_KEYS": "[]",
-           "HF_HUB_OFFLINE": "1", "TRIAGE_ON_DEMAND_INGEST": "false",
-           "TRIAGE_REPLAY_ENABLED": "false", "TRIAGE_FIX_SEARCH_DEADLINE_S": "0",
-           "TRIAGE_TRIAGE_RATE_PER_MINUTE": "100000", "TRIAGE_TRIAGE_BURST": "100000",
-           "TRIAGE_MAX_BODY_BYTES": str(2 * MB)}
+    env = {
+        **os.environ,
+        "TRIAGE_KB_DIR": str(tmp_path / "kb"),
+        "TRIAGE_API_KEYS": "[]",
+        "HF_HUB_OFFLINE": "1",
+        "TRIAGE_ON_DEMAND_INGEST": "false",
+        "TRIAGE_REPLAY_ENABLED": "false",
+        "TRIAGE_FIX_SEARCH_DEADLINE_S": "0",
+        "TRIAGE_TRIAGE_RATE_PER_MINUTE": "100000",
+        "TRIAGE_TRIAGE_BURST": "100000",
+        "TRIAGE_MAX_BODY_BYTES": str(2 * MB),
+    }
     env.pop("TRIAGE_CHROMA_URL", None)
     err = (tmp_path / "serve.err").open("w+")
-    proc = subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--port", str(port)],
-                            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(600):
@@ -267,8 +355,9 @@ def test_healthz_answers_while_the_server_reads_1mb_adversarial_bodies(serve) ->
 
             def post(unit: str = unit, body: bytes = body) -> None:
                 with httpx.Client(base_url=url, timeout=600) as c:
-                    statuses[unit] = c.post("/triage", content=body,
-                                            headers={"content-type": "text/plain"}).status_code
+                    statuses[unit] = c.post(
+                        "/triage", content=body, headers={"content-type": "text/plain"}
+                    ).status_code
 
             worker = threading.Thread(target=post, daemon=True)
             worker.start()

@@ -40,9 +40,15 @@ def planted() -> Iterator[dict[str, Any]]:
     marker = base / "pwned"
     folder = base / "evil-model"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "auto_map": {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.Evil"}}))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "auto_map": {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.Evil"},
+            }
+        )
+    )
     (folder / "evil.py").write_text(
         "import os\n"
         "try:\n"
@@ -55,7 +61,8 @@ def planted() -> Iterator[dict[str, Any]]:
         "    except OSError:\n"
         "        pass\n"
         "print('EVIL-RAN ' + text, flush=True)\n"
-        "raise RuntimeError('EVIL-RAN ' + text)\n")
+        "raise RuntimeError('EVIL-RAN ' + text)\n"
+    )
     try:
         yield {"folder": folder, "marker": marker, "secret": secret_text}
     finally:
@@ -75,22 +82,47 @@ def _attacks(folder: Path) -> list[list[str]]:
         [f"--model-pat={dotted}", "--trust-remote-cod"],
         ["--model-path", "m", "--model-pat", dotted, "--trust-remote", "--trust-remote"],
         ["--model-path", rel, "--trust-remote"],
-        ["--model-path", "m", "--speculative-algorithm", "DFLASH",
-         "--speculative-draft-model-pat", dotted, "--trust-remote"],
-        ["--model-path", "m", "--speculative-algorithm", "DFLASH",
-         f"--speculative-draft-model-path={dotted}", "--trust-remote-code"],
+        [
+            "--model-path",
+            "m",
+            "--speculative-algorithm",
+            "DFLASH",
+            "--speculative-draft-model-pat",
+            dotted,
+            "--trust-remote",
+        ],
+        [
+            "--model-path",
+            "m",
+            "--speculative-algorithm",
+            "DFLASH",
+            f"--speculative-draft-model-path={dotted}",
+            "--trust-remote-code",
+        ],
     ]
 
 
 @pytest.mark.parametrize("pool", [False, True], ids=["cold", "warm"])
 def test_every_spelling_of_remote_code_is_never_run(
-        sglang_source: Callable[[str], ReleaseSource], cache_settings: Settings,
-        planted: dict[str, Any], pool: bool) -> None:
+    sglang_source: Callable[[str], ReleaseSource],
+    cache_settings: Settings,
+    planted: dict[str, Any],
+    pool: bool,
+) -> None:
     src = sglang_source("0.5.11")
     argvs = _attacks(planted["folder"])
-    results = replay_many(src.root, "0.5.11", argvs, hardware="cpu",
-                          model_arch="LlamaForCausalLM", timeout_s=240, job_timeout_s=60,
-                          settings=cache_settings, use_cache=False, pool=pool)
+    results = replay_many(
+        src.root,
+        "0.5.11",
+        argvs,
+        hardware="cpu",
+        model_arch="LlamaForCausalLM",
+        timeout_s=240,
+        job_timeout_s=60,
+        settings=cache_settings,
+        use_cache=False,
+        pool=pool,
+    )
     assert not planted["marker"].exists()
     for argv, result in zip(argvs, results, strict=True):
         blob = result.model_dump_json()
@@ -100,39 +132,44 @@ def test_every_spelling_of_remote_code_is_never_run(
         assert "--trust-remote-code" not in result.effective_argv, argv
         if "DFLASH" in argv:  # its draft config is loaded and a failure swallowed: never
             assert result.status != "passed" or not result.substitutions[0].startswith(
-                "replay refused"), argv  # "verified" for a run that loaded a user's folder
+                "replay refused"
+            ), argv  # "verified" for a run that loaded a user's folder
 
 
-def _tree_and_argv(sglang_source: Callable[[str], ReleaseSource], cache_settings: Settings,
-                   ) -> tuple[Path, list[str]]:
+def _tree_and_argv(
+    sglang_source: Callable[[str], ReleaseSource],
+    cache_settings: Settings,
+) -> tuple[Path, list[str]]:
     """0.5.11's replay tree and a command line on a generated Llama folder, for warm jobs."""
     from service.replay.plan import substitute_argv
 
     src = sglang_source("0.5.11")
-    tree, _ = replay_tree(src.root, "0.5.11", home=cache_settings.home,
-                          wheel_dir=cache_settings.wheel_dir)
+    tree, _ = replay_tree(
+        src.root, "0.5.11", home=cache_settings.home, wheel_dir=cache_settings.wheel_dir
+    )
     argv, _, _ = substitute_argv(["--model-path", "m"], "LlamaForCausalLM", cache_settings.home)
     assert argv is not None
     return tree, argv
 
 
 def test_a_job_that_leaves_a_process_retires_the_worker(
-        sglang_source: Callable[[str], ReleaseSource], cache_settings: Settings,
-        tmp_path: Path) -> None:
+    sglang_source: Callable[[str], ReleaseSource], cache_settings: Settings, tmp_path: Path
+) -> None:
     """A job whose code starts a setsid sleeper: the sleeper is killed, the worker retired,
     and the next job runs in a new worker."""
     tag = f"sleeper-{uuid.uuid4().hex}"
     payload = tmp_path / "payload.py"
-    payload.write_text("import subprocess\n"
-                       f"subprocess.Popen(['setsid', 'sh', '-c', 'sleep 300; true', {tag!r}],"
-                       " start_new_session=True)\n"
-                       f"open('started', 'w').write({tag!r})\n")
+    payload.write_text(
+        "import subprocess\n"
+        f"subprocess.Popen(['setsid', 'sh', '-c', 'sleep 300; true', {tag!r}],"
+        " start_new_session=True)\n"
+        f"open('started', 'w').write({tag!r})\n"
+    )
     tmp_path.chmod(0o755)
     tree, argv = _tree_and_argv(sglang_source, cache_settings)
     pool = WarmPool(max_workers=1, idle_timeout_s=0)
     try:
-        [first] = pool.run(tree, None, cache_settings.home,
-                           [PoolJob(argv, 60, payload=payload)])
+        [first] = pool.run(tree, None, cache_settings.home, [PoolJob(argv, 60, payload=payload)])
         assert first is not None and first.get("leftover_processes", 0) >= 1
         assert first.get("worker_retired") is True
         alive = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True)
@@ -147,14 +184,19 @@ def test_a_job_that_leaves_a_process_retires_the_worker(
 
 
 def test_remote_code_is_refused_even_past_the_filters(
-        sglang_source: Callable[[str], ReleaseSource], cache_settings: Settings,
-        planted: dict[str, Any], tmp_path: Path) -> None:
+    sglang_source: Callable[[str], ReleaseSource],
+    cache_settings: Settings,
+    planted: dict[str, Any],
+    tmp_path: Path,
+) -> None:
     """Defence in depth: code in a warm job's fork that asks transformers for the folder's
     auto_map class with trust_remote_code=True is refused; the job is never 'passed'."""
     payload = tmp_path / "payload.py"
-    payload.write_text("from transformers import AutoConfig\n"
-                       f"AutoConfig.from_pretrained({str(planted['folder'])!r}, "
-                       "trust_remote_code=True)\n")
+    payload.write_text(
+        "from transformers import AutoConfig\n"
+        f"AutoConfig.from_pretrained({str(planted['folder'])!r}, "
+        "trust_remote_code=True)\n"
+    )
     tmp_path.chmod(0o755)
     tree, argv = _tree_and_argv(sglang_source, cache_settings)
     pool = WarmPool(max_workers=1, idle_timeout_s=0)
@@ -170,7 +212,8 @@ def test_remote_code_is_refused_even_past_the_filters(
 
 
 def test_through_a_real_server_nothing_of_the_folder_runs_or_leaks(
-        api_settings: Settings, planted: dict[str, Any]) -> None:
+    api_settings: Settings, planted: dict[str, Any]
+) -> None:
     """POST /triage with the attack in the logged command (abbreviated flags, a relative
     path with '..', the DFLASH draft): the background replay finishes, and neither the
     code's marker nor the root-only secret is in any stored answer."""
@@ -193,8 +236,12 @@ def test_through_a_real_server_nothing_of_the_folder_runs_or_leaks(
     stored = []
     with make_server(on) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
         for cmd in attacks:
-            body = {"log": log.replace(first_cmd, cmd, 1), "release": "0.5.11",
-                    "hardware": "rtx-pro-6000-x8", "model_arch": "DeepseekV3ForCausalLM"}
+            body = {
+                "log": log.replace(first_cmd, cmd, 1),
+                "release": "0.5.11",
+                "hardware": "rtx-pro-6000-x8",
+                "model_arch": "DeepseekV3ForCausalLM",
+            }
             r = c.post("/triage", json=body)
             assert r.status_code == 200, r.text
             stored.append(_wait_replay(c, r.json()["id"]))

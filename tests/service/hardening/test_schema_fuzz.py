@@ -23,8 +23,12 @@ def test_openapi_fuzz_answers_only_what_the_document_declares(api_settings) -> N
         for op in schema.get_all_operations():
             operation = op.ok()
 
-            @settings(max_examples=EXAMPLES, deadline=None, database=None,
-                      suppress_health_check=list(HealthCheck))
+            @settings(
+                max_examples=EXAMPLES,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
             @given(case=operation.as_strategy())
             def check(case) -> None:  # noqa: ANN001
                 response = case.call(timeout=60)
@@ -32,10 +36,12 @@ def test_openapi_fuzz_answers_only_what_the_document_declares(api_settings) -> N
                 try:
                     case.validate_response(response, checks=CHECKS)
                 except Exception as exc:  # noqa: BLE001 - every mismatch is collected
-                    failures.append(f"{case.method} {case.formatted_path}: "
-                                    f"{response.status_code} "
-                                    f"{response.headers.get('content-type')}: "
-                                    f"{str(exc).splitlines()[0][:200]}")
+                    failures.append(
+                        f"{case.method} {case.formatted_path}: "
+                        f"{response.status_code} "
+                        f"{response.headers.get('content-type')}: "
+                        f"{str(exc).splitlines()[0][:200]}"
+                    )
 
             check()
         assert sorted(set(failures)) == []

@@ -37,30 +37,40 @@ def _rss_mb() -> float:
 
 
 def test_a_deep_or_surrogate_confirmation_is_refused_and_breaks_nothing(
-        client: httpx.Client) -> None:
+    client: httpx.Client,
+) -> None:
     first = client.post("/triage?release=0.5.11", content=_log()).json()
     deep: object = "x"
     for _ in range(254):
         deep = [deep]
-    r = client.post(f"/incidents/{first['id']}/confirm",
-                    json={"fix": {"set": {"--tp": deep}}, "note": "deep"})
+    r = client.post(
+        f"/incidents/{first['id']}/confirm", json={"fix": {"set": {"--tp": deep}}, "note": "deep"}
+    )
     assert r.status_code == 422
-    surrogate = ('{"fix": {"remove": ["--speculative-eagle-topk"]}, "note": "\\ud800"}')
-    r = client.post(f"/incidents/{first['id']}/confirm", content=surrogate,
-                    headers={"content-type": "application/json"})
+    surrogate = '{"fix": {"remove": ["--speculative-eagle-topk"]}, "note": "\\ud800"}'
+    r = client.post(
+        f"/incidents/{first['id']}/confirm",
+        content=surrogate,
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 422 and "surrogate" in r.json()["detail"]
-    r = client.post(f"/incidents/{first['id']}/confirm",
-                    json={"fix": {"set": {"--no-such-flag": 1}}, "note": "x"})
+    r = client.post(
+        f"/incidents/{first['id']}/confirm",
+        json={"fix": {"set": {"--no-such-flag": 1}}, "note": "x"},
+    )
     assert r.status_code == 422 and "--no-such-flag" in r.json()["detail"]
-    r = client.post(f"/incidents/{first['id']}/confirm",
-                    json={"fix": {"remove": ["--speculative-eagle-topk"]}, "note": "n" * 2001})
+    r = client.post(
+        f"/incidents/{first['id']}/confirm",
+        json={"fix": {"remove": ["--speculative-eagle-topk"]}, "note": "n" * 2001},
+    )
     assert r.status_code == 422
     assert client.get(f"/triage/{first['id']}").status_code == 200
     assert client.post("/triage?release=0.5.11", content=_log()).status_code == 200
 
 
-def test_a_damaged_stored_record_never_breaks_a_request(client: httpx.Client,
-                                                        api_settings: Settings) -> None:
+def test_a_damaged_stored_record_never_breaks_a_request(
+    client: httpx.Client, api_settings: Settings
+) -> None:
     """A row written before the checks (deep fix, lone surrogate) is read as damaged."""
     first = client.post("/triage?release=0.5.11", content=_log()).json()
     deep = "1"
@@ -69,15 +79,21 @@ def test_a_damaged_stored_record_never_breaks_a_request(client: httpx.Client,
     second = client.post("/triage?release=0.5.11", content=_log()).json()
     third = client.post("/triage?release=0.5.11", content=_log()).json()
     con = sqlite3.connect(api_settings.kb_path / "records.sqlite")
-    rows = [(first["id"], '{"set": {"--tp": ' + deep + '}}', "deep"),
-            (second["id"], '{"remove": ["\\ud800"]}', "surrogate"),
-            (third["id"], '{"rank": 1}', None)]
+    rows = [
+        (first["id"], '{"set": {"--tp": ' + deep + "}}", "deep"),
+        (second["id"], '{"remove": ["\\ud800"]}', "surrogate"),
+        (third["id"], '{"rank": 1}', None),
+    ]
     for tid, fix, note in rows:
-        con.execute("INSERT OR REPLACE INTO confirmations VALUES (?, '2026-01-01T00:00:00', ?, ?, "
-                    "'api')", (tid, fix, note))
+        con.execute(
+            "INSERT OR REPLACE INTO confirmations VALUES (?, '2026-01-01T00:00:00', ?, ?, 'api')",
+            (tid, fix, note),
+        )
     # a note that is not even UTF-8 (written by something else entirely)
-    con.execute("UPDATE confirmations SET note = CAST(X'62616420eda080' AS TEXT) WHERE id = ?",
-                (third["id"],))
+    con.execute(
+        "UPDATE confirmations SET note = CAST(X'62616420eda080' AS TEXT) WHERE id = ?",
+        (third["id"],),
+    )
     con.commit()
     con.close()
     for tid in (first["id"], second["id"]):
@@ -86,14 +102,18 @@ def test_a_damaged_stored_record_never_breaks_a_request(client: httpx.Client,
     assert client.get(f"/triage/{third['id']}").status_code == 200
     later = client.post("/triage?release=0.5.11", content=_log())  # same function: similar
     assert later.status_code == 200
-    assert all(s.get("note") in ("", None) or "bad" not in s["note"] for s in later.json()["similar"])
+    assert all(
+        s.get("note") in ("", None) or "bad" not in s["note"] for s in later.json()["similar"]
+    )
     assert client.get("/incidents").status_code == 200
 
 
 def test_lone_surrogates_in_triage_and_lint_bodies_get_4xx(client: httpx.Client) -> None:
-    for path, body in [("/triage", '{"log": "Traceback\\ud800"}'),
-                       ("/triage", '{"log": "x", "command": "--tp \\udfff"}'),
-                       ("/lint", '{"release": "0.5.11", "flags": ["--tp", "\\ud800"]}')]:
+    for path, body in [
+        ("/triage", '{"log": "Traceback\\ud800"}'),
+        ("/triage", '{"log": "x", "command": "--tp \\udfff"}'),
+        ("/lint", '{"release": "0.5.11", "flags": ["--tp", "\\ud800"]}'),
+    ]:
         r = client.post(path, content=body, headers={"content-type": "application/json"})
         assert 400 <= r.status_code < 500, (path, r.status_code)
 
@@ -115,10 +135,14 @@ def test_a_200_mb_chunked_body_to_slack_events_is_refused_in_bounded_memory(serv
     status = None
     try:
         with httpx.Client(base_url=server.url, timeout=30) as c:
-            status = c.post("/slack/events", content=body(),
-                            headers={"content-type": "application/json",
-                                     "x-slack-request-timestamp": str(int(time.time()))}
-                            ).status_code
+            status = c.post(
+                "/slack/events",
+                content=body(),
+                headers={
+                    "content-type": "application/json",
+                    "x-slack-request-timestamp": str(int(time.time())),
+                },
+            ).status_code
     except httpx.TransportError:
         status = "closed"  # the server answered 413 and closed while we were still sending
     assert status in (413, "closed")
@@ -128,28 +152,36 @@ def test_a_200_mb_chunked_body_to_slack_events_is_refused_in_bounded_memory(serv
 
 @pytest.mark.parametrize("path", ["/lint", "/incidents/x/confirm", "/triage"])
 def test_every_route_has_the_body_limit(client: httpx.Client, path: str) -> None:
-    r = client.post(path, content=b'{"a": "' + b"x" * (3 << 20) + b'"}',
-                    headers={"content-type": "application/json"})
+    r = client.post(
+        path,
+        content=b'{"a": "' + b"x" * (3 << 20) + b'"}',
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 413 and r.json()["error"] == "InputTooLarge"
 
 
 # --------------------------------------------------------------------- secrets
 
 
-def test_secrets_are_in_no_answer_fix_or_stored_record(client: httpx.Client,
-                                                       api_settings: Settings) -> None:
+def test_secrets_are_in_no_answer_fix_or_stored_record(
+    client: httpx.Client, api_settings: Settings
+) -> None:
     secrets = ["sk-live1234567890abcdefXYZ", "hf_abcdefghijklmnopqrstuv", "s3cr3t-admin-key"]
-    log = _log().replace("python3 -m sglang.launch_server",
-                         f"HF_TOKEN={secrets[1]} python3 -m sglang.launch_server --api-key "
-                         f"{secrets[0]} --admin-api-key {secrets[2]}", 1)
+    log = _log().replace(
+        "python3 -m sglang.launch_server",
+        f"HF_TOKEN={secrets[1]} python3 -m sglang.launch_server --api-key "
+        f"{secrets[0]} --admin-api-key {secrets[2]}",
+        1,
+    )
     assert all(s in log for s in secrets)
     r = client.post("/triage?release=0.5.11", content=log)
     assert r.status_code == 200
     text = r.text
     assert not any(s in text for s in secrets)
     fixes = r.json()["fixes"]
-    assert fixes and all("--api-key ***" in " ".join(f["argv"]) or "--api-key" not in f["argv"]
-                         for f in fixes)
+    assert fixes and all(
+        "--api-key ***" in " ".join(f["argv"]) or "--api-key" not in f["argv"] for f in fixes
+    )
     stored = client.get(f"/triage/{r.json()['id']}").text
     assert not any(s in stored for s in secrets)
     raw = b"".join(p.read_bytes() for p in api_settings.kb_path.glob("records.sqlite*"))
@@ -174,23 +206,31 @@ def test_keys_guard_incidents_docs_and_similar_ids(api_settings: Settings) -> No
         assert "cdn" not in docs.text.lower()
         assert c.get("/docs/assets/swagger-ui-bundle.js").status_code == 200
         # wrong keys are limited per client
-        codes = [c.get("/releases", headers={"authorization": f"Bearer wrong-{i}"}).status_code
-                 for i in range(12)]
+        codes = [
+            c.get("/releases", headers={"authorization": f"Bearer wrong-{i}"}).status_code
+            for i in range(12)
+        ]
         assert codes[:10] == [401] * 10 and codes[-1] == 429
 
 
 # ------------------------------------------------------------ browser requests
 
 
-def test_cross_site_posts_and_foreign_hosts_are_refused(client: httpx.Client,
-                                                       server) -> None:  # noqa: ANN001
+def test_cross_site_posts_and_foreign_hosts_are_refused(client: httpx.Client, server) -> None:  # noqa: ANN001
     log = _log()
-    for headers in ({"origin": "http://evil.example"}, {"sec-fetch-site": "cross-site"},
-                    {"origin": "null"}, {"origin": "http://127.0.0.1:1"}):
+    for headers in (
+        {"origin": "http://evil.example"},
+        {"sec-fetch-site": "cross-site"},
+        {"origin": "null"},
+        {"origin": "http://127.0.0.1:1"},
+    ):
         r = client.post("/triage", content=log, headers={"content-type": "text/plain", **headers})
         assert r.status_code == 403, headers
-    r = client.post("/triage?release=0.5.11", content=log,
-                    headers={"origin": server.url, "sec-fetch-site": "same-origin"})
+    r = client.post(
+        "/triage?release=0.5.11",
+        content=log,
+        headers={"origin": server.url, "sec-fetch-site": "same-origin"},
+    )
     assert r.status_code == 200
     for host in ("evil.example", "rebind.attacker.test:8000"):
         assert client.get("/healthz", headers={"host": host}).status_code == 400
@@ -276,17 +316,24 @@ def _wait_replay(c: httpx.Client, tid: str, budget_s: float = 300) -> dict:
     return stored
 
 
-def test_a_logged_model_folder_with_remote_code_is_never_run(api_settings: Settings,
-                                                             tmp_path: Path) -> None:
+def test_a_logged_model_folder_with_remote_code_is_never_run(
+    api_settings: Settings, tmp_path: Path
+) -> None:
     """The auto_map payload (a --model-path folder with config.json naming a .py, plus
     --trust-remote-code) and the --config YAML route: replay refuses or drops them, the
     payload writes nothing, and the stored answer says why."""
     marker = tmp_path / "pwned"
     folder = tmp_path / "evil-model"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({
-        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
-        "auto_map": {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.Evil"}}))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["DeepseekV3ForCausalLM"],
+                "model_type": "deepseek_v3",
+                "auto_map": {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.Evil"},
+            }
+        )
+    )
     (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     (tmp_path / "cfg.yaml").write_text(f"model-path: {folder}\ntrust-remote-code: true\n")
     log = _log()
@@ -294,16 +341,19 @@ def test_a_logged_model_folder_with_remote_code_is_never_run(api_settings: Setti
     attempts = {
         "auto_map": first_cmd.replace(first_cmd.split("--model-path ")[1].split()[0], str(folder))
         + " --trust-remote-code",
-        "config": first_cmd.replace("--model-path", f"--config {tmp_path / 'cfg.yaml'} "
-                                    "--model-path", 1).replace(
-            first_cmd.split("--model-path ")[1].split()[0], "deepseek-ai/DeepSeek-V3"),
+        "config": first_cmd.replace(
+            "--model-path", f"--config {tmp_path / 'cfg.yaml'} --model-path", 1
+        ).replace(first_cmd.split("--model-path ")[1].split()[0], "deepseek-ai/DeepSeek-V3"),
     }
     on = api_settings.model_copy(update={"replay_enabled": True})
     with make_server(on) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
         stored = {}
         for name, cmd in attempts.items():
-            body = {"log": log.replace(first_cmd, cmd, 1), "release": "0.5.11",
-                    "hardware": "rtx-pro-6000-x8"}
+            body = {
+                "log": log.replace(first_cmd, cmd, 1),
+                "release": "0.5.11",
+                "hardware": "rtx-pro-6000-x8",
+            }
             r = c.post("/triage", json=body)
             assert r.status_code == 200, r.text
             stored[name] = _wait_replay(c, r.json()["id"])
@@ -313,8 +363,12 @@ def test_a_logged_model_folder_with_remote_code_is_never_run(api_settings: Setti
     # architecture; without it, replay refuses. Either way the payload never runs.
     auto = stored["auto_map"]
     assert auto["replay"]["status"] != "pending"
-    from_config = any(f["name"] == "architecture" and f["source"] == "config.json"
-                      and f["value"] == "DeepseekV3ForCausalLM" for f in auto["model_facts"])
+    from_config = any(
+        f["name"] == "architecture"
+        and f["source"] == "config.json"
+        and f["value"] == "DeepseekV3ForCausalLM"
+        for f in auto["model_facts"]
+    )
     assert from_config or ("replay refused" in auto["replay"]["detail"])
     assert "auto_map" not in json.dumps(auto["model_facts"])
     assert stored["config"]["replay"]["status"] != "pending"
@@ -358,6 +412,7 @@ def test_purge_records_command(api_settings: Settings, tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["purge-records", "--max-count", "0"], env=env)
     assert res.exit_code == 0, res.output
     assert records.get("p0") is not None and records.get("p1") is None and records.count() == 1
-    res = CliRunner().invoke(app, ["purge-records", "--max-count", "0", "--include-confirmed"],
-                             env=env)
+    res = CliRunner().invoke(
+        app, ["purge-records", "--max-count", "0", "--include-confirmed"], env=env
+    )
     assert res.exit_code == 0 and records.count() == 0

@@ -40,10 +40,19 @@ class _Sa:
 
 TABLE = from_dump(dump_options(_Sa))
 SPELLINGS = [
-    ["--trust-remote"], ["--trust-remote-cod"], ["--trust-remote-code"], ["--trust"],
-    ["--model-pat", "X"], ["--model-pat=X"], ["--model", "X"], ["--model-path=X"],
-    ["--speculative-draft-model-pat", "X"], ["--speculative-draft-model=X"],
-    ["--model-path", "a", "--model-path", "b"], ["--tp", "2", "--tp=4"], ["--conf", "x.yaml"],
+    ["--trust-remote"],
+    ["--trust-remote-cod"],
+    ["--trust-remote-code"],
+    ["--trust"],
+    ["--model-pat", "X"],
+    ["--model-pat=X"],
+    ["--model", "X"],
+    ["--model-path=X"],
+    ["--speculative-draft-model-pat", "X"],
+    ["--speculative-draft-model=X"],
+    ["--model-path", "a", "--model-path", "b"],
+    ["--tp", "2", "--tp=4"],
+    ["--conf", "x.yaml"],
 ]
 
 
@@ -68,14 +77,25 @@ def test_an_ambiguous_prefix_is_refused(tmp_path: Path) -> None:
     assert out is None and "ambiguous option: --spec" in notes[-1]
 
 
-@pytest.mark.parametrize("argv", [
-    ["--trust-remote", "--model-pat", "/srv/evil"],
-    ["--trust-remote-cod", "--model-pat=/srv/evil"],
-    ["--model", "a/../../..", "--trust-remote-code"],
-    ["--model-path", "ok", "--model-path", "jobs/../../../srv/evil"],
-    ["--model", "m", "--speculative-algorithm", "DFLASH", "--speculative-draft-model-pat", "/srv/evil",
-     "--trust-remote"],
-], ids=" ".join)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--trust-remote", "--model-pat", "/srv/evil"],
+        ["--trust-remote-cod", "--model-pat=/srv/evil"],
+        ["--model", "a/../../..", "--trust-remote-code"],
+        ["--model-path", "ok", "--model-path", "jobs/../../../srv/evil"],
+        [
+            "--model",
+            "m",
+            "--speculative-algorithm",
+            "DFLASH",
+            "--speculative-draft-model-pat",
+            "/srv/evil",
+            "--trust-remote",
+        ],
+    ],
+    ids=" ".join,
+)
 def test_no_user_path_or_remote_code_survives(argv: list[str], tmp_path: Path) -> None:
     """Whatever the spelling, the argv as run parses (with the real parser) to generated
     folders only, no trust_remote_code, no config."""
@@ -94,8 +114,9 @@ def test_values_that_name_files_are_dropped(tmp_path: Path, monkeypatch) -> None
     monkeypatch.chdir(tmp_path)
     (tmp_path / "local-file").write_text("x")
     for value in ("org/name", "..", "~root", "local-file"):
-        out, _, notes = substitute_argv(["--served-model-name", value], "LlamaForCausalLM",
-                                        tmp_path / "home", TABLE)
+        out, _, notes = substitute_argv(
+            ["--served-model-name", value], "LlamaForCausalLM", tmp_path / "home", TABLE
+        )
         assert out is not None and value not in out, value
         assert "--served-model-name" in notes[0]
 
@@ -119,8 +140,10 @@ def test_the_child_guard_refuses_with_the_real_parser(tmp_path: Path) -> None:
         argparse.ArgumentParser.parse_known_args = original.__wrapped__  # type: ignore[attr-defined]
 
 
-@pytest.mark.skipif(not sandbox.status().available or not sandbox.privileged(),
-                    reason="needs bubblewrap and a root service")
+@pytest.mark.skipif(
+    not sandbox.status().available or not sandbox.privileged(),
+    reason="needs bubblewrap and a root service",
+)
 def test_the_sandbox_is_host_nobody_and_cannot_read_root_files(tmp_path: Path) -> None:
     secret = tmp_path / "root-only"
     secret.write_text("s3cret-root-only")
@@ -128,8 +151,12 @@ def test_the_sandbox_is_host_nobody_and_cannot_read_root_files(tmp_path: Path) -
     work = tmp_path / "work"
     work.mkdir()
     sandbox.prepare_workdir(work)
-    cmd = sandbox.command(["sh", "-c", f"cat {secret} > got 2>&1; id -u > uid; touch made"],
-                          workdir=work, hidden=[], readable=[tmp_path])
+    cmd = sandbox.command(
+        ["sh", "-c", f"cat {secret} > got 2>&1; id -u > uid; touch made"],
+        workdir=work,
+        hidden=[],
+        readable=[tmp_path],
+    )
     subprocess.run(cmd, check=True, timeout=60)
     assert (work / "made").stat().st_uid == 65534 and (work / "made").stat().st_gid == 65534
     assert (work / "uid").read_text().strip() == "65534"
@@ -144,16 +171,21 @@ def test_a_missing_model_path_gets_a_generated_one(tmp_path: Path) -> None:
     assert out == ["--tp", "1"]
     with pytest.raises(SystemExit):
         _parser().parse_args(out)
-    optional = from_dump({**dump_options(_Sa), "options": {
-        k: [v[0], v[1], False] for k, v in dump_options(_Sa)["options"].items()}})
+    optional = from_dump(
+        {
+            **dump_options(_Sa),
+            "options": {k: [v[0], v[1], False] for k, v in dump_options(_Sa)["options"].items()},
+        }
+    )
     out, _, _ = substitute_argv(["--tp", "1"], "LlamaForCausalLM", tmp_path, optional)
     assert out is not None
     assert Path(_parser().parse_args(out).model_path).parent == tmp_path / "replay-models"
 
 
 def test_fallback_table_is_used_without_a_parser(tmp_path: Path) -> None:
-    out, _, _ = substitute_argv(["--trust-remote", "--model-pat", "/x"], "LlamaForCausalLM",
-                                tmp_path)
+    out, _, _ = substitute_argv(
+        ["--trust-remote", "--model-pat", "/x"], "LlamaForCausalLM", tmp_path
+    )
     assert out is not None and "--trust-remote" not in out and "/x" not in out
     assert isinstance(TABLE, OptionTable) and TABLE.source == "parser"
 
@@ -202,18 +234,33 @@ def test_only_sglangs_own_message_enters_an_answer(tmp_path: Path) -> None:
         "    if x:\n"
         "        raise ValueError(\n"
         "            f'DFLASH requires --speculative-dflash-block-size to be positive, got {x}.'\n"
-        "        )\n")
+        "        )\n"
+    )
     frame = {"kind": "sglang", "path": "sglang/srt/server_args.py", "line": 3}
-    ok = {"status": "raised", "exception_type": "ValueError", "all_frames": [frame],
-          "message": "DFLASH requires --speculative-dflash-block-size to be positive, got -1."}
+    ok = {
+        "status": "raised",
+        "exception_type": "ValueError",
+        "all_frames": [frame],
+        "message": "DFLASH requires --speculative-dflash-block-size to be positive, got -1.",
+    }
     assert vet(ok, tmp_path)["message"] == ok["message"]
     forged = {**ok, "message": "root-secret-123"}
     assert vet(forged, tmp_path)["message"] == f"ValueError ({WITHHELD})"
-    outside = {"status": "harness_error", "exception_type": "RuntimeError",
-               "message": "EVIL root-secret-123",
-               "harness_reason": "raised outside SGLang's code: RuntimeError: EVIL root-secret",
-               "all_frames": [frame, {"kind": "stdlib", "path": "evil.py", "line": 9,
-                                      "code": "raise RuntimeError(open('/x').read())"}]}
+    outside = {
+        "status": "harness_error",
+        "exception_type": "RuntimeError",
+        "message": "EVIL root-secret-123",
+        "harness_reason": "raised outside SGLang's code: RuntimeError: EVIL root-secret",
+        "all_frames": [
+            frame,
+            {
+                "kind": "stdlib",
+                "path": "evil.py",
+                "line": 9,
+                "code": "raise RuntimeError(open('/x').read())",
+            },
+        ],
+    }
     vetted = vet(outside, tmp_path)
     assert "secret" not in str(vetted) and "open(" not in str(vetted)
     assert vetted["harness_reason"].startswith("raised outside SGLang's code")

@@ -10,8 +10,9 @@ DEVICE = Frame(path="sglang/srt/utils/common.py", line=1942, function="get_devic
 
 
 def _raised(frame: Frame, exc: str = "AssertionError") -> ReplayResult:
-    return ReplayResult(status="raised", version="0.5.11", argv=[], exception_type=exc,
-                        frames=[frame], origin=frame)
+    return ReplayResult(
+        status="raised", version="0.5.11", argv=[], exception_type=exc, frames=[frame], origin=frame
+    )
 
 
 def _triage(n_fixes: int) -> dict:
@@ -19,10 +20,13 @@ def _triage(n_fixes: int) -> dict:
 
 
 def test_the_same_check_is_reproduced_and_fixes_verified() -> None:
-    at_check = _raised(Frame(path=CHECK["path"], line=3520, function="_handle_speculative_decoding"))
+    at_check = _raised(
+        Frame(path=CHECK["path"], line=3520, function="_handle_speculative_decoding")
+    )
     passed = ReplayResult(status="passed", version="0.5.11", argv=[])
-    out = summarise([at_check, passed, _raised(DEVICE, "RuntimeError")], _triage(2), "0.5.11",
-                    "rtx-pro-6000-x8")
+    out = summarise(
+        [at_check, passed, _raised(DEVICE, "RuntimeError")], _triage(2), "0.5.11", "rtx-pro-6000-x8"
+    )
     assert out["replay"]["status"] == "reproduced"
     assert [f["replay"]["status"] for f in out["fixes"]] == ["verified", "next_failure"]
 
@@ -32,8 +36,12 @@ def test_without_hardware_a_stop_before_the_check_is_unverified_not_a_verdict() 
     detection: that is no "different failure" of the user's command, nor a next
     failure of the fixes that stop there too."""
     other = _raised(Frame(path="sglang/srt/server_args.py", line=900, function="_handle_gpu"))
-    out = summarise([_raised(DEVICE, "RuntimeError"), _raised(DEVICE, "RuntimeError"), other],
-                    _triage(2), "0.5.11", None)
+    out = summarise(
+        [_raised(DEVICE, "RuntimeError"), _raised(DEVICE, "RuntimeError"), other],
+        _triage(2),
+        "0.5.11",
+        None,
+    )
     assert out["replay"]["status"] == "unverified"
     assert "give the hardware" in out["replay"]["detail"]
     assert out["replay"]["location"] == DEVICE.where()

@@ -44,7 +44,7 @@ ASSERTS = ["--model-path", "moonshotai/Kimi-K2.5", "--tp", "8", "--speculative-a
            "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"]  # fmt: skip
 ARGPARSE = ["--model-path", "m", "--tp", "8", "--no-such-flag"]
 
-PROBE = r'''
+PROBE = r"""
 import json, os, socket
 report = {"uid": os.getuid(), "kb_visible": os.path.exists($kb),
           "env_has_canary": $canary in json.dumps(dict(os.environ)),
@@ -60,23 +60,42 @@ try:
 except OSError as exc:
     report["socket"] = type(exc).__name__
 print("POOL-REPORT " + json.dumps(report), flush=True)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
-def setup(sglang_source: Callable[[str], ReleaseSource], cache_settings: Settings) -> dict[str, Any]:
+def setup(
+    sglang_source: Callable[[str], ReleaseSource], cache_settings: Settings
+) -> dict[str, Any]:
     root = sglang_source(VERSION).root
-    tree, _ = replay_tree(root, VERSION, home=cache_settings.home,
-                          wheel_dir=cache_settings.wheel_dir)
-    return {"root": root, "tree": tree, "hw": get_profile(HW), "home": cache_settings.home,
-            "settings": cache_settings, "pool": default_pool()}
+    tree, _ = replay_tree(
+        root, VERSION, home=cache_settings.home, wheel_dir=cache_settings.wheel_dir
+    )
+    return {
+        "root": root,
+        "tree": tree,
+        "hw": get_profile(HW),
+        "home": cache_settings.home,
+        "settings": cache_settings,
+        "pool": default_pool(),
+    }
 
 
-def _run(setup: dict[str, Any], argvs: list[list[str]], archs: list[str], hardware: str = HW,
-         **kw: Any) -> list:
-    return replay_many(setup["root"], VERSION, argvs, hardware=hardware, model_arch=archs,
-                       timeout_s=180, job_timeout_s=60, settings=setup["settings"],
-                       use_cache=False, **kw)
+def _run(
+    setup: dict[str, Any], argvs: list[list[str]], archs: list[str], hardware: str = HW, **kw: Any
+) -> list:
+    return replay_many(
+        setup["root"],
+        VERSION,
+        argvs,
+        hardware=hardware,
+        model_arch=archs,
+        timeout_s=180,
+        job_timeout_s=60,
+        settings=setup["settings"],
+        use_cache=False,
+        **kw,
+    )
 
 
 def _assert_same(cold: list, warm: list) -> None:
@@ -95,8 +114,9 @@ def _assert_same(cold: list, warm: list) -> None:
 def _worker(setup: dict[str, Any], hw: str = HW) -> dict[str, Any]:
     stats = default_pool().stats()
     machine = machine_of(get_profile(hw))
-    return next(w for w in stats["workers"] if w["tree"] == str(setup["tree"])
-                and w["machine"] == machine)
+    return next(
+        w for w in stats["workers"] if w["tree"] == str(setup["tree"]) and w["machine"] == machine
+    )
 
 
 def _job(setup: dict[str, Any], argv: list[str], arch: str = LLAMA, **kw: Any) -> PoolJob:
@@ -127,8 +147,9 @@ def test_warm_results_equal_the_cold_path(compared: tuple[list, list]) -> None:
     assert warm[2].usage and "usage:" in warm[2].usage
 
 
-def test_a_second_candidate_reuses_the_worker(setup: dict[str, Any],
-                                              compared: tuple[list, list]) -> None:
+def test_a_second_candidate_reuses_the_worker(
+    setup: dict[str, Any], compared: tuple[list, list]
+) -> None:
     before = _worker(setup)
     [result] = _run(setup, [PASSING + ["--mem-fraction-static", "0.8"]], [LLAMA])
     after = _worker(setup)
@@ -165,36 +186,47 @@ def listener() -> Iterator[tuple[int, list[str]]]:
     srv.close()
 
 
-def test_isolation_holds_inside_pool_forks(setup: dict[str, Any], compared: tuple[list, list],
-                                           listener: tuple[int, list[str]], tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_isolation_holds_inside_pool_forks(
+    setup: dict[str, Any],
+    compared: tuple[list, list],
+    listener: tuple[int, list[str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     port, accepted = listener
     canary = f"xoxb-canary-{uuid.uuid4().hex}"
     monkeypatch.setenv("TRIAGE_SLACK_BOT_TOKEN", canary)  # set after the worker started
     kb_file = setup["home"] / "test-kb"
     payload = tmp_path / "probe.py"
-    payload.write_text(Template(PROBE).substitute(canary=repr(canary), pid=os.getpid(),
-                                                  port=port, kb=repr(str(kb_file))))
-    [raw] = _pool_run(setup, [_job(setup, PASSING, payload=payload,
-                                   env={"SGLANG_POOL_TEST_VAR": "in-the-fork"})])
+    payload.write_text(
+        Template(PROBE).substitute(
+            canary=repr(canary), pid=os.getpid(), port=port, kb=repr(str(kb_file))
+        )
+    )
+    [raw] = _pool_run(
+        setup, [_job(setup, PASSING, payload=payload, env={"SGLANG_POOL_TEST_VAR": "in-the-fork"})]
+    )
     line = next(ln for ln in raw["log_tail"].splitlines() if ln.startswith("POOL-REPORT "))
     report = json.loads(line.split(" ", 1)[1])
     assert report["uid"] == 65534
-    assert report["kb_visible"] is False                        # the service's cache is hidden
+    assert report["kb_visible"] is False  # the service's cache is hidden
     assert report["env_has_canary"] is False
     assert report["parent_environ"] != True  # noqa: E712
-    assert report["host_pids_visible"] is False                 # the host's /proc is not there
-    assert report["socket"] != "connected" and accepted == []   # no network
-    assert report["job_env"] == "in-the-fork"                   # the job's env, in its fork
-    assert raw["status"] == "passed"                            # validation ran after it
+    assert report["host_pids_visible"] is False  # the host's /proc is not there
+    assert report["socket"] != "connected" and accepted == []  # no network
+    assert report["job_env"] == "in-the-fork"  # the job's env, in its fork
+    assert raw["status"] == "passed"  # validation ran after it
 
 
-def test_hung_and_crashing_forks_do_not_kill_the_worker(setup: dict[str, Any],
-                                                        compared: tuple[list, list],
-                                                        tmp_path: Path) -> None:
+def test_hung_and_crashing_forks_do_not_kill_the_worker(
+    setup: dict[str, Any], compared: tuple[list, list], tmp_path: Path
+) -> None:
     before = _worker(setup)
-    scripts = {"hang": "import time\ntime.sleep(600)\n", "exit": "import os\nos._exit(3)\n",
-               "segv": "import ctypes\nctypes.string_at(0)\n"}
+    scripts = {
+        "hang": "import time\ntime.sleep(600)\n",
+        "exit": "import os\nos._exit(3)\n",
+        "segv": "import ctypes\nctypes.string_at(0)\n",
+    }
     jobs = []
     for name, text in scripts.items():
         (tmp_path / f"{name}.py").write_text(text)
@@ -208,10 +240,12 @@ def test_hung_and_crashing_forks_do_not_kill_the_worker(setup: dict[str, Any],
     assert after["pid"] == before["pid"] and after["starts"] == before["starts"]
 
 
-def test_deadline_marks_the_rest_unverified(setup: dict[str, Any],
-                                            compared: tuple[list, list]) -> None:
-    results = _run(setup, [PASSING + ["--tp", "4"], PASSING + ["--tp", "2"]], [LLAMA, LLAMA],
-                   deadline_s=0)
+def test_deadline_marks_the_rest_unverified(
+    setup: dict[str, Any], compared: tuple[list, list]
+) -> None:
+    results = _run(
+        setup, [PASSING + ["--tp", "4"], PASSING + ["--tp", "2"]], [LLAMA, LLAMA], deadline_s=0
+    )
     assert [(r.status, r.phase) for r in results] == [("harness_error", "deadline")] * 2
     assert all("unverified" in (r.harness_reason or "") for r in results)
 
@@ -243,8 +277,10 @@ def test_lru_eviction_and_busy_workers(tmp_path: Path) -> None:
     first = pool._acquire(WorkerKey.of(tmp_path / "a", hw, tmp_path), hw, None)
     assert first is not None
     # the only worker is in use: a second key waits, then gives up at its deadline
-    assert pool._acquire(WorkerKey.of(tmp_path / "b", hw, tmp_path), hw,
-                         time.monotonic() + 0.3) is None
+    assert (
+        pool._acquire(WorkerKey.of(tmp_path / "b", hw, tmp_path), hw, time.monotonic() + 0.3)
+        is None
+    )
     first.users -= 1  # released: now the least recently used idle worker is evicted
     second = pool._acquire(WorkerKey.of(tmp_path / "b", hw, tmp_path), hw, None)
     assert second is not None and second is not first and first.retired
@@ -267,8 +303,9 @@ def test_idle_workers_are_stopped(tmp_path: Path) -> None:
     pool.close()
 
 
-def test_warm_equals_cold_on_0_5_23(sglang_source: Callable[[str], ReleaseSource],
-                                    cache_settings: Settings) -> None:
+def test_warm_equals_cold_on_0_5_23(
+    sglang_source: Callable[[str], ReleaseSource], cache_settings: Settings
+) -> None:
     """0.5.23's resolution pipeline imports lazily; after answering its first jobs the worker
     imports what their forks imported (``child_serve._preimport``), so later forks start
     with it: the verdicts must not change."""
@@ -276,9 +313,18 @@ def test_warm_equals_cold_on_0_5_23(sglang_source: Callable[[str], ReleaseSource
     argvs, archs = [PASSING, ASSERTS, ARGPARSE], [LLAMA, DSV3, LLAMA]
 
     def run(warm: bool) -> list:
-        return replay_many(root, "0.5.23", argvs, hardware=HW, model_arch=archs, timeout_s=180,
-                           job_timeout_s=60, settings=cache_settings, use_cache=False,
-                           pool=warm)
+        return replay_many(
+            root,
+            "0.5.23",
+            argvs,
+            hardware=HW,
+            model_arch=archs,
+            timeout_s=180,
+            job_timeout_s=60,
+            settings=cache_settings,
+            use_cache=False,
+            pool=warm,
+        )
 
     cold, warm = run(False), run(True)
     assert [r.status for r in cold] == ["passed", "raised", "argparse_error"]
@@ -286,8 +332,9 @@ def test_warm_equals_cold_on_0_5_23(sglang_source: Callable[[str], ReleaseSource
     assert warm[-1].timings["preimport_s"] > 0  # the worker learnt from a first job
 
 
-def test_a_worker_serves_one_gpu_model_at_any_count(setup: dict[str, Any],
-                                                    compared: tuple[list, list]) -> None:
+def test_a_worker_serves_one_gpu_model_at_any_count(
+    setup: dict[str, Any], compared: tuple[list, list]
+) -> None:
     """The worker set up for rtx-pro-6000-x8 answers a job on two of the same GPU exactly as
     a cold replay on that machine does (the count and the probes that follow from it are
     applied in the fork): the final ServerArgs and the probe disagreements included."""
@@ -303,8 +350,9 @@ def test_a_worker_serves_one_gpu_model_at_any_count(setup: dict[str, Any],
     assert after["jobs"] == before["jobs"] + len(argvs)
 
 
-def test_another_gpu_model_gets_its_own_worker(setup: dict[str, Any],
-                                               compared: tuple[list, list]) -> None:
+def test_another_gpu_model_gets_its_own_worker(
+    setup: dict[str, Any], compared: tuple[list, list]
+) -> None:
     """SGLang reads the GPU while importing (module constants, GPU-name checks), so a job on
     another GPU model is not served by a worker imported for this one: it gets a worker set
     up for its own machine, whose answers equal a cold replay's there."""
@@ -334,7 +382,9 @@ def test_a_count_read_at_import_sends_the_job_cold() -> None:
     x2 = {**x8, "name": "rtx-pro-6000-x2", "count": 2}
     assert mod.bound_at_import(x2, x8, {}, {}, {"capability", "name"}) == []
     assert mod.bound_at_import(x2, x8, {}, {}, {"count"}) == [
-        "count (read at import through count)"]
+        "count (read at import through count)"
+    ]
     assert mod.bound_at_import({**x8, "name": "other"}, x8, {}, {}, {"count", "memory"}) == []
-    assert mod.bound_at_import(x8, x8, {"get_device_sm": 100}, {"get_device_sm": 120},
-                               {"get_device_sm"}) == ["get_device_sm (called at import)"]
+    assert mod.bound_at_import(
+        x8, x8, {"get_device_sm": 100}, {"get_device_sm": 120}, {"get_device_sm"}
+    ) == ["get_device_sm (called at import)"]

@@ -32,26 +32,38 @@ BAD_FLAG = ["--model-path", "m", "--tp", "8", "--no-such-flag"]
 
 
 @pytest.fixture(scope="module")
-def runs(sglang_source: Callable[[str], ReleaseSource],
-         cache_settings: Settings) -> dict[str, list[ReplayResult]]:
+def runs(
+    sglang_source: Callable[[str], ReleaseSource], cache_settings: Settings
+) -> dict[str, list[ReplayResult]]:
     """Every replay of this module, batched by (release, hardware)."""
 
     def batch(version: str, hardware: str, jobs: list[tuple[list[str], str]]) -> list[ReplayResult]:
-        return replay_many(sglang_source(version).root, version, [argv for argv, _ in jobs],
-                           hardware=hardware, model_arch=[arch for _, arch in jobs],
-                           timeout_s=120, job_timeout_s=60, settings=cache_settings)
+        return replay_many(
+            sglang_source(version).root,
+            version,
+            [argv for argv, _ in jobs],
+            hardware=hardware,
+            model_arch=[arch for _, arch in jobs],
+            timeout_s=120,
+            job_timeout_s=60,
+            settings=cache_settings,
+        )
 
     return {
-        "0.5.11/rtx": batch("0.5.11", "rtx-pro-6000-x8", [
-            (SEED, DSV3), (SEED, KIMI), (FIX, DSV3), (TRTLLM, LLAMA), (BAD_FLAG, LLAMA)]),
+        "0.5.11/rtx": batch(
+            "0.5.11",
+            "rtx-pro-6000-x8",
+            [(SEED, DSV3), (SEED, KIMI), (FIX, DSV3), (TRTLLM, LLAMA), (BAD_FLAG, LLAMA)],
+        ),
         "0.5.11/b200": batch("0.5.11", "b200-x8", [(TRTLLM, LLAMA)]),
         "0.5.23/rtx": batch("0.5.23", "rtx-pro-6000-x8", [(SEED, DSV3), (FIX, DSV3)]),
         "0.5.9/rtx": batch("0.5.9", "rtx-pro-6000-x8", [(SEED, DSV3), (FIX, DSV3)]),
     }
 
 
-def _assert_raised_in(result: ReplayResult, path: str, function: str,
-                      lines: range | None = None) -> None:
+def _assert_raised_in(
+    result: ReplayResult, path: str, function: str, lines: range | None = None
+) -> None:
     assert result.status == "raised", result.summary() + "\n" + result.log_tail
     assert result.origin is not None
     assert result.origin.path == path
@@ -65,8 +77,9 @@ def _assert_raised_in(result: ReplayResult, path: str, function: str,
 @pytest.mark.parametrize("index", [0, 1], ids=["deepseek-v3", "kimi-k2.5"])
 def test_seed_reproduces_on_0_5_11(runs: dict[str, list[ReplayResult]], index: int) -> None:
     result = runs["0.5.11/rtx"][index]
-    _assert_raised_in(result, "sglang/srt/server_args.py", "_handle_speculative_decoding",
-                      range(3519, 3523))
+    _assert_raised_in(
+        result, "sglang/srt/server_args.py", "_handle_speculative_decoding", range(3519, 3523)
+    )
     assert result.exception_type == "AssertionError"
     assert result.hardware == "rtx-pro-6000-x8"
     assert any("--model-path moonshotai/Kimi-K2.5 replaced" in n for n in result.substitutions)
@@ -90,8 +103,9 @@ def test_fix_passes_on_0_5_11(runs: dict[str, list[ReplayResult]]) -> None:
 
 def test_trtllm_mha_depends_on_hardware(runs: dict[str, list[ReplayResult]]) -> None:
     on_rtx, on_b200 = runs["0.5.11/rtx"][3], runs["0.5.11/b200"][0]
-    _assert_raised_in(on_rtx, "sglang/srt/server_args.py",
-                      "_handle_attention_backend_compatibility")
+    _assert_raised_in(
+        on_rtx, "sglang/srt/server_args.py", "_handle_attention_backend_compatibility"
+    )
     assert on_rtx.exception_type == "ValueError"
     assert "only supported on Blackwell GPUs (SM100)" in (on_rtx.message or "")
     assert on_b200.status == "passed", on_b200.summary()
@@ -137,25 +151,42 @@ def _count_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return started
 
 
-def test_results_are_cached(sglang_source: Callable[[str], ReleaseSource],
-                            cache_settings: Settings, runs: dict[str, list[ReplayResult]],
-                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_results_are_cached(
+    sglang_source: Callable[[str], ReleaseSource],
+    cache_settings: Settings,
+    runs: dict[str, list[ReplayResult]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     first = runs["0.5.11/b200"][0]
     assert _cache_path(cache_settings.home, first.cache_key).is_file()
     started = _count_runs(monkeypatch)
-    again = replay(sglang_source("0.5.11").root, "0.5.11", TRTLLM, hardware="b200-x8",
-                   model_arch=LLAMA, settings=cache_settings)
+    again = replay(
+        sglang_source("0.5.11").root,
+        "0.5.11",
+        TRTLLM,
+        hardware="b200-x8",
+        model_arch=LLAMA,
+        settings=cache_settings,
+    )
     assert started == []  # answered from the disk cache: no worker, no subprocess
     assert again.cached and again.cache_key == first.cache_key
     assert again.status == first.status
 
 
-def test_stub_failure_is_a_harness_error(sglang_source: Callable[[str], ReleaseSource],
-                                         cache_settings: Settings) -> None:
+def test_stub_failure_is_a_harness_error(
+    sglang_source: Callable[[str], ReleaseSource], cache_settings: Settings
+) -> None:
     """A stub raising a plain ValueError mid-validation is never reported as SGLang's verdict."""
-    result = replay(sglang_source("0.5.11").root, "0.5.11", FIX, hardware="rtx-pro-6000-x8",
-                    model_arch=DSV3, settings=cache_settings, timeout_s=120,
-                    stub_failure="call:get_device_memory_capacity")
+    result = replay(
+        sglang_source("0.5.11").root,
+        "0.5.11",
+        FIX,
+        hardware="rtx-pro-6000-x8",
+        model_arch=DSV3,
+        settings=cache_settings,
+        timeout_s=120,
+        stub_failure="call:get_device_memory_capacity",
+    )
     assert result.status == "harness_error", result.summary()
     assert result.exception_type == "ValueError"
     assert result.raised_at is not None and result.raised_at.kind == "stub"
@@ -178,8 +209,11 @@ def _live_in_group(pgid: int) -> list[str]:
     return alive
 
 
-def test_timeout_is_a_harness_error(sglang_source: Callable[[str], ReleaseSource],
-                                    cache_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_timeout_is_a_harness_error(
+    sglang_source: Callable[[str], ReleaseSource],
+    cache_settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     children: list[subprocess.Popen] = []
 
     class Recorded(subprocess.Popen):
@@ -191,9 +225,18 @@ def test_timeout_is_a_harness_error(sglang_source: Callable[[str], ReleaseSource
     started = _count_runs(monkeypatch)
     # the cold path: importing torch and SGLang alone outlasts 1.5 s (a warm worker of the
     # vendor, started by an earlier test, would answer in time; test_pool covers its limits)
-    result = replay_many(sglang_source("0.5.11").root, "0.5.11", [FIX], hardware="h100-x8",
-                         model_arch=DSV3, settings=cache_settings, timeout_s=1.5,
-                         job_timeout_s=1.5, use_cache=False, pool=False)[0]
+    result = replay_many(
+        sglang_source("0.5.11").root,
+        "0.5.11",
+        [FIX],
+        hardware="h100-x8",
+        model_arch=DSV3,
+        settings=cache_settings,
+        timeout_s=1.5,
+        job_timeout_s=1.5,
+        use_cache=False,
+        pool=False,
+    )[0]
     assert result.status == "harness_error"
     assert result.phase == "timeout"  # killed at its 1.5 s deadline, not waited for
     assert "within 2s (killed)" in (result.harness_reason or ""), result.harness_reason

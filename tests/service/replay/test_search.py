@@ -12,26 +12,39 @@ from service.engine.explain.deterministic import fix_phrase
 from service.replay.sandbox import status as sandbox_status
 from service.replay.search import keeping_alternatives, needs_search, rerank, search_fixes
 
-needs_sandbox = pytest.mark.skipif(not sandbox_status().available,
-                                   reason="replay needs the OS sandbox (bwrap)")
+needs_sandbox = pytest.mark.skipif(
+    not sandbox_status().available, reason="replay needs the OS sandbox (bwrap)"
+)
 
 
 def _fix(rank: int, replay: str | None, recommended: bool = False) -> FixOut:
-    return FixOut(rank=rank, argv=["--model-path", "m", f"--x{rank}"], command=f"fix {rank}",
-                  origin="test", fixes_check="true", verdict="fixes the check",
-                  recommended=recommended,
-                  replay={"status": replay, "detail": replay, "location": "elsewhere"}
-                  if replay else None)
+    return FixOut(
+        rank=rank,
+        argv=["--model-path", "m", f"--x{rank}"],
+        command=f"fix {rank}",
+        origin="test",
+        fixes_check="true",
+        verdict="fixes the check",
+        recommended=recommended,
+        replay={"status": replay, "detail": replay, "location": "elsewhere"} if replay else None,
+    )
 
 
 def _answer(kb, release: str) -> TriageResult:  # noqa: ANN001
     """The engine's answer to the first shipped generated incident of ``release``."""
-    inc = next(i for i in load_incidents() if i.expected.release == release
-               and i.id.startswith("gen-") and i.hardware)
+    inc = next(
+        i
+        for i in load_incidents()
+        if i.expected.release == release and i.id.startswith("gen-") and i.hardware
+    )
     body = request_for(inc)
     payload = {k: v for k, v in body.items() if k in ("log", "command", "model")}
-    return Engine(kb).triage(payload, hardware=body.get("hardware"),
-                             model_arch=body.get("model_arch"), model=body.get("model"))
+    return Engine(kb).triage(
+        payload,
+        hardware=body.get("hardware"),
+        model_arch=body.get("model_arch"),
+        model=body.get("model"),
+    )
 
 
 def test_rerank_puts_what_replay_accepted_first_and_recommends_it() -> None:
@@ -71,9 +84,12 @@ def test_rerank_keeps_the_engine_recommendation_when_replay_cannot_decide() -> N
 
 def test_a_clean_static_answer_needs_no_search_and_an_undecided_one_does(kb) -> None:  # noqa: ANN001
     answer = _answer(kb, "0.5.11")
-    clean = any(f.recommended for f in answer.fixes) and answer.evaluation is not None \
-        and answer.evaluation.fired == "true" and all(f.fixes_check != "unknown"
-                                                      for f in answer.fixes)
+    clean = (
+        any(f.recommended for f in answer.fixes)
+        and answer.evaluation is not None
+        and answer.evaluation.fired == "true"
+        and all(f.fixes_check != "unknown" for f in answer.fixes)
+    )
     assert needs_search(answer) is not clean
     if answer.fixes:
         for f in answer.fixes:
@@ -96,7 +112,8 @@ def test_search_without_replay_says_why(kb, kb_settings) -> None:  # noqa: ANN00
 @needs_sandbox
 @pytest.mark.parametrize("release", ["0.5.23", "0.5.21"])
 def test_search_replays_the_candidates_and_recommends_what_sglang_accepts(
-        kb, kb_settings, release) -> None:  # noqa: ANN001
+    kb, kb_settings, release
+) -> None:  # noqa: ANN001
     """On the resolution pipeline: every candidate replayed on the incident's hardware gets
     SGLang's verdict, and the recommendation is the first fix replay accepted."""
     answer = _answer(kb, release)

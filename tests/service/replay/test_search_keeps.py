@@ -9,15 +9,31 @@ from service.engine import FixOut
 from service.replay.search import keeping_alternatives, request_cost, rerank
 
 
-def _fix(rank: int, edits: list[str], replay: str | None = None, keeps: bool = True,
-         static: str = "true", recommended: bool = False) -> FixOut:
+def _fix(
+    rank: int,
+    edits: list[str],
+    replay: str | None = None,
+    keeps: bool = True,
+    static: str = "true",
+    recommended: bool = False,
+) -> FixOut:
     removed = [e[2:].split()[0] for e in edits if e.startswith("- ")]
     added = {e[2:].split()[0]: " ".join(e[2:].split()[1:]) for e in edits if e.startswith("+ ")}
-    return FixOut(rank=rank, argv=["--model-path", "m"], command=f"fix {rank}", origin="test",
-                  fixes_check=static, verdict="fixes the check", recommended=recommended,
-                  edits=edits, remove=[r for r in removed if r not in added], set=added,
-                  keeps_features=keeps, gives_up="" if keeps else "gives up something",
-                  replay={"status": replay, "detail": replay} if replay else None)
+    return FixOut(
+        rank=rank,
+        argv=["--model-path", "m"],
+        command=f"fix {rank}",
+        origin="test",
+        fixes_check=static,
+        verdict="fixes the check",
+        recommended=recommended,
+        edits=edits,
+        remove=[r for r in removed if r not in added],
+        set=added,
+        keeps_features=keeps,
+        gives_up="" if keeps else "gives up something",
+        replay={"status": replay, "detail": replay} if replay else None,
+    )
 
 
 class _Result:  # only what rerank reads and writes
@@ -38,10 +54,14 @@ def test_request_cost_orders_features_then_the_users_flags_then_edits() -> None:
 def test_replay_accepted_fix_keeping_every_flag_is_recommended() -> None:
     """The engine ranked dropping a feature first; replay accepts it and a fix that keeps
     every flag: the latter is recommended and listed first, the former stays listed."""
-    res = _Result([_fix(1, ["- --enable-lora"], "verified", keeps=False, recommended=True),
-                   _fix(2, ["- --max-loras-per-batch 4", "+ --max-loras-per-batch 1"], "verified"),
-                   _fix(3, ["+ --lora-backend triton"], "verified"),
-                   _fix(4, ["+ --x 1"], "next_failure")])
+    res = _Result(
+        [
+            _fix(1, ["- --enable-lora"], "verified", keeps=False, recommended=True),
+            _fix(2, ["- --max-loras-per-batch 4", "+ --max-loras-per-batch 1"], "verified"),
+            _fix(3, ["+ --lora-backend triton"], "verified"),
+            _fix(4, ["+ --x 1"], "next_failure"),
+        ]
+    )
     replayed = list(res.fixes)
     assert rerank(res, replayed, "0.5.x with h100-x8") == "verified"  # type: ignore[arg-type]
     assert [f.command for f in res.fixes] == ["fix 3", "fix 2", "fix 1", "fix 4"]
@@ -50,17 +70,26 @@ def test_replay_accepted_fix_keeping_every_flag_is_recommended() -> None:
 
 
 def test_among_fixes_keeping_the_request_fewest_edits_then_the_engines_order() -> None:
-    res = _Result([_fix(1, ["+ --a 1", "+ --b 2"], "verified", recommended=True),
-                   _fix(2, ["+ --c 1"], "verified"), _fix(3, ["+ --d 1"], "verified")])
+    res = _Result(
+        [
+            _fix(1, ["+ --a 1", "+ --b 2"], "verified", recommended=True),
+            _fix(2, ["+ --c 1"], "verified"),
+            _fix(3, ["+ --d 1"], "verified"),
+        ]
+    )
     rerank(res, list(res.fixes), "0.5.x with h100-x8")  # type: ignore[arg-type]
     assert [f.command for f in res.fixes] == ["fix 2", "fix 3", "fix 1"]
     assert res.fixes[0].recommended
 
 
 def test_a_fix_replay_rejected_or_did_not_run_is_never_preferred_for_keeping_more() -> None:
-    res = _Result([_fix(1, ["- --enable-lora"], "verified", keeps=False, recommended=True),
-                   _fix(2, ["+ --lora-backend triton"], "next_failure"),
-                   _fix(3, ["+ --max-loras-per-batch 1"], None)])
+    res = _Result(
+        [
+            _fix(1, ["- --enable-lora"], "verified", keeps=False, recommended=True),
+            _fix(2, ["+ --lora-backend triton"], "next_failure"),
+            _fix(3, ["+ --max-loras-per-batch 1"], None),
+        ]
+    )
     rerank(res, res.fixes[:2], "0.5.x with h100-x8")  # type: ignore[arg-type]
     assert res.fixes[0].command == "fix 1" and res.fixes[0].recommended
     assert [f.command for f in res.fixes] == ["fix 1", "fix 3", "fix 2"]
@@ -68,10 +97,13 @@ def test_a_fix_replay_rejected_or_did_not_run_is_never_preferred_for_keeping_mor
 
 def test_fixes_keeping_more_are_replayed_with_a_recommendation_giving_something_up() -> None:
     top = _fix(1, ["- --enable-lora"], keeps=False, recommended=True)
-    fixes = [top, _fix(2, ["- --enable-lora", "- --lora-paths a"], keeps=False),
-             _fix(3, ["+ --lora-backend triton"], static="unknown"),
-             _fix(4, ["+ --max-loras-per-batch 1"], static="false"),
-             _fix(5, ["- --tp 8", "+ --tp 4"])]
+    fixes = [
+        top,
+        _fix(2, ["- --enable-lora", "- --lora-paths a"], keeps=False),
+        _fix(3, ["+ --lora-backend triton"], static="unknown"),
+        _fix(4, ["+ --max-loras-per-batch 1"], static="false"),
+        _fix(5, ["- --tp 8", "+ --tp 4"]),
+    ]
     res = _Result(fixes)
     alts = keeping_alternatives(res, top, limit=4)  # type: ignore[arg-type]
     # cheaper than the top, and not refuted statically; best first as listed
@@ -125,10 +157,12 @@ def test_a_fix_violating_an_error_card_is_not_recommended_over_one_that_does_not
     from service.engine import RuleVerdict
 
     carded = _fix(1, ["+ --mamba-backend flashinfer"], "verified")
-    carded.rule_verdicts = [RuleVerdict(rule="d-x", verdict="violated", severity="error",
-                                        reason="r")]
-    clean = _fix(2, ["- --enable-mamba-cache-stochastic-rounding"], "verified", keeps=False,
-                 recommended=True)
+    carded.rule_verdicts = [
+        RuleVerdict(rule="d-x", verdict="violated", severity="error", reason="r")
+    ]
+    clean = _fix(
+        2, ["- --enable-mamba-cache-stochastic-rounding"], "verified", keeps=False, recommended=True
+    )
     res = _Result([clean, carded])
     rerank(res, list(res.fixes), "0.5.x with h100-x8")  # type: ignore[arg-type]
     assert res.fixes[0] is clean and clean.recommended and not carded.recommended

@@ -25,11 +25,16 @@ from service.replay.search import search_fixes
 from service.settings import Settings
 
 QWEN = "Qwen3MoeForCausalLM"
-FP8 = {"quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
-                               "quant_method": "fp8", "weight_block_size": [128, 128]}}
+FP8 = {
+    "quantization_config": {
+        "activation_scheme": "dynamic",
+        "fmt": "e4m3",
+        "quant_method": "fp8",
+        "weight_block_size": [128, 128],
+    }
+}
 #: block_k 256: (768 / 2) passes the block_n check but not create_weights' block_k one
-FP8_K256 = {"quantization_config": {**FP8["quantization_config"],
-                                    "weight_block_size": [128, 256]}}
+FP8_K256 = {"quantization_config": {**FP8["quantization_config"], "weight_block_size": [128, 256]}}
 MODEL = ["--model-path", "Qwen/Qwen3-30B-A3B-FP8"]
 TP8 = [*MODEL, "--tp", "8"]
 TP8_EP8 = [*TP8, "--ep-size", "8"]
@@ -42,18 +47,33 @@ HW = "rtx-pro-6000-x8"
 
 
 @pytest.fixture(scope="module")
-def probed(sglang_source: Callable[[str], ReleaseSource],
-           cache_settings: Settings) -> dict[str, list[ReplayResult]]:
+def probed(
+    sglang_source: Callable[[str], ReleaseSource], cache_settings: Settings
+) -> dict[str, list[ReplayResult]]:
     """Every replay of this module: per release, three probe calls on one warm worker."""
     out: dict[str, list[ReplayResult]] = {}
     for version in ("0.5.11", "0.5.23"):
         root = sglang_source(version).root
 
-        def run(argvs: list[list[str]], probe: StartupProbe, facts: dict,
-                _root: Path = root, _version: str = version) -> list[ReplayResult]:
-            return replay_startup(cache_settings, _version, HW, argvs, probe=probe,
-                                  model_arch=QWEN, model_facts=facts, release_root=_root,
-                                  timeout_s=240, job_timeout_s=90)
+        def run(
+            argvs: list[list[str]],
+            probe: StartupProbe,
+            facts: dict,
+            _root: Path = root,
+            _version: str = version,
+        ) -> list[ReplayResult]:
+            return replay_startup(
+                cache_settings,
+                _version,
+                HW,
+                argvs,
+                probe=probe,
+                model_arch=QWEN,
+                model_facts=facts,
+                release_root=_root,
+                timeout_s=240,
+                job_timeout_s=90,
+            )
 
         block = StartupProbe(family="moe_block_shape")
         out[f"{version}/block"] = run([TP8, TP8_EP8, TP2], block, FP8)
@@ -62,7 +82,8 @@ def probed(sglang_source: Callable[[str], ReleaseSource],
         layer = StartupProbe(family="moe_runner_a2a")
         direct = StartupProbe(family="moe_runner_a2a", runner_backend="flashinfer_trtllm")
         out[f"{version}/runner"] = run([DEEPEP_TRT, TP2_TRT, DEEPEP], layer, FP8) + run(
-            [DEEPEP], direct, FP8)
+            [DEEPEP], direct, FP8
+        )
     return out
 
 
@@ -75,21 +96,26 @@ def _refused(result: ReplayResult, path: str, function: str) -> None:
     assert all(f.path.startswith("sglang/") for f in result.frames)
 
 
-COMPAT = {"0.5.11": ("sglang/srt/model_executor/model_runner.py",
-                     "check_quantized_moe_compatibility"),
-          "0.5.23": ("sglang/srt/model_executor/model_runner_components/moe_ep_setup.py",
-                     "check_quantized_moe_compatibility")}
+COMPAT = {
+    "0.5.11": ("sglang/srt/model_executor/model_runner.py", "check_quantized_moe_compatibility"),
+    "0.5.23": (
+        "sglang/srt/model_executor/model_runner_components/moe_ep_setup.py",
+        "check_quantized_moe_compatibility",
+    ),
+}
 WEIGHTS = {"0.5.11": "create_weights", "0.5.23": "create_fp8_moe_weight_"}
 
 
 @pytest.mark.parametrize("version", ["0.5.11", "0.5.23"])
-def test_block_shape_refused_then_fixed(probed: dict[str, list[ReplayResult]],
-                                        version: str) -> None:
+def test_block_shape_refused_then_fixed(
+    probed: dict[str, list[ReplayResult]], version: str
+) -> None:
     tp8, ep8, tp2 = probed[f"{version}/block"]
     _refused(tp8, *COMPAT[version])
     assert tp8.exception_type == "ValueError"
     assert "(moe_intermediate_size=768 / moe_tp_size=8) % weight_block_size_n=128" in (
-        tp8.message or "")
+        tp8.message or ""
+    )
     assert tp8.startup is not None and tp8.startup["sizes"]["moe_tp_size"] == 8
     assert "Qwen/Qwen3-30B-A3B-FP8" not in tp8.effective_argv
     assert any("model facts laid over" in n for n in tp8.substitutions)
@@ -110,10 +136,14 @@ def test_create_weights_own_check(probed: dict[str, list[ReplayResult]], version
     (result,) = probed[f"{version}/block_k"]
     _refused(result, "sglang/srt/layers/quantization/fp8.py", WEIGHTS[version])
     assert "384 is not divisible by weight quantization block_k = 256" in (result.message or "")
-    assert any(f.function == "__init__" and f.path.endswith("fused_moe_triton/layer.py")
-               for f in result.frames)
-    assert "moe_ep_setup.check_quantized_moe_compatibility" in result.startup["steps"] or \
-        "ModelRunner.check_quantized_moe_compatibility" in result.startup["steps"]
+    assert any(
+        f.function == "__init__" and f.path.endswith("fused_moe_triton/layer.py")
+        for f in result.frames
+    )
+    assert (
+        "moe_ep_setup.check_quantized_moe_compatibility" in result.startup["steps"]
+        or "ModelRunner.check_quantized_moe_compatibility" in result.startup["steps"]
+    )
 
 
 @pytest.mark.parametrize("version", ["0.5.11", "0.5.23"])
@@ -126,11 +156,11 @@ def test_runner_a2a_registry(probed: dict[str, list[ReplayResult]], version: str
         _refused(refused, "sglang/srt/layers/moe/moe_runner/runner.py", "__init__")
         assert refused.exception_type == "NotImplementedError"
         assert "requires a fused func for a2a backend deepep, but none is registered" in (
-            refused.message or "")
+            refused.message or ""
+        )
         values = (refused.startup or {})["values"]
         assert values["a2a_backend"] == "deepep" and values["unimportable"] == {}
-        assert "sglang.srt.layers.moe.moe_runner.flashinfer_trtllm" in values[
-            "registering_modules"]
+        assert "sglang.srt.layers.moe.moe_runner.flashinfer_trtllm" in values["registering_modules"]
     assert (deepep_trt.startup or {})["steps"][-1] == "DeepEPMoE(...) on the meta device"
     assert any(f.function == "create_moe_runner" for f in deepep_trt.frames)
     assert tp2_trt.status == "passed", tp2_trt.summary() + "\n" + tp2_trt.log_tail
@@ -145,8 +175,9 @@ def test_runner_a2a_registry(probed: dict[str, list[ReplayResult]], version: str
 
 
 @pytest.mark.parametrize("version", ["0.5.11", "0.5.23"])
-def test_check_that_does_not_apply_is_not_a_verdict(probed: dict[str, list[ReplayResult]],
-                                                    version: str) -> None:
+def test_check_that_does_not_apply_is_not_a_verdict(
+    probed: dict[str, list[ReplayResult]], version: str
+) -> None:
     """The BF16 stand-in has no quantization: the block-shape probe says it reached no
     check (a fix must not be 'verified' by a stand-in that lacks the checkpoint's facts)."""
     (result,) = probed[f"{version}/unquantized"]
@@ -156,11 +187,19 @@ def test_check_that_does_not_apply_is_not_a_verdict(probed: dict[str, list[Repla
 
 
 def test_validation_refusal_stops_before_the_probe(
-        sglang_source: Callable[[str], ReleaseSource], cache_settings: Settings) -> None:
-    (result,) = replay_startup(cache_settings, "0.5.11", HW, [[*TP8, "--no-such-flag"]],
-                               probe=StartupProbe(family="moe_block_shape"), model_arch=QWEN,
-                               model_facts=FP8, release_root=sglang_source("0.5.11").root,
-                               timeout_s=240)
+    sglang_source: Callable[[str], ReleaseSource], cache_settings: Settings
+) -> None:
+    (result,) = replay_startup(
+        cache_settings,
+        "0.5.11",
+        HW,
+        [[*TP8, "--no-such-flag"]],
+        probe=StartupProbe(family="moe_block_shape"),
+        model_arch=QWEN,
+        model_facts=FP8,
+        release_root=sglang_source("0.5.11").root,
+        timeout_s=240,
+    )
     assert result.status == "argparse_error"
     assert result.startup is None
 
@@ -172,8 +211,12 @@ def test_config_with_facts() -> None:
     assert "quantization_config" not in MODEL_CONFIGS[QWEN]  # the stand-in is untouched
     kimi = config_with_facts("KimiK25ForConditionalGeneration", {**FP8, "n_routed_experts": 8})
     assert kimi["text_config"]["n_routed_experts"] == 8 and "quantization_config" in kimi
-    for bad in ({"auto_map": {"AutoConfig": "x.Y"}}, {"architectures": ["X"]},
-                {"not an identifier": 1}, {"big": "x" * 5000}):
+    for bad in (
+        {"auto_map": {"AutoConfig": "x.Y"}},
+        {"architectures": ["X"]},
+        {"not an identifier": 1},
+        {"big": "x" * 5000},
+    ):
         with pytest.raises(ConfigError):
             config_with_facts(QWEN, bad)
     with pytest.raises(ConfigError):
@@ -182,11 +225,17 @@ def test_config_with_facts() -> None:
 
 def test_parallel_sizes_and_routing() -> None:
     assert parallel_sizes({"tp_size": 8, "ep_size": 2}) == {
-        "tp_size": 8, "moe_ep_size": 2, "moe_dp_size": 1, "moe_tp_size": 4}
+        "tp_size": 8,
+        "moe_ep_size": 2,
+        "moe_dp_size": 1,
+        "moe_tp_size": 4,
+    }
     assert parallel_sizes({"tp_size": 16, "ep_size": 1, "moe_dp_size": 2})["moe_tp_size"] == 8
     assert parallel_sizes({})["tp_size"] == 1
-    block = probe_for_location("sglang/srt/model_executor/model_runner_components/"
-                               "moe_ep_setup.py", "check_quantized_moe_compatibility")
+    block = probe_for_location(
+        "sglang/srt/model_executor/model_runner_components/moe_ep_setup.py",
+        "check_quantized_moe_compatibility",
+    )
     assert block is not None and block.family == "moe_block_shape"
     runner = probe_for_location("sglang/srt/layers/moe/moe_runner/runner.py", "__init__")
     assert runner is not None and runner.family == "moe_runner_a2a"
@@ -196,8 +245,11 @@ def test_parallel_sizes_and_routing() -> None:
 
 
 def test_only_a_check_line_is_a_verdict() -> None:
-    frame = {"kind": "sglang", "path": "sglang/srt/layers/quantization/fp8.py",
-             "code": "raise ValueError("}
+    frame = {
+        "kind": "sglang",
+        "path": "sglang/srt/layers/quantization/fp8.py",
+        "code": "raise ValueError(",
+    }
     assert _is_check_line(frame)
     assert _is_check_line({**frame, "code": "assert self.block_quant"})
     assert not _is_check_line({**frame, "code": "tp_size = layer.moe_tp_size"})
@@ -227,10 +279,16 @@ def test_fix_search_carries_the_probe_verdict(kb, cache_settings: Settings) -> N
     """The engine's fixes for the located block-shape check are replayed into the check's
     own code with the facts the crash printed: each verdict agrees with the check's
     arithmetic on that fix's flags."""
-    result = Engine(kb).triage({"log": CRASH, "command": "python -m sglang.launch_server "
-                                "--model-path Qwen/Qwen3-30B-A3B-FP8 --tp 8"},
-                               hardware=HW, model_arch=QWEN, model="Qwen/Qwen3-30B-A3B-FP8",
-                               release="0.5.11")
+    result = Engine(kb).triage(
+        {
+            "log": CRASH,
+            "command": "python -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B-FP8 --tp 8",
+        },
+        hardware=HW,
+        model_arch=QWEN,
+        model="Qwen/Qwen3-30B-A3B-FP8",
+        release="0.5.11",
+    )
     assert result.status == "located" and result.fixes
     request = startup_request(result)
     assert request is not None

@@ -42,8 +42,9 @@ def roots(tmp_path: Path) -> dict:
 
 
 def test_sglang_assertion_is_raised(roots: dict) -> None:
-    exc = _raise_from(f"{roots['release']}/sglang/srt/server_args.py",
-                      "def f():\n    assert 1 == 2, 'topk'\n")
+    exc = _raise_from(
+        f"{roots['release']}/sglang/srt/server_args.py", "def f():\n    assert 1 == 2, 'topk'\n"
+    )
     info = child.classify(exc, roots)
     assert info["status"] == "raised"
     assert info["sglang_origin"]["path"] == "sglang/srt/server_args.py"
@@ -51,19 +52,23 @@ def test_sglang_assertion_is_raised(roots: dict) -> None:
 
 
 def test_error_raised_in_a_stub_file_is_the_harness(roots: dict) -> None:
-    exc = _raise_from(f"{STUB_DIRS[0]}/_replay_hw.py",
-                      "def f():\n    raise ValueError('looks like validation')\n")
+    exc = _raise_from(
+        f"{STUB_DIRS[0]}/_replay_hw.py", "def f():\n    raise ValueError('looks like validation')\n"
+    )
     info = child.classify(exc, roots)
     assert info["status"] == "harness_error"
     assert "inside the stub" in info["harness_reason"]
 
 
 def test_missing_module_and_stub_objects_are_the_harness(roots: dict) -> None:
-    missing = _raise_from(f"{roots['release']}/sglang/srt/x.py",
-                          "def f():\n    import no_such_module_here\n")
+    missing = _raise_from(
+        f"{roots['release']}/sglang/srt/x.py", "def f():\n    import no_such_module_here\n"
+    )
     assert child.classify(missing, roots)["status"] == "harness_error"
-    stubby = _raise_from(f"{roots['release']}/sglang/srt/x.py",
-                         "def f():\n    raise TypeError('<replay stub triton.x> is not iterable')\n")
+    stubby = _raise_from(
+        f"{roots['release']}/sglang/srt/x.py",
+        "def f():\n    raise TypeError('<replay stub triton.x> is not iterable')\n",
+    )
     assert child.classify(stubby, roots)["status"] == "harness_error"
 
 
@@ -72,8 +77,12 @@ def test_lazy_import_failure_is_the_harness(roots: dict) -> None:
     frames = [
         {"kind": "harness", "path": "child.py", "line": 1, "function": "validate"},
         {"kind": "sglang", "path": "sglang/srt/server_args.py", "line": 9, "function": "g"},
-        {"kind": "sglang", "path": "sglang/jit_kernel/utils.py", "line": 85,
-         "function": "<module>"},
+        {
+            "kind": "sglang",
+            "path": "sglang/jit_kernel/utils.py",
+            "line": 85,
+            "function": "<module>",
+        },
     ]
     reason = child.harness_reason(RuntimeError("Cannot find sglang.jit_kernel path"), frames)
     assert reason is not None and "sglang/jit_kernel/utils.py" in reason
@@ -89,13 +98,22 @@ def test_json_safe_values() -> None:
     class Color(enum.Enum):
         RED = "red"
 
-    value = child_values.json_safe({"a": (1, 2.5), "b": {Color.RED}, "c": float("nan"), "d": Path("/x")})
+    value = child_values.json_safe(
+        {"a": (1, 2.5), "b": {Color.RED}, "c": float("nan"), "d": Path("/x")}
+    )
     assert json.loads(json.dumps(value)) == {"a": [1, 2.5], "b": ["red"], "c": "nan", "d": "/x"}
 
 
 def test_substitute_argv(tmp_path: Path) -> None:
-    argv = ["--model", "moonshotai/Kimi-K2.5", "--tokenizer-path", "moonshotai/Kimi-K2.5",
-            "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path=lmsys/d"]
+    argv = [
+        "--model",
+        "moonshotai/Kimi-K2.5",
+        "--tokenizer-path",
+        "moonshotai/Kimi-K2.5",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path=lmsys/d",
+    ]
     out, arch, notes = substitute_argv(argv, None, tmp_path)
     assert arch == "KimiK25ForConditionalGeneration"
     # the model, tokenizer and draft paths are replaced, after the other options
@@ -104,7 +122,8 @@ def test_substitute_argv(tmp_path: Path) -> None:
     assert out[3] == out[5] and Path(out[3], "config.json").is_file()
     draft = Path(out[7])
     assert json.loads((draft / "config.json").read_text())["architectures"] == [
-        "LlamaForCausalLMEagle3"]
+        "LlamaForCausalLMEagle3"
+    ]
     assert len(notes) == 4 and argv[1] == "moonshotai/Kimi-K2.5"  # input untouched
     again, _, _ = substitute_argv(argv, None, tmp_path)
     assert again == out  # content-addressed folders are stable
@@ -129,32 +148,86 @@ def test_a_local_model_folder_is_never_run(tmp_path: Path) -> None:
 
 
 def test_flags_that_name_user_files_are_dropped() -> None:
-    argv = ["--model-path", "m", "--config", "/srv/x.yaml", "--trust-remote-code", "--tp", "8",
-            "--chat-template", "./tmpl.jinja", "--download-dir=/data", "--load-format", "auto",
-            "--speculative-draft-model-path", "d", "--enable-lora", "--lora-paths", "/l1"]
+    argv = [
+        "--model-path",
+        "m",
+        "--config",
+        "/srv/x.yaml",
+        "--trust-remote-code",
+        "--tp",
+        "8",
+        "--chat-template",
+        "./tmpl.jinja",
+        "--download-dir=/data",
+        "--load-format",
+        "auto",
+        "--speculative-draft-model-path",
+        "d",
+        "--enable-lora",
+        "--lora-paths",
+        "/l1",
+    ]
     out, dropped = drop_unsafe(argv)  # replay's fallback table (no release parser at hand)
-    assert out == ["--model-path", "m", "--tp", "8", "--load-format", "auto",
-                   "--speculative-draft-model-path", "d", "--enable-lora"]
-    assert dropped == ["--config", "--trust-remote-code", "--chat-template", "--download-dir",
-                       "--lora-paths"]
-    table = OptionTable({"--model-path": ("model_path", "1"), "--config": ("config", "1"),
-                         "--trust-remote-code": ("trust_remote_code", "0"),
-                         "--tp-size": ("tp_size", "1"), "--chat-template": ("chat_template", "1"),
-                         "--download-dir": ("download_dir", "1"),
-                         "--load-format": ("load_format", "1"),
-                         "--speculative-draft-model-path": ("speculative_draft_model_path", "1"),
-                         "--enable-lora": ("enable_lora", "?"), "--lora-paths": ("lora_paths", "+")})
+    assert out == [
+        "--model-path",
+        "m",
+        "--tp",
+        "8",
+        "--load-format",
+        "auto",
+        "--speculative-draft-model-path",
+        "d",
+        "--enable-lora",
+    ]
+    assert dropped == [
+        "--config",
+        "--trust-remote-code",
+        "--chat-template",
+        "--download-dir",
+        "--lora-paths",
+    ]
+    table = OptionTable(
+        {
+            "--model-path": ("model_path", "1"),
+            "--config": ("config", "1"),
+            "--trust-remote-code": ("trust_remote_code", "0"),
+            "--tp-size": ("tp_size", "1"),
+            "--chat-template": ("chat_template", "1"),
+            "--download-dir": ("download_dir", "1"),
+            "--load-format": ("load_format", "1"),
+            "--speculative-draft-model-path": ("speculative_draft_model_path", "1"),
+            "--enable-lora": ("enable_lora", "?"),
+            "--lora-paths": ("lora_paths", "+"),
+        }
+    )
     out, dropped = drop_unsafe(argv, table)  # the release's own table: expanded spellings
-    assert out == ["--model-path", "m", "--tp-size", "8", "--load-format", "auto",
-                   "--speculative-draft-model-path", "d", "--enable-lora"]
-    assert dropped == ["--config", "--trust-remote-code", "--chat-template", "--download-dir",
-                       "--lora-paths"]
+    assert out == [
+        "--model-path",
+        "m",
+        "--tp-size",
+        "8",
+        "--load-format",
+        "auto",
+        "--speculative-draft-model-path",
+        "d",
+        "--enable-lora",
+    ]
+    assert dropped == [
+        "--config",
+        "--trust-remote-code",
+        "--chat-template",
+        "--download-dir",
+        "--lora-paths",
+    ]
 
 
 def test_model_configs() -> None:
     dsv3 = MODEL_CONFIGS["DeepseekV3ForCausalLM"]
     assert (dsv3["model_type"], dsv3["hidden_size"], dsv3["num_hidden_layers"]) == (
-        "deepseek_v3", 7168, 61)
+        "deepseek_v3",
+        7168,
+        61,
+    )
     assert (dsv3["kv_lora_rank"], dsv3["q_lora_rank"], dsv3["qk_rope_head_dim"]) == (512, 1536, 64)
     assert (dsv3["num_attention_heads"], dsv3["n_routed_experts"]) == (128, 256)
     assert draft_config("DeepseekV3ForCausalLM", "NEXTN") == dsv3
@@ -176,8 +249,9 @@ def test_hardware_payload_and_probes() -> None:
 
 
 def _run_py(code: str) -> str:
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 

@@ -12,16 +12,25 @@ from service.replay.upgrade import verify_upgrade
 
 from .test_search import _answer
 
-needs_sandbox = pytest.mark.skipif(not sandbox_status().available,
-                                   reason="replay needs the OS sandbox (bwrap)")
+needs_sandbox = pytest.mark.skipif(
+    not sandbox_status().available, reason="replay needs the OS sandbox (bwrap)"
+)
 
 
 def _upgrade(release: str) -> UpgradeFix:
-    return UpgradeFix(release=release, status="removed", sure=True, note="gone there",
-                      install=f'pip install "sglang=={release}"', command="c",
-                      citations=["0.5.11:sglang/srt/server_args.py:3519-3522"],
-                      not_checked=[f"the other checks of {release}'s start-up (a replay …)",
-                                   "releases after 0.5.11 that the KB has not ingested"])
+    return UpgradeFix(
+        release=release,
+        status="removed",
+        sure=True,
+        note="gone there",
+        install=f'pip install "sglang=={release}"',
+        command="c",
+        citations=["0.5.11:sglang/srt/server_args.py:3519-3522"],
+        not_checked=[
+            f"the other checks of {release}'s start-up (a replay …)",
+            "releases after 0.5.11 that the KB has not ingested",
+        ],
+    )
 
 
 def test_without_replay_the_upgrade_stays_as_the_engine_said(kb, kb_settings) -> None:  # noqa: ANN001
@@ -58,15 +67,16 @@ def test_the_named_release_judges_the_command(kb, kb_settings) -> None:  # noqa:
     if ok is None:
         pytest.skip("replay verified no fix of this incident")
     fixed.parsed.command = list(ok.argv)
-    fixed.upgrade_fix = _upgrade("0.5.23").model_copy(update={"sure": False,
-                                                              "status": "may_pass"})
+    fixed.upgrade_fix = _upgrade("0.5.23").model_copy(update={"sure": False, "status": "may_pass"})
     fixed.summary = "AssertionError in f (0.5.23); fix: drop --x."
     verify_upgrade(fixed, kb_settings, deadline_s=600)
     up = fixed.upgrade_fix
     assert up.replay is not None and up.replay["status"] == "verified" and up.sure
     # now the answer leads with it, in the summary (before the flag fix) and the explanation
-    assert fixed.summary == ("AssertionError in f (0.5.23); upgrade to SGLang ≥ 0.5.23 (its "
-                             "validation accepts your command on replay); fix: drop --x.")
+    assert fixed.summary == (
+        "AssertionError in f (0.5.23); upgrade to SGLang ≥ 0.5.23 (its "
+        "validation accepts your command on replay); fix: drop --x."
+    )
     assert fixed.explanation.startswith("**Upgrade first:**")
     assert not any(n.startswith("the other checks") for n in up.not_checked)
     assert up.not_checked == ["releases after 0.5.11 that the KB has not ingested"]
@@ -77,8 +87,7 @@ def test_past_the_deadline_the_upgrade_stays_unverified(kb, kb_settings) -> None
     """No time left in the fix search's deadline: the answer goes out at once with the
     upgrade as the engine judged it, saying replay did not run."""
     answer = _answer(kb, "0.5.11")
-    answer.upgrade_fix = _upgrade("0.5.16").model_copy(update={"sure": False,
-                                                              "status": "may_pass"})
+    answer.upgrade_fix = _upgrade("0.5.16").model_copy(update={"sure": False, "status": "may_pass"})
     summary = answer.summary
     verify_upgrade(answer, kb_settings, deadline_s=0.0, use_cache=False)
     up = answer.upgrade_fix

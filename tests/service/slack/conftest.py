@@ -24,9 +24,20 @@ from .stub import SlackStub, running_stub
 
 BOT_TOKEN = "xoxb-1111111111-2222222222-stubBotTokenValue"
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
-SEED_ARGV = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "EAGLE3",
-             "--speculative-draft-model-path", "/d", "--speculative-eagle-topk", "4",
-             "--speculative-num-draft-tokens", "8"]
+SEED_ARGV = [
+    "--model-path",
+    "/models/Kimi-K2.6",
+    "--tp",
+    "8",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "/d",
+    "--speculative-eagle-topk",
+    "4",
+    "--speculative-num-draft-tokens",
+    "8",
+]
 
 
 def sign(body: bytes, timestamp: int, secret: str = SIGNING_SECRET) -> str:
@@ -41,33 +52,65 @@ class SlackClient:
     def __init__(self, http: httpx.Client) -> None:
         self.http = http
 
-    def post(self, body: bytes, content_type: str, *, timestamp: int | None = None,
-             secret: str = SIGNING_SECRET, headers: dict[str, str] | None = None) -> httpx.Response:
+    def post(
+        self,
+        body: bytes,
+        content_type: str,
+        *,
+        timestamp: int | None = None,
+        secret: str = SIGNING_SECRET,
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
         ts = int(time.time()) if timestamp is None else timestamp
-        hdrs = {"content-type": content_type, "x-slack-request-timestamp": str(ts),
-                "x-slack-signature": sign(body, ts, secret), **(headers or {})}
+        hdrs = {
+            "content-type": content_type,
+            "x-slack-request-timestamp": str(ts),
+            "x-slack-signature": sign(body, ts, secret),
+            **(headers or {}),
+        }
         return self.http.post("/slack/events", content=body, headers=hdrs)
 
     def event(self, event: dict[str, Any], event_id: str, **kw: Any) -> httpx.Response:
-        envelope = {"token": "legacy", "team_id": "T0STUB", "api_app_id": "A0STUB", "type": "event_callback",
-                    "event": event, "event_id": event_id, "event_time": int(time.time())}
+        envelope = {
+            "token": "legacy",
+            "team_id": "T0STUB",
+            "api_app_id": "A0STUB",
+            "type": "event_callback",
+            "event": event,
+            "event_id": event_id,
+            "event_time": int(time.time()),
+        }
         return self.post(json.dumps(envelope).encode(), "application/json", **kw)
 
     def command(self, text: str, channel: str, response_url: str, **kw: Any) -> httpx.Response:
-        form = {"token": "legacy", "team_id": "T0STUB", "channel_id": channel, "user_id": "U0USER",
-                "command": "/sglang-triage", "text": text, "response_url": response_url,
-                "trigger_id": "1.2.3", "api_app_id": "A0STUB"}
+        form = {
+            "token": "legacy",
+            "team_id": "T0STUB",
+            "channel_id": channel,
+            "user_id": "U0USER",
+            "command": "/sglang-triage",
+            "text": text,
+            "response_url": response_url,
+            "trigger_id": "1.2.3",
+            "api_app_id": "A0STUB",
+        }
         return self.post(urlencode(form).encode(), "application/x-www-form-urlencoded", **kw)
 
     def action(self, payload: dict[str, Any], **kw: Any) -> httpx.Response:
-        return self.post(urlencode({"payload": json.dumps(payload)}).encode(),
-                         "application/x-www-form-urlencoded", **kw)
+        return self.post(
+            urlencode({"payload": json.dumps(payload)}).encode(),
+            "application/x-www-form-urlencoded",
+            **kw,
+        )
 
 
 @pytest.fixture(scope="session")
 def seed_log(kb) -> str:  # noqa: ANN001
-    check = next(c for c in kb.store.checks("0.5.11", function="ServerArgs._handle_speculative_decoding")
-                 if c["bare"] and "speculative_eagle_topk is None" in c["condition"])
+    check = next(
+        c
+        for c in kb.store.checks("0.5.11", function="ServerArgs._handle_speculative_decoding")
+        if c["bare"] and "speculative_eagle_topk is None" in c["condition"]
+    )
     return render_log(kb.store, "0.5.11", check, python="3.12", argv=SEED_ARGV)
 
 
@@ -87,10 +130,16 @@ def slack_stub() -> Iterator[SlackStub]:
 @pytest.fixture(scope="session")
 def slack_settings(kb_settings: Settings, kb, slack_stub: SlackStub) -> Settings:  # noqa: ANN001
     port = free_port()
-    return kb_settings.model_copy(update={
-        "slack_bot_token": BOT_TOKEN, "slack_signing_secret": SIGNING_SECRET,
-        "slack_api_url": f"{slack_stub.url}/api/", "public_url": f"http://127.0.0.1:{port}",
-        "api_keys": [], "slack_response_hosts": ["127.0.0.1"]})
+    return kb_settings.model_copy(
+        update={
+            "slack_bot_token": BOT_TOKEN,
+            "slack_signing_secret": SIGNING_SECRET,
+            "slack_api_url": f"{slack_stub.url}/api/",
+            "public_url": f"http://127.0.0.1:{port}",
+            "api_keys": [],
+            "slack_response_hosts": ["127.0.0.1"],
+        }
+    )
 
 
 @pytest.fixture(scope="session")

@@ -42,12 +42,21 @@ class SlackStub:
         with self._lock:
             self.calls.append({"method": method, "payload": payload, "auth": auth})
 
-    def calls_of(self, method: str, pred: Callable[[dict[str, Any]], bool] = lambda p: True) -> list[dict]:
+    def calls_of(
+        self, method: str, pred: Callable[[dict[str, Any]], bool] = lambda p: True
+    ) -> list[dict]:
         with self._lock:
-            return [c["payload"] for c in self.calls if c["method"] == method and pred(c["payload"])]
+            return [
+                c["payload"] for c in self.calls if c["method"] == method and pred(c["payload"])
+            ]
 
-    def wait_for(self, method: str, pred: Callable[[dict[str, Any]], bool] = lambda p: True,
-                 timeout: float = 60.0, count: int = 1) -> list[dict[str, Any]]:
+    def wait_for(
+        self,
+        method: str,
+        pred: Callable[[dict[str, Any]], bool] = lambda p: True,
+        timeout: float = 60.0,
+        count: int = 1,
+    ) -> list[dict[str, Any]]:
         """Poll until ``count`` matching calls were recorded (bounded by ``timeout``)."""
         deadline = time.monotonic() + timeout
         while True:
@@ -55,8 +64,10 @@ class SlackStub:
             if len(found) >= count:
                 return found
             if time.monotonic() > deadline:
-                raise AssertionError(f"no {method} call matched within {timeout}s; calls: "
-                                     f"{[c['method'] for c in self.calls]}")
+                raise AssertionError(
+                    f"no {method} call matched within {timeout}s; calls: "
+                    f"{[c['method'] for c in self.calls]}"
+                )
             time.sleep(0.05)
 
     # -- the app ----------------------------------------------------------------------
@@ -98,20 +109,39 @@ class SlackStub:
 
     def _answer(self, method: str, payload: dict[str, Any]) -> dict[str, Any]:
         if method == "auth.test":
-            return {"ok": True, "url": "https://stub.slack.test/", "team": "Stub", "user": "triage",
-                    "team_id": "T0STUB", "user_id": BOT_USER, "bot_id": BOT_ID}
+            return {
+                "ok": True,
+                "url": "https://stub.slack.test/",
+                "team": "Stub",
+                "user": "triage",
+                "team_id": "T0STUB",
+                "user_id": BOT_USER,
+                "bot_id": BOT_ID,
+            }
         if method == "chat.postMessage":
             ts = f"1800000000.{next(self._ts):06d}"
             payload["_ts"] = ts  # recorded with the call: the ts Slack gave the message
-            return {"ok": True, "channel": payload.get("channel"), "ts": ts,
-                    "message": {"ts": ts, "text": payload.get("text"), "bot_id": BOT_ID}}
+            return {
+                "ok": True,
+                "channel": payload.get("channel"),
+                "ts": ts,
+                "message": {"ts": ts, "text": payload.get("text"), "bot_id": BOT_ID},
+            }
         if method == "chat.update":
             return {"ok": True, "channel": payload.get("channel"), "ts": payload.get("ts")}
         if method == "files.info":
             fid = payload.get("file", "")
-            return {"ok": True, "file": {"id": fid, "name": f"{fid}.log", "mimetype": "text/plain",
-                                         "filetype": "text", "size": len(self.files.get(fid, "")),
-                                         "url_private_download": f"{self.url}/files/{fid}"}}
+            return {
+                "ok": True,
+                "file": {
+                    "id": fid,
+                    "name": f"{fid}.log",
+                    "mimetype": "text/plain",
+                    "filetype": "text",
+                    "size": len(self.files.get(fid, "")),
+                    "url_private_download": f"{self.url}/files/{fid}",
+                },
+            }
         return {"ok": True}
 
 

@@ -17,8 +17,10 @@ from service.slack.text import (
 
 
 def test_normalize_undoes_slack_formatting() -> None:
-    raw = ("<@U123ABC> ```python\nFile \"<http://server_args.py|server_args.py>\", line 3, in &lt;module&gt;\n"
-           "a &amp;&amp; b <mailto:x@y.z|x@y.z>```")
+    raw = (
+        '<@U123ABC> ```python\nFile "<http://server_args.py|server_args.py>", line 3, in &lt;module&gt;\n'
+        "a &amp;&amp; b <mailto:x@y.z|x@y.z>```"
+    )
     text = normalize_text(raw)
     assert text.startswith('File "server_args.py", line 3, in <module>')
     assert "a && b x@y.z" in text and "```" not in text and "<@" not in text
@@ -26,27 +28,47 @@ def test_normalize_undoes_slack_formatting() -> None:
 
 
 def test_leading_options_are_split_off() -> None:
-    opts, rest = split_options("release=0.5.11 hw=h100-x8 arch=Foo\nTraceback (most recent call last):")
+    opts, rest = split_options(
+        "release=0.5.11 hw=h100-x8 arch=Foo\nTraceback (most recent call last):"
+    )
     assert opts == {"release": "0.5.11", "hardware": "h100-x8", "model_arch": "Foo"}
     assert rest.startswith("Traceback")
     assert split_options("why?") == ({}, "why?")
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("what about on H100?", "h100-x8"), ("and on 2x H200", "h200-x2"), ("try B200", "b200-x8"),
-    ("on an RTX PRO 6000?", "rtx-pro-6000-x8"), ("A100 x4 please", "a100-x4"),
-    ("what about h100-x2", "h100-x2"), ("on H20", "h20-x8"), ("cpu only?", "cpu"),
-    ("why?", None), ("show the check", None), ("on 0.5.23?", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("what about on H100?", "h100-x8"),
+        ("and on 2x H200", "h200-x2"),
+        ("try B200", "b200-x8"),
+        ("on an RTX PRO 6000?", "rtx-pro-6000-x8"),
+        ("A100 x4 please", "a100-x4"),
+        ("what about h100-x2", "h100-x2"),
+        ("on H20", "h20-x8"),
+        ("cpu only?", "cpu"),
+        ("why?", None),
+        ("show the check", None),
+        ("on 0.5.23?", None),
+    ],
+)
 def test_gpu_words_map_to_profiles(text: str, expected: str | None) -> None:
     assert hardware_from_text(text) == expected
 
 
-@pytest.mark.parametrize("text, kind", [
-    ("what about on H100?", "hardware"), ("on 0.5.23?", "release"), ("why?", "why"),
-    ("why the AssertionError?", "why"), ("show the check", "check"), ("other fixes", "fixes"),
-    ("what is unknown", "unknowns"), ("thanks!", "help"),
-])
+@pytest.mark.parametrize(
+    "text, kind",
+    [
+        ("what about on H100?", "hardware"),
+        ("on 0.5.23?", "release"),
+        ("why?", "why"),
+        ("why the AssertionError?", "why"),
+        ("show the check", "check"),
+        ("other fixes", "fixes"),
+        ("what is unknown", "unknowns"),
+        ("thanks!", "help"),
+    ],
+)
 def test_follow_up_kinds(text: str, kind: str) -> None:
     assert classify_followup(text)[0] == kind
     assert not looks_like_log(text)
@@ -58,25 +80,42 @@ def test_logs_are_told_from_questions() -> None:
     assert looks_like_log("AssertionError\n")
 
 
-@pytest.mark.parametrize("secret", [
-    "xoxb-123456-abcdef-XYZ", "xoxp-1-2-3-abcdef", "xapp-1-A1-123-abcdef", "sk-proj-abcdefghijklmnop",
-    "hf_abcdefghijklmnopqrstu", "AKIAIOSFODNN7EXAMPLE", "ghp_abcdefghijklmnopqrstuvwx",
-])
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "xoxb-123456-abcdef-XYZ",
+        "xoxp-1-2-3-abcdef",
+        "xapp-1-A1-123-abcdef",
+        "sk-proj-abcdefghijklmnop",
+        "hf_abcdefghijklmnopqrstu",
+        "AKIAIOSFODNN7EXAMPLE",
+        "ghp_abcdefghijklmnopqrstuvwx",
+    ],
+)
 def test_token_shapes_are_redacted(secret: str) -> None:
     out = redact(f"the key is {secret} ok")
     assert secret not in out and REDACTED in out and out.endswith(" ok")
 
 
 def test_flag_and_env_values_are_redacted_but_flags_kept() -> None:
-    cmd = ("python -m sglang.launch_server --api-key plainsecret --hf-token=another1 --admin-api-key 'q w' "
-           "--speculative-num-draft-tokens 8 --max-total-tokens 100")
+    cmd = (
+        "python -m sglang.launch_server --api-key plainsecret --hf-token=another1 --admin-api-key 'q w' "
+        "--speculative-num-draft-tokens 8 --max-total-tokens 100"
+    )
     out = redact(cmd)
     assert "plainsecret" not in out and "another1" not in out and "q w" not in out
     assert "--api-key ***" in out and "--hf-token=***" in out
     assert "--speculative-num-draft-tokens 8 --max-total-tokens 100" in out
-    env = redact("HF_TOKEN=abc123 AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY "
-                    "ServerArgs(api_key='k3y', tp_size=8) Authorization: Bearer tok.en")
-    assert "abc123" not in env and "wJalrXUtnFEMI" not in env and "k3y" not in env and "tok.en" not in env
+    env = redact(
+        "HF_TOKEN=abc123 AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY "
+        "ServerArgs(api_key='k3y', tp_size=8) Authorization: Bearer tok.en"
+    )
+    assert (
+        "abc123" not in env
+        and "wJalrXUtnFEMI" not in env
+        and "k3y" not in env
+        and "tok.en" not in env
+    )
     assert "tp_size=8" in env
     assert redact("value shaped-anyhow-123", extra=["shaped-anyhow-123"]) == "value ***"
     payload = redact_payload({"blocks": [{"text": {"text": "--api-key zzz"}}], "n": 1})
@@ -102,16 +141,30 @@ def test_seen_drops_duplicates() -> None:
 
 
 def test_mrkdwn_escapes_and_converts() -> None:
-    text = sb.md_to_mrkdwn("**Where:** `x<y` & [doc](https://e.x/a)\n- item\n```\ncode <a>\n```\nafter")
-    assert text == "*Where:* `x&lt;y` &amp; <https://e.x/a|doc>\n• item\n```code &lt;a&gt;```\nafter"
-    blocks = sb.split_sections("```" + "\n".join(["line"] * 2000) + "```", limit=500, max_sections=3)
+    text = sb.md_to_mrkdwn(
+        "**Where:** `x<y` & [doc](https://e.x/a)\n- item\n```\ncode <a>\n```\nafter"
+    )
+    assert (
+        text == "*Where:* `x&lt;y` &amp; <https://e.x/a|doc>\n• item\n```code &lt;a&gt;```\nafter"
+    )
+    blocks = sb.split_sections(
+        "```" + "\n".join(["line"] * 2000) + "```", limit=500, max_sections=3
+    )
     assert all(b["text"]["text"].count("```") % 2 == 0 for b in blocks if b["type"] == "section")
     assert blocks[-1]["type"] == "context"
 
 
 def test_confirmed_blocks_replace_the_button() -> None:
-    original = [sb.section("x"), {"type": "actions", "elements": [
-        {"action_id": sb.FIXED_ACTION}, {"action_id": sb.REPORT_ACTION, "url": "http://r"}]}]
+    original = [
+        sb.section("x"),
+        {
+            "type": "actions",
+            "elements": [
+                {"action_id": sb.FIXED_ACTION},
+                {"action_id": sb.REPORT_ACTION, "url": "http://r"},
+            ],
+        },
+    ]
     out = sb.confirmed_blocks(original, "U1", "python -m sglang.launch_server")
     assert out[1]["type"] == "context" and "<@U1>" in out[1]["elements"][0]["text"]
     assert out[2]["elements"] == [{"action_id": sb.REPORT_ACTION, "url": "http://r"}]
@@ -124,7 +177,14 @@ def test_manifest_declares_the_scopes_events_and_command() -> None:
 
     manifest = yaml.safe_load((Path(__file__).parents[3] / "slack" / "manifest.yaml").read_text())
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])
-    assert scopes == {"app_mentions:read", "chat:write", "im:history", "im:read", "files:read", "commands"}
+    assert scopes == {
+        "app_mentions:read",
+        "chat:write",
+        "im:history",
+        "im:read",
+        "files:read",
+        "commands",
+    }
     settings = manifest["settings"]
     assert set(settings["event_subscriptions"]["bot_events"]) == {"app_mention", "message.im"}
     assert settings["interactivity"]["is_enabled"] is True
@@ -150,8 +210,12 @@ def test_socket_mode_uses_the_app_token_and_the_configured_api(monkeypatch, tmp_
             started["started"] = True
 
     monkeypatch.setattr(sm, "SocketModeHandler", FakeHandler)
-    settings = Settings(kb_dir=tmp_path, slack_bot_token="xoxb-1-2-abcdef",
-                        slack_app_token="xapp-1-A1-2-abcdef", slack_api_url="http://127.0.0.1:9/api")
+    settings = Settings(
+        kb_dir=tmp_path,
+        slack_bot_token="xoxb-1-2-abcdef",
+        slack_app_token="xapp-1-A1-2-abcdef",
+        slack_api_url="http://127.0.0.1:9/api",
+    )
     records = Records(tmp_path / "records.sqlite")
     run_socket_mode(settings, engine_factory=lambda: None, records=records)  # type: ignore[arg-type,return-value]
     assert started["started"] and started["token"] == "xapp-1-A1-2-abcdef"

@@ -17,8 +17,10 @@ def postgres() -> Iterator[PostgresServer]:
     binaries: ``sh scripts/install-debian.sh /usr/lib/postgresql/15/bin/initdb postgresql``)."""
     bindir = find_bindir()
     if bindir is None:
-        pytest.skip("PostgreSQL server binaries missing (/usr/lib/postgresql/*/bin/initdb); "
-                    "install Debian's postgresql package")
+        pytest.skip(
+            "PostgreSQL server binaries missing (/usr/lib/postgresql/*/bin/initdb); "
+            "install Debian's postgresql package"
+        )
     pytest.importorskip("psycopg", reason="psycopg (the [postgres] extra) is not installed")
     with PostgresServer(bindir) as server:
         yield server

@@ -23,10 +23,14 @@ __all__ = ["PostgresServer", "find_bindir"]
 
 def find_bindir() -> Path | None:
     """The newest ``/usr/lib/postgresql/<major>/bin`` that has ``initdb`` and ``pg_ctl``."""
-    found = [p for p in Path("/usr/lib/postgresql").glob("*/bin")
-             if (p / "initdb").is_file() and (p / "pg_ctl").is_file()]
-    return max(found, key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
-               default=None)
+    found = [
+        p
+        for p in Path("/usr/lib/postgresql").glob("*/bin")
+        if (p / "initdb").is_file() and (p / "pg_ctl").is_file()
+    ]
+    return max(
+        found, key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0, default=None
+    )
 
 
 def _free_port() -> int:
@@ -56,12 +60,36 @@ class PostgresServer:
         if self.as_root:
             uid = pwd.getpwnam("postgres").pw_uid
             os.chown(self.folder, uid, -1)
-        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", self.user, "--no-sync",
-                  "-E", "UTF8", "--locale=C.UTF-8")
-        opts = (f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off "
-                "-c full_page_writes=off -c synchronous_commit=off -c max_connections=200")
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.folder / "server.log"), "-w",
-                  "-t", "60", "-o", opts, "start")
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-A",
+            "trust",
+            "-U",
+            self.user,
+            "--no-sync",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+        )
+        opts = (
+            f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c full_page_writes=off -c synchronous_commit=off -c max_connections=200"
+        )
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.folder / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            opts,
+            "start",
+        )
         return self
 
     def url(self, database: str = "postgres") -> str:

@@ -110,7 +110,8 @@ def test_bounds_and_fair_order(db_url: str) -> None:
 
 
 def test_a_worker_tells_every_waiting_triage_when_replay_cannot_run_here(
-        db_url: str, cache_settings) -> None:  # noqa: ANN001
+    db_url: str, cache_settings
+) -> None:  # noqa: ANN001
     """A release whose wheel is not cached cannot be replayed on this host: the worker
     stores *unavailable* with the reason in each waiting triage (never leaves it pending)
     and the job is closed."""
@@ -118,8 +119,11 @@ def test_a_worker_tells_every_waiting_triage_when_replay_cannot_run_here(
 
     records = Records(db_url)
     q = JobQueue(records.engine)
-    pending = {"release": {"release": "9.9.9"}, "fixes": [{"argv": ["--tp", "4"]}],
-               "replay": {"status": "pending"}}
+    pending = {
+        "release": {"release": "9.9.9"},
+        "fixes": [{"argv": ["--tp", "4"]}],
+        "replay": {"status": "pending"},
+    }
     for tid in ("w1", "w2"):
         records.save(tid, {"log": "x"}, pending)
         q.enqueue_triage(tid, pending, ["--tp", "8"], None, None)
@@ -141,7 +145,9 @@ def test_the_api_queues_in_the_database_only_when_told(tmp_path, db_url: str) ->
     base = Settings(kb_dir=tmp_path / "kb")
     assert jobs_for(base) is None  # the embedded default: replay in-process
     assert jobs_for(base.model_copy(update={"database_url": db_url})) is not None
-    assert jobs_for(base.model_copy(update={"database_url": db_url,
-                                            "replay_queue": "process"})) is None
+    assert (
+        jobs_for(base.model_copy(update={"database_url": db_url, "replay_queue": "process"}))
+        is None
+    )
     embedded = jobs_for(base.model_copy(update={"replay_queue": "database"}))
     assert embedded is not None and embedded.engine.dialect.name == "sqlite"

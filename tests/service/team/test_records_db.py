@@ -20,8 +20,12 @@ SPEC = ("sglang/srt/server_args.py", "ServerArgs._handle_speculative_decoding")
 
 
 def _result(path: str, function: str, release: str = "0.5.11") -> dict:
-    return {"location": {"path": path, "function": function}, "release": {"release": release},
-            "summary": f"{function} refused", "fixes": [{"rank": 1, "command": "x"}]}
+    return {
+        "location": {"path": path, "function": function},
+        "release": {"release": release},
+        "summary": f"{function} refused",
+        "fixes": [{"rank": 1, "command": "x"}],
+    }
 
 
 def test_save_get_confirm_similar_confirmed_count(db_url: str) -> None:
@@ -63,8 +67,10 @@ def test_damaged_rows_are_reported_not_raised(db_url: str) -> None:
     for _ in range(300):
         deep = f"[{deep}]"
     with records.engine.begin() as conn:  # written by something older: no checks on the way in
-        conn.execute(sa.text("UPDATE confirmations SET fix = :f, note = :n WHERE id = 'deep'"),
-                     {"f": '{"set": ' + deep + "}", "n": "fine"})
+        conn.execute(
+            sa.text("UPDATE confirmations SET fix = :f, note = :n WHERE id = 'deep'"),
+            {"f": '{"set": ' + deep + "}", "n": "fine"},
+        )
     rec = records.get("deep")
     assert rec["damaged"] == ["confirmation.fix"] and rec["confirmation"]["fix"] is None
     assert records.similar(*SPEC) == []  # left out, never passed on
@@ -78,8 +84,9 @@ def test_purge_keeps_confirmed(db_url: str) -> None:
         records.save(f"t{i}", {"log": "x"}, {"summary": str(i)})
     old = (datetime.now(timezone.utc) - timedelta(days=40)).isoformat(timespec="seconds")
     with records.engine.begin() as conn:
-        conn.execute(sa.text("UPDATE triages SET created = :c WHERE id IN ('t0', 't1')"),
-                     {"c": old})
+        conn.execute(
+            sa.text("UPDATE triages SET created = :c WHERE id IN ('t0', 't1')"), {"c": old}
+        )
     assert records.confirm("t0", {"rank": 1})
     assert records.purge(max_age_days=30, max_count=None) == 1
     assert records.get("t0") is not None and records.get("t1") is None
@@ -111,7 +118,8 @@ def test_two_stores_on_one_database_share_everything(db_url: str) -> None:
 
 
 def test_a_records_sqlite_from_before_the_migrations_is_stamped_and_upgraded(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """A file the previous code wrote (``data/records_v0.sql`` is its dump: two tables,
     no ``alembic_version``) keeps every row, gains the location columns (back-filled)
     and answers ``similar`` as before."""
@@ -129,15 +137,18 @@ def test_a_records_sqlite_from_before_the_migrations_is_stamped_and_upgraded(
     assert records.get("old-junk")["damaged"] == ["result"]
     con = sqlite3.connect(path)
     assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [(HEAD,)]
-    located = con.execute("SELECT id FROM triages WHERE loc_function = ? ORDER BY id",
-                          (SPEC[1],)).fetchall()
+    located = con.execute(
+        "SELECT id FROM triages WHERE loc_function = ? ORDER BY id", (SPEC[1],)
+    ).fetchall()
     con.close()
     assert located == [("old-confirmed",), ("old-encoded",)]
     # opening again is a no-op; the old code's raw 5-value insert still fits the table
     again = Records(path)
     with again.engine.begin() as conn:
-        conn.exec_driver_sql("INSERT OR REPLACE INTO confirmations VALUES "
-                             "('old-other', '2026-01-01T00:00:00', '{}', 'n', 'api')")
+        conn.exec_driver_sql(
+            "INSERT OR REPLACE INTO confirmations VALUES "
+            "('old-other', '2026-01-01T00:00:00', '{}', 'n', 'api')"
+        )
     assert [s["id"] for s in again.similar(SPEC[0], "ServerArgs.check")] == ["old-other"]
 
 
@@ -156,8 +167,10 @@ def test_kb_records_json_checks_import_without_sqlalchemy() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules['sqlalchemy'] = None; "
-            "from kb.records import safe_json, json_problem, new_triage_id; "
-            "assert safe_json('[1]') == [1] and json_problem('\\ud800'); print('ok')")
+    code = (
+        "import sys; sys.modules['sqlalchemy'] = None; "
+        "from kb.records import safe_json, json_problem, new_triage_id; "
+        "assert safe_json('[1]') == [1] and json_problem('\\ud800'); print('ok')"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr

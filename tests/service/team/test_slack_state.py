@@ -13,11 +13,18 @@ from service.slack.state import Seen, ThreadContext, ThreadStore, TokenBucket
 
 
 def _result() -> TriageResult:
-    return TriageResult.model_validate({
-        "status": "located", "summary": "bare AssertionError", "explanation": "why",
-        "confidence": 0.9, "release": {"release": "0.5.11"},
-        "parsed": {"exception": "AssertionError", "command": ["--tp", "8"]},
-        "fixes": [], "replay": {"status": "pending"}})
+    return TriageResult.model_validate(
+        {
+            "status": "located",
+            "summary": "bare AssertionError",
+            "explanation": "why",
+            "confidence": 0.9,
+            "release": {"release": "0.5.11"},
+            "parsed": {"exception": "AssertionError", "command": ["--tp", "8"]},
+            "fixes": [],
+            "replay": {"status": "pending"},
+        }
+    )
 
 
 def test_seen_is_shared_and_expires(db_url: str) -> None:
@@ -53,8 +60,9 @@ def test_only_one_of_many_concurrent_deliveries_wins(db_url: str) -> None:
 def test_thread_context_round_trips_between_processes(db_url: str) -> None:
     a, b = DbThreadStore(Records(db_url).engine), DbThreadStore(Records(db_url).engine)
     assert b.get("C1", "1.0") is None and b.get("C1", None) is None
-    ctx = ThreadContext("C1", "1.0", "the log", {"release": "0.5.11", "hardware": None}, "tid1",
-                        _result())
+    ctx = ThreadContext(
+        "C1", "1.0", "the log", {"release": "0.5.11", "hardware": None}, "tid1", _result()
+    )
     a.put(ctx)
     got = b.get("C1", "1.0")
     assert got is not None and got.tid == "tid1" and got.payload == "the log"

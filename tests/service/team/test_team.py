@@ -41,11 +41,26 @@ from .pg import PostgresServer
 
 BOT_TOKEN = "xoxb-1111111111-2222222222-teamBotTokenValue"
 SIGNING_SECRET = "3f742231b10e8888abcd99yyyzzz85a5"
-ARGV = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "EAGLE3",
-        "--speculative-draft-model-path", "/d", "--speculative-eagle-topk", "4",
-        "--speculative-num-draft-tokens", "8"]
-FILES = ["sglang/srt/server_args.py", "sglang/launch_server.py",
-         "sglang/srt/configs/device_config.py", "sglang/srt/server_args_config_parser.py"]
+ARGV = [
+    "--model-path",
+    "/models/Kimi-K2.6",
+    "--tp",
+    "8",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "/d",
+    "--speculative-eagle-topk",
+    "4",
+    "--speculative-num-draft-tokens",
+    "8",
+]
+FILES = [
+    "sglang/srt/server_args.py",
+    "sglang/launch_server.py",
+    "sglang/srt/configs/device_config.py",
+    "sglang/srt/server_args_config_parser.py",
+]
 SLEEPY = "import time\ntime.sleep(300)\n"
 # answers every job on the runner's result pipe (one JSON line per job), as child.py does
 INSTANT = """import json, os, sys
@@ -58,8 +73,9 @@ os._exit(0)
 
 
 @pytest.fixture(scope="module")
-def team_kb(tmp_path_factory: pytest.TempPathFactory, sglang_source: Callable,
-            cache_settings: Settings) -> tuple[Path, str]:
+def team_kb(
+    tmp_path_factory: pytest.TempPathFactory, sglang_source: Callable, cache_settings: Settings
+) -> tuple[Path, str]:
     """A KB of a few real files of 0.5.11 (structure only), and a seed crash log of it."""
     from evals.render import render_log
     from ingest.pipeline import index_structure
@@ -72,9 +88,11 @@ def team_kb(tmp_path_factory: pytest.TempPathFactory, sglang_source: Callable,
     settings = cache_settings.model_copy(update={"kb_dir": root / "kb", "chroma_url": None})
     kb = KnowledgeBase(settings)
     index_structure(kb, read_local(root / "tree"))
-    check = next(c for c in kb.store.checks("0.5.11",
-                                            function="ServerArgs._handle_speculative_decoding")
-                 if c["bare"] and "speculative_eagle_topk is None" in c["condition"])
+    check = next(
+        c
+        for c in kb.store.checks("0.5.11", function="ServerArgs._handle_speculative_decoding")
+        if c["bare"] and "speculative_eagle_topk is None" in c["condition"]
+    )
     log = render_log(kb.store, "0.5.11", check, python="3.12", argv=ARGV)
     kb.close()
     return root / "kb", log
@@ -97,12 +115,19 @@ def slack_stub() -> Iterator[SlackStub]:
 
 
 def _env(kb_dir: Path, db: str, **extra: str) -> dict[str, str]:
-    env = {**os.environ, "TRIAGE_KB_DIR": str(kb_dir), "TRIAGE_DATABASE_URL": db,
-           "TRIAGE_API_KEYS": "[]", "TRIAGE_ON_DEMAND_INGEST": "false",
-           "TRIAGE_REPLAY_LEASE_S": "3", "HF_HUB_OFFLINE": "1",
-           # the durable background jobs are under test here, not the search before answering
-           # (its verdicts would reorder the fixes by timing, and so the jobs' batch keys)
-           "TRIAGE_FIX_SEARCH_DEADLINE_S": "0", **extra}
+    env = {
+        **os.environ,
+        "TRIAGE_KB_DIR": str(kb_dir),
+        "TRIAGE_DATABASE_URL": db,
+        "TRIAGE_API_KEYS": "[]",
+        "TRIAGE_ON_DEMAND_INGEST": "false",
+        "TRIAGE_REPLAY_LEASE_S": "3",
+        "HF_HUB_OFFLINE": "1",
+        # the durable background jobs are under test here, not the search before answering
+        # (its verdicts would reorder the fixes by timing, and so the jobs' batch keys)
+        "TRIAGE_FIX_SEARCH_DEADLINE_S": "0",
+        **extra,
+    }
     env.pop("TRIAGE_CHROMA_URL", None)
     return env
 
@@ -113,8 +138,12 @@ class Proc:
     def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
         self.log = log
         self.out = log.open("w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "service.cli.main", *args], env=env,
-                                     stdout=self.out, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "service.cli.main", *args],
+            env=env,
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+        )
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -133,9 +162,14 @@ class Proc:
 def _serve(kb_dir: Path, db: str, stub: SlackStub, log: Path, chroma: str) -> tuple[Proc, str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = _env(kb_dir, db, TRIAGE_SLACK_BOT_TOKEN=BOT_TOKEN,
-               TRIAGE_SLACK_SIGNING_SECRET=SIGNING_SECRET,
-               TRIAGE_SLACK_API_URL=f"{stub.url}/api/", TRIAGE_PUBLIC_URL=url)
+    env = _env(
+        kb_dir,
+        db,
+        TRIAGE_SLACK_BOT_TOKEN=BOT_TOKEN,
+        TRIAGE_SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        TRIAGE_SLACK_API_URL=f"{stub.url}/api/",
+        TRIAGE_PUBLIC_URL=url,
+    )
     env["TRIAGE_CHROMA_URL"] = chroma
     return Proc(["serve", "--port", str(port)], env, log), url
 
@@ -145,9 +179,20 @@ def chroma(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real ``chroma run`` server on a free port, which both API processes use."""
     port = free_port()
     folder = tmp_path_factory.mktemp("chroma")
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "chroma"), "run", "--path",
-                             str(folder), "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "chroma"),
+            "run",
+            "--path",
+            str(folder),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -179,11 +224,17 @@ def _wait_up(proc: Proc, url: str, budget_s: float = 120) -> None:
 
 
 @pytest.fixture(scope="module")
-def servers(team_kb: tuple[Path, str], team_db: str, slack_stub: SlackStub, chroma: str,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+def servers(
+    team_kb: tuple[Path, str],
+    team_db: str,
+    slack_stub: SlackStub,
+    chroma: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[list[str]]:
     logs = tmp_path_factory.mktemp("serve-logs")
-    started = [_serve(team_kb[0], team_db, slack_stub, logs / f"serve{i}.log", chroma)
-               for i in (1, 2)]
+    started = [
+        _serve(team_kb[0], team_db, slack_stub, logs / f"serve{i}.log", chroma) for i in (1, 2)
+    ]
     try:
         for proc, url in started:
             _wait_up(proc, url)
@@ -194,18 +245,40 @@ def servers(team_kb: tuple[Path, str], team_db: str, slack_stub: SlackStub, chro
 
 
 def _event(url: str, event: dict[str, Any], event_id: str, **headers: str) -> httpx.Response:
-    body = json.dumps({"token": "legacy", "team_id": "T0STUB", "api_app_id": "A0STUB",
-                       "type": "event_callback", "event": event, "event_id": event_id,
-                       "event_time": int(time.time())}).encode()
+    body = json.dumps(
+        {
+            "token": "legacy",
+            "team_id": "T0STUB",
+            "api_app_id": "A0STUB",
+            "type": "event_callback",
+            "event": event,
+            "event_id": event_id,
+            "event_time": int(time.time()),
+        }
+    ).encode()
     ts = int(time.time())
-    return httpx.post(f"{url}/slack/events", content=body, timeout=30, headers={
-        "content-type": "application/json", "x-slack-request-timestamp": str(ts),
-        "x-slack-signature": sign(body, ts, SIGNING_SECRET), **headers})
+    return httpx.post(
+        f"{url}/slack/events",
+        content=body,
+        timeout=30,
+        headers={
+            "content-type": "application/json",
+            "x-slack-request-timestamp": str(ts),
+            "x-slack-signature": sign(body, ts, SIGNING_SECRET),
+            **headers,
+        },
+    )
 
 
 def _mention(channel: str, text: str, ts: str, thread_ts: str | None = None) -> dict[str, Any]:
-    ev = {"type": "app_mention", "user": "U0USER", "text": f"<@{BOT_USER}> {text}", "ts": ts,
-          "channel": channel, "event_ts": ts}
+    ev = {
+        "type": "app_mention",
+        "user": "U0USER",
+        "text": f"<@{BOT_USER}> {text}",
+        "ts": ts,
+        "channel": channel,
+        "event_ts": ts,
+    }
     return ev | ({"thread_ts": thread_ts} if thread_ts else {})
 
 
@@ -215,34 +288,38 @@ def test_both_processes_use_the_chroma_server(servers: list[str]) -> None:
         assert ready["chroma"] == "ok" and ready["releases"] == ["0.5.11"]
 
 
-def test_a_permalink_made_on_one_process_is_served_by_the_other(servers: list[str],
-                                                                team_kb: tuple[Path, str]) -> None:
+def test_a_permalink_made_on_one_process_is_served_by_the_other(
+    servers: list[str], team_kb: tuple[Path, str]
+) -> None:
     one, two = servers
-    made = httpx.post(f"{one}/triage?release=0.5.11&replay=false", content=team_kb[1],
-                      timeout=120)
+    made = httpx.post(f"{one}/triage?release=0.5.11&replay=false", content=team_kb[1], timeout=120)
     assert made.status_code == 200, made.text
     tid = made.json()["id"]
     got = httpx.get(f"{two}/triage/{tid}", timeout=30)
     assert got.status_code == 200 and got.json()["result"]["summary"] == made.json()["summary"]
     page = httpx.get(f"{two}/t/{tid}", timeout=30)
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
-    confirmed = httpx.post(f"{two}/incidents/{tid}/confirm", timeout=30,
-                           json={"fix": {"rank": 1}, "note": "worked"})
+    confirmed = httpx.post(
+        f"{two}/incidents/{tid}/confirm", timeout=30, json={"fix": {"rank": 1}, "note": "worked"}
+    )
     assert confirmed.status_code == 200, confirmed.text
     # the confirmation made on the second process is "similar" on the first one's next triage
-    again = httpx.post(f"{one}/triage?release=0.5.11&replay=false", content=team_kb[1],
-                       timeout=120).json()
+    again = httpx.post(
+        f"{one}/triage?release=0.5.11&replay=false", content=team_kb[1], timeout=120
+    ).json()
     assert [s["note"] for s in again["similar"]] == ["worked"]
 
 
 def test_a_slack_retry_delivered_to_the_other_process_is_answered_once(
-        servers: list[str], team_kb: tuple[Path, str], slack_stub: SlackStub) -> None:
+    servers: list[str], team_kb: tuple[Path, str], slack_stub: SlackStub
+) -> None:
     one, two = servers
     ts, eid = f"1700000001.{time.time_ns() % 1_000_000:06d}", f"EvTeam{time.time_ns()}"
     event = _mention("C0TEAM", f"```{team_kb[1]}```", ts)
     assert _event(one, event, eid).status_code == 200
-    retry = _event(two, event, eid, **{"x-slack-retry-num": "1",
-                                       "x-slack-retry-reason": "http_timeout"})
+    retry = _event(
+        two, event, eid, **{"x-slack-retry-num": "1", "x-slack-retry-reason": "http_timeout"}
+    )
     assert retry.status_code == 200
 
     def in_thread(p: dict) -> bool:
@@ -262,16 +339,18 @@ def test_a_slack_retry_delivered_to_the_other_process_is_answered_once(
 
 @pytest.mark.skipif(not sandbox_status().available, reason="replay needs bubblewrap")
 def test_a_killed_workers_job_is_run_by_the_next_worker(
-        servers: list[str], team_kb: tuple[Path, str], team_db: str,
-        tmp_path: Path) -> None:
+    servers: list[str], team_kb: tuple[Path, str], team_db: str, tmp_path: Path
+) -> None:
     one, two = servers
     (tmp_path / "sleepy.py").write_text(SLEEPY)
     (tmp_path / "instant.py").write_text(INSTANT)
     queue = JobQueue(Records(team_db).engine)
     before = {j["id"] for j in queue.jobs()}
-    doomed = Proc(["replay-worker", "--poll", "0.2"],
-                  _env(team_kb[0], team_db, TRIAGE_REPLAY_TEST_PAYLOAD=str(tmp_path / "sleepy.py")),
-                  tmp_path / "worker1.log")
+    doomed = Proc(
+        ["replay-worker", "--poll", "0.2"],
+        _env(team_kb[0], team_db, TRIAGE_REPLAY_TEST_PAYLOAD=str(tmp_path / "sleepy.py")),
+        tmp_path / "worker1.log",
+    )
     nxt: Proc | None = None
     try:
         body = {"log": team_kb[1], "release": "0.5.11", "hardware": "h100-x8"}
@@ -286,18 +365,20 @@ def test_a_killed_workers_job_is_run_by_the_next_worker(
             return next(j for j in queue.jobs() if j["id"] == job_id)
 
         deadline = time.monotonic() + 90
-        while not (job()["state"] == "running"
-                   and f":{doomed.proc.pid}:" in (job()["worker"] or "")):
+        while not (
+            job()["state"] == "running" and f":{doomed.proc.pid}:" in (job()["worker"] or "")
+        ):
             assert doomed.proc.poll() is None and time.monotonic() < deadline, doomed.text()
             time.sleep(0.2)
         time.sleep(1.0)  # inside the sandboxed replay now
         doomed.proc.send_signal(signal.SIGKILL)
         doomed.proc.wait(timeout=10)
         assert job()["state"] == "running"  # still leased to the dead worker
-        nxt = Proc(["replay-worker", "--poll", "0.2"],
-                   _env(team_kb[0], team_db,
-                        TRIAGE_REPLAY_TEST_PAYLOAD=str(tmp_path / "instant.py")),
-                   tmp_path / "worker2.log")
+        nxt = Proc(
+            ["replay-worker", "--poll", "0.2"],
+            _env(team_kb[0], team_db, TRIAGE_REPLAY_TEST_PAYLOAD=str(tmp_path / "instant.py")),
+            tmp_path / "worker2.log",
+        )
         deadline = time.monotonic() + 120
         while job()["state"] != "done":
             assert nxt.proc.poll() is None and time.monotonic() < deadline, nxt.text()
@@ -308,8 +389,9 @@ def test_a_killed_workers_job_is_run_by_the_next_worker(
             stored = httpx.get(f"{url}/triage/{tid}", timeout=30).json()["result"]
             assert stored["replay"]["status"] == "passed", stored["replay"]
             assert "h100-x8" in stored["replay"]["detail"]
-            assert stored["fixes"] and all(f["replay"]["status"] == "verified"
-                                           for f in stored["fixes"])
+            assert stored["fixes"] and all(
+                f["replay"]["status"] == "verified" for f in stored["fixes"]
+            )
     finally:
         doomed.stop()
         if nxt is not None:

@@ -20,8 +20,14 @@ from service.watch.attempts import (
 )
 
 STREAMS = Path(__file__).parent / "streams"
-LOOPS = ["loop_journald_iso.log", "loop_compose.log", "loop_kubectl.log", "loop_slurm_ranks.log",
-         "loop_ray.log", "loop_rich_launcher.log"]
+LOOPS = [
+    "loop_journald_iso.log",
+    "loop_compose.log",
+    "loop_kubectl.log",
+    "loop_slurm_ranks.log",
+    "loop_ray.log",
+    "loop_rich_launcher.log",
+]
 
 
 def segment(lines: list[str] | Iterator[str]) -> tuple[Segmenter, list[Attempt]]:
@@ -36,31 +42,53 @@ def stream(name: str) -> list[str]:
     return (STREAMS / name).read_text().splitlines()
 
 
-@pytest.mark.parametrize(("raw", "text", "source"), [
-    ("May 02 10:14:03 ct200 sglang-launch[48211]:   File \"x.py\", line 1, in f",
-     '  File "x.py", line 1, in f', None),
-    ("2026-05-03T08:00:09+0000 gpu-node-7 python3[7100]: AssertionError", "AssertionError", None),
-    ("[pod/sglang-7d9f/sglang] Traceback (most recent call last):",
-     "Traceback (most recent call last):", None),
-    ("sglang-1  | AssertionError", "AssertionError", "svc:sglang-1"),
-    ("[rank3]: AssertionError", "AssertionError", "rank:3"),
-    ("(SGLangWorker pid=4101, ip=10.0.0.7)     assert (", "    assert (", "pid:4101"),
-    ("(pid=77) x", "x", "pid:77"),
-    ("ERROR [worker_1] 1: ValueError: no         launcher.py:123", "ValueError: no", "worker_1:1"),
-    # docker logs -t: only the timestamp goes; "INFO foo:" is not a journald host and unit
-    ("2026-05-03T08:00:09.123456789Z INFO foo: bar", "INFO foo: bar", None),
-    ("2026-05-03T08:00:09Z [2026-05-03 08:00:09] INFO x.py:1: y", "[2026-05-03 08:00:09] INFO x.py:1: y",
-     None),
-    ("    indented stays", "    indented stays", None),
-    ("\x1b[31mAssertionError\x1b[0m", "AssertionError", None),
-])
+@pytest.mark.parametrize(
+    ("raw", "text", "source"),
+    [
+        (
+            'May 02 10:14:03 ct200 sglang-launch[48211]:   File "x.py", line 1, in f',
+            '  File "x.py", line 1, in f',
+            None,
+        ),
+        (
+            "2026-05-03T08:00:09+0000 gpu-node-7 python3[7100]: AssertionError",
+            "AssertionError",
+            None,
+        ),
+        (
+            "[pod/sglang-7d9f/sglang] Traceback (most recent call last):",
+            "Traceback (most recent call last):",
+            None,
+        ),
+        ("sglang-1  | AssertionError", "AssertionError", "svc:sglang-1"),
+        ("[rank3]: AssertionError", "AssertionError", "rank:3"),
+        ("(SGLangWorker pid=4101, ip=10.0.0.7)     assert (", "    assert (", "pid:4101"),
+        ("(pid=77) x", "x", "pid:77"),
+        (
+            "ERROR [worker_1] 1: ValueError: no         launcher.py:123",
+            "ValueError: no",
+            "worker_1:1",
+        ),
+        # docker logs -t: only the timestamp goes; "INFO foo:" is not a journald host and unit
+        ("2026-05-03T08:00:09.123456789Z INFO foo: bar", "INFO foo: bar", None),
+        (
+            "2026-05-03T08:00:09Z [2026-05-03 08:00:09] INFO x.py:1: y",
+            "[2026-05-03 08:00:09] INFO x.py:1: y",
+            None,
+        ),
+        ("    indented stays", "    indented stays", None),
+        ("\x1b[31mAssertionError\x1b[0m", "AssertionError", None),
+    ],
+)
 def test_prefixes_are_stripped_and_name_the_source(raw: str, text: str, source: str | None) -> None:
     line = strip_line(raw)
     assert (line.text, line.source) == (text, source)
 
 
 def test_bare_ranks_are_stripped_only_while_the_stream_carries_them() -> None:
-    seg, _ = segment(["0: Traceback (most recent call last):", "1: Traceback (most recent call last):"])
+    seg, _ = segment(
+        ["0: Traceback (most recent call last):", "1: Traceback (most recent call last):"]
+    )
     assert seg.current is not None
     assert [ln.source for ln in seg.current.lines()] == ["rank:0", "rank:1"]
     seg, _ = segment(["loading"] * 20 + ["3: not a rank"])
@@ -76,18 +104,29 @@ def test_each_restart_is_one_attempt_with_one_crash(name: str) -> None:
     assert len({a.presignature("startup_crash") for a in done}) == 1  # the same crash, 3 times
 
 
-@pytest.mark.parametrize(("name", "sources"), [
-    ("loop_slurm_ranks.log", {"rank:0"}), ("loop_ray.log", {"pid:4101", "pid:4111", "pid:4121"}),
-    ("loop_rich_launcher.log", {"worker_0:0"}), ("loop_compose.log", {"svc:sglang-1"})])
-def test_interleaved_ranks_are_one_crash_triaged_from_one_rank(name: str, sources: set[str]) -> None:
+@pytest.mark.parametrize(
+    ("name", "sources"),
+    [
+        ("loop_slurm_ranks.log", {"rank:0"}),
+        ("loop_ray.log", {"pid:4101", "pid:4111", "pid:4121"}),
+        ("loop_rich_launcher.log", {"worker_0:0"}),
+        ("loop_compose.log", {"svc:sglang-1"}),
+    ],
+)
+def test_interleaved_ranks_are_one_crash_triaged_from_one_rank(
+    name: str, sources: set[str]
+) -> None:
     _, done = segment(stream(name))
     assert {a.crash_source for a in done} == sources
     for attempt in done:
         lines = attempt.crash_lines()
         assert sum("Traceback (most recent call last)" in ln for ln in lines) == 1
-        assert lines[-1].startswith(("AssertionError", "ValueError")) or \
-            any(ln.startswith(("AssertionError", "ValueError")) for ln in lines)
-        assert attempt.command is not None and "sglang.launch_server --model-path" in attempt.command
+        assert lines[-1].startswith(("AssertionError", "ValueError")) or any(
+            ln.startswith(("AssertionError", "ValueError")) for ln in lines
+        )
+        assert (
+            attempt.command is not None and "sglang.launch_server --model-path" in attempt.command
+        )
 
 
 def test_the_launch_command_is_found_and_the_warning_quoting_it_is_not_one() -> None:
@@ -98,13 +137,15 @@ def test_the_launch_command_is_found_and_the_warning_quoting_it_is_not_one() -> 
 
 
 def test_a_launch_prints_several_start_lines_in_one_attempt() -> None:
-    lines = ["May 02 10:00:00 h systemd[1]: Started sglang.service - SGLang.",
-             "May 02 10:00:00 h run[1]: $ python3 -m sglang.launch_server --model-path /m --tp 8",
-             "May 02 10:00:01 h run[1]: /x/launch_server.py:54: UserWarning: 'python -m "
-             "sglang.launch_server' is still supported, but 'sglang serve' is the recommended entrypoint.",
-             "May 02 10:00:01 h run[1]:   Example: sglang serve --model-path <model> [options]",
-             "May 02 10:00:02 h run[1]: [2026-05-02 10:00:02] server_args=ServerArgs(model_path='/m')",
-             "May 02 10:00:03 h run[1]: [2026-05-02 10:00:03] Load weight begin."]
+    lines = [
+        "May 02 10:00:00 h systemd[1]: Started sglang.service - SGLang.",
+        "May 02 10:00:00 h run[1]: $ python3 -m sglang.launch_server --model-path /m --tp 8",
+        "May 02 10:00:01 h run[1]: /x/launch_server.py:54: UserWarning: 'python -m "
+        "sglang.launch_server' is still supported, but 'sglang serve' is the recommended entrypoint.",
+        "May 02 10:00:01 h run[1]:   Example: sglang serve --model-path <model> [options]",
+        "May 02 10:00:02 h run[1]: [2026-05-02 10:00:02] server_args=ServerArgs(model_path='/m')",
+        "May 02 10:00:03 h run[1]: [2026-05-02 10:00:03] Load weight begin.",
+    ]
     seg, done = segment(lines)
     assert seg.count == 1 and done == []  # no crash, still loading at the end of the stream
     seg, _ = segment(lines + lines)  # printed again: the unit restarted
@@ -116,7 +157,9 @@ def test_seed_stream_is_two_attempts_ended_by_systemd() -> None:
     assert seg.count == 2 and len(done) == 2
     assert [a.exit_code for a in done] == [1, 1]
     assert ["--speculative-eagle-topk" in (a.command or "") for a in done] == [True, False]
-    assert all(a.crash_frame.endswith("server_args.py:3598:_handle_speculative_decoding") for a in done)
+    assert all(
+        a.crash_frame.endswith("server_args.py:3598:_handle_speculative_decoding") for a in done
+    )
     assert done[0].presignature("startup_crash") != done[1].presignature("startup_crash")
 
 
@@ -127,24 +170,36 @@ def test_a_ready_server_that_crashes_later_is_up() -> None:
 
 
 def test_a_chained_traceback_is_kept_whole_until_the_crash_settles() -> None:
-    lines = ["$ python3 -m sglang.launch_server --model-path /m",
-             "Traceback (most recent call last):", '  File "a.py", line 1, in f', "KeyError: 'x'", "",
-             "During handling of the above exception, another exception occurred:", "",
-             "Traceback (most recent call last):", '  File "b.py", line 2, in g',
-             "ValueError: bad value", "sglang.service: Main process exited, code=exited, status=1/FAILURE"]
+    lines = [
+        "$ python3 -m sglang.launch_server --model-path /m",
+        "Traceback (most recent call last):",
+        '  File "a.py", line 1, in f',
+        "KeyError: 'x'",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "b.py", line 2, in g',
+        "ValueError: bad value",
+        "sglang.service: Main process exited, code=exited, status=1/FAILURE",
+    ]
     _, done = segment(lines)
     assert len(done) == 1 and done[0].crash_line == "KeyError: 'x'"
     assert done[0].crash_lines()[-2] == "ValueError: bad value"  # the triage reads the whole chain
 
 
 def test_systemd_exits_without_a_traceback() -> None:
-    killed = ["May 02 10:00:00 h systemd[1]: Started sglang.service - SGLang.",
-              "May 02 10:00:05 h python3[9]: [2026-05-02 10:00:05 TP0] Load weight begin.",
-              "May 02 10:01:05 h systemd[1]: sglang.service: Main process exited, code=killed, status=9/KILL"]
+    killed = [
+        "May 02 10:00:00 h systemd[1]: Started sglang.service - SGLang.",
+        "May 02 10:00:05 h python3[9]: [2026-05-02 10:00:05 TP0] Load weight begin.",
+        "May 02 10:01:05 h systemd[1]: sglang.service: Main process exited, code=killed, status=9/KILL",
+    ]
     _, done = segment(killed)
     assert len(done) == 1 and done[0].crash == "exit" and done[0].exit_code is None
-    clean = killed[:2] + ["May 02 10:01:05 h systemd[1]: sglang.service: Main process exited, "
-                          "code=exited, status=0/SUCCESS"]
+    clean = killed[:2] + [
+        "May 02 10:01:05 h systemd[1]: sglang.service: Main process exited, "
+        "code=exited, status=0/SUCCESS"
+    ]
     _, done = segment(clean)
     assert [(a.crash, a.exit_code) for a in done] == [(None, 0)]  # exited cleanly: no crash
 

@@ -38,15 +38,22 @@ def _child(tmp_path: Path, source: str) -> list[str]:
 
 def _fds(tmp_path: Path) -> tuple[int, int, Path, Path]:
     out, err = tmp_path / "out.bin", tmp_path / "err.bin"
-    return (os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
-            out, err)
+    return (
+        os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+        os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+        out,
+        err,
+    )
 
 
 def test_bytes_and_exit_code_pass_through_unchanged(tmp_path: Path) -> None:
     payload_out = bytes(range(256)) + b"\nno newline at the end"
     payload_err = "é ✓ \x1b[31mred\x1b[0m\r\n".encode() * 3
-    argv = _child(tmp_path, f"import os, sys\nos.write(1, {payload_out!r})\nos.write(2, {payload_err!r})\n"
-                            "sys.exit(3)\n")
+    argv = _child(
+        tmp_path,
+        f"import os, sys\nos.write(1, {payload_out!r})\nos.write(2, {payload_err!r})\n"
+        "sys.exit(3)\n",
+    )
     o, e, out, err = _fds(tmp_path)
     res = launch(argv, stdout_fd=o, stderr_fd=e, use_pty=False)
     os.close(o), os.close(e)
@@ -58,7 +65,9 @@ def test_bytes_and_exit_code_pass_through_unchanged(tmp_path: Path) -> None:
 def test_the_environment_and_folder_are_the_callers(tmp_path: Path) -> None:
     argv = _child(tmp_path, "import os\nprint(os.environ['SGLANG_RUN_TEST'], os.getcwd())\n")
     o, e, out, _ = _fds(tmp_path)
-    res = launch(argv, env={**os.environ, "SGLANG_RUN_TEST": "on"}, stdout_fd=o, stderr_fd=e, use_pty=False)
+    res = launch(
+        argv, env={**os.environ, "SGLANG_RUN_TEST": "on"}, stdout_fd=o, stderr_fd=e, use_pty=False
+    )
     os.close(o), os.close(e)
     assert res.exit_code == 0 and out.read_text() == f"on {os.getcwd()}\n"
 
@@ -66,8 +75,10 @@ def test_the_environment_and_folder_are_the_callers(tmp_path: Path) -> None:
 def test_a_terminal_gets_a_terminal(tmp_path: Path) -> None:
     master, slave = pty.openpty()
     o, e, _, err = _fds(tmp_path)
-    argv = _child(tmp_path, "import sys\nprint(sys.stdout.isatty(), sys.stderr.isatty())\n"
-                            "print('50%\\r100%')\n")
+    argv = _child(
+        tmp_path,
+        "import sys\nprint(sys.stdout.isatty(), sys.stderr.isatty())\nprint('50%\\r100%')\n",
+    )
     res = launch(argv, stdout_fd=slave, stderr_fd=e)
     os.set_blocking(master, False)
     seen = os.read(master, 4096)
@@ -84,8 +95,11 @@ def test_a_missing_command_is_127(tmp_path: Path) -> None:
 
 def test_the_tail_is_bounded_whatever_the_child_prints(tmp_path: Path) -> None:
     # 200,000 lines (about 20 MB) and a 3 MB line without a newline
-    argv = _child(tmp_path, "import sys\nline = 'x' * 99 + '\\n'\nw = sys.stdout.write\n"
-                            "for i in range(200000):\n    w(line)\nw('y' * (3 << 20))\n")
+    argv = _child(
+        tmp_path,
+        "import sys\nline = 'x' * 99 + '\\n'\nw = sys.stdout.write\n"
+        "for i in range(200000):\n    w(line)\nw('y' * (3 << 20))\n",
+    )
     o, e, out, _ = _fds(tmp_path)
     tail = Tail(max_lines=500, max_bytes=32 * 1024, max_line_chars=1000)
     res = launch(argv, stdout_fd=o, stderr_fd=e, use_pty=False, tail=tail)
@@ -103,8 +117,10 @@ def test_clean_line_drops_escapes_and_overwrites() -> None:
 
 
 def test_the_ready_line_is_noted(tmp_path: Path) -> None:
-    argv = _child(tmp_path, "print('[2026-05-02] The server is fired up and ready to roll!')\n"
-                            "raise SystemExit(1)\n")
+    argv = _child(
+        tmp_path,
+        "print('[2026-05-02] The server is fired up and ready to roll!')\nraise SystemExit(1)\n",
+    )
     o, e, _, _ = _fds(tmp_path)
     res = launch(argv, stdout_fd=o, stderr_fd=e, use_pty=False)
     os.close(o), os.close(e)
@@ -112,6 +128,7 @@ def test_the_ready_line_is_noted(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------- signals
+
 
 class _Launcher:
     """A real launcher process running ``argv`` through :func:`launch`."""
@@ -122,8 +139,9 @@ class _Launcher:
         runner = tmp_path / "runner.py"
         runner.write_text(RUNNER.format(root=str(ROOT), out=str(self.result)))
         with self.out.open("wb") as f:
-            self.proc = subprocess.Popen([sys.executable, str(runner), *argv], stdout=f,
-                                         stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [sys.executable, str(runner), *argv], stdout=f, stderr=subprocess.STDOUT
+            )
 
     def wait_for(self, text: str, count: int = 1) -> None:
         deadline = time.monotonic() + 60
@@ -178,8 +196,11 @@ def test_a_second_sigint_kills_the_child(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGSEGV])
 def test_a_signal_death_is_128_plus_the_signal(tmp_path: Path, sig: int) -> None:
-    argv = _child(tmp_path, f"import os, signal\nsignal.signal({int(sig)}, signal.SIG_DFL)\n"
-                            f"os.kill(os.getpid(), {int(sig)})\n")
+    argv = _child(
+        tmp_path,
+        f"import os, signal\nsignal.signal({int(sig)}, signal.SIG_DFL)\n"
+        f"os.kill(os.getpid(), {int(sig)})\n",
+    )
     o, e, _, _ = _fds(tmp_path)
     res = launch(argv, stdout_fd=o, stderr_fd=e, use_pty=False)
     os.close(o), os.close(e)
@@ -187,10 +208,14 @@ def test_a_signal_death_is_128_plus_the_signal(tmp_path: Path, sig: int) -> None
 
 
 def test_signals_are_forwarded_after_the_child_closed_its_output(tmp_path: Path) -> None:
-    quiet = (TRAPS.replace('print("got TERM", flush=True); sys.exit(143)', "os._exit(143)")
-             .replace('print("trapping", flush=True)\n',
-                      'print("trapping", flush=True)\nos.close(1)\nos.close(2)\n')
-             .replace("import signal, sys, time", "import os, signal, sys, time"))
+    quiet = (
+        TRAPS.replace('print("got TERM", flush=True); sys.exit(143)', "os._exit(143)")
+        .replace(
+            'print("trapping", flush=True)\n',
+            'print("trapping", flush=True)\nos.close(1)\nos.close(2)\n',
+        )
+        .replace("import signal, sys, time", "import os, signal, sys, time")
+    )
     run = _Launcher(tmp_path, _child(tmp_path, quiet))
     run.wait_for("trapping")
     time.sleep(0.3)  # let the launcher see both streams end (only what it then does is asserted)

@@ -24,11 +24,21 @@ SEED = (ROOT / "examples" / "seed_attempt1.log").read_text()
 BOT_TOKEN = "xoxb-1111111111-2222222222-runReportTokenValue"
 RTX_ROW = "NVIDIA RTX PRO 6000 Blackwell Server Edition, 97887 MiB, 12.0, 575.57.08"
 FACTS = {
-    "release": {"version": "0.5.11", "source": "installed", "detail": "importlib.metadata of /v/bin/python",
-                "location": "/v/lib/python3.12/site-packages/sglang", "commit": None,
-                "interpreter": "/v/bin/python"},
-    "hardware": {"profile": "rtx-pro-6000-x8", "source": "nvidia-smi --query-gpu=...",
-                 "evidence": RTX_ROW, "detail": "by GPU name; 8 GPUs listed", "count": 8},
+    "release": {
+        "version": "0.5.11",
+        "source": "installed",
+        "detail": "importlib.metadata of /v/bin/python",
+        "location": "/v/lib/python3.12/site-packages/sglang",
+        "commit": None,
+        "interpreter": "/v/bin/python",
+    },
+    "hardware": {
+        "profile": "rtx-pro-6000-x8",
+        "source": "nvidia-smi --query-gpu=...",
+        "evidence": RTX_ROW,
+        "detail": "by GPU name; 8 GPUs listed",
+        "count": 8,
+    },
     "env": {"SGLANG_ENABLE_JIT_DEEPGEMM": "0"},
 }
 
@@ -40,8 +50,14 @@ def seed_result(kb) -> TriageResult:  # noqa: ANN001
 
 def _report(result: TriageResult | None, status: str = "startup_crash") -> CrashReport:
     res = apply_facts(result.model_copy(deep=True), FACTS) if result is not None else None
-    return CrashReport(result=res, tail=SEED.splitlines(), status=status, facts=FACTS,
-                       command=["python3", "-m", "sglang.launch_server", "--tp", "8"], exit_code=1)
+    return CrashReport(
+        result=res,
+        tail=SEED.splitlines(),
+        status=status,
+        facts=FACTS,
+        command=["python3", "-m", "sglang.launch_server", "--tp", "8"],
+        exit_code=1,
+    )
 
 
 def test_the_key_ignores_timestamps_and_pids() -> None:
@@ -67,7 +83,10 @@ def test_facts_are_stamped_on_the_answer(seed_result: TriageResult) -> None:
     data = report.to_json()
     back = TriageResult.model_validate(data["result"])
     assert back.hardware is not None and back.hardware.source == "detected"
-    assert data["key"] == report.key == crash_key(res, report.tail) and data["tail"] == SEED.splitlines()
+    assert (
+        data["key"] == report.key == crash_key(res, report.tail)
+        and data["tail"] == SEED.splitlines()
+    )
     # the signature is the answer's: the same crash with another tail has the same key
     assert _report(seed_result).key == report.key
 
@@ -78,7 +97,8 @@ def test_the_nearest_release_is_not_called_exact(seed_result: TriageResult) -> N
     assert res.release["match"] == "nearest" and res.release["method"] != "installed"
     text = io.StringIO()
     CrashReport(result=res, tail=[], status="startup_crash", facts=facts).render_text(
-        Console(file=text, width=200))
+        Console(file=text, width=200)
+    )
     assert "release: 0.5.12 not in the KB, answered from 0.5.11 (installed" in text.getvalue()
 
 
@@ -95,24 +115,35 @@ def test_the_text_says_where_each_fact_came_from(seed_result: TriageResult) -> N
 
 
 def test_not_a_startup_crash_shows_the_tail() -> None:
-    tail = ["The server is fired up and ready to roll!", "Traceback (most recent call last):",
-            "RuntimeError: NCCL error"]
+    tail = [
+        "The server is fired up and ready to roll!",
+        "Traceback (most recent call last):",
+        "RuntimeError: NCCL error",
+    ]
     text = io.StringIO()
     CrashReport(result=None, tail=tail, status="not_startup", exit_code=1).render_text(
-        Console(file=text, width=200))
+        Console(file=text, width=200)
+    )
     out = text.getvalue()
     assert "not a start-up crash" in out and "RuntimeError: NCCL error" in out
 
 
 # ------------------------------------------------------------------------ sending
 
+
 @pytest.fixture(scope="module")
 def team_api(kb_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The real API on loopback with a key, its records in a scratch database."""
     db = tmp_path_factory.mktemp("run-report") / "records.sqlite"
-    settings = kb_settings.model_copy(update={
-        "replay_enabled": False, "on_demand_ingest": False, "triage_rate_per_minute": 0.0,
-        "api_keys": [SecretStr("run-report-key")], "database_url": SecretStr(f"sqlite:///{db}")})
+    settings = kb_settings.model_copy(
+        update={
+            "replay_enabled": False,
+            "on_demand_ingest": False,
+            "triage_rate_per_minute": 0.0,
+            "api_keys": [SecretStr("run-report-key")],
+            "database_url": SecretStr(f"sqlite:///{db}"),
+        }
+    )
     with make_server(settings) as srv:
         yield srv.url
 
@@ -124,21 +155,27 @@ def slack_stub() -> Iterator[SlackStub]:
 
 
 def test_report_to_posts_the_crash_to_the_team_service(
-        seed_result: TriageResult, team_api: str, kb_settings: Settings,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    seed_result: TriageResult, team_api: str, kb_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     report = _report(seed_result)
     monkeypatch.delenv(REPORT_KEY_ENV, raising=False)
     notes = send_report(report, report_to=team_api, slack_channel=None, settings=kb_settings)
-    assert notes == [f"not sent to {team_api}/triage: HTTP 401 " + notes[0].split("HTTP 401 ", 1)[1]]
+    assert notes == [
+        f"not sent to {team_api}/triage: HTTP 401 " + notes[0].split("HTTP 401 ", 1)[1]
+    ]
     monkeypatch.setenv(REPORT_KEY_ENV, "run-report-key")
     notes = send_report(report, report_to=team_api + "/", slack_channel=None, settings=kb_settings)
     tid = report.sent["report_id"]
     assert notes == [f"sent to {team_api}/triage: triage {tid} ({team_api}/t/{tid})"]
-    stored = httpx.get(f"{team_api}/triage/{tid}", headers={"authorization": "Bearer run-report-key"}).json()
+    stored = httpx.get(
+        f"{team_api}/triage/{tid}", headers={"authorization": "Bearer run-report-key"}
+    ).json()
     answer = TriageResult.model_validate(stored["result"])
     assert answer.release["release"] == "0.5.11" and answer.parsed.hardware == "rtx-pro-6000-x8"
     assert answer.hardware is not None and answer.hardware.source == "request"  # the facts we sent
-    assert answer.location is not None and answer.location.citation == report.result.location.citation
+    assert (
+        answer.location is not None and answer.location.citation == report.result.location.citation
+    )
 
 
 def test_a_network_error_is_a_note(seed_result: TriageResult, kb_settings: Settings) -> None:
@@ -146,18 +183,26 @@ def test_a_network_error_is_a_note(seed_result: TriageResult, kb_settings: Setti
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     notes = send_report(report, report_to=url, slack_channel=None, settings=kb_settings)
     assert len(notes) == 1 and notes[0].startswith(f"not sent to {url}/triage: ConnectError")
-    notes = send_report(_report(None, "not_startup"), report_to=url, slack_channel=None,
-                        settings=kb_settings)
+    notes = send_report(
+        _report(None, "not_startup"), report_to=url, slack_channel=None, settings=kb_settings
+    )
     assert notes == [f"not sent to {url}: not a start-up crash"]
 
 
-def test_slack_gets_the_report_with_its_facts(seed_result: TriageResult, kb_settings: Settings,
-                                              slack_stub: SlackStub) -> None:
-    settings = kb_settings.model_copy(update={"slack_bot_token": SecretStr(BOT_TOKEN),
-                                              "slack_api_url": f"{slack_stub.url}/api/"})
+def test_slack_gets_the_report_with_its_facts(
+    seed_result: TriageResult, kb_settings: Settings, slack_stub: SlackStub
+) -> None:
+    settings = kb_settings.model_copy(
+        update={"slack_bot_token": SecretStr(BOT_TOKEN), "slack_api_url": f"{slack_stub.url}/api/"}
+    )
     report = _report(seed_result)
-    notes = send_report(report, report_to=None, slack_channel="C0RUN", thread_ts="1700000000.000100",
-                        settings=settings)
+    notes = send_report(
+        report,
+        report_to=None,
+        slack_channel="C0RUN",
+        thread_ts="1700000000.000100",
+        settings=settings,
+    )
     posted = slack_stub.calls_of("chat.postMessage", lambda p: p.get("channel") == "C0RUN")
     assert len(posted) == 1 and notes == [f"posted to Slack channel C0RUN (ts {posted[0]['_ts']})"]
     msg = posted[0]
@@ -169,13 +214,19 @@ def test_slack_gets_the_report_with_its_facts(seed_result: TriageResult, kb_sett
 
 
 def test_slack_without_a_token_or_with_a_wrong_one_is_a_note(
-        seed_result: TriageResult, kb_settings: Settings, slack_stub: SlackStub) -> None:
+    seed_result: TriageResult, kb_settings: Settings, slack_stub: SlackStub
+) -> None:
     report = _report(seed_result)
-    bare = kb_settings.model_copy(update={"slack_bot_token": None, "slack_api_url": f"{slack_stub.url}/api/"})
+    bare = kb_settings.model_copy(
+        update={"slack_bot_token": None, "slack_api_url": f"{slack_stub.url}/api/"}
+    )
     assert send_report(report, report_to=None, slack_channel="C0X", settings=bare) == [
-        "not sent to Slack channel C0X: TRIAGE_SLACK_BOT_TOKEN is not set"]
+        "not sent to Slack channel C0X: TRIAGE_SLACK_BOT_TOKEN is not set"
+    ]
     wrong = bare.model_copy(update={"slack_bot_token": SecretStr("xoxb-wrong")})
     assert send_report(report, report_to=None, slack_channel="C0X", settings=wrong) == [
-        "not sent to Slack channel C0X: invalid_auth"]
-    assert send_report(_report(None, "ok"), report_to=None, slack_channel="C0X", settings=wrong) == [
-        "not sent to Slack channel C0X: SGLang exited normally"]
+        "not sent to Slack channel C0X: invalid_auth"
+    ]
+    assert send_report(
+        _report(None, "ok"), report_to=None, slack_channel="C0X", settings=wrong
+    ) == ["not sent to Slack channel C0X: SGLang exited normally"]

@@ -66,9 +66,11 @@ def test_a_long_line_is_cut_and_the_rest_skipped_without_holding_it() -> None:
 
 
 def test_a_50_mb_line_from_a_real_pipe_costs_about_one_chunk() -> None:
-    code = ("import sys; w = sys.stdout.buffer.write\n"
-            "for _ in range(800): w(b'z' * 65536)\n"  # 52 MB without a newline
-            "w(b'\\nTraceback (most recent call last):\\nAssertionError\\n')")
+    code = (
+        "import sys; w = sys.stdout.buffer.write\n"
+        "for _ in range(800): w(b'z' * 65536)\n"  # 52 MB without a newline
+        "w(b'\\nTraceback (most recent call last):\\nAssertionError\\n')"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     assert proc.stdout is not None
     split = LineSplitter()
@@ -157,21 +159,28 @@ def fake_clients(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bin_dir.mkdir()
     for name, redirect in (("journalctl", ""), ("kubectl", ""), ("docker", ">&2")):
         script = bin_dir / name
-        script.write_text(FAKE_CLIENT.format(name=name, redirect=redirect,
-                                             where="stderr" if redirect else "stdout"))
+        script.write_text(
+            FAKE_CLIENT.format(
+                name=name, redirect=redirect, where="stderr" if redirect else "stdout"
+            )
+        )
         script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     monkeypatch.setenv("WATCH_ARGV_DIR", str(tmp_path))
     return tmp_path
 
 
-@pytest.mark.parametrize(("kind", "name", "stream"), [
-    ("journald", "sglang", "loop_journald_iso.log"),
-    ("docker", "sglang-1", "seed_journald.log"),
-    ("kubectl", "sglang-7d9f8c6b5-x2k4q", "loop_kubectl.log"),
-])
-def test_clients_stream_a_recorded_log(fake_clients: Path, monkeypatch: pytest.MonkeyPatch,
-                                       kind: str, name: str, stream: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "name", "stream"),
+    [
+        ("journald", "sglang", "loop_journald_iso.log"),
+        ("docker", "sglang-1", "seed_journald.log"),
+        ("kubectl", "sglang-7d9f8c6b5-x2k4q", "loop_kubectl.log"),
+    ],
+)
+def test_clients_stream_a_recorded_log(
+    fake_clients: Path, monkeypatch: pytest.MonkeyPatch, kind: str, name: str, stream: str
+) -> None:
     monkeypatch.setenv("WATCH_STREAM", str(STREAMS / stream))
     source = ClientSource(kind, name, follow=True, idle_s=5.0)
     lines = [line for line in source if line is not None]
@@ -182,8 +191,13 @@ def test_clients_stream_a_recorded_log(fake_clients: Path, monkeypatch: pytest.M
 
 
 def test_client_commands() -> None:
-    assert client_command("journald", "sglang", follow=True) == \
-        ["journalctl", "-o", "short-iso", "-fu", "sglang"]
+    assert client_command("journald", "sglang", follow=True) == [
+        "journalctl",
+        "-o",
+        "short-iso",
+        "-fu",
+        "sglang",
+    ]
     assert client_command("docker", "c", follow=True) == ["docker", "logs", "-f", "c"]
     assert client_command("kubectl", "p", follow=False) == ["kubectl", "logs", "p"]
     assert "-f" not in " ".join(client_command("journald", "sglang", follow=False))
@@ -193,7 +207,8 @@ def test_a_failing_client_says_why(fake_clients: Path, monkeypatch: pytest.Monke
     bad = fake_clients / "no-journal.txt"
     bad.write_text("")
     (fake_clients / "bin" / "journalctl").write_text(
-        "#!/bin/sh\necho 'No journal files were found.' >&2\nexit 1\n")
+        "#!/bin/sh\necho 'No journal files were found.' >&2\nexit 1\n"
+    )
     monkeypatch.setenv("WATCH_STREAM", str(bad))
     source = ClientSource("journald", "sglang", follow=False)
     assert list(source) == []
@@ -202,7 +217,8 @@ def test_a_failing_client_says_why(fake_clients: Path, monkeypatch: pytest.Monke
 
 
 def test_a_missing_client_is_refused_before_anything_runs(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no client at all
     for kind in ("journald", "docker", "kubectl"):
         with pytest.raises(SourceError, match="not installed or not on PATH"):

@@ -32,8 +32,14 @@ from tests.service.slack.stub import SlackStub
 
 STREAMS = Path(__file__).parent / "streams"
 SMI = STREAMS / "rtx_pro_6000_x8.csv"
-LOOPS = ["loop_journald_iso.log", "loop_compose.log", "loop_kubectl.log", "loop_slurm_ranks.log",
-         "loop_ray.log", "loop_rich_launcher.log"]
+LOOPS = [
+    "loop_journald_iso.log",
+    "loop_compose.log",
+    "loop_kubectl.log",
+    "loop_slurm_ranks.log",
+    "loop_ray.log",
+    "loop_rich_launcher.log",
+]
 BOT_TOKEN = "xoxb-2222222222-3333333333-watchBotTokenValue"
 
 
@@ -42,7 +48,9 @@ def engine(kb) -> Engine:  # noqa: ANN001 - the session KB
     return Engine(kb)
 
 
-def watch(engine: Engine, settings: Settings, lines: Any, **kw: Any) -> tuple[Watcher, list[WatchEvent]]:
+def watch(
+    engine: Engine, settings: Settings, lines: Any, **kw: Any
+) -> tuple[Watcher, list[WatchEvent]]:
     watcher = Watcher(engine, settings, **kw)
     events: list[WatchEvent] = []
     watcher.run(lines, events.append)
@@ -54,8 +62,9 @@ def stream(name: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", LOOPS)
-def test_a_crash_loop_is_one_report_with_a_count(engine: Engine, kb_settings: Settings,
-                                                 name: str) -> None:
+def test_a_crash_loop_is_one_report_with_a_count(
+    engine: Engine, kb_settings: Settings, name: str
+) -> None:
     watcher, events = watch(engine, kb_settings, stream(name))
     assert [e.kind for e in events] == ["report", "repeat", "repeat"]
     assert [e.count for e in events] == [1, 2, 3]
@@ -86,16 +95,18 @@ def test_a_changed_command_is_a_new_report(engine: Engine, kb_settings: Settings
     assert watcher.triaged == 2
 
 
-def test_the_same_crash_after_another_one_is_still_a_repeat(engine: Engine,
-                                                            kb_settings: Settings) -> None:
+def test_the_same_crash_after_another_one_is_still_a_repeat(
+    engine: Engine, kb_settings: Settings
+) -> None:
     lines = stream("changed_command.log")
     _, events = watch(engine, kb_settings, lines + lines[:7])  # back to the first command
     assert [(e.kind, e.count) for e in events][-1] == ("repeat", 3)
     assert events[-1].report.key == events[0].report.key
 
 
-def test_a_crash_after_the_ready_line_is_not_a_start_up_crash(engine: Engine,
-                                                              kb_settings: Settings) -> None:
+def test_a_crash_after_the_ready_line_is_not_a_start_up_crash(
+    engine: Engine, kb_settings: Settings
+) -> None:
     watcher, events = watch(engine, kb_settings, stream("ready_then_crash.log"))
     assert len(events) == 1 and events[0].kind == "report"
     report = events[0].report
@@ -109,8 +120,9 @@ def test_a_crash_after_the_ready_line_is_not_a_start_up_crash(engine: Engine,
     assert line["event"] == "report" and line["status"] == "not_startup" and line["result"] is None
 
 
-def test_seed_stream_gives_two_reports_with_the_detected_hardware(engine: Engine,
-                                                                  kb_settings: Settings) -> None:
+def test_seed_stream_gives_two_reports_with_the_detected_hardware(
+    engine: Engine, kb_settings: Settings
+) -> None:
     from service.watch.facts import hardware_from_smi
 
     facts = {"hardware": hardware_from_smi(SMI.read_text())}
@@ -133,19 +145,22 @@ def test_json_lines_show_one_report_for_a_loop(engine: Engine, kb_settings: Sett
 
 
 def test_text_output_prints_the_report_once_then_one_line_per_repeat(
-        engine: Engine, kb_settings: Settings) -> None:
+    engine: Engine, kb_settings: Settings
+) -> None:
     from rich.console import Console
 
     buf = io.StringIO()
     console = Console(file=buf, width=200, soft_wrap=True)
-    Watcher(engine, kb_settings).run(stream("loop_kubectl.log"),
-                                     Output(kb_settings, as_json=False, console=console))
+    Watcher(engine, kb_settings).run(
+        stream("loop_kubectl.log"), Output(kb_settings, as_json=False, console=console)
+    )
     text = buf.getvalue()
     assert text.count("a start-up crash") == 1
     assert text.count("still the same cause") == 2 and "(3 times)" in text
 
 
 # ------------------------------------------------------------------------- destinations
+
 
 @pytest.fixture()
 def slack_stub() -> Iterator[SlackStub]:
@@ -155,10 +170,12 @@ def slack_stub() -> Iterator[SlackStub]:
         yield stub
 
 
-def test_slack_gets_one_post_and_replies_in_its_thread(engine: Engine, kb_settings: Settings,
-                                                       slack_stub: SlackStub) -> None:
-    settings = kb_settings.model_copy(update={"slack_bot_token": BOT_TOKEN,
-                                              "slack_api_url": f"{slack_stub.url}/api/"})
+def test_slack_gets_one_post_and_replies_in_its_thread(
+    engine: Engine, kb_settings: Settings, slack_stub: SlackStub
+) -> None:
+    settings = kb_settings.model_copy(
+        update={"slack_bot_token": BOT_TOKEN, "slack_api_url": f"{slack_stub.url}/api/"}
+    )
     output = Output(settings, as_json=True, slack_channel="C0WATCH", stream=io.StringIO())
     Watcher(engine, settings).run(stream("loop_journald_iso.log"), output)
     posts = slack_stub.calls_of("chat.postMessage")
@@ -171,8 +188,18 @@ def test_slack_gets_one_post_and_replies_in_its_thread(engine: Engine, kb_settin
 
 
 def test_slack_replies_thin_out_in_a_long_loop() -> None:
-    assert [n for n in range(1, 1001) if slack_reply_due(n)] == \
-        [2, 3, 5, 10, 20, 50, 100, 200, 500, 1000]
+    assert [n for n in range(1, 1001) if slack_reply_due(n)] == [
+        2,
+        3,
+        5,
+        10,
+        20,
+        50,
+        100,
+        200,
+        500,
+        1000,
+    ]
 
 
 def test_the_team_service_gets_each_report_once(engine: Engine, kb_settings: Settings) -> None:
@@ -187,17 +214,22 @@ def test_the_team_service_gets_each_report_once(engine: Engine, kb_settings: Set
     with ServerThread(app, free_port()) as srv:
         out = io.StringIO()
         lines = stream("loop_compose.log") + stream("ready_then_crash.log")
-        Watcher(engine, kb_settings).run(lines, Output(kb_settings, as_json=True,
-                                                       report_to=srv.url, stream=out))
+        Watcher(engine, kb_settings).run(
+            lines, Output(kb_settings, as_json=True, report_to=srv.url, stream=out)
+        )
     events = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [e["event"] for e in events] == ["report", "repeat", "repeat", "report"]
     assert len(received) == 1  # the loop once; a crash after the ready line is not sent
-    assert "AssertionError" in received[0]["log"] and "--speculative-eagle-topk" in received[0]["command"]
+    assert (
+        "AssertionError" in received[0]["log"]
+        and "--speculative-eagle-topk" in received[0]["command"]
+    )
     assert events[0]["sent"]["report_url"] == f"{srv.url}/t/t1"
     assert any("not a start-up crash" in n for n in events[-1]["notes"])
 
 
 # --------------------------------------------------------------------------- hardening
+
 
 def _loop(n: int) -> Iterator[str]:
     """``n`` restarts of one argparse crash, with model-loading chatter in between."""
@@ -208,7 +240,9 @@ def _loop(n: int) -> Iterator[str]:
             yield f"[2026-05-02 10:00:00] chatter {i} {j} " + "x" * (j * 3)
 
 
-def test_a_long_loop_is_triaged_once_and_kept_bounded(engine: Engine, kb_settings: Settings) -> None:
+def test_a_long_loop_is_triaged_once_and_kept_bounded(
+    engine: Engine, kb_settings: Settings
+) -> None:
     watcher, events = watch(engine, kb_settings, _loop(2000))  # 204,000 lines
     assert len(events) == 2000 and events[-1].count == 2000
     assert [e.kind for e in events].count("report") == 1
@@ -223,25 +257,36 @@ def test_remembered_reports_are_bounded(engine: Engine, kb_settings: Settings) -
     assert len(watcher.reports) == 8 and len(watcher.aliases) == 8
 
 
-def test_binary_garbage_does_not_crash_the_watch(engine: Engine, kb_settings: Settings,
-                                                 tmp_path: Path) -> None:
+def test_binary_garbage_does_not_crash_the_watch(
+    engine: Engine, kb_settings: Settings, tmp_path: Path
+) -> None:
     rng = random.Random(29)
     garbage = rng.randbytes(300_000) + b"\x00" * 5000 + b"\xff\xfe" * 5000
     crash = "\n".join(stream("loop_kubectl.log")[:6]).encode()
     log = tmp_path / "garbage.log"
     # garbage alone, garbage inside a traceback, then a clean crash
-    log.write_bytes(garbage + b"\nTraceback (most recent call last):\n" + garbage[:20_000]
-                    + b"\nAssertionError\n" + crash + b"\n")
-    watcher, events = watch(engine, kb_settings, file_lines(log, follow=False,
-                                                            splitter=LineSplitter(max_line=2048)))
+    log.write_bytes(
+        garbage
+        + b"\nTraceback (most recent call last):\n"
+        + garbage[:20_000]
+        + b"\nAssertionError\n"
+        + crash
+        + b"\n"
+    )
+    watcher, events = watch(
+        engine, kb_settings, file_lines(log, follow=False, splitter=LineSplitter(max_line=2048))
+    )
     assert [e.kind for e in events] == ["report", "report"]
-    assert events[0].report.result is None and events[0].report.error  # unreadable: said, not raised
+    assert (
+        events[0].report.result is None and events[0].report.error
+    )  # unreadable: said, not raised
     assert events[-1].report.result is not None and events[-1].report.result.status == "argparse"
     assert all(len(ln) <= 2048 for e in events for ln in e.report.tail)
 
 
 def test_following_a_file_settles_a_crash_when_the_stream_goes_quiet(
-        engine: Engine, kb_settings: Settings, tmp_path: Path) -> None:
+    engine: Engine, kb_settings: Settings, tmp_path: Path
+) -> None:
     log = tmp_path / "sglang.log"
     log.write_text("")
     events: list[WatchEvent] = []
@@ -265,25 +310,38 @@ def test_following_a_file_settles_a_crash_when_the_stream_goes_quiet(
 
 # -------------------------------------------------------------------------- the command
 
+
 def test_watch_command_follows_journald_through_the_client(
-        kb_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    kb_settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "journalctl"  # prints the recorded stream, as `journalctl -o short-iso` would
-    fake.write_text(f'#!/bin/sh\necho "$@" > "{tmp_path}/argv"\ncat "{STREAMS}/loop_journald_iso.log"\n')
+    fake.write_text(
+        f'#!/bin/sh\necho "$@" > "{tmp_path}/argv"\ncat "{STREAMS}/loop_journald_iso.log"\n'
+    )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     code = watch_command(journald="sglang", as_json=True, settings=kb_settings, idle_s=5.0)
     assert code == 0
     assert (tmp_path / "argv").read_text().split() == ["-o", "short-iso", "-fu", "sglang"]
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [(e["event"], e["count"]) for e in events] == [("report", 1), ("repeat", 2), ("repeat", 3)]
+    assert [(e["event"], e["count"]) for e in events] == [
+        ("report", 1),
+        ("repeat", 2),
+        ("repeat", 3),
+    ]
 
 
-def test_watch_command_refuses_bad_sources(kb_settings: Settings, tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_watch_command_refuses_bad_sources(
+    kb_settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     log = STREAMS / "loop_kubectl.log"
     assert watch_command(file=log, docker="x", settings=kb_settings) == 2
     assert "give one source" in capsys.readouterr().err
@@ -298,13 +356,24 @@ def test_watch_command_refuses_bad_sources(kb_settings: Settings, tmp_path: Path
 
 
 def test_cli_process_on_the_seed_journald_stream(kb_settings: Settings, kb) -> None:  # noqa: ANN001
-    env = {**os.environ, "TRIAGE_KB_DIR": str(kb_settings.kb_path), "TRIAGE_HOME": str(kb_settings.home),
-           "TRIAGE_ON_DEMAND_INGEST": "false", "TRIAGE_FIX_SEARCH_DEADLINE_S": "0", "HF_HUB_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "TRIAGE_KB_DIR": str(kb_settings.kb_path),
+        "TRIAGE_HOME": str(kb_settings.home),
+        "TRIAGE_ON_DEMAND_INGEST": "false",
+        "TRIAGE_FIX_SEARCH_DEADLINE_S": "0",
+        "HF_HUB_OFFLINE": "1",
+    }
     env.pop("TRIAGE_CHROMA_URL", None)
     exe = Path(sys.executable).with_name("sglang-triage")
     with (STREAMS / "seed_journald.log").open("rb") as stdin:  # `journalctl -u sglang | watch`
-        proc = subprocess.run([str(exe), "watch", "--no-follow", "--json", "--gpus-from", str(SMI)],
-                              stdin=stdin, capture_output=True, env=env, timeout=300)
+        proc = subprocess.run(
+            [str(exe), "watch", "--no-follow", "--json", "--gpus-from", str(SMI)],
+            stdin=stdin,
+            capture_output=True,
+            env=env,
+            timeout=300,
+        )
     assert proc.returncode == 0, proc.stderr.decode()
     events = [json.loads(line) for line in proc.stdout.decode().splitlines()]
     assert [(e["event"], e["attempt"]) for e in events] == [("report", 1), ("report", 2)]

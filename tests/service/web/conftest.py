@@ -29,8 +29,16 @@ from ..api.conftest import ServerThread, free_port
 
 REPO = Path(__file__).resolve().parents[3]
 CHROMIUM = os.environ.get("TRIAGE_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SEED_LOG = (REPO / "examples" / "seed_attempt1.log").read_text()
 
 
@@ -60,13 +68,17 @@ def web_settings(kb_settings: Settings, kb: Any) -> Settings:  # kb: the KB is i
 
 
 @pytest.fixture(scope="session")
-def web_server(web_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebServer]:
+def web_server(
+    web_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WebServer]:
     with make_web_server(web_settings, tmp_path_factory.mktemp("web-records")) as srv:
         yield srv
 
 
 @pytest.fixture(scope="session")
-def keyed_server(web_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebServer]:
+def keyed_server(
+    web_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WebServer]:
     """The same app with ``TRIAGE_API_KEYS=["s3cret"]``."""
     settings = web_settings.model_copy(update={"api_keys": ["s3cret"]})
     with make_web_server(settings, tmp_path_factory.mktemp("web-records-keyed")) as srv:
@@ -98,8 +110,12 @@ def new_page(browser: Any, web_server: WebServer) -> Iterator[Any]:
     contexts: list[Any] = []
     errors = PageErrors()
 
-    def make(width: int = 1280, height: int = 900, server: WebServer | None = None,
-             init_script: str | None = None) -> Any:
+    def make(
+        width: int = 1280,
+        height: int = 900,
+        server: WebServer | None = None,
+        init_script: str | None = None,
+    ) -> Any:
         srv = server or web_server
         ctx = browser.new_context(viewport={"width": width, "height": height}, base_url=srv.url)
         ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=srv.url)
@@ -113,8 +129,14 @@ def new_page(browser: Any, web_server: WebServer) -> Iterator[Any]:
 
     def watch(page: Any) -> None:
         page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
-        page.on("console", lambda msg: errors.append(f"console: {msg.text}")
-                if msg.type == "error" and "Failed to load resource" not in msg.text else None)
+        page.on(
+            "console",
+            lambda msg: (
+                errors.append(f"console: {msg.text}")
+                if msg.type == "error" and "Failed to load resource" not in msg.text
+                else None
+            ),
+        )
 
     make.watch = watch  # type: ignore[attr-defined]
     yield make

@@ -32,22 +32,37 @@ def record_id(web_server: WebServer) -> str:
     result["fixes"][0].update(edits=EDITS, gives_up="the draft tree you chose (top-k 4, 8 tokens)")
     result["fixes"][1]["edits"] = []  # an older answer: derived from set/remove
     result["model_facts"] = [{"name": "mla", "value": True, "source": "known_model", "detail": ""}]
-    result["fix_search"] = {"status": "verified", "candidates": 2, "seconds": 12.4,
-                            "detail": "verified by replay on 0.5.11 with rtx-pro-6000-x8"}
-    result["hardware"] = {"name": "h100-x8", "source": "log", "evidence": GPU_LINE,
-                          "detail": "by GPU name"}
-    result["upgrade_fix"] = {"release": "0.5.23", "status": "removed", "sure": True,
-                             "note": "0.5.23 has no check with this condition or message",
-                             "install": 'pip install "sglang==0.5.23"', "command": "c",
-                             "citations": ["0.5.11:sglang/srt/server_args.py:3519-3522"],
-                             "flags_missing": [], "replay": None,
-                             "not_checked": ["the other checks of 0.5.23's start-up"]}
+    result["fix_search"] = {
+        "status": "verified",
+        "candidates": 2,
+        "seconds": 12.4,
+        "detail": "verified by replay on 0.5.11 with rtx-pro-6000-x8",
+    }
+    result["hardware"] = {
+        "name": "h100-x8",
+        "source": "log",
+        "evidence": GPU_LINE,
+        "detail": "by GPU name",
+    }
+    result["upgrade_fix"] = {
+        "release": "0.5.23",
+        "status": "removed",
+        "sure": True,
+        "note": "0.5.23 has no check with this condition or message",
+        "install": 'pip install "sglang==0.5.23"',
+        "command": "c",
+        "citations": ["0.5.11:sglang/srt/server_args.py:3519-3522"],
+        "flags_missing": [],
+        "replay": None,
+        "not_checked": ["the other checks of 0.5.23's start-up"],
+    }
     web_server.records.save(tid, rec["request"], result)
     return tid
 
 
-def test_fix_edits_gives_up_rule_facts_and_search(new_page: NewPage, record_id: str,
-                                                  web_server: WebServer, shots: Path) -> None:
+def test_fix_edits_gives_up_rule_facts_and_search(
+    new_page: NewPage, record_id: str, web_server: WebServer, shots: Path
+) -> None:
     page = new_page()
     page.goto(f"/t/{record_id}")
     page.wait_for_selector("#summary-text", timeout=180_000)
@@ -56,8 +71,9 @@ def test_fix_edits_gives_up_rule_facts_and_search(new_page: NewPage, record_id: 
     assert "--speculative-eagle-topk" in rule and "self." not in rule
     assert page.locator("#rule-text code").count() >= 4  # flags and the citation as code
     assert page.inner_text("#model-facts") == "mla=true (known_model)"
-    assert page.inner_text("#fix-search") == ("verified by replay on 0.5.11 with rtx-pro-6000-x8 "
-                                               "(2 replayed, 12 s)")
+    assert page.inner_text("#fix-search") == (
+        "verified by replay on 0.5.11 with rtx-pro-6000-x8 (2 replayed, 12 s)"
+    )
     assert page.inner_text("#hardware-name") == "h100-x8"
     source = page.inner_text("#hardware-source")
     assert source.startswith("(from the log: “GPU 0,1,2,3,4,5,6,7: NVIDIA H100 80GB HBM3 xxx")
@@ -71,13 +87,17 @@ def test_fix_edits_gives_up_rule_facts_and_search(new_page: NewPage, record_id: 
     assert up_box is not None and fix_box is not None and up_box["y"] < fix_box["y"]
     assert page.inner_text("#fix-1 pre.edits").strip().splitlines() == EDITS
     assert "top-k 4, 8 tokens" in page.inner_text("#fix-1 .gives-up")
-    boxes = [page.locator(f"#fix-1 {sel}").bounding_box() for sel in ("pre.edits", ".gives-up", "pre.cmd")]
+    boxes = [
+        page.locator(f"#fix-1 {sel}").bounding_box()
+        for sel in ("pre.edits", ".gives-up", "pre.cmd")
+    ]
     assert all(b is not None for b in boxes)
     assert boxes[0]["y"] < boxes[1]["y"] < boxes[2]["y"]  # type: ignore[index]
     with httpx.Client(base_url=web_server.url, timeout=60) as client:
         fix2 = client.get(f"/triage/{record_id}").json()["result"]["fixes"][1]
     derived = [f"- {f}" for f in fix2["remove"]] + [
-        f"+ {k}" if v is True else f"+ {k} {v}" for k, v in fix2["set"].items()]
+        f"+ {k}" if v is True else f"+ {k} {v}" for k, v in fix2["set"].items()
+    ]
     assert page.inner_text("#fix-2 pre.edits").strip().splitlines() == derived
     assert page.locator("#fix-2 .gives-up").count() == 0
     page.screenshot(path=str(shots / "10-edits-rule.png"), full_page=True)

@@ -35,7 +35,9 @@ def _paste(page: Page, text: str) -> None:
     page.evaluate("(t) => navigator.clipboard.writeText(t)", text)
     page.focus("#log")
     page.keyboard.press("Control+V")
-    page.wait_for_function("(n) => document.getElementById('log').value.length >= n", arg=len(text.strip()))
+    page.wait_for_function(
+        "(n) => document.getElementById('log').value.length >= n", arg=len(text.strip())
+    )
 
 
 def _page_width(page: Page) -> tuple[int, list[str]]:
@@ -67,8 +69,9 @@ def seed_id(web_server: WebServer) -> str:
     return r.json()["id"]
 
 
-def test_paste_submit_copy_permalink_and_confirm(new_page: NewPage, web_server: WebServer,
-                                                 shots: Path) -> None:
+def test_paste_submit_copy_permalink_and_confirm(
+    new_page: NewPage, web_server: WebServer, shots: Path
+) -> None:
     page = new_page()
     page.goto("/")
     _wait_ready(page)
@@ -109,7 +112,9 @@ def test_paste_submit_copy_permalink_and_confirm(new_page: NewPage, web_server: 
     permalink = page.get_attribute("#permalink", "href")
     assert permalink == f"{web_server.url}/t/{tid}" == page.url
     page.click("#summary button.copy")
-    page.wait_for_function("(u) => document.documentElement.dataset.lastCopied === u", arg=permalink)
+    page.wait_for_function(
+        "(u) => document.documentElement.dataset.lastCopied === u", arg=permalink
+    )
     assert _clipboard(page) == permalink
     page.screenshot(path=str(shots / "02-result-desktop.png"), full_page=True)
 
@@ -141,7 +146,9 @@ def test_paste_submit_copy_permalink_and_confirm(new_page: NewPage, web_server: 
     other.screenshot(path=str(shots / "04-confirmed.png"), full_page=True)
 
 
-def test_narrow_viewport_has_no_horizontal_scroll(new_page: NewPage, seed_id: str, shots: Path) -> None:
+def test_narrow_viewport_has_no_horizontal_scroll(
+    new_page: NewPage, seed_id: str, shots: Path
+) -> None:
     page = new_page(width=375, height=812)
     page.goto("/")
     _wait_ready(page)
@@ -196,7 +203,9 @@ def test_keyboard_only_submit(new_page: NewPage, shots: Path) -> None:
     _wait_result(page)
     # focus moves to the result, and the status region announces it
     assert page.evaluate("document.activeElement.id") == "summary-h"
-    page.wait_for_function("() => document.getElementById('status').textContent.startsWith('Done:')")
+    page.wait_for_function(
+        "() => document.getElementById('status').textContent.startsWith('Done:')"
+    )
     assert page.get_attribute("#status", "aria-live") == "polite"
     # the recommended fix can be copied from the keyboard as well
     tab_to("permalink", limit=10)
@@ -209,8 +218,11 @@ def test_a_4xx_shows_what_was_understood(new_page: NewPage, shots: Path) -> None
     page = new_page()
     page.goto("/")
     _wait_ready(page)
-    page.fill("#log", "$ python3 -m sglang.launch_server --model-path /models/x --tp 8\n"
-                      "server started fine\nall good\n")
+    page.fill(
+        "#log",
+        "$ python3 -m sglang.launch_server --model-path /models/x --tp 8\n"
+        "server started fine\nall good\n",
+    )
     page.click("#submit")
     page.wait_for_selector("#error:not([hidden])")
     title = page.inner_text("#error h2")
@@ -224,7 +236,9 @@ def test_a_4xx_shows_what_was_understood(new_page: NewPage, shots: Path) -> None
     # empty input never reaches the server
     page.fill("#log", "   ")
     page.click("#submit")
-    page.wait_for_function("() => document.getElementById('status').textContent.includes('Paste a crash log')")
+    page.wait_for_function(
+        "() => document.getElementById('status').textContent.includes('Paste a crash log')"
+    )
 
 
 def test_file_picker_and_drop_fill_the_log(new_page: NewPage) -> None:
@@ -238,24 +252,31 @@ def test_file_picker_and_drop_fill_the_log(new_page: NewPage) -> None:
     assert "seed_attempt1.log" in page.inner_text("#file-name")
     page.fill("#log", "")
     other = (REPO / "examples" / "seed_attempt2.log").read_text()
-    page.evaluate("""(text) => {
+    page.evaluate(
+        """(text) => {
         const dt = new DataTransfer();
         dt.items.add(new File([text], "crash.log", {type: "text/plain"}));
         const zone = document.getElementById("drop");
         zone.dispatchEvent(new DragEvent("dragover", {dataTransfer: dt, bubbles: true, cancelable: true}));
         zone.dispatchEvent(new DragEvent("drop", {dataTransfer: dt, bubbles: true, cancelable: true}));
-    }""", other)
+    }""",
+        other,
+    )
     page.wait_for_function("() => document.getElementById('log').value.length > 100")
     assert page.input_value("#log") == other
     assert "crash.log" in page.inner_text("#file-name")
 
 
-def test_a_pending_replay_is_polled_until_done(new_page: NewPage, web_server: WebServer,
-                                               seed_id: str, shots: Path) -> None:
+def test_a_pending_replay_is_polled_until_done(
+    new_page: NewPage, web_server: WebServer, seed_id: str, shots: Path
+) -> None:
     rec = web_server.records.get(seed_id)
     assert rec is not None
     result = json.loads(json.dumps(rec["result"]))
-    result["replay"] = {"status": "pending", "detail": f"GET /triage/{seed_id} shows the replay verdicts"}
+    result["replay"] = {
+        "status": "pending",
+        "detail": f"GET /triage/{seed_id} shows the replay verdicts",
+    }
     web_server.records.save(seed_id, rec["request"], result)
     # poll every ~0.1 s instead of every few seconds
     page = new_page(init_script="window.__triagePollScale = 0.05;")
@@ -263,22 +284,30 @@ def test_a_pending_replay_is_polled_until_done(new_page: NewPage, web_server: We
     _wait_result(page)
     assert "pending" in page.inner_text("#replay-status")
     done = json.loads(json.dumps(result))
-    done["replay"] = {"status": "reproduced", "detail": "replay on 0.5.11: AssertionError at the same check"}
+    done["replay"] = {
+        "status": "reproduced",
+        "detail": "replay on 0.5.11: AssertionError at the same check",
+    }
     done["fixes"][0]["replay"] = {"status": "verified", "detail": "verified by replay on 0.5.11"}
     web_server.records.save(seed_id, rec["request"], done)
-    page.wait_for_function("() => document.getElementById('replay-status').textContent.includes('reproduced')",
-                           timeout=30_000)
+    page.wait_for_function(
+        "() => document.getElementById('replay-status').textContent.includes('reproduced')",
+        timeout=30_000,
+    )
     assert "verified by replay" in page.inner_text("#fix-1")
     page.screenshot(path=str(shots / "09-replay-done.png"), full_page=True)
     web_server.records.save(seed_id, rec["request"], rec["result"])
 
 
-def test_with_api_keys_the_page_loads_and_uses_the_typed_key(new_page: NewPage,
-                                                            keyed_server: WebServer) -> None:
+def test_with_api_keys_the_page_loads_and_uses_the_typed_key(
+    new_page: NewPage, keyed_server: WebServer
+) -> None:
     page = new_page(server=keyed_server)
     page.goto("/")
     _wait_ready(page)
-    page.wait_for_function("() => document.getElementById('options-note').textContent.includes('API key')")
+    page.wait_for_function(
+        "() => document.getElementById('options-note').textContent.includes('API key')"
+    )
     assert page.evaluate("document.getElementById('key-details').open") is True
     page.fill("#log", "x")
     page.click("#submit")

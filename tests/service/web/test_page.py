@@ -41,14 +41,19 @@ def test_page_and_assets_are_served_and_self_contained(web_server: WebServer) ->
         assert "default-src 'self'" in csp and "script-src 'self'" in csp
         assert not EXTERNAL.search(page.text), EXTERNAL.findall(page.text)
         assets = _assets(client)
-        assert {"/static/app.css", "/static/app.js", "/static/render.js", "/static/dom.js"} <= set(assets)
+        assert {"/static/app.css", "/static/app.js", "/static/render.js", "/static/dom.js"} <= set(
+            assets
+        )
         for url, text in assets.items():
             assert not EXTERNAL.search(text), f"{url} names an external URL"
         # every file shipped in static/ is checked, referenced or not
         for f in STATIC_DIR.iterdir():
             assert not EXTERNAL.search(f.read_text()), f.name
-        assert client.get("/static/app.js").headers["content-type"].startswith(("text/javascript",
-                                                                              "application/javascript"))
+        assert (
+            client.get("/static/app.js")
+            .headers["content-type"]
+            .startswith(("text/javascript", "application/javascript"))
+        )
         permalink = client.get("/t/0123456789abcdef")
         assert permalink.status_code == 200 and permalink.text == page.text
         assert client.get("/static/nope.js").status_code == 404
@@ -59,8 +64,16 @@ def test_hardware_and_source_lookups(web_server: WebServer) -> None:
         hw = client.get("/hardware").json()
         assert "rtx-pro-6000-x8" in {p["name"] for p in hw["profiles"]}
         assert "DeepseekV3ForCausalLM" in hw["model_archs"]
-        src = client.get("/source", params={"release": "0.5.11", "path": "sglang/srt/server_args.py",
-                                            "start": 3519, "end": 3522, "context": 2}).json()
+        src = client.get(
+            "/source",
+            params={
+                "release": "0.5.11",
+                "path": "sglang/srt/server_args.py",
+                "start": 3519,
+                "end": 3522,
+                "context": 2,
+            },
+        ).json()
         assert src["citation"] == "0.5.11:sglang/srt/server_args.py:3519-3522"
         assert [ln["line"] for ln in src["lines"]] == list(range(3517, 3525))
         marked = [ln for ln in src["lines"] if ln["highlight"]]
@@ -68,16 +81,24 @@ def test_hardware_and_source_lookups(web_server: WebServer) -> None:
         assert marked[0]["text"].strip() == "assert ("
         missing = client.get("/source", params={"release": "0.5.11", "path": "nope.py", "start": 1})
         assert missing.status_code == 404
-        assert client.get("/source", params={"release": "0.5.11", "path": "x", "start": 0}).status_code == 422
+        assert (
+            client.get("/source", params={"release": "0.5.11", "path": "x", "start": 0}).status_code
+            == 422
+        )
 
 
 def test_page_needs_no_key_but_the_lookups_do(web_settings) -> None:  # noqa: ANN001
     app = create_app()
-    app.dependency_overrides[app_settings] = lambda: web_settings.model_copy(update={"api_keys": ["k1"]})
+    app.dependency_overrides[app_settings] = lambda: web_settings.model_copy(
+        update={"api_keys": ["k1"]}
+    )
     with TestClient(app, base_url="http://127.0.0.1") as client:  # a loopback Host
         assert client.get("/").status_code == 200
         assert client.get("/t/abc").status_code == 200
         assert client.get("/static/app.js").status_code == 200
         assert client.get("/hardware").status_code == 401
         assert client.get("/hardware", headers={"authorization": "Bearer k1"}).status_code == 200
-        assert client.get("/source", params={"release": "0.5.11", "path": "x", "start": 1}).status_code == 401
+        assert (
+            client.get("/source", params={"release": "0.5.11", "path": "x", "start": 1}).status_code
+            == 401
+        )

@@ -34,8 +34,10 @@ def patch_transformers() -> list[str]:
         from transformers.models.auto import auto_factory, configuration_auto
     except Exception:  # noqa: BLE001 - no transformers: nothing to shim
         return patched
-    for mod, cls_name in ((configuration_auto, "_LazyConfigMapping"),
-                          (auto_factory, "_LazyAutoMapping")):
+    for mod, cls_name in (
+        (configuration_auto, "_LazyConfigMapping"),
+        (auto_factory, "_LazyAutoMapping"),
+    ):
         cls = getattr(mod, cls_name, None)
         if cls is not None and hasattr(cls, "register"):
             cls.register = _exist_ok(cls.register)

@@ -29,6 +29,7 @@ import _replay_stubkit as kit
 _ORIG_RUN = subprocess.run
 _ORIG_CHECK_OUTPUT = subprocess.check_output
 
+
 def _noting(fact: str, fn: Any) -> Any:
     def answer(*args: Any, **kwargs: Any) -> Any:
         kit.consulted(fact)
@@ -171,12 +172,14 @@ def patch_subprocess(hw: dict[str, Any]) -> None:
         argv = _argv(args, kwargs)
         tool = argv[0].rsplit("/", 1)[-1] if argv else ""
         if tool in ("nvidia-smi", "rocm-smi", "amd-smi"):
-            code, out = _fake_smi(argv, hw) if vendor == "nvidia" and tool == "nvidia-smi" else (
-                127, "")
+            code, out = (
+                _fake_smi(argv, hw) if vendor == "nvidia" and tool == "nvidia-smi" else (127, "")
+            )
             if code == 127:
                 raise FileNotFoundError(2, "No such file or directory", tool)
-            text = bool(kwargs.get("text") or kwargs.get("universal_newlines")
-                        or kwargs.get("encoding"))
+            text = bool(
+                kwargs.get("text") or kwargs.get("universal_newlines") or kwargs.get("encoding")
+            )
             stdout: Any = out if text else out.encode()
             return subprocess.CompletedProcess(argv, code, stdout, "" if text else b"")
         return _ORIG_RUN(*args, **kwargs)

@@ -116,7 +116,12 @@ class StubAttr:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # bare decorator: @triton.jit, @torch_custom_op... returns the function itself
-        if len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], StubAttr):
+        if (
+            len(args) == 1
+            and not kwargs
+            and callable(args[0])
+            and not isinstance(args[0], StubAttr)
+        ):
             return args[0]
         return StubAttr(f"{self._qualname}()")
 

@@ -33,16 +33,32 @@ def test_names_no_flag_sets_are_not_traced(store, name) -> None:
 
 
 def test_parameters_of_a_start_up_function_are_traced(store) -> None:
-    fn = next(f for f in store.query("SELECT * FROM functions WHERE release = '0.5.23' AND name = "
-                                     "'check_quantized_moe_compatibility' AND class_name IS NULL"))
+    fn = next(
+        f
+        for f in store.query(
+            "SELECT * FROM functions WHERE release = '0.5.23' AND name = "
+            "'check_quantized_moe_compatibility' AND class_name IS NULL"
+        )
+    )
     traced = traced_params(store, "0.5.23", dict(fn), fn["path"])
-    assert {n: t.attr for n, t in traced.items()} == {"tp_size": "tp_size", "moe_ep_size": "ep_size",
-                                                       "moe_dp_size": "moe_dp_size"}
+    assert {n: t.attr for n, t in traced.items()} == {
+        "tp_size": "tp_size",
+        "moe_ep_size": "ep_size",
+        "moe_dp_size": "moe_dp_size",
+    }
 
 
 def test_validation_functions_keep_their_parameters(store) -> None:
-    fn = dict(next(iter(store.query("SELECT * FROM functions WHERE release = '0.5.23' AND path "
-                                    "LIKE 'sglang/srt/arg_groups/%' LIMIT 1"))))
+    fn = dict(
+        next(
+            iter(
+                store.query(
+                    "SELECT * FROM functions WHERE release = '0.5.23' AND path "
+                    "LIKE 'sglang/srt/arg_groups/%' LIMIT 1"
+                )
+            )
+        )
+    )
     assert traced_params(store, "0.5.23", fn, fn["path"]) == {}
 
 
@@ -55,19 +71,25 @@ def _check_with(store, release: str, text: str) -> tuple[dict, dict]:
 def test_fields_of_a_runner_are_renamed_to_their_flag(store) -> None:
     fn, check = _check_with(store, "0.5.11", "For quantized MoE models")
     assert fn["class_name"] == "ModelRunner"
-    assert rename_fields(store, "0.5.11", fn, check, "self.tp_size % self.moe_ep_size != 0") \
+    assert (
+        rename_fields(store, "0.5.11", fn, check, "self.tp_size % self.moe_ep_size != 0")
         == "self.tp_size % self.ep_size != 0"
+    )
 
 
 def test_a_field_the_function_assigns_is_the_objects_own(store) -> None:
     # ModelConfig._verify_quantization sets self.quantization from the checkpoint first
     fn, check = _check_with(store, "0.5.11", "Unknown quantization method")
     assert "quantization" in own_fields(store, "0.5.11", fn, check)
-    assert rename_fields(store, "0.5.11", fn, check, "self.quantization not in supported") \
+    assert (
+        rename_fields(store, "0.5.11", fn, check, "self.quantization not in supported")
         == "model_config.quantization not in supported"
+    )
 
 
 def test_validation_checks_read_fields_as_written(store) -> None:
     check = next(c for c in store.checks("0.5.11", path="sglang/srt/server_args.py"))
     fn = dict(store.functions_at("0.5.11", check["path"], check["start_line"])[0])
-    assert rename_fields(store, "0.5.11", fn, check, "self.moe_ep_size > 1") == "self.moe_ep_size > 1"
+    assert (
+        rename_fields(store, "0.5.11", fn, check, "self.moe_ep_size > 1") == "self.moe_ep_size > 1"
+    )

@@ -6,8 +6,10 @@ from service.engine.explain.arithmetic import arithmetic_steps, sentence
 from service.engine.expr.interpreter import Provenance, Value
 from service.engine.fixes.propose import _arithmetic_values
 
-TEST = ("moe_intermediate_size // (server_args.tp_size // server_args.ep_size) "
-        "% weight_block_size_n != 0")
+TEST = (
+    "moe_intermediate_size // (server_args.tp_size // server_args.ep_size) "
+    "% weight_block_size_n != 0"
+)
 
 
 def _v(x: object) -> Value:
@@ -19,16 +21,26 @@ FACTS = {"moe_intermediate_size": _v(1536), "weight_block_size_n": _v(128)}
 
 def test_steps_innermost_first_with_names_and_the_comparison() -> None:
     steps = arithmetic_steps(TEST, {"tp_size": _v(8), "ep_size": _v(1)}, FACTS)
-    assert steps == ["tp_size 8 // ep_size 1 = 8", "moe_intermediate_size 1536 // 8 = 192",
-                     "192 % weight_block_size_n 128 = 64", "64 != 0 holds"]
+    assert steps == [
+        "tp_size 8 // ep_size 1 = 8",
+        "moe_intermediate_size 1536 // 8 = 192",
+        "192 % weight_block_size_n 128 = 64",
+        "64 != 0 holds",
+    ]
 
 
 def test_the_sentence_shows_the_fix_too() -> None:
-    text = sentence(TEST, {"tp_size": _v(8), "ep_size": _v(1)}, FACTS,
-                    ("--ep 2", {"tp_size": _v(8), "ep_size": _v(2)}))
+    text = sentence(
+        TEST,
+        {"tp_size": _v(8), "ep_size": _v(1)},
+        FACTS,
+        ("--ep 2", {"tp_size": _v(8), "ep_size": _v(2)}),
+    )
     assert text is not None
-    assert text.endswith("With `--ep 2`: tp_size 8 // ep_size 2 = 4; moe_intermediate_size "
-                         "1536 // 4 = 384; 384 % weight_block_size_n 128 = 0; 0 != 0 fails.")
+    assert text.endswith(
+        "With `--ep 2`: tp_size 8 // ep_size 2 = 4; moe_intermediate_size "
+        "1536 // 4 = 384; 384 % weight_block_size_n 128 = 0; 0 != 0 fails."
+    )
 
 
 def test_unknown_operands_give_no_steps() -> None:

@@ -28,7 +28,9 @@ def test_memoised_texts_equal_fresh_ones() -> None:
             for _ in range(2):  # the second time from the memo
                 assert unparse(node) == ast.unparse(fresh)
                 assert norm_text(node, DEFAULT_ARG_OBJECTS) == norm_text(fresh, DEFAULT_ARG_OBJECTS)
-                assert attr_chain(node, DEFAULT_ARG_OBJECTS) == attr_chain(fresh, DEFAULT_ARG_OBJECTS)
+                assert attr_chain(node, DEFAULT_ARG_OBJECTS) == attr_chain(
+                    fresh, DEFAULT_ARG_OBJECTS
+                )
 
 
 def test_copies_are_not_served_from_the_memo() -> None:
@@ -46,14 +48,20 @@ def test_attr_chain_hands_out_its_own_list() -> None:
     first = attr_chain(node, DEFAULT_ARG_OBJECTS)
     assert first == (True, ["model_config", "hf_config", "architectures"])
     first[1].append("junk")
-    assert attr_chain(node, DEFAULT_ARG_OBJECTS) == (True, ["model_config", "hf_config",
-                                                            "architectures"])
+    assert attr_chain(node, DEFAULT_ARG_OBJECTS) == (
+        True,
+        ["model_config", "hf_config", "architectures"],
+    )
 
 
 def test_repeated_evaluation_gives_equal_results() -> None:
-    env = Env({"speculative_eagle_topk": Value(4, Provenance("flag", "--speculative-eagle-topk 4")),
-               "page_size": Value(16, Provenance("default", "default 16")),
-               "dp_size": Value(2, Provenance("flag", "--dp 2"))},
-              {"is_sm100_supported()": Value(False, Provenance("fact", "rtx"))})
+    env = Env(
+        {
+            "speculative_eagle_topk": Value(4, Provenance("flag", "--speculative-eagle-topk 4")),
+            "page_size": Value(16, Provenance("default", "default 16")),
+            "dp_size": Value(2, Provenance("flag", "--dp 2")),
+        },
+        {"is_sm100_supported()": Value(False, Provenance("fact", "rtx"))},
+    )
     for text in TEXTS:
         assert evaluate(text, env) == evaluate(text, env)

@@ -29,13 +29,19 @@ MLA_CONFIG = {
     "num_attention_heads": 64, "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"},
     "quantization_config": {"quant_method": "compressed-tensors", "format": "pack-quantized"},
 }  # fmt: skip
-LLAMA_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8}
+LLAMA_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+}
 
 
 @pytest.fixture(autouse=True)
 def no_network(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Any socket connection fails the test; the HF cache is an empty temp folder."""
+
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("network used")
 
@@ -58,7 +64,10 @@ def test_local_config_gives_facts(tmp_path: Path) -> None:
     assert info is not None and info.source == "config.json"
     assert info.detail == str(folder / "config.json")
     assert (info.architectures, info.quantization, info.mla) == (
-        ["DeepseekV3ForCausalLM"], "compressed-tensors", True)
+        ["DeepseekV3ForCausalLM"],
+        "compressed-tensors",
+        True,
+    )
     assert "auto_map" not in info.hf_config  # only whitelisted fields are kept
     facts = checkpoint_facts(info)
     assert facts["model_arch"].value == "DeepseekV3ForCausalLM"
@@ -76,8 +85,9 @@ def test_local_config_gives_facts(tmp_path: Path) -> None:
 
 def test_hf_quant_config_json_is_read_for_modelopt(tmp_path: Path) -> None:
     folder = _model_dir(tmp_path, "llama-fp4", LLAMA_CONFIG)
-    (folder / "hf_quant_config.json").write_text(json.dumps(
-        {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4"}}))
+    (folder / "hf_quant_config.json").write_text(
+        json.dumps({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4"}})
+    )
     assert checkpoint_info(str(folder)).quantization == "modelopt_fp4"
 
 
@@ -124,7 +134,9 @@ def test_user_quantization_flag_wins() -> None:
     assert facts["checkpoint_quantization"].value == "fp8"  # the clash stays visible
     assert "quantization" not in facts["model_config_of(args)"].value
     argv = ["--model-path", "m", "--quantization", "fp8", "--quantization=awq"]
-    assert flag_value(argv, "--quantization") == "awq" and flag_value(["x"], "--quantization") is None
+    assert (
+        flag_value(argv, "--quantization") == "awq" and flag_value(["x"], "--quantization") is None
+    )
 
 
 @pytest.mark.parametrize("content", [
@@ -139,8 +151,9 @@ def test_invalid_config_is_ignored_with_a_note(tmp_path: Path, content: str | by
 
 
 def test_huge_config_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    folder = _model_dir(tmp_path, "Kimi-K2-Thinking", {**LLAMA_CONFIG,
-                                                       "pad": "x" * (MAX_CONFIG_BYTES + 10)})
+    folder = _model_dir(
+        tmp_path, "Kimi-K2-Thinking", {**LLAMA_CONFIG, "pad": "x" * (MAX_CONFIG_BYTES + 10)}
+    )
     monkeypatch.setattr(ck, "_parse", lambda *a: pytest.fail("an oversized file was parsed"))
     info = checkpoint_info(str(folder))
     # skipped with a note; the folder name still finds the public model's table entry
@@ -156,14 +169,17 @@ def test_engine_facts_prefer_config_over_the_name_guess(kb, tmp_path: Path) -> N
     # an explicit model_arch from the request still wins for the architecture
     facts, _, arch = Engine(kb).facts_for(parsed, "h100-x8", None, "LlamaForCausalLM")
     assert arch == "LlamaForCausalLM" and facts["model_arch"].value == "LlamaForCausalLM"
-    assert facts["model_config_of(args)"].value["hf_config"]["architectures"] == ["LlamaForCausalLM"]
+    assert facts["model_config_of(args)"].value["hf_config"]["architectures"] == [
+        "LlamaForCausalLM"
+    ]
 
 
 def _mla_check(store, release: str) -> tuple[dict, str]:  # noqa: ANN001
     """A check of ``release`` whose path condition reads the MLA fact (found by what it reads)."""
     facts = checkpoint_facts(checkpoint_info("deepseek-ai/DeepSeek-V3"))
-    mla_keys = next(r.keys for r in fact_rows(checkpoint_info("deepseek-ai/DeepSeek-V3"))
-                    if r.name == "mla")
+    mla_keys = next(
+        r.keys for r in fact_rows(checkpoint_info("deepseek-ai/DeepSeek-V3")) if r.name == "mla"
+    )
     for check in store.checks(release, path="sglang/srt/server_args.py"):
         if check["kind"] != "assert":
             continue
@@ -191,8 +207,10 @@ def test_triage_reads_the_checkpoint_mla_fact(kb, store, tmp_path: Path) -> None
         inputs = [i for a in result.evaluation.atoms for i in a.inputs if i.name == key]
         assert inputs, f"the condition did not read {key}"
         assert inputs[0].source == "fact" and "config.json" in inputs[0].detail
-        seen[name] = (inputs[0].value, [a.value for a in result.evaluation.atoms
-                                        if any(i.name == key for i in a.inputs)])
+        seen[name] = (
+            inputs[0].value,
+            [a.value for a in result.evaluation.atoms if any(i.name == key for i in a.inputs)],
+        )
         mla = next(f for f in result.model_facts if f.name == "mla")
         assert mla.used and mla.source == "config.json" and mla.detail.endswith("config.json")
         assert mla.value is (name == "mla")

@@ -72,8 +72,8 @@ def test_unknown_profile_lists_valid_names() -> None:
 
 def test_profile_from_log_gpus() -> None:
     parsed = parse_log(
-        "GPU 0,1,2,3,4,5,6,7: NVIDIA RTX PRO 6000 Blackwell Server Edition\n"
-        "ValueError: x\n")
+        "GPU 0,1,2,3,4,5,6,7: NVIDIA RTX PRO 6000 Blackwell Server Edition\nValueError: x\n"
+    )
     p = profile_from_gpus(parsed.gpus)
     assert p is not None and p.sm == 120 and p.count == 8 and p.name == "rtx-pro-6000-x8"
     h = profile_from_gpus(parse_log("running on 2x H100 80GB HBM3\nValueError: x\n").gpus)
@@ -114,9 +114,12 @@ def test_model_arch_for(model: str | None, arch: str | None) -> None:
 def test_every_mapped_architecture_is_a_real_sglang_class(store: Store) -> None:
     missing = []
     for _, arch in ARCH_BY_MODEL:
-        hit = store.query("SELECT 1 FROM functions WHERE class_name = ? LIMIT 1", (arch,)) or \
-            store.query("SELECT 1 FROM chunks WHERE path LIKE 'sglang/srt/models/%' "
-                        "AND text LIKE ? LIMIT 1", (f"%class {arch}(%",))
+        hit = store.query(
+            "SELECT 1 FROM functions WHERE class_name = ? LIMIT 1", (arch,)
+        ) or store.query(
+            "SELECT 1 FROM chunks WHERE path LIKE 'sglang/srt/models/%' AND text LIKE ? LIMIT 1",
+            (f"%class {arch}(%",),
+        )
         if not hit:
             missing.append(arch)
     assert missing == []
@@ -125,11 +128,15 @@ def test_every_mapped_architecture_is_a_real_sglang_class(store: Store) -> None:
 def test_model_facts_feed_arch_conditions() -> None:
     f = fact_values(None, "KimiK25ForConditionalGeneration", model="/models/Kimi-K2.6")
     env = Env({}, facts=f)
-    cond = 'self.get_model_config().hf_config.architectures[0] in ["KimiK25ForConditionalGeneration"]'
+    cond = (
+        'self.get_model_config().hf_config.architectures[0] in ["KimiK25ForConditionalGeneration"]'
+    )
     assert evaluate(cond, env).truth is True
     assert evaluate('model_arch == "DeepseekV3ForCausalLM"', env).truth is False
-    assert evaluate("model_config_of(server_args).hf_config.architectures[0]", env).value == \
-        "KimiK25ForConditionalGeneration"
+    assert (
+        evaluate("model_config_of(server_args).hf_config.architectures[0]", env).value
+        == "KimiK25ForConditionalGeneration"
+    )
     assert "from model name /models/Kimi-K2.6" in f["model_arch"].provenance.detail
     assert "declared" in fact_values(None, "X")["model_arch"].provenance.detail
 
@@ -155,13 +162,17 @@ def test_real_0511_conditions_differ_by_hardware(store: Store) -> None:
         env = Env({}, facts={**facts_for(hw), **local})
         got[hw] = (evaluate(blackwell, env).truth, evaluate(sm100, env).truth)
     # `not is_blackwell_supported()`; `prefill == "trtllm_mha" and not is_sm100_supported()`
-    assert got == {"b200-x8": (False, False), "rtx-pro-6000-x8": (False, True),
-                   "h100-x8": (True, True)}
+    assert got == {
+        "b200-x8": (False, False),
+        "rtx-pro-6000-x8": (False, True),
+        "h100-x8": (True, True),
+    }
 
 
 def test_real_0523_platform_conditions(store: Store) -> None:
-    cond = _guard(store, "0.5.23", "handle_attention_backend_compatibility",
-                  "and not get_platform().is_sm100")
+    cond = _guard(
+        store, "0.5.23", "handle_attention_backend_compatibility", "and not get_platform().is_sm100"
+    )
     truths = {}
     for hw in ("b200-x8", "rtx-pro-6000-x8", "h100-x8"):
         env = Env({"attn_cp_size": 2}, facts={**facts_for(hw), "prefill_backend": "trtllm_mha"})
@@ -196,13 +207,15 @@ def test_probe_semantics_follow_sglang() -> None:
 
 
 def test_fact_keys_are_canonical_and_round_trip() -> None:
-    facts = fact_values(get_profile("h100-x8"), "DeepseekV3ForCausalLM",
-                        {"SGLANG_ENABLE_SPEC_V2": "true"})
+    facts = fact_values(
+        get_profile("h100-x8"), "DeepseekV3ForCausalLM", {"SGLANG_ENABLE_SPEC_V2": "true"}
+    )
     env = Env({}, facts=facts)
     # how SGLang spells the expressions whose canonical key drops or renames the args root
-    spelled = {"get_model_config().hf_config.architectures":
-               "self.get_model_config().hf_config.architectures",
-               "model_config_of(args)": "model_config_of(server_args)"}
+    spelled = {
+        "get_model_config().hf_config.architectures": "self.get_model_config().hf_config.architectures",
+        "model_config_of(args)": "model_config_of(server_args)",
+    }
     for key, val in facts.items():
         src = spelled.get(key, key)
         assert fact_key(src) == key
@@ -217,13 +230,21 @@ def test_fact_keys_are_canonical_and_round_trip() -> None:
 def test_env_facts_both_styles(store: Store) -> None:
     fields = env_fields_from_source(store.file_text("0.5.11", "sglang/srt/environ.py") or "")
     assert fields["SGLANG_USE_MODELSCOPE"].kind == "bool"
-    env = {"SGLANG_NVFP4_CKPT_FP8_NEXTN_MOE": "1", "SGLANG_TEST_RETRACT": "yes",
-           "SGLANG_PREFETCH_BLOCK_SIZE_MB": "32", "SGLANG_USE_AITER": "maybe"}
+    env = {
+        "SGLANG_NVFP4_CKPT_FP8_NEXTN_MOE": "1",
+        "SGLANG_TEST_RETRACT": "yes",
+        "SGLANG_PREFETCH_BLOCK_SIZE_MB": "32",
+        "SGLANG_USE_AITER": "maybe",
+    }
     f = fact_values(None, None, env, env_fields=fields)
     e = Env({}, facts=f)
     # a real condition of 0.5.11 that reads an `envs.X.get()` value
-    cond = _guard(store, "0.5.11", "ServerArgs._handle_model_specific_adjustments",
-                  "envs.SGLANG_NVFP4_CKPT_FP8_NEXTN_MOE.get()")
+    cond = _guard(
+        store,
+        "0.5.11",
+        "ServerArgs._handle_model_specific_adjustments",
+        "envs.SGLANG_NVFP4_CKPT_FP8_NEXTN_MOE.get()",
+    )
     assert evaluate(cond, e).truth is True
     assert evaluate("envs.SGLANG_TEST_RETRACT.get()", e).truth is True  # EnvBool: "yes"
     assert evaluate('get_bool_env_var("SGLANG_TEST_RETRACT")', e).truth is False  # only 1/true

@@ -70,7 +70,9 @@ TORCH_PROPS_MI355X = (
     "gcnArchName='gfx950:sramecc+:xnack-', total_memory=294896MB, multi_processor_count=256, "
     "uuid=58-e5, L2_cache_size=4MB)\n"
 )
-ROCM_ARCH_ONLY = "[2026-01-07 10:00:00] Detected ROCm device, gcnArchName='gfx942:sramecc+:xnack-'\n"
+ROCM_ARCH_ONLY = (
+    "[2026-01-07 10:00:00] Detected ROCm device, gcnArchName='gfx942:sramecc+:xnack-'\n"
+)
 CAPABILITY_BLACKWELL = (
     "[2026-01-07 10:00:01] torch.cuda.get_device_capability() = (12, 0)\n"
     "[2026-01-07 10:00:09 TP0] Load weight begin. avail mem=93.12 GB\n"
@@ -98,8 +100,9 @@ SGLANG_GPU_LINE = (
 
 def _hw(text: str, **kw: object):  # noqa: ANN202
     parsed = parse_log(text + "ValueError: boom\n")
-    return hardware_from_log(parsed.gpus, env=parsed.env, server_args=parsed.server_args,
-                             command=parsed.command, **kw)  # type: ignore[arg-type]
+    return hardware_from_log(
+        parsed.gpus, env=parsed.env, server_args=parsed.server_args, command=parsed.command, **kw
+    )  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -120,12 +123,24 @@ def _hw(text: str, **kw: object):  # noqa: ANN202
         (TORCH_FOUND_GB10, "dgx-spark-x1", 121, 128),
         (CAPABILITY_SPARK, "dgx-spark-x1", 121, 128),
     ],
-    ids=["nvidia-smi", "nvidia-smi-one-line", "nvidia-smi-truncated", "check_env", "check_env-rocm",
-         "torch-props", "torch-props-rocm", "gcn-arch", "capability-tuple", "capability-b200",
-         "torch-warning", "sglang-gpu-line", "torch-found-gpu", "capability-12-1"],
+    ids=[
+        "nvidia-smi",
+        "nvidia-smi-one-line",
+        "nvidia-smi-truncated",
+        "check_env",
+        "check_env-rocm",
+        "torch-props",
+        "torch-props-rocm",
+        "gcn-arch",
+        "capability-tuple",
+        "capability-b200",
+        "torch-warning",
+        "sglang-gpu-line",
+        "torch-found-gpu",
+        "capability-12-1",
+    ],
 )
-def test_profile_from_each_log_form(text: str, name: str, sm: int | None,
-                                    memory_gb: int) -> None:
+def test_profile_from_each_log_form(text: str, name: str, sm: int | None, memory_gb: int) -> None:
     found = _hw(text)
     assert found is not None
     assert (found.profile.name, found.profile.sm, found.profile.memory_gb) == (name, sm, memory_gb)
@@ -145,11 +160,13 @@ def test_capability_without_name_fits_memory() -> None:
 
 
 def test_requirements_and_capability_lists_are_not_the_device() -> None:
-    for text in ("ValueError: FlashMLA requires compute capability >= (9, 0)\n",
-                 "RuntimeError: minimum compute capability (8, 0) needed\n",
-                 "kernel supports capability (9, 0) and capability (10, 0) only\n",
-                 "ValueError: --enable-deepseek-v4-fp4-indexer requires SM100, SM120, or gfx95 "
-                 "GPUs with FP4 indexer support.\n"):
+    for text in (
+        "ValueError: FlashMLA requires compute capability >= (9, 0)\n",
+        "RuntimeError: minimum compute capability (8, 0) needed\n",
+        "kernel supports capability (9, 0) and capability (10, 0) only\n",
+        "ValueError: --enable-deepseek-v4-fp4-indexer requires SM100, SM120, or gfx95 "
+        "GPUs with FP4 indexer support.\n",
+    ):
         assert find_gpus(clean_log(text)) == [], text
 
 
@@ -160,8 +177,10 @@ def test_count_from_visible_devices_listing_and_parallel_sizes() -> None:
     # the command's parallel sizes when the log lists no GPUs: tp 4 x pp 2
     found = _hw(cmd + "device capability: (9, 0)\n")
     assert found is not None and found.profile.name == "h100-x8" and "tp_size=4" in found.detail
-    found = _hw("$ python3 -m sglang.launch_server --model-path m --tp 2\n"
-                "GPU: NVIDIA RTX PRO 6000 Blackwell Server Edition\n")
+    found = _hw(
+        "$ python3 -m sglang.launch_server --model-path m --tp 2\n"
+        "GPU: NVIDIA RTX PRO 6000 Blackwell Server Edition\n"
+    )
     assert found is not None and found.profile.name == "rtx-pro-6000-x2"
     # CUDA_VISIBLE_DEVICES beats the listing (nvidia-smi shows every GPU of the host)
     found = _hw("export CUDA_VISIBLE_DEVICES=0,1\n" + NVIDIA_SMI_ONE_LINE)
@@ -180,8 +199,11 @@ def test_log_hardware_keeps_what_the_log_printed() -> None:
     # an H100 NVL (94 GB) maps to the h100 profile with its own memory and name
     found = _hw("GPU 0,1: NVIDIA H100 NVL\n|   0  NVIDIA H100 NVL   On  | 0:1 Off | 95830MiB |\n")
     assert found is not None
-    assert (found.profile.name, found.profile.gpu, found.profile.memory_gb) == \
-        ("h100-x2", "NVIDIA H100 NVL", 94)
+    assert (found.profile.name, found.profile.gpu, found.profile.memory_gb) == (
+        "h100-x2",
+        "NVIDIA H100 NVL",
+        94,
+    )
 
 
 # ------------------------------------------------------------------- engine (ingested KB)
@@ -193,21 +215,27 @@ ARGV = ["--model-path", "deepseek-ai/DeepSeek-V3", "--tp", "8", "--attention-bac
 def trtllm_mla_log(kb):  # noqa: ANN001, ANN201
     """A log of 0.5.11's "TRTLLM MLA backend is only supported on Blackwell" check: it
     fires unless ``is_blackwell_supported()``; ``preamble`` lines are the GPU prints."""
-    check = next(c for c in kb.store.checks(
-        "0.5.11", function="ServerArgs._handle_attention_backend_compatibility")
-        if "TRTLLM MLA backend is only supported on Blackwell" in (c["message"] or ""))
+    check = next(
+        c
+        for c in kb.store.checks(
+            "0.5.11", function="ServerArgs._handle_attention_backend_compatibility"
+        )
+        if "TRTLLM MLA backend is only supported on Blackwell" in (c["message"] or "")
+    )
     return lambda preamble: render_log(kb.store, "0.5.11", check, argv=ARGV, preamble=preamble)
 
 
 def _blackwell_input(result):  # noqa: ANN001, ANN202
-    return next(i for a in result.evaluation.atoms for i in a.inputs
-                if i.name == "is_blackwell_supported()")
+    return next(
+        i for a in result.evaluation.atoms for i in a.inputs if i.name == "is_blackwell_supported()"
+    )
 
 
 def test_engine_uses_the_gpu_the_log_prints(kb, trtllm_mla_log) -> None:  # noqa: ANN001
     engine = Engine(kb)
-    hopper = engine.triage(trtllm_mla_log(["GPU 0,1,2,3,4,5,6,7: NVIDIA H100 80GB HBM3"]),
-                           release="0.5.11")
+    hopper = engine.triage(
+        trtllm_mla_log(["GPU 0,1,2,3,4,5,6,7: NVIDIA H100 80GB HBM3"]), release="0.5.11"
+    )
     assert hopper.parsed.hardware == "h100-x8"  # what replay runs on
     assert hopper.hardware is not None and hopper.hardware.source == "log"
     assert hopper.hardware.evidence == "GPU 0,1,2,3,4,5,6,7: NVIDIA H100 80GB HBM3"
@@ -215,9 +243,15 @@ def test_engine_uses_the_gpu_the_log_prints(kb, trtllm_mla_log) -> None:  # noqa
     fact = _blackwell_input(hopper)
     assert fact.value is False and "h100-x8" in fact.detail and "printed in the log" in fact.detail
 
-    blackwell = engine.triage(trtllm_mla_log(["torch.cuda.get_device_capability() = (12, 0)",
-                                              "Load weight begin. avail mem=93.12 GB"]),
-                              release="0.5.11")
+    blackwell = engine.triage(
+        trtllm_mla_log(
+            [
+                "torch.cuda.get_device_capability() = (12, 0)",
+                "Load weight begin. avail mem=93.12 GB",
+            ]
+        ),
+        release="0.5.11",
+    )
     assert blackwell.parsed.hardware == "rtx-pro-6000-x8"
     assert blackwell.hardware is not None and blackwell.hardware.source == "log"
     assert "(12, 0)" in blackwell.hardware.evidence
@@ -226,11 +260,19 @@ def test_engine_uses_the_gpu_the_log_prints(kb, trtllm_mla_log) -> None:  # noqa
 
 
 def test_declared_hardware_beats_the_log(kb, trtllm_mla_log) -> None:  # noqa: ANN001
-    result = Engine(kb).triage(trtllm_mla_log(["GPU 0,1,2,3,4,5,6,7: NVIDIA H100 80GB HBM3"]),
-                               release="0.5.11", hardware="b200-x8")
+    result = Engine(kb).triage(
+        trtllm_mla_log(["GPU 0,1,2,3,4,5,6,7: NVIDIA H100 80GB HBM3"]),
+        release="0.5.11",
+        hardware="b200-x8",
+    )
     assert result.parsed.hardware == "b200-x8"
     assert result.hardware is not None
-    assert (result.hardware.name, result.hardware.source, result.hardware.evidence) == \
-        ("b200-x8", "request", "")
+    assert (result.hardware.name, result.hardware.source, result.hardware.evidence) == (
+        "b200-x8",
+        "request",
+        "",
+    )
     fact = _blackwell_input(result)
-    assert fact.value is True and "b200-x8" in fact.detail and "printed in the log" not in fact.detail
+    assert (
+        fact.value is True and "b200-x8" in fact.detail and "printed in the log" not in fact.detail
+    )

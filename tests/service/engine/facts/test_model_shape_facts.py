@@ -27,6 +27,7 @@ TPS = (2, 4, 8, 16, 32, 64)
 @pytest.fixture(autouse=True)
 def no_network(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Any socket connection fails the test; the HF cache is an empty temp folder."""
+
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("network used")
 
@@ -42,8 +43,10 @@ def _block_models() -> list:
 
 # ---------------------------------------------------------------------- the known-model table
 
-@pytest.mark.parametrize("entry", [m for m in known_models() if m.ids and m.shape()],
-                         ids=lambda m: m.label())
+
+@pytest.mark.parametrize(
+    "entry", [m for m in known_models() if m.ids and m.shape()], ids=lambda m: m.label()
+)
 def test_table_shapes_become_cited_facts(entry) -> None:
     info = checkpoint_info(entry.ids[0])
     assert info is not None and info.source == "known_model"
@@ -70,8 +73,12 @@ def test_block_shape_names_sglang_reads(entry) -> None:
     assert facts["weight_block_size_n"].value == n
     read = "getattr(model_config.hf_text_config, 'moe_intermediate_size', None) // 2"
     assert evaluate(read, Env({}, facts)).value == size // 2
-    assert facts["model_config_of(args)"].value["hf_config"]["quantization_config"][
-        "weight_block_size"] == entry.weight_block_size
+    assert (
+        facts["model_config_of(args)"].value["hf_config"]["quantization_config"][
+            "weight_block_size"
+        ]
+        == entry.weight_block_size
+    )
 
 
 def test_a_user_quantization_keeps_the_block_off_the_method_key() -> None:
@@ -108,8 +115,14 @@ def test_local_config_json_gives_the_shape(tmp_path: Path) -> None:
     assert info is not None and info.source == "config.json"
     rows = {r.name: r for r in fact_rows(info)}
     text = VL_CONFIG["text_config"]
-    for name in ("hidden_size", "moe_intermediate_size", "num_key_value_heads", "head_dim",
-                 "num_experts_per_tok", "full_attention_interval"):
+    for name in (
+        "hidden_size",
+        "moe_intermediate_size",
+        "num_key_value_heads",
+        "head_dim",
+        "num_experts_per_tok",
+        "full_attention_interval",
+    ):
         assert rows[name].value == text[name]
         assert rows[name].detail == str(folder / "config.json")
         # nested: the text config's chains, never the top-level hf_config's
@@ -142,8 +155,11 @@ available_gpu_mem=4.10 GB
 def test_model_fields_printed_in_the_log() -> None:
     fields = {f.name: f for f in model_fields_from_log(LOG.splitlines())}
     assert {n: f.value for n, f in fields.items()} == {
-        "loaded_model_class": "DeepseekV3ForCausalLM", "quantization": "fp8",
-        "max_total_num_tokens": 455321, "context_len": 163840}
+        "loaded_model_class": "DeepseekV3ForCausalLM",
+        "quantization": "fp8",
+        "max_total_num_tokens": 455321,
+        "context_len": 163840,
+    }
     assert "Load weight end." in fields["quantization"].evidence
     facts = log_model_facts(list(fields.values()))
     ctx = facts[fact_key("self.model_config.context_len")]
@@ -152,8 +168,9 @@ def test_model_fields_printed_in_the_log() -> None:
 
 
 def test_the_last_start_up_wins_and_garbage_is_ignored() -> None:
-    again = LOG.replace("context_len=163840", "context_len=32768").replace("type=Deepseek",
-                                                                           "type=x;rm Deepseek")
+    again = LOG.replace("context_len=163840", "context_len=32768").replace(
+        "type=Deepseek", "type=x;rm Deepseek"
+    )
     fields = {f.name: f.value for f in model_fields_from_log((LOG + again).splitlines())}
     assert fields["context_len"] == 32768
     assert fields["loaded_model_class"] == "DeepseekV3ForCausalLM"  # "x;rm ..." is no class name
@@ -168,8 +185,11 @@ def test_the_last_start_up_wins_and_garbage_is_ignored() -> None:
 
 # ------------------------------------------------- a block-shape crash that printed no numbers
 
+
 def _check(store, release: str) -> dict:
-    rows = [c for c in store.checks(release) if (c["message"] or "").startswith(f'f"{MESSAGE_START}')]
+    rows = [
+        c for c in store.checks(release) if (c["message"] or "").startswith(f'f"{MESSAGE_START}')
+    ]
     assert len(rows) == 1, (release, len(rows))
     return rows[0]
 
@@ -182,8 +202,15 @@ def _failing_tp(size: int, block: int) -> int:
 
 def _layout(argv: list[str]) -> tuple[int, int, int]:
     values = {"tp": 1, "ep": 1, "dp": 1}
-    names = {"--tp": "tp", "--tp-size": "tp", "--tensor-parallel-size": "tp", "--ep": "ep",
-             "--ep-size": "ep", "--expert-parallel-size": "ep", "--moe-dp-size": "dp"}
+    names = {
+        "--tp": "tp",
+        "--tp-size": "tp",
+        "--tensor-parallel-size": "tp",
+        "--ep": "ep",
+        "--ep-size": "ep",
+        "--expert-parallel-size": "ep",
+        "--moe-dp-size": "dp",
+    }
     for i, arg in enumerate(argv[:-1]):
         if arg in names:
             values[names[arg]] = int(argv[i + 1])
@@ -211,13 +238,19 @@ def test_block_shape_decided_from_model_facts(engine, kb, release, entry) -> Non
     model = entry.ids[0]
     fn = check["function"].rpartition(".")[2]
     # the traceback ends at the raise; the message itself was cut off (no numbers printed)
-    log = (f"$ python -m sglang.launch_server --model-path {model} --tp {tp}\n" + LOG
-           + "Traceback (most recent call last):\n"
-           f'  File "/usr/local/lib/python3.12/dist-packages/{check["path"]}", '
-           f"line {check['start_line']}, in {fn}\n    raise ValueError(\nValueError\n")
+    log = (
+        f"$ python -m sglang.launch_server --model-path {model} --tp {tp}\n"
+        + LOG
+        + "Traceback (most recent call last):\n"
+        f'  File "/usr/local/lib/python3.12/dist-packages/{check["path"]}", '
+        f"line {check['start_line']}, in {fn}\n    raise ValueError(\nValueError\n"
+    )
     result = engine.triage(log, release=release)
     assert result.status == "located"
-    assert (result.location.path, result.location.start_line) == (check["path"], check["start_line"])
+    assert (result.location.path, result.location.start_line) == (
+        check["path"],
+        check["start_line"],
+    )
     assert result.printed == []  # nothing came from the message
     facts = {f.name: f for f in result.model_facts}
     assert facts["moe_intermediate_size"].value == size and facts["moe_intermediate_size"].used
@@ -225,9 +258,13 @@ def test_block_shape_decided_from_model_facts(engine, kb, release, entry) -> Non
     assert facts["weight_block_size_n"].used
     assert facts["context_len"].source == "log" and facts["context_len"].value == 163840
     # the check's own arithmetic is decided from the model: it holds with the user's flags
-    assert result.arithmetic and f"moe_intermediate_size {size} // {tp} = {size // tp}" in \
+    assert (
         result.arithmetic
-    assert not any(u.what.startswith("getattr(model_config.hf_text_config") for u in result.unknowns)
+        and f"moe_intermediate_size {size} // {tp} = {size // tp}" in result.arithmetic
+    )
+    assert not any(
+        u.what.startswith("getattr(model_config.hf_text_config") for u in result.unknowns
+    )
     best = next(f for f in result.fixes if f.recommended)
     assert best.fixes_check == "true"
     assert _holds(size, block, *_layout(best.argv)), best.command

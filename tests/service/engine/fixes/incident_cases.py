@@ -17,12 +17,14 @@ def evaluated(engine: Engine, release: str, catalog: Catalog, inc: Any) -> tuple
     ``release``, or None when the release has no check at that line."""
     store = engine.store
     loc = inc.expected.location
-    check = next((c for c in store.checks(release, path=loc.path)
-                  if c["start_line"] == loc.start_line), None)
+    check = next(
+        (c for c in store.checks(release, path=loc.path) if c["start_line"] == loc.start_line), None
+    )
     if check is None:
         return None
     parsed = parse_argv(inc.command_argv(), catalog)
     attrs = base_attrs(catalog, parsed)
-    facts, _, _ = engine.facts_for(parse_log(inc.crash_log), inc.hardware, inc.model,
-                                   inc.model_arch)
+    facts, _, _ = engine.facts_for(
+        parse_log(inc.crash_log), inc.hardware, inc.model, inc.model_arch
+    )
     return check, parsed, attrs, facts, evaluate_path(store, release, check, attrs, facts)

@@ -30,8 +30,13 @@ def cases(kb):  # noqa: ANN001, ANN201
     out = []
     for inc in load_incidents():
         loc = inc.expected.location
-        if inc.release != RELEASE or not inc.id.startswith("gen-") or not inc.command \
-                or loc is None or loc.start_line is None:
+        if (
+            inc.release != RELEASE
+            or not inc.id.startswith("gen-")
+            or not inc.command
+            or loc is None
+            or loc.start_line is None
+        ):
             continue
         found = evaluated(engine, RELEASE, catalog, inc)
         if found is None:
@@ -40,8 +45,15 @@ def cases(kb):  # noqa: ANN001, ANN201
         raw = candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, facts)
         if not any(a.endswith("_backend") for e in raw for a in e.set):
             continue
-        refusals = backend_refusals(store, RELEASE, raw, attrs, facts, parsed,
-                                    lambda e, a=attrs: edited_attrs(a, e, catalog))
+        refusals = backend_refusals(
+            store,
+            RELEASE,
+            raw,
+            attrs,
+            facts,
+            parsed,
+            lambda e, a=attrs: edited_attrs(a, e, catalog),
+        )
         out.append((inc, check, ev, parsed, attrs, facts, raw, refusals))
     return out
 
@@ -58,15 +70,31 @@ def test_refused_backends_are_dropped_citing_a_card_that_reads_the_machine(kb, c
             assert card.severity == "error" and why.attr in card.reads, (inc.id, why)
             assert why.citation in card.citations
             edit = next(e for e in raw if e.key() == key)
-            after = evaluate_cards(store, RELEASE, edited_attrs(attrs, edit, catalog), facts,
-                                   parsed, cards=[card])[0]
+            after = evaluate_cards(
+                store, RELEASE, edited_attrs(attrs, edit, catalog), facts, parsed, cards=[card]
+            )[0]
             before = evaluate_cards(store, RELEASE, attrs, facts, parsed, cards=[card])[0]
             assert after.verdict == "violated" and before.verdict != "violated", (inc.id, why)
             # without the machine and model, the card cannot say: nothing is dropped
-            assert key not in backend_refusals(store, RELEASE, [edit], attrs, {}, parsed,
-                                               lambda e, a=attrs: edited_attrs(a, e, catalog))
-        kept = screened(store, RELEASE, ev, raw, parsed, attrs, facts,
-                        lambda e, a=attrs: edited_attrs(a, e, catalog))
+            assert key not in backend_refusals(
+                store,
+                RELEASE,
+                [edit],
+                attrs,
+                {},
+                parsed,
+                lambda e, a=attrs: edited_attrs(a, e, catalog),
+            )
+        kept = screened(
+            store,
+            RELEASE,
+            ev,
+            raw,
+            parsed,
+            attrs,
+            facts,
+            lambda e, a=attrs: edited_attrs(a, e, catalog),
+        )
         assert not any(e.key() in refusals for e in kept), inc.id
         for e in kept:
             refused_attrs = {why.attr for why in refusals.values()}

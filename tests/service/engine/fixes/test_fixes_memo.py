@@ -14,16 +14,31 @@ from service.engine.flags.parse import parse_argv
 from service.engine.rules.checker import facts_for
 
 RELEASE = "0.5.11"
-ARGV = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--trust-remote-code",
-        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/d",
-        "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"]
+ARGV = [
+    "--model-path",
+    "/models/Kimi-K2.6",
+    "--tp",
+    "8",
+    "--trust-remote-code",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "/d",
+    "--speculative-eagle-topk",
+    "4",
+    "--speculative-num-draft-tokens",
+    "8",
+]
 
 
 @pytest.fixture(scope="module")
 def seed(kb):  # noqa: ANN001, ANN201 - the session KnowledgeBase fixture
     store = kb.store
-    check = next(c for c in store.checks(RELEASE, function="ServerArgs._handle_speculative_decoding")
-                 if c["bare"] and "speculative_eagle_topk is None" in c["condition"])
+    check = next(
+        c
+        for c in store.checks(RELEASE, function="ServerArgs._handle_speculative_decoding")
+        if c["bare"] and "speculative_eagle_topk is None" in c["condition"]
+    )
     catalog = load_catalog(store, RELEASE)
     parsed = parse_argv(ARGV, catalog)
     attrs = base_attrs(catalog, parsed)
@@ -35,23 +50,33 @@ def _old_neighbours(store, check, attrs) -> list[str]:  # noqa: ANN001
     """The original query: one SQL LIKE scan per call."""
     likes = " OR ".join(["condition LIKE ?"] * len(attrs) + ["guards LIKE ?"] * len(attrs))
     params = [f"%{a}%" for a in attrs] * 2
-    rows = store.checks(RELEASE, where=f"(path = ? OR path LIKE ?) AND ({likes})",
-                        params=[check["path"], "sglang/srt/arg_groups/%", *params])
+    rows = store.checks(
+        RELEASE,
+        where=f"(path = ? OR path LIKE ?) AND ({likes})",
+        params=[check["path"], "sglang/srt/arg_groups/%", *params],
+    )
     return [r["id"] for r in rows if r["id"] != check["id"]][: fixes.MAX_NEIGHBOURS]
 
 
-@pytest.mark.parametrize("attrs", [
-    {"speculative_eagle_topk"}, {"page_size", "tp_size"},
-    {"speculative_num_draft_tokens", "speculative_algorithm"}, {"ATTENTION_backend"},
-])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"speculative_eagle_topk"},
+        {"page_size", "tp_size"},
+        {"speculative_num_draft_tokens", "speculative_algorithm"},
+        {"ATTENTION_backend"},
+    ],
+)
 def test_neighbours_match_the_sql_like_query(seed, attrs: set[str]) -> None:  # noqa: ANN001
     store, check = seed[0], seed[1]
     clear_all()
-    assert [r["id"] for r in fixes.neighbours(store, RELEASE, check, attrs)] == \
-        _old_neighbours(store, check, attrs)
+    assert [r["id"] for r in fixes.neighbours(store, RELEASE, check, attrs)] == _old_neighbours(
+        store, check, attrs
+    )
     # and again from the cache
-    assert [r["id"] for r in fixes.neighbours(store, RELEASE, check, attrs)] == \
-        _old_neighbours(store, check, attrs)
+    assert [r["id"] for r in fixes.neighbours(store, RELEASE, check, attrs)] == _old_neighbours(
+        store, check, attrs
+    )
 
 
 def test_like_pattern_follows_sqlite() -> None:
@@ -64,7 +89,9 @@ def _uncached(store, check, attrs, facts):  # noqa: ANN001, ANN202
     """evaluate_path without any memo: the fold and every piece evaluated afresh."""
     texts, names = prepared_pieces(store, RELEASE, check, frozenset(facts))
     attrs = dict(attrs)
-    _, caveats, notes = evaluation._fold(store, RELEASE, check, attrs, facts, frozenset(names), None)
+    _, caveats, notes = evaluation._fold(
+        store, RELEASE, check, attrs, facts, frozenset(names), None
+    )
     env = Env(attrs, facts)
     return [evaluate(cond, env) for _, cond, _, _ in texts], caveats, notes
 
@@ -96,18 +123,28 @@ def test_fold_replay_leaves_the_same_environment(seed) -> None:  # noqa: ANN001
 
 
 def _answer(verdicts) -> list[tuple]:  # noqa: ANN001
-    return [(v.edit.key(), v.edit.origin, v.fixes_check, v.trips, v.unknown_neighbours)
-            for v in verdicts]
+    return [
+        (v.edit.key(), v.edit.origin, v.fixes_check, v.trips, v.unknown_neighbours)
+        for v in verdicts
+    ]
 
 
 def test_propose_with_warm_caches_equals_propose_without(seed, monkeypatch) -> None:  # noqa: ANN001
     store, check, catalog, parsed, attrs, facts = seed
     clear_all()
     ev = evaluate_path(store, RELEASE, check, attrs, facts)
-    warm = [fixes.propose(store, RELEASE, check, ev, parsed, catalog, attrs, facts) for _ in range(2)]
+    warm = [
+        fixes.propose(store, RELEASE, check, ev, parsed, catalog, attrs, facts) for _ in range(2)
+    ]
     # caches of one entry: nothing is reused between calls
-    for module, name in [(fixes, "_FIRED"), (fixes, "_ATTR_ROWS"), (fixes, "_RECHECKS"),
-                         (fixes, "_PLANS"), (evaluation, "_FOLDS"), (evaluation, "_PIECES")]:
+    for module, name in [
+        (fixes, "_FIRED"),
+        (fixes, "_ATTR_ROWS"),
+        (fixes, "_RECHECKS"),
+        (fixes, "_PLANS"),
+        (evaluation, "_FOLDS"),
+        (evaluation, "_PIECES"),
+    ]:
         monkeypatch.setattr(module, name, LRUCache(f"test.{name}", 1))
     cold = fixes.propose(store, RELEASE, check, ev, parsed, catalog, attrs, facts)
     assert _answer(warm[0]) == _answer(warm[1]) == _answer(cold)
@@ -119,12 +156,16 @@ def _base_attrs_reference(catalog, parsed, log=None) -> dict:  # noqa: ANN001
     attrs: dict = {}
     for spec in catalog.flags:
         if spec.default_known and spec.attr not in attrs:
-            attrs[spec.attr] = Value(spec.default, Provenance(
-                "default", f"default {spec.default!r} ({spec.path}:{spec.line})"))
+            attrs[spec.attr] = Value(
+                spec.default,
+                Provenance("default", f"default {spec.default!r} ({spec.path}:{spec.line})"),
+            )
     for decl in catalog.declarations:
         if decl.default_known:
-            attrs[decl.attr] = Value(decl.default, Provenance(
-                "default", f"default {decl.default!r} ({decl.path}:{decl.line})"))
+            attrs[decl.attr] = Value(
+                decl.default,
+                Provenance("default", f"default {decl.default!r} ({decl.path}:{decl.line})"),
+            )
     for key, value in (log or {}).items():
         attrs[key] = Value(value, Provenance("derived", "value in the logged server_args line"))
     for attr, pf in parsed.values.items():

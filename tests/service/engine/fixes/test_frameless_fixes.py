@@ -33,8 +33,7 @@ def _named_and_set(inc: Incident, store: Any) -> bool:  # noqa: ANN401
     if inc.expected.no_flag_fix or not inc.expected.acceptable_fixes or not inc.expected.release:
         return False
     by_flag = load_catalog(store, inc.expected.release).by_flag()
-    named = {by_flag[f].attr for f in _FLAG.findall(inc.crash_log.splitlines()[-1])
-             if f in by_flag}
+    named = {by_flag[f].attr for f in _FLAG.findall(inc.crash_log.splitlines()[-1]) if f in by_flag}
     return bool(named & {by_flag[a].attr for a in inc.command_argv() if a in by_flag})
 
 
@@ -54,8 +53,13 @@ def answered(kb) -> list[tuple[Incident, Incident, Any]]:  # noqa: ANN001
     for inc in (i for group in picked.values() for i in group):
         v = frameless(inc)
         assert v is not None and v.command is None and 'File "' not in v.crash_log
-        result = engine.triage({"log": v.crash_log}, release=inc.expected.release,
-                               hardware=inc.hardware, model=inc.model, model_arch=inc.model_arch)
+        result = engine.triage(
+            {"log": v.crash_log},
+            release=inc.expected.release,
+            hardware=inc.hardware,
+            model=inc.model,
+            model_arch=inc.model_arch,
+        )
         out.append((inc, v, result))
     return out
 
@@ -66,8 +70,10 @@ def test_the_recommended_fix_is_an_acceptable_edit_of_the_named_flags(answered, 
     for inc, _, result in answered:
         top = next((f for f in result.fixes if f.recommended), None)
         catalog = load_catalog(kb.store, inc.expected.release)
-        if top is None or not any(fix_matches(top.model_dump(mode="json"), a, [], catalog)
-                                  for a in inc.expected.acceptable_fixes):
+        if top is None or not any(
+            fix_matches(top.model_dump(mode="json"), a, [], catalog)
+            for a in inc.expected.acceptable_fixes
+        ):
             misses.append((inc.id, top and (top.set, top.remove)))
             continue
         # it edits a flag of the check, not one whose change merely skips it
@@ -87,16 +93,26 @@ def test_a_fix_resting_on_implied_flags_says_so_and_does_not_restate_them(answer
             said += 1
             had = fix.verdict.split("assumes the launch had ", 1)[1].split(":", 1)[0]
             for flag, value in fix.set.items():  # never "set what crashed"
-                assert f"{flag} {value}" not in had and not (value is True and
-                                                             re.search(rf"{flag}(,|$)", had)), \
-                    (fix.set, had)
+                assert f"{flag} {value}" not in had and not (
+                    value is True and re.search(rf"{flag}(,|$)", had)
+                ), (fix.set, had)
     assert said >= len(answered) // 2
 
 
-def _part(cond: str, polarity: bool, atoms: list[tuple[str, object, str]], kind: str = "if",
-          holds: object = False) -> PiecePart:
-    res = Result(UNKNOWN, UNKNOWN, tuple(Atom(t, v, ((n, v, Provenance("default")),))
-                                         for t, v, n in atoms), frozenset(), ())
+def _part(
+    cond: str,
+    polarity: bool,
+    atoms: list[tuple[str, object, str]],
+    kind: str = "if",
+    holds: object = False,
+) -> PiecePart:
+    res = Result(
+        UNKNOWN,
+        UNKNOWN,
+        tuple(Atom(t, v, ((n, v, Provenance("default")),)) for t, v, n in atoms),
+        frozenset(),
+        (),
+    )
     return PiecePart("guard", cond, polarity, 1, res, holds, kind)
 
 
@@ -106,18 +122,28 @@ def test_implied_flags_from_the_path_structure(kb) -> None:  # noqa: ANN001
     release = "0.5.9"
     catalog = load_catalog(kb.store, release)
     parsed = parse_argv([], catalog)
-    attrs = {s.attr: Value(s.default, Provenance("default")) for s in catalog.flags
-             if s.default_known}
+    attrs = {
+        s.attr: Value(s.default, Provenance("default")) for s in catalog.flags if s.default_known
+    }
     assert command_unknown(parsed, attrs, catalog)
     assert not command_unknown(parse_argv(["--model-path", "m"], catalog), attrs, catalog)
-    guard = _part("self.enable_dp_lm_head and self.disaggregation_mode == 'decode'", True,
-                  [("self.enable_dp_lm_head", False, "enable_dp_lm_head"),
-                   ("self.disaggregation_mode == 'decode'", False, "disaggregation_mode")])
-    test = _part("self.disaggregation_decode_tp is None", False,
-                 [("self.disaggregation_decode_tp is None", True, "disaggregation_decode_tp")],
-                 kind="test")
-    passed = _part("self.tp_size >= 1", True, [("self.tp_size >= 1", True, "tp_size")],
-                   kind="if", holds=True)
+    guard = _part(
+        "self.enable_dp_lm_head and self.disaggregation_mode == 'decode'",
+        True,
+        [
+            ("self.enable_dp_lm_head", False, "enable_dp_lm_head"),
+            ("self.disaggregation_mode == 'decode'", False, "disaggregation_mode"),
+        ],
+    )
+    test = _part(
+        "self.disaggregation_decode_tp is None",
+        False,
+        [("self.disaggregation_decode_tp is None", True, "disaggregation_decode_tp")],
+        kind="test",
+    )
+    passed = _part(
+        "self.tp_size >= 1", True, [("self.tp_size >= 1", True, "tp_size")], kind="if", holds=True
+    )
     ev = PathEvaluation(fired=False, parts=[guard, passed, test], attrs=set())
     launch = implied_launch(ev, attrs, parsed, catalog)
     assert launch is not None
@@ -126,8 +152,13 @@ def test_implied_flags_from_the_path_structure(kb) -> None:  # noqa: ANN001
     assert launch.implied["disaggregation_decode_tp"] is UNKNOWN
     assert set(launch.parsed.values) == set(launch.implied)  # tp_size: the default held
     assert "--enable-dp-lm-head" in launch.note(catalog)
-    either = _part("self.enable_dp_attention or self.enable_dp_lm_head", True,
-                   [("self.enable_dp_attention", False, "enable_dp_attention"),
-                    ("self.enable_dp_lm_head", False, "enable_dp_lm_head")])
+    either = _part(
+        "self.enable_dp_attention or self.enable_dp_lm_head",
+        True,
+        [
+            ("self.enable_dp_attention", False, "enable_dp_attention"),
+            ("self.enable_dp_lm_head", False, "enable_dp_lm_head"),
+        ],
+    )
     alone = PathEvaluation(fired=False, parts=[either], attrs=set())
     assert implied_launch(alone, attrs, parsed, catalog) is None

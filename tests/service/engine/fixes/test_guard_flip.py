@@ -24,15 +24,28 @@ def _part(condition: str, kind: str, polarity: bool, own: bool = False) -> Piece
     env = Env({k: Value(v, Provenance("flag", k)) for k, v in ATTRS.items()}, {})
     res = evaluate(condition, env)
     holds = res.truth if polarity else (not res.truth if res.truth is not UNKNOWN else UNKNOWN)
-    return PiecePart(role="test" if own else "guard", condition=condition, polarity=polarity,
-                     line=1, result=res, holds=holds, kind=kind, own_test=own)
+    return PiecePart(
+        role="test" if own else "guard",
+        condition=condition,
+        polarity=polarity,
+        line=1,
+        result=res,
+        holds=holds,
+        kind=kind,
+        own_test=own,
+    )
 
 
 def _ev() -> PathEvaluation:
     """``if not self.enable_dp_attention: return`` then ``assert tp % dp == 0``."""
-    return PathEvaluation(fired=True, attrs=set(ATTRS), parts=[
-        _part("not self.enable_dp_attention", "exit_return", polarity=False),
-        _part("self.tp_size % self.dp_size == 0", "test", polarity=False, own=True)])
+    return PathEvaluation(
+        fired=True,
+        attrs=set(ATTRS),
+        parts=[
+            _part("not self.enable_dp_attention", "exit_return", polarity=False),
+            _part("self.tp_size % self.dp_size == 0", "test", polarity=False, own=True),
+        ],
+    )
 
 
 def test_flipping_only_the_early_exit_is_a_guard_flip() -> None:
@@ -61,8 +74,9 @@ def test_a_guard_flip_says_what_it_turns_off_and_ranks_after_a_fix(kb) -> None: 
     assert "`not self.enable_dp_attention`" in edit.skips
     out = fix_out(1, Verdict(edit, True), argv, catalog, parsed, RELEASE, prefix="")
     assert out.origin.endswith("(skips the check)") and out.fixes_check == "true"
-    assert out.verdict.startswith("skips the check rather than fixing it (turns off "
-                                  "--enable-dp-attention: an early exit")
+    assert out.verdict.startswith(
+        "skips the check rather than fixing it (turns off --enable-dp-attention: an early exit"
+    )
     assert "replay accepts it" in out.verdict
     assert out.gives_up == "gives up --enable-dp-attention" and not out.keeps_features
     assert "--enable-dp-attention" not in out.argv

@@ -30,13 +30,25 @@ RELEASES = ("0.5.9", "0.5.11")
 
 def _incidents(kb) -> list[Incident]:  # noqa: ANN001
     rels = {r["version"] for r in kb.store.releases()}
-    return [i for i in load_incidents() if i.release in RELEASES and i.release in rels
-            and i.release in TEST_RELEASES and i.command and i.id.startswith(("gen-", "seed-"))]
+    return [
+        i
+        for i in load_incidents()
+        if i.release in RELEASES
+        and i.release in rels
+        and i.release in TEST_RELEASES
+        and i.command
+        and i.id.startswith(("gen-", "seed-"))
+    ]
 
 
 def _triage(engine: Engine, inc: Incident, log: str | None = None):  # noqa: ANN202
-    return engine.triage(log or inc.crash_log, release=inc.release, hardware=inc.hardware,
-                         model=inc.model, model_arch=inc.model_arch)
+    return engine.triage(
+        log or inc.crash_log,
+        release=inc.release,
+        hardware=inc.hardware,
+        model=inc.model,
+        model_arch=inc.model_arch,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +62,14 @@ def _check_of(store, inc: Incident, release: str | None = None) -> dict[str, Any
     loc = inc.expected.location
     if loc is None or loc.start_line is None:
         return None
-    return next((c for c in store.checks(release or inc.release, path=loc.path)
-                 if c["start_line"] == loc.start_line), None)
+    return next(
+        (
+            c
+            for c in store.checks(release or inc.release, path=loc.path)
+            if c["start_line"] == loc.start_line
+        ),
+        None,
+    )
 
 
 def test_answers_were_built(answers) -> None:  # noqa: ANN001
@@ -70,9 +88,11 @@ def test_a_partial_companion_set_is_completed_keeping_the_users_values(kb, answe
             continue
         catalog = load_catalog(kb.store, inc.release)
         parsed = parse_argv(inc.command_argv(), catalog)
-        partial = [names for names, _ in _choice_sites(kb.store, inc.release, check)
-                   if any(n in parsed.values for n in names)
-                   and any(n not in parsed.values for n in names)]
+        partial = [
+            names
+            for names, _ in _choice_sites(kb.store, inc.release, check)
+            if any(n in parsed.values for n in names) and any(n not in parsed.values for n in names)
+        ]
         if not partial:
             continue
         cases += 1
@@ -96,9 +116,13 @@ def test_keeping_a_feature_ranks_before_giving_it_up(answers) -> None:  # noqa: 
     fix keeps them whenever such a fix exists."""
     cases = 0
     for inc, result in answers:
-        clean = [f for f in result.fixes if f.fixes_check == "true" and not f.trips
-                 and not any(v.verdict == "violated" and v.severity == "error"
-                             for v in f.rule_verdicts)]
+        clean = [
+            f
+            for f in result.fixes
+            if f.fixes_check == "true"
+            and not f.trips
+            and not any(v.verdict == "violated" and v.severity == "error" for v in f.rule_verdicts)
+        ]
         keeps = [f.rank for f in clean if f.keeps_features]
         drops = [f.rank for f in clean if not f.keeps_features]
         if keeps and drops:
@@ -130,8 +154,11 @@ def test_no_fix_sets_a_count_to_zero_or_less_when_it_was_positive(answers, kb) -
                 spec = by_attr.get(attr or "")
                 if spec is None or not is_count(spec) or isinstance(value, bool):
                     continue
-                before = parsed.values[attr].value if attr in parsed.values else \
-                    (spec.default if spec.default_known else None)
+                before = (
+                    parsed.values[attr].value
+                    if attr in parsed.values
+                    else (spec.default if spec.default_known else None)
+                )
                 if isinstance(before, int) and before > 0:
                     checked += 1
                     assert isinstance(value, int) and value > 0, (inc.id, key, value)
@@ -153,8 +180,9 @@ def test_edits_gives_up_and_keeps_features_are_filled(answers, kb) -> None:  # n
             assert fix.keeps_features == (fix.gives_up == ""), (inc.id, fix.rank)
             set_ = {_attr_of(k, catalog, parsed): v for k, v in fix.set.items()}
             remove = [_attr_of(k, catalog, parsed) for k in fix.remove]
-            lost = losses({k: v for k, v in set_.items() if k}, [r for r in remove if r],
-                          parsed, catalog)
+            lost = losses(
+                {k: v for k, v in set_.items() if k}, [r for r in remove if r], parsed, catalog
+            )
             assert bool(lost) == (not fix.keeps_features), (inc.id, fix.rank)
             for x in lost:  # named as the user typed it, and said in the verdict too
                 assert " ".join(parsed.values[x.attr].raw) in fix.gives_up, fix.gives_up
@@ -171,8 +199,13 @@ def test_feature_flags_are_read_from_the_catalog(kb) -> None:  # noqa: ANN001
     assert not is_feature(by_attr["disaggregation_mode"], "null")  # asking for the default
     assert is_feature(by_attr["enable_lora"], True) and is_feature(by_attr["model_path"], "m")
     assert is_feature(by_attr["quantization"], "fp8")
-    for setting, value in [("attention_backend", "fa3"), ("page_size", 64), ("tp_size", 8),
-                           ("speculative_eagle_topk", 4), ("disable_radix_cache", True)]:
+    for setting, value in [
+        ("attention_backend", "fa3"),
+        ("page_size", 64),
+        ("tp_size", 8),
+        ("speculative_eagle_topk", 4),
+        ("disable_radix_cache", True),
+    ]:
         assert not is_feature(by_attr[setting], value), setting
     assert is_count(by_attr["tp_size"]) and is_count(by_attr["speculative_eagle_topk"])
     assert not is_count(by_attr["attention_backend"])
@@ -239,12 +272,26 @@ def test_fix_out_names_the_flag_as_typed(kb, attr: str, short: str) -> None:  # 
         mine = parse_argv(argv, catalog)
         value = mine.values[attr].value
         assert mine.spelling(attr) == short
-        drop = fix_out(1, Verdict(Edit(remove=[attr]), True), argv, catalog, mine, inc.release,
-                       prefix="sglang serve")
+        drop = fix_out(
+            1,
+            Verdict(Edit(remove=[attr]), True),
+            argv,
+            catalog,
+            mine,
+            inc.release,
+            prefix="sglang serve",
+        )
         assert drop.remove == [short] and drop.edits == [f"- {short} {value}"]
         assert short not in drop.argv and drop.keeps_features and not drop.gives_up
-        change = fix_out(1, Verdict(Edit(set={attr: value + 1}), True), argv, catalog, mine,
-                         inc.release, prefix="sglang serve")
+        change = fix_out(
+            1,
+            Verdict(Edit(set={attr: value + 1}), True),
+            argv,
+            catalog,
+            mine,
+            inc.release,
+            prefix="sglang serve",
+        )
         assert change.set == {short: value + 1}
         assert change.edits == [f"- {short} {value}", f"+ {short} {value + 1}"]
         assert f" {short} {value + 1}" in change.command
@@ -268,8 +315,9 @@ def test_undecided_candidates_are_offered_for_replay(kb) -> None:  # noqa: ANN00
     lost = ("speculative_eagle_topk", "speculative_num_draft_tokens")
     for attr in lost:
         attrs[attr] = Value(UNKNOWN, Provenance("unknown", "not in the (cut-off) command"))
-    facts, _, _ = Engine(kb).facts_for(parse_log(inc.crash_log), inc.hardware, inc.model,
-                                       inc.model_arch)
+    facts, _, _ = Engine(kb).facts_for(
+        parse_log(inc.crash_log), inc.hardware, inc.model, inc.model_arch
+    )
     ev = evaluate_path(store, release, check, attrs, facts)
     assert ev.fired is UNKNOWN
     verdicts = propose(store, release, check, ev, parsed, catalog, attrs, facts, limit=8)

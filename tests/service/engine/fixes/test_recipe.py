@@ -19,8 +19,10 @@ from service.engine.triage import Engine
 RELEASES = ("0.5.11", "0.5.23")
 #: recipes triaged end to end per release (the first, by path and line)
 TRIAGED = 4
-_RECIPE = re.compile(r"\b(?:[Uu]se|[Ss]et|[Aa]dd|[Pp]ass)\s{1,3}`?(--[a-z][a-z0-9-]{1,60})[ =]"
-                     r"([A-Za-z0-9_.]{1,40})")
+_RECIPE = re.compile(
+    r"\b(?:[Uu]se|[Ss]et|[Aa]dd|[Pp]ass)\s{1,3}`?(--[a-z][a-z0-9-]{1,60})[ =]"
+    r"([A-Za-z0-9_.]{1,40})"
+)
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +53,10 @@ def test_every_recipe_of_the_releases_is_read(store) -> None:
         for _, text, flag, value in _recipes(store, release):
             n += 1
             steps = read_recipe(text, catalog)
-            if any(s.attr == by_flag[flag].attr and str(s.value) == value and s.verb == "set"
-                   for s in steps):
+            if any(
+                s.attr == by_flag[flag].attr and str(s.value) == value and s.verb == "set"
+                for s in steps
+            ):
                 found += 1
     print(f"recipes read: n={n} found={found}")
     assert n >= 20 and found == n
@@ -60,18 +64,28 @@ def test_every_recipe_of_the_releases_is_read(store) -> None:
 
 def test_directions_bounds_and_negations(store) -> None:
     catalog = load_catalog(store, "0.5.23")
-    steps = read_recipe("Not enough space for mamba cache, try to increase "
-                        "--mamba-full-memory-ratio or --max-mamba-cache-size.", catalog)
-    assert [(s.attr, s.verb) for s in steps] == [("mamba_full_memory_ratio", "increase"),
-                                                 ("max_mamba_cache_size", "increase")]
+    steps = read_recipe(
+        "Not enough space for mamba cache, try to increase "
+        "--mamba-full-memory-ratio or --max-mamba-cache-size.",
+        catalog,
+    )
+    assert [(s.attr, s.verb) for s in steps] == [
+        ("mamba_full_memory_ratio", "increase"),
+        ("max_mamba_cache_size", "increase"),
+    ]
     steps = read_recipe("Please set a smaller number for `--max-running-requests`.", catalog)
     assert [(s.attr, s.verb) for s in steps] == [("max_running_requests", "decrease")]
-    (step,) = read_recipe("Raise --mem-fraction-static above 0.873 (minimum viable = 0.85).",
-                          catalog)
+    (step,) = read_recipe(
+        "Raise --mem-fraction-static above 0.873 (minimum viable = 0.85).", catalog
+    )
     assert (step.attr, step.verb, step.bound) == ("mem_fraction_static", "increase", 0.873)
     # what is refused is no recipe; nor is a flag the release does not declare
-    assert read_recipe("--dsa-decode-backend flashmla_sparse_q8 is not supported: it is "
-                       "prefill-only.", catalog) == []
+    assert (
+        read_recipe(
+            "--dsa-decode-backend flashmla_sparse_q8 is not supported: it is prefill-only.", catalog
+        )
+        == []
+    )
     assert read_recipe("This does not support --enable-dp-attention.", catalog) == []
     assert read_recipe("Please use --no-such-flag-anywhere 3.", catalog) == []
     # a value the release would refuse is not taken: the flag is named without one
@@ -88,13 +102,18 @@ def test_the_recipe_is_ranked_first_when_it_holds(engine, kb) -> None:
             n += 1
             result = engine.triage(f"{check['exc_type']}: {text}\n", release=release)
             cite = f"{release}:{check['path']}:{check['start_line']}"
-            if result.location is None or (result.location.citation.split("-")[0] != cite
-                                           and cite not in result.location.alternatives):
+            if result.location is None or (
+                result.location.citation.split("-")[0] != cite
+                and cite not in result.location.alternatives
+            ):
                 failures.append((release, text[:60], "not located"))
                 continue
             located += 1
-            recipe = [f for f in result.fixes if f.origin.startswith("the message's own recipe")
-                      and str(f.set.get(flag)) == value]
+            recipe = [
+                f
+                for f in result.fixes
+                if f.origin.startswith("the message's own recipe") and str(f.set.get(flag)) == value
+            ]
             if not recipe:
                 continue  # the check still fires with it: not proposed
             proposed += 1

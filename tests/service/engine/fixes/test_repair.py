@@ -12,14 +12,24 @@ from service.engine.triage import Engine
 
 #: HiSparse with a decode host-receive threshold: 0.5.23's handle_pd_disaggregation refuses
 #: the pair, and every single edit of those two flags leads into another refusal.
-ARGV = ["--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--tp", "1",
-        "--disaggregation-decode-host-receive-threshold", "0.5", "--enable-hisparse"]
+ARGV = [
+    "--model-path",
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "--tp",
+    "1",
+    "--disaggregation-decode-host-receive-threshold",
+    "0.5",
+    "--enable-hisparse",
+]
 
 
 @pytest.fixture(scope="module")
 def result(kb):  # noqa: ANN001, ANN201
-    check = next(c for c in kb.store.checks("0.5.23", function="handle_pd_disaggregation")
-                 if "HiSparse" in (c["message"] or "") and c["kind"] == "raise")
+    check = next(
+        c
+        for c in kb.store.checks("0.5.23", function="handle_pd_disaggregation")
+        if "HiSparse" in (c["message"] or "") and c["kind"] == "raise"
+    )
     log = render_log(kb.store, "0.5.23", check, python="3.11", argv=ARGV)
     return Engine(kb).triage(log, release="0.5.23", hardware="b200-x8")
 

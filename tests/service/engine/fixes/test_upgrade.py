@@ -35,17 +35,22 @@ def _all_truly_removed(store: Store, ingested: list[str]):  # noqa: ANN202
 
     for rel in ingested[:-1]:
         for chk in _candidates(store, rel):
-            later = [c for c in check_changes(store, rel, chk, {"release": rel})[0]
-                     if c.subject == "check"]
+            later = [
+                c
+                for c in check_changes(store, rel, chk, {"release": rel})[0]
+                if c.subject == "check"
+            ]
             if not later or later[-1].status != "removed":
                 continue
             start = len(later)
             while start > 0 and later[start - 1].status == "removed":
                 start -= 1
             gone = [c.release for c in later[start:]]
-            if all(not _function_checks(store, v, chk)
-                   and not _same_flags_checks(store, v, _tested_attrs(chk), chk["path"])
-                   for v in gone):
+            if all(
+                not _function_checks(store, v, chk)
+                and not _same_flags_checks(store, v, _tested_attrs(chk), chk["path"])
+                for v in gone
+            ):
                 yield rel, chk, gone
 
 
@@ -81,26 +86,38 @@ def test_a_flag_the_upgrade_lacks_makes_it_unsure(store: Store, ingested: list[s
     rel, chk, gone = _truly_removed(store, ingested)
     later = check_changes(store, rel, chk, {"release": rel})[0]
     target = {s for f in store.flags(gone[0]) for s in f["flags"]}
-    old_only = sorted(s for f in store.flags(rel) for s in f["flags"]
-                      if s.startswith("--") and s not in target and not f.get("choices"))
+    old_only = sorted(
+        s
+        for f in store.flags(rel)
+        for s in f["flags"]
+        if s.startswith("--") and s not in target and not f.get("choices")
+    )
     if not old_only:
         pytest.skip(f"every flag of {rel} exists in {gone[0]}")
     flag = old_only[0]
-    up = upgrade_fix(store, rel, chk, later, [flag], None, {}, prefix="python -m sglang.launch_server")
+    up = upgrade_fix(
+        store, rel, chk, later, [flag], None, {}, prefix="python -m sglang.launch_server"
+    )
     assert up is not None and not up.sure and flag in up.flags_missing
     assert up.not_checked[0].startswith(f"{gone[0]} does not know {flag}")
-    clean = upgrade_fix(store, rel, chk, later, [], None, {}, prefix="python -m sglang.launch_server")
+    clean = upgrade_fix(
+        store, rel, chk, later, [], None, {}, prefix="python -m sglang.launch_server"
+    )
     assert clean is not None and clean.sure and not clean.flags_missing
 
 
 def test_a_changed_check_is_evaluated_with_the_later_release_catalog(
-        store: Store, ingested: list[str]) -> None:
+    store: Store, ingested: list[str]
+) -> None:
     """A check whose later release raises the same message under another test: the upgrade's
     verdict for that release is the later check evaluated with the user's flags there."""
     for rel in ingested[:-1]:
         for chk in _candidates(store, rel):
-            later = [c for c in check_changes(store, rel, chk, {"release": rel})[0]
-                     if c.subject == "check"]
+            later = [
+                c
+                for c in check_changes(store, rel, chk, {"release": rel})[0]
+                if c.subject == "check"
+            ]
             changed = [c for c in later if c.status == "changed"]
             if not changed or later[-1].status not in ("changed", "removed"):
                 continue
@@ -109,11 +126,13 @@ def test_a_changed_check_is_evaluated_with_the_later_release_catalog(
             if last.status != "changed":
                 continue
             relx, path, lines = last.citations[-1].split(":", 2)
-            row = store.checks(relx, path=path, where="start_line = ?",
-                               params=(int(lines.split("-")[0]),))[0]
+            row = store.checks(
+                relx, path=path, where="start_line = ?", params=(int(lines.split("-")[0]),)
+            )[0]
             catalog = load_catalog(store, relx)
-            fired = evaluate_path(store, relx, row, base_attrs(catalog, parse_argv([], catalog)),
-                                  {}).fired
+            fired = evaluate_path(
+                store, relx, row, base_attrs(catalog, parse_argv([], catalog)), {}
+            ).fired
             if fired is True:
                 assert up is None  # the newest release still refuses the command
             else:
@@ -130,9 +149,15 @@ def test_a_changed_check_is_evaluated_with_the_later_release_catalog(
 def test_a_check_kept_everywhere_offers_no_upgrade(store: Store, ingested: list[str]) -> None:
     rel = ingested[0]
     for chk in _candidates(store, rel):
-        if all(any(_tests(c) == _tests(chk) for c in store.checks(
-                v, function=chk["function"], where="message = ?", params=(chk["message"],)))
-               for v in ingested[1:]):
+        if all(
+            any(
+                _tests(c) == _tests(chk)
+                for c in store.checks(
+                    v, function=chk["function"], where="message = ?", params=(chk["message"],)
+                )
+            )
+            for v in ingested[1:]
+        ):
             later = check_changes(store, rel, chk, {"release": rel})[0]
             assert upgrade_fix(store, rel, chk, later, [], None, {}, prefix="p") is None
             return
@@ -140,7 +165,8 @@ def test_a_check_kept_everywhere_offers_no_upgrade(store: Store, ingested: list[
 
 
 def test_a_removed_check_whose_flags_a_later_check_reads_is_judged_by_that_check(
-        store: Store, ingested: list[str]) -> None:
+    store: Store, ingested: list[str]
+) -> None:
     """History may call a check removed that lives on reworded elsewhere (0.5.19+ moved
     validation into hooks) or in the same function: later checks under the same part of
     SGLang that read the same flags, or of the same function, decide, and are cited."""
@@ -163,7 +189,8 @@ def test_a_removed_check_whose_flags_a_later_check_reads_is_judged_by_that_check
             assert "read the same flags or sit in the same function" in up.note
             assert up.citations[-1].startswith(f"{gone[0].release}:")  # the check judged
             assert all(_exists(store, c) for c in up.citations)
-            assert all(a in (similar[0]["condition"] or "") + str(similar[0]["guards"])
-                       for a in attrs)
+            assert all(
+                a in (similar[0]["condition"] or "") + str(similar[0]["guards"]) for a in attrs
+            )
             return
     pytest.skip("no removed check has a later check reading its flags")

@@ -12,8 +12,12 @@ from service.engine.logparse.parse import parse_input
 from service.engine.triage import Engine
 
 
-def assist_case(kb, log: str, release: str, hardware: str | None  # noqa: ANN001
-                ) -> tuple[TriageResult, AssistContext]:
+def assist_case(
+    kb,
+    log: str,
+    release: str,
+    hardware: str | None,  # noqa: ANN001
+) -> tuple[TriageResult, AssistContext]:
     """(the engine's result for ``log``, the context the engine would hand to ``assist``)."""
     engine = Engine(kb)
     result = engine.triage(log, release=release, hardware=hardware)

@@ -27,17 +27,31 @@ from tests.service.engine.llm.cases import assist_case
 
 RELEASE = "0.5.11"
 HARDWARE = "rtx-pro-6000-x8"
-ARGV = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "EAGLE3",
-        "--speculative-draft-model-path", "/d", "--speculative-eagle-topk", "4",
-        "--speculative-num-draft-tokens", "8"]
+ARGV = [
+    "--model-path",
+    "/models/Kimi-K2.6",
+    "--tp",
+    "8",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "/d",
+    "--speculative-eagle-topk",
+    "4",
+    "--speculative-num-draft-tokens",
+    "8",
+]
 CHECK_CITE = "0.5.11:sglang/srt/server_args.py:3519-3522"
 
 
 @pytest.fixture(scope="module")
 def seed(kb) -> tuple[TriageResult, AssistContext]:
     """The engine's result and the context the engine would hand to :func:`assist`."""
-    check = next(c for c in kb.store.checks(RELEASE, function="ServerArgs._handle_speculative_decoding")
-                 if c["bare"] and "speculative_eagle_topk is None" in c["condition"])
+    check = next(
+        c
+        for c in kb.store.checks(RELEASE, function="ServerArgs._handle_speculative_decoding")
+        if c["bare"] and "speculative_eagle_topk is None" in c["condition"]
+    )
     log = render_log(kb.store, RELEASE, check, python="3.12", argv=ARGV)
     result, ctx = assist_case(kb, log, RELEASE, HARDWARE)
     assert ctx.check is not None and ctx.check["id"] == check["id"]
@@ -59,31 +73,46 @@ def stub(server: ScriptedLLM) -> ScriptedLLM:
 
 
 def _settings(stub: ScriptedLLM, timeout: float = 10.0) -> Settings:
-    return Settings(llm_base_url=stub.base_url, llm_model="scripted-model", llm_api_key="sk-test",
-                    llm_timeout_s=timeout)
+    return Settings(
+        llm_base_url=stub.base_url,
+        llm_model="scripted-model",
+        llm_api_key="sk-test",
+        llm_timeout_s=timeout,
+    )
 
 
 def _ids(snippets: list[Snippet]) -> dict[str, str]:
     """Handy ids: the check, the topk test atom, the guard on --speculative-num-steps."""
     out = {"check": next(s.id for s in snippets if s.kind == "check")}
-    out["topk"] = next(s.id for s in snippets if s.kind == "evaluation"
-                       and "`self.speculative_eagle_topk is None`" in s.text)
-    out["steps"] = next(s.id for s in snippets if s.kind == "guard"
-                        and s.text.startswith("self.speculative_num_steps is None"))
+    out["topk"] = next(
+        s.id
+        for s in snippets
+        if s.kind == "evaluation" and "`self.speculative_eagle_topk is None`" in s.text
+    )
+    out["steps"] = next(
+        s.id
+        for s in snippets
+        if s.kind == "guard" and s.text.startswith("self.speculative_num_steps is None")
+    )
     return out
 
 
-def _answer(explanation: str, edits: list[dict[str, Any]] | None = None,
-            summary: str = "EAGLE3 draft sizes were given without --speculative-num-steps, "
-                           "which this release's bare assert forbids.") -> dict[str, Any]:
+def _answer(
+    explanation: str,
+    edits: list[dict[str, Any]] | None = None,
+    summary: str = "EAGLE3 draft sizes were given without --speculative-num-steps, "
+    "which this release's bare assert forbids.",
+) -> dict[str, Any]:
     return {"summary": summary, "explanation": explanation, "edits": edits or []}
 
 
 def _good_explanation(ids: dict[str, str]) -> str:
-    return (f"The bare assert in `_handle_speculative_decoding` fired [{ids['check']}].\n\n"
-            f"- `--speculative-num-steps` was not given, so the branch ran [{ids['steps']}].\n"
-            f"- `--speculative-eagle-topk 4` is set, so the assert's test is false "
-            f"[{ids['topk']}, {ids['check']}].")
+    return (
+        f"The bare assert in `_handle_speculative_decoding` fired [{ids['check']}].\n\n"
+        f"- `--speculative-num-steps` was not given, so the branch ran [{ids['steps']}].\n"
+        f"- `--speculative-eagle-topk 4` is set, so the assert's test is false "
+        f"[{ids['topk']}, {ids['check']}]."
+    )
 
 
 def _llm_fixes(result: TriageResult) -> list:
@@ -98,8 +127,11 @@ def _reasons(result: TriageResult) -> list[str]:
 def test_good_answer_is_used_with_real_citations(seed, stub) -> None:
     result, ctx = seed
     ids = _ids(build_snippets(result, ctx))
-    stub.push(content=_answer(_good_explanation(ids),
-                              [{"set": {"--speculative-num-steps": 4}, "remove": []}]))
+    stub.push(
+        content=_answer(
+            _good_explanation(ids), [{"set": {"--speculative-num-steps": 4}, "remove": []}]
+        )
+    )
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
     assert out.llm["used"] is True and out.llm["explanation"] == "accepted"
     assert out.llm["rejected"] == []
@@ -143,10 +175,14 @@ def test_request_holds_the_snippets_but_no_line_numbers(seed, stub) -> None:
 def test_model_fix_is_recommended_only_when_no_deterministic_one_is(seed, stub) -> None:
     result, ctx = seed
     ids = _ids(build_snippets(result, ctx))
-    unrecommended = result.model_copy(update={"fixes": [f.model_copy(update={"recommended": False})
-                                                        for f in result.fixes]})
-    stub.push(content=_answer(_good_explanation(ids),
-                              [{"set": {"--speculative-num-steps": "4"}, "remove": []}]))
+    unrecommended = result.model_copy(
+        update={"fixes": [f.model_copy(update={"recommended": False}) for f in result.fixes]}
+    )
+    stub.push(
+        content=_answer(
+            _good_explanation(ids), [{"set": {"--speculative-num-steps": "4"}, "remove": []}]
+        )
+    )
     out = assist(unrecommended, engine_ctx=ctx, settings=_settings(stub))
     (llm_fix,) = _llm_fixes(out)
     assert llm_fix.recommended and llm_fix.set == {"--speculative-num-steps": 4}
@@ -166,13 +202,18 @@ def test_edit_equal_to_a_deterministic_fix_is_not_repeated(seed, stub) -> None:
 def test_hallucinated_flag_is_dropped(seed, stub) -> None:
     result, ctx = seed
     ids = _ids(build_snippets(result, ctx))
-    text = (_good_explanation(ids)
-            + f"\n\nSetting --speculative-magic 3 also avoids it [{ids['check']}].")
+    text = (
+        _good_explanation(ids)
+        + f"\n\nSetting --speculative-magic 3 also avoids it [{ids['check']}]."
+    )
     stub.push(content=_answer(text, [{"set": {"--speculative-magic": 3}, "remove": []}]))
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
     assert not _llm_fixes(out)
     items = {r["item"]: r["reason"] for r in out.llm["rejected"]}
-    assert items["edit: set --speculative-magic 3"] == "--speculative-magic: not a flag of SGLang 0.5.11"
+    assert (
+        items["edit: set --speculative-magic 3"]
+        == "--speculative-magic: not a flag of SGLang 0.5.11"
+    )
     assert any("--speculative-magic" in r and "not a flag" in r for r in _reasons(out))
     assert "speculative-magic" not in out.explanation
     assert out.llm["used"] is True and out.fixes[0].recommended
@@ -202,11 +243,13 @@ def test_explanation_citing_only_fake_ids_keeps_the_deterministic_answer(seed, s
 def test_line_numbers_and_diffs_are_stripped(seed, stub) -> None:
     result, ctx = seed
     ids = _ids(build_snippets(result, ctx))
-    text = (_good_explanation(ids)
-            + f"\n\nThe assert is at server_args.py:3519 [{ids['check']}]."
-            + f" See line 3520 for the test [{ids['topk']}]."
-            + "\n\n```diff\n-            assert (\n+            if x:\n```"
-            + "\n@@ -3519,4 +3519,4 @@")
+    text = (
+        _good_explanation(ids)
+        + f"\n\nThe assert is at server_args.py:3519 [{ids['check']}]."
+        + f" See line 3520 for the test [{ids['topk']}]."
+        + "\n\n```diff\n-            assert (\n+            if x:\n```"
+        + "\n@@ -3519,4 +3519,4 @@"
+    )
     stub.push(content=_answer(text))
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
     assert "3520" not in out.explanation and "server_args.py:3519 [" not in out.explanation
@@ -226,8 +269,10 @@ def test_fix_that_trips_another_check_is_rejected(seed, stub) -> None:
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
     assert not _llm_fixes(out)
     (reason,) = _reasons(out)
-    assert reason.startswith("fixes the check, but then ServerArgs._handle_speculative_decoding at "
-                             "0.5.11:sglang/srt/server_args.py:")
+    assert reason.startswith(
+        "fixes the check, but then ServerArgs._handle_speculative_decoding at "
+        "0.5.11:sglang/srt/server_args.py:"
+    )
     assert reason.endswith("would fire")
     assert out.fixes[0].recommended and out.fixes[0].origin != "llm"
     assert "--page-size" not in out.fixes[0].command
@@ -241,15 +286,24 @@ def test_fix_that_violates_a_rule_is_rejected(seed, stub) -> None:
     def rule_check(argv: list[str]) -> tuple[list[RuleVerdict], bool]:
         calls.append(argv)
         bad = "--speculative-num-steps" in argv
-        return [RuleVerdict(rule="eagle-steps-with-topk", severity="error",
-                            verdict="violated" if bad else "satisfied",
-                            reason="topk > 1 needs num-steps >= topk" if bad else "")], bad
+        return [
+            RuleVerdict(
+                rule="eagle-steps-with-topk",
+                severity="error",
+                verdict="violated" if bad else "satisfied",
+                reason="topk > 1 needs num-steps >= topk" if bad else "",
+            )
+        ], bad
 
     ctx_rules = dataclasses.replace(ctx, rule_check=rule_check)
-    unrecommended = result.model_copy(update={"fixes": [f.model_copy(update={"recommended": False})
-                                                        for f in result.fixes]})
-    stub.push(content=_answer(_good_explanation(ids),
-                              [{"set": {"--speculative-num-steps": 4}, "remove": []}]))
+    unrecommended = result.model_copy(
+        update={"fixes": [f.model_copy(update={"recommended": False}) for f in result.fixes]}
+    )
+    stub.push(
+        content=_answer(
+            _good_explanation(ids), [{"set": {"--speculative-num-steps": 4}, "remove": []}]
+        )
+    )
     out = assist(unrecommended, engine_ctx=ctx_rules, settings=_settings(stub))
     assert calls and calls[0][-2:] == ["--speculative-num-steps", "4"]
     assert not _llm_fixes(out) and not any(f.recommended for f in out.fixes)
@@ -259,14 +313,22 @@ def test_fix_that_violates_a_rule_is_rejected(seed, stub) -> None:
 def test_fix_that_leaves_the_check_firing_is_rejected(seed, stub) -> None:
     result, ctx = seed
     ids = _ids(build_snippets(result, ctx))
-    stub.push(content=_answer(_good_explanation(ids),
-                              [{"set": {"--tp": 4}, "remove": []},
-                               {"set": {"--speculative-eagle-topk": "many"}, "remove": []}]))
+    stub.push(
+        content=_answer(
+            _good_explanation(ids),
+            [
+                {"set": {"--tp": 4}, "remove": []},
+                {"set": {"--speculative-eagle-topk": "many"}, "remove": []},
+            ],
+        )
+    )
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
     assert not _llm_fixes(out)
     reasons = _reasons(out)
     assert reasons[0] == "the check would still fire"
-    assert reasons[1].startswith("the edited command does not parse: argument --speculative-eagle-topk")
+    assert reasons[1].startswith(
+        "the edited command does not parse: argument --speculative-eagle-topk"
+    )
 
 
 # -- (e) a hang, an error, no endpoint --------------------------------------------------
@@ -322,7 +384,9 @@ def test_check_text_keeps_clean_sentences() -> None:
     text = "Fired [S1]. Bad [S7]. Also `--tp 8` [S2].\n\n```\npython -m x --tp 8\n```"
     clean, rejected = check_text(text, {"S1", "S2"}, {"--tp"})
     assert clean == "Fired [S1]. Also `--tp 8` [S2].\n\n```\npython -m x --tp 8\n```"
-    assert rejected == [{"item": "Bad [S7].", "reason": "cites S7, which is not one of the snippets given"}]
+    assert rejected == [
+        {"item": "Bad [S7].", "reason": "cites S7, which is not one of the snippets given"}
+    ]
 
 
 def test_snippets_cite_our_own_data(seed) -> None:
@@ -334,22 +398,32 @@ def test_snippets_cite_our_own_data(seed) -> None:
         assert s.citation is None or s.citation.startswith("0.5.11:sglang/")
         if s.kind in ("declaration", "write"):
             assert s.citation in known
-    steps_atom = next(s for s in snippets if s.kind == "evaluation"
-                      and "`self.speculative_num_steps is None`" in s.text)
+    steps_atom = next(
+        s
+        for s in snippets
+        if s.kind == "evaluation" and "`self.speculative_num_steps is None`" in s.text
+    )
     assert steps_atom.citation == "0.5.11:sglang/srt/server_args.py:3518"
 
 
 def test_argparse_result_edits_are_checked_by_parsing(kb, stub) -> None:
-    log = ("$ python -m sglang.launch_server --model-path /moonshotai/Kimi-K2-Thinking --tp 8 "
-           "--reasoning_parser kimi_k2\n"
-           "launch_server.py: error: unrecognized arguments: --reasoning_parser kimi_k2\n")
+    log = (
+        "$ python -m sglang.launch_server --model-path /moonshotai/Kimi-K2-Thinking --tp 8 "
+        "--reasoning_parser kimi_k2\n"
+        "launch_server.py: error: unrecognized arguments: --reasoning_parser kimi_k2\n"
+    )
     result = Engine(kb).triage(log, release=RELEASE)
     assert result.status == "argparse"
     ctx = context_from_result(kb.store, result)
     help_id = next(s.id for s in build_snippets(result, ctx) if s.kind == "help")
     good = {"set": {"--reasoning-parser": "kimi_k2"}, "remove": ["--reasoning_parser"]}
-    stub.push(content=_answer(f"`--reasoning_parser` is not a flag; the dash spelling is [{help_id}].",
-                              [good, {"set": {"--tp": 4}, "remove": []}], summary="Use dashes."))
+    stub.push(
+        content=_answer(
+            f"`--reasoning_parser` is not a flag; the dash spelling is [{help_id}].",
+            [good, {"set": {"--tp": 4}, "remove": []}],
+            summary="Use dashes.",
+        )
+    )
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
     assert out.llm["agrees_with"] == [1] and out.fixes[0].recommended
     assert _reasons(out) == ["the edited command still fails argparse"]

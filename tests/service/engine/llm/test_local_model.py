@@ -33,8 +33,12 @@ def local() -> Iterator[ScriptedLLM]:
 
 def test_a_real_models_answer_is_held_to_the_checks(kb, local, store) -> None:  # noqa: ANN001
     result, ctx = assist_case(kb, LOG, RELEASE, None)
-    settings = Settings(llm_base_url=local.base_url, llm_model="smollm2-135m-instruct",
-                        llm_api_key=None, llm_timeout_s=900.0)
+    settings = Settings(
+        llm_base_url=local.base_url,
+        llm_model="smollm2-135m-instruct",
+        llm_api_key=None,
+        llm_timeout_s=900.0,
+    )
     out = assist(result, engine_ctx=ctx, settings=settings)
     (body,) = local.requests
     sent = "\n".join(str(m.get("content")) for m in body["messages"])
@@ -54,5 +58,6 @@ def test_a_real_models_answer_is_held_to_the_checks(kb, local, store) -> None:  
         release, path, lines = citation.split(":")
         first = int(lines.split("-")[0])
         assert release == RELEASE and store.file_lines(release, path, first, first), citation
-    assert [f.command for f in out.fixes if f.recommended and f.origin != "llm"] == \
-        [f.command for f in result.fixes if f.recommended]
+    assert [f.command for f in out.fixes if f.recommended and f.origin != "llm"] == [
+        f.command for f in result.fixes if f.recommended
+    ]

@@ -20,8 +20,10 @@ from tests.service.engine.llm.cases import assist_case
 
 RELEASE = "0.5.23"
 MESSAGE = "trtllm_mla backend can only be used with MLA models."
-LOG = (f"$ python -m sglang.launch_server --model-path org/some-model --attention-backend "
-       f"trtllm_mla\nAssertionError: {MESSAGE}\n")
+LOG = (
+    f"$ python -m sglang.launch_server --model-path org/some-model --attention-backend "
+    f"trtllm_mla\nAssertionError: {MESSAGE}\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -40,15 +42,26 @@ def stub() -> Iterator[ScriptedLLM]:
 
 
 def _settings(stub: ScriptedLLM) -> Settings:
-    return Settings(llm_base_url=stub.base_url, llm_model="scripted-model", llm_api_key="sk-x",
-                    llm_timeout_s=30.0)
+    return Settings(
+        llm_base_url=stub.base_url,
+        llm_model="scripted-model",
+        llm_api_key="sk-x",
+        llm_timeout_s=30.0,
+    )
 
 
 def test_an_undecidable_edit_is_kept_unverified_and_never_recommended(case, stub) -> None:  # noqa: ANN001
     result, ctx = case
-    stub.push(content={"summary": "Not an MLA model.", "explanation": "Use another backend.",
-                       "edits": [{"set": {"--attention-backend": "flashinfer"}, "remove": []},
-                                 {"set": {"--no-such-flag": 1}, "remove": []}]})
+    stub.push(
+        content={
+            "summary": "Not an MLA model.",
+            "explanation": "Use another backend.",
+            "edits": [
+                {"set": {"--attention-backend": "flashinfer"}, "remove": []},
+                {"set": {"--no-such-flag": 1}, "remove": []},
+            ],
+        }
+    )
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
     mine = [f for f in out.fixes if f.origin == "llm"]
     (fix,) = mine
@@ -57,8 +70,10 @@ def test_an_undecidable_edit_is_kept_unverified_and_never_recommended(case, stub
     assert fix.argv[fix.argv.index("--attention-backend") + 1] == "flashinfer"
     assert out.llm["unverified"] == [fix.rank] and out.llm["used"] is True
     reasons = {r["item"]: r["reason"] for r in out.llm["rejected"]}
-    assert any("--no-such-flag" in k and "not a flag of SGLang 0.5.23" in v
-               for k, v in reasons.items())
+    assert any(
+        "--no-such-flag" in k and "not a flag of SGLang 0.5.23" in v for k, v in reasons.items()
+    )
     # the deterministic recommendation, if any, is unchanged
-    assert [f.command for f in out.fixes if f.recommended] == \
-        [f.command for f in result.fixes if f.recommended]
+    assert [f.command for f in out.fixes if f.recommended] == [
+        f.command for f in result.fixes if f.recommended
+    ]

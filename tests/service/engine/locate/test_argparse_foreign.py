@@ -42,7 +42,9 @@ def _value_for(spec: FlagSpec) -> str:
     """A value the release's parser accepts for ``spec`` (from its own choices and type)."""
     if spec.choices:
         return str(spec.choices[0])
-    return {"int": "16", "float": "0.5"}.get(spec.type or "", "16" if "int" in (spec.type or "") else "x")
+    return {"int": "16", "float": "0.5"}.get(
+        spec.type or "", "16" if "int" in (spec.type or "") else "x"
+    )
 
 
 def _clean(argv: list[str], catalog: Catalog) -> dict[str, object]:
@@ -52,6 +54,7 @@ def _clean(argv: list[str], catalog: Catalog) -> dict[str, object]:
 
 
 # --------------------------------------------------------------------------- other engines
+
 
 def test_every_foreign_flag_is_replaced_by_the_releases_own(store, releases) -> None:  # noqa: ANN001
     """Each table entry, on each indexed release: the fix parses cleanly with the release's
@@ -65,11 +68,17 @@ def test_every_foreign_flag_is_replaced_by_the_releases_own(store, releases) -> 
             if _resolve(e.flag, cat) is not None:  # SGLang's argparse takes it (an alias or a
                 continue  # unique prefix of its option): answered as such below
             target = next((s for s in e.sglang if s in by_flag), None)
-            value = [_value_for(by_flag[target])] if target and by_flag[target].takes_value \
-                and e.value == "same" else ["7"] if e.value == "same" else []
+            value = (
+                [_value_for(by_flag[target])]
+                if target and by_flag[target].takes_value and e.value == "same"
+                else ["7"]
+                if e.value == "same"
+                else []
+            )
             argv = shlex.split(BASE) + [e.flag, *value]
-            d = diagnose_argparse(_err(f"unrecognized arguments: {' '.join([e.flag, *value])}"),
-                                  argv, store, rel)
+            d = diagnose_argparse(
+                _err(f"unrecognized arguments: {' '.join([e.flag, *value])}"), argv, store, rel
+            )
             assert f"{e.engine}'s flag" in d.explanation and e.source in d.explanation
             assert d.foreign_sources == [e.source]
             assert _NOWHERE not in d.explanation.split("\n\n")[0]
@@ -93,27 +102,34 @@ def test_every_foreign_flag_is_replaced_by_the_releases_own(store, releases) -> 
 def test_companions_are_added_unless_the_command_sets_them(store) -> None:  # noqa: ANN001
     cat = load_catalog(store, "0.5.23")
     argv = shlex.split(f"{BASE} --speculative-algorithm EAGLE --num-speculative-tokens 3")
-    d = diagnose_argparse(_err("unrecognized arguments: --num-speculative-tokens 3"), argv,
-                          store, "0.5.23")
+    d = diagnose_argparse(
+        _err("unrecognized arguments: --num-speculative-tokens 3"), argv, store, "0.5.23"
+    )
     got = _clean(d.fixed_argv or [], cat)
-    assert (got["speculative_num_steps"], got["speculative_eagle_topk"],
-            got["speculative_num_draft_tokens"]) == (3, 1, 4)
+    assert (
+        got["speculative_num_steps"],
+        got["speculative_eagle_topk"],
+        got["speculative_num_draft_tokens"],
+    ) == (3, 1, 4)
     assert "approximation" in d.explanation
     argv += ["--speculative-num-draft-tokens", "8"]
-    d = diagnose_argparse(_err("unrecognized arguments: --num-speculative-tokens 3"), argv,
-                          store, "0.5.23")
+    d = diagnose_argparse(
+        _err("unrecognized arguments: --num-speculative-tokens 3"), argv, store, "0.5.23"
+    )
     assert _clean(d.fixed_argv or [], cat)["speculative_num_draft_tokens"] == 8
 
 
 def test_expert_parallel_without_a_tp_size_asks_for_the_value(store) -> None:  # noqa: ANN001
     argv = ["--model-path", "/m", "--enable-expert-parallel"]
-    d = diagnose_argparse(_err("unrecognized arguments: --enable-expert-parallel"), argv,
-                          store, "0.5.23")
+    d = diagnose_argparse(
+        _err("unrecognized arguments: --enable-expert-parallel"), argv, store, "0.5.23"
+    )
     assert d.fixed_argv == ["--model-path", "/m"]
     assert "set --ep-size to the value you need" in d.explanation
 
 
 # --------------------------------------------------------------------------- spellings
+
 
 @pytest.mark.parametrize("typed", ["--enable_metrics", "--context_length=4096", "--tp_size 4"])
 def test_underscore_spelling_becomes_the_dashed_option(store, releases, typed: str) -> None:  # noqa: ANN001
@@ -155,17 +171,24 @@ def test_an_alias_sglang_accepts_is_not_reported_unknown(store, releases) -> Non
     for rel in releases:
         if "--tensor-parallel-size" not in load_catalog(store, rel).by_flag():
             continue
-        d = diagnose_argparse(_err("unrecognized arguments: --tensor-parallel-size 8"),
-                              shlex.split("--model-path /m --tensor-parallel-size 8"), store, rel)
+        d = diagnose_argparse(
+            _err("unrecognized arguments: --tensor-parallel-size 8"),
+            shlex.split("--model-path /m --tensor-parallel-size 8"),
+            store,
+            rel,
+        )
         assert "is an option of SGLang's LLM server" in d.explanation
         assert "vLLM" not in d.explanation and d.fixed_argv is None
 
 
 # --------------------------------------------------------------------------- diffusion parser
 
+
 def _diffusion_log(extra: str) -> list[str]:
-    return [f"$ sglang serve --model-path black-forest-labs/FLUX.1-dev {extra}",
-            f"error: unrecognized arguments: {extra.split()[-1]}"]
+    return [
+        f"$ sglang serve --model-path black-forest-labs/FLUX.1-dev {extra}",
+        f"error: unrecognized arguments: {extra.split()[-1]}",
+    ]
 
 
 def _only(cat: Catalog) -> tuple[list[str], list[str]]:
@@ -185,12 +208,20 @@ def test_the_diffusion_parser_is_answered_with_its_own_flags(store, releases) ->
         assert d.suggestions and set(d.suggestions) <= set(cat.diffusion_catalog().by_flag())
         # the same typo of an LLM-only flag, told to the LLM parser, proposes LLM flags only
         llm_typo = llm_only[0][:-1] + "q"
-        d = diagnose_argparse(_bare(f"unrecognized arguments: {llm_typo}"),
-                              ["--model-path", "/m", llm_typo], store, rel)
+        d = diagnose_argparse(
+            _bare(f"unrecognized arguments: {llm_typo}"),
+            ["--model-path", "/m", llm_typo],
+            store,
+            rel,
+        )
         assert d.parser == "llm" and set(d.suggestions) <= set(cat.by_flag())
         # an LLM-only flag given to the diffusion server: it belongs to the other parser
-        d = diagnose_argparse(_bare(f"unrecognized arguments: {llm_only[0]}"),
-                              ["--model-path", "/m", own, "1", llm_only[0]], store, rel)
+        d = diagnose_argparse(
+            _bare(f"unrecognized arguments: {llm_only[0]}"),
+            ["--model-path", "/m", own, "1", llm_only[0]],
+            store,
+            rel,
+        )
         assert "LLM server" in d.explanation and "not of SGLang's diffusion server" in d.explanation
         assert _NOWHERE not in d.explanation
 
@@ -199,9 +230,15 @@ def test_a_diffusion_only_flag_given_to_the_llm_server(store) -> None:  # noqa: 
     cat = load_catalog(store, "0.5.23")
     own = _only(cat)[0][0]
     argv = shlex.split(f"{BASE} {own} 1")
-    d = diagnose_argparse(_err(f"unrecognized arguments: {own} 1",
-                               "$ python -m sglang.launch_server " + shlex.join(argv)),
-                          argv, store, "0.5.23")
+    d = diagnose_argparse(
+        _err(
+            f"unrecognized arguments: {own} 1",
+            "$ python -m sglang.launch_server " + shlex.join(argv),
+        ),
+        argv,
+        store,
+        "0.5.23",
+    )
     assert d.parser == "llm"
     assert "diffusion server" in d.explanation and "not of SGLang's LLM server" in d.explanation
     assert d.fixed_argv is not None and own not in d.fixed_argv
@@ -210,11 +247,19 @@ def test_a_diffusion_only_flag_given_to_the_llm_server(store) -> None:  # noqa: 
 def test_the_log_says_which_parser_ran() -> None:
     diff = find_argparse_error(_diffusion_log("--num-gpus 2 --bogus"))
     assert diff is not None and diff.parser is None  # only the command's flags tell
-    traced = find_argparse_error(["File \"/x/sglang/multimodal_gen/runtime/server_args.py\"",
-                                  "error: unrecognized arguments: --bogus"])
+    traced = find_argparse_error(
+        [
+            'File "/x/sglang/multimodal_gen/runtime/server_args.py"',
+            "error: unrecognized arguments: --bogus",
+        ]
+    )
     assert traced is not None and traced.parser == "diffusion"
-    llm = find_argparse_error(["$ python3 -m sglang.launch_server --model-path m --bogus",
-                               "launch_server.py: error: unrecognized arguments: --bogus"])
+    llm = find_argparse_error(
+        [
+            "$ python3 -m sglang.launch_server --model-path m --bogus",
+            "launch_server.py: error: unrecognized arguments: --bogus",
+        ]
+    )
     assert llm is not None and llm.parser == "llm"
 
 
@@ -226,8 +271,10 @@ def test_diffusion_command_end_to_end(kb) -> None:  # noqa: ANN001
     assert r.status == "argparse" and "diffusion server" in r.explanation
     assert r.fixes and r.fixes[0].command.startswith("sglang serve ")
     assert "--bogus" not in r.fixes[0].command and "--num-gpus 2" in r.fixes[0].command
-    log = ("$ python -m sglang.launch_server --model-path /m --tp-size 2 --gpu-memory-utilization 0.85\n"
-           "launch_server.py: error: unrecognized arguments: --gpu-memory-utilization 0.85\n")
+    log = (
+        "$ python -m sglang.launch_server --model-path /m --tp-size 2 --gpu-memory-utilization 0.85\n"
+        "launch_server.py: error: unrecognized arguments: --gpu-memory-utilization 0.85\n"
+    )
     r = Engine(kb).triage(log, release="0.5.23")
     assert r.fixes and "--mem-fraction-static 0.85" in r.fixes[0].command
     assert "vLLM's flag, SGLang's is --mem-fraction-static" in r.summary
@@ -236,19 +283,30 @@ def test_diffusion_command_end_to_end(kb) -> None:  # noqa: ANN001
 
 # --------------------------------------------------------------------------- line shapes
 
-@pytest.mark.parametrize("lines", [
-    ["    launch_server.py: error: unrecognized arguments: --max-model-len 4096"],
-    ["unrecognized arguments: --max-model-len 4096"],
-    ["\tsglang: error: unrecognized arguments: --max-model-len 4096"],
-    ["usage: launch_server.py [-h] --model-path MODEL_PATH [--tp-size TP_SIZE]",
-     "                        [--context-length CONTEXT_LENGTH]",
-     "launch_server.py: error: unrecognized arguments: --max-model-len 4096"],
-    ["usage: launch_server.py [-h] --model-path MODEL_PATH [--tp-size TP_SIZE]",
-     "...",
-     "  launch_server.py: error: unrecognized arguments: --max-model-len 4096"],
-    ["[2026-12-03 10:00:00] unrelated line", "error: unrecognized arguments: --max-model-len 4096",
-     "[rank0]: exiting"],
-])
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ["    launch_server.py: error: unrecognized arguments: --max-model-len 4096"],
+        ["unrecognized arguments: --max-model-len 4096"],
+        ["\tsglang: error: unrecognized arguments: --max-model-len 4096"],
+        [
+            "usage: launch_server.py [-h] --model-path MODEL_PATH [--tp-size TP_SIZE]",
+            "                        [--context-length CONTEXT_LENGTH]",
+            "launch_server.py: error: unrecognized arguments: --max-model-len 4096",
+        ],
+        [
+            "usage: launch_server.py [-h] --model-path MODEL_PATH [--tp-size TP_SIZE]",
+            "...",
+            "  launch_server.py: error: unrecognized arguments: --max-model-len 4096",
+        ],
+        [
+            "[2026-12-03 10:00:00] unrelated line",
+            "error: unrecognized arguments: --max-model-len 4096",
+            "[rank0]: exiting",
+        ],
+    ],
+)
 def test_argparse_line_shapes_are_read(lines: list[str]) -> None:
     err = find_argparse_error(lines)
     assert err is not None and err.kind == "unrecognized_arguments"

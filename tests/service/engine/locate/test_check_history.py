@@ -61,15 +61,17 @@ def _removed_later(store: Store, ingested: list[str]) -> tuple[str, dict, list[s
     """(release, check, later releases lacking it): from the first release lacking it on,
     no check has its message and no check of a function of that name has its test."""
     for rel in ingested[:-1]:
-        later = ingested[ingested.index(rel) + 1:]
+        later = ingested[ingested.index(rel) + 1 :]
         for chk in _candidates(store, rel):
             short = chk["function"].rsplit(".", 1)[-1]
             lacking = []
             for v in later:
                 same_msg = store.checks(v, where="message = ?", params=(chk["message"],))
-                same_test = [c for c in store.checks(v, where="function LIKE ?",
-                                                     params=(f"%{short}",))
-                             if _tests(c) == _tests(chk)]
+                same_test = [
+                    c
+                    for c in store.checks(v, where="function LIKE ?", params=(f"%{short}",))
+                    if _tests(c) == _tests(chk)
+                ]
                 lacking.append(not same_msg and not same_test)
             if lacking and lacking[-1]:
                 start = len(lacking)
@@ -79,8 +81,9 @@ def _removed_later(store: Store, ingested: list[str]) -> tuple[str, dict, list[s
     raise AssertionError("no check of an ingested release is gone from later ones")
 
 
-def test_a_check_removed_later_says_which_upgrade_removes_it(store: Store,
-                                                             ingested: list[str]) -> None:
+def test_a_check_removed_later_says_which_upgrade_removes_it(
+    store: Store, ingested: list[str]
+) -> None:
     rel, chk, gone = _removed_later(store, ingested)
     changes = check_across(store, rel, chk, ingested)
     by_rel = {c.release: c for c in changes}
@@ -108,15 +111,18 @@ def test_the_triage_answer_carries_the_upgrade(kb, store: Store, ingested: list[
 def test_a_check_changed_later_names_the_new_condition(store: Store, ingested: list[str]) -> None:
     for rel in ingested[:-1]:
         for chk in _candidates(store, rel):
-            for v in ingested[ingested.index(rel) + 1:]:
+            for v in ingested[ingested.index(rel) + 1 :]:
                 same = store.checks(v, where="message = ?", params=(chk["message"],))
                 if len(same) == 1 and same[0]["guards"] and _tests(same[0]) != _tests(chk):
                     changes = {c.release: c for c in check_across(store, rel, chk, [v])}
                     assert changes[v].status == "changed"
                     assert changes[v].condition == firing_text(same[0])
                     assert "raises the same message" in changes[v].note
-                    assert changes[v].citations[1].startswith(
-                        f"{v}:{same[0]['path']}:{same[0]['start_line']}")
+                    assert (
+                        changes[v]
+                        .citations[1]
+                        .startswith(f"{v}:{same[0]['path']}:{same[0]['start_line']}")
+                    )
                     return
     pytest.skip("no check's condition changed under the same message")
 
@@ -124,9 +130,15 @@ def test_a_check_changed_later_names_the_new_condition(store: Store, ingested: l
 def test_a_check_kept_everywhere_has_no_upgrade(store: Store, ingested: list[str]) -> None:
     rel = ingested[0]
     for chk in _candidates(store, rel):
-        if all(any(_tests(c) == _tests(chk) for c in store.checks(
-                v, function=chk["function"], where="message = ?", params=(chk["message"],)))
-               for v in ingested[1:]):
+        if all(
+            any(
+                _tests(c) == _tests(chk)
+                for c in store.checks(
+                    v, function=chk["function"], where="message = ?", params=(chk["message"],)
+                )
+            )
+            for v in ingested[1:]
+        ):
             changes = check_across(store, rel, chk, ingested)
             assert {c.status for c in changes} <= {"same", "moved"}
             assert upgrade_note(rel, changes) is None
@@ -134,10 +146,18 @@ def test_a_check_kept_everywhere_has_no_upgrade(store: Store, ingested: list[str
     pytest.skip("no check is unchanged in every ingested release")
 
 
-def test_flag_history_names_the_release_that_removed_or_renamed_it(store: Store,
-                                                                   ingested: list[str]) -> None:
-    spell = {v: {r["spelling"]: r["attr"] for r in store.query(
-        "SELECT spelling, attr FROM flag_spellings WHERE release = ?", (v,))} for v in ingested}
+def test_flag_history_names_the_release_that_removed_or_renamed_it(
+    store: Store, ingested: list[str]
+) -> None:
+    spell = {
+        v: {
+            r["spelling"]: r["attr"]
+            for r in store.query(
+                "SELECT spelling, attr FROM flag_spellings WHERE release = ?", (v,)
+            )
+        }
+        for v in ingested
+    }
     for flag in sorted(spell[ingested[0]]):
         gone = [v for v in ingested if flag not in spell[v]]
         if not gone or not flag.startswith("--") or flag not in spell[ingested[0]]:

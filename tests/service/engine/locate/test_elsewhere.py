@@ -1,4 +1,4 @@
-""""Not a launch-flag problem": crashes raised outside SGLang's checks.
+""" "Not a launch-flag problem": crashes raised outside SGLang's checks.
 
 The SGLang frame of each log is a real line of 0.5.11 read from the store; the packages
 and messages outside SGLang are made up (no check of any release raises them).
@@ -28,10 +28,13 @@ def _log(*parts: str) -> str:
 
 
 def test_an_error_raised_inside_another_package(kb, store: Store, sglang_frame: str) -> None:  # noqa: ANN001
-    log = _log(sglang_frame, f'  File "{SITE}/flashinfer/jit/core.py", line 123, in build\n'
-                             "    raise RuntimeError(msg)\n",
-               "RuntimeError: Ninja build failed: nvcc fatal : Unsupported gpu architecture "
-               "'compute_120a'\n")
+    log = _log(
+        sglang_frame,
+        f'  File "{SITE}/flashinfer/jit/core.py", line 123, in build\n'
+        "    raise RuntimeError(msg)\n",
+        "RuntimeError: Ninja build failed: nvcc fatal : Unsupported gpu architecture "
+        "'compute_120a'\n",
+    )
     res = Engine(kb).triage(log, release="0.5.11")
     nf = res.not_flag_problem
     assert nf is not None and nf.kind == "raised_elsewhere" and nf.package == "flashinfer"
@@ -48,28 +51,41 @@ def test_an_error_raised_inside_another_package(kb, store: Store, sglang_frame: 
 
 
 def test_an_import_from_a_mismatched_package_is_dependency_skew(kb, sglang_frame: str) -> None:  # noqa: ANN001
-    log = _log(sglang_frame, "ImportError: cannot import name 'fp8_scaled_mm_zz' from "
-                             f"'sgl_kernel' ({SITE}/sgl_kernel/__init__.py)\n")
+    log = _log(
+        sglang_frame,
+        "ImportError: cannot import name 'fp8_scaled_mm_zz' from "
+        f"'sgl_kernel' ({SITE}/sgl_kernel/__init__.py)\n",
+    )
     res = Engine(kb).triage(log, release="0.5.11")
     nf = res.not_flag_problem
     assert nf is not None and nf.kind == "dependency_skew" and nf.package == "sgl_kernel"
     assert "does not match this SGLang release" in nf.reason
 
 
-@pytest.mark.parametrize("tail", [
-    # the message names a flag of the release: a flag may fix it
-    ('  File "{site}/transformers/models/auto/configuration_auto.py", line 1000, in f\n'
-     "    raise ValueError(\n"
-     "ValueError: The repository contains custom code. Please pass the argument "
-     "`trust_remote_code=True` to allow custom code to be run.\n"),
-    # out of memory: --mem-fraction-static and friends may fix it
-    ('  File "{site}/torch/cuda/memory.py", line 10, in empty\n    raise x\n'
-     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"),
-    # SGLang's own module failed to import: a broken install, not another package
-    "ImportError: cannot import name 'zz' from 'sglang.srt.utils' ({site}/sglang/srt/utils.py)\n",
-])
-def test_it_stays_silent_when_a_flag_or_sglang_may_be_at_fault(kb, sglang_frame: str,  # noqa: ANN001
-                                                               tail: str) -> None:
+@pytest.mark.parametrize(
+    "tail",
+    [
+        # the message names a flag of the release: a flag may fix it
+        (
+            '  File "{site}/transformers/models/auto/configuration_auto.py", line 1000, in f\n'
+            "    raise ValueError(\n"
+            "ValueError: The repository contains custom code. Please pass the argument "
+            "`trust_remote_code=True` to allow custom code to be run.\n"
+        ),
+        # out of memory: --mem-fraction-static and friends may fix it
+        (
+            '  File "{site}/torch/cuda/memory.py", line 10, in empty\n    raise x\n'
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+        ),
+        # SGLang's own module failed to import: a broken install, not another package
+        "ImportError: cannot import name 'zz' from 'sglang.srt.utils' ({site}/sglang/srt/utils.py)\n",
+    ],
+)
+def test_it_stays_silent_when_a_flag_or_sglang_may_be_at_fault(
+    kb,
+    sglang_frame: str,  # noqa: ANN001
+    tail: str,
+) -> None:
     res = Engine(kb).triage(_log(sglang_frame, tail.format(site=SITE)), release="0.5.11")
     assert res.not_flag_problem is None
     assert not (res.no_flag_fix or "").startswith("not a launch-flag problem")
@@ -80,6 +96,8 @@ def test_an_error_raised_in_sglang_is_never_called_elsewhere(kb, store: Store) -
     path = "sglang/srt/server_args.py"
     line = store.file_lines("0.5.11", path, 1, 50)
     n = next(i for i, x in enumerate(line, start=1) if x.startswith(("import ", "from ")))
-    log = _log(f'  File "{SITE}/{path}", line {n}, in <module>\n    {line[n - 1].strip()}\n',
-               "RuntimeError: something nobody raises zzqq\n")
+    log = _log(
+        f'  File "{SITE}/{path}", line {n}, in <module>\n    {line[n - 1].strip()}\n',
+        "RuntimeError: something nobody raises zzqq\n",
+    )
     assert Engine(kb).triage(log, release="0.5.11").not_flag_problem is None

@@ -48,8 +48,9 @@ def _spellings(store, release: str) -> dict[str, str]:
 
 def test_underscore_flag_is_renamed_keeping_the_value(store) -> None:
     argv = shlex.split("--model-path /m --reasoning_parser kimi_k2 --tp 8")
-    d = diagnose_argparse(_err("unrecognized arguments: --reasoning_parser kimi_k2"), argv,
-                          store, "0.5.23")
+    d = diagnose_argparse(
+        _err("unrecognized arguments: --reasoning_parser kimi_k2"), argv, store, "0.5.23"
+    )
     assert d.kind == "unrecognized_arguments"
     assert (d.flag, d.value) == ("--reasoning_parser", "kimi_k2")
     assert d.suggestions[0] == "--reasoning-parser"
@@ -62,8 +63,9 @@ def test_underscore_flag_is_renamed_keeping_the_value(store) -> None:
 
 
 def test_without_argv_there_is_no_fixed_command(store) -> None:
-    d = diagnose_argparse(_err("unrecognized arguments: --reasoning_parser kimi_k2"), None,
-                          store, "0.5.11")
+    d = diagnose_argparse(
+        _err("unrecognized arguments: --reasoning_parser kimi_k2"), None, store, "0.5.11"
+    )
     assert d.edits and d.fixed_argv is None
 
 
@@ -104,14 +106,22 @@ def test_invalid_choice(store) -> None:
 
 
 def test_invalid_choice_valid_in_another_release(store) -> None:
-    cats = {v: load_catalog(store, v).by_attr().get("attention_backend") for v in ("0.5.11", "0.5.23")}
+    cats = {
+        v: load_catalog(store, v).by_attr().get("attention_backend") for v in ("0.5.11", "0.5.23")
+    }
     old, new = (set(map(str, c.choices or [])) for c in cats.values())
     extra = sorted(new - old)
     if not extra:
         pytest.skip("no attention backend added between 0.5.11 and 0.5.23")
     value = extra[0]
-    d = diagnose_argparse(_err(f"argument --attention-backend: invalid choice: '{value}' "
-                               "(choose from 'fa3', 'triton')"), None, store, "0.5.11")
+    d = diagnose_argparse(
+        _err(
+            f"argument --attention-backend: invalid choice: '{value}' (choose from 'fa3', 'triton')"
+        ),
+        None,
+        store,
+        "0.5.11",
+    )
     assert d.valid_choices == cats["0.5.11"].choices
     assert "0.5.23" in d.explanation
 
@@ -124,8 +134,12 @@ def test_invalid_int_value(store) -> None:
     assert "type int" in d.explanation and d.value == "8.0"
     assert d.edits == [{"set": {"--tp-size": 8}}]
     assert _clean(d.fixed_argv or [], store, "0.5.23", "tp_size") == 8
-    d = diagnose_argparse(_err("argument --tp-size/--tp: invalid int value: 'eight'"),
-                          shlex.split("--model-path /m --tp eight"), store, "0.5.23")
+    d = diagnose_argparse(
+        _err("argument --tp-size/--tp: invalid int value: 'eight'"),
+        shlex.split("--model-path /m --tp eight"),
+        store,
+        "0.5.23",
+    )
     assert "type int" in d.explanation and d.edits == [] and d.fixed_argv is None
 
 
@@ -145,7 +159,9 @@ def test_expected_one_argument(store) -> None:
     err = _argparse_error(argv, store, "0.5.23")
     assert err.kind == "expected_argument" and err.flags[0] == "--chat-template"
     d = diagnose_argparse(err, argv, store, "0.5.23")
-    assert "expects one value" in d.explanation and "--chat-template=-odd-name.jinja" in d.explanation
+    assert (
+        "expects one value" in d.explanation and "--chat-template=-odd-name.jinja" in d.explanation
+    )
     assert d.fixed_argv == ["--model-path", "/m", "--chat-template=-odd-name.jinja"]
     assert _clean(d.fixed_argv, store, "0.5.23", "chat_template") == "-odd-name.jinja"
     d = diagnose_argparse(err, ["--model-path", "/m", "--chat-template"], store, "0.5.23")
@@ -210,8 +226,9 @@ def test_history_detects_a_renamed_flag(store) -> None:
     by_attr = {}
     for spelling, attr in new.items():
         by_attr.setdefault(attr, spelling)
-    renamed = sorted(f for f in set(old) - set(new)
-                     if old[f] in by_attr and not f.startswith("--no-"))
+    renamed = sorted(
+        f for f in set(old) - set(new) if old[f] in by_attr and not f.startswith("--no-")
+    )
     if not renamed:
         pytest.skip("no flag of 0.5.11 renamed by 0.5.23")
     flag = renamed[0]
@@ -222,8 +239,9 @@ def test_history_detects_a_renamed_flag(store) -> None:
     assert hist.note is not None and "spelled" in hist.note
     value = [] if not spec.takes_value else ["1"]
     argv = ["--model-path", "/m", flag, *value]
-    d = diagnose_argparse(_err("unrecognized arguments: " + " ".join([flag, *value])), argv,
-                          store, "0.5.23")
+    d = diagnose_argparse(
+        _err("unrecognized arguments: " + " ".join([flag, *value])), argv, store, "0.5.23"
+    )
     assert d.edits and d.edits[0]["set"] and hist.renamed_to in d.edits[0]["set"]
     assert d.fixed_argv is not None
     parsed = parse_argv(d.fixed_argv, cat)

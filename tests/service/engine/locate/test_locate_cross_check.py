@@ -12,8 +12,10 @@ SITE = "/usr/local/lib/python3.11/site-packages"
 
 
 def _log(line: int, source: str, tail: str) -> str:
-    return (f'Traceback (most recent call last):\n  File "{SITE}/{PATH}", line {line}, in '
-            f"_handle_x\n    {source.strip()}\n{tail}")
+    return (
+        f'Traceback (most recent call last):\n  File "{SITE}/{PATH}", line {line}, in '
+        f"_handle_x\n    {source.strip()}\n{tail}"
+    )
 
 
 def _asserts(store: Store) -> list[dict]:
@@ -22,17 +24,29 @@ def _asserts(store: Store) -> list[dict]:
     out = []
     for r in rows:
         first = store.file_lines("0.5.11", PATH, r["start_line"], r["start_line"])[0].strip()
-        if first.startswith("assert ") and len(first) > 20 and sum(
-                1 for x in rows if x is not r and first in "".join(store.file_lines(
-                    "0.5.11", PATH, x["start_line"], x["end_line"]))) == 0:
+        if (
+            first.startswith("assert ")
+            and len(first) > 20
+            and sum(
+                1
+                for x in rows
+                if x is not r
+                and first
+                in "".join(store.file_lines("0.5.11", PATH, x["start_line"], x["end_line"]))
+            )
+            == 0
+        ):
             out.append({**r, "first": first})
     return out
 
 
 def test_a_printed_line_of_a_neighbouring_check_wins_over_the_line_number(store: Store) -> None:
     rows = _asserts(store)
-    a, b = next((x, y) for x, y in zip(rows, rows[1:], strict=False)
-                if 0 < y["start_line"] - x["start_line"] < 60)
+    a, b = next(
+        (x, y)
+        for x, y in zip(rows, rows[1:], strict=False)
+        if 0 < y["start_line"] - x["start_line"] < 60
+    )
     exc = parse_log(_log(a["start_line"], b["first"], "AssertionError\n")).primary
     assert exc is not None
     got = locate_by_frames(exc, store, "0.5.11", {})
@@ -48,8 +62,9 @@ def test_a_printed_line_of_a_neighbouring_check_wins_over_the_line_number(store:
 
 def test_a_printed_line_no_check_holds_lowers_the_confidence(store: Store) -> None:
     a = _asserts(store)[0]
-    exc = parse_log(_log(a["start_line"], "assert zzz_not_in_sglang == 1", "AssertionError\n")
-                    ).primary
+    exc = parse_log(
+        _log(a["start_line"], "assert zzz_not_in_sglang == 1", "AssertionError\n")
+    ).primary
     assert exc is not None
     got = locate_by_frames(exc, store, "0.5.11", {})
     assert got is not None and got.check["id"] == a["id"] and got.confidence == 0.5
@@ -57,12 +72,22 @@ def test_a_printed_line_no_check_holds_lowers_the_confidence(store: Store) -> No
 
 
 def test_a_message_another_check_raises_lowers_the_confidence(store: Store) -> None:
-    raises = [r for r in store.checks("0.5.11", path=PATH, where="kind = 'raise'")
-              if r["message"] and r["message"][:1] in "\"'" and "{" not in r["message"]
-              and "%" not in r["message"] and len(r["message"]) > 40 and r["exc_type"]]
+    raises = [
+        r
+        for r in store.checks("0.5.11", path=PATH, where="kind = 'raise'")
+        if r["message"]
+        and r["message"][:1] in "\"'"
+        and "{" not in r["message"]
+        and "%" not in r["message"]
+        and len(r["message"]) > 40
+        and r["exc_type"]
+    ]
     a = raises[0]
-    b = next(r for r in raises if r["exc_type"] == a["exc_type"] and r["id"] != a["id"]
-             and r["message"] != a["message"])
+    b = next(
+        r
+        for r in raises
+        if r["exc_type"] == a["exc_type"] and r["id"] != a["id"] and r["message"] != a["message"]
+    )
     src = store.file_lines("0.5.11", PATH, a["start_line"], a["start_line"])[0]
     exc = parse_log(_log(a["start_line"], src, f"{b['exc_type']}: {b['message'][1:-1]}\n")).primary
     assert exc is not None

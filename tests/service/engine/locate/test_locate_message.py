@@ -39,7 +39,10 @@ def store(kb):
         ('f"{a}{b} tail"', ["", " tail"]),
         ('f"{value=} is bad"', ["value=", " is bad"]),
         ('f"head {a}" "mid " f"{b}"', ["head ", "mid ", ""]),
-        ('"got %s and %d (%r), %(name)s; 100%%" % (a, b, c)', ["got ", " and ", " (", "), ", "; 100%"]),
+        (
+            '"got %s and %d (%r), %(name)s; 100%%" % (a, b, c)',
+            ["got ", " and ", " (", "), ", "; 100%"],
+        ),
         ('"{} and {0} and {name} {{x}}".format(a, b, name=c)', ["", " and ", " and ", " {x}"]),
         ('"prefix " + str(x) + " suffix"', ["prefix ", " suffix"]),
         ('"a: " + ", ".join(items)', ["a: ", ""]),
@@ -56,8 +59,18 @@ def test_message_pattern_literal_forms(src: str, fragments: list[str]) -> None:
 
 @pytest.mark.parametrize(
     "src",
-    ["msg", "self._message()", 'b"bytes"', '"a" if c else "b"', "(name, target)", 'f"{a}{b}"',
-     "a + b", "", "not python (", '"{unclosed".format(x)'],
+    [
+        "msg",
+        "self._message()",
+        'b"bytes"',
+        '"a" if c else "b"',
+        "(name, target)",
+        'f"{a}{b}"',
+        "a + b",
+        "",
+        "not python (",
+        '"{unclosed".format(x)',
+    ],
 )
 def test_message_pattern_rejects_non_literals(src: str) -> None:
     assert message_pattern(src) is None
@@ -94,7 +107,12 @@ def test_trtllm_message_in_0_5_11(store) -> None:
     top = matches[0]
     assert top.path == "sglang/srt/server_args.py"
     assert top.function.startswith("ServerArgs.")
-    assert (top.kind, top.exc_type, top.match_kind, top.score) == ("raise", "ValueError", "full", 1.0)
+    assert (top.kind, top.exc_type, top.match_kind, top.score) == (
+        "raise",
+        "ValueError",
+        "full",
+        1.0,
+    )
     assert top.template == TRTLLM
 
 
@@ -115,11 +133,17 @@ def _fstring_raise(store, release: str) -> tuple[dict, MessageTemplate]:
         rows = store.checks(
             release,
             where="kind = 'raise' AND exc_type = 'ValueError' AND (message LIKE 'f%' OR "
-                  f"message LIKE '(%f\"%') AND {scope}")
+            f"message LIKE '(%f\"%') AND {scope}",
+        )
         for row in rows:
             tpl = message_pattern(row["message"])
-            if (tpl is not None and tpl.placeholders >= 1 and tpl.literal_chars >= 40
-                    and tpl.fragments[0] and tpl.fragments[-1]):
+            if (
+                tpl is not None
+                and tpl.placeholders >= 1
+                and tpl.literal_chars >= 40
+                and tpl.fragments[0]
+                and tpl.fragments[-1]
+            ):
                 return row, tpl
     pytest.fail(f"no f-string ValueError among the ServerArgs checks of {release}")
 
@@ -143,16 +167,22 @@ def test_fstring_message_with_values_filled_in(store, release: str) -> None:
 
 
 def test_two_line_tbo_message(store) -> None:
-    exact = store.checks("0.5.23", where="message LIKE ?",
-                         params=("%--enable-dp-attention is required (DeepSeek-V4%",))
+    exact = store.checks(
+        "0.5.23",
+        where="message LIKE ?",
+        params=("%--enable-dp-attention is required (DeepSeek-V4%",),
+    )
     matches = match_message(store, "0.5.23", TBO_USER, exc_type="ValueError")
     if exact:
         assert matches[0].check_id == exact[0]["id"] and matches[0].score >= 0.9
         return
     # 0.5.23 reworded the check: only a low-score "diverged" match may come back
     assert all(m.score < 0.5 for m in matches)
-    reworded = store.checks("0.5.23", where="message LIKE ?",
-                            params=("%When enabling two batch overlap without an EP a2a%",))
+    reworded = store.checks(
+        "0.5.23",
+        where="message LIKE ?",
+        params=("%When enabling two batch overlap without an EP a2a%",),
+    )
     if reworded and matches:
         assert matches[0].check_id == reworded[0]["id"]
         assert matches[0].match_kind == "diverged"
@@ -173,8 +203,11 @@ def test_exception_type_mismatch_is_penalised(store) -> None:
 
 
 def test_assert_message_prefers_assert_checks(store) -> None:
-    rows = store.checks("0.5.23", where="kind = 'assert' AND message LIKE '\"%' "
-                        "AND length(message) > 60 AND message NOT LIKE '%{%'")
+    rows = store.checks(
+        "0.5.23",
+        where="kind = 'assert' AND message LIKE '\"%' "
+        "AND length(message) > 60 AND message NOT LIKE '%{%'",
+    )
     assert rows
     tpl = message_pattern(rows[0]["message"])
     assert tpl is not None
@@ -184,8 +217,10 @@ def test_assert_message_prefers_assert_checks(store) -> None:
 
 
 def test_truncated_message_is_a_partial_match(store) -> None:
-    msg = ("ValueError: Speculative decoding for Qwen3_5MoeForConditionalGeneration is not "
-           "compatible with radix cache when using --mamba-scheduler-strategy no_buffer.")
+    msg = (
+        "ValueError: Speculative decoding for Qwen3_5MoeForConditionalGeneration is not "
+        "compatible with radix cache when using --mamba-scheduler-strategy no_buffer."
+    )
     matches = match_message(store, "0.5.11", msg)
     top = matches[0]
     assert top.function == "ServerArgs._handle_mamba_radix_cache"

@@ -22,24 +22,33 @@ class Backend(enum.Enum):
     DEEP_GEMM = "deep_gemm"
 
 
-@pytest.mark.parametrize("src, names", [
-    # f-string, plain and self-documenting (``{x=}`` prints ``x=repr(x)``), with a spec and
-    # conversions, and implicit concatenation of several f-strings
-    ('f"need {a} got {b}"', {"a": 4, "b": "fa3"}),
-    ('f"please make sure ({size=} / {tp=}) % {block=} == 0"', {"size": 1536, "tp": 8, "block": 128}),
-    ('f"ratio {frac:.2f} of {total!r}"', {"frac": 0.5, "total": "x"}),
-    ('f"first {a} " f"then {b}."', {"a": 1, "b": [1, 2]}),
-    # %-formatting: positional tuple, one value, named
-    ('"tp %d must divide %s" % (tp, name)', {"tp": 8, "name": "deepep"}),
-    ('"got %r here" % value', {"value": None}),
-    ('"%(n)s layers, %(m)d heads" % {"n": layers, "m": heads}', {"layers": 61, "heads": 128}),
-    # str.format: sequential, indexed, named, attribute and item fields
-    ('"{} and {}".format(x, y)', {"x": 3, "y": True}),
-    ('"{1} before {0}".format(x, y)', {"x": "a", "y": "b"}),
-    ('"backend {name} (supported: {ok})".format(name=b, ok=opts)', {"b": "fa3", "opts": ["triton"]}),
-    # concatenation with str()/repr() around the values
-    ('"runner " + str(r) + " needs a2a " + repr(a)', {"r": 2, "a": "deepep"}),
-])
+@pytest.mark.parametrize(
+    "src, names",
+    [
+        # f-string, plain and self-documenting (``{x=}`` prints ``x=repr(x)``), with a spec and
+        # conversions, and implicit concatenation of several f-strings
+        ('f"need {a} got {b}"', {"a": 4, "b": "fa3"}),
+        (
+            'f"please make sure ({size=} / {tp=}) % {block=} == 0"',
+            {"size": 1536, "tp": 8, "block": 128},
+        ),
+        ('f"ratio {frac:.2f} of {total!r}"', {"frac": 0.5, "total": "x"}),
+        ('f"first {a} " f"then {b}."', {"a": 1, "b": [1, 2]}),
+        # %-formatting: positional tuple, one value, named
+        ('"tp %d must divide %s" % (tp, name)', {"tp": 8, "name": "deepep"}),
+        ('"got %r here" % value', {"value": None}),
+        ('"%(n)s layers, %(m)d heads" % {"n": layers, "m": heads}', {"layers": 61, "heads": 128}),
+        # str.format: sequential, indexed, named, attribute and item fields
+        ('"{} and {}".format(x, y)', {"x": 3, "y": True}),
+        ('"{1} before {0}".format(x, y)', {"x": "a", "y": "b"}),
+        (
+            '"backend {name} (supported: {ok})".format(name=b, ok=opts)',
+            {"b": "fa3", "opts": ["triton"]},
+        ),
+        # concatenation with str()/repr() around the values
+        ('"runner " + str(r) + " needs a2a " + repr(a)', {"r": 2, "a": "deepep"}),
+    ],
+)
 def test_each_style_binds_what_it_printed(src: str, names: dict[str, object]) -> None:
     message = _render(src, **names)
     bound = _bound(src, message)
@@ -79,11 +88,14 @@ def test_a_message_with_a_prefix_still_binds() -> None:
     assert _bound(src, "ValueError: tp_size 8 must be divisible by ep_size 3") == {"tp": 8, "ep": 3}
 
 
-@pytest.mark.parametrize("message", [
-    "tp_size 8 must be a power of two",            # another message
-    "tp_size 8 must be divisible by ep_size (3) and more text",  # text past its last literal
-    "",
-])
+@pytest.mark.parametrize(
+    "message",
+    [
+        "tp_size 8 must be a power of two",  # another message
+        "tp_size 8 must be divisible by ep_size (3) and more text",  # text past its last literal
+        "",
+    ],
+)
 def test_a_message_that_does_not_fit_binds_nothing(message: str) -> None:
     assert bind_message('f"tp_size {tp} must be divisible by ep_size ({ep})"', message) == []
 

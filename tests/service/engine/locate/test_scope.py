@@ -26,16 +26,20 @@ def _scope(command: str, frames: tuple[str, ...] = (), **kw: str) -> Scope:
 
 
 def test_launch_server_means_the_llm_server() -> None:
-    for cmd in ("python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B --tp 2",
-                "python /opt/sglang/python/sglang/launch_server.py --model-path Qwen/Qwen3-8B"):
+    for cmd in (
+        "python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B --tp 2",
+        "python /opt/sglang/python/sglang/launch_server.py --model-path Qwen/Qwen3-8B",
+    ):
         s = _scope(cmd)
         assert s.part == "llm", (cmd, s)
         assert not s.admits("sglang/multimodal_gen/runtime/distributed/pynccl_wrapper.py")
         assert not s.admits("sglang/lang/backend/openai.py")
         assert s.admits("sglang/srt/server_args.py") and s.admits("sglang/srt/layers/fp8.py")
     # even a diffusion-sounding model does not change what launch_server starts
-    assert _scope("python -m sglang.launch_server --model-path black-forest-labs/FLUX.1-dev"
-                  ).part == "llm"
+    assert (
+        _scope("python -m sglang.launch_server --model-path black-forest-labs/FLUX.1-dev").part
+        == "llm"
+    )
 
 
 def test_sglang_generate_means_the_diffusion_runtime() -> None:
@@ -49,17 +53,25 @@ def test_sglang_generate_means_the_diffusion_runtime() -> None:
     assert framed.part == "diffusion"
 
 
-@pytest.mark.parametrize(("command", "frames", "kw", "part"), [
-    ("sglang serve --model-path Qwen/Qwen3-8B --tp 2", (), {}, None),
-    ("sglang serve --model-path black-forest-labs/FLUX.1-dev", (), {}, "diffusion"),
-    ("sglang serve --model-path /models/m --ulysses-degree 2", (), {}, "diffusion"),
-    ("sglang serve --model-path /models/m", (), {"model_arch": "FluxPipeline"}, "diffusion"),
-    ("sglang serve --model-path /models/m",
-     ("sglang/multimodal_gen/runtime/launch_server.py",), {}, "diffusion"),
-    ("sglang serve --model-path /models/m", ("sglang/srt/managers/scheduler.py",), {}, "llm"),
-])
-def test_sglang_serve_is_scoped_by_the_other_evidence(command: str, frames: tuple[str, ...],
-                                                      kw: dict, part: str | None) -> None:
+@pytest.mark.parametrize(
+    ("command", "frames", "kw", "part"),
+    [
+        ("sglang serve --model-path Qwen/Qwen3-8B --tp 2", (), {}, None),
+        ("sglang serve --model-path black-forest-labs/FLUX.1-dev", (), {}, "diffusion"),
+        ("sglang serve --model-path /models/m --ulysses-degree 2", (), {}, "diffusion"),
+        ("sglang serve --model-path /models/m", (), {"model_arch": "FluxPipeline"}, "diffusion"),
+        (
+            "sglang serve --model-path /models/m",
+            ("sglang/multimodal_gen/runtime/launch_server.py",),
+            {},
+            "diffusion",
+        ),
+        ("sglang serve --model-path /models/m", ("sglang/srt/managers/scheduler.py",), {}, "llm"),
+    ],
+)
+def test_sglang_serve_is_scoped_by_the_other_evidence(
+    command: str, frames: tuple[str, ...], kw: dict, part: str | None
+) -> None:
     s = _scope(command, frames, **kw)
     assert s.part == part, s
     assert "sglang serve" in s.reason
@@ -83,6 +95,7 @@ def test_keep_never_removes_the_last_candidate() -> None:
 def test_message_locating_stays_inside_the_launch(store) -> None:  # noqa: ANN001
     """The same message is raised in sglang/srt and in sglang/multimodal_gen: the entrypoint
     decides which one is reported; without one both stay candidates."""
+
     def located(command: str):  # noqa: ANN202
         text = _log(command)
         parsed = parse_log(text)

@@ -44,35 +44,45 @@ PREFIXED = {
     "iso_timestamp": prefixed("2026-01-02T10:00:00.123456Z "),
 }
 
-USAGE = ("usage: launch_server.py [-h] --model-path MODEL_PATH [--tokenizer-path TOKENIZER_PATH]\n"
-         "                        [--tp-size TP_SIZE] [--speculative-algorithm {EAGLE,EAGLE3}]\n")
+USAGE = (
+    "usage: launch_server.py [-h] --model-path MODEL_PATH [--tokenizer-path TOKENIZER_PATH]\n"
+    "                        [--tp-size TP_SIZE] [--speculative-algorithm {EAGLE,EAGLE3}]\n"
+)
 ARGPARSE = {
-    "indented_error": USAGE + "    launch_server.py: error: unrecognized arguments: --speculative-topk 4\n",
+    "indented_error": USAGE
+    + "    launch_server.py: error: unrecognized arguments: --speculative-topk 4\n",
     "unrecognized_without_error_prefix": "unrecognized arguments: --speculative-topk 4\n",
     "launch_server_error": "launch_server.py: error: argument --attention-backend: invalid "
-                           "choice: 'fa9' (choose from 'triton', 'torch_native', 'fa3')\n",
+    "choice: 'fa9' (choose from 'triton', 'torch_native', 'fa3')\n",
 }
 #: a real 0.5.11 message (server_args.py:3535) with no type and no traceback
 BARE_MESSAGE = "trtllm_mha backend only supports topk = 1 for speculative decoding.\n"
 #: a real 0.5.11 assert message (server_args.py:2972), indented, without a traceback
-ASSERT_MESSAGE = ("  AssertionError: The expert parallel size must be 1 or the same as the "
-                  "tensor parallel size\n")
+ASSERT_MESSAGE = (
+    "  AssertionError: The expert parallel size must be 1 or the same as the tensor parallel size\n"
+)
 #: the traceback cut before its exception line
 CUT = "\n".join(TRACEBACK.splitlines()[:-1]) + "\n"
 COMMANDS = {
     "prompt_flags": "$ --model-path /models/Kimi-K2.6 --tp 8 --speculative-algorithm EAGLE3 "
-                    "--speculative-eagle-topk 4\n",
+    "--speculative-eagle-topk 4\n",
     "flags_line": "--tp 8 --speculative-algorithm EAGLE3 --speculative-eagle-topk 4 "
-                  "--speculative-num-draft-tokens 8\n",
+    "--speculative-num-draft-tokens 8\n",
     "yaml_args": "args:\n  - --model-path\n  - /models/Kimi-K2.6\n  - --tp\n  - '8'\n"
-                 "  - --speculative-algorithm\n  - EAGLE3\n",
+    "  - --speculative-algorithm\n  - EAGLE3\n",
     "json_args": '["--model-path", "/models/Kimi-K2.6", "--tp", "8", '
-                 '"--speculative-algorithm", "EAGLE3"]\n',
+    '"--speculative-algorithm", "EAGLE3"]\n',
     "env_prefix": "SGLANG_ENABLE_JIT_DEEPGEMM=0 python -m sglang.launch_server --model-path "
-                  "/models/Kimi-K2.6 --tp 8 --speculative-algorithm EAGLE3\n",
+    "/models/Kimi-K2.6 --tp 8 --speculative-algorithm EAGLE3\n",
 }
 JUNK = "hello, the server is broken again\nany idea what happened?\n"
 
 #: every shape that must be answered (never a 422)
-ALL = {**PREFIXED, **ARGPARSE, "bare_message": BARE_MESSAGE, "assert_message": ASSERT_MESSAGE,
-       "cut_traceback": CUT, **COMMANDS}
+ALL = {
+    **PREFIXED,
+    **ARGPARSE,
+    "bare_message": BARE_MESSAGE,
+    "assert_message": ASSERT_MESSAGE,
+    "cut_traceback": CUT,
+    **COMMANDS,
+}

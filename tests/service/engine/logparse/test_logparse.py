@@ -403,8 +403,11 @@ def test_parse_log_only_raises_logparse_errors(parts: list[str], sep: str) -> No
     except LogParseError:
         return
     # a log that is only a launch command is answered, with what it lacks in ``missing``
-    assert parsed.exceptions or parsed.argparse_error is not None or (
-        parsed.command is not None and parsed.missing)
+    assert (
+        parsed.exceptions
+        or parsed.argparse_error is not None
+        or (parsed.command is not None and parsed.missing)
+    )
     parsed.model_dump_json()
 
 

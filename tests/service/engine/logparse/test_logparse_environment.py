@@ -140,4 +140,6 @@ def test_warnings_from_sglang_files() -> None:
         ("sglang/srt/server_args.py", 900, "DeprecationWarning"),
     ]
     assert found[1].message == "--foo is deprecated"
-    assert _command("\n".join(["/x/sglang_x.py:1: UserWarning: " + "a" * 1000] * 100)).warnings == []
+    assert (
+        _command("\n".join(["/x/sglang_x.py:1: UserWarning: " + "a" * 1000] * 100)).warnings == []
+    )

@@ -27,7 +27,9 @@ ROOT = Path(__file__).resolve().parents[4]
 #: The flag pattern before issue 26 (quadratic on long runs; fine on the short texts below).
 _OLD_FLAGS = re.compile(
     r"(--(?:[\w-]*-)?(?:api-key|admin-api-key|hf-token|token|secret|password|access-key|secret-key))"
-    r"(?=[\s=])(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)", re.I)
+    r"(?=[\s=])(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)",
+    re.I,
+)
 
 
 def _old_redact(text: str) -> str:
@@ -40,31 +42,61 @@ def _old_redact(text: str) -> str:
     return text
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("--api-key sk-x1", "--api-key ***"),
-    ("--hf-token=abc def", "--hf-token=*** def"),
-    ("--admin-api-key 'a b' --tp 2", "--admin-api-key *** --tp 2"),
-    ('--api-key "a b" --tp 2', "--api-key *** --tp 2"),
-    ("--API-KEY Secret1", "--API-KEY ***"),
-    ("---api-key v", "---api-key ***"),
-    ("x--token v", "x--token ***"),  # the old pattern started at any "--"
-    ("-x--api-key v", "-x--api-key ***"),
-    ("--my-admin-api-key v", "--my-admin-api-key ***"),
-    ("--foo --api-key v", "--foo --api-key ***"),
-    ("--api-key --token v", "--api-key *** v"),  # the value is taken first, as before
-    ("--tokens v", "--tokens v"),
-    ("my-token v", "my-token v"),
-    ("--tokenizer-path v", "--tokenizer-path v"),
-    ("--api-key", "--api-key"),
-    ("--api-key\n  v", "--api-key\n  ***"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("--api-key sk-x1", "--api-key ***"),
+        ("--hf-token=abc def", "--hf-token=*** def"),
+        ("--admin-api-key 'a b' --tp 2", "--admin-api-key *** --tp 2"),
+        ('--api-key "a b" --tp 2', "--api-key *** --tp 2"),
+        ("--API-KEY Secret1", "--API-KEY ***"),
+        ("---api-key v", "---api-key ***"),
+        ("x--token v", "x--token ***"),  # the old pattern started at any "--"
+        ("-x--api-key v", "-x--api-key ***"),
+        ("--my-admin-api-key v", "--my-admin-api-key ***"),
+        ("--foo --api-key v", "--foo --api-key ***"),
+        ("--api-key --token v", "--api-key *** v"),  # the value is taken first, as before
+        ("--tokens v", "--tokens v"),
+        ("my-token v", "my-token v"),
+        ("--tokenizer-path v", "--tokenizer-path v"),
+        ("--api-key", "--api-key"),
+        ("--api-key\n  v", "--api-key\n  ***"),
+    ],
+)
 def test_secret_flags_are_redacted_as_before(text: str, expected: str) -> None:
     assert redact(text) == expected == _old_redact(text)
 
 
-_PIECES = ["--api-key", "--hf-token", "--admin-api-key", "--token", "--secret-key", "--password",
-           "x--token", "-", "--", "=", " ", "\n", "\t", "'", '"', "a", "_", "1", "tokens", "my-token",
-           "--API-Key", "--a-", "HF_TOKEN=", "api_key=", "é", ",", ")", "sk-abcdefghijklmnop"]
+_PIECES = [
+    "--api-key",
+    "--hf-token",
+    "--admin-api-key",
+    "--token",
+    "--secret-key",
+    "--password",
+    "x--token",
+    "-",
+    "--",
+    "=",
+    " ",
+    "\n",
+    "\t",
+    "'",
+    '"',
+    "a",
+    "_",
+    "1",
+    "tokens",
+    "my-token",
+    "--API-Key",
+    "--a-",
+    "HF_TOKEN=",
+    "api_key=",
+    "é",
+    ",",
+    ")",
+    "sk-abcdefghijklmnop",
+]
 
 
 @settings(max_examples=400, deadline=None)
@@ -87,18 +119,25 @@ def test_redacted_text_is_returned_as_it_is_and_extras_still_go() -> None:
 
 def _bounded(code: str, cpu_s: int) -> subprocess.CompletedProcess[str]:
     """``code`` in a subprocess limited to ``cpu_s`` CPU seconds (SIGXCPU past them)."""
-    prelude = ("import resource\n"
-               f"resource.setrlimit(resource.RLIMIT_CPU, ({cpu_s}, {cpu_s}))\n")
-    return subprocess.run([sys.executable, "-c", prelude + code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=1800, check=False)
+    prelude = f"import resource\nresource.setrlimit(resource.RLIMIT_CPU, ({cpu_s}, {cpu_s}))\n"
+    return subprocess.run(
+        [sys.executable, "-c", prelude + code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
 
 
 def test_redaction_of_1mb_runs_stays_within_a_cpu_limit() -> None:
     # the old pattern: 17 CPU s for 16 KB of "-", so hours for these
-    code = ("from service.engine.logparse.redact import redact\n"
-            "for unit in ['-', '--a', '--api-key ', 'x--token ', 'HF_TOKEN=', 'a=', ' ', '\"']:\n"
-            "    redact(unit * (1_000_000 // len(unit)))\n"
-            "print('done')\n")
+    code = (
+        "from service.engine.logparse.redact import redact\n"
+        "for unit in ['-', '--a', '--api-key ', 'x--token ', 'HF_TOKEN=', 'a=', ' ', '\"']:\n"
+        "    redact(unit * (1_000_000 // len(unit)))\n"
+        "print('done')\n"
+    )
     proc = _bounded(code, cpu_s=20)
     assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr[-2000:]
 
@@ -121,11 +160,13 @@ def test_the_cpu_budget_scales_with_the_size_limit() -> None:
 
 
 def test_text_longer_than_the_limit_is_refused_before_it_is_redacted() -> None:
-    code = ("from service.engine.logparse.parse import parse_input\n"
-            "from service.errors import InputTooLarge\n"
-            "try:\n"
-            "    parse_input('-' * 50_000_000, max_bytes=1000)\n"
-            "except InputTooLarge:\n"
-            "    print('done')\n")
+    code = (
+        "from service.engine.logparse.parse import parse_input\n"
+        "from service.errors import InputTooLarge\n"
+        "try:\n"
+        "    parse_input('-' * 50_000_000, max_bytes=1000)\n"
+        "except InputTooLarge:\n"
+        "    print('done')\n"
+    )
     proc = _bounded(code, cpu_s=10)
     assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr[-2000:]

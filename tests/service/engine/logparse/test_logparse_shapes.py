@@ -27,7 +27,8 @@ def test_prefixed_traceback_is_read_like_the_plain_one(shape: str) -> None:
     assert parsed.primary is not None and parsed.primary.type == "AssertionError"
     assert parsed.primary.bare and parsed.missing == []
     assert [(f.package_path, f.line, f.function) for f in parsed.primary.frames] == [
-        (f.package_path, f.line, f.function) for f in plain.primary.frames]  # type: ignore[union-attr]
+        (f.package_path, f.line, f.function) for f in plain.primary.frames
+    ]  # type: ignore[union-attr]
     assert parsed.primary.frames[-1].source == "assert ("
 
 
@@ -40,7 +41,10 @@ def test_launcher_column_is_cut_only_where_it_belongs() -> None:
     frame = '  File "/x/sglang/srt/server_args.py", line 9, in f     launcher.py:7'
     other = ["Loading weights", "Capturing cuda graphs", "Warming up", "Still warming"]
     assert clean_log("\n".join([prose, *other, frame])) == [
-        prose, *other, '  File "/x/sglang/srt/server_args.py", line 9, in f']
+        prose,
+        *other,
+        '  File "/x/sglang/srt/server_args.py", line 9, in f',
+    ]
 
 
 def test_a_bare_rank_prefix_needs_to_be_consistent() -> None:
@@ -89,13 +93,16 @@ def test_bare_message_is_a_frameless_exception_of_unknown_type() -> None:
 
 
 def test_logged_message_after_other_output() -> None:
-    text = ("[2026-01-02 10:00:00] server_args=ServerArgs(model_path='/m', tp_size=8)\n"
-            "ERROR: speculative_eagle_topk must be 1 when the trtllm_mha backend is used\n"
-            "Loading weights took 0 s\n")
+    text = (
+        "[2026-01-02 10:00:00] server_args=ServerArgs(model_path='/m', tp_size=8)\n"
+        "ERROR: speculative_eagle_topk must be 1 when the trtllm_mha backend is used\n"
+        "Loading weights took 0 s\n"
+    )
     parsed = parse_log(text)
     assert parsed.primary is not None
-    assert parsed.primary.message == ("speculative_eagle_topk must be 1 when the trtllm_mha "
-                                      "backend is used")
+    assert parsed.primary.message == (
+        "speculative_eagle_topk must be 1 when the trtllm_mha backend is used"
+    )
 
 
 def test_indented_exception_line_without_traceback() -> None:
@@ -135,8 +142,10 @@ def test_fragment_entrypoint_and_env() -> None:
 
 
 def test_help_columns_are_not_fragments() -> None:
-    text = ("  --tp-size TP_SIZE, --tp TP_SIZE\n"
-            "  --speculative-algorithm {EAGLE,EAGLE3}    The speculative algorithm.\n")
+    text = (
+        "  --tp-size TP_SIZE, --tp TP_SIZE\n"
+        "  --speculative-algorithm {EAGLE,EAGLE3}    The speculative algorithm.\n"
+    )
     with pytest.raises(NoCrashFound):
         parse_log(text)
 
@@ -190,10 +199,11 @@ def test_command_only_is_answered_unlocated(engine: Engine) -> None:
 
 
 def test_message_after_the_launch_command_and_its_output() -> None:
-    text = ("python -m sglang.launch_server --model-path /m --tp 8 \\\n"
-            "    --attention-backend trtllm_mha --speculative-eagle-topk 4\n"
-            "Loading safetensors checkpoint shards: 100% 64/64\n"
-            + shapes.BARE_MESSAGE)
+    text = (
+        "python -m sglang.launch_server --model-path /m --tp 8 \\\n"
+        "    --attention-backend trtllm_mha --speculative-eagle-topk 4\n"
+        "Loading safetensors checkpoint shards: 100% 64/64\n" + shapes.BARE_MESSAGE
+    )
     parsed = parse_log(text)
     assert parsed.command is not None and "--attention-backend" in parsed.command
     assert parsed.primary is not None and parsed.primary.message == shapes.BARE_MESSAGE.strip()

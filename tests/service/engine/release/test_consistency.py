@@ -17,12 +17,16 @@ from service.engine.release import consistency as cons
 from service.engine.release.consistency import recheck_release
 from service.engine.release.resolve import resolve_release
 
-MSG = ("speculative_eagle_topk > 1 with page_size > 1 is unstable and produces incorrect results "
-       "for paged attention backends. This combination is only supported for the 'flashinfer' "
-       "backend.")
-SPEC = ("--model-path meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm EAGLE "
-        "--speculative-draft-model-path m2 --speculative-eagle-topk 4 --speculative-num-steps 3 "
-        "--speculative-num-draft-tokens 8 --page-size 16")
+MSG = (
+    "speculative_eagle_topk > 1 with page_size > 1 is unstable and produces incorrect results "
+    "for paged attention backends. This combination is only supported for the 'flashinfer' "
+    "backend."
+)
+SPEC = (
+    "--model-path meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm EAGLE "
+    "--speculative-draft-model-path m2 --speculative-eagle-topk 4 --speculative-num-steps 3 "
+    "--speculative-num-draft-tokens 8 --page-size 16"
+)
 TRTLLM = "trtllm_mha backend only supports topk = 1 for speculative decoding."
 
 
@@ -36,8 +40,9 @@ def _log(flags: str, message: str = MSG) -> str:
 
 
 def _releases_of(store: Store, message: str) -> set[str]:
-    rows = store.query("SELECT DISTINCT release FROM checks WHERE message LIKE ?",
-                       (f"%{message[:60]}%",))
+    rows = store.query(
+        "SELECT DISTINCT release FROM checks WHERE message LIKE ?", (f"%{message[:60]}%",)
+    )
     return {r["release"] for r in rows}
 
 
@@ -52,8 +57,11 @@ def test_a_release_where_the_check_cannot_fire_is_replaced(store: Store) -> None
     assert "cannot fire in 0.5.11" in (got.resolution.note or "")
     assert any("answered from 0.5.5, not 0.5.11" in e for e in got.resolution.evidence)
     # the check located there is the one that raises this message in 0.5.5
-    assert got.located.check["id"] in {c["id"] for c in store.checks(
-        "0.5.5", path="sglang/srt/server_args.py") if MSG[:40] in (c["message"] or "")}
+    assert got.located.check["id"] in {
+        c["id"]
+        for c in store.checks("0.5.5", path="sglang/srt/server_args.py")
+        if MSG[:40] in (c["message"] or "")
+    }
 
 
 def test_the_triage_answers_from_the_release_where_it_fires(kb) -> None:  # noqa: ANN001
@@ -83,7 +91,8 @@ def test_an_explicit_release_is_kept_and_doubted(store: Store) -> None:
 
 
 def test_when_no_release_lets_it_fire_the_confidence_drops_and_the_work_is_bounded(
-        store: Store) -> None:
+    store: Store,
+) -> None:
     """``--attention-backend triton`` never meets the trtllm_mha check's guard: it cannot
     fire anywhere. The releases whose check reads alike are not evaluated again, and no
     more than ``MAX_TRIED`` are."""
@@ -103,11 +112,16 @@ def test_when_no_release_lets_it_fire_the_confidence_drops_and_the_work_is_bound
 
 
 def test_signature_ignores_receivers_and_whitespace() -> None:
-    a = {"condition": "self.ep_size in [1,\n    self.tp_size]", "exc_type": "AssertionError",
-         "guards": [{"condition": "self.moe_runner_backend == 'x'", "polarity": True}]}
-    b = {"condition": "resolved_view(server_args).ep_size in [1, tp_size]",
-         "exc_type": "AssertionError",
-         "guards": '[{"condition": "cfg.moe_runner_backend == \'x\'", "polarity": true}]'}
+    a = {
+        "condition": "self.ep_size in [1,\n    self.tp_size]",
+        "exc_type": "AssertionError",
+        "guards": [{"condition": "self.moe_runner_backend == 'x'", "polarity": True}],
+    }
+    b = {
+        "condition": "resolved_view(server_args).ep_size in [1, tp_size]",
+        "exc_type": "AssertionError",
+        "guards": '[{"condition": "cfg.moe_runner_backend == \'x\'", "polarity": true}]',
+    }
     assert cons._signature(a) == cons._signature(b)
     c = {**a, "guards": [{"condition": "self.moe_runner_backend == 'y'", "polarity": True}]}
     assert cons._signature(a) != cons._signature(c)

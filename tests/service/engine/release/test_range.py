@@ -26,7 +26,9 @@ def ingested(store: Store) -> list[str]:
 
 
 def _rows(store: Store, ingested: list[str]) -> list[dict]:
-    return sorted((store.require(v) for v in ingested), key=lambda r: release_sort_key(r["version"]))
+    return sorted(
+        (store.require(v) for v in ingested), key=lambda r: release_sort_key(r["version"])
+    )
 
 
 def _literal(src: str) -> str | None:
@@ -42,7 +44,8 @@ def _message_held_by_some(store: Store, ingested: list[str]) -> tuple[str, str, 
     and no check of any other release mentions (its first 40 characters appear nowhere)."""
     rows = store.query(
         "SELECT release, message, exc_type FROM checks WHERE kind = 'raise' AND message IS NOT NULL "
-        "AND exc_type IN ('ValueError', 'RuntimeError') ORDER BY release, path, start_line")
+        "AND exc_type IN ('ValueError', 'RuntimeError') ORDER BY release, path, start_line"
+    )
     holders: dict[str, set[str]] = {}
     types: dict[str, str] = {}
     for r in rows:
@@ -57,14 +60,17 @@ def _message_held_by_some(store: Store, ingested: list[str]) -> tuple[str, str, 
         others = [v for v in ingested if v not in rels]
         mentioned = store.query(
             f"SELECT 1 FROM checks WHERE release IN ({','.join('?' * len(others))}) "
-            "AND instr(message, ?) > 0 LIMIT 1", (*others, head))
+            "AND instr(message, ?) > 0 LIMIT 1",
+            (*others, head),
+        )
         if not mentioned:
             return types[text], text, sorted(rels, key=release_sort_key)
     raise AssertionError("no check message is held by only some ingested releases")
 
 
-def test_message_only_log_gives_the_releases_that_hold_the_check(store: Store,
-                                                                 ingested: list[str]) -> None:
+def test_message_only_log_gives_the_releases_that_hold_the_check(
+    store: Store, ingested: list[str]
+) -> None:
     exc, text, holders = _message_held_by_some(store, ingested)
     parsed = parse_log(f"{exc}: {text}\n")
     res = resolve_release(parsed, store)
@@ -74,8 +80,12 @@ def test_message_only_log_gives_the_releases_that_hold_the_check(store: Store,
     assert res.release == holders[-1] and res.method == "message"
     piece = next(p for p in res.range.evidence if p.kind == "message")
     assert piece.used and piece.narrowed and span(holders, ingested) in piece.text
-    assert all(store.file_lines(c.split(":")[0], c.split(":")[1], int(c.split(":")[2]),
-                                int(c.split(":")[2])) for c in piece.citations)
+    assert all(
+        store.file_lines(
+            c.split(":")[0], c.split(":")[1], int(c.split(":")[2]), int(c.split(":")[2])
+        )
+        for c in piece.citations
+    )
     assert res.confidence < 0.5 and "pip show sglang" in (res.note or "")
     assert any(span(holders, ingested) in e for e in res.evidence)
 
@@ -91,19 +101,25 @@ def _flag_in_some(store: Store, ingested: list[str]) -> tuple[str, list[str], li
     every = sorted({f for s in spellings.values() for f in s if f.startswith("--")})
     for flag in every:
         has = [v for v in ingested if flag in spellings[v]]
-        lacks = [v for v in ingested
-                 if not any(s.startswith(flag) for s in spellings[v])]
-        if has and len(lacks) >= 2 and len(has) + len(lacks) == len(ingested) \
-                and not flag.startswith("--no-"):
+        lacks = [v for v in ingested if not any(s.startswith(flag) for s in spellings[v])]
+        if (
+            has
+            and len(lacks) >= 2
+            and len(has) + len(lacks) == len(ingested)
+            and not flag.startswith("--no-")
+        ):
             return flag, has, lacks
     raise AssertionError("no flag is in some ingested releases only")
 
 
-def test_argparse_only_log_gives_the_releases_without_the_flag(store: Store,
-                                                               ingested: list[str]) -> None:
+def test_argparse_only_log_gives_the_releases_without_the_flag(
+    store: Store, ingested: list[str]
+) -> None:
     flag, _, lacks = _flag_in_some(store, ingested)
-    log = ("usage: launch_server.py [-h] --model-path MODEL_PATH\n"
-           f"launch_server.py: error: unrecognized arguments: {flag}\n")
+    log = (
+        "usage: launch_server.py [-h] --model-path MODEL_PATH\n"
+        f"launch_server.py: error: unrecognized arguments: {flag}\n"
+    )
     parsed = parse_log(log)
     rng = infer_range(parsed, store, _rows(store, ingested))
     assert rng.releases == lacks
@@ -114,8 +130,9 @@ def test_argparse_only_log_gives_the_releases_without_the_flag(store: Store,
     assert f"`{flag}`" in piece.text and span(lacks, ingested) in piece.text
 
 
-def test_invalid_choice_gives_the_releases_with_the_listed_choices(store: Store,
-                                                                   ingested: list[str]) -> None:
+def test_invalid_choice_gives_the_releases_with_the_listed_choices(
+    store: Store, ingested: list[str]
+) -> None:
     by_rel = {v: load_catalog(store, v) for v in ingested}
     for v in ingested:
         for spec in by_rel[v].flags:
@@ -123,11 +140,18 @@ def test_invalid_choice_gives_the_releases_with_the_listed_choices(store: Store,
                 continue
             flag = spec.flags[0]
             listed = {str(c) for c in spec.choices}
-            same = [w for w in ingested if (s := by_rel[w].by_flag().get(flag)) is not None
-                    and s.choices is not None and {str(c) for c in s.choices} == listed]
+            same = [
+                w
+                for w in ingested
+                if (s := by_rel[w].by_flag().get(flag)) is not None
+                and s.choices is not None
+                and {str(c) for c in s.choices} == listed
+            ]
             if len(same) < len(ingested) and all(
-                    by_rel[w].by_flag().get(flag) is None
-                    or by_rel[w].by_flag()[flag].choices is not None for w in ingested):
+                by_rel[w].by_flag().get(flag) is None
+                or by_rel[w].by_flag()[flag].choices is not None
+                for w in ingested
+            ):
                 break
         else:
             continue
@@ -135,26 +159,42 @@ def test_invalid_choice_gives_the_releases_with_the_listed_choices(store: Store,
     else:
         pytest.skip("no flag's choices differ between ingested releases")
     choices = ", ".join(repr(str(c)) for c in spec.choices)
-    log = (f"launch_server.py: error: argument {flag}: invalid choice: 'zz-not-a-choice' "
-           f"(choose from {choices})\n")
+    log = (
+        f"launch_server.py: error: argument {flag}: invalid choice: 'zz-not-a-choice' "
+        f"(choose from {choices})\n"
+    )
     res = resolve_release(parse_log(log), store)
     assert res.range is not None and res.range.releases == same
     assert res.release == same[-1]
 
 
-def test_command_only_log_gives_the_releases_that_accept_it(store: Store,
-                                                            ingested: list[str]) -> None:
+def test_command_only_log_gives_the_releases_that_accept_it(
+    store: Store, ingested: list[str]
+) -> None:
     flag, has, lacks = _flag_in_some(store, ingested)
     spec = load_catalog(store, has[-1]).by_flag()[flag]
-    value = ["1"] if spec.takes_value and not spec.choices else \
-        [str(spec.choices[0])] if spec.choices else []
-    log = (f"$ python -m sglang.launch_server --model-path /models/m {flag} {' '.join(value)}\n"
-           "RuntimeError: zq\n")
+    value = (
+        ["1"]
+        if spec.takes_value and not spec.choices
+        else [str(spec.choices[0])]
+        if spec.choices
+        else []
+    )
+    log = (
+        f"$ python -m sglang.launch_server --model-path /models/m {flag} {' '.join(value)}\n"
+        "RuntimeError: zq\n"
+    )
     parsed = parse_log(log)
     assert parsed.command is not None and flag in parsed.command
-    accept = [v for v in has
-              if not (load_catalog(store, v).by_flag()[flag].choices and value
-                      and value[0] not in map(str, load_catalog(store, v).by_flag()[flag].choices))]
+    accept = [
+        v
+        for v in has
+        if not (
+            load_catalog(store, v).by_flag()[flag].choices
+            and value
+            and value[0] not in map(str, load_catalog(store, v).by_flag()[flag].choices)
+        )
+    ]
     res = resolve_release(parsed, store)
     assert res.range is not None and res.range.releases == accept
     assert res.release == accept[-1] and res.method == "range"
@@ -168,8 +208,10 @@ def test_a_contradicting_piece_is_reported_not_used(store: Store, ingested: list
     has the flag: the stronger piece (the version named) wins and the other is kept aside."""
     flag, has, lacks = _flag_in_some(store, ingested)
     named = has[-1]
-    log = (f"Successfully installed sglang-{named}\n"
-           f"launch_server.py: error: unrecognized arguments: {flag}\n")
+    log = (
+        f"Successfully installed sglang-{named}\n"
+        f"launch_server.py: error: unrecognized arguments: {flag}\n"
+    )
     res = resolve_release(parse_log(log), store)
     assert res.release == named and res.method == "hint"
     assert res.range is not None and res.range.releases == [named]
@@ -183,19 +225,23 @@ def test_logs_with_frames_carry_no_range(store: Store, ingested: list[str]) -> N
     fn = store.function(ingested[-1], chk["function"], chk["path"])
     assert fn is not None
     text = store.file_lines(ingested[-1], chk["path"], chk["start_line"], chk["start_line"])[0]
-    log = ("Traceback (most recent call last):\n"
-           f'  File "/venv/lib/python3.12/site-packages/{chk["path"]}", line {chk["start_line"]}, '
-           f'in {fn["name"]}\n    {text.strip()}\n{chk["exc_type"] or "ValueError"}: x\n')
+    log = (
+        "Traceback (most recent call last):\n"
+        f'  File "/venv/lib/python3.12/site-packages/{chk["path"]}", line {chk["start_line"]}, '
+        f"in {fn['name']}\n    {text.strip()}\n{chk['exc_type'] or 'ValueError'}: x\n"
+    )
     res = resolve_release(parse_log(log), store)
     assert res.method == "fingerprint" and res.range is None
 
 
-def test_a_server_args_dump_gives_the_releases_with_those_fields(store: Store,
-                                                                  ingested: list[str]) -> None:
+def test_a_server_args_dump_gives_the_releases_with_those_fields(
+    store: Store, ingested: list[str]
+) -> None:
     version = ingested[len(ingested) // 2]
     fields = [d.attr for d in load_catalog(store, version).declarations]
-    same = [v for v in ingested
-            if {d.attr for d in load_catalog(store, v).declarations} == set(fields)]
+    same = [
+        v for v in ingested if {d.attr for d in load_catalog(store, v).declarations} == set(fields)
+    ]
     dump = ", ".join(f"{f}=None" for f in fields)
     res = resolve_release(parse_log(f"server_args=ServerArgs({dump})\nRuntimeError: zq\n"), store)
     assert res.range is not None and res.range.releases == same

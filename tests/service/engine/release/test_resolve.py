@@ -66,10 +66,19 @@ def seed_frames(store: Store, version: str = "0.5.11") -> list[F]:
     return [
         call_site(store, version, SERVER_ARGS, "prepare_server_args", "from_cli_args("),
         call_site(store, version, SERVER_ARGS, "ServerArgs.from_cli_args", "return cls("),
-        call_site(store, version, SERVER_ARGS, "ServerArgs.__post_init__",
-                  "self._handle_speculative_decoding()"),
-        F(SERVER_ARGS, chk["start_line"], "_handle_speculative_decoding",
-          line_text(store, version, SERVER_ARGS, chk["start_line"])),
+        call_site(
+            store,
+            version,
+            SERVER_ARGS,
+            "ServerArgs.__post_init__",
+            "self._handle_speculative_decoding()",
+        ),
+        F(
+            SERVER_ARGS,
+            chk["start_line"],
+            "_handle_speculative_decoding",
+            line_text(store, version, SERVER_ARGS, chk["start_line"]),
+        ),
     ]
 
 
@@ -132,16 +141,18 @@ def test_arg_groups_frames_pick_0523(store: Store) -> None:
     chk = next(c for c in store.checks("0.5.23", path=path) if c["kind"] == "raise")
     fn = store.function("0.5.23", chk["function"], path)
     assert fn is not None
-    frame = F(path, chk["start_line"], fn["name"],
-              line_text(store, "0.5.23", path, chk["start_line"]))
+    frame = F(
+        path, chk["start_line"], fn["name"], line_text(store, "0.5.23", path, chk["start_line"])
+    )
     parsed = parse_log(render([frame], exc="ValueError: boom"))
     res = resolve_release(parsed, store)
     assert res.release == "0.5.23" and res.method == "fingerprint"
     assert res.confidence >= 0.9
     missing = {c.release for c in res.candidates if c.score == 0}
     assert "0.5.9" in missing and "0.5.11" in missing  # those releases have no arg_groups/
-    assert missing >= {r["version"] for r in store.releases()
-                       if store.file_text(r["version"], path) is None}
+    assert missing >= {
+        r["version"] for r in store.releases() if store.file_text(r["version"], path) is None
+    }
 
 
 def test_identical_file_ties_are_broken_by_hints(store: Store) -> None:
@@ -151,7 +162,8 @@ def test_identical_file_ties_are_broken_by_hints(store: Store) -> None:
         "JOIN files b ON b.release = '0.5.23' AND b.path = f.path AND b.sha256 = a.sha256 "
         "JOIN files c ON c.release = '0.5.9' AND c.path = f.path AND c.sha256 = a.sha256 "
         "WHERE f.release = '0.5.11' AND f.path LIKE 'sglang/srt/%' "
-        "AND f.end_line - f.start_line > 3 AND f.class_name IS NULL LIMIT 1")
+        "AND f.end_line - f.start_line > 3 AND f.class_name IS NULL LIMIT 1"
+    )
     assert rows, "no file is identical in all three releases"
     path, start, _, name = rows[0]
     frame = F(path, start + 1, name, line_text(store, "0.5.11", path, start + 1))
@@ -199,8 +211,14 @@ def test_dev_build_uneven_shift_maps_crash_site(store: Store) -> None:
     frames = seed_frames(store)[:-1]
     frames = [F(f.path, f.line + 12 * (i + 1), f.function, f.source) for i, f in enumerate(frames)]
     last = chk["test_end"]
-    frames.append(F(SERVER_ARGS, last + 64, "_handle_speculative_decoding",
-                    line_text(store, "0.5.11", SERVER_ARGS, last)))
+    frames.append(
+        F(
+            SERVER_ARGS,
+            last + 64,
+            "_handle_speculative_decoding",
+            line_text(store, "0.5.11", SERVER_ARGS, last),
+        )
+    )
     res = resolve_release(parse_log(render(frames)), store)
     assert res.release == "0.5.11" and res.method == "nearest" and res.dev_build
     assert frames[-1].line - res.line_offsets[SERVER_ARGS] == last
@@ -290,8 +308,7 @@ def test_message_held_by_some_releases_picks_the_newest(store: Store) -> None:
     assert res.release == holders[-1] and res.method == "message"
     assert res.range is not None and res.range.releases == holders
     assert 0.25 < res.confidence < 0.5  # the text alone: releases not ingested may hold it too
-    assert any("sglang/srt/server_args.py" in e and f"in {holders[-1]}" in e
-               for e in res.evidence)
+    assert any("sglang/srt/server_args.py" in e and f"in {holders[-1]}" in e for e in res.evidence)
     assert res.note is not None and "pip show sglang" in res.note
     named = resolve_release(parse_log("SGLang version: 0.5.10\n" + log), store)
     assert named.release == "0.5.9" and named.method == "message"
@@ -313,29 +330,36 @@ def test_message_every_release_holds_decides_nothing(store: Store) -> None:
 
 
 def test_a_release_hint_outweighs_the_message(store: Store) -> None:
-    log = ("Successfully installed sglang-0.5.23\n"
-           "ValueError: TRTLLM MHA backend is only supported on Blackwell GPUs (SM100). "
-           "Please use a different backend.\n")
+    log = (
+        "Successfully installed sglang-0.5.23\n"
+        "ValueError: TRTLLM MHA backend is only supported on Blackwell GPUs (SM100). "
+        "Please use a different backend.\n"
+    )
     res = resolve_release(parse_log(log), store)
     assert res.release == "0.5.23" and res.method == "hint"
 
 
 def _launch_warning(line: int) -> str:
     """The deprecation warning ``python -m sglang.launch_server`` prints (0.5.11 and later)."""
-    return (f"/sgl-workspace/sglang/python/sglang/launch_server.py:{line}: UserWarning: "
-            "'python -m sglang.launch_server' is still supported, but 'sglang serve' is the "
-            "recommended entrypoint.\n  Example: sglang serve --model-path <model> [options]\n"
-            "  warnings.warn(\n")
+    return (
+        f"/sgl-workspace/sglang/python/sglang/launch_server.py:{line}: UserWarning: "
+        "'python -m sglang.launch_server' is still supported, but 'sglang serve' is the "
+        "recommended entrypoint.\n  Example: sglang serve --model-path <model> [options]\n"
+        "  warnings.warn(\n"
+    )
 
 
 def _warn_line(store: Store, version: str) -> int | None:
     text = store.file_text(version, "sglang/launch_server.py") or ""
-    return next((i for i, line in enumerate(text.split("\n"), 1)
-                 if line.strip() == "warnings.warn("), None)
+    return next(
+        (i for i, line in enumerate(text.split("\n"), 1) if line.strip() == "warnings.warn("), None
+    )
 
 
 def test_a_warning_line_picks_the_releases_that_issue_it_there(store: Store) -> None:
-    message = "ValueError: Cannot set --encoder-only and --disaggregation-mode prefill/decode together\n"
+    message = (
+        "ValueError: Cannot set --encoder-only and --disaggregation-mode prefill/decode together\n"
+    )
     versions = sorted((r["version"] for r in store.releases()), key=release_sort_key)
     lines = {v: _warn_line(store, v) for v in versions}
     assert lines["0.5.11"] and lines["0.5.23"] and lines["0.5.9"] is None
@@ -352,8 +376,11 @@ def test_a_warning_line_picks_the_releases_that_issue_it_there(store: Store) -> 
 
 
 def test_warnings_outweigh_a_contradicting_hint(store: Store) -> None:
-    line = next(i for i in range(1, 200)
-                if line_text(store, "0.5.11", "sglang/launch_server.py", i) == "warnings.warn(")
+    line = next(
+        i
+        for i in range(1, 200)
+        if line_text(store, "0.5.11", "sglang/launch_server.py", i) == "warnings.warn("
+    )
     log = "Successfully installed sglang-0.5.9\n" + _launch_warning(line) + "ValueError: boom\n"
     res = resolve_release(parse_log(log), store)
     assert res.release == "0.5.11" and res.method == "warnings"
@@ -377,14 +404,21 @@ def test_only_release(tmp_path: Path) -> None:
 def test_release_sort_key() -> None:
     vs = ["0.5.11", "0.5.9", "0.5.19.dev410+gedff717ef", "0.5.23", "weird", "0.5.11rc1"]
     assert sorted(vs, key=release_sort_key) == [
-        "weird", "0.5.9", "0.5.11rc1", "0.5.11", "0.5.19.dev410+gedff717ef", "0.5.23"]
+        "weird",
+        "0.5.9",
+        "0.5.11rc1",
+        "0.5.11",
+        "0.5.19.dev410+gedff717ef",
+        "0.5.23",
+    ]
 
 
 def test_check_moved_to_another_argument_object(store: Store) -> None:
     """0.5.23 hooks read ``cfg.X`` where older code read ``server_args.X``; a dev build
     printing ``server_args.`` still anchors on the 0.5.23 line (like issue 38236)."""
-    for chk in store.checks("0.5.23", where="path LIKE 'sglang/srt/arg_groups/%' AND "
-                                           "kind = 'assert'"):
+    for chk in store.checks(
+        "0.5.23", where="path LIKE 'sglang/srt/arg_groups/%' AND kind = 'assert'"
+    ):
         path = chk["path"]
         text = line_text(store, "0.5.23", path, chk["start_line"])
         if text.startswith("assert cfg."):
@@ -406,8 +440,10 @@ def test_frames_without_source_lines(store: Store) -> None:
     chk = store.checks("0.5.23", path=path)[0]
     fn = store.function("0.5.23", chk["function"], path)
     assert fn is not None
-    text = (f'Traceback (most recent call last):\n  File "{SITE}/{path}", line '
-            f'{chk["start_line"]}, in {fn["name"]}\nValueError: x\n')
+    text = (
+        f'Traceback (most recent call last):\n  File "{SITE}/{path}", line '
+        f"{chk['start_line']}, in {fn['name']}\nValueError: x\n"
+    )
     res = resolve_release(parse_log(text), store)
     assert res.release == "0.5.23" and res.method == "fingerprint"
     assert 0.3 < res.confidence < 0.7

@@ -8,11 +8,28 @@ from service.engine import cache_stats
 from service.engine.rules import checker
 from service.engine.rules.checker import cards_for, check, check_fix, facts_for, prepare_flags
 
-SEED = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "EAGLE3",
-        "--speculative-draft-model-path", "/d", "--speculative-eagle-topk", "4",
-        "--speculative-num-draft-tokens", "8"]
-TRTLLM = ["--model-path", "/models/m", "--attention-backend", "trtllm_mha",
-          "--speculative-algorithm", "EAGLE"]
+SEED = [
+    "--model-path",
+    "/models/Kimi-K2.6",
+    "--tp",
+    "8",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "/d",
+    "--speculative-eagle-topk",
+    "4",
+    "--speculative-num-draft-tokens",
+    "8",
+]
+TRTLLM = [
+    "--model-path",
+    "/models/m",
+    "--attention-backend",
+    "trtllm_mha",
+    "--speculative-algorithm",
+    "EAGLE",
+]
 
 
 def _by_rule(argv, release: str, store: Store, facts=None) -> dict:  # noqa: ANN001
@@ -41,13 +58,23 @@ def test_trtllm_mha_topk_card_fires_only_for_topk_above_one(store: Store) -> Non
 
 
 def test_derived_trtllm_card_uses_earlier_writes(store: Store, derived: list[Card]) -> None:
-    card = _card_citing(derived, "0.5.11:sglang/srt/server_args.py:"
-                                 "ServerArgs._handle_speculative_decoding:3535-3537")
+    card = _card_citing(
+        derived,
+        "0.5.11:sglang/srt/server_args.py:ServerArgs._handle_speculative_decoding:3535-3537",
+    )
     steps = ["--speculative-num-steps", "3", "--speculative-num-draft-tokens", "4"]
-    assert _by_rule(TRTLLM + ["--speculative-eagle-topk", "4"] + steps, "0.5.11",
-                    store)[card.id].verdict == "violated"
-    assert _by_rule(TRTLLM + ["--speculative-eagle-topk", "1"] + steps, "0.5.11",
-                    store)[card.id].verdict == "satisfied"
+    assert (
+        _by_rule(TRTLLM + ["--speculative-eagle-topk", "4"] + steps, "0.5.11", store)[
+            card.id
+        ].verdict
+        == "violated"
+    )
+    assert (
+        _by_rule(TRTLLM + ["--speculative-eagle-topk", "1"] + steps, "0.5.11", store)[
+            card.id
+        ].verdict
+        == "satisfied"
+    )
     # without --speculative-num-steps SGLang picks topk itself only in a branch that first
     # asserts topk unset: a topk the user set survives that branch, and the card reads it
     v = _by_rule(TRTLLM + ["--speculative-eagle-topk", "4"], "0.5.11", store)[card.id]
@@ -59,8 +86,11 @@ def test_seed_command_violates_the_bare_assert_card(store: Store, derived: list[
     v = _by_rule(SEED, "0.5.11", store, facts_for("rtx-pro-6000-x8", None, "/models/Kimi-K2.6"))
     assert v[card.id].verdict == "violated"
     assert "speculative_eagle_topk=4" in v[card.id].reason
-    fixed = [t for t in SEED if t not in ("--speculative-eagle-topk", "4",
-                                          "--speculative-num-draft-tokens", "8")]
+    fixed = [
+        t
+        for t in SEED
+        if t not in ("--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8")
+    ]
     assert _by_rule(fixed, "0.5.11", store)[card.id].verdict == "satisfied"
 
 
@@ -68,15 +98,26 @@ def test_unknown_names_the_missing_fact(store: Store) -> None:
     argv = ["--model-path", "/models/m", "--attention-backend", "trtllm_mha"]
     v = _by_rule(argv, "0.5.11", store)["c-trtllm-mha-prefill-sm100-0511"]
     assert v.verdict == "unknown" and "is_sm100_supported()" in v.reason
-    assert _by_rule(argv, "0.5.11", store, facts_for("b200-x8"))[
-        "c-trtllm-mha-prefill-sm100-0511"].verdict == "satisfied"
-    assert _by_rule(argv, "0.5.11", store, facts_for("h100-x8"))[
-        "c-trtllm-mha-prefill-sm100-0511"].verdict == "violated"
+    assert (
+        _by_rule(argv, "0.5.11", store, facts_for("b200-x8"))[
+            "c-trtllm-mha-prefill-sm100-0511"
+        ].verdict
+        == "satisfied"
+    )
+    assert (
+        _by_rule(argv, "0.5.11", store, facts_for("h100-x8"))[
+            "c-trtllm-mha-prefill-sm100-0511"
+        ].verdict
+        == "violated"
+    )
 
 
 def test_dict_flags_and_model_facts(store: Store) -> None:
-    flags = {"--model-path": "/models/DeepSeek-V4-Flash", "speculative_algorithm": "NEXTN",
-             "--speculative-eagle-topk": 1}
+    flags = {
+        "--model-path": "/models/DeepSeek-V4-Flash",
+        "speculative_algorithm": "NEXTN",
+        "--speculative-eagle-topk": 1,
+    }
     v = _by_rule(flags, "0.5.23", store, facts_for(model_arch="DeepseekV4ForCausalLM"))
     assert v["c-dsv4-nextn-raw-string"].verdict == "violated"
     flags["speculative_algorithm"] = "EAGLE"
@@ -102,8 +143,11 @@ def test_fix_that_trips_a_neighbouring_card_is_violating(store: Store, derived: 
     assert v1[seed_card.id].verdict != "violated" and v1[page_card.id].verdict == "violated"
     verdicts, bad = check_fix(store, "0.5.11", after, facts)
     assert bad and page_card.id in {v.rule for v in verdicts if v.verdict == "violated"}
-    clean = [t for t in before if t not in ("--speculative-eagle-topk", "4",
-                                            "--speculative-num-draft-tokens", "8")]
+    clean = [
+        t
+        for t in before
+        if t not in ("--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8")
+    ]
     verdicts, bad = check_fix(store, "0.5.11", clean, facts)
     assert not bad, [v for v in verdicts if v.verdict == "violated"]
 
@@ -120,7 +164,11 @@ def _memo_stats() -> tuple[int, int, int]:
     verdicts, so far: each miss is a card (or every card of a release) evaluated."""
     stats = cache_stats()
     cards = stats["rules.card_verdicts"]
-    return cards["hits"] + cards["misses"], cards["misses"], stats["rules.defaults_verdicts"]["misses"]
+    return (
+        cards["hits"] + cards["misses"],
+        cards["misses"],
+        stats["rules.defaults_verdicts"]["misses"],
+    )
 
 
 def _reach(store: Store, release: str, argv: list[str]) -> set[int]:
@@ -149,5 +197,7 @@ def test_warm_check_reevaluates_only_the_cards_a_change_touches(store: Store) ->
         assert len(touched) < len(plan.cards) / 4, release
         check(SEED + ["--page-size", "32"], release, facts, store=store)
         looked2, judged2, defaults2 = _memo_stats()
-        assert looked2 - looked1 <= len(_reach(store, release, SEED + ["--page-size", "32"])), release
+        assert looked2 - looked1 <= len(_reach(store, release, SEED + ["--page-size", "32"])), (
+            release
+        )
         assert judged2 - judged1 <= len(touched) and defaults2 == defaults1, release

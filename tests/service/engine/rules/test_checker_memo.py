@@ -16,14 +16,33 @@ from service.engine.rules.checker import (
     prepare_flags,
 )
 
-SEED = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "EAGLE3",
-        "--speculative-draft-model-path", "/d", "--speculative-eagle-topk", "4",
-        "--speculative-num-draft-tokens", "8"]
+SEED = [
+    "--model-path",
+    "/models/Kimi-K2.6",
+    "--tp",
+    "8",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "/d",
+    "--speculative-eagle-topk",
+    "4",
+    "--speculative-num-draft-tokens",
+    "8",
+]
 COMMANDS = [
     SEED,
     SEED[:6],
-    ["--model-path", "/models/m", "--attention-backend", "trtllm_mha", "--speculative-algorithm",
-     "EAGLE", "--speculative-eagle-topk", "4"],
+    [
+        "--model-path",
+        "/models/m",
+        "--attention-backend",
+        "trtllm_mha",
+        "--speculative-algorithm",
+        "EAGLE",
+        "--speculative-eagle-topk",
+        "4",
+    ],
     ["--model-path", "/models/m", "--tp", "1", "--page-size", "16"],  # --tp 1 equals the default
     ["--model-path", "/models/m", "--enable-dp-attention", "--dp", "2", "--tp", "4"],
 ]
@@ -34,8 +53,9 @@ def _view(results) -> list[tuple]:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("release", ["0.5.11", "0.5.23"])
-def test_indexed_evaluation_equals_evaluating_every_card(store: Store, release: str,
-                                                         monkeypatch) -> None:  # noqa: ANN001
+def test_indexed_evaluation_equals_evaluating_every_card(
+    store: Store, release: str, monkeypatch
+) -> None:  # noqa: ANN001
     facts = facts_for("rtx-pro-6000-x8", None, "/models/Kimi-K2.6")
     clear_all()
     indexed = {}
@@ -57,13 +77,13 @@ def test_check_fix_answers_equal_the_uncached_ones(store: Store) -> None:
     for argv in COMMANDS:
         first = check_fix(store, "0.5.11", argv, facts)
         again = check_fix(store, "0.5.11", argv, facts)
-        fresh = checker._check_fix(store, "0.5.11", argv, facts,
-                                   checker.facts_signature(facts))
+        fresh = checker._check_fix(store, "0.5.11", argv, facts, checker.facts_signature(facts))
         assert first == again == fresh
         assert first[0] is not again[0]  # callers get their own list
     # a mapping of flags is keyed by its items
-    assert check_fix(store, "0.5.11", {"--tp": 2}, facts) == \
-        checker._check_fix(store, "0.5.11", {"--tp": 2}, facts, checker.facts_signature(facts))
+    assert check_fix(store, "0.5.11", {"--tp": 2}, facts) == checker._check_fix(
+        store, "0.5.11", {"--tp": 2}, facts, checker.facts_signature(facts)
+    )
 
 
 def test_check_fix_cache_is_bounded(store: Store, monkeypatch) -> None:  # noqa: ANN001

@@ -19,12 +19,13 @@ from service.engine.rules.derive import (
     version_range,
 )
 
-SEED_CITATION = ("0.5.11:sglang/srt/server_args.py:ServerArgs._handle_speculative_decoding:"
-                 "3519-3522")
+SEED_CITATION = "0.5.11:sglang/srt/server_args.py:ServerArgs._handle_speculative_decoding:3519-3522"
 
 
 def _reads_args(row: dict) -> bool:
-    texts = [g["condition"] for g in row["guards"]] + ([row["condition"]] if row["condition"] else [])
+    texts = [g["condition"] for g in row["guards"]] + (
+        [row["condition"]] if row["condition"] else []
+    )
     names: set[str] = set()
     for t in texts:
         try:
@@ -35,8 +36,9 @@ def _reads_args(row: dict) -> bool:
 
 
 @pytest.mark.parametrize("release", ["0.5.11", "0.5.23"])
-def test_derivation_counts_follow_the_release_checks(store: Store, derived: list[Card],
-                                                     release: str) -> None:
+def test_derivation_counts_follow_the_release_checks(
+    store: Store, derived: list[Card], release: str
+) -> None:
     surface = qualifying_checks(store, release)
     reading_args = [r for r in surface if _reads_args(r)]
     raw = derive_release(store, release)
@@ -44,8 +46,10 @@ def test_derivation_counts_follow_the_release_checks(store: Store, derived: list
     # only once local variables are substituted); nothing outside the surface does
     assert len(raw) <= len(surface)
     assert len(raw) >= 0.9 * len(reading_args)
-    assert all(d.path == "sglang/srt/server_args.py" or d.path.startswith("sglang/srt/arg_groups/")
-               for d in raw)
+    assert all(
+        d.path == "sglang/srt/server_args.py" or d.path.startswith("sglang/srt/arg_groups/")
+        for d in raw
+    )
     cards = [c for c in derived if any(x.startswith(f"{release}:") for x in c.citations)]
     assert 0 < len(cards) <= len(raw)  # deduplication reduces, never increases
     assert len({(d.when, d.require) for d in raw}) == len(cards)
@@ -74,27 +78,36 @@ def test_version_range() -> None:
 def test_seed_assert_becomes_a_card(derived: list[Card]) -> None:
     card = next(c for c in derived if SEED_CITATION in c.citations)
     assert card.origin == "derived" and card.severity == "error"
-    assert card.require == ("args.speculative_eagle_topk is None and "
-                            "args.speculative_num_draft_tokens is None")
+    assert card.require == (
+        "args.speculative_eagle_topk is None and args.speculative_num_draft_tokens is None"
+    )
     assert "args.speculative_num_steps is None" in card.when
     assert "args.speculative_algorithm in ('EAGLE', 'EAGLE3', 'STANDALONE')" in card.when
     assert card.applies_to("0.5.9") and card.applies_to("0.5.11") and not card.applies_to("0.5.23")
-    assert card.id == "d-" + hashlib.sha256(f"{card.when}\n{card.require}".encode()).hexdigest()[:10]
+    assert (
+        card.id == "d-" + hashlib.sha256(f"{card.when}\n{card.require}".encode()).hexdigest()[:10]
+    )
     assert "bare AssertionError" in card.message
     assert set(card.fix_hints.remove) == {"speculative_eagle_topk", "speculative_num_draft_tokens"}
 
 
 def test_raise_becomes_not_innermost_guard(derived: list[Card]) -> None:
-    card = next(c for c in derived if c.title.startswith("trtllm_mha backend only supports topk")
-                and c.applies_to("0.5.11"))
+    card = next(
+        c
+        for c in derived
+        if c.title.startswith("trtllm_mha backend only supports topk") and c.applies_to("0.5.11")
+    )
     assert card.require == "not args.speculative_eagle_topk > 1"
     assert "trtllm_mha" in card.when and "speculative_eagle_topk" not in card.when
 
 
 def test_cross_file_call_site_guards(derived: list[Card]) -> None:
     # apply_deepseek_v4_defaults is only called by model_hook.py for DeepseekV4ForCausalLM
-    card = next(c for c in derived if any(
-        "deepseek_v4_hook.py:apply_deepseek_v4_defaults:149-154" in x for x in c.citations))
+    card = next(
+        c
+        for c in derived
+        if any("deepseek_v4_hook.py:apply_deepseek_v4_defaults:149-154" in x for x in c.citations)
+    )
     assert "model_arch in ['DeepseekV4ForCausalLM']" in card.when
     assert card.require == "args.speculative_algorithm in ('EAGLE', 'DSPARK')"
 

@@ -12,11 +12,21 @@ from service.cli.lint import lint_command
 from service.engine.rules.lint import lint
 from service.engine.rules.payloads import lint_payload, rules_payload, split_command
 
-SEED = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "EAGLE3",
-        "--speculative-draft-model-path", "/d", "--speculative-eagle-topk", "4",
-        "--speculative-num-draft-tokens", "8"]
-SEED_CITATION = ("0.5.11:sglang/srt/server_args.py:ServerArgs._handle_speculative_decoding:"
-                 "3519-3522")
+SEED = [
+    "--model-path",
+    "/models/Kimi-K2.6",
+    "--tp",
+    "8",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "/d",
+    "--speculative-eagle-topk",
+    "4",
+    "--speculative-num-draft-tokens",
+    "8",
+]
+SEED_CITATION = "0.5.11:sglang/srt/server_args.py:ServerArgs._handle_speculative_decoding:3519-3522"
 
 
 def test_lint_flags_the_seed_assert_with_a_verified_fix(store: Store) -> None:
@@ -42,11 +52,18 @@ def test_lint_demotes_a_fix_that_trips_another_card(store: Store, monkeypatch) -
     from kb.rules.cards import Card, load_curated
     from service.engine.rules import checker
 
-    probe = Card(id="c-test-explicit-steps", title="say --speculative-num-steps with topk",
-                 releases="==0.5.11", when="args.speculative_eagle_topk is not None",
-                 require="args.speculative_num_steps is not None", severity="warning",
-                 message="m", citations=[SEED_CITATION], origin="curated",
-                 fix_hints={"set": {"--speculative-num-steps": 3, "--page-size": 16}})
+    probe = Card(
+        id="c-test-explicit-steps",
+        title="say --speculative-num-steps with topk",
+        releases="==0.5.11",
+        when="args.speculative_eagle_topk is not None",
+        require="args.speculative_num_steps is not None",
+        severity="warning",
+        message="m",
+        citations=[SEED_CITATION],
+        origin="curated",
+        fix_hints={"set": {"--speculative-num-steps": 3, "--page-size": 16}},
+    )
     monkeypatch.setattr(checker, "load_curated", lambda: [*load_curated(), probe])
     # the hint's --page-size 16 with topk 4 on triton makes the page-size card fail
     argv = SEED + ["--attention-backend", "triton"]
@@ -54,21 +71,39 @@ def test_lint_demotes_a_fix_that_trips_another_card(store: Store, monkeypatch) -
     finding = next(f for f in report.violated if f.rule == probe.id)
     hint = next(f for f in finding.fixes if f.origin == "card fix_hints")
     assert hint.card_after == "satisfied" and hint.trips and not hint.verified
-    page = next(c for c in checker.cards_for(store, "0.5.11") if any(
-        "ServerArgs._handle_speculative_decoding:3553-3555" in x for x in c.citations))
+    page = next(
+        c
+        for c in checker.cards_for(store, "0.5.11")
+        if any("ServerArgs._handle_speculative_decoding:3553-3555" in x for x in c.citations)
+    )
     assert page.id in hint.trips and page.id in hint.note
     assert finding.fixes.index(hint) > 0 or not any(f.verified for f in finding.fixes)
 
 
 def test_lint_reports_unknowns_and_warnings(store: Store) -> None:
-    argv = ["--model-path", "/models/m", "--attention-backend", "trtllm_mha", "--page-size", "128",
-            "--tp", "4", "--enable-dp-attention", "--stream-output"]
+    argv = [
+        "--model-path",
+        "/models/m",
+        "--attention-backend",
+        "trtllm_mha",
+        "--page-size",
+        "128",
+        "--tp",
+        "4",
+        "--enable-dp-attention",
+        "--stream-output",
+    ]
     report = lint(store, "0.5.11", argv)
     rules = {f.rule: f for f in report.violated}
-    assert {"c-trtllm-mha-page-size", "c-dp-attention-reset-dp1",
-            "c-deprecated-stream-output"} <= set(rules)
-    assert all(rules[r].severity == "warning" for r in ("c-trtllm-mha-page-size",
-                                                        "c-deprecated-stream-output"))
+    assert {
+        "c-trtllm-mha-page-size",
+        "c-dp-attention-reset-dp1",
+        "c-deprecated-stream-output",
+    } <= set(rules)
+    assert all(
+        rules[r].severity == "warning"
+        for r in ("c-trtllm-mha-page-size", "c-deprecated-stream-output")
+    )
     dep = rules["c-deprecated-stream-output"].fixes[0]
     assert dep.verified and "--incremental-streaming-output" in dep.argv
     assert "--stream-output" not in dep.argv
@@ -86,8 +121,11 @@ def test_split_command() -> None:
 
 
 def test_lint_payload(store: Store) -> None:
-    body = {"release": "0.5.11", "command": "python -m sglang.launch_server " + " ".join(SEED),
-            "hardware": "rtx-pro-6000-x8"}
+    body = {
+        "release": "0.5.11",
+        "command": "python -m sglang.launch_server " + " ".join(SEED),
+        "hardware": "rtx-pro-6000-x8",
+    }
     out = lint_payload(store, body)
     json.dumps(out)
     assert out["ok"] is False and out["argv"] == SEED
@@ -112,8 +150,13 @@ def test_rules_payload(store: Store) -> None:
 
 def test_lint_command(store: Store, kb, monkeypatch, capsys) -> None:  # noqa: ANN001
     monkeypatch.setenv("TRIAGE_KB_DIR", str(kb.root))
-    code = lint_command("0.5.11", "rtx-pro-6000-x8", None,
-                        ["python", "-m", "sglang.launch_server", *SEED], as_json=False)
+    code = lint_command(
+        "0.5.11",
+        "rtx-pro-6000-x8",
+        None,
+        ["python", "-m", "sglang.launch_server", *SEED],
+        as_json=False,
+    )
     text = capsys.readouterr().out
     assert code == 1 and "would fail" in text and "fix (verified" in text
     code = lint_command("0.5.11", None, None, SEED, as_json=True)

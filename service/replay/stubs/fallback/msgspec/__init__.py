@@ -87,17 +87,32 @@ class _Field:
         self.default, self.default_factory, self.name = default, default_factory, name
 
 
-def field(*, default: Any = NODEFAULT, default_factory: Any = NODEFAULT,
-          name: str | None = None) -> Any:
+def field(
+    *, default: Any = NODEFAULT, default_factory: Any = NODEFAULT, name: str | None = None
+) -> Any:
     """``msgspec.field(default=..., default_factory=..., name=...)``."""
     if default is not NODEFAULT and default_factory is not NODEFAULT:
         raise TypeError("Cannot set both `default` and `default_factory`")
     return _Field(default, default_factory, name)
 
 
-_CONFIG_KEYS = ("frozen", "eq", "order", "kw_only", "omit_defaults", "forbid_unknown_fields",
-                "array_like", "gc", "weakref", "dict", "cache_hash", "tag", "tag_field",
-                "rename", "repr_omit_defaults")
+_CONFIG_KEYS = (
+    "frozen",
+    "eq",
+    "order",
+    "kw_only",
+    "omit_defaults",
+    "forbid_unknown_fields",
+    "array_like",
+    "gc",
+    "weakref",
+    "dict",
+    "cache_hash",
+    "tag",
+    "tag_field",
+    "rename",
+    "repr_omit_defaults",
+)
 _EMPTY_FACTORIES = {list: list, dict: dict, set: set, bytearray: bytearray}
 
 
@@ -129,17 +144,22 @@ def _is_classvar(annotation: Any) -> bool:
     if isinstance(annotation, str):
         return annotation.startswith(("ClassVar", "typing.ClassVar", "Final", "typing.Final"))
     return typing.get_origin(annotation) in (typing.ClassVar, typing.Final) or annotation in (
-        typing.ClassVar, typing.Final)
+        typing.ClassVar,
+        typing.Final,
+    )
 
 
 class StructMeta(type):
     """Builds a struct class: slots for new fields, field order, defaults and config."""
 
-    def __new__(mcs, name: str, bases: tuple[type, ...], ns: dict[str, Any],
-                **options: Any) -> StructMeta:
+    def __new__(
+        mcs, name: str, bases: tuple[type, ...], ns: dict[str, Any], **options: Any
+    ) -> StructMeta:
         unknown = set(options) - set(_CONFIG_KEYS)
         if unknown:
-            raise TypeError(f"__init_subclass__() got unexpected keyword argument(s) {sorted(unknown)}")
+            raise TypeError(
+                f"__init_subclass__() got unexpected keyword argument(s) {sorted(unknown)}"
+            )
         base_structs = [b for b in bases if isinstance(b, StructMeta)]
         inherited: dict[str, Any] = {}
         fields: dict[str, tuple[bool, Any, Any]] = {}  # name -> (kw_only, default, factory)
@@ -174,9 +194,11 @@ class StructMeta(type):
             if fname not in fields:
                 own_new.append(fname)
             fields[fname] = (config.kw_only, default, factory)
-        has_dict = any("__dict__" in getattr(b, "__slots__", ()) or
-                       getattr(getattr(b, "__struct_config__", None), "dict", False)
-                       for b in base_structs)
+        has_dict = any(
+            "__dict__" in getattr(b, "__slots__", ())
+            or getattr(getattr(b, "__struct_config__", None), "dict", False)
+            for b in base_structs
+        )
         slots = list(own_new)
         if config.dict and not has_dict:
             slots.append("__dict__")
@@ -195,15 +217,18 @@ class StructMeta(type):
         ns["__match_args__"] = tuple(positional)
         ns["__struct_defaults__"] = tuple(
             fields[f][1] if fields[f][2] is NODEFAULT else _Factory(fields[f][2])
-            for f in order if fields[f][1] is not NODEFAULT or fields[f][2] is not NODEFAULT)
+            for f in order
+            if fields[f][1] is not NODEFAULT or fields[f][2] is not NODEFAULT
+        )
         if config.frozen and "__hash__" not in ns:
             ns["__hash__"] = _frozen_hash
         elif config.eq and "__eq__" not in ns and "__hash__" not in ns:
             ns["__hash__"] = None
         return super().__new__(mcs, name, bases, ns)
 
-    def __init__(cls, name: str, bases: tuple[type, ...], ns: dict[str, Any],
-                 **options: Any) -> None:
+    def __init__(
+        cls, name: str, bases: tuple[type, ...], ns: dict[str, Any], **options: Any
+    ) -> None:
         super().__init__(name, bases, ns)
 
 
@@ -267,8 +292,10 @@ class Struct(metaclass=StructMeta):
     def __eq__(self, other: Any) -> Any:
         if type(self) is not type(other):
             return NotImplemented
-        return all(getattr(self, f, NODEFAULT) == getattr(other, f, NODEFAULT)
-                   for f in self.__struct_fields__)
+        return all(
+            getattr(self, f, NODEFAULT) == getattr(other, f, NODEFAULT)
+            for f in self.__struct_fields__
+        )
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{f}={getattr(self, f, '<unset>')!r}" for f in self.__struct_fields__)
@@ -284,8 +311,14 @@ class Struct(metaclass=StructMeta):
         return new
 
     def __reduce__(self) -> Any:
-        return (_rebuild, (type(self), {f: getattr(self, f) for f in self.__struct_fields__},
-                           dict(getattr(self, "__dict__", {}))))
+        return (
+            _rebuild,
+            (
+                type(self),
+                {f: getattr(self, f) for f in self.__struct_fields__},
+                dict(getattr(self, "__dict__", {})),
+            ),
+        )
 
     def __rich_repr__(self) -> Any:
         for f in self.__struct_fields__:
@@ -302,9 +335,15 @@ def _rebuild(cls: type, fields: dict[str, Any], extra: dict[str, Any]) -> Any:
     return new
 
 
-def defstruct(name: str, fields: Any, *, bases: tuple[type, ...] | None = None,
-              module: str | None = None, namespace: dict[str, Any] | None = None,
-              **options: Any) -> type:
+def defstruct(
+    name: str,
+    fields: Any,
+    *,
+    bases: tuple[type, ...] | None = None,
+    module: str | None = None,
+    namespace: dict[str, Any] | None = None,
+    **options: Any,
+) -> type:
     """``msgspec.defstruct(name, [name | (name, type) | (name, type, default)], ...)``."""
     ns: dict[str, Any] = dict(namespace or {})
     annotations: dict[str, Any] = {}
@@ -330,11 +369,19 @@ def defstruct(name: str, fields: Any, *, bases: tuple[type, ...] | None = None,
 # ---------------------------------------------------------------- conversions
 
 
-def to_builtins(obj: Any, *, builtin_types: Any = None, str_keys: bool = False,
-                enc_hook: Any = None, order: Any = None) -> Any:
+def to_builtins(
+    obj: Any,
+    *,
+    builtin_types: Any = None,
+    str_keys: bool = False,
+    enc_hook: Any = None,
+    order: Any = None,
+) -> Any:
     if isinstance(obj, Struct):
-        return {type(obj).__struct_encode_names__.get(f, f): to_builtins(getattr(obj, f))
-                for f in obj.__struct_fields__}
+        return {
+            type(obj).__struct_encode_names__.get(f, f): to_builtins(getattr(obj, f))
+            for f in obj.__struct_fields__
+        }
     if isinstance(obj, enum.Enum):
         return obj.value
     if isinstance(obj, dict):
@@ -348,8 +395,16 @@ def to_builtins(obj: Any, *, builtin_types: Any = None, str_keys: bool = False,
     return obj
 
 
-def convert(obj: Any, type: Any, *, strict: bool = True, from_attributes: bool = False,
-            dec_hook: Any = None, builtin_types: Any = None, str_keys: bool = False) -> Any:  # noqa: A002
+def convert(
+    obj: Any,
+    type: Any,
+    *,
+    strict: bool = True,
+    from_attributes: bool = False,
+    dec_hook: Any = None,
+    builtin_types: Any = None,
+    str_keys: bool = False,
+) -> Any:  # noqa: A002
     target = typing.get_origin(type) or type
     if isinstance(target, StructMeta) and isinstance(obj, dict):
         try:

@@ -20,8 +20,14 @@ def encode(obj: Any, *, enc_hook: Any = None, order: Any = None) -> bytes:
     return pickle.dumps(obj)
 
 
-def decode(data: Any, *, type: Any = Any, strict: bool = True, dec_hook: Any = None,  # noqa: A002
-           ext_hook: Any = None) -> Any:
+def decode(
+    data: Any,
+    *,
+    type: Any = Any,
+    strict: bool = True,
+    dec_hook: Any = None,  # noqa: A002
+    ext_hook: Any = None,
+) -> Any:
     return pickle.loads(data)  # noqa: S301 - only our own bytes, inside the sandbox
 
 

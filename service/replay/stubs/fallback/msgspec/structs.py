@@ -16,8 +16,14 @@ class FieldInfo:
 
     __slots__ = ("name", "encode_name", "type", "default", "default_factory")
 
-    def __init__(self, name: str, encode_name: str, type: Any, default: Any,  # noqa: A002
-                 default_factory: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        encode_name: str,
+        type: Any,
+        default: Any,  # noqa: A002
+        default_factory: Any,
+    ) -> None:
         self.name, self.encode_name, self.type = name, encode_name, type
         self.default, self.default_factory = default, default_factory
 
@@ -43,8 +49,10 @@ def fields(type_or_instance: Any) -> tuple[FieldInfo, ...]:
         for klass in reversed(cls.__mro__):
             hints.update(getattr(klass, "__annotations__", {}))
     names = getattr(cls, "__struct_encode_names__", {})
-    return tuple(FieldInfo(n, names.get(n, n), hints.get(n, Any), specs[n][1], specs[n][2])
-                 for n in cls.__struct_fields__)
+    return tuple(
+        FieldInfo(n, names.get(n, n), hints.get(n, Any), specs[n][1], specs[n][2])
+        for n in cls.__struct_fields__
+    )
 
 
 def asdict(struct: Any) -> dict[str, Any]:

@@ -28,11 +28,20 @@ def jit(fn: Any = None, **options: Any) -> Any:
     return fn
 
 
-def autotune(configs: Any = None, key: Any = None, prune_configs_by: Any = None,
-             reset_to_zero: Any = None, restore_value: Any = None, pre_hook: Any = None,
-             post_hook: Any = None, warmup: Any = None, rep: Any = None,
-             use_cuda_graph: bool = False, do_bench: Any = None,
-             cache_results: bool = False) -> Any:
+def autotune(
+    configs: Any = None,
+    key: Any = None,
+    prune_configs_by: Any = None,
+    reset_to_zero: Any = None,
+    restore_value: Any = None,
+    pre_hook: Any = None,
+    post_hook: Any = None,
+    warmup: Any = None,
+    rep: Any = None,
+    use_cuda_graph: bool = False,
+    do_bench: Any = None,
+    cache_results: bool = False,
+) -> Any:
     """``@triton.autotune(...)``: a no-op decorator."""
     return lambda f: f
 

@@ -25,9 +25,25 @@ class dtype:  # noqa: N801 - triton's spelling
         return f"triton.language.{self.name}"
 
 
-for _n in ("float8e4nv", "float8e5", "float8e4b8", "float8e5b16", "float16", "bfloat16",
-           "float32", "float64", "int1", "int8", "int16", "int32", "int64", "uint8",
-           "uint16", "uint32", "uint64"):
+for _n in (
+    "float8e4nv",
+    "float8e5",
+    "float8e4b8",
+    "float8e5b16",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "int1",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+):
     globals()[_n] = dtype(_n)
 
 
