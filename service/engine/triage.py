@@ -186,10 +186,15 @@ class Engine:
         model: str | None = None,
         model_arch: str | None = None,
         max_bytes: int = 1024 * 1024,
+        parsed_input: tuple[ParsedLog, dict[str, Any]] | None = None,
     ) -> TriageResult:
+        """Triage ``payload``. ``parsed_input`` is what :func:`parse_input` gave for this
+        same payload, when the caller parsed it already (the log is then not parsed again)."""
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
-        parsed, extras = parse_input(payload, max_bytes=max_bytes)
+        if parsed_input is None:
+            parsed_input = parse_input(payload, max_bytes=max_bytes)
+        parsed, extras = parsed_input
         timings["parse"] = _ms(t0)
         release = release or extras.get("release")
         if release is not None and parse_version(str(release)) is None:
