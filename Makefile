@@ -79,8 +79,9 @@ TEST_WORKERS ?= 2
 test: install-dev browser sandbox postgres
 	$(BIN)/ruff check kb ingest service evals tests bench
 	$(BIN)/ruff format --check kb ingest service evals tests bench
+	$(BIN)/mypy kb
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 # BENCH_ALL=1 adds bench/ingest_all.py (every release since 0.5.0, ~15 minutes).
 BENCH_ALL ?=
@@ -88,4 +89,4 @@ bench: install-dev
 	BENCH_ALL=$(BENCH_ALL) $(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

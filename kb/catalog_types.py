@@ -23,7 +23,7 @@ class FlagSpec:
     default: object
     default_known: bool
     default_src: str | None
-    choices: list | None
+    choices: list[object] | None
     choices_src: str | None
     help: str | None
     required: bool

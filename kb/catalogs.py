@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kb.catalog_types import Catalog, Declaration, FlagSpec
 from kb.store import Store
+
+T = TypeVar("T")
 
 
 @dataclass(eq=False)
@@ -21,9 +25,12 @@ class IndexedCatalog(Catalog):
     ``base_attrs``, the flag parser's option table).
     """
 
-    def cached(self, name: str, build):  # noqa: ANN001, ANN202
-        """``build()`` once per catalog under ``name`` (a derived, read-only lookup)."""
-        hit = self.__dict__.get(name)
+    def cached(self, name: str, build: Callable[[], T]) -> T:
+        """``build()`` once per catalog under ``name`` (a derived, read-only lookup).
+
+        One ``name`` holds one kind of table: every caller of a name builds the same type.
+        """
+        hit: T | None = self.__dict__.get(name)
         if hit is None:
             hit = self.__dict__[name] = build()
         return hit

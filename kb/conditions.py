@@ -19,6 +19,7 @@ import ast
 import copy
 import functools
 from collections.abc import Collection
+from dataclasses import dataclass, field
 
 from kb.errors import UnsafeExpression
 
@@ -57,7 +58,7 @@ def check_depth(depth: int) -> None:
 
 
 def _is_dunder(name: str | None) -> bool:
-    return bool(name) and name.startswith("__") and name.endswith("__")  # type: ignore[union-attr]
+    return name is not None and name.startswith("__") and name.endswith("__")
 
 
 def _parse_text(text: str) -> ast.expr:
@@ -137,19 +138,36 @@ def _parse(text: str, whitelist: bool) -> ast.expr:
 _FROZEN = "_triage_frozen"
 _MEMO = "_triage_memo"
 
+#: The argument objects a normalised text or attribute chain was derived for.
+_ArgKey = tuple[str, ...] | frozenset[str]
+
+
+@dataclass
+class _NodeMemo:
+    """What is memoised on one frozen node: its text, and per argument-object set its
+    canonical text and its attribute chain (None: not a chain)."""
+
+    unparse: str | None = None
+    norm: dict[_ArgKey, str] = field(default_factory=dict)
+    chain: dict[_ArgKey, tuple[bool, tuple[str, ...]] | None] = field(default_factory=dict)
+
+
+def _arg_key(arg_objects: Collection[str]) -> _ArgKey:
+    return arg_objects if isinstance(arg_objects, tuple | frozenset) else tuple(arg_objects)
+
 
 def _freeze(root: ast.AST) -> None:
     for n in ast.walk(root):
         setattr(n, _FROZEN, id(n))
 
 
-def _node_memo(node: ast.AST) -> dict[object, object] | None:
-    """The memo dict of a frozen node (created on first use), else None."""
+def _node_memo(node: ast.AST) -> _NodeMemo | None:
+    """The memo of a frozen node (created on first use), else None."""
     if getattr(node, _FROZEN, None) != id(node):
         return None
     memo = node.__dict__.get(_MEMO)
-    if memo is None:
-        memo = {}
+    if not isinstance(memo, _NodeMemo):
+        memo = _NodeMemo()
         setattr(node, _MEMO, memo)
     return memo
 
@@ -159,10 +177,9 @@ def unparse(node: ast.AST) -> str:
     memo = _node_memo(node)
     if memo is None:
         return ast.unparse(node)
-    hit = memo.get("unparse")
-    if hit is None:
-        hit = memo["unparse"] = ast.unparse(node)
-    return hit  # type: ignore[return-value]
+    if memo.unparse is None:
+        memo.unparse = ast.unparse(node)
+    return memo.unparse
 
 
 def to_node(expr: str | ast.AST, whitelist: bool = True) -> ast.expr:
@@ -209,17 +226,14 @@ class _Normalizer(ast.NodeTransformer):
 def norm_text(node: ast.AST, arg_objects: Collection[str]) -> str:
     """``node``'s text with every argument-object root spelled ``args`` (memoised on frozen nodes)."""
     memo = _node_memo(node)
-    key = (
-        "norm",
-        arg_objects if isinstance(arg_objects, tuple | frozenset) else tuple(arg_objects),
-    )
+    key = _arg_key(arg_objects)
     if memo is not None:
-        hit = memo.get(key)
+        hit = memo.norm.get(key)
         if hit is not None:
-            return hit  # type: ignore[return-value]
+            return hit
     text = ast.unparse(_Normalizer(arg_objects).visit(copy.deepcopy(node)))
     if memo is not None:
-        memo[key] = text
+        memo.norm[key] = text
     return text
 
 
@@ -230,16 +244,13 @@ def attr_chain(node: ast.AST, arg_objects: Collection[str]) -> tuple[bool, list[
     The answer is memoised on frozen nodes; the list returned is the caller's own.
     """
     memo = _node_memo(node)
-    key = (
-        "chain",
-        arg_objects if isinstance(arg_objects, tuple | frozenset) else tuple(arg_objects),
-    )
-    if memo is not None and key in memo:
-        hit = memo[key]
-        return None if hit is None else (hit[0], list(hit[1]))  # type: ignore[index]
+    key = _arg_key(arg_objects)
+    if memo is not None and key in memo.chain:
+        hit = memo.chain[key]
+        return None if hit is None else (hit[0], list(hit[1]))
     found = _attr_chain(node, arg_objects)
     if memo is not None:
-        memo[key] = None if found is None else (found[0], tuple(found[1]))
+        memo.chain[key] = None if found is None else (found[0], tuple(found[1]))
     return found
 
 

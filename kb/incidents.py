@@ -69,7 +69,7 @@ class FixSpec(BaseModel):
 
     @model_serializer(mode="wrap")
     def _omit_no_range(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         if not data.get("within"):
             data.pop("within", None)
         return data
@@ -108,7 +108,7 @@ class Expected(BaseModel):
 
     @model_serializer(mode="wrap")
     def _omit_no_equivalents(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         if not data.get("equivalents"):
             data.pop("equivalents", None)
         return data
@@ -140,7 +140,7 @@ class Incident(BaseModel):
 
     @model_serializer(mode="wrap")
     def _omit_no_family(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         if data.get("family") is None:
             data.pop("family", None)
         return data
@@ -182,7 +182,7 @@ _PARALLEL_ATTRS = (
 )
 
 
-def categorize(check: dict[str, Any], root: list[str]) -> str:
+def categorize(check: dict[str, Any], root: list[str]) -> Category:
     """The category of a crash at ``check`` (needs ``path`` and ``function``) whose root-cause
     attributes are ``root``: from the attributes first, then the check's function."""
     fn = f"{check['path']} {check['function']}".lower()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from kb.errors import KBError
@@ -94,7 +95,11 @@ _V3_ORDER = {
 }
 
 
-def migrate(con: sqlite3.Connection, path: Path, transaction: Callable) -> None:
+def migrate(
+    con: sqlite3.Connection,
+    path: Path,
+    transaction: Callable[[], AbstractContextManager[sqlite3.Connection]],
+) -> None:
     """Migrate the index behind ``con`` (at ``path``) to the current schema.
 
     An index of a *newer* schema (written by a later sglang-triage) is refused

@@ -27,6 +27,7 @@ import json
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,8 @@ def load_safetensors(path: Path) -> dict[str, np.ndarray]:
 def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
     mu = x.mean(-1, keepdims=True)
     var = ((x - mu) ** 2).mean(-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + eps) * w + b
+    out: np.ndarray = (x - mu) / np.sqrt(var + eps) * w + b
+    return out
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -97,7 +99,8 @@ def _erf(x: np.ndarray) -> np.ndarray:
         )
     )
     r = 1.0 - t * np.exp(poly)
-    return np.where(x >= 0, r, -r)
+    out: np.ndarray = np.where(x >= 0, r, -r)
+    return out
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
@@ -115,10 +118,12 @@ class NumpyBertEncoder:
         path = Path(model_path)
         if not path.is_absolute() or not path.is_dir():
             raise ConfigError(f"embedding model must be an absolute local folder: {model_path}")
-        cfg = _read_json(path / "config.json")
-        modules = [m.get("type", "") for m in _read_json(path / "modules.json")]
+        cfg = _read_json_object(path / "config.json")
+        modules = [m.get("type", "") for m in _read_json_list(path / "modules.json")]
         pooling = (
-            _read_json(path / "1_Pooling" / "config.json") if (path / "1_Pooling").is_dir() else {}
+            _read_json_object(path / "1_Pooling" / "config.json")
+            if (path / "1_Pooling").is_dir()
+            else {}
         )
         if (
             cfg.get("model_type") != "bert"
@@ -141,7 +146,7 @@ class NumpyBertEncoder:
         self.heads = int(cfg["num_attention_heads"])
         self.eps = float(cfg.get("layer_norm_eps", 1e-12))
         max_len = (
-            int(_read_json(path / "sentence_bert_config.json").get("max_seq_length") or 0)
+            int(_read_json_object(path / "sentence_bert_config.json").get("max_seq_length") or 0)
             if (path / "sentence_bert_config.json").exists()
             else 0
         )
@@ -211,7 +216,8 @@ class NumpyBertEncoder:
             ff = _gelu(x @ L["ff1_w"] + L["ff1_b"]) @ L["ff2_w"] + L["ff2_b"]
             x = _layer_norm(ff + x, L["ln2_w"], L["ln2_b"], self.eps)
         pooled = x.mean(0)
-        return pooled / max(float(np.linalg.norm(pooled)), 1e-12)
+        out: np.ndarray = pooled / max(float(np.linalg.norm(pooled)), 1e-12)
+        return out
 
     def encode(self, texts: Sequence[str], *, show_progress: bool = False) -> np.ndarray:
         """L2-normalised float32 vectors, one row per text."""
@@ -221,11 +227,28 @@ class NumpyBertEncoder:
         return np.stack([self._forward(e.ids) for e in encodings]).astype(np.float32)
 
 
-def _read_json(path: Path) -> dict | list:
+def _read_json(path: Path) -> object:
     try:
-        return json.loads(path.read_text())
+        data: object = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
+    return data
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    """A model file holding a JSON object (``config.json`` and the like)."""
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a JSON object")
+    return data
+
+
+def _read_json_list(path: Path) -> list[dict[str, Any]]:
+    """A model file holding a JSON list of objects (``modules.json``)."""
+    data = _read_json(path)
+    if not isinstance(data, list) or not all(isinstance(m, dict) for m in data):
+        raise ConfigError(f"{path}: not a JSON list of objects")
+    return data
 
 
 def get_query_encoder(model_path: str) -> NumpyBertEncoder:

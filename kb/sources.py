@@ -177,21 +177,22 @@ def _version_from_module(package_dir: Path) -> str | None:
         except SyntaxError:
             continue
         for node in tree.body:
-            targets = (
-                node.targets
-                if isinstance(node, ast.Assign)
-                else [node.target]
-                if isinstance(node, ast.AnnAssign)
-                else []
-            )
+            targets: list[ast.expr]
+            value: ast.expr | None
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, ast.AnnAssign):
+                targets, value = [node.target], node.value
+            else:
+                continue
             for target in targets:
                 if (
                     isinstance(target, ast.Name)
                     and target.id in ("__version__", "version")
-                    and isinstance(getattr(node, "value", None), ast.Constant)
-                    and isinstance(node.value.value, str)  # type: ignore[union-attr]
+                    and isinstance(value, ast.Constant)
+                    and isinstance(value.value, str)
                 ):
-                    return node.value.value  # type: ignore[union-attr]
+                    return value.value
     return None
 
 

@@ -57,7 +57,8 @@ from kb.schema import (
     pack_text,
     register_functions,
 )
-from kb.writer import ReleaseWriter, collect_garbage
+from kb.versions import version_key
+from kb.writer import ReleaseWriter, Row, collect_garbage
 
 
 class Store:
@@ -67,7 +68,7 @@ class Store:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._texts: dict[tuple[str, str], str | None] = {}
+        self._texts: dict[tuple[str, str], list[str] | None] = {}
         self._texts_lock = threading.Lock()
         self._checkpointer: threading.Thread | None = None
         con = self.connection()
@@ -153,7 +154,10 @@ class Store:
         return dict(rows[0]) if rows else None
 
     def releases(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self.query("SELECT * FROM releases ORDER BY version")]
+        """Every release row, oldest first in release order (:func:`kb.versions.version_key`:
+        ``0.5.9`` before ``0.5.10``, a pre-release or dev build before its release)."""
+        rows = [dict(r) for r in self.query("SELECT * FROM releases")]
+        return sorted(rows, key=lambda r: version_key(r["version"]))
 
     def require(self, version: str) -> dict[str, Any]:
         rel = self.release(version)
@@ -172,7 +176,7 @@ class Store:
             )
 
     def replace_release(
-        self, version: str, row: dict[str, Any], tables: dict[str, list[tuple]]
+        self, version: str, row: dict[str, Any], tables: dict[str, list[Row]]
     ) -> None:
         """Atomically replace every structural row of ``version`` (rows as in :data:`COLUMNS`)."""
         with self.release_writer(version) as writer:
@@ -242,7 +246,7 @@ class Store:
         key = (version, path)
         with self._texts_lock:
             if key in self._texts:
-                return self._texts[key]  # type: ignore[return-value]
+                return self._texts[key]
         rows = self.query("SELECT text FROM files WHERE release = ? AND path = ?", (version, path))
         lines = (
             zlib.decompress(rows[0]["text"]).decode("utf-8", "replace").split("\n")
@@ -252,7 +256,7 @@ class Store:
         with self._texts_lock:
             if len(self._texts) > 256:
                 self._texts.clear()
-            self._texts[key] = lines  # type: ignore[assignment]
+            self._texts[key] = lines
         return lines
 
     def file_lines(self, version: str, path: str, start: int, end: int) -> list[str]:
@@ -372,7 +376,8 @@ class Store:
             raise ReleaseNotIngested(
                 f"release {version} has no flag catalog in the KB", details={"release": version}
             )
-        return json.loads(rows[0]["data"])
+        data: dict[str, Any] = json.loads(rows[0]["data"])
+        return data
 
     def declarations(self, version: str, attr: str) -> list[dict[str, Any]]:
         rows = self.query(

@@ -11,7 +11,7 @@ download a model, is never used. Telemetry is off.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -23,6 +23,12 @@ from kb.errors import VectorStoreError
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 COLLECTION = "sglang-chunks"
+
+
+def _text_hash(meta: Mapping[str, object] | None) -> str | None:
+    """The ``text_hash`` a vector's metadata records (None when it has none)."""
+    found = meta.get("text_hash") if meta else None
+    return found if isinstance(found, str) else None
 
 
 class VectorStore:
@@ -75,8 +81,10 @@ class VectorStore:
             got = self.collection.get(where={"release": release}, include=["metadatas"])
         except Exception as exc:
             raise VectorStoreError(f"Chroma get failed: {exc}") from exc
-        metas = got.get("metadatas") or [None] * len(got["ids"])
-        return {i: (m or {}).get("text_hash") for i, m in zip(got["ids"], metas, strict=True)}
+        metas: Sequence[Mapping[str, object] | None] = got.get("metadatas") or [None] * len(
+            got["ids"]
+        )
+        return {i: _text_hash(m) for i, m in zip(got["ids"], metas, strict=True)}
 
     def delete_ids(self, ids: Sequence[str], batch: int = 2000) -> None:
         for i in range(0, len(ids), batch):

@@ -19,7 +19,11 @@ from typing import Any
 from kb.errors import KBError
 from kb.schema import COLUMNS, RELEASE_TABLES, UNIT_TABLES, chunk_id, fts_body, fts_rows
 
-__all__ = ["ReleaseWriter", "collect_garbage"]
+__all__ = ["ReleaseWriter", "Row", "collect_garbage"]
+
+#: One row of a table, its values in :data:`~kb.schema.COLUMNS` order (the column types are the
+#: schema's: text, integers, JSON text or compressed bytes).
+Row = tuple[Any, ...]
 
 _PER_FILE = UNIT_TABLES[1:]  # functions, chunks, checks, calls, registrations
 
@@ -68,13 +72,14 @@ class ReleaseWriter:
                 (lines, errors, text, refs, unit),
             )
         else:
-            unit = int(
-                self.con.execute(
-                    "INSERT INTO units (path, sha256, code, lines, parse_errors, text, all_refs) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (path, sha, self.code, lines, errors, text, refs),
-                ).lastrowid
-            )
+            inserted = self.con.execute(
+                "INSERT INTO units (path, sha256, code, lines, parse_errors, text, all_refs) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (path, sha, self.code, lines, errors, text, refs),
+            ).lastrowid
+            if inserted is None:
+                raise KBError(f"release {self.version}: no unit id for {path}")
+            unit = inserted
         self.con.execute(
             "INSERT OR REPLACE INTO release_files (release, path, unit) VALUES (?, ?, ?)",
             (self.version, path, unit),
@@ -88,7 +93,7 @@ class ReleaseWriter:
         return unit if unit is not None else self._new_unit(path, None)
 
     # -- rows ------------------------------------------------------------------------
-    def add(self, table: str, rows: Sequence[tuple]) -> None:
+    def add(self, table: str, rows: Sequence[Row]) -> None:
         """Insert ``rows`` (tuples in :data:`COLUMNS` order; trailing columns may be left out)."""
         if not rows:
             return
@@ -105,7 +110,7 @@ class ReleaseWriter:
         )
         self.counts[table] += len(rows)
 
-    def _add_unit_rows(self, table: str, cols: Sequence[str], rows: Sequence[tuple]) -> None:
+    def _add_unit_rows(self, table: str, cols: Sequence[str], rows: Sequence[Row]) -> None:
         path = cols.index("path")
         drop = ("release", "path", "id", "text") if table == "chunks" else ("release", "path")
         keep = [i for i, c in enumerate(cols) if c not in drop]
@@ -133,7 +138,7 @@ class ReleaseWriter:
         self.counts[table] += len(out)
 
     @staticmethod
-    def _check_chunk_ids(cols: Sequence[str], rows: Sequence[tuple]) -> None:
+    def _check_chunk_ids(cols: Sequence[str], rows: Sequence[Row]) -> None:
         """Chunk ids are not stored but rebuilt from path, lines and kind: refuse a row
         whose id says otherwise rather than answer with another id later."""
         at = [cols.index(c) for c in ("id", "path", "start_line", "end_line", "kind")]

@@ -303,7 +303,8 @@ def load_curated(directory: Path | None = None) -> list[Card]:
 @functools.lru_cache(maxsize=1)
 def card_schema() -> dict[str, Any]:
     """The JSON Schema of a card (``kb/rules/schema.json``)."""
-    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    schema: dict[str, Any] = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    return schema
 
 
 def schema_errors(item: dict[str, Any]) -> list[str]:

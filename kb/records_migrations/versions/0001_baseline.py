@@ -10,6 +10,8 @@ Revises:
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -26,7 +28,7 @@ def upgrade() -> None:
     if server:
         op.execute(sa.schema.CreateSequence(sa.Sequence("records_seq")))
 
-    def seq() -> list[sa.Column]:
+    def seq() -> list[sa.Column[Any]]:
         return (
             [
                 sa.Column(
