@@ -3,7 +3,7 @@ p50 ≤ 5 s), and triages that don't (they keep the engine's latency).
 
 For shipped generated incidents of each release (0.5.21 and 0.5.23 by default: the
 resolution pipeline), each log is answered end to end as the service does: the engine
-(:func:`service.ondemand.triage`, its time is ``static_*``), then the replay-backed fix
+(:class:`service.usecase.TriageUseCase`, its time is ``static_*``), then the replay-backed fix
 search with the service's defaults (the candidates when static evaluation left something
 undecided, else the recommended fix first) with the replay cache off, so every command
 line is really replayed. The first triage of a release starts its warm replay worker:
@@ -28,10 +28,10 @@ from bench.common import percentile, test_kb_dir  # noqa: E402
 from evals.incidents import load_incidents  # noqa: E402
 from evals.runner import request_for  # noqa: E402
 from kb.knowledge import KnowledgeBase  # noqa: E402
-from service import ondemand  # noqa: E402
 from service.engine import Engine  # noqa: E402
-from service.replay.search import needs_search, search_fixes  # noqa: E402
+from service.replay.fix_search import needs_search, search_fixes  # noqa: E402
 from service.settings import Settings  # noqa: E402
+from service.usecase import TriageRequest, TriageUseCase  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "search_bench.json"
 
@@ -67,7 +67,9 @@ def main() -> None:
             body = request_for(inc)
             payload = {k: v for k, v in body.items() if k in ("log", "command", "model")}
             t = time.perf_counter()
-            answer = ondemand.triage(engine, settings, payload, **_options(body))
+            answer = TriageUseCase(engine, settings).answer(
+                TriageRequest(payload, **_options(body))
+            )
             static_all.append((time.perf_counter() - t) * 1000)
             wide = needs_search(answer)
             search_fixes(answer, settings, deadline_s=args.deadline, use_cache=False)

@@ -3,7 +3,8 @@
 Front ends receive a :class:`Settings` instance by dependency injection
 (FastAPI ``Depends(get_settings)``); tests build their own or override it.
 :class:`Settings` extends :class:`service.engine.settings.EngineSettings` (cache, KB,
-Chroma, embedding model, LLM) with the API, replay and Slack settings.
+Chroma, embedding model, LLM) and :class:`service.replay.settings.ReplaySettings` (where
+replay runs, the warm pool, the fix search) with the API, on-demand ingest and Slack settings.
 """
 
 from __future__ import annotations
@@ -12,14 +13,21 @@ import json
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
 from kb.settings import DEFAULT_RELEASES
 from service.engine import EngineSettings
+from service.replay.settings import ReplaySettings
 
-__all__ = ["DEFAULT_RELEASES", "Settings", "env_example", "get_settings", "reveal"]
+__all__ = [
+    "DEFAULT_RELEASES",
+    "ReplaySettings",
+    "Settings",
+    "env_example",
+    "get_settings",
+    "reveal",
+]
 
 
 def reveal(value: SecretStr | str | None) -> str | None:
@@ -35,8 +43,11 @@ def reveal(value: SecretStr | str | None) -> str | None:
     return value
 
 
-class Settings(EngineSettings):
-    """Runtime configuration of every sglang-triage front end."""
+class Settings(EngineSettings, ReplaySettings):
+    """Runtime configuration of every sglang-triage front end.
+
+    Replay's fields (``replay_*``, ``fix_search_*``) are :class:`ReplaySettings`', inherited
+    under the same names and variables (``TRIAGE_REPLAY_ENABLED``...)."""
 
     # service
     api_keys: list[SecretStr] = Field(
@@ -93,42 +104,6 @@ class Settings(EngineSettings):
         description="Records, Slack state and replay jobs in this database "
         "(postgresql://user:password@host/db, or sqlite:///path; secret: it may hold a "
         "password); unset: <kb>/records.sqlite, Slack state in memory, replay in-process.",
-    )
-    replay_queue: Literal["auto", "process", "database"] = Field(
-        "auto",
-        description="Where replay runs: 'process' (a thread of the API), 'database' "
-        "(durable jobs for `sglang-triage replay-worker`); 'auto': 'database' when "
-        "database_url is set.",
-    )
-    replay_lease_s: float = Field(
-        60.0,
-        description="A claimed replay job returns to the queue when its worker stops "
-        "renewing the lease for this long (a killed worker).",
-    )
-    replay_enabled: bool = Field(True, description="Verify fixes by replay in the background.")
-    replay_pool: bool = Field(
-        True,
-        description="Replay on warm workers that import each release once (two at most, "
-        "stopped after 10 idle minutes); off: a fresh sandboxed subprocess per batch.",
-    )
-    fix_search_deadline_s: float = Field(
-        4.0,
-        ge=0,
-        description="When static evaluation leaves the check or a fix undecided, "
-        "replay the candidate fixes before answering, waiting at most this long (0: never; "
-        "past it the answer is returned and replay goes on in the background).",
-    )
-    fix_search_verify_clean: bool = Field(
-        True,
-        description="Also replay a statically verified recommended fix before "
-        "answering (one command line on a warm worker), and search the other candidates when "
-        "SGLang refuses it; off: only undecided triages wait for replay.",
-    )
-    fix_search_candidates: int = Field(
-        5,
-        ge=1,
-        le=20,
-        description="At most this many candidate fixes are replayed by the fix search.",
     )
     on_demand_ingest: bool = Field(
         True, description="Index a release the log names but the KB lacks, then answer from it."

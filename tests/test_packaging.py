@@ -24,9 +24,9 @@ PACKAGES = ("kb", "ingest", "service", "evals")
 #: What replay's child imports inside the release tree (SGLang, the stubs): not our code's.
 STUBS = ROOT / "service" / "replay" / "stubs"
 REPLAYED = {"sglang"} | {p.stem for d in STUBS.iterdir() if d.is_dir() for p in d.iterdir()}
-#: replay's child scripts, run as scripts in the sandbox: child_serve.py imports child.py by name,
-#: child.py imports child_guard.py, child_probes.py and child_values.py
-REPLAYED |= {"child", "child_guard", "child_probes", "child_values"}
+#: replay's child scripts (service/replay/child/), run as scripts in the sandbox: they import
+#: each other by bare name
+REPLAYED |= {p.stem for p in (ROOT / "service" / "replay" / "child").glob("*.py")}
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 #: Never imported by the base install's API path (each needs an extra).
 HEAVY = (

@@ -1,7 +1,8 @@
 """Verify by replay: run a release's OWN argument validation on this CPU-only machine.
 
 :func:`replay` (one command line) and :func:`replay_many` (several, sharing
-one warmed-up subprocess) start ``child.py`` in an isolated interpreter:
+one warmed-up subprocess) start ``child/runner.py`` in an isolated interpreter
+(:mod:`service.replay.batches` runs it, :mod:`service.replay.child` is what runs inside):
 
 * an OS sandbox (:mod:`service.replay.sandbox`: bubblewrap namespaces, no network, the host
   read-only, the service's cache hidden, resource limits, the whole tree killed
@@ -40,42 +41,28 @@ import importlib.metadata
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from kb.settings import KBSettings
-from service.engine import HardwareProfile, get_profile
-from service.replay import sandbox
+from service.engine import get_profile
+from service.replay import batches, sandbox
 from service.replay.errors import ReplayError
-from service.replay.launch import (  # noqa: F401 - re-exported for existing callers
-    CHILD,
-    HARNESS_DIR,
-    STUB_DIRS,
-    _child_env,
-    _extra_env,
-    _tail,
-    run_with_results,
-)
-from service.replay.messages import vet
+from service.replay.launch import HARNESS_DIR, STUB_DIRS
 from service.replay.model_configs import MODEL_CONFIGS, config_with_facts
 from service.replay.options import option_table
-from service.replay.plan import (
-    _stable_dir,
-    generated_paths,
-    hardware_payload,
-    probe_values,
-    stub_plan,
-    substitute_argv,
-)
+from service.replay.plan import stable_dir, substitute_argv
 from service.replay.queue import ReplayQueue
-from service.replay.results import Frame, ReplayResult
+from service.replay.results import ReplayResult, to_result
+from service.replay.settings import ReplaySettings
 from service.replay.trees import replay_tree
 
 __all__ = [
     "HARNESS_DIR",
+    "QUEUE",
+    "STUB_DIRS",
     "STUB_FAILURE_ENV",
     "batch_key",
     "harness_version",
@@ -90,7 +77,7 @@ __all__ = [
 STUB_FAILURE_ENV = "TRIAGE_REPLAY_STUB_FAILURE"
 _UNCACHED_PHASES = {"timeout", "crash", "harness", "busy", "deadline"}
 #: ``TRIAGE_REPLAY_POOL`` read once: ``0``/``false``/``no``/``off`` turns the warm pool off for
-#: callers whose settings carry no ``replay_pool`` (the service's ``Settings`` read the same
+#: callers whose settings carry no ``replay_pool`` (:class:`ReplaySettings` read the same
 #: variable)
 _POOL_ENV = os.environ.get("TRIAGE_REPLAY_POOL", "1").strip().lower() not in (
     "0",
@@ -102,9 +89,11 @@ _POOL_ENV = os.environ.get("TRIAGE_REPLAY_POOL", "1").strip().lower() not in (
 
 def pool_enabled(settings: KBSettings | None = None) -> bool:
     """Whether uncached command lines go to the warm pool: ``settings.replay_pool`` when the
-    settings have it (the service's), else ``TRIAGE_REPLAY_POOL`` as read at import."""
-    value = getattr(settings, "replay_pool", None)
-    return bool(value) if value is not None else _POOL_ENV
+    settings are replay's (:class:`~service.replay.settings.ReplaySettings`, the service's
+    among them), else ``TRIAGE_REPLAY_POOL`` as read at import."""
+    if isinstance(settings, ReplaySettings):
+        return settings.replay_pool
+    return _POOL_ENV
 
 
 @functools.lru_cache(maxsize=1)
@@ -205,55 +194,6 @@ def _prune_cache(home: Path) -> int:
     return len(doomed)
 
 
-def _frame(raw: Any) -> Frame | None:
-    if not isinstance(raw, dict) or "path" not in raw:
-        return None
-    return Frame(
-        kind=str(raw.get("kind", "sglang")),
-        path=str(raw["path"]),
-        line=raw.get("line"),
-        function=str(raw.get("function", "")),
-        code=str(raw.get("code", "")),
-    )
-
-
-def _to_result(raw: dict[str, Any], base: dict[str, Any], tree: Path | None = None) -> ReplayResult:
-    """A child's raw answer as a :class:`ReplayResult`; with the release ``tree``, its
-    exception text is vetted first (:func:`service.replay.messages.vet`)."""
-    if tree is not None:
-        raw = vet(raw, tree)
-    setup = raw.get("setup") or {}
-    timings = {**(setup.get("timings") or {}), **(raw.get("timings") or {})}
-    all_frames = [f for f in (_frame(x) for x in raw.get("all_frames") or []) if f]
-    status = raw.get("status") or "harness_error"
-    if status not in ("passed", "raised", "harness_error", "argparse_error"):
-        status = "harness_error"
-    reason = raw.get("harness_reason")
-    if status == "harness_error" and not reason:
-        reason = "the replay produced no verdict"
-    return ReplayResult(
-        **base,
-        status=status,
-        ran=raw.get("ran"),
-        phase=raw.get("phase"),
-        exception_type=raw.get("exception_type"),
-        message=raw.get("message"),
-        frames=[f for f in (_frame(x) for x in raw.get("frames") or []) if f],
-        origin=_frame(raw.get("sglang_origin")) if status == "raised" else None,
-        raised_at=all_frames[-1] if all_frames else None,
-        harness_reason=reason if status == "harness_error" else None,
-        usage=raw.get("usage"),
-        server_args=raw.get("server_args"),
-        startup=raw.get("probe") if isinstance(raw.get("probe"), dict) else None,
-        probe_disagreements=setup.get("probe_disagreements")
-        or raw.get("probe_disagreements")
-        or {},
-        stubs_served=raw.get("stubs_served") or [],
-        shims=setup.get("shims") or raw.get("shims") or [],
-        timings={k: round(float(v), 3) for k, v in timings.items()},
-    )
-
-
 def replay_many(
     release_root: Path,
     version: str,
@@ -322,7 +262,7 @@ def replay_many(
         option_table(
             tree,
             settings.home,
-            lambda: _dump_options(tree, hw, settings.home, timeout_s),
+            lambda: batches.dump_options(tree, hw, settings.home, timeout_s),
             wait_s=None if deadline_at is None else deadline_at - time.monotonic(),
         )
         if reading
@@ -331,15 +271,15 @@ def replay_many(
     for i, argv in enumerate(argvs):
         argv = [str(a) for a in argv]
         if reading and options is None and deadline_at is not None:
-            results[i] = _to_result(
-                _unreplayed("the release's option table is still being read"),
+            results[i] = to_result(
+                batches.unreplayed("the release's option table is still being read"),
                 {"version": version, "argv": argv, "hardware": hw.name if hw else None},
             )
             continue
         run_argv, arch, notes = substitute_argv(argv, archs[i], settings.home, options)
         if model_facts and run_argv is not None and arch in MODEL_CONFIGS:  # its own folder
             plain, facts_dir = (
-                str(_stable_dir(settings.home, label, cfg))
+                str(stable_dir(settings.home, label, cfg))
                 for label, cfg in (
                     (arch, MODEL_CONFIGS[arch]),
                     (f"{arch}-facts", config_with_facts(arch, dict(model_facts))),
@@ -375,7 +315,7 @@ def replay_many(
         )
         base["cache_key"] = key
         if run_argv is None:  # refused: nothing of the user's is ever run
-            results[i] = _to_result({"phase": "harness", "harness_reason": notes[-1]}, base)
+            results[i] = to_result({"phase": "harness", "harness_reason": notes[-1]}, base)
             continue
         uncached = stub_failure or test_payload
         cached = _cache_get(settings.home, key) if use_cache and not uncached else None
@@ -385,7 +325,7 @@ def replay_many(
             pending.append((i, key, base, run_argv))
     warm = use_pool and not (stub_failure or test_payload) and sandbox.status().available
     if pending and warm:
-        answers = _run_warm(
+        answers = batches.run_warm(
             tree,
             hw,
             [p[3] for p in pending],
@@ -404,10 +344,10 @@ def replay_many(
         pending = [p for p, result in zip(pending, answers, strict=True) if result is None]
     if pending and deadline_at is not None and time.monotonic() >= deadline_at:
         for i, _, base, _ in pending:
-            results[i] = _to_result(_unreplayed(), base)
+            results[i] = to_result(batches.unreplayed(), base)
         pending = []
     if pending:
-        fresh = _run_batch(
+        fresh = batches.run_cold(
             tree,
             hw,
             [p[3] for p in pending],
@@ -444,179 +384,10 @@ def prewarm(
             Path(release_root), version, home=settings.home, wheel_dir=settings.wheel_dir
         )
         home = settings.home
-        option_table(tree, home, lambda: _dump_options(tree, hw, home, 180.0), wait_s=0.0)
+        option_table(tree, home, lambda: batches.dump_options(tree, hw, home, 180.0), wait_s=0.0)
         return default_pool().prestart(tree, hw, settings.home)
     except Exception:  # noqa: BLE001 - a head start only: replay_many reports real failures
         return False
-
-
-def _dump_options(
-    tree: Path, hw: HardwareProfile | None, home: Path, timeout_s: float
-) -> dict[str, Any] | None:
-    """The release's option table, read by a sandboxed child from its real parser."""
-    out: list[dict[str, Any]] = []
-    try:
-        _run_batch(
-            tree,
-            hw,
-            [],
-            None,
-            max(timeout_s, 120.0),
-            30,
-            None,
-            [],
-            home,
-            dump_options=True,
-            options_out=out,
-        )
-    except ReplayError:
-        return None
-    return out[0] if out else None
-
-
-def _unreplayed(why: str = "the deadline passed") -> dict[str, Any]:
-    return {
-        "status": "harness_error",
-        "phase": "deadline",
-        "harness_reason": f"{why} before this command line was replayed (unverified)",
-    }
-
-
-def _run_warm(
-    tree: Path,
-    hw: HardwareProfile | None,
-    argvs: list[list[str]],
-    env: Mapping[str, str] | None,
-    timeout_s: float,
-    job_timeout_s: float,
-    bases: list[dict[str, Any]],
-    home: Path,
-    deadline_at: float | None,
-) -> list[ReplayResult | None]:
-    """The command lines on the warm pool; None where it could not run them (go cold).
-    ``timeout_s`` bounds the wait for a worker's start, as it bounds the cold import."""
-    from service.replay.pool import PoolJob, default_pool
-
-    jobs = [PoolJob(argv, job_timeout_s, _extra_env(env)) for argv in argvs]
-    pool = default_pool()
-    # a long batch (the eval's generator, confirmations) goes in chunks of half the pool's
-    # bound, so that one caller alone never overflows it; the bound refuses crowds, not batches
-    step = max(1, pool.max_waiting // 2)
-    raws: list[dict[str, Any] | None] = []
-    try:
-        for i in range(0, len(jobs), step):
-            raws += pool.run(
-                tree, hw, home, jobs[i : i + step], deadline=deadline_at, start_wait_s=timeout_s
-            )
-    except ReplayError:  # closed (interpreter exiting): the cold path decides
-        return [None] * len(argvs)
-    out: list[ReplayResult | None] = []
-    for raw, base in zip(raws, bases, strict=True):
-        if raw is None:
-            out.append(None)
-            continue
-        result = _to_result(raw, base, tree)
-        result.log_tail = str(raw.get("log_tail") or "")
-        out.append(result)
-    return out
-
-
-def _run_batch(
-    tree: Path,
-    hw: HardwareProfile | None,
-    argvs: list[list[str]],
-    env: Mapping[str, str] | None,
-    timeout_s: float,
-    job_timeout_s: float,
-    stub_failure: str | None,
-    bases: list[dict[str, Any]],
-    home: Path,
-    test_payload: Path | None = None,
-    deadline_at: float | None = None,
-    dump_options: bool = False,
-    options_out: list[dict[str, Any]] | None = None,
-) -> list[ReplayResult]:
-    sandboxed = sandbox.status()
-    if not sandboxed.available:
-        raise ReplayError(sandboxed.reason)
-    force, fallback = stub_plan(hw)
-    overall = timeout_s + job_timeout_s * max(0, len(argvs) - 1)
-    capped = deadline_at is not None and deadline_at - time.monotonic() < overall
-    if deadline_at is not None:
-        overall = max(1.0, min(overall, deadline_at - time.monotonic()))
-    with tempfile.TemporaryDirectory(prefix="sglang-replay-") as tmp_name:
-        tmp = Path(tmp_name)
-        jobs = [
-            {
-                "argv": argv,
-                "log_path": str(tmp / f"log-{i}.txt"),
-                "allowed_paths": generated_paths(argv, home),
-            }
-            for i, argv in enumerate(argvs)
-        ]
-        cfg = {
-            "release_root": str(tree), "stub_dirs": [str(d) for d in STUB_DIRS],
-            "force_stubs": force, "fallback_stubs": fallback,
-            "hardware": hardware_payload(hw), "probes": probe_values(hw),
-            "forced_failure": stub_failure, "jobs": jobs,
-            "job_timeout_s": min(job_timeout_s, overall), "dump_options": dump_options,
-        }  # fmt: skip
-        if test_payload is not None:
-            (tmp / "payload.py").write_bytes(Path(test_payload).read_bytes())
-            cfg["test_payload"] = str(tmp / "payload.py")
-        sandbox.prepare_workdir(tmp)
-        main_log = tmp / "child.log"
-        t0 = time.perf_counter()
-        cmd = sandbox.command(
-            [sys.executable, "-s", str(CHILD), str(tmp / "config.json")],
-            workdir=tmp,
-            hidden=[home],
-            readable=[HARNESS_DIR, tree, home / "replay-models"],
-            limits=sandbox.Limits(cpu_s=int(overall) + 30),
-        )
-        lines, killed, returncode = run_with_results(
-            cmd, cfg, tmp, _child_env(tmp, tree, hw, env), main_log, overall
-        )
-        wall = time.perf_counter() - t0
-        answers = {
-            line["index"]: line["result"]
-            for line in lines
-            if isinstance(line.get("index"), int) and isinstance(line.get("result"), dict)
-        }
-        if options_out is not None:
-            options_out.extend(
-                line["options"] for line in lines[:1] if isinstance(line.get("options"), dict)
-            )
-        out: list[ReplayResult] = []
-        for i, (job, base) in enumerate(zip(jobs, bases, strict=True)):
-            raw = (
-                _unreplayed()
-                if killed and capped and i not in answers
-                else _read_job(answers.get(i), killed, returncode, overall)
-            )
-            result = _to_result(raw, base, tree)
-            result.timings["subprocess_wall_s"] = round(wall, 3)
-            result.log_tail = _tail(Path(job["log_path"])) or _tail(main_log)
-            out.append(result)
-        return out
-
-
-def _read_job(
-    raw: dict[str, Any] | None, killed: bool, returncode: int | None, overall: float
-) -> dict[str, Any]:
-    if raw is not None:
-        return raw
-    if killed:
-        return {
-            "status": "harness_error",
-            "phase": "timeout",
-            "harness_reason": f"the replay did not finish within {overall:.0f}s (killed)",
-        }
-    return {
-        "status": "harness_error",
-        "phase": "crash",
-        "harness_reason": f"the replay subprocess exited ({returncode}) without a result",
-    }
 
 
 def replay(

@@ -3,7 +3,7 @@
 With ``TRIAGE_DATABASE_URL`` set (or ``TRIAGE_REPLAY_QUEUE=database``) the API does
 not replay in its own process: it stores a job (table ``replay_jobs``) and any
 number of worker processes, on any host that reaches the database, run it
-(:mod:`service.replay.worker`).
+(:mod:`service.replay.job_runner`).
 
 * **One job per replay.** Jobs are keyed by the harness's batch cache key
   (:func:`~service.replay.harness.batch_key`): the same command line, fixes,

@@ -1,8 +1,8 @@
 """How a replay child process is launched: its script, stub folders, environment, log tail.
 
-Shared by the cold path (:mod:`service.replay.harness`, one ``child.py`` per batch) and the
-warm pool (:mod:`service.replay.pool`, one ``child_serve.py`` per worker), so that both run
-the child with the same stubs and the same clean environment.
+Shared by the cold path (:mod:`service.replay.batches`, one ``child/runner.py`` per batch) and
+the warm pool (:mod:`service.replay.pool`, one ``child/serve.py`` per worker), so that both
+run the child with the same stubs and the same clean environment.
 """
 
 from __future__ import annotations
@@ -20,22 +20,34 @@ from typing import Any
 from service.engine import HardwareProfile
 from service.replay.errors import ReplayError
 
-__all__ = ["CHILD", "CHILD_SERVE", "HARNESS_DIR", "STUB_DIRS", "run_with_results"]
+__all__ = [
+    "CHILD",
+    "CHILD_SERVE",
+    "HARNESS_DIR",
+    "STUB_DIRS",
+    "child_env",
+    "extra_env",
+    "log_tail",
+    "run_with_results",
+]
 
 HARNESS_DIR = Path(__file__).resolve().parent
-#: the cold child script (``python child.py <config>``)
-CHILD = HARNESS_DIR / "child.py"
-#: the warm worker script (``python child_serve.py <config>``, started by the pool)
-CHILD_SERVE = HARNESS_DIR / "child_serve.py"
+#: the cold child script (``python child/runner.py <config>``; see :mod:`service.replay.child`)
+CHILD = HARNESS_DIR / "child" / "runner.py"
+#: the warm worker script (``python child/serve.py <config>``, started by the pool)
+CHILD_SERVE = HARNESS_DIR / "child" / "serve.py"
 STUB_DIRS = (HARNESS_DIR / "stubs" / "force", HARNESS_DIR / "stubs" / "fallback")
 _LOG_TAIL_LINES = 40
 #: bytes of result lines a cold child may send (a batch of full ServerArgs dumps fits)
 _MAX_RESULTS = 256 << 20
 
 
-def _child_env(
+def child_env(
     tmp: Path, tree: Path, hw: HardwareProfile | None, extra: Mapping[str, str] | None
 ) -> dict[str, str]:
+    """The child's whole environment: offline Hugging Face, caches and ``HOME`` in ``tmp``, the
+    force-stub folder then the release ``tree`` on ``PYTHONPATH``, the declared vendor's
+    variables, and the caller's ``extra`` ones (:func:`extra_env`); nothing of the service's."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(tmp), "TMPDIR": str(tmp), "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
@@ -50,11 +62,11 @@ def _child_env(
         env["SGLANG_USE_CPU_ENGINE"] = "1"
     if hw is not None and hw.vendor == "nvidia":
         env["CUDA_HOME"] = "/usr/local/cuda"
-    env.update(_extra_env(extra))
+    env.update(extra_env(extra))
     return env
 
 
-def _extra_env(extra: Mapping[str, str] | None) -> dict[str, str]:
+def extra_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     """The caller's variables a replay may set (never ``PYTHONPATH``, ``HOME``, ``PATH``)."""
     return {
         key: str(value)
@@ -63,7 +75,8 @@ def _extra_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     }
 
 
-def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
+def log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a child's log (empty when it cannot be read)."""
     try:
         text = path.read_text(errors="replace")
     except OSError:

@@ -3,9 +3,9 @@
 :func:`option_table` returns the :class:`~service.replay.argv_guard.OptionTable` of the
 parser that ``prepare_server_args`` builds in that release: every option string with its
 destination and ``nargs``, whether abbreviations are allowed, which options are required.
-It is read once per release tree by a sandboxed child (``child_guard.dump_options``: the
-release is imported as for a replay, the parser is built and inspected, no command line is
-parsed) and kept in ``<home>/replay-options/``. Static catalogs (the KB's) are not used:
+It is read once per release tree by a sandboxed child (``dump_options`` of
+``child/guard.py``: the release is imported as for a replay, the parser is built and
+inspected, no command line is parsed) and kept in ``<home>/replay-options/``. Static catalogs (the KB's) are not used:
 argparse's prefix matching depends on every option string the real parser holds.
 When the table cannot be read, None: the caller falls back to
 :data:`service.replay.plan.FALLBACK_OPTIONS` and says so.
@@ -46,7 +46,7 @@ def _key(tree: Path) -> str:
 
 
 def from_dump(dump: dict[str, Any]) -> OptionTable:
-    """The table of a ``child_guard.dump_options`` answer (raises ``ValueError`` if bad)."""
+    """The table of a ``dump_options`` answer (``child/guard.py``; ``ValueError`` if bad)."""
     options = dump.get("options")
     if not isinstance(options, dict) or not options:
         raise ValueError("no options in the dump")

@@ -29,7 +29,8 @@ from service.replay.model_configs import MODEL_CONFIGS, draft_config, write_conf
 
 __all__ = [
     "ALWAYS_DROPPED", "FALLBACK_OPTIONS", "FALLBACK_STUBS", "FORCE_STUBS", "UNSAFE_DESTS", "drop_unsafe",
-    "generated_paths", "hardware_payload", "probe_values", "readable_by_all", "stub_plan", "substitute_argv",
+    "generated_paths", "hardware_payload", "probe_values", "readable_by_all", "stable_dir", "stub_plan",
+    "substitute_argv",
 ]  # fmt: skip
 
 # streaming multiprocessors per GPU (torch's multi_processor_count), by profile base name
@@ -134,7 +135,7 @@ def readable_by_all(folder: Path) -> None:
             os.chmod(child, 0o644)
 
 
-def _stable_dir(home: Path, label: str, config: dict[str, Any]) -> Path:
+def stable_dir(home: Path, label: str, config: dict[str, Any]) -> Path:
     """A config-only model folder named by its content, written once (atomically), readable
     by the sandbox user."""
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:10]
@@ -315,7 +316,7 @@ def substitute_argv(
         )
         notes.append(f"replay refused: {what}; replay never runs a user's model folder")
         return None, arch, notes
-    target = _stable_dir(home, arch, MODEL_CONFIGS[arch])
+    target = stable_dir(home, arch, MODEL_CONFIGS[arch])
     out += [table.spelling(_MODEL_DEST, "--model-path") or "--model-path", str(target)]
     notes.append(
         f"--model-path {model if model is not None else '(not given)'} replaced by "
@@ -338,7 +339,7 @@ def substitute_argv(
         else:
             cfg = draft_config(arch, algo)
             label = f"draft-{cfg['architectures'][0]}-for-{arch}"
-            draft_dir = _stable_dir(home, label, cfg)
+            draft_dir = stable_dir(home, label, cfg)
             out += [flag, str(draft_dir)]
             notes.append(
                 f"--speculative-draft-model-path {draft} replaced by a generated "

@@ -4,7 +4,7 @@ Argument validation (``prepare_server_args`` + ``resolve_once``) is where replay
 stop; many start-up refusals come later, when the model runner builds the model config,
 the quantization config and the MoE layers. A :class:`StartupProbe` asks the replay child
 to go on, after a command line passed validation, with the release's own code for one
-*family* of checks (``child_probes.py`` runs it, on CPU torch, tensors on the ``meta``
+*family* of checks (``child/probes.py`` runs it, on CPU torch, tensors on the ``meta``
 device, the tensor/expert-parallel sizes faked from the resolved server args):
 
 ========================  ===================================================================

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-__all__ = ["Frame", "ReplayResult", "ReplayStatus"]
+from service.replay.messages import vet
+
+__all__ = ["Frame", "ReplayResult", "ReplayStatus", "frame_of", "to_result"]
 
 ReplayStatus = Literal["passed", "raised", "harness_error", "argparse_error"]
 
@@ -93,3 +96,53 @@ class ReplayResult(BaseModel):
         if self.status == "argparse_error":
             return f"argparse error: {self.message}"
         return f"harness error: {self.harness_reason}"
+
+
+def frame_of(raw: Any) -> Frame | None:
+    """A child's raw frame (a dict with ``path``) as a :class:`Frame`; None when it is not one."""
+    if not isinstance(raw, dict) or "path" not in raw:
+        return None
+    return Frame(
+        kind=str(raw.get("kind", "sglang")),
+        path=str(raw["path"]),
+        line=raw.get("line"),
+        function=str(raw.get("function", "")),
+        code=str(raw.get("code", "")),
+    )
+
+
+def to_result(raw: dict[str, Any], base: dict[str, Any], tree: Path | None = None) -> ReplayResult:
+    """A child's raw answer as a :class:`ReplayResult`; with the release ``tree``, its
+    exception text is vetted first (:func:`service.replay.messages.vet`)."""
+    if tree is not None:
+        raw = vet(raw, tree)
+    setup = raw.get("setup") or {}
+    timings = {**(setup.get("timings") or {}), **(raw.get("timings") or {})}
+    all_frames = [f for f in (frame_of(x) for x in raw.get("all_frames") or []) if f]
+    status = raw.get("status") or "harness_error"
+    if status not in ("passed", "raised", "harness_error", "argparse_error"):
+        status = "harness_error"
+    reason = raw.get("harness_reason")
+    if status == "harness_error" and not reason:
+        reason = "the replay produced no verdict"
+    return ReplayResult(
+        **base,
+        status=status,
+        ran=raw.get("ran"),
+        phase=raw.get("phase"),
+        exception_type=raw.get("exception_type"),
+        message=raw.get("message"),
+        frames=[f for f in (frame_of(x) for x in raw.get("frames") or []) if f],
+        origin=frame_of(raw.get("sglang_origin")) if status == "raised" else None,
+        raised_at=all_frames[-1] if all_frames else None,
+        harness_reason=reason if status == "harness_error" else None,
+        usage=raw.get("usage"),
+        server_args=raw.get("server_args"),
+        startup=raw.get("probe") if isinstance(raw.get("probe"), dict) else None,
+        probe_disagreements=setup.get("probe_disagreements")
+        or raw.get("probe_disagreements")
+        or {},
+        stubs_served=raw.get("stubs_served") or [],
+        shims=setup.get("shims") or raw.get("shims") or [],
+        timings={k: round(float(v), 3) for k, v in timings.items()},
+    )

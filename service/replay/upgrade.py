@@ -28,8 +28,8 @@ from service.engine import (
     with_upgrade,
 )
 from service.replay.background import release_root, unavailable_reason
+from service.replay.fix_search import JOB_TIMEOUT_S
 from service.replay.harness import replay_many
-from service.replay.search import JOB_TIMEOUT_S
 
 __all__ = ["verify_upgrade"]
 

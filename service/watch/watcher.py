@@ -8,7 +8,7 @@ attempt that crashed or exited, decides:
 * **a start-up crash** (no ready line before it): the attempt's lines (the crashing
   rank's only, transport prefixes stripped) are triaged with
   :func:`service.ondemand.triage`, with ``--release``/``--hardware`` and the hardware of
-  ``--gpus-from`` (a recorded ``nvidia-smi`` CSV, :func:`~service.watch.facts.hardware_from_smi`;
+  ``--gpus-from`` (a recorded ``nvidia-smi`` CSV, :func:`~service.watch.gpus.hardware_from_smi`;
   the answer then says ``hardware.source: detected``);
 * **not a start-up crash** (it had been ready): reported with its tail, not triaged;
 * **a repeat**: the same command line and the same cause (exception type, normalised
@@ -44,7 +44,7 @@ from service import ondemand
 from service.engine import Engine, TriageResult
 from service.settings import Settings
 from service.watch.attempts import Attempt, Segmenter, command_key, normalise, signature
-from service.watch.facts import hardware_from_smi
+from service.watch.gpus import hardware_from_smi
 from service.watch.report import CrashReport, apply_facts, reply_in_thread, send_report
 from service.watch.stream import ClientSource, SourceError, fd_lines, file_lines
 

@@ -11,7 +11,7 @@ import pytest
 
 from service.replay import sandbox
 from service.replay.argv_guard import OptionTable, expand
-from service.replay.child_guard import dump_options
+from service.replay.child.guard import dump_options
 from service.replay.options import from_dump
 from service.replay.plan import substitute_argv
 
@@ -124,7 +124,7 @@ def test_values_that_name_files_are_dropped(tmp_path: Path, monkeypatch) -> None
 def test_the_child_guard_refuses_with_the_real_parser(tmp_path: Path) -> None:
     """Even if the parent's filter were bypassed, the child's check on the real namespace
     refuses an abbreviated --trust-remote or a model path that is not generated."""
-    from service.replay import child_guard
+    from service.replay.child import guard as child_guard
 
     allowed = str(tmp_path / "gen")
     child_guard.install_argv_guard([allowed])

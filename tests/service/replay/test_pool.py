@@ -29,7 +29,7 @@ from service.replay import replay_many
 from service.replay.launch import CHILD_SERVE
 from service.replay.plan import substitute_argv
 from service.replay.pool import PoolJob, WarmPool, WorkerKey, default_pool
-from service.replay.pool_worker import machine_of
+from service.replay.pool.workers import machine_of
 from service.replay.sandbox import status
 from service.replay.trees import replay_tree
 from service.settings import Settings
@@ -307,7 +307,7 @@ def test_warm_equals_cold_on_0_5_23(
     sglang_source: Callable[[str], ReleaseSource], cache_settings: Settings
 ) -> None:
     """0.5.23's resolution pipeline imports lazily; after answering its first jobs the worker
-    imports what their forks imported (``child_serve._preimport``), so later forks start
+    imports what their forks imported (``_preimport`` in ``child/serve.py``), so later forks start
     with it: the verdicts must not change."""
     root = sglang_source("0.5.23").root
     argvs, archs = [PASSING, ASSERTS, ARGPARSE], [LLAMA, DSV3, LLAMA]
@@ -369,7 +369,7 @@ def test_a_count_read_at_import_sends_the_job_cold() -> None:
     """When the release read a fact at import that a job's machine changes (here the GPU
     count, through ``torch.cuda.device_count``), the worker answers ``machine_bound``;
     facts nobody read at import, and the profile's name, never bind."""
-    script = CHILD_SERVE  # a sandbox script: ``import child`` needs its folder on the path
+    script = CHILD_SERVE  # a sandbox script: ``import runner`` needs its folder on the path
     spec = importlib.util.spec_from_file_location("child_serve_for_test", script)
     assert spec is not None and spec.loader is not None
     sys.path.insert(0, str(script.parent))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kb.sources import ReleaseSource
-from service.replay import ReplayResult, harness, launch, replay, replay_many
+from service.replay import ReplayResult, batches, launch, replay, replay_many
 from service.replay.harness import _cache_path
 from service.settings import Settings
 
@@ -140,14 +140,14 @@ def _count_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record every replay that starts something: the warm pool's worker or a cold
     subprocess (the release's option table is read by a cold one too)."""
     started: list[str] = []
-    for name in ("_run_warm", "_run_batch"):
-        real = getattr(harness, name)
+    for name in ("run_warm", "run_cold"):
+        real = getattr(batches, name)
 
         def spy(*args, _name=name, _real=real, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
             started.append(_name)
             return _real(*args, **kwargs)
 
-        monkeypatch.setattr(harness, name, spy)
+        monkeypatch.setattr(batches, name, spy)
     return started
 
 
@@ -243,7 +243,7 @@ def test_timeout_is_a_harness_error(
     assert result.ran is None and result.server_args is None  # validation never ran
     # one cold subprocess (the option table is read before, once per tree), killed with
     # everything it started: its process group is empty once the call returns
-    assert started[-1] == "_run_batch" and started.count("_run_batch") <= 2, started
+    assert started[-1] == "run_cold" and started.count("run_cold") <= 2, started
     [child] = children[-1:]
     assert child.returncode is not None
     deadline = time.monotonic() + 30  # the kernel reaps what SIGKILL ended: a wait

@@ -1,4 +1,4 @@
-"""The replay-backed fix search (:mod:`service.replay.search`): re-ranking by replay's
+"""The replay-backed fix search (:mod:`service.replay.fix_search`): re-ranking by replay's
 verdicts, and real searches on generated incidents through the sandboxed replay."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from evals.incidents import load_incidents
 from evals.runner import request_for
 from service.engine import Engine, FixOut, TriageResult
 from service.engine.explain.deterministic import fix_phrase
+from service.replay.fix_search import keeping_alternatives, needs_search, rerank, search_fixes
 from service.replay.sandbox import status as sandbox_status
-from service.replay.search import keeping_alternatives, needs_search, rerank, search_fixes
 
 needs_sandbox = pytest.mark.skipif(
     not sandbox_status().available, reason="replay needs the OS sandbox (bwrap)"

@@ -6,7 +6,7 @@ fixes that keep more."""
 from __future__ import annotations
 
 from service.engine import FixOut
-from service.replay.search import keeping_alternatives, request_cost, rerank
+from service.replay.fix_search import keeping_alternatives, request_cost, rerank
 
 
 def _fix(
@@ -117,7 +117,7 @@ def test_a_guard_flip_replay_rejects_is_dropped_and_one_it_accepts_stays() -> No
     """A guard flip (it skips the check, its origin says so) is kept only when replay
     accepts it; the engine's mark and the search's agree."""
     from service.engine.fixes.filters import SKIP_NOTE
-    from service.replay.search import SKIPS_THE_CHECK, skips_check
+    from service.replay.fix_search import SKIPS_THE_CHECK, skips_check
 
     assert f"({SKIP_NOTE})" == SKIPS_THE_CHECK
     flip = _fix(1, ["- --enable-dp-attention"], "next_failure", keeps=False, recommended=True)

@@ -18,10 +18,11 @@ from kb.errors import ConfigError
 from kb.sources import ReleaseSource
 from service.engine import Engine
 from service.replay import ReplayResult, StartupProbe, probe_for_location, replay_startup
-from service.replay.child_probes import _is_check_line, parallel_sizes
+from service.replay.child.probe_moe import is_check_line
+from service.replay.child.probe_state import parallel_sizes
+from service.replay.fix_search import search_fixes
 from service.replay.model_configs import MODEL_CONFIGS, config_with_facts
 from service.replay.probes import startup_request
-from service.replay.search import search_fixes
 from service.settings import Settings
 
 QWEN = "Qwen3MoeForCausalLM"
@@ -250,12 +251,12 @@ def test_only_a_check_line_is_a_verdict() -> None:
         "path": "sglang/srt/layers/quantization/fp8.py",
         "code": "raise ValueError(",
     }
-    assert _is_check_line(frame)
-    assert _is_check_line({**frame, "code": "assert self.block_quant"})
-    assert not _is_check_line({**frame, "code": "tp_size = layer.moe_tp_size"})
-    assert not _is_check_line({**frame, "path": "sglang/srt/runtime_context.py"})
-    assert not _is_check_line({**frame, "kind": "harness"})
-    assert not _is_check_line(None)
+    assert is_check_line(frame)
+    assert is_check_line({**frame, "code": "assert self.block_quant"})
+    assert not is_check_line({**frame, "code": "tp_size = layer.moe_tp_size"})
+    assert not is_check_line({**frame, "path": "sglang/srt/runtime_context.py"})
+    assert not is_check_line({**frame, "kind": "harness"})
+    assert not is_check_line(None)
 
 
 #: a start-up crash of 0.5.11 past validation (the scheduler's model runner)

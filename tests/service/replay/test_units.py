@@ -12,8 +12,8 @@ import pytest
 
 from kb.errors import ConfigError
 from service.engine.facts.core import get_profile
-from service.replay import child, child_values
 from service.replay.argv_guard import OptionTable
+from service.replay.child import guard, values, verdicts
 from service.replay.harness import STUB_DIRS, harness_version
 from service.replay.model_configs import MODEL_CONFIGS, draft_config, write_model_dir
 from service.replay.plan import (
@@ -45,7 +45,7 @@ def test_sglang_assertion_is_raised(roots: dict) -> None:
     exc = _raise_from(
         f"{roots['release']}/sglang/srt/server_args.py", "def f():\n    assert 1 == 2, 'topk'\n"
     )
-    info = child.classify(exc, roots)
+    info = verdicts.classify(exc, roots)
     assert info["status"] == "raised"
     assert info["sglang_origin"]["path"] == "sglang/srt/server_args.py"
     assert info["sglang_origin"]["function"] == "f"
@@ -55,7 +55,7 @@ def test_error_raised_in_a_stub_file_is_the_harness(roots: dict) -> None:
     exc = _raise_from(
         f"{STUB_DIRS[0]}/_replay_hw.py", "def f():\n    raise ValueError('looks like validation')\n"
     )
-    info = child.classify(exc, roots)
+    info = verdicts.classify(exc, roots)
     assert info["status"] == "harness_error"
     assert "inside the stub" in info["harness_reason"]
 
@@ -64,12 +64,12 @@ def test_missing_module_and_stub_objects_are_the_harness(roots: dict) -> None:
     missing = _raise_from(
         f"{roots['release']}/sglang/srt/x.py", "def f():\n    import no_such_module_here\n"
     )
-    assert child.classify(missing, roots)["status"] == "harness_error"
+    assert verdicts.classify(missing, roots)["status"] == "harness_error"
     stubby = _raise_from(
         f"{roots['release']}/sglang/srt/x.py",
         "def f():\n    raise TypeError('<replay stub triton.x> is not iterable')\n",
     )
-    assert child.classify(stubby, roots)["status"] == "harness_error"
+    assert verdicts.classify(stubby, roots)["status"] == "harness_error"
 
 
 def test_lazy_import_failure_is_the_harness(roots: dict) -> None:
@@ -84,12 +84,12 @@ def test_lazy_import_failure_is_the_harness(roots: dict) -> None:
             "function": "<module>",
         },
     ]
-    reason = child.harness_reason(RuntimeError("Cannot find sglang.jit_kernel path"), frames)
+    reason = verdicts.harness_reason(RuntimeError("Cannot find sglang.jit_kernel path"), frames)
     assert reason is not None and "sglang/jit_kernel/utils.py" in reason
 
 
 def test_network_block_is_the_harness() -> None:
-    assert child.harness_reason(child.NetworkBlocked("blocked"), []) is not None
+    assert verdicts.harness_reason(guard.NetworkBlocked("blocked"), []) is not None
 
 
 def test_json_safe_values() -> None:
@@ -98,9 +98,7 @@ def test_json_safe_values() -> None:
     class Color(enum.Enum):
         RED = "red"
 
-    value = child_values.json_safe(
-        {"a": (1, 2.5), "b": {Color.RED}, "c": float("nan"), "d": Path("/x")}
-    )
+    value = values.json_safe({"a": (1, 2.5), "b": {Color.RED}, "c": float("nan"), "d": Path("/x")})
     assert json.loads(json.dumps(value)) == {"a": [1, 2.5], "b": ["red"], "c": "nan", "d": "/x"}
 
 
@@ -297,19 +295,19 @@ print("ok")
 def test_socket_guard_blocks_remote_but_not_loopback() -> None:
     out = _run_py(f"""
 import socket, sys
-sys.path.insert(0, {str(Path(child.__file__).parent)!r})
-import child
-child.install_socket_guard()
+sys.path.insert(0, {str(Path(guard.__file__).parent)!r})
+import guard
+guard.install_socket_guard()
 s = socket.socket()
 try:
     s.connect(("10.255.255.1", 80))
     print("connected")
-except child.NetworkBlocked:
+except guard.NetworkBlocked:
     print("blocked")
 try:
     socket.getaddrinfo("huggingface.co", 443)
     print("resolved")
-except child.NetworkBlocked:
+except guard.NetworkBlocked:
     print("blocked")
 srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
 c = socket.socket(); c.connect(srv.getsockname()); print("loopback ok")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from service.engine import UpgradeFix
+from service.replay.fix_search import search_fixes
 from service.replay.sandbox import status as sandbox_status
-from service.replay.search import search_fixes
 from service.replay.upgrade import verify_upgrade
 
 from .test_search import _answer

@@ -115,7 +115,7 @@ def test_a_worker_tells_every_waiting_triage_when_replay_cannot_run_here(
     """A release whose wheel is not cached cannot be replayed on this host: the worker
     stores *unavailable* with the reason in each waiting triage (never leaves it pending)
     and the job is closed."""
-    from service.replay.worker import Worker
+    from service.replay.job_runner import Worker
 
     records = Records(db_url)
     q = JobQueue(records.engine)

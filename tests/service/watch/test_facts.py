@@ -14,12 +14,11 @@ from service.watch.facts import (
     MAX_CONFIG_BYTES,
     env_facts,
     gather,
-    hardware_from_smi,
     installed_release,
     interpreter_for,
     model_facts,
-    read_gpus,
 )
+from service.watch.gpus import hardware_from_smi, read_gpus
 
 #: recorded ``nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version
 #: --format=csv,noheader`` output of an 8-GPU RTX PRO 6000 host

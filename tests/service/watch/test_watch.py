@@ -123,7 +123,7 @@ def test_a_crash_after_the_ready_line_is_not_a_start_up_crash(
 def test_seed_stream_gives_two_reports_with_the_detected_hardware(
     engine: Engine, kb_settings: Settings
 ) -> None:
-    from service.watch.facts import hardware_from_smi
+    from service.watch.gpus import hardware_from_smi
 
     facts = {"hardware": hardware_from_smi(SMI.read_text())}
     _, events = watch(engine, kb_settings, stream("seed_journald.log"), facts=facts)

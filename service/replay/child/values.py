@@ -1,8 +1,8 @@
 """ServerArgs fields as JSON, for the replay child (a script of the sandbox, stdlib only).
 
-Imported by name by ``child.py`` inside the sandbox (this folder is ``sys.path[0]``) and
-as ``service.replay.child_values`` by unit tests: :func:`dump_fields` renders the final
-ServerArgs of a replay, :func:`json_safe` one field value (enums by value, dataclasses as
+Imported by name by ``runner.py`` and ``probe_state.py`` inside the sandbox (this folder
+is ``sys.path[0]``) and as ``service.replay.child.values`` by unit tests: :func:`dump_fields`
+renders the final ServerArgs of a replay, :func:`json_safe` one field value (enums by value, dataclasses as
 dicts, sets sorted, anything else as a short ``repr``).
 """
 

@@ -1,6 +1,6 @@
 """Replay runner, executed as a script inside the isolated subprocess (stdlib only).
 
-``python child.py <config.json>`` reads the batch written by
+``python child/runner.py <config.json>`` reads the batch written by
 :mod:`service.replay.harness` (one release, one hardware profile, one
 or more command lines), then
 
@@ -16,20 +16,22 @@ or more command lines), then
    The fork keeps every replay isolated from the others (SGLang keeps global
    state) while the 10-20 s of importing torch and SGLang is paid once; a fork
    that outlives its time limit is killed;
-5. classifies each outcome and hands it back through a pipe the fork cannot reach once
-   it is done: fork -> this process (:func:`_run_forked`), this process -> the service
+5. classifies each outcome (:mod:`verdicts`) and hands it back through a pipe the fork cannot reach once
+   it is done: fork -> this process (:func:`run_forked`), this process -> the service
    (the cold runner's ``result_fd``, the warm worker's protocol stream). After each fork,
    any other process left in the sandbox's PID namespace is killed and reported
    (``leftover_processes``): a warm worker that reports one is retired by the pool.
 
-Before anything SGLang parses is used, :mod:`child_guard` checks the namespace its real
+Before anything SGLang parses is used, :mod:`guard` checks the namespace its real
 parser produced (no ``trust_remote_code``, no ``--config``, the model paths only the
 generated folders) and makes transformers' remote-code loaders refuse; a job that tripped
 either is answered ``harness_error`` with phase ``unsafe``, never ``passed``.
 
-``child_serve.py`` (next to this file), the warm worker of :mod:`service.replay.pool`,
-does steps 1-3 once, then validates one job per fork as in step 4 (:func:`_run_forked`).
+``serve.py`` (next to this file), the warm worker of :mod:`service.replay.pool`,
+does steps 1-3 once, then validates one job per fork as in step 4 (:func:`run_forked`).
 Neither imports ``sglang_triage``: only the release, the stubs and third-party packages.
+The scripts of this folder import each other by bare name (this folder is ``sys.path[0]``
+when the script starts; :func:`setup` removes it), and by their package name in unit tests.
 """
 
 from __future__ import annotations
@@ -41,161 +43,21 @@ import os
 import resource
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 try:  # run as a script in the sandbox: this folder is sys.path[0]
-    import child_guard
-    import child_probes
-    from child_values import dump_fields
-except ImportError:  # imported as service.replay.child (unit tests)
-    from service.replay import child_guard, child_probes  # type: ignore[no-redef]
-    from service.replay.child_values import dump_fields  # type: ignore[no-redef]
-NetworkBlocked = child_guard.NetworkBlocked
-install_socket_guard = child_guard.install_socket_guard
+    import guard
+    import probes
+    import verdicts
+    from values import dump_fields
+except ImportError:  # imported as service.replay.child.runner (unit tests)
+    from service.replay.child import guard, probes, verdicts  # type: ignore[no-redef]
+    from service.replay.child.values import dump_fields  # type: ignore[no-redef]
 
 HERE = Path(__file__).resolve().parent
-_HARNESS_FILES = {
-    str(Path(__file__).resolve()),
-    str(HERE / "child_serve.py"),
-    str(HERE / "child_guard.py"),
-    str(HERE / "child_values.py"),
-    str(HERE / "child_probes.py"),
-}
 #: a job's start-up probe request (JSON in its environment; ``service.replay.probes``)
 PROBE_ENV = "TRIAGE_REPLAY_STARTUP"
-
-
-# ------------------------------------------------------------------ classification
-
-
-def _where(filename: str, roots: dict[str, str]) -> tuple[str, str | None]:
-    """(kind, package-relative path) of a traceback frame's file."""
-    path = os.path.abspath(filename)
-    for stub_dir in roots["stubs"]:
-        if path.startswith(stub_dir + os.sep):
-            return "stub", os.path.relpath(path, stub_dir)
-    if path in _HARNESS_FILES:
-        return "harness", os.path.basename(path)
-    release = roots["release"] + os.sep
-    if path.startswith(release):
-        return "sglang", os.path.relpath(path, roots["release"]).replace(os.sep, "/")
-    if "site-packages" in path or "dist-packages" in path:
-        rel = path.split("-packages" + os.sep, 1)[1].replace(os.sep, "/")
-        return "third_party", rel
-    if filename.startswith("<"):
-        return "internal", filename
-    return "stdlib", os.path.basename(path)
-
-
-def _frames(exc: BaseException, roots: dict[str, str]) -> list[dict[str, Any]]:
-    out = []
-    for fs in traceback.extract_tb(exc.__traceback__):
-        kind, rel = _where(fs.filename, roots)
-        out.append(
-            {
-                "kind": kind,
-                "path": rel,
-                "line": fs.lineno,
-                "function": fs.name,
-                "code": (fs.line or "").strip()[:300],
-            }
-        )
-    return out
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and cur not in seen and len(seen) < 10:
-        seen.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    return seen
-
-
-_STUB_WORDS = ("replay stub", "StubAttr", "StubModule", "_replay_stubkit", "_replay_hw")
-_GPU_WORDS = (
-    "Torch not compiled with CUDA",
-    "CUDA driver",
-    "no CUDA GPUs",
-    "CUDA error",
-    "NVML",
-    "nvidia-smi",
-    "Found no NVIDIA driver",
-)
-
-
-def _lazy_import_frame(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The first module-level SGLang frame below validation code (a lazy import), if any."""
-    seen_sglang = False
-    for frame in frames:
-        if frame["kind"] != "sglang":
-            continue
-        if seen_sglang and frame["function"] == "<module>":
-            return frame
-        seen_sglang = True
-    return None
-
-
-def harness_reason(exc: BaseException, frames: list[dict[str, Any]]) -> str | None:
-    """Why ``exc`` is the harness's fault rather than SGLang's verdict, or None."""
-    text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, NetworkBlocked):
-        return "network access was attempted (blocked by the harness)"
-    if isinstance(exc, ImportError):
-        return f"import failed: {text} (a package missing here or a stub lacking a name)"
-    if any(w in text for w in _STUB_WORDS):
-        return f"operation on a stub object: {text}"
-    lazy = _lazy_import_frame(frames)
-    if lazy is not None:
-        return (
-            f"failed while importing {lazy['path']} (module level, line {lazy['line']}): "
-            f"{text}; import-time failures come from the environment, not from validation"
-        )
-    if frames:
-        last = frames[-1]
-        if last["kind"] in ("stub", "harness"):
-            return f"raised inside the {last['kind']} ({last['path']}:{last['line']})"
-        if last["kind"] == "third_party" and last["path"].startswith("torch/cuda"):
-            return f"a real CUDA call reached CPU torch ({last['path']}:{last['line']})"
-    if any(w in text for w in _GPU_WORDS):
-        return f"needs a real GPU or driver: {text}"
-    if not any(f["kind"] == "sglang" for f in frames):
-        return "raised outside SGLang's code"
-    return None
-
-
-def classify(exc: BaseException, roots: dict[str, str]) -> dict[str, Any]:
-    """``raised`` (SGLang's own verdict) or ``harness_error``, with SGLang's frames."""
-    frames = _frames(exc, roots)
-    reason = harness_reason(exc, frames)
-    if reason is None:
-        for inner in _chain(exc)[1:]:
-            inner_reason = harness_reason(inner, _frames(inner, roots))
-            if inner_reason is not None and (
-                isinstance(inner, ImportError)
-                or "stub" in inner_reason
-                or "harness" in inner_reason
-                or "network" in inner_reason
-            ):
-                reason = f"caused by: {inner_reason}"
-                break
-    origin = next((f for f in reversed(frames) if f["kind"] == "sglang"), None)
-    return {
-        "status": "harness_error" if reason else "raised",
-        "exception_type": type(exc).__name__,
-        "exception_module": type(exc).__module__,
-        "message": str(exc)[:4000],
-        "frames": [f for f in frames if f["kind"] == "sglang"],
-        "all_frames": frames[-40:],
-        "origin": frames[-1] if frames else None,
-        "sglang_origin": origin,
-        "harness_reason": reason,
-    }
-
-
-# ------------------------------------------------------------------ the run
 
 
 def setup(cfg: dict[str, Any], roots: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -204,7 +66,7 @@ def setup(cfg: dict[str, Any], roots: dict[str, Any]) -> tuple[Any, dict[str, An
     force_dir = cfg["stub_dirs"][0]
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != str(HERE)]
     sys.path[0:0] = [force_dir, cfg["release_root"]]
-    install_socket_guard()
+    guard.install_socket_guard()
 
     import _replay_stubkit as kit
 
@@ -230,7 +92,7 @@ def setup(cfg: dict[str, Any], roots: dict[str, Any]) -> tuple[Any, dict[str, An
         import sglang.srt.server_args as sa
 
         report["timings"]["import_s"] = time.perf_counter() - t1
-        report["code_guard"] = child_guard.install_code_guard()
+        report["code_guard"] = guard.install_code_guard()
         report["import_consulted"] = {m: sorted(f) for m, f in kit.IMPORT_CONSULTED.items()}
         if cfg.get("hardware"):
             memory = cfg["hardware"].get("memory_mib")
@@ -247,7 +109,7 @@ def setup(cfg: dict[str, Any], roots: dict[str, Any]) -> tuple[Any, dict[str, An
             report["probe_disagreements"] = hw.patch_probes(cfg.get("probes") or {}, memory)
         return sa, report
     except BaseException as exc:  # noqa: BLE001 - everything here is the harness's
-        info = classify(exc, roots)
+        info = verdicts.classify(exc, roots)
         info["status"] = "harness_error"
         info["harness_reason"] = (
             f"failed while {report['phase']}ing the release: "
@@ -266,7 +128,7 @@ def validate(
     sa: Any, argv: list[str], roots: dict[str, Any], startup: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Run the release's own validation on ``argv`` and classify the outcome; when it
-    passed and ``startup`` asks for a probe, run it (:mod:`child_probes`) on the result."""
+    passed and ``startup`` asks for a probe, run it (:mod:`probes`) on the result."""
     result: dict[str, Any] = {"phase": "validate"}
     t0 = time.perf_counter()
     stderr = io.StringIO()
@@ -284,7 +146,7 @@ def validate(
             result["ran"] += f" + probe {startup.get('family')}"
             t1 = time.perf_counter()
             with contextlib.redirect_stderr(_Tee(stderr, sys.stderr)):
-                result.update(child_probes.run_probe(server_args, startup, roots, classify))
+                result.update(probes.run_probe(server_args, startup, roots, verdicts.classify))
             result["probe_s"] = time.perf_counter() - t1
     except SystemExit as exc:
         usage = stderr.getvalue()
@@ -297,19 +159,19 @@ def validate(
                 usage=_clip(usage),
             )
         else:
-            result.update(classify(exc, roots))
+            result.update(verdicts.classify(exc, roots))
             result["status"] = "harness_error"
             result["harness_reason"] = f"SystemExit({exc.code!r}) during validation"
-    except child_guard.UnsafeArgv as exc:
-        result.update(unsafe(str(exc)))
+    except guard.UnsafeArgv as exc:
+        result.update(verdicts.unsafe(str(exc)))
     except BaseException as exc:  # noqa: BLE001 - classified below
-        result.update(classify(exc, roots))
-    if child_guard.EVENTS:  # even when SGLang swallowed the refusal (DFLASH) and went on
+        result.update(verdicts.classify(exc, roots))
+    if guard.EVENTS:  # even when SGLang swallowed the refusal (DFLASH) and went on
         result.pop("server_args", None)
         result.update(
-            unsafe(
+            verdicts.unsafe(
                 "replay refused: the release tried to load code from a model "
-                f"folder ({', '.join(sorted(set(child_guard.EVENTS)))})"
+                f"folder ({', '.join(sorted(set(guard.EVENTS)))})"
             )
         )
     result["timings"] = {"validate_s": time.perf_counter() - t0}
@@ -319,26 +181,13 @@ def validate(
     return result
 
 
-def unsafe(reason: str) -> dict[str, Any]:
-    """The answer for a job the guards refused (never SGLang's verdict, never ``passed``)."""
-    return {
-        "status": "harness_error",
-        "phase": "unsafe",
-        "harness_reason": reason[:500],
-        "exception_type": None,
-        "message": None,
-        "frames": [],
-        "all_frames": [],
-    }
-
-
 def _send(fd: int, result: dict[str, Any]) -> None:
     data = (json.dumps(result, default=repr) + "\n").encode()
     while data:
         data = data[os.write(fd, data) :]
 
 
-def _run_forked(
+def run_forked(
     sa: Any, job: dict[str, Any], roots: dict[str, Any], timeout_s: float
 ) -> dict[str, Any]:
     """Validate one job in a forked copy of the warmed-up process, killed after ``timeout_s``;
@@ -361,11 +210,11 @@ def _run_forked(
             os.dup2(fd, 1)
             os.dup2(fd, 2)
             _limit_cpu(timeout_s)
-            del child_guard.EVENTS[:]
-            child_guard.install_argv_guard(job.get("allowed_paths") or [])
+            del guard.EVENTS[:]
+            guard.install_argv_guard(job.get("allowed_paths") or [])
             os.environ.update({str(k): str(v) for k, v in (job.get("env") or {}).items()})
             startup = _startup_request(os.environ.pop(PROBE_ENV, None) or roots.get("startup"))
-            hook = roots.get("apply_hardware")  # the warm worker's (child_serve.serve)
+            hook = roots.get("apply_hardware")  # the warm worker's (serve.serve)
             repatched = hook(job, roots) if hook is not None else None
             if job.get("payload"):  # tests only (the pool's test hook): hostile code in a fork
                 import runpy
@@ -387,7 +236,7 @@ def _run_forked(
             _send(write_fd, result)
         except BaseException as exc:  # noqa: BLE001
             with contextlib.suppress(Exception):
-                _send(write_fd, _runner_failure(exc))
+                _send(write_fd, verdicts.runner_failure(exc))
         finally:
             os._exit(0)
     os.close(write_fd)
@@ -407,7 +256,7 @@ def _run_forked(
             timed_out = True
             break
         time.sleep(0.02)
-    leftovers = child_guard.kill_leftovers(set())  # before the rest of the pipe is read
+    leftovers = guard.kill_leftovers(set())  # before the rest of the pipe is read
     with contextlib.suppress(BlockingIOError):
         while chunk := os.read(read_fd, 1 << 20):
             buf += chunk
@@ -447,26 +296,6 @@ def _limit_cpu(timeout_s: float) -> None:
         want = int(timeout_s) + 5
         if hard == resource.RLIM_INFINITY or want < hard:
             resource.setrlimit(resource.RLIMIT_CPU, (want, hard))
-
-
-def _runner_failure(exc: BaseException) -> dict[str, Any]:
-    return {
-        "status": "harness_error",
-        "phase": "harness",
-        "exception_type": type(exc).__name__,
-        "message": str(exc)[:4000],
-        "harness_reason": "the replay runner itself failed",
-        "all_frames": [
-            {
-                "kind": "harness",
-                "path": fs.filename,
-                "line": fs.lineno,
-                "function": fs.name,
-                "code": (fs.line or "")[:300],
-            }
-            for fs in traceback.extract_tb(exc.__traceback__)
-        ],
-    }
 
 
 def _clip(text: str, head: int = 2500, tail: int = 1500) -> str:
@@ -523,12 +352,12 @@ def main() -> int:
     try:
         sa, report = setup(cfg, roots)
         if sa is not None and cfg.get("dump_options"):
-            _send(out_fd, {"options": child_guard.dump_options(sa)})
+            _send(out_fd, {"options": guard.dump_options(sa)})
         for i, job in enumerate(jobs):
             if sa is None:
                 result = report
             else:
-                result = _run_forked(sa, job, roots, float(cfg["job_timeout_s"]))
+                result = run_forked(sa, job, roots, float(cfg["job_timeout_s"]))
                 result["setup"] = {
                     k: report.get(k) for k in ("timings", "shims", "probe_disagreements")
                 }
@@ -538,7 +367,7 @@ def main() -> int:
         for i in range(len(jobs)):
             if i not in done:
                 with contextlib.suppress(Exception):
-                    _send(out_fd, {"index": i, "result": _runner_failure(exc)})
+                    _send(out_fd, {"index": i, "result": verdicts.runner_failure(exc)})
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # skip atexit hooks and non-daemon threads the release may have started

@@ -1,46 +1,9 @@
-"""A warm replay pool: long-lived sandboxed workers that import a release once.
-
-A cold replay batch (:func:`service.replay.harness._run_batch`) pays 15-20 s of
-importing torch and ``sglang.srt.server_args`` before its first fork. The pool
-keeps one ``child_serve.py`` process per :class:`WorkerKey` (release tree, GPU model,
-cache home: what SGLang reads of the machine while importing; a job's GPU count and
-memory are applied in its fork) that does the setup once and then
-validates one job per fork (≈0.4 s each), so a fix search's candidates are
-answered in about a second each.
-
-* **Same isolation.** Each worker runs in :func:`service.replay.sandbox.command`
-  (namespaces, no network, host read-only, the service's cache hidden) with the
-  cold path's environment (:func:`~service.replay.launch._child_env`); only the
-  sandbox's CPU limit is higher (:data:`WORKER_CPU_S`, a worker lives long), and
-  each fork caps its own CPU seconds near its time limit. The protocol is one JSON
-  line per job on the worker's original stdin/stdout, which the child moves off
-  fds 0-2 before anything is imported (:func:`child_serve.serve`).
-* **Environment per job.** ``env`` is applied in the fork only, after SGLang was
-  imported: a variable SGLang reads at *import* time (rare; its ``envs`` are read
-  when used) is seen by the cold path but not here.
-* **Bounded.** At most ``max_workers`` workers (least recently used idle one
-  evicted), each stopped after ``idle_timeout_s`` unused, and at most
-  ``max_waiting`` candidates admitted and not yet started: beyond it a candidate
-  is answered at once as ``harness_error`` with phase ``busy`` ("the replay pool
-  is full"), i.e. *unverified*, never cached. A candidate whose caller's deadline
-  passes before it ran gets phase ``deadline``.
-* **Failures.** A fork that times out or crashes is the child's business (a
-  ``timeout``/``crash`` verdict, the worker keeps serving). A worker that dies,
-  does not answer within the job's limit plus :data:`ANSWER_MARGIN_S`, or writes
-  something that is not its answer is killed; that candidate gets
-  ``harness_error`` (phase ``crash``/``timeout``) and the next use starts a new
-  worker. Jobs a worker could not be started for (or that died twice in one call)
-  come back as ``None`` from :meth:`WarmPool.run`: the caller replays them cold.
-* **Layout.** The worker processes themselves (start, protocol, stop) are
-  :mod:`service.replay.pool_worker`; this module admits, routes, evicts and reaps.
-* **Thread-safe**: the API calls it from threads; jobs of one worker run one at a
-  time, jobs of different workers in parallel. :func:`default_pool` is the
-  process's pool, killed at exit (``atexit``).
+"""The warm pool itself: admits candidates, routes them to their worker, evicts and reaps
+workers (:class:`WarmPool`; see :mod:`service.replay.pool` for what it guarantees).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
 import os
@@ -54,23 +17,9 @@ from typing import Any
 
 from service.engine import HardwareProfile
 from service.replay.errors import ReplayError
-from service.replay.pool_worker import (  # noqa: F401 - part of this module's API
-    ANSWER_MARGIN_S,
-    WORKER_CPU_S,
-    PoolJob,
-    WorkerKey,
-    _Worker,
-)
+from service.replay.pool.workers import PoolJob, WarmWorker, WorkerKey
 
-__all__ = [
-    "ANSWER_MARGIN_S",
-    "PoolJob",
-    "PoolUnavailable",
-    "WarmPool",
-    "WorkerKey",
-    "default_pool",
-    "unverified",
-]
+__all__ = ["PoolUnavailable", "WarmPool", "unverified"]
 
 
 class PoolUnavailable(ReplayError):
@@ -101,7 +50,7 @@ class WarmPool:
         self.idle_timeout_s = idle_timeout_s
         self.max_waiting = max_waiting
         self.start_timeout_s = start_timeout_s
-        self._workers: OrderedDict[WorkerKey, _Worker] = OrderedDict()
+        self._workers: OrderedDict[WorkerKey, WarmWorker] = OrderedDict()
         self._cond = threading.Condition()
         self._waiting = 0
         self._served = 0
@@ -151,7 +100,7 @@ class WarmPool:
         if not admitted:
             return out
         pending = len(admitted)
-        worker: _Worker | None = None
+        worker: WarmWorker | None = None
         try:
             worker = self._acquire(WorkerKey.of(tree, hw, home), hw, deadline)
             if worker is None:
@@ -250,7 +199,7 @@ class WarmPool:
 
     def _one(
         self,
-        worker: _Worker,
+        worker: WarmWorker,
         job: PoolJob,
         deadline: float | None,
         start_by: float,
@@ -305,13 +254,13 @@ class WarmPool:
 
     def _acquire(
         self, key: WorkerKey, hw: HardwareProfile | None, deadline: float | None
-    ) -> _Worker | None:
+    ) -> WarmWorker | None:
         """The worker for ``key`` (marked in use), evicting the least recently used idle one
         over ``max_workers``; None when every worker stays busy until the deadline."""
         give_up = time.monotonic() + (
             self.start_timeout_s if deadline is None else max(0.0, deadline - time.monotonic())
         )
-        victims: list[_Worker] = []
+        victims: list[WarmWorker] = []
         with self._cond:
             while True:
                 worker = self._workers.get(key)
@@ -324,7 +273,7 @@ class WarmPool:
                         break
                     victims.append(self._workers.pop(idle.key))
                 if len(self._workers) < self.max_workers:
-                    worker = _Worker(key, hw, self.start_timeout_s)
+                    worker = WarmWorker(key, hw, self.start_timeout_s)
                     self._workers[key] = worker
                     break
                 left = give_up - time.monotonic()
@@ -362,17 +311,3 @@ class WarmPool:
                     del self._workers[worker.key]
             for worker in idle:
                 worker.stop(retire=True)
-
-
-_DEFAULT: WarmPool | None = None
-_DEFAULT_LOCK = threading.Lock()
-
-
-def default_pool() -> WarmPool:
-    """The process's pool (two workers, 10 minutes idle, 64 waiting), killed at exit."""
-    global _DEFAULT
-    with _DEFAULT_LOCK:
-        if _DEFAULT is None:
-            _DEFAULT = WarmPool()
-            atexit.register(_DEFAULT.close)
-        return _DEFAULT

@@ -1,15 +1,15 @@
 """The warm replay worker, executed as a script inside the sandbox (stdlib only).
 
-``python child_serve.py <config.json>`` is started by :mod:`service.replay.pool`, one
+``python child/serve.py <config.json>`` is started by :mod:`service.replay.pool`, one
 process per release tree, GPU model and cache home. It does the cold runner's setup
-(:func:`child.setup`: stubs, hardware, importing ``sglang.srt.server_args``) once, then
+(:func:`runner.setup`: stubs, hardware, importing ``sglang.srt.server_args``) once, then
 answers one JSON job per line on stdin with one JSON answer per line on a protocol stream
-(see :func:`serve`), each job validated in its own fork (:func:`child._run_forked`). A
+(see :func:`serve`), each job validated in its own fork (:func:`runner.run_forked`). A
 job declaring another count or memory of the same GPU gets it applied in its fork
 (:func:`_apply_hardware`, handed to the fork as ``roots["apply_hardware"]``).
 
-``import child`` works because this script's folder is ``sys.path[0]`` when it starts
-(:func:`child.setup` removes it later). Like ``child.py`` it never imports
+``import runner`` works because this script's folder is ``sys.path[0]`` when it starts
+(:func:`runner.setup` removes it later). Like ``runner.py`` it never imports
 ``sglang_triage``: the worker's interpreter sees only the release, the stubs and the
 venv's third-party packages.
 """
@@ -26,7 +26,8 @@ import types
 from pathlib import Path
 from typing import Any
 
-import child
+import runner
+import verdicts
 
 
 def _apply_hardware(job: dict[str, Any], roots: dict[str, Any]) -> dict[str, Any] | None:
@@ -139,7 +140,7 @@ def _serve_job(
     learn = roots.get("learn_left", 0) > 0
     if learn:
         job = {**job, "report_modules": True}
-    result = child._run_forked(sa, job, roots, float(job.get("timeout_s") or default_timeout))
+    result = runner.run_forked(sa, job, roots, float(job.get("timeout_s") or default_timeout))
     lazily = result.pop("new_modules", None)
     result.pop("import_consulted", None)
     if learn and lazily:
@@ -173,7 +174,7 @@ def _preimport(names: list[str]) -> list[str]:
 
 
 def serve(cfg: dict[str, Any], log_path: str) -> None:
-    """The warm worker's loop (``python child_serve.py <config.json>``).
+    """The warm worker's loop (``python child/serve.py <config.json>``).
 
     The protocol stays on private descriptors: the original stdin and stdout are
     duplicated, then fd 0 becomes ``/dev/null`` and fds 1 and 2 the worker's log
@@ -200,7 +201,7 @@ def serve(cfg: dict[str, Any], log_path: str) -> None:
         "close_in_fork": (proto_in.fileno(), proto_out.fileno()),
         "setup_hardware": cfg.get("hardware") or None,
         "setup_probes": cfg.get("probes") or {},
-        "apply_hardware": _apply_hardware,  # called by child._run_forked in each fork
+        "apply_hardware": _apply_hardware,  # called by runner.run_forked in each fork
     }
 
     def answer(message: dict[str, Any]) -> None:
@@ -208,9 +209,9 @@ def serve(cfg: dict[str, Any], log_path: str) -> None:
         proto_out.flush()
 
     try:
-        sa, report = child.setup(cfg, roots)
+        sa, report = runner.setup(cfg, roots)
     except BaseException as exc:  # noqa: BLE001 - reported, then every job gets it
-        sa, report = None, child._runner_failure(exc)
+        sa, report = None, verdicts.runner_failure(exc)
     roots["learn_left"] = LEARN_JOBS
     answer(
         {
@@ -240,7 +241,7 @@ def serve(cfg: dict[str, Any], log_path: str) -> None:
             if job_id is None:
                 answer({"id": None, "error": f"not a job: {type(exc).__name__}: {exc}"[:500]})
                 continue
-            result = child._runner_failure(exc)
+            result = verdicts.runner_failure(exc)
         answer({"id": job_id, "result": result})
         if roots.get("to_import"):
             t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The replay child's own guards (stdlib only; imported by ``child.py`` inside the sandbox).
+"""The replay child's own guards (stdlib only; imported by ``runner.py`` inside the sandbox).
 
 The parent already expanded, filtered and substituted the command line
 (:mod:`service.replay.argv_guard`, :func:`service.replay.plan.substitute_argv`); these

@@ -1,11 +1,11 @@
-"""The warm replay pool's workers: one sandboxed ``child_serve.py`` process each.
+"""The warm replay pool's workers: one sandboxed ``child/serve.py`` process each.
 
 :class:`WorkerKey` says what a worker is for and :class:`PoolJob` is one command line
-for it; :class:`_Worker` starts the process (in :func:`service.replay.sandbox.command`,
+for it; :class:`WarmWorker` starts the process (in :func:`service.replay.sandbox.command`,
 with the cold path's environment from :mod:`service.replay.launch`), speaks the one
 JSON line per job protocol with it and kills it. Every worker is started from one
-long-lived thread (:class:`_Spawner`). :mod:`service.replay.pool` decides which worker
-runs what (see its docstring).
+long-lived thread (:class:`_Spawner`). :class:`service.replay.pool.warm.WarmPool` decides
+which worker runs what (see :mod:`service.replay.pool`).
 """
 
 from __future__ import annotations
@@ -31,10 +31,17 @@ from typing import Any, TypeVar
 
 from service.engine import HardwareProfile
 from service.replay import sandbox
-from service.replay.launch import CHILD_SERVE, HARNESS_DIR, STUB_DIRS, _child_env, _tail
+from service.replay.launch import CHILD_SERVE, HARNESS_DIR, STUB_DIRS, child_env, log_tail
 from service.replay.plan import generated_paths, hardware_payload, probe_values, stub_plan
 
-__all__ = ["ANSWER_MARGIN_S", "WORKER_CPU_S", "PoolJob", "WorkerKey"]
+__all__ = [
+    "ANSWER_MARGIN_S",
+    "WORKER_CPU_S",
+    "PoolJob",
+    "WarmWorker",
+    "WorkerKey",
+    "machine_of",
+]
 
 #: CPU seconds the sandbox allows a whole worker (import + the worker's own bookkeeping;
 #: each fork's CPU is capped near its own time limit by the child)
@@ -54,9 +61,9 @@ class WorkerKey:
     such as ``ENABLE_JIT_DEEPGEMM`` or a GPU-name check are computed once, at import, from
     the GPU the worker was set up with, so a worker never serves another GPU model. The GPU
     count and memory (and the probes that follow from them) are applied per job inside its
-    fork (``child_serve._apply_hardware``); a job whose count or memory differs from the
+    fork (``child/serve.py``'s ``_apply_hardware``); a job whose count or memory differs from the
     setup's in a fact the release read at import is answered ``machine_bound`` and goes to
-    the cold path (:meth:`service.replay.pool.WarmPool.run`).
+    the cold path (:meth:`service.replay.pool.warm.WarmPool.run`).
     """
 
     tree: str
@@ -152,8 +159,8 @@ class _Spawner:
 _SPAWNER = _Spawner()
 
 
-class _Worker:
-    """One sandboxed ``child_serve.py`` process. ``lock`` serialises its jobs; the start
+class WarmWorker:
+    """One sandboxed ``child/serve.py`` process. ``lock`` serialises its jobs; the start
     runs on its own thread so a caller with a deadline can stop waiting without losing it."""
 
     def __init__(self, key: WorkerKey, hw: HardwareProfile | None, start_timeout_s: float) -> None:
@@ -210,7 +217,7 @@ class _Worker:
             self.start_s = round(time.perf_counter() - t0, 3)
             self.starts += 1
         except Exception as exc:  # noqa: BLE001 - any start failure makes the pool unavailable
-            log = _tail(self.work / "worker.log") if self.work else ""
+            log = log_tail(self.work / "worker.log") if self.work else ""
             self.failure = f"the warm replay worker did not start: {exc}"[:500] + (
                 f"\n{log}" if log else ""
             )
@@ -249,7 +256,7 @@ class _Worker:
             readable=[HARNESS_DIR, tree, home / "replay-models"],
             limits=sandbox.Limits(cpu_s=WORKER_CPU_S),
         )
-        env = _child_env(self.work, tree, self.hw, None)
+        env = child_env(self.work, tree, self.hw, None)
         with open(self.work / "worker.log", "ab") as early:  # before the child redirects
             self.proc = _SPAWNER.call(
                 lambda: subprocess.Popen(
@@ -359,7 +366,7 @@ class _Worker:
                 f"worker killed)"[:600],
             }
             self.stop()
-        raw["log_tail"] = _tail(log_path)
+        raw["log_tail"] = log_tail(log_path)
         shutil.rmtree(job_dir, ignore_errors=True)
         if raw.get("leftover_processes"):  # the job's code outlived it: never reuse this worker
             raw["worker_retired"] = True
