@@ -28,8 +28,9 @@ from evals.gate import (
 )
 from evals.incidents import IncidentError, dump_incidents, load_incidents
 from evals.reports import LABELS, write_reports
-from evals.runner import NOT_INGESTED, EvalReport, run_eval
+from evals.runner import run_eval
 from evals.scoring import METRICS
+from evals.summary import NOT_INGESTED, EvalReport
 from service.settings import Settings, reveal
 
 #: three-letter column heads of the per-incident and per-release tables (80 columns)

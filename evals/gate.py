@@ -41,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from evals.runner import NOT_INGESTED, EvalReport
+from evals.summary import NOT_INGESTED, EvalReport
 
 THRESHOLDS = Path(__file__).resolve().parent / "thresholds.json"
 #: the family incidents' own thresholds (``families`` section only)

@@ -21,20 +21,30 @@ validation order. For a launch context (model, hardware, base flags) it can
 
 Only :mod:`service.engine.evaluate.path_condition` (with ``chain``, ``flags``,
 ``facts`` and the catalog) decides; the engine's ``fixes`` and ``locate``
-modules are not imported, so expectations are not circular.
+modules are not imported, so expectations are not circular. The values the search tries
+are :mod:`evals.probe_values`'s, and the checks' validation order
+:mod:`evals.check_order`'s.
 """
 
 from __future__ import annotations
 
-import ast
 import itertools
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from evals.check_order import validation_positions
+from evals.probe_values import (
+    FLOAT_VALUES,
+    FROZEN_ATTRS,
+    INT_VALUES,
+    PARALLEL_SIZES,
+    compared_constants,
+    path_value,
+)
 from kb.catalog_types import NO_VALUE_ACTIONS, Catalog, FlagSpec
 from kb.catalogs import load_catalog
-from kb.store import VALIDATION_PREFIXES, Store
+from kb.store import Store
 from service.engine import (
     UNKNOWN,
     PathEvaluation,
@@ -42,7 +52,6 @@ from service.engine import (
     Value,
     apply_edits,
     base_attrs,
-    call_site_guards,
     earlier_writes,
     evaluate_path,
     fact_key,
@@ -51,27 +60,7 @@ from service.engine import (
     parse_argv,
     prepared_pieces,
     referenced_names,
-    validation_order,
 )
-
-#: attributes a generated command never edits (the model is the context, not a flag to fix)
-FROZEN_ATTRS = frozenset({"model_path", "tokenizer_path", "device"})
-_INT_VALUES = (1, 2, 4, 8)
-#: parallel sizes, kept within the GPUs of the hardware profile
-PARALLEL_SIZES = frozenset(
-    {
-        "tp_size",
-        "dp_size",
-        "pp_size",
-        "ep_size",
-        "moe_dp_size",
-        "attn_cp_size",
-        "dcp_size",
-        "cp_size",
-        "moe_ep_size",
-    }
-)
-_FLOAT_VALUES = (0.5,)
 
 
 @dataclass(frozen=True)
@@ -123,43 +112,6 @@ def _progress(ev: PathEvaluation) -> tuple[int, int]:
     return (k, sum(1 for a in part.result.atoms if a.value is part.polarity))
 
 
-def _compared_constants(attr: str, conditions: list[str]) -> list[object]:
-    """Constants ``attr`` is compared with (``==``, ``in``, ``<``...) in ``conditions``."""
-    out: list[object] = []
-
-    def reads(node: ast.AST) -> bool:
-        return any(isinstance(n, ast.Attribute) and n.attr == attr for n in ast.walk(node))
-
-    for text in conditions:
-        try:
-            tree = ast.parse(text.strip(), mode="eval")
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Compare):
-                continue
-            sides = [node.left, *node.comparators]
-            if not any(reads(s) for s in sides):
-                continue
-            for side in sides:
-                elts = side.elts if isinstance(side, ast.Tuple | ast.List | ast.Set) else [side]
-                for e in elts:
-                    if isinstance(e, ast.Constant) and e.value is not None:
-                        out.append(e.value)
-                        if isinstance(e.value, int) and not isinstance(e.value, bool):
-                            out.extend([e.value + 1, e.value - 1])
-    return out
-
-
-def _path_value(attr: str, ctx: Context) -> str:
-    name = ctx.model.rstrip("/").rsplit("/", 1)[-1]
-    if "draft" in attr:
-        return f"/models/{name}-EAGLE3"
-    if attr.endswith("_dir"):
-        return f"/data/{attr.removesuffix('_dir')}"
-    return f"/data/{name}-{attr.removesuffix('_path')}.json"
-
-
 class Prober:
     """Evaluate checks of one release under generated launch commands."""
 
@@ -168,7 +120,7 @@ class Prober:
         self.release = release
         self.catalog: Catalog = load_catalog(store, release)
         self.by_attr: dict[str, FlagSpec] = self.catalog.by_attr()
-        self.order = _order_keys(store, release)
+        self.order = validation_positions(store, release)
         self.checks = [c for c in store.checks(release) if c["id"] in self.order]
         self.checks.sort(key=lambda c: self.order[c["id"]])
         self._base: dict[tuple[Context, int], object] = {}
@@ -259,16 +211,16 @@ class Prober:
         spec = self.by_attr[attr]
         if spec.action in NO_VALUE_ACTIONS:
             return [True] if spec.action in ("store_true", "BooleanOptionalAction") else [False]
-        values: list[object] = list(_compared_constants(attr, conditions))
+        values: list[object] = list(compared_constants(attr, conditions))
         values += list(spec.choices or [])
         kind = (spec.type or "").lower()
         default = spec.default if spec.default_known else None
         if "int" in kind or isinstance(default, int) and not isinstance(default, bool):
-            values += list(_INT_VALUES)
+            values += list(INT_VALUES)
         elif "float" in kind or isinstance(default, float):
-            values += list(_FLOAT_VALUES)
+            values += list(FLOAT_VALUES)
         elif not spec.choices and (attr.endswith(("_path", "_dir")) or "path" in attr):
-            values.append(_path_value(attr, ctx))
+            values.append(path_value(attr, ctx.model))
         gpus = get_profile(ctx.hardware).count or 1
         out: list[object] = []
         for v in values:
@@ -487,47 +439,6 @@ def root_cause_attrs(ev: PathEvaluation, user_attrs: set[str]) -> list[str]:
         if found:
             return sorted(found)
     return []
-
-
-# ----------------------------------------------------------------------------- ordering
-
-
-def _order_keys(store: Store, release: str) -> dict[int, tuple[float, ...]]:
-    """check id -> position in the validation order, for checks whose position is known.
-
-    A check in a step the dispatcher calls sorts as ``(rank, line)``; one in a helper
-    called (in the same file) from a step at line L as ``(rank, L, line)``, and so on.
-    Checks in functions that cannot be placed are left out.
-    """
-    order = validation_order(store, release)
-    prefixes: dict[tuple[str, str], tuple[float, ...] | None] = {}
-
-    def prefix(qual: str, path: str, depth: int = 0) -> tuple[float, ...] | None:
-        key = (qual, path)
-        if key in prefixes:
-            return prefixes[key]
-        prefixes[key] = None  # cycle guard
-        name = qual.rsplit(".", 1)[-1]
-        rank = order.get(name)
-        result: tuple[float, ...] | None = None
-        if rank is not None and rank == int(rank):
-            result = (rank,)
-        elif depth < 4:
-            sites = call_site_guards(store, release, qual, path)
-            if sites:
-                up = prefix(sites[0].caller, path, depth + 1)
-                result = (*up, float(sites[0].line)) if up is not None else None
-        prefixes[key] = result
-        return result
-
-    out: dict[int, tuple[float, ...]] = {}
-    for check in store.checks(release):
-        if not check["path"].startswith(VALIDATION_PREFIXES):
-            continue
-        p = prefix(check["function"], check["path"])
-        if p is not None:
-            out[check["id"]] = (*p, float(check["start_line"]))
-    return out
 
 
 __all__ = ["FROZEN_ATTRS", "Context", "Probe", "Prober", "facts_for", "root_cause_attrs"]

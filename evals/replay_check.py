@@ -1,7 +1,7 @@
 """The eval's replay judge: does the recommended fix pass the release's own validation?
 
 With ``replay`` on, each in-process answer goes through what the service does before
-answering (the replay-backed fix search, :func:`service.replay.search.search_fixes`,
+answering (the replay-backed fix search, :func:`service.replay.fix_search.search_fixes`,
 here without a deadline so that the verdict does not depend on the machine's load), and
 then its **recommended** fix is replayed on the incident's hardware and model
 architecture (answered from the replay cache when the search already ran it).
@@ -36,11 +36,11 @@ from kb.settings import KBSettings
 from kb.store import VALIDATION_PREFIXES
 from service.engine import TriageResult
 from service.replay.background import release_root, summarise, unavailable_reason
-from service.replay.harness import prewarm as _prewarm
+from service.replay.fix_search import search_fixes
+from service.replay.harness import prewarm as harness_prewarm
 from service.replay.harness import replay_many
 from service.replay.probes import probe_env, startup_request
 from service.replay.results import ReplayResult
-from service.replay.search import search_fixes
 
 __all__ = ["judge", "prewarm", "searched"]
 
@@ -59,7 +59,7 @@ def prewarm(settings: KBSettings, release: str | None, hardware: str | None) -> 
     when replay could not run for that release (no sandbox, no wheel in the cache)."""
     if release is None or unavailable_reason(settings, release, ["--model-path", "m"]):
         return False
-    return _prewarm(release_root(settings, release), release, hardware, settings)
+    return harness_prewarm(release_root(settings, release), release, hardware, settings)
 
 
 def judge(result: dict[str, Any], settings: KBSettings) -> dict[str, Any]:

@@ -1,12 +1,12 @@
-"""Write an :class:`~evals.runner.EvalReport` as JSON, markdown and a PNG plot."""
+"""Write an :class:`~evals.summary.EvalReport` as JSON, markdown and a PNG plot."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from evals.runner import EvalReport, SystemReport
 from evals.scoring import METRICS
+from evals.summary import EvalReport, SystemReport
 
 LABELS = {
     "release_at_1": "release@1",

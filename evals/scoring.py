@@ -30,7 +30,8 @@ equivalent release too, and the shipped equivalents' flags are spelled alike in 
                   is expected, or one was proposed)
 ``fix_match``     one of the top three fixes equals an acceptable fix (same flags
                   removed, same values set, spellings compared as attributes; or the
-                  same resulting command once parsed) — scored when acceptable fixes exist
+                  same resulting command once parsed; :mod:`evals.fix_match`) — scored when acceptable
+                  fixes exist
 ``no_fix_declined`` no verified fix is proposed (scored when ``expected.no_flag_fix``)
 ``grounded``      every citation resolves to an existing line of an ingested release
 ``fix_replay``    the recommended fix passes the release's own validation on replay
@@ -74,12 +75,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from evals.incidents import FixSpec, Incident
+from evals.fix_match import fix_matches, flag_attr
+from evals.incidents import Incident
 from kb.catalog_types import Catalog
 from kb.catalogs import load_catalog
 from kb.recording import engine_root_cause
 from kb.store import Store
-from service.engine import apply_edits, parse_argv
 
 METRICS: tuple[str, ...] = (
     "release_at_1",
@@ -169,124 +170,6 @@ def from_triage(result: dict[str, Any], latency_ms: float = 0.0) -> Prediction:
 # ------------------------------------------------------------------------ scoring
 
 
-def _attr(flag: str, catalog: Catalog | None) -> str:
-    if catalog is None:
-        return flag
-    spec = catalog.by_flag().get(flag.split("=", 1)[0])
-    if spec is not None:
-        return spec.attr
-    if flag in catalog.by_attr():
-        return flag
-    return flag
-
-
-def _norm_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(float(value))
-    text = str(value).strip()
-    if text.lower() in ("true", "false"):
-        return text.lower()
-    try:
-        return repr(float(text))
-    except ValueError:
-        return text
-
-
-def _edit_key(
-    set_: dict[str, Any], remove: list[str], catalog: Catalog | None
-) -> tuple[frozenset[tuple[str, str]], frozenset[str]]:
-    return (
-        frozenset((_attr(k, catalog), _norm_value(v)) for k, v in set_.items()),
-        frozenset(_attr(r, catalog) for r in remove),
-    )
-
-
-def _effect(argv: list[str], catalog: Catalog) -> tuple[Any, ...]:
-    parsed = parse_argv(argv, catalog)
-    return (
-        tuple(sorted((a, _norm_value(pf.value)) for a, pf in parsed.values.items())),
-        tuple(sorted(parsed.unknown)),
-    )
-
-
-def fix_matches(
-    fix: dict[str, Any],
-    acceptable: FixSpec,
-    command: list[str],
-    catalog: Catalog | None,
-    *,
-    real: list[str] | None = None,
-) -> bool:
-    """Does ``fix`` (set/remove, maybe argv) equal the acceptable edit? With ``within``
-    ranges, the fix must set each ranged flag to a number in its range and otherwise make
-    exactly the acceptable edit.
-
-    ``real`` is the command the crashed launch really ran, when the answer did not see it
-    (a variant without the command line): the fix is then judged as an edit of that command,
-    so setting a flag to the value it already had there is no edit."""
-    if real and catalog is not None:
-        fix = _relative_to(fix, real, catalog)
-        command = real
-    if acceptable.within:
-        return _within(fix, acceptable, catalog)
-    if _edit_key(fix.get("set") or {}, fix.get("remove") or [], catalog) == _edit_key(
-        acceptable.set, acceptable.remove, catalog
-    ):
-        return True
-    if catalog is None or not command or not fix.get("argv"):
-        return False
-    try:
-        wanted = apply_edits(
-            command, catalog, set=dict(acceptable.set), remove=list(acceptable.remove)
-        )
-    except KeyError:
-        return False
-    before = _effect(command, catalog)
-    after = _effect(wanted, catalog)
-    return after != before and after == _effect(list(fix["argv"]), catalog)
-
-
-def _relative_to(fix: dict[str, Any], real: list[str], catalog: Catalog) -> dict[str, Any]:
-    """``fix`` as an edit of ``real``: its ``argv`` is ``real`` edited, a flag set to the value
-    ``real`` gives it is left out, and so is a removal of a flag ``real`` does not set."""
-    had = parse_argv(real, catalog).values
-    set_ = {
-        k: v
-        for k, v in (fix.get("set") or {}).items()
-        if _attr(k, catalog) not in had
-        or _norm_value(had[_attr(k, catalog)].value) != _norm_value(v)
-    }
-    remove = [r for r in fix.get("remove") or [] if _attr(r, catalog) in had]
-    try:
-        argv = apply_edits(real, catalog, set=set_, remove=remove)
-    except (KeyError, ValueError):
-        argv = list(fix.get("argv") or [])
-    return {**fix, "set": set_, "remove": remove, "argv": argv}
-
-
-def _number(value: object) -> float | None:
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-
-
-def _within(fix: dict[str, Any], acceptable: FixSpec, catalog: Catalog | None) -> bool:
-    set_ = dict(fix.get("set") or {})
-    ranged = {_attr(k, catalog): bounds for k, bounds in acceptable.within.items()}
-    rest = {k: v for k, v in set_.items() if _attr(k, catalog) not in ranged}
-    hit = {_attr(k, catalog): _number(v) for k, v in set_.items() if _attr(k, catalog) in ranged}
-    if set(hit) != set(ranged):
-        return False
-    if any(v is None or not lo <= v <= hi for (lo, hi), v in ((ranged[a], hit[a]) for a in ranged)):
-        return False
-    return _edit_key(rest, fix.get("remove") or [], catalog) == _edit_key(
-        acceptable.set, acceptable.remove, catalog
-    )
-
-
 def grounded(store: Store, citations: list[str]) -> bool | None:
     """Every citation names an existing line of an ingested release (None: no citations)."""
     if not citations:
@@ -365,8 +248,8 @@ def score(
                 for r, e in answers
             )
     if pred.root_cause is not None:
-        want = {_attr(f, catalog) for f in exp.root_cause_flags}
-        got = {_attr(f, catalog) for f in pred.root_cause}
+        want = {flag_attr(f, catalog) for f in exp.root_cause_flags}
+        got = {flag_attr(f, catalog) for f in pred.root_cause}
         if got:
             out["rc_precision"] = len(got & want) / len(got)
         if want:

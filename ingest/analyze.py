@@ -26,8 +26,9 @@ from tree_sitter import Tree
 
 from ingest import ts
 from ingest.calls import extract_calls
-from ingest.checks import extract_checks, extract_refs
+from ingest.checks import extract_checks
 from ingest.chunker import FunctionInfo, chunk_file
+from ingest.refs import extract_refs
 from ingest.registries import extract_registrations
 from kb.store import pack_text
 

@@ -83,25 +83,6 @@ REGISTRY_WORDS = (
     "_classes",
 )
 
-#: Statements that hold module-level statements (:func:`module_names` never enters a
-#: function or class body).
-_HOLDERS = frozenset(
-    {
-        "block",
-        "if_statement",
-        "elif_clause",
-        "else_clause",
-        "for_statement",
-        "while_statement",
-        "try_statement",
-        "except_clause",
-        "except_group_clause",
-        "finally_clause",
-        "with_statement",
-        "match_statement",
-        "case_clause",
-    }
-)
 _WS = re.compile(r"\s+")
 
 
@@ -282,7 +263,7 @@ _SUBSCRIPT_ASSIGN = re.compile(rb"\][ \t]{0,20}=[^=]")  # the ``] =`` of ``NAME[
 class _Extractor:
     """One file's registrations, found from candidate places in its text.
 
-    Like ``checks.ref_candidates``, the text is searched (linear-time regexes)
+    Like ``refs.ref_candidates``, the text is searched (linear-time regexes)
     for where a registration can start: the word ``register``, an ``= {`` (a
     dict literal assigned), a ``] =`` (a subscript assigned); each hit is then
     looked up in the tree and kept only when the tree confirms it. Most
@@ -302,7 +283,7 @@ class _Extractor:
     @property
     def module_names(self) -> frozenset[str]:
         if self._module_names is None:
-            self._module_names = module_names(self.root)
+            self._module_names = ts.module_names(self.root)
         return self._module_names
 
     def full(self) -> bool:
@@ -478,53 +459,6 @@ def _statement(expr: Node) -> Node | None:
     if stmt is None or stmt.type != "expression_statement" or stmt.named_child_count != 1:
         return None
     return stmt
-
-
-def module_names(root: Node) -> frozenset[str]:
-    """Names bound at module level: imports, assignments, functions and classes, also
-    under module-level ``if``/``try``/``with`` (never inside a function or class)."""
-    names: set[str] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        for child in node.named_children:
-            kind = child.type
-            if kind in _HOLDERS:
-                stack.append(child)
-            elif kind in ("import_statement", "import_from_statement"):
-                _import_names(child, names)
-            elif kind == "decorated_definition":
-                definition = child.child_by_field_name("definition")
-                if definition is not None:
-                    names.add(ts.text(definition.child_by_field_name("name")))
-            elif kind in ("function_definition", "class_definition"):
-                names.add(ts.text(child.child_by_field_name("name")))
-            elif kind == "expression_statement":
-                expr = child.named_children[0] if child.named_child_count else None
-                while expr is not None and expr.type == "assignment":
-                    left = expr.child_by_field_name("left")
-                    if left is not None:
-                        names.update(
-                            ts.text(n)
-                            for n in ([left] if left.type == "identifier" else left.named_children)
-                            if n.type == "identifier"
-                        )
-                    expr = expr.child_by_field_name("right")
-    return frozenset(names)
-
-
-def _import_names(stmt: Node, names: set[str]) -> None:
-    module = stmt.child_by_field_name("module_name")
-    for child in stmt.children_by_field_name("name"):
-        if module is not None and child.id == module.id:
-            continue
-        if child.type == "aliased_import":
-            alias = child.child_by_field_name("alias")
-            names.add(ts.text(alias))
-        elif stmt.type == "import_statement":  # ``import a.b`` binds ``a``
-            names.add(ts.text(child).split(".", 1)[0])
-        else:  # ``from m import a`` binds ``a``
-            names.add(ts.text(child).rsplit(".", 1)[-1])
 
 
 def extract_registrations(root: Node, source: bytes | None = None) -> list[Registration]:

@@ -29,7 +29,7 @@ def parse(source: bytes) -> Tree:
 
 #: Everything ingest needs from a file, as one query. It visits every node, so ingest
 #: runs it only on trees with syntax errors; clean trees go through
-#: :func:`statement_captures` and ``checks.ref_candidates``, which find the same nodes.
+#: :func:`statement_captures` and ``refs.ref_candidates``, which find the same nodes.
 FILE_QUERY = (
     "(function_definition) @f (assert_statement) @a (raise_statement) @r "
     "(attribute) @attr (call) @call (return_statement) @ret"
@@ -78,7 +78,7 @@ def statement_captures(root: Node) -> dict[str, list[Node]]:
     are never entered; that makes this about 2.5x cheaper than the query, which
     visits every node. A tree with syntax errors may hold statements inside
     ``ERROR`` nodes anywhere, so it is handed to the whole query instead, whose
-    ``attr``/``call``/``ret`` captures then serve ``checks.extract_refs`` too
+    ``attr``/``call``/``ret`` captures then serve ``refs.extract_refs`` too
     (the tree is queried once).
     """
     if root.has_error:
@@ -150,3 +150,71 @@ def error_lines(tree: Tree) -> list[int]:
         if node.type == "ERROR" or node.is_missing:
             lines.add(start_line(node))
     return sorted(lines)
+
+
+#: Statements that hold module-level statements (:func:`module_names` never enters a
+#: function or class body).
+_MODULE_LEVEL_HOLDERS = frozenset(
+    {
+        "block",
+        "if_statement",
+        "elif_clause",
+        "else_clause",
+        "for_statement",
+        "while_statement",
+        "try_statement",
+        "except_clause",
+        "except_group_clause",
+        "finally_clause",
+        "with_statement",
+        "match_statement",
+        "case_clause",
+    }
+)
+
+
+def module_names(root: Node) -> frozenset[str]:
+    """Names bound at module level: imports, assignments, functions and classes, also
+    under module-level ``if``/``try``/``with`` (never inside a function or class)."""
+    names: set[str] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        for child in node.named_children:
+            kind = child.type
+            if kind in _MODULE_LEVEL_HOLDERS:
+                stack.append(child)
+            elif kind in ("import_statement", "import_from_statement"):
+                _import_names(child, names)
+            elif kind == "decorated_definition":
+                definition = child.child_by_field_name("definition")
+                if definition is not None:
+                    names.add(text(definition.child_by_field_name("name")))
+            elif kind in ("function_definition", "class_definition"):
+                names.add(text(child.child_by_field_name("name")))
+            elif kind == "expression_statement":
+                expr = child.named_children[0] if child.named_child_count else None
+                while expr is not None and expr.type == "assignment":
+                    left = expr.child_by_field_name("left")
+                    if left is not None:
+                        names.update(
+                            text(n)
+                            for n in ([left] if left.type == "identifier" else left.named_children)
+                            if n.type == "identifier"
+                        )
+                    expr = expr.child_by_field_name("right")
+    return frozenset(names)
+
+
+def _import_names(stmt: Node, names: set[str]) -> None:
+    module = stmt.child_by_field_name("module_name")
+    for child in stmt.children_by_field_name("name"):
+        if module is not None and child.id == module.id:
+            continue
+        if child.type == "aliased_import":
+            alias = child.child_by_field_name("alias")
+            names.add(text(alias))
+        elif stmt.type == "import_statement":  # ``import a.b`` binds ``a``
+            names.add(text(child).split(".", 1)[0])
+        else:  # ``from m import a`` binds ``a``
+            names.add(text(child).rsplit(".", 1)[-1])

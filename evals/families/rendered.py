@@ -25,8 +25,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from evals.families.attention import AttentionCase, acceptable_backends, attention_cases
-from evals.families.memory import LAUNCH, acceptable_fixes, memory_cases, render_memory, steps_of
-from evals.families.memory import numeric_flags as _numeric_flags
+from evals.families.memory import (
+    LAUNCH,
+    acceptable_fixes,
+    memory_cases,
+    numeric_flags,
+    render_memory,
+    steps_of,
+)
 from evals.render import SITE, FrameSpec, call_chain, reported_line
 from kb.catalogs import load_catalog
 from kb.incidents import Expected, ExpectedLocation, FixSpec, Incident, categorize
@@ -255,7 +261,7 @@ def memory_incidents(store: Store, releases: Sequence[str]) -> list[Incident]:
         message = render_memory(case.check["message"] or "", launch)
         if message is None:
             continue
-        steps = steps_of(message, _numeric_flags(catalog.flags))
+        steps = steps_of(message, numeric_flags(catalog.flags))
         fixes = acceptable_fixes(steps, launch, catalog.flags)
         if not fixes:
             continue

@@ -10,8 +10,9 @@
 ``quota``       the disk the KB and caches hold, and evicting on-demand releases
 
 Acquisition does not shape the rows ingest writes, so these modules sit in a
-sub-package, outside the extraction code that
-:func:`ingest.pipeline.code_fingerprint` hashes: changing how releases are found
+sub-package outside the extraction code that
+:func:`ingest.pipeline.code_fingerprint` hashes (it is named in
+:data:`ingest.pipeline.NOT_EXTRACTION`): changing how releases are found
 does not re-index every KB.
 """
 

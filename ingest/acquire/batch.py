@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.pipeline import IngestReport, Progress, ingest
+from ingest.pipeline import ingest
+from ingest.report import IngestReport, Progress
 from kb.errors import AcquireError, TriageError
 from kb.knowledge import KnowledgeBase
 from kb.settings import KBSettings

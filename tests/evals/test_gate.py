@@ -8,7 +8,8 @@ from rich.console import Console
 
 from evals.cli import _short, print_report
 from evals.gate import applies, check_gate, release_advisories
-from evals.runner import (
+from evals.scoring import METRICS
+from evals.summary import (
     NOT_INGESTED,
     EvalReport,
     IncidentScore,
@@ -17,7 +18,6 @@ from evals.runner import (
     aggregate,
     release_order,
 )
-from evals.scoring import METRICS
 
 TH = {
     "system": "engine",

@@ -8,7 +8,8 @@ import pytest
 from rich.console import Console
 
 import evals.cli as cli
-from evals.runner import (
+from evals.scoring import METRICS
+from evals.summary import (
     NOT_INGESTED,
     EvalReport,
     IncidentScore,
@@ -17,7 +18,6 @@ from evals.runner import (
     aggregate,
     release_order,
 )
-from evals.scoring import METRICS
 
 
 def _report(metrics: tuple[str, ...]) -> EvalReport:

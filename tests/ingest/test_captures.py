@@ -12,7 +12,8 @@ import pytest
 
 from ingest import ts
 from ingest.analyze import analyze_batch
-from ingest.checks import extract_checks, extract_refs, ref_candidates
+from ingest.checks import extract_checks
+from ingest.refs import extract_refs, ref_candidates
 from kb.sources import ReleaseSource
 
 #: Starts with a blank line on purpose: a module node starts at its first token.

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from ingest.catalog import extract_catalog
-from ingest.static_modules import ModuleLoader
-from ingest.static_values import StaticEvaluator
+from ingest.static import ModuleLoader, StaticEvaluator
 from kb.catalog_types import Catalog
 
 

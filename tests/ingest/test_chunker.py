@@ -6,7 +6,8 @@ import ast
 import textwrap
 
 from ingest import chunker, ts
-from ingest.checks import extract_checks, extract_refs
+from ingest.checks import extract_checks
+from ingest.refs import extract_refs
 
 SOURCE = textwrap.dedent('''
     import functools

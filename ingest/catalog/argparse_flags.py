@@ -14,8 +14,8 @@ import re
 from tree_sitter import Node
 
 from ingest import ts
-from ingest.static_modules import SourceModule
-from ingest.static_values import (
+from ingest.static.modules import SourceModule
+from ingest.static.values import (
     UNKNOWN,
     Scope,
     StaticEvaluator,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from ingest import ts
-from ingest.catalog_argparse import (
+from ingest.catalog.argparse_flags import (
     ArgparseReader,
     action_name,
     call_arguments,
@@ -26,8 +26,8 @@ from ingest.catalog_argparse import (
     optional_str,
     value_or_source,
 )
-from ingest.static_modules import SourceModule
-from ingest.static_values import (
+from ingest.static.modules import SourceModule
+from ingest.static.values import (
     UNKNOWN,
     StaticEvaluator,
     is_stringish,

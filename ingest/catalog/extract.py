@@ -1,42 +1,23 @@
-"""Static catalog of an SGLang release's server CLI flags (SGLang is never imported).
+"""The catalog's entry point: which files are scanned, and how their specs are merged.
 
-Three layouts are understood, all read with tree-sitter so that a file Python's
-``ast`` cannot parse still yields whatever parses:
-
-* ``argparse`` — ``parser.add_argument("--x", "--alias", type=..., default=ServerArgs.x, ...)``
-  calls on any receiver in ``sglang/srt/server_args.py`` and ``sglang/srt/arg_groups/**``
-  (up to 0.5.13, and the manual leftovers of later releases);
-* ``annotated_field`` — ``name: A[T, "help"] = default`` / ``A[T, Arg(...)]`` fields of
-  ``ServerArgs`` (0.5.14–0.5.19) or of the namespace classes in
-  ``sglang/srt/arg_groups/fields/*.py`` (0.5.20+), turned into flags with the rules of
-  ``arg_groups/arg_utils.py::add_cli_args_from_dataclass``.
-
-``ast`` is only used through ``ast.literal_eval`` on the text of literal nodes.
-
-The diffusion server (``sglang serve`` with a diffusion model, ``sglang/multimodal_gen``)
-has a parser of its own: its ``add_argument`` calls (:data:`DIFFUSION_FILES`) are read
-the same way into ``Catalog.diffusion``, kept apart from the LLM server's flags so that
-neither parser's answer proposes the other's flags. Flags whose names are built at run
-time (the pipeline configs' ``--{prefix}...``) are not listed.
-
-This module holds :func:`extract_catalog` (which scans the files and merges the
-specs) and re-exports the records; the work is done by ``catalog_records`` (the
-records), ``catalog_argparse`` (``add_argument`` calls and action semantics),
-``catalog_fields`` (annotated fields), ``static_values`` (the static evaluator)
-and ``static_modules`` (parsed modules and import resolution).
+:func:`extract_catalog` reads ``sglang/srt/server_args.py`` and every file below
+``sglang/srt/arg_groups/`` (and, apart, the diffusion server's :data:`DIFFUSION_FILES`)
+with the readers of :mod:`ingest.catalog.argparse_flags` and
+:mod:`ingest.catalog.field_flags`, then folds the specs writing the same attribute into
+one :class:`FlagSpec` when they parse alike. The records are :mod:`kb.catalog_types`'s.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ingest.catalog_argparse import ArgparseReader
-from ingest.catalog_fields import FieldReader
-from ingest.static_modules import ModuleLoader
-from ingest.static_values import StaticEvaluator, forget_local_scopes
+from ingest.catalog.argparse_flags import ArgparseReader
+from ingest.catalog.field_flags import FieldReader
+from ingest.static.modules import ModuleLoader
+from ingest.static.values import StaticEvaluator, forget_local_scopes
 from kb.catalog_types import Catalog, Declaration, FlagSpec, nargs_kind
 
-__all__ = ["Catalog", "Declaration", "FlagSpec", "extract_catalog"]
+__all__ = ["DIFFUSION_FILES", "Catalog", "Declaration", "FlagSpec", "extract_catalog"]
 
 
 def _scanned_files(package_dir: Path) -> list[Path]:

@@ -14,7 +14,7 @@ import ast
 from tree_sitter import Node
 
 from ingest import ts
-from ingest.static_modules import (
+from ingest.static.modules import (
     ModuleLoader,
     SourceModule,
     from_import_names,
