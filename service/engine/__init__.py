@@ -41,9 +41,9 @@ from service.engine.evaluate.chain import (
     earlier_writes,
     validation_order,
 )
+from service.engine.evaluate.fold import apply_earlier_writes
 from service.engine.evaluate.path_condition import (
     PathEvaluation,
-    apply_earlier_writes,
     base_attrs,
     evaluate_path,
     prepared_pieces,
@@ -80,7 +80,7 @@ from service.engine.facts.core import (
 from service.engine.fixes.upgrade import upgrade_no_fix, upgrade_phrase
 from service.engine.flags.edit import apply_edits
 from service.engine.flags.parse import parse_argv
-from service.engine.locate.message_template import MessageTemplate, message_pattern
+from service.engine.locate.message import MessageTemplate, message_pattern
 from service.engine.logparse.environment import GpuHint
 from service.engine.logparse.parse import ParsedLog, parse_input, parse_log
 from service.engine.logparse.prefixes import (

@@ -33,7 +33,7 @@ from service.engine.evaluate import params, source
 from service.engine.evaluate.params import FlagTrace
 from service.engine.evaluate.path_condition import PathEvaluation
 from service.engine.expr.interpreter import UNKNOWN, Env, Provenance, Value, evaluate, fact_key
-from service.engine.locate.message_values import BoundValue, bind_message
+from service.engine.locate.message import BoundValue, bind_message
 
 __all__ = ["MessageFacts", "PrintedValue", "held_at_crash", "message_facts", "printed_flags"]
 

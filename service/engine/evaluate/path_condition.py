@@ -18,18 +18,16 @@ becomes unknown rather than guessed. Local variables of the checking function
 from __future__ import annotations
 
 import ast
-import functools
-from collections import ChainMap
-from collections.abc import Collection, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kb.catalog_types import Catalog
-from kb.errors import UnsafeExpression
 from kb.store import Store
 from service.engine.cache import LRUCache, cached, facts_signature, release_key
 from service.engine.evaluate import chain, params, resolution, source
-from service.engine.evaluate.pieces import PIECE_KINDS, PiecePart, atom_signs  # noqa: F401
+from service.engine.evaluate.fold import apply_earlier_writes, fold_earlier_writes, fold_plan
+from service.engine.evaluate.memo_keys import value_signature
+from service.engine.evaluate.pieces import PiecePart, all_hold, piece_holds
 from service.engine.evaluate.source import substitute
 from service.engine.expr.interpreter import (
     UNKNOWN,
@@ -42,10 +40,19 @@ from service.engine.expr.interpreter import (
 )
 from service.engine.flags.parse import ParsedArgs
 
-_MISSING = object()
+#: its own names, and those of its neighbours the rule cards import from here
+__all__ = [
+    "PathEvaluation",
+    "base_attrs",
+    "evaluate_path",
+    "fold_earlier_writes",
+    "fold_plan",
+    "piece_kinds",
+    "prepared_pieces",
+    "substitute",
+    "value_signature",
+]
 
-# (release, check, names, facts, values read) -> what folding the earlier writes does
-_FOLDS: LRUCache[Fold] = LRUCache("evaluation.folds", 20_000)
 # (condition, facts, inputs read with their provenance) -> its Result
 _PIECES: LRUCache[Result] = LRUCache("evaluation.pieces", 30_000)
 
@@ -119,299 +126,11 @@ def _catalog_defaults(catalog: Catalog) -> dict[str, Value]:
     return catalog.cached("_defaults", build) if isinstance(catalog, IndexedCatalog) else build()
 
 
-def value_key(v: object) -> str:
-    """A memo key's view of one attribute: its value's ``repr`` ("?" when absent)."""
-    if v is None:
-        return "?"
-    return repr(v.value) if isinstance(v, Value) else repr(v)
-
-
-def value_signature(v: object) -> object:
-    """A memo key's view of one input whose provenance matters too (a :class:`Result`
-    lists its inputs with their provenance): value ``repr`` and provenance, "?" when absent."""
-    if v is None:
-        return "?"
-    return (repr(v.value), v.provenance) if isinstance(v, Value) else (repr(v), None)
-
-
-def _holds(truth: object, polarity: bool) -> object:
-    if truth is UNKNOWN:
-        return UNKNOWN
-    return truth if polarity else (not truth)
-
-
-def _and(values: list[object]) -> object:
-    if any(v is False for v in values):
-        return False
-    if any(v is UNKNOWN for v in values):
-        return UNKNOWN
-    return True
-
-
 def _locals_before(
     store: Store, version: str, fn: dict[str, Any] | None, line: int
 ) -> dict[str, ast.expr]:
     """Simple ``name = expr`` assignments in ``fn`` before ``line`` (see :mod:`.source`)."""
     return source.locals_before(store, version, fn, line)
-
-
-def _safe_truth(cond: str, env: Env) -> object:
-    try:
-        return evaluate(cond, env).truth
-    except UnsafeExpression:  # e.g. a generator or walrus in SGLang's guard: undecidable here
-        return UNKNOWN
-
-
-@functools.lru_cache(maxsize=16384)
-def _sorted_reads(cond: str) -> tuple[str, ...] | None:
-    """The attributes ``cond`` reads, sorted (None when it cannot be read)."""
-    try:
-        return tuple(sorted(referenced_names(cond)))
-    except Exception:  # noqa: BLE001 - unparsable: the evaluator decides (unknown)
-        return None
-
-
-def _truth(cond: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> object:
-    """``evaluate(cond).truth``, memoised on the values of the attributes it reads."""
-    if memo is None:
-        return _safe_truth(cond, env)
-    names = _sorted_reads(cond)
-    if names is None:
-        return _safe_truth(cond, env)
-    attrs = env.attrs
-    key = (cond, tuple((n, value_key(attrs.get(n))) for n in names))
-    hit = memo.get(key, _MISSING)
-    if hit is _MISSING:
-        hit = memo[key] = _safe_truth(cond, env)
-    return hit
-
-
-Fold = tuple[tuple[tuple[str, Value], ...], list[str], dict[str, list[str]]]
-
-
-def apply_earlier_writes(
-    store: Store,
-    version: str,
-    check: dict[str, Any],
-    attrs: dict[str, Value],
-    facts: dict[str, Value],
-    names: set[str],
-    memo: dict[tuple[Any, ...], object] | None = None,
-    *,
-    facts_sig: str | None = None,
-) -> tuple[list[str], dict[str, list[str]]]:
-    """Fold the writes that run before ``check`` into ``attrs`` (in place).
-
-    Returns (caveats, notes by attribute); see :func:`fold_earlier_writes`.
-    """
-    assigned, caveats, notes = fold_earlier_writes(
-        store, version, check, attrs, facts, names, memo, facts_sig=facts_sig
-    )
-    for attr, value in assigned:
-        attrs[attr] = value
-    return list(caveats), {k: list(v) for k, v in notes.items()}
-
-
-def fold_earlier_writes(
-    store: Store,
-    version: str,
-    check: dict[str, Any],
-    attrs: Mapping[str, Value],
-    facts: dict[str, Value],
-    names: Collection[str],
-    memo: dict[tuple[Any, ...], object] | None = None,
-    *,
-    facts_sig: str | None = None,
-    cache: bool = True,
-) -> Fold:
-    """What folding the writes that run before ``check`` does to ``attrs`` (left untouched):
-    (the assignments in order, caveats, notes by attribute). The result is shared: read-only.
-
-    ``memo`` (one per triage, whose facts are fixed) caches guard truths. The
-    fold depends only on the values of :func:`write_dependencies` and on the
-    facts (``facts_sig``, computed when not given), so it is memoised
-    process-wide on them (bounded). ``cache=False`` skips that table, for
-    callers that memoise what they derive from the fold themselves.
-    """
-    frozen = frozenset(names)
-    if not cache:
-        return _fold(store, version, check, ChainMap({}, attrs), facts, frozen, memo)  # type: ignore[arg-type]
-    deps = write_dependencies(store, version, check, frozen, frozenset(facts))
-    key = (
-        release_key(store, version, "folds"),
-        check["id"],
-        tuple(sorted(frozen)),
-        facts_sig or facts_signature(facts),
-        tuple(value_key(attrs.get(d)) for d in deps),
-    )
-    hit = _FOLDS.get(key)
-    if hit is None:
-        hit = _fold(store, version, check, ChainMap({}, attrs), facts, frozen, memo)  # type: ignore[arg-type]
-        _FOLDS.put(key, hit)
-    return hit
-
-
-#: how many rounds of "the attributes earlier writes read" join the fold
-_CLOSURE_DEPTH = 2
-#: at most this many writes are folded for one check
-_MAX_FOLDED = 400
-
-
-def fold_plan(
-    store: Store,
-    version: str,
-    check: dict[str, Any],
-    names: frozenset[str],
-    fact_names: frozenset[str] = frozenset(),
-) -> tuple[tuple[tuple[chain.Write, resolution.PreparedWrite], ...], tuple[str, ...]]:
-    """The writes folded before ``check`` in validation order, prepared, and the attributes
-    that decide how they fold (cached per release).
-
-    The writes are those of ``names`` and, up to :data:`_CLOSURE_DEPTH` rounds, of the
-    attributes their values and guards read (a declaration reading a value an earlier
-    hook declared sees that declaration). They are sorted by pipeline position, so each
-    is evaluated over exactly the writes that ran before it.
-    """
-
-    def build() -> tuple[tuple[tuple[chain.Write, resolution.PreparedWrite], ...], tuple[str, ...]]:
-        deps = set(names)
-        seen: set[str] = set()
-        writes: dict[tuple[str, int, str], tuple[chain.Write, resolution.PreparedWrite]] = {}
-        frontier = set(names)
-        for _ in range(_CLOSURE_DEPTH + 1):
-            added: set[str] = set()
-            for attr in sorted(frontier - seen):
-                seen.add(attr)
-                for w in chain.earlier_writes(store, version, attr, check):
-                    if len(writes) >= _MAX_FOLDED:
-                        break
-                    pw = resolution.prepare_write(store, version, w, fact_names)
-                    writes[(w.path, w.line, attr)] = (w, pw)
-                    for text in [pw.value or "", *(g for g, _ in pw.all_guards(False))]:
-                        try:
-                            added |= referenced_names(text) if text else set()
-                        except Exception:  # noqa: BLE001 - unparsable: evaluated as unknown
-                            continue
-            deps |= added
-            frontier = added - seen
-            if not frontier:
-                break
-        order = sorted(
-            writes.values(),
-            key=lambda p: (
-                p[0].rank if p[0].rank is not None else -1.0,
-                p[0].path,
-                p[0].line,
-                p[0].attr,
-            ),
-        )
-        return tuple(order), tuple(sorted(deps))
-
-    key = (
-        *release_key(store, version, "fold-plan"),
-        check["id"],
-        tuple(sorted(names)),
-        hash(fact_names),
-    )
-    return cached(key, build)
-
-
-def write_dependencies(
-    store: Store,
-    version: str,
-    check: dict[str, Any],
-    names: frozenset[str],
-    fact_names: frozenset[str] = frozenset(),
-) -> tuple[str, ...]:
-    """The attributes that decide how the earlier writes of ``names`` fold in (cached):
-    ``names`` themselves and every attribute read by the folded writes' guards and values."""
-    return fold_plan(store, version, check, names, fact_names)[1]
-
-
-def _fold(
-    store: Store,
-    version: str,
-    check: dict[str, Any],
-    attrs: MutableMapping[str, Value],
-    facts: dict[str, Value],
-    names: frozenset[str],
-    memo: dict[tuple[Any, ...], object] | None,
-) -> Fold:
-    """The uncached fold: (assignments in order, caveats, notes); ``attrs`` is scratch space
-    (assigned in place). Only the writes of ``names`` are reported (notes and caveats);
-    the others are folded so that later writes read what ran before them."""
-    done: list[tuple[str, Value]] = []
-
-    def assign(attr: str, value: Value) -> None:
-        attrs[attr] = value
-        done.append((attr, value))
-
-    caveats: list[str] = []
-    notes: dict[str, list[str]] = {}
-    plan, _ = fold_plan(store, version, check, names, frozenset(facts))
-    for w, pw in plan:
-        attr = w.attr
-        report = attr in names
-        env = Env(attrs, facts)
-        same_fn = w.function == check["function"] and w.path == check["path"]
-        guards = pw.all_guards(same_fn)
-        holds = _and([_holds(_truth(cond, env, memo), pol) for cond, pol in guards])
-        when = " and ".join(cond if pol else f"not ({cond})" for cond, pol in guards) or "always"
-        where = f"{w.path}:{w.line}"
-        if holds is False:
-            continue
-        if w.rank is None:
-            if report:
-                notes.setdefault(attr, []).append(
-                    f"may be changed at {where} when {when} (order relative to the check unknown)"
-                )
-            continue
-        if holds is True and not pw.reached and not same_fn:
-            holds = UNKNOWN  # in a helper of a step called from several places: guards unknown
-        try:
-            value = evaluate(pw.value, env).value if pw.value else UNKNOWN
-        except UnsafeExpression:
-            value = UNKNOWN
-        if value is UNKNOWN and _transforms_itself(pw.value, attr):
-            # e.g. model_path = _resolve_or_download(self.model_path): same meaning, new form
-            if report:
-                notes.setdefault(attr, []).append(f"rewritten at {where} from its own value")
-            continue
-        if holds is True and value is not UNKNOWN:
-            assign(
-                attr,
-                Value(
-                    value, Provenance("write", resolution.write_provenance(version, w, value, when))
-                ),
-            )
-            if report:
-                notes.setdefault(attr, []).append(f"set to {value!r} at {where}")
-        else:
-            msg = f"may be changed at {where} when {when}"
-            if holds is True:
-                assign(
-                    attr,
-                    Value(
-                        UNKNOWN,
-                        Provenance(
-                            "write", f"set at {where} to `{pw.value}`, not known statically"
-                        ),
-                    ),
-                )
-            if report:
-                notes.setdefault(attr, []).append(msg)
-                caveats.append(f"`{attr}` {msg}")
-    return tuple(done), caveats, notes
-
-
-def _transforms_itself(value_src: str | None, attr: str) -> bool:
-    """Does the written expression read the attribute it writes (a normalisation)?"""
-    if not value_src:
-        return False
-    try:
-        return attr in referenced_names(value_src)
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def prepared_pieces(
@@ -471,7 +190,7 @@ def _prepare(
 
 
 def piece_kinds(store: Store, version: str, check: dict[str, Any]) -> list[str]:
-    """The kind (:data:`PIECE_KINDS`) of each piece of :func:`prepared_pieces`, in order
+    """The kind (:data:`~service.engine.evaluate.pieces.PIECE_KINDS`) of each piece of :func:`prepared_pieces`, in order
     (cached per check). An early exit is an ``exit_raise`` when its ``if`` body raises."""
 
     def build() -> list[str]:
@@ -559,9 +278,11 @@ def evaluate_path(
             caveats.append(f"could not evaluate `{cond[:80]}`: {exc}")
             res = Result(UNKNOWN, UNKNOWN, (), frozenset(), (cond[:80],))
         parts.append(
-            PiecePart(role, cond, pol, line, res, _holds(res.truth, pol), kinds[i], i == test_at)
+            PiecePart(
+                role, cond, pol, line, res, piece_holds(res.truth, pol), kinds[i], i == test_at
+            )
         )
-    fired = _and([p.holds for p in parts]) if parts else UNKNOWN
+    fired = all_hold([p.holds for p in parts]) if parts else UNKNOWN
     return PathEvaluation(fired, parts, names, caveats, notes)
 
 

@@ -14,7 +14,7 @@ import ast
 import functools
 from dataclasses import dataclass
 
-from service.engine.expr.interpreter import Result
+from service.engine.expr.interpreter import UNKNOWN, Result
 
 #: Piece kinds (:attr:`PiecePart.kind`): what a piece is to the check.
 #: ``call_site``: a guard of the call of the checking function; ``if``: an enclosing
@@ -86,3 +86,20 @@ def atom_signs(condition: str) -> tuple[bool | None, ...]:
 
     walk(node, True)
     return tuple(out)
+
+
+def piece_holds(truth: object, polarity: bool) -> object:
+    """Whether a piece holds (True / False / UNKNOWN): its condition's ``truth``, negated
+    when the piece must not hold for the check to fire (``polarity`` False)."""
+    if truth is UNKNOWN:
+        return UNKNOWN
+    return truth if polarity else (not truth)
+
+
+def all_hold(values: list[object]) -> object:
+    """Three-valued conjunction: False if any is False, else UNKNOWN if any is, else True."""
+    if any(v is False for v in values):
+        return False
+    if any(v is UNKNOWN for v in values):
+        return UNKNOWN
+    return True

@@ -19,7 +19,7 @@ and ``model_override_base.py`` of those releases):
 So what a hook reads is the last declaration made before it, in pipeline order, over
 the user's flags and the defaults. The evaluator models exactly that: the stash's
 entries are the ``declare``/``return_dict`` refs ingest stored, folded in validation
-order by :func:`service.engine.evaluate.path_condition.fold_earlier_writes` like the
+order by :func:`service.engine.evaluate.fold.fold_earlier_writes` like the
 ``self.x = ...`` writes of older releases, each with a provenance naming the declaring
 hook and line (:func:`write_provenance`). Reads are rewritten to plain attribute reads
 (:func:`rewrite`): ``resolution_result(server_args, "x")`` becomes ``server_args.x``

@@ -2,8 +2,8 @@
 whether each pushes the check towards firing), what stayed unknown and what would settle
 it, whether the check's own test was decided, and why no flag fix is verified.
 
-Helpers of :class:`service.engine.triage.Engine` (they read a
-:class:`~service.engine.evaluate.path_condition.PathEvaluation` duck-typed).
+Helpers of the located answer (:mod:`service.engine.triage.assemble`); they read a
+:class:`~service.engine.evaluate.path_condition.PathEvaluation` duck-typed.
 """
 
 from __future__ import annotations
@@ -13,10 +13,14 @@ from typing import Any
 from service.engine.answer import AtomInput, AtomOut, UnknownFact, jsonable, tri
 from service.engine.expr.interpreter import UNKNOWN
 
+__all__ = ["atoms_out", "guards_text", "no_fix_reason", "undecided_reason", "unknown_facts"]
+
 _HW_FACT_HINTS = ("sm", "cuda", "hip", "npu", "blackwell", "hopper", "device", "gpu", "xpu", "cpu")
 
 
-def _atoms(ev) -> list[AtomOut]:  # noqa: ANN001
+def atoms_out(ev) -> list[AtomOut]:  # noqa: ANN001
+    """Every atom of every piece of ``ev``, with its value, its inputs and whether it
+    pushes the check towards firing."""
     out: list[AtomOut] = []
     for piece, part in enumerate(ev.parts):
         # an atom "fails" when its value pushes the piece towards firing (never one of a
@@ -38,7 +42,7 @@ def _atoms(ev) -> list[AtomOut]:  # noqa: ANN001
     return out
 
 
-def _unknowns(ev, hw: str | None, arch: str | None, argv: list[str]) -> list[UnknownFact]:  # noqa: ANN001
+def unknown_facts(ev, hw: str | None, arch: str | None, argv: list[str]) -> list[UnknownFact]:  # noqa: ANN001
     """What the evaluation could not decide, the check's own test first, each with what
     would settle it (a flag's value, a declaring hook's result, a fact)."""
     out: list[UnknownFact] = []
@@ -80,7 +84,7 @@ def _unknowns(ev, hw: str | None, arch: str | None, argv: list[str]) -> list[Unk
     return out
 
 
-def _no_fix_reason(ev, check: dict[str, Any], undecided: bool = False) -> str:  # noqa: ANN001
+def no_fix_reason(ev, check: dict[str, Any], undecided: bool = False) -> str:  # noqa: ANN001
     """Why no fix is verified; ``undecided``: candidates are listed for replay to decide.
     When the check's own test is undecided, it says so and names what the test needs."""
     test_needs = ""
@@ -111,7 +115,7 @@ def _no_fix_reason(ev, check: dict[str, Any], undecided: bool = False) -> str:  
     return "no edit of the flags this check reads makes it pass; the validator or an upgrade is the fix"
 
 
-def _undecided(ev) -> str | None:  # noqa: ANN001
+def undecided_reason(ev) -> str | None:  # noqa: ANN001
     """A sentence saying the check's own test was not decided and what it needs (None when
     it was decided)."""
     if not getattr(ev, "test_unknown", False):
@@ -123,7 +127,9 @@ def _undecided(ev) -> str | None:  # noqa: ANN001
     )
 
 
-def _guards_text(check: dict[str, Any]) -> str:
+def guards_text(check: dict[str, Any]) -> str:
+    """``check``'s guards joined with ``and`` (a negated guard as ``not (...)``): its
+    condition, for a check with no test of its own."""
     return " and ".join(
         g["condition"] if g["polarity"] else f"not ({g['condition']})" for g in check["guards"]
     )

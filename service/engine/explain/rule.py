@@ -23,73 +23,22 @@ not say. The sentence ends with the check's ``release:path:line`` citation.
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kb.catalog_types import NO_VALUE_ACTIONS, Catalog
-from kb.conditions import DEFAULT_ARG_OBJECTS, arg_attr_read, attr_chain, is_arg_root
-from service.engine.flags.parse import ParsedArgs
-
-#: a list longer than this is shown by its first items and its length
-_MAX_ITEMS = 6
-_ATTR_TEXT = re.compile(r"\b(?:self|server_args|args|cfg|sa)\.([A-Za-z_]\w*)")
-_ENV_CALLS = frozenset(
-    {
-        "get_bool_env_var",
-        "get_int_env_var",
-        "get_float_env_var",
-        "get_str_env_var",
-        "getenv",
-        "os.getenv",
-        "os.environ.get",
-    }
+from kb.catalog_types import Catalog
+from kb.conditions import DEFAULT_ARG_OBJECTS
+from service.engine.explain.naming import (
+    ATTR_TEXT,
+    Namer,
+    flag_attr,
+    items_text,
+    literal,
+    subject_text,
+    value_text,
 )
-_BOOL_TYPES = frozenset({"bool", "str2bool"})
-
-
-class Namer:
-    """Names for what a condition reads: flags in the user's spellings, facts in words."""
-
-    def __init__(
-        self,
-        catalog: Catalog | None = None,
-        spellings: Mapping[str, str] | None = None,
-        roots: tuple[str, ...] = DEFAULT_ARG_OBJECTS,
-    ) -> None:
-        self.by_attr = catalog.by_attr() if catalog is not None else {}
-        self.spellings = dict(spellings or {})
-        #: the names that stand for the server arguments (``self`` only in ServerArgs)
-        self.roots = roots
-
-    def spelling(self, attr: str) -> str | None:
-        """The flag the user typed for ``attr``, else the catalog's first spelling."""
-        if attr in self.spellings:
-            return self.spellings[attr]
-        spec = self.by_attr.get(attr)
-        return spec.flags[0] if spec is not None and spec.flags else None
-
-    def flag(self, attr: str) -> str:
-        """`` `--speculative-num-steps` `` for ``speculative_num_steps``; a setting with no
-        flag is named as such."""
-        spelled = self.spelling(attr)
-        return f"`{spelled}`" if spelled else f"the server argument `{attr}`"
-
-    def bare_flag(self, attr: str) -> str:
-        """The spelling without backticks (for code shown with the flags named in it)."""
-        return self.spelling(attr) or attr
-
-    def is_switch(self, attr: str) -> bool:
-        """Is ``attr`` on/off (a ``store_true``-like flag or a bool) or unset by default?"""
-        spec = self.by_attr.get(attr)
-        if spec is None:
-            return True
-        return (
-            spec.action in NO_VALUE_ACTIONS
-            or (spec.type or "") in _BOOL_TYPES
-            or (spec.default_known and spec.default in (None, False))
-        )
+from service.engine.flags.parse import ParsedArgs
 
 
 @dataclass(frozen=True)
@@ -105,131 +54,6 @@ class _Pred:
 
     def require(self) -> str:
         return f"{self.subject} {self.must}"
-
-
-# ----------------------------------------------------------------------------- operands
-
-
-def _flag_attr(node: ast.AST, namer: Namer) -> str | None:
-    """The ServerArgs attribute ``node`` reads (``self.x``, ``getattr(cfg, "x", d)``)."""
-    if not namer.roots:
-        return None
-    if isinstance(node, ast.Call):
-        return arg_attr_read(node, namer.roots)
-    if isinstance(node, ast.Attribute) and is_arg_root(node.value, namer.roots):
-        return node.attr
-    return None
-
-
-def _chain_text(node: ast.AST, namer: Namer) -> str | None:
-    found = attr_chain(node, namer.roots) if namer.roots else None
-    if found is None:
-        return ast.unparse(node) if isinstance(node, ast.Name) else None
-    return ".".join(found[1]) if found[0] else ast.unparse(node)
-
-
-def _env_name(node: ast.AST) -> str | None:
-    """``X`` for ``envs.X.get()``, ``envs.X.value``, ``envs.X``, ``get_bool_env_var("X")``."""
-    if (
-        isinstance(node, ast.Call)
-        and node.args
-        and isinstance(node.args[0], ast.Constant)
-        and isinstance(node.args[0].value, str)
-        and ast.unparse(node.func) in _ENV_CALLS
-    ):
-        return node.args[0].value
-    text = ast.unparse(node)
-    m = re.fullmatch(r"envs\.([A-Z][A-Z0-9_]*)(?:\.get\(\)|\.value)?", text)
-    return m.group(1) if m else None
-
-
-def _fact_name(node: ast.AST, namer: Namer) -> str | None:
-    """Words for a fact SGLang reads from the model, the machine or the environment."""
-    env = _env_name(node)
-    if env is not None:
-        return f"the environment variable `{env}`"
-    sub0 = (
-        isinstance(node, ast.Subscript)
-        and isinstance(node.slice, ast.Constant)
-        and node.slice.value == 0
-    )
-    text = _chain_text(node.value if sub0 else node, namer)  # type: ignore[attr-defined]
-    if text is None:
-        return None
-    if text == "model_arch" and not sub0:
-        return "the model architecture"
-    if text.endswith("architectures"):
-        return "the model architecture" if sub0 else "the model's architectures"
-    if sub0:
-        return None
-    if text == "torch.cuda.device_count()":
-        return "the number of GPUs"
-    if text in ("gpu_mem", "get_device_memory_capacity()"):
-        return "the GPU memory (MiB)"
-    for root in ("hf_config.", "model_config.", "get_model_config()."):
-        if root in text or text.startswith(root.rstrip(".") + "."):
-            return f"the model config's `{text.rsplit('.', 1)[-1]}`"
-    return None
-
-
-class _Named(ast.NodeTransformer):
-    """Code with every flag read replaced by its spelling (``self.tp_size`` → ``--tp-size``)."""
-
-    def __init__(self, namer: Namer) -> None:
-        self.namer = namer
-
-    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:  # noqa: N802
-        attr = _flag_attr(node, self.namer)
-        return ast.Name(self.namer.bare_flag(attr)) if attr else self.generic_visit(node)
-
-    def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802
-        attr = _flag_attr(node, self.namer)
-        return ast.Name(self.namer.bare_flag(attr)) if attr else self.generic_visit(node)
-
-    def visit_Name(self, node: ast.Name) -> ast.AST:  # noqa: N802
-        return ast.Name("server_args") if node.id in self.namer.roots else node
-
-
-def literal(node: ast.AST, namer: Namer) -> str:
-    """``node`` as code, flags named: `` `parse_connector_type(--model-path)` ``."""
-    import copy
-
-    return f"`{ast.unparse(_Named(namer).visit(copy.deepcopy(node)))}`"
-
-
-def _subject(node: ast.AST, namer: Namer) -> str:
-    attr = _flag_attr(node, namer)
-    if attr is not None:
-        return namer.flag(attr)
-    fact = _fact_name(node, namer)
-    if fact is not None:
-        return fact
-    if isinstance(node, ast.Call) and ast.unparse(node.func) == "len" and len(node.args) == 1:
-        return f"the number of values in {_subject(node.args[0], namer)}"
-    return literal(node, namer)
-
-
-def _const_text(value: object) -> str:
-    if isinstance(value, str):
-        return value or '""'
-    return repr(value)
-
-
-def _items(values: list[str]) -> str:
-    """``A, B or C``; a long list as its first items and its length."""
-    if len(values) > _MAX_ITEMS:
-        return f"{', '.join(values[: _MAX_ITEMS - 2])} … ({len(values)} values)"
-    return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} or {values[-1]}"
-
-
-def _value(node: ast.AST, namer: Namer) -> str:
-    if isinstance(node, ast.Constant):
-        return _const_text(node.value)
-    if isinstance(node, ast.List | ast.Tuple | ast.Set) and all(
-        isinstance(e, ast.Constant) for e in node.elts
-    ):
-        return "[" + ", ".join(_const_text(e.value) for e in node.elts) + "]"  # type: ignore[attr-defined]
-    return _subject(node, namer)
 
 
 # ----------------------------------------------------------------------------- predicates
@@ -261,7 +85,7 @@ def _compare(left: ast.AST, op: ast.cmpop, right: ast.AST, namer: Namer, neg: bo
         op = {ast.NotEq: ast.Eq, ast.IsNot: ast.Is, ast.NotIn: ast.In}[type(op)]()
     if isinstance(op, ast.Eq | ast.Is) and isinstance(right, ast.Constant) and right.value is None:
         return _pair(
-            "is not set", "is set", "must be unset", "must be set", _subject(left, namer), neg
+            "is not set", "is set", "must be unset", "must be set", subject_text(left, namer), neg
         )
     if (
         isinstance(op, ast.Eq)
@@ -270,65 +94,70 @@ def _compare(left: ast.AST, op: ast.cmpop, right: ast.AST, namer: Namer, neg: bo
         and isinstance(left, ast.BinOp)
         and isinstance(left.op, ast.Mod)
     ):
-        div = f"divisible by {_value(left.right, namer)}"
+        div = f"divisible by {value_text(left.right, namer)}"
         return _pair(
             f"is {div}",
             f"is not {div}",
             f"must be {div}",
             f"must not be {div}",
-            _subject(left.left, namer),
+            subject_text(left.left, namer),
             neg,
         )
     if isinstance(op, ast.Eq | ast.Is):
-        v = _value(right, namer)
+        v = value_text(right, namer)
         return _pair(
-            f"is {v}", f"is not {v}", f"must be {v}", f"must not be {v}", _subject(left, namer), neg
+            f"is {v}",
+            f"is not {v}",
+            f"must be {v}",
+            f"must not be {v}",
+            subject_text(left, namer),
+            neg,
         )
     if isinstance(op, ast.In):
         if isinstance(right, ast.List | ast.Tuple | ast.Set) and right.elts:
-            vals = [_value(e, namer) for e in right.elts]
-            one = "one of " + _items(vals) if len(vals) > 1 else vals[0]
+            vals = [value_text(e, namer) for e in right.elts]
+            one = "one of " + items_text(vals) if len(vals) > 1 else vals[0]
             return _pair(
                 f"is {one}",
                 f"is not {one}",
                 f"must be {one}",
                 f"must not be {one}",
-                _subject(left, namer),
+                subject_text(left, namer),
                 neg,
             )
         if isinstance(left, ast.Constant):
-            v = _value(left, namer)
+            v = value_text(left, namer)
             return _pair(
                 f"contains {v}",
                 f"does not contain {v}",
                 f"must contain {v}",
                 f"must not contain {v}",
-                _subject(right, namer),
+                subject_text(right, namer),
                 neg,
             )
-        where = _value(right, namer)
+        where = value_text(right, namer)
         return _pair(
             f"is in {where}",
             f"is not in {where}",
             f"must be in {where}",
             f"must not be in {where}",
-            _subject(left, namer),
+            subject_text(left, namer),
             neg,
         )
     pos, negw = _ORDER[type(op)]  # type: ignore[index]
-    v = _value(right, namer)
+    v = value_text(right, namer)
     return _pair(
         f"is {pos} {v}",
         f"is {negw} {v}",
         f"must be {pos} {v}",
         f"must be {negw} {v}",
-        _subject(left, namer),
+        subject_text(left, namer),
         neg,
     )
 
 
 def _truthy(node: ast.AST, namer: Namer, neg: bool) -> _Pred:
-    attr = _flag_attr(node, namer)
+    attr = flag_attr(node, namer)
     if attr is not None and namer.is_switch(attr):
         return _pair(
             "is set", "is not set", "must be set", "must not be set", namer.flag(attr), neg
@@ -349,16 +178,18 @@ def _truthy(node: ast.AST, namer: Namer, neg: bool) -> _Pred:
         and node.func.attr in ("startswith", "endswith")
     ):
         how = "starts" if node.func.attr == "startswith" else "ends"
-        v = _value(node.args[0], namer)
+        v = value_text(node.args[0], namer)
         return _pair(
             f"{how} with {v}",
             f"does not {how[:-1]} with {v}",
             f"must {how[:-1]} with {v}",
             f"must not {how[:-1]} with {v}",
-            _subject(node.func.value, namer),
+            subject_text(node.func.value, namer),
             neg,
         )
-    return _pair("is true", "is false", "must be true", "must be false", _subject(node, namer), neg)
+    return _pair(
+        "is true", "is false", "must be true", "must be false", subject_text(node, namer), neg
+    )
 
 
 # ----------------------------------------------------------------------------- composition
@@ -466,7 +297,7 @@ def words(
     namer = namer or Namer()
     node = _parse(condition)
     if node is None:
-        code = _ATTR_TEXT.sub(lambda m: namer.bare_flag(m.group(1)), " ".join(condition.split()))
+        code = ATTR_TEXT.sub(lambda m: namer.bare_flag(m.group(1)), " ".join(condition.split()))
         return f"{'not ' if negate else ''}`{code}`" + (" must hold" if require else "")
     return _words(_rule(node, namer, negate), require)
 

@@ -45,7 +45,7 @@ from kb.catalog_types import Catalog, FlagSpec
 from kb.store import Store
 from service.engine.expr.interpreter import Value
 from service.engine.fixes.recipe import RecipeStep
-from service.engine.locate.message_values import BoundValue
+from service.engine.locate.message import BoundValue
 
 __all__ = ["BackendEdit", "backend_edits", "supported_set"]
 

@@ -39,7 +39,8 @@ from service.engine.fixes.backends import backend_edits
 from service.engine.fixes.filters import sibling_trips
 from service.engine.fixes.implied import assumed_launch
 from service.engine.fixes.model import Edit, Verdict
-from service.engine.fixes.propose import fixes_check, recheck_neighbours
+from service.engine.fixes.neighbours import recheck_neighbours
+from service.engine.fixes.propose import fixes_check
 from service.engine.fixes.recipe import read_recipe, recipe_edits
 from service.engine.fixes.registry import registry_verdicts
 from service.engine.flags.parse import ParsedArgs

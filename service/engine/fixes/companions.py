@@ -8,7 +8,7 @@ assigns all three from ``auto_choose_speculative_params(self)``. A user who sets
 so does adding the missing companions, which keeps what they asked for.
 
 The group is the tuple the check's function assigns from a call right after the check
-(:func:`service.engine.fixes.propose._choice_sites`). When the user set some of its
+(:func:`service.engine.fixes.edits._choice_sites`). When the user set some of its
 attributes and not others, the candidates are, in order:
 
 1. each value tuple SGLang can choose that agrees with every value the user set: the

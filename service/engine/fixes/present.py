@@ -26,9 +26,10 @@ import shlex
 from kb.catalog_types import Catalog
 from service.engine.answer import FixOut, jsonable, tri
 from service.engine.expr.interpreter import UNKNOWN, Value
+from service.engine.fixes.edits import edited_attrs
 from service.engine.fixes.filters import SKIP_NOTE
 from service.engine.fixes.intent import gives_up_sentence, losses
-from service.engine.fixes.propose import Verdict, edited_attrs
+from service.engine.fixes.model import Verdict
 from service.engine.flags.edit import apply_edits, render_command
 from service.engine.flags.parse import ParsedArgs, parse_argv
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from kb.catalog_types import Catalog, FlagSpec
 from service.engine.expr.interpreter import Value
 from service.engine.fixes.sizing import current_value, is_numeric, sized_value
-from service.engine.locate.message_values import BoundValue
+from service.engine.locate.message import BoundValue
 
 __all__ = ["RecipeEdit", "RecipeStep", "read_recipe", "recipe_edits"]
 

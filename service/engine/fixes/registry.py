@@ -30,11 +30,12 @@ from kb.catalog_types import Catalog
 from kb.store import Store
 from service.engine.evaluate.params import snake_case
 from service.engine.expr.interpreter import Value
+from service.engine.fixes.edits import edited_attrs
 from service.engine.fixes.intent import intent_cost, is_feature
 from service.engine.fixes.model import Edit, Verdict
-from service.engine.fixes.propose import edited_attrs, recheck_neighbours
+from service.engine.fixes.neighbours import recheck_neighbours
 from service.engine.flags.parse import ParsedArgs
-from service.engine.locate.message_values import BoundValue
+from service.engine.locate.message import BoundValue
 
 __all__ = ["RegistryEdit", "registry_edits", "registry_verdicts"]
 

@@ -24,7 +24,8 @@ from kb.catalog_types import Catalog
 from kb.store import Store
 from service.engine.answer import FixOut
 from service.engine.expr.interpreter import Value
-from service.engine.fixes.propose import Edit, Verdict, verify
+from service.engine.fixes.model import Edit, Verdict
+from service.engine.fixes.propose import verify
 from service.engine.flags.edit import apply_edits
 from service.engine.flags.parse import ParsedArgs
 from service.engine.rules.checker import baseline_violations, cards_for, check_fix

@@ -32,7 +32,7 @@ import re
 
 from kb.catalog_types import FlagSpec
 from service.engine.expr.interpreter import Value
-from service.engine.locate.message_values import BoundValue
+from service.engine.locate.message import BoundValue
 
 __all__ = [
     "MAX_FRACTION",

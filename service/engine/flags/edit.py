@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 
 from kb.catalog_types import Catalog, FlagSpec
-from service.engine.flags.parse import _nargs, _normalise, _Parser
+from service.engine.flags.scan import OptionScanner, nargs_of, normalise_flag
 
 __all__ = ["apply_edits", "render_command"]
 
@@ -18,18 +18,18 @@ def render_command(argv: list[str], *, prefix: str = "python -m sglang.launch_se
     return f"{prefix} {joined}" if joined else prefix
 
 
-def _resolve_key(key: str, catalog: Catalog, parser: _Parser) -> FlagSpec | None:
+def _resolve_key(key: str, catalog: Catalog, parser: OptionScanner) -> FlagSpec | None:
     if key.startswith("-"):
         spec = parser.options.get(key.split("=", 1)[0])
         if spec is None:
             matches = parser.prefix_matches(key)
             spec = parser.options[matches[0]] if len(matches) == 1 else None
         return spec
-    return catalog.by_attr().get(key) or parser.options.get(_normalise(key))
+    return catalog.by_attr().get(key) or parser.options.get(normalise_flag(key))
 
 
 def _render_values(spec: FlagSpec, value: object) -> list[str]:
-    if isinstance(value, (list, tuple)) and _nargs(spec) not in ("None", "?"):
+    if isinstance(value, (list, tuple)) and nargs_of(spec) not in ("None", "?"):
         return [str(v) for v in value]
     return [str(value)]
 
@@ -57,7 +57,7 @@ def apply_edits(
     return _apply_edits(list(argv), catalog, dict(set or {}), list(remove or []))
 
 
-def _drop(parser: _Parser, toks: list[str], pred) -> list[str]:
+def _drop(parser: OptionScanner, toks: list[str], pred) -> list[str]:
     occs, stray = parser.scan(toks)
     kill: set[int] = set()
     stray_set = set(stray)
@@ -75,7 +75,7 @@ def _drop(parser: _Parser, toks: list[str], pred) -> list[str]:
 def _apply_edits(
     tokens: list[str], catalog: Catalog, to_set: dict[str, object], to_remove: list[str]
 ) -> list[str]:
-    parser = _Parser(catalog)
+    parser = OptionScanner(catalog)
     for key in to_remove:
         spec = _resolve_key(key, catalog, parser)
         if spec is not None:
@@ -101,7 +101,7 @@ def _apply_edits(
         new: list[str] | None  # None: remove the flag
         if value is None:
             new = None
-        elif _nargs(target) == "0":
+        elif nargs_of(target) == "0":
             if target.action == "BooleanOptionalAction":
                 base = next((f for f in target.flags if not f.startswith("--no-")), target.flags[0])
                 new = [base if value else "--no-" + base[2:]]

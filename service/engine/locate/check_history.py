@@ -41,7 +41,7 @@ from pydantic import BaseModel, Field
 
 from kb.store import Store
 from service.engine.cache import cached, release_key
-from service.engine.locate.message_template import message_pattern
+from service.engine.locate.message import message_pattern
 
 __all__ = [
     "CheckChange",

@@ -25,7 +25,14 @@ from kb.catalog_types import Catalog
 from kb.catalogs import load_catalog
 from kb.store import Store
 
-__all__ = ["FlagChange", "FlagHistory", "Scope", "flag_history", "scoped_catalog"]
+__all__ = [
+    "FlagChange",
+    "FlagHistory",
+    "Scope",
+    "flag_history",
+    "releases_with_flags",
+    "scoped_catalog",
+]
 
 Scope = Literal["llm", "diffusion"]
 SCOPE_NAMES: dict[str, str] = {
@@ -65,7 +72,8 @@ def _vkey(version: str) -> tuple[int, Any]:
         return (1, version)
 
 
-def _releases(store: Store) -> list[str]:
+def releases_with_flags(store: Store) -> list[str]:
+    """Indexed releases of the KB whose flag spellings are stored, oldest first."""
     rows = store.query(
         "SELECT version FROM releases WHERE status IN ('indexed', 'complete') "
         "AND version IN (SELECT DISTINCT release FROM flag_spellings)"
@@ -108,7 +116,7 @@ def flag_history(store: Store, flag: str, release: str, scope: Scope = "llm") ->
     spelling. Only the flags of the ``scope`` parser count (see the module doc).
     """
     flag = flag.split("=", 1)[0]
-    releases = _releases(store)
+    releases = releases_with_flags(store)
     attrs = _spelling_attrs(store, flag, releases, scope)
     present = [v for v in releases if v in attrs]
     absent = [v for v in releases if v not in attrs]

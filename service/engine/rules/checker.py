@@ -9,6 +9,11 @@ range contains ``release``:
 * ``not_applicable`` ``when`` is false;
 * ``unknown``        anything else; the reason names the unknown inputs.
 
+The cards of a release and their dependencies come from
+:mod:`service.engine.rules.release_cards`, one card's verdict from
+:mod:`service.engine.rules.card_verdict`, the facts and the functions conditions may call
+from :mod:`service.engine.rules.card_env`.
+
 The attribute environment is the release's own: defaults from its flag catalog
 (:func:`~service.engine.evaluate.path_condition.base_attrs`), then the user's flags
 parsed with that catalog (:func:`~service.engine.flags.parse.parse_argv`).
@@ -30,40 +35,28 @@ thread-safe (:mod:`service.engine.cache`).
 
 from __future__ import annotations
 
-import ast
-import functools
-import threading
 from collections import ChainMap
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from kb.catalog_types import Catalog
 from kb.catalogs import load_catalog
 from kb.errors import UnsafeExpression
-from kb.rules.cards import Card, helper_reads, load_curated
+from kb.rules.cards import Card
 from kb.store import Store
-from service.engine.answer import RuleVerdict, jsonable
-from service.engine.cache import LRUCache, cached, facts_signature, recent, release_key
+from service.engine.answer import RuleVerdict
+from service.engine.cache import LRUCache, cached, facts_signature, release_key
 from service.engine.evaluate.path_condition import base_attrs, fold_earlier_writes, value_signature
-from service.engine.expr.interpreter import (
-    UNKNOWN,
-    Env,
-    Provenance,
-    Result,
-    Value,
-    evaluate,
-)
+from service.engine.expr.interpreter import Env, Provenance, Value
 from service.engine.flags.parse import ParsedArgs, ParsedFlag, parse_argv
-from service.engine.rules.derive import (
-    derivation_key,
-    derive_cards_for,
-    derived_sources,
-    qualifying_checks,
-)
-from service.engine.rules.helpers import (
-    _HELPERS,
-    facts_for,
+from service.engine.rules.card_env import CARD_FUNCTIONS, facts_for
+from service.engine.rules.card_verdict import CardResult, Verdict, given_function, judge_card
+from service.engine.rules.release_cards import (
+    CardEntry,
+    card_entry,
+    cards_for,
+    current_derivation_key,
+    release_plan,
 )
 
 __all__ = [
@@ -78,10 +71,6 @@ __all__ = [
     "prepare_flags",
 ]
 
-Verdict = Literal["violated", "satisfied", "unknown", "not_applicable"]
-
-_lock = threading.Lock()
-_releases_cache: dict[tuple[Any, ...], list[Card]] = {}
 # (release, card, facts, values of its dependencies) -> its verdict
 _memo: LRUCache[CardResult] = LRUCache("rules.card_verdicts", 30_000)
 # (release, cards, facts) -> every card's verdict for the release's defaults
@@ -89,142 +78,6 @@ _reference: LRUCache[list[CardResult]] = LRUCache("rules.defaults_verdicts", 16)
 # (release, argv, facts) -> check_fix's answer
 _fix_answers: LRUCache[tuple[list[RuleVerdict], bool]] = LRUCache("rules.check_fix", 4096)
 _baselines: LRUCache[frozenset[str]] = LRUCache("rules.baselines", 256)
-
-
-@dataclass
-class CardResult:
-    """A card's verdict with the evaluations behind it."""
-
-    card: Card
-    verdict: Verdict
-    reason: str
-    unknowns: list[str] = field(default_factory=list)
-    inputs: list[tuple[str, object, str]] = field(default_factory=list)  # name, value, detail
-    notes: list[str] = field(default_factory=list)
-
-    def as_rule_verdict(self) -> RuleVerdict:
-        return RuleVerdict(
-            rule=self.card.id, verdict=self.verdict, severity=self.card.severity, reason=self.reason
-        )
-
-
-# --------------------------------------------------------------------------- facts
-
-
-# -------------------------------------------------------------------------- helpers
-# Pure summaries of 0.5.2x helpers that derived conditions call (runtime_context.py,
-# arg_groups/model_override_base.py). They receive the argument view and read attributes
-# through it, so every read is recorded as an input.
-
-
-# ----------------------------------------------------------------------- the cards
-
-
-def _derivation_key(store: Store) -> str:
-    """:func:`derivation_key` of ``store``, re-read at most every few seconds (as
-    :func:`~service.engine.cache.release_key` re-reads content hashes)."""
-    return recent(("derivation-key", str(store.path)), lambda: derivation_key(store)[0])
-
-
-def cards_for(store: Store, release: str) -> list[Card]:
-    """Curated and derived cards whose range contains ``release`` (cached)."""
-    curated = load_curated()
-    key = (
-        str(store.path),
-        _derivation_key(store),
-        release,
-        id(curated[0]) if curated else 0,
-        len(curated),
-    )
-    with _lock:
-        hit = _releases_cache.get(key)
-    if hit is not None:
-        return hit
-    cards = [*(c for c in curated if c.applies_to(release)), *derive_cards_for(store, release)]
-    with _lock:
-        if len(_releases_cache) > 64:
-            _releases_cache.clear()
-        _releases_cache[key] = cards
-    return cards
-
-
-def _check_rows(store: Store, release: str) -> dict[tuple[str, int], dict[str, Any]]:
-    return cached(
-        release_key(store, release, "rules:check_rows"),
-        lambda: {(r["path"], r["start_line"]): r for r in qualifying_checks(store, release)},
-    )
-
-
-def _release_meta(store: Store, release: str) -> dict[str, tuple[Card, Any, tuple[str, ...]]]:
-    """card id -> (card, source check row or None, dependencies): filled lazily, per release."""
-    return cached(release_key(store, release, "rules:meta"), dict)
-
-
-def _meta(store: Store, release: str, card: Card) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
-    """(the check a derived card comes from in ``release`` if writes matter, dependencies).
-
-    Dependencies are the attributes the card reads, those its helpers read and,
-    for a derived card, those read by the guards and values of the writes that
-    run before its check (recorded at derivation time).
-    """
-    if card.origin == "derived":
-        info = derived_sources(store).get(card.id, {}).get(release)
-        if info is not None:
-            row = _check_rows(store, release).get((info.path, info.start)) if info.writes else None
-            return row, info.deps
-    return None, tuple(sorted(card.reads | helper_reads(card.when, card.require)))
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """What evaluating one card in one release needs besides the inputs."""
-
-    card: Card
-    row: dict[str, Any] | None  # the check whose earlier writes are folded in, if any
-    deps: tuple[str, ...]
-    uses_given: bool
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """The cards of a release, indexed by the attributes their verdicts depend on."""
-
-    key: tuple[Any, ...]
-    cards: list[Card]
-    entries: list[_Entry]
-    by_dep: dict[str, tuple[int, ...]]  # attribute -> indexes of the cards depending on it
-    given: tuple[int, ...]  # indexes of the cards that look at flag spellings
-
-
-def _entry(store: Store, release: str, card: Card) -> _Entry:
-    meta = _release_meta(store, release)
-    got = meta.get(card.id)
-    if got is None or got[0] is not card:
-        got = meta[card.id] = (card, *_meta(store, release, card))
-    return _Entry(card, got[1], got[2], card.uses_given)
-
-
-def _plan(store: Store, release: str) -> _Plan:
-    """Every card of ``release`` with its dependencies, and the index by dependency (cached)."""
-    cards = cards_for(store, release)
-    key = (*release_key(store, release, "rules:plan"), id(cards), len(cards))
-
-    def build() -> _Plan:
-        entries = [_entry(store, release, c) for c in cards]
-        by_dep: dict[str, list[int]] = {}
-        for i, e in enumerate(entries):
-            for d in e.deps:
-                by_dep.setdefault(d, []).append(i)
-        return _Plan(
-            key,
-            cards,
-            entries,
-            {d: tuple(v) for d, v in by_dep.items()},
-            tuple(i for i, e in enumerate(entries) if e.uses_given),
-        )
-
-    plan = cached(key, build)
-    return plan if plan.cards is cards else build()
 
 
 # ------------------------------------------------------------------------ flags
@@ -262,104 +115,6 @@ def prepare_flags(
 # --------------------------------------------------------------------- evaluation
 
 
-def _given_fn(parsed: ParsedArgs):  # noqa: ANN202
-    typed = {pf.flag or pf.token for pf in parsed.values.values()}
-    typed |= {pf.token for pf in parsed.values.values()}
-
-    def given(flag: object) -> object:
-        return isinstance(flag, str) and flag in typed
-
-    return given, tuple(sorted(typed))
-
-
-def _inputs(results: list[Result]) -> list[tuple[str, object, str]]:
-    out: list[tuple[str, object, str]] = []
-    seen: set[str] = set()
-    for res in results:
-        for atom in res.atoms:
-            for name, value, prov in atom.inputs:
-                if name not in seen:
-                    seen.add(name)
-                    out.append(
-                        (name, value, f"{prov.kind}: {prov.detail}" if prov.detail else prov.kind)
-                    )
-    return out
-
-
-def _describe(inputs: list[tuple[str, object, str]], limit: int = 5) -> str:
-    shown = [f"{n}={jsonable(v)!r} ({d})" for n, v, d in inputs if v is not UNKNOWN][:limit]
-    return "; ".join(shown)
-
-
-@functools.lru_cache(maxsize=16384)
-def _conjuncts(text: str) -> tuple[str, ...]:
-    """The top-level ``and`` operands of ``text``, innermost (last) first."""
-    try:
-        node = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        return (text,)
-    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
-        return tuple(ast.unparse(v) for v in reversed(node.values))
-    return (text,)
-
-
-def _when(card: Card, env: Env) -> tuple[object, list[Result]]:
-    """Kleene AND of ``when``'s operands, innermost guard first, stopping at the first false.
-
-    Derived ``when``s are long chains of early exits; the innermost guard is the
-    one most likely to be false, so this usually evaluates one operand, not all.
-    """
-    truth: object = True
-    results: list[Result] = []
-    for part in _conjuncts(card.when):
-        res = evaluate(part, env)
-        results.append(res)
-        if res.truth is False:
-            return False, results
-        if res.truth is UNKNOWN:
-            truth = UNKNOWN
-    return truth, results
-
-
-def _judge(card: Card, env: Env, notes: list[str]) -> CardResult:
-    try:
-        req = evaluate(card.require, env)
-        if req.truth is True:
-            return CardResult(card, "satisfied", "`require` holds", [], _inputs([req]), notes)
-        w, parts = _when(card, env)
-    except UnsafeExpression as exc:
-        return CardResult(
-            card,
-            "unknown",
-            f"unknown because the card could not be evaluated: {exc.message}",
-            [card.id],
-            notes=notes,
-        )
-    r = req.truth
-    inputs = _inputs([*parts, req])
-    if w is False:
-        return CardResult(card, "not_applicable", "`when` is false", [], inputs, notes)
-    if w is True and r is False:
-        why = _describe(_inputs([req])) or _describe(inputs)
-        reason = f"{card.message} — `require` is false" + (f" with {why}" if why else "")
-        return CardResult(card, "violated", reason, [], inputs, notes)
-    when_unknowns = [n for p in parts if p.truth is UNKNOWN for n in p.unknowns]
-    unknowns = list(dict.fromkeys([*when_unknowns, *(req.unknowns if r is UNKNOWN else ())]))
-    names = ", ".join(unknowns[:6]) or "some inputs"
-    verb = "is" if len(unknowns) == 1 else "are"
-    part = (
-        "`when`"
-        if w is UNKNOWN and r is not UNKNOWN
-        else "`require`"
-        if w is not UNKNOWN
-        else "`when` and `require`"
-    )
-    reason = f"unknown because {names} {verb} not known ({part} undecided)"
-    if notes:
-        reason += "; " + notes[0]
-    return CardResult(card, "unknown", reason, unknowns, inputs, notes)
-
-
 def _defaults(store: Store, release: str, catalog: Catalog | None = None) -> dict[str, Value]:
     """The release's attribute defaults (:func:`base_attrs` without flags), cached; read-only."""
 
@@ -391,8 +146,9 @@ def evaluate_cards(
 ) -> list[CardResult]:
     """A :class:`CardResult` per card (default: every card of ``release``), memoised.
 
-    A verdict depends only on the card's dependencies (see :func:`_meta`), the
-    facts and, for cards using ``given()``, the spellings typed. For the whole
+    A verdict depends only on the card's dependencies (see
+    :func:`~service.engine.rules.release_cards.card_entry`), the facts and, for cards
+    using ``given()``, the spellings typed. For the whole
     release the verdicts under the release's defaults are computed once per set
     of facts; a command re-evaluates (through the per-card memo) only the cards
     that depend on an attribute it changes, and the cards using ``given()``.
@@ -400,9 +156,9 @@ def evaluate_cards(
     parsed = parsed or ParsedArgs()
     fsig = facts_sig or facts_signature(facts)
     if cards is not None:
-        entries = [_entry(store, release, c) for c in cards]
+        entries = [card_entry(store, release, c) for c in cards]
         return _evaluate(store, release, entries, attrs, facts, parsed, fsig)
-    plan = _plan(store, release)
+    plan = release_plan(store, release)
     defaults = _defaults(store, release)
     ref = _reference.get_or_build(
         (plan.key, fsig),
@@ -425,15 +181,15 @@ def evaluate_cards(
 def _evaluate(
     store: Store,
     release: str,
-    entries: list[_Entry],
+    entries: list[CardEntry],
     attrs: Mapping[str, Value],
     facts: Mapping[str, Value],
     parsed: ParsedArgs,
     fsig: str,
 ) -> list[CardResult]:
     """Each entry's verdict, through the per-card memo."""
-    given, typed = _given_fn(parsed)
-    functions = {**_HELPERS, "given": given}
+    given, typed = given_function(parsed)
+    functions = {**CARD_FUNCTIONS, "given": given}
     guard_memo: dict[tuple[Any, ...], object] = {}
     base_env = Env(attrs, facts, functions)
     sigs: dict[str, object] = {}
@@ -482,7 +238,7 @@ def _evaluate(
             if changed:
                 env = Env(ChainMap(changed, attrs), facts, functions)  # type: ignore[arg-type]
             notes = caveats[:3]
-        result = _judge(card, env, notes)
+        result = judge_card(card, env, notes)
         _memo.put(key, result)
         out.append(result)
     return out
@@ -533,7 +289,12 @@ def check_fix(
         if isinstance(argv, Mapping)
         else ("argv", *map(str, argv))
     )
-    key = (release_key(store, release, "rules:check_fix"), _derivation_key(store), flags, fsig)
+    key = (
+        release_key(store, release, "rules:check_fix"),
+        current_derivation_key(store),
+        flags,
+        fsig,
+    )
     verdicts, bad = _fix_answers.get_or_build(
         key, lambda: _check_fix(store, release, argv, facts, fsig)
     )
@@ -585,7 +346,7 @@ def baseline_violations(
     key = (
         "baseline",
         release_key(store, release, "rules:baseline"),
-        _derivation_key(store),
+        current_derivation_key(store),
         value,
         fsig,
     )

@@ -10,7 +10,8 @@ import pytest
 from kb.catalog_types import Catalog
 from kb.catalogs import IndexedCatalog, load_catalog
 from service.engine.flags.edit import apply_edits
-from service.engine.flags.parse import _Parser, parse_argv
+from service.engine.flags.parse import parse_argv
+from service.engine.flags.scan import OptionScanner
 
 COMMANDS = [
     "--model-path /m --tp 8 --speculative-algo EAGLE3 --speculative-eagle-topk 4",
@@ -57,7 +58,7 @@ def test_cached_lookups_equal_the_plain_ones(catalogs) -> None:  # noqa: ANN001
 
 def test_prefix_index_matches_the_scan(catalogs) -> None:  # noqa: ANN001
     indexed, plain = catalogs
-    fast, slow = _Parser(indexed), _Parser(plain)
+    fast, slow = OptionScanner(indexed), OptionScanner(plain)
     assert fast._index is not None and slow._index is None
     for tok in TOKENS + [o[:n] for o in list(plain.by_flag())[:40] for n in (3, 6, 9)]:
         assert fast.prefix_matches(tok) == slow.prefix_matches(tok), tok

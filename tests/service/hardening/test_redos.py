@@ -91,14 +91,17 @@ UNITS = [
 PACKAGES = [
     "service.engine.logparse",
     "service.engine.locate",
+    "service.engine.locate.argparse",
+    "service.engine.locate.message",
     "service.engine.release",
     "service.watch",
 ]
 MODULES = [
     "service.engine.flags.parse",
+    "service.engine.flags.scan",
     "service.slack.text",
     "service.engine.facts.core",
-    "service.api.app",
+    "service.api.middleware",
     "service.cli.commands_from",
     "service.cli.shell_words",
 ]
@@ -199,8 +202,7 @@ def probe_paths(lines: bool, size: int = MB) -> None:
     redacts first, so it covers :func:`~service.engine.redact` too)."""
     from service.engine.errors import LogParseError
     from service.engine.facts.core import model_arch_for
-    from service.engine.locate.message import split_exception_prefix
-    from service.engine.locate.message_template import normalise
+    from service.engine.locate.message import normalise, split_exception_prefix
     from service.engine.logparse.parse import parse_input
     from service.slack.text import (
         classify_followup,
@@ -258,7 +260,7 @@ def test_the_pattern_walk_finds_the_patterns_of_every_reader() -> None:
         "service.engine.logparse.redact._FLAG_RUN_RE",
         "service.engine.logparse.frames._FRAME_RE",
         "service.engine.logparse.environment._RELEASE_PATTERNS[0][1]",
-        "service.engine.locate.message._EXC_PREFIX",
+        "service.engine.locate.message.match._EXC_PREFIX",
         "service.slack.text._LINK",
         "service.engine.facts.core._ARCH_RES[0][0]",
     ):

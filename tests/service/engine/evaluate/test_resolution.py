@@ -15,9 +15,9 @@ import pytest
 from kb.catalogs import load_catalog
 from service.engine.evaluate import chain
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path, prepared_pieces
+from service.engine.explain.evaluation import atoms_out, no_fix_reason, unknown_facts
 from service.engine.expr.interpreter import UNKNOWN, Provenance, Value
 from service.engine.flags.parse import parse_argv
-from service.engine.triage import _atoms, _no_fix_reason, _unknowns
 
 RELEASE = "0.5.23"
 MODEL = ["--model-path", "Qwen/Qwen3-8B"]
@@ -62,7 +62,7 @@ def test_resolution_result_range_check_is_decided_and_explained_by_its_flag(ctx)
     ev = evaluate_path(store, RELEASE, check, _attrs(catalog, [*MODEL, flag, "1.5"]), {})
     assert ev.test is not None and ev.test.holds is True
     assert field in ev.test_attrs
-    atoms = _atoms(ev)
+    atoms = atoms_out(ev)
     failing = {i.name for a in atoms if a.failing for i in a.inputs}
     assert failing == {field}  # not the earlier sibling checks' flags
     ok = evaluate_path(store, RELEASE, check, _attrs(catalog, [*MODEL, flag, "0.5"]), {})
@@ -117,7 +117,7 @@ def test_generated_range_check_is_explained_by_its_flag_only(ctx) -> None:  # no
         if ev.fired is not True:
             continue  # another guard of this path does not hold in a plain launch
         tried += 1
-        failing = {i.name for a in _atoms(ev) if a.failing for i in a.inputs}
+        failing = {i.name for a in atoms_out(ev) if a.failing for i in a.inputs}
         assert attr in failing
         guard_only = {
             n for p in ev.parts if not p.explains for a in p.result.atoms for n, _, _ in a.inputs
@@ -189,13 +189,13 @@ def test_unknown_own_test_is_named_with_what_settles_it(ctx) -> None:  # noqa: A
             continue
         if any(p.holds is False for p in ev.parts):
             continue
-        unknowns = _unknowns(ev, None, None, MODEL)
+        unknowns = unknown_facts(ev, None, None, MODEL)
         assert unknowns[0].what in ev.test.result.unknowns
         assert "own test" in unknowns[0].why
         assert unknowns[0].settle
-        reason = _no_fix_reason(ev, check)
+        reason = no_fix_reason(ev, check)
         assert "own test" in reason and unknowns[0].what in reason
-        assert not any(a.failing for a in _atoms(ev) if a.role == "test")
+        assert not any(a.failing for a in atoms_out(ev) if a.role == "test")
         return
     pytest.skip("no check with an undecided own test under a plain launch")
 

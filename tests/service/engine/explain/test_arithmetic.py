@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from service.engine.explain.arithmetic import arithmetic_steps, sentence
 from service.engine.expr.interpreter import Provenance, Value
-from service.engine.fixes.propose import _arithmetic_values
+from service.engine.fixes.edits import _arithmetic_values
 
 TEST = (
     "moe_intermediate_size // (server_args.tp_size // server_args.ep_size) "

@@ -9,8 +9,9 @@ import pytest
 
 from evals.incidents import load_incidents
 from kb.catalogs import load_catalog
+from service.engine.fixes.edits import candidate_edits, edited_attrs
 from service.engine.fixes.filters import backend_refusals, screened
-from service.engine.fixes.propose import candidate_edits, edited_attrs, propose
+from service.engine.fixes.propose import propose
 from service.engine.rules.checker import cards_for, evaluate_cards
 from service.engine.triage import Engine
 from tests.service.engine.fixes.incident_cases import evaluated

@@ -6,9 +6,12 @@ import pytest
 
 from kb.catalogs import load_catalog
 from service.engine.cache import LRUCache, clear_all
+from service.engine.evaluate import fold
 from service.engine.evaluate import path_condition as evaluation
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path, prepared_pieces
 from service.engine.expr.interpreter import Env, Provenance, Value, evaluate
+from service.engine.fixes import edits as fix_edits
+from service.engine.fixes import neighbours
 from service.engine.fixes import propose as fixes
 from service.engine.flags.parse import parse_argv
 from service.engine.rules.checker import facts_for
@@ -55,7 +58,7 @@ def _old_neighbours(store, check, attrs) -> list[str]:  # noqa: ANN001
         where=f"(path = ? OR path LIKE ?) AND ({likes})",
         params=[check["path"], "sglang/srt/arg_groups/%", *params],
     )
-    return [r["id"] for r in rows if r["id"] != check["id"]][: fixes.MAX_NEIGHBOURS]
+    return [r["id"] for r in rows if r["id"] != check["id"]][: neighbours.MAX_NEIGHBOURS]
 
 
 @pytest.mark.parametrize(
@@ -70,17 +73,17 @@ def _old_neighbours(store, check, attrs) -> list[str]:  # noqa: ANN001
 def test_neighbours_match_the_sql_like_query(seed, attrs: set[str]) -> None:  # noqa: ANN001
     store, check = seed[0], seed[1]
     clear_all()
-    assert [r["id"] for r in fixes.neighbours(store, RELEASE, check, attrs)] == _old_neighbours(
-        store, check, attrs
-    )
+    assert [
+        r["id"] for r in neighbours.neighbours(store, RELEASE, check, attrs)
+    ] == _old_neighbours(store, check, attrs)
     # and again from the cache
-    assert [r["id"] for r in fixes.neighbours(store, RELEASE, check, attrs)] == _old_neighbours(
-        store, check, attrs
-    )
+    assert [
+        r["id"] for r in neighbours.neighbours(store, RELEASE, check, attrs)
+    ] == _old_neighbours(store, check, attrs)
 
 
 def test_like_pattern_follows_sqlite() -> None:
-    pat = fixes._like_pattern("tp_size")
+    pat = neighbours._like_pattern("tp_size")
     assert pat.search("self.TP_SIZE > 1") and pat.search("self.tp-size") and pat.search("tp\nsize")
     assert not pat.search("tpsize") and not pat.search("tp__size")
 
@@ -89,9 +92,7 @@ def _uncached(store, check, attrs, facts):  # noqa: ANN001, ANN202
     """evaluate_path without any memo: the fold and every piece evaluated afresh."""
     texts, names = prepared_pieces(store, RELEASE, check, frozenset(facts))
     attrs = dict(attrs)
-    _, caveats, notes = evaluation._fold(
-        store, RELEASE, check, attrs, facts, frozenset(names), None
-    )
+    _, caveats, notes = fold._fold(store, RELEASE, check, attrs, facts, frozenset(names), None)
     env = Env(attrs, facts)
     return [evaluate(cond, env) for _, cond, _, _ in texts], caveats, notes
 
@@ -100,11 +101,11 @@ def test_memoised_path_evaluation_equals_the_uncached_one(seed) -> None:  # noqa
     store, check, catalog, parsed, attrs, facts = seed
     clear_all()
     ev = evaluate_path(store, RELEASE, check, attrs, facts)
-    edits = fixes.candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, facts)
+    edits = fix_edits.candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, facts)
     assert len(edits) > 5
     for _ in range(2):  # cold, then from the memo tables
         for edit in edits:
-            new = fixes.edited_attrs(attrs, edit, catalog)
+            new = fix_edits.edited_attrs(attrs, edit, catalog)
             got = evaluate_path(store, RELEASE, check, new, facts)
             results, caveats, notes = _uncached(store, check, new, facts)
             assert [p.result for p in got.parts] == results
@@ -115,10 +116,10 @@ def test_fold_replay_leaves_the_same_environment(seed) -> None:  # noqa: ANN001
     store, check, _, _, attrs, facts = seed
     _, names = prepared_pieces(store, RELEASE, check, frozenset(facts))
     fresh = dict(attrs)
-    evaluation._fold(store, RELEASE, check, fresh, facts, frozenset(names), None)
+    fold._fold(store, RELEASE, check, fresh, facts, frozenset(names), None)
     for _ in range(2):
         replayed = dict(attrs)
-        evaluation.apply_earlier_writes(store, RELEASE, check, replayed, facts, set(names))
+        fold.apply_earlier_writes(store, RELEASE, check, replayed, facts, set(names))
         assert list(replayed.items()) == list(fresh.items())
 
 
@@ -138,11 +139,11 @@ def test_propose_with_warm_caches_equals_propose_without(seed, monkeypatch) -> N
     ]
     # caches of one entry: nothing is reused between calls
     for module, name in [
-        (fixes, "_FIRED"),
-        (fixes, "_ATTR_ROWS"),
-        (fixes, "_RECHECKS"),
-        (fixes, "_PLANS"),
-        (evaluation, "_FOLDS"),
+        (neighbours, "_FIRED"),
+        (neighbours, "_ATTR_ROWS"),
+        (neighbours, "_RECHECKS"),
+        (neighbours, "_PLANS"),
+        (fold, "_FOLDS"),
         (evaluation, "_PIECES"),
     ]:
         monkeypatch.setattr(module, name, LRUCache(f"test.{name}", 1))

@@ -15,10 +15,11 @@ from evals.incidents import Incident, load_incidents
 from kb.catalogs import load_catalog
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path
 from service.engine.expr.interpreter import UNKNOWN, Provenance, Value
+from service.engine.fixes.edits import _choice_sites
 from service.engine.fixes.intent import is_count, is_feature, losses
 from service.engine.fixes.model import Edit, Verdict
 from service.engine.fixes.present import fix_out
-from service.engine.fixes.propose import _choice_sites, propose
+from service.engine.fixes.propose import propose
 from service.engine.flags.parse import parse_argv
 from service.engine.logparse.parse import parse_log
 from service.engine.triage import Engine

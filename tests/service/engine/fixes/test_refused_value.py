@@ -13,9 +13,10 @@ from kb.catalogs import load_catalog
 from service.engine.evaluate.path_condition import PathEvaluation
 from service.engine.evaluate.pieces import PiecePart
 from service.engine.expr.interpreter import UNKNOWN, Env, Provenance, Value, evaluate
+from service.engine.fixes.edits import candidate_edits, edited_attrs
 from service.engine.fixes.filters import refused_values, screened, sets_refused
 from service.engine.fixes.model import Edit
-from service.engine.fixes.propose import candidate_edits, edited_attrs, propose
+from service.engine.fixes.propose import propose
 from service.engine.triage import Engine
 from tests.service.engine.fixes.incident_cases import evaluated
 

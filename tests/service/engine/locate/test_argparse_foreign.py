@@ -11,9 +11,9 @@ from kb.catalog_types import Catalog, FlagSpec
 from kb.catalogs import load_catalog
 from kb.foreign_flags import foreign_flags
 from service.engine.flags.parse import parse_argv
-from service.engine.locate.argparse_errors import diagnose_argparse
-from service.engine.locate.argparse_words import _resolve
-from service.engine.locate.flag_history import _releases
+from service.engine.locate.argparse import diagnose_argparse
+from service.engine.locate.argparse.words import resolve_spelling
+from service.engine.locate.flag_history import releases_with_flags
 from service.engine.logparse.argparse_errors import ArgparseError, find_argparse_error
 
 _NOWHERE = "in any ingested release"
@@ -22,7 +22,7 @@ BASE = "--model-path /models/m --tp-size 2"
 
 @pytest.fixture(scope="module")
 def releases(store) -> list[str]:  # noqa: ANN001
-    return _releases(store)
+    return releases_with_flags(store)
 
 
 def _err(message: str, *lines: str) -> ArgparseError:
@@ -65,8 +65,10 @@ def test_every_foreign_flag_is_replaced_by_the_releases_own(store, releases) -> 
         cat = load_catalog(store, rel)
         by_flag = cat.by_flag()
         for e in foreign_flags():
-            if _resolve(e.flag, cat) is not None:  # SGLang's argparse takes it (an alias or a
-                continue  # unique prefix of its option): answered as such below
+            # SGLang's argparse takes it (an alias or a unique prefix of its option):
+            # answered as such below
+            if resolve_spelling(e.flag, cat) is not None:
+                continue
             target = next((s for s in e.sglang if s in by_flag), None)
             value = (
                 [_value_for(by_flag[target])]

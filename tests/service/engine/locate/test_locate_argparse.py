@@ -9,7 +9,8 @@ from packaging.version import Version
 
 from kb.catalogs import load_catalog
 from service.engine.flags.parse import parse_argv
-from service.engine.locate.argparse_errors import diagnose_argparse, flag_history
+from service.engine.locate.argparse import diagnose_argparse
+from service.engine.locate.flag_history import flag_history
 from service.engine.logparse.argparse_errors import ArgparseError, find_argparse_error
 
 

@@ -6,10 +6,14 @@ import threading
 
 import pytest
 
-from service.engine.locate import message as lm
-from service.engine.locate.message import match_message, split_exception_prefix
-from service.engine.locate.message_align import type_factor
-from service.engine.locate.message_template import MessageTemplate, message_pattern
+from service.engine.locate.message import (
+    MessageTemplate,
+    match_message,
+    message_pattern,
+    split_exception_prefix,
+)
+from service.engine.locate.message import match as lm
+from service.engine.locate.message.align import type_factor
 
 TRTLLM = "trtllm_mha backend only supports topk = 1 for speculative decoding."
 TBO_USER = (

@@ -6,7 +6,7 @@ import enum
 
 import pytest
 
-from service.engine.locate.message_values import bind_message, parse_printed
+from service.engine.locate.message import bind_message, parse_printed
 
 
 def _bound(src: str, message: str) -> dict[str, object]:

@@ -11,7 +11,7 @@ import pytest
 
 from kb.catalogs import load_catalog
 from kb.store import Store
-from service.engine.locate.message_template import message_pattern
+from service.engine.locate.message import message_pattern
 from service.engine.logparse.parse import parse_log
 from service.engine.release.range import infer_range, span
 from service.engine.release.resolve import resolve_release

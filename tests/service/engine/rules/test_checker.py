@@ -5,7 +5,7 @@ from __future__ import annotations
 from kb.rules.cards import Card
 from kb.store import Store
 from service.engine import cache_stats
-from service.engine.rules import checker
+from service.engine.rules import release_cards
 from service.engine.rules.checker import cards_for, check, check_fix, facts_for, prepare_flags
 
 SEED = [
@@ -174,7 +174,7 @@ def _memo_stats() -> tuple[int, int, int]:
 def _reach(store: Store, release: str, argv: list[str]) -> set[int]:
     """Indexes of the cards ``argv`` can make the checker look at: those depending on an
     attribute it sets, and those looking at the spellings typed."""
-    plan = checker._plan(store, release)
+    plan = release_cards.release_plan(store, release)
     attrs = prepare_flags(store, release, argv)[1].values
     return set(plan.given).union(*(plan.by_dep.get(a, ()) for a in attrs))
 
@@ -185,7 +185,7 @@ def test_warm_check_reevaluates_only_the_cards_a_change_touches(store: Store) ->
     the spellings typed), and evaluates only those whose inputs it has not seen."""
     facts = facts_for("rtx-pro-6000-x8", None, "/models/Kimi-K2.6")
     for release in ("0.5.11", "0.5.23"):
-        plan = checker._plan(store, release)
+        plan = release_cards.release_plan(store, release)
         check(SEED, release, facts, store=store)  # warm the caches
         looked0, judged0, defaults0 = _memo_stats()
         check(SEED, release, facts, store=store)

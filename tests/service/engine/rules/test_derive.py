@@ -11,13 +11,8 @@ from kb.rules.cards import Card, citation_problem, schema_errors
 from kb.store import Store
 from service.engine.expr.interpreter import referenced_names
 from service.engine.rules.callsites import ARG_OBJECTS
-from service.engine.rules.derive import (
-    derivation_key,
-    derive_release,
-    derived_path,
-    qualifying_checks,
-    version_range,
-)
+from service.engine.rules.derive import derivation_key, derived_path, version_range
+from service.engine.rules.derived_checks import derive_release, qualifying_checks
 
 SEED_CITATION = "0.5.11:sglang/srt/server_args.py:ServerArgs._handle_speculative_decoding:3519-3522"
 

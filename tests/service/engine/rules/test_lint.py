@@ -50,7 +50,7 @@ def test_lint_flags_the_seed_assert_with_a_verified_fix(store: Store) -> None:
 def test_lint_demotes_a_fix_that_trips_another_card(store: Store, monkeypatch) -> None:  # noqa: ANN001
     """A hint that satisfies its own card but makes a derived card fail is not 'verified'."""
     from kb.rules.cards import Card, load_curated
-    from service.engine.rules import checker
+    from service.engine.rules import release_cards
 
     probe = Card(
         id="c-test-explicit-steps",
@@ -64,7 +64,7 @@ def test_lint_demotes_a_fix_that_trips_another_card(store: Store, monkeypatch) -
         origin="curated",
         fix_hints={"set": {"--speculative-num-steps": 3, "--page-size": 16}},
     )
-    monkeypatch.setattr(checker, "load_curated", lambda: [*load_curated(), probe])
+    monkeypatch.setattr(release_cards, "load_curated", lambda: [*load_curated(), probe])
     # the hint's --page-size 16 with topk 4 on triton makes the page-size card fail
     argv = SEED + ["--attention-backend", "triton"]
     report = lint(store, "0.5.11", argv, hardware="rtx-pro-6000-x8")
@@ -73,7 +73,7 @@ def test_lint_demotes_a_fix_that_trips_another_card(store: Store, monkeypatch) -
     assert hint.card_after == "satisfied" and hint.trips and not hint.verified
     page = next(
         c
-        for c in checker.cards_for(store, "0.5.11")
+        for c in release_cards.cards_for(store, "0.5.11")
         if any("ServerArgs._handle_speculative_decoding:3553-3555" in x for x in c.citations)
     )
     assert page.id in hint.trips and page.id in hint.note

@@ -1,4 +1,10 @@
-"""Facts for the rule cards and the helper functions their conditions may call (``attn_dp_enabled_of(args)``, ...)."""
+"""What a rule card's conditions see besides the attributes: the facts (:func:`facts_for`)
+and the functions they may call (:data:`CARD_FUNCTIONS`: ``attn_dp_enabled_of(args)``, ...).
+
+The functions are pure summaries of 0.5.2x helpers that derived conditions call
+(runtime_context.py, arg_groups/model_override_base.py). They receive the argument view and
+read attributes through it, so every read is recorded as an input.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ from service.engine.expr.interpreter import (
 )
 from service.engine.facts.core import fact_values, get_profile, model_arch_for
 
-__all__ = ["facts_for"]
+__all__ = ["CARD_FUNCTIONS", "facts_for"]
 
 
 def facts_for(
@@ -58,8 +64,9 @@ def _attention_backends_of(cfg: Any) -> object:
     return (pre or base, dec or base)
 
 
-_HELPERS = {
+CARD_FUNCTIONS = {
     "attn_dp_enabled_of": _attn_dp_enabled_of,
     "num_dp_ranks_of": _num_dp_ranks_of,
     "attention_backends_of": _attention_backends_of,
 }
+"""The functions a card's conditions may call, by name (``given`` is added per command)."""

@@ -1,11 +1,11 @@
 """Aligning a user's message with a message template, and scoring the match.
 
-:func:`align` lines the template's literal fragments up with a
-whitespace-normalised message (see :func:`service.engine.locate.message_template.normalise`).
+:func:`align` lines the template's literal fragments up with a whitespace-normalised
+message (see :func:`service.engine.locate.message.template.normalise`).
 Fragments are located with ``str.find`` from left to right (earliest
 occurrence first, which is optimal for ``literal .* literal .* literal``
 patterns), so alignment is linear and cannot backtrack catastrophically;
-:attr:`service.engine.locate.message_template.MessageTemplate.regex` is the equivalent regular
+:attr:`service.engine.locate.message.template.MessageTemplate.regex` is the equivalent regular
 expression for callers that want one. Besides full matches, the aligner
 reports partial ones, scored lower:
 

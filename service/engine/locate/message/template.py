@@ -11,8 +11,8 @@ literal braces), ``"..." % x`` (``%s``/``%d``/``%(name)s``; ``%%`` is a literal
 literal and non-literal parts. Messages that are a bare variable or call give
 ``None``.
 
-:mod:`service.engine.locate.message_align` aligns a message with a template;
-:mod:`service.engine.locate.message` indexes a release's templates and finds the checks.
+:mod:`service.engine.locate.message.align` aligns a message with a template;
+:mod:`service.engine.locate.message.match` indexes a release's templates and finds the checks.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ class MessageTemplate:
     ``fragments`` always has one more item than there are placeholders (the
     first and last may be empty when the message starts or ends with a
     placeholder). Fragments are whitespace-normalised: runs of whitespace are one
-    space and the message's leading/trailing whitespace is dropped, the same
-    normalisation :func:`service.engine.locate.message.match_message` applies to users' messages.
+    space and the message's leading/trailing whitespace is dropped, the same normalisation
+    :func:`service.engine.locate.message.match.match_message` applies to users' messages.
     """
 
     fragments: list[str]

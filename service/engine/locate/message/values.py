@@ -1,7 +1,7 @@
 """The values a crash message printed: each formatted expression bound to its text.
 
 A check's message is built from literals and formatted expressions (f-strings, ``%``,
-``str.format``, concatenation; :func:`~service.engine.locate.message_template.message_parts`).
+``str.format``, concatenation; :func:`~service.engine.locate.message.template.message_parts`).
 The log holds the message as it was printed. Aligning the two gives, for every
 expression, the text it printed: for SGLang's FP8 block-shape check
 
@@ -29,7 +29,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from service.engine.locate.message_template import Placeholder, message_parts, normalise
+from service.engine.locate.message.template import Placeholder, message_parts, normalise
 
 __all__ = ["BoundValue", "bind_message", "parse_printed"]
 

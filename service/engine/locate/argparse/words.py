@@ -1,17 +1,28 @@
 """Reading the words of an argparse error: the flags of 'unrecognized arguments', values next
-to a flag, close choices, how a typed spelling resolves in a catalog, and the argv with a
-diagnosis's edits applied (:func:`_fix`)."""
+to a flag, close choices, how a typed spelling resolves in a catalog, and how a flag is
+described and cited. (The argv with a diagnosis's edits applied is
+:func:`~service.engine.locate.argparse.work.fixed_argv`.)"""
 
 from __future__ import annotations
 
 import difflib
-from typing import Any
 
 from kb.catalog_types import Catalog, FlagSpec
-from service.engine.flags.edit import apply_edits
+
+__all__ = [
+    "adjacent_values",
+    "choice_value",
+    "closest_choices",
+    "declaration_line",
+    "describe_spec",
+    "resolve_spelling",
+    "typo_of",
+    "unrecognized_groups",
+]
 
 
-def _closest(value: str, choices: list) -> list[str]:
+def closest_choices(value: str, choices: list) -> list[str]:
+    """The choice ``value`` spells (ignoring case and ``-``/``_``), else up to three close ones."""
     texts = [str(c) for c in choices]
     norm = value.strip().lower().replace("-", "_")
     exact = [t for t in texts if t.lower().replace("-", "_") == norm]
@@ -22,7 +33,7 @@ def _closest(value: str, choices: list) -> list[str]:
     )
 
 
-def _unrecognized_groups(message: str) -> list[tuple[str | None, list[str]]]:
+def unrecognized_groups(message: str) -> list[tuple[str | None, list[str]]]:
     """``"--a=1 x --b"`` -> ``[("--a", ["1", "x"]), ("--b", [])]``; a leading stray value
     gets the flag ``None``."""
     groups: list[tuple[str | None, list[str]]] = []
@@ -37,7 +48,7 @@ def _unrecognized_groups(message: str) -> list[tuple[str | None, list[str]]]:
     return groups
 
 
-def _adjacent_values(argv: list[str], flag: str, values: list[str]) -> tuple[list[str], list[str]]:
+def adjacent_values(argv: list[str], flag: str, values: list[str]) -> tuple[list[str], list[str]]:
     """Split ``values`` into those following ``flag`` in ``argv`` and the stray rest."""
     for i, tok in enumerate(argv):
         name, eq, inline = tok.partition("=")
@@ -54,7 +65,7 @@ def _adjacent_values(argv: list[str], flag: str, values: list[str]) -> tuple[lis
     return values, []
 
 
-def _resolve(token: str, catalog: Catalog) -> FlagSpec | None:
+def resolve_spelling(token: str, catalog: Catalog) -> FlagSpec | None:
     """The spec a typed spelling (or unique prefix) selects in ``catalog``."""
     name = token.split("=", 1)[0]
     by_flag = catalog.by_flag()
@@ -67,16 +78,8 @@ def _resolve(token: str, catalog: Catalog) -> FlagSpec | None:
     return None
 
 
-def _normalise(token: str) -> str:
-    tok = token.split("=", 1)[0].strip().lower().replace("_", "-")
-    if not tok.startswith("-"):
-        return "--" + tok
-    if not tok.startswith("--") and len(tok) > 2:
-        return "-" + tok
-    return tok
-
-
-def _describe(spec: FlagSpec) -> str:
+def describe_spec(spec: FlagSpec) -> str:
+    """``action store_true, type int, nargs +, default 1``: the parts of ``spec`` that are set."""
     bits = []
     if spec.action and spec.action not in ("store", "append"):
         bits.append(f"action {spec.action}")
@@ -89,11 +92,13 @@ def _describe(spec: FlagSpec) -> str:
     return ", ".join(bits)
 
 
-def _line(spec: FlagSpec | None) -> tuple[str, int] | None:
+def declaration_line(spec: FlagSpec | None) -> tuple[str, int] | None:
+    """``(path, line)`` of the flag's declaration, when known."""
     return (spec.path, spec.line) if spec is not None and spec.path else None
 
 
-def _choice_value(spec: FlagSpec | None, text: str) -> object:
+def choice_value(spec: FlagSpec | None, text: str) -> object:
+    """The choice of ``spec`` that prints as ``text`` (keeping its type), else ``text``."""
     if spec is not None and spec.choices:
         for c in spec.choices:
             if str(c) == text:
@@ -101,10 +106,10 @@ def _choice_value(spec: FlagSpec | None, text: str) -> object:
     return text
 
 
-_CONFIDENT = 0.8  # difflib ratio of a misspelt word (see _typo_of)
+_CONFIDENT = 0.8  # difflib ratio of a misspelt word (see typo_of)
 
 
-def _typo_of(typed: str, flag: str) -> bool:
+def typo_of(typed: str, flag: str) -> bool:
     """Whether ``typed`` looks like a misspelling of ``flag`` rather than another option.
 
     Word by word (split on ``-``): same number of words, and every differing word is
@@ -120,45 +125,3 @@ def _typo_of(typed: str, flag: str) -> bool:
         if min(len(x), len(y)) < 4 or difflib.SequenceMatcher(None, x, y).ratio() < _CONFIDENT:
             return False
     return True
-
-
-def _fix(w: Any) -> list[str] | None:  # noqa: ANN401 - argparse_errors._Work
-    """The argv with every applicable edit applied (``None`` without argv or edits)."""
-    if w.argv is None or not w.edits:
-        return None
-    tokens = list(w.argv)
-    changed = False
-    for edit in w.edits:
-        for key, val in edit.get("inline", {}).items():
-            for i, tok in enumerate(tokens[:-1]):
-                if tok == key and tokens[i + 1] == val:
-                    tokens[i : i + 2] = [f"{key}={val}"]
-                    changed = True
-                    break
-        for stray in edit.get("drop", []):
-            i = _stray_index(tokens, stray, w.catalog)
-            if i is not None:
-                del tokens[i]
-                changed = True
-        remove = list(edit.get("remove", []))
-        if remove and not any(t.split("=", 1)[0] in remove for t in tokens):
-            continue  # the command does not carry the offending flag: leave it alone
-        if remove or edit.get("set"):
-            try:
-                tokens = apply_edits(tokens, w.catalog, set=edit.get("set"), remove=remove)
-            except KeyError:
-                continue
-            changed = True
-    if not changed:
-        return None
-    return tokens
-
-
-def _stray_index(tokens: list[str], stray: str, catalog: Catalog) -> int | None:
-    """Position of ``stray``: after a switch if possible, else its only occurrence."""
-    hits = [i for i, t in enumerate(tokens) if t == stray]
-    for i in hits:
-        prev = _resolve(tokens[i - 1], catalog) if i > 0 and tokens[i - 1].startswith("-") else None
-        if prev is not None and not prev.takes_value:
-            return i
-    return hits[0] if len(hits) == 1 else None

@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from kb.catalog_types import Catalog, FlagSpec
 from kb.foreign_flags import ForeignFlag, foreign_flag
 from service.engine.flags.parse import parse_argv
-from service.engine.locate.argparse_words import _describe, _resolve
+from service.engine.locate.argparse.words import describe_spec, resolve_spelling
 from service.engine.locate.flag_history import SCOPE_NAMES, Scope, scoped_catalog
 from service.engine.logparse.argparse_errors import ArgparseError
 
@@ -73,9 +73,9 @@ def known_here(
     """A note when ``flag`` is a spelling of either parser of ``release``, or a unique prefix
     argparse expands to one (else ``""``), and the spec of the ``scope`` parser that has it."""
     name = flag.split("=", 1)[0]
-    mine = _resolve(name, scoped_catalog(catalog, scope))
+    mine = resolve_spelling(name, scoped_catalog(catalog, scope))
     other_scope: Scope = "diffusion" if scope == "llm" else "llm"
-    theirs = _resolve(name, scoped_catalog(catalog, other_scope))
+    theirs = resolve_spelling(name, scoped_catalog(catalog, other_scope))
     if mine is not None:
         abbrev = (
             ""
@@ -152,7 +152,7 @@ def foreign_answer(
         )
     spec = by_flag[target]
     here = f"{release}:{spec.path}:{spec.line}"
-    head = f"{whose}; SGLang {release}'s is {target} ({_describe(spec)}; declared at {here})"
+    head = f"{whose}; SGLang {release}'s is {target} ({describe_spec(spec)}; declared at {here})"
     if spec.deprecated:
         why += f"; {target} is deprecated in {release}" + (f": {spec.help}" if spec.help else "")
     value: object | None

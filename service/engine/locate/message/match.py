@@ -2,9 +2,9 @@
 
 Most crash reports carry ``ValueError: <message>`` and no usable frames. Every
 check in the KB stores the *source* of its message expression;
-:mod:`service.engine.locate.message_template` turns that source into a template (literal fragments
-separated by placeholders) and :mod:`service.engine.locate.message_align` aligns a message with one
-and scores the match. This module matches a user's message against the
+:mod:`service.engine.locate.message.template` turns that source into a template (literal
+fragments separated by placeholders) and :mod:`service.engine.locate.message.align` aligns a
+message with one and scores the match. This module matches a user's message against the
 templates of one release (:func:`match_message`), after normalising its
 whitespace (a message wrapped over several lines matches its one-line source)
 and splitting off a leading ``SomeError: ``.
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from kb.store import Store
-from service.engine.locate.message_align import (
+from service.engine.locate.message.align import (
     MIN_EXPLAINED,
     MIN_LITERAL,
     Alignment,
@@ -35,7 +35,7 @@ from service.engine.locate.message_align import (
     score_alignment,
     type_factor,
 )
-from service.engine.locate.message_template import MessageTemplate, message_pattern, normalise
+from service.engine.locate.message.template import MessageTemplate, message_pattern, normalise
 
 __all__ = [
     "MAX_MESSAGE_CHARS",

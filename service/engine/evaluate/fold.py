@@ -1,0 +1,294 @@
+"""The writes of earlier validation steps, folded into the attributes a check reads.
+
+A write whose guards hold (``NEXTN`` → ``EAGLE``, say) sets the attribute before the
+check runs; one whose guard cannot be decided is reported as "may be changed at path:line
+when …" and its value becomes unknown rather than guessed. The writes are taken in
+validation order (:mod:`service.engine.evaluate.chain`) and prepared by
+:mod:`service.engine.evaluate.resolution`; the fold is memoised on the values that decide it.
+Used by :func:`service.engine.evaluate.path_condition.evaluate_path`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import ChainMap
+from collections.abc import Collection, Mapping, MutableMapping
+from typing import Any
+
+from kb.errors import UnsafeExpression
+from kb.store import Store
+from service.engine.cache import LRUCache, cached, facts_signature, release_key
+from service.engine.evaluate import chain, resolution
+from service.engine.evaluate.memo_keys import value_key
+from service.engine.evaluate.pieces import all_hold, piece_holds
+from service.engine.expr.interpreter import (
+    UNKNOWN,
+    Env,
+    Provenance,
+    Value,
+    evaluate,
+    referenced_names,
+)
+
+_MISSING = object()
+
+Fold = tuple[tuple[tuple[str, Value], ...], list[str], dict[str, list[str]]]
+
+# (release, check, names, facts, values read) -> what folding the earlier writes does
+_FOLDS: LRUCache[Fold] = LRUCache("evaluation.folds", 20_000)
+
+
+def _safe_truth(cond: str, env: Env) -> object:
+    try:
+        return evaluate(cond, env).truth
+    except UnsafeExpression:  # e.g. a generator or walrus in SGLang's guard: undecidable here
+        return UNKNOWN
+
+
+@functools.lru_cache(maxsize=16384)
+def _sorted_reads(cond: str) -> tuple[str, ...] | None:
+    """The attributes ``cond`` reads, sorted (None when it cannot be read)."""
+    try:
+        return tuple(sorted(referenced_names(cond)))
+    except Exception:  # noqa: BLE001 - unparsable: the evaluator decides (unknown)
+        return None
+
+
+def _truth(cond: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> object:
+    """``evaluate(cond).truth``, memoised on the values of the attributes it reads."""
+    if memo is None:
+        return _safe_truth(cond, env)
+    names = _sorted_reads(cond)
+    if names is None:
+        return _safe_truth(cond, env)
+    attrs = env.attrs
+    key = (cond, tuple((n, value_key(attrs.get(n))) for n in names))
+    hit = memo.get(key, _MISSING)
+    if hit is _MISSING:
+        hit = memo[key] = _safe_truth(cond, env)
+    return hit
+
+
+def apply_earlier_writes(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    attrs: dict[str, Value],
+    facts: dict[str, Value],
+    names: set[str],
+    memo: dict[tuple[Any, ...], object] | None = None,
+    *,
+    facts_sig: str | None = None,
+) -> tuple[list[str], dict[str, list[str]]]:
+    """Fold the writes that run before ``check`` into ``attrs`` (in place).
+
+    Returns (caveats, notes by attribute); see :func:`fold_earlier_writes`.
+    """
+    assigned, caveats, notes = fold_earlier_writes(
+        store, version, check, attrs, facts, names, memo, facts_sig=facts_sig
+    )
+    for attr, value in assigned:
+        attrs[attr] = value
+    return list(caveats), {k: list(v) for k, v in notes.items()}
+
+
+def fold_earlier_writes(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    attrs: Mapping[str, Value],
+    facts: dict[str, Value],
+    names: Collection[str],
+    memo: dict[tuple[Any, ...], object] | None = None,
+    *,
+    facts_sig: str | None = None,
+    cache: bool = True,
+) -> Fold:
+    """What folding the writes that run before ``check`` does to ``attrs`` (left untouched):
+    (the assignments in order, caveats, notes by attribute). The result is shared: read-only.
+
+    ``memo`` (one per triage, whose facts are fixed) caches guard truths. The
+    fold depends only on the values of :func:`write_dependencies` and on the
+    facts (``facts_sig``, computed when not given), so it is memoised
+    process-wide on them (bounded). ``cache=False`` skips that table, for
+    callers that memoise what they derive from the fold themselves.
+    """
+    frozen = frozenset(names)
+    if not cache:
+        return _fold(store, version, check, ChainMap({}, attrs), facts, frozen, memo)  # type: ignore[arg-type]
+    deps = write_dependencies(store, version, check, frozen, frozenset(facts))
+    key = (
+        release_key(store, version, "folds"),
+        check["id"],
+        tuple(sorted(frozen)),
+        facts_sig or facts_signature(facts),
+        tuple(value_key(attrs.get(d)) for d in deps),
+    )
+    hit = _FOLDS.get(key)
+    if hit is None:
+        hit = _fold(store, version, check, ChainMap({}, attrs), facts, frozen, memo)  # type: ignore[arg-type]
+        _FOLDS.put(key, hit)
+    return hit
+
+
+#: how many rounds of "the attributes earlier writes read" join the fold
+_CLOSURE_DEPTH = 2
+#: at most this many writes are folded for one check
+_MAX_FOLDED = 400
+
+
+def fold_plan(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    names: frozenset[str],
+    fact_names: frozenset[str] = frozenset(),
+) -> tuple[tuple[tuple[chain.Write, resolution.PreparedWrite], ...], tuple[str, ...]]:
+    """The writes folded before ``check`` in validation order, prepared, and the attributes
+    that decide how they fold (cached per release).
+
+    The writes are those of ``names`` and, up to :data:`_CLOSURE_DEPTH` rounds, of the
+    attributes their values and guards read (a declaration reading a value an earlier
+    hook declared sees that declaration). They are sorted by pipeline position, so each
+    is evaluated over exactly the writes that ran before it.
+    """
+
+    def build() -> tuple[tuple[tuple[chain.Write, resolution.PreparedWrite], ...], tuple[str, ...]]:
+        deps = set(names)
+        seen: set[str] = set()
+        writes: dict[tuple[str, int, str], tuple[chain.Write, resolution.PreparedWrite]] = {}
+        frontier = set(names)
+        for _ in range(_CLOSURE_DEPTH + 1):
+            added: set[str] = set()
+            for attr in sorted(frontier - seen):
+                seen.add(attr)
+                for w in chain.earlier_writes(store, version, attr, check):
+                    if len(writes) >= _MAX_FOLDED:
+                        break
+                    pw = resolution.prepare_write(store, version, w, fact_names)
+                    writes[(w.path, w.line, attr)] = (w, pw)
+                    for text in [pw.value or "", *(g for g, _ in pw.all_guards(False))]:
+                        try:
+                            added |= referenced_names(text) if text else set()
+                        except Exception:  # noqa: BLE001 - unparsable: evaluated as unknown
+                            continue
+            deps |= added
+            frontier = added - seen
+            if not frontier:
+                break
+        order = sorted(
+            writes.values(),
+            key=lambda p: (
+                p[0].rank if p[0].rank is not None else -1.0,
+                p[0].path,
+                p[0].line,
+                p[0].attr,
+            ),
+        )
+        return tuple(order), tuple(sorted(deps))
+
+    key = (
+        *release_key(store, version, "fold-plan"),
+        check["id"],
+        tuple(sorted(names)),
+        hash(fact_names),
+    )
+    return cached(key, build)
+
+
+def write_dependencies(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    names: frozenset[str],
+    fact_names: frozenset[str] = frozenset(),
+) -> tuple[str, ...]:
+    """The attributes that decide how the earlier writes of ``names`` fold in (cached):
+    ``names`` themselves and every attribute read by the folded writes' guards and values."""
+    return fold_plan(store, version, check, names, fact_names)[1]
+
+
+def _fold(
+    store: Store,
+    version: str,
+    check: dict[str, Any],
+    attrs: MutableMapping[str, Value],
+    facts: dict[str, Value],
+    names: frozenset[str],
+    memo: dict[tuple[Any, ...], object] | None,
+) -> Fold:
+    """The uncached fold: (assignments in order, caveats, notes); ``attrs`` is scratch space
+    (assigned in place). Only the writes of ``names`` are reported (notes and caveats);
+    the others are folded so that later writes read what ran before them."""
+    done: list[tuple[str, Value]] = []
+
+    def assign(attr: str, value: Value) -> None:
+        attrs[attr] = value
+        done.append((attr, value))
+
+    caveats: list[str] = []
+    notes: dict[str, list[str]] = {}
+    plan, _ = fold_plan(store, version, check, names, frozenset(facts))
+    for w, pw in plan:
+        attr = w.attr
+        report = attr in names
+        env = Env(attrs, facts)
+        same_fn = w.function == check["function"] and w.path == check["path"]
+        guards = pw.all_guards(same_fn)
+        holds = all_hold([piece_holds(_truth(cond, env, memo), pol) for cond, pol in guards])
+        when = " and ".join(cond if pol else f"not ({cond})" for cond, pol in guards) or "always"
+        where = f"{w.path}:{w.line}"
+        if holds is False:
+            continue
+        if w.rank is None:
+            if report:
+                notes.setdefault(attr, []).append(
+                    f"may be changed at {where} when {when} (order relative to the check unknown)"
+                )
+            continue
+        if holds is True and not pw.reached and not same_fn:
+            holds = UNKNOWN  # in a helper of a step called from several places: guards unknown
+        try:
+            value = evaluate(pw.value, env).value if pw.value else UNKNOWN
+        except UnsafeExpression:
+            value = UNKNOWN
+        if value is UNKNOWN and _transforms_itself(pw.value, attr):
+            # e.g. model_path = _resolve_or_download(self.model_path): same meaning, new form
+            if report:
+                notes.setdefault(attr, []).append(f"rewritten at {where} from its own value")
+            continue
+        if holds is True and value is not UNKNOWN:
+            assign(
+                attr,
+                Value(
+                    value, Provenance("write", resolution.write_provenance(version, w, value, when))
+                ),
+            )
+            if report:
+                notes.setdefault(attr, []).append(f"set to {value!r} at {where}")
+        else:
+            msg = f"may be changed at {where} when {when}"
+            if holds is True:
+                assign(
+                    attr,
+                    Value(
+                        UNKNOWN,
+                        Provenance(
+                            "write", f"set at {where} to `{pw.value}`, not known statically"
+                        ),
+                    ),
+                )
+            if report:
+                notes.setdefault(attr, []).append(msg)
+                caveats.append(f"`{attr}` {msg}")
+    return tuple(done), caveats, notes
+
+
+def _transforms_itself(value_src: str | None, attr: str) -> bool:
+    """Does the written expression read the attribute it writes (a normalisation)?"""
+    if not value_src:
+        return False
+    try:
+        return attr in referenced_names(value_src)
+    except Exception:  # noqa: BLE001
+        return False

@@ -1,0 +1,142 @@
+"""One rule card's verdict under an attribute environment (:func:`judge_card`).
+
+* ``violated``       ``when`` is true and ``require`` is false;
+* ``satisfied``      ``require`` is true (then ``when`` does not matter);
+* ``not_applicable`` ``when`` is false;
+* ``unknown``        anything else; the reason names the unknown inputs.
+
+``when`` is evaluated operand by operand, innermost guard first, stopping at the first false
+one. The :class:`CardResult` keeps the inputs the evaluations read, for the explanation.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from dataclasses import dataclass, field
+from typing import Literal
+
+from kb.errors import UnsafeExpression
+from kb.rules.cards import Card
+from service.engine.answer import RuleVerdict, jsonable
+from service.engine.expr.interpreter import UNKNOWN, Env, Result, evaluate
+from service.engine.flags.parse import ParsedArgs
+
+__all__ = ["CardResult", "Verdict", "given_function", "judge_card"]
+
+Verdict = Literal["violated", "satisfied", "unknown", "not_applicable"]
+
+
+@dataclass
+class CardResult:
+    """A card's verdict with the evaluations behind it."""
+
+    card: Card
+    verdict: Verdict
+    reason: str
+    unknowns: list[str] = field(default_factory=list)
+    inputs: list[tuple[str, object, str]] = field(default_factory=list)  # name, value, detail
+    notes: list[str] = field(default_factory=list)
+
+    def as_rule_verdict(self) -> RuleVerdict:
+        return RuleVerdict(
+            rule=self.card.id, verdict=self.verdict, severity=self.card.severity, reason=self.reason
+        )
+
+
+def given_function(parsed: ParsedArgs):  # noqa: ANN202
+    typed = {pf.flag or pf.token for pf in parsed.values.values()}
+    typed |= {pf.token for pf in parsed.values.values()}
+
+    def given(flag: object) -> object:
+        return isinstance(flag, str) and flag in typed
+
+    return given, tuple(sorted(typed))
+
+
+def _inputs(results: list[Result]) -> list[tuple[str, object, str]]:
+    out: list[tuple[str, object, str]] = []
+    seen: set[str] = set()
+    for res in results:
+        for atom in res.atoms:
+            for name, value, prov in atom.inputs:
+                if name not in seen:
+                    seen.add(name)
+                    out.append(
+                        (name, value, f"{prov.kind}: {prov.detail}" if prov.detail else prov.kind)
+                    )
+    return out
+
+
+def _describe(inputs: list[tuple[str, object, str]], limit: int = 5) -> str:
+    shown = [f"{n}={jsonable(v)!r} ({d})" for n, v, d in inputs if v is not UNKNOWN][:limit]
+    return "; ".join(shown)
+
+
+@functools.lru_cache(maxsize=16384)
+def _conjuncts(text: str) -> tuple[str, ...]:
+    """The top-level ``and`` operands of ``text``, innermost (last) first."""
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return (text,)
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+        return tuple(ast.unparse(v) for v in reversed(node.values))
+    return (text,)
+
+
+def _when(card: Card, env: Env) -> tuple[object, list[Result]]:
+    """Kleene AND of ``when``'s operands, innermost guard first, stopping at the first false.
+
+    Derived ``when``s are long chains of early exits; the innermost guard is the
+    one most likely to be false, so this usually evaluates one operand, not all.
+    """
+    truth: object = True
+    results: list[Result] = []
+    for part in _conjuncts(card.when):
+        res = evaluate(part, env)
+        results.append(res)
+        if res.truth is False:
+            return False, results
+        if res.truth is UNKNOWN:
+            truth = UNKNOWN
+    return truth, results
+
+
+def judge_card(card: Card, env: Env, notes: list[str]) -> CardResult:
+    try:
+        req = evaluate(card.require, env)
+        if req.truth is True:
+            return CardResult(card, "satisfied", "`require` holds", [], _inputs([req]), notes)
+        w, parts = _when(card, env)
+    except UnsafeExpression as exc:
+        return CardResult(
+            card,
+            "unknown",
+            f"unknown because the card could not be evaluated: {exc.message}",
+            [card.id],
+            notes=notes,
+        )
+    r = req.truth
+    inputs = _inputs([*parts, req])
+    if w is False:
+        return CardResult(card, "not_applicable", "`when` is false", [], inputs, notes)
+    if w is True and r is False:
+        why = _describe(_inputs([req])) or _describe(inputs)
+        reason = f"{card.message} — `require` is false" + (f" with {why}" if why else "")
+        return CardResult(card, "violated", reason, [], inputs, notes)
+    when_unknowns = [n for p in parts if p.truth is UNKNOWN for n in p.unknowns]
+    unknowns = list(dict.fromkeys([*when_unknowns, *(req.unknowns if r is UNKNOWN else ())]))
+    names = ", ".join(unknowns[:6]) or "some inputs"
+    verb = "is" if len(unknowns) == 1 else "are"
+    part = (
+        "`when`"
+        if w is UNKNOWN and r is not UNKNOWN
+        else "`require`"
+        if w is not UNKNOWN
+        else "`when` and `require`"
+    )
+    reason = f"unknown because {names} {verb} not known ({part} undecided)"
+    if notes:
+        reason += "; " + notes[0]
+    return CardResult(card, "unknown", reason, unknowns, inputs, notes)

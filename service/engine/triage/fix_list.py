@@ -1,0 +1,145 @@
+"""The fixes a located answer lists: the module's post-validation candidates and the
+proposer's, each judged against the failing check and its neighbours, shown in the user's
+spellings, ranked by the rule cards' verdicts and, when none is clean, repaired
+(:class:`FixList`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from kb.store import Store
+from service.engine.answer import FixOut, UnknownFact
+from service.engine.expr.interpreter import Value
+from service.engine.fixes.candidates import post_validation_verdicts
+from service.engine.fixes.model import Verdict
+from service.engine.fixes.present import fix_out, with_bases
+from service.engine.fixes.propose import propose
+from service.engine.fixes.repair import repair
+from service.engine.logparse.frames import ExceptionInfo
+from service.engine.triage.inputs import TriageInput, command_prefix, ms
+from service.engine.triage.located import Evaluated
+
+#: fixes an answer lists; candidates proposed beyond them, for the rule cards to rank
+MAX_FIXES = 5
+CARD_SPARE = 3
+
+
+@dataclass
+class FixList:
+    """The fixes of a located answer (best first) and what they rest on."""
+
+    fixes: list[FixOut]
+    #: each listed (not repaired) fix with the verdict it was shown from
+    pairs: list[tuple[Verdict, FixOut]]
+    #: the citations of the module's registered candidates
+    registered: list[str]
+    #: what is not known about the module's candidates
+    unknowns: list[UnknownFact]
+
+
+def list_fixes(
+    store: Store,
+    inp: TriageInput,
+    exc: ExceptionInfo,
+    evaluated: Evaluated,
+    timings: dict[str, float],
+) -> FixList:
+    """The fixes of ``evaluated``'s check; timings ``fixes`` (candidates judged) and
+    ``rules`` (rule cards and repair) are recorded in ``timings``."""
+    version, catalog = inp.version, inp.catalog
+    check, argv, pargs = evaluated.check, evaluated.argv, evaluated.pargs
+    attrs, facts, fsig = evaluated.attrs, evaluated.facts, evaluated.fsig
+    prefix = command_prefix(inp.parsed)
+    t = time.perf_counter()
+    post = post_validation_verdicts(
+        store,
+        version,
+        check,
+        evaluated.printed,
+        exc.message,
+        catalog,
+        pargs,
+        attrs,
+        facts,
+        facts_sig=fsig,
+    )
+    verdicts, registered = post.verdicts, post.citations
+    verdicts += [
+        v
+        for v in propose(
+            store,
+            version,
+            check,
+            evaluated.ev,
+            pargs,
+            catalog,
+            attrs,
+            facts,
+            limit=MAX_FIXES + CARD_SPARE,
+            facts_sig=fsig,
+        )
+        if all(v.edit.key() != r.edit.key() for r in verdicts)
+    ]
+    verdicts += [v for v in post.tripped if all(v.edit.key() != r.edit.key() for r in verdicts)]
+    timings["fixes"] = ms(t)
+    fixes = [
+        fix_out(i + 1, v, argv, catalog, pargs, version, prefix=prefix)
+        for i, v in enumerate(verdicts)
+    ]
+    t = time.perf_counter()
+    pairs = list(zip(verdicts, fixes, strict=True))  # before the re-ranking below
+    judged = rule_verdicts(store, fixes, version, facts, fsig)
+    del fixes[MAX_FIXES:]  # the best after the rule cards had their say
+    pairs = [p for p in pairs if any(p[1] is f for f in fixes)]
+    repaired = repair(
+        store, version, check, pairs, argv, pargs, catalog, attrs, facts, facts_sig=fsig
+    )
+    if repaired:  # no fix was clean: the clean extensions join the list
+        added = [
+            fix_out(len(fixes) + i + 1, v, argv, catalog, pargs, version, prefix=prefix)
+            for i, (_, v) in enumerate(repaired)
+        ]
+        rule_verdicts(store, fixes + added, version, facts, fsig, judged)
+        fixes = with_bases(added, [base for base, _ in repaired], fixes)
+    timings["rules"] = ms(t)
+    return FixList(fixes=fixes, pairs=pairs, registered=registered, unknowns=post.unknowns)
+
+
+def rule_verdicts(
+    store: Store,
+    fixes: list[FixOut],
+    version: str,
+    facts: dict[str, Value],
+    facts_sig: str | None = None,
+    judged: dict[int, bool] | None = None,
+) -> dict[int, bool]:
+    """Put the rule cards' verdicts on every fix not already in ``judged``; recommend the
+    best fix that violates no error-severity card (re-ranking the clean ones first).
+
+    Returns ``judged`` (``id`` of each fix -> violates an error card), so that a later
+    call with more fixes judges only the new ones.
+    """
+    from service.engine.rules.checker import check_fix
+
+    bad: dict[int, bool] = dict(judged or {})
+    for f in fixes:
+        if id(f) in bad:
+            continue
+        verdicts, violates = check_fix(store, version, f.argv, facts, facts_sig=facts_sig)
+        f.rule_verdicts = verdicts
+        bad[id(f)] = violates
+        if violates:
+            worst = next(
+                (v for v in verdicts if v.verdict == "violated" and v.severity == "error"), None
+            )
+            f.verdict += f"; violates rule {worst.rule}" if worst else "; violates a rule card"
+    # statically verified fixes stay ahead of undecided candidates (replay's to decide)
+    fixes.sort(key=lambda f: (f.fixes_check != "true", bad[id(f)], f.rank))
+    for i, f in enumerate(fixes, start=1):
+        f.rank = i
+    for f in fixes:
+        if not bad[id(f)] and f.fixes_check == "true" and not f.trips:
+            f.recommended = True
+            break
+    return bad
