@@ -25,9 +25,9 @@ from pathlib import Path
 from ingest.pipeline import index_structure
 from kb.knowledge import KnowledgeBase
 from kb.sources import fetch_release
-from service import ondemand
 from service.engine import Engine
 from service.settings import Settings
+from service.usecase import TriageRequest, TriageUseCase
 
 SA = "sglang/srt/server_args.py"
 
@@ -64,10 +64,10 @@ def one(base: str, release: str, log: str, settings: Settings, work: Path) -> di
     base_s = time.perf_counter() - t
     engine = Engine(kb, s)
     t = time.perf_counter()
-    first = ondemand.triage(engine, s, log)
+    first = TriageUseCase(engine, s).answer(TriageRequest(log))
     first_s = time.perf_counter() - t
     t = time.perf_counter()
-    ondemand.triage(engine, s, log)
+    TriageUseCase(engine, s).answer(TriageRequest(log))
     again_s = time.perf_counter() - t
     note = first.release.get("on_demand") or {}
     return {

@@ -5,11 +5,13 @@ process holds one :class:`~kb.knowledge.KnowledgeBase` per KB folder (and Chroma
 URL and model) and one :class:`~kb.records.Records` per records database (the
 KB's ``records.sqlite``, or ``TRIAGE_DATABASE_URL``), whichever front end asked
 first, and no front end imports another for them. :func:`jobs_for` is the
-durable replay queue in that database when replay runs in workers.
+durable replay queue in that database when replay runs in workers; :func:`vectors_ok` the
+KB's vector store health, re-checked at most every few seconds.
 """
 
 from __future__ import annotations
 
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from service.engine import Engine
 from service.replay.jobs import JobQueue
 from service.settings import Settings, reveal
 
-__all__ = ["engine_for", "jobs_for", "kb_for", "records_for"]
+__all__ = ["engine_for", "jobs_for", "kb_for", "records_for", "vectors_ok"]
 
 
 @lru_cache(maxsize=8)
@@ -61,3 +63,19 @@ def jobs_for(settings: Settings, records: Records | None = None) -> JobQueue | N
 def engine_for(settings: Settings) -> Engine:
     """An engine over :func:`kb_for` ``settings`` (engines are cheap; their caches are shared)."""
     return Engine(kb_for(settings), settings)
+
+
+_health: dict[int, tuple[float, bool]] = {}
+
+
+def vectors_ok(kb: KnowledgeBase, ttl_s: float = 5.0) -> bool:
+    """Chroma's health, re-checked at most every ``ttl_s`` seconds per KB."""
+    now = time.monotonic()
+    hit = _health.get(id(kb))
+    if hit is None or now - hit[0] > ttl_s:
+        ok = kb.vectors_ok()
+        if not ok:
+            kb.reset_vectors()  # reconnect on the next check
+        hit = (now, ok)
+        _health[id(kb)] = hit
+    return hit[1]

@@ -2,7 +2,7 @@
 
 Start one or more on any host that reaches ``TRIAGE_DATABASE_URL`` and has the
 replay sandbox (bubblewrap) and the wheel cache; the API then only queues jobs
-(see :mod:`service.replay.jobs` and :mod:`service.replay.worker`). Registered on
+(see :mod:`service.replay.jobs` and :mod:`service.replay.job_runner`). Registered on
 the main CLI by :func:`register`.
 """
 
@@ -33,7 +33,7 @@ def replay_worker(
 ) -> None:
     """Replay queued triages (TRIAGE_DATABASE_URL, or TRIAGE_REPLAY_QUEUE=database) and store
     the verdicts in the triage records, as the API's in-process replay does."""
-    from service.replay.worker import TEST_PAYLOAD_ENV, Worker
+    from service.replay.job_runner import TEST_PAYLOAD_ENV, Worker
     from service.settings import Settings
     from service.wiring import records_for
 

@@ -2,7 +2,9 @@
 
 When a crash log names its release (the ``release`` sent, a ``pip`` pin, a ``check_env``
 row, a ``dist-info`` path, a version string) and the KB lacks it, :class:`OnDemandIngest`
-may have it indexed; each bound that refuses is a note in the answer, never an error:
+may have it indexed; each bound that refuses is a note in the answer, never an error. The
+triage use case (:mod:`service.usecase`) reads :func:`wanted_release` from its one parse of
+the log, calls :meth:`OnDemandIngest.ensure` and writes the outcome with :func:`annotate`:
 
 * **Listed releases only**: a version is fetched only when the package index lists it
   (:mod:`ingest.acquire.release_list`, asked at most once per
@@ -32,9 +34,7 @@ needs the ``[ingest]`` extra.
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -42,8 +42,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from kb.knowledge import KnowledgeBase
-from service.engine import HINT_ORDER, Engine, TriageResult, parse_input, redact_payload
-from service.settings import Settings
+from service.engine import HINT_ORDER, ParsedLog, TriageResult
 
 from .worker import (
     FAILED_MAX,
@@ -69,12 +68,8 @@ __all__ = [
     "child_env",
     "ingester_for",
     "ingesting",
-    "triage",
     "wanted_release",
 ]
-
-
-log = logging.getLogger(__name__)
 
 
 def _is_version(text: str) -> bool:
@@ -86,16 +81,17 @@ def _is_version(text: str) -> bool:
 
 
 def wanted_release(
-    payload: str | bytes | dict[str, Any], release: str | None, kb: KnowledgeBase, *, max_bytes: int
+    parsed_input: tuple[ParsedLog, dict[str, Any]], release: str | None, kb: KnowledgeBase
 ) -> str | None:
     """The release the log says it ran, when the KB does not hold it; else None.
 
-    Only the most trusted hint counts (a ``release`` given with the request
-    first): a weaker one naming a missing release while a stronger one names
-    an ingested release is the engine's to weigh, not a reason to download.
-    Raises what parsing raises (empty, binary, too large, no crash found).
+    ``parsed_input`` is what :func:`~service.engine.parse_input` gave for the request (the
+    caller parses once; this reads the parse). Only the most trusted hint counts (a
+    ``release`` given with the request first): a weaker one naming a missing release while
+    a stronger one names an ingested release is the engine's to weigh, not a reason to
+    download.
     """
-    parsed, extras = parse_input(payload, max_bytes=max_bytes)
+    parsed, extras = parsed_input
     named = release or extras.get("release")
     versions = [str(named)] if named else []
     order = {k: i for i, k in enumerate(HINT_ORDER)}
@@ -179,80 +175,3 @@ def ingester_for(kb: KnowledgeBase) -> OnDemandIngest:
         if found is None:
             found = _INGESTERS[kb] = OnDemandIngest(kb)
         return found
-
-
-def triage(
-    engine: Engine,
-    settings: Settings,
-    payload: str | bytes | dict[str, Any],
-    *,
-    release: str | None = None,
-    hardware: str | None = None,
-    model: str | None = None,
-    model_arch: str | None = None,
-    replay: bool = True,
-    client: str = "local",
-    on_update: Callable[[TriageResult], None] | None = None,
-) -> TriageResult:
-    """:meth:`Engine.triage`, with the release the log names ingested on demand when the KB
-    lacks it (what every front end calls).
-
-    With ``on_update`` the answer comes at once: while the release is being ingested it is
-    from the nearest ingested release (``release.on_demand.status`` ``ingesting``), and
-    when the ingest lands the log is triaged again and ``on_update(new answer)`` is called
-    on the ingest's worker thread. Without it (the CLI, the Slack bot) the call waits for
-    the ingest. ``client`` is whose budget a new ingest counts against. Then, unless the
-    answer is a stand-in, when static evaluation left the check or a fix undecided and
-    replay is on (``replay`` and ``replay_enabled``), the replay-backed fix search
-    (:func:`service.replay.search.search_fixes`, within ``fix_search_deadline_s``), and
-    the replay of the command on the release an upgrade answer names
-    (:func:`service.replay.upgrade.verify_upgrade`)."""
-    limit = settings.max_body_bytes
-    options = {"release": release, "hardware": hardware, "model": model, "model_arch": model_arch}
-    payload = redact_payload(payload)  # once per request: every parse below gets Redacted text
-    wanted = wanted_release(payload, release, engine.kb, max_bytes=limit)
-    ingester = ingester_for(engine.kb)
-    landed = None
-    if wanted and on_update is not None:
-
-        def landed(note: OnDemandNote) -> None:
-            try:
-                again = engine.triage(payload, **options, max_bytes=limit)
-            except Exception:  # the stand-in then, with the outcome: never "ingesting" forever
-                log.exception("triaging again after the ingest of %s", note.release)
-                again = result.model_copy(deep=True)
-                again.degraded = [d for d in again.degraded if not d.startswith("ingesting ")]
-            annotate(again, note)
-            ingester.touch(again.release.get("release"))
-            on_update(again)
-
-    note = (
-        ingester.ensure(wanted, settings, client=client, on_landed=landed, wait=on_update is None)
-        if wanted
-        else None
-    )
-    result = engine.triage(payload, **options, max_bytes=limit)
-    annotate(result, note)
-    ingester.touch(result.release.get("release"))
-    if (
-        replay
-        and settings.replay_enabled
-        and settings.fix_search_deadline_s > 0
-        and not ingesting(result)
-    ):
-        from service.replay.search import search_fixes
-
-        started = time.monotonic()
-        search_fixes(
-            result,
-            settings,
-            deadline_s=settings.fix_search_deadline_s,
-            max_candidates=settings.fix_search_candidates,
-            verify_clean=settings.fix_search_verify_clean,
-        )
-        if result.upgrade_fix is not None:  # the named release's own validation judges it
-            from service.replay.upgrade import verify_upgrade
-
-            left = settings.fix_search_deadline_s - (time.monotonic() - started)
-            verify_upgrade(result, settings, deadline_s=max(0.0, left))  # one shared deadline
-    return result

@@ -18,9 +18,13 @@ fact. The "This fixed it" button records the incident with
 Safety: event retries are dropped by ``event_id`` (and by message ts), posts
 are rate-limited per channel by a token bucket (see :mod:`service.slack.state`), and
 every outgoing payload is redacted of secrets (see :mod:`service.slack.blocks`).
-Message text is read by :mod:`service.slack.text`. Two modes: HTTP
-(:func:`mount_slack` adds ``POST /slack/events`` to the FastAPI app,
-signatures verified by Bolt) and Socket Mode (:func:`run_socket_mode`).
+Message text is read by :mod:`service.slack.text`, files by :mod:`service.slack.files`;
+replies go out through :mod:`service.slack.replies`. The triage is the shared use case
+(:meth:`service.usecase.TriageUseCase.answer_and_store`), stored like the API's, with
+``similar`` and the background replay, so the report link shows the replay verdicts when
+they are in. Two modes (:mod:`service.slack.serve`): HTTP
+(:func:`~service.slack.serve.mount_slack` adds ``POST /slack/events`` to the FastAPI app,
+signatures verified by Bolt) and Socket Mode (:func:`~service.slack.serve.run_socket_mode`).
 The state (event ids seen, thread contexts, rate limits) lives in the records
 database when ``TRIAGE_DATABASE_URL`` is set, shared by every worker and host
 (:mod:`service.slack.shared`); otherwise in the process's memory, and HTTP mode
@@ -35,24 +39,19 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
 from slack_bolt import App, BoltRequest, BoltResponse
-from slack_bolt.adapter.fastapi import SlackRequestHandler
-from slack_bolt.adapter.starlette.handler import to_bolt_request, to_starlette_response
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
-from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
 from kb.errors import ConfigError, TriageError
-from kb.records import ConfirmRefused, Records, new_triage_id, owner_check
-from service import ondemand
-from service.engine import Engine, TriageResult, redact, redact_payload
+from kb.records import ConfirmRefused, Records, owner_check
+from service.engine import Engine, TriageResult, redact
 from service.settings import Settings, reveal
 from service.slack import blocks as sb
+from service.slack.files import fetch_files
+from service.slack.replies import Blocks, Replies, make_client
 from service.slack.shared import SlackState, slack_state
 from service.slack.state import ThreadContext, TokenBucket
 from service.slack.text import (
@@ -62,31 +61,13 @@ from service.slack.text import (
     normalize_text,
     split_options,
 )
+from service.usecase import Keep, TriageRequest, TriageUseCase
 
 log = logging.getLogger("sglang_triage.slack")
 
 EngineFactory = Callable[[], Engine]
-Blocks = list[dict[str, Any]]
 
 SLASH_COMMAND = "/sglang-triage"
-FILE_HOSTS = ("files.slack.com",)
-TEXT_FILETYPES = {
-    "text",
-    "python",
-    "shell",
-    "log",
-    "json",
-    "yaml",
-    "markdown",
-    "post",
-    "diff",
-    "javascript",
-    "plain",
-    "txt",
-    "csv",
-    "toml",
-    "ini",
-}
 
 
 # ------------------------------------------------------------------------------ the bot
@@ -138,6 +119,7 @@ class SlackTriageBot:
             if s
         )
         self.client = client or make_client(settings)
+        self.replies = Replies(self.client, self.bucket, self.secrets, settings)
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="slack-triage")
         self.app = App(
             client=self.client,
@@ -163,8 +145,11 @@ class SlackTriageBot:
                 self._engine = self._engine_factory()
             return self._engine
 
-    def report_url(self, tid: str) -> str:
-        return f"{self.settings.public_url.rstrip('/')}/t/{tid}"
+    def report_url(self, result: TriageResult) -> str | None:
+        """The web page of stored triage ``result`` (None: it was not stored)."""
+        if result.id is None:
+            return None
+        return f"{self.settings.public_url.rstrip('/')}/t/{result.id}"
 
     # -- middleware -------------------------------------------------------------------
     def _dedupe(
@@ -207,7 +192,7 @@ class SlackTriageBot:
         if done is None:
             return
         result, tid, payload, opts = done
-        fallback, blocks = sb.triage_blocks(result, self.report_url(tid))
+        fallback, blocks = sb.triage_blocks(result, self.report_url(result))
         fallback = f"<@{command.get('user_id', '')}> asked: {fallback}"
         ts = self._post(channel, None, fallback, blocks)
         if ts is None:  # not in the channel: fall back to the response_url
@@ -287,7 +272,8 @@ class SlackTriageBot:
             return
         if files:
             try:
-                text = "\n".join(t for t in [text, *self._fetch_files(files)] if t)
+                fetched = fetch_files(self.client, self.settings, files)
+                text = "\n".join(t for t in [text, *fetched] if t)
             except TriageError as exc:
                 self._post(channel, thread, *sb.error_blocks(exc.message, sb.INPUT_HINT))
                 return
@@ -311,7 +297,7 @@ class SlackTriageBot:
             return
         result, tid, payload, opts = done
         self.threads.put(ThreadContext(channel, thread, payload, opts, tid, result))
-        self._post(channel, thread, *sb.triage_blocks(result, self.report_url(tid)))
+        self._post(channel, thread, *sb.triage_blocks(result, self.report_url(result)))
 
     def _followup(self, ctx: ThreadContext, text: str, options: dict[str, str]) -> None:
         kind, value = classify_followup(text)
@@ -348,7 +334,7 @@ class SlackTriageBot:
             note = sb.change_note(ctx.result, ctx.options, result, opts)
             self.threads.put(ThreadContext(ctx.channel, ctx.thread_ts, payload, opts, tid, result))
             self._post(
-                ctx.channel, ctx.thread_ts, *sb.triage_blocks(result, self.report_url(tid), note)
+                ctx.channel, ctx.thread_ts, *sb.triage_blocks(result, self.report_url(result), note)
             )
             return
         render = {
@@ -390,253 +376,43 @@ class SlackTriageBot:
     def _triage(
         self, text: str, options: dict[str, Any], source: dict[str, Any], redacted: bool = False
     ) -> tuple[TriageResult, str, str, dict[str, str | None]]:
-        """Run the engine on the (redacted) log; store the result; ``(result, id, payload, options)``."""
+        """Triage the (redacted) log and store it (the shared use case); ``(result, id,
+        payload, options)``. The asker owns the record, and their share of the on-demand
+        budget and of the replay queue is spent; an on-demand ingest is waited for (a posted
+        answer cannot change)."""
         payload = text if redacted else redact(text, self.secrets)
-        opts: dict[str, str | None] = {
-            k: options.get(k) for k in ("release", "hardware", "model", "model_arch")
-        }
-        result = ondemand.triage(
-            self.engine,
-            self.settings,
-            payload,
-            **opts,  # waits for an ingest
-            client=f"slack:{source.get('user') or 'unknown'}",
-        )
-        tid = new_triage_id()
-        result.id = tid
         user = source.get("user")
-        self.records.save(
-            tid,
-            {"options": opts, "log": payload[:200_000], "source": "slack", "slack": source},
-            result.model_dump(mode="json"),
-            owner=f"slack:{user}" if user else source.get("owner"),
+        client = f"slack:{user or 'unknown'}"
+        ask = TriageRequest(
+            payload,
+            release=options.get("release"),
+            hardware=options.get("hardware"),
+            model=options.get("model"),
+            model_arch=options.get("model_arch"),
+            client=client,
         )
-        return result, tid, payload, opts
-
-    def _fetch_files(self, files: list[dict[str, Any]]) -> list[str]:
-        """The text of the uploaded files/snippets, fetched with the bot token."""
-        out: list[str] = []
-        limit = self.settings.max_body_bytes
-        for f in files[:3]:
-            if not f.get("url_private_download") and f.get("id"):
-                f = {**f, **(self.client.files_info(file=f["id"]).get("file") or {})}
-            url = f.get("url_private_download") or f.get("url_private")
-            mimetype, filetype = str(f.get("mimetype") or ""), str(f.get("filetype") or "")
-            if not url or not (
-                mimetype.startswith("text/")
-                or filetype in TEXT_FILETYPES
-                or f.get("mode") == "snippet"
-            ):
-                raise _input_error(f"{f.get('name', 'the file')} is not a text file")
-            if int(f.get("size") or 0) > limit:
-                raise _input_error(f"{f.get('name', 'the file')} is over {limit} bytes")
-            if not self._allowed_file_url(url):
-                raise _input_error("refusing to fetch a file from outside Slack")
-            resp = httpx.get(
-                url,
-                headers={"Authorization": f"Bearer {reveal(self.settings.slack_bot_token)}"},
-                timeout=20.0,
-                follow_redirects=False,
-            )
-            if resp.status_code != 200 or "text/html" in resp.headers.get("content-type", ""):
-                raise _input_error(
-                    f"could not download {f.get('name', 'the file')} "
-                    f"(HTTP {resp.status_code}); is files:read granted?"
-                )
-            data = resp.content[: limit + 1]
-            if len(data) > limit or b"\x00" in data:
-                raise _input_error(f"{f.get('name', 'the file')} is too large or binary")
-            out.append(data.decode("utf-8", errors="replace"))
-        return out
-
-    def _allowed_file_url(self, url: str) -> bool:
-        parts = urlsplit(url)
-        hosts = set(FILE_HOSTS)
-        if self.settings.slack_api_url:
-            hosts.add(urlsplit(self.settings.slack_api_url).netloc)
-        return parts.netloc in hosts and (parts.scheme == "https" or parts.netloc not in FILE_HOSTS)
+        keep = Keep(
+            owner=f"slack:{user}" if user else source.get("owner"),
+            record={"source": "slack", "slack": source},
+            replay_client=client,
+            late_updates=False,  # waits for an ingest
+        )
+        usecase = TriageUseCase(self.engine, self.settings, self.records)
+        stored = usecase.answer_and_store(ask, keep)
+        return stored.result, stored.tid, payload, ask.options()
 
     # -- Web API ----------------------------------------------------------------------
     def _post(self, channel: str, thread_ts: str | None, text: str, blocks: Blocks) -> str | None:
-        if not self.bucket.acquire(channel):
-            log.warning("rate limit: dropping a reply to %s", channel)
-            return None
-        payload = redact_payload({"text": text[:3000], "blocks": blocks}, self.secrets)
-        try:
-            resp = self.client.chat_postMessage(
-                channel=channel, thread_ts=thread_ts, unfurl_links=False, **payload
-            )
-        except SlackApiError as exc:
-            log.warning("chat.postMessage to %s failed: %s", channel, exc.response.get("error"))
-            return None
-        return resp.get("ts")
+        return self.replies.post(channel, thread_ts, text, blocks)
 
     def _update(self, channel: str, ts: str, text: str, blocks: Blocks) -> None:
-        if not self.bucket.acquire(channel):
-            return
-        payload = redact_payload({"text": text[:3000], "blocks": blocks}, self.secrets)
-        try:
-            self.client.chat_update(channel=channel, ts=ts, **payload)
-        except SlackApiError as exc:
-            log.warning("chat.update failed: %s", exc.response.get("error"))
+        self.replies.update(channel, ts, text, blocks)
 
     def _respond(self, response_url: str | None, text: str, blocks: Blocks) -> None:
-        if not response_url:
-            return
-        if not allowed_response_url(response_url, self.settings.slack_response_hosts):
-            log.warning("refusing to post to a response_url outside TRIAGE_SLACK_RESPONSE_HOSTS")
-            return
-        payload = redact_payload(
-            {"text": text[:3000], "blocks": blocks, "response_type": "in_channel"}, self.secrets
-        )
-        try:
-            httpx.post(response_url, json=payload, timeout=10.0)
-        except httpx.HTTPError as exc:
-            log.warning("response_url post failed: %s", exc)
+        self.replies.respond(response_url, text, blocks)
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def allowed_response_url(url: str, hosts: list[str]) -> bool:
-    """May the bot post to ``url`` (a slash command's ``response_url``)? Only to a host in
-    ``hosts`` (``TRIAGE_SLACK_RESPONSE_HOSTS``: Slack's), over https; a loopback host listed
-    there (a test's stub) may use http. Never to a URL with credentials or another port
-    trick: the host is compared after parsing."""
-    try:
-        parts = urlsplit(url)
-        host = (parts.hostname or "").lower()
-        parts.port  # noqa: B018 - raises on a malformed port
-    except ValueError:
-        return False
-    if parts.username or parts.password or host not in {h.lower() for h in hosts}:
-        return False
-    return parts.scheme == "https" or (parts.scheme == "http" and host in _LOOPBACK)
-
-
-def _input_error(message: str) -> TriageError:
-    from service.errors import LogParseError
-
-    return LogParseError(message)
-
-
-# ------------------------------------------------------------------------------ wiring
-
-
-def make_client(settings: Settings) -> WebClient:
-    """A WebClient with the bot token, ``settings.slack_api_url`` and 429 retries."""
-    kwargs: dict[str, Any] = {"token": reveal(settings.slack_bot_token), "timeout": 20}
-    if settings.slack_api_url:
-        kwargs["base_url"] = settings.slack_api_url.rstrip("/") + "/"
-    client = WebClient(**kwargs)
-    client.retry_handlers.append(RateLimitErrorRetryHandler(max_retry_count=2))
-    return client
-
-
-def _defaults(
-    settings: Settings, engine_factory: EngineFactory | None, records: Records | None
-) -> tuple[EngineFactory, Records]:
-    from service.wiring import engine_for, records_for
-
-    factory = engine_factory or (lambda: engine_for(settings))
-    return factory, records or records_for(settings)
-
-
-class _ThreadedHandler(SlackRequestHandler):
-    """Bolt's FastAPI handler, dispatching on a worker thread so the event loop never waits."""
-
-    async def handle(
-        self, req: Any, addition_context_properties: dict[str, Any] | None = None
-    ) -> Any:
-        from starlette.concurrency import run_in_threadpool
-
-        if req.method != "POST":
-            return await super().handle(req, addition_context_properties)
-        body = await req.body()
-        try:  # Bolt parses the body before it checks the signature
-            bolt_req = to_bolt_request(req, body, addition_context_properties)
-        except ValueError:  # a body starting with "{" that is not JSON, bad form encoding
-            return Response(
-                "the request body is neither JSON nor form data",
-                status_code=400,
-                media_type="text/plain",
-            )
-        bolt_resp = await run_in_threadpool(self.app.dispatch, bolt_req)
-        return to_starlette_response(bolt_resp)
-
-
-def mount_slack(
-    app: FastAPI,
-    settings: Settings,
-    engine_factory: EngineFactory | None = None,
-    records: Records | None = None,
-    *,
-    path: str = "/slack/events",
-) -> SlackTriageBot:
-    """Add ``POST {path}`` (events, slash command, interactivity) to a FastAPI app.
-
-    Slack signs every request; Bolt answers 401 to a bad signature or a
-    timestamp over five minutes old, and this route answers 401 to a timestamp
-    that is not a number and to a form post (slash command, button) whose
-    signature it has already seen (a replay; Slack never resends those). The
-    body limit is the API's (:mod:`service.api.guard`). The engine defaults to
-    the API's KB and the records to the API's ``records.sqlite``, so report
-    links resolve.
-    """
-    factory, recs = _defaults(settings, engine_factory, records)
-    bot = SlackTriageBot(settings, factory, recs)
-    handler = _ThreadedHandler(bot.app)
-    signatures = bot.state.signatures  # kept 6 min: Bolt refuses older timestamps
-
-    @app.post(path, include_in_schema=False)
-    async def slack_events(request: Request) -> Response:
-        if not request.headers.get("x-slack-request-timestamp", "").isdigit():
-            return Response("missing or malformed Slack request timestamp", status_code=401)
-        try:
-            text = (await request.body()).decode("utf-8")
-        except UnicodeDecodeError:
-            return Response("the body is not UTF-8", status_code=400)
-        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if ctype == "application/json":
-            try:
-                envelope = json.loads(text)
-            except ValueError:
-                envelope = None
-            if not isinstance(envelope, dict):
-                return Response("the body is not a JSON object", status_code=400)
-        elif ctype != "application/x-www-form-urlencoded":
-            return Response("Slack sends JSON or form-encoded bodies", status_code=415)
-        # a forged signature recorded here is harmless: it never equals a real one
-        if ctype == "application/x-www-form-urlencoded" and not signatures.add(
-            request.headers.get("x-slack-signature", "")
-        ):
-            return Response("replayed Slack request", status_code=401)
-        return await handler.handle(request)
-
-    app.state.slack_bot = bot
-    return bot
-
-
-def run_socket_mode(
-    settings: Settings, engine_factory: EngineFactory | None = None, records: Records | None = None
-) -> None:
-    """Serve the bot over Socket Mode (``xapp-`` token; no public URL needed). Blocks."""
-    from slack_bolt.adapter.socket_mode import SocketModeHandler
-
-    if not settings.slack_app_token:
-        raise ConfigError("Socket Mode needs TRIAGE_SLACK_APP_TOKEN (an xapp- app-level token)")
-    factory, recs = _defaults(settings, engine_factory, records)
-    bot = SlackTriageBot(settings, factory, recs, socket_mode=True)
-    SocketModeHandler(bot.app, reveal(settings.slack_app_token), web_client=bot.client).start()
-
-
-__all__ = [
-    "SlackTriageBot",
-    "allowed_response_url",
-    "make_client",
-    "mount_slack",
-    "run_socket_mode",
-]
+__all__ = ["EngineFactory", "SlackTriageBot"]

@@ -13,7 +13,7 @@ start-up crash with those facts.
 3. **Launch** (:func:`service.watch.launch.launch`): output, exit code, signals, terminal
    and environment pass through unchanged; a bounded tail is kept.
 4. **Triage**: a non-zero exit before SGLang's ready line is a start-up crash. The tail
-   and the command go to :func:`service.ondemand.triage` with ``release`` the installed
+   and the command go to :meth:`service.usecase.TriageUseCase.answer` with ``release`` the installed
    version, ``hardware`` the detected profile, ``model`` the local path and the ``SGLANG_*``
    settings as ``export`` lines; the answer is stamped with the facts
    (:func:`~service.watch.report.apply_facts`: ``release: exact (installed)``,
@@ -288,18 +288,17 @@ def triage_launch(
     settings: Settings, tail: Tail, argv: Sequence[str], facts: MachineFacts, env: Mapping[str, str]
 ) -> tuple[TriageResult | None, str | None]:
     """``(answer, error)``: the tail triaged with the facts, stamped with them."""
-    from service import ondemand  # noqa: PLC0415 - the engine only when something crashed
-    from service.wiring import engine_for  # noqa: PLC0415
+    from service.usecase import TriageRequest, TriageUseCase  # the engine only on a crash
+    from service.wiring import engine_for
 
     try:
-        result = ondemand.triage(
-            engine_for(settings),
-            settings,
+        request = TriageRequest(
             _payload(tail, argv, facts, env),
             release=facts.version,
             hardware=facts.profile,
             model=facts.model.get("path"),
         )
+        result = TriageUseCase(engine_for(settings), settings).answer(request)
     except TriageError as exc:
         return None, exc.message
     except Exception as exc:  # noqa: BLE001 - a triage bug must not hide SGLang's own exit

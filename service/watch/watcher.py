@@ -7,7 +7,7 @@ attempt that crashed or exited, decides:
 
 * **a start-up crash** (no ready line before it): the attempt's lines (the crashing
   rank's only, transport prefixes stripped) are triaged with
-  :func:`service.ondemand.triage`, with ``--release``/``--hardware`` and the hardware of
+  :meth:`service.usecase.TriageUseCase.answer`, with ``--release``/``--hardware`` and the hardware of
   ``--gpus-from`` (a recorded ``nvidia-smi`` CSV, :func:`~service.watch.gpus.hardware_from_smi`;
   the answer then says ``hardware.source: detected``);
 * **not a start-up crash** (it had been ready): reported with its tail, not triaged;
@@ -40,9 +40,9 @@ from rich.console import Console
 from rich.text import Text
 
 from kb.errors import TriageError
-from service import ondemand
 from service.engine import Engine, TriageResult
 from service.settings import Settings
+from service.usecase import TriageRequest, TriageUseCase
 from service.watch.attempts import Attempt, Segmenter, command_key, normalise, signature
 from service.watch.gpus import hardware_from_smi
 from service.watch.report import CrashReport, apply_facts, reply_in_thread, send_report
@@ -241,9 +241,8 @@ class Watcher:
     def _triage(self, text: str) -> tuple[TriageResult | None, str | None]:
         self.triaged += 1
         try:
-            result = ondemand.triage(
-                self.engine, self.settings, text, release=self.release, hardware=self.hardware
-            )
+            request = TriageRequest(text, release=self.release, hardware=self.hardware)
+            result = TriageUseCase(self.engine, self.settings).answer(request)
         except TriageError as exc:
             return None, exc.message
         except Exception as exc:  # noqa: BLE001 - one bad attempt must not end a long watch

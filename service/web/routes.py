@@ -87,12 +87,12 @@ def web_router(require_key: Callable[..., None], get_kb: Callable[..., Any]) -> 
 
     @router.get("/source", dependencies=[Depends(require_key)])
     def source(
-        kb: Annotated[Any, Depends(get_kb)],
         release: Annotated[str, Query(min_length=1, max_length=100)],
         path: Annotated[str, Query(min_length=1, max_length=500)],
         start: Annotated[int, Query(ge=1, le=10_000_000)],
         end: Annotated[int | None, Query(ge=1, le=10_000_000)] = None,
         context: Annotated[int, Query(ge=0, le=50)] = 0,
+        kb: Any = Depends(get_kb),  # noqa: B008 - a local name: see the docstring above
     ) -> dict[str, Any]:
         """Lines ``start``..``end`` (plus ``context`` around) of ``path`` in ``release``.
 

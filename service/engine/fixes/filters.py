@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kb.catalog_types import Catalog
 from kb.store import Store
 from service.engine.evaluate.path_condition import PathEvaluation
 from service.engine.evaluate.pieces import PiecePart, atom_signs
@@ -65,7 +66,7 @@ __all__ = [
 #: and the guard of the call of the check's function (:data:`~.pieces.PIECE_KINDS`)
 SKIP_KINDS = frozenset({"exit_return", "call_site"})
 #: how a guard flip is named in its origin and verdict (the replay search drops one that
-#: replay rejects: :func:`service.replay.search.rerank`)
+#: replay rejects: :func:`service.replay.fix_search.rerank`)
 SKIP_NOTE = "skips the check"
 #: fact keys about the GPU generation or the model's architecture (the platform, compute
 #: capability, SM/arch predicates, MLA/NSA/DSA, the architecture and checkpoint facts)
@@ -217,7 +218,7 @@ def sibling_trips(check: dict[str, Any], ev: PathEvaluation) -> list[dict[str, A
     ]
 
 
-def turns_off(edit: Edit, flip: PiecePart, parsed: ParsedArgs, catalog: Any) -> str:  # noqa: ANN401
+def turns_off(edit: Edit, flip: PiecePart, parsed: ParsedArgs, catalog: Catalog) -> str:
     """What a guard flip gives up, in the user's spellings: ``turns off --enable-lora: an
     early exit (`not self.enable_lora`) then skips the check``."""
     by_attr = catalog.by_attr()

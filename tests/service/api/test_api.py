@@ -282,9 +282,9 @@ def test_a_replay_that_finishes_at_once_is_not_overwritten(
     from concurrent.futures import Future
 
     from kb.records import Records
-    from service.api.app import _answer
     from service.engine.triage import Engine
     from service.replay import background as verify
+    from service.usecase import Keep, TriageRequest, TriageUseCase
 
     def instant(settings, result, argv, hardware, model_arch, on_done, client="local"):  # noqa: ANN001, ANN202, E501
         assert result["replay"]["status"] == "pending"
@@ -297,8 +297,9 @@ def test_a_replay_that_finishes_at_once_is_not_overwritten(
     records = Records(tmp_path / "records.sqlite")
     settings = api_settings.model_copy(update={"replay_enabled": True})
     text = _seed_log(kb)
-    options = {"release": "0.5.11", "hardware": None, "model": None, "model_arch": None}
-    body = json.loads(_answer(Engine(kb, settings), records, settings, text, text, options, True))
+    usecase = TriageUseCase(Engine(kb, settings), settings, records)
+    stored = usecase.answer_and_store(TriageRequest(text, release="0.5.11"), Keep(owner=None))
+    body = json.loads(stored.encoded)
     assert body["replay"]["status"] == "pending"
     assert records.get(body["id"])["result"]["replay"] == {
         "status": "reproduced",

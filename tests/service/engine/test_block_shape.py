@@ -45,7 +45,7 @@ def _message(check: dict, size: int, tp: int, ep: int, block: int) -> str:
         "moe_ep_size": ep,
         "self": SimpleNamespace(tp_size=tp, moe_ep_size=ep),
     }
-    return eval("(" + check["message"] + ")", {}, names)  # noqa: S307 - SGLang's f-string
+    return eval("(" + check["message"] + ")", {}, names)  # SGLang's f-string
 
 
 def _holds(size: int, block: int, tp: int, ep: int, dp: int) -> bool:

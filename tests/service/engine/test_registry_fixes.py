@@ -48,7 +48,7 @@ def _message(check: dict, runner: str, a2a: str) -> str:
 
     return eval(
         "(" + check["message"] + ")",
-        {},  # noqa: S307 - SGLang's own f-string
+        {},  # SGLang's own f-string
         {"runner_backend": Runner(), "a2a_backend_name": a2a},
     )
 

@@ -17,7 +17,8 @@ from evals.render import render_log
 from service.api.app import app_settings, create_app
 from service.engine.triage import Engine
 from service.settings import Settings
-from service.slack.bot import SlackTriageBot, mount_slack
+from service.slack.bot import SlackTriageBot
+from service.slack.serve import mount_slack
 from tests.service.api.conftest import ServerThread, free_port
 
 from .stub import SlackStub, running_stub

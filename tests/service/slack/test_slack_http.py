@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from kb.records import Records
-from service import ondemand
 from service.slack.bot import SlackTriageBot
+from service.usecase import TriageUseCase
 
 from .conftest import BOT_TOKEN, SlackClient
 from .stub import BOT_USER, SlackStub
@@ -101,7 +101,9 @@ def test_signed_mention_gets_a_threaded_reply_with_the_fix(
     slack, slack_stub, seed_log, seed_fix, slack_server, monkeypatch
 ) -> None:
     ts = _ts()
-    triage = Held(monkeypatch, ondemand, "triage")  # the bot's triage waits for the ack
+    triage = Held(
+        monkeypatch, TriageUseCase, "answer_and_store"
+    )  # the bot's triage waits for the ack
     r = triage.send(lambda: slack.event(_mention("C0MENTION", f"```{seed_log}```", ts), _eid()))
     assert r.status_code == 200
     reply = slack_stub.wait_for("chat.postMessage", _in_thread("C0MENTION", ts))[0]
@@ -240,7 +242,7 @@ def test_a_partial_file_object_is_completed_with_files_info(
 def test_slash_command_acks_fast_then_posts(
     slack, slack_stub, seed_log, seed_fix, monkeypatch
 ) -> None:  # noqa: ANN001
-    triage = Held(monkeypatch, ondemand, "triage")
+    triage = Held(monkeypatch, TriageUseCase, "answer_and_store")
     r = triage.send(lambda: slack.command(seed_log, "C0SLASH", f"{slack_stub.url}/response/slash1"))
     assert r.status_code == 200
     assert "Triaging" in r.text
@@ -465,7 +467,7 @@ def test_a_response_url_outside_slacks_hosts_is_never_posted_to(slack, slack_stu
 
 
 def test_response_url_hosts() -> None:
-    from service.slack.bot import allowed_response_url
+    from service.slack.replies import allowed_response_url
 
     hosts = ["hooks.slack.com", "127.0.0.1"]
     assert allowed_response_url("https://hooks.slack.com/commands/T/1/x", hosts)

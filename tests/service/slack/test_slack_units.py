@@ -198,7 +198,7 @@ def test_socket_mode_uses_the_app_token_and_the_configured_api(monkeypatch, tmp_
     from kb.errors import ConfigError
     from kb.records import Records
     from service.settings import Settings
-    from service.slack.bot import mount_slack, run_socket_mode
+    from service.slack.serve import mount_slack, run_socket_mode
 
     started: dict = {}
 
@@ -231,9 +231,9 @@ def test_socket_mode_uses_the_app_token_and_the_configured_api(monkeypatch, tmp_
 
 def test_default_engine_and_records_are_the_apis(kb_settings, kb) -> None:  # noqa: ANN001
     from service.engine.triage import Engine
-    from service.slack.bot import _defaults
+    from service.slack.serve import default_parts
     from service.wiring import records_for
 
-    factory, records = _defaults(kb_settings, None, None)
+    factory, records = default_parts(kb_settings, None, None)
     assert isinstance(factory(), Engine)
     assert records is records_for(kb_settings)

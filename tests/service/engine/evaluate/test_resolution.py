@@ -24,21 +24,21 @@ MODEL = ["--model-path", "Qwen/Qwen3-8B"]
 
 
 @pytest.fixture(scope="module")
-def ctx(kb):  # noqa: ANN001, ANN201 - the session KnowledgeBase fixture
+def ctx(kb):  # the session KnowledgeBase fixture
     store = kb.store
     catalog = load_catalog(store, RELEASE)
     return store, catalog
 
 
-def _attrs(catalog, argv: list[str]) -> dict[str, Value]:  # noqa: ANN001
+def _attrs(catalog, argv: list[str]) -> dict[str, Value]:
     return base_attrs(catalog, parse_argv(argv, catalog))
 
 
-def _pipeline_checks(store) -> list[dict[str, Any]]:  # noqa: ANN001
+def _pipeline_checks(store) -> list[dict[str, Any]]:
     return [c for c in store.checks(RELEASE) if c["path"].startswith("sglang/srt/arg_groups/")]
 
 
-def test_resolution_result_range_check_is_decided_and_explained_by_its_flag(ctx) -> None:  # noqa: ANN001
+def test_resolution_result_range_check_is_decided_and_explained_by_its_flag(ctx) -> None:
     store, catalog = ctx
     found = [
         c
@@ -69,7 +69,7 @@ def test_resolution_result_range_check_is_decided_and_explained_by_its_flag(ctx)
     assert ok.test is not None and ok.test.holds is False
 
 
-def _one_attr_range_checks(store) -> list[tuple[dict[str, Any], str]]:  # noqa: ANN001
+def _one_attr_range_checks(store) -> list[tuple[dict[str, Any], str]]:
     """Raise checks of arg_groups whose own `if` compares one `cfg.X` with constants and
     that follow earlier sibling raises (whose flags must not explain it)."""
     out = []
@@ -99,7 +99,7 @@ def _one_attr_range_checks(store) -> list[tuple[dict[str, Any], str]]:  # noqa: 
     return out
 
 
-def test_generated_range_check_is_explained_by_its_flag_only(ctx) -> None:  # noqa: ANN001
+def test_generated_range_check_is_explained_by_its_flag_only(ctx) -> None:
     store, catalog = ctx
     by_attr = catalog.by_attr()
     tried = 0
@@ -109,7 +109,9 @@ def test_generated_range_check_is_explained_by_its_flag_only(ctx) -> None:  # no
             continue
         node = ast.parse(check["guards"][-1]["condition"].strip(), mode="eval").body
         assert isinstance(node, ast.Compare)
-        bound = node.comparators[0].value  # type: ignore[attr-defined]
+        limit = node.comparators[0]
+        assert isinstance(limit, ast.Constant)
+        bound = limit.value
         value = bound + 1 if isinstance(node.ops[0], ast.Gt | ast.GtE) else bound - 1
         ev = evaluate_path(
             store, RELEASE, check, _attrs(catalog, [*MODEL, spec.flags[0], str(value)]), {}
@@ -126,7 +128,7 @@ def test_generated_range_check_is_explained_by_its_flag_only(ctx) -> None:  # no
     assert tried, "a generated range check fired"
 
 
-def test_declared_value_read_by_a_later_hook_cites_the_declaration(ctx) -> None:  # noqa: ANN001
+def test_declared_value_read_by_a_later_hook_cites_the_declaration(ctx) -> None:
     store, catalog = ctx
     attrs = _attrs(catalog, MODEL)
     seen = 0
@@ -155,7 +157,7 @@ def test_declared_value_read_by_a_later_hook_cites_the_declaration(ctx) -> None:
     assert seen, "a check reading a value an earlier hook declared"
 
 
-def test_pass_run_by_run_post_process_pass_has_a_rank(ctx) -> None:  # noqa: ANN001
+def test_pass_run_by_run_post_process_pass_has_a_rank(ctx) -> None:
     store, _ = ctx
     order = chain.validation_order(store, RELEASE)
     passes = {
@@ -177,7 +179,7 @@ def test_pass_run_by_run_post_process_pass_has_a_rank(ctx) -> None:  # noqa: ANN
     assert ranked
 
 
-def test_unknown_own_test_is_named_with_what_settles_it(ctx) -> None:  # noqa: ANN001
+def test_unknown_own_test_is_named_with_what_settles_it(ctx) -> None:
     store, catalog = ctx
     attrs = _attrs(catalog, MODEL)
     for check in _pipeline_checks(store):
@@ -200,7 +202,7 @@ def test_unknown_own_test_is_named_with_what_settles_it(ctx) -> None:  # noqa: A
     pytest.skip("no check with an undecided own test under a plain launch")
 
 
-def test_a_conditionally_reassigned_local_is_a_ternary_not_the_last_write(store) -> None:  # noqa: ANN001
+def test_a_conditionally_reassigned_local_is_a_ternary_not_the_last_write(store) -> None:
     # `x = a; if c: x = b` reaches a later line as `b if c else a`, never as `b` alone
     from service.engine.evaluate import source
 

@@ -16,7 +16,7 @@ SEED_LOG = (Path(__file__).resolve().parents[4] / "examples" / "seed_attempt1.lo
 SPEC_FN = "ServerArgs._handle_speculative_decoding"
 
 
-def _bare_spec_asserts(store, release: str) -> list[dict]:  # noqa: ANN001
+def _bare_spec_asserts(store, release: str) -> list[dict]:
     return [
         c
         for c in store.checks(release, path="sglang/srt/server_args.py", function=SPEC_FN)
@@ -25,7 +25,7 @@ def _bare_spec_asserts(store, release: str) -> list[dict]:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("release", sorted(TEST_RELEASES))
-def test_bare_speculative_asserts_name_every_flag_they_read(store, release: str) -> None:  # noqa: ANN001
+def test_bare_speculative_asserts_name_every_flag_they_read(store, release: str) -> None:
     checks = _bare_spec_asserts(store, release)
     if release == "0.5.11":
         assert checks, "0.5.11's _handle_speculative_decoding has a bare assert"
@@ -46,7 +46,7 @@ def test_bare_speculative_asserts_name_every_flag_they_read(store, release: str)
         assert store.file_lines(release, check["path"], check["start_line"], check["start_line"])
 
 
-def test_the_0_5_11_speculative_rule_reads_as_its_condition(store) -> None:  # noqa: ANN001
+def test_the_0_5_11_speculative_rule_reads_as_its_condition(store) -> None:
     check = next(
         c
         for c in _bare_spec_asserts(store, "0.5.11")
@@ -65,7 +65,7 @@ def test_the_0_5_11_speculative_rule_reads_as_its_condition(store) -> None:  # n
     )
 
 
-def test_the_users_spelling_is_used(store) -> None:  # noqa: ANN001
+def test_the_users_spelling_is_used(store) -> None:
     check = next(
         c
         for c in store.checks("0.5.11", path="sglang/srt/server_args.py")
@@ -81,7 +81,7 @@ def test_the_users_spelling_is_used(store) -> None:  # noqa: ANN001
     assert "when `--enable-dp-attention` is set, `--tp` must be divisible by `--dp`;" in sentence
 
 
-def test_the_engine_fills_the_rule_and_explains_it(kb) -> None:  # noqa: ANN001
+def test_the_engine_fills_the_rule_and_explains_it(kb) -> None:
     result = Engine(kb).triage(SEED_LOG, release="0.5.11")
     assert result.location is not None and result.rule is not None
     assert f"`{result.location.citation}`" in result.rule

@@ -12,7 +12,7 @@ from service.engine.logparse.parse import parse_log
 from service.engine.triage import Engine
 
 
-def evaluated(engine: Engine, release: str, catalog: Catalog, inc: Any) -> tuple[Any, ...] | None:  # noqa: ANN401
+def evaluated(engine: Engine, release: str, catalog: Catalog, inc: Any) -> tuple[Any, ...] | None:
     """(check, parsed, attrs, facts, evaluation) of ``inc``'s expected location in
     ``release``, or None when the release has no check at that line."""
     store = engine.store

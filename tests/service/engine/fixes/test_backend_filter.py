@@ -20,7 +20,7 @@ RELEASE = "0.5.23"
 
 
 @pytest.fixture(scope="module")
-def cases(kb):  # noqa: ANN001, ANN201
+def cases(kb):
     """(incident, check, parsed, attrs, facts, raw candidates, refusals) for every generated
     incident of the release with a candidate setting a backend flag."""
     store = kb.store
@@ -59,7 +59,7 @@ def cases(kb):  # noqa: ANN001, ANN201
     return out
 
 
-def test_refused_backends_are_dropped_citing_a_card_that_reads_the_machine(kb, cases) -> None:  # noqa: ANN001
+def test_refused_backends_are_dropped_citing_a_card_that_reads_the_machine(kb, cases) -> None:
     store = kb.store
     catalog = load_catalog(store, RELEASE)
     cards = {c.id: c for c in cards_for(store, RELEASE)}

@@ -35,7 +35,7 @@ ARGV = [
 
 
 @pytest.fixture(scope="module")
-def seed(kb):  # noqa: ANN001, ANN201 - the session KnowledgeBase fixture
+def seed(kb):  # the session KnowledgeBase fixture
     store = kb.store
     check = next(
         c
@@ -49,7 +49,7 @@ def seed(kb):  # noqa: ANN001, ANN201 - the session KnowledgeBase fixture
     return store, check, catalog, parsed, attrs, facts
 
 
-def _old_neighbours(store, check, attrs) -> list[str]:  # noqa: ANN001
+def _old_neighbours(store, check, attrs) -> list[str]:
     """The original query: one SQL LIKE scan per call."""
     likes = " OR ".join(["condition LIKE ?"] * len(attrs) + ["guards LIKE ?"] * len(attrs))
     params = [f"%{a}%" for a in attrs] * 2
@@ -70,7 +70,7 @@ def _old_neighbours(store, check, attrs) -> list[str]:  # noqa: ANN001
         {"ATTENTION_backend"},
     ],
 )
-def test_neighbours_match_the_sql_like_query(seed, attrs: set[str]) -> None:  # noqa: ANN001
+def test_neighbours_match_the_sql_like_query(seed, attrs: set[str]) -> None:
     store, check = seed[0], seed[1]
     clear_all()
     assert [
@@ -88,7 +88,7 @@ def test_like_pattern_follows_sqlite() -> None:
     assert not pat.search("tpsize") and not pat.search("tp__size")
 
 
-def _uncached(store, check, attrs, facts):  # noqa: ANN001, ANN202
+def _uncached(store, check, attrs, facts):
     """evaluate_path without any memo: the fold and every piece evaluated afresh."""
     texts, names = prepared_pieces(store, RELEASE, check, frozenset(facts))
     attrs = dict(attrs)
@@ -97,7 +97,7 @@ def _uncached(store, check, attrs, facts):  # noqa: ANN001, ANN202
     return [evaluate(cond, env) for _, cond, _, _ in texts], caveats, notes
 
 
-def test_memoised_path_evaluation_equals_the_uncached_one(seed) -> None:  # noqa: ANN001
+def test_memoised_path_evaluation_equals_the_uncached_one(seed) -> None:
     store, check, catalog, parsed, attrs, facts = seed
     clear_all()
     ev = evaluate_path(store, RELEASE, check, attrs, facts)
@@ -112,7 +112,7 @@ def test_memoised_path_evaluation_equals_the_uncached_one(seed) -> None:  # noqa
             assert got.caveats == caveats and got.write_notes == notes
 
 
-def test_fold_replay_leaves_the_same_environment(seed) -> None:  # noqa: ANN001
+def test_fold_replay_leaves_the_same_environment(seed) -> None:
     store, check, _, _, attrs, facts = seed
     _, names = prepared_pieces(store, RELEASE, check, frozenset(facts))
     fresh = dict(attrs)
@@ -123,14 +123,14 @@ def test_fold_replay_leaves_the_same_environment(seed) -> None:  # noqa: ANN001
         assert list(replayed.items()) == list(fresh.items())
 
 
-def _answer(verdicts) -> list[tuple]:  # noqa: ANN001
+def _answer(verdicts) -> list[tuple]:
     return [
         (v.edit.key(), v.edit.origin, v.fixes_check, v.trips, v.unknown_neighbours)
         for v in verdicts
     ]
 
 
-def test_propose_with_warm_caches_equals_propose_without(seed, monkeypatch) -> None:  # noqa: ANN001
+def test_propose_with_warm_caches_equals_propose_without(seed, monkeypatch) -> None:
     store, check, catalog, parsed, attrs, facts = seed
     clear_all()
     ev = evaluate_path(store, RELEASE, check, attrs, facts)
@@ -152,7 +152,7 @@ def test_propose_with_warm_caches_equals_propose_without(seed, monkeypatch) -> N
     assert cold and cold[0].fixes_check is True
 
 
-def _base_attrs_reference(catalog, parsed, log=None) -> dict:  # noqa: ANN001
+def _base_attrs_reference(catalog, parsed, log=None) -> dict:
     """base_attrs as it was before its defaults were cached."""
     attrs: dict = {}
     for spec in catalog.flags:
@@ -174,7 +174,7 @@ def _base_attrs_reference(catalog, parsed, log=None) -> dict:  # noqa: ANN001
     return attrs
 
 
-def test_base_attrs_equals_a_full_build_and_is_a_fresh_dict(seed) -> None:  # noqa: ANN001
+def test_base_attrs_equals_a_full_build_and_is_a_fresh_dict(seed) -> None:
     _, _, catalog, parsed, _, _ = seed
     for log in (None, {"page_size": 64, "not_a_flag": 1}):
         got = base_attrs(catalog, parsed, log)

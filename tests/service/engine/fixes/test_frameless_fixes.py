@@ -27,7 +27,7 @@ _FLAG = re.compile(r"--[a-z][a-z0-9-]{1,60}")
 _PER_RELEASE = 1
 
 
-def _named_and_set(inc: Incident, store: Any) -> bool:  # noqa: ANN401
+def _named_and_set(inc: Incident, store: Any) -> bool:
     """The class: the exception line names a flag the incident's command set, and a flag
     fix is expected."""
     if inc.expected.no_flag_fix or not inc.expected.acceptable_fixes or not inc.expected.release:
@@ -38,7 +38,7 @@ def _named_and_set(inc: Incident, store: Any) -> bool:  # noqa: ANN401
 
 
 @pytest.fixture(scope="module")
-def answered(kb) -> list[tuple[Incident, Incident, Any]]:  # noqa: ANN001
+def answered(kb) -> list[tuple[Incident, Incident, Any]]:
     """(incident, its frameless variant, the engine's answer) for a sample of the class."""
     engine = Engine(kb)
     picked: dict[str, list[Incident]] = {}
@@ -64,7 +64,7 @@ def answered(kb) -> list[tuple[Incident, Incident, Any]]:  # noqa: ANN001
     return out
 
 
-def test_the_recommended_fix_is_an_acceptable_edit_of_the_named_flags(answered, kb) -> None:  # noqa: ANN001
+def test_the_recommended_fix_is_an_acceptable_edit_of_the_named_flags(answered, kb) -> None:
     assert len({inc.expected.release for inc, _, _ in answered}) >= 4
     misses = []
     for inc, _, result in answered:
@@ -84,7 +84,7 @@ def test_the_recommended_fix_is_an_acceptable_edit_of_the_named_flags(answered, 
     assert len(misses) <= len(answered) // 5, misses
 
 
-def test_a_fix_resting_on_implied_flags_says_so_and_does_not_restate_them(answered) -> None:  # noqa: ANN001
+def test_a_fix_resting_on_implied_flags_says_so_and_does_not_restate_them(answered) -> None:
     said = 0
     for _, _, result in answered:
         for fix in result.fixes:
@@ -116,7 +116,7 @@ def _part(
     return PiecePart("guard", cond, polarity, 1, res, holds, kind)
 
 
-def test_implied_flags_from_the_path_structure(kb) -> None:  # noqa: ANN001
+def test_implied_flags_from_the_path_structure(kb) -> None:
     """A conjunction that held fixes each atom; a failed assert's test fixes its flag to a
     value not known; the default's own truth implies nothing; a disjunction alone, nothing."""
     release = "0.5.9"

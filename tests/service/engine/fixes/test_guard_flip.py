@@ -58,7 +58,7 @@ def test_flipping_only_the_early_exit_is_a_guard_flip() -> None:
     assert guard_flip(Edit(), ev) is None
 
 
-def test_a_guard_flip_says_what_it_turns_off_and_ranks_after_a_fix(kb) -> None:  # noqa: ANN001
+def test_a_guard_flip_says_what_it_turns_off_and_ranks_after_a_fix(kb) -> None:
     """Presented as the user typed it: origin and verdict say it skips the check and what it
     turns off (the replay search keeps it only if SGLang accepts it); ranked
     after a fix of what the check tests that gives up no more feature flags."""

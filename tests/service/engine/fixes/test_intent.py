@@ -29,7 +29,7 @@ from tests.conftest import TEST_RELEASES
 RELEASES = ("0.5.9", "0.5.11")
 
 
-def _incidents(kb) -> list[Incident]:  # noqa: ANN001
+def _incidents(kb) -> list[Incident]:
     rels = {r["version"] for r in kb.store.releases()}
     return [
         i
@@ -42,7 +42,7 @@ def _incidents(kb) -> list[Incident]:  # noqa: ANN001
     ]
 
 
-def _triage(engine: Engine, inc: Incident, log: str | None = None):  # noqa: ANN202
+def _triage(engine: Engine, inc: Incident, log: str | None = None):
     return engine.triage(
         log or inc.crash_log,
         release=inc.release,
@@ -53,12 +53,12 @@ def _triage(engine: Engine, inc: Incident, log: str | None = None):  # noqa: ANN
 
 
 @pytest.fixture(scope="module")
-def answers(kb) -> list[tuple[Incident, Any]]:  # noqa: ANN001
+def answers(kb) -> list[tuple[Incident, Any]]:
     engine = Engine(kb)
     return [(inc, _triage(engine, inc)) for inc in _incidents(kb)]
 
 
-def _check_of(store, inc: Incident, release: str | None = None) -> dict[str, Any] | None:  # noqa: ANN001
+def _check_of(store, inc: Incident, release: str | None = None) -> dict[str, Any] | None:
     """The check the incident expects, in ``release`` (its own by default)."""
     loc = inc.expected.location
     if loc is None or loc.start_line is None:
@@ -73,12 +73,12 @@ def _check_of(store, inc: Incident, release: str | None = None) -> dict[str, Any
     )
 
 
-def test_answers_were_built(answers) -> None:  # noqa: ANN001
+def test_answers_were_built(answers) -> None:
     assert len(answers) >= 30
     assert all(r.status == "located" for _, r in answers)
 
 
-def test_a_partial_companion_set_is_completed_keeping_the_users_values(kb, answers) -> None:  # noqa: ANN001
+def test_a_partial_companion_set_is_completed_keeping_the_users_values(kb, answers) -> None:
     """Incidents whose check is followed by SGLang assigning a group of flags itself, of
     which the user set some and not others: the best fix adds the missing ones and keeps
     every value the user set."""
@@ -110,7 +110,7 @@ def test_a_partial_companion_set_is_completed_keeping_the_users_values(kb, answe
     assert cases >= 3  # the seed's two attempts and the generated EAGLE ones
 
 
-def test_keeping_a_feature_ranks_before_giving_it_up(answers) -> None:  # noqa: ANN001
+def test_keeping_a_feature_ranks_before_giving_it_up(answers) -> None:
     """Among verified clean fixes that violate no error card, the best one that keeps the
     user's feature flags comes before every one that gives one up (further value variants
     of one edit may follow: the list shows other kinds of fix first); so the recommended
@@ -135,7 +135,7 @@ def test_keeping_a_feature_ranks_before_giving_it_up(answers) -> None:  # noqa: 
     assert cases >= 5
 
 
-def _attr_of(key: str, catalog, parsed) -> str | None:  # noqa: ANN001
+def _attr_of(key: str, catalog, parsed) -> str | None:
     """The attribute a fix's ``set``/``remove`` key names (a catalog or the user's spelling)."""
     spec = catalog.by_flag().get(key)
     if spec is not None:
@@ -143,7 +143,7 @@ def _attr_of(key: str, catalog, parsed) -> str | None:  # noqa: ANN001
     return next((a for a, pf in parsed.values.items() if pf.token == key), None)
 
 
-def test_no_fix_sets_a_count_to_zero_or_less_when_it_was_positive(answers, kb) -> None:  # noqa: ANN001
+def test_no_fix_sets_a_count_to_zero_or_less_when_it_was_positive(answers, kb) -> None:
     checked = 0
     for inc, result in answers:
         catalog = load_catalog(kb.store, inc.release)
@@ -166,7 +166,7 @@ def test_no_fix_sets_a_count_to_zero_or_less_when_it_was_positive(answers, kb) -
     assert checked >= 5
 
 
-def test_edits_gives_up_and_keeps_features_are_filled(answers, kb) -> None:  # noqa: ANN001
+def test_edits_gives_up_and_keeps_features_are_filled(answers, kb) -> None:
     gave_up = 0
     for inc, result in answers:
         catalog = load_catalog(kb.store, inc.release)
@@ -193,7 +193,7 @@ def test_edits_gives_up_and_keeps_features_are_filled(answers, kb) -> None:  # n
     assert gave_up >= 5
 
 
-def test_feature_flags_are_read_from_the_catalog(kb) -> None:  # noqa: ANN001
+def test_feature_flags_are_read_from_the_catalog(kb) -> None:
     by_attr = load_catalog(kb.store, "0.5.11").by_attr()
     assert is_feature(by_attr["speculative_algorithm"], "EAGLE3")
     assert is_feature(by_attr["disaggregation_mode"], "decode")
@@ -213,7 +213,7 @@ def test_feature_flags_are_read_from_the_catalog(kb) -> None:  # noqa: ANN001
 
 
 @pytest.mark.parametrize(("attr", "short"), [("dp_size", "--dp"), ("tp_size", "--tp")])
-def test_the_users_spelling_is_echoed(kb, attr: str, short: str) -> None:  # noqa: ANN001
+def test_the_users_spelling_is_echoed(kb, attr: str, short: str) -> None:
     """Generated incidents whose root cause includes ``attr``, spelled the way the user
     may type it (argparse's abbreviation ``--dp`` for ``--dp-size``; re-spelled in the
     command and the log when the incident used another spelling): every fix touching
@@ -256,7 +256,7 @@ def test_the_users_spelling_is_echoed(kb, attr: str, short: str) -> None:  # noq
 
 
 @pytest.mark.parametrize(("attr", "short"), [("dp_size", "--dp"), ("tp_size", "--tp")])
-def test_fix_out_names_the_flag_as_typed(kb, attr: str, short: str) -> None:  # noqa: ANN001
+def test_fix_out_names_the_flag_as_typed(kb, attr: str, short: str) -> None:
     """On the commands of the generated incidents that set ``attr``, re-spelled as
     ``short``: removing it, and changing its value, are said in the user's spelling."""
     rels = {r["version"] for r in kb.store.releases()}
@@ -300,7 +300,7 @@ def test_fix_out_names_the_flag_as_typed(kb, attr: str, short: str) -> None:  # 
     assert cases >= 3
 
 
-def test_undecided_candidates_are_offered_for_replay(kb) -> None:  # noqa: ANN001
+def test_undecided_candidates_are_offered_for_replay(kb) -> None:
     """The seed incident with two of the values its assert reads lost (a cut-off
     command: unknown, as when neither the command nor the logged server_args give them):
     the check is undecided, the candidates shown to fix it come first, then up to the

@@ -99,7 +99,7 @@ def test_an_undecided_conjunct_held_at_the_crash() -> None:
     assert refused_values(either) == {}
 
 
-def _generated(kb, release: str):  # noqa: ANN001, ANN202
+def _generated(kb, release: str):
     rels = {r["version"] for r in kb.store.releases()}
     return [
         i
@@ -114,7 +114,7 @@ def _generated(kb, release: str):  # noqa: ANN001, ANN202
 
 
 @pytest.mark.parametrize("release", ["0.5.11", "0.5.23"])
-def test_no_candidate_of_a_generated_case_sets_a_refused_value(kb, release: str) -> None:  # noqa: ANN001
+def test_no_candidate_of_a_generated_case_sets_a_refused_value(kb, release: str) -> None:
     """On each generated incident: the check's refused values, the raw candidates, and what
     :func:`propose` keeps. Candidates setting a refused value exist (they are dropped), and
     none reaches the proposed fixes."""

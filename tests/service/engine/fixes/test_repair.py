@@ -24,7 +24,7 @@ ARGV = [
 
 
 @pytest.fixture(scope="module")
-def result(kb):  # noqa: ANN001, ANN201
+def result(kb):
     check = next(
         c
         for c in kb.store.checks("0.5.23", function="handle_pd_disaggregation")
@@ -34,7 +34,7 @@ def result(kb):  # noqa: ANN001, ANN201
     return Engine(kb).triage(log, release="0.5.23", hardware="b200-x8")
 
 
-def test_every_single_edit_trips_a_card_and_the_repaired_fix_is_clean(result) -> None:  # noqa: ANN001
+def test_every_single_edit_trips_a_card_and_the_repaired_fix_is_clean(result) -> None:
     assert result.status == "located"
     clean = [f for f in result.fixes if f.recommended]
     assert len(clean) == 1 and clean[0].rank == 1

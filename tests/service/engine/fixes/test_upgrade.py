@@ -28,7 +28,7 @@ def ingested(store: Store) -> list[str]:
     return sorted(rels, key=release_sort_key)
 
 
-def _all_truly_removed(store: Store, ingested: list[str]):  # noqa: ANN202
+def _all_truly_removed(store: Store, ingested: list[str]):
     """(release, check, later releases lacking it) for each check whose later releases keep
     neither a check of its function nor one reading its flags: the upgrade is sure."""
     from service.engine.fixes.upgrade import _function_checks, _same_flags_checks, _tested_attrs
@@ -61,7 +61,7 @@ def _truly_removed(store: Store, ingested: list[str]) -> tuple[str, dict, list[s
     return found
 
 
-def test_a_check_removed_later_gets_upgrade_first(kb, store: Store, ingested: list[str]) -> None:  # noqa: ANN001
+def test_a_check_removed_later_gets_upgrade_first(kb, store: Store, ingested: list[str]) -> None:
     for rel, chk, gone in _all_truly_removed(store, ingested):  # noqa: B007 - used after
         res = Engine(kb).triage(f"{chk['exc_type']}: {chk['message'][1:-1]}\n", release=rel)
         if res.location is not None and res.location.start_line == chk["start_line"]:

@@ -77,5 +77,5 @@ class RetentionClock:
         )
 
 
-#: The process's clock (every API route stores through it).
+#: The process's clock (every front end that stores a triage stores through it).
 retention = RetentionClock()
