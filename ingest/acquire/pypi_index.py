@@ -38,6 +38,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from kb.errors import AcquireError
+from kb.versions import version_key
 
 __all__ = [
     "DEFAULT_INDEX",
@@ -265,7 +266,7 @@ def select_releases(
             continue
         by_version[version].append(f)
     releases = []
-    for version, group in sorted(by_version.items(), key=lambda kv: Version(kv[0])):
+    for version, group in sorted(by_version.items(), key=lambda kv: version_key(kv[0])):
         parsed = Version(version)
         if (floor is not None and parsed < floor) or (parsed.is_prerelease and not include_pre):
             continue

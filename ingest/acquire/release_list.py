@@ -28,6 +28,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from kb.errors import AcquireError
+from kb.versions import sorted_versions
 
 from .pypi_index import IndexFile, fetch_files, project_url, select_releases
 
@@ -69,7 +70,7 @@ class Offered:
             wanted = Version(version)
         except InvalidVersion:
             return None
-        ordered = sorted(self.versions, key=Version)
+        ordered = sorted_versions(self.versions)
         before = [v for v in ordered if Version(v) <= wanted]
         return before[-1] if before else (ordered[0] if ordered else None)
 
@@ -201,7 +202,7 @@ class ReleaseList:
                     {
                         "index_url": offered.index_url,
                         "listed_at": offered.listed_at,
-                        "versions": sorted(offered.versions, key=Version),
+                        "versions": sorted_versions(offered.versions),
                     },
                     fh,
                 )

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kb.errors import TriageError
+from kb.versions import version_key
 from service.cli.console import console, fail, out
 from service.cli.console import settings as load_settings
 from service.settings import Settings
@@ -154,7 +155,6 @@ def _ingest_all(
 
 def _print_all(result: Any) -> None:
     """The summary table of ``--all``: every release ingested or skipped, and why."""
-    from packaging.version import InvalidVersion, Version
 
     table = Table(
         "release",
@@ -177,12 +177,6 @@ def _print_all(result: Any) -> None:
     ]
     rows += [(s.version, "skipped", "", "", s.reason) for s in result.skipped]
 
-    def key(row: tuple) -> tuple:
-        try:
-            return (0, Version(row[0]))
-        except InvalidVersion:
-            return (1, row[0])
-
-    for row in sorted(rows, key=key):
+    for row in sorted(rows, key=lambda row: version_key(row[0])):
         table.add_row(*row)
     console.print(table)

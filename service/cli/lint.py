@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from kb.errors import TriageError
+from kb.versions import version_key
 from service.cli.commands_from import LaunchCommand, ReleaseHint, extract
 from service.engine import LintReport, lint, split_command
 
@@ -99,15 +100,6 @@ _SGLANG_ENV = ("SGLANG_", "SGL_")
 _SECRET_RE = re.compile(r"TOKEN|KEY|SECRET|PASSW|AUTH|CREDENTIAL", re.I)
 
 
-def _version_key(v: str) -> tuple[int, Any]:
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return (1, Version(v))
-    except InvalidVersion:
-        return (0, v)
-
-
 def choose_release(
     asked: str | None, hint: ReleaseHint | None, ingested: list[str]
 ) -> tuple[str, str]:
@@ -125,7 +117,7 @@ def choose_release(
         raise ValueError(
             "no release is in the KB: run `sglang-triage ingest --release X` or give --release"
         )
-    ordered = sorted(ingested, key=_version_key)
+    ordered = sorted(ingested, key=version_key)
     if hint is None:
         return ordered[-1], (
             "assumed: the file names no release, so the newest ingested "
@@ -133,8 +125,8 @@ def choose_release(
         )
     if hint.version in ingested:
         return hint.version, f"from the file: {said}"
-    key = _version_key(hint.version)
-    before = [v for v in ordered if _version_key(v) <= key]
+    key = version_key(hint.version)
+    before = [v for v in ordered if version_key(v) <= key]
     near = before[-1] if before else ordered[0]
     return near, (
         f"assumed: the file names {said}, which is not in the KB, so the nearest "
@@ -287,7 +279,7 @@ def lint_from_command(
     if release is not None and release not in ingested:
         err.print(
             f"[red]error:[/red] release {escape(release)} is not in the KB (ingested: "
-            f"{escape(', '.join(sorted(ingested, key=_version_key)) or 'none')}); run "
+            f"{escape(', '.join(sorted(ingested, key=version_key)) or 'none')}); run "
             f"`sglang-triage ingest --release {escape(release)}`"
         )
         return 2

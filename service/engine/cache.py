@@ -26,7 +26,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 if TYPE_CHECKING:
     from kb.store import Store
@@ -43,9 +43,10 @@ __all__ = [
 ]
 
 V = TypeVar("V")
+T = TypeVar("T")
 
 _MISSING = object()
-_registry: list[LRUCache[object]] = []
+_registry: list[LRUCache[Any]] = []  # every cache, whatever its values
 _registry_lock = threading.Lock()
 
 
@@ -62,21 +63,27 @@ class LRUCache(Generic[V]):
         self._data: OrderedDict[Hashable, V] = OrderedDict()
         self._lock = threading.Lock()
         with _registry_lock:
-            _registry.append(self)  # type: ignore[arg-type]
+            _registry.append(self)
 
     def __len__(self) -> int:
         return len(self._data)
 
     def get(self, key: Hashable, default: V | None = None) -> V | None:
         """The value under ``key`` (marking it recently used), else ``default``."""
+        found = self._find(key)
+        return default if found is None else found[0]
+
+    def _find(self, key: Hashable) -> tuple[V] | None:
+        """``(value,)`` under ``key`` (marking it recently used; a hit), else None (a miss)."""
         with self._lock:
-            value = self._data.get(key, _MISSING)
-            if value is _MISSING:
+            try:
+                value = self._data[key]
+            except KeyError:
                 self.misses += 1
-                return default
+                return None
             self.hits += 1
             self._data.move_to_end(key)
-            return value  # type: ignore[return-value]
+            return (value,)
 
     def put(self, key: Hashable, value: V) -> None:
         """Store ``value`` under ``key``, evicting the oldest entries beyond ``maxsize``."""
@@ -88,9 +95,9 @@ class LRUCache(Generic[V]):
 
     def get_or_build(self, key: Hashable, build: Callable[[], V]) -> V:
         """The value under ``key``; on a miss ``build()`` it (outside the lock) and store it."""
-        value = self.get(key, _MISSING)  # type: ignore[arg-type]
-        if value is not _MISSING:
-            return value  # type: ignore[return-value]
+        found = self._find(key)
+        if found is not None:
+            return found[0]
         value = build()
         self.put(key, value)
         return value
@@ -112,15 +119,15 @@ _RECENT_TTL_S = 5.0
 _recent: dict[tuple[Any, ...], tuple[float, Any]] = {}
 
 
-def cached(key: tuple[Any, ...], build):  # noqa: ANN001, ANN202
+def cached(key: tuple[Any, ...], build: Callable[[], T]) -> T:
     """Memoise ``build()`` under ``key`` (process-wide, bounded, thread-safe).
 
     A hit is one ``dict.get`` (atomic in CPython, so no lock on the hot path);
     writes, and the clear when the table is full, take the lock.
     """
-    value = _kb_cache.get(key, _MISSING)
-    if value is not _MISSING:
-        return value
+    hit = _kb_cache.get(key, _MISSING)
+    if hit is not _MISSING:
+        return cast(T, hit)  # stored by the ``build`` of this key
     value = build()
     with _kb_lock:
         if len(_kb_cache) >= _MAX_ENTRIES:
@@ -129,7 +136,7 @@ def cached(key: tuple[Any, ...], build):  # noqa: ANN001, ANN202
     return value
 
 
-def recent(key: tuple[Any, ...], read):  # noqa: ANN001, ANN202
+def recent(key: tuple[Any, ...], read: Callable[[], T]) -> T:
     """``read()``, re-run at most every few seconds per ``key`` (for values in the KB
     that change only when it is re-indexed: content hashes, the cards' derivation key).
 
@@ -143,7 +150,7 @@ def recent(key: tuple[Any, ...], read):  # noqa: ANN001, ANN202
             if len(_recent) >= _MAX_ENTRIES:  # bounded like the release-keyed table
                 _recent.clear()
             _recent[key] = hit
-    return hit[1]
+    return cast(T, hit[1])  # stored by the ``read`` of this key
 
 
 def release_key(store: Store, version: str, what: str) -> tuple[Any, ...]:

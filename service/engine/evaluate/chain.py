@@ -43,6 +43,8 @@ STEP_RUNNERS: dict[str, int] = {
     "run_post_process_pass": 1,
     "record_foreign_defaults": 2,
 }
+#: A parsed function definition (``def`` or ``async def``: both have the same fields).
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 def function_source(store: Store, version: str, fn: dict[str, Any]) -> str:
@@ -50,16 +52,16 @@ def function_source(store: Store, version: str, fn: dict[str, Any]) -> str:
     return textwrap.dedent("\n".join(lines))
 
 
-def function_ast(store: Store, version: str, fn: dict[str, Any]) -> ast.FunctionDef | None:
+def function_ast(store: Store, version: str, fn: dict[str, Any]) -> FunctionNode | None:
     """The parsed function (cached; callers must not mutate it)."""
 
-    def build() -> ast.FunctionDef | None:
+    def build() -> FunctionNode | None:
         try:
             mod = ast.parse(function_source(store, version, fn))
         except SyntaxError:
             return None
         node = mod.body[0] if mod.body else None
-        return node if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else None  # type: ignore[return-value]
+        return node if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else None
 
     return cached(release_key(store, version, f"ast:{fn['path']}:{fn['start_line']}"), build)
 
@@ -79,8 +81,9 @@ def _calls_with_nodes(node: ast.AST) -> list[tuple[ast.Call, str]]:
             out.append((sub, func.attr))
         elif isinstance(func, ast.Name):
             at = STEP_RUNNERS.get(func.id)
-            if at is not None and len(sub.args) > at and isinstance(sub.args[at], ast.Name):
-                out.append((sub, sub.args[at].id))
+            step = sub.args[at] if at is not None and len(sub.args) > at else None
+            if isinstance(step, ast.Name):
+                out.append((sub, step.id))
             else:
                 out.append((sub, func.id))
     return out

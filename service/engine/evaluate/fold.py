@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from collections import ChainMap
 from collections.abc import Collection, Mapping, MutableMapping
-from typing import Any
+from typing import Any, cast
 
 from kb.errors import UnsafeExpression
 from kb.store import Store
@@ -50,7 +50,7 @@ def _sorted_reads(cond: str) -> tuple[str, ...] | None:
     """The attributes ``cond`` reads, sorted (None when it cannot be read)."""
     try:
         return tuple(sorted(referenced_names(cond)))
-    except Exception:  # noqa: BLE001 - unparsable: the evaluator decides (unknown)
+    except Exception:  # unparsable: the evaluator decides (unknown)
         return None
 
 
@@ -115,7 +115,7 @@ def fold_earlier_writes(
     """
     frozen = frozenset(names)
     if not cache:
-        return _fold(store, version, check, ChainMap({}, attrs), facts, frozen, memo)  # type: ignore[arg-type]
+        return _fold(store, version, check, _overlay(attrs), facts, frozen, memo)
     deps = write_dependencies(store, version, check, frozen, frozenset(facts))
     key = (
         release_key(store, version, "folds"),
@@ -126,9 +126,16 @@ def fold_earlier_writes(
     )
     hit = _FOLDS.get(key)
     if hit is None:
-        hit = _fold(store, version, check, ChainMap({}, attrs), facts, frozen, memo)  # type: ignore[arg-type]
+        hit = _fold(store, version, check, _overlay(attrs), facts, frozen, memo)
         _FOLDS.put(key, hit)
     return hit
+
+
+def _overlay(attrs: Mapping[str, Value]) -> ChainMap[str, Value]:
+    """``attrs`` made writable without touching it: writes land in a fresh front map and
+    ``attrs`` is only read (a ChainMap writes to its first map only; its type asks every
+    map to be mutable, hence the cast)."""
+    return ChainMap({}, cast("MutableMapping[str, Value]", attrs))
 
 
 #: how many rounds of "the attributes earlier writes read" join the fold
@@ -170,7 +177,7 @@ def fold_plan(
                     for text in [pw.value or "", *(g for g, _ in pw.all_guards(False))]:
                         try:
                             added |= referenced_names(text) if text else set()
-                        except Exception:  # noqa: BLE001 - unparsable: evaluated as unknown
+                        except Exception:  # unparsable: evaluated as unknown
                             continue
             deps |= added
             frontier = added - seen
@@ -290,5 +297,5 @@ def _transforms_itself(value_src: str | None, attr: str) -> bool:
         return False
     try:
         return attr in referenced_names(value_src)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False

@@ -185,7 +185,7 @@ def _solve(
         return None
     try:
         k = evaluate(ast.unparse(expr.right), Env({**attrs, **filled})).value
-    except Exception:  # noqa: BLE001 - not computable here: nothing solved
+    except Exception:  # not computable here: nothing solved
         return None
     if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
         return None
@@ -224,7 +224,7 @@ def _compare(
     """A note when the flags give ``expr`` a value other than the printed one ("" else)."""
     try:
         got = evaluate(ast.unparse(expr), Env({**attrs, **filled})).value
-    except Exception:  # noqa: BLE001 - not computable here: nothing to compare
+    except Exception:  # not computable here: nothing to compare
         return ""
     if got is UNKNOWN or got == b.value:
         return ""

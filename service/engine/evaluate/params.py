@@ -23,7 +23,7 @@ from __future__ import annotations
 import ast
 import re
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -431,7 +431,7 @@ def _holder(class_name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z][a-z])", "_", class_name).lower()
 
 
-def _resolve(node: ast.expr, leaf: Any) -> ast.expr | None:  # noqa: ANN401 - a callable
+def _resolve(node: ast.expr, leaf: Callable[[ast.expr], ast.expr | None]) -> ast.expr | None:
     """``node`` with each operand replaced by ``leaf(operand)`` (None when one fails)."""
     if isinstance(node, ast.BinOp):
         left, right = _resolve(node.left, leaf), _resolve(node.right, leaf)

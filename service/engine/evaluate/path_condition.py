@@ -184,7 +184,7 @@ def _prepare(
     for _, cond, _, _ in texts:
         try:
             names |= set(referenced_names(cond))
-        except Exception:  # noqa: BLE001 - unparsable text is evaluated as unknown below
+        except Exception:  # unparsable text is evaluated as unknown below
             continue
     return texts, names
 
@@ -274,7 +274,7 @@ def evaluate_path(
     for i, (role, cond, pol, line) in enumerate(texts):
         try:
             res = _evaluate_piece(cond, env, fsig)
-        except Exception as exc:  # noqa: BLE001 - UnsafeExpression / syntax: unknown, said so
+        except Exception as exc:  # UnsafeExpression / syntax: unknown, said so
             caveats.append(f"could not evaluate `{cond[:80]}`: {exc}")
             res = Result(UNKNOWN, UNKNOWN, (), frozenset(), (cond[:80],))
         parts.append(
@@ -291,7 +291,7 @@ def _evaluate_piece(cond: str, env: Env, fsig: str) -> Result:
     of every attribute ``cond`` reads (a Result lists its inputs with their provenance)."""
     try:
         read = referenced_names(cond)
-    except Exception:  # noqa: BLE001 - let the evaluator raise its own error
+    except Exception:  # let the evaluator raise its own error
         return evaluate(cond, env)
     key = (cond, fsig, tuple((n, value_signature(env.attrs.get(n))) for n in sorted(read)))
     hit = _PIECES.get(key)

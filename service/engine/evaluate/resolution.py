@@ -35,6 +35,7 @@ import ast
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import EllipsisType
 from typing import Any
 
 from kb.conditions import DEFAULT_ARG_OBJECTS, is_arg_root
@@ -49,13 +50,15 @@ FIELDS_PREFIX = "sglang/srt/arg_groups/fields/"
 _VIEW_PARAMS = frozenset({"view", "resolved", "rv"})
 _VIEW_ANNOTATIONS = ("ServerArgs", "ResolvedView", "ResolvingConfig")
 _WRITE_LABEL = {"declare": "declared by", "return_dict": "returned for declaration by"}
+#: What a constant in source can be (the value of an :class:`ast.Constant`).
+ConstantValue = str | bytes | bool | int | float | complex | EllipsisType | None
 
 
-def fallbacks(store: Store, version: str) -> Mapping[str, object]:
+def fallbacks(store: Store, version: str) -> Mapping[str, ConstantValue]:
     """Field -> its ``Arg(fallback=<constant>)`` in the release's field declarations (cached)."""
 
-    def build() -> dict[str, object]:
-        out: dict[str, object] = {}
+    def build() -> dict[str, ConstantValue]:
+        out: dict[str, ConstantValue] = {}
         for path in store.paths(version):
             if not path.startswith(FIELDS_PREFIX):
                 continue
@@ -100,16 +103,16 @@ def args_param(store: Store, version: str, fn: dict[str, Any] | None) -> str | N
 
 
 class _Reads(ast.NodeTransformer):
-    def __init__(self, param: str | None, fallback: Mapping[str, object]) -> None:
+    def __init__(self, param: str | None, fallback: Mapping[str, ConstantValue]) -> None:
         self.param, self.fallback = param, fallback
 
-    def visit_Name(self, node: ast.Name) -> ast.AST:  # noqa: N802
+    def visit_Name(self, node: ast.Name) -> ast.AST:
         if self.param is not None and node.id == self.param:
             return ast.copy_location(ast.Name("server_args", ast.Load()), node)
         return node
 
-    def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802
-        node = self.generic_visit(node)  # type: ignore[assignment]
+    def visit_Call(self, call: ast.Call) -> ast.AST:
+        node = self.generic_visit(call)
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
             return node
         at = READ_FUNCTIONS.get(node.func.id)
@@ -136,7 +139,7 @@ class _Reads(ast.NodeTransformer):
 
 
 def rewrite(
-    text: str, param: str | None = None, fallback: Mapping[str, object] | None = None
+    text: str, param: str | None = None, fallback: Mapping[str, ConstantValue] | None = None
 ) -> str:
     """``text`` with resolution reads spelled as attribute reads of ``server_args``.
 

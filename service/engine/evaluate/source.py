@@ -171,11 +171,14 @@ class _Subst(ast.NodeTransformer):
     def __init__(self, local: dict[str, ast.expr], keep: set[str]) -> None:
         self.local, self.keep, self.depth = local, keep, 0
 
-    def visit_Name(self, node: ast.Name) -> ast.AST:  # noqa: N802
+    def visit_Name(self, node: ast.Name) -> ast.AST:
         if node.id in self.local and node.id not in self.keep and self.depth < _MAX_SUBST_DEPTH:
             self.depth += 1
             try:
-                return self.visit(ast.parse(ast.unparse(self.local[node.id]), mode="eval").body)
+                substituted: ast.AST = self.visit(
+                    ast.parse(ast.unparse(self.local[node.id]), mode="eval").body
+                )
+                return substituted
             finally:
                 self.depth -= 1
         return node
@@ -261,8 +264,8 @@ class _Inliner(ast.NodeTransformer):
     def __init__(self, store: Store, version: str, keep: Collection[str], depth: int) -> None:
         self.store, self.version, self.keep, self.depth = store, version, keep, depth
 
-    def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802
-        node = self.generic_visit(node)  # type: ignore[assignment]
+    def visit_Call(self, call: ast.Call) -> ast.AST:
+        node = self.generic_visit(call)
         if (
             not isinstance(node, ast.Call)
             or not isinstance(node.func, ast.Name)
@@ -274,7 +277,7 @@ class _Inliner(ast.NodeTransformer):
         try:
             if fact_key(node) in self.keep:
                 return node  # a fact answers it as it is
-        except Exception:  # noqa: BLE001 - unparsable: not a fact
+        except Exception:  # unparsable: not a fact
             pass
         body = _helper_body(self.store, self.version, node.func.id)
         if body is None:
@@ -294,15 +297,17 @@ class _Inliner(ast.NodeTransformer):
             inner = ast.parse(text, mode="eval").body
         except SyntaxError:
             return node
-        inner = _Inliner(self.store, self.version, self.keep, self.depth + 1).visit(inner)
-        return inner
+        inlined: ast.AST = _Inliner(self.store, self.version, self.keep, self.depth + 1).visit(
+            inner
+        )
+        return inlined
 
 
 class _Bind(ast.NodeTransformer):
     def __init__(self, bound: dict[str, ast.expr]) -> None:
         self.bound = bound
 
-    def visit_Name(self, node: ast.Name) -> ast.AST:  # noqa: N802
+    def visit_Name(self, node: ast.Name) -> ast.AST:
         value = self.bound.get(node.id)
         return ast.parse(ast.unparse(value), mode="eval").body if value is not None else node
 

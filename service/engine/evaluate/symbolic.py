@@ -40,7 +40,7 @@ def function_named(store: Store, version: str, name: str) -> dict[str, Any] | No
 
 def _subst(expr: ast.expr, local: dict[str, ast.expr]) -> str:
     class T(ast.NodeTransformer):
-        def visit_Name(self, node: ast.Name) -> ast.AST:  # noqa: N802
+        def visit_Name(self, node: ast.Name) -> ast.AST:
             if node.id in local:
                 return local[node.id]
             return node

@@ -41,7 +41,7 @@ MAX_STEPS = 8
 def _number(node: ast.expr, env: Env) -> object:
     try:
         value = evaluate(ast.unparse(node), env).value
-    except Exception:  # noqa: BLE001 - not computable: no step
+    except Exception:  # not computable: no step
         return UNKNOWN
     if isinstance(value, bool) or not isinstance(value, int | float):
         return UNKNOWN

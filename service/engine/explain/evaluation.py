@@ -3,7 +3,7 @@ whether each pushes the check towards firing), what stayed unknown and what woul
 it, whether the check's own test was decided, and why no flag fix is verified.
 
 Helpers of the located answer (:mod:`service.engine.triage.assemble`); they read a
-:class:`~service.engine.evaluate.path_condition.PathEvaluation` duck-typed.
+:class:`~service.engine.evaluate.path_condition.PathEvaluation`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from service.engine.answer import AtomInput, AtomOut, UnknownFact, jsonable, tri
+from service.engine.evaluate.path_condition import PathEvaluation
 from service.engine.expr.interpreter import UNKNOWN
 
 __all__ = ["atoms_out", "guards_text", "no_fix_reason", "undecided_reason", "unknown_facts"]
@@ -18,7 +19,7 @@ __all__ = ["atoms_out", "guards_text", "no_fix_reason", "undecided_reason", "unk
 _HW_FACT_HINTS = ("sm", "cuda", "hip", "npu", "blackwell", "hopper", "device", "gpu", "xpu", "cpu")
 
 
-def atoms_out(ev) -> list[AtomOut]:  # noqa: ANN001
+def atoms_out(ev: PathEvaluation) -> list[AtomOut]:
     """Every atom of every piece of ``ev``, with its value, its inputs and whether it
     pushes the check towards firing."""
     out: list[AtomOut] = []
@@ -42,12 +43,14 @@ def atoms_out(ev) -> list[AtomOut]:  # noqa: ANN001
     return out
 
 
-def unknown_facts(ev, hw: str | None, arch: str | None, argv: list[str]) -> list[UnknownFact]:  # noqa: ANN001
+def unknown_facts(
+    ev: PathEvaluation, hw: str | None, arch: str | None, argv: list[str]
+) -> list[UnknownFact]:
     """What the evaluation could not decide, the check's own test first, each with what
     would settle it (a flag's value, a declaring hook's result, a fact)."""
     out: list[UnknownFact] = []
     seen: set[str] = set()
-    test = getattr(ev, "test", None)
+    test = ev.test
     parts = ([test] if test is not None else []) + [p for p in ev.parts if p is not test]
     for part in parts:
         own = part is test
@@ -84,13 +87,14 @@ def unknown_facts(ev, hw: str | None, arch: str | None, argv: list[str]) -> list
     return out
 
 
-def no_fix_reason(ev, check: dict[str, Any], undecided: bool = False) -> str:  # noqa: ANN001
+def no_fix_reason(ev: PathEvaluation, check: dict[str, Any], undecided: bool = False) -> str:
     """Why no fix is verified; ``undecided``: candidates are listed for replay to decide.
     When the check's own test is undecided, it says so and names what the test needs."""
     test_needs = ""
-    if getattr(ev, "test_unknown", False):
-        names = ", ".join(f"`{n}`" for n in ev.test.result.unknowns[:3]) or "an unknown input"
-        test_needs = f" (the check's own test `{ev.test.condition[:80]}` needs {names})"
+    test = ev.test
+    if ev.test_unknown and test is not None:
+        names = ", ".join(f"`{n}`" for n in test.result.unknowns[:3]) or "an unknown input"
+        test_needs = f" (the check's own test `{test.condition[:80]}` needs {names})"
     if undecided:
         return (
             "no flag edit could be shown statically to make this check pass; the "
@@ -115,14 +119,15 @@ def no_fix_reason(ev, check: dict[str, Any], undecided: bool = False) -> str:  #
     return "no edit of the flags this check reads makes it pass; the validator or an upgrade is the fix"
 
 
-def undecided_reason(ev) -> str | None:  # noqa: ANN001
+def undecided_reason(ev: PathEvaluation) -> str | None:
     """A sentence saying the check's own test was not decided and what it needs (None when
     it was decided)."""
-    if not getattr(ev, "test_unknown", False):
+    test = ev.test
+    if not ev.test_unknown or test is None:
         return None
-    names = ", ".join(f"`{n}`" for n in ev.test.result.unknowns[:3]) or "an unknown input"
+    names = ", ".join(f"`{n}`" for n in test.result.unknowns[:3]) or "an unknown input"
     return (
-        f"the check's own test `{ev.test.condition[:120]}` could not be evaluated: it "
+        f"the check's own test `{test.condition[:120]}` could not be evaluated: it "
         f"needs {names}. Nothing above is claimed as the reason it fired."
     )
 

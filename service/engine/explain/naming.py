@@ -125,12 +125,16 @@ def _fact_name(node: ast.AST, namer: Namer) -> str | None:
     env = _env_name(node)
     if env is not None:
         return f"the environment variable `{env}`"
-    sub0 = (
+    # ``x[0]``: the first item of ``x``, named from ``x``
+    sub0 = False
+    named: ast.AST = node
+    if (
         isinstance(node, ast.Subscript)
         and isinstance(node.slice, ast.Constant)
         and node.slice.value == 0
-    )
-    text = _chain_text(node.value if sub0 else node, namer)  # type: ignore[attr-defined]
+    ):
+        sub0, named = True, node.value
+    text = _chain_text(named, namer)
     if text is None:
         return None
     if text == "model_arch" and not sub0:
@@ -155,15 +159,15 @@ class _Named(ast.NodeTransformer):
     def __init__(self, namer: Namer) -> None:
         self.namer = namer
 
-    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:  # noqa: N802
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         attr = flag_attr(node, self.namer)
         return ast.Name(self.namer.bare_flag(attr)) if attr else self.generic_visit(node)
 
-    def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802
+    def visit_Call(self, node: ast.Call) -> ast.AST:
         attr = flag_attr(node, self.namer)
         return ast.Name(self.namer.bare_flag(attr)) if attr else self.generic_visit(node)
 
-    def visit_Name(self, node: ast.Name) -> ast.AST:  # noqa: N802
+    def visit_Name(self, node: ast.Name) -> ast.AST:
         return ast.Name("server_args") if node.id in self.namer.roots else node
 
 
@@ -205,8 +209,8 @@ def value_text(node: ast.AST, namer: Namer) -> str:
     """A value compared with: a constant (a list of them) as written, else as a subject."""
     if isinstance(node, ast.Constant):
         return _const_text(node.value)
-    if isinstance(node, ast.List | ast.Tuple | ast.Set) and all(
-        isinstance(e, ast.Constant) for e in node.elts
-    ):
-        return "[" + ", ".join(_const_text(e.value) for e in node.elts) + "]"  # type: ignore[attr-defined]
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        consts = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+        if len(consts) == len(node.elts):
+            return "[" + ", ".join(_const_text(v) for v in consts) + "]"
     return subject_text(node, namer)

@@ -3,6 +3,7 @@ and earlier writes, and the lines that pass a function's parameter from a flag."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kb.catalog_types import Catalog
@@ -15,8 +16,12 @@ __all__ = ["references"]
 
 
 def references(
-    store: Store, version: str, attrs: set[str], catalog: Catalog, traces: list[FlagTrace] = ()
-) -> list[Reference]:  # type: ignore[assignment]
+    store: Store,
+    version: str,
+    attrs: set[str],
+    catalog: Catalog,
+    traces: Sequence[FlagTrace] = (),
+) -> list[Reference]:
     """Declaration, ``--help`` and up to three writes of the first six of ``attrs`` (sorted),
     then each parameter trace (``moe_ep_size`` is passed ``cfg.ep_size`` at path:line)."""
     refs: list[Reference] = []

@@ -79,7 +79,7 @@ def _compare(left: ast.AST, op: ast.cmpop, right: ast.AST, namer: Namer, neg: bo
     )
     if swap:
         left, right = right, left
-        op = _FLIP.get(type(op), type(op))()  # type: ignore[operator]
+        op = _FLIP.get(type(op), type(op))()
     if isinstance(op, ast.NotEq | ast.IsNot | ast.NotIn):
         neg = not neg
         op = {ast.NotEq: ast.Eq, ast.IsNot: ast.Is, ast.NotIn: ast.In}[type(op)]()
@@ -144,7 +144,7 @@ def _compare(left: ast.AST, op: ast.cmpop, right: ast.AST, namer: Namer, neg: bo
             subject_text(left, namer),
             neg,
         )
-    pos, negw = _ORDER[type(op)]  # type: ignore[index]
+    pos, negw = _ORDER[type(op)]
     v = value_text(right, namer)
     return _pair(
         f"is {pos} {v}",
@@ -231,11 +231,14 @@ def _group(parts: Iterable[_Rule], phrase: str) -> list[tuple[list[str], str, _R
     """Consecutive predicates sharing a verb phrase, grouped: ``[(subjects, phrase, first)]``."""
     out: list[tuple[list[str], str, _Rule]] = []
     for p in parts:
-        key = getattr(p, phrase) if isinstance(p, _Pred) else ""
-        if out and key and out[-1][1] == key and p.subject not in out[-1][0]:  # type: ignore[union-attr]
-            out[-1][0].append(p.subject)  # type: ignore[union-attr]
+        if not isinstance(p, _Pred):
+            out.append(([], "", p))
+            continue
+        key: str = getattr(p, phrase)
+        if out and key and out[-1][1] == key and p.subject not in out[-1][0]:
+            out[-1][0].append(p.subject)
         else:
-            out.append(([p.subject] if isinstance(p, _Pred) else [], key, p))
+            out.append(([p.subject], key, p))
     return out
 
 

@@ -368,7 +368,8 @@ class _Evaluator:
         ):
             return UNKNOWN
         try:
-            return bounded(base[index])  # type: ignore[index]
+            # ``index`` is whatever the expression computed; a wrong type raises, caught below
+            return bounded(base[index])  # type: ignore[call-overload, index]
         except Exception:
             return UNKNOWN
 
@@ -385,7 +386,8 @@ class _Evaluator:
             if not isinstance(spec, str) or BIG_FORMAT.search(spec) or not size_ok_for_text(v):
                 return UNKNOWN
             try:
-                conv = {115: str, 114: repr, 97: ascii}.get(part.conversion)
+                conversions: dict[int, Callable[[object], str]] = {115: str, 114: repr, 97: ascii}
+                conv = conversions.get(part.conversion)
                 out.append(format(conv(v) if conv else v, spec))
             except Exception:
                 return UNKNOWN

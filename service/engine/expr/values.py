@@ -141,19 +141,33 @@ def binop(op: ast.operator, a: object, b: object) -> object:
     if opaque(a) or opaque(b):
         return UNKNOWN
     seq = (str, bytes, list, tuple)
-    ints = isinstance(a, int) and isinstance(b, int)
     if isinstance(op, ast.Mult):
         if isinstance(a, seq) and isinstance(b, int) and len(a) * max(b, 0) > MAX_SIZE:
             return UNKNOWN
         if isinstance(b, seq) and isinstance(a, int) and len(b) * max(a, 0) > MAX_SIZE:
             return UNKNOWN
-        if ints and a.bit_length() + b.bit_length() > MAX_INT_BITS:  # type: ignore[union-attr]
+        if (
+            isinstance(a, int)
+            and isinstance(b, int)
+            and a.bit_length() + b.bit_length() > MAX_INT_BITS
+        ):
             return UNKNOWN
     elif isinstance(op, ast.Pow):
-        if ints and b > 0 and abs(a) > 1 and a.bit_length() * b > MAX_INT_BITS:  # type: ignore[operator,union-attr]
+        if (
+            isinstance(a, int)
+            and isinstance(b, int)
+            and b > 0
+            and abs(a) > 1
+            and a.bit_length() * b > MAX_INT_BITS
+        ):
             return UNKNOWN
     elif isinstance(op, ast.LShift):
-        if ints and b > 0 and a.bit_length() + b > MAX_INT_BITS:  # type: ignore[operator,union-attr]
+        if (
+            isinstance(a, int)
+            and isinstance(b, int)
+            and b > 0
+            and a.bit_length() + b > MAX_INT_BITS
+        ):
             return UNKNOWN
     elif (
         isinstance(op, ast.Mod)
@@ -208,6 +222,7 @@ def _member(elem: object, container: object) -> object:
                 saw_unknown = True
         return UNKNOWN if saw_unknown else False
     try:
+        # any value: one without ``in`` raises, caught below
         return bool(elem in container)  # type: ignore[operator]
     except Exception:
         return UNKNOWN
@@ -293,13 +308,14 @@ def apply_method(recv: object, name: str, args: list[object], kwargs: dict[str, 
         return UNKNOWN
     if (
         name == "replace"
+        and isinstance(recv, str)  # only str has the ``replace`` method allowed above
         and len(args) >= 2
         and isinstance(args[0], str)
         and isinstance(args[1], str)
     ):
         s, old, new = recv, args[0], args[1]
-        grow = (len(s) + 1) * len(new) if not old else s.count(old) * max(0, len(new) - len(old))  # type: ignore[attr-defined]
-        if len(s) + grow > MAX_SIZE:  # type: ignore[arg-type]
+        grow = (len(s) + 1) * len(new) if not old else s.count(old) * max(0, len(new) - len(old))
+        if len(s) + grow > MAX_SIZE:
             return UNKNOWN
     try:
         return bounded(getattr(recv, name)(*args, **kwargs))

@@ -215,7 +215,8 @@ def _quantization(hf: dict[str, Any], extra: dict[str, Any] | None) -> str:
     """The method SGLang's ``ModelConfig`` derives: ``quant_method`` (ModelOpt ``quant_algo``
     mapped to ``modelopt_fp4``/``modelopt_fp8``), ``compression_config``, or
     ``hf_quant_config.json``; ``"none"`` without any of them."""
-    text = hf.get("text_config") if isinstance(hf.get("text_config"), dict) else {}
+    text_config = hf.get("text_config")
+    text: dict[str, Any] = text_config if isinstance(text_config, dict) else {}
     cfg = hf.get("quantization_config") or text.get("quantization_config")
     if not isinstance(cfg, dict):
         cfg = hf.get("compression_config") or text.get("compression_config")
@@ -280,7 +281,9 @@ def _info_from_known(
         mla = bool(set(entry.architectures) & _MLA_ARCHS)
     detail = f"known-model table: {matched} ({how}); {entry.source}"
     cites = {f: f"known model {matched}: {entry.cite(f)}" for f in shape}
-    layout = {k: shape[k] for k in ("layer_types", "has_vision", "vision_model_type") if k in shape}
+    layout: dict[str, Any] = {
+        k: shape[k] for k in ("layer_types", "has_vision", "vision_model_type") if k in shape
+    }
     return CheckpointInfo(
         model, "known_model", detail, hf, entry.quantization, mla, notes, cites, layout
     )
@@ -402,7 +405,7 @@ def fact_rows(info: CheckpointInfo, user_quantization: str | None = None) -> lis
             tuple(f"{r}.model_type" for r in _FIELD_ROOTS) + ("checkpoint_model_type",),
         )
     if info.quantization is not None:
-        keys = ("checkpoint_quantization",)
+        keys: tuple[str, ...] = ("checkpoint_quantization",)
         if not user_quantization:
             keys += _QUANT_KEYS
         add("quantization", info.quantization, keys)

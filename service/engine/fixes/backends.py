@@ -305,14 +305,9 @@ def backend_edits(
     # one value in several variants the launch did not set: their base flag decides them
     olds = set(decided.values())
     bases = {_base(a, catalog) for a in decided}
-    if (
-        len(decided) > 1
-        and len(olds) == 1
-        and len(bases) == 1
-        and None not in bases
-        and not set(decided) & user_set
-    ):
-        decided = {bases.pop(): olds.pop()}  # type: ignore[arg-type]
+    base = bases.pop() if len(bases) == 1 else None
+    if len(decided) > 1 and len(olds) == 1 and base is not None and not set(decided) & user_set:
+        decided = {base: olds.pop()}
     out: list[BackendEdit] = []
     for attr, old in decided.items():
         spec = by_attr[attr]

@@ -173,7 +173,7 @@ def post_validation_verdicts(
     seen: set[Any] = set()
     clean: list[Verdict] = []
     tripped: list[Verdict] = []
-    for edit, replaced, cite, word in edits[:MAX_CANDIDATES]:
+    for edit, replaced, citation, word in edits[:MAX_CANDIDATES]:
         if edit.key() in seen or _no_op(edit, attrs):
             continue
         seen.add(edit.key())
@@ -181,15 +181,16 @@ def post_validation_verdicts(
         if v is None:
             continue
         (tripped if v.trips else clean).append(v)
-        if cite and cite not in out.citations:
-            out.citations.append(cite)
+        if citation and citation not in out.citations:
+            out.citations.append(citation)
     registered, cites = registry_verdicts(
         store, version, check, printed.bound, catalog, parsed, attrs, facts, facts_sig=facts_sig
     )
     out.verdicts = clean + [v for v in registered if v.edit.key() not in seen]
     out.tripped = tripped
-    for v in [*out.verdicts, *tripped] if launch is not None else []:
-        v.edit.notes.append(launch.note(catalog))
+    if launch is not None:
+        for v in [*out.verdicts, *tripped]:
+            v.edit.notes.append(launch.note(catalog))
     out.citations += [c for c in cites if c not in out.citations]
     if rough:
         out.unknowns.append(

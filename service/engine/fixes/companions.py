@@ -27,7 +27,6 @@ other (the check, then its neighbours); nothing here is a known answer.
 from __future__ import annotations
 
 import ast
-from typing import Any
 
 from kb.store import Store
 from service.engine.cache import cached, release_key
@@ -42,7 +41,9 @@ __all__ = ["companion_sets", "literal_returns"]
 MAX_CONSISTENT = 2
 
 
-def literal_returns(store: Store, version: str, call_src: str, width: int) -> list[tuple[Any, ...]]:
+def literal_returns(
+    store: Store, version: str, call_src: str, width: int
+) -> list[tuple[object, ...]]:
     """The constant tuples of ``width`` values (a constant when ``width`` is 1) that the
     helper ``call_src`` calls can return, in source order (cached per release)."""
     try:
@@ -56,19 +57,20 @@ def literal_returns(store: Store, version: str, call_src: str, width: int) -> li
     if not name:
         return []
 
-    def build() -> list[tuple[Any, ...]]:
+    def build() -> list[tuple[object, ...]]:
         fn = function_named(store, version, name)
         node = chain.function_ast(store, version, fn) if fn is not None else None
         if node is None:
             return []
-        found: list[tuple[int, tuple[Any, ...]]] = []
+        found: list[tuple[int, tuple[object, ...]]] = []
         for stmt in ast.walk(node):
             if not isinstance(stmt, ast.Return) or stmt.value is None:
                 continue
             elts = stmt.value.elts if isinstance(stmt.value, ast.Tuple) else [stmt.value]
-            if len(elts) == width and all(isinstance(e, ast.Constant) for e in elts):
-                found.append((stmt.lineno, tuple(e.value for e in elts)))  # type: ignore[attr-defined]
-        out: list[tuple[Any, ...]] = []
+            consts = [e.value for e in elts if isinstance(e, ast.Constant)]
+            if len(elts) == width and len(consts) == width:
+                found.append((stmt.lineno, tuple(consts)))
+        out: list[tuple[object, ...]] = []
         for _, values in sorted(found, key=lambda p: p[0]):
             if values not in out:
                 out.append(values)
@@ -92,12 +94,14 @@ def companion_sets(
         unset = [n for n in names if n not in parsed.values]
         if not mine or not unset:
             continue
-        evaluated = call_value(store, version, call, env)
+        value = call_value(store, version, call, env)
+        # the values SGLang would choose, one per name (None: not known)
+        evaluated: tuple[object, ...] | None = None
         if len(names) == 1:
-            evaluated = (evaluated,) if evaluated is not UNKNOWN else UNKNOWN
-        elif not (isinstance(evaluated, tuple | list) and len(evaluated) == len(names)):
-            evaluated = UNKNOWN
-        tuples = [tuple(evaluated)] if evaluated is not UNKNOWN else []  # type: ignore[arg-type]
+            evaluated = (value,) if value is not UNKNOWN else None
+        elif isinstance(value, tuple | list) and len(value) == len(names):
+            evaluated = tuple(value)
+        tuples = [evaluated] if evaluated is not None else []
         tuples += [t for t in literal_returns(store, version, call, len(names)) if t not in tuples]
         users = ", ".join(" ".join(parsed.values[n].raw) for n in mine)
         consistent = 0
@@ -119,8 +123,8 @@ def companion_sets(
             consistent += 1
             if consistent >= MAX_CONSISTENT:
                 break
-        if evaluated is not UNKNOWN:
-            add = {n: v for n, v in zip(names, evaluated, strict=True) if n in unset}  # type: ignore[arg-type]
+        if evaluated is not None:
+            add = {n: v for n, v in zip(names, evaluated, strict=True) if n in unset}
             if all(_usable(v) for v in add.values()):
                 out.append(
                     (

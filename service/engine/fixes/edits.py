@@ -91,7 +91,7 @@ _ARITH_OPS = (ast.FloorDiv, ast.Div, ast.Mod, ast.Mult)
 _SIZES = (1, 2, 4, 8, 16, 32)
 
 
-def _arithmetic_values(attr: str, conditions: list[str], current: object) -> list[object]:
+def _arithmetic_values(attr: str, conditions: list[str], current: object) -> list[int]:
     """Sizes to try for an integer ``attr`` that ``conditions`` divide or multiply by
     (``moe_intermediate_size // (tp_size // ep_size) % 128``): powers of two up to 32,
     nearest to ``current`` first (``[]`` when ``attr`` is in no such arithmetic)."""

@@ -12,6 +12,7 @@ the uncached computation.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +60,9 @@ def neighbours(
     rows, texts = _NEIGHBOUR_ROWS.get_or_build(rkey, lambda: _candidate_rows(store, version, check))
     hit: set[int] = set()
     for attr in attrs:
-        hit |= _ATTR_ROWS.get_or_build((rkey, attr), lambda a=attr: _rows_mentioning(texts, a))
+        hit |= _ATTR_ROWS.get_or_build(
+            (rkey, attr), functools.partial(_rows_mentioning, texts, attr)
+        )
     return [rows[i] for i in sorted(hit) if rows[i]["id"] != check["id"]][:MAX_NEIGHBOURS]
 
 
@@ -126,6 +129,13 @@ def recheck_neighbours(
     values = {n: value_key(new_attrs.get(n)) for n in plan.names}
     whole = (rkey, fsig, check["id"], touched, tuple(values[n] for n in plan.names))
     hit = _RECHECKS.get(whole)
+
+    def fired_of(row: dict[str, Any]) -> object:
+        """Whether ``row`` fires with the edited attributes, its earlier writes unapplied."""
+        return evaluate_path(
+            store, version, row, new_attrs, facts, apply_writes=False, facts_sig=fsig
+        ).fired
+
     if hit is None:
         trips: list[dict[str, Any]] = []
         unknown = 0
@@ -133,12 +143,7 @@ def recheck_neighbours(
             key = (other["id"], tuple((n, values[n]) for n in names))
             if key not in memo:
                 memo[key] = _FIRED.get_or_build(
-                    (rkey, fsig, key),
-                    lambda o=other: (
-                        evaluate_path(
-                            store, version, o, new_attrs, facts, apply_writes=False, facts_sig=fsig
-                        ).fired
-                    ),
+                    (rkey, fsig, key), functools.partial(fired_of, other)
                 )
             fired = memo[key]
             if fired is True:

@@ -33,7 +33,7 @@ the first.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal, TypeGuard
 
 from kb.catalogs import load_catalog
 from kb.store import Store
@@ -46,7 +46,13 @@ from service.engine.flags.parse import parse_argv
 
 __all__ = ["upgrade_fix", "upgrade_no_fix", "upgrade_phrase"]
 
-_PASSING = ("removed", "passes", "may_pass")
+#: a later release's checks with the command: still refused (``fires``), or not (maybe)
+Verdict = Literal["fires", "passes", "may_pass"]
+#: a verdict, or ``removed`` (the release has no check like it)
+Status = Literal["removed", "fires", "passes", "may_pass"]
+#: the statuses of a release an upgrade may target (:attr:`UpgradeFix.status`)
+Passing = Literal["removed", "passes", "may_pass"]
+_PASSING: tuple[Passing, ...] = ("removed", "passes", "may_pass")
 _ATTR = re.compile(r"\b(?:self|server_args|args|cfg)\.([a-z_][a-z0-9_]{1,60})\b")
 #: checks of a later release reading the same flags that are evaluated, at most
 _MAX_SIMILAR = 5
@@ -97,7 +103,7 @@ def _verdict(
     server_args: dict[str, Any] | None,
     facts: dict[str, Value],
     fired_here: bool,
-) -> str:
+) -> Verdict:
     """``fires`` when a row fires with the user's values in ``release``; ``passes`` when
     every row is false and the diagnosed check fired with them; else ``may_pass``. Stops
     at the first row that fires."""
@@ -124,7 +130,7 @@ def _status(
     server_args: dict[str, Any] | None,
     facts: dict[str, Value],
     fired_here: bool,
-) -> tuple[str, str | None]:
+) -> tuple[Status, str | None]:
     """(``removed`` / ``passes`` / ``may_pass`` / ``fires``, a check of the release that
     reads the same flags) for one later release. A changed check that evaluates false is
     only ``may_pass`` when the diagnosed release's check was not shown to fire with the
@@ -145,6 +151,11 @@ def _status(
     verdict = _verdict(store, change.release, rows, argv, server_args, facts, fired_here)
     row = rows[0]
     return verdict, f"{change.release}:{row['path']}:{row['start_line']}"
+
+
+def _passing(status: Status) -> TypeGuard[Passing]:
+    """``status`` lets an upgrade to its release be offered (not ``fires``)."""
+    return status in _PASSING
 
 
 def _kin(store: Store, release: str, check: dict[str, Any]) -> list[dict[str, Any]]:
@@ -197,14 +208,15 @@ def upgrade_fix(
     if not changes:
         return None
     # newest first: the releases before the newest one that still refuses are never needed
-    judged: dict[int, tuple[str, str | None]] = {}
+    judged: dict[int, tuple[Passing, str | None]] = {}
     start = len(changes)
     while start > 0:
-        judged[start - 1] = _status(
+        judgement, kin_at = _status(
             store, changes[start - 1], check, argv, server_args, facts, fired_here
         )
-        if judged[start - 1][0] not in _PASSING:
+        if not _passing(judgement):
             break
+        judged[start - 1] = (judgement, kin_at)
         start -= 1
     if start == len(changes):
         return None
@@ -252,7 +264,7 @@ def upgrade_fix(
         )
     return UpgradeFix(
         release=target.release,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         sure=sure,
         note=note,
         install=f'pip install "sglang=={target.release}"',

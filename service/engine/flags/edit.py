@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 
 from kb.catalog_types import Catalog, FlagSpec
-from service.engine.flags.scan import OptionScanner, nargs_of, normalise_flag
+from service.engine.flags.scan import Occurrence, OptionScanner, nargs_of, normalise_flag
 
 __all__ = ["apply_edits", "render_command"]
 
@@ -38,7 +39,8 @@ def apply_edits(
     argv: list[str],
     catalog: Catalog,
     *,
-    set: dict[str, object] | None = None,  # noqa: A002 - keyword named by the API
+    set: dict[str, object]
+    | None = None,  # a keyword named by the API, though it shadows the builtin
     remove: list[str] | None = None,
 ) -> list[str]:
     """Return a new argv with flags removed / set (keys are attrs or any flag spelling).
@@ -57,7 +59,17 @@ def apply_edits(
     return _apply_edits(list(argv), catalog, dict(set or {}), list(remove or []))
 
 
-def _drop(parser: OptionScanner, toks: list[str], pred) -> list[str]:
+def _writes_attr(attr: str) -> Callable[[Occurrence], bool]:
+    """Whether an occurrence is of a known option that writes ``attr``."""
+    return lambda o: o.spec is not None and o.spec.attr == attr
+
+
+def _unknown_spelled(flag: str) -> Callable[[Occurrence], bool]:
+    """Whether an occurrence is of an unknown option spelled ``flag`` (without ``=value``)."""
+    return lambda o: o.spec is None and o.token.split("=", 1)[0] == flag
+
+
+def _drop(parser: OptionScanner, toks: list[str], pred: Callable[[Occurrence], bool]) -> list[str]:
     occs, stray = parser.scan(toks)
     kill: set[int] = set()
     stray_set = set(stray)
@@ -80,14 +92,10 @@ def _apply_edits(
         spec = _resolve_key(key, catalog, parser)
         if spec is not None:
             attr = spec.attr
-            tokens = _drop(
-                parser, tokens, lambda o, a=attr: o.spec is not None and o.spec.attr == a
-            )
+            tokens = _drop(parser, tokens, _writes_attr(attr))
         else:
             flag = key.split("=", 1)[0]
-            tokens = _drop(
-                parser, tokens, lambda o, k=flag: o.spec is None and o.token.split("=", 1)[0] == k
-            )
+            tokens = _drop(parser, tokens, _unknown_spelled(flag))
 
     for key, value in to_set.items():
         spec = _resolve_key(key, catalog, parser)
@@ -117,9 +125,7 @@ def _apply_edits(
             else:
                 new = [target.flags[0], *vals]
         if new is None:
-            tokens = _drop(
-                parser, tokens, lambda o, a=attr: o.spec is not None and o.spec.attr == a
-            )
+            tokens = _drop(parser, tokens, _writes_attr(attr))
             continue
         if last is None:
             tokens = tokens + new

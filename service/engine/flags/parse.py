@@ -103,12 +103,12 @@ def _value_of(occ: Occurrence, previous: object) -> tuple[object, list[str]]:
     errors: list[str] = []
     converted: list[object] = []
     for raw in occ.values:
-        value, err = _convert(spec, raw)
+        item, err = _convert(spec, raw)
         if err is None:
-            err = _check_choice(spec, value)
+            err = _check_choice(spec, item)
         if err is not None:
             errors.append(err)
-        converted.append(value)
+        converted.append(item)
     nargs = nargs_of(spec)
     if nargs in ("None", "?"):
         value: object = converted[0] if converted else spec.const
@@ -128,7 +128,7 @@ def _value_of(occ: Occurrence, previous: object) -> tuple[object, list[str]]:
     return value, errors
 
 
-def _as_list(previous: object, spec: FlagSpec) -> list:
+def _as_list(previous: object, spec: FlagSpec) -> list[object]:
     if isinstance(previous, list):
         return list(previous)
     if isinstance(spec.default, list):

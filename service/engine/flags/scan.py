@@ -140,8 +140,8 @@ class OptionScanner:
             )
         if len(matches) == 1:
             opt = matches[0]
-            explicit = tok.split("=", 1)[1] if "=" in tok else None
-            return "O", self.options[opt], opt, explicit, None
+            after_eq = tok.split("=", 1)[1] if "=" in tok else None
+            return "O", self.options[opt], opt, after_eq, None
         if _NEGATIVE_NUMBER.match(tok) and not self.has_negative_number_options:
             return "A", None, None, None, None
         if " " in tok:

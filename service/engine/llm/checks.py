@@ -328,7 +328,7 @@ def merge_answer(
         update["explanation"] = rewrite_citations(clean, snippets) + _footer(view, ctx.release)
         by_id = {s.id: s for s in snippets}
         extra = [by_id[s].citation for s in cited if by_id[s].citation]
-        update["citations"] = list(dict.fromkeys([*result.citations, *extra]))  # type: ignore[list-item]
+        update["citations"] = list(dict.fromkeys([*result.citations, *extra]))
         info["deterministic_explanation"] = result.explanation
     else:
         rejected.append(

@@ -72,7 +72,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, Final
 
 from pydantic import SecretStr, ValidationError
 
@@ -89,7 +89,7 @@ from service.engine.settings import EngineSettings as Settings
 
 __all__ = ["METHOD", "assist", "enabled"]
 
-METHOD = "json_schema"
+METHOD: Final = "json_schema"
 
 
 def enabled(settings: Settings) -> bool:
@@ -121,11 +121,15 @@ def _api_key(key: SecretStr | str | None) -> SecretStr:
 def _ask(messages: list[tuple[str, str]], settings: Settings) -> LLMAnswer:
     from langchain_openai import ChatOpenAI
 
+    if not settings.llm_model:  # callers ask only when :func:`enabled`
+        raise ValueError("no LLM model is configured")
+    # field names, not their aliases (``base_url``, ``model``, ...): the model populates by
+    # name too, and only the names are in the signature the type checker sees
     llm = ChatOpenAI(
-        base_url=settings.llm_base_url,
-        model=settings.llm_model,
-        api_key=_api_key(settings.llm_api_key),
-        timeout=settings.llm_timeout_s,
+        openai_api_base=settings.llm_base_url,
+        model_name=settings.llm_model,
+        openai_api_key=_api_key(settings.llm_api_key),
+        request_timeout=settings.llm_timeout_s,
         max_retries=0,
         temperature=0,
     )
@@ -148,7 +152,7 @@ def _with_deadline(fn: Callable[[], LLMAnswer], deadline_s: float) -> LLMAnswer:
             return
         try:
             fut.set_result(fn())
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+        except BaseException as exc:  # handed to the caller
             fut.set_exception(exc)
 
     threading.Thread(target=run, name="triage-llm", daemon=True).start()
@@ -175,7 +179,7 @@ def assist(result: TriageResult, *, engine_ctx: AssistContext, settings: Setting
         info["error"] = f"no answer within {settings.llm_timeout_s:g}s"
     except (ValidationError, ValueError) as exc:
         info["error"] = f"the answer did not match the schema: {str(exc)[:300]}"
-    except Exception as exc:  # noqa: BLE001 - any endpoint failure keeps the deterministic answer
+    except Exception as exc:  # any endpoint failure keeps the deterministic answer
         info["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     else:
         return merge_answer(result, answer, snippets, ctx, info, t0)

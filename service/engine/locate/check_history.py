@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any, Literal
 
-from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
 
 from kb.store import Store
+from kb.versions import version_key
 from service.engine.cache import cached, release_key
 from service.engine.locate.message import message_pattern
 
@@ -76,14 +76,6 @@ class _Key:
     cond: str
     msg: str
     guards: str
-
-
-def release_sort_key(version: str) -> tuple[int, Version, str]:
-    """PEP 440 order, unparsable versions first (the locate stage does not import release)."""
-    try:
-        return (1, Version(version.removeprefix("v")), "")
-    except InvalidVersion:
-        return (0, Version("0"), version)
 
 
 _ROOTS = re.compile(r"\b(?:self|server_args|cfg|args|sa)\.")
@@ -280,9 +272,7 @@ def check_across(
     if not key.cond and not key.msg:
         return []  # nothing to recognise it by
     return [
-        _one(store, release, check, key, o)
-        for o in sorted(others, key=release_sort_key)
-        if o != release
+        _one(store, release, check, key, o) for o in sorted(others, key=version_key) if o != release
     ]
 
 
@@ -294,10 +284,10 @@ def upgrade_note(release: str, changes: Sequence[CheckChange]) -> str | None:
     newer ingested release lacks the check (or changed it); None when the
     newest ingested release still holds it unchanged.
     """
-    key = release_sort_key(release)
+    key = version_key(release)
     newer = sorted(
-        (c for c in changes if release_sort_key(c.release) > key),
-        key=lambda c: release_sort_key(c.release),
+        (c for c in changes if version_key(c.release) > key),
+        key=lambda c: version_key(c.release),
     )
     start = len(newer)
     while start > 0 and newer[start - 1].status in ("removed", "changed"):
@@ -323,17 +313,17 @@ def upgrade_note(release: str, changes: Sequence[CheckChange]) -> str | None:
 def ingested_releases(store: Store) -> list[str]:
     """Indexed releases of the KB, oldest first."""
     rows = [r["version"] for r in store.releases() if r.get("status") in ("indexed", "complete")]
-    return sorted(rows, key=release_sort_key)
+    return sorted(rows, key=version_key)
 
 
 def range_differences(
     release: str, changes: Sequence[CheckChange], in_range: Sequence[str]
 ) -> list[str]:
     """How the older releases of the range hold the check differently (line, file, condition)."""
-    key = release_sort_key(release)
+    key = version_key(release)
     out = []
     for c in changes:
-        if c.release in in_range and release_sort_key(c.release) < key and c.status != "same":
+        if c.release in in_range and version_key(c.release) < key and c.status != "same":
             out.append(
                 f"in {c.release}: {c.note}"
                 if c.status != "removed"

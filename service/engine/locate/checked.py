@@ -11,13 +11,17 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from service.engine.answer import UnknownFact
 from service.engine.cache import LRUCache, release_key
 from service.engine.locate.localize import Located, locate_by_search
 from service.engine.locate.scope import Scope
 from service.engine.logparse.frames import ExceptionInfo
+
+if TYPE_CHECKING:
+    from kb.knowledge import KnowledgeBase
+    from kb.search import SearchResult
 
 __all__ = ["TRUSTED", "doubt_unknowns", "search_locate"]
 
@@ -30,9 +34,9 @@ _MISMATCH = ("which is not a line of this check", "does not fit this check's mes
 
 
 def search_locate(
-    kb: Any,
+    kb: KnowledgeBase,
     exc: ExceptionInfo,
-    version: str,  # noqa: ANN401 - a KnowledgeBase
+    version: str,
     scope: Scope | None = None,
 ) -> Located | None:
     """Locate by hybrid search, memoised per release, exception (type and message) and scope.
@@ -56,7 +60,7 @@ def search_locate(
     if hit is None:
         complete = True
 
-        def search(query: str, release: str):  # noqa: ANN202
+        def search(query: str, release: str) -> SearchResult:
             nonlocal complete
             result = hybrid_search(kb, query, release, k=5)
             complete = complete and not (result.degraded or "").startswith("vector store")

@@ -16,14 +16,14 @@ release of its scope but in the other one says so (``other_scope``).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
 
-from kb.catalog_types import Catalog
+from kb.catalog_types import Catalog, FlagSpec
 from kb.catalogs import load_catalog
 from kb.store import Store
+from kb.versions import version_key
 
 __all__ = [
     "FlagChange",
@@ -65,20 +65,14 @@ class FlagHistory(BaseModel):
     other_scope: list[str] = Field(default_factory=list)
 
 
-def _vkey(version: str) -> tuple[int, Any]:
-    try:
-        return (0, Version(version))
-    except InvalidVersion:
-        return (1, version)
-
-
 def releases_with_flags(store: Store) -> list[str]:
     """Indexed releases of the KB whose flag spellings are stored, oldest first."""
     rows = store.query(
         "SELECT version FROM releases WHERE status IN ('indexed', 'complete') "
         "AND version IN (SELECT DISTINCT release FROM flag_spellings)"
     )
-    return sorted((r["version"] for r in rows), key=_vkey)
+    # release rows are PEP 440 versions (PyPI releases and dev builds), in release order
+    return sorted((r["version"] for r in rows), key=version_key)
 
 
 def scoped_catalog(catalog: Catalog, scope: Scope) -> Catalog:
@@ -89,7 +83,7 @@ def scoped_catalog(catalog: Catalog, scope: Scope) -> Catalog:
 def _catalog(store: Store, release: str, scope: Scope) -> Catalog | None:
     try:
         return scoped_catalog(load_catalog(store, release), scope)
-    except Exception:  # noqa: BLE001 - no catalog: nothing known for that release
+    except Exception:  # no catalog: nothing known for that release
         return None
 
 
@@ -126,13 +120,12 @@ def flag_history(store: Store, flag: str, release: str, scope: Scope = "llm") ->
     other: list[str] = []
     if not present:
         other_scope: Scope = "diffusion" if scope == "llm" else "llm"
-        other = sorted(_spelling_attrs(store, flag, releases, other_scope), key=_vkey)
+        other = sorted(_spelling_attrs(store, flag, releases, other_scope), key=version_key)
         where = "" if scope == "llm" else f" of {SCOPE_NAMES[scope]}"
-        note: str | None = (
-            f"{flag} is not a flag{where} in any ingested release ({', '.join(releases)})"
-        )
+        missing = f"{flag} is not a flag{where} in any ingested release ({', '.join(releases)})"
         if other:
-            note += f"; it is a flag of {SCOPE_NAMES[other_scope]} in {', '.join(other)}"
+            missing += f"; it is a flag of {SCOPE_NAMES[other_scope]} in {', '.join(other)}"
+        note: str | None = missing
     elif not absent:
         note = None
     else:
@@ -169,16 +162,16 @@ def _spec(
     store: Store,
     release: str,
     flag: str | None = None,
-    attr: str | None = None,  # noqa: ANN202
+    attr: str | None = None,
     scope: Scope = "llm",
-):
+) -> FlagSpec | None:
     catalog = _catalog(store, release, scope)
     if catalog is None:
         return None  # no catalog: no declaration to cite
     return catalog.by_flag().get(flag) if flag else catalog.by_attr().get(attr or "")
 
 
-def _cite(release: str, spec) -> str | None:  # noqa: ANN001
+def _cite(release: str, spec: FlagSpec | None) -> str | None:
     return f"{release}:{spec.path}:{spec.line}" if spec is not None and spec.line else None
 
 

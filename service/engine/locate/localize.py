@@ -30,12 +30,19 @@ Message and search candidates are kept inside the part of SGLang the launch ran
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kb.store import Store
 from service.engine.locate.scope import Scope
 from service.engine.logparse.frames import ExceptionInfo, Frame
+
+if TYPE_CHECKING:
+    from kb.search import SearchResult
+
+#: ``search(query, release)``: one release's hybrid search (:func:`kb.search.hybrid_search`).
+Search = Callable[[str, str], "SearchResult"]
 
 
 @dataclass
@@ -50,7 +57,7 @@ class Located:
 
 def _kind_matches(check: dict[str, Any], exc: ExceptionInfo) -> bool:
     if exc.type == "AssertionError":
-        return check["kind"] == "assert" or check["exc_type"] == "AssertionError"
+        return bool(check["kind"] == "assert" or check["exc_type"] == "AssertionError")
     if exc.type in ("<unknown>", ""):
         return True
     return check["kind"] == "raise" and (
@@ -175,7 +182,7 @@ def locate_by_search(
     exc: ExceptionInfo,
     store: Store,
     release: str,
-    search,  # noqa: ANN001
+    search: Search,
     scope: Scope | None = None,
 ) -> Located | None:
     """Last resort: the best-ranked chunk holding a check of the right kind (inside

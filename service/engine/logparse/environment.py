@@ -134,15 +134,15 @@ def find_env(lines: Sequence[str]) -> dict[str, str]:
             env[m[1]] = unquote(m[2])
         for m in _ENV_PAIR_RE.finditer(line):
             env[m[1]] = unquote(m[2])
-        m = _ENV_MAP_RE.match(line)
-        if m is not None and "=" not in m[2]:
-            env[m[1]] = unquote(m[2])
-        m = _ENV_K8S_NAME_RE.match(line)
-        if m is not None:
+        mapped = _ENV_MAP_RE.match(line)
+        if mapped is not None and "=" not in mapped[2]:
+            env[mapped[1]] = unquote(mapped[2])
+        named = _ENV_K8S_NAME_RE.match(line)
+        if named is not None:
             for nxt in lines[i + 1 : i + 3]:
                 v = _ENV_K8S_VALUE_RE.match(nxt[:SCAN_CHARS])
                 if v is not None:
-                    env[m[1]] = unquote(v[1])
+                    env[named[1]] = unquote(v[1])
                     break
     return env
 

@@ -205,6 +205,10 @@ class _Gpus:
         self.evidence: dict[str, str] = {}
         self.last: str | None = None  # the last GPU the current line named
 
+    def start_line(self) -> None:
+        """Forget the GPU the previous line named (a new line is being read)."""
+        self.last = None
+
     def note(self, name: str, line: str) -> str:
         name = " ".join(name.split())
         self.last = name
@@ -336,7 +340,7 @@ def find_gpus(lines: Sequence[str]) -> list[GpuHint]:
             m = _AVAIL_RE.search(line)
             if m is not None:
                 free = max(free or 0.0, float(m[1]))
-        g.last = None
+        g.start_line()
         _names(g, line, lines[i + 1][:SCAN_CHARS] if i + 1 < len(lines) else "")
         sm = (
             _capability(line)

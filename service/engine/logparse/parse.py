@@ -304,9 +304,9 @@ def parse_input(
         payload = data
     if not isinstance(payload, dict):
         raise LogParseError(f"unsupported input of type {type(payload).__name__}")
-    payload = redact_payload(payload)
+    redacted: dict[str, Any] = redact_payload(payload)
     _spend(budget, "after redacting secrets")
-    return _parse_structured(payload, max_bytes, budget)
+    return _parse_structured(redacted, max_bytes, budget)
 
 
 def _parse_structured(

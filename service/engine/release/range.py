@@ -42,7 +42,7 @@ message indexes are cached by their modules).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -134,7 +134,7 @@ def _says(releases: Sequence[str], ingested: Sequence[str], one: str, many: str)
 # ------------------------------------------------------------------------------ pieces
 
 
-def _warnings(parsed: ParsedLog, store: Store, rows: list[dict]) -> RangePiece | None:
+def _warnings(parsed: ParsedLog, store: Store, rows: list[dict[str, Any]]) -> RangePiece | None:
     if not parsed.warnings:
         return None
     ingested = [r["version"] for r in rows]
@@ -337,7 +337,7 @@ def _message(parsed: ParsedLog, store: Store, ingested: list[str]) -> RangePiece
 # ------------------------------------------------------------------------------ range
 
 
-def infer_range(parsed: ParsedLog, store: Store, rows: list[dict]) -> ReleaseRange:
+def infer_range(parsed: ParsedLog, store: Store, rows: list[dict[str, Any]]) -> ReleaseRange:
     """Intersect the evidence of ``parsed`` over the ingested release rows ``rows``
     (sorted oldest first; ``version`` and ``content_hash`` each)."""
     ingested = [r["version"] for r in rows]

@@ -345,17 +345,17 @@ def _from_frames(ctx: _Ctx) -> ReleaseResolution | None:
     )
     best = ranked[0]
     if best.exact:
-        tied = [s for s in ranked if s.exact and s.score == best.score]
-        pick = _tie_break([s.release for s in tied], hinted, ctx.reported)
-        conf = best.score * (0.97 if len(tied) == 1 else 0.6 / len(tied) + 0.2)
-        if len(tied) > 1:
+        exact_tied = [s for s in ranked if s.exact and s.score == best.score]
+        pick = _tie_break([s.release for s in exact_tied], hinted, ctx.reported)
+        conf = best.score * (0.97 if len(exact_tied) == 1 else 0.6 / len(exact_tied) + 0.2)
+        if len(exact_tied) > 1:
             evidence.append(
                 "the traceback matches "
-                + ", ".join(s.release for s in tied)
+                + ", ".join(s.release for s in exact_tied)
                 + f" equally; took {pick}"
             )
         conf = _hint_adjust(conf, pick, hinted, evidence, "frames")
-        return ctx.done(pick, conf, "fingerprint", order=[s.release for s in tied])
+        return ctx.done(pick, conf, "fingerprint", order=[s.release for s in exact_tied])
     near = sorted(
         (s for s in ranked if s.found),
         key=lambda s: (

@@ -1,7 +1,7 @@
 """SGLang release version strings: parsing, ordering, dev builds and matching ingested releases.
 
 Versions are PEP 440 (:class:`packaging.version.Version`), with a leading
-``v`` tolerated. A *dev build* is a ``.devN`` version or one with a git local
+``v`` tolerated; parsing and ordering are :mod:`kb.versions`' (re-exported here). A *dev build* is a ``.devN`` version or one with a git local
 label (``0.5.19.dev410+gedff717ef``). :func:`match_release` finds the ingested
 release a version string names (``"v0.5.11"``, ``"0.5.11+cu128"``), and
 :func:`not_after` lists the ingested releases a dev build may be based on.
@@ -12,23 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
+
+from kb.versions import parse_version, version_key
 
 __all__ = ["is_dev", "match_release", "not_after", "parse_version", "release_sort_key"]
 
-
-def parse_version(text: str) -> Version | None:
-    """``text`` as a PEP 440 version (a leading ``v`` is dropped), or None."""
-    try:
-        return Version(text.strip().removeprefix("v"))
-    except InvalidVersion:
-        return None
-
-
-def release_sort_key(version: str) -> tuple[int, Version, str]:
-    """Sort key: PEP 440 order (dev builds before their release), unparsable ones first by text."""
-    v = parse_version(version)
-    return (1, v, "") if v is not None else (0, Version("0"), version)
+#: Sort key of a release: PEP 440 order (dev builds before their release), unparsable
+#: ones first by text (:func:`kb.versions.version_key`).
+release_sort_key = version_key
 
 
 def is_dev(text: str | None) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -44,7 +45,7 @@ class CardResult:
         )
 
 
-def given_function(parsed: ParsedArgs):  # noqa: ANN202
+def given_function(parsed: ParsedArgs) -> tuple[Callable[[object], object], tuple[str, ...]]:
     typed = {pf.flag or pf.token for pf in parsed.values.values()}
     typed |= {pf.token for pf in parsed.values.values()}
 

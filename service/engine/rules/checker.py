@@ -236,6 +236,8 @@ def _evaluate(
             final = dict(assigned)  # the last assignment of each attribute wins
             changed = {k: v for k, v in final.items() if attrs.get(k) is not v}
             if changed:
+                # read-only overlay (no copy of ``attrs``); typeshed's ChainMap asks for
+                # mutable maps, but nothing writes through this one
                 env = Env(ChainMap(changed, attrs), facts, functions)  # type: ignore[arg-type]
             notes = caveats[:3]
         result = judge_card(card, env, notes)

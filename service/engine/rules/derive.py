@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.version import Version
-
-from kb.rules.cards import Card, release_in, remember_reads
+from kb.rules.cards import Card, FixHints, release_in, remember_reads
 from kb.store import Store
+from kb.versions import version_key
 from service.engine.rules.derived_checks import DerivedCheck, derive_release
 
 __all__ = [
@@ -47,7 +46,26 @@ __all__ = [
 
 DERIVATION_VERSION = "4"
 _lock = threading.Lock()
-_memory: dict[tuple[str, str], Any] = {}
+
+
+class _Memo:
+    """What this process already derived or read, per (KB path, derivation key)."""
+
+    def __init__(self) -> None:
+        self.derived: dict[tuple[str, str], Derived] = {}
+        self.records: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self.for_release: dict[tuple[str, str, str], list[Card]] = {}
+        self.sources: dict[tuple[str, str], dict[str, dict[str, SourceInfo]]] = {}
+
+    def clear(self) -> None:
+        """Forget everything (the next call derives or reads the file cache again)."""
+        self.derived.clear()
+        self.records.clear()
+        self.for_release.clear()
+        self.sources.clear()
+
+
+_memory = _Memo()
 
 
 # ---------------------------------------------------------------------- text helpers
@@ -82,12 +100,12 @@ def _short(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def _fix_hints(require: str) -> dict[str, Any]:
+def _fix_hints(require: str) -> FixHints:
     """Edits the ``require`` text itself names: ``args.X is None`` -> remove X, ``== c`` -> set."""
     try:
         node = ast.parse(require, mode="eval").body
     except SyntaxError:
-        return {}
+        return FixHints()
     terms = node.values if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And) else [node]
     hints: dict[str, Any] = {"set": {}, "remove": []}
 
@@ -105,21 +123,21 @@ def _fix_hints(require: str) -> dict[str, Any]:
                 hints["remove"].append(attr)
             elif isinstance(op, ast.Eq) and isinstance(right, ast.Constant):
                 hints["set"][attr] = right.value
-    return {k: v for k, v in hints.items() if v}
+    return FixHints.model_validate({k: v for k, v in hints.items() if v})
 
 
 def version_range(present: list[str], all_releases: list[str]) -> str:
     """PEP 440 range over ``present``: ``>=lo,<=hi`` minus the ingested releases in between."""
-    order = sorted(set(all_releases) | set(present), key=Version)
-    have = sorted(set(present), key=Version)
+    order = sorted(set(all_releases) | set(present), key=version_key)
+    have = sorted(set(present), key=version_key)
     lo, hi = have[0], have[-1]
-    inside = [r for r in order if Version(lo) <= Version(r) <= Version(hi)]
+    inside = [r for r in order if version_key(lo) <= version_key(r) <= version_key(hi)]
     spec = f">={lo},<={hi}"
     return spec + "".join(f",!={r}" for r in inside if r not in have)
 
 
 def _card(group: list[DerivedCheck], all_releases: list[str]) -> Card:
-    first = max(group, key=lambda d: Version(d.release))  # newest wording
+    first = max(group, key=lambda d: version_key(d.release))  # newest wording
     text = _message_text(first.message)
     digest = hashlib.sha256(f"{first.when}\n{first.require}".encode()).hexdigest()[:10]
     releases = version_range([d.release for d in group], all_releases)
@@ -137,7 +155,7 @@ def _card(group: list[DerivedCheck], all_releases: list[str]) -> Card:
     rationale = (
         f"Derived from the {first.kind} in {first.function} "
         f"({first.path}:{first.start}-{first.end} in {first.release}); seen in "
-        f"{', '.join(sorted({d.release for d in group}, key=Version))}. "
+        f"{', '.join(sorted({d.release for d in group}, key=version_key))}. "
         f"`when` is the call-site and enclosing guards, `require` is {how}."
     )
     return Card(
@@ -161,7 +179,7 @@ def _card(group: list[DerivedCheck], all_releases: list[str]) -> Card:
 def derivation_key(store: Store) -> tuple[str, list[str]]:
     """(cache key, ingested releases): changes when any release is re-indexed."""
     rows = [r for r in store.releases() if r["status"] in ("indexed", "complete")]
-    releases = sorted((r["version"] for r in rows), key=Version)
+    releases = sorted((r["version"] for r in rows), key=version_key)
     basis = json.dumps(
         [DERIVATION_VERSION, sorted((r["version"], r["content_hash"]) for r in rows)]
     )
@@ -196,8 +214,8 @@ def _read_raw(path: Path, key: str) -> list[dict[str, Any]] | None:
                 return None
             records = [json.loads(line) for line in fh if line.strip()]
         for rec in records:
-            rec["card"]["releases"]  # noqa: B018 - a record without a range is a bad file
-            rec["reads"], rec["sources"]  # noqa: B018
+            rec["card"]["releases"]  # a record without a range is a bad file
+            rec["reads"], rec["sources"]
         return records
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -270,13 +288,13 @@ def _derived(store: Store, use_cache: bool = True) -> Derived:
     mkey = (str(store.path), key)
     if use_cache:
         with _lock:
-            hit = _memory.get(mkey)
+            hit = _memory.derived.get(mkey)
         if hit is not None:
             return hit
         cached = _read_file(derived_path(store), key)
         if cached is not None:
             with _lock:
-                _memory[mkey] = cached
+                _memory.derived[mkey] = cached
             return cached
     groups: dict[tuple[str, str], list[DerivedCheck]] = {}
     for version in releases:
@@ -297,7 +315,7 @@ def _derived(store: Store, use_cache: bool = True) -> Derived:
     result: Derived = (cards, sources)
     _write_file(derived_path(store), key, releases, result, reads)
     with _lock:
-        _memory[mkey] = result
+        _memory.derived[mkey] = result
     return result
 
 
@@ -305,16 +323,16 @@ def _records(store: Store) -> list[dict[str, Any]] | None:
     """The derived-card file's records for the KB as it is (cached in memory; None when
     the file is missing or stale: :func:`_derived` then derives)."""
     key, _ = derivation_key(store)
-    mkey = (str(store.path), key, "records")
+    mkey = (str(store.path), key)
     with _lock:
-        hit = _memory.get(mkey)
+        hit = _memory.records.get(mkey)
     if hit is None:
         hit = _read_raw(derived_path(store), key)
         if hit is None:
             return None
         with _lock:
-            _memory[mkey] = hit
-    return hit  # type: ignore[no-any-return]
+            _memory.records[mkey] = hit
+    return hit
 
 
 def derive_cards_for(store: Store, release: str) -> list[Card]:
@@ -323,21 +341,21 @@ def derive_cards_for(store: Store, release: str) -> list[Card]:
     same cards :func:`derive_cards` filtered by :meth:`Card.applies_to` gives."""
     key, _ = derivation_key(store)
     with _lock:
-        full = _memory.get((str(store.path), key))
+        full = _memory.derived.get((str(store.path), key))
     records = None if full is not None else _records(store)
     if records is None:
         return [c for c in derive_cards(store) if c.applies_to(release)]
-    mkey = (str(store.path), key, "for", release)
+    mkey = (str(store.path), key, release)
     with _lock:
-        hit = _memory.get(mkey)
+        hit = _memory.for_release.get(mkey)
     if hit is None:
         try:
             hit = [_card_of(rec) for rec in records if release_in(rec["card"]["releases"], release)]
         except (ValueError, KeyError, TypeError):
             return [c for c in derive_cards(store, use_cache=False) if c.applies_to(release)]
         with _lock:
-            _memory[mkey] = hit
-    return hit  # type: ignore[no-any-return]
+            _memory.for_release[mkey] = hit
+    return hit
 
 
 def derive_cards(store: Store, *, use_cache: bool = True) -> list[Card]:
@@ -350,15 +368,15 @@ def derived_sources(store: Store) -> dict[str, dict[str, SourceInfo]]:
     from the file cache without validating the cards when it is fresh."""
     key, _ = derivation_key(store)
     with _lock:
-        full = _memory.get((str(store.path), key))
-        hit = _memory.get((str(store.path), key, "sources"))
+        full = _memory.derived.get((str(store.path), key))
+        hit = _memory.sources.get((str(store.path), key))
     if full is not None:
-        return full[1]  # type: ignore[no-any-return]
+        return full[1]
     if hit is None:
         records = _records(store)
         if records is None:
             return _derived(store)[1]
         hit = _sources_of(records)
         with _lock:
-            _memory[(str(store.path), key, "sources")] = hit
-    return hit  # type: ignore[no-any-return]
+            _memory.sources[(str(store.path), key)] = hit
+    return hit

@@ -162,7 +162,7 @@ def _write_deps(
         for text in [*(g["condition"] for g in w.guards), w.value or "None"]:
             try:
                 deps |= referenced_names(text)
-            except Exception:  # noqa: BLE001 - unparsable: only the attribute itself
+            except Exception:  # unparsable: only the attribute itself
                 continue
     return deps, bool(plan) or any(
         chain.earlier_writes(store, version, attr, row) for attr in reads

@@ -161,13 +161,13 @@ def _constants(require: str) -> list[tuple[str, object]]:
         attr = left.attr
         if isinstance(right, ast.Constant) and right.value is not None:
             v = right.value
-            numeric = isinstance(v, int) and not isinstance(v, bool)
+            number = v if isinstance(v, int) and not isinstance(v, bool) else None
             if isinstance(op, (ast.Eq, ast.LtE, ast.GtE)):
                 out.append((attr, v))
-            elif isinstance(op, ast.Gt) and numeric:
-                out.append((attr, v + 1))
-            elif isinstance(op, ast.Lt) and numeric:
-                out.append((attr, v - 1))
+            elif isinstance(op, ast.Gt) and number is not None:
+                out.append((attr, number + 1))
+            elif isinstance(op, ast.Lt) and number is not None:
+                out.append((attr, number - 1))
         elif isinstance(op, ast.In) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
             out.extend(
                 (attr, e.value)
@@ -179,9 +179,11 @@ def _constants(require: str) -> list[tuple[str, object]]:
     return list(dict.fromkeys(out))
 
 
-def card_candidates(
-    card: Card, user_set: set[str], catalog: Catalog
-) -> list[tuple[dict, list, str]]:
+#: An unchecked edit: (attribute -> value to set, attributes to remove, where it came from).
+Candidate = tuple[dict[str, Any], list[str], str]
+
+
+def card_candidates(card: Card, user_set: set[str], catalog: Catalog) -> list[Candidate]:
     """Unchecked ``(set, remove, origin)`` edits (attribute keys) that may satisfy ``card``,
     most likely first: its ``fix_hints``, dropping a flag of ``user_set`` its ``require``
     reads, a value ``require`` accepts, dropping a flag its ``when`` reads."""
@@ -191,7 +193,7 @@ def card_candidates(
         spec = by_flag.get(key) if key.startswith("-") else None
         return spec.attr if spec is not None else key
 
-    out: list[tuple[dict, list, str]] = []
+    out: list[Candidate] = []
     if not card.fix_hints.empty():
         out.append(
             (
@@ -215,7 +217,7 @@ def card_candidates(
         if attr in user_set:
             out.append(({}, [attr], "drop a flag that enables the card"))
     seen: set[str] = set()
-    unique = []
+    unique: list[Candidate] = []
     for s, r, origin in out:
         key = repr((sorted((k, repr(v)) for k, v in s.items()), sorted(r)))
         if key not in seen:
@@ -235,7 +237,7 @@ def _required(attr: str, by_attr: dict[str, Any]) -> bool:
 def _reads(text: str) -> set[str]:
     try:
         return set(referenced_names(text))
-    except Exception:  # noqa: BLE001 - a card that cannot be read offers no candidates
+    except Exception:  # a card that cannot be read offers no candidates
         return set()
 
 
@@ -265,7 +267,13 @@ class _Ctx:
 
 
 def _try_fix(
-    ctx: _Ctx, card: Card, argv: list[str], before_bad: set[str], s: dict, r: list, origin: str
+    ctx: _Ctx,
+    card: Card,
+    argv: list[str],
+    before_bad: set[str],
+    s: dict[str, Any],
+    r: list[str],
+    origin: str,
 ) -> LintFix | None:
     try:
         new_argv = apply_edits(argv, ctx.catalog, set=dict(s), remove=list(r))
@@ -309,10 +317,13 @@ def _try_fix(
 
 def _finding(res: CardResult, release: str) -> LintFinding:
     card = res.card
+    verdict = res.verdict
+    if verdict != "violated" and verdict != "unknown":
+        raise ValueError(f"card {card.id} is {verdict}: not a finding")
     return LintFinding(
         rule=card.id,
         title=card.title,
-        verdict=res.verdict,  # type: ignore[arg-type]
+        verdict=verdict,
         severity=card.severity,
         origin=card.origin,
         message=card.message,

@@ -208,8 +208,9 @@ def location_of(store: Store, version: str, check: dict[str, Any], located: Loca
         start_line=check["start_line"],
         end_line=check["end_line"],
         reported_line=located.reported_line,
-        method=located.method,
-        confidence=located.confidence,  # type: ignore[arg-type]
+        # Located.method (locate/localize.py) is a plain str holding one of these Literals
+        method=located.method,  # type: ignore[arg-type]
+        confidence=located.confidence,
         citation=f"{version}:{check['path']}:{span}",
         excerpt=excerpt,
         alternatives=[f"{version}:{a['path']}:{a['start_line']}" for a in located.alternatives],

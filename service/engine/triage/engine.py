@@ -12,7 +12,8 @@ from service.engine.cache import freeze_long_lived
 from service.engine.errors import NoCrashFound
 from service.engine.expr.interpreter import Value
 from service.engine.facts.core import HardwareProfile
-from service.engine.llm.writer import AssistContext, assist
+from service.engine.llm.prompt import AssistContext
+from service.engine.llm.writer import assist
 from service.engine.llm.writer import enabled as llm_enabled
 from service.engine.logparse.parse import ParsedLog
 from service.engine.settings import EngineSettings

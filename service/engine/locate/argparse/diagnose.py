@@ -56,7 +56,7 @@ class ArgparseDiagnosis(BaseModel):
     flag: str | None
     value: str | None
     suggestions: list[str]  # nearest valid spellings in this release
-    valid_choices: list | None  # for invalid_choice
+    valid_choices: list[object] | None  # for invalid_choice
     closest_choices: list[str]  # for invalid_choice: valid choices nearest the value
     history: list[FlagHistory]
     edits: list[dict[str, Any]]
@@ -86,7 +86,7 @@ def diagnose_argparse(
     flag = err.flags[0] if err.flags else None
     value = err.values[0] if err.values else None
     spec = resolve_spelling(flag, catalog) if flag else None
-    valid: list | None = None
+    valid: list[object] | None = None
     closest: list[str] = []
     if err.kind == "unrecognized_arguments":
         flag, value = unrecognized_arguments(err, w)

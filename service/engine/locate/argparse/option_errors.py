@@ -33,9 +33,13 @@ __all__ = [
 
 def invalid_choice(
     err: ArgparseError, w: Work, spec: FlagSpec | None, flag: str | None
-) -> tuple[list | None, list[str]]:
+) -> tuple[list[object] | None, list[str]]:
     value = err.values[0] if err.values else ""
-    valid: list | None = list(spec.choices) if spec is not None and spec.choices else err.choices
+    valid: list[object] | None = (
+        list(spec.choices)
+        if spec is not None and spec.choices
+        else (None if err.choices is None else list(err.choices))
+    )
     closest = closest_choices(value, valid) if valid else []
     if closest and flag:
         w.edits.append({"set": {flag: choice_value(spec, closest[0])}})
@@ -60,7 +64,7 @@ def _choice_elsewhere(w: Work, spec: FlagSpec | None, value: str) -> list[str]:
             continue
         try:
             other = scoped_catalog(load_catalog(w.store, rel), w.scope).by_attr().get(spec.attr)
-        except Exception:  # noqa: BLE001 - a release without catalog is skipped
+        except Exception:  # a release without catalog is skipped
             continue
         if other is not None and other.choices and value in [str(c) for c in other.choices]:
             out.append(rel)

@@ -192,7 +192,7 @@ def _stray(values: list[str], w: Work) -> None:
         for v in values:
             if v in w.argv:
                 i = w.argv.index(v)
-                prev = w.argv[i - 1] if i > 0 else None
+                prev = w.argv[i - 1] if i > 0 else ""
                 spec = resolve_spelling(prev, w.catalog) if prev and prev.startswith("-") else None
                 if spec is not None and not spec.takes_value:
                     where = f"; {prev} is a switch ({spec.action}) and takes no value"

@@ -6,6 +6,7 @@ described and cited. (The argv with a diagnosis's edits applied is
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 
 from kb.catalog_types import Catalog, FlagSpec
 
@@ -21,7 +22,7 @@ __all__ = [
 ]
 
 
-def closest_choices(value: str, choices: list) -> list[str]:
+def closest_choices(value: str, choices: Sequence[object]) -> list[str]:
     """The choice ``value`` spells (ignoring case and ``-``/``_``), else up to three close ones."""
     texts = [str(c) for c in choices]
     norm = value.strip().lower().replace("-", "_")

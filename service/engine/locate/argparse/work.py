@@ -67,9 +67,9 @@ def fixed_argv(w: Work) -> list[str] | None:
                     changed = True
                     break
         for stray in edit.get("drop", []):
-            i = _stray_index(tokens, stray, w.catalog)
-            if i is not None:
-                del tokens[i]
+            at = _stray_index(tokens, stray, w.catalog)
+            if at is not None:
+                del tokens[at]
                 changed = True
         remove = list(edit.get("remove", []))
         if remove and not any(t.split("=", 1)[0] in remove for t in tokens):

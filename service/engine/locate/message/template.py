@@ -152,7 +152,11 @@ def _parts(node: ast.expr) -> list[_Part] | None:
             elif isinstance(value, ast.FormattedValue):
                 spec = value.format_spec
                 spec_src = (
-                    "".join(v.value for v in spec.values if isinstance(v, ast.Constant))
+                    "".join(
+                        v.value
+                        for v in spec.values
+                        if isinstance(v, ast.Constant) and isinstance(v.value, str)
+                    )
                     if isinstance(spec, ast.JoinedStr)
                     else ""
                 )
@@ -164,9 +168,9 @@ def _parts(node: ast.expr) -> list[_Part] | None:
         left, right = _parts(node.left), _parts(node.right)
         if left is None and right is None:
             return None  # e.g. ``a + b``: nothing literal to anchor on
-        return (left if left is not None else [_hole(node.left)]) + (
-            right if right is not None else [_hole(node.right)]
-        )
+        head: list[_Part] = left if left is not None else [_hole(node.left)]
+        tail: list[_Part] = right if right is not None else [_hole(node.right)]
+        return head + tail
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
         left = _parts(node.left)
         if left is None:
