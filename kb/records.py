@@ -340,7 +340,9 @@ class Records:
         for row in rows:
             result, fix = safe_json(row["result"]), safe_json(row["fix"])
             note = row["note"] or ""
-            if not isinstance(result, dict) or fix is _DAMAGED or not _clean(note):
+            # U+FFFD: bytes that were not UTF-8, replaced when read (records_db's text factory)
+            damaged_note = not _clean(note) or "\ufffd" in note
+            if not isinstance(result, dict) or fix is _DAMAGED or damaged_note:
                 continue  # a damaged record is left out, never passed on
             entry = {
                 "id": row["id"],

@@ -173,9 +173,15 @@ def test_ingest_and_triage_at_the_same_time(api_settings, sglang_source, tmp_pat
     with make_server(settings) as srv:
 
         def hammer() -> None:
-            with httpx.Client(base_url=srv.url, timeout=60) as c:
+            # hang guards only: a cold first triage on a loaded machine may take minutes
+            with httpx.Client(base_url=srv.url, timeout=600) as c:
                 while not stop.is_set():
-                    r = c.post("/triage?release=0.5.11", content=log)
+                    try:
+                        r = c.post("/triage?release=0.5.11", content=log)
+                    except httpx.HTTPError as exc:  # said, not lost with the thread
+                        errors.append(f"{type(exc).__name__}: {exc}")
+                        first.set()
+                        return
                     answered.append(r.json().get("release", {}).get("release", ""))
                     first.set()
                     if r.status_code != 200:
@@ -184,13 +190,13 @@ def test_ingest_and_triage_at_the_same_time(api_settings, sglang_source, tmp_pat
         t = threading.Thread(target=hammer)
         t.start()
         try:
-            assert first.wait(120)  # triages are under way before the ingest starts
+            assert first.wait(900), errors  # triages are under way before the ingest starts
             shared = KnowledgeBase(settings)  # the same KB folder the server reads
             report = ingest(shared, read_local(tree), scope="none")
             assert report.structure == "indexed"
         finally:
             stop.set()
-            t.join(timeout=120)
+            t.join(timeout=900)
         assert shared.store.release("0.0.1.dev0") is not None
         shared.close()
     assert errors == []

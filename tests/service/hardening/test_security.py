@@ -69,16 +69,24 @@ def test_a_deep_or_surrogate_confirmation_is_refused_and_breaks_nothing(
 
 
 def test_a_damaged_stored_record_never_breaks_a_request(
-    client: httpx.Client, api_settings: Settings
+    api_settings: Settings, tmp_path: Path
 ) -> None:
-    """A row written before the checks (deep fix, lone surrogate) is read as damaged."""
+    """A row written before the checks (deep fix, lone surrogate) is read as damaged. The
+    records are this test's own (what other tests stored never reaches ``similar`` here)."""
+    db = tmp_path / "records.sqlite"
+    settings = api_settings.model_copy(update={"database_url": f"sqlite:///{db}"})
+    with make_server(settings) as srv, httpx.Client(base_url=srv.url, timeout=60) as client:
+        _damaged_rows_are_read_as_damaged(client, db)
+
+
+def _damaged_rows_are_read_as_damaged(client: httpx.Client, db: Path) -> None:
     first = client.post("/triage?release=0.5.11", content=_log()).json()
     deep = "1"
     for _ in range(300):
         deep = f"[{deep}]"
     second = client.post("/triage?release=0.5.11", content=_log()).json()
     third = client.post("/triage?release=0.5.11", content=_log()).json()
-    con = sqlite3.connect(api_settings.kb_path / "records.sqlite")
+    con = sqlite3.connect(db)
     rows = [
         (first["id"], '{"set": {"--tp": ' + deep + "}}", "deep"),
         (second["id"], '{"remove": ["\\ud800"]}', "surrogate"),
