@@ -79,7 +79,7 @@ TEST_WORKERS ?= 2
 test: install-dev browser sandbox postgres
 	$(BIN)/ruff check kb ingest service evals tests bench
 	$(BIN)/ruff format --check kb ingest service evals tests bench
-	$(BIN)/mypy kb
+	$(BIN)/mypy kb service/engine
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
 

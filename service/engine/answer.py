@@ -60,13 +60,19 @@ class ExcerptLine(BaseModel):
     highlight: bool = False
 
 
+#: how a check was located (``Location.method``)
+LocateMethod = Literal[
+    "frame_line", "frame_source", "function_kind", "message", "search", "argparse"
+]
+
+
 class Location(BaseModel):
     path: str
     function: str
     start_line: int
     end_line: int
     reported_line: int | None = None
-    method: Literal["frame_line", "frame_source", "function_kind", "message", "search", "argparse"]
+    method: LocateMethod
     confidence: float
     citation: str
     excerpt: list[ExcerptLine] = Field(default_factory=list)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kb.store import Store
+from service.engine.answer import LocateMethod
 from service.engine.locate.scope import Scope
 from service.engine.logparse.frames import ExceptionInfo, Frame
 
@@ -48,7 +49,7 @@ Search = Callable[[str, str], "SearchResult"]
 @dataclass
 class Located:
     check: dict[str, Any]
-    method: str
+    method: LocateMethod
     confidence: float
     reported_line: int | None = None
     alternatives: list[dict[str, Any]] = field(default_factory=list)

@@ -209,7 +209,7 @@ def location_of(store: Store, version: str, check: dict[str, Any], located: Loca
         end_line=check["end_line"],
         reported_line=located.reported_line,
         # Located.method (locate/localize.py) is a plain str holding one of these Literals
-        method=located.method,  # type: ignore[arg-type]
+        method=located.method,
         confidence=located.confidence,
         citation=f"{version}:{check['path']}:{span}",
         excerpt=excerpt,
