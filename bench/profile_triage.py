@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             try:
                 out = run(body)
-            except Exception as exc:  # noqa: BLE001 - recorded like the runner does
+            except Exception as exc:
                 out = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
                 errors += p == 0
             ms = (time.perf_counter() - t) * 1000

@@ -102,7 +102,7 @@ def _commands(releases: set[str], per_release: int) -> list[tuple[str, list[str]
         else:
             try:
                 argv = parse_log(inc.crash_log).command
-            except Exception:  # noqa: BLE001 - an incident without a readable command is skipped
+            except Exception:
                 argv = None
         if argv:
             count[rel] = count.get(rel, 0) + 1

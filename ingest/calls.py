@@ -29,7 +29,7 @@ __all__ = ["extract_calls"]
 
 def extract_calls(
     v: str, path: str, root: Node, functions: list[FunctionInfo], has_checks: bool, enclosing
-) -> list[tuple]:  # noqa: ANN001
+) -> list[tuple]:
     """``calls`` rows of one file (see the module docstring), in source order.
 
     ``enclosing(line)`` gives the innermost function holding ``line`` (or None)."""

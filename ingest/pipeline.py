@@ -74,7 +74,7 @@ def _workers(n_files: int) -> int:
     return min(cores, 4) if n_files >= 400 and cores > 1 else 1
 
 
-def _mp_context():  # noqa: ANN202
+def _mp_context():
     """``fork`` where available: workers only run tree-sitter, and need no re-import of __main__."""
     try:
         return get_context("fork")
@@ -127,7 +127,7 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def _rel(source: ReleaseSource, file) -> str:  # noqa: ANN001
+def _rel(source: ReleaseSource, file) -> str:
     return file.relative_to(source.root).as_posix()
 
 

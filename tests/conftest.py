@@ -17,9 +17,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
-from kb.sources import ReleaseSource, fetch_release  # noqa: E402
-from kb.store import SCHEMA_VERSION  # noqa: E402
-from service.settings import Settings  # noqa: E402
+from kb.sources import ReleaseSource, fetch_release
+from kb.store import SCHEMA_VERSION
+from service.settings import Settings
 
 
 @pytest.fixture(scope="session")
@@ -141,7 +141,7 @@ def kb(kb_settings: Settings, ingest_reports: dict):
 
 
 @pytest.fixture(scope="session")
-def store(kb):  # noqa: ANN001, ANN201 - the session KB's structured index
+def store(kb):
     return kb.store
 
 

@@ -127,7 +127,7 @@ def base_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def small_kb(sglang_source, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: ANN001
+def small_kb(sglang_source, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A KB with four files of 0.5.11 (structure only), built with this venv's ingest."""
     tmp = tmp_path_factory.mktemp("base-kb")
     release = sglang_source("0.5.11").root

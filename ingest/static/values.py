@@ -167,7 +167,7 @@ class StaticEvaluator:
         finally:
             self._active.discard(key)
 
-    def _eval(self, node: Node, mod: SourceModule, scope: Scope) -> object:  # noqa: C901
+    def _eval(self, node: Node, mod: SourceModule, scope: Scope) -> object:
         t = node.type
         if t in ("string", "concatenated_string"):
             return string_value(node)

@@ -199,7 +199,7 @@ class CacheCollector(Collector):
         )
         try:
             table = self.stats()
-        except Exception as exc:  # noqa: BLE001 - a scrape must not fail on a cache
+        except Exception as exc:
             log.warning("engine cache stats unavailable: %s", exc)
             table = {}
         for name, row in sorted(table.items()):
@@ -219,7 +219,7 @@ class PoolCollector(Collector):
     def collect(self) -> Iterable[Any]:
         try:
             st = self.stats()
-        except Exception as exc:  # noqa: BLE001 - a scrape must not fail on the pool
+        except Exception as exc:
             log.warning("replay pool stats unavailable: %s", exc)
             st = {}
         workers = list(st.get("workers") or [])

@@ -237,7 +237,7 @@ def _load_plugins() -> None:
     for ep in entry_points(group="sglang_triage.commands"):
         try:
             ep.load()(app)
-        except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the CLI
+        except Exception as exc:
             console.print(f"[yellow]warning:[/yellow] CLI plugin {ep.name!r} not loaded: {exc}")
 
 

@@ -64,7 +64,7 @@ NEEDS_INGEST_EXTRA = (
 def _missing_ingest() -> str | None:
     """Why :mod:`ingest` cannot be imported in this install (None when it can)."""
     try:
-        import ingest.acquire  # noqa: F401
+        import ingest.acquire
         import ingest.pipeline  # noqa: F401
     except ImportError as exc:
         return f"{NEEDS_INGEST_EXTRA}: {exc.name or exc} is not installed"

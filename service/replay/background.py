@@ -162,7 +162,7 @@ def schedule(
     def done(f: Future) -> None:
         try:
             on_done(summarise(f.result(), result, release, hardware))
-        except Exception as exc:  # noqa: BLE001 - a background failure must not kill the service
+        except Exception as exc:
             log.warning("replay failed: %s", exc)
             result["replay"] = {"status": "unverified", "detail": f"replay failed: {exc}"}
             on_done(result)

@@ -386,7 +386,7 @@ def prewarm(
         home = settings.home
         option_table(tree, home, lambda: batches.dump_options(tree, hw, home, 180.0), wait_s=0.0)
         return default_pool().prestart(tree, hw, settings.home)
-    except Exception:  # noqa: BLE001 - a head start only: replay_many reports real failures
+    except Exception:
         return False
 
 

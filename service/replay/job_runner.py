@@ -123,7 +123,7 @@ class Worker:
                 self.settings, job.spec, self.test_payload
             )
             error = outcome.get("detail") if isinstance(outcome, dict) else None
-        except Exception as exc:  # noqa: BLE001 - told to the triages, as in-process
+        except Exception as exc:
             log.warning("replay of job %s failed: %s", job.id, exc)
             outcome = {"status": "unverified", "detail": f"replay failed: {exc}"}
             error = outcome["detail"]
@@ -139,7 +139,7 @@ class Worker:
                 if not self.queue.renew(job):
                     log.warning("job %s is no longer ours (lease lost)", job.id)
                     return
-            except Exception as exc:  # noqa: BLE001 - the database may blink; try again
+            except Exception as exc:
                 log.warning("renewing the lease of job %s failed: %s", job.id, exc)
 
     def _deliver(

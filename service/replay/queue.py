@@ -85,7 +85,7 @@ class ReplayQueue:
             t0 = time.perf_counter()
             try:
                 value, error = fn(*args, **kwargs), None
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiter
+            except BaseException as exc:
                 value, error = None, exc
             self._ended(time.perf_counter() - t0, error is None)  # before the waiter wakes
             if error is None:

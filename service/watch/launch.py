@@ -178,7 +178,7 @@ def _copy_winsize(src: int, dst: int) -> None:
 def _open_pty(like: int) -> tuple[int, int]:
     """A pseudo-terminal for a stream whose reader is the terminal ``like``: our window size,
     and no newline translation (our own terminal translates what we copy to it)."""
-    import pty  # noqa: PLC0415 - POSIX only, and only when a stream is a terminal
+    import pty
 
     master, slave = pty.openpty()
     _copy_winsize(like, slave)

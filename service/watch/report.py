@@ -345,7 +345,7 @@ def _send_team(report: CrashReport, url: str) -> str:
 def _slack_message(report: CrashReport) -> tuple[str, list[dict[str, Any]]]:
     """Fallback text and Block Kit blocks: the headline and facts, then the bot's own answer
     blocks (:func:`service.slack.blocks.triage_blocks`), or the tail without an answer."""
-    from service.slack.blocks import code, context, esc, section, triage_blocks  # noqa: PLC0415
+    from service.slack.blocks import code, context, esc, section, triage_blocks
 
     facts = [esc(line) for line in fact_lines(report.facts, report.result)][:6]
     head = [section(f":rotating_light: *{esc(report.headline())}*")]

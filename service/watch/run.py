@@ -99,7 +99,7 @@ def preflight(
     """Lint the command's flags against the facts' release; a JSON-safe summary with
     ``status`` ``ok`` | ``errors`` | ``skipped``, the violated error cards (``errors``: rule,
     title, reason, citations, fixes) and ``ms``. Never ingests."""
-    from service.wiring import kb_for  # noqa: PLC0415 - opens the KB only when asked
+    from service.wiring import kb_for
 
     t0 = time.perf_counter()
     release = facts.version
@@ -174,9 +174,9 @@ def preflight_replay(
     refusal becomes an error entry (the exception, its message and where it was raised);
     a replay that cannot run (no sandbox, no cached wheel: pre-flight downloads nothing)
     or reaches no verdict is a note. Skipped when the rule cards already found errors."""
-    from kb.sources import find_wheel, unpack_wheel  # noqa: PLC0415 - only when asked
-    from service.replay.background import unavailable_reason  # noqa: PLC0415
-    from service.replay.harness import replay  # noqa: PLC0415
+    from kb.sources import find_wheel, unpack_wheel
+    from service.replay.background import unavailable_reason
+    from service.replay.harness import replay
 
     release = pre.get("release") or facts.version
     if pre.get("status") not in ("ok",) or not release:
@@ -301,7 +301,7 @@ def triage_launch(
         result = TriageUseCase(engine_for(settings), settings).answer(request)
     except TriageError as exc:
         return None, exc.message
-    except Exception as exc:  # noqa: BLE001 - a triage bug must not hide SGLang's own exit
+    except Exception as exc:
         return None, f"{type(exc).__name__}: {str(exc)[:300]}"
     return apply_facts(result, facts.to_json()), None
 

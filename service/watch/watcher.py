@@ -245,7 +245,7 @@ class Watcher:
             result = TriageUseCase(self.engine, self.settings).answer(request)
         except TriageError as exc:
             return None, exc.message
-        except Exception as exc:  # noqa: BLE001 - one bad attempt must not end a long watch
+        except Exception as exc:
             return None, f"{type(exc).__name__}: {str(exc)[:300]}"
         if self.facts:
             apply_facts(result, self.facts)
@@ -401,7 +401,7 @@ def watch_command(
             idle_s=idle_s,
         )
         settings = settings or Settings()
-        from kb.knowledge import KnowledgeBase  # noqa: PLC0415 - after the cheap checks
+        from kb.knowledge import KnowledgeBase
 
         watcher = Watcher(
             Engine(KnowledgeBase(settings)),

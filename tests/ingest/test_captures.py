@@ -75,11 +75,11 @@ TRICKY = textwrap.dedent('''
 ''')
 
 
-def _sorted(nodes) -> list[int]:  # noqa: ANN001
+def _sorted(nodes) -> list[int]:
     return sorted(n.start_byte for n in nodes)
 
 
-def _rows(refs) -> list[tuple]:  # noqa: ANN001
+def _rows(refs) -> list[tuple]:
     return [(r.attr, r.kind, r.line, r.obj, r.value, [g.as_dict() for g in r.guards]) for r in refs]
 
 

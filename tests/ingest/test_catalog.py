@@ -45,11 +45,11 @@ def test_extraction_work_is_bounded(sglang_source, monkeypatch, version: str) ->
     evals = 0
     parse, evaluate = ModuleLoader._parse, StaticEvaluator.eval
 
-    def counting_parse(self, dotted, path):  # noqa: ANN001, ANN202
+    def counting_parse(self, dotted, path):
         parsed.append(path)
         return parse(self, dotted, path)
 
-    def counting_eval(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def counting_eval(self, *args, **kwargs):
         nonlocal evals
         evals += 1
         return evaluate(self, *args, **kwargs)

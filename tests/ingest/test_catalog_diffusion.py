@@ -18,7 +18,7 @@ _LITERAL_FLAG = re.compile(r"""add_argument\(\s{0,200}["'](--[\w-]{1,100})["']""
 
 
 @pytest.fixture(scope="module")
-def cat_0523(sglang_source) -> Catalog:  # noqa: ANN001
+def cat_0523(sglang_source) -> Catalog:
     return extract_catalog(sglang_source("0.5.23").package_dir)
 
 
@@ -39,7 +39,7 @@ def _declared(package_dir: Path) -> set[str]:
     return found
 
 
-def test_diffusion_flags_are_kept_apart(cat_0523: Catalog, sglang_source) -> None:  # noqa: ANN001
+def test_diffusion_flags_are_kept_apart(cat_0523: Catalog, sglang_source) -> None:
     root = sglang_source("0.5.23").root
     assert cat_0523.diffusion, "0.5.23 ships sglang/multimodal_gen"
     for spec in cat_0523.diffusion:
@@ -55,14 +55,14 @@ def test_diffusion_flags_are_kept_apart(cat_0523: Catalog, sglang_source) -> Non
     assert set(llm) - set(diff), "and the LLM server flags the diffusion one lacks"
 
 
-def test_every_literal_diffusion_flag_is_extracted(cat_0523: Catalog, sglang_source) -> None:  # noqa: ANN001
+def test_every_literal_diffusion_flag_is_extracted(cat_0523: Catalog, sglang_source) -> None:
     declared = _declared(sglang_source("0.5.23").package_dir)
     extracted = set(cat_0523.diffusion_catalog().by_flag())
     assert len(declared) >= 50
     assert declared <= extracted, sorted(declared - extracted)[:10]
 
 
-def test_the_session_kb_stores_the_diffusion_flags(store) -> None:  # noqa: ANN001
+def test_the_session_kb_stores_the_diffusion_flags(store) -> None:
     for rel in (r["version"] for r in store.releases()):
         cat = load_catalog(store, rel)
         assert cat.diffusion, rel
@@ -77,7 +77,7 @@ def test_the_session_kb_stores_the_diffusion_flags(store) -> None:  # noqa: ANN0
         )  # the LLM index never has them
 
 
-def test_a_catalog_stored_before_diffusion_flags_reads_as_none(store, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_catalog_stored_before_diffusion_flags_reads_as_none(store, tmp_path: Path) -> None:
     """A KB indexed by older code has no ``diffusion`` key in its catalog document."""
     rel = next(r for r in store.releases() if r["version"] == "0.5.11")
     old = tmp_path / "index.sqlite"

@@ -136,7 +136,7 @@ def test_a_later_binding_in_source_order_wins() -> None:
     assert ck.message == '"two {}".format(x)' and ck.test_start == 6
 
 
-def test_a_real_prebuilt_raise_is_located_from_its_message_alone(store) -> None:  # noqa: ANN001
+def test_a_real_prebuilt_raise_is_located_from_its_message_alone(store) -> None:
     """0.5.5's ``_check_req_pool`` builds its message in ``msg`` and raises
     ``ValueError(msg)``: the message alone now finds that raise."""
     from service.engine.locate.message import MESSAGE_MIN, match_message

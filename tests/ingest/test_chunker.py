@@ -221,7 +221,7 @@ def test_a_split_unit_keeps_its_part_headers_when_it_gains_a_part() -> None:
     assert short.chunks[0].text_hash == longer.chunks[0].text_hash
 
 
-def _enclosing_by_scan(functions: list, line: int):  # noqa: ANN202
+def _enclosing_by_scan(functions: list, line: int):
     """The innermost function whose ``def``..end range holds ``line``, by a linear scan
     (the lookup ingest used before it bisected)."""
     best = None

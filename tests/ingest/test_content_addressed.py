@@ -21,7 +21,7 @@ SA = "sglang/srt/server_args.py"
 
 
 @pytest.fixture(scope="module")
-def two_releases(kb_settings, sglang_source, tmp_path_factory):  # noqa: ANN001, ANN201
+def two_releases(kb_settings, sglang_source, tmp_path_factory):
     kb = KnowledgeBase(kb_settings.model_copy(update={"kb_dir": tmp_path_factory.mktemp("ca")}))
     reports = [index_structure(kb, sglang_source(v)) for v in (OLD, NEW)]
     yield kb, reports
@@ -116,7 +116,7 @@ def _answer(kb: KnowledgeBase, log: str, version: str) -> dict:
     return _without_ids({k: v for k, v in result.items() if k != "timings_ms"})
 
 
-def _without_ids(value: Any) -> Any:  # noqa: ANN401 - any JSON value
+def _without_ids(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _without_ids(v) for k, v in value.items() if k != "id"}
     if isinstance(value, list):
@@ -126,7 +126,7 @@ def _without_ids(value: Any) -> Any:  # noqa: ANN401 - any JSON value
 
 def test_an_index_of_the_release_keyed_layout_migrates_reading_the_same(
     two_releases, kb_settings, tmp_path
-) -> None:  # noqa: ANN001
+) -> None:
     kb, _ = two_releases
     old_layout = tmp_path / "index.sqlite"
     _as_schema_3(kb.store.path, old_layout)
@@ -149,7 +149,7 @@ def test_an_index_of_the_release_keyed_layout_migrates_reading_the_same(
         assert _answer(migrated, log, version) == _answer(kb, log, version)
 
 
-def test_unchanged_files_are_stored_once(two_releases) -> None:  # noqa: ANN001
+def test_unchanged_files_are_stored_once(two_releases) -> None:
     kb, (old, new) = two_releases
     store = kb.store
     a, b = _shas(store, OLD), _shas(store, NEW)

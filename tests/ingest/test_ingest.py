@@ -201,7 +201,7 @@ def test_interrupted_embedding_resumes_without_duplicates(
     assert small.store.release("0.5.11")["status"] == "complete"
 
 
-def test_call_sites_are_stored_at_ingest(kb) -> None:  # noqa: ANN001
+def test_call_sites_are_stored_at_ingest(kb) -> None:
     """Call sites with their guards are found once at ingest (query time never parses):
     direct calls of a ``_handle_*`` step, and hooks run through ``run_hook(fn, ...)``."""
     store = kb.store

@@ -56,7 +56,7 @@ def _rows(kb: KnowledgeBase, version: str) -> dict[str, list[tuple]]:
 
 def test_next_release_copies_unchanged_files_and_equals_a_fresh_parse(
     kb_settings, sglang_source, tmp_path
-) -> None:  # noqa: ANN001
+) -> None:
     old, new = sglang_source("0.5.11").root, sglang_source("0.5.12").root
     common = {rel: old / rel for rel in UNCHANGED}
     assert all((old / r).read_bytes() == (new / r).read_bytes() for r in UNCHANGED)
@@ -106,7 +106,7 @@ def test_next_release_copies_unchanged_files_and_equals_a_fresh_parse(
 
 def test_re_ingest_after_deleting_a_release_leaves_no_stale_keyword_rows(
     kb_settings, sglang_source, tmp_path
-) -> None:  # noqa: ANN001
+) -> None:
     old = sglang_source("0.5.11").root
     tree = release_tree(tmp_path / "a", "0.0.1", {rel: old / rel for rel in UNCHANGED})
     kb = KnowledgeBase(kb_settings.model_copy(update={"kb_dir": tmp_path / "kb"}))
@@ -120,7 +120,7 @@ def test_re_ingest_after_deleting_a_release_leaves_no_stale_keyword_rows(
     assert n_fts == 0
 
 
-def test_vectors_are_reconciled_with_the_chunk_rows(kb_settings, sglang_source, tmp_path) -> None:  # noqa: ANN001
+def test_vectors_are_reconciled_with_the_chunk_rows(kb_settings, sglang_source, tmp_path) -> None:
     old = sglang_source("0.5.11").root
     tree = release_tree(
         tmp_path / "a",

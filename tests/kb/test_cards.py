@@ -132,7 +132,7 @@ def _examples() -> list[tuple[Card, object]]:
     _examples(),
     ids=[f"{c.id}@{e.release}-{e.hardware or 'nohw'}" for c, e in _examples()],
 )
-def test_curated_examples_evaluate_as_stated(store: Store, card: Card, example) -> None:  # noqa: ANN001
+def test_curated_examples_evaluate_as_stated(store: Store, card: Card, example) -> None:
     facts = facts_for(example.hardware, example.model_arch)
     for kind, argv in (("fail", example.fail), ("pass", example.pass_)):
         if not argv:

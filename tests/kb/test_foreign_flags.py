@@ -50,7 +50,7 @@ def test_lookup_accepts_the_spellings_people_type() -> None:
     assert foreign_flag("--reasoning-parser") is None  # SGLang's own flag is not foreign
 
 
-def test_every_mapped_sglang_flag_exists_in_an_indexed_release(store) -> None:  # noqa: ANN001
+def test_every_mapped_sglang_flag_exists_in_an_indexed_release(store) -> None:
     releases = [r["version"] for r in store.releases()]
     spellings: set[str] = set()
     for v in releases:

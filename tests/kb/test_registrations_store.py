@@ -62,13 +62,13 @@ def _tree(dest: Path, version: str, cutedsl: str) -> Path:
 
 
 @pytest.fixture()
-def small_kb(kb_settings, tmp_path):  # noqa: ANN001, ANN201
+def small_kb(kb_settings, tmp_path):
     kb = KnowledgeBase(kb_settings.model_copy(update={"kb_dir": tmp_path / "kb"}))
     yield kb
     kb.close()
 
 
-def test_registrations_are_read_by_registry_and_key_in_path_order(small_kb, tmp_path) -> None:  # noqa: ANN001
+def test_registrations_are_read_by_registry_and_key_in_path_order(small_kb, tmp_path) -> None:
     report = index_structure(small_kb, read_local(_tree(tmp_path / "a", "0.0.1", CUTEDSL_V2)))
     store = small_kb.store
     rows = store.registrations("0.0.1")
@@ -113,7 +113,7 @@ def test_registrations_are_read_by_registry_and_key_in_path_order(small_kb, tmp_
     assert store.registrations("9.9.9") == []
 
 
-def test_a_linked_file_keeps_its_registrations_in_every_release(small_kb, tmp_path) -> None:  # noqa: ANN001
+def test_a_linked_file_keeps_its_registrations_in_every_release(small_kb, tmp_path) -> None:
     store = small_kb.store
     index_structure(small_kb, read_local(_tree(tmp_path / "a", "0.0.1", CUTEDSL_V1)))
     report = index_structure(small_kb, read_local(_tree(tmp_path / "b", "0.0.2", CUTEDSL_V2)))
@@ -139,7 +139,7 @@ def _as_schema_4(path: Path) -> None:
     con.close()
 
 
-def test_a_schema_4_index_migrates_keeping_its_rows(small_kb, kb_settings, tmp_path) -> None:  # noqa: ANN001
+def test_a_schema_4_index_migrates_keeping_its_rows(small_kb, kb_settings, tmp_path) -> None:
     source = read_local(_tree(tmp_path / "a", "0.0.1", CUTEDSL_V2))
     index_structure(small_kb, source)
     path = small_kb.store.path
@@ -177,7 +177,7 @@ def _line(store: Store, version: str, row: dict) -> str:
     return store.file_lines(version, row["path"], row["line"], row["line"])[0].strip()
 
 
-def test_the_session_kb_holds_the_fused_funcs_of_0_5_23(store) -> None:  # noqa: ANN001
+def test_the_session_kb_holds_the_fused_funcs_of_0_5_23(store) -> None:
     """Real registrations of 0.5.23 (``sglang/srt/layers/moe/moe_runner/*.py``): the MoE
     runner's fused funcs, keyed by (a2a backend, runner backend), each row pointing at
     its decorator line."""

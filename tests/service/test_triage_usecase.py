@@ -35,7 +35,7 @@ SEED_ARGV = [
 
 
 @pytest.fixture(scope="module")
-def settings(kb_settings: Settings, kb) -> Settings:  # noqa: ANN001
+def settings(kb_settings: Settings, kb) -> Settings:
     """The suite's KB, without background replay, on-demand ingest or rate limits."""
     return kb_settings.model_copy(
         update={"replay_enabled": False, "on_demand_ingest": False, "triage_rate_per_minute": 0.0}
@@ -43,7 +43,7 @@ def settings(kb_settings: Settings, kb) -> Settings:  # noqa: ANN001
 
 
 @pytest.fixture(scope="module")
-def seed_log(kb) -> str:  # noqa: ANN001
+def seed_log(kb) -> str:
     check = next(
         c
         for c in kb.store.checks("0.5.11", function="ServerArgs._handle_speculative_decoding")
@@ -56,7 +56,7 @@ def seed_log(kb) -> str:  # noqa: ANN001
 def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every call of :func:`parse_input`, wherever it is looked up: each loaded module that
     bound the function gets a counting wrapper in its place."""
-    import service.api.app  # noqa: F401 - every module of a request is loaded
+    import service.api.app
     import service.usecase.triage
     from service.engine.logparse import parse as home
 
@@ -79,7 +79,7 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
-def test_one_request_parses_the_log_once(settings, kb, seed_log, parses) -> None:  # noqa: ANN001
+def test_one_request_parses_the_log_once(settings, kb, seed_log, parses) -> None:
     result = TriageUseCase(Engine(kb, settings), settings).answer(
         TriageRequest(seed_log, release="0.5.11")
     )
@@ -89,7 +89,7 @@ def test_one_request_parses_the_log_once(settings, kb, seed_log, parses) -> None
     assert parses == ["parse_input"]
 
 
-def test_post_triage_parses_the_log_once(settings, tmp_path, seed_log, parses) -> None:  # noqa: ANN001
+def test_post_triage_parses_the_log_once(settings, tmp_path, seed_log, parses) -> None:
     from service.api.app import app_settings, create_app, get_records
 
     app = create_app(settings)
@@ -109,7 +109,7 @@ def test_post_triage_parses_the_log_once(settings, tmp_path, seed_log, parses) -
 
 def test_the_same_answer_through_answer_and_through_the_store(
     settings: Settings, kb, tmp_path, seed_log: str
-) -> None:  # noqa: ANN001
+) -> None:
     usecase = TriageUseCase(Engine(kb, settings), settings, Records(tmp_path / "r.sqlite"))
     plain = usecase.answer(TriageRequest(seed_log, release="0.5.11"))
     kept = usecase.answer_and_store(TriageRequest(seed_log, release="0.5.11"), Keep(owner="me"))
@@ -121,7 +121,7 @@ def test_the_same_answer_through_answer_and_through_the_store(
 
 def test_a_stored_answer_keeps_the_request_its_owner_and_the_front_ends_fields(
     settings: Settings, kb, tmp_path, seed_log: str
-) -> None:  # noqa: ANN001
+) -> None:
     records = Records(tmp_path / "records.sqlite")
     usecase = TriageUseCase(Engine(kb, settings), settings, records)
     secret = "hf_" + "A" * 34
@@ -146,7 +146,7 @@ def test_a_stored_answer_keeps_the_request_its_owner_and_the_front_ends_fields(
 
 def test_similar_links_only_the_triages_show_id_allows(
     settings: Settings, kb, tmp_path, seed_log: str
-) -> None:  # noqa: ANN001
+) -> None:
     records = Records(tmp_path / "records.sqlite")
     usecase = TriageUseCase(Engine(kb, settings), settings, records)
     ask = TriageRequest(seed_log, release="0.5.11")
@@ -165,7 +165,7 @@ def test_similar_links_only_the_triages_show_id_allows(
 
 def test_a_nearly_full_disk_answers_without_storing(
     settings: Settings, kb, tmp_path, seed_log: str
-) -> None:  # noqa: ANN001
+) -> None:
     full = settings.model_copy(update={"records_min_free_bytes": 1 << 62})
     records = Records(tmp_path / "records.sqlite")
     kept = TriageUseCase(Engine(kb, full), full, records).answer_and_store(
@@ -178,7 +178,7 @@ def test_a_nearly_full_disk_answers_without_storing(
 
 
 def _instant_replay(seen: list[dict[str, Any]]) -> Callable[..., Future]:
-    def schedule(settings, result, argv, hardware, model_arch, on_done, client="local"):  # noqa: ANN001, ANN202
+    def schedule(settings, result, argv, hardware, model_arch, on_done, client="local"):
         seen.append({"status": result["replay"]["status"], "client": client, "argv": argv})
         on_done(result | {"replay": {"status": "reproduced", "detail": "from the cache"}})
         fut: Future = Future()
@@ -190,7 +190,7 @@ def _instant_replay(seen: list[dict[str, Any]]) -> Callable[..., Future]:
 
 def test_a_slack_style_keep_schedules_the_background_replay_too(
     settings: Settings, kb, tmp_path, seed_log: str, monkeypatch: pytest.MonkeyPatch
-) -> None:  # noqa: ANN001
+) -> None:
     """The Slack bot keeps its answers as the API does: the background replay is scheduled
     on its asker's share of the queue, and its verdicts land in the stored record."""
     from service.replay import background
@@ -211,7 +211,7 @@ def test_a_slack_style_keep_schedules_the_background_replay_too(
 
 def test_no_replay_asked_none_scheduled(
     settings: Settings, kb, tmp_path, seed_log: str, monkeypatch: pytest.MonkeyPatch
-) -> None:  # noqa: ANN001
+) -> None:
     from service.replay import background
 
     seen: list[dict[str, Any]] = []
@@ -223,14 +223,14 @@ def test_no_replay_asked_none_scheduled(
     assert seen == [] and (kept.result.replay or {}).get("status") != "pending"
 
 
-def test_answer_and_store_needs_records(settings: Settings, kb, seed_log: str) -> None:  # noqa: ANN001
+def test_answer_and_store_needs_records(settings: Settings, kb, seed_log: str) -> None:
     with pytest.raises(TypeError, match="records"):
         TriageUseCase(Engine(kb, settings), settings).answer_and_store(
             TriageRequest(seed_log), Keep(owner=None)
         )
 
 
-def test_wanted_release_reads_the_parse_it_is_given(kb, seed_log: str, parses) -> None:  # noqa: ANN001
+def test_wanted_release_reads_the_parse_it_is_given(kb, seed_log: str, parses) -> None:
     from service import engine
     from service.ondemand import wanted_release
 

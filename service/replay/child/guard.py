@@ -42,11 +42,11 @@ MODEL_DESTS = ("model_path", "tokenizer_path", "speculative_draft_model_path")
 FORBIDDEN_DESTS = ("trust_remote_code", "config")
 
 
-class UnsafeArgv(Exception):  # noqa: N818 - named for what it refuses
+class UnsafeArgv(Exception):
     """The parsed command line would make SGLang read a user's files or run their code."""
 
 
-class RemoteCodeBlocked(Exception):  # noqa: N818
+class RemoteCodeBlocked(Exception):
     """transformers was asked to import code from a model folder (refused in replay)."""
 
 
@@ -133,7 +133,7 @@ def install_code_guard() -> list[str]:
     defining module and wherever they were imported by name. Returns the patched names."""
     try:
         import transformers.dynamic_module_utils as dmu
-    except Exception:  # noqa: BLE001 - no transformers: nothing can load remote code
+    except Exception:
         return []
     originals = {name: getattr(dmu, name) for name in _LOADERS if hasattr(dmu, name)}
 
@@ -154,7 +154,7 @@ def install_code_guard() -> list[str]:
                 if vars(mod).get(name) is orig:
                     setattr(mod, name, refuse(name))
                     patched.append(f"{mod_name}.{name}")
-            except Exception:  # noqa: BLE001, S112 - a module without a __dict__
+            except Exception:
                 continue
     return patched
 
@@ -166,7 +166,7 @@ def dump_options(sa: Any) -> dict[str, Any]:
     captured: list[argparse.ArgumentParser] = []
     original = argparse.ArgumentParser.parse_known_args
 
-    class _Captured(Exception):  # noqa: N818
+    class _Captured(Exception):
         pass
 
     def capture(self: argparse.ArgumentParser, args: Any = None, namespace: Any = None) -> Any:

@@ -212,7 +212,7 @@ def build_moe_layer(qc: Any, shape: tuple[int, int, int, int], out: dict[str, An
     try:
         with torch.device("meta"):
             layer = cls(**{k: v for k, v in kwargs.items() if k in params})
-    except Exception as exc:  # noqa: BLE001 - a check's refusal is re-raised
+    except Exception as exc:
         frames = traceback.extract_tb(exc.__traceback__)
         last = frames[-1] if frames else None
         if last is not None and is_check_line(

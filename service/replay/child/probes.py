@@ -136,7 +136,7 @@ def probe_runner_a2a(
     for modname in sorted(registering):
         try:
             __import__(modname)
-        except Exception as exc:  # noqa: BLE001 - recorded; decides harness vs verdict
+        except Exception as exc:
             failed[modname] = f"{type(exc).__name__}: {str(exc)[:200]}"
     out["values"]["registering_modules"] = sorted(registering)
     out["values"]["unimportable"] = failed
@@ -207,7 +207,7 @@ def run_probe(
             frames=[],
             all_frames=[],
         )
-    except BaseException as exc:  # noqa: BLE001 - classified below
+    except BaseException as exc:
         info = classify(exc, roots)
         result.update(info)
         if info["status"] == "raised" and not is_check_line(info.get("origin")):

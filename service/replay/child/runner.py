@@ -108,7 +108,7 @@ def setup(cfg: dict[str, Any], roots: dict[str, Any]) -> tuple[Any, dict[str, An
             }
             report["probe_disagreements"] = hw.patch_probes(cfg.get("probes") or {}, memory)
         return sa, report
-    except BaseException as exc:  # noqa: BLE001 - everything here is the harness's
+    except BaseException as exc:
         info = verdicts.classify(exc, roots)
         info["status"] = "harness_error"
         info["harness_reason"] = (
@@ -164,7 +164,7 @@ def validate(
             result["harness_reason"] = f"SystemExit({exc.code!r}) during validation"
     except guard.UnsafeArgv as exc:
         result.update(verdicts.unsafe(str(exc)))
-    except BaseException as exc:  # noqa: BLE001 - classified below
+    except BaseException as exc:
         result.update(verdicts.classify(exc, roots))
     if guard.EVENTS:  # even when SGLang swallowed the refusal (DFLASH) and went on
         result.pop("server_args", None)
@@ -234,7 +234,7 @@ def run_forked(
                     m: sorted(f) for m, f in read.items() if m not in read_before
                 }
             _send(write_fd, result)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             with contextlib.suppress(Exception):
                 _send(write_fd, verdicts.runner_failure(exc))
         finally:
@@ -363,7 +363,7 @@ def main() -> int:
                 }
             _send(out_fd, {"index": i, "result": result})
             done.add(i)
-    except BaseException as exc:  # noqa: BLE001 - report rather than crash
+    except BaseException as exc:
         for i in range(len(jobs)):
             if i not in done:
                 with contextlib.suppress(Exception):

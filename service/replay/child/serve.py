@@ -210,7 +210,7 @@ def serve(cfg: dict[str, Any], log_path: str) -> None:
 
     try:
         sa, report = runner.setup(cfg, roots)
-    except BaseException as exc:  # noqa: BLE001 - reported, then every job gets it
+    except BaseException as exc:
         sa, report = None, verdicts.runner_failure(exc)
     roots["learn_left"] = LEARN_JOBS
     answer(
@@ -237,7 +237,7 @@ def serve(cfg: dict[str, Any], log_path: str) -> None:
             job = json.loads(line)
             job_id = job["id"]
             result = _serve_job(sa, job, roots, report, default_timeout)
-        except BaseException as exc:  # noqa: BLE001 - a bad line or a runner failure
+        except BaseException as exc:
             if job_id is None:
                 answer({"id": None, "error": f"not a job: {type(exc).__name__}: {exc}"[:500]})
                 continue

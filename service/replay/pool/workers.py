@@ -152,7 +152,7 @@ class _Spawner:
             fn, fut = self._todo.get()
             try:
                 fut.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            except BaseException as exc:
                 fut.set_exception(exc)
 
 
@@ -216,7 +216,7 @@ class WarmWorker:
             self.setup = hello.get("setup") or {}
             self.start_s = round(time.perf_counter() - t0, 3)
             self.starts += 1
-        except Exception as exc:  # noqa: BLE001 - any start failure makes the pool unavailable
+        except Exception as exc:
             log = log_tail(self.work / "worker.log") if self.work else ""
             self.failure = f"the warm replay worker did not start: {exc}"[:500] + (
                 f"\n{log}" if log else ""

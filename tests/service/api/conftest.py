@@ -24,7 +24,7 @@ def free_port() -> int:
 class ServerThread:
     """uvicorn in a thread; stops when the fixture ends."""
 
-    def __init__(self, app, port: int) -> None:  # noqa: ANN001
+    def __init__(self, app, port: int) -> None:
         self.server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
         )
@@ -52,7 +52,7 @@ def make_server(settings: Settings) -> ServerThread:
 
 
 @pytest.fixture(scope="session")
-def api_settings(kb_settings: Settings, kb, tmp_path_factory) -> Settings:  # noqa: ANN001
+def api_settings(kb_settings: Settings, kb, tmp_path_factory) -> Settings:
     """The suite's KB; background replay off (one test turns it on and waits for it), and
     no on-demand ingest: a test naming a release the KB lacks must not add it to the shared
     KB (tests/service/api/test_ondemand.py ingests on demand into a KB of its own). No

@@ -27,7 +27,7 @@ SEED_ARGV = [
 ]
 
 
-def _seed_log(kb) -> str:  # noqa: ANN001
+def _seed_log(kb) -> str:
     check = next(
         c
         for c in kb.store.checks("0.5.11", function="ServerArgs._handle_speculative_decoding")
@@ -44,7 +44,7 @@ def test_health_and_ready(client: httpx.Client) -> None:
     assert {"0.5.9", "0.5.11", "0.5.23"} <= set(body["releases"]) and body["chroma"] == "ok"
 
 
-def test_triage_text_plain_returns_the_check_and_a_fix(client: httpx.Client, kb) -> None:  # noqa: ANN001
+def test_triage_text_plain_returns_the_check_and_a_fix(client: httpx.Client, kb) -> None:
     r = client.post(
         "/triage?release=0.5.11",
         content=_seed_log(kb),
@@ -74,7 +74,7 @@ def test_request_ids_are_echoed_only_when_plain(client: httpx.Client) -> None:
     assert client.get("/triage/nope").headers["x-request-id"]
 
 
-def test_triage_json_body_with_hardware(client: httpx.Client, kb) -> None:  # noqa: ANN001
+def test_triage_json_body_with_hardware(client: httpx.Client, kb) -> None:
     r = client.post(
         "/triage", json={"log": _seed_log(kb), "release": "0.5.11", "hardware": "rtx-pro-6000-x8"}
     )
@@ -82,7 +82,7 @@ def test_triage_json_body_with_hardware(client: httpx.Client, kb) -> None:  # no
     assert r.json()["parsed"]["hardware"] == "rtx-pro-6000-x8"
 
 
-def test_confirm_records_the_fix(client: httpx.Client, kb) -> None:  # noqa: ANN001
+def test_confirm_records_the_fix(client: httpx.Client, kb) -> None:
     body = client.post("/triage?release=0.5.11", content=_seed_log(kb)).json()
     fix = {"remove": body["fixes"][0]["remove"], "set": body["fixes"][0]["set"]}
     r = client.post(f"/incidents/{body['id']}/confirm", json={"fix": fix, "note": "worked"})
@@ -122,7 +122,7 @@ def test_confirm_records_the_fix(client: httpx.Client, kb) -> None:  # noqa: ANN
     assert client.get("/incidents?source=nope").status_code == 422
 
 
-def test_bad_inputs_get_clear_4xx(client: httpx.Client, api_settings) -> None:  # noqa: ANN001
+def test_bad_inputs_get_clear_4xx(client: httpx.Client, api_settings) -> None:
     empty = client.post("/triage", content=b"   \n", headers={"content-type": "text/plain"})
     assert empty.status_code == 400 and "empty" in empty.json()["detail"]
     binary = client.post(
@@ -179,7 +179,7 @@ def test_openapi_docs_have_examples(client: httpx.Client) -> None:
     assert client.get("/docs").status_code == 200
 
 
-def test_api_keys_guard_everything_but_health(api_settings, kb) -> None:  # noqa: ANN001
+def test_api_keys_guard_everything_but_health(api_settings, kb) -> None:
     locked = api_settings.model_copy(update={"api_keys": ["s3cret"]})
     with make_server(locked) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
         assert c.get("/healthz").status_code == 200
@@ -205,7 +205,7 @@ def test_lint_flags_the_seed_command_and_rules_are_listed(client: httpx.Client) 
     assert rules["count"] >= 1 and all(c["origin"] == "curated" for c in rules["cards"])
 
 
-def test_every_fix_carries_rule_verdicts(client: httpx.Client, kb) -> None:  # noqa: ANN001
+def test_every_fix_carries_rule_verdicts(client: httpx.Client, kb) -> None:
     body = client.post(
         "/triage?release=0.5.11&hardware=rtx-pro-6000-x8", content=_seed_log(kb)
     ).json()
@@ -219,9 +219,9 @@ def test_every_fix_carries_rule_verdicts(client: httpx.Client, kb) -> None:  # n
 
 def test_triage_verifies_the_crash_and_fixes_by_replay_in_the_background(
     api_settings,
-    kb,  # noqa: ANN001
+    kb,
     monkeypatch,
-) -> None:  # noqa: ANN001
+) -> None:
     """The answer does not wait for the replay: the replay is held until the answer has
     arrived (a fast path that waited for it would never answer: the client times out),
     then runs for real and its verdicts land in the stored triage."""
@@ -234,7 +234,7 @@ def test_triage_verifies_the_crash_and_fixes_by_replay_in_the_background(
     answered = threading.Event()
     real = harness.replay_many
 
-    def held(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - on the replay queue's thread
+    def held(*args, **kwargs):
         events.append("replay started")
         answered.wait(300)  # only a deadlock breaker: released as soon as the answer arrived
         try:
@@ -276,7 +276,7 @@ def test_triage_verifies_the_crash_and_fixes_by_replay_in_the_background(
 
 def test_a_replay_that_finishes_at_once_is_not_overwritten(
     api_settings, kb, tmp_path, monkeypatch
-) -> None:  # noqa: ANN001
+) -> None:
     """A replay answered from its disk cache can store its verdicts before the request
     returns; the "pending" record must already be stored by then, never after."""
     from concurrent.futures import Future
@@ -286,7 +286,7 @@ def test_a_replay_that_finishes_at_once_is_not_overwritten(
     from service.replay import background as verify
     from service.usecase import Keep, TriageRequest, TriageUseCase
 
-    def instant(settings, result, argv, hardware, model_arch, on_done, client="local"):  # noqa: ANN001, ANN202, E501
+    def instant(settings, result, argv, hardware, model_arch, on_done, client="local"):
         assert result["replay"]["status"] == "pending"
         on_done(result | {"replay": {"status": "reproduced", "detail": "from the cache"}})
         fut: Future = Future()

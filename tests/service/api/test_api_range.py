@@ -9,7 +9,7 @@ from service.engine.release.versions import release_sort_key
 from tests.service.engine.release.test_range import _message_held_by_some
 
 
-def test_triage_of_a_message_only_log_answers_a_release_range(client: httpx.Client, kb) -> None:  # noqa: ANN001
+def test_triage_of_a_message_only_log_answers_a_release_range(client: httpx.Client, kb) -> None:
     store = kb.store
     ingested = sorted((r["version"] for r in store.releases()), key=release_sort_key)
     exc, text, holders = _message_held_by_some(store, ingested)

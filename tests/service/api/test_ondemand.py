@@ -42,7 +42,7 @@ def _bare_assert(package: Path) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="module")
-def small_kb(kb_settings: Settings, sglang_source, tmp_path_factory) -> Settings:  # noqa: ANN001
+def small_kb(kb_settings: Settings, sglang_source, tmp_path_factory) -> Settings:
     """A KB holding only 0.5.9 (structure), in a folder of its own."""
     settings = kb_settings.model_copy(
         update={
@@ -71,7 +71,7 @@ def _settled(c: httpx.Client, tid: str, polls: int = 2400) -> dict:
 
 def test_a_release_not_in_the_kb_is_answered_at_once_then_ingested_and_answered_exactly(
     small_kb: Settings, sglang_source
-) -> None:  # noqa: ANN001
+) -> None:
     line, function, stmt = _bare_assert(sglang_source(MISSING).package_dir)
     log = (
         f"$ pip install sglang=={MISSING}\n"
@@ -107,7 +107,7 @@ def test_a_release_not_in_the_kb_is_answered_at_once_then_ingested_and_answered_
 
 def test_a_release_that_cannot_be_fetched_is_named_with_how_to_ingest_it(
     small_kb: Settings, tmp_path
-) -> None:  # noqa: ANN001
+) -> None:
     # a release the index does not list: refused before any pip call
     offline = small_kb.model_copy(
         update={"wheel_dir": tmp_path / "wheels", "source_dir": tmp_path / "sources"}

@@ -261,7 +261,7 @@ def test_log_lines_written_while_serving_carry_the_request_id(
 
 
 @pytest.fixture(scope="module")
-def one_release(sglang_source, tmp_path_factory) -> Settings:  # noqa: ANN001
+def one_release(sglang_source, tmp_path_factory) -> Settings:
     """A KB holding 0.5.11's structure only, in a folder of its own."""
     from ingest.pipeline import index_structure
     from kb.knowledge import KnowledgeBase

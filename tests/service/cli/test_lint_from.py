@@ -42,7 +42,7 @@ ExecStart=/opt/sglang/bin/python3 -m sglang.launch_server \\
 
 
 @pytest.fixture
-def kb_env(kb, kb_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:  # noqa: ANN001
+def kb_env(kb, kb_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
     """The CLI reads the session KB (never changed here), with no ingest and no fix search."""
     monkeypatch.setenv("TRIAGE_KB_DIR", str(kb_settings.kb_path))
     monkeypatch.setenv("TRIAGE_ON_DEMAND_INGEST", "false")

@@ -17,11 +17,11 @@ SEED_LOG = (Path(__file__).resolve().parents[3] / "examples" / "seed_attempt1.lo
 
 
 @pytest.fixture(scope="module")
-def seed(kb) -> TriageResult:  # noqa: ANN001
+def seed(kb) -> TriageResult:
     return Engine(kb).triage(SEED_LOG, release="0.5.11", hardware="rtx-pro-6000-x8")
 
 
-def _printed(render, width: int, terminal: bool = False) -> list[str]:  # noqa: ANN001
+def _printed(render, width: int, terminal: bool = False) -> list[str]:
     buf = StringIO()
     console = Console(
         file=buf, width=width, force_terminal=terminal, color_system=None, legacy_windows=False

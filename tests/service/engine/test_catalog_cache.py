@@ -38,13 +38,13 @@ TOKENS = [
 
 
 @pytest.fixture(scope="module", params=["0.5.11", "0.5.23"])
-def catalogs(request, kb) -> tuple[IndexedCatalog, Catalog]:  # noqa: ANN001
+def catalogs(request, kb) -> tuple[IndexedCatalog, Catalog]:
     indexed = load_catalog(kb.store, request.param)
     assert isinstance(indexed, IndexedCatalog)
     return indexed, Catalog(flags=list(indexed.flags), declarations=list(indexed.declarations))
 
 
-def test_cached_lookups_equal_the_plain_ones(catalogs) -> None:  # noqa: ANN001
+def test_cached_lookups_equal_the_plain_ones(catalogs) -> None:
     indexed, plain = catalogs
     assert indexed.by_flag() == plain.by_flag() and indexed.by_attr() == plain.by_attr()
     assert list(indexed.by_flag()) == list(plain.by_flag())
@@ -56,7 +56,7 @@ def test_cached_lookups_equal_the_plain_ones(catalogs) -> None:  # noqa: ANN001
     assert indexed.by_attr()
 
 
-def test_prefix_index_matches_the_scan(catalogs) -> None:  # noqa: ANN001
+def test_prefix_index_matches_the_scan(catalogs) -> None:
     indexed, plain = catalogs
     fast, slow = OptionScanner(indexed), OptionScanner(plain)
     assert fast._index is not None and slow._index is None
@@ -64,7 +64,7 @@ def test_prefix_index_matches_the_scan(catalogs) -> None:  # noqa: ANN001
         assert fast.prefix_matches(tok) == slow.prefix_matches(tok), tok
 
 
-def test_parse_and_edit_answer_alike(catalogs) -> None:  # noqa: ANN001
+def test_parse_and_edit_answer_alike(catalogs) -> None:
     indexed, plain = catalogs
     for text in COMMANDS:
         argv = shlex.split(text)

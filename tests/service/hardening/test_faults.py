@@ -49,7 +49,7 @@ def _wait_http(url: str, seconds: float = 60) -> None:
 
 
 @pytest.fixture()
-def chroma_server(tmp_path):  # noqa: ANN001
+def chroma_server(tmp_path):
     port = free_port()
     exe = Path(sys.executable).parent / "chroma"
     proc = subprocess.Popen(
@@ -76,7 +76,7 @@ def chroma_server(tmp_path):  # noqa: ANN001
 
 def test_chroma_server_killed_triage_keeps_answering_degraded(
     kb_settings, sglang_source, tmp_path, chroma_server, kb
-) -> None:  # noqa: ANN001
+) -> None:
     proc, url = chroma_server
     settings = kb_settings.model_copy(update={"kb_dir": tmp_path / "kb", "chroma_url": url})
     server_kb = KnowledgeBase(settings)
@@ -120,7 +120,7 @@ def _kb_snapshot(kb: KnowledgeBase, version: str) -> dict:
 
 def test_ingest_killed_midway_reruns_to_an_identical_kb(
     kb_settings, sglang_source, tmp_path
-) -> None:  # noqa: ANN001
+) -> None:
     tree = small_tree(sglang_source("0.5.11").root, tmp_path / "src", "0.5.11")
     env = dict(os.environ, TRIAGE_KB_DIR=str(tmp_path / "killed"), TRIAGE_EMBEDDING_BATCH_SIZE="8")
     cmd = [sys.executable, "-m", "service.cli.main", "ingest", "--path", str(tree)]
@@ -154,7 +154,7 @@ def test_ingest_killed_midway_reruns_to_an_identical_kb(
     assert rerun.store.release("0.5.11")["status"] == "complete"
 
 
-def test_ingest_and_triage_at_the_same_time(api_settings, sglang_source, tmp_path, kb) -> None:  # noqa: ANN001
+def test_ingest_and_triage_at_the_same_time(api_settings, sglang_source, tmp_path, kb) -> None:
     """A server answers triages while an ingest writes to the KB it reads. The KB is a
     private copy of the suite's index: an extra release in the shared KB would change
     what other test processes' triages resolve to while it is there."""

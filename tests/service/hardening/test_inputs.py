@@ -48,7 +48,7 @@ def big_settings(api_settings: Settings) -> Settings:
 
 
 @pytest.fixture(scope="module")
-def big_server(big_settings: Settings):  # noqa: ANN201
+def big_server(big_settings: Settings):
     with make_server(big_settings) as srv:
         yield srv
 
@@ -105,7 +105,7 @@ def test_ten_megabyte_log_gets_a_bounded_answer_when_allowed(
     assert got["answer"]["location"]["function"] == "ServerArgs._handle_speculative_decoding"
 
 
-def test_hundred_thousand_line_traceback(big_server) -> None:  # noqa: ANN001
+def test_hundred_thousand_line_traceback(big_server) -> None:
     frames = b'  File "/x/sglang/srt/a.py", line 12, in f\n    g()\n' * 50_000
     r = _post(
         big_server.url, b"Traceback (most recent call last):\n" + frames + b"RecursionError: deep\n"

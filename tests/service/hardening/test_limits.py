@@ -49,7 +49,7 @@ def test_wrong_keys_from_an_address_never_lock_out_its_valid_keys(api_settings: 
         assert c.get("/releases", headers=_auth("wrong-again")).status_code == 429
 
 
-def test_the_wrong_key_table_is_bounded(api_settings: Settings, monkeypatch) -> None:  # noqa: ANN001
+def test_the_wrong_key_table_is_bounded(api_settings: Settings, monkeypatch) -> None:
     """Wrong keys from many addresses (forwarded by a proxy on loopback) keep at most
     ``MAX_FAILING_CLIENTS`` addresses in memory."""
     monkeypatch.setattr(access, "MAX_FAILING_CLIENTS", 20)
@@ -248,7 +248,7 @@ def test_connections_that_never_finish_their_headers_are_closed(served: int) -> 
     assert httpx.get(f"http://127.0.0.1:{served}/healthz", timeout=10).status_code == 200
 
 
-def test_the_replay_verdict_cache_is_bounded(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_the_replay_verdict_cache_is_bounded(tmp_path: Path, monkeypatch) -> None:
     """Every distinct command line a client sends is a cache file: at most
     ``CACHE_MAX_FILES`` stay, the least recently written deleted first."""
     from service.replay import harness

@@ -344,7 +344,7 @@ def serve(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     yield from _serve(tmp_path)
 
 
-def test_healthz_answers_while_the_server_reads_1mb_adversarial_bodies(serve) -> None:  # noqa: ANN001
+def test_healthz_answers_while_the_server_reads_1mb_adversarial_bodies(serve) -> None:
     """Each 1 MB body is posted on a thread; meanwhile ``/healthz`` is asked again and
     again, each with a few seconds to answer (a liveness bound, not a timing): every one
     answers, some while a triage is still being read, and every triage gets a 4xx."""

@@ -129,11 +129,11 @@ def test_lone_surrogates_in_triage_and_lint_bodies_get_4xx(client: httpx.Client)
 # ------------------------------------------------------------------ body limits
 
 
-def test_a_200_mb_chunked_body_to_slack_events_is_refused_in_bounded_memory(server) -> None:  # noqa: ANN001
+def test_a_200_mb_chunked_body_to_slack_events_is_refused_in_bounded_memory(server) -> None:
     chunk = b"x" * (1 << 20)
     sent = 0
 
-    def body():  # noqa: ANN202 - 200 MiB, streamed (chunked), never held whole
+    def body():
         nonlocal sent
         for _ in range(200):
             sent += len(chunk)
@@ -224,7 +224,7 @@ def test_keys_guard_incidents_docs_and_similar_ids(api_settings: Settings) -> No
 # ------------------------------------------------------------ browser requests
 
 
-def test_cross_site_posts_and_foreign_hosts_are_refused(client: httpx.Client, server) -> None:  # noqa: ANN001
+def test_cross_site_posts_and_foreign_hosts_are_refused(client: httpx.Client, server) -> None:
     log = _log()
     for headers in (
         {"origin": "http://evil.example"},
@@ -245,12 +245,12 @@ def test_cross_site_posts_and_foreign_hosts_are_refused(client: httpx.Client, se
         assert client.post("/triage", content=log, headers={"host": host}).status_code == 400
 
 
-def test_a_slow_body_is_timed_out(server, monkeypatch) -> None:  # noqa: ANN001
+def test_a_slow_body_is_timed_out(server, monkeypatch) -> None:
     from service.api import guard
 
     monkeypatch.setattr(guard, "BODY_TIMEOUT_S", 1.0)
 
-    def slow():  # noqa: ANN202
+    def slow():
         yield b"Traceback"
         time.sleep(3)
         yield b" (most recent call last)\n"

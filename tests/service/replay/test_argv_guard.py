@@ -109,7 +109,7 @@ def test_no_user_path_or_remote_code_survives(argv: list[str], tmp_path: Path) -
     assert "/srv/evil" not in " ".join(out) and "a/../../.." not in " ".join(out)
 
 
-def test_values_that_name_files_are_dropped(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_values_that_name_files_are_dropped(tmp_path: Path, monkeypatch) -> None:
     """Any value with '/', '..', '~' or naming an existing file is dropped."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "local-file").write_text("x")

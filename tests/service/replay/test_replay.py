@@ -143,7 +143,7 @@ def _count_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     for name in ("run_warm", "run_cold"):
         real = getattr(batches, name)
 
-        def spy(*args, _name=name, _real=real, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        def spy(*args, _name=name, _real=real, **kwargs):
             started.append(_name)
             return _real(*args, **kwargs)
 
@@ -217,7 +217,7 @@ def test_timeout_is_a_harness_error(
     children: list[subprocess.Popen] = []
 
     class Recorded(subprocess.Popen):
-        def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        def __init__(self, *args, **kwargs) -> None:
             super().__init__(*args, **kwargs)
             children.append(self)
 

@@ -101,7 +101,7 @@ def test_a_payload_in_the_child_is_contained(
     tmp_path: Path,
     listener,
     monkeypatch,
-) -> None:  # noqa: ANN001
+) -> None:
     port, accepted = listener
     canary = f"xoxb-canary-{uuid.uuid4().hex}"
     monkeypatch.setenv("TRIAGE_SLACK_BOT_TOKEN", canary)
@@ -165,7 +165,7 @@ def test_a_payload_in_the_child_is_contained(
 
 def test_without_bubblewrap_replay_refuses(
     monkeypatch,
-    sglang_source,  # noqa: ANN001
+    sglang_source,
     cache_settings: Settings,
 ) -> None:
     """No silent fallback: without the sandbox the answer is 'unverified', nothing runs."""

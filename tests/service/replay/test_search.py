@@ -30,7 +30,7 @@ def _fix(rank: int, replay: str | None, recommended: bool = False) -> FixOut:
     )
 
 
-def _answer(kb, release: str) -> TriageResult:  # noqa: ANN001
+def _answer(kb, release: str) -> TriageResult:
     """The engine's answer to the first shipped generated incident of ``release``."""
     inc = next(
         i
@@ -82,7 +82,7 @@ def test_rerank_keeps_the_engine_recommendation_when_replay_cannot_decide() -> N
     assert res.fixes[0].recommended and res.fixes[0].command == "fix 1"
 
 
-def test_a_clean_static_answer_needs_no_search_and_an_undecided_one_does(kb) -> None:  # noqa: ANN001
+def test_a_clean_static_answer_needs_no_search_and_an_undecided_one_does(kb) -> None:
     answer = _answer(kb, "0.5.11")
     clean = (
         any(f.recommended for f in answer.fixes)
@@ -99,7 +99,7 @@ def test_a_clean_static_answer_needs_no_search_and_an_undecided_one_does(kb) -> 
     assert not needs_search(answer)  # nothing to replay without the command
 
 
-def test_search_without_replay_says_why(kb, kb_settings) -> None:  # noqa: ANN001
+def test_search_without_replay_says_why(kb, kb_settings) -> None:
     answer = _answer(kb, "0.5.11")
     before = [f.model_dump() for f in answer.fixes]
     answer.release["release"] = "0.0.0"  # no wheel of it in the cache
@@ -113,7 +113,7 @@ def test_search_without_replay_says_why(kb, kb_settings) -> None:  # noqa: ANN00
 @pytest.mark.parametrize("release", ["0.5.23", "0.5.21"])
 def test_search_replays_the_candidates_and_recommends_what_sglang_accepts(
     kb, kb_settings, release
-) -> None:  # noqa: ANN001
+) -> None:
     """On the resolution pipeline: every candidate replayed on the incident's hardware gets
     SGLang's verdict, and the recommendation is the first fix replay accepted."""
     answer = _answer(kb, release)
@@ -138,7 +138,7 @@ def test_search_replays_the_candidates_and_recommends_what_sglang_accepts(
 
 
 @needs_sandbox
-def test_past_the_deadline_the_answer_returns_and_replay_goes_on(kb, kb_settings) -> None:  # noqa: ANN001
+def test_past_the_deadline_the_answer_returns_and_replay_goes_on(kb, kb_settings) -> None:
     answer = _answer(kb, "0.5.23")
     recommended = [f.command for f in answer.fixes if f.recommended]
     search_fixes(answer, kb_settings, deadline_s=0.0, force=True, max_candidates=1)
@@ -150,7 +150,7 @@ def test_past_the_deadline_the_answer_returns_and_replay_goes_on(kb, kb_settings
 
 
 @needs_sandbox
-def test_a_clean_answer_replays_only_its_recommended_fix_first(kb, kb_settings) -> None:  # noqa: ANN001
+def test_a_clean_answer_replays_only_its_recommended_fix_first(kb, kb_settings) -> None:
     """Static evaluation sure of its fix: one command line is replayed, and the other
     candidates only when SGLang refuses that fix."""
     answer = _answer(kb, "0.5.11")

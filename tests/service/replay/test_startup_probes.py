@@ -268,7 +268,7 @@ CRASH = """Traceback (most recent call last):
   File "/usr/local/lib/python3.12/dist-packages/sglang/srt/model_executor/model_runner.py", line 1095, in check_quantized_moe_compatibility
     raise ValueError(
 ValueError: For quantized MoE models, please make sure (moe_intermediate_size=768 / moe_tp_size=8) % weight_block_size_n=128 == 0 where moe_tp_size is equal to tp_size (8) divided by ep_size (1). You can fix this by setting arguments `--tp` and `--ep` correctly.
-"""  # noqa: E501
+"""
 
 
 def _flag(argv: list[str], names: tuple[str, ...], default: int) -> int:
@@ -276,7 +276,7 @@ def _flag(argv: list[str], names: tuple[str, ...], default: int) -> int:
     return values[-1] if values else default
 
 
-def test_fix_search_carries_the_probe_verdict(kb, cache_settings: Settings) -> None:  # noqa: ANN001
+def test_fix_search_carries_the_probe_verdict(kb, cache_settings: Settings) -> None:
     """The engine's fixes for the located block-shape check are replayed into the check's
     own code with the facts the crash printed: each verdict agrees with the check's
     arithmetic on that fix's flags."""

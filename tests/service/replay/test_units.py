@@ -28,10 +28,10 @@ from service.replay.plan import (
 def _raise_from(filename: str, body: str) -> BaseException:
     """An exception whose innermost frame is in ``filename`` (compiled there, not written)."""
     namespace: dict = {}
-    exec(compile(body, filename, "exec"), namespace)  # noqa: S102 - test helper
+    exec(compile(body, filename, "exec"), namespace)
     try:
         namespace["f"]()
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         return exc
     raise AssertionError("did not raise")
 

@@ -33,7 +33,7 @@ def _upgrade(release: str) -> UpgradeFix:
     )
 
 
-def test_without_replay_the_upgrade_stays_as_the_engine_said(kb, kb_settings) -> None:  # noqa: ANN001
+def test_without_replay_the_upgrade_stays_as_the_engine_said(kb, kb_settings) -> None:
     answer = _answer(kb, "0.5.11")
     answer.upgrade_fix = _upgrade("0.0.0")  # no wheel of it in the cache
     verify_upgrade(answer, kb_settings, deadline_s=5)
@@ -44,7 +44,7 @@ def test_without_replay_the_upgrade_stays_as_the_engine_said(kb, kb_settings) ->
 
 
 @needs_sandbox
-def test_the_named_release_judges_the_command(kb, kb_settings) -> None:  # noqa: ANN001
+def test_the_named_release_judges_the_command(kb, kb_settings) -> None:
     """0.5.23 refuses the command of one of its own crashes (on the incident's hardware):
     the upgrade is no longer sure and the summary stops leading with it. A command 0.5.23
     accepts (a fix replay verified) makes it sure and drops "the other checks"."""
@@ -83,7 +83,7 @@ def test_the_named_release_judges_the_command(kb, kb_settings) -> None:  # noqa:
 
 
 @needs_sandbox
-def test_past_the_deadline_the_upgrade_stays_unverified(kb, kb_settings) -> None:  # noqa: ANN001
+def test_past_the_deadline_the_upgrade_stays_unverified(kb, kb_settings) -> None:
     """No time left in the fix search's deadline: the answer goes out at once with the
     upgrade as the engine judged it, saying replay did not run."""
     answer = _answer(kb, "0.5.11")

@@ -106,7 +106,7 @@ class SlackClient:
 
 
 @pytest.fixture(scope="session")
-def seed_log(kb) -> str:  # noqa: ANN001
+def seed_log(kb) -> str:
     check = next(
         c
         for c in kb.store.checks("0.5.11", function="ServerArgs._handle_speculative_decoding")
@@ -116,7 +116,7 @@ def seed_log(kb) -> str:  # noqa: ANN001
 
 
 @pytest.fixture(scope="session")
-def seed_fix(kb, seed_log: str) -> str:  # noqa: ANN001
+def seed_fix(kb, seed_log: str) -> str:
     """The engine's recommended fix command for the seed crash."""
     result = Engine(kb).triage(seed_log)
     return next(f.command for f in result.fixes if f.recommended)
@@ -129,7 +129,7 @@ def slack_stub() -> Iterator[SlackStub]:
 
 
 @pytest.fixture(scope="session")
-def slack_settings(kb_settings: Settings, kb, slack_stub: SlackStub) -> Settings:  # noqa: ANN001
+def slack_settings(kb_settings: Settings, kb, slack_stub: SlackStub) -> Settings:
     port = free_port()
     return kb_settings.model_copy(
         update={
@@ -144,7 +144,7 @@ def slack_settings(kb_settings: Settings, kb, slack_stub: SlackStub) -> Settings
 
 
 @pytest.fixture(scope="session")
-def slack_server(slack_settings: Settings, kb) -> Iterator[ServerThread]:  # noqa: ANN001
+def slack_server(slack_settings: Settings, kb) -> Iterator[ServerThread]:
     app = create_app()
     app.dependency_overrides[app_settings] = lambda: slack_settings
     bot = mount_slack(app, slack_settings, engine_factory=lambda: Engine(kb))

@@ -50,7 +50,7 @@ def _flat(payload: dict[str, Any]) -> str:
     return json.dumps([payload.get("text"), payload.get("blocks")], ensure_ascii=False)
 
 
-def _in_thread(channel: str, thread: str):  # noqa: ANN202
+def _in_thread(channel: str, thread: str):
     return lambda p: p.get("channel") == channel and p.get("thread_ts") == thread
 
 
@@ -61,7 +61,7 @@ class Held:
     The ack arriving while the call is held proves the ack did not wait for it: an ack that
     waited would never arrive (the client times out, :meth:`send` says so)."""
 
-    def __init__(self, monkeypatch, owner: object, name: str) -> None:  # noqa: ANN001
+    def __init__(self, monkeypatch, owner: object, name: str) -> None:
         self.events: list[str] = []
         self.released = threading.Event()
         real = getattr(owner, name)
@@ -241,7 +241,7 @@ def test_a_partial_file_object_is_completed_with_files_info(
 
 def test_slash_command_acks_fast_then_posts(
     slack, slack_stub, seed_log, seed_fix, monkeypatch
-) -> None:  # noqa: ANN001
+) -> None:
     triage = Held(monkeypatch, TriageUseCase, "answer_and_store")
     r = triage.send(lambda: slack.command(seed_log, "C0SLASH", f"{slack_stub.url}/response/slash1"))
     assert r.status_code == 200
@@ -253,7 +253,7 @@ def test_slash_command_acks_fast_then_posts(
 
 def test_this_fixed_it_button_records_the_incident(
     slack, slack_stub, seed_log, slack_bot, monkeypatch
-) -> None:  # noqa: ANN001
+) -> None:
     root, reply = _triage_in(slack, slack_stub, "C0FIXED", seed_log)
     button = next(
         e
@@ -362,9 +362,9 @@ def test_url_verification_challenge(slack) -> None:
 
 def test_malformed_timestamps_and_replayed_commands_are_refused(
     slack,
-    slack_stub,  # noqa: ANN001
+    slack_stub,
     slack_server,
-) -> None:  # noqa: ANN001
+) -> None:
     r = slack.http.post(
         "/slack/events",
         content=b"{}",
@@ -382,7 +382,7 @@ def test_malformed_timestamps_and_replayed_commands_are_refused(
     assert again.status_code == 401 and "replayed" in again.text
 
 
-def test_a_body_bolt_cannot_parse_is_a_400(slack_server) -> None:  # noqa: ANN001
+def test_a_body_bolt_cannot_parse_is_a_400(slack_server) -> None:
     """Bolt parses the body before checking the signature: a form post whose body starts
     with ``{`` but is no JSON (a case the fuzz below found) is refused, not a 500."""
     r = httpx.post(
@@ -398,7 +398,7 @@ def test_a_body_bolt_cannot_parse_is_a_400(slack_server) -> None:  # noqa: ANN00
     assert r.status_code == 400 and "neither JSON nor form data" in r.text
 
 
-def test_fuzzed_slack_requests_never_get_a_server_error(slack_server) -> None:  # noqa: ANN001
+def test_fuzzed_slack_requests_never_get_a_server_error(slack_server) -> None:
     """Whatever arrives at /slack/events (any body, type, timestamp, signature): never a 5xx."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
@@ -436,7 +436,7 @@ def test_fuzzed_slack_requests_never_get_a_server_error(slack_server) -> None:  
         check()
 
 
-def test_a_response_url_outside_slacks_hosts_is_never_posted_to(slack, slack_stub) -> None:  # noqa: ANN001
+def test_a_response_url_outside_slacks_hosts_is_never_posted_to(slack, slack_stub) -> None:
     """A slash command whose response_url names another host (here loopback under another
     name) gets nothing posted there; the allowed stub host still does."""
     seen: list[str] = []
@@ -484,7 +484,7 @@ def test_response_url_hosts() -> None:
         assert not allowed_response_url(bad, hosts), bad
 
 
-def _click(slack, reply: dict, root: str, channel: str, user: str) -> None:  # noqa: ANN001
+def _click(slack, reply: dict, root: str, channel: str, user: str) -> None:
     button = next(
         e
         for b in reply["blocks"]
@@ -523,7 +523,7 @@ def _click(slack, reply: dict, root: str, channel: str, user: str) -> None:  # n
 def test_only_the_user_who_confirmed_may_change_a_confirmation(
     slack,
     slack_stub,
-    seed_log,  # noqa: ANN001
+    seed_log,
     slack_bot,
 ) -> None:
     root, reply = _triage_in(slack, slack_stub, "C0OWNED", seed_log)

@@ -203,7 +203,7 @@ def test_socket_mode_uses_the_app_token_and_the_configured_api(monkeypatch, tmp_
     started: dict = {}
 
     class FakeHandler:
-        def __init__(self, app, app_token, web_client=None) -> None:  # noqa: ANN001
+        def __init__(self, app, app_token, web_client=None) -> None:
             started.update(app=app, token=app_token, client=web_client)
 
         def start(self) -> None:
@@ -229,7 +229,7 @@ def test_socket_mode_uses_the_app_token_and_the_configured_api(monkeypatch, tmp_
         mount_slack(FastAPI(), settings, engine_factory=lambda: None, records=records)  # type: ignore[arg-type,return-value]
 
 
-def test_default_engine_and_records_are_the_apis(kb_settings, kb) -> None:  # noqa: ANN001
+def test_default_engine_and_records_are_the_apis(kb_settings, kb) -> None:
     from service.engine.triage import Engine
     from service.slack.serve import default_parts
     from service.wiring import records_for

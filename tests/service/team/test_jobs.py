@@ -111,7 +111,7 @@ def test_bounds_and_fair_order(db_url: str) -> None:
 
 def test_a_worker_tells_every_waiting_triage_when_replay_cannot_run_here(
     db_url: str, cache_settings
-) -> None:  # noqa: ANN001
+) -> None:
     """A release whose wheel is not cached cannot be replayed on this host: the worker
     stores *unavailable* with the reason in each waiting triage (never leaves it pending)
     and the job is closed."""
@@ -138,7 +138,7 @@ def test_a_worker_tells_every_waiting_triage_when_replay_cannot_run_here(
     assert worker.run(once=True) == 0  # nothing left
 
 
-def test_the_api_queues_in_the_database_only_when_told(tmp_path, db_url: str) -> None:  # noqa: ANN001
+def test_the_api_queues_in_the_database_only_when_told(tmp_path, db_url: str) -> None:
     from service.settings import Settings
     from service.wiring import jobs_for
 

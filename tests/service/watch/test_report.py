@@ -44,7 +44,7 @@ FACTS = {
 
 
 @pytest.fixture(scope="module")
-def seed_result(kb) -> TriageResult:  # noqa: ANN001
+def seed_result(kb) -> TriageResult:
     return Engine(kb).triage(SEED, release="0.5.11", hardware="rtx-pro-6000-x8")
 
 

@@ -114,7 +114,7 @@ def test_flags_are_split_from_the_launcher() -> None:
 
 def test_run_end_to_end_triages_with_the_installed_release(
     machine: dict, tmp_path: Path, kb_settings: Settings, kb
-) -> None:  # noqa: ANN001
+) -> None:
     argv = [machine["python"], "-m", "sglang.launch_server", *FLAGS]
     proc = subprocess.run(
         [sys.executable, "-m", "service.cli.main", "run", "--json", "--", *argv],
@@ -155,7 +155,7 @@ def test_run_end_to_end_triages_with_the_installed_release(
 
 def test_strict_preflight_refuses_before_launching(
     machine: dict, tmp_path: Path, kb_settings: Settings, kb
-) -> None:  # noqa: ANN001
+) -> None:
     argv = [machine["python"], "-m", "sglang.launch_server", *FLAGS]
     env = _env(machine, tmp_path, kb_settings)
     code, said, out, err = _run(argv, RunOptions(preflight="strict"), kb_settings, env, tmp_path)
@@ -170,7 +170,7 @@ def test_strict_preflight_refuses_before_launching(
 
 def test_warn_preflight_launches_and_prints_the_answer_as_text(
     machine: dict, tmp_path: Path, kb_settings: Settings, kb
-) -> None:  # noqa: ANN001
+) -> None:
     from service.cli.render import render_result
 
     argv = [machine["python"], "-m", "sglang.launch_server", *FLAGS]
@@ -201,7 +201,7 @@ def test_warn_preflight_launches_and_prints_the_answer_as_text(
     assert "fix 1 (recommended)" in said
 
 
-def test_strict_preflight_as_json(machine: dict, tmp_path: Path, kb_settings: Settings, kb) -> None:  # noqa: ANN001
+def test_strict_preflight_as_json(machine: dict, tmp_path: Path, kb_settings: Settings, kb) -> None:
     argv = [machine["python"], "-m", "sglang.launch_server", *FLAGS]
     env = _env(machine, tmp_path, kb_settings)
     code, said, _, _ = _run(
@@ -214,7 +214,7 @@ def test_strict_preflight_as_json(machine: dict, tmp_path: Path, kb_settings: Se
 
 def test_a_crash_after_the_ready_line_is_not_a_startup_crash(
     tmp_path: Path, kb_settings: Settings, kb
-) -> None:  # noqa: ANN001
+) -> None:
     child = tmp_path / "serve.py"
     child.write_text(
         "import sys\nprint('[2026-05-02 10:20:00] The server is fired up and ready to roll!')\n"
@@ -241,7 +241,7 @@ def test_a_crash_after_the_ready_line_is_not_a_startup_crash(
 
 def test_a_release_the_kb_lacks_is_said_and_the_launch_goes_on(
     tmp_path: Path, kb_settings: Settings, kb
-) -> None:  # noqa: ANN001
+) -> None:
     python = fake_sglang(tmp_path / "venv", "0.5.12", "print('serving')\n")
     (tmp_path / "bin").mkdir()
     code, said, out, _ = _run(

@@ -44,7 +44,7 @@ BOT_TOKEN = "xoxb-2222222222-3333333333-watchBotTokenValue"
 
 
 @pytest.fixture(scope="module")
-def engine(kb) -> Engine:  # noqa: ANN001 - the session KB
+def engine(kb) -> Engine:
     return Engine(kb)
 
 
@@ -355,7 +355,7 @@ def test_watch_command_refuses_bad_sources(
         assert "not installed or not on PATH" in capsys.readouterr().err
 
 
-def test_cli_process_on_the_seed_journald_stream(kb_settings: Settings, kb) -> None:  # noqa: ANN001
+def test_cli_process_on_the_seed_journald_stream(kb_settings: Settings, kb) -> None:
     env = {
         **os.environ,
         "TRIAGE_KB_DIR": str(kb_settings.kb_path),

@@ -87,7 +87,7 @@ def test_hardware_and_source_lookups(web_server: WebServer) -> None:
         )
 
 
-def test_page_needs_no_key_but_the_lookups_do(web_settings) -> None:  # noqa: ANN001
+def test_page_needs_no_key_but_the_lookups_do(web_settings) -> None:
     app = create_app()
     app.dependency_overrides[app_settings] = lambda: web_settings.model_copy(
         update={"api_keys": ["k1"]}

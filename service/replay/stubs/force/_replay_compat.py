@@ -32,7 +32,7 @@ def patch_transformers() -> list[str]:
     patched: list[str] = []
     try:
         from transformers.models.auto import auto_factory, configuration_auto
-    except Exception:  # noqa: BLE001 - no transformers: nothing to shim
+    except Exception:
         return patched
     for mod, cls_name in (
         (configuration_auto, "_LazyConfigMapping"),

@@ -62,8 +62,8 @@ class _Props:
         self.major, self.minor = _capability(hw)
         self.total_memory = int(hw["memory_mib"]) * 1024 * 1024
         self.multi_processor_count = int(hw.get("sm_count", 132))
-        self.gcnArchName = hw.get("gcn_arch", "")  # noqa: N815 - torch's spelling
-        self.L2_cache_size = 50 * 1024 * 1024  # noqa: N815 - torch's spelling
+        self.gcnArchName = hw.get("gcn_arch", "")
+        self.L2_cache_size = 50 * 1024 * 1024
         self.warp_size = 64 if hw.get("vendor") == "amd" else 32
         self.is_integrated = False
         self.uuid = "GPU-00000000-0000-0000-0000-000000000000"
@@ -230,7 +230,7 @@ def patch_probes(declared: dict[str, Any], memory_mib: float | None) -> dict[str
         if not name.startswith("get_device_memory") and not name.startswith("get_nvgpu"):
             try:
                 own = original()
-            except Exception as exc:  # noqa: BLE001 - reported, not raised
+            except Exception as exc:
                 own = f"<{type(exc).__name__}: {exc}>"
             if isinstance(own, tuple):
                 own = list(own)

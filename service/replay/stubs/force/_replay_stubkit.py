@@ -258,5 +258,5 @@ def is_stub_object(obj: Any) -> bool:
     """True for stub modules, attributes and classes derived from them."""
     try:
         return bool(getattr(obj, "__replay_stub__", False))
-    except Exception:  # noqa: BLE001 - a hostile __getattr__ is not a stub
+    except Exception:
         return False

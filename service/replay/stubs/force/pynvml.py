@@ -24,7 +24,7 @@ class NVMLError(Exception):
         self.value = value
 
 
-class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's spelling
+class NVMLError_NotSupported(NVMLError):
     def __init__(self, value: int = 3) -> None:
         super().__init__(value)
 
@@ -37,8 +37,8 @@ class _Memory:
 
 
 class _CCState:
-    ccFeature = NVML_CC_SYSTEM_FEATURE_DISABLED  # noqa: N815 - NVML's spelling
-    devToolsMode = 0  # noqa: N815
+    ccFeature = NVML_CC_SYSTEM_FEATURE_DISABLED
+    devToolsMode = 0
     environment = 0
 
 
@@ -50,62 +50,62 @@ def _require_nvidia() -> None:
         raise NVMLError(9)  # NVML_ERROR_DRIVER_NOT_LOADED
 
 
-def nvmlInit() -> None:  # noqa: N802 - NVML's spelling
+def nvmlInit() -> None:
     _require_nvidia()
 
 
-def nvmlShutdown() -> None:  # noqa: N802
+def nvmlShutdown() -> None:
     return None
 
 
-def nvmlDeviceGetCount() -> int:  # noqa: N802
+def nvmlDeviceGetCount() -> int:
     _require_nvidia()
     kit.consulted("count")
     return int(kit.HARDWARE.get("count", 0))
 
 
-def nvmlDeviceGetHandleByIndex(index: int) -> int:  # noqa: N802
+def nvmlDeviceGetHandleByIndex(index: int) -> int:
     _require_nvidia()
     if not 0 <= int(index) < nvmlDeviceGetCount():
         raise NVMLError(2)
     return int(index)
 
 
-def nvmlDeviceGetCudaComputeCapability(handle: Any) -> tuple[int, int]:  # noqa: N802
+def nvmlDeviceGetCudaComputeCapability(handle: Any) -> tuple[int, int]:
     kit.consulted("capability")
     cap = kit.HARDWARE.get("capability") or (0, 0)
     return int(cap[0]), int(cap[1])
 
 
-def nvmlDeviceGetName(handle: Any) -> str:  # noqa: N802
+def nvmlDeviceGetName(handle: Any) -> str:
     kit.consulted("name")
     return str(kit.HARDWARE.get("gpu", ""))
 
 
-def nvmlDeviceGetMemoryInfo(handle: Any) -> _Memory:  # noqa: N802
+def nvmlDeviceGetMemoryInfo(handle: Any) -> _Memory:
     return _Memory()
 
 
-def nvmlSystemGetDriverVersion() -> str:  # noqa: N802
+def nvmlSystemGetDriverVersion() -> str:
     return str(kit.HARDWARE.get("driver", "580.82.07"))
 
 
-def nvmlDeviceGetP2PStatus(a: Any, b: Any, index: Any) -> int:  # noqa: N802
+def nvmlDeviceGetP2PStatus(a: Any, b: Any, index: Any) -> int:
     return NVML_P2P_STATUS_OK
 
 
-def nvmlSystemGetConfComputeSettings(settings: Any) -> int:  # noqa: N802
+def nvmlSystemGetConfComputeSettings(settings: Any) -> int:
     raise NVMLError_NotSupported()
 
 
-def nvmlSystemGetConfComputeState() -> _CCState:  # noqa: N802
+def nvmlSystemGetConfComputeState() -> _CCState:
     return _CCState()
 
 
-def _nvmlCheckReturn(ret: Any) -> Any:  # noqa: N802
+def _nvmlCheckReturn(ret: Any) -> Any:
     return ret
 
 
-class c_nvmlSystemConfComputeSettings_v1_t:  # noqa: N801
-    ccFeature = 0  # noqa: N815
-    multiGpuMode = 0  # noqa: N815
+class c_nvmlSystemConfComputeSettings_v1_t:
+    ccFeature = 0
+    multiGpuMode = 0

@@ -174,7 +174,7 @@ def test_engine_facts_prefer_config_over_the_name_guess(kb, tmp_path: Path) -> N
     ]
 
 
-def _mla_check(store, release: str) -> tuple[dict, str]:  # noqa: ANN001
+def _mla_check(store, release: str) -> tuple[dict, str]:
     """A check of ``release`` whose path condition reads the MLA fact (found by what it reads)."""
     facts = checkpoint_facts(checkpoint_info("deepseek-ai/DeepSeek-V3"))
     mla_keys = next(

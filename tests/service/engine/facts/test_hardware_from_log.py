@@ -98,7 +98,7 @@ SGLANG_GPU_LINE = (
 )
 
 
-def _hw(text: str, **kw: object):  # noqa: ANN202
+def _hw(text: str, **kw: object):
     parsed = parse_log(text + "ValueError: boom\n")
     return hardware_from_log(
         parsed.gpus, env=parsed.env, server_args=parsed.server_args, command=parsed.command, **kw
@@ -212,7 +212,7 @@ ARGV = ["--model-path", "deepseek-ai/DeepSeek-V3", "--tp", "8", "--attention-bac
 
 
 @pytest.fixture(scope="module")
-def trtllm_mla_log(kb):  # noqa: ANN001, ANN201
+def trtllm_mla_log(kb):
     """A log of 0.5.11's "TRTLLM MLA backend is only supported on Blackwell" check: it
     fires unless ``is_blackwell_supported()``; ``preamble`` lines are the GPU prints."""
     check = next(
@@ -225,13 +225,13 @@ def trtllm_mla_log(kb):  # noqa: ANN001, ANN201
     return lambda preamble: render_log(kb.store, "0.5.11", check, argv=ARGV, preamble=preamble)
 
 
-def _blackwell_input(result):  # noqa: ANN001, ANN202
+def _blackwell_input(result):
     return next(
         i for a in result.evaluation.atoms for i in a.inputs if i.name == "is_blackwell_supported()"
     )
 
 
-def test_engine_uses_the_gpu_the_log_prints(kb, trtllm_mla_log) -> None:  # noqa: ANN001
+def test_engine_uses_the_gpu_the_log_prints(kb, trtllm_mla_log) -> None:
     engine = Engine(kb)
     hopper = engine.triage(
         trtllm_mla_log(["GPU 0,1,2,3,4,5,6,7: NVIDIA H100 80GB HBM3"]), release="0.5.11"
@@ -259,7 +259,7 @@ def test_engine_uses_the_gpu_the_log_prints(kb, trtllm_mla_log) -> None:  # noqa
     assert _blackwell_input(blackwell).value is True
 
 
-def test_declared_hardware_beats_the_log(kb, trtllm_mla_log) -> None:  # noqa: ANN001
+def test_declared_hardware_beats_the_log(kb, trtllm_mla_log) -> None:
     result = Engine(kb).triage(
         trtllm_mla_log(["GPU 0,1,2,3,4,5,6,7: NVIDIA H100 80GB HBM3"]),
         release="0.5.11",

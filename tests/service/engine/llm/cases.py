@@ -16,7 +16,7 @@ def assist_case(
     kb,
     log: str,
     release: str,
-    hardware: str | None,  # noqa: ANN001
+    hardware: str | None,
 ) -> tuple[TriageResult, AssistContext]:
     """(the engine's result for ``log``, the context the engine would hand to ``assist``)."""
     engine = Engine(kb)

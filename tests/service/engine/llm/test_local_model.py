@@ -31,7 +31,7 @@ def local() -> Iterator[ScriptedLLM]:
         yield server
 
 
-def test_a_real_models_answer_is_held_to_the_checks(kb, local, store) -> None:  # noqa: ANN001
+def test_a_real_models_answer_is_held_to_the_checks(kb, local, store) -> None:
     result, ctx = assist_case(kb, LOG, RELEASE, None)
     settings = Settings(
         llm_base_url=local.base_url,

@@ -27,7 +27,7 @@ LOG = (
 
 
 @pytest.fixture(scope="module")
-def case(kb):  # noqa: ANN001, ANN201
+def case(kb):
     result, ctx = assist_case(kb, LOG, RELEASE, None)
     assert result.status == "located" and ctx.check is not None
     assert result.location.path.endswith("attention_registry.py")
@@ -50,7 +50,7 @@ def _settings(stub: ScriptedLLM) -> Settings:
     )
 
 
-def test_an_undecidable_edit_is_kept_unverified_and_never_recommended(case, stub) -> None:  # noqa: ANN001
+def test_an_undecidable_edit_is_kept_unverified_and_never_recommended(case, stub) -> None:
     result, ctx = case
     stub.push(
         content={

@@ -21,7 +21,7 @@ BASE = "--model-path /models/m --tp-size 2"
 
 
 @pytest.fixture(scope="module")
-def releases(store) -> list[str]:  # noqa: ANN001
+def releases(store) -> list[str]:
     return releases_with_flags(store)
 
 
@@ -56,7 +56,7 @@ def _clean(argv: list[str], catalog: Catalog) -> dict[str, object]:
 # --------------------------------------------------------------------------- other engines
 
 
-def test_every_foreign_flag_is_replaced_by_the_releases_own(store, releases) -> None:  # noqa: ANN001
+def test_every_foreign_flag_is_replaced_by_the_releases_own(store, releases) -> None:
     """Each table entry, on each indexed release: the fix parses cleanly with the release's
     parser and sets SGLang's flag, both sides are cited; an entry whose SGLang flag the
     release lacks offers no replacement."""
@@ -101,7 +101,7 @@ def test_every_foreign_flag_is_replaced_by_the_releases_own(store, releases) -> 
     assert offered >= 10 * len(releases)
 
 
-def test_companions_are_added_unless_the_command_sets_them(store) -> None:  # noqa: ANN001
+def test_companions_are_added_unless_the_command_sets_them(store) -> None:
     cat = load_catalog(store, "0.5.23")
     argv = shlex.split(f"{BASE} --speculative-algorithm EAGLE --num-speculative-tokens 3")
     d = diagnose_argparse(
@@ -121,7 +121,7 @@ def test_companions_are_added_unless_the_command_sets_them(store) -> None:  # no
     assert _clean(d.fixed_argv or [], cat)["speculative_num_draft_tokens"] == 8
 
 
-def test_expert_parallel_without_a_tp_size_asks_for_the_value(store) -> None:  # noqa: ANN001
+def test_expert_parallel_without_a_tp_size_asks_for_the_value(store) -> None:
     argv = ["--model-path", "/m", "--enable-expert-parallel"]
     d = diagnose_argparse(
         _err("unrecognized arguments: --enable-expert-parallel"), argv, store, "0.5.23"
@@ -134,7 +134,7 @@ def test_expert_parallel_without_a_tp_size_asks_for_the_value(store) -> None:  #
 
 
 @pytest.mark.parametrize("typed", ["--enable_metrics", "--context_length=4096", "--tp_size 4"])
-def test_underscore_spelling_becomes_the_dashed_option(store, releases, typed: str) -> None:  # noqa: ANN001
+def test_underscore_spelling_becomes_the_dashed_option(store, releases, typed: str) -> None:
     for rel in releases:
         cat = load_catalog(store, rel)
         assert not any("_" in f for f in cat.by_flag()), rel  # no indexed release takes them
@@ -149,7 +149,7 @@ def test_underscore_spelling_becomes_the_dashed_option(store, releases, typed: s
         assert cat.by_flag()[target].attr in got  # the option is set (in its primary spelling)
 
 
-def test_no_flag_of_any_release_is_said_to_exist_nowhere(store, releases) -> None:  # noqa: ANN001
+def test_no_flag_of_any_release_is_said_to_exist_nowhere(store, releases) -> None:
     """Walk every spelling of every indexed release's LLM catalog, each told to the newest
     release's parser as unrecognized: the answer never claims the flag exists in no release,
     and for a spelling the newest release has, it says that parser would accept it (and
@@ -169,7 +169,7 @@ def test_no_flag_of_any_release_is_said_to_exist_nowhere(store, releases) -> Non
     assert len(union) > len(newest) > 300
 
 
-def test_an_alias_sglang_accepts_is_not_reported_unknown(store, releases) -> None:  # noqa: ANN001
+def test_an_alias_sglang_accepts_is_not_reported_unknown(store, releases) -> None:
     for rel in releases:
         if "--tensor-parallel-size" not in load_catalog(store, rel).by_flag():
             continue
@@ -198,7 +198,7 @@ def _only(cat: Catalog) -> tuple[list[str], list[str]]:
     return sorted(diff - llm), sorted(llm - diff)
 
 
-def test_the_diffusion_parser_is_answered_with_its_own_flags(store, releases) -> None:  # noqa: ANN001
+def test_the_diffusion_parser_is_answered_with_its_own_flags(store, releases) -> None:
     for rel in releases:
         cat = load_catalog(store, rel)
         diff_only, llm_only = _only(cat)
@@ -228,7 +228,7 @@ def test_the_diffusion_parser_is_answered_with_its_own_flags(store, releases) ->
         assert _NOWHERE not in d.explanation
 
 
-def test_a_diffusion_only_flag_given_to_the_llm_server(store) -> None:  # noqa: ANN001
+def test_a_diffusion_only_flag_given_to_the_llm_server(store) -> None:
     cat = load_catalog(store, "0.5.23")
     own = _only(cat)[0][0]
     argv = shlex.split(f"{BASE} {own} 1")
@@ -265,7 +265,7 @@ def test_the_log_says_which_parser_ran() -> None:
     assert llm is not None and llm.parser == "llm"
 
 
-def test_diffusion_command_end_to_end(kb) -> None:  # noqa: ANN001
+def test_diffusion_command_end_to_end(kb) -> None:
     from service.engine import Engine
 
     log = "\n".join(_diffusion_log("--num-gpus 2 --bogus")) + "\n"

@@ -50,7 +50,7 @@ def _exists(store: Store, citation: str) -> bool:
     return bool(store.file_lines(rel, path, start, start))
 
 
-def _candidates(store: Store, rel: str):  # noqa: ANN202
+def _candidates(store: Store, rel: str):
     """Raise checks of ``rel`` with a long literal message under an ``if``."""
     for chk in store.checks(rel, where="kind = 'raise'"):
         if _literal(chk["message"]) and chk["guards"]:
@@ -95,7 +95,7 @@ def test_a_check_removed_later_says_which_upgrade_removes_it(
     assert by_rel[gone[0]].citations[0].startswith(f"{rel}:{chk['path']}:{chk['start_line']}")
 
 
-def test_the_triage_answer_carries_the_upgrade(kb, store: Store, ingested: list[str]) -> None:  # noqa: ANN001
+def test_the_triage_answer_carries_the_upgrade(kb, store: Store, ingested: list[str]) -> None:
     rel, chk, gone = _removed_later(store, ingested)
     message = chk["message"][1:-1]
     res = Engine(kb).triage(f"{chk['exc_type']}: {message}\n", release=rel)

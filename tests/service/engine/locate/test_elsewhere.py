@@ -27,7 +27,7 @@ def _log(*parts: str) -> str:
     return "Traceback (most recent call last):\n" + "".join(parts)
 
 
-def test_an_error_raised_inside_another_package(kb, store: Store, sglang_frame: str) -> None:  # noqa: ANN001
+def test_an_error_raised_inside_another_package(kb, store: Store, sglang_frame: str) -> None:
     log = _log(
         sglang_frame,
         f'  File "{SITE}/flashinfer/jit/core.py", line 123, in build\n'
@@ -50,7 +50,7 @@ def test_an_error_raised_inside_another_package(kb, store: Store, sglang_frame: 
     assert res.citations == nf.citations and "**Not a launch-flag problem:**" in res.explanation
 
 
-def test_an_import_from_a_mismatched_package_is_dependency_skew(kb, sglang_frame: str) -> None:  # noqa: ANN001
+def test_an_import_from_a_mismatched_package_is_dependency_skew(kb, sglang_frame: str) -> None:
     log = _log(
         sglang_frame,
         "ImportError: cannot import name 'fp8_scaled_mm_zz' from "
@@ -83,7 +83,7 @@ def test_an_import_from_a_mismatched_package_is_dependency_skew(kb, sglang_frame
 )
 def test_it_stays_silent_when_a_flag_or_sglang_may_be_at_fault(
     kb,
-    sglang_frame: str,  # noqa: ANN001
+    sglang_frame: str,
     tail: str,
 ) -> None:
     res = Engine(kb).triage(_log(sglang_frame, tail.format(site=SITE)), release="0.5.11")
@@ -91,7 +91,7 @@ def test_it_stays_silent_when_a_flag_or_sglang_may_be_at_fault(
     assert not (res.no_flag_fix or "").startswith("not a launch-flag problem")
 
 
-def test_an_error_raised_in_sglang_is_never_called_elsewhere(kb, store: Store) -> None:  # noqa: ANN001
+def test_an_error_raised_in_sglang_is_never_called_elsewhere(kb, store: Store) -> None:
     """The innermost frame in SGLang: whatever happens, not "not a flag problem"."""
     path = "sglang/srt/server_args.py"
     line = store.file_lines("0.5.11", path, 1, 50)

@@ -16,7 +16,7 @@ SITE = "/usr/local/lib/python3.11/site-packages"
 
 
 @pytest.fixture(scope="module")
-def store(kb) -> Store:  # noqa: ANN001
+def store(kb) -> Store:
     return kb.store
 
 
@@ -87,7 +87,7 @@ def test_function_kind_with_a_printed_line_no_candidate_holds_is_doubted(
 
 def test_the_answer_lists_a_contradicted_location_in_unknowns(
     kb,
-    store: Store,  # noqa: ANN001
+    store: Store,
     fn: tuple[str, str],
 ) -> None:
     """A frame on a check's line, printing a line that is nowhere near: the triage's

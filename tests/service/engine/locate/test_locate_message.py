@@ -251,17 +251,17 @@ def test_unrelated_message_finds_nothing(store) -> None:
 _ALIGN_BOUND = 2 * lm._PARTIAL_CANDIDATES
 
 
-def _count_work(store, monkeypatch) -> tuple[list[str], list[int]]:  # noqa: ANN001
+def _count_work(store, monkeypatch) -> tuple[list[str], list[int]]:
     """From now on, record the SQL ``store`` runs and the length of each message aligned."""
     sqls: list[str] = []
     aligned: list[int] = []
     query, align = store.query, lm.align
 
-    def counting_query(sql: str, params=()):  # noqa: ANN001, ANN202
+    def counting_query(sql: str, params=()):
         sqls.append(sql)
         return query(sql, params)
 
-    def counting_align(frags, msg):  # noqa: ANN001, ANN202
+    def counting_align(frags, msg):
         aligned.append(len(msg))
         return align(frags, msg)
 
@@ -281,7 +281,7 @@ def test_index_is_built_once_and_warm_lookups_reuse_it(store, monkeypatch) -> No
     builds: list[str] = []
     build = lm._build
 
-    def counting_build(store_, release):  # noqa: ANN001, ANN202
+    def counting_build(store_, release):
         builds.append(release)
         return build(store_, release)
 

@@ -92,11 +92,11 @@ def test_keep_never_removes_the_last_candidate() -> None:
     assert Scope(None, "either").keep(rows) == (rows, None)
 
 
-def test_message_locating_stays_inside_the_launch(store) -> None:  # noqa: ANN001
+def test_message_locating_stays_inside_the_launch(store) -> None:
     """The same message is raised in sglang/srt and in sglang/multimodal_gen: the entrypoint
     decides which one is reported; without one both stay candidates."""
 
-    def located(command: str):  # noqa: ANN202
+    def located(command: str):
         text = _log(command)
         parsed = parse_log(text)
         assert parsed.primary is not None

@@ -165,7 +165,7 @@ def test_junk_is_still_refused() -> None:
 
 
 @pytest.fixture(scope="module")
-def engine(kb) -> Engine:  # noqa: ANN001
+def engine(kb) -> Engine:
     return Engine(kb)
 
 

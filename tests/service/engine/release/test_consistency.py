@@ -31,7 +31,7 @@ TRTLLM = "trtllm_mha backend only supports topk = 1 for speculative decoding."
 
 
 @pytest.fixture(scope="module")
-def store(kb) -> Store:  # noqa: ANN001
+def store(kb) -> Store:
     return kb.store
 
 
@@ -64,7 +64,7 @@ def test_a_release_where_the_check_cannot_fire_is_replaced(store: Store) -> None
     }
 
 
-def test_the_triage_answers_from_the_release_where_it_fires(kb) -> None:  # noqa: ANN001
+def test_the_triage_answers_from_the_release_where_it_fires(kb) -> None:
     from service.engine.triage import Engine
 
     out = Engine(kb).triage(_log(SPEC + " --attention-backend fa3"))

@@ -123,7 +123,7 @@ def test_warm_resolution_reads_no_file_rows(store: Store, monkeypatch) -> None:
     sqls: list[str] = []
     query = store.query
 
-    def counting_query(sql: str, params=()):  # noqa: ANN001, ANN202
+    def counting_query(sql: str, params=()):
         sqls.append(sql)
         return query(sql, params)
 

@@ -32,7 +32,7 @@ TRTLLM = [
 ]
 
 
-def _by_rule(argv, release: str, store: Store, facts=None) -> dict:  # noqa: ANN001
+def _by_rule(argv, release: str, store: Store, facts=None) -> dict:
     return {v.rule: v for v in check(argv, release, facts, store=store)}
 
 

@@ -48,14 +48,14 @@ COMMANDS = [
 ]
 
 
-def _view(results) -> list[tuple]:  # noqa: ANN001
+def _view(results) -> list[tuple]:
     return [(r.card.id, r.verdict, r.reason, r.unknowns, r.inputs, r.notes) for r in results]
 
 
 @pytest.mark.parametrize("release", ["0.5.11", "0.5.23"])
 def test_indexed_evaluation_equals_evaluating_every_card(
     store: Store, release: str, monkeypatch
-) -> None:  # noqa: ANN001
+) -> None:
     facts = facts_for("rtx-pro-6000-x8", None, "/models/Kimi-K2.6")
     clear_all()
     indexed = {}
@@ -86,7 +86,7 @@ def test_check_fix_answers_equal_the_uncached_ones(store: Store) -> None:
     )
 
 
-def test_check_fix_cache_is_bounded(store: Store, monkeypatch) -> None:  # noqa: ANN001
+def test_check_fix_cache_is_bounded(store: Store, monkeypatch) -> None:
     small: LRUCache = LRUCache("test.check_fix", 3)
     monkeypatch.setattr(checker, "_fix_answers", small)
     for tp in range(1, 9):

@@ -25,7 +25,7 @@ def _reads_args(row: dict) -> bool:
     for t in texts:
         try:
             names |= referenced_names(t, ARG_OBJECTS)
-        except Exception:  # noqa: BLE001
+        except Exception:
             continue
     return any(not n.startswith("_") for n in names)
 

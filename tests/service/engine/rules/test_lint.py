@@ -47,7 +47,7 @@ def test_lint_flags_the_seed_assert_with_a_verified_fix(store: Store) -> None:
     assert all(not f.verified and f.card_after == "violated" for f in partial)
 
 
-def test_lint_demotes_a_fix_that_trips_another_card(store: Store, monkeypatch) -> None:  # noqa: ANN001
+def test_lint_demotes_a_fix_that_trips_another_card(store: Store, monkeypatch) -> None:
     """A hint that satisfies its own card but makes a derived card fail is not 'verified'."""
     from kb.rules.cards import Card, load_curated
     from service.engine.rules import release_cards
@@ -148,7 +148,7 @@ def test_rules_payload(store: Store) -> None:
     assert all(c["origin"] == "derived" for c in derived["cards"])
 
 
-def test_lint_command(store: Store, kb, monkeypatch, capsys) -> None:  # noqa: ANN001
+def test_lint_command(store: Store, kb, monkeypatch, capsys) -> None:
     monkeypatch.setenv("TRIAGE_KB_DIR", str(kb.root))
     code = lint_command(
         "0.5.11",

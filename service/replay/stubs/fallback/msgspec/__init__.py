@@ -404,7 +404,7 @@ def convert(
     dec_hook: Any = None,
     builtin_types: Any = None,
     str_keys: bool = False,
-) -> Any:  # noqa: A002
+) -> Any:
     target = typing.get_origin(type) or type
     if isinstance(target, StructMeta) and isinstance(obj, dict):
         try:

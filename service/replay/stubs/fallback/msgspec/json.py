@@ -17,7 +17,7 @@ def encode(obj: Any, *, enc_hook: Any = None, order: Any = None) -> bytes:
     return _json.dumps(to_builtins(obj, enc_hook=enc_hook), default=repr).encode()
 
 
-def decode(data: Any, *, type: Any = Any, strict: bool = True, dec_hook: Any = None) -> Any:  # noqa: A002
+def decode(data: Any, *, type: Any = Any, strict: bool = True, dec_hook: Any = None) -> Any:
     from msgspec import DecodeError, convert
 
     try:
@@ -36,7 +36,7 @@ class Encoder:
 
 
 class Decoder:
-    def __init__(self, type: Any = Any, **_: Any) -> None:  # noqa: A002
+    def __init__(self, type: Any = Any, **_: Any) -> None:
         self.type = type
 
     def decode(self, data: Any) -> Any:

@@ -21,7 +21,7 @@ class FieldInfo:
         name: str,
         encode_name: str,
         type: Any,
-        default: Any,  # noqa: A002
+        default: Any,
         default_factory: Any,
     ) -> None:
         self.name, self.encode_name, self.type = name, encode_name, type
@@ -44,7 +44,7 @@ def fields(type_or_instance: Any) -> tuple[FieldInfo, ...]:
         raise TypeError(f"{cls!r} is not a struct type")
     try:
         hints = typing.get_type_hints(cls, include_extras=True)
-    except Exception:  # noqa: BLE001 - unresolvable names: fall back to raw annotations
+    except Exception:
         hints = {}
         for klass in reversed(cls.__mro__):
             hints.update(getattr(klass, "__annotations__", {}))

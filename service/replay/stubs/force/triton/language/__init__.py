@@ -10,14 +10,14 @@ __replay_stub__ = True
 __getattr__ = module_getattr("triton.language")
 
 
-class constexpr:  # noqa: N801 - triton's spelling
+class constexpr:
     """``tl.constexpr``: used as an annotation and as a wrapper."""
 
     def __init__(self, value: Any = None) -> None:
         self.value = value
 
 
-class dtype:  # noqa: N801 - triton's spelling
+class dtype:
     def __init__(self, name: str) -> None:
         self.name = name
 
