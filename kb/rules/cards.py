@@ -225,7 +225,7 @@ def remember_reads(when: str, require: str, reads: frozenset[str]) -> None:
 
 
 #: Helpers of SGLang 0.5.2x that conditions may call with the argument object, and the
-#: attributes each reads (the checker evaluates them; see ``checker._HELPERS``).
+#: attributes each reads (the checker evaluates them; see ``service.engine.rules.card_env.CARD_FUNCTIONS``).
 HELPER_READS: dict[str, tuple[str, ...]] = {
     "attn_dp_enabled_of": ("attn_dp_size", "ep_join_mode"),
     "num_dp_ranks_of": ("dp_size", "attn_dp_size"),

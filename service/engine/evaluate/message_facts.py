@@ -1,6 +1,6 @@
 """What the crash message printed, as facts and flag values for the evaluation.
 
-:func:`~service.engine.locate.message_values.bind_message` gives each formatted expression
+:func:`~service.engine.locate.message.values.bind_message` gives each formatted expression
 of the located check's message the value it printed. Here each is put where the
 evaluator reads it, by what it is in the raising function (its locals and the parameters
 SGLang fills from a flag substituted, :func:`~service.engine.evaluate.params.flag_params`):

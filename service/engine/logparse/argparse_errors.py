@@ -10,7 +10,7 @@ says which of SGLang's parsers printed it when the log tells (``diffusion``: a
 ``sglang/multimodal_gen`` path, ``sglang generate``, the serve dispatcher's
 "Selected serve backend 'diffusion'"; ``llm``: the dispatcher chose the LLM server),
 else None.
-:mod:`service.engine.locate.argparse_errors` later matches it with the release's flag catalog.
+:mod:`service.engine.locate.argparse` later matches it with the release's flag catalog.
 
 Pure, and every regular expression is linear and sees at most
 :data:`~service.engine.logparse.text.SCAN_CHARS` characters of a line.

@@ -1,6 +1,6 @@
 """The answer to a log whose launch stopped at SGLang's argument parser: the nearest valid
 spelling or choice as the fix, where the flag is declared, and how it fared in other
-releases (:func:`~service.engine.locate.argparse_errors.diagnose_argparse`)."""
+releases (:func:`~service.engine.locate.argparse.diagnose_argparse`)."""
 
 from __future__ import annotations
 
