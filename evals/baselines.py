@@ -59,7 +59,7 @@ def _vkey(v: str) -> tuple[int, ...]:
 def _parse(incident: Incident) -> ParsedLog | None:
     try:
         return parse_log(incident.crash_log)
-    except Exception:  # noqa: BLE001 - an unparsable log gives the baseline nothing
+    except Exception:
         return None
 
 

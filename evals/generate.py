@@ -138,7 +138,7 @@ def _message(prober: Prober, check: dict[str, Any], probe: Probe, ctx: Context) 
     attrs = dict(prober.attrs_for(probe.argv))
     try:
         names = set(referenced_names(check["message"]))
-    except Exception:  # noqa: BLE001 - unparsable message source
+    except Exception:
         names = set()
     apply_earlier_writes(prober.store, prober.release, check, attrs, prober.facts(ctx), names)
     return render_message(check, attrs)
@@ -285,7 +285,7 @@ def generate_release(
     *,
     per_function: int = 3,
     contexts: int = 2,
-    log=None,  # noqa: ANN001
+    log=None,
     confirm: Confirm | None = None,
 ) -> list[Incident]:
     """Up to ``quota`` incidents for ``release``.
@@ -392,7 +392,7 @@ def generate(
     seed: int = 0,
     count: int = 72,
     releases: tuple[str, ...] = DEFAULT_RELEASES,
-    log=None,  # noqa: ANN001
+    log=None,
     confirm: Confirm | None = None,
 ) -> list[Incident]:
     """``count`` incidents spread evenly over ``releases`` (fewer if a release runs dry)."""

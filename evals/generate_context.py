@@ -80,7 +80,7 @@ def _edits(
     for text in texts:
         try:
             attrs |= set(referenced_names(text)) if text else set()
-        except Exception:  # noqa: BLE001 - unparsable condition: nothing to edit
+        except Exception:
             continue
     out: list[FixSpec] = []
     for attr in sorted(a for a in attrs if a in by_attr and a not in _FROZEN):

@@ -162,7 +162,7 @@ class Prober:
             return evaluate_path(
                 self.store, self.release, check, self.attrs_for(argv), facts, memo=memo
             )
-        except Exception as exc:  # noqa: BLE001 - e.g. a write guard the evaluator refuses
+        except Exception as exc:
             return PathEvaluation(UNKNOWN, [], set(), [f"evaluation failed: {exc}"])
 
     def names(self, check: dict[str, Any], facts: dict[str, Value]) -> frozenset[str]:
@@ -175,7 +175,7 @@ class Prober:
                     for text in [w.value or "", *(g["condition"] for g in w.guards)]:
                         try:
                             deps |= referenced_names(text) if text else set()
-                        except Exception:  # noqa: BLE001 - unparsable: no extra dependency
+                        except Exception:
                             continue
             self._names[key] = frozenset(deps)
         return self._names[key]
@@ -183,7 +183,7 @@ class Prober:
     def flag_attrs(self, text: str) -> list[str]:
         try:
             names = referenced_names(text)
-        except Exception:  # noqa: BLE001
+        except Exception:
             return []
         return sorted(
             a

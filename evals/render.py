@@ -205,7 +205,7 @@ def render_message(check: dict[str, Any], values: dict[str, Any] | None = None) 
 
     try:
         res = evaluate(check["message"], Env(values or {}))
-    except Exception:  # noqa: BLE001 - unsafe or unparsable message source
+    except Exception:
         return None
     return " ".join(res.value.split()) if isinstance(res.value, str) else None
 

@@ -30,6 +30,7 @@ verdict is None: "replay does not reach this check".
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kb.settings import KBSettings
@@ -42,7 +43,7 @@ from service.replay.harness import replay_many
 from service.replay.probes import probe_env, startup_request
 from service.replay.results import ReplayResult
 
-__all__ = ["judge", "prewarm", "searched"]
+__all__ = ["Prewarmer", "judge", "prewarm", "searched"]
 
 #: the search waits this long in the eval (answers must not depend on the machine's load)
 EVAL_DEADLINE_S = 600.0
@@ -60,6 +61,53 @@ def prewarm(settings: KBSettings, release: str | None, hardware: str | None) -> 
     if release is None or unavailable_reason(settings, release, ["--model-path", "m"]):
         return False
     return harness_prewarm(release_root(settings, release), release, hardware, settings)
+
+
+def pool_jobs_served() -> int:
+    """How many command lines the process's warm pool has run (replay cache misses)."""
+    from service.replay.pool import default_pool
+
+    return int(default_pool().stats().get("jobs_served") or 0)
+
+
+class Prewarmer:
+    """Starts the next (release, machine) group's warm replay worker in the background while
+    the eval answers the current group, but only when the current group's answers needed the
+    pool: when the replay cache answers a group whole (the same code replayed the same
+    command lines before), starting a worker for the next group would be work thrown away.
+
+    ``groups`` is each incident's (release, hardware) in answering order. The worker of the
+    next group is started right after the first answer of the current group that the pool
+    served, so the current group's worker, just used, is the one the pool keeps, and the
+    least recently used one (the previous group's) makes room: with the pool's two workers,
+    starting the next one at the first incident of a group, before using the current one,
+    would evict the current group's own prestarted worker.
+    """
+
+    def __init__(self, settings: KBSettings, groups: Sequence[tuple[str | None, str | None]]):
+        self.settings = settings
+        self.groups = list(groups)
+        self.started: list[tuple[str | None, str | None]] = []
+        self._served = 0
+        self._warmed: set[int] = set()
+
+    def before(self, at: int) -> None:
+        """Before the answer at position ``at``: a new group counts the pool's jobs anew."""
+        if at == 0 or self.groups[at] != self.groups[at - 1]:
+            self._served = pool_jobs_served()
+
+    def after(self, at: int) -> None:
+        """After the answer at position ``at``: when the group has needed the pool, start the
+        next group's worker (once)."""
+        nxt = next(
+            (k for k in range(at + 1, len(self.groups)) if self.groups[k] != self.groups[at]),
+            None,
+        )
+        if nxt is None or nxt in self._warmed or pool_jobs_served() == self._served:
+            return
+        self._warmed.add(nxt)
+        self.started.append(self.groups[nxt])
+        prewarm(self.settings, *self.groups[nxt])
 
 
 def judge(result: dict[str, Any], settings: KBSettings) -> dict[str, Any]:
@@ -135,7 +183,7 @@ def judge(result: dict[str, Any], settings: KBSettings) -> dict[str, Any]:
     return out
 
 
-def _startup(result: dict[str, Any]) -> Any:  # noqa: ANN401 - (probe, facts) or None
+def _startup(result: dict[str, Any]) -> Any:
     """The start-up probe (and checkpoint facts) for the answer's located check, if any."""
     try:
         answer = TriageResult.model_validate(result)

@@ -54,7 +54,7 @@ def request_for(incident: Incident) -> dict[str, Any]:
     if incident.command:
         try:
             has_command = parse_log(incident.crash_log).command is not None
-        except Exception:  # noqa: BLE001 - the engine will report the log itself
+        except Exception:
             has_command = False
         if not has_command:
             body["command"] = (
@@ -65,7 +65,7 @@ def request_for(incident: Incident) -> dict[str, Any]:
     return body
 
 
-def engine_call(engine: Any, replay: Any = None) -> Callable[[dict[str, Any]], dict[str, Any]]:  # noqa: ANN401
+def engine_call(engine: Any, replay: Any = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """A function answering a :func:`request_for` body with ``engine`` in-process (the
     answer as the API's JSON). With ``replay`` (the KB settings replay runs with), the
     answer first goes through the service's replay-backed fix search and then carries
@@ -130,7 +130,7 @@ def _predict_engine(
     t0 = time.perf_counter()
     try:
         result = call(request_for(incident))
-    except Exception as exc:  # noqa: BLE001 - any failure is scored as a miss, and reported
+    except Exception as exc:
         return Prediction(
             status="error",
             error=f"{type(exc).__name__}: {str(exc)[:300]}",
@@ -215,22 +215,6 @@ def _order(incidents: list[Incident], replay: bool) -> list[int]:
     return order
 
 
-def _prewarm_next(settings: Any, incidents: list[Incident], order: list[int], at: int) -> None:  # noqa: ANN401
-    """At the first incident of a (release, machine) group, start the next group's warm
-    replay worker in the background: its start overlaps this group's answers."""
-
-    def group(k: int) -> tuple[str | None, str | None]:
-        return incidents[order[k]].release, incidents[order[k]].hardware
-
-    if at > 0 and group(at) == group(at - 1):
-        return
-    nxt = next((k for k in range(at + 1, len(order)) if group(k) != group(at)), None)
-    if nxt is not None:
-        from evals.replay_check import prewarm
-
-        prewarm(settings, *group(nxt))
-
-
 def run_eval(
     incidents: list[Incident],
     engine_or_url: Any,
@@ -241,7 +225,7 @@ def run_eval(
     headers: dict[str, str] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     replay: Any = None,
-    variants: Sequence[str] = (),  # noqa: ANN401
+    variants: Sequence[str] = (),
     variant_seed: int = 0,
 ) -> EvalReport:
     """Evaluate ``incidents`` with the engine (an ``Engine`` or a service URL).
@@ -271,10 +255,17 @@ def run_eval(
     preds: dict[str, list[Prediction]] = {"engine": []}
     answers: dict[int, Prediction] = {}
     order = _order(asked, replay is not None)
+    warm = None
+    if replay is not None and not isinstance(engine_or_url, str):
+        from evals.replay_check import Prewarmer
+
+        warm = Prewarmer(replay, [(asked[i].release, asked[i].hardware) for i in order])
     for done, i in enumerate(order, start=1):
-        if replay is not None and not isinstance(engine_or_url, str):
-            _prewarm_next(replay, asked, order, done - 1)
+        if warm is not None:
+            warm.before(done - 1)
         answers[i] = _predict_engine(call, asked[i])
+        if warm is not None:
+            warm.after(done - 1)
         if progress:
             progress("engine", done, len(asked))
     preds["engine"] = [answers[i] for i in range(len(incidents))]

@@ -198,7 +198,7 @@ def catalog_for(store: Store | None, release: str | None) -> Catalog | None:
         return None
     try:
         return load_catalog(store, version)
-    except Exception:  # noqa: BLE001 - a release without catalog: compare spellings
+    except Exception:
         return None
 
 
@@ -293,7 +293,7 @@ def score(
     return out
 
 
-def _score_intent(exp: Any, pred: Prediction, out: dict[str, Any]) -> None:  # noqa: ANN401
+def _score_intent(exp: Any, pred: Prediction, out: dict[str, Any]) -> None:
     """``fix_replay``, ``no_fix`` and ``keeps_features`` (see the module docstring)."""
     if pred.fixes is None or not pred.verified_fixes:
         return
@@ -308,7 +308,7 @@ def _score_intent(exp: Any, pred: Prediction, out: dict[str, Any]) -> None:  # n
         out["keeps_features"] = bool(recommended["keeps_features"])
 
 
-def _check_at(store: Store, release: str | None, loc: Any) -> dict[str, Any] | None:  # noqa: ANN401
+def _check_at(store: Store, release: str | None, loc: Any) -> dict[str, Any] | None:
     """The KB's check of ``release`` at ``loc`` (a dict or an object with path, function,
     start_line)."""
     if store is None or release is None or loc is None:
@@ -323,10 +323,10 @@ def _check_at(store: Store, release: str | None, loc: Any) -> dict[str, Any] | N
 def same_check(
     store: Store | None,
     release_a: str | None,
-    loc_a: Any,  # noqa: ANN401
+    loc_a: Any,
     release_b: str | None,
     loc_b: Any,
-) -> bool:  # noqa: ANN401
+) -> bool:
     """Is the check at ``loc_a`` of ``release_a`` the one at ``loc_b`` of ``release_b``:
     the same exception and message template (:func:`evals.variants.same_message_check`)?"""
     from evals.variants import same_message_check

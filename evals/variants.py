@@ -115,7 +115,7 @@ def _command_index(lines: Sequence[str]) -> int | None:
     )
 
 
-def _derive(incident: Incident, name: str, log: str, **changes: Any) -> Incident:  # noqa: ANN401
+def _derive(incident: Incident, name: str, log: str, **changes: Any) -> Incident:
     data = incident.model_dump(mode="json")
     data.update(
         id=f"{incident.id}{SEP}{name}",
@@ -247,7 +247,7 @@ _REWORDED = 0.5
 _PROBERS: dict[tuple[int, str], Any] = {}
 
 
-def _prober(store: Store, release: str) -> Any:  # noqa: ANN401
+def _prober(store: Store, release: str) -> Any:
     from evals.groundtruth import Prober
 
     key = (id(store), release)
@@ -333,7 +333,7 @@ def older_wording(store: Store, incident: Incident) -> tuple[str, str] | None:
             continue
         try:
             attrs = dict(_prober(store, rel).attrs_for(incident.command_argv()))
-        except Exception:  # noqa: BLE001 - a command the older parser does not take
+        except Exception:
             attrs = {}
         for cand in rows:
             message = render_message(cand, attrs)

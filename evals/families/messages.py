@@ -116,7 +116,7 @@ def render_source(
     for _ in range(_ROUNDS):
         try:
             res = evaluate(src, Env(attrs, facts, functions))
-        except Exception:  # noqa: BLE001 - UnsafeExpression: not generated
+        except Exception:
             return None
         text = res.value
         if isinstance(text, str):

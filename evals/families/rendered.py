@@ -57,7 +57,7 @@ DENSE = ("meta-llama/Llama-3.1-70B-Instruct", ("l40s-x4", "a100-x8", "h100-x8"))
 SMALL = ("meta-llama/Llama-3.1-8B-Instruct", ("rtx-5090-x1", "l40s-x4"))
 
 
-def _pick(options: Sequence[Any], k: int) -> Any:  # noqa: ANN401
+def _pick(options: Sequence[Any], k: int) -> Any:
     return options[k % len(options)]
 
 

@@ -269,7 +269,7 @@ class _Replayer:
 
 def _crash_and_fixes(
     rp: _Replayer, launches: list[_Launch], checks: list[dict[str, Any]], catalog: Any
-) -> list[tuple[_Launch, list[FixSpec]]]:  # noqa: ANN401
+) -> list[tuple[_Launch, list[FixSpec]]]:
     """Replay each launch, then the candidate fixes of those that raised at a family check;
     (launch, fixes replay accepted) for the launches kept."""
     by_ckpt: dict[str, list[_Launch]] = {}
@@ -305,7 +305,7 @@ def _block_launches() -> list[_Launch]:
     return out
 
 
-def _a2a_launches(store: Store, release: str, catalog: Any) -> list[_Launch]:  # noqa: ANN401
+def _a2a_launches(store: Store, release: str, catalog: Any) -> list[_Launch]:
     spec = catalog.by_flag().get("--moe-a2a-backend")
     choices = [a for a in A2A_BACKENDS if spec is not None and a in (spec.choices or [])]
     pairs = _pairs(store, release)
@@ -446,7 +446,7 @@ def replayed_incidents(
             continue
         try:
             rp = _Replayer(settings, release, _release_root(settings, release))
-        except Exception as exc:  # noqa: BLE001 - no wheel/source: this release is left out
+        except Exception as exc:
             if log:
                 log(f"{release}: no release tree for replay ({exc})")
             continue

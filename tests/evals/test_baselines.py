@@ -14,7 +14,7 @@ def seed() -> dict:
     return {i.id: i for i in load_incidents([INCIDENTS_DIR / "seed.jsonl"])}
 
 
-def test_grep_finds_the_seed_assert_on_release_lines(kb, seed) -> None:  # noqa: ANN001
+def test_grep_finds_the_seed_assert_on_release_lines(kb, seed) -> None:
     pred = grep_baseline(kb.store, seed["seed-attempt-2"])
     assert pred.location["start_line"] == 3519 and pred.location["end_line"] == 3522
     assert "--speculative-num-draft-tokens" in pred.root_cause
@@ -24,21 +24,21 @@ def test_grep_finds_the_seed_assert_on_release_lines(kb, seed) -> None:  # noqa:
     assert m["rc_recall"] == 1.0
 
 
-def test_grep_is_misled_by_the_dev_build_offset(kb, seed) -> None:  # noqa: ANN001
+def test_grep_is_misled_by_the_dev_build_offset(kb, seed) -> None:
     """Line 3598 of the dev build is not the assert in 0.5.11: the article's discrepancy."""
     pred = grep_baseline(kb.store, seed["seed-attempt-1"])
     m = score(seed["seed-attempt-1"], pred, kb.store)
     assert m["exact_location"] is False
 
 
-def test_grep_without_frames_locates_nothing(kb) -> None:  # noqa: ANN001
+def test_grep_without_frames_locates_nothing(kb) -> None:
     inc = next(i for i in load_incidents() if i.id == "public-sglang-36840")
     pred = grep_baseline(kb.store, inc)
     assert pred.location is None and pred.status == "unlocated"
     assert baseline_release(kb.store, inc, None) == "0.5.23"  # nothing named: the newest
 
 
-def test_rag_chunks_the_validation_files_and_retrieves(kb) -> None:  # noqa: ANN001
+def test_rag_chunks_the_validation_files_and_retrieves(kb) -> None:
     rag = RagBaseline(kb)
     chunks = rag.chunks("0.5.11")
     assert chunks and {c["path"] for c in chunks} == {"sglang/srt/server_args.py"}

@@ -14,7 +14,7 @@ from service.engine.triage import Engine
 
 
 @pytest.fixture(scope="module")
-def report(kb, kb_settings):  # noqa: ANN001, ANN201
+def report(kb, kb_settings):
     """Every shipped incident through the engine, the replay-backed fix search and replay's
     verdict on each recommended fix (the warm pool: one worker per release and vendor)."""
     from service.replay.sandbox import status
@@ -38,13 +38,13 @@ def _untimed(th: dict) -> dict:
     }
 
 
-def test_gate_holds_over_all_shipped_incidents(report) -> None:  # noqa: ANN001
+def test_gate_holds_over_all_shipped_incidents(report) -> None:
     failures = check_gate(report, _untimed(load_thresholds()))
     assert failures == [], failures
     assert report.incidents == len(load_incidents()) >= 127
 
 
-def test_every_generated_release_is_reported_and_gated_on_its_own(report) -> None:  # noqa: ANN001
+def test_every_generated_release_is_reported_and_gated_on_its_own(report) -> None:
     """Each release of the shipped generated files has its own aggregate, and the gate
     applies the thresholds to it (``engine[<release>]`` lines) where it has enough
     incidents: the error count for every release, and at least function match,
@@ -70,14 +70,14 @@ def test_every_generated_release_is_reported_and_gated_on_its_own(report) -> Non
         assert applies("no_fix", th["max"]["no_fix"], agg["no_fix_n"] or 0, min_n, floor=False)
 
 
-def test_thresholds_only_name_measured_metrics(report) -> None:  # noqa: ANN001
+def test_thresholds_only_name_measured_metrics(report) -> None:
     th = load_thresholds()
     agg = report.engine.aggregate
     assert set(th["min"]) | set(th["max"]) <= set(agg)
     assert all(0.0 < v <= 1.0 for v in th["min"].values())
 
 
-def test_reports_are_written(report, tmp_path) -> None:  # noqa: ANN001
+def test_reports_are_written(report, tmp_path) -> None:
     paths = write_reports(report, tmp_path)
     assert paths["json"].stat().st_size > 1000
     text = paths["markdown"].read_text()
@@ -86,7 +86,7 @@ def test_reports_are_written(report, tmp_path) -> None:  # noqa: ANN001
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_a_failing_gate_says_why(report) -> None:  # noqa: ANN001
+def test_a_failing_gate_says_why(report) -> None:
     failures = check_gate(
         report, {"min": {"fix_match": 1.01, "no_such": 0.5}, "max": {"latency_p50_ms": 0.0}}
     )

@@ -20,7 +20,7 @@ from service.engine.triage import Engine
 
 
 @pytest.fixture(scope="module")
-def report(kb, kb_settings) -> EvalReport:  # noqa: ANN001
+def report(kb, kb_settings) -> EvalReport:
     """Every family with its frameless variants: the replayed families with replay on (the
     variants, which carry no command, stay static), the others static; one report."""
     from service.replay.sandbox import status

@@ -29,7 +29,7 @@ def by_file() -> dict[str, list]:
 
 
 @pytest.fixture(scope="module")
-def generated(by_file) -> list:  # noqa: ANN001
+def generated(by_file) -> list:
     return [i for incs in by_file.values() for i in incs]
 
 
@@ -37,7 +37,7 @@ def _dump(incidents: list) -> list[dict]:
     return [i.model_dump(mode="json") for i in incidents]
 
 
-def test_same_seed_same_output_and_another_seed_differs(kb) -> None:  # noqa: ANN001
+def test_same_seed_same_output_and_another_seed_differs(kb) -> None:
     a = gen.generate_release(kb.store, "0.5.9", 2, seed=11)
     b = gen.generate_release(kb.store, "0.5.9", 2, seed=11)
     c = gen.generate_release(kb.store, "0.5.9", 2, seed=12)
@@ -60,7 +60,7 @@ class _ShippedVerdicts:
 
 
 @pytest.mark.parametrize(("name", "release"), PARTS)
-def test_shipped_file_is_the_scripts_output(kb, by_file, name, release) -> None:  # noqa: ANN001
+def test_shipped_file_is_the_scripts_output(kb, by_file, name, release) -> None:
     """Each release's part of a shipped generated file is exactly what seed 0 produces,
     given replay's verdicts (nothing hand-edited): same incidents, same order, same logs."""
     shipped = [i for i in by_file[name] if i.release == release and i.source == "generated:seed=0"]
@@ -74,7 +74,7 @@ def test_shipped_file_is_the_scripts_output(kb, by_file, name, release) -> None:
 
 
 @pytest.mark.parametrize("release", [r for _, r in PARTS])
-def test_shipped_verdicts_replay_again(kb, cache_settings, generated, release) -> None:  # noqa: ANN001
+def test_shipped_verdicts_replay_again(kb, cache_settings, generated, release) -> None:
     """A sample of shipped incidents, replayed again with SGLang's own validation: the crash
     fires at the expected check and every shipped fix makes it pass."""
     from evals.confirm import ReplayConfirmer
@@ -94,7 +94,7 @@ def test_shipped_verdicts_replay_again(kb, cache_settings, generated, release) -
 
 
 @pytest.mark.parametrize("name", list(gen.SHIPPED_RUNS))
-def test_enough_incidents_over_three_releases(by_file, name) -> None:  # noqa: ANN001
+def test_enough_incidents_over_three_releases(by_file, name) -> None:
     incs = by_file[name]
     assert len(incs) >= 60
     counts = Counter(i.release for i in incs)
@@ -107,7 +107,7 @@ def test_enough_incidents_over_three_releases(by_file, name) -> None:  # noqa: A
     assert all((i.confirmed_by or "").startswith(f"replay:{i.release}:") for i in incs)
 
 
-def test_shipped_files_cover_both_validation_layouts(kb, generated) -> None:  # noqa: ANN001
+def test_shipped_files_cover_both_validation_layouts(kb, generated) -> None:
     """Releases of the resolution-pipeline layout (0.5.19 on: ``arg_groups/*_hook.py``)
     and of the ``__post_init__`` one are both in the suite, with incidents located in
     the hooks."""
@@ -120,7 +120,7 @@ def test_shipped_files_cover_both_validation_layouts(kb, generated) -> None:  # 
     )
 
 
-def test_expected_locations_exist_and_logs_parse(kb, generated) -> None:  # noqa: ANN001
+def test_expected_locations_exist_and_logs_parse(kb, generated) -> None:
     for inc in generated:
         loc = inc.expected.location
         rows = kb.store.checks(
@@ -143,7 +143,7 @@ def test_expected_locations_exist_and_logs_parse(kb, generated) -> None:  # noqa
 
 
 @pytest.mark.parametrize(("release", "k"), [("0.5.11", 6), ("0.5.5", 3), ("0.5.21", 3)])
-def test_ground_truth_reevaluates(kb, generated, release, k) -> None:  # noqa: ANN001
+def test_ground_truth_reevaluates(kb, generated, release, k) -> None:
     """The recorded command fires the check, and every acceptable fix makes it definitely pass."""
     from service.engine.flags.edit import apply_edits
 
@@ -181,7 +181,7 @@ def _warn_statement(text: str) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("release", ["0.5.11", "0.5.16", "0.5.21", "0.5.23"])
-def test_launcher_warning_is_what_python_prints(kb, tmp_path, release) -> None:  # noqa: ANN001
+def test_launcher_warning_is_what_python_prints(kb, tmp_path, release) -> None:
     """The rendered warning equals what Python prints for the release's own call: a module
     that keeps only ``import warnings``, the main guard and that call (on their lines,
     the rest blanked) is run with ``-m`` and its stderr compared line by line."""
@@ -214,12 +214,12 @@ def test_launcher_warning_is_what_python_prints(kb, tmp_path, release) -> None: 
     assert run.stderr.splitlines() == rendered
 
 
-def test_launcher_warning_only_where_the_launcher_warns(kb) -> None:  # noqa: ANN001
+def test_launcher_warning_only_where_the_launcher_warns(kb) -> None:
     for release in ("0.5.5", "0.5.9"):  # their launchers warn nothing
         assert launcher_warning(kb.store, release, "/site") == []
 
 
-def test_shipped_logs_with_the_launcher_warning_fit_their_release(kb, generated) -> None:  # noqa: ANN001
+def test_shipped_logs_with_the_launcher_warning_fit_their_release(kb, generated) -> None:
     """Some generated logs carry the launcher's warning (never 0.5.9's, which has none), and
     the engine's parser reads it as a warning that fits the incident's release."""
     from service.engine.release.fingerprint import warning_fits
@@ -254,7 +254,7 @@ def test_generator_does_not_use_the_engines_fixes_or_locate() -> None:
                     assert not defined.startswith(banned), (name, a.name, defined)
 
 
-def test_cli_writes_jsonl(kb_settings, tmp_path, ingest_reports) -> None:  # noqa: ANN001
+def test_cli_writes_jsonl(kb_settings, tmp_path, ingest_reports) -> None:
     out = tmp_path / "g.jsonl"
     rc = gen.main(
         [
@@ -278,7 +278,7 @@ def test_cli_writes_jsonl(kb_settings, tmp_path, ingest_reports) -> None:  # noq
 def test_context_incidents_replay_again(
     kb,
     cache_settings,
-    sglang_source,  # noqa: ANN001
+    sglang_source,
     generated,
 ) -> None:
     """Crashes of plain commands (model + hardware alone) reproduce under SGLang's own

@@ -110,7 +110,7 @@ def test_parse_errors_name_the_line() -> None:
         parse_incidents([json.dumps(_minimal(crash_log="  "))])
 
 
-def test_duplicate_ids_are_rejected(tmp_path) -> None:  # noqa: ANN001
+def test_duplicate_ids_are_rejected(tmp_path) -> None:
     a = dump_incidents([Incident.model_validate(_minimal())], tmp_path / "a.jsonl")
     dump_incidents([Incident.model_validate(_minimal())], tmp_path / "b.jsonl")
     assert len(load_incidents([a])) == 1
@@ -120,7 +120,7 @@ def test_duplicate_ids_are_rejected(tmp_path) -> None:  # noqa: ANN001
         load_incidents([tmp_path / "missing.jsonl"])
 
 
-def test_round_trip_and_command_forms(tmp_path) -> None:  # noqa: ANN001
+def test_round_trip_and_command_forms(tmp_path) -> None:
     inc = Incident.model_validate(
         _minimal(command="python -m sglang.launch_server \\\n --tp 8 --model-path '/m/a b'")
     )

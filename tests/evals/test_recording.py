@@ -16,7 +16,7 @@ def _save(records: Records, engine: Engine, log: str, options: dict) -> str:
     return tid
 
 
-def test_export_confirmed(kb, tmp_path) -> None:  # noqa: ANN001
+def test_export_confirmed(kb, tmp_path) -> None:
     seed = {i.id: i for i in load_incidents([INCIDENTS_DIR / "seed.jsonl"])}
     engine = Engine(kb)
     records = Records(tmp_path / "records.sqlite")
@@ -62,7 +62,7 @@ def test_export_confirmed(kb, tmp_path) -> None:  # noqa: ANN001
     assert t3
 
 
-def test_export_by_source_and_cli(kb, kb_settings, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_export_by_source_and_cli(kb, kb_settings, tmp_path, monkeypatch) -> None:
     """Slack confirmations export on their own; the CLI writes the same JSONL."""
     from typer.testing import CliRunner
 

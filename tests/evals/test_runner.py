@@ -28,7 +28,7 @@ def few() -> list[Incident]:
     return [i for i in incs if i.id in pick] + gen
 
 
-def test_requests_never_carry_the_release(few) -> None:  # noqa: ANN001
+def test_requests_never_carry_the_release(few) -> None:
     bodies = {i.id: request_for(i) for i in few}
     assert all("release" not in b for b in bodies.values())
     assert "command" not in bodies["seed-attempt-1"]  # the log holds it
@@ -36,7 +36,7 @@ def test_requests_never_carry_the_release(few) -> None:  # noqa: ANN001
     assert bodies["seed-attempt-1"]["hardware"] == "rtx-pro-6000-x8"
 
 
-def test_http_and_in_process_agree(kb, kb_settings, few) -> None:  # noqa: ANN001
+def test_http_and_in_process_agree(kb, kb_settings, few) -> None:
     local = run_eval(few, Engine(kb))
     with make_server(kb_settings) as srv:
         remote = run_eval(few, srv.url, kb=kb)
@@ -46,13 +46,13 @@ def test_http_and_in_process_agree(kb, kb_settings, few) -> None:  # noqa: ANN00
     assert remote.engine.aggregate["fix_match"] == local.engine.aggregate["fix_match"]
 
 
-def test_unreachable_service_is_scored_as_errors(few) -> None:  # noqa: ANN001
+def test_unreachable_service_is_scored_as_errors(few) -> None:
     report = run_eval(few[:1], "http://127.0.0.1:9", timeout=2)
     s = report.engine.incidents[0]
     assert s.error and s.metrics["exact_location"] is False and s.metrics["grounded"] is None
 
 
-def test_eval_command_prints_and_writes(kb_settings, tmp_path, kb) -> None:  # noqa: ANN001
+def test_eval_command_prints_and_writes(kb_settings, tmp_path, kb) -> None:
     from io import StringIO
 
     from rich.console import Console
@@ -82,7 +82,7 @@ def test_eval_command_prints_and_writes(kb_settings, tmp_path, kb) -> None:  # n
     )
 
 
-def test_fix_matching_compares_attributes_and_effects(kb) -> None:  # noqa: ANN001
+def test_fix_matching_compares_attributes_and_effects(kb) -> None:
     cat = load_catalog(kb.store, "0.5.11")
     cmd = [
         "--model-path",
@@ -194,7 +194,7 @@ def test_root_cause_follows_the_pieces_a_guard_on_a_local_expands_to() -> None:
     assert engine_root_cause(result) == ["mode"]
 
 
-def test_grounding_and_scoring_edges(kb) -> None:  # noqa: ANN001
+def test_grounding_and_scoring_edges(kb) -> None:
     assert grounded(kb.store, ["0.5.11:sglang/srt/server_args.py:3519-3522"]) is True
     assert grounded(kb.store, ["0.5.11:sglang/srt/server_args.py:99999999"]) is False
     assert grounded(kb.store, ["9.9.9:sglang/srt/server_args.py:1"]) is False
@@ -213,7 +213,7 @@ def test_grounding_and_scoring_edges(kb) -> None:  # noqa: ANN001
     assert m["exact_location"] is None and m["rc_recall"] is None and m["fix_valid"] is None
 
 
-def test_upgrade_said_is_scored_on_upgrade_incidents(kb) -> None:  # noqa: ANN001
+def test_upgrade_said_is_scored_on_upgrade_incidents(kb) -> None:
     """``upgrade_said``: a sure upgrade, to the release the incident names when it names one."""
 
     def incident(no_fix: str | None) -> Incident:

@@ -10,7 +10,7 @@ from evals.snapshot import compare, main, snapshot
 from service.engine import Engine
 
 
-def test_snapshots_of_the_same_code_are_identical(kb) -> None:  # noqa: ANN001
+def test_snapshots_of_the_same_code_are_identical(kb) -> None:
     incidents = load_incidents([INCIDENTS_DIR / "seed.jsonl"])
     first = snapshot(Engine(kb), incidents)
     assert set(first) == {i.id for i in incidents}
@@ -26,7 +26,7 @@ def test_snapshots_of_the_same_code_are_identical(kb) -> None:  # noqa: ANN001
 def test_cli_compares_with_an_earlier_snapshot(
     kb_settings,
     ingest_reports,
-    tmp_path,  # noqa: ANN001
+    tmp_path,
     capsys,
 ) -> None:
     seed = str(INCIDENTS_DIR / "seed.jsonl")

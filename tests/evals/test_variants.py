@@ -54,7 +54,7 @@ def _sample(generated: list[Incident]) -> list[Incident]:
     return list(out.values())
 
 
-def test_every_variant_has_its_property(generated) -> None:  # noqa: ANN001
+def test_every_variant_has_its_property(generated) -> None:
     sample = _sample(generated)
     assert len(sample) >= 8
     for inc in sample:
@@ -92,7 +92,7 @@ def test_every_variant_has_its_property(generated) -> None:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("style", PREFIX_STYLES)
-def test_prefixes_go_on_every_line(generated, style: str) -> None:  # noqa: ANN001
+def test_prefixes_go_on_every_line(generated, style: str) -> None:
     inc = generated[0]
     text = prefix_lines(inc.crash_log, style)
     before, after = inc.crash_log.splitlines(), text.splitlines()
@@ -106,7 +106,7 @@ def test_prefixes_go_on_every_line(generated, style: str) -> None:  # noqa: ANN0
         assert all(ln.endswith("  launcher.py:123") and " INFO     " in ln for ln in after)
 
 
-def test_variants_are_deterministic_and_styles_rotate(generated) -> None:  # noqa: ANN001
+def test_variants_are_deterministic_and_styles_rotate(generated) -> None:
     few = generated[:12]
     one = build_variants(few, ("prefixed", "truncated"), seed=0)
     assert [v.model_dump() for v in one] == [
@@ -128,7 +128,7 @@ def test_parse_variants() -> None:
         parse_variants("frameless,nope")
 
 
-def test_older_wording_is_an_older_release_s_message(store, generated) -> None:  # noqa: ANN001
+def test_older_wording_is_an_older_release_s_message(store, generated) -> None:
     """The first older wording found (incidents in file order: bounded work) is an older
     release's message of the same check, differs from the incident's own, and replaces only
     the exception line; a bare assert has no wording to change."""
@@ -149,7 +149,7 @@ def test_older_wording_is_an_older_release_s_message(store, generated) -> None: 
     assert v.expected == inc.expected and v.id.endswith("~older_wording")
 
 
-def _same_check_elsewhere(store, generated):  # noqa: ANN001, ANN202
+def _same_check_elsewhere(store, generated):
     """A generated incident and the same check (same_check) in another ingested release."""
     for inc in generated:
         loc = inc.expected.location
@@ -171,7 +171,7 @@ def _same_check_elsewhere(store, generated):  # noqa: ANN001, ANN202
     raise AssertionError("no check of a generated incident is in two releases")
 
 
-def test_a_range_holding_the_expected_release_scores_the_same_check(store, generated) -> None:  # noqa: ANN001
+def test_a_range_holding_the_expected_release_scores_the_same_check(store, generated) -> None:
     inc, rel, loc = _same_check_elsewhere(store, generated)
     want = inc.expected.release
 
@@ -294,7 +294,7 @@ def test_the_gate_checks_variant_floors_when_variants_ran() -> None:
     assert variant_breaches(plain, th) == []  # no variants run: the section is not checked
 
 
-def test_the_engine_answers_every_variant(kb, generated) -> None:  # noqa: ANN001
+def test_the_engine_answers_every_variant(kb, generated) -> None:
     """One traceback incident and all its variants, in-process without replay (bounded:
     at most seven answers): every variant is answered, none errs, and the report's variant
     sections are filled."""

@@ -26,7 +26,7 @@ RELEASE = "0.5.23"
 
 
 @pytest.fixture(scope="module")
-def incidents(store, kb_settings) -> list[Incident]:  # noqa: ANN001
+def incidents(store, kb_settings) -> list[Incident]:
     return replayed_incidents(
         store,
         kb_settings,
@@ -36,7 +36,7 @@ def incidents(store, kb_settings) -> list[Incident]:  # noqa: ANN001
     )
 
 
-def test_each_family_has_an_incident_at_its_check(incidents, store) -> None:  # noqa: ANN001
+def test_each_family_has_an_incident_at_its_check(incidents, store) -> None:
     assert {i.family for i in incidents} == {"block_shape", "moe_runner_a2a"}
     assert len({i.id for i in incidents}) == len(incidents)
     for inc in incidents:
@@ -65,7 +65,7 @@ def test_each_family_has_an_incident_at_its_check(incidents, store) -> None:  # 
             assert "requires a fused func for a2a backend" in primary.message
 
 
-def test_every_acceptable_fix_passes_the_probe(incidents, store, kb_settings) -> None:  # noqa: ANN001
+def test_every_acceptable_fix_passes_the_probe(incidents, store, kb_settings) -> None:
     catalog = load_catalog(store, RELEASE)
     from evals.families.replayed import A2A_CHECKPOINTS, BLOCK_CHECKPOINTS
 
@@ -102,7 +102,7 @@ def test_candidate_fixes() -> None:
     ]
 
 
-def test_judge_says_replay_does_not_reach_a_check_no_probe_reaches(store, kb_settings) -> None:  # noqa: ANN001
+def test_judge_says_replay_does_not_reach_a_check_no_probe_reaches(store, kb_settings) -> None:
     """A located check past argument validation that no start-up probe reaches: replay of the
     command does not get there, so the fix gets no verdict (never a trivial 'passed')."""
     check = next(
