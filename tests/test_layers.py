@@ -135,3 +135,25 @@ def test_modules_stay_under_about_500_lines() -> None:
         if "stubs" not in p.parts
     }
     assert {p: n for p, n in sizes.items() if n > 500} == {}
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    """A name used across modules is public in its home module: ``from x import _y`` (our
+    own ``x``) appears nowhere in the production code."""
+    found = []
+    for part in PARTS:
+        for path in (ROOT / part).rglob("*.py"):
+            if "stubs" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                ours = node.level > 0 or (node.module or "").split(".")[0] in PARTS
+                private = [
+                    a.name
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+                if ours and private:
+                    found.append(f"{path.relative_to(ROOT)}: {node.module} {private}")
+    assert found == []
