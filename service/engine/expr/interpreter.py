@@ -57,7 +57,6 @@ from service.engine.expr.values import (
     UNKNOWN,
     VALUE_METHODS,
     ArgsView,
-    all_same,
     apply_builtin,
     apply_method,
     binop,
@@ -211,12 +210,10 @@ class _Evaluator:
             if t is UNKNOWN:
                 blame = frozenset().union(*(p[2] for p in parts if p[1] is UNKNOWN))
                 return UNKNOWN, UNKNOWN, blame
-            # Python returns the first operand that decides, else the last one. An undecided
-            # operand before it may decide instead (with its own value): the value is then
-            # known only when every operand that could be returned has the same value.
+            # Python returns the first operand that decides, else the last one.
             at = next((i for i, p in enumerate(parts) if p[1] is absorbing), len(parts) - 1)
-            could = [p[0] for p in parts[:at] if p[1] is UNKNOWN] + [parts[at][0]]
-            return (could[0] if all_same(could) else UNKNOWN), t, frozenset()
+            exact = all(p[1] is not UNKNOWN for p in parts[:at])
+            return (parts[at][0] if exact else t), t, frozenset()
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             _, t, blame = self.struct(node.operand, depth + 1, collect)
             return (UNKNOWN, UNKNOWN, blame) if t is UNKNOWN else (not t, not t, frozenset())
@@ -229,7 +226,11 @@ class _Evaluator:
             if body[1] is UNKNOWN or orelse[1] is UNKNOWN or body[1] != orelse[1]:
                 blame = test[2] | body[2] | orelse[2]
                 return UNKNOWN, UNKNOWN, blame
-            same = all_same([body[0], orelse[0]])
+            same = not has_unknown(body[0]) and type(body[0]) is type(orelse[0])
+            try:
+                same = same and bool(body[0] == orelse[0])
+            except Exception:
+                same = False
             return (body[0] if same else body[1]), body[1], frozenset()
         if not collect:
             v = self.interp(node, depth)

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 __all__ = [
-    "all_same",
     "BIG_FORMAT", "BUILTINS", "MAX_INT_BITS", "MAX_SIZE", "TYPES", "UNARY_OPS", "UNKNOWN",
     "VALUE_METHODS", "ArgsView", "apply_builtin", "apply_method", "binop", "bounded", "compare",
     "has_unknown", "kleene", "opaque", "size_ok_for_text", "truth_value",
@@ -322,19 +321,3 @@ def apply_method(recv: object, name: str, args: list[object], kwargs: dict[str, 
         return bounded(getattr(recv, name)(*args, **kwargs))
     except Exception:
         return UNKNOWN
-
-
-def all_same(values: list[object]) -> bool:
-    """Whether ``values`` are known and all equal (and of one type, so ``1`` is not ``True``)."""
-    first = values[0]
-    if has_unknown(first):
-        return False
-    for v in values[1:]:
-        if has_unknown(v) or type(v) is not type(first):
-            return False
-        try:
-            if not bool(v == first):
-                return False
-        except Exception:
-            return False
-    return True
