@@ -30,6 +30,7 @@ cached per release content.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -200,14 +201,34 @@ def _find(idx: _Index, check: dict[str, Any], key: _Key) -> tuple[dict[str, Any]
 
 def _similar(a: _Key, b: _Key) -> float:
     """How alike two checks of one function are (0: not alike): a reworded message with a
-    test that kept most of its text, or the other way round (difflib ratios)."""
-    msg = SequenceMatcher(None, a.msg, b.msg).ratio() if a.msg and b.msg else 0.0
-    test = SequenceMatcher(None, a.cond, b.cond).ratio() if a.cond and b.cond else 0.0
-    if (msg >= _SIMILAR_MSG and test >= _SIMILAR_TEST - 0.25) or (
-        test >= _SIMILAR_TEST and (msg >= _SIMILAR_MSG - 0.2 or not (a.msg and b.msg))
-    ):
-        return msg + test
-    return 0.0
+    test that kept most of its text, or the other way round (difflib ratios).
+
+    The lengths bound each ratio from above (``real_quick_ratio``), so pairs that cannot
+    pass are turned away before difflib compares them; the ratios are memoised."""
+    both_msgs = bool(a.msg and b.msg)
+    msg_most = _length_bound(a.msg, b.msg) if both_msgs else 0.0
+    test_most = _length_bound(a.cond, b.cond) if a.cond and b.cond else 0.0
+    if not _alike(msg_most, test_most, both_msgs):
+        return 0.0
+    msg = _ratio(a.msg, b.msg) if both_msgs else 0.0
+    test = _ratio(a.cond, b.cond) if a.cond and b.cond else 0.0
+    return msg + test if _alike(msg, test, both_msgs) else 0.0
+
+
+def _alike(msg: float, test: float, both_msgs: bool) -> bool:
+    return (msg >= _SIMILAR_MSG and test >= _SIMILAR_TEST - 0.25) or (
+        test >= _SIMILAR_TEST and (msg >= _SIMILAR_MSG - 0.2 or not both_msgs)
+    )
+
+
+def _length_bound(a: str, b: str) -> float:
+    """An upper bound of ``SequenceMatcher(None, a, b).ratio()`` (its ``real_quick_ratio``)."""
+    return 2.0 * min(len(a), len(b)) / (len(a) + len(b))
+
+
+@functools.lru_cache(maxsize=65536)
+def _ratio(a: str, b: str) -> float:
+    return SequenceMatcher(None, a, b).ratio()
 
 
 def _one(store: Store, release: str, check: dict[str, Any], key: _Key, other: str) -> CheckChange:
