@@ -25,7 +25,7 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 if TYPE_CHECKING:
@@ -33,7 +33,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LRUCache",
+    "MembershipTrace",
     "cached",
+    "cached_on_members",
     "clear_all",
     "facts_signature",
     "freeze_long_lived",
@@ -160,6 +162,78 @@ def release_key(store: Store, version: str, what: str) -> tuple[Any, ...]:
         ("content-hash", path, version), lambda: (store.release(version) or {}).get("content_hash")
     )
     return (path, version, content_hash, what)
+
+
+# ------------------------------------- values that read a set only through membership
+
+
+class MembershipTrace(Collection[str]):
+    """``base`` as a build reads it: each answer to ``x in trace`` is recorded, so the
+    build's value can be reused for any other set that answers those questions alike.
+    Iterating (or taking the length) records a dependence on the whole set."""
+
+    __slots__ = ("base", "seen")
+
+    def __init__(self, base: Collection[str]) -> None:
+        self.base = base
+        self.seen: dict[tuple[object, object], None] = {}
+
+    def __contains__(self, item: object) -> bool:
+        found = item in self.base
+        self.seen[(item, found)] = None  # the questions are names: hashable
+        return found
+
+    def _whole(self) -> frozenset[str]:
+        whole = frozenset(self.base)
+        self.seen[(_WHOLE, whole)] = None
+        return whole
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._whole())
+
+    def __len__(self) -> int:
+        return len(self._whole())
+
+
+_WHOLE = object()  # the question "which set is it?" (the build iterated it)
+
+
+def _answers_alike(seen: tuple[tuple[object, object], ...], keep: Collection[str]) -> bool:
+    for item, answer in seen:
+        if item is _WHOLE:
+            if frozenset(keep) != answer:
+                return False
+        elif (item in keep) != answer:
+            return False
+    return True
+
+
+#: per key, this many traces are kept (one per way a set answered the build's questions)
+_TRACES_PER_KEY = 8
+_traces: LRUCache[tuple[tuple[tuple[tuple[object, object], ...], Any], ...]] = LRUCache(
+    "membership-traces", 20_000
+)
+
+
+def cached_on_members(
+    key: tuple[Any, ...], keep: Collection[str], build: Callable[[Collection[str]], T]
+) -> T:
+    """``build(keep)`` memoised on the answers ``keep`` gives to the questions the build
+    asks of it (``x in keep``), not on the whole set.
+
+    The build must read ``keep`` only through membership (iterating it makes the whole
+    set part of the key) and be a pure function of ``key`` and those answers. A ``keep``
+    that is itself a :class:`MembershipTrace` records the questions replayed here, so
+    nested builds compose.
+    """
+    entries = _traces.get(key) or ()
+    for seen, value in entries:
+        if _answers_alike(seen, keep):
+            return cast(T, value)
+    trace = MembershipTrace(keep)
+    value = build(trace)
+    _traces.put(key, (*entries, (tuple(trace.seen), value))[-_TRACES_PER_KEY:])
+    return value
 
 
 # ------------------------------------------------------------------ all caches

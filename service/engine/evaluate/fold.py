@@ -11,13 +11,12 @@ Used by :func:`service.engine.evaluate.path_condition.evaluate_path`.
 from __future__ import annotations
 
 import functools
-from collections import ChainMap
 from collections.abc import Collection, Mapping, MutableMapping
-from typing import Any, cast
+from typing import Any
 
 from kb.errors import UnsafeExpression
 from kb.store import Store
-from service.engine.cache import LRUCache, cached, facts_signature, release_key
+from service.engine.cache import LRUCache, cached, cached_on_members, facts_signature, release_key
 from service.engine.evaluate import chain, resolution
 from service.engine.evaluate.memo_keys import value_key
 from service.engine.evaluate.pieces import all_hold, piece_holds
@@ -29,6 +28,7 @@ from service.engine.expr.interpreter import (
     evaluate,
     referenced_names,
 )
+from service.engine.expr.overlay import Overlay
 
 _MISSING = object()
 
@@ -131,11 +131,10 @@ def fold_earlier_writes(
     return hit
 
 
-def _overlay(attrs: Mapping[str, Value]) -> ChainMap[str, Value]:
+def _overlay(attrs: Mapping[str, Value]) -> Overlay[str, Value]:
     """``attrs`` made writable without touching it: writes land in a fresh front map and
-    ``attrs`` is only read (a ChainMap writes to its first map only; its type asks every
-    map to be mutable, hence the cast)."""
-    return ChainMap({}, cast("MutableMapping[str, Value]", attrs))
+    ``attrs`` is only read."""
+    return Overlay(attrs)
 
 
 #: how many rounds of "the attributes earlier writes read" join the fold
@@ -160,7 +159,9 @@ def fold_plan(
     is evaluated over exactly the writes that ran before it.
     """
 
-    def build() -> tuple[tuple[tuple[chain.Write, resolution.PreparedWrite], ...], tuple[str, ...]]:
+    def build(
+        keep: Collection[str],
+    ) -> tuple[tuple[tuple[chain.Write, resolution.PreparedWrite], ...], tuple[str, ...]]:
         deps = set(names)
         seen: set[str] = set()
         writes: dict[tuple[str, int, str], tuple[chain.Write, resolution.PreparedWrite]] = {}
@@ -172,7 +173,7 @@ def fold_plan(
                 for w in chain.earlier_writes(store, version, attr, check):
                     if len(writes) >= _MAX_FOLDED:
                         break
-                    pw = resolution.prepare_write(store, version, w, fact_names)
+                    pw = resolution.prepare_write(store, version, w, keep)
                     writes[(w.path, w.line, attr)] = (w, pw)
                     for text in [pw.value or "", *(g for g, _ in pw.all_guards(False))]:
                         try:
@@ -194,13 +195,10 @@ def fold_plan(
         )
         return tuple(order), tuple(sorted(deps))
 
-    key = (
-        *release_key(store, version, "fold-plan"),
-        check["id"],
-        tuple(sorted(names)),
-        hash(fact_names),
-    )
-    return cached(key, build)
+    key = (*release_key(store, version, "fold-plan"), check["id"], tuple(sorted(names)))
+    # the plan reads the fact keys only by membership (which locals and helper calls a
+    # fact answers): other fact sets that answer alike share the plan
+    return cached((*key, hash(fact_names)), lambda: cached_on_members(key, fact_names, build))
 
 
 def write_dependencies(

@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from types import EllipsisType
 from typing import Any
 
 from kb.conditions import DEFAULT_ARG_OBJECTS, is_arg_root
 from kb.store import Store
-from service.engine.cache import cached, release_key
+from service.engine.cache import cached, cached_on_members, release_key
 from service.engine.evaluate import chain, source
 
 #: Functions reading one field of the resolution result: name -> position of the field.
@@ -177,19 +177,18 @@ class PreparedWrite:
 
 
 def prepare_write(
-    store: Store, version: str, w: chain.Write, keep: frozenset[str]
+    store: Store, version: str, w: chain.Write, keep: Collection[str]
 ) -> PreparedWrite:
     """``w``'s value and guards with the function's locals substituted, helpers inlined and
     resolution reads rewritten; a helper's write also carries the guards of its one call
-    site in a step (cached per release)."""
-    key = release_key(
-        store, version, f"prepared-write:{w.path}:{w.line}:{w.attr}:{w.kind}:{hash(keep)}"
-    )
-    return cached(key, lambda: _prepare_write(store, version, w, keep))
+    site in a step (cached per release, and on which of the names the write reads are
+    fact keys in ``keep``, so other facts share it)."""
+    key = release_key(store, version, f"prepared-write:{w.path}:{w.line}:{w.attr}:{w.kind}")
+    return cached_on_members(key, keep, lambda k: _prepare_write(store, version, w, k))
 
 
 def _prepare_write(
-    store: Store, version: str, w: chain.Write, keep: frozenset[str]
+    store: Store, version: str, w: chain.Write, keep: Collection[str]
 ) -> PreparedWrite:
     fns = store.functions_at(version, w.path, w.line)
     fn = fns[0] if fns else None

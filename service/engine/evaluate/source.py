@@ -168,7 +168,7 @@ def _tuple_items(store: Store, version: str, value: ast.expr, n: int) -> list[as
 
 
 class _Subst(ast.NodeTransformer):
-    def __init__(self, local: dict[str, ast.expr], keep: set[str]) -> None:
+    def __init__(self, local: dict[str, ast.expr], keep: Collection[str]) -> None:
         self.local, self.keep, self.depth = local, keep, 0
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
@@ -195,7 +195,7 @@ def substitute(condition: str, local: dict[str, ast.expr], keep: Collection[str]
         tree = ast.parse(condition.strip(), mode="eval")
     except SyntaxError:
         return condition
-    new = _Subst(local, set(keep)).visit(tree)
+    new = _Subst(local, keep).visit(tree)  # keep is only asked `name in keep`
     return ast.unparse(new)
 
 
@@ -326,7 +326,7 @@ def inline_helpers(store: Store, version: str, text: str, keep: Collection[str] 
         return text
     if not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) for n in ast.walk(tree)):
         return text
-    new = ast.unparse(_Inliner(store, version, frozenset(keep), 0).visit(tree))
+    new = ast.unparse(_Inliner(store, version, keep, 0).visit(tree))  # membership only
     if new == ast.unparse(ast.parse(text.strip(), mode="eval")) or len(new) > MAX_TEXT:
         return text
     try:

@@ -35,7 +35,6 @@ thread-safe (:mod:`service.engine.cache`).
 
 from __future__ import annotations
 
-from collections import ChainMap
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,6 +47,7 @@ from service.engine.answer import RuleVerdict
 from service.engine.cache import LRUCache, cached, facts_signature, release_key
 from service.engine.evaluate.path_condition import base_attrs, fold_earlier_writes, value_signature
 from service.engine.expr.interpreter import Env, Provenance, Value
+from service.engine.expr.overlay import Overlay
 from service.engine.flags.parse import ParsedArgs, ParsedFlag, parse_argv
 from service.engine.rules.card_env import CARD_FUNCTIONS, facts_for
 from service.engine.rules.card_verdict import CardResult, Verdict, given_function, judge_card
@@ -236,9 +236,8 @@ def _evaluate(
             final = dict(assigned)  # the last assignment of each attribute wins
             changed = {k: v for k, v in final.items() if attrs.get(k) is not v}
             if changed:
-                # read-only overlay (no copy of ``attrs``); typeshed's ChainMap asks for
-                # mutable maps, but nothing writes through this one
-                env = Env(ChainMap(changed, attrs), facts, functions)  # type: ignore[arg-type]
+                # read-only overlay (no copy of ``attrs``)
+                env = Env(Overlay(attrs, changed), facts, functions)
             notes = caveats[:3]
         result = judge_card(card, env, notes)
         _memo.put(key, result)
