@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection
 
 import pytest
 
@@ -101,3 +102,50 @@ def test_freeze_long_lived_moves_objects_out_of_collections() -> None:
         assert keep[999] == [999]  # still alive and usable
     finally:
         gc.unfreeze()
+
+
+def test_cached_on_members_reuses_a_build_for_sets_that_answer_its_questions_alike() -> None:
+    from service.engine.cache import cached_on_members
+
+    calls: list[frozenset[str]] = []
+
+    def build(keep: Collection[str]) -> str:
+        calls.append(frozenset(k for k in ("a", "b") if k in keep))
+        return "a" if "a" in keep else "-"
+
+    key = ("test-members", object())
+    assert cached_on_members(key, {"a", "x"}, build) == "a"
+    assert cached_on_members(key, {"a", "y", "z"}, build) == "a"  # same answers: reused
+    assert len(calls) == 1
+    assert cached_on_members(key, {"b"}, build) == "-"  # "a" answered otherwise: built
+    assert cached_on_members(key, {"a", "b"}, build) == "a"  # "b" answered otherwise
+    assert len(calls) == 3
+
+
+def test_cached_on_members_nests_and_iteration_makes_the_whole_set_count() -> None:
+    from service.engine.cache import cached_on_members
+
+    inner_key, outer_key, whole_key = ("inner", object()), ("outer", object()), ("w", object())
+    builds = {"inner": 0, "outer": 0, "whole": 0}
+
+    def inner(keep: Collection[str]) -> bool:
+        builds["inner"] += 1
+        return "n" in keep
+
+    def outer(keep: Collection[str]) -> bool:
+        builds["outer"] += 1
+        return cached_on_members(inner_key, keep, inner)
+
+    # the outer build asks nothing itself: the inner one's question is replayed onto it
+    assert cached_on_members(outer_key, {"n"}, outer) is True
+    assert cached_on_members(outer_key, {"m"}, outer) is False
+    assert builds == {"inner": 2, "outer": 2, "whole": 0}
+
+    def whole(keep: Collection[str]) -> int:
+        builds["whole"] += 1
+        return len(sorted(keep))
+
+    assert cached_on_members(whole_key, {"a"}, whole) == 1
+    assert cached_on_members(whole_key, {"b"}, whole) == 1  # another set: built again
+    assert cached_on_members(whole_key, {"a"}, whole) == 1
+    assert builds["whole"] == 2
