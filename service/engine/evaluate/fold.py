@@ -69,6 +69,35 @@ def _truth(cond: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> o
     return hit
 
 
+_SHAREABLE = (type(None), bool, int, float, str, bytes)
+
+
+def _safe_value(text: str, env: Env) -> object:
+    try:
+        return evaluate(text, env).value
+    except UnsafeExpression:
+        return UNKNOWN
+
+
+def _value(text: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> object:
+    """``evaluate(text).value`` (UNKNOWN when outside the whitelist), memoised as
+    :func:`_truth` is: on the values of the attributes it reads (the facts are fixed for
+    one memo)."""
+    if memo is None:
+        return _safe_value(text, env)
+    names = _sorted_reads(text)
+    if names is None:
+        return _safe_value(text, env)
+    attrs = env.attrs
+    key = ("=", text, tuple((n, value_key(attrs.get(n))) for n in names))
+    hit = memo.get(key, _MISSING)
+    if hit is _MISSING:
+        hit = _safe_value(text, env)
+        if hit is UNKNOWN or isinstance(hit, _SHAREABLE):  # never share a mutable value
+            memo[key] = hit
+    return hit
+
+
 def apply_earlier_writes(
     store: Store,
     version: str,
@@ -234,17 +263,17 @@ def _fold(
     caveats: list[str] = []
     notes: dict[str, list[str]] = {}
     plan, _ = fold_plan(store, version, check, names, frozenset(facts))
+    env = Env(attrs, facts)  # reads ``attrs`` as the assignments below change it
     for w, pw in plan:
         attr = w.attr
         report = attr in names
-        env = Env(attrs, facts)
         same_fn = w.function == check["function"] and w.path == check["path"]
         guards = pw.all_guards(same_fn)
         holds = all_hold([piece_holds(_truth(cond, env, memo), pol) for cond, pol in guards])
-        when = " and ".join(cond if pol else f"not ({cond})" for cond, pol in guards) or "always"
-        where = f"{w.path}:{w.line}"
         if holds is False:
             continue
+        when = " and ".join(cond if pol else f"not ({cond})" for cond, pol in guards) or "always"
+        where = f"{w.path}:{w.line}"
         if w.rank is None:
             if report:
                 notes.setdefault(attr, []).append(
@@ -253,10 +282,7 @@ def _fold(
             continue
         if holds is True and not pw.reached and not same_fn:
             holds = UNKNOWN  # in a helper of a step called from several places: guards unknown
-        try:
-            value = evaluate(pw.value, env).value if pw.value else UNKNOWN
-        except UnsafeExpression:
-            value = UNKNOWN
+        value = _value(pw.value, env, memo) if pw.value else UNKNOWN
         if value is UNKNOWN and _transforms_itself(pw.value, attr):
             # e.g. model_path = _resolve_or_download(self.model_path): same meaning, new form
             if report:
