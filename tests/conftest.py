@@ -22,6 +22,13 @@ from kb.store import SCHEMA_VERSION
 from service.settings import Settings
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files marked ``long_pole`` (minutes each) run first, so the pytest-xdist workers
+    (``--dist loadfile``) do not wait at the end for one worker's long file; the order
+    within each group is kept."""
+    items.sort(key=lambda item: item.get_closest_marker("long_pole") is None)
+
+
 @pytest.fixture(scope="session")
 def cache_settings() -> Settings:
     """Settings pointing at the shared wheel/source cache (never the repo)."""

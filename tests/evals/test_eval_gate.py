@@ -12,6 +12,8 @@ from evals.reports import write_reports
 from evals.runner import run_eval
 from service.engine.triage import Engine
 
+pytestmark = pytest.mark.long_pole  # minutes: scheduled first (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def report(kb, kb_settings):

@@ -18,6 +18,8 @@ from evals.gate import FAMILY_THRESHOLDS, check_gate, load_thresholds
 from evals.runner import EvalReport, run_eval
 from service.engine.triage import Engine
 
+pytestmark = pytest.mark.long_pole  # minutes: scheduled first (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def report(kb, kb_settings) -> EvalReport:

@@ -19,6 +19,8 @@ from evals.render import launcher_warning
 from service.engine.flags.parse import parse_argv
 from service.engine.logparse.parse import parse_log
 
+pytestmark = pytest.mark.long_pole  # minutes: scheduled first (tests/conftest.py)
+
 #: (shipped file, release) for every release a shipped generated file holds
 PARTS = [(name, r) for name, releases in gen.SHIPPED_RUNS.items() for r in releases]
 

@@ -16,6 +16,8 @@ from kb.schema import COLUMNS, SCHEMA_VERSION, UNIT_TABLES, register_functions
 from kb.store import Store
 from service.engine import Engine
 
+pytestmark = pytest.mark.long_pole  # minutes: scheduled first (tests/conftest.py)
+
 OLD, NEW = "0.5.11", "0.5.12"
 SA = "sglang/srt/server_args.py"
 

@@ -21,6 +21,8 @@ from kb.sources import read_local
 
 from ..api.conftest import free_port, make_server
 
+pytestmark = pytest.mark.long_pole  # minutes: scheduled first (tests/conftest.py)
+
 SMALL = [
     "sglang/launch_server.py",
     "sglang/srt/configs/load_config.py",

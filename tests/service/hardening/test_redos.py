@@ -34,6 +34,8 @@ import pytest
 
 from ..api.conftest import free_port
 
+pytestmark = pytest.mark.long_pole  # minutes: scheduled first (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[3]
 MB = 1_000_000
 
