@@ -11,7 +11,7 @@ Used by :func:`service.engine.evaluate.path_condition.evaluate_path`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Mapping, MutableMapping
+from collections.abc import Callable, Collection, Mapping, MutableMapping
 from typing import Any
 
 from kb.errors import UnsafeExpression
@@ -54,22 +54,36 @@ def _sorted_reads(cond: str) -> tuple[str, ...] | None:
         return None
 
 
-def _truth(cond: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> object:
-    """``evaluate(cond).truth``, memoised on the values of the attributes it reads."""
+def _on_reads(
+    head: tuple[str, ...],
+    text: str,
+    env: Env,
+    memo: dict[tuple[Any, ...], object] | None,
+    compute: Callable[[str, Env], object],
+) -> object:
+    """``compute(text, env)``, memoised in ``memo`` (one per set of facts) under ``head`` and
+    the values of the attributes ``text`` reads; a mutable result is never shared."""
     if memo is None:
-        return _safe_truth(cond, env)
-    names = _sorted_reads(cond)
+        return compute(text, env)
+    names = _sorted_reads(text)
     if names is None:
-        return _safe_truth(cond, env)
+        return compute(text, env)
     attrs = env.attrs
-    key = (cond, tuple((n, value_key(attrs.get(n))) for n in names))
+    key = (*head, tuple((n, value_key(attrs.get(n))) for n in names))
     hit = memo.get(key, _MISSING)
     if hit is _MISSING:
-        hit = memo[key] = _safe_truth(cond, env)
+        hit = compute(text, env)
+        if hit is UNKNOWN or isinstance(hit, _SHAREABLE):
+            memo[key] = hit
     return hit
 
 
 _SHAREABLE = (type(None), bool, int, float, str, bytes)
+
+
+def _truth(cond: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> object:
+    """``evaluate(cond).truth``, memoised on the values of the attributes it reads."""
+    return _on_reads((cond,), cond, env, memo, _safe_truth)
 
 
 def _safe_value(text: str, env: Env) -> object:
@@ -81,21 +95,8 @@ def _safe_value(text: str, env: Env) -> object:
 
 def _value(text: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> object:
     """``evaluate(text).value`` (UNKNOWN when outside the whitelist), memoised as
-    :func:`_truth` is: on the values of the attributes it reads (the facts are fixed for
-    one memo)."""
-    if memo is None:
-        return _safe_value(text, env)
-    names = _sorted_reads(text)
-    if names is None:
-        return _safe_value(text, env)
-    attrs = env.attrs
-    key = ("=", text, tuple((n, value_key(attrs.get(n))) for n in names))
-    hit = memo.get(key, _MISSING)
-    if hit is _MISSING:
-        hit = _safe_value(text, env)
-        if hit is UNKNOWN or isinstance(hit, _SHAREABLE):  # never share a mutable value
-            memo[key] = hit
-    return hit
+    :func:`_truth` is."""
+    return _on_reads(("=", text), text, env, memo, _safe_value)
 
 
 def apply_earlier_writes(
