@@ -31,6 +31,7 @@ import numpy as np
 from evals.incidents import Incident
 from evals.scoring import Prediction
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from kb.knowledge import KnowledgeBase
 from kb.store import VALIDATION_PREFIXES, Store
 from service.engine import ParsedLog, parse_argv, parse_log
@@ -80,16 +81,21 @@ def _mentioned(text: str, attrs: dict[str, str]) -> list[str]:
     )
 
 
-def _check_at(store: Store, release: str, path: str, line: int) -> dict[str, Any] | None:
+def _check_at(store: Store, release: str, path: str, line: int) -> Check | None:
     rows = store.checks(
         release, path=path, where="start_line <= ? AND end_line >= ?", params=[line, line]
     )
     return rows[0] if rows else None
 
 
-def _loc(check: dict[str, Any] | None, path: str, line: int) -> dict[str, Any]:
+def _loc(check: Check | None, path: str, line: int) -> dict[str, Any]:
     if check is not None:
-        return {k: check[k] for k in ("path", "function", "start_line", "end_line")}
+        return {
+            "path": check.path,
+            "function": check.function,
+            "start_line": check.start_line,
+            "end_line": check.end_line,
+        }
     return {"path": path, "function": "", "start_line": line, "end_line": line}
 
 

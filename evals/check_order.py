@@ -44,9 +44,9 @@ def validation_positions(store: Store, release: str) -> dict[int, tuple[float, .
 
     out: dict[int, tuple[float, ...]] = {}
     for check in store.checks(release):
-        if not check["path"].startswith(VALIDATION_PREFIXES):
+        if not check.path.startswith(VALIDATION_PREFIXES):
             continue
-        p = prefix(check["function"], check["path"])
+        p = prefix(check.function, check.path)
         if p is not None:
-            out[check["id"]] = (*p, float(check["start_line"]))
+            out[check.id] = (*p, float(check.start_line))
     return out

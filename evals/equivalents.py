@@ -42,6 +42,7 @@ from packaging.version import InvalidVersion, Version
 
 from evals.incidents import INCIDENTS_DIR, Equivalent, Incident, load_incidents
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from kb.store import Store
 from service.engine import ParsedLog, apply_edits, parse_log, warning_fits
 from service.replay.results import ReplayResult
@@ -108,14 +109,12 @@ def candidate_releases(
     return out
 
 
-def located_check(store: Store, release: str, path: str, line: int) -> dict[str, Any] | None:
+def located_check(store: Store, release: str, path: str, line: int) -> Check | None:
     """The innermost check of ``release`` whose lines in ``path`` hold ``line``."""
     rows = store.checks(
         release, path=path, where="start_line <= ? AND end_line >= ?", params=[line, line]
     )
-    return min(
-        rows, key=lambda r: (r["end_line"] - r["start_line"], -r["start_line"]), default=None
-    )
+    return min(rows, key=lambda r: (r.end_line - r.start_line, -r.start_line), default=None)
 
 
 def match(
@@ -136,10 +135,10 @@ def match(
         return None
     return Equivalent(
         release=release,
-        path=check["path"],
-        function=check["function"],
-        start_line=check["start_line"],
-        end_line=check["end_line"],
+        path=check.path,
+        function=check.function,
+        start_line=check.start_line,
+        end_line=check.end_line,
     )
 
 

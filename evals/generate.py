@@ -39,7 +39,6 @@ import argparse
 import random
 import sys
 from collections import Counter
-from typing import Any
 
 from evals.confirm import Confirm, ReplayConfirmer, kb_settings
 from evals.equivalents import find_equivalents
@@ -53,6 +52,7 @@ from evals.incidents import (
     dump_incidents,
 )
 from evals.render import SITE, launcher_warning, render_log, render_message
+from kb.code_types import Check
 from kb.store import Store
 from service.engine import (
     apply_earlier_writes,
@@ -106,10 +106,10 @@ _PREFERRED = (
 )
 
 
-def _tier(check: dict[str, Any]) -> int:
+def _tier(check: Check) -> int:
     """0: a bare assert or a check of a preferred area; 1: the rest."""
-    fn = check["function"].lower()
-    if check["kind"] == "assert" and check["bare"]:
+    fn = check.function.lower()
+    if check.kind == "assert" and check.bare:
         return 0
     return 0 if any(k in fn for k in _PREFERRED) else 1
 
@@ -131,38 +131,38 @@ def _context(release: str, rng: random.Random, spec: tuple[str, int, bool]) -> C
     return Context(release, model, model_arch_for(model), hardware, tuple(argv))
 
 
-def _message(prober: Prober, check: dict[str, Any], probe: Probe, ctx: Context) -> str | None:
+def _message(prober: Prober, check: Check, probe: Probe, ctx: Context) -> str | None:
     """The exception message SGLang would print (values after the earlier writes)."""
-    if check["bare"] or not check["message"]:
+    if check.bare or not check.message:
         return None
     attrs = dict(prober.attrs_for(probe.argv))
     try:
-        names = set(referenced_names(check["message"]))
+        names = set(referenced_names(check.message))
     except Exception:
         names = set()
     apply_earlier_writes(prober.store, prober.release, check, attrs, prober.facts(ctx), names)
     return render_message(check, attrs)
 
 
-def _renderable(check: dict[str, Any]) -> bool:
+def _renderable(check: Check) -> bool:
     """Bare, or a message that is a literal or an f-string (else it names locals).
 
     A raise whose exception or message was built earlier in its function (``test_start``
     set, :mod:`ingest.prebuilt`) is judged as its statement reads (``raise E(msg)``: a
     name, not renderable; ``raise err``: bare), as before ingest resolved them, so the
     seeded draw, and with it the shipped files, stay the script's output."""
-    if check["kind"] == "raise" and check.get("test_start") is not None:
-        thrown = (check.get("source") or "").removeprefix("raise").split(" from ")[0].strip()
+    if check.kind == "raise" and check.test_start is not None:
+        thrown = (check.source or "").removeprefix("raise").split(" from ")[0].strip()
         return thrown.isidentifier()
-    if check["bare"] or not check["message"]:
-        return check["bare"] or check["kind"] == "assert"
-    src = check["message"].lstrip("( \n")
+    if check.bare or not check.message:
+        return check.bare or check.kind == "assert"
+    src = check.message.lstrip("( \n")
     return render_message(check, {}) is not None or src.startswith(("f'", 'f"'))
 
 
 def _log(
     prober: Prober,
-    check: dict[str, Any],
+    check: Check,
     probe: Probe,
     ctx: Context,
     message: str | None,
@@ -185,7 +185,7 @@ def _log(
             f"/root/.venv/lib/python{python}/site-packages",
         ]
     )
-    coin = random.Random(f"{seed}:{ctx.release}:{check['path']}:{check['start_line']}:warning")
+    coin = random.Random(f"{seed}:{ctx.release}:{check.path}:{check.start_line}:warning")
     warning = (
         launcher_warning(prober.store, prober.release, site or SITE.format(py=python))
         if coin.random() < 0.5
@@ -193,14 +193,14 @@ def _log(
     )
     pin = f"sglang=={ctx.release}"
     styles = ["traceback", "timestamped"] + (
-        ["message_only"] if message and check["kind"] == "raise" else []
+        ["message_only"] if message and check.kind == "raise" else []
     )
     style = rng.choice(styles) + (" (with the launcher's warning)" if warning else "")
     if style.startswith("message_only"):
         lines = [f"$ {entry} " + " ".join(_quote(a) for a in probe.argv), *warning]
         if rng.random() < 0.8:
             lines.insert(0, f"$ pip list | grep sglang\n{pin}")
-        lines.append(f"{check['exc_type'] or 'AssertionError'}: {message}")
+        lines.append(f"{check.exc_type or 'AssertionError'}: {message}")
         return "\n".join(lines) + "\n", style
     preamble = warning + ([pin] if rng.random() < 0.3 else [])
     log = render_log(
@@ -232,7 +232,7 @@ def _quote(arg: str) -> str:
 
 def build_incident(
     prober: Prober,
-    check: dict[str, Any],
+    check: Check,
     ctx: Context,
     probe: Probe,
     rng: random.Random,
@@ -246,10 +246,10 @@ def build_incident(
     spell = {a: prober.by_attr[a].flags[0] for a in root}
     fixes = prober.acceptable_fixes(check, ctx, probe)
     log, style = _log(prober, check, probe, ctx, message, rng, seed)
-    short = check["function"].rsplit(".", 1)[-1].strip("_")
-    category = categorize(check, root)
+    short = check.function.rsplit(".", 1)[-1].strip("_")
+    category = categorize(check.path, check.function, root)
     return Incident(
-        id=f"gen-{ctx.release}-{short}-{check['start_line']}",
+        id=f"gen-{ctx.release}-{short}-{check.start_line}",
         source=f"generated:seed={seed}",
         release=ctx.release,
         hardware=ctx.hardware,
@@ -260,10 +260,10 @@ def build_incident(
         expected=Expected(
             release=ctx.release,
             location=ExpectedLocation(
-                path=check["path"],
-                function=check["function"],
-                start_line=check["start_line"],
-                end_line=check["end_line"],
+                path=check.path,
+                function=check.function,
+                start_line=check.start_line,
+                end_line=check.end_line,
             ),
             root_cause_flags=[spell[a] for a in root],
             acceptable_fixes=[FixSpec(**f) for f in fixes],
@@ -303,23 +303,23 @@ def generate_release(
     rng = random.Random(f"{seed}:{release}")
     prober = Prober(store, release)
     pool = context_pool(release, rng)
-    cands = [c for c in prober.checks if c["kind"] in ("assert", "raise") and _renderable(c)]
+    cands = [c for c in prober.checks if c.kind in ("assert", "raise") and _renderable(c)]
     # by place, not by row id: ids follow the KB's ingest history (a file copied from
     # another release gets its rows first), and the output must not
-    cands.sort(key=lambda c: (c["path"], c["start_line"], c["end_line"], c["kind"]))
+    cands.sort(key=lambda c: (c.path, c.start_line, c.end_line, c.kind))
     rng.shuffle(cands)
     cands.sort(key=_tier)
     out: list[Incident] = []
     pending: list[tuple[Incident, str]] = []
-    spare: list[tuple[dict[str, Any], Context, Probe, str | None]] = []
+    spare: list[tuple[Check, Context, Probe, str | None]] = []
     per_fn: Counter[str] = Counter()
     per_cat: Counter[str] = Counter()
     cat_cap = max(2, -(-quota // 5))
 
-    def take(check: dict[str, Any], ctx: Context, probe: Probe, message: str | None) -> None:
+    def take(check: Check, ctx: Context, probe: Probe, message: str | None) -> None:
         inc = build_incident(prober, check, ctx, probe, rng, seed, message)
-        pending.append((inc, check["function"]))
-        per_fn[check["function"]] += 1
+        pending.append((inc, check.function))
+        per_fn[check.function] += 1
         per_cat[inc.category] += 1
 
     def settle() -> None:
@@ -351,9 +351,9 @@ def generate_release(
     for check in cands:
         if full():
             break
-        if per_fn[check["function"]] >= per_function:
+        if per_fn[check.function] >= per_function:
             continue
-        pieces = [check["condition"] or "True", *(g["condition"] for g in check["guards"])]
+        pieces = [check.condition or "True", *(g["condition"] for g in check.guards)]
         if not prober.levers(check, " and ".join(f"({p})" for p in pieces)):
             continue  # no flag can make it fire
         rare = "page_size" in " ".join(pieces)  # few page-size checks can fire: search harder
@@ -367,10 +367,10 @@ def generate_release(
             if prober.earlier_firing(check, ctx, probe.argv, changed) is not None:
                 continue
             message = _message(prober, check, probe, ctx)
-            if message is None and not check["bare"] and check["message"]:
+            if message is None and not check.bare and check.message:
                 break  # SGLang would print a message we cannot render faithfully
             user = set(parse_argv(probe.argv, prober.catalog).values)
-            cat = categorize(check, root_cause_attrs(probe.evaluation, user))
+            cat = categorize(check.path, check.function, root_cause_attrs(probe.evaluation, user))
             if cat == "other" or per_cat[cat] >= cat_cap:
                 spare.append((check, ctx, probe, message))
             else:
@@ -380,7 +380,7 @@ def generate_release(
     for check, ctx, probe, message in spare:
         if full():
             break
-        if per_fn[check["function"]] < per_function:
+        if per_fn[check.function] < per_function:
             take(check, ctx, probe, message)
     settle()
     return out

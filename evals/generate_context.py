@@ -35,6 +35,7 @@ from typing import Any
 from evals.incidents import Expected, ExpectedLocation, FixSpec, Incident, categorize
 from evals.render import render_replay_log
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from kb.store import Store
 from service.engine import apply_edits, get_profile, model_arch_for, referenced_names
 from service.replay.results import ReplayResult
@@ -53,7 +54,7 @@ def plain_command(model: str, tp: int, trust: bool, hardware: str) -> list[str]:
     return argv + (["--trust-remote-code"] if trust else [])
 
 
-def _check_of(store: Store, release: str, res: ReplayResult) -> dict[str, Any] | None:
+def _check_of(store: Store, release: str, res: ReplayResult) -> Check | None:
     origin = res.origin
     if res.status != "raised" or origin is None or origin.line is None:
         return None
@@ -63,19 +64,19 @@ def _check_of(store: Store, release: str, res: ReplayResult) -> dict[str, Any] |
         where="start_line <= ? AND end_line >= ?",
         params=[origin.line, origin.line],
     )
-    rows = [r for r in rows if r["kind"] in ("assert", "raise")]
-    return min(rows, key=lambda r: r["end_line"] - r["start_line"]) if rows else None
+    rows = [r for r in rows if r.kind in ("assert", "raise")]
+    return min(rows, key=lambda r: r.end_line - r.start_line) if rows else None
 
 
 def _edits(
-    check: dict[str, Any],
+    check: Check,
     argv: list[str],
     by_attr: dict[str, Any],
     rng: random.Random,
     max_edits: int,
 ) -> list[FixSpec]:
     """Single edits of the flags the check (and its guards) read, in a seeded order."""
-    texts = [check["condition"] or "", *(g["condition"] for g in check["guards"])]
+    texts = [check.condition or "", *(g["condition"] for g in check.guards)]
     attrs: set[str] = set()
     for text in texts:
         try:
@@ -186,9 +187,9 @@ def context_incidents(
                         "hardware or the model (checkpoint format)"
                     )
                 )
-                short = check["function"].rsplit(".", 1)[-1].strip("_")
+                short = check.function.rsplit(".", 1)[-1].strip("_")
                 inc = Incident(
-                    id=f"ctx-{release}-{hw}-{short}-{check['start_line']}",
+                    id=f"ctx-{release}-{hw}-{short}-{check.start_line}",
                     source=f"generated:context:seed={seed}",
                     release=release,
                     hardware=hw,
@@ -199,16 +200,16 @@ def context_incidents(
                     expected=Expected(
                         release=release,
                         location=ExpectedLocation(
-                            path=check["path"],
-                            function=check["function"],
-                            start_line=check["start_line"],
-                            end_line=check["end_line"],
+                            path=check.path,
+                            function=check.function,
+                            start_line=check.start_line,
+                            end_line=check.end_line,
                         ),
                         root_cause_flags=[],
                         acceptable_fixes=fixes,
                         no_flag_fix=no_fix,
                     ),
-                    category=categorize(check, []),  # type: ignore[arg-type]
+                    category=categorize(check.path, check.function, []),
                     notes=f"generated from a plain command SGLang refuses on {hw}; "
                     f"{len(fixes)}/{len(edits)} replayed single edits hold",
                     confirmed_by=f"replay:{release}:{hw}",

@@ -44,6 +44,7 @@ from evals.probe_values import (
 )
 from kb.catalog_types import NO_VALUE_ACTIONS, Catalog, FlagSpec
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from kb.store import Store
 from service.engine import (
     UNKNOWN,
@@ -121,8 +122,8 @@ class Prober:
         self.catalog: Catalog = load_catalog(store, release)
         self.by_attr: dict[str, FlagSpec] = self.catalog.by_attr()
         self.order = validation_positions(store, release)
-        self.checks = [c for c in store.checks(release) if c["id"] in self.order]
-        self.checks.sort(key=lambda c: self.order[c["id"]])
+        self.checks = [c for c in store.checks(release) if c.id in self.order]
+        self.checks.sort(key=lambda c: self.order[c.id])
         self._base: dict[tuple[Context, int], object] = {}
         self._names: dict[tuple[int, frozenset[str]], frozenset[str]] = {}
         self._attrs: dict[tuple[str, ...], dict[str, Value]] = {}
@@ -151,9 +152,7 @@ class Prober:
             hit = self._attrs[key] = base_attrs(self.catalog, parse_argv(argv, self.catalog))
         return hit
 
-    def evaluate(
-        self, check: dict[str, Any], argv: list[str], facts: dict[str, Value]
-    ) -> PathEvaluation:
+    def evaluate(self, check: Check, argv: list[str], facts: dict[str, Value]) -> PathEvaluation:
         # guard truths are memoised per set of facts (keyed by the attribute values they read)
         memo = self._memos.setdefault(id(facts), {})
         if len(memo) > 200_000:
@@ -165,8 +164,8 @@ class Prober:
         except Exception as exc:
             return PathEvaluation(UNKNOWN, [], set(), [f"evaluation failed: {exc}"])
 
-    def names(self, check: dict[str, Any], facts: dict[str, Value]) -> frozenset[str]:
-        key = (check["id"], frozenset(facts))
+    def names(self, check: Check, facts: dict[str, Value]) -> frozenset[str]:
+        key = (check.id, frozenset(facts))
         if key not in self._names:
             _, names = prepared_pieces(self.store, self.release, check, frozenset(facts))
             deps = set(names)
@@ -191,7 +190,7 @@ class Prober:
             if a in self.by_attr and a not in FROZEN_ATTRS and not self.by_attr[a].deprecated
         )
 
-    def levers(self, check: dict[str, Any], condition: str) -> list[str]:
+    def levers(self, check: Check, condition: str) -> list[str]:
         """Flags that can change ``condition``: those it reads, then those the guards of
         earlier writes of them read (``--speculative-num-steps`` keeps the user's topk)."""
         direct = self.flag_attrs(condition)
@@ -240,7 +239,7 @@ class Prober:
     # -- search -------------------------------------------------------------------------
     def make_fire(
         self,
-        check: dict[str, Any],
+        check: Check,
         ctx: Context,
         rng: random.Random,
         *,
@@ -300,13 +299,13 @@ class Prober:
 
         return dfs({}, ev_of({}), depth)
 
-    def earlier(self, check: dict[str, Any]) -> list[dict[str, Any]]:
-        key = self.order[check["id"]]
-        return [c for c in self.checks if self.order[c["id"]] < key]
+    def earlier(self, check: Check) -> list[Check]:
+        key = self.order[check.id]
+        return [c for c in self.checks if self.order[c.id] < key]
 
     def earlier_firing(
-        self, check: dict[str, Any], ctx: Context, argv: list[str], changed: set[str]
-    ) -> dict[str, Any] | None:
+        self, check: Check, ctx: Context, argv: list[str], changed: set[str]
+    ) -> Check | None:
         """A check that runs before ``check`` and fires under ``argv`` (None if none does).
 
         Checks that read none of ``changed`` (nor anything their earlier writes read)
@@ -318,7 +317,7 @@ class Prober:
             if changed & self.names(other, facts):
                 fired = self.evaluate(other, argv, facts).fired
             else:
-                bkey = (ctx, other["id"])
+                bkey = (ctx, other.id)
                 if bkey not in self._base:
                     self._base[bkey] = self.evaluate(other, base, facts).fired
                 fired = self._base[bkey]
@@ -328,7 +327,7 @@ class Prober:
 
     # -- expectations ---------------------------------------------------------------------
     def acceptable_fixes(
-        self, check: dict[str, Any], ctx: Context, probe: Probe, *, max_pairs: int = 40
+        self, check: Check, ctx: Context, probe: Probe, *, max_pairs: int = 40
     ) -> list[dict[str, Any]]:
         """Single and pair edits that make the check definitely pass without new failures."""
         facts = self.facts(ctx)
@@ -375,7 +374,7 @@ class Prober:
 
     def _fixes(
         self,
-        check: dict[str, Any],
+        check: Check,
         ctx: Context,
         probe: Probe,
         edits: list[tuple[str, str, object]],
@@ -398,7 +397,7 @@ class Prober:
             return False
         touched = {attr for _, attr, _ in edits}
         for other in self.checks:
-            if other["id"] == check["id"] or not touched & self.names(other, facts):
+            if other.id == check.id or not touched & self.names(other, facts):
                 continue
             if (
                 self.evaluate(other, argv, facts).fired is True

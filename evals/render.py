@@ -21,6 +21,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from kb.code_types import Check
 from kb.store import Store
 from service.engine import DISPATCHERS, call_site_guards, validation_order
 
@@ -35,14 +36,14 @@ class FrameSpec:
     source: str | None
 
 
-def reported_line(check: dict[str, Any], python: str) -> int:
-    if check["kind"] != "assert" or check["test_start"] is None:
-        return check["start_line"]
+def reported_line(check: Check, python: str) -> int:
+    if check.kind != "assert" or check.test_start is None:
+        return check.start_line
     if python in ("3.10", "3.11"):
-        return check["test_end"]
+        return check.test_end
     if python == "3.13":
-        return check["test_start"]
-    return check["start_line"]
+        return check.test_start
+    return check.start_line
 
 
 def _line_with(
@@ -168,11 +169,11 @@ def launcher_warning(store: Store, release: str, site: str) -> list[str]:
     return []
 
 
-def call_chain(store: Store, release: str, check: dict[str, Any]) -> list[FrameSpec]:
+def call_chain(store: Store, release: str, check: Check) -> list[FrameSpec]:
     """Frames from the dispatcher down to the check's function (outermost first)."""
     frames: list[FrameSpec] = []
-    qual = check["function"]
-    path = check["path"]
+    qual = check.function
+    path = check.path
     order = validation_order(store, release)
     for _ in range(4):
         name = qual.rsplit(".", 1)[-1]
@@ -197,14 +198,14 @@ def call_chain(store: Store, release: str, check: dict[str, Any]) -> list[FrameS
     return [f for f in frames if f is not None]
 
 
-def render_message(check: dict[str, Any], values: dict[str, Any] | None = None) -> str | None:
+def render_message(check: Check, values: dict[str, Any] | None = None) -> str | None:
     """The message text a check raises, placeholders filled from ``values`` when possible."""
-    if check["bare"] or not check["message"]:
+    if check.bare or not check.message:
         return None
     from service.engine import Env, evaluate
 
     try:
-        res = evaluate(check["message"], Env(values or {}))
+        res = evaluate(check.message, Env(values or {}))
     except Exception:
         return None
     return " ".join(res.value.split()) if isinstance(res.value, str) else None
@@ -213,7 +214,7 @@ def render_message(check: dict[str, Any], values: dict[str, Any] | None = None) 
 def render_log(
     store: Store,
     release: str,
-    check: dict[str, Any],
+    check: Check,
     *,
     python: str = "3.12",
     argv: list[str] | None = None,
@@ -227,12 +228,12 @@ def render_log(
     site = site or SITE.format(py=python)
     frames = _entry_frames(store, release) + call_chain(store, release, check)
     line = reported_line(check, python)
-    text = store.file_lines(release, check["path"], line, line)
+    text = store.file_lines(release, check.path, line, line)
     frames.append(
         FrameSpec(
-            check["path"],
+            check.path,
             line,
-            check["function"].rsplit(".", 1)[-1],
+            check.function.rsplit(".", 1)[-1],
             text[0].strip() if text else None,
         )
     )
@@ -250,7 +251,7 @@ def render_log(
         out.append(f'  File "{site}/{f.path}", line {f.line + line_offset}, in {f.function}')
         if f.source:
             out.append(f"    {f.source}")
-    exc = check["exc_type"] or "AssertionError"
+    exc = check.exc_type or "AssertionError"
     msg = message if message is not None else render_message(check)
     out.append(f"{exc}: {msg}" if msg else exc)
     return "\n".join(out) + "\n"

@@ -79,6 +79,7 @@ from evals.fix_match import fix_matches, flag_attr
 from evals.incidents import Incident
 from kb.catalog_types import Catalog
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from kb.recording import engine_root_cause
 from kb.store import Store
 
@@ -308,7 +309,7 @@ def _score_intent(exp: Any, pred: Prediction, out: dict[str, Any]) -> None:
         out["keeps_features"] = bool(recommended["keeps_features"])
 
 
-def _check_at(store: Store, release: str | None, loc: Any) -> dict[str, Any] | None:
+def _check_at(store: Store | None, release: str | None, loc: Any) -> Check | None:
     """The KB's check of ``release`` at ``loc`` (a dict or an object with path, function,
     start_line)."""
     if store is None or release is None or loc is None:
@@ -317,7 +318,7 @@ def _check_at(store: Store, release: str | None, loc: Any) -> dict[str, Any] | N
     if get("start_line") is None:
         return None
     rows = store.checks(release, path=get("path"))
-    return next((c for c in rows if c["start_line"] == get("start_line")), None)
+    return next((c for c in rows if c.start_line == get("start_line")), None)
 
 
 def same_check(
@@ -331,8 +332,8 @@ def same_check(
     the same exception and message template (:func:`evals.variants.same_message_check`)?"""
     from evals.variants import same_message_check
 
-    a = _check_at(store, release_a, loc_a)  # type: ignore[arg-type]
-    b = _check_at(store, release_b, loc_b)  # type: ignore[arg-type]
+    a = _check_at(store, release_a, loc_a)
+    b = _check_at(store, release_b, loc_b)
     return a is not None and b is not None and same_message_check(a, b)
 
 

@@ -19,6 +19,7 @@ import argparse
 
 from evals.incidents import Expected, ExpectedLocation, FixSpec, Incident, dump_incidents
 from evals.render import render_log
+from kb.code_types import Check
 from kb.store import Store
 from service.engine import model_arch_for
 
@@ -47,22 +48,22 @@ STEPS_TOPK_DRAFT = FixSpec(
 )
 
 
-def seed_check(store: Store, release: str = "0.5.11") -> dict:
+def seed_check(store: Store, release: str = "0.5.11") -> Check:
     """0.5.11's bare assert in ``ServerArgs._handle_speculative_decoding``."""
     return next(
         c
         for c in store.checks(release, function="ServerArgs._handle_speculative_decoding")
-        if c["bare"] and "speculative_eagle_topk is None" in (c["condition"] or "")
+        if c.bare and "speculative_eagle_topk is None" in (c.condition or "")
     )
 
 
 def seed_incidents(store: Store) -> list[Incident]:
     check = seed_check(store)
     loc = ExpectedLocation(
-        path=check["path"],
-        function=check["function"],
-        start_line=check["start_line"],
-        end_line=check["end_line"],
+        path=check.path,
+        function=check.function,
+        start_line=check.start_line,
+        end_line=check.end_line,
     )
     arch = model_arch_for(MODEL)
     argv1 = BASE + ["--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"] + TAIL

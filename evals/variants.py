@@ -43,6 +43,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from evals.incidents import Incident
+from kb.code_types import Check
 from kb.store import Store
 
 __all__ = [
@@ -232,13 +233,13 @@ def _test(text: str | None) -> str:
     return "".join(_ROOT.sub("self.", text or "").split())
 
 
-def _expected_check(store: Store, incident: Incident) -> dict[str, Any] | None:
+def _expected_check(store: Store, incident: Incident) -> Check | None:
     exp = incident.expected
     loc = exp.location
     if exp.release is None or loc is None or loc.start_line is None:
         return None
     rows = store.checks(exp.release, path=loc.path, function=loc.function)
-    return next((c for c in rows if c["start_line"] == loc.start_line), None)
+    return next((c for c in rows if c.start_line == loc.start_line), None)
 
 
 #: how alike two wordings of one check's message are at least (difflib ratio): below it,
@@ -274,33 +275,33 @@ def same_text(a: str | None, b: str | None) -> bool:
     return _template(a) == _template(b)
 
 
-def same_message_check(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def same_message_check(a: Check, b: Check) -> bool:
     """Two checks (KB rows, maybe of two releases) that raise the same exception with the
     same message template, at least :data:`MIN_LITERAL` characters long: the user sees the
     same crash whatever else changed around it (guards added, a helper split out). A bare
     check or a short message needs the same function name and condition too."""
-    if a["exc_type"] != b["exc_type"]:
+    if a.exc_type != b.exc_type:
         return False
-    if a["message"] and b["message"] and len(_template(a["message"])) >= MIN_LITERAL:
-        return same_text(a["message"], b["message"])
-    names = [c["function"].rsplit(".", 1)[-1].lstrip("_") for c in (a, b)]
+    if a.message and b.message and len(_template(a.message)) >= MIN_LITERAL:
+        return same_text(a.message, b.message)
+    names = [c.function.rsplit(".", 1)[-1].lstrip("_") for c in (a, b)]
     return (
         names[0] == names[1]
-        and _template(a["condition"]) == _template(b["condition"])
-        and same_text(a["message"], b["message"])
+        and _template(a.condition) == _template(b.condition)
+        and same_text(a.message, b.message)
     )
 
 
-def same_rule(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def same_rule(a: Check, b: Check) -> bool:
     """Same exception type, condition and guards (conditions and polarity) — the same check."""
 
-    def guards(c: dict[str, Any]) -> list[tuple[str, bool]]:
-        return [(_test(g.get("condition")), bool(g.get("polarity"))) for g in c["guards"] or []]
+    def guards(c: Check) -> list[tuple[str, bool]]:
+        return [(_test(g.get("condition")), bool(g.get("polarity"))) for g in c.guards or []]
 
     return (
-        a["exc_type"] == b["exc_type"]
-        and a["bare"] == b["bare"]
-        and _test(a["condition"]) == _test(b["condition"])
+        a.exc_type == b.exc_type
+        and a.bare == b.bare
+        and _test(a.condition) == _test(b.condition)
         and guards(a) == guards(b)
     )
 
@@ -312,7 +313,7 @@ def older_wording(store: Store, incident: Incident) -> tuple[str, str] | None:
     from evals.render import render_message
 
     check = _expected_check(store, incident)
-    if check is None or check["bare"] or not check["message"]:
+    if check is None or check.bare or not check.message:
         return None
     release = incident.expected.release
     older = sorted(
@@ -320,14 +321,14 @@ def older_wording(store: Store, incident: Incident) -> tuple[str, str] | None:
         key=_version,
         reverse=True,
     )
-    short = check["function"].rsplit(".", 1)[-1].lstrip("_")  # _handle_x: handle_x in 0.5.19+
+    short = check.function.rsplit(".", 1)[-1].lstrip("_")  # _handle_x: handle_x in 0.5.19+
     for rel in older:
         rows = [
             c
             for c in store.checks(rel, where="function LIKE ?", params=(f"%{short}",))
-            if c["function"].rsplit(".", 1)[-1].lstrip("_") == short
+            if c.function.rsplit(".", 1)[-1].lstrip("_") == short
             and same_rule(c, check)
-            and _norm(c["message"]) != _norm(check["message"])
+            and _norm(c.message) != _norm(check.message)
         ]
         if not rows:
             continue

@@ -182,10 +182,10 @@ _PARALLEL_ATTRS = (
 )
 
 
-def categorize(check: dict[str, Any], root: list[str]) -> Category:
-    """The category of a crash at ``check`` (needs ``path`` and ``function``) whose root-cause
+def categorize(path: str, function: str, root: list[str]) -> Category:
+    """The category of a crash at the check of ``function`` in ``path`` whose root-cause
     attributes are ``root``: from the attributes first, then the check's function."""
-    fn = f"{check['path']} {check['function']}".lower()
+    fn = f"{path} {function}".lower()
     attrs = " ".join(root)
     if "page_size" in root:
         return "page_size"

@@ -76,9 +76,7 @@ def incident_from_record(rec: dict[str, Any], store: Store | None = None) -> Inc
     category: Category = (
         "argparse"
         if status == "argparse"
-        else (
-            categorize({"path": loc["path"], "function": loc["function"]}, root) if loc else "other"
-        )
+        else (categorize(loc["path"], loc["function"], root) if loc else "other")
     )
     tid = rec["id"]
     return Incident(

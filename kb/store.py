@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from kb.code_types import Check
 from kb.errors import KBError, ReleaseNotIngested
 from kb.migrations import migrate
 from kb.schema import (
@@ -296,7 +297,9 @@ class Store:
         function: str | None = None,
         where: str = "",
         params: Iterable[Any] = (),
-    ) -> list[dict[str, Any]]:
+    ) -> list[Check]:
+        """``version``'s checks (see :class:`~kb.code_types.Check`) in path and line order,
+        of ``path`` and ``function`` when given, and where the SQL ``where`` holds."""
         sql = "SELECT * FROM checks WHERE release = ?"
         args: list[Any] = [version]
         if path is not None:
@@ -452,11 +455,8 @@ def _is_chunk_id(text: str) -> bool:
     return len(span) == 2 and all(p.isdigit() for p in span)
 
 
-def _check_row(row: sqlite3.Row) -> dict[str, Any]:
-    d = dict(row)
-    d["guards"] = json.loads(d["guards"] or "[]")
-    d["bare"] = bool(d["bare"])
-    return d
+def _check_row(row: sqlite3.Row) -> Check:
+    return Check.from_row(dict(row))
 
 
 __all__ = [

@@ -27,11 +27,11 @@ import ast
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from evals.families.messages import literal_text, local_names, render_source
 from kb.catalog_types import FlagSpec
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from kb.store import Store
 
 __all__ = [
@@ -57,7 +57,7 @@ class AttentionCase:
     """One rendered refusal."""
 
     release: str
-    check: dict[str, Any]
+    check: Check
     exc: str
     message: str
     supported: frozenset[str]
@@ -68,16 +68,14 @@ class AttentionCase:
     listed: tuple[str, ...] = ()
 
 
-def _literal_sets(
-    store: Store, release: str, check: dict[str, Any], name: str
-) -> list[tuple[str, ...]]:
+def _literal_sets(store: Store, release: str, check: Check, name: str) -> list[tuple[str, ...]]:
     """Literal collections of names assigned to ``name`` in the raising function, each in
     source order."""
-    fn = store.functions_at(release, check["path"], check["start_line"])
-    start = fn[0]["start_line"] if fn else check["start_line"] - 50
+    fn = store.functions_at(release, check.path, check.start_line)
+    start = fn[0]["start_line"] if fn else check.start_line - 50
     out = []
     pat = re.compile(_SET_LITERAL.format(name=re.escape(name)))
-    for text in store.file_lines(release, check["path"], start, check["start_line"]):
+    for text in store.file_lines(release, check.path, start, check.start_line):
         m = pat.match(text)
         if not m:
             continue
@@ -132,10 +130,10 @@ def position_of(expr: str) -> str:
 
 
 def _formatted(
-    store: Store, release: str, c: dict[str, Any], flags: Sequence[FlagSpec]
+    store: Store, release: str, c: Check, flags: Sequence[FlagSpec]
 ) -> list[AttentionCase]:
     """Cases of a formatted message: a set it prints, names it refuses."""
-    src = c["message"] or ""
+    src = c.message or ""
     names = local_names(src)
     out = []
     for name in names:
@@ -161,7 +159,7 @@ def _formatted(
                 AttentionCase(
                     release,
                     c,
-                    c["exc_type"],
+                    c.exc_type,
                     message,
                     supported,
                     tuple((position_of(n), refused) for n in others),
@@ -173,14 +171,14 @@ def _formatted(
 
 
 def _literal(
-    store: Store, release: str, c: dict[str, Any], flags: Sequence[FlagSpec]
+    store: Store, release: str, c: Check, flags: Sequence[FlagSpec]
 ) -> list[AttentionCase]:
     """Cases of a literal message (names compared in the condition, or quoted ones the
     raising file registers)."""
-    src = c["message"] or ""
+    src = c.message or ""
     text = literal_text(src) or ""
     if "only supported" in src:
-        cond = ast.parse(c["condition"] or "0", mode="eval")
+        cond = ast.parse(c.condition or "0", mode="eval")
         listed = tuple(
             dict.fromkeys(
                 n.value
@@ -189,12 +187,12 @@ def _literal(
             )
         )
         refusable = _refusable(frozenset(listed), flags, src)
-        if listed and refusable and "not (" not in (c["condition"] or ""):
+        if listed and refusable and "not (" not in (c.condition or ""):
             return [
                 AttentionCase(
                     release,
                     c,
-                    c["exc_type"],
+                    c.exc_type,
                     text,
                     frozenset(listed),
                     (("", refusable[0]),),
@@ -205,20 +203,20 @@ def _literal(
         return []
     out = []
     for q in re.findall(r"'([a-z0-9_]{1,30})'", text):
-        regs = [r for r in store.registrations(release, key=q) if r["path"] == c["path"]]
+        regs = [r for r in store.registrations(release, key=q) if r["path"] == c.path]
         if regs:
             reg = regs[0]["registry"]
             keys = dict.fromkeys(
                 r["keys"][0]
                 for r in store.registrations(release, registry=reg)
-                if r["path"] == c["path"]
+                if r["path"] == c.path
             )
             keys.pop(q, None)
             out.append(
                 AttentionCase(
                     release,
                     c,
-                    c["exc_type"],
+                    c.exc_type,
                     text,
                     frozenset(keys),
                     (("mm", q),),
@@ -238,9 +236,9 @@ def attention_cases(store: Store, releases: Sequence[str]) -> list[AttentionCase
         if release not in have:
             continue
         flags = load_catalog(store, release).flags
-        for c in sorted(store.checks(release), key=lambda c: (c["path"], c["start_line"])):
-            src = c["message"] or ""
-            if not c["path"].startswith(ROOT) or "backend" not in src.lower():
+        for c in sorted(store.checks(release), key=lambda c: (c.path, c.start_line)):
+            src = c.message or ""
+            if not c.path.startswith(ROOT) or "backend" not in src.lower():
                 continue
             out += (
                 _formatted(store, release, c, flags)
@@ -257,11 +255,11 @@ def acceptable_backends(
     accepts, in the release's order (None: no flag takes one)."""
     position = next((p for p, _ in case.refused if p), "")
     spec = deciding_flag(
-        flags, case.supported, case.check["message"] or "", position
+        flags, case.supported, case.check.message or "", position
     ) or deciding_flag(
         [s for s in flags if s.choices and case.refused[0][1] in s.choices],
         frozenset(),
-        case.check["message"] or "",
+        case.check.message or "",
         position,
     )
     if spec is None:

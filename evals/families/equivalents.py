@@ -15,9 +15,9 @@ the incidents' ``notes`` say so.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from evals.incidents import Equivalent, Incident
+from kb.code_types import Check
 from kb.store import Store
 from service.engine import MessageTemplate, message_pattern, parse_log
 
@@ -35,7 +35,7 @@ MIN_LITERAL = 24
 MAX_MESSAGE = 4000
 
 
-Templates = dict[str, list[tuple[dict[str, Any], MessageTemplate]]]
+Templates = dict[str, list[tuple[Check, MessageTemplate]]]
 
 
 def release_templates(store: Store, releases: Sequence[str]) -> Templates:
@@ -44,7 +44,7 @@ def release_templates(store: Store, releases: Sequence[str]) -> Templates:
     for release in releases:
         rows = out.setdefault(release, [])
         for check in store.checks(release):
-            template = message_pattern(check["message"]) if check["message"] else None
+            template = message_pattern(check.message) if check.message else None
             if template is not None and template.literal_chars >= MIN_LITERAL:
                 rows.append((check, template))
     return out
@@ -63,16 +63,16 @@ def printed_equivalents(incident: Incident, templates: Templates) -> list[Equiva
         if release == incident.expected.release:
             continue
         for check, template in rows:
-            if (check["exc_type"] or "AssertionError") == primary.type and template.regex.fullmatch(
+            if (check.exc_type or "AssertionError") == primary.type and template.regex.fullmatch(
                 text
             ):
                 out.append(
                     Equivalent(
                         release=release,
-                        path=check["path"],
-                        function=check["function"],
-                        start_line=check["start_line"],
-                        end_line=check["end_line"],
+                        path=check.path,
+                        function=check.function,
+                        start_line=check.start_line,
+                        end_line=check.end_line,
                     )
                 )
     return out

@@ -20,11 +20,11 @@ import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from evals.families.messages import render_source
 from kb.catalog_types import FlagSpec
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from kb.incidents import FixSpec
 from kb.store import Store
 
@@ -64,7 +64,7 @@ class MemoryCase:
     """One rendered pool-sizing raise."""
 
     release: str
-    check: dict[str, Any]
+    check: Check
     message: str
     #: (flag, "up"/"down", bound printed after it or None), as the message words them
     steps: tuple[Step, ...]
@@ -120,9 +120,9 @@ def memory_cases(
             continue
         flags = numeric_flags(load_catalog(store, release).flags)
         mine: list[MemoryCase] = []
-        for c in sorted(store.checks(release), key=lambda c: (c["path"], c["start_line"])):
-            src = c["message"] or ""
-            if not c["path"].startswith(POOL_CODE) or "--" not in src:
+        for c in sorted(store.checks(release), key=lambda c: (c.path, c.start_line)):
+            src = c.message or ""
+            if not c.path.startswith(POOL_CODE) or "--" not in src:
                 continue
             if not re.search(r"memory|space|pool|cache", src, re.I):
                 continue

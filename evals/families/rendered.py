@@ -35,6 +35,7 @@ from evals.families.memory import (
 )
 from evals.render import SITE, FrameSpec, call_chain, reported_line
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from kb.incidents import Expected, ExpectedLocation, FixSpec, Incident, categorize
 from kb.store import Store
 from service.engine import get_profile, model_arch_for
@@ -108,7 +109,7 @@ def _version_lines(release: str, python: str, gpu: str | None, count: int, k: in
 def crash_log(
     store: Store,
     release: str,
-    check: dict[str, Any],
+    check: Check,
     message: str,
     argv: list[str],
     k: int,
@@ -131,18 +132,18 @@ def crash_log(
         if f is not None
     ]
     line = reported_line(check, python)
-    text = store.file_lines(release, check["path"], line, line)
+    text = store.file_lines(release, check.path, line, line)
     frames.append(
         FrameSpec(
-            check["path"],
+            check.path,
             line,
-            check["function"].rsplit(".", 1)[-1],
+            check.function.rsplit(".", 1)[-1],
             text[0].strip() if text else None,
         )
     )
     for f in frames:
         out += _frame_lines(f, site)
-    out.append(f"{check['exc_type'] or 'RuntimeError'}: {message}")
+    out.append(f"{check.exc_type or 'RuntimeError'}: {message}")
     return "\n".join(out) + "\n"
 
 
@@ -154,18 +155,18 @@ def _launch(model: str, hardware: str | None, extra: list[str]) -> list[str]:
     return argv + extra
 
 
-def _location(check: dict[str, Any]) -> ExpectedLocation:
+def _location(check: Check) -> ExpectedLocation:
     return ExpectedLocation(
-        path=check["path"],
-        function=check["function"],
-        start_line=check["start_line"],
-        end_line=check["end_line"],
+        path=check.path,
+        function=check.function,
+        start_line=check.start_line,
+        end_line=check.end_line,
     )
 
 
-def _id(family: str, release: str, check: dict[str, Any], k: int) -> str:
-    short = check["function"].rsplit(".", 1)[-1].strip("_")
-    return f"fam-{family}-{release}-{short}-{check['start_line']}-{k}"
+def _id(family: str, release: str, check: Check, k: int) -> str:
+    short = check.function.rsplit(".", 1)[-1].strip("_")
+    return f"fam-{family}-{release}-{short}-{check.start_line}-{k}"
 
 
 def _attention_setting(case: AttentionCase, k: int) -> tuple[str, str | None]:
@@ -213,7 +214,7 @@ def attention_incidents(store: Store, releases: Sequence[str]) -> list[Incident]
                     root_cause_flags=[flag],
                     acceptable_fixes=[FixSpec(set={flag: n}) for n in names],
                 ),
-                category=categorize(check, [spec.attr]),  # type: ignore[arg-type]
+                category=categorize(check.path, check.function, [spec.attr]),
                 notes=f"{NOTE}. {case.kind}: {flag} {refused} refused; supported: "
                 f"{', '.join(names)}",
                 confirmed_by=None,
@@ -258,7 +259,7 @@ def memory_incidents(store: Store, releases: Sequence[str]) -> list[Incident]:
                 or (f == "--chunked-prefill-size" and k % 2 == 0)
             )
         }
-        message = render_memory(case.check["message"] or "", launch)
+        message = render_memory(case.check.message or "", launch)
         if message is None:
             continue
         steps = steps_of(message, numeric_flags(catalog.flags))
@@ -286,7 +287,7 @@ def memory_incidents(store: Store, releases: Sequence[str]) -> list[Incident]:
                     root_cause_flags=moved,
                     acceptable_fixes=fixes,
                 ),
-                category=categorize(check, [by_flag[f].attr for f in moved]),  # type: ignore[arg-type]
+                category=categorize(check.path, check.function, [by_flag[f].attr for f in moved]),
                 notes=f"{NOTE}. steps: "
                 + "; ".join(
                     f"{f} {w}" + (f" past {b:g}" if b is not None else "") for f, w, b in steps

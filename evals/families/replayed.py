@@ -47,6 +47,7 @@ from typing import Any
 from evals.incidents import Expected, ExpectedLocation, FixSpec, Incident, categorize
 from evals.render import render_replay_log
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from kb.settings import KBSettings
 from kb.store import Store
 from service.engine import apply_edits
@@ -153,25 +154,25 @@ _EP = ("--ep-size", "--ep", "--expert-parallel-size")
 Log = Callable[[str], None]
 
 
-def family_checks(store: Store, release: str, family: str) -> list[dict[str, Any]]:
+def family_checks(store: Store, release: str, family: str) -> list[Check]:
     """The KB's checks of ``release`` that ``family``'s probe reaches (``moe_runner_a2a``:
     only the missing fused-func refusal)."""
     targets = FAMILY_CHECKS[PROBES[family]]
     out = [
         c
         for c in store.checks(release)
-        if c["path"].startswith("sglang/srt/")
+        if c.path.startswith("sglang/srt/")
         and any(
-            c["path"].endswith(suffix) and c["function"].rsplit(".", 1)[-1] == name
+            c.path.endswith(suffix) and c.function.rsplit(".", 1)[-1] == name
             for suffix, name in targets
         )
     ]
     if family == "moe_runner_a2a":
-        out = [c for c in out if _FUSED in (c["message"] or "")]
+        out = [c for c in out if _FUSED in (c.message or "")]
     return out
 
 
-def _check_at(checks: Sequence[dict[str, Any]], result: ReplayResult) -> dict[str, Any] | None:
+def _check_at(checks: Sequence[Check], result: ReplayResult) -> Check | None:
     """The innermost of ``checks`` spanning the origin line of a raised probe replay."""
     origin = result.origin
     if (
@@ -182,11 +183,9 @@ def _check_at(checks: Sequence[dict[str, Any]], result: ReplayResult) -> dict[st
     ):
         return None
     hits = [
-        c
-        for c in checks
-        if c["path"] == origin.path and c["start_line"] <= origin.line <= c["end_line"]
+        c for c in checks if c.path == origin.path and c.start_line <= origin.line <= c.end_line
     ]
-    return min(hits, key=lambda c: c["end_line"] - c["start_line"], default=None)
+    return min(hits, key=lambda c: c.end_line - c.start_line, default=None)
 
 
 def _flag(argv: Sequence[str], names: Sequence[str], default: int) -> int:
@@ -239,7 +238,7 @@ class _Launch:
     short: str
     fixes: list[FixSpec] = field(default_factory=list)
     crash: ReplayResult | None = None
-    check: dict[str, Any] | None = None
+    check: Check | None = None
 
 
 class _Replayer:
@@ -268,7 +267,7 @@ class _Replayer:
 
 
 def _crash_and_fixes(
-    rp: _Replayer, launches: list[_Launch], checks: list[dict[str, Any]], catalog: Any
+    rp: _Replayer, launches: list[_Launch], checks: list[Check], catalog: Any
 ) -> list[tuple[_Launch, list[FixSpec]]]:
     """Replay each launch, then the candidate fixes of those that raised at a family check;
     (launch, fixes replay accepted) for the launches kept."""
@@ -393,15 +392,15 @@ def _incident(
         expected=Expected(
             release=release,
             location=ExpectedLocation(
-                path=check["path"],
-                function=check["function"],
-                start_line=check["start_line"],
-                end_line=check["end_line"],
+                path=check.path,
+                function=check.function,
+                start_line=check.start_line,
+                end_line=check.end_line,
             ),
             root_cause_flags=root,
             acceptable_fixes=fixes,
         ),
-        category=categorize(check, attrs),  # type: ignore[arg-type]
+        category=categorize(check.path, check.function, attrs),
         notes=(
             f"generated: start-up probe {PROBES[launch.family]} on {HARDWARE} "
             f"({launch.ckpt.arch}, model facts: {facts}); replay: crash reproduced at "

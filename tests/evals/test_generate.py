@@ -135,7 +135,7 @@ def test_expected_locations_exist_and_logs_parse(kb, generated) -> None:
         assert len(rows) == 1, inc.id
         parsed = parse_log(inc.crash_log)
         assert parsed.primary is not None, inc.id
-        assert parsed.primary.type == (rows[0]["exc_type"] or "AssertionError"), inc.id
+        assert parsed.primary.type == (rows[0].exc_type or "AssertionError"), inc.id
         assert parsed.command == inc.command, inc.id
         sglang = [f for f in parsed.primary.frames if (f.package_path or "").startswith("sglang/")]
         if sglang:  # not a message-only log: the innermost frame is inside the check

@@ -161,10 +161,10 @@ def _same_check_elsewhere(store, generated):
                 continue
             for c in store.checks(rel, function=loc.function):
                 cand = {
-                    "path": c["path"],
-                    "function": c["function"],
-                    "start_line": c["start_line"],
-                    "end_line": c["end_line"],
+                    "path": c.path,
+                    "function": c.function,
+                    "start_line": c.start_line,
+                    "end_line": c.end_line,
                 }
                 if same_check(store, rel, cand, inc.expected.release, loc):
                     return inc, rel, cand
@@ -195,7 +195,10 @@ def test_a_range_holding_the_expected_release_scores_the_same_check(store, gener
         c for c in store.checks(rel) if not same_check(store, rel, c, want, inc.expected.location)
     )
     assert (
-        ok([want, rel], {k: other[k] for k in ("path", "function", "start_line", "end_line")})
+        ok(
+            [want, rel],
+            {k: getattr(other, k) for k in ("path", "function", "start_line", "end_line")},
+        )
         is False
     )
 

@@ -146,12 +146,12 @@ def test_a_real_prebuilt_raise_is_located_from_its_message_alone(store) -> None:
         for c in store.checks(
             "0.5.5", path="sglang/srt/managers/scheduler_runtime_checker_mixin.py"
         )
-        if c["function"].endswith("_check_req_pool") and c["kind"] == "raise"
+        if c.function.endswith("_check_req_pool") and c.kind == "raise"
     ]
     assert len(rows) == 1
     row = rows[0]
-    assert row["exc_type"] == "ValueError" and "memory leak detected" in row["message"]
-    assert row["test_start"] < row["start_line"]
+    assert row.exc_type == "ValueError" and "memory leak detected" in row.message
+    assert row.test_start < row.start_line
     logged = "req_to_token_pool memory leak detected!available_size=3, total_size=4"
     hits = match_message(store, "0.5.5", logged, exc_type="ValueError", limit=3)
-    assert hits and hits[0].check_id == row["id"] and hits[0].score >= MESSAGE_MIN
+    assert hits and hits[0].check_id == row.id and hits[0].score >= MESSAGE_MIN

@@ -102,11 +102,11 @@ def _as_schema_3(src: Path, dest: Path) -> None:
 def _bare_assert_log(store: Store, version: str) -> str:
     """A one-frame crash log of the first bare assert of ``version``'s ``server_args.py``."""
     check = store.checks(version, path=SA, where="bare = 1 AND start_line = end_line")[0]
-    line = store.file_lines(version, SA, check["start_line"], check["start_line"])[0].strip()
-    function = (check["function"] or "").rsplit(".", 1)[-1]
+    line = store.file_lines(version, SA, check.start_line, check.start_line)[0].strip()
+    function = (check.function or "").rsplit(".", 1)[-1]
     return (
         "Traceback (most recent call last):\n"
-        f'  File "/usr/lib/python3.11/site-packages/{SA}", line {check["start_line"]}, '
+        f'  File "/usr/lib/python3.11/site-packages/{SA}", line {check.start_line}, '
         f"in {function}\n    {line}\nAssertionError\n"
     )
 

@@ -33,14 +33,14 @@ def test_handle_speculative_decoding_spans_exactly_its_source_lines(kb: Knowledg
 
 
 def test_bare_assert_under_num_steps_is_found_with_guards_and_lines(kb: KnowledgeBase) -> None:
-    bare = [c for c in kb.store.checks("0.5.11", path=SA, function=SPEC_FN) if c["bare"]]
+    bare = [c for c in kb.store.checks("0.5.11", path=SA, function=SPEC_FN) if c.bare]
     assert len(bare) == 1  # "exactly one bare assert" (seed case facts)
     check = bare[0]
-    assert (check["start_line"], check["end_line"]) == (3519, 3522)
-    assert (check["test_start"], check["test_end"]) == (3520, 3521)
-    assert "self.speculative_eagle_topk is None" in check["condition"]
-    assert "self.speculative_num_draft_tokens is None" in check["condition"]
-    guards = [(g["condition"], g["polarity"]) for g in check["guards"]]
+    assert (check.start_line, check.end_line) == (3519, 3522)
+    assert (check.test_start, check.test_end) == (3520, 3521)
+    assert "self.speculative_eagle_topk is None" in check.condition
+    assert "self.speculative_num_draft_tokens is None" in check.condition
+    guards = [(g["condition"], g["polarity"]) for g in check.guards]
     assert guards[-1] == ("self.speculative_num_steps is None", True)
     assert any("EAGLE3" in c and p for c, p in guards)
     lines = kb.store.file_lines("0.5.11", SA, 3518, 3522)
@@ -72,20 +72,16 @@ def test_references_include_declaration_and_writes(kb: KnowledgeBase) -> None:
 def test_same_check_lives_in_the_speculative_hook_in_0_5_23(kb: KnowledgeBase) -> None:
     path = "sglang/srt/arg_groups/speculative_hook.py"
     checks = kb.store.checks("0.5.23", path=path, function="_handle_eagle_family")
-    bare = [
-        c
-        for c in checks
-        if c["bare"] and "speculative_eagle_topk is None" in (c["condition"] or "")
-    ]
+    bare = [c for c in checks if c.bare and "speculative_eagle_topk is None" in (c.condition or "")]
     assert len(bare) == 1
-    assert "cfg.speculative_num_draft_tokens is None" in bare[0]["condition"]
-    assert any("cfg.speculative_num_steps is None" in g["condition"] for g in bare[0]["guards"])
+    assert "cfg.speculative_num_draft_tokens is None" in bare[0].condition
+    assert any("cfg.speculative_num_steps is None" in g["condition"] for g in bare[0].guards)
     refs = kb.store.refs("0.5.23", "speculative_eagle_topk")
     in_fn = [r for r in refs if r["path"] == path and r["function"] == "_handle_eagle_family"]
     assert {r["obj"] for r in in_fn if r["kind"] == "read"} >= {"cfg"}
     assert any(r["kind"] == "declare" for r in in_fn)
     fn = kb.store.function("0.5.23", "_handle_eagle_family", path)
-    assert fn["start_line"] <= bare[0]["start_line"] <= bare[0]["end_line"] <= fn["end_line"]
+    assert fn["start_line"] <= bare[0].start_line <= bare[0].end_line <= fn["end_line"]
 
 
 def test_flag_catalog_of_0_5_23_has_over_500_flags(kb: KnowledgeBase) -> None:

@@ -17,12 +17,12 @@ def test_search_finds_the_trtllm_topk_raise(kb: KnowledgeBase) -> None:
     raise_line = next(
         c
         for c in kb.store.checks("0.5.11", path="sglang/srt/server_args.py")
-        if "trtllm_mha backend only supports topk = 1" in (c["message"] or "")
+        if "trtllm_mha backend only supports topk = 1" in (c.message or "")
     )
     hits = [
         h
         for h in result.hits
-        if h.path == raise_line["path"] and h.start_line <= raise_line["start_line"] <= h.end_line
+        if h.path == raise_line.path and h.start_line <= raise_line.start_line <= h.end_line
     ]
     assert hits, [h.citation for h in result.hits]
     assert hits[0].release == "0.5.11" and hits[0].qualname.startswith("ServerArgs.")

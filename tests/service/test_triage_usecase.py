@@ -47,7 +47,7 @@ def seed_log(kb) -> str:
     check = next(
         c
         for c in kb.store.checks("0.5.11", function="ServerArgs._handle_speculative_decoding")
-        if c["bare"]
+        if c.bare
     )
     return render_log(kb.store, "0.5.11", check, argv=SEED_ARGV)
 

@@ -24,7 +24,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
-from kb.code_types import Guard
+from kb.code_types import Check, Guard
 from kb.store import VALIDATION_PREFIXES, Store
 from service.engine.cache import cached, release_key
 
@@ -174,7 +174,7 @@ class Write:
         return f"{self.path}:{self.line}"
 
 
-def earlier_writes(store: Store, version: str, attr: str, check: dict[str, Any]) -> list[Write]:
+def earlier_writes(store: Store, version: str, attr: str, check: Check) -> list[Write]:
     """Writes of ``attr`` in the validation files that run before ``check``.
 
     "Before" means an earlier step of the validation chain, or the same
@@ -182,21 +182,21 @@ def earlier_writes(store: Store, version: str, attr: str, check: dict[str, Any])
     with ``rank=None`` so callers can report them as "may be changed".
     """
     return cached(
-        release_key(store, version, f"writes:{check['id']}:{attr}"),
+        release_key(store, version, f"writes:{check.id}:{attr}"),
         lambda: _earlier_writes(store, version, attr, check),
     )
 
 
-def _earlier_writes(store: Store, version: str, attr: str, check: dict[str, Any]) -> list[Write]:
-    check_rank = rank_of(store, version, check["function"])
+def _earlier_writes(store: Store, version: str, attr: str, check: Check) -> list[Write]:
+    check_rank = rank_of(store, version, check.function)
     out: list[Write] = []
     for ref in store.refs(version, attr, kinds=("write", "declare", "return_dict")):
         if not ref["path"].startswith(VALIDATION_PATHS):
             continue
         rank = rank_of(store, version, ref["function"])
-        same_fn = ref["function"] == check["function"] and ref["path"] == check["path"]
+        same_fn = ref["function"] == check.function and ref["path"] == check.path
         if same_fn:
-            if ref["line"] >= check["start_line"]:
+            if ref["line"] >= check.start_line:
                 continue
         elif rank is not None and check_rank is not None and rank >= check_rank:
             continue
@@ -218,14 +218,14 @@ def _earlier_writes(store: Store, version: str, attr: str, check: dict[str, Any]
     return out
 
 
-def later_writes(store: Store, version: str, attr: str, check: dict[str, Any]) -> list[Write]:
+def later_writes(store: Store, version: str, attr: str, check: Check) -> list[Write]:
     """Writes of ``attr`` at or after ``check`` in its own function (e.g. auto-chosen values)."""
     out: list[Write] = []
     for ref in store.refs(version, attr, kinds=("write", "declare")):
         if (
-            ref["function"] == check["function"]
-            and ref["path"] == check["path"]
-            and ref["line"] > check["end_line"]
+            ref["function"] == check.function
+            and ref["path"] == check.path
+            and ref["line"] > check.end_line
         ):
             out.append(
                 Write(

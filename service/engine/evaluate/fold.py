@@ -14,6 +14,7 @@ import functools
 from collections.abc import Callable, Collection, Mapping, MutableMapping
 from typing import Any
 
+from kb.code_types import Check
 from kb.errors import UnsafeExpression
 from kb.store import Store
 from service.engine.cache import LRUCache, cached, cached_on_members, facts_signature, release_key
@@ -102,7 +103,7 @@ def _value(text: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> o
 def apply_earlier_writes(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     attrs: dict[str, Value],
     facts: dict[str, Value],
     names: set[str],
@@ -125,7 +126,7 @@ def apply_earlier_writes(
 def fold_earlier_writes(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     attrs: Mapping[str, Value],
     facts: dict[str, Value],
     names: Collection[str],
@@ -149,7 +150,7 @@ def fold_earlier_writes(
     deps = write_dependencies(store, version, check, frozen, frozenset(facts))
     key = (
         release_key(store, version, "folds"),
-        check["id"],
+        check.id,
         tuple(sorted(frozen)),
         facts_sig or facts_signature(facts),
         tuple(value_key(attrs.get(d)) for d in deps),
@@ -176,7 +177,7 @@ _MAX_FOLDED = 400
 def fold_plan(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     names: frozenset[str],
     fact_names: frozenset[str] = frozenset(),
 ) -> tuple[tuple[tuple[chain.Write, resolution.PreparedWrite], ...], tuple[str, ...]]:
@@ -225,7 +226,7 @@ def fold_plan(
         )
         return tuple(order), tuple(sorted(deps))
 
-    key = (*release_key(store, version, "fold-plan"), check["id"], tuple(sorted(names)))
+    key = (*release_key(store, version, "fold-plan"), check.id, tuple(sorted(names)))
     # the plan reads the fact keys only by membership (which locals and helper calls a
     # fact answers): other fact sets that answer alike share the plan
     return cached((*key, hash(fact_names)), lambda: cached_on_members(key, fact_names, build))
@@ -234,7 +235,7 @@ def fold_plan(
 def write_dependencies(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     names: frozenset[str],
     fact_names: frozenset[str] = frozenset(),
 ) -> tuple[str, ...]:
@@ -246,7 +247,7 @@ def write_dependencies(
 def _fold(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     attrs: MutableMapping[str, Value],
     facts: dict[str, Value],
     names: frozenset[str],
@@ -268,7 +269,7 @@ def _fold(
     for w, pw in plan:
         attr = w.attr
         report = attr in names
-        same_fn = w.function == check["function"] and w.path == check["path"]
+        same_fn = w.function == check.function and w.path == check.path
         guards = pw.all_guards(same_fn)
         holds = all_hold([piece_holds(_truth(cond, env, memo), pol) for cond, pol in guards])
         if holds is False:

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from kb.catalog_types import Catalog
+from kb.code_types import Check
 from kb.conditions import DEFAULT_ARG_OBJECTS
 from kb.store import Store
 from service.engine.evaluate import params, source
@@ -84,23 +84,23 @@ def _reads(expr: ast.expr, attrs: frozenset[str]) -> set[str]:
 def message_facts(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     message: str | None,
     attrs: dict[str, Value],
     user_set: set[str],
 ) -> MessageFacts:
     """Bind ``message`` (the log's) to ``check``'s message and sort the values (see module)."""
     out = MessageFacts()
-    bound = bind_message(check.get("message"), message)
+    bound = bind_message(check.message, message)
     if not bound:
         return out
-    fns = store.functions_at(version, check["path"], check["start_line"])
+    fns = store.functions_at(version, check.path, check.start_line)
     fn = fns[0] if fns else None
-    local = dict(source.locals_before(store, version, fn, check["start_line"]))
-    traced = params.traced_params(store, version, fn, check["path"])
-    local.update(params.flag_params(store, version, fn, check["path"], local))
+    local = dict(source.locals_before(store, version, fn, check.start_line))
+    traced = params.traced_params(store, version, fn, check.path)
+    local.update(params.flag_params(store, version, fn, check.path, local))
     out.traces = list(traced.values())
-    for d in params.derived_params(store, version, fn, check["path"]).values():
+    for d in params.derived_params(store, version, fn, check.path).values():
         out.traces += [t for t in d.steps if t not in out.traces]
     derived: list[tuple[BoundValue, ast.expr]] = []
     for b in bound:

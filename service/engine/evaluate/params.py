@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kb.code_types import Check
 from kb.conditions import DEFAULT_ARG_OBJECTS
 from kb.store import Store
 from service.engine.cache import cached, release_key
@@ -200,19 +201,19 @@ def flag_params(
 
 
 def own_fields(
-    store: Store, version: str, fn: dict[str, Any] | None, check: dict[str, Any]
+    store: Store, version: str, fn: dict[str, Any] | None, check: Check
 ) -> frozenset[str]:
     """Fields ``self.X`` the check's function assigns before the check, outside the
     validation files (cached): there ``self.quantization`` may hold the checkpoint's
     method (``self.quantization = quant_method`` in ``ModelConfig``), not the flag's."""
-    if fn is None or check["path"].startswith(chain.VALIDATION_PATHS):
+    if fn is None or check.path.startswith(chain.VALIDATION_PATHS):
         return frozenset()
 
     def build() -> frozenset[str]:
         node = chain.function_ast(store, version, fn)
         if node is None:
             return frozenset()
-        line = check["start_line"] - fn["start_line"] + 1
+        line = check.start_line - fn["start_line"] + 1
         return frozenset(
             t.attr
             for sub in ast.walk(node)
@@ -223,7 +224,7 @@ def own_fields(
             and t.value.id == "self"
         )
 
-    return cached(release_key(store, version, f"params:own:{check['id']}"), build)
+    return cached(release_key(store, version, f"params:own:{check.id}"), build)
 
 
 def snake_case(name: str) -> str:
@@ -232,7 +233,7 @@ def snake_case(name: str) -> str:
 
 
 def rename_fields(
-    store: Store, version: str, fn: dict[str, Any] | None, check: dict[str, Any], condition: str
+    store: Store, version: str, fn: dict[str, Any] | None, check: Check, condition: str
 ) -> str:
     """``condition`` as a check outside the validation files reads it: a field of the
     argument object that is not a server-args attribute is renamed to the attribute SGLang
@@ -240,7 +241,7 @@ def rename_fields(
     and a field the function assigns before the check (:func:`own_fields`) is the
     object's own (``self.quantization`` in ``ModelConfig`` reads ``model_config.quantization``,
     a fact, not the flag)."""
-    if check["path"].startswith(chain.VALIDATION_PATHS) or "." not in condition:
+    if check.path.startswith(chain.VALIDATION_PATHS) or "." not in condition:
         return condition
     try:
         tree = ast.parse(condition.strip(), mode="eval")

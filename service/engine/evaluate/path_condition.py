@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kb.catalog_types import Catalog
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.cache import LRUCache, cached, facts_signature, release_key
 from service.engine.evaluate import chain, params, resolution, source
@@ -134,30 +135,30 @@ def _locals_before(
 
 
 def prepared_pieces(
-    store: Store, version: str, check: dict[str, Any], fact_names: frozenset[str]
+    store: Store, version: str, check: Check, fact_names: frozenset[str]
 ) -> tuple[list[tuple[str, str, bool, int | None]], set[str]]:
     """The pieces of ``check``'s path condition with locals substituted (cached per check)."""
-    key = release_key(store, version, f"pieces:{check['id']}:{hash(fact_names)}")
+    key = release_key(store, version, f"pieces:{check.id}:{hash(fact_names)}")
     return cached(key, lambda: _prepare(store, version, check, fact_names))
 
 
 def _prepare(
-    store: Store, version: str, check: dict[str, Any], fact_names: frozenset[str]
+    store: Store, version: str, check: Check, fact_names: frozenset[str]
 ) -> tuple[list[tuple[str, str, bool, int | None]], set[str]]:
-    fns = store.functions_at(version, check["path"], check["start_line"])
+    fns = store.functions_at(version, check.path, check.start_line)
     fn = fns[0] if fns else None
-    local = _locals_before(store, version, fn, check["start_line"])
-    local.update(params.flag_params(store, version, fn, check["path"], local, fact_names))
+    local = _locals_before(store, version, fn, check.start_line)
+    local.update(params.flag_params(store, version, fn, check.path, local, fact_names))
     pieces: list[tuple[str, str, bool, int | None]] = []
     if fn is not None:
-        for site in chain.call_site_guards(store, version, fn["qualname"], check["path"]):
+        for site in chain.call_site_guards(store, version, fn["qualname"], check.path):
             for g in site.guards:
                 pieces.append(("call_site", g.condition, g.polarity, g.line))
             break  # the first call site (several are ORed; one is enough to reach the check)
-    for g in check["guards"]:
-        pieces.append(("guard", g["condition"], g["polarity"], g["line"]))
-    if check["kind"] == "assert" and check["condition"]:
-        pieces.append(("test", check["condition"], False, check["test_start"]))
+    for guard in check.guards:
+        pieces.append(("guard", guard["condition"], guard["polarity"], guard["line"]))
+    if check.kind == "assert" and check.condition:
+        pieces.append(("test", check.condition, False, check.test_start))
     param = resolution.args_param(store, version, fn)
     fb = resolution.fallbacks(store, version)
     texts = [
@@ -189,29 +190,29 @@ def _prepare(
     return texts, names
 
 
-def piece_kinds(store: Store, version: str, check: dict[str, Any]) -> list[str]:
+def piece_kinds(store: Store, version: str, check: Check) -> list[str]:
     """The kind (:data:`~service.engine.evaluate.pieces.PIECE_KINDS`) of each piece of :func:`prepared_pieces`, in order
     (cached per check). An early exit is an ``exit_raise`` when its ``if`` body raises."""
 
     def build() -> list[str]:
-        fns = store.functions_at(version, check["path"], check["start_line"])
+        fns = store.functions_at(version, check.path, check.start_line)
         fn = fns[0] if fns else None
         kinds: list[str] = []
         if fn is not None:
-            for site in chain.call_site_guards(store, version, fn["qualname"], check["path"]):
+            for site in chain.call_site_guards(store, version, fn["qualname"], check.path):
                 kinds += ["call_site"] * len(site.guards)
                 break
         raising = _raising_ifs(store, version, fn)
-        for g in check["guards"]:
+        for g in check.guards:
             if g.get("kind") == "early_exit":
                 kinds.append("exit_raise" if g.get("line") in raising else "exit_return")
             else:
                 kinds.append("if")
-        if check["kind"] == "assert" and check["condition"]:
+        if check.kind == "assert" and check.condition:
             kinds.append("test")
         return kinds
 
-    return cached(release_key(store, version, f"piece-kinds:{check['id']}"), build)
+    return cached(release_key(store, version, f"piece-kinds:{check.id}"), build)
 
 
 def _raising_ifs(store: Store, version: str, fn: dict[str, Any] | None) -> frozenset[int]:
@@ -242,7 +243,7 @@ def _own_test_index(texts: list[tuple[str, str, bool, int | None]], kinds: list[
 def evaluate_path(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     attrs: dict[str, Value],
     facts: dict[str, Value],
     *,

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.answer import ReleaseChange
 from service.engine.locate.check_history import (
@@ -31,7 +32,7 @@ __all__ = ["check_changes", "flag_changes", "release_notes"]
 
 
 def check_changes(
-    store: Store, version: str, check: dict[str, Any], release: dict[str, Any]
+    store: Store, version: str, check: Check, release: dict[str, Any]
 ) -> tuple[list[ReleaseChange], str | None, list[str]]:
     """The located check in the other ingested releases: the changes after ``version``,
     the upgrade that removes or changes it, and how the older releases of the range

@@ -8,8 +8,7 @@ Helpers of the located answer (:mod:`service.engine.triage.assemble`); they read
 
 from __future__ import annotations
 
-from typing import Any
-
+from kb.code_types import Check
 from service.engine.answer import AtomInput, AtomOut, UnknownFact, jsonable, tri
 from service.engine.evaluate.path_condition import PathEvaluation
 from service.engine.expr.interpreter import UNKNOWN
@@ -87,7 +86,7 @@ def unknown_facts(
     return out
 
 
-def no_fix_reason(ev: PathEvaluation, check: dict[str, Any], undecided: bool = False) -> str:
+def no_fix_reason(ev: PathEvaluation, check: Check, undecided: bool = False) -> str:
     """Why no fix is verified; ``undecided``: candidates are listed for replay to decide.
     When the check's own test is undecided, it says so and names what the test needs."""
     test_needs = ""
@@ -132,9 +131,9 @@ def undecided_reason(ev: PathEvaluation) -> str | None:
     )
 
 
-def guards_text(check: dict[str, Any]) -> str:
+def guards_text(check: Check) -> str:
     """``check``'s guards joined with ``and`` (a negated guard as ``not (...)``): its
     condition, for a check with no test of its own."""
     return " and ".join(
-        g["condition"] if g["polarity"] else f"not ({g['condition']})" for g in check["guards"]
+        g["condition"] if g["polarity"] else f"not ({g['condition']})" for g in check.guards
     )

@@ -25,9 +25,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from kb.catalog_types import Catalog
+from kb.code_types import Check
 from kb.conditions import DEFAULT_ARG_OBJECTS
 from service.engine.explain.naming import (
     ATTR_TEXT,
@@ -305,19 +305,19 @@ def words(
     return _words(_rule(node, namer, negate), require)
 
 
-def arg_roots(check: Mapping[str, Any]) -> tuple[str, ...]:
+def arg_roots(check: Check) -> tuple[str, ...]:
     """The names that stand for SGLang's server arguments in ``check``: ``server_args``,
     ``args``, ``cfg``, ``sa`` (and views of them), plus ``self`` inside a ``ServerArgs``
     method; none in ``multimodal_gen``, whose server arguments are another class."""
-    if "multimodal_gen" in str(check.get("path") or ""):
+    if "multimodal_gen" in check.path:
         return ()
     roots = tuple(r for r in DEFAULT_ARG_OBJECTS if r != "self")
-    cls = str(check.get("function") or "").rpartition(".")[0]
+    cls = check.function.rpartition(".")[0]
     return (*roots, "self") if cls.endswith("ServerArgs") else roots
 
 
 def rule_sentence(
-    check: Mapping[str, Any],
+    check: Check,
     release: str,
     catalog: Catalog | None = None,
     *,
@@ -331,21 +331,21 @@ def rule_sentence(
     server refuses to start when <guards> (<citation>)."
     """
     namer = Namer(catalog, spellings, arg_roots(check))
-    where = citation or f"{release}:{check.get('path')}:{check.get('start_line')}"
+    where = citation or f"{release}:{check.path}:{check.start_line}"
     whens: list[str] = []
-    for g in check.get("guards") or []:
+    for g in check.guards:
         text = words(str(g.get("condition") or ""), namer, negate=not g.get("polarity", True))
         if text and text not in whens:
             whens.append(text)
-    cond = (check.get("condition") or "").strip()
-    if check.get("kind") == "assert" and cond:
+    cond = (check.condition or "").strip()
+    if check.kind == "assert" and cond:
         need = words(cond, namer, require=True)
         joined = _join(whens, "and")
         when = f"when {joined}, {'then ' if ';' in joined else ''}" if whens else ""
         return f"In {release}, {when}{need}; otherwise the assert at `{where}` fails."
     if not whens:
         return None
-    exc = check.get("exc_type") or "an error"
+    exc = check.exc_type or "an error"
     return f"In {release}, the server refuses to start ({exc} at `{where}`) when {_join(whens, 'and')}."
 
 
@@ -353,12 +353,12 @@ __all__ = ["Namer", "arg_roots", "literal", "plain_rule", "rule_sentence", "word
 
 
 def plain_rule(
-    check: dict[str, Any], version: str, catalog: Catalog, pargs: ParsedArgs, citation: str
+    check: Check, version: str, catalog: Catalog, pargs: ParsedArgs, citation: str
 ) -> str | None:
     """The rule a bare (or message-less) check enforces in one sentence, flags spelled as the
     user typed them (:func:`~service.engine.explain.rule.rule_sentence`); None for a check
     whose message already says it."""
-    if not (check["bare"] or not check["message"]):
+    if not (check.bare or not check.message):
         return None
     spellings = {attr: pf.flag or pf.token for attr, pf in pargs.values.items()}
     return rule_sentence(check, version, catalog, spellings=spellings, citation=citation)

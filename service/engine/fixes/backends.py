@@ -39,9 +39,9 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from kb.catalog_types import Catalog, FlagSpec
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.expr.interpreter import Value
 from service.engine.fixes.recipe import RecipeStep
@@ -102,18 +102,18 @@ def _names(value: object, text: str) -> list[str] | None:
     return out if len(out) == len(node.elts) else None
 
 
-def _assignment(store: Store, version: str, check: dict[str, Any], name: str) -> str | None:
+def _assignment(store: Store, version: str, check: Check, name: str) -> str | None:
     """``release:path:line`` of the last ``name = ...`` before the check in its function."""
-    fns = store.functions_at(version, check["path"], check["start_line"])
-    start = fns[0]["start_line"] if fns else max(1, check["start_line"] - MAX_SCAN_LINES)
-    start = max(start, check["start_line"] - MAX_SCAN_LINES)
-    lines = store.file_lines(version, check["path"], start, check["start_line"])
+    fns = store.functions_at(version, check.path, check.start_line)
+    start = fns[0]["start_line"] if fns else max(1, check.start_line - MAX_SCAN_LINES)
+    start = max(start, check.start_line - MAX_SCAN_LINES)
+    lines = store.file_lines(version, check.path, start, check.start_line)
     pat = re.compile(rf"^\s{{0,40}}{re.escape(name)}\s{{0,4}}(?::[^=]{{0,80}})?=[^=]")
     hit = None
     for i, text in enumerate(lines):
         if pat.match(text):
             hit = start + i
-    return f"{version}:{check['path']}:{hit}" if hit is not None else None
+    return f"{version}:{check.path}:{hit}" if hit is not None else None
 
 
 def _registry_cite(store: Store, version: str, expr: str) -> tuple[list[str], str] | None:
@@ -144,7 +144,7 @@ def _listed(text: str) -> list[str]:
 
 
 def supported_set(
-    store: Store, version: str, check: dict[str, Any], bound: list[BoundValue], message: str | None
+    store: Store, version: str, check: Check, bound: list[BoundValue], message: str | None
 ) -> tuple[list[str], str, str | None] | None:
     """(supported names, citation, the printed expression that listed them) — see the
     module; None when neither the message nor the code lists them."""
@@ -156,7 +156,7 @@ def supported_set(
                 return names, reg[1], b.expr
             cite = _assignment(store, version, check, b.expr) if _NAME.fullmatch(b.expr) else None
             return names, cite or _check_cite(version, check), b.expr
-    for text in (message or "", _literal(check.get("message"))):
+    for text in (message or "", _literal(check.message)):
         names = _listed(text)
         if names:
             return names, _check_cite(version, check), None
@@ -169,21 +169,21 @@ def _literal(source: str | None) -> str:
     return " ".join(a or b for a, b in parts)
 
 
-def _check_cite(version: str, check: dict[str, Any]) -> str:
-    return f"{version}:{check['path']}:{check['start_line']}"
+def _check_cite(version: str, check: Check) -> str:
+    return f"{version}:{check.path}:{check.start_line}"
 
 
 def _file_registry(
-    store: Store, version: str, check: dict[str, Any], refused: str
+    store: Store, version: str, check: Check, refused: str
 ) -> tuple[list[str], str] | None:
     """The registry of the raising file that registers ``refused``: its other names."""
     for row in store.registrations(version, key=refused):
-        if row["path"] != check["path"] or len(row["keys"]) != 1:
+        if row["path"] != check.path or len(row["keys"]) != 1:
             continue
         rows = [
             r
             for r in store.registrations(version, registry=row["registry"])
-            if r["path"] == check["path"] and len(r["keys"]) == 1
+            if r["path"] == check.path and len(r["keys"]) == 1
         ]
         names = [r["keys"][0] for r in rows if r["keys"][0] != refused]
         if names:
@@ -255,7 +255,7 @@ def _base(attr: str, catalog: Catalog) -> str | None:
 def backend_edits(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     bound: list[BoundValue],
     message: str | None,
     catalog: Catalog,
@@ -268,7 +268,7 @@ def backend_edits(
     expression to the flag attribute the raising function fills it from
     (:mod:`service.engine.evaluate.params`); such a flag decides its refused name."""
     message = (message or "")[:MAX_MESSAGE_CHARS] or None
-    text = message or _literal(check.get("message"))
+    text = message or _literal(check.message)
     found = supported_set(store, version, check, bound, message)
     refused: list[tuple[str | None, str]] = []  # (refused name, printed expression)
     listing = found[2] if found else None
@@ -298,7 +298,7 @@ def backend_edits(
         spec = by_attr.get((traced or {}).get(expr, ""))
         if spec is None or not spec.choices or not spec.attr.endswith(BACKEND_SUFFIX):
             spec = _deciding_flag(
-                catalog, old, supported, expr, text, check["path"], named, attrs, user_set
+                catalog, old, supported, expr, text, check.path, named, attrs, user_set
             )
         if spec is not None and spec.attr not in decided:
             decided[spec.attr] = old

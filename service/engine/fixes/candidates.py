@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kb.catalog_types import Catalog
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.answer import UnknownFact
 from service.engine.cache import facts_signature
@@ -66,7 +67,7 @@ class PostValidation:
 def _judge(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     edit: Edit,
     attrs: dict[str, Value],
     facts: dict[str, Value],
@@ -97,7 +98,7 @@ def _judge(
 def post_validation_verdicts(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     printed: MessageFacts,
     message: str | None,
     catalog: Catalog,
@@ -131,7 +132,7 @@ def post_validation_verdicts(
     edits: list[tuple[Edit, set[str], str | None, str]] = []
     rough: list[str] = []
     for r in recipe_edits(steps, catalog, attrs, user_set, printed.bound, message):
-        cite = f"{version}:{check['path']}:{check['start_line']}"
+        cite = f"{version}:{check.path}:{check.start_line}"
         edit = Edit(
             set={} if r.remove else {r.attr: r.value},
             remove=[r.attr] if r.remove else [],
@@ -222,6 +223,6 @@ def _no_op(edit: Edit, attrs: dict[str, Value]) -> bool:
     )
 
 
-def _literal_message(check: dict[str, Any]) -> str:
+def _literal_message(check: Check) -> str:
     """The located check's message source, for a recipe written in its literal text."""
-    return (check.get("message") or "").replace('"\n', '" ').replace("'\n", "' ")
+    return (check.message or "").replace('"\n', '" ').replace("'\n", "' ")

@@ -25,6 +25,7 @@ import itertools
 from typing import Any
 
 from kb.catalog_types import Catalog
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.cache import cached, release_key
 from service.engine.evaluate import chain
@@ -116,12 +117,12 @@ def _in_arithmetic(attr: str, text: str) -> bool:
     )
 
 
-def _choice_sites(store: Store, version: str, check: dict[str, Any]) -> list[tuple[list[str], str]]:
+def _choice_sites(store: Store, version: str, check: Check) -> list[tuple[list[str], str]]:
     """Assignments from a call within 12 lines after ``check`` in its function:
     (attributes assigned, call source), in ``ast.walk`` order (cached per release and check)."""
 
     def build() -> list[tuple[list[str], str]]:
-        fn_rows = store.functions_at(version, check["path"], check["start_line"])
+        fn_rows = store.functions_at(version, check.path, check.start_line)
         if not fn_rows:
             return []
         node = chain.function_ast(store, version, fn_rows[0])
@@ -130,9 +131,9 @@ def _choice_sites(store: Store, version: str, check: dict[str, Any]) -> list[tup
         offset = fn_rows[0]["start_line"] - 1
         sites: list[tuple[list[str], str]] = []
         for stmt in ast.walk(node):
-            if not isinstance(stmt, ast.Assign) or stmt.lineno + offset <= check["end_line"]:
+            if not isinstance(stmt, ast.Assign) or stmt.lineno + offset <= check.end_line:
                 continue
-            if stmt.lineno + offset > check["end_line"] + 12:
+            if stmt.lineno + offset > check.end_line + 12:
                 continue
             target = stmt.targets[0]
             names = [
@@ -145,13 +146,13 @@ def _choice_sites(store: Store, version: str, check: dict[str, Any]) -> list[tup
             sites.append((names, ast.unparse(stmt.value)))
         return sites
 
-    return cached(release_key(store, version, f"choice-sites:{check['id']}"), build)
+    return cached(release_key(store, version, f"choice-sites:{check.id}"), build)
 
 
 def _sglang_choice(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     attrs: dict[str, Value],
     facts: dict[str, Value],
 ) -> dict[str, object]:
@@ -171,7 +172,7 @@ def _sglang_choice(
 def candidate_edits(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     ev: PathEvaluation,
     parsed: ParsedArgs,
     catalog: Catalog,

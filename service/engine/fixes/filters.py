@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kb.catalog_types import Catalog
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.evaluate.path_condition import PathEvaluation
 from service.engine.evaluate.pieces import PiecePart, atom_signs
@@ -200,15 +201,15 @@ def guard_flip(edit: Edit, ev: PathEvaluation) -> PiecePart | None:
     return next((p for p in skip if touched <= _names(p)), None)
 
 
-def sibling_trips(check: dict[str, Any], ev: PathEvaluation) -> list[dict[str, Any]]:
+def sibling_trips(check: Check, ev: PathEvaluation) -> list[dict[str, Any]]:
     """The earlier sibling checks of ``check``'s function (``exit_raise`` pieces) that raise
     on ``ev`` (a candidate's evaluation of the check): the check is then not reached, so it
     passes, but the launch fails at the sibling instead. As re-checked neighbours are."""
     return [
         {
-            "id": f"{check['id']}@{p.line}",
-            "path": check["path"],
-            "function": check["function"],
+            "id": f"{check.id}@{p.line}",
+            "path": check.path,
+            "function": check.function,
             "line": p.line,
             "message": "",
             "condition": p.condition,

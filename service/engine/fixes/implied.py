@@ -46,9 +46,9 @@ from __future__ import annotations
 import ast
 import functools
 from dataclasses import dataclass, field
-from typing import Any
 
 from kb.catalog_types import NO_VALUE_ACTIONS, Catalog
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.evaluate.path_condition import PathEvaluation, evaluate_path
 from service.engine.evaluate.pieces import atom_signs
@@ -245,7 +245,7 @@ def implied_launch(
 def assumed_launch(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     ev: PathEvaluation,
     attrs: dict[str, Value],
     parsed: ParsedArgs,

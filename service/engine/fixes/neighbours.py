@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kb.catalog_types import Catalog
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.cache import LRUCache, facts_signature, release_key
 from service.engine.evaluate.memo_keys import value_key
@@ -29,8 +30,8 @@ from service.engine.fixes.model import Verdict
 MAX_NEIGHBOURS = 150
 
 # (release key, file) -> neighbour candidate rows and their raw condition/guards text
-_NEIGHBOUR_ROWS: LRUCache[tuple[list[dict[str, Any]], list[tuple[str | None, str | None]]]] = (
-    LRUCache("fixes.neighbour_rows", 64)
+_NEIGHBOUR_ROWS: LRUCache[tuple[list[Check], list[tuple[str | None, str | None]]]] = LRUCache(
+    "fixes.neighbour_rows", 64
 )
 # ((release key, file), attr) -> indexes of the candidate rows that mention attr
 _ATTR_ROWS: LRUCache[frozenset[int]] = LRUCache("fixes.attr_rows", 8192)
@@ -42,9 +43,7 @@ _PLANS: LRUCache[_NeighbourPlan] = LRUCache("fixes.neighbour_plans", 2048)
 _RECHECKS: LRUCache[tuple[tuple[dict[str, Any], ...], int]] = LRUCache("fixes.rechecks", 5_000)
 
 
-def neighbours(
-    store: Store, version: str, check: dict[str, Any], attrs: set[str]
-) -> list[dict[str, Any]]:
+def neighbours(store: Store, version: str, check: Check, attrs: set[str]) -> list[Check]:
     """Other checks of the validation files that read any of ``attrs``.
 
     The checks of ``check``'s file and of ``arg_groups/`` whose condition or
@@ -56,22 +55,22 @@ def neighbours(
     """
     if not attrs:
         return []
-    rkey = release_key(store, version, f"neighbours:{check['path']}")
+    rkey = release_key(store, version, f"neighbours:{check.path}")
     rows, texts = _NEIGHBOUR_ROWS.get_or_build(rkey, lambda: _candidate_rows(store, version, check))
     hit: set[int] = set()
     for attr in attrs:
         hit |= _ATTR_ROWS.get_or_build(
             (rkey, attr), functools.partial(_rows_mentioning, texts, attr)
         )
-    return [rows[i] for i in sorted(hit) if rows[i]["id"] != check["id"]][:MAX_NEIGHBOURS]
+    return [rows[i] for i in sorted(hit) if rows[i].id != check.id][:MAX_NEIGHBOURS]
 
 
 def _candidate_rows(
-    store: Store, version: str, check: dict[str, Any]
-) -> tuple[list[dict[str, Any]], list[tuple[str | None, str | None]]]:
+    store: Store, version: str, check: Check
+) -> tuple[list[Check], list[tuple[str | None, str | None]]]:
     """Checks of ``check``'s file and of ``arg_groups/`` with their raw condition/guards text."""
     where = "(path = ? OR path LIKE ?)"
-    params = [check["path"], "sglang/srt/arg_groups/%"]
+    params = [check.path, "sglang/srt/arg_groups/%"]
     rows = store.checks(version, where=where, params=params)
     raw = {
         r["id"]: (r["condition"], r["guards"])
@@ -80,7 +79,7 @@ def _candidate_rows(
             [version, *params],
         )
     }
-    return rows, [raw.get(r["id"], (None, None)) for r in rows]
+    return rows, [raw.get(r.id, (None, None)) for r in rows]
 
 
 def _like_pattern(text: str) -> re.Pattern[str]:
@@ -101,7 +100,7 @@ def _rows_mentioning(texts: list[tuple[str | None, str | None]], attr: str) -> f
 def recheck_neighbours(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     verdict: Verdict,
     attrs: dict[str, Value],
     facts: dict[str, Value],
@@ -127,10 +126,10 @@ def recheck_neighbours(
     rkey = release_key(store, version, "neighbour-fired")
     plan = _neighbour_plan(store, version, check, touched, fact_names)
     values = {n: value_key(new_attrs.get(n)) for n in plan.names}
-    whole = (rkey, fsig, check["id"], touched, tuple(values[n] for n in plan.names))
+    whole = (rkey, fsig, check.id, touched, tuple(values[n] for n in plan.names))
     hit = _RECHECKS.get(whole)
 
-    def fired_of(row: dict[str, Any]) -> object:
+    def fired_of(row: Check) -> object:
         """Whether ``row`` fires with the edited attributes, its earlier writes unapplied."""
         return evaluate_path(
             store, version, row, new_attrs, facts, apply_writes=False, facts_sig=fsig
@@ -140,7 +139,7 @@ def recheck_neighbours(
         trips: list[dict[str, Any]] = []
         unknown = 0
         for other, names in plan.rows:
-            key = (other["id"], tuple((n, values[n]) for n in names))
+            key = (other.id, tuple((n, values[n]) for n in names))
             if key not in memo:
                 memo[key] = _FIRED.get_or_build(
                     (rkey, fsig, key), functools.partial(fired_of, other)
@@ -149,12 +148,12 @@ def recheck_neighbours(
             if fired is True:
                 trips.append(
                     {
-                        "id": other["id"],
-                        "path": other["path"],
-                        "function": other["function"],
-                        "line": other["start_line"],
-                        "message": other["message"],
-                        "condition": other["condition"],
+                        "id": other.id,
+                        "path": other.path,
+                        "function": other.function,
+                        "line": other.start_line,
+                        "message": other.message,
+                        "condition": other.condition,
                     }
                 )
             elif fired is UNKNOWN:
@@ -167,14 +166,14 @@ def recheck_neighbours(
 
 @dataclass(frozen=True)
 class _NeighbourPlan:
-    rows: tuple[tuple[dict[str, Any], tuple[str, ...]], ...]  # (neighbour, attributes it reads)
+    rows: tuple[tuple[Check, tuple[str, ...]], ...]  # (neighbour, attributes it reads)
     names: tuple[str, ...]  # every attribute any neighbour reads, sorted
 
 
 def _neighbour_plan(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     touched: frozenset[str],
     fact_names: frozenset[str],
 ) -> _NeighbourPlan:
@@ -187,5 +186,5 @@ def _neighbour_plan(
         )
         return _NeighbourPlan(rows, tuple(sorted({n for _, names in rows for n in names})))
 
-    key = (*release_key(store, version, "neighbour-plan"), check["id"], touched, fact_names)
+    key = (*release_key(store, version, "neighbour-plan"), check.id, touched, fact_names)
     return _PLANS.get_or_build(key, build)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from kb.catalog_types import Catalog
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.cache import facts_signature
 from service.engine.evaluate.path_condition import PathEvaluation, evaluate_path
@@ -36,7 +37,7 @@ RECHECK_SPARE = 5
 def fixes_check(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     edit: Edit,
     attrs: dict[str, Value],
     facts: dict[str, Value],
@@ -54,7 +55,7 @@ def fixes_check(
 def verify(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     edit: Edit,
     attrs: dict[str, Value],
     facts: dict[str, Value],
@@ -77,7 +78,7 @@ def _best_giving_up(ranked: list[Verdict], checked: list[Verdict], costs: Cost) 
 def propose(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     ev: PathEvaluation,
     parsed: ParsedArgs,
     catalog: Catalog,

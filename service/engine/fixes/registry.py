@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kb.catalog_types import Catalog
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.evaluate.params import snake_case
 from service.engine.expr.interpreter import Value
@@ -218,7 +219,7 @@ def _alternatives(
 def registry_verdicts(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     bound: list[BoundValue],
     catalog: Catalog,
     parsed: ParsedArgs,

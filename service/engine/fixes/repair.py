@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from kb.catalog_types import Catalog
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.answer import FixOut
 from service.engine.expr.interpreter import Value
@@ -64,7 +65,7 @@ def _extended(edit: Edit, set_: dict[str, Any], remove: list[str], note: str) ->
 def repair(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     pairs: list[tuple[Verdict, FixOut]],
     argv: list[str],
     parsed: ParsedArgs,

@@ -36,6 +36,7 @@ import re
 from typing import Any, Literal, TypeGuard
 
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.answer import ReleaseChange, UpgradeFix
 from service.engine.cache import cached, facts_signature, release_key
@@ -58,7 +59,7 @@ _ATTR = re.compile(r"\b(?:self|server_args|args|cfg)\.([a-z_][a-z0-9_]{1,60})\b"
 _MAX_SIMILAR = 5
 
 
-def _later_check(store: Store, change: ReleaseChange) -> dict[str, Any] | None:
+def _later_check(store: Store, change: ReleaseChange) -> Check | None:
     """The check row a ``changed`` entry cites in its release (its last citation)."""
     if not change.citations:
         return None
@@ -73,17 +74,15 @@ def _later_check(store: Store, change: ReleaseChange) -> dict[str, Any] | None:
     return rows[0] if rows else None
 
 
-def _tested_attrs(check: dict[str, Any]) -> list[str]:
+def _tested_attrs(check: Check) -> list[str]:
     """The arguments the check's own test reads (an assert's condition, else the innermost
     guard of a raise): ``tp_size`` for ``self.tp_size % self.dp_size == 0``."""
-    guards = check.get("guards") or []
-    test = check.get("condition") or (guards[-1]["condition"] if guards else "")
+    guards = check.guards
+    test = check.condition or (guards[-1]["condition"] if guards else "")
     return sorted(set(_ATTR.findall(test or "")))
 
 
-def _same_flags_checks(
-    store: Store, release: str, attrs: list[str], path: str
-) -> list[dict[str, Any]]:
+def _same_flags_checks(store: Store, release: str, attrs: list[str], path: str) -> list[Check]:
     """Checks of ``release`` under the same part of SGLang as ``path`` (``sglang/srt``)
     whose condition or guards read every one of ``attrs``: where a check the history
     calls removed may live on, reworded (say, moved into a hook)."""
@@ -98,7 +97,7 @@ def _same_flags_checks(
 def _verdict(
     store: Store,
     release: str,
-    rows: list[dict[str, Any]],
+    rows: list[Check],
     argv: list[str],
     server_args: dict[str, Any] | None,
     facts: dict[str, Value],
@@ -125,7 +124,7 @@ def _verdict(
 def _status(
     store: Store,
     change: ReleaseChange,
-    check: dict[str, Any],
+    check: Check,
     argv: list[str],
     server_args: dict[str, Any] | None,
     facts: dict[str, Value],
@@ -143,14 +142,14 @@ def _status(
         row = _later_check(store, change)
         if row is None:
             return "may_pass", None
-        rows = list({r["id"]: r for r in [row, *kin]}.values())
+        rows = list({r.id: r for r in [row, *kin]}.values())
         return _verdict(store, change.release, rows, argv, server_args, facts, fired_here), None
-    rows = list({r["id"]: r for r in kin}.values())
+    rows = list({r.id: r for r in kin}.values())
     if not rows:
         return "removed", None
     verdict = _verdict(store, change.release, rows, argv, server_args, facts, fired_here)
     row = rows[0]
-    return verdict, f"{change.release}:{row['path']}:{row['start_line']}"
+    return verdict, f"{change.release}:{row.path}:{row.start_line}"
 
 
 def _passing(status: Status) -> TypeGuard[Passing]:
@@ -158,41 +157,41 @@ def _passing(status: Status) -> TypeGuard[Passing]:
     return status in _PASSING
 
 
-def _kin(store: Store, release: str, check: dict[str, Any]) -> list[dict[str, Any]]:
+def _kin(store: Store, release: str, check: Check) -> list[Check]:
     """Where the rule may live on reworded in ``release``: the checks of the function of
     that name (a 0.5.19+ hook keeps the name without ``ServerArgs._``) and those reading
     the same flags; cached per release content and check (two scans of its checks)."""
 
-    def build() -> list[dict[str, Any]]:
+    def build() -> list[Check]:
         rows = _function_checks(store, release, check)
-        rows += _same_flags_checks(store, release, _tested_attrs(check), check["path"])
-        return list({r["id"]: r for r in rows}.values())
+        rows += _same_flags_checks(store, release, _tested_attrs(check), check.path)
+        return list({r.id: r for r in rows}.values())
 
-    return cached(release_key(store, release, "upgrade-kin") + (check["id"], check["path"]), build)
+    return cached(release_key(store, release, "upgrade-kin") + (check.id, check.path), build)
 
 
 def _short(function: str) -> str:
     return function.rsplit(".", 1)[-1].lstrip("_")
 
 
-def _function_checks(store: Store, release: str, check: dict[str, Any]) -> list[dict[str, Any]]:
+def _function_checks(store: Store, release: str, check: Check) -> list[Check]:
     """Checks of ``release``, under the same part of SGLang, in a function of the same
     name as ``check``'s (``ServerArgs._handle_x`` and a hook's ``handle_x`` alike)."""
-    if not check.get("function"):
+    if not check.function:
         return []
-    short = _short(check["function"])
+    short = _short(check.function)
     rows = store.checks(
         release,
         where="function LIKE ? AND path LIKE ?",
-        params=(f"%{short}", "/".join(check["path"].split("/")[:2]) + "/%"),
+        params=(f"%{short}", "/".join(check.path.split("/")[:2]) + "/%"),
     )
-    return [r for r in rows if _short(r["function"]) == short][: _MAX_SIMILAR * 2]
+    return [r for r in rows if _short(r.function) == short][: _MAX_SIMILAR * 2]
 
 
 def upgrade_fix(
     store: Store,
     version: str,
-    check: dict[str, Any],
+    check: Check,
     later: list[ReleaseChange],
     argv: list[str],
     server_args: dict[str, Any] | None,

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 
 from kb.catalog_types import Catalog, FlagSpec
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.answer import TriageResult
 from service.engine.evaluate.path_condition import base_attrs
@@ -108,7 +109,7 @@ class AssistContext:
     argv: list[str]
     attrs: dict[str, Value]
     facts: dict[str, Value]
-    check: dict[str, Any] | None = None
+    check: Check | None = None
     rule_check: RuleCheck | None = None
     prefix: str = _DEFAULT_PREFIX
 

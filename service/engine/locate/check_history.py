@@ -35,10 +35,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from kb.code_types import Check
 from kb.store import Store
 from kb.versions import version_key
 from service.engine.cache import cached, release_key
@@ -100,22 +101,22 @@ def _norm_msg(src: str | None) -> str:
     return " ".join(" ".join(tpl.fragments).split()).lower()
 
 
-def _guard_texts(check: dict[str, Any]) -> list[str]:
+def _guard_texts(check: Check) -> list[str]:
     return [
         (c if g.get("polarity", True) else f"not ({c})")
-        for g in check.get("guards") or []
+        for g in check.guards or []
         if (c := g.get("condition"))
     ]
 
 
-def _guards(check: dict[str, Any]) -> str:
+def _guards(check: Check) -> str:
     return " and ".join(sorted(f"({_norm(t)})" for t in _guard_texts(check)))
 
 
-def firing_text(check: dict[str, Any]) -> str | None:
+def firing_text(check: Check) -> str | None:
     """What makes the check fire: an assert's condition, else the ``if`` guards around a raise."""
-    if check.get("condition"):
-        return " ".join(str(check["condition"]).split())
+    if check.condition:
+        return " ".join(str(check.condition).split())
     texts = _guard_texts(check)
     return " and ".join(" ".join(t.split()) for t in texts) or None
 
@@ -124,16 +125,16 @@ def _short(function: str | None) -> str:
     return (function or "").rsplit(".", 1)[-1]
 
 
-def _key(check: dict[str, Any]) -> _Key:
+def _key(check: Check) -> _Key:
     """The check's test (its condition, else its guards), message and (for a condition) guards."""
-    if check.get("condition"):
-        return _Key(_norm(check["condition"]), _norm_msg(check.get("message")), _guards(check))
-    return _Key(_guards(check), _norm_msg(check.get("message")), "")
+    if check.condition:
+        return _Key(_norm(check.condition), _norm_msg(check.message), _guards(check))
+    return _Key(_guards(check), _norm_msg(check.message), "")
 
 
 @dataclass(frozen=True)
 class _Index:
-    rows: tuple[dict[str, Any], ...]
+    rows: tuple[Check, ...]
     keys: tuple[_Key, ...]
 
 
@@ -141,14 +142,14 @@ class _Index:
 _VALIDATION = "(path = 'sglang/srt/server_args.py' OR path LIKE 'sglang/srt/arg_groups/%')"
 
 
-def _index(store: Store, release: str, check: dict[str, Any]) -> _Index:
+def _index(store: Store, release: str, check: Check) -> _Index:
     """The checks of ``release`` that may be ``check``: in its file, in a function of its
     name, with its exact message source, or (for validation code) in ``server_args.py``
     and the ``arg_groups`` hooks. A few indexed SQL lookups instead of the release's tens
     of thousands of checks; cached per release content and check."""
-    fn = check.get("function") or ""
+    fn = check.function or ""
     short = _short(fn)
-    validation = check["path"] == "sglang/srt/server_args.py" or check["path"].startswith(
+    validation = check.path == "sglang/srt/server_args.py" or check.path.startswith(
         "sglang/srt/arg_groups/"
     )
 
@@ -160,36 +161,36 @@ def _index(store: Store, release: str, check: dict[str, Any]) -> _Index:
             store.checks(
                 release,
                 where=where,
-                params=(check["path"], short, f"%.{short}", check.get("message") or ""),
+                params=(check.path, short, f"%.{short}", check.message or ""),
             )
         )
         return _Index(rows, tuple(_key(r) for r in rows))
 
-    what = f"check-history:{check['path']}:{fn}:{hash(check.get('message'))}:{validation}"
+    what = f"check-history:{check.path}:{fn}:{hash(check.message)}:{validation}"
     return cached(release_key(store, release, what), build)
 
 
-def _cite(release: str, row: dict[str, Any]) -> str:
-    s, e = row["start_line"], row["end_line"]
-    return f"{release}:{row['path']}:{s}" + (f"-{e}" if e and e != s else "")
+def _cite(release: str, row: Check) -> str:
+    s, e = row.start_line, row.end_line
+    return f"{release}:{row.path}:{s}" + (f"-{e}" if e and e != s else "")
 
 
-def _find(idx: _Index, check: dict[str, Any], key: _Key) -> tuple[dict[str, Any], str] | None:
+def _find(idx: _Index, check: Check, key: _Key) -> tuple[Check, str] | None:
     """The best row of ``idx`` for ``check`` and how it matched:
     exact | guards | message | cond | similar (see the module docstring)."""
-    fn = _short(check.get("function"))
-    kind = check.get("kind")
-    best: tuple[int, int, float, dict[str, Any], str] | None = None
+    fn = _short(check.function)
+    kind = check.kind
+    best: tuple[int, int, float, Check, str] | None = None
     for row, k in zip(idx.rows, idx.keys, strict=True):
-        same_fn = _short(row.get("function")) == fn
+        same_fn = _short(row.function) == fn
         closeness = 0.0
         if key.cond and k.cond == key.cond and k.msg == key.msg:
             how, rank = ("exact", 0) if k.guards == key.guards else ("guards", 1)
-        elif key.msg and k.msg == key.msg and (same_fn or row.get("kind") == kind):
+        elif key.msg and k.msg == key.msg and (same_fn or row.kind == kind):
             how, rank = "message", 2
-        elif key.cond and k.cond == key.cond and same_fn and row.get("kind") == kind:
+        elif key.cond and k.cond == key.cond and same_fn and row.kind == kind:
             how, rank = "cond", 3
-        elif same_fn and row.get("kind") == kind and (closeness := _similar(key, k)):
+        elif same_fn and row.kind == kind and (closeness := _similar(key, k)):
             how, rank = "similar", 4
         else:
             continue
@@ -231,16 +232,16 @@ def _ratio(a: str, b: str) -> float:
     return SequenceMatcher(None, a, b).ratio()
 
 
-def _one(store: Store, release: str, check: dict[str, Any], key: _Key, other: str) -> CheckChange:
+def _one(store: Store, release: str, check: Check, key: _Key, other: str) -> CheckChange:
     here = _cite(release, check)
     found = _find(_index(store, other, check), check, key)
     if found is None:
         cites = [here]
-        fn = store.function(other, check["function"]) if check.get("function") else None
+        fn = store.function(other, check.function) if check.function else None
         where = ""
         if fn is not None:
             cites.append(f"{other}:{fn['path']}:{fn['start_line']}")
-            where = f"; {_short(check['function'])} is still at {cites[-1]}"
+            where = f"; {_short(check.function)} is still at {cites[-1]}"
         return CheckChange(
             release=other,
             status="removed",
@@ -249,7 +250,7 @@ def _one(store: Store, release: str, check: dict[str, Any], key: _Key, other: st
         )
     row, how = found
     there = _cite(other, row)
-    pos = (row["path"], row["start_line"]) != (check["path"], check["start_line"])
+    pos = (row.path, row.start_line) != (check.path, check.start_line)
     if how == "exact":
         status: CheckStatus = "moved" if pos else "same"
         note = f"the same check is at {there}" if pos else f"the same check, same lines ({there})"
@@ -258,8 +259,8 @@ def _one(store: Store, release: str, check: dict[str, Any], key: _Key, other: st
             status=status,
             note=note,
             citations=[here, there],
-            path=row["path"],
-            start_line=row["start_line"],
+            path=row.path,
+            start_line=row.start_line,
         )
     if how == "guards":
         guards = " and ".join(" ".join(t.split()) for t in _guard_texts(row)) or "none"
@@ -280,13 +281,13 @@ def _one(store: Store, release: str, check: dict[str, Any], key: _Key, other: st
         note=note,
         citations=[here, there],
         condition=firing_text(row),
-        path=row["path"],
-        start_line=row["start_line"],
+        path=row.path,
+        start_line=row.start_line,
     )
 
 
 def check_across(
-    store: Store, release: str, check: dict[str, Any], others: Sequence[str]
+    store: Store, release: str, check: Check, others: Sequence[str]
 ) -> list[CheckChange]:
     """How ``check`` (a ``checks`` row of ``release``) stands in each release of ``others``."""
     key = _key(check)

@@ -89,7 +89,7 @@ def doubt_unknowns(located: Located, release: str) -> list[UnknownFact]:
     return [
         UnknownFact(
             what="whether this check raised the crash",
-            why=f"{check['path']}:{check['start_line']} in {release} was located by "
+            why=f"{check.path}:{check.start_line} in {release} was located by "
             f"{located.method}, but " + "; ".join(failed),
             settle="the exact release (`pip show sglang`) and the full traceback with its "
             "source lines",

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.answer import LocateMethod
 from service.engine.locate.scope import Scope
@@ -48,21 +49,21 @@ Search = Callable[[str, str], "SearchResult"]
 
 @dataclass
 class Located:
-    check: dict[str, Any]
+    check: Check
     method: LocateMethod
     confidence: float
     reported_line: int | None = None
-    alternatives: list[dict[str, Any]] = field(default_factory=list)
+    alternatives: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
-def _kind_matches(check: dict[str, Any], exc: ExceptionInfo) -> bool:
+def _kind_matches(check: Check, exc: ExceptionInfo) -> bool:
     if exc.type == "AssertionError":
-        return bool(check["kind"] == "assert" or check["exc_type"] == "AssertionError")
+        return bool(check.kind == "assert" or check.exc_type == "AssertionError")
     if exc.type in ("<unknown>", ""):
         return True
-    return check["kind"] == "raise" and (
-        check["exc_type"] in (exc.type, None) or check["exc_type"] == exc.qualified_type
+    return check.kind == "raise" and (
+        check.exc_type in (exc.type, None) or check.exc_type == exc.qualified_type
     )
 
 
@@ -105,9 +106,9 @@ def locate_by_frames(
             if _kind_matches(c, exc)
         ]
         if exc.bare:
-            spanning = [c for c in spanning if c["bare"]] or spanning
+            spanning = [c for c in spanning if c.bare] or spanning
         if spanning:
-            best = max(spanning, key=lambda c: c["start_line"])  # innermost statement
+            best = max(spanning, key=lambda c: c.start_line)  # innermost statement
             return _cross_checked(
                 store, release, exc, frame, mapped, best, 0.97 if not notes else 0.9, notes
             )
@@ -115,14 +116,14 @@ def locate_by_frames(
     candidates = [
         c
         for c in store.checks(release, path=path)
-        if c["function"].rsplit(".", 1)[-1] == function and _kind_matches(c, exc)
+        if c.function.rsplit(".", 1)[-1] == function and _kind_matches(c, exc)
     ]
     if exc.bare:
-        candidates = [c for c in candidates if c["bare"]]
+        candidates = [c for c in candidates if c.bare]
     if not candidates:
         return None
-    target = mapped if mapped is not None else candidates[0]["start_line"]
-    candidates.sort(key=lambda c: abs(c["start_line"] - target))
+    target = mapped if mapped is not None else candidates[0].start_line
+    candidates.sort(key=lambda c: abs(c.start_line - target))
     source = _norm(frame.source)
     holding = [c for c in candidates if _source_in(store, release, c, source)] if source else []
     if holding:  # the printed line singles out the check(s) holding it
@@ -231,25 +232,23 @@ def _norm(text: str | None) -> str:
     return " ".join((text or "").split())
 
 
-def _source_in(store: Store, release: str, check: dict[str, Any], source: str) -> bool:
-    lines = store.file_lines(release, check["path"], check["start_line"], check["end_line"])
+def _source_in(store: Store, release: str, check: Check, source: str) -> bool:
+    lines = store.file_lines(release, check.path, check.start_line, check.end_line)
     return any(_norm(line) == source for line in lines)
 
 
-def _message_fits(
-    store: Store, release: str, check: dict[str, Any], exc: ExceptionInfo
-) -> bool | None:
+def _message_fits(store: Store, release: str, check: Check, exc: ExceptionInfo) -> bool | None:
     """Does the exception's message fit the check's message template? False only when the
     template does not match it at all while another check's template of the release
     matches it well; None when either has no message to compare (a bare assert, a
     message-less log). A long formatted value (a list of choices) lowers a right match's
     score, so a low score alone is no contradiction."""
-    if not exc.message or not check.get("message") or check.get("bare"):
+    if not exc.message or not check.message or check.bare:
         return None
     from service.engine.locate.message import MESSAGE_MIN, match_message
 
     hits = match_message(store, release, exc.message, exc_type=exc.type, limit=12)
-    if any(h.check_id == check["id"] for h in hits):
+    if any(h.check_id == check.id for h in hits):
         return True
     return False if any(h.score >= MESSAGE_MIN for h in hits) else None
 
@@ -260,7 +259,7 @@ def _cross_checked(
     exc: ExceptionInfo,
     frame: Frame,
     mapped: int,
-    best: dict[str, Any],
+    best: Check,
     conf: float,
     notes: list[str],
 ) -> Located:
@@ -272,17 +271,17 @@ def _cross_checked(
             c
             for c in store.checks(
                 release,
-                path=best["path"],
+                path=best.path,
                 where="start_line >= ? AND start_line <= ?",
                 params=(mapped - _SOURCE_WINDOW, mapped + _SOURCE_WINDOW),
             )
             if _kind_matches(c, exc) and _source_in(store, release, c, source)
         ]
         if near:
-            other = min(near, key=lambda c: abs(c["start_line"] - mapped))
+            other = min(near, key=lambda c: abs(c.start_line - mapped))
             notes.append(
                 f"the log prints `{source[:80]}` at line {frame.line}; in {release} that "
-                f"is line {other['start_line']}'s check, not the one at line {mapped}"
+                f"is line {other.start_line}'s check, not the one at line {mapped}"
             )
             fits = _message_fits(store, release, other, exc)
             if fits is False:

@@ -28,12 +28,12 @@ there.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.cache import facts_signature
 from service.engine.evaluate.message_facts import held_at_crash, message_facts, printed_flags
@@ -167,7 +167,7 @@ def recheck_release(
     located = locate_in(store, exc, res.release, res.line_offsets, scope)
     if located is None or fires_in(store, res.release, located, exc, parsed, facts) is not False:
         return Recheck(res, located)
-    where = f"{located.check['path']}:{located.check['start_line']}"
+    where = f"{located.check.path}:{located.check.start_line}"
     cannot = (
         f"the located check ({where}) cannot fire in {res.release} with the command's "
         "flags and the message's values"
@@ -227,12 +227,11 @@ def recheck_release(
     )
 
 
-def _signature(check: dict[str, Any]) -> tuple[str, ...]:
+def _signature(check: Check) -> tuple[str, ...]:
     """The check's path condition as text, receivers (``self.``, ``cfg.``, views) and
     whitespace aside: two releases with the same signature evaluate alike."""
-    guards = json.loads(check["guards"]) if isinstance(check["guards"], str) else check["guards"]
-    parts = [check.get("condition") or "", check.get("exc_type") or ""]
-    parts += [f"{g['condition']}:{g['polarity']}" for g in guards or []]
+    parts = [check.condition or "", check.exc_type or ""]
+    parts += [f"{g['condition']}:{g['polarity']}" for g in check.guards]
     return tuple(" ".join(_RECEIVER.sub("", p).split()) for p in parts)
 
 

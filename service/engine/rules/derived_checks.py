@@ -30,8 +30,8 @@ from __future__ import annotations
 import ast
 import functools
 from dataclasses import dataclass
-from typing import Any
 
+from kb.code_types import Check
 from kb.errors import UnsafeExpression
 from kb.rules.cards import helper_reads
 from kb.store import Store
@@ -97,23 +97,23 @@ def _conj(pieces: list[tuple[str, bool]]) -> tuple[str, frozenset[str]] | None:
     return (" and ".join(parts) if parts else "True"), reads
 
 
-def _derive_check(store: Store, version: str, row: dict[str, Any]) -> DerivedCheck | None:
-    fns = store.functions_at(version, row["path"], row["start_line"])
+def _derive_check(store: Store, version: str, row: Check) -> DerivedCheck | None:
+    fns = store.functions_at(version, row.path, row.start_line)
     fn_start = fns[0]["start_line"] if fns else None
 
     def local(text: str) -> str:
-        return with_locals(store, version, row["path"], fn_start, row["start_line"], text)
+        return with_locals(store, version, row.path, fn_start, row.start_line, text)
 
     pieces: list[tuple[str, bool]] = []
-    reach = reach_condition(store, version, row["function"])
+    reach = reach_condition(store, version, row.function)
     if reach is not None:
         pieces.append((reach, True))
-    guards = row["guards"]
-    if row["kind"] == "assert" and row["condition"]:
+    guards = row.guards
+    if row.kind == "assert" and row.condition:
         pieces += [(local(g["condition"]), bool(g["polarity"])) for g in guards]
-        require = [(local(row["condition"]), True)]
+        require = [(local(row.condition), True)]
     else:
-        if not guards or not (row["exc_type"] or row["message"]):
+        if not guards or not (row.exc_type or row.message):
             return None  # unguarded, or a bare re-raise inside an ``except``
         pieces += [(local(g["condition"]), bool(g["polarity"])) for g in guards[:-1]]
         require = [(local(guards[-1]["condition"]), not guards[-1]["polarity"])]
@@ -125,7 +125,7 @@ def _derive_check(store: Store, version: str, row: dict[str, Any]) -> DerivedChe
         validate(when[0])
     except UnsafeExpression:
         return None  # too large for the evaluator as a whole
-    start, end = row["start_line"], row["end_line"]
+    start, end = row.start_line, row.end_line
     span = f"{start}-{end}" if end != start else str(start)
     reads = when[1] | req[1]
     deps, writes = _write_deps(store, version, row, reads)
@@ -133,15 +133,15 @@ def _derive_check(store: Store, version: str, row: dict[str, Any]) -> DerivedChe
         when[0],
         req[0],
         version,
-        f"{version}:{row['path']}:{row['function']}:{span}",
-        row["id"],
-        row["kind"],
-        row["function"],
-        row["path"],
+        f"{version}:{row.path}:{row.function}:{span}",
+        row.id,
+        row.kind,
+        row.function,
+        row.path,
         start,
         end,
-        bool(row["bare"]),
-        row["message"],
+        bool(row.bare),
+        row.message,
         reads,
         tuple(sorted(deps | helper_reads(when[0], req[0]))),
         writes,
@@ -149,7 +149,7 @@ def _derive_check(store: Store, version: str, row: dict[str, Any]) -> DerivedChe
 
 
 def _write_deps(
-    store: Store, version: str, row: dict[str, Any], reads: frozenset[str]
+    store: Store, version: str, row: Check, reads: frozenset[str]
 ) -> tuple[set[str], bool]:
     """(attributes the earlier writes of ``reads`` depend on, any such write?).
 
@@ -169,7 +169,7 @@ def _write_deps(
     )
 
 
-def qualifying_checks(store: Store, version: str) -> list[dict[str, Any]]:
+def qualifying_checks(store: Store, version: str) -> list[Check]:
     """The checks of ``version``'s validation surface (the candidates for derivation)."""
     return store.checks(
         version,

@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from kb.code_types import Check
 from kb.rules.cards import Card, helper_reads, load_curated
 from kb.store import Store
 from service.engine.cache import cached, recent, release_key
@@ -61,10 +62,10 @@ def cards_for(store: Store, release: str) -> list[Card]:
     return cards
 
 
-def _check_rows(store: Store, release: str) -> dict[tuple[str, int], dict[str, Any]]:
+def _check_rows(store: Store, release: str) -> dict[tuple[str, int], Check]:
     return cached(
         release_key(store, release, "rules:check_rows"),
-        lambda: {(r["path"], r["start_line"]): r for r in qualifying_checks(store, release)},
+        lambda: {(r.path, r.start_line): r for r in qualifying_checks(store, release)},
     )
 
 
@@ -73,7 +74,7 @@ def _release_meta(store: Store, release: str) -> dict[str, tuple[Card, Any, tupl
     return cached(release_key(store, release, "rules:meta"), dict)
 
 
-def _meta(store: Store, release: str, card: Card) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+def _meta(store: Store, release: str, card: Card) -> tuple[Check | None, tuple[str, ...]]:
     """(the check a derived card comes from in ``release`` if writes matter, dependencies).
 
     Dependencies are the attributes the card reads, those its helpers read and,
@@ -93,7 +94,7 @@ class CardEntry:
     """What evaluating one card in one release needs besides the inputs."""
 
     card: Card
-    row: dict[str, Any] | None  # the check whose earlier writes are folded in, if any
+    row: Check | None  # the check whose earlier writes are folded in, if any
     deps: tuple[str, ...]
     uses_given: bool
 

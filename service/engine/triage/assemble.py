@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.answer import (
     CheckInfo,
@@ -69,7 +70,7 @@ def located_answer(
         no_fix = no_fix_reason(ev, check, undecided=bool(fixes))
     references = explain_references(store, version, ev.attrs, catalog, printed.traces)
     result: dict[str, Any] = {
-        "condition": check["condition"] or guards_text(check),
+        "condition": check.condition or guards_text(check),
         "rule": rule,
         "no_flag_fix": no_fix,
         "undecided": undecided_reason(ev),
@@ -143,13 +144,13 @@ def located_answer(
         explanation=md,
         location=location,
         check=CheckInfo(
-            id=check["id"],
-            kind=check["kind"],
-            exc_type=check["exc_type"],
-            bare=check["bare"],
-            condition=check["condition"],
-            message=check["message"],
-            guards=check["guards"],
+            id=check.id,
+            kind=check.kind,
+            exc_type=check.exc_type,
+            bare=check.bare,
+            condition=check.condition,
+            message=check.message,
+            guards=check.guards,
         ),
         evaluation=EvaluationOut(
             fired=tri(ev.fired), atoms=atoms, caveats=caveats, writes=ev.write_notes
@@ -183,35 +184,35 @@ def located_answer(
     )
 
 
-def location_of(store: Store, version: str, check: dict[str, Any], located: Located) -> Location:
+def location_of(store: Store, version: str, check: Check, located: Located) -> Location:
     """Where ``check`` is in ``version``: its span cited, an excerpt with a few lines
     around it (its own highlighted), how it was located and the alternatives."""
-    start = max(1, check["start_line"] - 4)
-    end = check["end_line"] + 3
-    lines = store.file_lines(version, check["path"], start, end)
+    start = max(1, check.start_line - 4)
+    end = check.end_line + 3
+    lines = store.file_lines(version, check.path, start, end)
     excerpt = [
         ExcerptLine(
             line=start + i,
             text=text,
-            highlight=check["start_line"] <= start + i <= check["end_line"],
+            highlight=check.start_line <= start + i <= check.end_line,
         )
         for i, text in enumerate(lines)
     ]
     span = (
-        f"{check['start_line']}-{check['end_line']}"
-        if check["end_line"] != check["start_line"]
-        else str(check["start_line"])
+        f"{check.start_line}-{check.end_line}"
+        if check.end_line != check.start_line
+        else str(check.start_line)
     )
     return Location(
-        path=check["path"],
-        function=check["function"],
-        start_line=check["start_line"],
-        end_line=check["end_line"],
+        path=check.path,
+        function=check.function,
+        start_line=check.start_line,
+        end_line=check.end_line,
         reported_line=located.reported_line,
         # Located.method (locate/localize.py) is a plain str holding one of these Literals
         method=located.method,
         confidence=located.confidence,
-        citation=f"{version}:{check['path']}:{span}",
+        citation=f"{version}:{check.path}:{span}",
         excerpt=excerpt,
-        alternatives=[f"{version}:{a['path']}:{a['start_line']}" for a in located.alternatives],
+        alternatives=[f"{version}:{a.path}:{a.start_line}" for a in located.alternatives],
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
+from kb.code_types import Check
 from kb.knowledge import KnowledgeBase
 from kb.store import Store
 from service.engine.answer import NotFlagProblem
@@ -53,7 +53,7 @@ class Evaluated:
     """The located check's path condition evaluated with the command (completed with the
     flags its message printed), the message's values and the facts."""
 
-    check: dict[str, Any]
+    check: Check
     argv: list[str]
     pargs: ParsedArgs
     attrs: dict[str, Value]

@@ -13,6 +13,7 @@ from evals.families.rendered import NOTE, rendered_incidents
 from evals.incidents import CATEGORIES, Incident
 from evals.variants import variants_of
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from service.engine import parse_log
 
 RELEASES = ("0.5.9", "0.5.11", "0.5.16", "0.5.21", "0.5.23")
@@ -24,10 +25,10 @@ def incidents(store) -> list[Incident]:
     return rendered_incidents(store, RELEASES)
 
 
-def _check(store, inc: Incident) -> dict:
+def _check(store, inc: Incident) -> Check:
     loc = inc.expected.location
     return next(
-        c for c in store.checks(inc.release, path=loc.path) if c["start_line"] == loc.start_line
+        c for c in store.checks(inc.release, path=loc.path) if c.start_line == loc.start_line
     )
 
 
@@ -43,18 +44,18 @@ def test_an_incident_is_its_release_raise_as_a_crash_log(store, incidents) -> No
     for inc in incidents:
         check = _check(store, inc)
         loc = inc.expected.location
-        assert (loc.function, loc.end_line) == (check["function"], check["end_line"])
+        assert (loc.function, loc.end_line) == (check.function, check.end_line)
         assert inc.expected.release == inc.release and inc.confirmed_by is None
         assert inc.source.startswith("generated") and NOTE in inc.notes
         assert inc.category in CATEGORIES
         parsed = parse_log(inc.crash_log)
         exc = parsed.primary
-        assert exc is not None and exc.type == (check["exc_type"] or "RuntimeError"), inc.id
+        assert exc is not None and exc.type == (check.exc_type or "RuntimeError"), inc.id
         assert exc.frames and exc.frames[-1].path.endswith(loc.path), inc.id
         assert exc.frames[-1].line in {
-            check["start_line"],
-            check["test_start"],
-            check["test_end"],
+            check.start_line,
+            check.test_start,
+            check.test_end,
         }, inc.id
         assert parsed.command == inc.command_argv(), inc.id
         # the message the incident carries is in the log, whole
@@ -68,14 +69,14 @@ def test_an_incident_is_its_release_raise_as_a_crash_log(store, incidents) -> No
 
 def test_an_attention_fix_sets_the_deciding_flag_to_a_supported_backend(store, incidents) -> None:
     cases = {
-        (c.release, c.check["path"], c.check["start_line"], c.message): c
+        (c.release, c.check.path, c.check.start_line, c.message): c
         for c in attention_cases(store, RELEASES)
     }
     seen = 0
     for inc in (i for i in incidents if i.family == "layer_attention_backend"):
         check = _check(store, inc)
         message = parse_log(inc.crash_log).primary.message
-        case = cases[(inc.release, check["path"], check["start_line"], message)]
+        case = cases[(inc.release, check.path, check.start_line, message)]
         by_flag = load_catalog(store, inc.release).by_flag()
         argv = inc.command_argv()
         [flag] = inc.expected.root_cause_flags

@@ -47,7 +47,7 @@ def test_each_family_has_an_incident_at_its_check(incidents, store) -> None:
         assert loc is not None and inc.expected.release == RELEASE
         checks = family_checks(store, RELEASE, inc.family or "")
         assert any(
-            (c["path"], c["function"], c["start_line"], c["end_line"])
+            (c.path, c.function, c.start_line, c.end_line)
             == (loc.path, loc.function, loc.start_line, loc.end_line)
             for c in checks
         )
@@ -108,13 +108,13 @@ def test_judge_says_replay_does_not_reach_a_check_no_probe_reaches(store, kb_set
     check = next(
         c
         for c in store.checks(RELEASE)
-        if c["path"].startswith("sglang/srt/mem_cache/") and c["kind"] == "raise"
+        if c.path.startswith("sglang/srt/mem_cache/") and c.kind == "raise"
     )
     argv = ["--model-path", "Qwen/Qwen3-30B-A3B", "--tp-size", "2"]
     answer = {
         "status": "located",
         "release": {"release": RELEASE},
-        "location": {k: check[k] for k in ("path", "function", "start_line", "end_line")},
+        "location": {k: getattr(check, k) for k in ("path", "function", "start_line", "end_line")},
         "parsed": {"command": argv, "hardware": HARDWARE, "model_arch": "Qwen3MoeForCausalLM"},
         "fixes": [
             {

@@ -31,7 +31,7 @@ def _seed_log(kb) -> str:
     check = next(
         c
         for c in kb.store.checks("0.5.11", function="ServerArgs._handle_speculative_decoding")
-        if c["bare"]
+        if c.bare
     )
     return render_log(kb.store, "0.5.11", check, argv=SEED_ARGV)
 
@@ -94,7 +94,7 @@ def test_confirm_records_the_fix(client: httpx.Client, kb) -> None:
     check = next(
         c
         for c in kb.store.checks("0.5.11", function="ServerArgs._handle_speculative_decoding")
-        if c["bare"]
+        if c.bare
     )
     other = render_log(kb.store, "0.5.11", check, python="3.11", argv=SEED_ARGV[:-2])
     later = client.post("/triage?release=0.5.11", content=other).json()

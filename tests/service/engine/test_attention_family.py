@@ -52,18 +52,18 @@ def _framed(store, inc: AttentionCase) -> str:
     """The incident as a traceback: the raising frame with its source line, then the
     exception line."""
     c = inc.check
-    line = store.file_lines(inc.release, c["path"], c["start_line"], c["start_line"])[0].strip()
+    line = store.file_lines(inc.release, c.path, c.start_line, c.start_line)[0].strip()
     return (
         "Traceback (most recent call last):\n"
-        f'  File "/usr/local/lib/python3.12/dist-packages/{c["path"]}", line {c["start_line"]}, '
-        f"in {c['function'].rsplit('.', 1)[-1]}\n    {line}\n{inc.exc}: {inc.message}\n"
+        f'  File "/usr/local/lib/python3.12/dist-packages/{c.path}", line {c.start_line}, '
+        f"in {c.function.rsplit('.', 1)[-1]}\n    {line}\n{inc.exc}: {inc.message}\n"
     )
 
 
 def _same_message(store, inc: AttentionCase) -> int:
     """How many checks of the release carry this literal message (a message alone cannot
     tell them apart)."""
-    return sum(1 for c in store.checks(inc.release) if c["message"] == inc.check["message"])
+    return sum(1 for c in store.checks(inc.release) if c.message == inc.check.message)
 
 
 def test_incidents_cover_the_releases_and_kinds(store) -> None:
@@ -83,8 +83,8 @@ def test_a_refused_backend_is_replaced_by_a_listed_one(engine, kb, with_frames) 
         log = command + _framed(store, inc) if with_frames else f"{inc.exc}: {inc.message}\n"
         result = engine.triage(log, release=inc.release)
         where = (result.location.path, result.location.start_line) if result.location else None
-        cite = f"{inc.release}:{inc.check['path']}:{inc.check['start_line']}"
-        if where != (inc.check["path"], inc.check["start_line"]) and not (
+        cite = f"{inc.release}:{inc.check.path}:{inc.check.start_line}"
+        if where != (inc.check.path, inc.check.start_line) and not (
             not with_frames
             and _same_message(store, inc) > 1
             and result.location

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from kb.code_types import Check
 from service.engine.triage import Engine
 from tests.service.engine.layouts import layout
 
@@ -26,15 +27,13 @@ def engine(kb) -> Engine:
     return Engine(kb)
 
 
-def _check(store, release: str) -> dict:
-    rows = [
-        c for c in store.checks(release) if (c["message"] or "").startswith(f'f"{MESSAGE_START}')
-    ]
+def _check(store, release: str) -> Check:
+    rows = [c for c in store.checks(release) if (c.message or "").startswith(f'f"{MESSAGE_START}')]
     assert len(rows) == 1, (release, len(rows))
     return rows[0]
 
 
-def _message(check: dict, size: int, tp: int, ep: int, block: int) -> str:
+def _message(check: Check, size: int, tp: int, ep: int, block: int) -> str:
     """The release's own message source rendered with the crash's values."""
     moe_tp = tp // ep
     names = {
@@ -45,7 +44,7 @@ def _message(check: dict, size: int, tp: int, ep: int, block: int) -> str:
         "moe_ep_size": ep,
         "self": SimpleNamespace(tp_size=tp, moe_ep_size=ep),
     }
-    return eval("(" + check["message"] + ")", {}, names)  # SGLang's f-string
+    return eval("(" + check.message + ")", {}, names)  # SGLang's f-string
 
 
 def _holds(size: int, block: int, tp: int, ep: int, dp: int) -> bool:
@@ -70,8 +69,8 @@ def test_block_shape_fix_makes_the_arithmetic_hold(
     result = engine.triage(log, release=release)
     assert result.status == "located"
     assert (result.location.path, result.location.start_line) == (
-        check["path"],
-        check["start_line"],
+        check.path,
+        check.start_line,
     )
     assert result.evaluation.fired == "true"
     printed = {p.expr: p for p in result.printed}

@@ -14,6 +14,7 @@ import re
 
 import pytest
 
+from kb.code_types import Check
 from service.engine.evaluate import params
 from service.engine.triage import Engine
 from tests.service.engine.layouts import layout
@@ -26,21 +27,21 @@ def engine(kb) -> Engine:
     return Engine(kb)
 
 
-def _create_weights_check(store, release: str, word: str) -> dict:
+def _create_weights_check(store, release: str, word: str) -> Check:
     rows = [
         c
         for c in store.checks(release)
-        if c["path"] == "sglang/srt/layers/quantization/fp8.py"
-        and f"weight quantization {word} = " in (c["message"] or "")
-        and "intermediate_size_per_partition" in (c["message"] or "")
+        if c.path == "sglang/srt/layers/quantization/fp8.py"
+        and f"weight quantization {word} = " in (c.message or "")
+        and "intermediate_size_per_partition" in (c.message or "")
     ]
     assert len(rows) == 1, (release, word, len(rows))
     return rows[0]
 
 
-def _message(check: dict, per_partition: int, block: int, word: str) -> str:
+def _message(check: Check, per_partition: int, block: int, word: str) -> str:
     names = {"intermediate_size_per_partition": per_partition, word: block}
-    return eval("(" + check["message"] + ")", {}, names)  # SGLang's f-string
+    return eval("(" + check.message + ")", {}, names)  # SGLang's f-string
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -68,8 +69,8 @@ def test_create_weights_fix_makes_the_block_divide(
     assert per_partition % block  # a failing shape
     # the raise's own frame: the same message is also raised by blockwise INT8
     frame = (
-        f'  File "/usr/local/lib/python3.11/dist-packages/{check["path"]}", line '
-        f"{check['start_line']}, in create_weights\n    raise ValueError(\n"
+        f'  File "/usr/local/lib/python3.11/dist-packages/{check.path}", line '
+        f"{check.start_line}, in create_weights\n    raise ValueError(\n"
     )
     log = (
         f"$ python -m sglang.launch_server --model-path org/unknown-moe-fp8 --tp {tp}\n"
@@ -79,8 +80,8 @@ def test_create_weights_fix_makes_the_block_divide(
     result = engine.triage(log, release=release)
     assert result.status == "located"
     assert (result.location.path, result.location.start_line) == (
-        check["path"],
-        check["start_line"],
+        check.path,
+        check.start_line,
     )
     assert result.evaluation.fired == "true"
     best = next(f for f in result.fixes if f.recommended)

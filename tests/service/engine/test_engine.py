@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from evals.render import render_log
+from kb.code_types import Check
 from service.engine.triage import Engine
 
 SEED_BASE = [
@@ -27,14 +28,14 @@ def engine(kb) -> Engine:
     return Engine(kb)
 
 
-def _seed_check(kb, release: str) -> dict:
+def _seed_check(kb, release: str) -> Check:
     fn = (
         "ServerArgs._handle_speculative_decoding" if release != "0.5.23" else "_handle_eagle_family"
     )
     return next(
         c
         for c in kb.store.checks(release, function=fn)
-        if c["bare"] and "speculative_eagle_topk is None" in c["condition"]
+        if c.bare and "speculative_eagle_topk is None" in c.condition
     )
 
 
@@ -99,7 +100,7 @@ def test_each_python_reports_a_line_that_maps_to_the_same_check(kb, engine, pyth
     check = _seed_check(kb, "0.5.11")
     log = render_log(kb.store, "0.5.11", check, python=python, argv=ATTEMPT_1)
     result = engine.triage(log, release="0.5.11")
-    assert result.check.id == check["id"]
+    assert result.check.id == check.id
     assert result.location.method == "frame_line"
     assert result.parsed.python == python
 
@@ -124,7 +125,7 @@ def test_dev_build_lines_off_by_12_to_79_resolve_to_nearest_0_5_11(kb, engine) -
     assert result.release["release"] == "0.5.11"
     assert result.release["dev_build"] is True
     assert "nearest release 0.5.11" in (result.release["note"] or "")
-    assert result.check.id == check["id"]
+    assert result.check.id == check.id
     assert result.fixes and result.fixes[0].fixes_check == "true"
 
 
@@ -171,13 +172,13 @@ def test_hardware_changes_the_verdict(kb, engine) -> None:
         for c in kb.store.checks(
             "0.5.11", function="ServerArgs._handle_attention_backend_compatibility"
         )
-        if "prefill is only supported on Blackwell" in (c["message"] or "")
+        if "prefill is only supported on Blackwell" in (c.message or "")
     )
     argv = ["--model-path", "/models/Llama-3.1-8B-Instruct", "--attention-backend", "trtllm_mha"]
     log = render_log(kb.store, "0.5.11", check, python="3.12", argv=argv)
     on_rtx = engine.triage(log, release="0.5.11", hardware="rtx-pro-6000-x8")
     on_b200 = engine.triage(log, release="0.5.11", hardware="b200-x8")
-    assert on_rtx.check.id == on_b200.check.id == check["id"]
+    assert on_rtx.check.id == on_b200.check.id == check.id
     assert on_rtx.evaluation.fired == "true"
     assert on_b200.evaluation.fired == "false"
     assert on_b200.unknowns and on_b200.unknowns[0].what == "why the check fired"

@@ -43,11 +43,11 @@ def _value(argv: list[str], flag: str) -> float | None:
 
 def _framed(store, inc: MemoryCase) -> str:
     c = inc.check
-    line = store.file_lines(inc.release, c["path"], c["start_line"], c["start_line"])[0].strip()
+    line = store.file_lines(inc.release, c.path, c.start_line, c.start_line)[0].strip()
     return (
         "Traceback (most recent call last):\n"
-        f'  File "/opt/venv/lib/python3.11/site-packages/{c["path"]}", line {c["start_line"]}, '
-        f"in {c['function'].rsplit('.', 1)[-1]}\n    {line}\n{c['exc_type']}: {inc.message}\n"
+        f'  File "/opt/venv/lib/python3.11/site-packages/{c.path}", line {c.start_line}, '
+        f"in {c.function.rsplit('.', 1)[-1]}\n    {line}\n{c.exc_type}: {inc.message}\n"
     )
 
 
@@ -57,10 +57,10 @@ def _same_message(store, inc: MemoryCase) -> int:
     return sum(
         1
         for c in store.checks(inc.release)
-        if c["path"].startswith(POOL_CODE)
-        and c["exc_type"] == inc.check["exc_type"]
-        and c["message"]
-        and render_memory(c["message"]) == inc.message
+        if c.path.startswith(POOL_CODE)
+        and c.exc_type == inc.check.exc_type
+        and c.message
+        and render_memory(c.message) == inc.message
     )
 
 
@@ -89,12 +89,12 @@ def test_a_pool_too_small_moves_the_flag_the_message_names(engine, kb, with_fram
         log = (
             command + _framed(store, inc)
             if with_frames
-            else f"{inc.check['exc_type']}: {inc.message}\n"
+            else f"{inc.check.exc_type}: {inc.message}\n"
         )
         result = engine.triage(log, release=inc.release)
         where = (result.location.path, result.location.start_line) if result.location else None
-        cite = f"{inc.release}:{inc.check['path']}:{inc.check['start_line']}"
-        if where != (inc.check["path"], inc.check["start_line"]) and not (
+        cite = f"{inc.release}:{inc.check.path}:{inc.check.start_line}"
+        if where != (inc.check.path, inc.check.start_line) and not (
             not with_frames
             and _same_message(store, inc) > 1
             and result.location

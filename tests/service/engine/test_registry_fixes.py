@@ -9,6 +9,7 @@ import itertools
 
 import pytest
 
+from kb.code_types import Check
 from service.engine.triage import Engine
 
 MESSAGE_START = "Runner backend "
@@ -20,11 +21,11 @@ def engine(kb) -> Engine:
     return Engine(kb)
 
 
-def _runner_check(store, release: str) -> dict | None:
+def _runner_check(store, release: str) -> Check | None:
     rows = [
         c
         for c in store.checks(release)
-        if "requires a fused func for a2a backend" in (c["message"] or "")
+        if "requires a fused func for a2a backend" in (c.message or "")
     ]
     return rows[0] if len(rows) == 1 else None
 
@@ -41,13 +42,13 @@ def _missing_pairs(store, release: str, limit: int = 2) -> list[tuple[str, str]]
     return [(a, r) for a, r in itertools.product(a2as, runners) if (a, r) not in pairs][:limit]
 
 
-def _message(check: dict, runner: str, a2a: str) -> str:
+def _message(check: Check, runner: str, a2a: str) -> str:
     class Runner:  # the enum member as SGLang prints it
         def __str__(self) -> str:
             return f"MoeRunnerBackend.{runner.upper()}"
 
     return eval(
-        "(" + check["message"] + ")",
+        "(" + check.message + ")",
         {},  # SGLang's own f-string
         {"runner_backend": Runner(), "a2a_backend_name": a2a},
     )
@@ -84,8 +85,8 @@ def test_a_missing_fused_func_is_fixed_by_a_registered_pair(engine, kb, with_com
         result = engine.triage(log, release=release)
         assert result.status == "located", (release, a2a, runner)
         assert (result.location.path, result.location.start_line) == (
-            check["path"],
-            check["start_line"],
+            check.path,
+            check.start_line,
         )
         best = next((f for f in result.fixes if f.recommended), None)
         assert best is not None, (release, a2a, runner, result.no_flag_fix)

@@ -110,7 +110,7 @@ def seed_log(kb) -> str:
     check = next(
         c
         for c in kb.store.checks("0.5.11", function="ServerArgs._handle_speculative_decoding")
-        if c["bare"] and "speculative_eagle_topk is None" in c["condition"]
+        if c.bare and "speculative_eagle_topk is None" in c.condition
     )
     return render_log(kb.store, "0.5.11", check, python="3.12", argv=SEED_ARGV)
 

@@ -91,7 +91,7 @@ def team_kb(
     check = next(
         c
         for c in kb.store.checks("0.5.11", function="ServerArgs._handle_speculative_decoding")
-        if c["bare"] and "speculative_eagle_topk is None" in c["condition"]
+        if c.bare and "speculative_eagle_topk is None" in c.condition
     )
     log = render_log(kb.store, "0.5.11", check, python="3.12", argv=ARGV)
     kb.close()

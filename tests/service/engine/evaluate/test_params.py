@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kb.code_types import Check
 from service.engine.evaluate.params import flag_for, own_fields, rename_fields, traced_params
 
 
@@ -62,9 +63,9 @@ def test_validation_functions_keep_their_parameters(store) -> None:
     assert traced_params(store, "0.5.23", fn, fn["path"]) == {}
 
 
-def _check_with(store, release: str, text: str) -> tuple[dict, dict]:
-    check = next(c for c in store.checks(release) if text in (c["message"] or ""))
-    fn = dict(store.functions_at(release, check["path"], check["start_line"])[0])
+def _check_with(store, release: str, text: str) -> tuple[dict, Check]:
+    check = next(c for c in store.checks(release) if text in (c.message or ""))
+    fn = dict(store.functions_at(release, check.path, check.start_line)[0])
     return fn, check
 
 
@@ -89,7 +90,7 @@ def test_a_field_the_function_assigns_is_the_objects_own(store) -> None:
 
 def test_validation_checks_read_fields_as_written(store) -> None:
     check = next(c for c in store.checks("0.5.11", path="sglang/srt/server_args.py"))
-    fn = dict(store.functions_at("0.5.11", check["path"], check["start_line"])[0])
+    fn = dict(store.functions_at("0.5.11", check.path, check.start_line)[0])
     assert (
         rename_fields(store, "0.5.11", fn, check, "self.moe_ep_size > 1") == "self.moe_ep_size > 1"
     )

@@ -8,11 +8,11 @@ constants, and a check whose own test stays unknown.
 from __future__ import annotations
 
 import ast
-from typing import Any
 
 import pytest
 
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from service.engine.evaluate import chain
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path, prepared_pieces
 from service.engine.explain.evaluation import atoms_out, no_fix_reason, unknown_facts
@@ -34,8 +34,8 @@ def _attrs(catalog, argv: list[str]) -> dict[str, Value]:
     return base_attrs(catalog, parse_argv(argv, catalog))
 
 
-def _pipeline_checks(store) -> list[dict[str, Any]]:
-    return [c for c in store.checks(RELEASE) if c["path"].startswith("sglang/srt/arg_groups/")]
+def _pipeline_checks(store) -> list[Check]:
+    return [c for c in store.checks(RELEASE) if c.path.startswith("sglang/srt/arg_groups/")]
 
 
 def test_resolution_result_range_check_is_decided_and_explained_by_its_flag(ctx) -> None:
@@ -43,14 +43,14 @@ def test_resolution_result_range_check_is_decided_and_explained_by_its_flag(ctx)
     found = [
         c
         for c in _pipeline_checks(store)
-        for g in c["guards"][-1:]
+        for g in c.guards[-1:]
         if "resolution_result(" in g["condition"] and g["polarity"]
     ]
     assert found, "a check guarded by a resolution_result read"
     check = found[0]
     field = ast.literal_eval(
         ast.parse(
-            check["guards"][-1]["condition"]
+            check.guards[-1]["condition"]
             .split("resolution_result(", 1)[1]
             .split(",", 1)[1]
             .split(")", 1)[0]
@@ -69,17 +69,17 @@ def test_resolution_result_range_check_is_decided_and_explained_by_its_flag(ctx)
     assert ok.test is not None and ok.test.holds is False
 
 
-def _one_attr_range_checks(store) -> list[tuple[dict[str, Any], str]]:
+def _one_attr_range_checks(store) -> list[tuple[Check, str]]:
     """Raise checks of arg_groups whose own `if` compares one `cfg.X` with constants and
     that follow earlier sibling raises (whose flags must not explain it)."""
     out = []
     for c in _pipeline_checks(store):
-        if c["kind"] != "raise" or not c["guards"] or not c["guards"][-1]["polarity"]:
+        if c.kind != "raise" or not c.guards or not c.guards[-1]["polarity"]:
             continue
-        if not any(g["kind"] == "early_exit" for g in c["guards"]):
+        if not any(g["kind"] == "early_exit" for g in c.guards):
             continue
         try:
-            node = ast.parse(c["guards"][-1]["condition"].strip(), mode="eval").body
+            node = ast.parse(c.guards[-1]["condition"].strip(), mode="eval").body
         except SyntaxError:
             continue
         if not (
@@ -107,7 +107,7 @@ def test_generated_range_check_is_explained_by_its_flag_only(ctx) -> None:
         spec = by_attr.get(attr)
         if spec is None or spec.action not in (None, "store"):
             continue
-        node = ast.parse(check["guards"][-1]["condition"].strip(), mode="eval").body
+        node = ast.parse(check.guards[-1]["condition"].strip(), mode="eval").body
         assert isinstance(node, ast.Compare)
         limit = node.comparators[0]
         assert isinstance(limit, ast.Constant)
@@ -124,7 +124,7 @@ def test_generated_range_check_is_explained_by_its_flag_only(ctx) -> None:
         guard_only = {
             n for p in ev.parts if not p.explains for a in p.result.atoms for n, _, _ in a.inputs
         } - ev.test_attrs
-        assert not failing & guard_only, (check["start_line"], failing, guard_only)
+        assert not failing & guard_only, (check.start_line, failing, guard_only)
     assert tried, "a generated range check fired"
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from service.engine import Engine, referenced_names
 from service.engine.explain.rule import Namer, rule_sentence, words
 from tests.conftest import TEST_RELEASES
@@ -16,11 +17,11 @@ SEED_LOG = (Path(__file__).resolve().parents[4] / "examples" / "seed_attempt1.lo
 SPEC_FN = "ServerArgs._handle_speculative_decoding"
 
 
-def _bare_spec_asserts(store, release: str) -> list[dict]:
+def _bare_spec_asserts(store, release: str) -> list[Check]:
     return [
         c
         for c in store.checks(release, path="sglang/srt/server_args.py", function=SPEC_FN)
-        if c["kind"] == "assert" and c["bare"]
+        if c.kind == "assert" and c.bare
     ]
 
 
@@ -35,22 +36,22 @@ def test_bare_speculative_asserts_name_every_flag_they_read(store, release: str)
         assert sentence is not None and sentence.startswith(f"In {release}, ")
         words_part = sentence.split("; otherwise the assert at ")[0]
         assert "self." not in words_part and "server_args." not in words_part
-        read = set(referenced_names(check["condition"]))
-        for g in check["guards"]:
+        read = set(referenced_names(check.condition))
+        for g in check.guards:
             read |= set(referenced_names(g["condition"]))
         for attr in read:
             named = f"`{by_attr[attr].flags[0]}`" if attr in by_attr else f"`{attr}`"
             assert named in sentence, (attr, sentence)
-        cite = f"{release}:{check['path']}:{check['start_line']}"
+        cite = f"{release}:{check.path}:{check.start_line}"
         assert f"`{cite}`" in sentence
-        assert store.file_lines(release, check["path"], check["start_line"], check["start_line"])
+        assert store.file_lines(release, check.path, check.start_line, check.start_line)
 
 
 def test_the_0_5_11_speculative_rule_reads_as_its_condition(store) -> None:
     check = next(
         c
         for c in _bare_spec_asserts(store, "0.5.11")
-        if "speculative_eagle_topk is None" in c["condition"]
+        if "speculative_eagle_topk is None" in c.condition
     )
     sentence = rule_sentence(check, "0.5.11", load_catalog(store, "0.5.11"))
     assert sentence is not None
@@ -69,7 +70,7 @@ def test_the_users_spelling_is_used(store) -> None:
     check = next(
         c
         for c in store.checks("0.5.11", path="sglang/srt/server_args.py")
-        if c["bare"] and (c["condition"] or "").strip() == "self.tp_size % self.dp_size == 0"
+        if c.bare and (c.condition or "").strip() == "self.tp_size % self.dp_size == 0"
     )
     sentence = rule_sentence(
         check,
@@ -149,15 +150,17 @@ def test_a_long_list_is_shortened_with_its_length() -> None:
 
 
 def test_self_outside_server_args_is_not_a_flag() -> None:
-    check = {
-        "kind": "assert",
-        "condition": "self.tp > 1",
-        "guards": [],
-        "path": "sglang/srt/m.py",
-        "function": "ModelRunner.load",
-        "start_line": 7,
-        "exc_type": None,
-    }
+    check = Check.from_row(
+        {
+            "kind": "assert",
+            "condition": "self.tp > 1",
+            "guards": [],
+            "path": "sglang/srt/m.py",
+            "function": "ModelRunner.load",
+            "start_line": 7,
+            "exc_type": None,
+        }
+    )
     assert rule_sentence(check, "0.5.11", spellings={"tp": "--tp"}) == (
         "In 0.5.11, `self.tp` must be more than 1; otherwise the assert at "
         "`0.5.11:sglang/srt/m.py:7` fails."
@@ -165,18 +168,20 @@ def test_self_outside_server_args_is_not_a_flag() -> None:
 
 
 def test_a_bare_raise_is_its_guards() -> None:
-    check = {
-        "kind": "raise",
-        "condition": None,
-        "exc_type": "ValueError",
-        "path": "p.py",
-        "function": "ServerArgs.f",
-        "start_line": 3,
-        "guards": [
-            {"condition": "self.x", "polarity": True},
-            {"condition": "self.n > 2", "polarity": False},
-        ],
-    }
+    check = Check.from_row(
+        {
+            "kind": "raise",
+            "condition": None,
+            "exc_type": "ValueError",
+            "path": "p.py",
+            "function": "ServerArgs.f",
+            "start_line": 3,
+            "guards": [
+                {"condition": "self.x", "polarity": True},
+                {"condition": "self.n > 2", "polarity": False},
+            ],
+        }
+    )
     assert rule_sentence(check, "0.5.11", spellings={"x": "--x", "n": "--n"}) == (
         "In 0.5.11, the server refuses to start (ValueError at `0.5.11:p.py:3`) when `--x` is "
         "set and `--n` is at most 2."

@@ -181,7 +181,7 @@ def _mla_check(store, release: str) -> tuple[dict, str]:
         r.keys for r in fact_rows(checkpoint_info("deepseek-ai/DeepSeek-V3")) if r.name == "mla"
     )
     for check in store.checks(release, path="sglang/srt/server_args.py"):
-        if check["kind"] != "assert":
+        if check.kind != "assert":
             continue
         texts, _ = prepared_pieces(store, release, check, frozenset(facts))
         for role, text, _, _ in texts:
@@ -203,7 +203,7 @@ def test_triage_reads_the_checkpoint_mla_fact(kb, store, tmp_path: Path) -> None
         results[name] = engine.triage(log, release="0.5.11", hardware="b200-x8")
     seen = {}
     for name, result in results.items():
-        assert result.status == "located" and result.check.id == check["id"]
+        assert result.status == "located" and result.check.id == check.id
         inputs = [i for a in result.evaluation.atoms for i in a.inputs if i.name == key]
         assert inputs, f"the condition did not read {key}"
         assert inputs[0].source == "fact" and "config.json" in inputs[0].detail

@@ -146,7 +146,7 @@ def test_model_facts_feed_arch_conditions() -> None:
 
 def _guard(store: Store, version: str, function: str, needle: str) -> str:
     for chk in store.checks(version, function=function):
-        for g in chk["guards"]:
+        for g in chk.guards:
             if needle in g["condition"]:
                 return g["condition"]
     raise AssertionError(f"no guard with {needle!r} in {function} of {version}")

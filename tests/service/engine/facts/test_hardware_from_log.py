@@ -220,7 +220,7 @@ def trtllm_mla_log(kb):
         for c in kb.store.checks(
             "0.5.11", function="ServerArgs._handle_attention_backend_compatibility"
         )
-        if "TRTLLM MLA backend is only supported on Blackwell" in (c["message"] or "")
+        if "TRTLLM MLA backend is only supported on Blackwell" in (c.message or "")
     )
     return lambda preamble: render_log(kb.store, "0.5.11", check, argv=ARGV, preamble=preamble)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kb.code_types import Check
 from kb.known_models import known_models
 from service.engine.expr.interpreter import Env, evaluate, fact_key
 from service.engine.facts.checkpoint import SHAPE_INTS, checkpoint_facts, checkpoint_info, fact_rows
@@ -186,10 +187,8 @@ def test_the_last_start_up_wins_and_garbage_is_ignored() -> None:
 # ------------------------------------------------- a block-shape crash that printed no numbers
 
 
-def _check(store, release: str) -> dict:
-    rows = [
-        c for c in store.checks(release) if (c["message"] or "").startswith(f'f"{MESSAGE_START}')
-    ]
+def _check(store, release: str) -> Check:
+    rows = [c for c in store.checks(release) if (c.message or "").startswith(f'f"{MESSAGE_START}')]
     assert len(rows) == 1, (release, len(rows))
     return rows[0]
 
@@ -236,20 +235,20 @@ def test_block_shape_decided_from_model_facts(engine, kb, release, entry) -> Non
     size, block = entry.moe_intermediate_size, entry.weight_block_size[0]
     tp = _failing_tp(size, block)
     model = entry.ids[0]
-    fn = check["function"].rpartition(".")[2]
+    fn = check.function.rpartition(".")[2]
     # the traceback ends at the raise; the message itself was cut off (no numbers printed)
     log = (
         f"$ python -m sglang.launch_server --model-path {model} --tp {tp}\n"
         + LOG
         + "Traceback (most recent call last):\n"
-        f'  File "/usr/local/lib/python3.12/dist-packages/{check["path"]}", '
-        f"line {check['start_line']}, in {fn}\n    raise ValueError(\nValueError\n"
+        f'  File "/usr/local/lib/python3.12/dist-packages/{check.path}", '
+        f"line {check.start_line}, in {fn}\n    raise ValueError(\nValueError\n"
     )
     result = engine.triage(log, release=release)
     assert result.status == "located"
     assert (result.location.path, result.location.start_line) == (
-        check["path"],
-        check["start_line"],
+        check.path,
+        check.start_line,
     )
     assert result.printed == []  # nothing came from the message
     facts = {f.name: f for f in result.model_facts}

@@ -18,7 +18,7 @@ def evaluated(engine: Engine, release: str, catalog: Catalog, inc: Any) -> tuple
     store = engine.store
     loc = inc.expected.location
     check = next(
-        (c for c in store.checks(release, path=loc.path) if c["start_line"] == loc.start_line), None
+        (c for c in store.checks(release, path=loc.path) if c.start_line == loc.start_line), None
     )
     if check is None:
         return None

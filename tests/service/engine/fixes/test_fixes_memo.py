@@ -40,7 +40,7 @@ def seed(kb):  # the session KnowledgeBase fixture
     check = next(
         c
         for c in store.checks(RELEASE, function="ServerArgs._handle_speculative_decoding")
-        if c["bare"] and "speculative_eagle_topk is None" in c["condition"]
+        if c.bare and "speculative_eagle_topk is None" in c.condition
     )
     catalog = load_catalog(store, RELEASE)
     parsed = parse_argv(ARGV, catalog)
@@ -56,9 +56,9 @@ def _old_neighbours(store, check, attrs) -> list[str]:
     rows = store.checks(
         RELEASE,
         where=f"(path = ? OR path LIKE ?) AND ({likes})",
-        params=[check["path"], "sglang/srt/arg_groups/%", *params],
+        params=[check.path, "sglang/srt/arg_groups/%", *params],
     )
-    return [r["id"] for r in rows if r["id"] != check["id"]][: neighbours.MAX_NEIGHBOURS]
+    return [r.id for r in rows if r.id != check.id][: neighbours.MAX_NEIGHBOURS]
 
 
 @pytest.mark.parametrize(
@@ -73,13 +73,13 @@ def _old_neighbours(store, check, attrs) -> list[str]:
 def test_neighbours_match_the_sql_like_query(seed, attrs: set[str]) -> None:
     store, check = seed[0], seed[1]
     clear_all()
-    assert [
-        r["id"] for r in neighbours.neighbours(store, RELEASE, check, attrs)
-    ] == _old_neighbours(store, check, attrs)
+    assert [r.id for r in neighbours.neighbours(store, RELEASE, check, attrs)] == _old_neighbours(
+        store, check, attrs
+    )
     # and again from the cache
-    assert [
-        r["id"] for r in neighbours.neighbours(store, RELEASE, check, attrs)
-    ] == _old_neighbours(store, check, attrs)
+    assert [r.id for r in neighbours.neighbours(store, RELEASE, check, attrs)] == _old_neighbours(
+        store, check, attrs
+    )
 
 
 def test_like_pattern_follows_sqlite() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from evals.incidents import Incident, load_incidents
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path
 from service.engine.expr.interpreter import UNKNOWN, Provenance, Value
 from service.engine.fixes.edits import _choice_sites
@@ -58,7 +59,7 @@ def answers(kb) -> list[tuple[Incident, Any]]:
     return [(inc, _triage(engine, inc)) for inc in _incidents(kb)]
 
 
-def _check_of(store, inc: Incident, release: str | None = None) -> dict[str, Any] | None:
+def _check_of(store, inc: Incident, release: str | None = None) -> Check | None:
     """The check the incident expects, in ``release`` (its own by default)."""
     loc = inc.expected.location
     if loc is None or loc.start_line is None:
@@ -67,7 +68,7 @@ def _check_of(store, inc: Incident, release: str | None = None) -> dict[str, Any
         (
             c
             for c in store.checks(release or inc.release, path=loc.path)
-            if c["start_line"] == loc.start_line
+            if c.start_line == loc.start_line
         ),
         None,
     )

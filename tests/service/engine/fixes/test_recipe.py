@@ -13,6 +13,7 @@ import pytest
 
 from evals.families.messages import literal_text
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from service.engine.fixes.recipe import read_recipe
 from service.engine.triage import Engine
 
@@ -30,13 +31,13 @@ def engine(kb) -> Engine:
     return Engine(kb)
 
 
-def _recipes(store, release: str) -> list[tuple[dict, str, str, str]]:
+def _recipes(store, release: str) -> list[tuple[Check, str, str, str]]:
     """(check, message, flag, value): a literal message that says to use a flag of the
     release with one of its choices."""
     by_flag = load_catalog(store, release).by_flag()
     out = []
-    for c in sorted(store.checks(release), key=lambda c: (c["path"], c["start_line"])):
-        text = literal_text(c["message"] or "")
+    for c in sorted(store.checks(release), key=lambda c: (c.path, c.start_line)):
+        text = literal_text(c.message or "")
         for m in _RECIPE.finditer(text or ""):
             spec = by_flag.get(m.group(1))
             if spec is not None and spec.choices and m.group(2) in map(str, spec.choices):
@@ -100,8 +101,8 @@ def test_the_recipe_is_ranked_first_when_it_holds(engine, kb) -> None:
     for release in RELEASES:
         for check, text, flag, value in _recipes(store, release)[:TRIAGED]:
             n += 1
-            result = engine.triage(f"{check['exc_type']}: {text}\n", release=release)
-            cite = f"{release}:{check['path']}:{check['start_line']}"
+            result = engine.triage(f"{check.exc_type}: {text}\n", release=release)
+            cite = f"{release}:{check.path}:{check.start_line}"
             if result.location is None or (
                 result.location.citation.split("-")[0] != cite
                 and cite not in result.location.alternatives

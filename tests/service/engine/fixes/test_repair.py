@@ -28,7 +28,7 @@ def result(kb):
     check = next(
         c
         for c in kb.store.checks("0.5.23", function="handle_pd_disaggregation")
-        if "HiSparse" in (c["message"] or "") and c["kind"] == "raise"
+        if "HiSparse" in (c.message or "") and c.kind == "raise"
     )
     log = render_log(kb.store, "0.5.23", check, python="3.11", argv=ARGV)
     return Engine(kb).triage(log, release="0.5.23", hardware="b200-x8")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from kb.catalogs import load_catalog
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path
 from service.engine.explain.across import check_changes
@@ -48,13 +49,13 @@ def _all_truly_removed(store: Store, ingested: list[str]):
             gone = [c.release for c in later[start:]]
             if all(
                 not _function_checks(store, v, chk)
-                and not _same_flags_checks(store, v, _tested_attrs(chk), chk["path"])
+                and not _same_flags_checks(store, v, _tested_attrs(chk), chk.path)
                 for v in gone
             ):
                 yield rel, chk, gone
 
 
-def _truly_removed(store: Store, ingested: list[str]) -> tuple[str, dict, list[str]]:
+def _truly_removed(store: Store, ingested: list[str]) -> tuple[str, Check, list[str]]:
     found = next(_all_truly_removed(store, ingested), None)
     if found is None:
         pytest.skip("no check is gone, with its function's checks, from later releases")
@@ -63,15 +64,15 @@ def _truly_removed(store: Store, ingested: list[str]) -> tuple[str, dict, list[s
 
 def test_a_check_removed_later_gets_upgrade_first(kb, store: Store, ingested: list[str]) -> None:
     for rel, chk, gone in _all_truly_removed(store, ingested):  # noqa: B007 - used after
-        res = Engine(kb).triage(f"{chk['exc_type']}: {chk['message'][1:-1]}\n", release=rel)
-        if res.location is not None and res.location.start_line == chk["start_line"]:
+        res = Engine(kb).triage(f"{chk.exc_type}: {chk.message[1:-1]}\n", release=rel)
+        if res.location is not None and res.location.start_line == chk.start_line:
             break  # its message locates it (others share a message with another check)
     else:
         pytest.skip("no such check is located by its message alone")
     up = res.upgrade_fix
     assert up is not None and up.release == gone[0] and up.status == "removed" and up.sure
     assert up.install == f'pip install "sglang=={gone[0]}"'
-    assert up.citations[0].startswith(f"{rel}:{chk['path']}:{chk['start_line']}")
+    assert up.citations[0].startswith(f"{rel}:{chk.path}:{chk.start_line}")
     assert all(_exists(store, c) for c in up.citations)
     assert set(up.citations) <= set(res.citations)  # the answer's citations hold them
     assert any("not ingested" in n for n in up.not_checked)  # honest about what it did not see
@@ -153,7 +154,7 @@ def test_a_check_kept_everywhere_offers_no_upgrade(store: Store, ingested: list[
             any(
                 _tests(c) == _tests(chk)
                 for c in store.checks(
-                    v, function=chk["function"], where="message = ?", params=(chk["message"],)
+                    v, function=chk.function, where="message = ?", params=(chk.message,)
                 )
             )
             for v in ingested[1:]
@@ -175,13 +176,13 @@ def test_a_removed_check_whose_flags_a_later_check_reads_is_judged_by_that_check
     for rel in ingested[:-1]:
         for chk in store.checks(rel, path="sglang/srt/server_args.py"):
             attrs = _tested_attrs(chk)
-            if not attrs or not chk["message"]:
+            if not attrs or not chk.message:
                 continue
             later = check_changes(store, rel, chk, {"release": rel})[0]
             gone = [c for c in later if c.subject == "check" and c.status == "removed"]
             if len(gone) != len(later) or not gone:
                 continue  # removed in every later release: the case this guards
-            similar = _same_flags_checks(store, gone[0].release, attrs, chk["path"])
+            similar = _same_flags_checks(store, gone[0].release, attrs, chk.path)
             if not similar:
                 continue
             up = upgrade_fix(store, rel, chk, later, [], None, {}, prefix="p")
@@ -189,8 +190,6 @@ def test_a_removed_check_whose_flags_a_later_check_reads_is_judged_by_that_check
             assert "read the same flags or sit in the same function" in up.note
             assert up.citations[-1].startswith(f"{gone[0].release}:")  # the check judged
             assert all(_exists(store, c) for c in up.citations)
-            assert all(
-                a in (similar[0]["condition"] or "") + str(similar[0]["guards"]) for a in attrs
-            )
+            assert all(a in (similar[0].condition or "") + str(similar[0].guards) for a in attrs)
             return
     pytest.skip("no removed check has a later check reading its flags")

@@ -50,11 +50,11 @@ def seed(kb) -> tuple[TriageResult, AssistContext]:
     check = next(
         c
         for c in kb.store.checks(RELEASE, function="ServerArgs._handle_speculative_decoding")
-        if c["bare"] and "speculative_eagle_topk is None" in c["condition"]
+        if c.bare and "speculative_eagle_topk is None" in c.condition
     )
     log = render_log(kb.store, RELEASE, check, python="3.12", argv=ARGV)
     result, ctx = assist_case(kb, log, RELEASE, HARDWARE)
-    assert ctx.check is not None and ctx.check["id"] == check["id"]
+    assert ctx.check is not None and ctx.check.id == check.id
     return result, ctx
 
 

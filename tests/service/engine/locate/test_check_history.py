@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.locate.check_history import check_across, firing_text, upgrade_note
 from service.engine.locate.flag_history import flag_history
@@ -31,11 +32,11 @@ def _roots(text: str | None) -> str:
     return out
 
 
-def _tests(chk: dict) -> str:
+def _tests(chk: Check) -> str:
     """An assert's condition, else the guards around a raise (root-insensitive source)."""
-    if chk["condition"]:
-        return _roots(chk["condition"])
-    return " && ".join(_roots(g["condition"]) for g in chk["guards"] or [])
+    if chk.condition:
+        return _roots(chk.condition)
+    return " && ".join(_roots(g["condition"]) for g in chk.guards)
 
 
 def _literal(src: str | None) -> str | None:
@@ -53,20 +54,20 @@ def _exists(store: Store, citation: str) -> bool:
 def _candidates(store: Store, rel: str):
     """Raise checks of ``rel`` with a long literal message under an ``if``."""
     for chk in store.checks(rel, where="kind = 'raise'"):
-        if _literal(chk["message"]) and chk["guards"]:
+        if _literal(chk.message) and chk.guards:
             yield chk
 
 
-def _removed_later(store: Store, ingested: list[str]) -> tuple[str, dict, list[str]]:
+def _removed_later(store: Store, ingested: list[str]) -> tuple[str, Check, list[str]]:
     """(release, check, later releases lacking it): from the first release lacking it on,
     no check has its message and no check of a function of that name has its test."""
     for rel in ingested[:-1]:
         later = ingested[ingested.index(rel) + 1 :]
         for chk in _candidates(store, rel):
-            short = chk["function"].rsplit(".", 1)[-1]
+            short = chk.function.rsplit(".", 1)[-1]
             lacking = []
             for v in later:
-                same_msg = store.checks(v, where="message = ?", params=(chk["message"],))
+                same_msg = store.checks(v, where="message = ?", params=(chk.message,))
                 same_test = [
                     c
                     for c in store.checks(v, where="function LIKE ?", params=(f"%{short}",))
@@ -92,14 +93,14 @@ def test_a_check_removed_later_says_which_upgrade_removes_it(
     note = upgrade_note(rel, changes)
     assert note is not None and note.startswith(f"upgrading to ≥ {gone[0]} removes this check")
     assert all(_exists(store, c) for ch in changes for c in ch.citations)
-    assert by_rel[gone[0]].citations[0].startswith(f"{rel}:{chk['path']}:{chk['start_line']}")
+    assert by_rel[gone[0]].citations[0].startswith(f"{rel}:{chk.path}:{chk.start_line}")
 
 
 def test_the_triage_answer_carries_the_upgrade(kb, store: Store, ingested: list[str]) -> None:
     rel, chk, gone = _removed_later(store, ingested)
-    message = chk["message"][1:-1]
-    res = Engine(kb).triage(f"{chk['exc_type']}: {message}\n", release=rel)
-    if res.location is None or res.location.start_line != chk["start_line"]:
+    message = chk.message[1:-1]
+    res = Engine(kb).triage(f"{chk.exc_type}: {message}\n", release=rel)
+    if res.location is None or res.location.start_line != chk.start_line:
         pytest.skip("the message locates another check of the release")
     assert res.upgrade is not None and f"≥ {gone[0]} removes this check" in res.upgrade
     later = {c.release: c for c in res.later_releases}
@@ -112,8 +113,8 @@ def test_a_check_changed_later_names_the_new_condition(store: Store, ingested: l
     for rel in ingested[:-1]:
         for chk in _candidates(store, rel):
             for v in ingested[ingested.index(rel) + 1 :]:
-                same = store.checks(v, where="message = ?", params=(chk["message"],))
-                if len(same) == 1 and same[0]["guards"] and _tests(same[0]) != _tests(chk):
+                same = store.checks(v, where="message = ?", params=(chk.message,))
+                if len(same) == 1 and same[0].guards and _tests(same[0]) != _tests(chk):
                     changes = {c.release: c for c in check_across(store, rel, chk, [v])}
                     assert changes[v].status == "changed"
                     assert changes[v].condition == firing_text(same[0])
@@ -121,7 +122,7 @@ def test_a_check_changed_later_names_the_new_condition(store: Store, ingested: l
                     assert (
                         changes[v]
                         .citations[1]
-                        .startswith(f"{v}:{same[0]['path']}:{same[0]['start_line']}")
+                        .startswith(f"{v}:{same[0].path}:{same[0].start_line}")
                     )
                     return
     pytest.skip("no check's condition changed under the same message")
@@ -134,7 +135,7 @@ def test_a_check_kept_everywhere_has_no_upgrade(store: Store, ingested: list[str
             any(
                 _tests(c) == _tests(chk)
                 for c in store.checks(
-                    v, function=chk["function"], where="message = ?", params=(chk["message"],)
+                    v, function=chk.function, where="message = ?", params=(chk.message,)
                 )
             )
             for v in ingested[1:]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.locate.checked import TRUSTED, doubt_unknowns
 from service.engine.locate.localize import locate_by_frames
@@ -40,11 +41,11 @@ def _log(fn: tuple[str, str], line: int, source: str) -> str:
     )
 
 
-def _bare_asserts(store: Store, fn: tuple[str, str]) -> list[dict]:
+def _bare_asserts(store: Store, fn: tuple[str, str]) -> list[Check]:
     return [
         c
         for c in store.checks(REL, path=fn[0])
-        if c["function"] == fn[1] and c["kind"] == "assert" and c["bare"]
+        if c.function == fn[1] and c.kind == "assert" and c.bare
     ]
 
 
@@ -61,13 +62,13 @@ def test_function_kind_takes_the_check_holding_the_printed_line(
     store: Store, fn: tuple[str, str]
 ) -> None:
     rows = _bare_asserts(store, fn)
-    far = max(rows, key=lambda c: c["start_line"])  # not the nearest to the def line
-    printed = store.file_lines(REL, fn[0], far["start_line"], far["start_line"])[0]
+    far = max(rows, key=lambda c: c.start_line)  # not the nearest to the def line
+    printed = store.file_lines(REL, fn[0], far.start_line, far.start_line)[0]
     exc = parse_log(_log(fn, _off_check_line(store, fn), printed)).primary
     assert exc is not None
     got = locate_by_frames(exc, store, REL, {})
     assert got is not None and got.method == "function_kind"
-    assert got.check["id"] == far["id"]
+    assert got.check.id == far.id
     assert not any("not a line of this check" in n for n in got.notes)
     assert doubt_unknowns(got, REL) == []
 
@@ -82,7 +83,7 @@ def test_function_kind_with_a_printed_line_no_candidate_holds_is_doubted(
     assert any("which is not a line of this check" in n for n in got.notes)
     (unknown,) = doubt_unknowns(got, REL)
     assert unknown.what == "whether this check raised the crash"
-    assert "zzz_not_in_sglang" in unknown.why and got.check["path"] in unknown.why
+    assert "zzz_not_in_sglang" in unknown.why and got.check.path in unknown.why
 
 
 def test_the_answer_lists_a_contradicted_location_in_unknowns(
@@ -95,15 +96,13 @@ def test_the_answer_lists_a_contradicted_location_in_unknowns(
     from service.engine.triage import Engine
 
     row = _bare_asserts(store, fn)[0]
-    out = Engine(kb).triage(
-        _log(fn, row["start_line"], "assert zzz_not_in_sglang(self)"), release=REL
-    )
+    out = Engine(kb).triage(_log(fn, row.start_line, "assert zzz_not_in_sglang(self)"), release=REL)
     assert out.status == "located" and out.confidence < TRUSTED
     assert out.location is not None and out.location.confidence < TRUSTED
     doubts = [u for u in out.unknowns if u.what == "whether this check raised the crash"]
     assert len(doubts) == 1 and "zzz_not_in_sglang" in doubts[0].why
     # the same frame printing the check's own line is trusted and has no such entry
-    own = store.file_lines(REL, fn[0], row["start_line"], row["start_line"])[0]
-    fine = Engine(kb).triage(_log(fn, row["start_line"], own), release=REL)
+    own = store.file_lines(REL, fn[0], row.start_line, row.start_line)[0]
+    fine = Engine(kb).triage(_log(fn, row.start_line, own), release=REL)
     assert fine.location is not None and fine.location.confidence >= TRUSTED
     assert not [u for u in fine.unknowns if u.what == "whether this check raised the crash"]

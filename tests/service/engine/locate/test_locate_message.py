@@ -127,7 +127,7 @@ def test_trtllm_message_in_0_5_23(store) -> None:
     assert top.function == "_handle_eagle_family"
     assert top.score == 1.0
     rows = store.checks("0.5.23", where="id = ?", params=(top.check_id,))
-    assert rows and TRTLLM in rows[0]["message"]
+    assert rows and TRTLLM in rows[0].message
 
 
 def _fstring_raise(store, release: str) -> tuple[dict, MessageTemplate]:
@@ -140,7 +140,7 @@ def _fstring_raise(store, release: str) -> tuple[dict, MessageTemplate]:
             f"message LIKE '(%f\"%') AND {scope}",
         )
         for row in rows:
-            tpl = message_pattern(row["message"])
+            tpl = message_pattern(row.message)
             if (
                 tpl is not None
                 and tpl.placeholders >= 1
@@ -159,7 +159,7 @@ def test_fstring_message_with_values_filled_in(store, release: str) -> None:
     matches = match_message(store, release, message, exc_type="ValueError", limit=20)
     assert matches
     best = matches[0].score
-    hit = next(m for m in matches if m.check_id == row["id"])
+    hit = next(m for m in matches if m.check_id == row.id)
     assert hit.score == best and hit.match_kind == "full"
     assert hit.values == ["XYZ_9000"] * tpl.placeholders
     assert hit.score == pytest.approx(tpl.literal_chars / len(message), abs=1e-3)
@@ -167,7 +167,7 @@ def test_fstring_message_with_values_filled_in(store, release: str) -> None:
     words = message.split(" ")
     wrapped = "\n".join(" ".join(words[i : i + 5]) for i in range(0, len(words), 5))
     again = match_message(store, release, wrapped, exc_type="ValueError", limit=20)
-    assert any(m.check_id == row["id"] and m.score == hit.score for m in again)
+    assert any(m.check_id == row.id and m.score == hit.score for m in again)
 
 
 def test_two_line_tbo_message(store) -> None:
@@ -178,7 +178,7 @@ def test_two_line_tbo_message(store) -> None:
     )
     matches = match_message(store, "0.5.23", TBO_USER, exc_type="ValueError")
     if exact:
-        assert matches[0].check_id == exact[0]["id"] and matches[0].score >= 0.9
+        assert matches[0].check_id == exact[0].id and matches[0].score >= 0.9
         return
     # 0.5.23 reworded the check: only a low-score "diverged" match may come back
     assert all(m.score < 0.5 for m in matches)
@@ -188,14 +188,14 @@ def test_two_line_tbo_message(store) -> None:
         params=("%When enabling two batch overlap without an EP a2a%",),
     )
     if reworded and matches:
-        assert matches[0].check_id == reworded[0]["id"]
+        assert matches[0].check_id == reworded[0].id
         assert matches[0].match_kind == "diverged"
         # its own (reworded) text, wrapped over two lines, is a full match
-        tpl = message_pattern(reworded[0]["message"])
+        tpl = message_pattern(reworded[0].message)
         assert tpl is not None
         text = tpl.text.replace(" attention DP", "\nattention DP")
         own = match_message(store, "0.5.23", text, exc_type="ValueError")
-        assert own[0].check_id == reworded[0]["id"] and own[0].score == 1.0
+        assert own[0].check_id == reworded[0].id and own[0].score == 1.0
 
 
 def test_exception_type_mismatch_is_penalised(store) -> None:
@@ -213,10 +213,10 @@ def test_assert_message_prefers_assert_checks(store) -> None:
         "AND length(message) > 60 AND message NOT LIKE '%{%'",
     )
     assert rows
-    tpl = message_pattern(rows[0]["message"])
+    tpl = message_pattern(rows[0].message)
     assert tpl is not None
     matches = match_message(store, "0.5.23", tpl.text, exc_type="AssertionError")
-    hit = next(m for m in matches if m.check_id == rows[0]["id"])
+    hit = next(m for m in matches if m.check_id == rows[0].id)
     assert hit.score == 1.0 and hit.kind == "assert"
 
 
@@ -237,7 +237,7 @@ def test_message_cut_at_the_start_is_an_inner_match(store) -> None:
     message = "VAL".join(tpl.fragments)
     tail = message[len(message) // 3 :]
     matches = match_message(store, "0.5.23", tail, limit=30)
-    hit = next(m for m in matches if m.check_id == row["id"])
+    hit = next(m for m in matches if m.check_id == row.id)
     assert hit.match_kind in ("inner", "full") and hit.score < 1.0
 
 

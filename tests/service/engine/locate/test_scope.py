@@ -104,13 +104,13 @@ def test_message_locating_stays_inside_the_launch(store) -> None:
 
     both = located("nvidia-smi")
     assert both is not None
-    paths = {both.check["path"], *(a["path"] for a in both.alternatives)}
+    paths = {both.check.path, *(a.path for a in both.alternatives)}
     assert any(p.startswith("sglang/srt/") for p in paths)
     assert any(p.startswith("sglang/multimodal_gen/") for p in paths)
     llm = located("python -m sglang.launch_server --model-path Qwen/Qwen3-8B")
-    assert llm is not None and llm.check["path"].startswith("sglang/srt/")
-    assert all(not a["path"].startswith("sglang/multimodal_gen/") for a in llm.alternatives)
+    assert llm is not None and llm.check.path.startswith("sglang/srt/")
+    assert all(not a.path.startswith("sglang/multimodal_gen/") for a in llm.alternatives)
     assert any("outside the LLM server" in n for n in llm.notes)
     gen = located("sglang generate --model-path black-forest-labs/FLUX.1-dev --prompt cat")
-    assert gen is not None and gen.check["path"].startswith("sglang/")
-    assert not gen.check["path"].startswith(("sglang/srt/server_args", "sglang/srt/managers"))
+    assert gen is not None and gen.check.path.startswith("sglang/")
+    assert not gen.check.path.startswith(("sglang/srt/server_args", "sglang/srt/managers"))

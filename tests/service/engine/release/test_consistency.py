@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from kb.code_types import Check
 from kb.store import Store
 from service.engine.logparse.parse import parse_log
 from service.engine.release import consistency as cons
@@ -53,14 +54,14 @@ def test_a_release_where_the_check_cannot_fire_is_replaced(store: Store) -> None
     assert res.release == "0.5.11"  # the newest the message fits
     got = recheck_release(store, parsed, res, {})
     assert got.resolution.release == "0.5.5"
-    assert got.located is not None and got.located.check["path"] == "sglang/srt/server_args.py"
+    assert got.located is not None and got.located.check.path == "sglang/srt/server_args.py"
     assert "cannot fire in 0.5.11" in (got.resolution.note or "")
     assert any("answered from 0.5.5, not 0.5.11" in e for e in got.resolution.evidence)
     # the check located there is the one that raises this message in 0.5.5
-    assert got.located.check["id"] in {
-        c["id"]
+    assert got.located.check.id in {
+        c.id
         for c in store.checks("0.5.5", path="sglang/srt/server_args.py")
-        if MSG[:40] in (c["message"] or "")
+        if MSG[:40] in (c.message or "")
     }
 
 
@@ -122,9 +123,10 @@ def test_signature_ignores_receivers_and_whitespace() -> None:
         "exc_type": "AssertionError",
         "guards": '[{"condition": "cfg.moe_runner_backend == \'x\'", "polarity": true}]',
     }
-    assert cons._signature(a) == cons._signature(b)
+    sig = cons._signature
+    assert sig(Check.from_row(a)) == sig(Check.from_row(b))
     c = {**a, "guards": [{"condition": "self.moe_runner_backend == 'y'", "polarity": True}]}
-    assert cons._signature(a) != cons._signature(c)
+    assert sig(Check.from_row(a)) != sig(Check.from_row(c))
 
 
 def test_a_release_the_log_names_is_kept_and_doubted(store: Store) -> None:

@@ -222,13 +222,13 @@ def test_a_contradicting_piece_is_reported_not_used(store: Store, ingested: list
 
 def test_logs_with_frames_carry_no_range(store: Store, ingested: list[str]) -> None:
     chk = store.checks(ingested[-1], where="kind = 'raise'")[0]
-    fn = store.function(ingested[-1], chk["function"], chk["path"])
+    fn = store.function(ingested[-1], chk.function, chk.path)
     assert fn is not None
-    text = store.file_lines(ingested[-1], chk["path"], chk["start_line"], chk["start_line"])[0]
+    text = store.file_lines(ingested[-1], chk.path, chk.start_line, chk.start_line)[0]
     log = (
         "Traceback (most recent call last):\n"
-        f'  File "/venv/lib/python3.12/site-packages/{chk["path"]}", line {chk["start_line"]}, '
-        f"in {fn['name']}\n    {text.strip()}\n{chk['exc_type'] or 'ValueError'}: x\n"
+        f'  File "/venv/lib/python3.12/site-packages/{chk.path}", line {chk.start_line}, '
+        f"in {fn['name']}\n    {text.strip()}\n{chk.exc_type or 'ValueError'}: x\n"
     )
     res = resolve_release(parse_log(log), store)
     assert res.method == "fingerprint" and res.range is None

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kb.code_types import Check
 from kb.store import Store, pack_text
 from service.engine.logparse.parse import parse_log
 from service.engine.release.resolve import resolve_release
@@ -53,7 +54,7 @@ def call_site(store: Store, version: str, path: str, qualname: str, needle: str)
     raise AssertionError(f"{needle!r} not in {qualname} of {version}")
 
 
-def seed_assert(store: Store, version: str = "0.5.11") -> dict:
+def seed_assert(store: Store, version: str = "0.5.11") -> Check:
     """The one bare assert of ``_handle_speculative_decoding`` (the seed case's crash site)."""
     bare = store.checks(version, path=SERVER_ARGS, function=SPEC_FN, where="bare = 1")
     assert len(bare) == 1
@@ -75,9 +76,9 @@ def seed_frames(store: Store, version: str = "0.5.11") -> list[F]:
         ),
         F(
             SERVER_ARGS,
-            chk["start_line"],
+            chk.start_line,
             "_handle_speculative_decoding",
-            line_text(store, version, SERVER_ARGS, chk["start_line"]),
+            line_text(store, version, SERVER_ARGS, chk.start_line),
         ),
     ]
 
@@ -138,12 +139,10 @@ def test_warm_resolution_reads_no_file_rows(store: Store, monkeypatch) -> None:
 
 def test_arg_groups_frames_pick_0523(store: Store) -> None:
     path = "sglang/srt/arg_groups/speculative_hook.py"
-    chk = next(c for c in store.checks("0.5.23", path=path) if c["kind"] == "raise")
-    fn = store.function("0.5.23", chk["function"], path)
+    chk = next(c for c in store.checks("0.5.23", path=path) if c.kind == "raise")
+    fn = store.function("0.5.23", chk.function, path)
     assert fn is not None
-    frame = F(
-        path, chk["start_line"], fn["name"], line_text(store, "0.5.23", path, chk["start_line"])
-    )
+    frame = F(path, chk.start_line, fn["name"], line_text(store, "0.5.23", path, chk.start_line))
     parsed = parse_log(render([frame], exc="ValueError: boom"))
     res = resolve_release(parsed, store)
     assert res.release == "0.5.23" and res.method == "fingerprint"
@@ -200,7 +199,7 @@ def test_dev_build_shifted_is_nearest_0511(store: Store) -> None:
     assert "dev build 0.5.19.dev410+gedff717ef" in res.note
     assert res.line_offsets[SERVER_ARGS] == 79
     reported = frames[-1].line
-    assert reported - res.line_offsets[SERVER_ARGS] == seed_assert(store)["start_line"]
+    assert reported - res.line_offsets[SERVER_ARGS] == seed_assert(store).start_line
     assert 0.5 <= res.confidence < 0.9
 
 
@@ -210,7 +209,7 @@ def test_dev_build_uneven_shift_maps_crash_site(store: Store) -> None:
     chk = seed_assert(store)
     frames = seed_frames(store)[:-1]
     frames = [F(f.path, f.line + 12 * (i + 1), f.function, f.source) for i, f in enumerate(frames)]
-    last = chk["test_end"]
+    last = chk.test_end
     frames.append(
         F(
             SERVER_ARGS,
@@ -419,17 +418,17 @@ def test_check_moved_to_another_argument_object(store: Store) -> None:
     for chk in store.checks(
         "0.5.23", where="path LIKE 'sglang/srt/arg_groups/%' AND kind = 'assert'"
     ):
-        path = chk["path"]
-        text = line_text(store, "0.5.23", path, chk["start_line"])
+        path = chk.path
+        text = line_text(store, "0.5.23", path, chk.start_line)
         if text.startswith("assert cfg."):
             break
     else:
         raise AssertionError("no assert reading cfg. in arg_groups")
-    fn = store.function("0.5.23", chk["function"], path)
+    fn = store.function("0.5.23", chk.function, path)
     assert fn is not None
     printed = text.replace("cfg.", "server_args.")
-    frame = F(path, chk["start_line"] + 1, fn["name"], printed)
-    res = resolve_release(parse_log(render([frame], exc=f"{chk['exc_type']}: x")), store)
+    frame = F(path, chk.start_line + 1, fn["name"], printed)
+    res = resolve_release(parse_log(render([frame], exc=f"{chk.exc_type}: x")), store)
     assert res.release == "0.5.23" and res.method == "nearest" and res.dev_build
     assert res.line_offsets == {path: 1}
     assert any("another argument object" in e for e in res.candidates[0].evidence)
@@ -438,11 +437,11 @@ def test_check_moved_to_another_argument_object(store: Store) -> None:
 def test_frames_without_source_lines(store: Store) -> None:
     path = "sglang/srt/arg_groups/speculative_hook.py"
     chk = store.checks("0.5.23", path=path)[0]
-    fn = store.function("0.5.23", chk["function"], path)
+    fn = store.function("0.5.23", chk.function, path)
     assert fn is not None
     text = (
         f'Traceback (most recent call last):\n  File "{SITE}/{path}", line '
-        f"{chk['start_line']}, in {fn['name']}\nValueError: x\n"
+        f"{chk.start_line}, in {fn['name']}\nValueError: x\n"
     )
     res = resolve_release(parse_log(text), store)
     assert res.release == "0.5.23" and res.method == "fingerprint"

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from kb.code_types import Check
 from kb.rules.cards import Card, citation_problem, schema_errors
 from kb.store import Store
 from service.engine.expr.interpreter import referenced_names
@@ -17,10 +18,8 @@ from service.engine.rules.derived_checks import derive_release, qualifying_check
 SEED_CITATION = "0.5.11:sglang/srt/server_args.py:ServerArgs._handle_speculative_decoding:3519-3522"
 
 
-def _reads_args(row: dict) -> bool:
-    texts = [g["condition"] for g in row["guards"]] + (
-        [row["condition"]] if row["condition"] else []
-    )
+def _reads_args(row: Check) -> bool:
+    texts = [g["condition"] for g in row.guards] + ([row.condition] if row.condition else [])
     names: set[str] = set()
     for t in texts:
         try:
