@@ -26,6 +26,7 @@ from kb.code_types import Check
 from kb.store import Store
 from service.engine.cache import LRUCache, cached, facts_signature, release_key
 from service.engine.evaluate import chain, params, resolution, source
+from service.engine.evaluate.context import CheckContext
 from service.engine.evaluate.fold import apply_earlier_writes, fold_earlier_writes, fold_plan
 from service.engine.evaluate.memo_keys import value_signature
 from service.engine.evaluate.pieces import PiecePart, all_hold, piece_holds
@@ -45,6 +46,7 @@ from service.engine.flags.parse import ParsedArgs
 __all__ = [
     "PathEvaluation",
     "base_attrs",
+    "evaluate_check",
     "evaluate_path",
     "fold_earlier_writes",
     "fold_plan",
@@ -285,6 +287,19 @@ def evaluate_path(
         )
     fired = all_hold([p.holds for p in parts]) if parts else UNKNOWN
     return PathEvaluation(fired, parts, names, caveats, notes)
+
+
+def evaluate_check(ctx: CheckContext, attrs: dict[str, Value] | None = None) -> PathEvaluation:
+    """:func:`evaluate_path` of ``ctx``'s check with its attributes (or ``attrs``, an edited
+    environment), facts and facts key."""
+    return evaluate_path(
+        ctx.store,
+        ctx.release,
+        ctx.check,
+        ctx.attrs if attrs is None else attrs,
+        ctx.facts,
+        facts_sig=ctx.facts_key,
+    )
 
 
 def _evaluate_piece(cond: str, env: Env, fsig: str) -> Result:

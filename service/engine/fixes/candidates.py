@@ -33,6 +33,7 @@ from kb.code_types import Check
 from kb.store import Store
 from service.engine.answer import UnknownFact
 from service.engine.cache import facts_signature
+from service.engine.evaluate.context import CheckContext
 from service.engine.evaluate.message_facts import MessageFacts, held_at_crash
 from service.engine.evaluate.path_condition import evaluate_path
 from service.engine.expr.interpreter import UNKNOWN, Value
@@ -44,7 +45,6 @@ from service.engine.fixes.neighbours import recheck_neighbours
 from service.engine.fixes.propose import fixes_check
 from service.engine.fixes.recipe import read_recipe, recipe_edits
 from service.engine.fixes.registry import registry_verdicts
-from service.engine.flags.parse import ParsedArgs
 
 __all__ = ["PostValidation", "post_validation_verdicts"]
 
@@ -96,19 +96,12 @@ def _judge(
 
 
 def post_validation_verdicts(
-    store: Store,
-    version: str,
-    check: Check,
-    printed: MessageFacts,
-    message: str | None,
-    catalog: Catalog,
-    parsed: ParsedArgs,
-    attrs: dict[str, Value],
-    facts: dict[str, Value],
-    *,
-    facts_sig: str | None = None,
+    ctx: CheckContext, printed: MessageFacts, message: str | None
 ) -> PostValidation:
-    """The candidates of the module, judged, and their citations."""
+    """The candidates of the module raising ``ctx``'s check (for ``message``, with the
+    values ``printed`` in it), judged, and their citations."""
+    store, version, check, catalog = ctx.store, ctx.release, ctx.check, ctx.catalog
+    parsed, attrs, facts, facts_sig = ctx.parsed, ctx.attrs, ctx.facts, ctx.facts_key
     out = PostValidation()
     # no command: the candidates are judged on the flags the raised check implies
     launch = assumed_launch(

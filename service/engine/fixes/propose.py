@@ -16,7 +16,7 @@ from typing import Any
 from kb.catalog_types import Catalog
 from kb.code_types import Check
 from kb.store import Store
-from service.engine.cache import facts_signature
+from service.engine.evaluate.context import CheckContext
 from service.engine.evaluate.path_condition import PathEvaluation, evaluate_path
 from service.engine.expr.interpreter import UNKNOWN, Value
 from service.engine.fixes.edits import candidate_edits, edited_attrs
@@ -26,7 +26,6 @@ from service.engine.fixes.intent import intent_cost
 from service.engine.fixes.model import Edit, Verdict
 from service.engine.fixes.neighbours import recheck_neighbours
 from service.engine.fixes.ranking import Cost, diverse, rank
-from service.engine.flags.parse import ParsedArgs
 
 __all__ = ["RECHECK_SPARE", "Edit", "Verdict", "fixes_check", "propose", "verify"]
 
@@ -75,20 +74,8 @@ def _best_giving_up(ranked: list[Verdict], checked: list[Verdict], costs: Cost) 
     return next((v for v in ranked if costs[v.edit.key()].features and v not in checked), None)
 
 
-def propose(
-    store: Store,
-    version: str,
-    check: Check,
-    ev: PathEvaluation,
-    parsed: ParsedArgs,
-    catalog: Catalog,
-    attrs: dict[str, Value],
-    facts: dict[str, Value],
-    *,
-    limit: int = 5,
-    facts_sig: str | None = None,
-) -> list[Verdict]:
-    """The best ``limit`` candidate fixes for ``check``, ranked by :func:`rank`.
+def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Verdict]:
+    """The best ``limit`` candidate fixes for ``ctx``'s check, ranked by :func:`rank`.
 
     Every candidate's check is evaluated (phase 1); those that fix it are re-checked
     against the neighbouring checks (phase 2) best first, the ``limit`` best and a few
@@ -104,9 +91,10 @@ def propose(
     raised check implies (:func:`~service.engine.fixes.implied.implied_launch`), and each
     fix says what it assumed.
 
-    ``facts_sig`` (:func:`~service.engine.cache.facts_signature` of ``facts``) keys the memo tables.
+    ``ctx.facts_key`` keys the memo tables.
     """
-    fsig = facts_sig or facts_signature(facts)
+    store, version, check, catalog = ctx.store, ctx.release, ctx.check, ctx.catalog
+    parsed, attrs, facts, fsig = ctx.parsed, ctx.attrs, ctx.facts, ctx.facts_key
     assumed = ""
     # no command: propose for the flags the raised check implies (fixes/implied.py)
     launch = assumed_launch(

@@ -20,15 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kb.catalog_types import Catalog
-from kb.code_types import Check
-from kb.store import Store
 from service.engine.answer import FixOut
-from service.engine.expr.interpreter import Value
+from service.engine.evaluate.context import CheckContext
 from service.engine.fixes.model import Edit, Verdict
 from service.engine.fixes.propose import verify
 from service.engine.flags.edit import apply_edits
-from service.engine.flags.parse import ParsedArgs
 from service.engine.rules.checker import baseline_violations, cards_for, check_fix
 from service.engine.rules.lint import card_candidates
 
@@ -62,24 +58,15 @@ def _extended(edit: Edit, set_: dict[str, Any], remove: list[str], note: str) ->
     return None if merged.key() == edit.key() else merged
 
 
-def repair(
-    store: Store,
-    version: str,
-    check: Check,
-    pairs: list[tuple[Verdict, FixOut]],
-    argv: list[str],
-    parsed: ParsedArgs,
-    catalog: Catalog,
-    attrs: dict[str, Value],
-    facts: dict[str, Value],
-    *,
-    facts_sig: str | None = None,
-) -> list[tuple[FixOut, Verdict]]:
+def repair(ctx: CheckContext, pairs: list[tuple[Verdict, FixOut]]) -> list[tuple[FixOut, Verdict]]:
     """Verified extensions of the proposed fixes (each verdict with its fix, the card
     verdicts already on it) that violate one error card, best-ranked fixes first, each
     with the fix it extends; empty when a fix is already clean or none can be repaired."""
     if any(f.recommended for _, f in pairs):
         return []
+    store, version, check, catalog = ctx.store, ctx.release, ctx.check, ctx.catalog
+    argv, parsed, attrs, facts = ctx.argv, ctx.parsed, ctx.attrs, ctx.facts
+    facts_sig = ctx.facts_key
     background = baseline_violations(store, version, attrs, facts, facts_sig=facts_sig)
     cards = {c.id: c for c in cards_for(store, version)}
     seen = {v.edit.key() for v, _ in pairs}

@@ -33,6 +33,7 @@ from kb.catalogs import load_catalog
 from kb.code_types import Check
 from kb.store import Store
 from service.engine.answer import TriageResult
+from service.engine.evaluate.context import CheckContext
 from service.engine.evaluate.path_condition import base_attrs
 from service.engine.expr.interpreter import Value
 from service.engine.flags.parse import parse_argv
@@ -112,6 +113,20 @@ class AssistContext:
     check: Check | None = None
     rule_check: RuleCheck | None = None
     prefix: str = _DEFAULT_PREFIX
+
+    @classmethod
+    def of(cls, ctx: CheckContext, *, prefix: str = _DEFAULT_PREFIX) -> AssistContext:
+        """The LLM step's context for a located check: the engine's :class:`CheckContext`."""
+        return cls(
+            store=ctx.store,
+            release=ctx.release,
+            catalog=ctx.catalog,
+            argv=list(ctx.argv),
+            attrs=ctx.attrs,
+            facts=ctx.facts,
+            check=ctx.check,
+            prefix=prefix,
+        )
 
 
 def context_from_result(

@@ -55,10 +55,10 @@ def located_answer(
     """The ``located`` answer: ``located``'s check, ``evaluated`` under the command, with
     the fixes ``listed``. ``timings`` is the answer's (the caller completes it)."""
     version, catalog, parsed, base = inp.version, inp.catalog, inp.parsed, inp.base
-    check, ev, attrs, facts = evaluated.check, evaluated.ev, evaluated.attrs, evaluated.facts
-    argv, printed, fixes = evaluated.argv, evaluated.printed, listed.fixes
+    ctx, ev, printed, fixes = evaluated.ctx, evaluated.ev, evaluated.printed, listed.fixes
+    check, attrs, facts, argv = ctx.check, ctx.attrs, ctx.facts, ctx.argv
     location = location_of(store, version, check, located)
-    rule = plain_rule(check, version, catalog, evaluated.pargs, location.citation)
+    rule = plain_rule(check, version, catalog, ctx.parsed, location.citation)
     atoms = atoms_out(ev)
     unknowns = (
         doubt_unknowns(located, version)

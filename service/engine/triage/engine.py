@@ -146,16 +146,7 @@ class Engine:
         its total time; a slow triage freezes the long-lived state it built."""
         if llm_enabled(self.settings):
             t = time.perf_counter()
-            ctx = AssistContext(
-                store=self.store,
-                release=inp.version,
-                catalog=inp.catalog,
-                argv=evaluated.argv,
-                attrs=evaluated.attrs,
-                facts=evaluated.facts,
-                check=evaluated.check,
-                prefix=command_prefix(inp.parsed),
-            )
+            ctx = AssistContext.of(evaluated.ctx, prefix=command_prefix(inp.parsed))
             result = assist(result, engine_ctx=ctx, settings=self.settings)
             timings["llm"] = ms(t)
         timings["total"] = ms(t0)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from kb.store import Store
 from service.engine.answer import FixOut, UnknownFact
-from service.engine.expr.interpreter import Value
+from service.engine.evaluate.context import CheckContext
 from service.engine.fixes.candidates import post_validation_verdicts
 from service.engine.fixes.model import Verdict
 from service.engine.fixes.present import fix_out, with_bases
@@ -47,38 +47,15 @@ def list_fixes(
 ) -> FixList:
     """The fixes of ``evaluated``'s check; timings ``fixes`` (candidates judged) and
     ``rules`` (rule cards and repair) are recorded in ``timings``."""
-    version, catalog = inp.version, inp.catalog
-    check, argv, pargs = evaluated.check, evaluated.argv, evaluated.pargs
-    attrs, facts, fsig = evaluated.attrs, evaluated.facts, evaluated.fsig
+    ctx = evaluated.ctx
+    version, catalog, argv, pargs = ctx.release, ctx.catalog, ctx.argv, ctx.parsed
     prefix = command_prefix(inp.parsed)
     t = time.perf_counter()
-    post = post_validation_verdicts(
-        store,
-        version,
-        check,
-        evaluated.printed,
-        exc.message,
-        catalog,
-        pargs,
-        attrs,
-        facts,
-        facts_sig=fsig,
-    )
+    post = post_validation_verdicts(ctx, evaluated.printed, exc.message)
     verdicts, registered = post.verdicts, post.citations
     verdicts += [
         v
-        for v in propose(
-            store,
-            version,
-            check,
-            evaluated.ev,
-            pargs,
-            catalog,
-            attrs,
-            facts,
-            limit=MAX_FIXES + CARD_SPARE,
-            facts_sig=fsig,
-        )
+        for v in propose(ctx, evaluated.ev, limit=MAX_FIXES + CARD_SPARE)
         if all(v.edit.key() != r.edit.key() for r in verdicts)
     ]
     verdicts += [v for v in post.tripped if all(v.edit.key() != r.edit.key() for r in verdicts)]
@@ -89,33 +66,27 @@ def list_fixes(
     ]
     t = time.perf_counter()
     pairs = list(zip(verdicts, fixes, strict=True))  # before the re-ranking below
-    judged = rule_verdicts(store, fixes, version, facts, fsig)
+    judged = rule_verdicts(ctx, fixes)
     del fixes[MAX_FIXES:]  # the best after the rule cards had their say
     pairs = [p for p in pairs if any(p[1] is f for f in fixes)]
-    repaired = repair(
-        store, version, check, pairs, argv, pargs, catalog, attrs, facts, facts_sig=fsig
-    )
+    repaired = repair(ctx, pairs)
     if repaired:  # no fix was clean: the clean extensions join the list
         added = [
             fix_out(len(fixes) + i + 1, v, argv, catalog, pargs, version, prefix=prefix)
             for i, (_, v) in enumerate(repaired)
         ]
-        rule_verdicts(store, fixes + added, version, facts, fsig, judged)
+        rule_verdicts(ctx, fixes + added, judged)
         fixes = with_bases(added, [base for base, _ in repaired], fixes)
     timings["rules"] = ms(t)
     return FixList(fixes=fixes, pairs=pairs, registered=registered, unknowns=post.unknowns)
 
 
 def rule_verdicts(
-    store: Store,
-    fixes: list[FixOut],
-    version: str,
-    facts: dict[str, Value],
-    facts_sig: str | None = None,
-    judged: dict[int, bool] | None = None,
+    ctx: CheckContext, fixes: list[FixOut], judged: dict[int, bool] | None = None
 ) -> dict[int, bool]:
-    """Put the rule cards' verdicts on every fix not already in ``judged``; recommend the
-    best fix that violates no error-severity card (re-ranking the clean ones first).
+    """Put the rule cards' verdicts (in ``ctx``'s release, with its facts) on every fix not
+    already in ``judged``; recommend the best fix that violates no error-severity card
+    (re-ranking the clean ones first).
 
     Returns ``judged`` (``id`` of each fix -> violates an error card), so that a later
     call with more fixes judges only the new ones.
@@ -126,7 +97,9 @@ def rule_verdicts(
     for f in fixes:
         if id(f) in bad:
             continue
-        verdicts, violates = check_fix(store, version, f.argv, facts, facts_sig=facts_sig)
+        verdicts, violates = check_fix(
+            ctx.store, ctx.release, f.argv, ctx.facts, facts_sig=ctx.facts_key
+        )
         f.rule_verdicts = verdicts
         bad[id(f)] = violates
         if violates:

@@ -6,20 +6,18 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from kb.code_types import Check
 from kb.knowledge import KnowledgeBase
 from kb.store import Store
 from service.engine.answer import NotFlagProblem
-from service.engine.cache import facts_signature
+from service.engine.evaluate.context import CheckContext
 from service.engine.evaluate.message_facts import (
     MessageFacts,
     held_at_crash,
     message_facts,
     printed_flags,
 )
-from service.engine.evaluate.path_condition import PathEvaluation, base_attrs, evaluate_path
-from service.engine.expr.interpreter import Value
-from service.engine.flags.parse import ParsedArgs, parse_argv
+from service.engine.evaluate.path_condition import PathEvaluation, base_attrs, evaluate_check
+from service.engine.flags.parse import parse_argv
 from service.engine.locate.checked import search_locate
 from service.engine.locate.elsewhere import not_a_flag_problem
 from service.engine.locate.localize import Located, locate_by_frames, locate_by_message
@@ -48,18 +46,13 @@ def locate(
     return located, elsewhere
 
 
-@dataclass
+@dataclass(frozen=True)
 class Evaluated:
     """The located check's path condition evaluated with the command (completed with the
-    flags its message printed), the message's values and the facts."""
+    flags its message printed), the message's values and the facts: ``ctx`` is what the
+    later stages (fixes, repair, rule cards, the LLM step) judge the check with."""
 
-    check: Check
-    argv: list[str]
-    pargs: ParsedArgs
-    attrs: dict[str, Value]
-    facts: dict[str, Value]
-    #: :func:`~service.engine.cache.facts_signature` of ``facts``: keys the stages' memos
-    fsig: str
+    ctx: CheckContext
     printed: MessageFacts
     ev: PathEvaluation
 
@@ -88,17 +81,17 @@ def evaluate_located(
             f"the command is completed with `{' '.join(completed)}`, printed in the message"
         )
     attrs.update(printed.attrs)
-    fsig = facts_signature(facts)  # keys the memo tables of every stage below
-    t = time.perf_counter()
-    ev = held_at_crash(evaluate_path(store, version, check, attrs, facts, facts_sig=fsig), printed)
-    timings["evaluate"] = ms(t)
-    return Evaluated(
+    ctx = CheckContext(
+        store=store,
+        release=version,
+        catalog=catalog,
         check=check,
         argv=argv,
-        pargs=pargs,
+        parsed=pargs,
         attrs=attrs,
         facts=facts,
-        fsig=fsig,
-        printed=printed,
-        ev=ev,
-    )
+    )  # its facts key keys the memo tables of every stage below
+    t = time.perf_counter()
+    ev = held_at_crash(evaluate_check(ctx), printed)
+    timings["evaluate"] = ms(t)
+    return Evaluated(ctx=ctx, printed=printed, ev=ev)

@@ -9,6 +9,7 @@ import pytest
 
 from evals.incidents import load_incidents
 from kb.catalogs import load_catalog
+from service.engine.evaluate.context import CheckContext
 from service.engine.fixes.edits import candidate_edits, edited_attrs
 from service.engine.fixes.filters import backend_refusals, screened
 from service.engine.fixes.propose import propose
@@ -101,6 +102,8 @@ def test_refused_backends_are_dropped_citing_a_card_that_reads_the_machine(kb, c
             refused_attrs = {why.attr for why in refusals.values()}
             if refused_attrs & set(e.set):
                 assert any("left out: rule" in n for n in e.notes), (inc.id, e.set)
-        proposed = propose(store, RELEASE, check, ev, parsed, catalog, attrs, facts)
+        proposed = propose(
+            CheckContext(store, RELEASE, catalog, check, [], parsed, attrs, facts), ev
+        )
         assert not any(v.edit.key() in refusals for v in proposed), inc.id
     assert len(cases) >= 3 and dropped >= 1

@@ -8,6 +8,7 @@ from kb.catalogs import load_catalog
 from service.engine.cache import LRUCache, clear_all
 from service.engine.evaluate import fold
 from service.engine.evaluate import path_condition as evaluation
+from service.engine.evaluate.context import CheckContext
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path, prepared_pieces
 from service.engine.expr.interpreter import Env, Provenance, Value, evaluate
 from service.engine.fixes import edits as fix_edits
@@ -134,9 +135,8 @@ def test_propose_with_warm_caches_equals_propose_without(seed, monkeypatch) -> N
     store, check, catalog, parsed, attrs, facts = seed
     clear_all()
     ev = evaluate_path(store, RELEASE, check, attrs, facts)
-    warm = [
-        fixes.propose(store, RELEASE, check, ev, parsed, catalog, attrs, facts) for _ in range(2)
-    ]
+    ctx = CheckContext(store, RELEASE, catalog, check, [], parsed, attrs, facts)
+    warm = [fixes.propose(ctx, ev) for _ in range(2)]
     # caches of one entry: nothing is reused between calls
     for module, name in [
         (neighbours, "_FIRED"),
@@ -147,7 +147,7 @@ def test_propose_with_warm_caches_equals_propose_without(seed, monkeypatch) -> N
         (evaluation, "_PIECES"),
     ]:
         monkeypatch.setattr(module, name, LRUCache(f"test.{name}", 1))
-    cold = fixes.propose(store, RELEASE, check, ev, parsed, catalog, attrs, facts)
+    cold = fixes.propose(ctx, ev)
     assert _answer(warm[0]) == _answer(warm[1]) == _answer(cold)
     assert cold and cold[0].fixes_check is True
 

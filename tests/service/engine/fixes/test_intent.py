@@ -14,6 +14,7 @@ import pytest
 from evals.incidents import Incident, load_incidents
 from kb.catalogs import load_catalog
 from kb.code_types import Check
+from service.engine.evaluate.context import CheckContext
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path
 from service.engine.expr.interpreter import UNKNOWN, Provenance, Value
 from service.engine.fixes.edits import _choice_sites
@@ -322,7 +323,9 @@ def test_undecided_candidates_are_offered_for_replay(kb) -> None:
     )
     ev = evaluate_path(store, release, check, attrs, facts)
     assert ev.fired is UNKNOWN
-    verdicts = propose(store, release, check, ev, parsed, catalog, attrs, facts, limit=8)
+    verdicts = propose(
+        CheckContext(store, release, catalog, check, [], parsed, attrs, facts), ev, limit=8
+    )
     status = [v.fixes_check for v in verdicts]
     assert True in status and UNKNOWN in status and len(verdicts) <= 8
     first_unknown = status.index(UNKNOWN)

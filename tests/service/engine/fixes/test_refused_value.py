@@ -10,6 +10,7 @@ import pytest
 
 from evals.incidents import load_incidents
 from kb.catalogs import load_catalog
+from service.engine.evaluate.context import CheckContext
 from service.engine.evaluate.path_condition import PathEvaluation
 from service.engine.evaluate.pieces import PiecePart
 from service.engine.expr.interpreter import UNKNOWN, Env, Provenance, Value, evaluate
@@ -144,6 +145,8 @@ def test_no_candidate_of_a_generated_case_sets_a_refused_value(kb, release: str)
         )
         dropped += sum(1 for e in raw if sets_refused(e, refused))
         assert not any(sets_refused(e, refused) for e in kept), inc.id
-        for v in propose(store, release, check, ev, parsed, catalog, attrs, facts):
+        for v in propose(
+            CheckContext(store, release, catalog, check, [], parsed, attrs, facts), ev
+        ):
             assert not sets_refused(v.edit, refused), (inc.id, v.edit)
     assert cases >= 3
