@@ -25,7 +25,7 @@ from pathlib import Path
 from ingest.pipeline import index_structure
 from kb.knowledge import KnowledgeBase
 from kb.sources import fetch_release
-from service.engine import Engine
+from service.engine import Engine, OnDemandNote
 from service.settings import Settings
 from service.usecase import TriageRequest, TriageUseCase
 
@@ -69,14 +69,14 @@ def one(base: str, release: str, log: str, settings: Settings, work: Path) -> di
     t = time.perf_counter()
     TriageUseCase(engine, s).answer(TriageRequest(log))
     again_s = time.perf_counter() - t
-    note = first.release.get("on_demand") or {}
+    note = first.release.on_demand
     return {
         "base": base,
         "base_ingest_s": round(base_s, 2),
         "on_demand_triage_s": round(first_s, 2),
-        "ingest_s": note.get("seconds"),
-        "detail": note.get("detail"),
-        "method": first.release.get("method"),
+        "ingest_s": note.seconds if isinstance(note, OnDemandNote) else None,
+        "detail": note.detail if isinstance(note, OnDemandNote) else None,
+        "method": first.release.method,
         "located": first.status,
         "citation": first.location.citation if first.location else None,
         "already_ingested_triage_s": round(again_s, 3),

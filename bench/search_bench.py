@@ -72,15 +72,15 @@ def main() -> None:
             )
             static_all.append((time.perf_counter() - t) * 1000)
             wide = needs_search(answer)
-            search_fixes(answer, settings, deadline_s=args.deadline, use_cache=False)
+            answer = search_fixes(answer, settings, deadline_s=args.deadline, use_cache=False)
             seconds = time.perf_counter() - t
             runs.append(
                 {
                     "id": inc.id,
                     "seconds": round(seconds, 2),
                     "undecided": wide,
-                    "status": (answer.fix_search or {}).get("status"),
-                    "candidates": (answer.fix_search or {}).get("candidates"),
+                    "status": answer.fix_search.status if answer.fix_search else None,
+                    "candidates": answer.fix_search.candidates if answer.fix_search else None,
                 }
             )
         warm = [r["seconds"] for r in runs[1:]]

@@ -31,16 +31,13 @@ from service.engine import (
 def _head(result: TriageResult) -> Text:
     rel = result.release
     head = Text(result.summary, style="bold")
-    head.append(
-        f"\n\nrelease {rel.get('release')} ({rel.get('method')}, "
-        f"confidence {rel.get('confidence')})"
-    )
-    if rel.get("note"):
-        head.append(f"\n{rel['note']}")
+    head.append(f"\n\nrelease {rel.release} ({rel.method}, confidence {rel.confidence})")
+    if rel.note:
+        head.append(f"\n{rel.note}")
     hardware = hardware_line(result.hardware)
     if hardware:
         head.append(f"\n{hardware}")
-    rng = rel.get("range") or {}
+    rng = rel.range or {}
     if rng.get("releases"):
         head.append(f"\nrelease range {rng.get('text')}")
         head.append(

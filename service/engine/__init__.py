@@ -24,7 +24,18 @@ outside the engine uses the names below.
 
 from __future__ import annotations
 
-from service.engine.answer import FixOut, RuleVerdict, TriageResult, UpgradeFix
+from service.engine.answer import (
+    FixOut,
+    FixSearch,
+    InstalledRelease,
+    LLMInfo,
+    OnDemandNote,
+    ReleaseInfo,
+    RuleVerdict,
+    SimilarTriage,
+    TriageResult,
+    UpgradeFix,
+)
 from service.engine.cache import clear_all as clear_caches
 from service.engine.cache import stats as cache_stats
 from service.engine.errors import (
@@ -100,7 +111,8 @@ from service.engine.triage import Engine
 
 __all__ = [
     "ARCH_BY_MODEL", "DISPATCHERS", "HINT_ORDER", "PROFILES", "REDACTED", "UNKNOWN", "BinaryInput", "EmptyInput", "Engine",
-    "EngineSettings", "Env", "FixOut", "GpuHint", "InputTooLarge", "LogParseError", "NoCrashFound",
+    "EngineSettings", "Env", "FixOut", "FixSearch", "GpuHint", "InstalledRelease", "LLMInfo", "OnDemandNote",
+    "ReleaseInfo", "SimilarTriage", "InputTooLarge", "LogParseError", "NoCrashFound",
     "UnknownRelease",
     "HardwareProfile", "LinePrefix", "LintReport", "LintRequest", "MessageTemplate", "ParsedLog", "PathEvaluation", "Provenance",
     "RuleVerdict", "TriageResult", "UpgradeFix", "Value", "apply_earlier_writes", "apply_edits", "bare_rank", "base_attrs",

@@ -3,13 +3,17 @@
 Every place in SGLang's source is a :class:`Citation` (``release:path:line``)
 that exists in the KB. Values that may be :data:`~service.engine.expr.interpreter.UNKNOWN` are rendered
 by :func:`jsonable` as the string ``"unknown"``.
+
+A field whose default is pydantic's ``MISSING`` is a key only some answers carry (a step
+that ran, a fact that was stamped): while it is ``MISSING`` it is left out of the JSON
+altogether, so the answer serialises exactly as the dict it replaced did.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import MISSING, BaseModel, Field
 
 from service.engine.expr.interpreter import UNKNOWN
 
@@ -269,13 +273,120 @@ class NotFlagProblem(BaseModel):
     not_checked: list[str] = Field(default_factory=list)
 
 
+class OnDemandNote(BaseModel):
+    """What on-demand ingest did for one answer (``release.on_demand``; written by
+    :mod:`service.ondemand`)."""
+
+    release: str
+    status: Literal["ingested", "ingesting", "unavailable", "refused", "disabled"]
+    seconds: float | None = None
+    detail: str
+    how: str  # the command that ingests it by hand
+
+
+class InstalledRelease(BaseModel):
+    """The SGLang ``sglang-triage run``/``watch`` found installed (``release.installed``)."""
+
+    version: str | None = None
+    location: str | None = None
+    commit: str | None = None
+    interpreter: str | None = None
+    detail: str | None = None
+
+
+class ReleaseInfo(BaseModel):
+    """The answer's ``release``: the engine's release resolution (every field of
+    :class:`~service.engine.release.resolve.ReleaseResolution`, its ``candidates`` and
+    ``range`` as dumped), then what later steps stamp on it: ``on_demand`` (on-demand
+    ingest, which also sets ``method`` to ``on_demand``), and ``installed``, ``source``
+    and ``match`` (``run``/``watch``, which set ``method`` to ``installed`` on an exact
+    match). The stamped keys are absent until written."""
+
+    release: str | None
+    confidence: float
+    method: str  # a resolution method, or on_demand | installed
+    dev_build: bool
+    reported_version: str | None
+    note: str | None
+    evidence: list[str] = Field(default_factory=list)
+    candidates: list[dict[str, Any]] = Field(default_factory=list)
+    line_offsets: dict[str, int] = Field(default_factory=dict)
+    range: dict[str, Any] | None = None
+    on_demand: OnDemandNote | MISSING = MISSING
+    installed: InstalledRelease | MISSING = MISSING
+    source: str | MISSING = MISSING
+    match: Literal["exact", "nearest"] | MISSING = MISSING
+
+
+class LLMSnippet(BaseModel):
+    id: str
+    kind: str
+    citation: str | None
+
+
+class LLMRejection(BaseModel):
+    item: str
+    reason: str
+
+
+class LLMInfo(BaseModel):
+    """The language-model assist's account (``llm``; :mod:`service.engine.llm`): always
+    ``used``, ``model``, ``method``; the snippets sent; when it answered, what was accepted
+    (``explanation``/``summary``, the ranks of ``fixes_added``), cited and rejected;
+    ``error`` when nothing was used. Keys of steps that did not run are absent."""
+
+    used: bool
+    model: str | None
+    method: str
+    snippets: list[LLMSnippet] | MISSING = MISSING
+    #: the engine's own explanation, when the model's replaced it
+    deterministic_explanation: str | MISSING = MISSING
+    explanation: Literal["accepted", "rejected"] | MISSING = MISSING
+    summary: Literal["accepted", "rejected"] | MISSING = MISSING
+    cited: list[str] | MISSING = MISSING
+    fixes_added: list[int] | MISSING = MISSING
+    agrees_with: list[int] | MISSING = MISSING
+    rejected: list[LLMRejection] | MISSING = MISSING
+    unverified: list[int] | MISSING = MISSING
+    elapsed_ms: float | MISSING = MISSING
+    error: str | MISSING = MISSING
+
+
+class SimilarTriage(BaseModel):
+    """A confirmed past triage that failed in the same function (``similar``); ``id`` is
+    absent when the caller may not read that triage."""
+
+    id: str | MISSING = MISSING
+    release: str | None
+    summary: str | None
+    confirmed_fix: Any
+    note: str
+    confirmed_at: str | None
+
+
+class FixSearch(BaseModel):
+    """The replay-backed fix search (``fix_search``; :mod:`service.replay.fix_search`):
+    ``status`` (verified | rejected | unverified | background | skipped), the number of
+    ``candidates`` replayed, ``detail``; ``seconds`` once replay ran; ``release``,
+    ``hardware`` and ``not_replayed`` (left at the deadline) once its verdicts re-ranked
+    the fixes."""
+
+    status: Literal["verified", "rejected", "unverified", "background", "skipped"]
+    candidates: int
+    detail: str
+    seconds: float | MISSING = MISSING
+    release: str | MISSING = MISSING
+    hardware: str | None | MISSING = MISSING
+    not_replayed: int | MISSING = MISSING
+
+
 class TriageResult(BaseModel):
     id: str | None = None
     status: Literal["located", "argparse", "unlocated"]
     summary: str
     explanation: str
     confidence: float
-    release: dict[str, Any]
+    release: ReleaseInfo
     parsed: ParsedSummary
     location: Location | None = None
     check: CheckInfo | None = None
@@ -286,9 +397,9 @@ class TriageResult(BaseModel):
     unknowns: list[UnknownFact] = Field(default_factory=list)
     citations: list[str] = Field(default_factory=list)
     degraded: list[str] = Field(default_factory=list)
-    llm: dict[str, Any] | None = None
+    llm: LLMInfo | None = None
     replay: dict[str, Any] | None = None
-    similar: list[dict[str, Any]] = Field(default_factory=list)
+    similar: list[SimilarTriage] = Field(default_factory=list)
     #: the check (or flag) in the ingested releases after the diagnosed one
     later_releases: list[ReleaseChange] = Field(default_factory=list)
     upgrade: str | None = None  # "upgrading to ≥ X removes this check (...)", when grounded
@@ -308,7 +419,6 @@ class TriageResult(BaseModel):
     printed: list[PrintedValue] = Field(default_factory=list)
     #: the hardware profile used (``parsed.hardware`` names it) and its source
     hardware: HardwareSource | None = None
-    #: the replay-backed fix search: ``status`` (verified | unverified | background | skipped),
-    #: ``detail``, ``candidates`` replayed, ``seconds``
-    fix_search: dict[str, Any] | None = None
+    #: the replay-backed fix search (see :class:`FixSearch`)
+    fix_search: FixSearch | None = None
     timings_ms: dict[str, float] = Field(default_factory=dict)

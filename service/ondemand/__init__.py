@@ -111,30 +111,30 @@ def annotate(result: TriageResult, note: OnDemandNote | None) -> None:
     if note is None:
         return
     rel = result.release
-    rel["on_demand"] = note.model_dump()
-    if note.status == "ingested" and rel.get("release") == note.release:
-        rel.setdefault("evidence", []).append(
+    rel.on_demand = note.model_copy()
+    if note.status == "ingested" and rel.release == note.release:
+        rel.evidence.append(
             f"{note.release} was ingested on demand ({note.seconds} s); then decided by "
-            f"{rel.get('method')}"
+            f"{rel.method}"
         )
-        rel["method"] = "on_demand"
+        rel.method = "on_demand"
     elif note.status == "ingesting":
         then = "this answer will update" if "will update" in note.detail else "triage it again"
         result.degraded.append(
-            f"ingesting {note.release}; {then} (until then it is from "
-            f"{rel.get('release')}): {note.detail}"
+            f"ingesting {note.release}; {then} (until then it is from {rel.release}): {note.detail}"
         )
     else:
         caveat = (
             f"the log names {note.release}, which is not in the KB ({note.detail}); "
-            f"this answer is from {rel.get('release')}. To answer from it: {note.how}"
+            f"this answer is from {rel.release}. To answer from it: {note.how}"
         )
         result.degraded.append(caveat)
 
 
 def ingesting(result: TriageResult) -> bool:
     """Whether ``result`` is a stand-in answer while its release is being ingested."""
-    return (result.release.get("on_demand") or {}).get("status") == "ingesting"
+    on_demand = result.release.on_demand
+    return isinstance(on_demand, OnDemandNote) and on_demand.status == "ingesting"
 
 
 class LateAnswer:

@@ -24,12 +24,10 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
-
-from pydantic import BaseModel
 
 from kb.knowledge import KnowledgeBase
 from kb.settings import KBSettings
+from service.engine import OnDemandNote
 from service.settings import Settings
 
 __all__ = [
@@ -74,16 +72,6 @@ def _missing_ingest() -> str | None:
 def _can_embed() -> bool:
     """Whether this install can compute embeddings (sentence-transformers, the [ingest] extra)."""
     return importlib.util.find_spec("sentence_transformers") is not None
-
-
-class OnDemandNote(BaseModel):
-    """What on-demand ingest did for one answer (``release.on_demand``)."""
-
-    release: str
-    status: Literal["ingested", "ingesting", "unavailable", "refused", "disabled"]
-    seconds: float | None = None
-    detail: str
-    how: str  # the command that ingests it by hand
 
 
 def child_env(settings: KBSettings) -> dict[str, str]:

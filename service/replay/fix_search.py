@@ -20,8 +20,8 @@ candidate is *unverified*) and waits at most ``deadline_s``:
   **recommended** fix is the first one replay accepted. When replay ran and rejected every candidate, nothing is recommended
   and the answer says so; when replay could not decide (harness error, no hardware, past
   the deadline), the engine's own recommendation stands;
-* ``fix_search`` on the answer records what happened: ``verified`` (with the release and
-  hardware profile), ``rejected``, ``unverified`` (why), ``background`` (the deadline
+* ``fix_search`` (:class:`~service.engine.FixSearch`) records what happened: ``verified``
+  (with the release and hardware profile), ``rejected``, ``unverified`` (why), ``background`` (the deadline
   passed before any candidate was replayed, e.g. while the release's worker starts: the
   answer goes out as the engine gave it, the worker keeps starting, and the stored
   answer's background replay (:func:`service.replay.background.schedule`) verifies the
@@ -43,11 +43,12 @@ flags (:func:`service.replay.plan.substitute_argv`) inside the OS sandbox.
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from kb.errors import TriageError
 from kb.settings import KBSettings
-from service.engine import FixOut, TriageResult, summary_with_fix
+from service.engine import FixOut, FixSearch, TriageResult, summary_with_fix
 from service.replay.background import release_root, summarise, unavailable_reason
 from service.replay.harness import replay_many
 from service.replay.probes import probe_env, startup_request
@@ -89,7 +90,9 @@ def _candidates(result: TriageResult, limit: int) -> list[FixOut]:
     return [f for f in result.fixes if f.fixes_check != "false"][:limit]
 
 
-def rerank(result: TriageResult, replayed: list[FixOut], on: str) -> str:
+def rerank(
+    result: TriageResult, replayed: list[FixOut], on: str
+) -> Literal["verified", "rejected", "unverified"]:
     """Order ``result.fixes`` by replay's verdicts and move the recommendation to the first
     fix replay accepted; returns the ``fix_search`` status (see the module docstring)."""
 
@@ -217,30 +220,52 @@ def search_fixes(
         verify_clean and result.status == "located" and any(f.recommended for f in result.fixes)
     ):
         return result
-    release = (result.release or {}).get("release")
+    result.fix_search = _search_fixes(result, settings, wide, deadline_s, max_candidates, use_cache)
+    return result
+
+
+def _search_fixes(
+    result: TriageResult,
+    settings: KBSettings,
+    wide: bool,
+    deadline_s: float,
+    max_candidates: int,
+    use_cache: bool,
+) -> FixSearch:
+    """:func:`search_fixes`: the fixes of ``result`` replayed and re-ranked (in place), and
+    how the search went."""
+    release = result.release.release
     argv = list(result.parsed.command or [])
     why = unavailable_reason(settings, release, argv)
     candidates = _candidates(result, max_candidates)
     if why is None and not candidates:
         why = "no candidate fix to replay"
     if why is not None:
-        result.fix_search = {"status": "skipped", "detail": why, "candidates": 0}
-        return result
+        return FixSearch(status="skipped", detail=why, candidates=0)
     assert release is not None  # unavailable_reason checked it
     t0 = time.perf_counter()
     if not wide:  # the recommended fix first; the rest only when replay refuses it
         top = next(f for f in result.fixes if f.recommended)
         # with the fixes that keep more of the request, when it gives some up
         first = [top, *keeping_alternatives(result, top, max_candidates - 1)]
-        _search(result, settings, release, argv, first, deadline_s, use_cache)
+        replayed = _search(result, settings, release, argv, first, deadline_s, use_cache)
         if (top.replay or {}).get("status") != "next_failure":
-            _finish(result, first, release, t0, deadline_s)
-            return result
+            return _finish(result, first, release, t0, deadline_s, replayed)
         candidates += [f for f in first if all(f is not c for c in candidates)]
     left = max(0.0, deadline_s - (time.perf_counter() - t0))
-    _search(result, settings, release, argv, candidates, left, use_cache)
-    _finish(result, candidates, release, t0, deadline_s)
-    return result
+    replayed = _search(result, settings, release, argv, candidates, left, use_cache)
+    return _finish(result, candidates, release, t0, deadline_s, replayed)
+
+
+@dataclass(frozen=True)
+class _Replayed:
+    """How one round of replay went: ``error`` (the harness failed), else how many
+    candidates the deadline left unreplayed (``late``) and whether all of those found the
+    pool full (``busy``)."""
+
+    error: str | None = None
+    late: int = 0
+    busy: bool = False
 
 
 def _search(
@@ -251,11 +276,10 @@ def _search(
     candidates: list[FixOut],
     deadline_s: float,
     use_cache: bool,
-) -> None:
+) -> _Replayed:
     """Replay ``candidates`` (and, without declared hardware, the user's command, to tell a
     stop they share on this CPU-only machine from a verdict) and record each one's
-    ``replay``; ``result.fix_search`` gets ``_late`` (how many the deadline left) or
-    ``_error``."""
+    ``replay``; returns how the round went."""
     hardware, arch = result.parsed.hardware, result.parsed.model_arch
     lines = [f.argv for f in candidates] if hardware else [argv] + [f.argv for f in candidates]
     # a check past validation: replay goes on into its own code (service.replay.probes)
@@ -278,16 +302,15 @@ def _search(
             **probe,
         )
     except TriageError as exc:
-        result.fix_search = {"_error": f"replay failed: {exc.message}"}
-        return
+        return _Replayed(error=f"replay failed: {exc.message}")
     own = results if hardware else results[1:]
     late = [r for r in own if r.status == "harness_error" and r.phase in _NOT_RUN]
-    result.fix_search = {"_late": len(late), "_busy": all(r.phase == "busy" for r in late)}
+    replayed = _Replayed(late=len(late), busy=all(r.phase == "busy" for r in late))
     if hardware:
         on = f"{release} with {hardware}"
         for fix, res in zip(candidates, own, strict=True):
             fix.replay = _verdict(res, on)
-        return
+        return replayed
     as_dict: dict[str, Any] = {
         "location": result.location.model_dump() if result.location else None,
         "fixes": [{} for _ in candidates],
@@ -296,6 +319,7 @@ def _search(
     for fix, verdict in zip(candidates, as_dict["fixes"], strict=True):
         fix.replay = verdict.get("replay")
     result.replay = as_dict.get("replay")
+    return replayed
 
 
 def _verdict(res: ReplayResult, on: str) -> dict[str, Any]:
@@ -313,37 +337,35 @@ def _verdict(res: ReplayResult, on: str) -> dict[str, Any]:
 
 
 def _finish(
-    result: TriageResult, candidates: list[FixOut], release: str, t0: float, deadline_s: float
-) -> None:
-    """Re-rank by the verdicts and write ``fix_search`` (see the module docstring)."""
-    state = result.fix_search or {}
+    result: TriageResult,
+    candidates: list[FixOut],
+    release: str,
+    t0: float,
+    deadline_s: float,
+    replayed: _Replayed,
+) -> FixSearch:
+    """Re-rank by the verdicts (in ``result``) and say how the search went (see the
+    module docstring)."""
     hardware = result.parsed.hardware
     on = f"{release} with {hardware or 'no declared hardware'}"
     seconds = round(time.perf_counter() - t0, 2)
     n = len(candidates)
-    if "_error" in state:
-        result.fix_search = {
-            "status": "unverified",
-            "candidates": n,
-            "detail": state["_error"],
-            "seconds": seconds,
-        }
-        return
-    late = int(state.get("_late", 0))
+    if replayed.error is not None:
+        return FixSearch(status="unverified", candidates=n, detail=replayed.error, seconds=seconds)
+    late = replayed.late
     if late == n:
-        busy = bool(state.get("_busy"))
-        result.fix_search = {
-            "status": "unverified" if busy else "background",
-            "candidates": n,
-            "seconds": seconds,
-            "detail": (
+        busy = replayed.busy
+        return FixSearch(
+            status="unverified" if busy else "background",
+            candidates=n,
+            seconds=seconds,
+            detail=(
                 f"the replay pool is full: the {n} candidate fixes stay unverified"
                 if busy
                 else f"replay of {n} candidate fixes on {on} did not finish "
                 f"within {deadline_s:g} s; it goes on in the background"
             ),
-        }
-        return
+        )
     status = rerank(result, candidates, on)
     if status in ("verified", "rejected"):
         result.summary = summary_with_fix(
@@ -355,12 +377,12 @@ def _finish(
         "rejected": f"replay on {on} rejected all {n} candidate fixes",
         "unverified": f"replay on {on} could not decide the candidates",
     }[status]
-    result.fix_search = {
-        "status": status,
-        "candidates": n,
-        "detail": detail,
-        "seconds": seconds,
-        "release": release,
-        "hardware": hardware,
-        "not_replayed": late,
-    }
+    return FixSearch(
+        status=status,
+        candidates=n,
+        detail=detail,
+        seconds=seconds,
+        release=release,
+        hardware=hardware,
+        not_replayed=late,
+    )

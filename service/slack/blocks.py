@@ -120,11 +120,10 @@ def split_sections(text: str, limit: int = SECTION_LIMIT, max_sections: int = 8)
 
 
 def release_line(result: TriageResult) -> str:
-    rel = result.release or {}
-    parts = [f"release *{esc(str(rel.get('release') or '?'))}*"]
-    if rel.get("confidence") is not None:
-        parts[0] += f" ({esc(str(rel.get('method') or 'resolved'))}, {rel.get('confidence')})"
-    rng = rel.get("range") or {}
+    rel = result.release
+    parts = [f"release *{esc(str(rel.release or '?'))}*"]
+    parts[0] += f" ({esc(str(rel.method or 'resolved'))}, {rel.confidence})"
+    rng = rel.range or {}
     if rng.get("releases") and len(rng["releases"]) < len(rng.get("ingested") or []):
         parts.append(f"range {esc(str(rng.get('text') or ''))}")
     parts.append(f"confidence *{result.confidence:.2f}*")

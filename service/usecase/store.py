@@ -31,7 +31,7 @@ from typing import Any
 
 from kb.knowledge import KnowledgeBase
 from kb.records import Records
-from service.engine import TriageResult, redact, redact_payload
+from service.engine import SimilarTriage, TriageResult, redact, redact_payload
 from service.ondemand import ingesting
 from service.settings import Settings
 from service.usecase.storage import disk_refusal
@@ -113,7 +113,8 @@ def store_answer(
         similar = records.similar(
             result.location.path, result.location.function, exclude=tid, show_id=keep.show_id
         )
-        result.similar = redact_payload(similar)  # notes stored before they were redacted
+        # notes stored before they were redacted
+        result.similar = [SimilarTriage.model_validate(s) for s in redact_payload(similar)]
     refused = disk_refusal(records, settings)
     if refused:
         result.id = None

@@ -126,7 +126,7 @@ class TriageUseCase:
                     again = result.model_copy(deep=True)
                     again.degraded = [d for d in again.degraded if not d.startswith("ingesting ")]
                 annotate(again, note)
-                ingester.touch(again.release.get("release"))
+                ingester.touch(again.release.release)
                 on_update(again)
 
         note = (
@@ -142,7 +142,7 @@ class TriageUseCase:
         )
         result = engine.triage(payload, **options, max_bytes=limit, parsed_input=parsed_input)
         annotate(result, note)
-        ingester.touch(result.release.get("release"))
+        ingester.touch(result.release.release)
         if request.replay and not ingesting(result):
             self._search_fixes(result)
         return result

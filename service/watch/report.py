@@ -40,6 +40,7 @@ from rich.console import Console
 from rich.text import Text
 
 from service.engine import (
+    InstalledRelease,
     TriageResult,
     edit_lines,
     model_facts_line,
@@ -79,7 +80,7 @@ def crash_key(result: TriageResult | None, tail: list[str], status: str = "start
         check = str(result.check.id) if result.check is not None else ""
         parts = [
             status,
-            str(result.release.get("release")),
+            str(result.release.release),
             result.status,
             loc,
             check,
@@ -179,7 +180,7 @@ def fact_lines(facts: dict[str, Any], result: TriageResult | None = None) -> lis
     lines: list[str] = []
     rel = facts.get("release") or {}
     if rel.get("version"):
-        answered = result.release.get("release") if result is not None else None
+        answered = result.release.release if result is not None else None
         how = (
             "exact"
             if answered in (None, rel["version"])
@@ -226,14 +227,14 @@ def apply_facts(result: TriageResult, facts: dict[str, Any]) -> TriageResult:
     with the nvidia-smi/rocm-smi evidence."""
     rel = facts.get("release") or {}
     if rel.get("version") and rel.get("source") == "installed":
-        exact = result.release.get("release") == rel["version"]
-        result.release["installed"] = {
-            k: rel.get(k) for k in ("version", "location", "commit", "interpreter", "detail")
-        }
-        result.release["source"] = "installed"
-        result.release["match"] = "exact" if exact else "nearest"
+        exact = result.release.release == rel["version"]
+        result.release.installed = InstalledRelease.model_validate(
+            {k: rel.get(k) for k in ("version", "location", "commit", "interpreter", "detail")}
+        )
+        result.release.source = "installed"
+        result.release.match = "exact" if exact else "nearest"
         if exact:
-            result.release["method"] = "installed"
+            result.release.method = "installed"
     hw = facts.get("hardware") or {}
     if (
         hw.get("profile")
@@ -258,8 +259,8 @@ def render_answer(result: TriageResult, console: Console) -> None:
     console.print(Text(result.summary, style="bold"), soft_wrap=True)
     console.print(
         Text(
-            f"release {rel.get('release')} ({rel.get('method')}, confidence "
-            f"{rel.get('confidence')}); answer confidence {result.confidence}"
+            f"release {rel.release} ({rel.method}, confidence "
+            f"{rel.confidence}); answer confidence {result.confidence}"
         )
     )
     if result.location is not None:

@@ -156,11 +156,11 @@ def test_similar_links_only_the_triages_show_id_allows(
         fix = kept.result.fixes[0].model_dump(mode="json")
         assert records.confirm(kept.tid, fix, "it worked", source="api", owner=owner)
     linked = usecase.answer_and_store(ask, Keep(owner="a", show_id=lambda owner: owner == "a"))
-    ids = {s.get("id") for s in linked.result.similar}
+    ids = {s.model_dump().get("id") for s in linked.result.similar}
     assert len(linked.result.similar) == 2
     assert ids == {mine.tid, None}  # b's triage is listed without its id
     unlinked = usecase.answer_and_store(ask, Keep(owner="c"))  # default: never an id
-    assert {s.get("id") for s in unlinked.result.similar} == {None}
+    assert {s.model_dump().get("id") for s in unlinked.result.similar} == {None}
 
 
 def test_a_nearly_full_disk_answers_without_storing(

@@ -11,10 +11,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from service.engine.answer import FixOut, HardwareSource, ModelFact, PrintedValue, UpgradeFix
+from service.engine.answer import (
+    FixOut,
+    FixSearch,
+    HardwareSource,
+    ModelFact,
+    PrintedValue,
+    UpgradeFix,
+)
 
 
 def _value_text(value: object) -> str:
@@ -34,23 +38,21 @@ def edit_lines(fix: FixOut) -> list[str]:
     return lines
 
 
-def fix_search_line(search: Mapping[str, Any] | None) -> str | None:
+def fix_search_line(search: FixSearch | None) -> str | None:
     """``"Fix search: verified by replay on 0.5.11 with rtx-pro-6000-x8 (3 replayed, 41 s)"``;
     None when there was no search. The detail is shown as given; the status word is
     added in front unless the detail already starts with it."""
-    if not search:
+    if search is None:
         return None
-    status = str(search.get("status") or "unknown")
-    detail = str(search.get("detail") or "").strip()
+    status = search.status
+    detail = search.detail.strip()
     text = (
         detail
         if detail.lower().startswith(status.lower())
         else (f"{status}: {detail}" if detail else status)
     )
-    extra: list[str] = []
-    if search.get("candidates") is not None:
-        extra.append(f"{search['candidates']} replayed")
-    seconds = search.get("seconds")
+    extra = [f"{search.candidates} replayed"]
+    seconds = search.seconds
     if isinstance(seconds, int | float):
         extra.append(f"{seconds:.0f} s")
     return f"Fix search: {text}" + (f" ({', '.join(extra)})" if extra else "")

@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from kb.catalog_types import FlagSpec
-from service.engine.answer import FixOut, RuleVerdict, TriageResult, tri
+from service.engine.answer import FixOut, LLMInfo, LLMRejection, RuleVerdict, TriageResult, tri
 from service.engine.fixes.propose import Edit, verify
 from service.engine.flags.edit import apply_edits, render_command
 from service.engine.flags.parse import parse_argv
@@ -279,7 +279,7 @@ def merge_answer(
     answer: LLMAnswer,
     snippets: list[Snippet],
     ctx: AssistContext,
-    info: dict[str, Any],
+    info: LLMInfo,
     t0: float,
 ) -> TriageResult:
     """``result`` with the parts of ``answer`` that pass the checks, and ``llm`` set from
@@ -329,7 +329,7 @@ def merge_answer(
         by_id = {s.id: s for s in snippets}
         extra = [by_id[s].citation for s in cited if by_id[s].citation]
         update["citations"] = list(dict.fromkeys([*result.citations, *extra]))
-        info["deterministic_explanation"] = result.explanation
+        info.deterministic_explanation = result.explanation
     else:
         rejected.append(
             {
@@ -348,17 +348,15 @@ def merge_answer(
         update["summary"] = summary
     else:
         rejected.append({"item": f"summary: {answer.summary[:200]}", "reason": reason or "empty"})
-    info.update(
-        used=explanation_ok or bool(added),
-        explanation="accepted" if explanation_ok else "rejected",
-        summary="accepted" if "summary" in update else "rejected",
-        cited=cited,
-        fixes_added=added,
-        agrees_with=agrees,
-        rejected=rejected,
-        unverified=[f.rank for f in fixes if f.rank in added and f.fixes_check != "true"],
-        elapsed_ms=round((time.perf_counter() - t0) * 1000, 1),
-    )
-    if not info["used"]:
-        info["error"] = "nothing in the answer passed the checks"
+    info.used = explanation_ok or bool(added)
+    info.explanation = "accepted" if explanation_ok else "rejected"
+    info.summary = "accepted" if "summary" in update else "rejected"
+    info.cited = cited
+    info.fixes_added = added
+    info.agrees_with = agrees
+    info.rejected = [LLMRejection(**r) for r in rejected]
+    info.unverified = [f.rank for f in fixes if f.rank in added and f.fixes_check != "true"]
+    info.elapsed_ms = round((time.perf_counter() - t0) * 1000, 1)
+    if not info.used:
+        info.error = "nothing in the answer passed the checks"
     return result.model_copy(update={**update, "llm": info})

@@ -138,7 +138,7 @@ def context_from_result(
     rule_check: RuleCheck | None = None,
 ) -> AssistContext:
     """Rebuild an :class:`AssistContext` from a result (attrs from argv when not given)."""
-    release = str(result.release.get("release"))
+    release = str(result.release.release)
     catalog = load_catalog(store, release)
     argv = list(result.parsed.command or [])
     if attrs is None:

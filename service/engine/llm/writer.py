@@ -76,7 +76,7 @@ from typing import Any, Final
 
 from pydantic import SecretStr, ValidationError
 
-from service.engine.answer import TriageResult
+from service.engine.answer import LLMInfo, LLMSnippet, TriageResult
 from service.engine.llm.checks import merge_answer
 from service.engine.llm.prompt import (
     ANSWER_SCHEMA,
@@ -166,22 +166,22 @@ def assist(result: TriageResult, *, engine_ctx: AssistContext, settings: Setting
         return result
     ctx = engine_ctx
     t0 = time.perf_counter()
-    info: dict[str, Any] = {"used": False, "model": settings.llm_model, "method": METHOD}
+    info = LLMInfo(used=False, model=settings.llm_model, method=METHOD)
     if result.status == "unlocated":
-        info["error"] = "skipped: no located check to ground an answer in"
+        info.error = "skipped: no located check to ground an answer in"
         return result.model_copy(update={"llm": info})
     snippets = build_snippets(result, ctx)
-    info["snippets"] = [{"id": s.id, "kind": s.kind, "citation": s.citation} for s in snippets]
+    info.snippets = [LLMSnippet(id=s.id, kind=s.kind, citation=s.citation) for s in snippets]
     messages = build_messages(snippets, ctx.release)
     try:
         answer = _with_deadline(lambda: _ask(messages, settings), settings.llm_timeout_s)
     except FutureTimeout:
-        info["error"] = f"no answer within {settings.llm_timeout_s:g}s"
+        info.error = f"no answer within {settings.llm_timeout_s:g}s"
     except (ValidationError, ValueError) as exc:
-        info["error"] = f"the answer did not match the schema: {str(exc)[:300]}"
+        info.error = f"the answer did not match the schema: {str(exc)[:300]}"
     except Exception as exc:  # any endpoint failure keeps the deterministic answer
-        info["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        info.error = f"{type(exc).__name__}: {str(exc)[:300]}"
     else:
         return merge_answer(result, answer, snippets, ctx, info, t0)
-    info["elapsed_ms"] = round((time.perf_counter() - t0) * 1000, 1)
+    info.elapsed_ms = round((time.perf_counter() - t0) * 1000, 1)
     return result.model_copy(update={"llm": info})

@@ -109,7 +109,7 @@ def test_same_flags_on_0_5_23_land_in_the_eagle_family_hook(kb, engine) -> None:
     check = _seed_check(kb, "0.5.23")
     log = render_log(kb.store, "0.5.23", check, python="3.12", argv=ATTEMPT_1)
     result = engine.triage(log)
-    assert result.release["release"] == "0.5.23"
+    assert result.release.release == "0.5.23"
     assert result.location.path == "sglang/srt/arg_groups/speculative_hook.py"
     assert result.location.function == "_handle_eagle_family"
     assert result.evaluation.fired in ("true", "unknown")
@@ -122,9 +122,9 @@ def test_dev_build_lines_off_by_12_to_79_resolve_to_nearest_0_5_11(kb, engine) -
     log = render_log(kb.store, "0.5.11", check, python="3.12", argv=ATTEMPT_1, line_offset=79)
     log = "sglang 0.5.12.dev210+gedff717ef\n" + log
     result = engine.triage(log, hardware="rtx-pro-6000-x8")
-    assert result.release["release"] == "0.5.11"
-    assert result.release["dev_build"] is True
-    assert "nearest release 0.5.11" in (result.release["note"] or "")
+    assert result.release.release == "0.5.11"
+    assert result.release.dev_build is True
+    assert "nearest release 0.5.11" in (result.release.note or "")
     assert result.check.id == check.id
     assert result.fixes and result.fixes[0].fixes_check == "true"
 

@@ -102,10 +102,10 @@ def test_a_clean_static_answer_needs_no_search_and_an_undecided_one_does(kb) -> 
 def test_search_without_replay_says_why(kb, kb_settings) -> None:
     answer = _answer(kb, "0.5.11")
     before = [f.model_dump() for f in answer.fixes]
-    answer.release["release"] = "0.0.0"  # no wheel of it in the cache
-    search_fixes(answer, kb_settings, deadline_s=5, force=True)
-    assert answer.fix_search is not None and answer.fix_search["status"] == "skipped"
-    assert "wheel" in answer.fix_search["detail"] or "sandbox" in answer.fix_search["detail"]
+    answer.release.release = "0.0.0"  # no wheel of it in the cache
+    answer = search_fixes(answer, kb_settings, deadline_s=5, force=True)
+    assert answer.fix_search is not None and answer.fix_search.status == "skipped"
+    assert "wheel" in answer.fix_search.detail or "sandbox" in answer.fix_search.detail
     assert [f.model_dump() for f in answer.fixes] == before
 
 
@@ -118,22 +118,22 @@ def test_search_replays_the_candidates_and_recommends_what_sglang_accepts(
     SGLang's verdict, and the recommendation is the first fix replay accepted."""
     answer = _answer(kb, release)
     assert answer.fixes, "the engine offers candidates"
-    search_fixes(answer, kb_settings, deadline_s=600, force=True, max_candidates=3)
+    answer = search_fixes(answer, kb_settings, deadline_s=600, force=True, max_candidates=3)
     fs = answer.fix_search
-    assert fs is not None and fs["status"] in ("verified", "rejected", "unverified"), fs
-    assert fs["release"] == release and fs["hardware"] == answer.parsed.hardware
+    assert fs is not None and fs.status in ("verified", "rejected", "unverified"), fs
+    assert fs.release == release and fs.hardware == answer.parsed.hardware
     replayed = [f for f in answer.fixes if f.replay is not None]
     assert len(replayed) == min(3, len([f for f in answer.fixes if f.fixes_check != "false"]))
     statuses = [f.replay["status"] for f in replayed]  # type: ignore[index]
     assert set(statuses) <= {"verified", "next_failure", "unverified"}
-    if fs["status"] == "verified":
+    if fs.status == "verified":
         top = answer.fixes[0]
         assert top.recommended and top.replay["status"] == "verified"  # type: ignore[index]
         assert sum(f.recommended for f in answer.fixes) == 1
         assert f"replay on {release} with {answer.parsed.hardware}" in top.verdict
         # the summary names the fix replay accepted (it is cut at 29 words)
         assert fix_phrase(top) in answer.summary or len(answer.summary.split()) == 29
-    if fs["status"] == "rejected":
+    if fs.status == "rejected":
         assert not any(f.recommended for f in answer.fixes)
 
 
@@ -141,11 +141,11 @@ def test_search_replays_the_candidates_and_recommends_what_sglang_accepts(
 def test_past_the_deadline_the_answer_returns_and_replay_goes_on(kb, kb_settings) -> None:
     answer = _answer(kb, "0.5.23")
     recommended = [f.command for f in answer.fixes if f.recommended]
-    search_fixes(answer, kb_settings, deadline_s=0.0, force=True, max_candidates=1)
+    answer = search_fixes(answer, kb_settings, deadline_s=0.0, force=True, max_candidates=1)
     assert answer.fix_search is not None
     # answered from the cache at once, or handed to the background: never a wait
-    assert answer.fix_search["status"] in ("background", "verified", "rejected", "unverified")
-    if answer.fix_search["status"] == "background":
+    assert answer.fix_search.status in ("background", "verified", "rejected", "unverified")
+    if answer.fix_search.status == "background":
         assert [f.command for f in answer.fixes if f.recommended] == recommended
 
 
@@ -159,13 +159,18 @@ def test_a_clean_answer_replays_only_its_recommended_fix_first(kb, kb_settings) 
     recommended = next(f for f in answer.fixes if f.recommended)
     # with the fixes that keep more of the request, when it gives part of it up
     first = [recommended, *keeping_alternatives(answer, recommended, 4)]
-    search_fixes(answer, kb_settings, deadline_s=600)
+    searched = search_fixes(answer, kb_settings, deadline_s=600)
+    # the searched answer is a new one: its fixes are copies, found again by their command
+    recommended = next(f for f in searched.fixes if f.command == recommended.command)
+    n_first = len(first)
+    first = [f for f in searched.fixes if any(f.command == o.command for o in first)]
+    answer = searched
     fs = answer.fix_search
     assert fs is not None and recommended.replay is not None
     if recommended.replay["status"] == "verified":
-        assert fs["status"] == "verified" and fs["candidates"] == len(first)
+        assert fs.status == "verified" and fs.candidates == n_first
         assert answer.fixes[0].recommended and answer.fixes[0] in first
         assert all(f.replay is None for f in answer.fixes if all(f is not o for o in first))
     elif recommended.replay["status"] == "next_failure":
-        assert fs["candidates"] > 1 and not recommended.recommended
+        assert fs.candidates > 1 and not recommended.recommended
     search_fixes(answer, kb_settings, deadline_s=600, verify_clean=False)  # nothing to do

@@ -297,7 +297,7 @@ def test_fix_search_carries_the_probe_verdict(kb, cache_settings: Settings) -> N
     assert probe.family == "moe_block_shape"
     assert facts["moe_intermediate_size"] == 768
     assert facts["quantization_config"]["weight_block_size"] == [128, 128]
-    search_fixes(result, cache_settings, deadline_s=600, force=True, max_candidates=5)
+    result = search_fixes(result, cache_settings, deadline_s=600, force=True, max_candidates=5)
     decided = 0
     for fix in [f for f in result.fixes if f.replay]:
         tp = _flag(fix.argv, ("--tp", "--tp-size", "--tensor-parallel-size"), 1)
@@ -308,4 +308,7 @@ def test_fix_search_carries_the_probe_verdict(kb, cache_settings: Settings) -> N
         if not ok:
             assert "check_quantized_moe_compatibility" in (fix.replay or {}).get("location", "")
         decided += 1
-    assert decided and (result.fix_search or {}).get("status") in ("verified", "rejected")
+    assert decided and (result.fix_search.status if result.fix_search else None) in (
+        "verified",
+        "rejected",
+    )

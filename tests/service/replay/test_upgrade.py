@@ -62,7 +62,7 @@ def test_the_named_release_judges_the_command(kb, kb_settings) -> None:
     assert "refuses the upgraded command" in (answer.no_flag_fix or "")
 
     fixed = _answer(kb, "0.5.23")
-    search_fixes(fixed, kb_settings, deadline_s=600, force=True, max_candidates=3)
+    fixed = search_fixes(fixed, kb_settings, deadline_s=600, force=True, max_candidates=3)
     ok = next((f for f in fixed.fixes if (f.replay or {}).get("status") == "verified"), None)
     if ok is None:
         pytest.skip("replay verified no fix of this incident")

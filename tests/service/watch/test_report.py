@@ -74,9 +74,9 @@ def test_facts_are_stamped_on_the_answer(seed_result: TriageResult) -> None:
     report = _report(seed_result)
     res = report.result
     assert res is not None and res.location is not None and res.check is not None and res.check.bare
-    assert res.release["release"] == "0.5.11" and res.release["match"] == "exact"
-    assert res.release["method"] == "installed" and res.release["source"] == "installed"
-    assert res.release["installed"]["location"] == FACTS["release"]["location"]
+    assert res.release.release == "0.5.11" and res.release.match == "exact"
+    assert res.release.method == "installed" and res.release.source == "installed"
+    assert res.release.installed.location == FACTS["release"]["location"]
     assert res.hardware is not None and res.hardware.source == "detected"
     assert res.hardware.evidence == RTX_ROW
     # the JSON is the answer's own schema, "detected" included
@@ -94,7 +94,7 @@ def test_facts_are_stamped_on_the_answer(seed_result: TriageResult) -> None:
 def test_the_nearest_release_is_not_called_exact(seed_result: TriageResult) -> None:
     facts = {**FACTS, "release": {**FACTS["release"], "version": "0.5.12"}}
     res = apply_facts(seed_result.model_copy(deep=True), facts)
-    assert res.release["match"] == "nearest" and res.release["method"] != "installed"
+    assert res.release.match == "nearest" and res.release.method != "installed"
     text = io.StringIO()
     CrashReport(result=res, tail=[], status="startup_crash", facts=facts).render_text(
         Console(file=text, width=200)
@@ -171,7 +171,7 @@ def test_report_to_posts_the_crash_to_the_team_service(
         f"{team_api}/triage/{tid}", headers={"authorization": "Bearer run-report-key"}
     ).json()
     answer = TriageResult.model_validate(stored["result"])
-    assert answer.release["release"] == "0.5.11" and answer.parsed.hardware == "rtx-pro-6000-x8"
+    assert answer.release.release == "0.5.11" and answer.parsed.hardware == "rtx-pro-6000-x8"
     assert answer.hardware is not None and answer.hardware.source == "request"  # the facts we sent
     assert (
         answer.location is not None and answer.location.citation == report.result.location.citation

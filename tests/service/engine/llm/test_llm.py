@@ -120,7 +120,7 @@ def _llm_fixes(result: TriageResult) -> list:
 
 
 def _reasons(result: TriageResult) -> list[str]:
-    return [r["reason"] for r in result.llm["rejected"]]
+    return [r.reason for r in result.llm.rejected]
 
 
 # -- (a) a good answer ------------------------------------------------------------------
@@ -133,8 +133,8 @@ def test_good_answer_is_used_with_real_citations(seed, stub) -> None:
         )
     )
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
-    assert out.llm["used"] is True and out.llm["explanation"] == "accepted"
-    assert out.llm["rejected"] == []
+    assert out.llm.used is True and out.llm.explanation == "accepted"
+    assert out.llm.rejected == []
     assert out.summary.startswith("EAGLE3 draft sizes")
     # [S..] rewritten to our own release:path:line citations
     assert "[S" not in out.explanation
@@ -149,7 +149,7 @@ def test_good_answer_is_used_with_real_citations(seed, stub) -> None:
     assert llm_fix.argv[-2:] == ["--speculative-num-steps", "4"]
     assert out.fixes[0].recommended and out.fixes[0].origin != "llm"
     assert "**Verified fix**" in out.explanation and out.fixes[0].command in out.explanation
-    assert out.llm["deterministic_explanation"] == result.explanation
+    assert out.llm.deterministic_explanation == result.explanation
 
 
 def test_request_holds_the_snippets_but_no_line_numbers(seed, stub) -> None:
@@ -195,7 +195,7 @@ def test_edit_equal_to_a_deterministic_fix_is_not_repeated(seed, stub) -> None:
     top = result.fixes[0]
     stub.push(content=_answer(_good_explanation(ids), [{"set": top.set, "remove": top.remove}]))
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
-    assert not _llm_fixes(out) and out.llm["agrees_with"] == [top.rank]
+    assert not _llm_fixes(out) and out.llm.agrees_with == [top.rank]
 
 
 # -- (b) a hallucinated flag ------------------------------------------------------------
@@ -209,14 +209,14 @@ def test_hallucinated_flag_is_dropped(seed, stub) -> None:
     stub.push(content=_answer(text, [{"set": {"--speculative-magic": 3}, "remove": []}]))
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
     assert not _llm_fixes(out)
-    items = {r["item"]: r["reason"] for r in out.llm["rejected"]}
+    items = {r.item: r.reason for r in out.llm.rejected}
     assert (
         items["edit: set --speculative-magic 3"]
         == "--speculative-magic: not a flag of SGLang 0.5.11"
     )
     assert any("--speculative-magic" in r and "not a flag" in r for r in _reasons(out))
     assert "speculative-magic" not in out.explanation
-    assert out.llm["used"] is True and out.fixes[0].recommended
+    assert out.llm.used is True and out.fixes[0].recommended
 
 
 # -- (c) a fake citation ----------------------------------------------------------------
@@ -228,7 +228,7 @@ def test_fake_citation_sentence_is_rejected(seed, stub) -> None:
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
     assert "known bug" not in out.explanation and "S99" not in out.explanation
     assert "cites S99, which is not one of the snippets given" in _reasons(out)
-    assert out.llm["used"] is True
+    assert out.llm.used is True
 
 
 def test_explanation_citing_only_fake_ids_keeps_the_deterministic_answer(seed, stub) -> None:
@@ -236,7 +236,7 @@ def test_explanation_citing_only_fake_ids_keeps_the_deterministic_answer(seed, s
     stub.push(content=_answer("The assert fired [S99]. It is a known bug [S123]."))
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
     assert out.explanation == result.explanation and out.summary == result.summary
-    assert out.llm["used"] is False and out.llm["explanation"] == "rejected"
+    assert out.llm.used is False and out.llm.explanation == "rejected"
     assert "its explanation was rejected" in _reasons(out)
 
 
@@ -257,7 +257,7 @@ def test_line_numbers_and_diffs_are_stripped(seed, stub) -> None:
     reasons = _reasons(out)
     assert "claims a file:line location" in reasons and "claims a line number" in reasons
     assert "contains a diff" in reasons and "contains a diff line" in reasons
-    assert out.llm["used"] is True and f"[`{CHECK_CITE}`]" in out.explanation
+    assert out.llm.used is True and f"[`{CHECK_CITE}`]" in out.explanation
 
 
 # -- (d) a fix that trips a check / violates a rule -------------------------------------
@@ -345,7 +345,7 @@ def test_hang_falls_back_within_the_deadline(seed, stub) -> None:
         assert first not in stub.answered  # returned while the reply was still held
     finally:
         held.set()
-    assert out.llm["used"] is False and out.llm["error"] == "no answer within 1.5s"
+    assert out.llm.used is False and out.llm.error == "no answer within 1.5s"
     assert out.explanation == result.explanation and out.fixes == result.fixes
     assert len(stub.requests) == 1
 
@@ -354,7 +354,7 @@ def test_endpoint_error_keeps_the_deterministic_answer(seed, stub) -> None:
     result, ctx = seed
     stub.push(status=500)
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
-    assert out.llm["used"] is False and "500" in out.llm["error"]
+    assert out.llm.used is False and "500" in out.llm.error
     assert out.explanation == result.explanation and out.summary == result.summary
 
 
@@ -362,7 +362,7 @@ def test_answer_not_matching_the_schema_is_an_error(seed, stub) -> None:
     result, ctx = seed
     stub.push(content="I think the assert fired because of topk.")
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
-    assert out.llm["used"] is False and out.llm["error"].startswith("the answer did not match")
+    assert out.llm.used is False and out.llm.error.startswith("the answer did not match")
     assert out.explanation == result.explanation
 
 
@@ -371,7 +371,7 @@ def test_fenced_json_from_a_server_ignoring_response_format_is_parsed(seed, stub
     ids = _ids(build_snippets(result, ctx))
     stub.push(content="```json\n" + json.dumps(_answer(_good_explanation(ids))) + "\n```")
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
-    assert out.llm["used"] is True and f"[`{CHECK_CITE}`]" in out.explanation
+    assert out.llm.used is True and f"[`{CHECK_CITE}`]" in out.explanation
 
 
 def test_no_endpoint_means_nothing_happens(seed, stub) -> None:
@@ -425,6 +425,6 @@ def test_argparse_result_edits_are_checked_by_parsing(kb, stub) -> None:
         )
     )
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
-    assert out.llm["agrees_with"] == [1] and out.fixes[0].recommended
+    assert out.llm.agrees_with == [1] and out.fixes[0].recommended
     assert _reasons(out) == ["the edited command still fails argparse"]
-    assert out.llm["used"] is True and out.summary == "Use dashes."
+    assert out.llm.used is True and out.summary == "Use dashes."

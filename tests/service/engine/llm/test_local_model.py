@@ -44,9 +44,9 @@ def test_a_real_models_answer_is_held_to_the_checks(kb, local, store) -> None:
     sent = "\n".join(str(m.get("content")) for m in body["messages"])
     assert not re.search(r"\.py:\d+|\bline \d+", sent)  # no line numbers go to the model
     info = out.llm
-    assert info is not None and info["used"] in (True, False)
-    if not info["used"]:  # what a 135M model usually writes: kept out, the reason recorded
-        assert info.get("error")
+    assert info is not None and info.used in (True, False)
+    if not info.used:  # what a 135M model usually writes: kept out, the reason recorded
+        assert isinstance(info.error, str) and info.error
         assert out.explanation == result.explanation and out.fixes == result.fixes
     mine = [f for f in out.fixes if f.origin == "llm"]
     for fix in mine:  # every model fix went through the verifier and is labelled

@@ -68,8 +68,8 @@ def test_an_undecidable_edit_is_kept_unverified_and_never_recommended(case, stub
     assert fix.fixes_check == "unknown" and not fix.recommended
     assert fix.verdict.startswith("proposed by the model, unverified")
     assert fix.argv[fix.argv.index("--attention-backend") + 1] == "flashinfer"
-    assert out.llm["unverified"] == [fix.rank] and out.llm["used"] is True
-    reasons = {r["item"]: r["reason"] for r in out.llm["rejected"]}
+    assert out.llm.unverified == [fix.rank] and out.llm.used is True
+    reasons = {r.item: r.reason for r in out.llm.rejected}
     assert any(
         "--no-such-flag" in k and "not a flag of SGLang 0.5.23" in v for k, v in reasons.items()
     )

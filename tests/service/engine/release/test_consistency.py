@@ -69,10 +69,10 @@ def test_the_triage_answers_from_the_release_where_it_fires(kb) -> None:
     from service.engine.triage import Engine
 
     out = Engine(kb).triage(_log(SPEC + " --attention-backend fa3"))
-    assert out.status == "located" and out.release["release"] == "0.5.5"
+    assert out.status == "located" and out.release.release == "0.5.5"
     assert out.location is not None and out.location.citation.startswith("0.5.5:")
     assert out.evaluation is not None and out.evaluation.fired == "true"
-    assert "cannot fire in 0.5.11" in (out.release["note"] or "")
+    assert "cannot fire in 0.5.11" in (out.release.note or "")
 
 
 def test_a_check_that_fires_leaves_the_resolution_alone(store: Store) -> None:
