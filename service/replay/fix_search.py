@@ -56,6 +56,8 @@ from service.replay.results import ReplayResult
 
 __all__ = [
     "SKIPS_THE_CHECK",
+    "FoundFixes",
+    "find_fixes",
     "keeping_alternatives",
     "needs_search",
     "request_cost",
@@ -195,6 +197,32 @@ def _with_replay_note(verdict: str, note: str) -> str:
     return verdict if note in verdict else f"{verdict}; {note}"
 
 
+@dataclass(frozen=True)
+class FoundFixes:
+    """What a fix search gives the answer: its status (``fix_search``), and the answer's
+    fixes with their replay verdicts in their new order (dropped guard flips left out),
+    the summary and ``no_flag_fix`` that go with them, and ``replay`` (the user's command
+    replayed alongside, without declared hardware; else the answer's own, unchanged)."""
+
+    fix_search: FixSearch
+    fixes: list[FixOut]
+    summary: str
+    no_flag_fix: str | None
+    replay: dict[str, Any] | None
+
+    def applied_to(self, result: TriageResult) -> TriageResult:
+        """``result`` with these parts (a new answer; ``result`` is left as it is)."""
+        return result.model_copy(
+            update={
+                "fixes": self.fixes,
+                "summary": self.summary,
+                "no_flag_fix": self.no_flag_fix,
+                "replay": self.replay,
+                "fix_search": self.fix_search,
+            }
+        )
+
+
 def search_fixes(
     result: TriageResult,
     settings: KBSettings,
@@ -205,23 +233,49 @@ def search_fixes(
     verify_clean: bool = True,
     use_cache: bool = True,
 ) -> TriageResult:
-    """Verify the candidate fixes of ``result`` by replay within ``deadline_s`` (in place).
+    """``result`` after :func:`find_fixes` (``result`` itself when there was nothing to
+    search; never changed: the searched answer is a new one)."""
+    found = find_fixes(
+        result,
+        settings,
+        deadline_s=deadline_s,
+        max_candidates=max_candidates,
+        force=force,
+        verify_clean=verify_clean,
+        use_cache=use_cache,
+    )
+    return result if found is None else found.applied_to(result)
+
+
+def find_fixes(
+    result: TriageResult,
+    settings: KBSettings,
+    *,
+    deadline_s: float,
+    max_candidates: int = 5,
+    force: bool = False,
+    verify_clean: bool = True,
+    use_cache: bool = True,
+) -> FoundFixes | None:
+    """Verify the candidate fixes of ``result`` by replay within ``deadline_s``; None when
+    there is nothing to search (``result`` is never changed: the search works on a copy).
 
     When :func:`needs_search` (or ``force``) holds, the best ``max_candidates`` are
     replayed together. Otherwise, with ``verify_clean``, the statically recommended fix
     alone is replayed first (one command line: a fraction of a second on a warm worker),
     and only when replay refuses it are the other candidates replayed. Replay must be able
     to run here (:func:`~service.replay.background.unavailable_reason`); otherwise
-    ``fix_search`` says why not and the answer is unchanged. ``use_cache=False``
+    ``fix_search`` says why not and the fixes are as they were. ``use_cache=False``
     (benchmarks) replays even what the replay cache knows.
     """
     wide = force or needs_search(result)
     if not wide and not (
         verify_clean and result.status == "located" and any(f.recommended for f in result.fixes)
     ):
-        return result
-    result.fix_search = _search_fixes(result, settings, wide, deadline_s, max_candidates, use_cache)
-    return result
+        return None
+    work = result.model_copy(deep=True)  # re-ranked, with its fixes' verdicts written in
+    status = _search_fixes(work, settings, wide, deadline_s, max_candidates, use_cache)
+    return FoundFixes(status, work.fixes, work.summary, work.no_flag_fix, work.replay)
 
 
 def _search_fixes(
@@ -232,8 +286,7 @@ def _search_fixes(
     max_candidates: int,
     use_cache: bool,
 ) -> FixSearch:
-    """:func:`search_fixes`: the fixes of ``result`` replayed and re-ranked (in place), and
-    how the search went."""
+    """:func:`find_fixes` on ``result``, a copy of the answer it changes (see there)."""
     release = result.release.release
     argv = list(result.parsed.command or [])
     why = unavailable_reason(settings, release, argv)

@@ -144,30 +144,34 @@ class TriageUseCase:
         annotate(result, note)
         ingester.touch(result.release.release)
         if request.replay and not ingesting(result):
-            self._search_fixes(result)
+            result = self._search_fixes(result)
         return result
 
-    def _search_fixes(self, result: TriageResult) -> None:
-        """The replay-backed fix search and the upgrade's verification, when replay is on,
-        within one shared deadline (``fix_search_deadline_s``)."""
+    def _search_fixes(self, result: TriageResult) -> TriageResult:
+        """``result`` with the replay-backed fix search's parts (its fixes re-ranked, their
+        summary, ``fix_search``) and the upgrade's verification, when replay is on, within
+        one shared deadline (``fix_search_deadline_s``)."""
         settings = self.settings
         if not settings.replay_enabled or settings.fix_search_deadline_s <= 0:
-            return
-        from service.replay.fix_search import search_fixes
+            return result
+        from service.replay.fix_search import find_fixes
 
         started = time.monotonic()
-        search_fixes(
+        found = find_fixes(
             result,
             settings,
             deadline_s=settings.fix_search_deadline_s,
             max_candidates=settings.fix_search_candidates,
             verify_clean=settings.fix_search_verify_clean,
         )
+        if found is not None:
+            result = found.applied_to(result)
         if result.upgrade_fix is not None:  # the named release's own validation judges it
             from service.replay.upgrade import verify_upgrade
 
             left = settings.fix_search_deadline_s - (time.monotonic() - started)
             verify_upgrade(result, settings, deadline_s=max(0.0, left))  # one shared deadline
+        return result
 
     def answer_and_store(self, request: TriageRequest, keep: Keep) -> Stored:
         """:meth:`answer`, kept under a new id in the records (:mod:`service.usecase.store`:
