@@ -4,7 +4,8 @@ When a crash log names its release (the ``release`` sent, a ``pip`` pin, a ``che
 row, a ``dist-info`` path, a version string) and the KB lacks it, :class:`OnDemandIngest`
 may have it indexed; each bound that refuses is a note in the answer, never an error. The
 triage use case (:mod:`service.usecase`) reads :func:`wanted_release` from its one parse of
-the log, calls :meth:`OnDemandIngest.ensure` and writes the outcome with :func:`annotate`:
+the log, calls :meth:`OnDemandIngest.ensure` and gives the answer the outcome with
+:func:`annotate` (:func:`on_demand_parts`: the answer's release and caveat):
 
 * **Listed releases only**: a version is fetched only when the package index lists it
   (:mod:`ingest.acquire.release_list`, asked at most once per
@@ -37,12 +38,13 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from kb.knowledge import KnowledgeBase
-from service.engine import HINT_ORDER, ParsedLog, TriageResult
+from service.engine import HINT_ORDER, ParsedLog, ReleaseInfo, TriageResult
 
 from .worker import (
     FAILED_MAX,
@@ -64,10 +66,12 @@ __all__ = [
     "LateAnswer",
     "OnDemandIngest",
     "OnDemandNote",
+    "OnDemandParts",
     "annotate",
     "child_env",
     "ingester_for",
     "ingesting",
+    "on_demand_parts",
     "wanted_release",
 ]
 
@@ -105,30 +109,57 @@ def wanted_release(
     return None if rel is not None and rel["status"] in ("indexed", "complete") else top
 
 
-def annotate(result: TriageResult, note: OnDemandNote | None) -> None:
-    """Write ``note`` into ``result.release``: the method becomes ``on_demand`` when the
-    answer is about the release ingested for it; otherwise the note is a caveat."""
-    if note is None:
-        return
-    rel = result.release
-    rel.on_demand = note.model_copy()
-    if note.status == "ingested" and rel.release == note.release:
-        rel.evidence.append(
+@dataclass(frozen=True)
+class OnDemandParts:
+    """What on-demand ingest adds to one answer: its ``release`` with the note in
+    ``on_demand`` (and, when the answer is about the release ingested for it, a line of
+    ``evidence`` and the method ``on_demand``), and the ``degraded`` line that says the
+    answer is a stand-in or from another release (None when it is not)."""
+
+    release: ReleaseInfo
+    degraded: str | None
+
+
+def on_demand_parts(result: TriageResult, note: OnDemandNote) -> OnDemandParts:
+    """The parts ``note`` gives ``result`` (see :class:`OnDemandParts`; ``result`` is left
+    as it is): the method becomes ``on_demand`` when the answer is about the release
+    ingested for it; otherwise the note is a caveat."""
+    was = result.release
+    if note.status == "ingested" and was.release == note.release:
+        line = (
             f"{note.release} was ingested on demand ({note.seconds} s); then decided by "
-            f"{rel.method}"
+            f"{was.method}"
         )
-        rel.method = "on_demand"
-    elif note.status == "ingesting":
+        release = was.model_copy(
+            update={
+                "on_demand": note.model_copy(),
+                "evidence": [*was.evidence, line],
+                "method": "on_demand",
+            }
+        )
+        return OnDemandParts(release, None)
+    release = was.model_copy(update={"on_demand": note.model_copy()})
+    if note.status == "ingesting":
         then = "this answer will update" if "will update" in note.detail else "triage it again"
-        result.degraded.append(
-            f"ingesting {note.release}; {then} (until then it is from {rel.release}): {note.detail}"
+        return OnDemandParts(
+            release,
+            f"ingesting {note.release}; {then} (until then it is from {was.release}): {note.detail}",
         )
-    else:
-        caveat = (
-            f"the log names {note.release}, which is not in the KB ({note.detail}); "
-            f"this answer is from {rel.release}. To answer from it: {note.how}"
-        )
-        result.degraded.append(caveat)
+    caveat = (
+        f"the log names {note.release}, which is not in the KB ({note.detail}); "
+        f"this answer is from {was.release}. To answer from it: {note.how}"
+    )
+    return OnDemandParts(release, caveat)
+
+
+def annotate(result: TriageResult, note: OnDemandNote | None) -> TriageResult:
+    """``result`` with :func:`on_demand_parts` of ``note`` (a new answer; ``result`` itself
+    when there is no note)."""
+    if note is None:
+        return result
+    parts = on_demand_parts(result, note)
+    degraded = [*result.degraded, parts.degraded] if parts.degraded else result.degraded
+    return result.model_copy(update={"release": parts.release, "degraded": degraded})
 
 
 def ingesting(result: TriageResult) -> bool:

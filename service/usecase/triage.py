@@ -125,7 +125,7 @@ class TriageUseCase:
                     log.exception("triaging again after the ingest of %s", note.release)
                     again = result.model_copy(deep=True)
                     again.degraded = [d for d in again.degraded if not d.startswith("ingesting ")]
-                annotate(again, note)
+                again = annotate(again, note)
                 ingester.touch(again.release.release)
                 on_update(again)
 
@@ -141,7 +141,7 @@ class TriageUseCase:
             else None
         )
         result = engine.triage(payload, **options, max_bytes=limit, parsed_input=parsed_input)
-        annotate(result, note)
+        result = annotate(result, note)
         ingester.touch(result.release.release)
         if request.replay and not ingesting(result):
             result = self._search_fixes(result)

@@ -218,7 +218,8 @@ def fact_lines(facts: dict[str, Any], result: TriageResult | None = None) -> lis
 
 
 def apply_facts(result: TriageResult, facts: dict[str, Any]) -> TriageResult:
-    """Stamp the machine's facts on an answer (in place; returned for chaining).
+    """The answer with the machine's facts stamped on it (a new answer; ``result`` is left
+    as it is).
 
     With an installed release the answer's ``release`` gains ``installed`` (version,
     location, commit, interpreter), ``source: installed`` and ``match``: ``exact`` when the
@@ -228,13 +229,17 @@ def apply_facts(result: TriageResult, facts: dict[str, Any]) -> TriageResult:
     rel = facts.get("release") or {}
     if rel.get("version") and rel.get("source") == "installed":
         exact = result.release.release == rel["version"]
-        result.release.installed = InstalledRelease.model_validate(
+        installed = InstalledRelease.model_validate(
             {k: rel.get(k) for k in ("version", "location", "commit", "interpreter", "detail")}
         )
-        result.release.source = "installed"
-        result.release.match = "exact" if exact else "nearest"
+        stamp: dict[str, Any] = {
+            "installed": installed,
+            "source": "installed",
+            "match": "exact" if exact else "nearest",
+        }
         if exact:
-            result.release.method = "installed"
+            stamp["method"] = "installed"
+        result = result.model_copy(update={"release": result.release.model_copy(update=stamp)})
     hw = facts.get("hardware") or {}
     if (
         hw.get("profile")
@@ -242,13 +247,14 @@ def apply_facts(result: TriageResult, facts: dict[str, Any]) -> TriageResult:
         and result.hardware is not None
         and result.hardware.name == hw["profile"]
     ):
-        result.hardware = result.hardware.model_copy(
+        detected = result.hardware.model_copy(
             update={
                 "source": "detected",
                 "evidence": str(hw.get("evidence") or "")[:500],
                 "detail": str(hw.get("detail") or hw.get("source") or "")[:500],
             }
         )
+        result = result.model_copy(update={"hardware": detected})
     return result
 
 

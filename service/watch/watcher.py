@@ -248,7 +248,7 @@ class Watcher:
         except Exception as exc:
             return None, f"{type(exc).__name__}: {str(exc)[:300]}"
         if self.facts:
-            apply_facts(result, self.facts)
+            result = apply_facts(result, self.facts)
         return result, None
 
 
