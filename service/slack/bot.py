@@ -301,7 +301,7 @@ class SlackTriageBot:
 
     def _followup(self, ctx: ThreadContext, text: str, options: dict[str, str]) -> None:
         kind, value = classify_followup(text)
-        if kind == "release" and value == (ctx.result.release or {}).get("release"):
+        if kind == "release" and value == ctx.result.release.release:
             kind, value = classify_followup(drop_versions(text))  # names the current release
         if options:
             kind = "rerun"

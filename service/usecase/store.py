@@ -183,7 +183,7 @@ def _schedule_replay(
         result.replay = {"status": "unverified", "detail": f"{exc.message}; try again later"}
         return
     if fut is None:
-        release = (result.release or {}).get("release")
+        release = result.release.release
         why = (
             jobs.unavailable_reason(release, argv)
             if jobs is not None
