@@ -300,14 +300,15 @@ class ReleaseInfo(BaseModel):
     ``range`` as dumped), then what later steps stamp on it: ``on_demand`` (on-demand
     ingest, which also sets ``method`` to ``on_demand``), and ``installed``, ``source``
     and ``match`` (``run``/``watch``, which set ``method`` to ``installed`` on an exact
-    match). The stamped keys are absent until written."""
+    match). The stamped keys are absent until written. The resolution's fields have
+    defaults only so that an answer stored by an older version still loads."""
 
-    release: str | None
-    confidence: float
-    method: str  # a resolution method, or on_demand | installed
-    dev_build: bool
-    reported_version: str | None
-    note: str | None
+    release: str | None = None
+    confidence: float = 0.0
+    method: str = "unknown"  # a resolution method, or on_demand | installed
+    dev_build: bool = False
+    reported_version: str | None = None
+    note: str | None = None
     evidence: list[str] = Field(default_factory=list)
     candidates: list[dict[str, Any]] = Field(default_factory=list)
     line_offsets: dict[str, int] = Field(default_factory=dict)

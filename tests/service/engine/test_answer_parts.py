@@ -97,3 +97,22 @@ def test_a_stored_answer_reads_back_to_the_same_json() -> None:
     again = TriageResult.model_validate_json(answer.model_dump_json())
     assert again.model_dump_json() == answer.model_dump_json()
     assert again.release.on_demand == answer.release.on_demand
+
+
+def test_an_answer_stored_with_a_shorter_release_still_loads() -> None:
+    """Answers stored before the release had a model carry only some of its keys: they
+    read back, the keys they lack at their empty values, the keys they have unchanged."""
+    old = {"release": "0.5.9", "method": "explicit", "evidence": ["release given: 0.5.9"]}
+    answer = TriageResult.model_validate(
+        {
+            "status": "unlocated",
+            "summary": "s",
+            "explanation": "",
+            "confidence": 0.0,
+            "release": old,
+            "parsed": {},
+        }
+    )
+    assert answer.release.release == "0.5.9" and answer.release.method == "explicit"
+    assert answer.release.evidence == ["release given: 0.5.9"]
+    assert answer.release.dev_build is False and answer.release.note is None
