@@ -34,6 +34,7 @@ from kb.catalogs import load_catalog
 from kb.code_types import Check
 from kb.knowledge import KnowledgeBase
 from kb.store import VALIDATION_PREFIXES, Store
+from kb.versions import version_key
 from service.engine import ParsedLog, parse_argv, parse_log
 
 GREP_WINDOW = 10
@@ -50,11 +51,7 @@ def baseline_release(store: Store, incident: Incident, parsed: ParsedLog | None)
     for hint in parsed.release_hints if parsed else []:
         if hint.version in ingested:
             return hint.version
-    return max(ingested, key=_vkey) if ingested else None
-
-
-def _vkey(v: str) -> tuple[int, ...]:
-    return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.+]", v)[:4])
+    return max(ingested, key=version_key) if ingested else None
 
 
 def _parse(incident: Incident) -> ParsedLog | None:

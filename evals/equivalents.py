@@ -36,14 +36,12 @@ import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
-
-from packaging.version import InvalidVersion, Version
 
 from evals.incidents import INCIDENTS_DIR, Equivalent, Incident, load_incidents
 from kb.catalogs import load_catalog
 from kb.code_types import Check
 from kb.store import Store
+from kb.versions import sorted_versions, version_key
 from service.engine import ParsedLog, apply_edits, parse_log, warning_fits
 from service.replay.results import ReplayResult
 
@@ -75,13 +73,6 @@ def is_frameless(parsed: ParsedLog) -> bool:
     )
 
 
-def _vkey(version: str) -> tuple[int, Any]:
-    try:
-        return (0, Version(version))
-    except InvalidVersion:
-        return (1, version)
-
-
 def candidate_releases(
     store: Store, inc: Incident, parsed: ParsedLog, releases: Iterable[str]
 ) -> list[str]:
@@ -100,7 +91,7 @@ def candidate_releases(
         return []
 
     out = []
-    for release in sorted(set(releases) - {exp.release}, key=_vkey):
+    for release in sorted_versions(set(releases) - {exp.release}):
         rel = store.release(release)
         if rel is None or any(h.version != release for h in parsed.release_hints):
             continue
@@ -185,7 +176,7 @@ def find_equivalents(
         for release in candidate_releases(store, inc, parsed, releases):
             want[release].append((inc, parsed))
     found: dict[str, list[Equivalent]] = defaultdict(list)
-    for release in sorted(want, key=_vkey):
+    for release in sorted_versions(want):
         groups: dict[str, list[tuple[Incident, ParsedLog]]] = defaultdict(list)
         for inc, parsed in want[release]:
             groups[inc.hardware or ""].append((inc, parsed))
@@ -282,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                 per[e.release] += 1
         print(
             f"{path}: {n} incidents with equivalents "
-            f"({', '.join(f'{r} {c}' for r, c in sorted(per.items(), key=lambda x: _vkey(x[0])))})"
+            f"({', '.join(f'{r} {c}' for r, c in sorted(per.items(), key=lambda x: version_key(x[0])))})"
         )
     return 0
 

@@ -82,6 +82,7 @@ from kb.catalogs import load_catalog
 from kb.code_types import Check
 from kb.recording import engine_root_cause
 from kb.store import Store
+from kb.versions import sorted_versions
 
 METRICS: tuple[str, ...] = (
     "release_at_1",
@@ -194,17 +195,13 @@ def catalog_for(store: Store | None, release: str | None) -> Catalog | None:
     if store is None:
         return None
     rels = [r["version"] for r in store.releases()]
-    version = release if release in rels else (sorted(rels, key=_vkey)[-1] if rels else None)
+    version = release if release in rels else (sorted_versions(rels)[-1] if rels else None)
     if version is None:
         return None
     try:
         return load_catalog(store, version)
     except Exception:
         return None
-
-
-def _vkey(v: str) -> tuple[int, ...]:
-    return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.+]", v)[:4])
 
 
 def right_answers(incident: Incident) -> list[tuple[str | None, Any]]:

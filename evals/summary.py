@@ -14,11 +14,11 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
 
 from evals.incidents import Incident
 from evals.scoring import METRICS, ROBUST_METRICS
+from kb.versions import VersionKey, parse_version, version_key
 
 __all__ = [
     "BUCKETS",
@@ -125,12 +125,10 @@ def release_group(incident: Incident) -> str:
     return incident.expected.release or NOT_INGESTED
 
 
-def release_order(name: str) -> tuple[int, tuple[int, ...], str]:
-    """Sort key of release groups: versions in numeric order, :data:`NOT_INGESTED` last."""
-    try:
-        return (0, Version(name).release, name)
-    except InvalidVersion:
-        return (1, (), name)
+def release_order(name: str) -> tuple[bool, VersionKey]:
+    """Sort key of release groups: versions in release order (:func:`kb.versions.version_key`),
+    :data:`NOT_INGESTED` (and any other name that is not a version) last."""
+    return (parse_version(name) is None, version_key(name))
 
 
 def _groups(

@@ -40,11 +40,10 @@ from collections.abc import Iterable, Sequence
 from difflib import SequenceMatcher
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
 from evals.incidents import Incident
 from kb.code_types import Check
 from kb.store import Store
+from kb.versions import version_key
 
 __all__ = [
     "PREFIX_STYLES",
@@ -213,13 +212,6 @@ def noversion(incident: Incident) -> Incident | None:
     return _derive(incident, "noversion", "\n".join(lines) + "\n", release=None)
 
 
-def _version(text: str) -> Version:
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return Version("0")
-
-
 _ROOT = re.compile(r"\b(?:server_args|cfg|args|view)\.")
 
 
@@ -313,12 +305,16 @@ def older_wording(store: Store, incident: Incident) -> tuple[str, str] | None:
     from evals.render import render_message
 
     check = _expected_check(store, incident)
-    if check is None or check.bare or not check.message:
-        return None
     release = incident.expected.release
+    if check is None or release is None or check.bare or not check.message:
+        return None
     older = sorted(
-        (r["version"] for r in store.releases() if _version(r["version"]) < _version(release)),
-        key=_version,
+        (
+            r["version"]
+            for r in store.releases()
+            if version_key(r["version"]) < version_key(release)
+        ),
+        key=version_key,
         reverse=True,
     )
     short = check.function.rsplit(".", 1)[-1].lstrip("_")  # _handle_x: handle_x in 0.5.19+
