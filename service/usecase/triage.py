@@ -170,7 +170,10 @@ class TriageUseCase:
             from service.replay.upgrade import verify_upgrade
 
             left = settings.fix_search_deadline_s - (time.monotonic() - started)
-            verify_upgrade(result, settings, deadline_s=max(0.0, left))  # one shared deadline
+            # one shared deadline; on a copy, so the engine's answer stays as it returned
+            result = verify_upgrade(
+                result.model_copy(deep=True), settings, deadline_s=max(0.0, left)
+            )
         return result
 
     def answer_and_store(self, request: TriageRequest, keep: Keep) -> Stored:
