@@ -86,8 +86,3 @@ class Check:
             guards=list(guards),
             source=str(row.get("source") or ""),
         )
-
-    @property
-    def guard_list(self) -> list[Guard]:
-        """``guards`` as :class:`Guard` records."""
-        return [Guard.from_dict(g) for g in self.guards]

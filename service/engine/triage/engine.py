@@ -130,7 +130,7 @@ class Engine:
         if located is None:
             return unlocated_answer(inp, exc, elsewhere, timings, t0)
         evaluated = evaluate_located(self.store, inp, exc, located, timings)
-        listed = list_fixes(self.store, inp, exc, evaluated, timings)
+        listed = list_fixes(inp, exc, evaluated, timings)
         result = located_answer(self.store, inp, exc, located, evaluated, listed, timings)
         return self._finish(result, inp, evaluated, timings, t0)
 

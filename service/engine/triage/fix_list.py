@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from kb.store import Store
 from service.engine.answer import FixOut, UnknownFact
 from service.engine.evaluate.context import CheckContext
 from service.engine.fixes.candidates import post_validation_verdicts
@@ -39,7 +38,6 @@ class FixList:
 
 
 def list_fixes(
-    store: Store,
     inp: TriageInput,
     exc: ExceptionInfo,
     evaluated: Evaluated,
