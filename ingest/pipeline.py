@@ -84,7 +84,7 @@ def _mp_context():
 
 #: Sub-packages of ``ingest`` outside the extraction code (finding sources does not shape
 #: the rows ingest writes, see :mod:`ingest.acquire`): left out of :func:`code_fingerprint`.
-NOT_EXTRACTION: tuple[str, ...] = ("acquire",)
+NOT_EXTRACTION: tuple[str, ...] = ("acquire", "atlas")
 
 #: ``kb`` modules whose code shapes the rows ingest writes (hashed with the extraction code).
 KB_SHAPING: tuple[str, ...] = (

@@ -20,7 +20,7 @@ import typer
 from rich.table import Table
 
 from kb.errors import TriageError
-from service.cli import ingest_command, launch, serve
+from service.cli import atlas_command, ingest_command, launch, serve
 from service.cli.console import console, fail, out
 from service.cli.console import settings as load_settings
 
@@ -30,6 +30,7 @@ app = typer.Typer(
     help="Explain why an SGLang server refused to start, and check the fix.",
 )
 app.command()(ingest_command.ingest)
+app.command()(atlas_command.atlas)
 
 
 @app.command()

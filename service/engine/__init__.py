@@ -103,7 +103,7 @@ from service.engine.logparse.prefixes import (
 )
 from service.engine.logparse.redact import REDACTED, redact, redact_payload
 from service.engine.release.fingerprint import warning_fits
-from service.engine.release.resolve import HINT_ORDER
+from service.engine.release.resolve import HINT_ORDER, elsewhere_release
 from service.engine.rules.lint import LintReport, lint
 from service.engine.rules.payloads import LintRequest, lint_payload, rules_payload, split_command
 from service.engine.settings import EngineSettings
@@ -116,7 +116,7 @@ __all__ = [
     "UnknownRelease",
     "HardwareProfile", "LinePrefix", "LintReport", "LintRequest", "MessageTemplate", "ParsedLog", "PathEvaluation", "Provenance",
     "RuleVerdict", "TriageResult", "UpgradeFix", "Value", "apply_earlier_writes", "apply_edits", "bare_rank", "base_attrs",
-    "cache_stats", "call_site_guards", "clear_caches", "earlier_writes", "edit_lines", "evaluate",
+    "cache_stats", "call_site_guards", "clear_caches", "earlier_writes", "edit_lines", "elsewhere_release", "evaluate",
     "evaluate_path", "fact_key", "fix_search_line", "hardware_line", "model_facts_line", "printed_line",
     "fact_values", "get_profile", "line_prefix", "lint", "lint_payload", "message_pattern", "model_arch_for", "parse_argv",
     "parse_input", "parse_log", "prepared_pieces", "probe_values", "profile_from_gpus", "redact", "redact_payload",

@@ -313,6 +313,7 @@ class ReleaseInfo(BaseModel):
     candidates: list[dict[str, Any]] = Field(default_factory=list)
     line_offsets: dict[str, int] = Field(default_factory=dict)
     range: dict[str, Any] | None = None
+    elsewhere: dict[str, Any] | MISSING = MISSING
     on_demand: OnDemandNote | MISSING = MISSING
     installed: InstalledRelease | MISSING = MISSING
     source: str | MISSING = MISSING

@@ -44,7 +44,13 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from kb.knowledge import KnowledgeBase
-from service.engine import HINT_ORDER, ParsedLog, ReleaseInfo, TriageResult
+from service.engine import (
+    HINT_ORDER,
+    ParsedLog,
+    ReleaseInfo,
+    TriageResult,
+    elsewhere_release,
+)
 
 from .worker import (
     FAILED_MAX,
@@ -87,7 +93,9 @@ def _is_version(text: str) -> bool:
 def wanted_release(
     parsed_input: tuple[ParsedLog, dict[str, Any]], release: str | None, kb: KnowledgeBase
 ) -> str | None:
-    """The release the log says it ran, when the KB does not hold it; else None.
+    """The release the log says it ran, when the KB does not hold it; else None. A log
+    that names no release may still be recognised by the atlas of every release
+    (:func:`~service.engine.elsewhere_release`: its frames or its message).
 
     ``parsed_input`` is what :func:`~service.engine.parse_input` gave for the request (the
     caller parses once; this reads the parse). Only the most trusted hint counts (a
@@ -102,7 +110,9 @@ def wanted_release(
     versions += [
         h.version for h in sorted(parsed.release_hints, key=lambda h: order.get(h.kind, len(order)))
     ]
-    if not versions or not _is_version(versions[0]):
+    if not versions:  # no hint: the atlas may still know the release (frames, message)
+        return elsewhere_release(parsed, kb.store)
+    if not _is_version(versions[0]):
         return None
     top = str(Version(versions[0])) if "+" not in versions[0] else versions[0]
     rel = kb.store.release(top)

@@ -68,11 +68,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import MISSING, BaseModel, Field
 
 from kb.store import Store
 from service.engine.logparse.environment import ReleaseHint
 from service.engine.logparse.parse import ParsedLog
+from service.engine.release.elsewhere import (
+    ElsewhereFit,
+    atlas_of,
+    frames_elsewhere,
+    message_elsewhere,
+)
 from service.engine.release.fingerprint import (
     ReleaseCandidate,
     ReleaseScore,
@@ -90,7 +96,7 @@ from service.engine.release.versions import (
     release_sort_key,
 )
 
-__all__ = ["ReleaseResolution", "resolve_release"]
+__all__ = ["ReleaseResolution", "elsewhere_release", "resolve_release"]
 
 Method = Literal[
     "explicit",
@@ -133,6 +139,8 @@ class ReleaseResolution(BaseModel):
     candidates: list[ReleaseCandidate] = Field(default_factory=list)
     line_offsets: dict[str, int] = Field(default_factory=dict)
     range: ReleaseRange | None = None  # without deciding frames: the releases that fit the log
+    #: releases not ingested that explain the log (the atlas); absent when none or no atlas
+    elsewhere: ElsewhereFit | MISSING = MISSING
 
 
 # ------------------------------------------------------------------------------ hints
@@ -162,6 +170,7 @@ class _Ctx:
     evidence: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     range: ReleaseRange | None = None
+    elsewhere: ElsewhereFit | None = None
 
     def done(
         self,
@@ -172,6 +181,8 @@ class _Ctx:
         order: Sequence[str] = (),
     ) -> ReleaseResolution:
         offsets = dict(self.scored[release].per_path) if release in self.scored else {}
+        if self.elsewhere is not None:
+            confidence = min(confidence, _ELSEWHERE_CAP)
         return ReleaseResolution(
             release=release,
             confidence=round(max(0.0, min(1.0, confidence)), 3),
@@ -183,6 +194,7 @@ class _Ctx:
             candidates=_ordered(self.scored, release, order),
             line_offsets=offsets,
             range=self.range,
+            elsewhere=self.elsewhere if self.elsewhere is not None else MISSING,
         )
 
 
@@ -227,11 +239,45 @@ def resolve_release(
             f"release {explicit_hint.version} was given but is not ingested "
             f"(ingested: {', '.join(ingested)}); resolved from the log instead"
         )
+    if frames and not any(s.exact for s in scored.values()):
+        _elsewhere(ctx, frames_elsewhere(store, frames, ingested))
     if scored:  # 2. and 3.
         res = _from_frames(ctx)
         if res is not None:
             return res
-    return _from_range(ctx, infer_range(parsed, store, rows), bool(frames))
+    rng = infer_range(parsed, store, rows)
+    exc = parsed.primary
+    if ctx.elsewhere is None and exc is not None and exc.message and parsed.argparse_error is None:
+        held = max((p.score or 0.0 for p in rng.evidence if p.kind == "message"), default=0.0)
+        _elsewhere(ctx, message_elsewhere(store, exc.message, exc.type, ingested, held))
+    return _from_range(ctx, rng, bool(frames))
+
+
+def elsewhere_release(parsed: ParsedLog, store: Store) -> str | None:
+    """The release not ingested that the atlas says the log comes from (the one
+    :func:`resolve_release` would name in ``elsewhere.wanted``), or None. Without an atlas
+    this costs nothing; with one it resolves the log once."""
+    if atlas_of(store) is None:
+        return None
+    fit = resolve_release(parsed, store).elsewhere
+    return None if fit is MISSING or fit is None else fit.wanted
+
+
+#: The confidence of an answer from an ingested release when the atlas shows the log
+#: comes from a release not ingested.
+_ELSEWHERE_CAP = 0.4
+
+
+def _elsewhere(ctx: _Ctx, fit: ElsewhereFit | None) -> None:
+    """Say that releases not ingested explain the log, and which one to ingest."""
+    if fit is None:
+        return
+    ctx.elsewhere = fit
+    ctx.evidence.append(fit.evidence)
+    ctx.notes.append(
+        f"the log fits {fit.wanted}, which is not ingested; this answer is from an ingested "
+        f"release. For the exact answer: `sglang-triage ingest --release {fit.wanted}`"
+    )
 
 
 def _from_range(ctx: _Ctx, rng: ReleaseRange, frames: bool) -> ReleaseResolution:

@@ -1,4 +1,5 @@
-"""On-demand ingest over HTTP: a log naming a release the KB lacks is answered at once from
+"""On-demand ingest over HTTP: a traceback from a release the KB lacks, with no version
+anywhere in the log, is recognised by the atlas of every release, answered at once from
 the nearest release, and its stored triage is answered from that release once a child
 process indexed it (its wheel is in the cache); a version the index does not list is
 answered from the nearest release, saying what it would need."""
@@ -12,7 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ingest.atlas import atlas_release
 from ingest.pipeline import index_structure
+from kb.atlas import ATLAS_FILE, Atlas
 from kb.knowledge import KnowledgeBase
 from service.settings import Settings
 from tests.service.api.conftest import make_server
@@ -43,7 +46,8 @@ def _bare_assert(package: Path) -> tuple[int, str, str]:
 
 @pytest.fixture(scope="module")
 def small_kb(kb_settings: Settings, sglang_source, tmp_path_factory) -> Settings:
-    """A KB holding only 0.5.9 (structure), in a folder of its own."""
+    """A KB holding only 0.5.9 (structure), in a folder of its own, and the atlas of 0.5.9
+    and 0.5.12 (what ``make run`` fills in the background for every release)."""
     settings = kb_settings.model_copy(
         update={
             "kb_dir": tmp_path_factory.mktemp("ondemand"),
@@ -55,7 +59,10 @@ def small_kb(kb_settings: Settings, sglang_source, tmp_path_factory) -> Settings
     kb = KnowledgeBase(settings)
     index_structure(kb, sglang_source(BASE))
     kb.close()
-    sglang_source(MISSING)  # its wheel in the cache, as the issue's "wheel cached" case
+    atlas = Atlas(settings.kb_path / ATLAS_FILE)
+    for v in (BASE, MISSING):  # its wheel in the cache, as the issue's "wheel cached" case
+        atlas_release(atlas, v, sglang_source(v).package_dir)
+    atlas.close()
     return settings
 
 
@@ -73,8 +80,7 @@ def test_a_release_not_in_the_kb_is_answered_at_once_then_ingested_and_answered_
     small_kb: Settings, sglang_source
 ) -> None:
     line, function, stmt = _bare_assert(sglang_source(MISSING).package_dir)
-    log = (
-        f"$ pip install sglang=={MISSING}\n"
+    log = (  # no version line: the frames alone say which release this is
         "Traceback (most recent call last):\n"
         f'  File "/usr/lib/python3.11/site-packages/{SA}", line {line}, in {function}\n'
         f"    {stmt}\nAssertionError\n"
@@ -85,6 +91,8 @@ def test_a_release_not_in_the_kb_is_answered_at_once_then_ingested_and_answered_
         first = r.json()
         # answered at once from the release the KB holds, saying the answer will update
         assert first["release"]["release"] == BASE
+        assert first["release"]["elsewhere"]["wanted"] == MISSING
+        assert first["release"]["elsewhere"]["basis"] == "frames"
         assert first["release"]["on_demand"]["status"] == "ingesting"
         assert any(
             d.startswith(f"ingesting {MISSING}; this answer will update") for d in first["degraded"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pydantic import BaseModel
@@ -40,7 +41,11 @@ from service.engine.locate.message.template import MessageTemplate, message_patt
 __all__ = [
     "MAX_MESSAGE_CHARS",
     "MESSAGE_MIN",
+    "IndexRow",
+    "MessageIndex",
     "MessageMatch",
+    "build_index",
+    "match_in",
     "match_message",
     "split_exception_prefix",
 ]
@@ -65,7 +70,10 @@ _EXC_PREFIX = re.compile(
 
 
 @dataclass
-class _Row:
+class IndexRow:
+    """What a template stands for: a check of the KB (``check_id`` its id), or any row a
+    caller of :func:`build_index` keys by ``check_id``."""
+
     check_id: int
     path: str
     function: str
@@ -78,12 +86,12 @@ class _Row:
 @dataclass
 class _Entry:
     template: MessageTemplate
-    rows: list[_Row]
+    rows: list[IndexRow]
     words: frozenset[str]
 
 
 @dataclass
-class _Index:
+class MessageIndex:
     entries: list[_Entry]
     anchors: dict[str, list[int]]
     postings: dict[str, list[int]]
@@ -100,16 +108,38 @@ def _interior_words(frags: list[str]) -> set[str]:
     return out
 
 
-def _build(store: Store, release: str) -> _Index:
+def _build(store: Store, release: str) -> MessageIndex:
     rows = store.query(
         "SELECT id, path, function, kind, exc_type, message, start_line, end_line "
         "FROM checks WHERE release = ? AND message IS NOT NULL ORDER BY path, start_line",
         (release,),
     )
+    return build_index(
+        (
+            r["message"],
+            IndexRow(
+                r["id"],
+                r["path"],
+                r["function"] or "",
+                r["kind"],
+                r["exc_type"],
+                r["start_line"],
+                r["end_line"],
+            ),
+        )
+        for r in rows
+    )
+
+
+def build_index(rows: Iterable[tuple[str, IndexRow]]) -> MessageIndex:
+    """An index of message sources (each with the row it stands for): templates
+    deduplicated, each filed under its anchor word and in the postings of its words.
+    :func:`match_message` builds one per release of the KB; other sources of message
+    templates (the atlas of every release) build theirs with this and match with
+    :func:`match_in`."""
     by_key: dict[tuple[str, ...], _Entry] = {}
     parsed: dict[str, MessageTemplate | None] = {}
-    for r in rows:
-        src = r["message"]
+    for src, row in rows:
         if src not in parsed:
             parsed[src] = message_pattern(src)
         tpl = parsed[src]
@@ -119,17 +149,7 @@ def _build(store: Store, release: str) -> _Index:
         entry = by_key.get(key)
         if entry is None:
             entry = by_key[key] = _Entry(tpl, [], frozenset(_interior_words(tpl.fragments)))
-        entry.rows.append(
-            _Row(
-                r["id"],
-                r["path"],
-                r["function"] or "",
-                r["kind"],
-                r["exc_type"],
-                r["start_line"],
-                r["end_line"],
-            )
-        )
+        entry.rows.append(row)
     entries = list(by_key.values())
     df: Counter[str] = Counter()
     for e in entries:
@@ -143,15 +163,15 @@ def _build(store: Store, release: str) -> _Index:
         anchors.setdefault(anchor, []).append(idx)
         for w in e.words:
             postings.setdefault(w, []).append(idx)
-    return _Index(entries, anchors, postings)
+    return MessageIndex(entries, anchors, postings)
 
 
 _lock = threading.Lock()
 _key_locks: dict[tuple[str, str, str], threading.Lock] = {}
-_indexes: dict[tuple[str, str, str], _Index] = {}
+_indexes: dict[tuple[str, str, str], MessageIndex] = {}
 
 
-def _index(store: Store, release: str) -> _Index:
+def _index(store: Store, release: str) -> MessageIndex:
     rel = store.require(release)
     key = (str(store.path), release, str(rel["content_hash"]))
     with _lock:
@@ -219,7 +239,14 @@ def match_message(
     msg = normalise(text)
     if len(msg) < MIN_EXPLAINED or limit <= 0:
         return []
-    index = _index(store, release)
+    return match_in(_index(store, release), release, msg, exc_type, limit)
+
+
+def match_in(
+    index: MessageIndex, release: str, msg: str, exc_type: str | None, limit: int
+) -> list[MessageMatch]:
+    """The rows of ``index`` whose template matches the normalised message ``msg``, best
+    first (what :func:`match_message` does once it has the release's index)."""
     words = {w.lower() for w in _WORD.findall(msg)}
     candidates: set[int] = set()
     for w in words:
