@@ -7,6 +7,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
+# `make run` fills the atlas (the light index of every release) from this version on, in the background
+ATLAS_SINCE ?= 0.4.0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export ANONYMIZED_TELEMETRY := False
@@ -67,7 +69,7 @@ serve: install
 	@echo "Try it:"
 	@echo "  curl -s -X POST http://$(HOST):$(PORT)/triage -H 'content-type: text/plain' --data-binary @examples/seed_attempt1.log | python3 -m json.tool"
 	@echo ""
-	$(BIN)/sglang-triage serve --host $(HOST) --port $(PORT)
+	$(BIN)/sglang-triage serve --host $(HOST) --port $(PORT) --atlas-since $(ATLAS_SINCE)
 
 run: sandbox ingest serve
 

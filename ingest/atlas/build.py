@@ -82,6 +82,8 @@ def _raises(tree: ast.AST, lines: list[str]) -> list[AtlasRaise]:
             exc_type, msg = "AssertionError", node.msg
         elif isinstance(node, ast.Raise) and node.exc is not None:
             exc_type = _exc_name(node.exc)
+            if not isinstance(node.exc, ast.Call) and not _looks_like_exception(exc_type):
+                continue  # ``raise err``: kept where ``err`` was built
             args = node.exc.args if isinstance(node.exc, ast.Call) else []
             msg = args[0] if args else None
         elif (
@@ -95,7 +97,7 @@ def _raises(tree: ast.AST, lines: list[str]) -> list[AtlasRaise]:
             continue
         src = _segment(lines, msg) if msg is not None else None
         out.append(AtlasRaise(node.lineno, node.end_lineno or node.lineno, exc_type, src))
-    return out
+    return sorted(out, key=lambda r: (r.line, r.end_line))
 
 
 def _functions(tree: ast.AST) -> list[AtlasFunction]:

@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import os
+import subprocess
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -25,6 +30,13 @@ def serve(
     access_log: Annotated[
         bool, typer.Option(help="One JSON line per request (with its x-request-id).")
     ] = True,
+    atlas_since: Annotated[
+        str | None,
+        typer.Option(
+            help="Fill the atlas of every release from this version on in a background "
+            "process while serving (`make run` passes 0.4.0); its log is <home>/atlas.log."
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP API (FastAPI + uvicorn); logs are JSON lines on stderr. A connection whose
     request headers have not all arrived within TRIAGE_HEADER_TIMEOUT_S is closed.
@@ -46,17 +58,46 @@ def serve(
 
     from service.api.protocol import protocol_path
 
-    # the protocol closes connections whose headers do not arrive (TRIAGE_HEADER_TIMEOUT_S)
-    uvicorn.run(
-        "service.api.app:app",
-        host=host,
-        port=port,
-        workers=workers,
-        log_level="info",
-        access_log=False,
-        log_config=serve_log_config(access_log),
-        http=protocol_path(),
-    )
+    filler = _atlas_filler(atlas_since) if atlas_since else None
+    try:
+        # the protocol closes connections whose headers do not arrive (TRIAGE_HEADER_TIMEOUT_S)
+        uvicorn.run(
+            "service.api.app:app",
+            host=host,
+            port=port,
+            workers=workers,
+            log_level="info",
+            access_log=False,
+            log_config=serve_log_config(access_log),
+            http=protocol_path(),
+        )
+    finally:
+        if filler is not None and filler.poll() is None:
+            filler.terminate()
+
+
+def _atlas_filler(since: str) -> subprocess.Popen[bytes] | None:
+    """``sglang-triage atlas --since X`` as a niced child process (its output in
+    ``<home>/atlas.log``): the server answers at once, and logs from releases it has not
+    ingested are recognised as the atlas fills. None without the ``[ingest]`` extra."""
+    if importlib.util.find_spec("ingest") is None:
+        console.print("atlas: not filled (the [ingest] extra is not installed)")
+        return None
+    home = settings().home
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / "atlas.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from service.cli.main import app; app()"]
+            + ["atlas", "--since", since],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    with contextlib.suppress(OSError):  # below the server's priority
+        os.setpriority(os.PRIO_PROCESS, proc.pid, 10)
+    console.print(f"atlas: filling releases from {since} on in process {proc.pid}")
+    return proc
 
 
 def serve_log_config(access_log: bool) -> dict[str, Any]:
