@@ -19,7 +19,9 @@ newest of them), and the evidence. The answer says it; on-demand ingest fetches
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel
@@ -121,39 +123,40 @@ def frames_elsewhere(
     )
 
 
-_indexes: dict[
-    tuple[str, tuple[int, float]], tuple[MessageIndex, list[tuple[str, str | None]]]
-] = {}
+@dataclass
+class _Built:
+    """The message index of one atlas state, and when it was built."""
+
+    stamp: tuple[int, float]
+    at: float
+    index: MessageIndex
+    messages: list[tuple[str, str | None]]
+
+
+_built: dict[str, _Built] = {}
+#: While the atlas fills (a release every few seconds), its message index is rebuilt at
+#: most this often: a frameless log is matched against an index at most this far behind.
+REBUILD_EVERY_S = 60.0
 
 
 def _message_index(atlas: Atlas) -> tuple[MessageIndex, list[tuple[str, str | None]]]:
     """The atlas's distinct messages as one template index (a row's ``check_id`` is the
-    message's position in the list), built once per atlas state."""
-    key = (str(atlas.path), atlas.stamp())
+    message's position in the list): built once per atlas state, and while the atlas
+    changes, at most once per :data:`REBUILD_EVERY_S`."""
+    path, stamp, now = str(atlas.path), atlas.stamp(), time.monotonic()
     with _lock:
-        hit = _indexes.get(key)
-    if hit is None:
-        messages = atlas.messages()
-        rows = (
-            (
-                src,
-                IndexRow(
-                    i,
-                    "",
-                    "",
-                    "assert" if exc == "AssertionError" else "raise",
-                    exc,
-                    0,
-                    0,
-                ),
-            )
-            for i, (src, exc) in enumerate(messages)
-        )
-        hit = (build_index(rows), messages)
-        with _lock:
-            _indexes.clear()  # one atlas state at a time: a fill makes the old one stale
-            _indexes[key] = hit
-    return hit
+        hit = _built.get(path)
+    if hit is not None and (hit.stamp == stamp or now - hit.at < REBUILD_EVERY_S):
+        return hit.index, hit.messages
+    messages = atlas.messages()
+    rows = (
+        (src, IndexRow(i, "", "", "assert" if exc == "AssertionError" else "raise", exc, 0, 0))
+        for i, (src, exc) in enumerate(messages)
+    )
+    hit = _Built(stamp, now, build_index(rows), messages)
+    with _lock:
+        _built[path] = hit
+    return hit.index, hit.messages
 
 
 def message_elsewhere(
