@@ -47,6 +47,7 @@ _SHORT = {
     "fix_replay": "rpl",
     "no_fix": "nof",
     "keeps_features": "kep",
+    "keeps_all_features": "kal",
     "upgrade_said": "upg",
     "not_flag_said": "nfp",
 }

@@ -21,6 +21,7 @@ LABELS = {
     "fix_replay": "fix passes replay",
     "no_fix": "no fix (share)",
     "keeps_features": "keeps feature flags",
+    "keeps_all_features": "keeps every feature flag",
     "upgrade_said": "upgrade said",
     "not_flag_said": "not-a-flag-problem said",
     "location_ok": "location right",

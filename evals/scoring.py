@@ -39,8 +39,12 @@ equivalent release too, and the shipped equivalents' flags are spelled alike in 
                   scored when a flag fix is expected and replay could decide
 ``no_fix``        the answer recommends no fix (a share: lower is better) — scored when a
                   flag fix is expected and the answer located the check or argparse error
-``keeps_features`` the recommended fix keeps every feature flag the user set, with its
-                  value (``FixOut.keeps_features``) — scored when a fix is recommended
+``keeps_features`` the recommended fix gives up no feature flag the user set that some
+                  replay-accepted fix of the incident keeps (issue #28's measure,
+                  :mod:`evals.keeps`; the answer's own flag when there is no command to
+                  compare) — scored when a fix is recommended
+``keeps_all_features`` the recommended fix keeps every feature flag the user set, with
+                  its value (``FixOut.keeps_features``) — scored when a fix is recommended
 ``upgrade_said``  the answer leads with a sure upgrade (``upgrade_fix.sure``), to the
                   release ``expected.no_flag_fix`` names when it names one ("upgrade to
                   ≥ 0.5.23") — scored when ``expected.no_flag_fix`` starts with "upgrade"
@@ -77,6 +81,7 @@ from typing import Any
 
 from evals.fix_match import fix_matches, flag_attr
 from evals.incidents import Incident
+from evals.keeps import keeps_features
 from kb.catalog_types import Catalog
 from kb.catalogs import load_catalog
 from kb.code_types import Check
@@ -97,6 +102,7 @@ METRICS: tuple[str, ...] = (
     "fix_replay",
     "no_fix",
     "keeps_features",
+    "keeps_all_features",
     "upgrade_said",
     "not_flag_said",
 )
@@ -145,6 +151,7 @@ def from_triage(result: dict[str, Any], latency_ms: float = 0.0) -> Prediction:
             "rule_verdicts": f.get("rule_verdicts") or [],
             "recommended": bool(f.get("recommended")),
             "keeps_features": f.get("keeps_features"),
+            "replay_ok": (f.get("replay") or {}).get("status") == "verified",
         }
         for f in result.get("fixes") or []
     ]
@@ -288,6 +295,13 @@ def score(
     if store is not None and pred.citations is not None:
         out["grounded"] = grounded(store, pred.citations)
     _score_intent(exp, pred, out)
+    if out["keeps_features"] is not None and pred.fixes:
+        out["keeps_all_features"] = out["keeps_features"]
+        measured = keeps_features(
+            incident.command_argv(), pred.fixes, exp.acceptable_fixes, catalog
+        )
+        if measured is not None:
+            out["keeps_features"] = measured
     return out
 
 

@@ -88,6 +88,7 @@ from service.engine.facts.core import (
     probe_values,
     profile_from_gpus,
 )
+from service.engine.fixes.intent import is_feature
 from service.engine.fixes.upgrade import upgrade_no_fix, upgrade_phrase
 from service.engine.flags.edit import apply_edits
 from service.engine.flags.parse import parse_argv
@@ -118,7 +119,7 @@ __all__ = [
     "RuleVerdict", "TriageResult", "UpgradeFix", "Value", "apply_earlier_writes", "apply_edits", "bare_rank", "base_attrs",
     "cache_stats", "call_site_guards", "clear_caches", "earlier_writes", "edit_lines", "elsewhere_release", "evaluate",
     "evaluate_path", "fact_key", "fix_search_line", "hardware_line", "model_facts_line", "printed_line",
-    "fact_values", "get_profile", "line_prefix", "lint", "lint_payload", "message_pattern", "model_arch_for", "parse_argv",
+    "fact_values", "get_profile", "is_feature", "line_prefix", "lint", "lint_payload", "message_pattern", "model_arch_for", "parse_argv",
     "parse_input", "parse_log", "prepared_pieces", "probe_values", "profile_from_gpus", "redact", "redact_payload",
     "referenced_names",
     "rules_payload", "source_column", "split_command", "strip_ansi", "summary_with_fix", "upgrade_lines", "upgrade_no_fix", "upgrade_paragraph", "upgrade_phrase",
