@@ -39,10 +39,10 @@ equivalent release too, and the shipped equivalents' flags are spelled alike in 
                   scored when a flag fix is expected and replay could decide
 ``no_fix``        the answer recommends no fix (a share: lower is better) — scored when a
                   flag fix is expected and the answer located the check or argparse error
-``keeps_features`` the recommended fix gives up no feature flag the user set that some
-                  replay-accepted fix of the incident keeps (issue #28's measure,
-                  :mod:`evals.keeps`; the answer's own flag when there is no command to
-                  compare) — scored when a fix is recommended
+``keeps_features`` no replay-accepted fix of the incident gives up a strict subset of
+                  the user's feature flags the recommended fix gives up (issue #28's
+                  measure, :mod:`evals.keeps`; the answer's own flag when there is no
+                  command to compare) — scored when a fix is recommended
 ``keeps_all_features`` the recommended fix keeps every feature flag the user set, with
                   its value (``FixOut.keeps_features``) — scored when a fix is recommended
 ``upgrade_said``  the answer leads with a sure upgrade (``upgrade_fix.sure``), to the

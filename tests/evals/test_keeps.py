@@ -48,6 +48,12 @@ def test_giving_up_a_feature_another_accepted_fix_keeps_fails(catalog) -> None:
 def test_giving_up_what_every_accepted_fix_gives_up_passes(catalog) -> None:
     rec = _fix(catalog, remove=["enable-lora"], recommended=True)
     assert keeps_features(ARGV, [rec], [FixSpec(remove=["--enable-lora"])], catalog) is True
+    # two features that cannot run together: dropping either one is as good
+    either = [FixSpec(remove=["--enable-lora"]), FixSpec(remove=["--speculative-algorithm"])]
+    assert keeps_features(ARGV, [rec], either, catalog) is True
+    # dropping both when dropping one is accepted is not
+    both = _fix(catalog, remove=["enable-lora", "speculative-algorithm"], recommended=True)
+    assert keeps_features(ARGV, [both], either, catalog) is False
 
 
 def test_a_fix_that_keeps_every_feature_passes_and_no_command_is_not_scored(catalog) -> None:

@@ -51,6 +51,14 @@
    that were not ingested may fit too. A range that narrows nothing decides
    nothing.
 
+5. **Releases not ingested**, from the atlas of every release
+   (:mod:`service.engine.release.elsewhere`), when one was built: frames that no ingested
+   release holds line for line but releases not ingested do, or a frameless message that
+   releases not ingested raise clearly better than any ingested one. The answer still
+   comes from the ingested release the steps above pick, at a confidence of at most
+   :data:`_ELSEWHERE_CAP`, and ``elsewhere`` names the releases and the one to ingest
+   (:func:`elsewhere_release`, what on-demand ingest fetches with no hint in the log).
+
 Otherwise a single ingested release is taken with low confidence
 (``only_release``), or the newest one (``none``) with a note saying which
 fact would settle it.
