@@ -175,10 +175,38 @@ def _align_inner(frags: list[str], msg: str) -> Alignment | None:
     return None
 
 
+_CLOSE = {"[": "]", "(": ")", "{": "}"}
+
+
+def _printed_container(value: str) -> bool:
+    """Whether a placeholder's text is one printed list, tuple, dict or set: brackets that
+    open at its first character and close, balanced, at its last (quoted text aside)."""
+    if len(value) < 2 or value[0] not in _CLOSE or value[-1] != _CLOSE[value[0]]:
+        return False
+    depth, quote = 0, ""
+    for i, ch in enumerate(value):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[({":
+            depth += 1
+        elif ch in "])}":
+            depth -= 1
+            if depth == 0 and i != len(value) - 1:
+                return False
+    return depth == 0 and not quote
+
+
 def score_alignment(al: Alignment, n: int, literal: int) -> float:
     """Score of ``al`` for a message of ``n`` characters and a template with ``literal``
-    literal characters: the fraction explained, lowered for partial kinds."""
-    frac = al.explained / n if n else 0.0
+    literal characters: the fraction explained, lowered for partial kinds. In a full
+    match, a placeholder printed as one whole list, tuple, dict or set (``Must be one of
+    ['fp8', ...]``) counts as explained: it is a value by its shape, however long."""
+    explained = al.explained
+    if al.kind == "full":
+        explained += sum(len(v) for v in al.values if _printed_container(v))
+    frac = min(1.0, explained / n) if n else 0.0
     cover = min(1.0, al.explained / literal) if literal else 0.0
     if al.kind == "full":
         return frac

@@ -7,13 +7,14 @@ import threading
 import pytest
 
 from service.engine.locate.message import (
+    MESSAGE_MIN,
     MessageTemplate,
     match_message,
     message_pattern,
     split_exception_prefix,
 )
 from service.engine.locate.message import match as lm
-from service.engine.locate.message.align import type_factor
+from service.engine.locate.message.align import align, score_alignment, type_factor
 
 TRTLLM = "trtllm_mha backend only supports topk = 1 for speculative decoding."
 TBO_USER = (
@@ -319,3 +320,19 @@ def test_long_message_is_bounded(store, monkeypatch) -> None:
     assert match_message(store, "0.5.23", msg) == expected
     assert aligned and max(aligned) <= lm.MAX_MESSAGE_CHARS
     assert len(aligned) <= _ALIGN_BOUND
+
+
+def test_a_printed_list_fills_a_placeholder_in_full() -> None:
+    """A full match whose placeholder printed one whole list is not scored down for the
+    list's length; text that only starts or ends like a list still is."""
+    frags = ["Unknown quantization method: ", ". Must be one of ", "."]
+    listed = "['fp8', 'awq', 'gptq (old)', 'x]y']"
+    msg = f"Unknown quantization method: mxfp4. Must be one of {listed}."
+    al = align(frags, msg)
+    assert al is not None and al.kind == "full" and al.values == ["mxfp4", listed]
+    literal = sum(map(len, frags))
+    assert score_alignment(al, len(msg), literal) > 0.9  # only "mxfp4" unexplained
+    loose = f"Unknown quantization method: mxfp4. Must be one of {listed} or ['a']."
+    al = align(frags, loose)
+    assert al is not None and al.kind == "full"
+    assert score_alignment(al, len(loose), literal) < MESSAGE_MIN
