@@ -180,6 +180,7 @@ class WarmWorker:
         self._starter: threading.Thread | None = None
         self._buf = bytearray()
         self._ids = itertools.count(1)
+        self._io = threading.RLock()  # held while reading; stop() closes the pipes under it
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -283,9 +284,13 @@ class WarmWorker:
                 os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
                 proc.wait(timeout=10)
-            for stream in (proc.stdin, proc.stdout):
-                with contextlib.suppress(Exception):
-                    stream.close()  # type: ignore[union-attr]
+            # A reader on another thread (a start being retired) sees ``self.proc`` change
+            # within a second and lets go; only then are its descriptors freed, so their
+            # numbers cannot be reused by the next worker's pipes while it still reads them.
+            with self._io:
+                for stream in (proc.stdin, proc.stdout):
+                    with contextlib.suppress(Exception):
+                        stream.close()  # type: ignore[union-attr]
         work, self.work = self.work, None
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)
@@ -293,18 +298,29 @@ class WarmWorker:
     # ---------------------------------------------------------------- protocol
 
     def _read_line(self, deadline: float) -> str:
-        assert self.proc is not None and self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
+        with self._io:
+            return self._read_line_held(deadline)
+
+    def _read_line_held(self, deadline: float) -> str:
+        proc = self.proc
+        assert proc is not None and proc.stdout is not None
+        fd = proc.stdout.fileno()
+        os.set_blocking(fd, False)  # a read never outlives the deadline
         while b"\n" not in self._buf:
+            if self.proc is not proc:
+                raise EOFError("the worker was stopped")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError("no answer in time")
             ready, _, _ = select.select([fd], [], [], min(left, 1.0))
             if not ready:
                 continue
-            chunk = os.read(fd, 1 << 20)
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                continue
             if not chunk:
-                raise EOFError(f"the worker exited ({self.proc.poll()})")
+                raise EOFError(f"the worker exited ({proc.poll()})")
             self._buf += chunk
             if len(self._buf) > _MAX_LINE:
                 raise ValueError("an answer longer than the protocol allows")

@@ -8,9 +8,11 @@ code runs *inside a fork* through the pool's test hook (``PoolJob.payload``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -388,3 +390,63 @@ def test_a_count_read_at_import_sends_the_job_cold() -> None:
     assert mod.bound_at_import(
         x8, x8, {"get_device_sm": 100}, {"get_device_sm": 120}, {"get_device_sm"}
     ) == ["get_device_sm (called at import)"]
+
+
+def test_a_worker_stopped_while_its_start_reads_lets_go(tmp_path: Path) -> None:
+    """A start that an eviction or the idle reaper retires stops reading before its pipe is
+    closed: the descriptor number, once free, may be the next worker's pipe, and a reader
+    left on it would take that worker's first line and leave its start waiting forever."""
+    import subprocess
+
+    from service.replay.pool.workers import WarmWorker
+
+    hw = get_profile(HW)
+    worker = WarmWorker(WorkerKey.of(tmp_path / "a", hw, tmp_path), hw, start_timeout_s=600)
+    marker = f"pool-test-{uuid.uuid4().hex}"
+    # a grandchild in its own session keeps the pipe open after the worker is killed, as
+    # a sandbox's processes may for a moment: the reader cannot count on an end of file
+    spawn = (
+        "import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+        "'import time; time.sleep(600)', os.environ['HOLDER']], start_new_session=True); "
+        "time.sleep(600)"
+    )
+    worker.proc = subprocess.Popen(
+        [sys.executable, "-c", spawn],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+        env={**os.environ, "HOLDER": marker},
+    )
+    stdout = worker.proc.stdout
+    assert stdout is not None
+
+    def holders() -> list[int]:
+        found = []
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+            with contextlib.suppress(OSError):
+                if marker in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+                    found.append(int(pid))
+        return found
+
+    while not holders():
+        time.sleep(0.05)
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            worker._read_line(time.monotonic() + 600)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    while worker._io.acquire(blocking=False):  # until the reader holds the pipe
+        worker._io.release()
+        time.sleep(0.01)
+    worker.stop(retire=True)  # returns once the reader let go of the pipe
+    reader.join(timeout=60)
+    assert not reader.is_alive()
+    for pid in holders():
+        os.kill(pid, signal.SIGKILL)
+    assert len(outcome) == 1 and "stopped" in str(outcome[0]), outcome
+    assert stdout.closed and worker.proc is None
