@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from kb.catalog_types import NO_VALUE_ACTIONS, Catalog
 from kb.code_types import Check
 from kb.store import Store
+from service.engine.evaluate.chain import earlier_writes
 from service.engine.evaluate.path_condition import PathEvaluation, evaluate_path
 from service.engine.evaluate.pieces import atom_signs
 from service.engine.expr.interpreter import UNKNOWN, Provenance, Value
@@ -217,6 +218,18 @@ def implied_launch(
     grouped = {a for g in either for a in g}
     if not set(implied) - grouped:  # "a or b" alone: a launch resting on which one held
         return None
+    return _launch(attrs, parsed, catalog, implied, either)
+
+
+def _launch(
+    attrs: dict[str, Value],
+    parsed: ParsedArgs,
+    catalog: Catalog,
+    implied: dict[str, object],
+    either: list[list[str]],
+) -> ImpliedLaunch:
+    """The launch ``attrs``/``parsed`` with the ``implied`` flags added."""
+    by_attr = catalog.by_attr()
     new_attrs = dict(attrs)
     values = dict(parsed.values)
     start = max((pf.index for pf in parsed.values.values()), default=-1) + 1
@@ -242,6 +255,78 @@ def implied_launch(
     )
 
 
+def _not_reset(
+    store: Store,
+    version: str,
+    check: Check,
+    implied: dict[str, object],
+    parsed: ParsedArgs,
+    catalog: Catalog,
+) -> dict[str, object]:
+    """More flags the crash implies: an earlier write that would have reset an implied flag
+    (``if self.dp_size == 1: self.enable_dp_lm_head = False``) did not run, so the flag its
+    one ``if`` reads did not make that ``if`` hold (``--dp-size`` was set, not to 1). Only a
+    write of a literal other than the implied value, under one ``if`` on one flag."""
+    by_attr = catalog.by_attr()
+    out: dict[str, object] = {}
+    for attr, value in implied.items():
+        if value is UNKNOWN:
+            continue
+        for w in earlier_writes(store, version, attr, check):
+            if w.kind != "write" or w.value is None or len(w.guards) != 1:
+                continue
+            try:
+                written = ast.literal_eval(w.value)
+            except (ValueError, SyntaxError):
+                continue
+            guard = w.guards[0]
+            cond = str(guard.get("condition") or "")
+            if written == value or guard.get("kind") != "if" or not cond:
+                continue
+            try:
+                node = ast.parse(cond.strip(), mode="eval").body
+            except SyntaxError:
+                continue
+            names = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+            flag = next(iter(names)) if len(names) == 1 else ""
+            spec = by_attr.get(flag)
+            if spec is None or not spec.flags or not spec.default_known:
+                continue
+            if flag in parsed.values or flag in implied or flag in out:
+                continue
+            now = _default_truth(node, spec.default)
+            if now is None:
+                continue
+            no_value = spec.action in NO_VALUE_ACTIONS or spec.nargs == "0"
+            got = _implied_value(cond, not bool(guard.get("polarity", True)), now, no_value)
+            if got is not None:
+                out[flag] = UNKNOWN if got is _SOME else got
+    return out
+
+
+def _default_truth(node: ast.expr, default: object) -> bool | None:
+    """The truth of a one-flag ``if`` (a bare flag, or the flag compared with constants) on
+    the flag's default; None for any other shape."""
+    if isinstance(node, ast.Attribute):
+        return bool(default)
+    if not isinstance(node, ast.Compare) or len(node.ops) != 1:
+        return None
+    other = node.comparators[0] if isinstance(node.left, ast.Attribute) else node.left
+    consts = _constants(other)
+    if consts is None:
+        return None
+    op = node.ops[0]
+    if isinstance(op, ast.Eq | ast.Is):
+        return len(consts) == 1 and default == consts[0]
+    if isinstance(op, ast.NotEq | ast.IsNot):
+        return len(consts) == 1 and default != consts[0]
+    if isinstance(op, ast.In):
+        return default in consts
+    if isinstance(op, ast.NotIn):
+        return default not in consts
+    return None
+
+
 def assumed_launch(
     store: Store,
     version: str,
@@ -262,6 +347,9 @@ def assumed_launch(
     launch = implied_launch(ev, attrs, parsed, catalog)
     if launch is None:
         return None
+    more = _not_reset(store, version, check, launch.implied, parsed, catalog)
+    if more:
+        launch = _launch(attrs, parsed, catalog, {**launch.implied, **more}, launch.either)
     launch.evaluation = evaluate_path(
         store, version, check, launch.attrs, facts, facts_sig=facts_sig
     )

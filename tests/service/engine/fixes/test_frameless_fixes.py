@@ -162,3 +162,32 @@ def test_implied_flags_from_the_path_structure(kb) -> None:
     )
     alone = PathEvaluation(fired=False, parts=[either], attrs=set())
     assert implied_launch(alone, attrs, parsed, catalog) is None
+
+
+def test_an_earlier_write_that_would_undo_the_crash_implies_its_if_did_not_hold(kb) -> None:
+    """``if self.dp_size == 1: self.enable_dp_lm_head = False`` runs before the check that
+    ``--enable-dp-lm-head`` needs dp attention: the crash implies ``--dp-size`` was set (not
+    to 1), so dropping the switch fixes the check and is recommended. Each shipped incident
+    of that check, as its frameless variant, in its own release."""
+    engine = Engine(kb)
+    cases = [
+        inc
+        for inc in load_incidents()
+        if is_generated(inc)
+        and inc.expected.release
+        and "enable_dp_lm_head" in inc.crash_log.splitlines()[-1]
+        and frameless(inc) is not None
+    ]
+    assert cases, "no shipped incident of the dp-lm-head check"
+    for inc in cases:
+        v = frameless(inc)
+        assert v is not None
+        result = engine.triage({"log": v.crash_log}, release=inc.expected.release)
+        top = next(f for f in result.fixes if f.recommended)
+        assert "--data-parallel-size set" in top.verdict or "--dp-size set" in top.verdict
+        catalog = load_catalog(kb.store, inc.expected.release)
+        fix = {"set": top.set, "remove": top.remove, "argv": None}
+        assert any(
+            fix_matches(fix, a, inc.command_argv(), catalog, real=inc.command_argv())
+            for a in inc.expected.acceptable_fixes
+        ), (inc.id, top.set, top.remove)
