@@ -94,20 +94,27 @@ def _compact(title: str) -> Table:
     )
 
 
+#: metrics shown per release but not per incident: another reading of a metric that the
+#: incident table already marks (``keeps_all_features`` beside ``keeps_features``)
+AGGREGATE_ONLY = frozenset({"keeps_all_features"})
+
+
 def incident_table(report: EvalReport) -> Table:
-    """The engine's per-incident scores: id, expected release, one mark per metric (fits
-    80 columns with up to 16 metrics: long ids fold onto a second line; each incident's
-    latency is in the JSON report, percentiles in the release table)."""
+    """The engine's per-incident scores: id, expected release, one mark per metric but
+    :data:`AGGREGATE_ONLY` (fits 80 columns with up to 16 metrics: long ids fold onto a
+    second line; each incident's latency is in the JSON report, percentiles in the release
+    table)."""
     eng = report.engine
+    shown = [m for m in METRICS if m not in AGGREGATE_ONLY]
     table = _compact(f"engine on {report.incidents} incidents ({report.target})")
     table.add_column("incident", overflow="fold", ratio=1)
     table.add_column("release", no_wrap=True)
-    for m in METRICS:
+    for m in shown:
         table.add_column(_short(m), justify="center", no_wrap=True)
     for s in eng.incidents:
         release = "–" if s.expected_release == NOT_INGESTED else s.expected_release
         ident = f"[red]{s.id}[/red]" if s.error else s.id
-        table.add_row(ident, release, *(_cell(s.metrics.get(m)) for m in METRICS))
+        table.add_row(ident, release, *(_cell(s.metrics.get(m)) for m in shown))
     return table
 
 

@@ -97,11 +97,11 @@ from service.engine.release.fingerprint import (
 )
 from service.engine.release.range import ReleaseRange, infer_range
 from service.engine.release.versions import (
+    after_reported,
     is_dev,
     match_release,
-    not_after,
-    parse_version,
     release_sort_key,
+    tie_break,
 )
 
 __all__ = ["ReleaseResolution", "elsewhere_release", "resolve_release"]
@@ -322,7 +322,7 @@ def _from_range(ctx: _Ctx, rng: ReleaseRange, frames: bool) -> ReleaseResolution
         )
         return ctx.done(pick, 0.3 + 0.05 * (len(narrowing) > 1), "nearest", dev=True, order=order)
     if rng.narrowed:
-        pick = _tie_break(rng.releases, {}, ctx.reported)
+        pick = tie_break(rng.releases, {}, ctx.reported)
         single = len(rng.releases) == 1
         method: Method
         if set(narrowing) == {"warnings"}:
@@ -400,7 +400,7 @@ def _from_frames(ctx: _Ctx) -> ReleaseResolution | None:
     best = ranked[0]
     if best.exact:
         exact_tied = [s for s in ranked if s.exact and s.score == best.score]
-        pick = _tie_break([s.release for s in exact_tied], hinted, ctx.reported)
+        pick = tie_break([s.release for s in exact_tied], hinted, ctx.reported)
         conf = best.score * (0.97 if len(exact_tied) == 1 else 0.6 / len(exact_tied) + 0.2)
         if len(exact_tied) > 1:
             evidence.append(
@@ -415,7 +415,7 @@ def _from_frames(ctx: _Ctx) -> ReleaseResolution | None:
         key=lambda s: (
             -s.found / max(s.anchors, 1),
             s.total_offset,
-            _distance(s.release, ctx.reported),
+            after_reported(s.release, ctx.reported),
         ),
     )
     if near:
@@ -454,7 +454,7 @@ def _from_frames(ctx: _Ctx) -> ReleaseResolution | None:
     tied = sorted((s.release for s in ranked if s.score == best.score), key=release_sort_key)
     if best.score > 0 and len(tied) < len(ranked) and not any(s.anchors for s in ranked):
         # files and functions alone fit several releases equally: the newest of them
-        pick = _tie_break(tied, hinted, ctx.reported)
+        pick = tie_break(tied, hinted, ctx.reported)
         evidence.append(
             f"the traceback's files and functions fit {', '.join(tied)} equally "
             f"(no source lines were printed); took {pick}"
@@ -464,20 +464,6 @@ def _from_frames(ctx: _Ctx) -> ReleaseResolution | None:
     if best.score > 0:
         evidence.append("the traceback's frames do not single out a release")
     return None
-
-
-def _distance(release: str, reported: str | None) -> int:
-    """Tie-break: 0 for a release not after the reported version, else 1."""
-    v, rv = (parse_version(reported) if reported else None), parse_version(release)
-    return 0 if v is not None and rv is not None and rv <= v else 1
-
-
-def _tie_break(tied: list[str], hinted: dict[str, float], reported: str | None) -> str:
-    named = [r for r in tied if r in hinted]
-    if named:
-        return max(named, key=lambda r: (hinted[r], release_sort_key(r)))
-    older = not_after(reported, tied)
-    return older[0] if older else max(tied, key=release_sort_key)
 
 
 def _hint_adjust(

@@ -16,7 +16,15 @@ from packaging.version import Version
 
 from kb.versions import parse_version, version_key
 
-__all__ = ["is_dev", "match_release", "not_after", "parse_version", "release_sort_key"]
+__all__ = [
+    "after_reported",
+    "is_dev",
+    "match_release",
+    "not_after",
+    "parse_version",
+    "release_sort_key",
+    "tie_break",
+]
 
 #: Sort key of a release: PEP 440 order (dev builds before their release), unparsable
 #: ones first by text (:func:`kb.versions.version_key`).
@@ -50,3 +58,19 @@ def not_after(reported: str | None, ingested: Sequence[str]) -> list[str]:
         return []
     older = [r for r in ingested if (rv := parse_version(r)) is not None and rv <= v]
     return sorted(older, key=release_sort_key, reverse=True)
+
+
+def after_reported(release: str, reported: str | None) -> int:
+    """A tie-break: 0 for a release not after the reported version, else 1."""
+    v, rv = (parse_version(reported) if reported else None), parse_version(release)
+    return 0 if v is not None and rv is not None and rv <= v else 1
+
+
+def tie_break(tied: list[str], hinted: dict[str, float], reported: str | None) -> str:
+    """One of ``tied``: the most strongly hinted (the newest among equals); without a
+    hint, the closest not after ``reported``; else the newest."""
+    named = [r for r in tied if r in hinted]
+    if named:
+        return max(named, key=lambda r: (hinted[r], release_sort_key(r)))
+    older = not_after(reported, tied)
+    return older[0] if older else max(tied, key=release_sort_key)
