@@ -13,7 +13,10 @@ Applied to the candidate edits before they are ranked (:mod:`service.engine.fixe
 * **Another check's guard** (:func:`guard_flip`). A candidate that touches only flags read
   by an early exit the path passes (``if not self.enable_dp_attention: return`` before
   the check) or by the guard of the call of the check's function does not fix the check: it
-  skips the block the check is in, turning that part of the launch off. Such a candidate
+  skips the block the check is in, turning that part of the launch off. A flag the check's
+  own message names (``--prefill-only-disable-kv-cache does not currently support ...``
+  after ``if not cfg.prefill_only_disable_kv_cache: return``) is the check's subject, not
+  another check's guard: turning it off answers the message. Otherwise such a candidate
   ranks after every fix of the check that gives up no more feature flags
   (:func:`~service.engine.fixes.ranking.rank`), says so (origin and verdict: "skips the
   check ... turns off ..."), and is kept only if replay accepts it: the replay search drops
@@ -182,14 +185,17 @@ def _names(part: PiecePart) -> set[str]:
     return {n for a in part.result.atoms for n, _, _ in a.inputs}
 
 
-def guard_flip(edit: Edit, ev: PathEvaluation) -> PiecePart | None:
+def guard_flip(
+    edit: Edit, ev: PathEvaluation, named: frozenset[str] = frozenset()
+) -> PiecePart | None:
     """The early exit (or call-site guard) ``edit`` flips instead of fixing the check: every
     attribute it touches is read by such a piece (:data:`SKIP_KINDS`) and none by the check's
-    own pieces (its test, its enclosing ``if``); None otherwise."""
+    own pieces (its test, its enclosing ``if``) or named by its message (``named``:
+    :func:`message_attrs`); None otherwise."""
     touched = set(edit.set) | set(edit.remove)
     if not touched:
         return None
-    own: set[str] = set()
+    own: set[str] = set(named)
     skip: list[PiecePart] = []
     for part in ev.parts:
         if part.kind in SKIP_KINDS:
@@ -199,6 +205,19 @@ def guard_flip(edit: Edit, ev: PathEvaluation) -> PiecePart | None:
     if touched & own:
         return None
     return next((p for p in skip if touched <= _names(p)), None)
+
+
+def message_attrs(check: Check, catalog: Catalog) -> frozenset[str]:
+    """The attributes of the flags (``--kv-cache-dtype``) that ``check``'s message source
+    spells out: what the check says it is about."""
+    by_flag = catalog.by_flag()
+    return frozenset(
+        by_flag[f].attr for f in _MESSAGE_FLAG.findall(check.message or "") if f in by_flag
+    )
+
+
+#: a flag spelled in a message source (``--kv-cache-dtype``; not ``--kv-cache-dtype=``'s tail)
+_MESSAGE_FLAG = re.compile(r"--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 
 
 def sibling_trips(check: Check, ev: PathEvaluation) -> list[dict[str, Any]]:

@@ -20,7 +20,13 @@ from service.engine.evaluate.context import CheckContext
 from service.engine.evaluate.path_condition import PathEvaluation, evaluate_path
 from service.engine.expr.interpreter import UNKNOWN, Value
 from service.engine.fixes.edits import candidate_edits, edited_attrs
-from service.engine.fixes.filters import guard_flip, screened, sibling_trips, turns_off
+from service.engine.fixes.filters import (
+    guard_flip,
+    message_attrs,
+    screened,
+    sibling_trips,
+    turns_off,
+)
 from service.engine.fixes.implied import assumed_launch
 from service.engine.fixes.intent import intent_cost
 from service.engine.fixes.model import Edit, Verdict
@@ -120,13 +126,14 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
     )
     costs: Cost = {e.key(): intent_cost(e.set, e.remove, parsed, catalog, attrs) for e in edits}
     guard_memo: dict[tuple[Any, ...], object] = {}
+    named = message_attrs(check, catalog)  # its subject: turning one off is no detour
     passing: list[Verdict] = []
     undecided: list[Verdict] = []
     for edit in edits:
         v = fixes_check(
             store, version, check, edit, attrs, facts, catalog, guard_memo, facts_sig=fsig
         )
-        flip = guard_flip(edit, ev) if v.fixes_check is True else None
+        flip = guard_flip(edit, ev, named) if v.fixes_check is True else None
         if flip is not None:  # skips the check rather than fixing it: ranked after real fixes
             edit.skips = turns_off(edit, flip, parsed, catalog)
         if v.fixes_check is True and v.evaluation is not None:  # an earlier sibling raises

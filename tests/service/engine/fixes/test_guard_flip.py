@@ -89,3 +89,40 @@ def test_a_guard_flip_says_what_it_turns_off_and_ranks_after_a_fix(kb) -> None:
     costs[fixed.key()] = intent_cost(fixed.set, fixed.remove, parsed, catalog)
     ranked = rank([Verdict(toggle, True), Verdict(edit, True), Verdict(fixed, True)], ev, costs)
     assert [v.edit for v in ranked] == [fixed, toggle, edit]
+
+
+def test_a_flag_the_message_names_is_the_checks_subject_not_a_detour(kb) -> None:
+    """``--prefill-only-disable-kv-cache does not currently support --kv-cache-dtype=mxfp8``
+    after ``if not self.prefill_only_disable_kv_cache: return``: the message names the flag
+    the early exit reads, so turning it off answers the message; it is no guard flip. A
+    flag the message does not name stays one (:func:`message_attrs`, the KB's own check)."""
+    from service.engine.fixes.filters import message_attrs
+
+    check = next(
+        c
+        for c in kb.store.checks(
+            "0.5.16", function="ServerArgs._validate_prefill_only_disable_kv_cache_args"
+        )
+        if "mxfp8" in (c.message or "")
+    )
+    named = message_attrs(check, load_catalog(kb.store, "0.5.16"))
+    assert named == {"prefill_only_disable_kv_cache", "kv_cache_dtype"}
+    env = Env({}, {})
+    exits = [
+        PiecePart(
+            role="guard",
+            condition=g["condition"],
+            polarity=bool(g["polarity"]),
+            line=int(g["line"]),
+            result=evaluate(g["condition"], env),
+            holds=True,
+            kind="exit_return",
+        )
+        for g in check.guards
+        if g["kind"] == "early_exit"
+    ]
+    ev = PathEvaluation(fired=True, attrs=set(), parts=exits)
+    drop = Edit(remove=["prefill_only_disable_kv_cache"])
+    assert guard_flip(drop, ev) is not None  # read by an early exit only
+    assert guard_flip(drop, ev, named) is None  # but the message is about it
+    assert guard_flip(Edit(remove=["is_embedding"]), ev, named) is not None
