@@ -47,7 +47,7 @@ import ast
 import functools
 from dataclasses import dataclass, field
 
-from kb.catalog_types import NO_VALUE_ACTIONS, Catalog
+from kb.catalog_types import NO_VALUE_ACTIONS, Catalog, FlagSpec
 from kb.code_types import Check
 from kb.store import Store
 from service.engine.evaluate.chain import earlier_writes
@@ -255,6 +255,10 @@ def _launch(
     )
 
 
+#: how an earlier step writes a flag: an assignment, or an override hook's returned dict
+_RESET_KINDS = frozenset({"write", "return_dict"})
+
+
 def _not_reset(
     store: Store,
     version: str,
@@ -262,18 +266,22 @@ def _not_reset(
     implied: dict[str, object],
     parsed: ParsedArgs,
     catalog: Catalog,
-) -> dict[str, object]:
+) -> tuple[dict[str, object], list[list[str]]]:
     """More flags the crash implies: an earlier write that would have reset an implied flag
-    (``if self.dp_size == 1: self.enable_dp_lm_head = False``) did not run, so the flag its
-    one ``if`` reads did not make that ``if`` hold (``--dp-size`` was set, not to 1). Only a
-    write of a literal other than the implied value, under one ``if`` on one flag."""
+    (``if self.dp_size == 1: self.enable_dp_lm_head = False``) did not run, so what its one
+    ``if`` reads did not make it hold (``--dp-size`` was set, not to 1). The ``if`` is a test
+    of one flag, or a conjunction of such tests that all hold on the defaults (``view.dp_size
+    == 1 and view.ep_join_mode != "scale"``): one of those flags was set, which one is not
+    known (an ``either`` group, returned second). Only a write (or an override's returned
+    dict) of a literal other than the implied value."""
     by_attr = catalog.by_attr()
     out: dict[str, object] = {}
+    groups: list[list[str]] = []
     for attr, value in implied.items():
         if value is UNKNOWN:
             continue
         for w in earlier_writes(store, version, attr, check):
-            if w.kind != "write" or w.value is None or len(w.guards) != 1:
+            if w.kind not in _RESET_KINDS or w.value is None or len(w.guards) != 1:
                 continue
             try:
                 written = ast.literal_eval(w.value)
@@ -287,21 +295,55 @@ def _not_reset(
                 node = ast.parse(cond.strip(), mode="eval").body
             except SyntaxError:
                 continue
-            names = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
-            flag = next(iter(names)) if len(names) == 1 else ""
-            spec = by_attr.get(flag)
-            if spec is None or not spec.flags or not spec.default_known:
+            held = bool(guard.get("polarity", True))
+            tests = _one_flag_tests(node, held, by_attr, parsed, implied, out)
+            if tests is None:
                 continue
-            if flag in parsed.values or flag in implied or flag in out:
+            if len(tests) > 1:  # "a and b" held on the defaults: one of them did not
+                if all(now is True for _, _, now in tests):
+                    for flag, _, _ in tests:
+                        out[flag] = UNKNOWN
+                    groups.append([flag for flag, _, _ in tests])
                 continue
-            now = _default_truth(node, spec.default)
-            if now is None:
-                continue
+            flag, test, now = tests[0]
+            spec = by_attr[flag]
             no_value = spec.action in NO_VALUE_ACTIONS or spec.nargs == "0"
-            got = _implied_value(cond, not bool(guard.get("polarity", True)), now, no_value)
+            got = _implied_value(ast.unparse(test), not held, now, no_value)
             if got is not None:
                 out[flag] = UNKNOWN if got is _SOME else got
-    return out
+    return out, groups
+
+
+def _one_flag_tests(
+    node: ast.expr,
+    held: bool,
+    by_attr: dict[str, FlagSpec],
+    parsed: ParsedArgs,
+    implied: dict[str, object],
+    out: dict[str, object],
+) -> list[tuple[str, ast.expr, bool]] | None:
+    """Each test of ``node`` (one, or the terms of an ``and`` that ``held``) with its one
+    flag and its truth on that flag's default; None when a test reads more than one name,
+    a flag that is set, implied or without a known default, or has another shape."""
+    terms = (
+        node.values
+        if held and isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And)
+        else [node]
+    )
+    tests: list[tuple[str, ast.expr, bool]] = []
+    for term in terms:
+        names = {n.attr for n in ast.walk(term) if isinstance(n, ast.Attribute)}
+        flag = next(iter(names)) if len(names) == 1 else ""
+        spec = by_attr.get(flag)
+        if spec is None or not spec.flags or not spec.default_known:
+            return None
+        if flag in parsed.values or flag in implied or flag in out:
+            return None
+        now = _default_truth(term, spec.default)
+        if now is None:
+            return None
+        tests.append((flag, term, now))
+    return tests
 
 
 def _default_truth(node: ast.expr, default: object) -> bool | None:
@@ -347,9 +389,10 @@ def assumed_launch(
     launch = implied_launch(ev, attrs, parsed, catalog)
     if launch is None:
         return None
-    more = _not_reset(store, version, check, launch.implied, parsed, catalog)
+    more, groups = _not_reset(store, version, check, launch.implied, parsed, catalog)
     if more:
-        launch = _launch(attrs, parsed, catalog, {**launch.implied, **more}, launch.either)
+        implied = {**launch.implied, **more}
+        launch = _launch(attrs, parsed, catalog, implied, [*launch.either, *groups])
     launch.evaluation = evaluate_path(
         store, version, check, launch.attrs, facts, facts_sig=facts_sig
     )
