@@ -30,6 +30,11 @@ the flag the message names, or setting the flag its test asks for, now *fixes* t
 instead of keeping it unreached, and the guard atoms are ranked as guards. Each fix says
 what it assumed (:meth:`ImpliedLaunch.note`).
 
+An earlier write that would have reset an implied flag (``if self.dp_size == 1:
+self.enable_dp_lm_head = False``, or an override hook returning that dict) did not run
+either, so its ``if`` did not hold: the flag it tests was set (``--dp-size``, not to 1), or
+for an ``and`` of such tests that all hold on the defaults, one of its flags was.
+
 :func:`assumed_launch` does it all for a located check: when the command is unknown and the
 check does not fire on what is known, the implied launch and the check evaluated on it
 (kept only when it then fires or is undecided). The message's own recipe
