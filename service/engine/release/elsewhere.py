@@ -109,7 +109,7 @@ def frames_elsewhere(
         return None
     best = max(score[v] for v in fits)
     fits = sorted_versions([v for v in fits if score[v] == best])
-    span = fits[0] if len(fits) == 1 else f"{fits[0]} … {fits[-1]} ({len(fits)} releases)"
+    span = _span(fits)
     return ElsewhereFit(
         releases=fits,
         basis="frames",
@@ -121,6 +121,11 @@ def frames_elsewhere(
             "numbers (the atlas of every release); not ingested"
         ),
     )
+
+
+def _span(fits: list[str]) -> str:
+    """``fits`` (sorted) in a few words: one release, or the first … the last (how many)."""
+    return fits[0] if len(fits) == 1 else f"{fits[0]} … {fits[-1]} ({len(fits)} releases)"
 
 
 @dataclass
@@ -195,7 +200,7 @@ def message_elsewhere(
         return None
     fits = sorted_versions(list(where))
     path, line = where[fits[-1]]
-    span = fits[0] if len(fits) == 1 else f"{fits[0]} … {fits[-1]} ({len(fits)} releases)"
+    span = _span(fits)
     return ElsewhereFit(
         releases=fits,
         basis="message",
