@@ -129,6 +129,7 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
     named = message_attrs(check, catalog)  # its subject: turning one off is no detour
     passing: list[Verdict] = []
     undecided: list[Verdict] = []
+    exit_only: set[tuple[Any, ...]] = set()
     for edit in edits:
         v = fixes_check(
             store, version, check, edit, attrs, facts, catalog, guard_memo, facts_sig=fsig
@@ -136,6 +137,8 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
         flip = guard_flip(edit, ev, named) if v.fixes_check is True else None
         if flip is not None:  # skips the check rather than fixing it: ranked after real fixes
             edit.skips = turns_off(edit, flip, parsed, catalog)
+        if v.fixes_check is True and guard_flip(edit, ev) is not None:
+            exit_only.add(edit.key())  # it passes the check at an early exit, named or not
         if v.fixes_check is True and v.evaluation is not None:  # an earlier sibling raises
             v.trips.extend(sibling_trips(check, v.evaluation))
         if v.fixes_check is True:
@@ -159,12 +162,13 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
         )
         checked.append(alternative)
     # drop supersets of a clean fix (dropping A and B when dropping A alone is enough); a
-    # subset that only skips the check does not count (replay may refute it: the pair stays)
+    # subset that passes the check only at an early exit does not count, even one on a flag
+    # the message names (replay may refute it: the pair stays)
     out: list[Verdict] = []
     for v in rank(checked, ev, costs, skips_first=bool(assumed)):
         if any(
             o.ok
-            and not o.edit.skips
+            and o.edit.key() not in exit_only
             and set(o.edit.remove) < set(v.edit.remove)
             and not o.edit.set
             and not v.edit.set

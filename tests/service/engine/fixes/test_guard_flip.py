@@ -126,3 +126,29 @@ def test_a_flag_the_message_names_is_the_checks_subject_not_a_detour(kb) -> None
     assert guard_flip(drop, ev) is not None  # read by an early exit only
     assert guard_flip(drop, ev, named) is None  # but the message is about it
     assert guard_flip(Edit(remove=["is_embedding"]), ev, named) is not None
+
+
+def test_a_pair_drop_stays_beside_a_drop_that_passes_at_an_early_exit(kb) -> None:
+    """Dropping ``--prefill-only-disable-kv-cache`` answers its message but passes the check
+    at the function's early exit; replay may refute it (on 0.5.16 the launch then fails at
+    another check). The pair that also drops ``--kv-cache-dtype`` stays listed after it, for
+    the replay search to fall back to. Each shipped incident of that check, with its
+    command; the expectation is the incident's own (an acceptable fix is listed)."""
+    from evals.incidents import load_incidents
+    from service.engine import Engine
+
+    engine = Engine(kb)
+    cases = [
+        inc
+        for inc in load_incidents()
+        if inc.expected.location is not None
+        and inc.expected.location.function.endswith("validate_prefill_only_disable_kv_cache_args")
+        and inc.expected.release is not None
+        and kb.store.release(inc.expected.release) is not None
+    ]
+    assert cases, "no shipped incident of the prefill-only check"
+    for inc in cases:
+        result = engine.triage({"log": inc.crash_log}, release=inc.expected.release)
+        drops = [sorted(f.remove) for f in result.fixes if not f.set]
+        assert ["--prefill-only-disable-kv-cache"] in drops, (inc.id, drops)
+        assert ["--kv-cache-dtype", "--prefill-only-disable-kv-cache"] in drops, (inc.id, drops)
