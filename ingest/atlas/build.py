@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ingest.prebuilt import exception_like
 from kb.atlas import Atlas, AtlasFunction, AtlasRaise, FileFacts, line_hash
 from kb.settings import KBSettings
 from kb.sources import download_wheel, find_wheel
@@ -52,9 +53,9 @@ def _exc_name(node: ast.expr) -> str | None:
 
 
 def _looks_like_exception(name: str | None) -> bool:
-    return bool(name) and (
-        str(name).endswith(("Error", "Exception", "Exit", "Warning")) or name == "Exception"
-    )
+    """An exception class's name, as the KB's own extraction reads one
+    (:func:`ingest.prebuilt.exception_like`), or a ``...Exit``."""
+    return bool(name) and (exception_like(str(name)) or str(name).endswith("Exit"))
 
 
 def _segment(lines: list[str], node: ast.expr) -> str | None:
