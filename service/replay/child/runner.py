@@ -12,7 +12,9 @@ or more command lines), then
    the declared values;
 4. for each command line, forks the warmed-up process and runs the release's
    own validation there (phase ``validate``): ``prepare_server_args(argv)``
-   and, where the release has it (0.5.19+), ``server_args.resolve_once()``.
+   and, where the release has it (0.5.19+), ``server_args.resolve_once()``; then
+   ``server_args.check_server_args()``, which every release's launch calls next
+   (``entrypoints/engine.py``, before any process starts), so its checks judge too.
    The fork keeps every replay isolated from the others (SGLang keeps global
    state) while the 10-20 s of importing torch and SGLang is paid once; a fork
    that outlives its time limit is killed;
@@ -82,8 +84,10 @@ def setup(cfg: dict[str, Any], roots: dict[str, Any]) -> tuple[Any, dict[str, An
         hw.patch_torch(cfg.get("hardware") or {})
         if cfg.get("hardware"):
             hw.patch_subprocess(cfg["hardware"])
-        report["shims"] = _replay_compat.patch_transformers() + _replay_compat.patch_torch_library(
-            {r for r in cfg["force_stubs"] if "." not in r}
+        report["shims"] = (
+            _replay_compat.patch_transformers()
+            + _replay_compat.patch_torch_library({r for r in cfg["force_stubs"] if "." not in r})
+            + _replay_compat.patch_torch_cpu()
         )
         report["timings"]["setup_s"] = time.perf_counter() - t0
 
@@ -140,6 +144,13 @@ def validate(
         if callable(resolve):
             result["ran"] = "prepare_server_args + resolve_once"
             resolve()
+        late = getattr(server_args, "check_server_args", None)
+        if callable(
+            late
+        ):  # the launch's own next step (engine.py: server_args.check_server_args())
+            result["ran"] += " + check_server_args"
+            with contextlib.redirect_stderr(_Tee(stderr, sys.stderr)):
+                late()
         result["status"] = "passed"
         result["server_args"] = dump_fields(server_args)
         if startup:

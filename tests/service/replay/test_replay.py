@@ -1,4 +1,5 @@
-"""End-to-end replays of real releases (0.5.9, 0.5.11, 0.5.23) in the isolated subprocess.
+"""End-to-end replays of real releases (0.4.10.post2, 0.5.9, 0.5.11, 0.5.23) in the isolated
+subprocess.
 
 Command lines of one release and one machine share a subprocess
 (``replay_many``), so the suite pays for importing torch and SGLang five
@@ -29,6 +30,9 @@ FIX = SEED[:8]  # the topk and draft-token flags dropped
 TRTLLM = ["--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--tp", "8",
           "--attention-backend", "trtllm_mha"]  # fmt: skip
 BAD_FLAG = ["--model-path", "m", "--tp", "8", "--no-such-flag"]
+#: refused by check_server_args, which the launch calls after ServerArgs is built
+BASE_GPU = ["--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--base-gpu-id", "-1"]
+PLAIN = ["--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--tp", "2"]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +61,10 @@ def runs(
         ),
         "0.5.11/b200": batch("0.5.11", "b200-x8", [(TRTLLM, LLAMA)]),
         "0.5.23/rtx": batch("0.5.23", "rtx-pro-6000-x8", [(SEED, DSV3), (FIX, DSV3)]),
-        "0.5.9/rtx": batch("0.5.9", "rtx-pro-6000-x8", [(SEED, DSV3), (FIX, DSV3)]),
+        "0.5.9/rtx": batch(
+            "0.5.9", "rtx-pro-6000-x8", [(SEED, DSV3), (FIX, DSV3), (BASE_GPU, LLAMA)]
+        ),
+        "0.4.10/h100": batch("0.4.10.post2", "h100-x8", [(PLAIN, LLAMA), (BASE_GPU, LLAMA)]),
     }
 
 
@@ -130,10 +137,24 @@ def test_seed_on_0_5_23_fails_in_the_speculative_hook(runs: dict[str, list[Repla
 
 
 def test_seed_on_0_5_9(runs: dict[str, list[ReplayResult]]) -> None:
-    seed, fix = runs["0.5.9/rtx"]
+    seed, fix, _ = runs["0.5.9/rtx"]
     _assert_raised_in(seed, "sglang/srt/server_args.py", "_handle_speculative_decoding")
     assert seed.exception_type == "AssertionError"
     assert fix.status == "passed", fix.summary()
+
+
+@pytest.mark.parametrize("key", ["0.5.9/rtx", "0.4.10/h100"])
+def test_the_launchs_check_server_args_judges_too(
+    runs: dict[str, list[ReplayResult]], key: str
+) -> None:
+    """Validation does not end with ServerArgs: the launch calls check_server_args next, and
+    a command it refuses is refused by replay too (0.4.x included, whose import needs a
+    CPU probe newer torch dropped)."""
+    passed, refused = runs[key][-2:]
+    assert passed.status == "passed", passed.summary() + "\n" + passed.log_tail
+    assert (passed.ran or "").endswith(" + check_server_args")
+    _assert_raised_in(refused, "sglang/srt/server_args.py", "check_server_args")
+    assert refused.message == "base_gpu_id must be non-negative"
 
 
 def _count_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:

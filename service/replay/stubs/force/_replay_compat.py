@@ -12,6 +12,11 @@ for operators that ``sgl_kernel``'s compiled library defines
 (``torch.library.register_fake("sgl_kernel::...")``). With ``sgl_kernel``
 stubbed those operators do not exist, so registrations for the stubbed
 packages' namespaces become no-ops (they only matter to ``torch.compile``).
+
+:func:`patch_torch_cpu`: older releases (0.4.x) ask ``torch._C._cpu`` for CPU ISA
+probes at import time (``cpu_has_amx_support``) that newer torch no longer has. The
+missing ones answer False: the declared machine is a GPU one, its CPU's ISA is not
+what validation decides on.
 """
 
 from __future__ import annotations
@@ -66,3 +71,31 @@ def patch_torch_library(namespaces: set[str]) -> list[str]:
         setattr(tl, name, wrapper)
         patched.append(f"torch.library.{name} (no-op for {', '.join(sorted(namespaces))})")
     return patched
+
+
+#: CPU ISA probes of ``torch._C._cpu`` that releases call and newer torch dropped
+CPU_PROBES: tuple[str, ...] = (
+    "_is_amx_tile_supported",
+    "_is_amx_fp16_supported",
+    "_is_avx512_supported",
+    "_is_avx512_vnni_supported",
+    "_is_avx512_bf16_supported",
+    "_init_amx",
+)
+
+
+def patch_torch_cpu() -> list[str]:
+    """Add the :data:`CPU_PROBES` torch lacks, answering False; returns what was added."""
+    try:
+        import torch
+    except Exception:
+        return []
+    cpu = getattr(getattr(torch, "_C", None), "_cpu", None)
+    if cpu is None:
+        return []
+    added: list[str] = []
+    for name in CPU_PROBES:
+        if not hasattr(cpu, name):
+            setattr(cpu, name, lambda: False)
+            added.append(f"torch._C._cpu.{name} (False)")
+    return added
