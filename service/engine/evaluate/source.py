@@ -72,7 +72,13 @@ def _contains(stmt: ast.stmt, line: int) -> bool:
 
 
 def _eager(expr: ast.expr, env: dict[str, ast.expr]) -> ast.expr:
-    return ast.parse(substitute(ast.unparse(expr), env), mode="eval").body if env else expr
+    if not env:
+        return expr
+    try:
+        text = ast.unparse(expr)
+    except ValueError:  # Python 3.11 cannot unparse some f-strings (a backslash inside {})
+        return expr
+    return ast.parse(substitute(text, env), mode="eval").body
 
 
 def _walk_block(
@@ -196,7 +202,10 @@ def substitute(condition: str, local: dict[str, ast.expr], keep: Collection[str]
     except SyntaxError:
         return condition
     new = _Subst(local, keep).visit(tree)  # keep is only asked `name in keep`
-    return ast.unparse(new)
+    try:
+        return ast.unparse(new)
+    except ValueError:  # an f-string Python 3.11 cannot unparse: left as written
+        return condition
 
 
 # ----------------------------------------------------------------------------- helpers
