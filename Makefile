@@ -1,5 +1,6 @@
 # sglang-triage: two commands set up a fresh machine.
-#   make run   venv + install + ingest the default releases + serve on 127.0.0.1:8000
+#   make run   venv + install + index the default releases + serve on 127.0.0.1:8000
+#              (their embeddings and the atlas of every release fill in behind it)
 #   make test  venv + install (dev extras) + the whole suite (unit, integration, eval gate)
 
 PYTHON ?= python3
@@ -13,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export ANONYMIZED_TELEMETRY := False
 
-.PHONY: run test install install-dev constraints ingest serve lint bench clean browser sandbox postgres
+.PHONY: run test install install-dev constraints ingest ingest-structure serve lint bench clean browser sandbox postgres
 
 # uv installs what pip would, pinned the same, in a fraction of the time (most of what is
 # left is compiling bytecode). It goes into the venv with pip; when it cannot be had, or
@@ -60,8 +61,13 @@ install-dev: $(VENV)/.installed-dev
 constraints: install-dev
 	$(BIN)/python scripts/constraints.py > constraints.txt.new && mv constraints.txt.new constraints.txt
 
+# every stage in the foreground (embeddings included: minutes on 2 cores)
 ingest: install
 	$(BIN)/sglang-triage ingest --defaults
+
+# the structure alone (about half a minute): `make run` serves after it and embeds behind
+ingest-structure: install
+	$(BIN)/sglang-triage ingest --defaults --scope none
 
 serve: install
 	@echo ""
@@ -69,9 +75,9 @@ serve: install
 	@echo "Try it:"
 	@echo "  curl -s -X POST http://$(HOST):$(PORT)/triage -H 'content-type: text/plain' --data-binary @examples/seed_attempt1.log | python3 -m json.tool"
 	@echo ""
-	$(BIN)/sglang-triage serve --host $(HOST) --port $(PORT) --atlas-since $(ATLAS_SINCE)
+	$(BIN)/sglang-triage serve --host $(HOST) --port $(PORT) --atlas-since $(ATLAS_SINCE) --embed-defaults
 
-run: sandbox ingest serve
+run: sandbox ingest-structure serve
 
 # Debian's chromium for the browser tests (tests/service/web); a no-op when it exists.
 browser:

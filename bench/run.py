@@ -19,6 +19,7 @@ SCRIPTS = [
     ["bench/replay_pool_bench.py"],
     ["bench/redos_bench.py"],
     ["bench/run_preflight_bench.py"],
+    ["bench/serve_bench.py"],
 ]
 
 

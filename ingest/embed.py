@@ -59,6 +59,7 @@ def embed_release(
     report: IngestReport,
     *,
     progress: Progress | None = None,
+    chroma: bool = True,
 ) -> None:
     """Stage 2: vectors for the chunks of ``version`` in ``scope``.
 
@@ -70,6 +71,12 @@ def embed_release(
     Chroma is reconciled with the release's chunk rows: ids that no longer
     exist are deleted, and a chunk whose stored text hash differs (or is
     missing) is upserted again.
+
+    ``chroma=False`` only fills the vector cache (in the KB's SQLite, which several
+    processes share) and leaves Chroma and the release's ``embedded_scope`` alone: the
+    expensive encoding can then run in another process than the one that owns an
+    embedded Chroma, which stores the vectors by calling this again (every vector cached,
+    nothing encoded). ``serve --embed-defaults`` works so.
     """
     rel = kb.store.require(version)
     report.scope = scope
@@ -110,10 +117,10 @@ def embed_release(
             todo[r["text_hash"]] = chunk.embed_text
     report.reused = len(rows) - sum(1 for r in rows if r["text_hash"] in todo)
 
-    stored = kb.vectors.release_hashes(version)
+    stored = kb.vectors.release_hashes(version) if chroma else {}
     stale = [i for i in stored if i not in ids]
     waiting: dict[str, list[tuple[str, dict[str, Any]]]] = {}  # text hash -> chunks to upsert
-    for r in rows:
+    for r in rows if chroma else ():
         cid = f"{version}:{r['id']}"
         if stored.get(cid) != r["text_hash"]:
             waiting.setdefault(r["text_hash"], []).append((cid, r))
@@ -121,7 +128,8 @@ def embed_release(
     try:
         if stale:
             writer.submit(writer.delete, stale)
-        writer.submit(writer.upsert, cached)
+        if chroma:
+            writer.submit(writer.upsert, cached)
         order = sorted(todo, key=lambda h: -len(todo[h]))  # stable: equal lengths keep order
         step = embedder.batch_size
         for i in range(0, len(order), step):
@@ -139,6 +147,8 @@ def embed_release(
     report.upserted = writer.upserted
     report.timings["embed_s"] = round(time.perf_counter() - t0, 3)
     report.timings["upsert_s"] = round(writer.upsert_s, 3)
+    if not chroma:
+        return
     best = (
         scope
         if _scope_rank(scope) >= _scope_rank(rel["embedded_scope"] or "none")

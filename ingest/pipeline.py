@@ -311,11 +311,13 @@ def ingest(
     scope: str = "default",
     force: bool = False,
     progress: Progress | None = None,
+    chroma: bool = True,
 ) -> IngestReport:
-    """Both stages for one release; returns what was done and how long it took."""
+    """Both stages for one release; returns what was done and how long it took.
+    ``chroma=False``: the embeddings go to the vector cache only (:func:`embed_release`)."""
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {SCOPES}")
     report = index_structure(kb, source, force=force, progress=progress)
-    embed_release(kb, source.version, scope, report, progress=progress)
+    embed_release(kb, source.version, scope, report, progress=progress, chroma=chroma)
     kb.store.set_release_fields(source.version, timings=json.dumps(report.timings))
     return report

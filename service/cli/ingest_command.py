@@ -62,6 +62,14 @@ def ingest(
     since: Annotated[
         str | None, typer.Option(help="With --all: releases from this version on.")
     ] = None,
+    vectors_only: Annotated[
+        bool,
+        typer.Option(
+            "--vectors-only",
+            help="Compute the embeddings into the KB's vector cache but leave Chroma alone "
+            "(the serving process that owns an embedded Chroma stores them: serve --embed-defaults).",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Download (or read) SGLang releases and index them into the KB."""
@@ -96,7 +104,9 @@ def ingest(
         ) as bar:
             for src in sources:
                 progress = BarProgress(bar, src.version)
-                report = run_ingest(kb, src, scope=scope, force=force, progress=progress)
+                report = run_ingest(
+                    kb, src, scope=scope, force=force, progress=progress, chroma=not vectors_only
+                )
                 reports.append(report.as_dict())
                 _print_report(report)
             if all_releases:

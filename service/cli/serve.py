@@ -3,11 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import os
-import subprocess
-import sys
 from typing import Annotated, Any
 
 import typer
@@ -34,9 +29,18 @@ def serve(
         str | None,
         typer.Option(
             help="Fill the atlas of every release from this version on in a background "
-            "process while serving (`make run` passes 0.4.0); its log is <home>/atlas.log."
+            "process while serving (`make run` passes 0.4.0); its log is <home>/background.log."
         ),
     ] = None,
+    embed_defaults: Annotated[
+        bool,
+        typer.Option(
+            "--embed-defaults",
+            help="Compute the embeddings of default releases indexed without them in a "
+            "background process while serving, and store them (`make run`: it serves "
+            "after the structure alone; search is keyword-only until then).",
+        ),
+    ] = False,
 ) -> None:
     """Run the HTTP API (FastAPI + uvicorn); logs are JSON lines on stderr. A connection whose
     request headers have not all arrived within TRIAGE_HEADER_TIMEOUT_S is closed.
@@ -58,7 +62,13 @@ def serve(
 
     from service.api.protocol import protocol_path
 
-    filler = _atlas_filler(atlas_since) if atlas_since else None
+    filler = None
+    if atlas_since or embed_defaults:
+        from service.cli.background import BackgroundFill
+
+        filler = BackgroundFill(settings(), embed=embed_defaults, atlas_since=atlas_since)
+        filler.start()
+        console.print(f"filling in the background; its log is {filler.log_path}")
     try:
         # the protocol closes connections whose headers do not arrive (TRIAGE_HEADER_TIMEOUT_S)
         uvicorn.run(
@@ -72,32 +82,8 @@ def serve(
             http=protocol_path(),
         )
     finally:
-        if filler is not None and filler.poll() is None:
-            filler.terminate()
-
-
-def _atlas_filler(since: str) -> subprocess.Popen[bytes] | None:
-    """``sglang-triage atlas --since X`` as a niced child process (its output in
-    ``<home>/atlas.log``): the server answers at once, and logs from releases it has not
-    ingested are recognised as the atlas fills. None without the ``[ingest]`` extra."""
-    if importlib.util.find_spec("ingest") is None:
-        console.print("atlas: not filled (the [ingest] extra is not installed)")
-        return None
-    home = settings().home
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / "atlas.log", "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", "from service.cli.main import app; app()"]
-            + ["atlas", "--since", since],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    with contextlib.suppress(OSError):  # below the server's priority
-        os.setpriority(os.PRIO_PROCESS, proc.pid, 10)
-    console.print(f"atlas: filling releases from {since} on in process {proc.pid}")
-    return proc
+        if filler is not None:
+            filler.stop()
 
 
 def serve_log_config(access_log: bool) -> dict[str, Any]:
