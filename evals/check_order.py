@@ -9,7 +9,7 @@ sites that lead to them: a check that runs earlier sorts first, so
 from __future__ import annotations
 
 from kb.store import VALIDATION_PREFIXES, Store
-from service.engine import call_site_guards, validation_order
+from service.engine import call_site_guards, dispatcher_position, validation_order
 
 __all__ = ["validation_positions"]
 
@@ -18,7 +18,8 @@ def validation_positions(store: Store, release: str) -> dict[int, tuple[float, .
     """check id -> position in the validation order, for checks whose position is known.
 
     A check in a step the dispatcher calls sorts as ``(rank, line)``; one in a helper
-    called (in the same file) from a step at line L as ``(rank, L, line)``, and so on.
+    called (in the same file) from a step at line L as ``(rank, L, line)``, and so on; one
+    in the dispatcher's own body as ``(rank of the next step - 0.5, line)``.
     Checks in functions that cannot be placed are left out.
     """
     order = validation_order(store, release)
@@ -47,6 +48,9 @@ def validation_positions(store: Store, release: str) -> dict[int, tuple[float, .
         if not check.path.startswith(VALIDATION_PREFIXES):
             continue
         p = prefix(check.function, check.path)
+        if p is None:  # a check in the dispatcher's own body (0.4.x's __post_init__)
+            at = dispatcher_position(store, release, check.function, check.path, check.start_line)
+            p = (at,) if at is not None else None
         if p is not None:
             out[check.id] = (*p, float(check.start_line))
     return out

@@ -46,7 +46,7 @@ from service.engine import ParsedLog, apply_edits, parse_log, warning_fits
 from service.replay.results import ReplayResult
 
 #: the shipped files equivalents are added to by default
-GENERATED_FILES = ("generated.jsonl", "generated_more.jsonl")
+GENERATED_FILES = ("generated.jsonl", "generated_more.jsonl", "generated_old.jsonl")
 
 __all__ = [
     "GENERATED_FILES",

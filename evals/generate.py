@@ -5,7 +5,8 @@
 The shipped files are this script's output with seed 0 and the default count,
 one run per file (:data:`SHIPPED_RUNS`): ``generated.jsonl`` for the default
 releases, ``generated_more.jsonl`` for :data:`MORE_RELEASES` (``--releases
-0.5.5,0.5.16,0.5.21``). A release's searched incidents (``gen-…``) depend only on
+0.5.5,0.5.16,0.5.21``) and ``generated_old.jsonl`` for :data:`OLD_RELEASES`
+(``--releases 0.4.10.post2 --count 24``). A release's searched incidents (``gen-…``) depend only on
 the seed, the release and its quota, not on the other releases of the run; the
 plain-command ones (``ctx-…``) on the run's releases (a later one may accept it).
 
@@ -65,11 +66,16 @@ from service.engine import (
 DEFAULT_RELEASES = ("0.5.9", "0.5.11", "0.5.23")
 #: releases outside the defaults, both validation layouts (0.5.21: the resolution hooks)
 MORE_RELEASES = ("0.5.5", "0.5.16", "0.5.21")
-#: shipped file -> the releases its run generated (seed 0, count 72)
+#: a 0.4.x release (validation in ``__post_init__`` itself, then ``check_server_args``)
+OLD_RELEASES = ("0.4.10.post2",)
+#: shipped file -> the releases its run generated (seed 0, count 72 unless SHIPPED_COUNTS)
 SHIPPED_RUNS: dict[str, tuple[str, ...]] = {
     "generated.jsonl": DEFAULT_RELEASES,
     "generated_more.jsonl": MORE_RELEASES,
+    "generated_old.jsonl": OLD_RELEASES,
 }
+#: shipped file -> the count its run asked for (one release's quota, not three)
+SHIPPED_COUNTS: dict[str, int] = {"generated_old.jsonl": 24}
 #: (model, default tensor parallelism, needs --trust-remote-code)
 MODELS: tuple[tuple[str, int, bool], ...] = (
     ("/models/DeepSeek-V3", 8, True),

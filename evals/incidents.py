@@ -5,7 +5,7 @@
 confirmed for the default releases (0.5.9, 0.5.11, 0.5.23), and
 ``generated_more.jsonl`` the same script's output, same seed, for three more
 releases (0.5.5, 0.5.16, 0.5.21), kept in its own file so that the first one
-stays byte-identical. The record format itself is :mod:`kb.incidents` (including
+stays byte-identical, and ``generated_old.jsonl`` for a 0.4.x release (0.4.10.post2). The record format itself is :mod:`kb.incidents` (including
 ``expected.equivalents``: the other ingested releases whose own validation, replayed,
 produces exactly the same frameless crash log, see :mod:`evals.equivalents`); its names
 are re-exported here for the eval suite's callers.
@@ -32,7 +32,13 @@ from kb.incidents import (
 )
 
 INCIDENTS_DIR = Path(__file__).resolve().parent / "incidents"
-SHIPPED = ("seed.jsonl", "public.jsonl", "generated.jsonl", "generated_more.jsonl")
+SHIPPED = (
+    "seed.jsonl",
+    "public.jsonl",
+    "generated.jsonl",
+    "generated_more.jsonl",
+    "generated_old.jsonl",
+)
 
 
 def shipped_paths() -> list[Path]:

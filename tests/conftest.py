@@ -59,9 +59,11 @@ def source_root() -> Callable[[ReleaseSource], Path]:
 
 
 #: Releases the suite ingests: 0.5.11 and 0.5.23 with embeddings, the others structure only.
-#: Six releases across both validation layouts (``__post_init__`` up to 0.5.18, the
-#: resolution hooks from 0.5.19) give release-range inference something to tell apart.
+#: Seven releases across the three validation layouts (0.4.x checks in ``__post_init__``
+#: itself, its ``_handle_*`` steps up to 0.5.18, the resolution hooks from 0.5.19) give
+#: release-range inference something to tell apart.
 TEST_RELEASES: dict[str, str] = {
+    "0.4.10.post2": "none",
     "0.5.5": "none",
     "0.5.9": "none",
     "0.5.11": "default",

@@ -49,6 +49,7 @@ from service.engine.errors import (
 from service.engine.evaluate.chain import (
     DISPATCHERS,
     call_site_guards,
+    dispatcher_position,
     earlier_writes,
     validation_order,
 )
@@ -117,7 +118,7 @@ __all__ = [
     "UnknownRelease",
     "HardwareProfile", "LinePrefix", "LintReport", "LintRequest", "MessageTemplate", "ParsedLog", "PathEvaluation", "Provenance",
     "RuleVerdict", "TriageResult", "UpgradeFix", "Value", "apply_earlier_writes", "apply_edits", "bare_rank", "base_attrs",
-    "cache_stats", "call_site_guards", "clear_caches", "earlier_writes", "edit_lines", "elsewhere_release", "evaluate",
+    "cache_stats", "call_site_guards", "clear_caches", "dispatcher_position", "earlier_writes", "edit_lines", "elsewhere_release", "evaluate",
     "evaluate_path", "fact_key", "fix_search_line", "hardware_line", "model_facts_line", "printed_line",
     "fact_values", "get_profile", "is_feature", "line_prefix", "lint", "lint_payload", "message_pattern", "model_arch_for", "parse_argv",
     "parse_input", "parse_log", "prepared_pieces", "probe_values", "profile_from_gpus", "redact", "redact_payload",

@@ -68,7 +68,8 @@ def test_shipped_file_is_the_scripts_output(kb, by_file, name, release) -> None:
     shipped = [i for i in by_file[name] if i.release == release and i.source == "generated:seed=0"]
     assert shipped, (name, release)
     verdicts = _ShippedVerdicts(shipped)
-    quota = gen.quota_for(release, gen.SHIPPED_RUNS[name])  # the run's quota (count 72)
+    count = gen.SHIPPED_COUNTS.get(name, 72)
+    quota = gen.quota_for(release, gen.SHIPPED_RUNS[name], count)  # the run's quota
     again = gen.generate_release(kb.store, release, quota, seed=0, confirm=verdicts)
     assert _dump(again) == _dump(shipped)
     # every shipped incident was proposed by the generator before replay judged it
@@ -95,7 +96,7 @@ def test_shipped_verdicts_replay_again(kb, cache_settings, generated, release) -
         assert back.confirmed_by == inc.confirmed_by == f"replay:{release}:{hardware}"
 
 
-@pytest.mark.parametrize("name", list(gen.SHIPPED_RUNS))
+@pytest.mark.parametrize("name", [n for n, rs in gen.SHIPPED_RUNS.items() if len(rs) == 3])
 def test_enough_incidents_over_three_releases(by_file, name) -> None:
     incs = by_file[name]
     assert len(incs) >= 60
@@ -310,3 +311,15 @@ def test_context_incidents_replay_again(
         assert first.crash_log.rstrip().endswith(
             f"{again.exception_type}: {again.message.strip()}"
         ), first.id
+
+
+def test_a_04x_release_has_incidents_of_both_its_validation_steps(by_file) -> None:
+    """0.4.x validates in ``__post_init__`` itself and then in ``check_server_args`` (which the
+    launch calls): both are placed in the validation order, and replay confirms crashes of
+    each, so the old release is scored like the others."""
+    incs = by_file["generated_old.jsonl"]
+    assert {i.release for i in incs} == set(gen.OLD_RELEASES)
+    assert all((i.confirmed_by or "").startswith(f"replay:{i.release}:") for i in incs)
+    functions = {i.expected.location.function for i in incs if i.source == "generated:seed=0"}
+    assert "ServerArgs.__post_init__" in functions
+    assert "ServerArgs.check_server_args" in functions

@@ -6,7 +6,10 @@ SGLang validates in a fixed order: ``ServerArgs.__post_init__`` calls its
 A check only sees the values that earlier steps wrote, so we need:
 
 * :func:`validation_order` — the rank of each step, read from the dispatcher
-  (a function run through :data:`STEP_RUNNERS` counts as called there);
+  (a function run through :data:`STEP_RUNNERS` counts as called there), then the
+  :data:`LATE_STEPS` the launch runs next (``check_server_args``);
+  :func:`dispatcher_position` places a dispatcher's own lines among its steps
+  (0.4.x validates in ``__post_init__`` itself);
 * :func:`call_site_guards` — the conditions under which a function is called
   (``_handle_eagle_family`` runs only for EAGLE-family algorithms);
 * :func:`earlier_writes` — the writes of an attribute that run before a check,
@@ -35,6 +38,9 @@ DISPATCHERS: tuple[tuple[str, str], ...] = (
     ("sglang/srt/server_args.py", "ServerArgs.resolve_once"),
 )
 VALIDATION_PATHS = VALIDATION_PREFIXES
+#: Steps the launch runs on the validated arguments after the dispatchers, before any
+#: process starts (every release's ``entrypoints/engine.py``: ``server_args.check_server_args()``).
+LATE_STEPS: tuple[str, ...] = ("check_server_args",)
 #: Calls that run the function passed as an argument (its position): a pipeline step
 #: ``run_hook(fn, server_args)``, a post-process pass ``run_post_process_pass(server_args,
 #: fn)`` (its returned dict is declared) and a plugin resolver ``record_foreign_defaults``.
@@ -113,6 +119,8 @@ def validation_order(store: Store, version: str) -> dict[str, float]:
                 continue
             for name in _called_names(node):
                 ranks.setdefault(name, float(len(ranks)))
+        for name in LATE_STEPS:
+            ranks.setdefault(name, float(len(ranks)))
         # one level below each step
         for name, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
             for row in store.query(
@@ -128,6 +136,30 @@ def validation_order(store: Store, version: str) -> dict[str, float]:
         return ranks
 
     return cached(release_key(store, version, "order"), build)
+
+
+def dispatcher_position(
+    store: Store, version: str, qualname: str, path: str, line: int
+) -> float | None:
+    """Where a line of a dispatcher's own body runs among its steps: half a rank before the
+    first step it calls after ``line`` (after its last step when it calls none later).
+    ``None`` when ``qualname`` in ``path`` is not a dispatcher or calls no ranked step."""
+    if (path, qualname) not in DISPATCHERS:
+        return None
+    fn = store.function(version, qualname, path)
+    node = function_ast(store, version, fn) if fn is not None else None
+    if fn is None or node is None:
+        return None
+    order = validation_order(store, version)
+    steps = [
+        (fn["start_line"] + call.lineno - 1, order[name])
+        for call, name in _calls_with_nodes(node)
+        if name in order and order[name] == int(order[name])
+    ]
+    if not steps:
+        return None
+    later = [rank for at, rank in steps if at > line]
+    return min(later) - 0.5 if later else max(rank for _, rank in steps) + 0.5
 
 
 def rank_of(store: Store, version: str, qualname: str) -> float | None:
