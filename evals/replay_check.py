@@ -33,9 +33,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kb.catalogs import load_catalog
 from kb.settings import KBSettings
-from kb.store import VALIDATION_PREFIXES
-from service.engine import TriageResult
+from kb.store import VALIDATION_PREFIXES, Store
+from service.engine import TriageResult, apply_edits
 from service.replay.background import release_root, summarise, unavailable_reason
 from service.replay.fix_search import search_fixes
 from service.replay.harness import prewarm as harness_prewarm
@@ -110,8 +111,16 @@ class Prewarmer:
         prewarm(self.settings, *self.groups[nxt])
 
 
-def judge(result: dict[str, Any], settings: KBSettings) -> dict[str, Any]:
-    """Replay's verdict on the recommended fix of ``result`` (an answer as JSON)."""
+def judge(
+    result: dict[str, Any], settings: KBSettings, real: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Replay's verdict on the recommended fix of ``result`` (an answer as JSON).
+
+    ``real`` (``{"argv": [...], "release": "X"}``) is the command a log without one really
+    ran and the release it ran (a frameless variant's original): the recommended fix's
+    edits are applied to that command and replayed on that release, the user's situation."""
+    if real is not None and not ((result.get("parsed") or {}).get("command")):
+        return _judge_real(result, settings, list(real["argv"]), str(real["release"]))
     fixes = result.get("fixes") or []
     top = next((f for f in fixes if f.get("recommended")), None)
     out: dict[str, Any] = {"recommended": top is not None, "fix_replay": None, "detail": ""}
@@ -179,6 +188,52 @@ def judge(result: dict[str, Any], settings: KBSettings) -> dict[str, Any]:
     out["detail"] = verdict.get("detail", "")
     out["fix_replay"] = {"verified": "passed", "next_failure": "failed"}.get(
         verdict.get("status") or ""
+    )
+    return out
+
+
+def _judge_real(
+    result: dict[str, Any], settings: KBSettings, argv: list[str], release: str
+) -> dict[str, Any]:
+    """:func:`judge` for a log without its command: the recommended fix's edits on ``argv``,
+    replayed on ``release``; ``passed`` when SGLang's validation accepts the edited command.
+    A check past argument validation gets no verdict here (its probe needs the answer's
+    own release and location)."""
+    fixes = result.get("fixes") or []
+    top = next((f for f in fixes if f.get("recommended")), None)
+    out: dict[str, Any] = {"recommended": top is not None, "fix_replay": None, "detail": ""}
+    why = unavailable_reason(settings, release, argv)
+    if why is not None or _past_validation(result):
+        out["detail"] = why or "past argument validation: judged statically"
+        return out
+    if top is None:
+        out.update(fix_replay="failed", detail="no fix recommended")
+        return out
+    store = Store(settings.kb_path / "index.sqlite")
+    try:
+        edited = apply_edits(
+            argv, load_catalog(store, release), set=top.get("set"), remove=top.get("remove")
+        )
+    except KeyError as exc:  # a flag of the release answered from, not of the user's
+        out.update(fix_replay="failed", detail=f"not a flag of {release}: {exc}")
+        return out
+    finally:
+        store.close()
+    if edited == argv:  # setting what the command already had is no fix
+        out.update(fix_replay="failed", detail="the fix does not change the command")
+        return out
+    parsed = result.get("parsed") or {}
+    (fix,) = replay_many(
+        release_root(settings, release),
+        release,
+        [edited],
+        hardware=parsed.get("hardware"),
+        model_arch=parsed.get("model_arch"),
+        settings=settings,
+    )
+    out["detail"] = f"on the command the launch ran, in {release}: {fix.summary()}"
+    out["fix_replay"] = {"passed": "passed", "raised": "failed", "argparse_error": "failed"}.get(
+        fix.status
     )
     return out
 

@@ -65,6 +65,11 @@ def request_for(incident: Incident) -> dict[str, Any]:
     return body
 
 
+#: the key of a request body that carries, for the eval's replay judge only, the command a
+#: log without one really ran (stripped before the engine is asked; HTTP targets ignore it)
+REAL = "_eval_real_command"
+
+
 def engine_call(engine: Any, replay: Any = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """A function answering a :func:`request_for` body with ``engine`` in-process (the
     answer as the API's JSON). With ``replay`` (the KB settings replay runs with), the
@@ -87,7 +92,7 @@ def engine_call(engine: Any, replay: Any = None) -> Callable[[dict[str, Any]], d
 
         engine_ms = (time.perf_counter() - t0) * 1000
         answer = searched(result, replay).model_dump(mode="json")
-        answer["eval_replay"] = judge(answer, replay)
+        answer["eval_replay"] = judge(answer, replay, body.get(REAL))
         answer["eval_engine_ms"] = engine_ms
         return answer
 
@@ -107,6 +112,7 @@ def _http_call(
     client = httpx.Client(base_url=url.rstrip("/"), timeout=timeout, headers=headers or {})
 
     def call(body: dict[str, Any]) -> dict[str, Any]:
+        body = {k: v for k, v in body.items() if k != REAL}  # the eval's own key
         resp = client.post("/triage", json=body)
         for _ in range(_RATE_LIMIT_RETRIES):  # the service's per-client rate limit: wait as told
             if resp.status_code != 429:
@@ -125,11 +131,19 @@ def _http_call(
 
 
 def _predict_engine(
-    call: Callable[[dict[str, Any]], dict[str, Any]], incident: Incident
+    call: Callable[[dict[str, Any]], dict[str, Any]],
+    incident: Incident,
+    original: Incident | None = None,
 ) -> Prediction:
+    """The engine's answer to ``incident``; a variant without a command line carries its
+    ``original``'s command and release for replay's judge (:data:`REAL`, never sent to the
+    engine: the eval's own key, judged on the command the crashed launch really ran)."""
     t0 = time.perf_counter()
+    body = request_for(incident)
+    if original is not None and not incident.command and original.command and original.release:
+        body[REAL] = {"argv": original.command_argv(), "release": original.release}
     try:
-        result = call(request_for(incident))
+        result = call(body)
     except Exception as exc:
         return Prediction(
             status="error",
@@ -252,6 +266,9 @@ def run_eval(
 
         extra = build_variants(incidents, variants, store=store, seed=variant_seed)
     asked = [*incidents, *extra]
+    from evals.variants import SEP
+
+    originals = {i.id: i for i in incidents} if extra else {}
     preds: dict[str, list[Prediction]] = {"engine": []}
     answers: dict[int, Prediction] = {}
     order = _order(asked, replay is not None)
@@ -263,7 +280,8 @@ def run_eval(
     for done, i in enumerate(order, start=1):
         if warm is not None:
             warm.before(done - 1)
-        answers[i] = _predict_engine(call, asked[i])
+        original = originals.get(asked[i].id.split(SEP, 1)[0])
+        answers[i] = _predict_engine(call, asked[i], original)
         if warm is not None:
             warm.after(done - 1)
         if progress:

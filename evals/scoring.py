@@ -69,8 +69,10 @@ variants of issue #28 (:mod:`evals.variants`) and the reliability table:
                   answer whose location is right
 
 A variant that does not carry the command line (frameless) is scored against the command
-the crashed launch really ran (its original's): a fix is right when, applied to that
-command, it is an acceptable edit of it (setting a flag to the value it had is no edit).
+the crashed launch really ran (its original's): with replay, the recommended fix's edits are
+applied to that command and replayed on the original's release (:mod:`evals.replay_check`);
+statically, a fix is right when, applied to that command, it is an acceptable edit of it
+(setting a flag to the value it had is no edit).
 """
 
 from __future__ import annotations

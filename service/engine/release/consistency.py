@@ -3,7 +3,9 @@
 After :func:`~service.engine.release.resolve.resolve_release` picked a release and the
 check is located in it, the check's path condition is evaluated with the command's flags,
 the facts (hardware, checkpoint) and the values the message itself printed
-(:mod:`service.engine.evaluate.message_facts`), exactly as the triage does. When it is
+(:mod:`service.engine.evaluate.message_facts`), exactly as the triage does; a log without
+a command line leaves the flags the message did not print unknown (not at their defaults,
+on which most checks cannot fire). When it is
 **definitely False** there, that release cannot have raised this crash, so
 :func:`recheck_release` looks again among the releases the evidence left open:
 
@@ -38,7 +40,7 @@ from kb.store import Store
 from service.engine.cache import facts_signature
 from service.engine.evaluate.message_facts import held_at_crash, message_facts, printed_flags
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path
-from service.engine.expr.interpreter import UNKNOWN, Value
+from service.engine.expr.interpreter import UNKNOWN, Provenance, Value
 from service.engine.flags.parse import parse_argv
 from service.engine.locate.localize import Located, locate_by_frames, locate_by_message
 from service.engine.locate.scope import Scope
@@ -74,6 +76,7 @@ SLACK = 0.1
 (its location's confidence at most this much lower): a frame that lands on a line of the
 check there, not a guess by function."""
 _KEEP = frozenset({"explicit", "hint"})
+_UNSEEN = Value(UNKNOWN, Provenance("unknown", "the log shows no command line"))
 _RECEIVER = re.compile(
     r"\bresolved_view\((?:self|server_args)\)\.|\b(?:self|cfg|server_args|args|view)\."
 )
@@ -107,7 +110,8 @@ def fires_in(
 ) -> object:
     """True, False or UNKNOWN: does the located check's path condition hold in ``release``
     with the command's flags, ``facts`` and the message's printed values (the triage's
-    own evaluation, without fixes)?"""
+    own evaluation, without fixes)? A log with no command line (nor a logged server_args
+    dump) leaves every flag the message did not print unknown, not at its default."""
     check = located.check
     catalog = load_catalog(store, release)
     argv = list(parsed.command or [])
@@ -119,6 +123,10 @@ def fires_in(
         pargs = parse_argv(argv + completed, catalog)
         attrs = base_attrs(catalog, pargs, parsed.server_args)
     attrs.update(printed.attrs)
+    if parsed.command is None and not parsed.server_args:
+        # no command line in the log: what the user set is unknown, not the defaults (a
+        # check that cannot fire on the defaults is what a crash caused by flags looks like)
+        attrs = {k: _UNSEEN if v.provenance.kind == "default" else v for k, v in attrs.items()}
     merged = {**facts, **printed.facts}
     ev = held_at_crash(
         evaluate_path(store, release, check, attrs, merged, facts_sig=facts_signature(merged)),

@@ -75,6 +75,28 @@ def test_the_triage_answers_from_the_release_where_it_fires(kb) -> None:
     assert "cannot fire in 0.5.11" in (out.release.note or "")
 
 
+def test_without_a_command_the_flags_are_unknown_not_the_defaults(store: Store) -> None:
+    """A bare message with no command line: on the defaults (``--attn-cp-size`` 1) the check
+    cannot fire in any release, but what the user set is unknown, so nothing says the
+    newest release of the range is wrong and it stays, its confidence untouched."""
+    text = "tp_size must be divisible by attn_cp_size"
+    parsed = parse_log(f"AssertionError: {text}\n")
+    res = resolve_release(parsed, store)
+    newest = res.release
+    assert res.range is not None and len(res.range.releases) >= 3 and newest is not None
+    got = recheck_release(store, parsed, res, {})
+    assert got.resolution.release == newest
+    assert "cannot fire" not in (got.resolution.note or "")
+    assert got.resolution.confidence == res.confidence
+    assert got.located is not None and text in (got.located.check.message or "")
+    # with a command that leaves the flag at its default, the same check cannot fire
+    plain = parse_log(
+        f"$ python -m sglang.launch_server --model-path m --tp 2\nAssertionError: {text}\n"
+    )
+    assert cons.fires_in(store, newest, got.located, plain.primary, plain, {}) is False
+    assert cons.fires_in(store, newest, got.located, parsed.primary, parsed, {}) is not False
+
+
 def test_a_check_that_fires_leaves_the_resolution_alone(store: Store) -> None:
     parsed = parse_log(_log(SPEC + " --attention-backend triton"))
     res = resolve_release(parsed, store)
