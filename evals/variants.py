@@ -7,7 +7,8 @@ derives new incidents with id ``<id>~<variant>``, the same hardware, model and
 expectations:
 
 ``frameless``     only the exception line(s) (type and message): no frames, no command,
-                  no version line, and no ``command`` in the request either
+                  no version line, and no ``command`` in the request either (none for a
+                  bare ``AssertionError``: the type alone says nothing to answer)
 ``prefixed``      the whole log with a log system's prefix on every line, one style per
                   incident, rotating among :data:`PREFIX_STYLES` (journald, docker compose,
                   Slurm rank, Ray, Rich's log columns with the trailing ``file.py:NNN``
@@ -88,6 +89,10 @@ _VERSION_LINE = re.compile(
 )
 
 
+#: an exception line without a message: the type alone
+_NO_MESSAGE = re.compile(r"\s*[A-Za-z_][\w.]*:?\s*")
+
+
 def _bare(line: str) -> str:
     """``line`` without SGLang's ``[timestamp]`` prefix."""
     m = _TS.match(line)
@@ -130,12 +135,15 @@ def _derive(incident: Incident, name: str, log: str, **changes: Any) -> Incident
 
 
 def frameless(incident: Incident) -> Incident | None:
-    """Only the exception line(s): what a user pastes into a chat."""
+    """Only the exception line(s): what a user pastes into a chat. None for a bare
+    exception (``AssertionError`` and nothing else): that text holds nothing to answer."""
     lines = incident.crash_log.splitlines()
     at = exception_start(lines)
     if at is None:
         return None
     text = "\n".join(_bare(ln) for ln in lines[at:]) + "\n"
+    if _NO_MESSAGE.fullmatch(text):
+        return None
     return _derive(incident, "frameless", text, command=None, release=None)
 
 

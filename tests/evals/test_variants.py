@@ -63,7 +63,12 @@ def test_every_variant_has_its_property(generated) -> None:
         assert exc_at is not None, inc.id
         got = {variant_name(v.id): v for v in variants_of(inc, VARIANTS[:-1])}
         framed = bool(_FRAME.search(inc.crash_log))
-        assert set(got) == set(VARIANTS[:-1]) - ({"truncated"} if not framed else set())
+        bare = re.fullmatch(r"[\w.]+:?", lines[exc_at].split("] ")[-1].strip()) is not None
+        assert set(got) == set(VARIANTS[:-1]) - ({"truncated"} if not framed else set()) - (
+            {"frameless"} if bare and exc_at == len(lines) - 1 else set()
+        )
+        if "frameless" not in got:
+            continue
         for name, v in got.items():
             assert v.id == f"{inc.id}{SEP}{name}"
             assert v.expected == inc.expected and v.hardware == inc.hardware
@@ -338,3 +343,17 @@ def test_reports_and_cli_show_variants_and_reliability() -> None:
     buf = StringIO()
     print_variants(empty, Console(file=buf, width=80))
     assert buf.getvalue() == "" and "by variant" not in markdown(empty)
+
+
+def test_a_bare_exception_has_no_frameless_variant(generated) -> None:
+    """``AssertionError`` alone is nothing to answer: a bare assert's log keeps its other
+    variants (frames, command) but gets no frameless one."""
+    bare = [
+        i
+        for i in generated
+        if i.crash_log.rstrip().splitlines()[-1].split("] ")[-1].strip() == "AssertionError"
+    ]
+    assert bare
+    for inc in bare:
+        got = {variant_name(v.id) for v in variants_of(inc, VARIANTS[:-1])}
+        assert "frameless" not in got and "prefixed" in got, inc.id

@@ -40,7 +40,9 @@ def test_without_replay_the_upgrade_stays_as_the_engine_said(kb, kb_settings) ->
     up = answer.upgrade_fix
     assert up.replay is not None and up.replay["status"] == "unverified"
     assert "not replayed" in up.replay["detail"] and up.sure  # nothing refuted it
-    assert verify_upgrade(_answer(kb, "0.5.11"), kb_settings, deadline_s=5).upgrade_fix is None
+    plain = _answer(kb, "0.5.11")
+    plain.upgrade_fix = None  # an answer without an upgrade: nothing to replay, none added
+    assert verify_upgrade(plain, kb_settings, deadline_s=5).upgrade_fix is None
 
 
 @needs_sandbox
