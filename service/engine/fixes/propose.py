@@ -27,7 +27,7 @@ from service.engine.fixes.filters import (
     sibling_trips,
     turns_off,
 )
-from service.engine.fixes.implied import assumed_launch
+from service.engine.fixes.implied import assumed_launch, command_unknown
 from service.engine.fixes.intent import intent_cost
 from service.engine.fixes.model import Edit, Verdict
 from service.engine.fixes.neighbours import recheck_neighbours
@@ -102,6 +102,7 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
     store, version, check, catalog = ctx.store, ctx.release, ctx.check, ctx.catalog
     parsed, attrs, facts, fsig = ctx.parsed, ctx.attrs, ctx.facts, ctx.facts_key
     assumed = ""
+    unknown = command_unknown(parsed, attrs, catalog)
     # no command: propose for the flags the raised check implies (fixes/implied.py)
     launch = assumed_launch(
         store, version, check, ev, attrs, parsed, catalog, facts, facts_sig=fsig
@@ -127,6 +128,7 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
     costs: Cost = {e.key(): intent_cost(e.set, e.remove, parsed, catalog, attrs) for e in edits}
     guard_memo: dict[tuple[Any, ...], object] = {}
     named = message_attrs(check, catalog)  # its subject: turning one off is no detour
+    subject = named if unknown else frozenset()  # no command: the message says which flag
     passing: list[Verdict] = []
     undecided: list[Verdict] = []
     exit_only: set[tuple[Any, ...]] = set()
@@ -146,7 +148,7 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
         elif v.fixes_check is UNKNOWN:
             undecided.append(v)
     # phase 2 only for the most promising: neighbour re-checks are the costly part
-    ranked = rank(passing, ev, costs, skips_first=bool(assumed))
+    ranked = rank(passing, ev, costs, skips_first=bool(assumed), named=subject)
     wanted = limit + RECHECK_SPARE
     memo: dict[tuple[Any, ...], object] = {}
     checked: list[Verdict] = []
@@ -165,7 +167,7 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
     # subset that passes the check only at an early exit does not count, even one on a flag
     # the message names (replay may refute it: the pair stays)
     out: list[Verdict] = []
-    for v in rank(checked, ev, costs, skips_first=bool(assumed)):
+    for v in rank(checked, ev, costs, skips_first=bool(assumed), named=subject):
         if any(
             o.ok
             and o.edit.key() not in exit_only
@@ -182,7 +184,7 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
     alt = next(
         (
             v
-            for v in rank(checked, ev, costs, skips_first=bool(assumed))
+            for v in rank(checked, ev, costs, skips_first=bool(assumed), named=subject)
             if v.ok and costs[v.edit.key()].features
         ),
         None,
@@ -199,7 +201,9 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
         and (ev.fired is UNKNOWN or not any(v.ok for v in out))
         and len(out) < limit
     ):
-        out += rank(undecided, ev, costs, skips_first=bool(assumed))[: limit - len(out)]
+        out += rank(undecided, ev, costs, skips_first=bool(assumed), named=subject)[
+            : limit - len(out)
+        ]
     for v in out if assumed else []:
         v.edit.notes.append(assumed)
     return out

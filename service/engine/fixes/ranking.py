@@ -64,6 +64,7 @@ def rank(
     costs: Cost | None = None,
     *,
     skips_first: bool = False,
+    named: frozenset[str] = frozenset(),
 ) -> list[Verdict]:
     """Best first: verified clean, then fixing the check but tripping another, then the rest
     (undecided); within each, what keeps more of the user's request (``costs``: the
@@ -75,7 +76,12 @@ def rank(
 
     ``skips_first``: a fix of the check comes before a guard flip whatever features they
     give up, for flags implied by the check rather than read from the user's command
-    (:mod:`service.engine.fixes.implied`), which say nothing of what the user asked for."""
+    (:mod:`service.engine.fixes.implied`), which say nothing of what the user asked for.
+
+    ``named``: the attributes of the flags the check's message spells out; among fixes of
+    one tier, one that edits such a flag comes first (without the command, the message is
+    the one word on which flag the user set: ``--linear-attn-prefill-backend flashinfer``
+    is fixed on that flag whether or not the user also set ``--linear-attn-backend``)."""
     zero = IntentCost(0, 0, 0)
 
     def key(v: Verdict) -> tuple[Any, ...]:
@@ -92,6 +98,7 @@ def rank(
             *order,
             cost.overridden,
             tier,
+            not (named & (set(v.edit.set) | set(v.edit.remove))),
             len(v.trips),
             v.edit.size(),
             -len(v.edit.remove),
