@@ -18,7 +18,7 @@ from kb.code_types import Check
 from kb.store import Store
 from service.engine.evaluate.context import CheckContext
 from service.engine.evaluate.path_condition import PathEvaluation, evaluate_path
-from service.engine.expr.interpreter import UNKNOWN, Value
+from service.engine.expr.interpreter import UNKNOWN, Provenance, Value
 from service.engine.fixes.edits import candidate_edits, edited_attrs
 from service.engine.fixes.filters import (
     guard_flip,
@@ -78,6 +78,38 @@ def _best_giving_up(ranked: list[Verdict], checked: list[Verdict], costs: Cost) 
     if any(costs[v.edit.key()].features for v in checked):
         return None
     return next((v for v in ranked if costs[v.edit.key()].features and v not in checked), None)
+
+
+#: a flag whose value the log does not show (no command line, not printed, not implied)
+_UNSEEN = Value(UNKNOWN, Provenance("unknown", "the log shows no command line"))
+
+
+def _robust(
+    store: Store,
+    version: str,
+    check: Check,
+    passing: list[Verdict],
+    attrs: dict[str, Value],
+    facts: dict[str, Value],
+    catalog: Catalog,
+    fsig: str | None,
+) -> frozenset[tuple[Any, ...]]:
+    """Keys of the fixes in ``passing`` that still make the check pass when every flag the
+    log does not show is unknown instead of at its default: without the command, a fix that
+    holds only if the user left the check's other flags alone is a guess about them
+    (``--disable-overlap-schedule`` for "Pipeline parallelism is not compatible with overlap
+    schedule, speculative decoding, mixed chunked prefill" holds only without speculative
+    decoding; ``--pp-size 1`` holds whatever else was set)."""
+    blind = {k: _UNSEEN if v.provenance.kind == "default" else v for k, v in attrs.items()}
+    memo: dict[tuple[Any, ...], object] = {}
+    return frozenset(
+        v.edit.key()
+        for v in passing
+        if fixes_check(
+            store, version, check, v.edit, blind, facts, catalog, memo, facts_sig=fsig
+        ).fixes_check
+        is True
+    )
 
 
 def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Verdict]:
@@ -147,8 +179,11 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
             passing.append(v)
         elif v.fixes_check is UNKNOWN:
             undecided.append(v)
+    robust = (
+        _robust(store, version, check, passing, attrs, facts, catalog, fsig) if unknown else None
+    )
     # phase 2 only for the most promising: neighbour re-checks are the costly part
-    ranked = rank(passing, ev, costs, skips_first=bool(assumed), named=subject)
+    ranked = rank(passing, ev, costs, skips_first=bool(assumed), named=subject, robust=robust)
     wanted = limit + RECHECK_SPARE
     memo: dict[tuple[Any, ...], object] = {}
     checked: list[Verdict] = []
@@ -167,7 +202,7 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
     # subset that passes the check only at an early exit does not count, even one on a flag
     # the message names (replay may refute it: the pair stays)
     out: list[Verdict] = []
-    for v in rank(checked, ev, costs, skips_first=bool(assumed), named=subject):
+    for v in rank(checked, ev, costs, skips_first=bool(assumed), named=subject, robust=robust):
         if any(
             o.ok
             and o.edit.key() not in exit_only
@@ -184,7 +219,9 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
     alt = next(
         (
             v
-            for v in rank(checked, ev, costs, skips_first=bool(assumed), named=subject)
+            for v in rank(
+                checked, ev, costs, skips_first=bool(assumed), named=subject, robust=robust
+            )
             if v.ok and costs[v.edit.key()].features
         ),
         None,
@@ -201,7 +238,7 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
         and (ev.fired is UNKNOWN or not any(v.ok for v in out))
         and len(out) < limit
     ):
-        out += rank(undecided, ev, costs, skips_first=bool(assumed), named=subject)[
+        out += rank(undecided, ev, costs, skips_first=bool(assumed), named=subject, robust=robust)[
             : limit - len(out)
         ]
     for v in out if assumed else []:

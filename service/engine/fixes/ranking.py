@@ -65,6 +65,7 @@ def rank(
     *,
     skips_first: bool = False,
     named: frozenset[str] = frozenset(),
+    robust: frozenset[tuple[Any, ...]] | None = None,
 ) -> list[Verdict]:
     """Best first: verified clean, then fixing the check but tripping another, then the rest
     (undecided); within each, what keeps more of the user's request (``costs``: the
@@ -81,7 +82,10 @@ def rank(
     ``named``: the attributes of the flags the check's message spells out; among fixes of
     one tier, one that edits such a flag comes first (without the command, the message is
     the one word on which flag the user set: ``--linear-attn-prefill-backend flashinfer``
-    is fixed on that flag whether or not the user also set ``--linear-attn-backend``)."""
+    is fixed on that flag whether or not the user also set ``--linear-attn-backend``).
+
+    ``robust`` (without the command): the keys of the fixes that hold whatever the flags the
+    log does not show were; within a status they come first, before what the others keep."""
     zero = IntentCost(0, 0, 0)
 
     def key(v: Verdict) -> tuple[Any, ...]:
@@ -95,6 +99,7 @@ def rank(
         )
         return (
             status,
+            robust is not None and v.edit.key() not in robust,
             *order,
             cost.overridden,
             tier,

@@ -33,3 +33,32 @@ def test_the_named_flag_does_not_outrank_a_clean_fix() -> None:
         Edit(set={"attn_cp_size": 1}), fixes_check=True, trips=[{"id": "x", "line": 1}]
     )
     assert rank([tripping, clean], named=frozenset({"attn_cp_size"})) == [clean, tripping]
+
+
+def test_without_the_command_a_fix_that_holds_whatever_else_was_set_comes_first() -> None:
+    """``robust``: the fixes that pass the check with every unseen flag unknown. They lead
+    within their status, before a fix that keeps more but holds only on the defaults."""
+    keeps = _clean(disable_overlap_schedule=True)
+    holds = Verdict(Edit(remove=["pp_size"]), fixes_check=True)
+    assert rank([keeps, holds]) == [holds, keeps]  # removals first, all else equal
+    assert rank([holds, keeps], robust=frozenset({keeps.edit.key()})) == [keeps, holds]
+    assert rank([keeps, holds], robust=frozenset({holds.edit.key()})) == [holds, keeps]
+
+
+def test_a_frameless_disjunction_is_fixed_on_what_every_branch_needs(kb) -> None:
+    """A message listing three features incompatible with pipeline parallelism, posted
+    alone: turning one feature off holds only if the user set no other, so the fix
+    recommended is on the pipeline size, which the check needs whatever else was set."""
+    from service.engine import Engine
+
+    message = "Pipeline parallelism is not compatible with overlap schedule"
+    found = [
+        c
+        for c in kb.store.checks("0.5.9", path="sglang/srt/server_args.py")
+        if message in (c.message or "")
+    ]
+    assert found, "0.5.9 raises it"
+    text = found[0].message.strip("\"'").split('"')[0]
+    out = Engine(kb).triage({"log": f"AssertionError: {text}\n"}, release="0.5.9")
+    top = next(f for f in out.fixes if f.recommended)
+    assert set(top.set) | set(top.remove) <= {"--pp-size", "--pipeline-parallel-size"}, top
