@@ -102,6 +102,16 @@ def base_attrs(
     return attrs
 
 
+#: a flag whose value the log does not show (no command line, not printed, not implied)
+UNSEEN = Value(UNKNOWN, Provenance("unknown", "the log shows no command line"))
+
+
+def unseen_defaults(attrs: dict[str, Value]) -> dict[str, Value]:
+    """``attrs`` with every value that is only a default made unknown: for a log without a
+    command line, what the user set is unknown, not the defaults."""
+    return {k: UNSEEN if v.provenance.kind == "default" else v for k, v in attrs.items()}
+
+
 def _catalog_defaults(catalog: Catalog) -> dict[str, Value]:
     """attr -> its default: the flags' first, then the declarations' (read-only).
 

@@ -17,8 +17,8 @@ from kb.catalog_types import Catalog
 from kb.code_types import Check
 from kb.store import Store
 from service.engine.evaluate.context import CheckContext
-from service.engine.evaluate.path_condition import PathEvaluation, evaluate_path
-from service.engine.expr.interpreter import UNKNOWN, Provenance, Value
+from service.engine.evaluate.path_condition import PathEvaluation, evaluate_path, unseen_defaults
+from service.engine.expr.interpreter import UNKNOWN, Value
 from service.engine.fixes.edits import candidate_edits, edited_attrs
 from service.engine.fixes.filters import (
     guard_flip,
@@ -80,10 +80,6 @@ def _best_giving_up(ranked: list[Verdict], checked: list[Verdict], costs: Cost) 
     return next((v for v in ranked if costs[v.edit.key()].features and v not in checked), None)
 
 
-#: a flag whose value the log does not show (no command line, not printed, not implied)
-_UNSEEN = Value(UNKNOWN, Provenance("unknown", "the log shows no command line"))
-
-
 def _robust(
     store: Store,
     version: str,
@@ -100,7 +96,7 @@ def _robust(
     (``--disable-overlap-schedule`` for "Pipeline parallelism is not compatible with overlap
     schedule, speculative decoding, mixed chunked prefill" holds only without speculative
     decoding; ``--pp-size 1`` holds whatever else was set)."""
-    blind = {k: _UNSEEN if v.provenance.kind == "default" else v for k, v in attrs.items()}
+    blind = unseen_defaults(attrs)
     memo: dict[tuple[Any, ...], object] = {}
     return frozenset(
         v.edit.key()

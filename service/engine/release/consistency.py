@@ -39,8 +39,8 @@ from kb.code_types import Check
 from kb.store import Store
 from service.engine.cache import facts_signature
 from service.engine.evaluate.message_facts import held_at_crash, message_facts, printed_flags
-from service.engine.evaluate.path_condition import base_attrs, evaluate_path
-from service.engine.expr.interpreter import UNKNOWN, Provenance, Value
+from service.engine.evaluate.path_condition import base_attrs, evaluate_path, unseen_defaults
+from service.engine.expr.interpreter import UNKNOWN, Value
 from service.engine.flags.parse import parse_argv
 from service.engine.locate.localize import Located, locate_by_frames, locate_by_message
 from service.engine.locate.scope import Scope
@@ -76,7 +76,6 @@ SLACK = 0.1
 (its location's confidence at most this much lower): a frame that lands on a line of the
 check there, not a guess by function."""
 _KEEP = frozenset({"explicit", "hint"})
-_UNSEEN = Value(UNKNOWN, Provenance("unknown", "the log shows no command line"))
 _RECEIVER = re.compile(
     r"\bresolved_view\((?:self|server_args)\)\.|\b(?:self|cfg|server_args|args|view)\."
 )
@@ -126,7 +125,7 @@ def fires_in(
     if parsed.command is None and not parsed.server_args:
         # no command line in the log: what the user set is unknown, not the defaults (a
         # check that cannot fire on the defaults is what a crash caused by flags looks like)
-        attrs = {k: _UNSEEN if v.provenance.kind == "default" else v for k, v in attrs.items()}
+        attrs = unseen_defaults(attrs)
     merged = {**facts, **printed.facts}
     ev = held_at_crash(
         evaluate_path(store, release, check, attrs, merged, facts_sig=facts_signature(merged)),
