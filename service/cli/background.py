@@ -49,8 +49,9 @@ def releases_to_embed(kb: KnowledgeBase, releases: list[str]) -> list[str]:
     out = []
     for version in releases:
         rel = kb.store.release(version)
-        indexed = rel is not None and rel["status"] in ("indexed", "complete")
-        if indexed and rel is not None and (rel.get("embedded_scope") or "none") == "none":
+        if rel is None or rel["status"] not in ("indexed", "complete"):
+            continue
+        if (rel.get("embedded_scope") or "none") == "none":
             out.append(version)
     return out
 

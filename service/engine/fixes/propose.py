@@ -16,6 +16,7 @@ from typing import Any
 from kb.catalog_types import Catalog
 from kb.code_types import Check
 from kb.store import Store
+from service.engine.evaluate.chain import earlier_writes
 from service.engine.evaluate.context import CheckContext
 from service.engine.evaluate.path_condition import PathEvaluation, evaluate_path, unseen_defaults
 from service.engine.expr.interpreter import UNKNOWN, Value
@@ -95,13 +96,28 @@ def _robust(
     holds only if the user left the check's other flags alone is a guess about them
     (``--disable-overlap-schedule`` for "Pipeline parallelism is not compatible with overlap
     schedule, speculative decoding, mixed chunked prefill" holds only without speculative
-    decoding; ``--pp-size 1`` holds whatever else was set)."""
+    decoding; ``--pp-size 1`` holds whatever else was set). Dropping a flag that an earlier
+    step of SGLang may set itself to the value the crash needs is no such fix: the user may
+    never have passed it (``--disable-radix-cache``, which SGLang sets for a
+    decode server, among others)."""
     blind = unseen_defaults(attrs)
     memo: dict[tuple[Any, ...], object] = {}
+
+    def sglang_sets(attr: str) -> bool:
+        """Whether an earlier step writes ``attr`` to the value the crash assumes it had."""
+        have = attrs.get(attr)
+        if have is None or have.value is UNKNOWN:
+            return False
+        return any(
+            w.kind in ("write", "return_dict", "declare") and w.value == repr(have.value)
+            for w in earlier_writes(store, version, attr, check)
+        )
+
     return frozenset(
         v.edit.key()
         for v in passing
-        if fixes_check(
+        if not any(sglang_sets(a) for a in v.edit.remove)
+        and fixes_check(
             store, version, check, v.edit, blind, facts, catalog, memo, facts_sig=fsig
         ).fixes_check
         is True

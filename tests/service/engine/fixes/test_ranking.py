@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from service.engine.fixes.model import Edit, Verdict
 from service.engine.fixes.ranking import rank
 
@@ -62,3 +64,26 @@ def test_a_frameless_disjunction_is_fixed_on_what_every_branch_needs(kb) -> None
     out = Engine(kb).triage({"log": f"AssertionError: {text}\n"}, release="0.5.9")
     top = next(f for f in out.fixes if f.recommended)
     assert set(top.set) | set(top.remove) <= {"--pp-size", "--pipeline-parallel-size"}, top
+
+
+def test_without_the_command_dropping_a_flag_sglang_sets_itself_is_not_sure(kb) -> None:
+    """Two flags a message calls mutually exclusive, posted alone: an earlier step of the
+    release sets one of them itself (for a decode server, among others), so dropping it from
+    a command that may never have had it is no sure fix; dropping the other one is."""
+    from service.engine import Engine
+    from service.engine.evaluate.chain import earlier_writes
+
+    store = kb.store
+    check = next(
+        c
+        for c in store.checks("0.5.23", path="sglang/srt/arg_groups/kv_cache_hook.py")
+        if "enable-hierarchical-cache and disable-radix-cache are mutually exclusive"
+        in (c.message or "")
+    )
+    writes = earlier_writes(store, "0.5.23", "disable_radix_cache", check)
+    assert any(w.value == "True" for w in writes)  # SGLang's own
+    assert not earlier_writes(store, "0.5.23", "enable_hierarchical_cache", check)
+    text = "".join(re.findall(r'"([^"]*)"', check.message or ""))  # the source's literals
+    out = Engine(kb).triage({"log": f"ValueError: {text}\n"}, release="0.5.23")
+    top = next(f for f in out.fixes if f.recommended)
+    assert top.remove == ["--enable-hierarchical-cache"] and not top.set, top
