@@ -11,6 +11,7 @@ _NAMES = {
     "--ep-size": "ep",
     "--expert-parallel-size": "ep",
     "--moe-dp-size": "dp",
+    "--moe-data-parallel-size": "dp",
 }
 
 

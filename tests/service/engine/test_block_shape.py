@@ -88,7 +88,8 @@ def test_block_shape_fix_makes_the_arithmetic_hold(
     assert best.command.startswith("python -m sglang.launch_server")
     # the arithmetic in plain words, with the crash's numbers and the fix's
     assert result.arithmetic and f"{size} // {tp} = {size // tp}" in result.arithmetic
-    assert f"{size // (new_tp // new_ep)} % weight_block_size_n {block} = 0" in result.arithmetic
+    moe_tp = new_tp // new_ep // new_dp  # SGLang: tp // ep // moe_dp
+    assert f"{size // moe_tp} % weight_block_size_n {block} = 0" in result.arithmetic
     assert "The arithmetic" in result.explanation
 
 
