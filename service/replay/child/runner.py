@@ -144,10 +144,9 @@ def validate(
         if callable(resolve):
             result["ran"] = "prepare_server_args + resolve_once"
             resolve()
+        # the launch's own next step (entrypoints/engine.py: server_args.check_server_args())
         late = getattr(server_args, "check_server_args", None)
-        if callable(
-            late
-        ):  # the launch's own next step (engine.py: server_args.check_server_args())
+        if callable(late):
             result["ran"] += " + check_server_args"
             with contextlib.redirect_stderr(_Tee(stderr, sys.stderr)):
                 late()
