@@ -85,6 +85,9 @@ def ingest(
     if since and not all_releases:
         console.print("--since goes with --all")
         raise typer.Exit(2)
+    if vectors_only and all_releases:  # --all embeds through its own batch path, into Chroma
+        console.print("--vectors-only goes with --release, --path or --defaults, not --all")
+        raise typer.Exit(2)
     if not releases and not path and not all_releases:
         console.print("nothing to ingest: give --release, --path, --defaults or --all")
         raise typer.Exit(2)

@@ -87,3 +87,15 @@ def test_a_failed_child_leaves_keyword_search_and_says_so(small_kb, tmp_path) ->
     assert "exited with status 2" in fill.failed["0.0.1"] and fill.embedded == {}
     assert "no sglang package" in fill.log_path.read_text()  # the child said why
     assert kb.store.require("0.0.1")["embedded_scope"] == "none"
+
+
+def test_vectors_only_is_refused_with_all(tmp_path, monkeypatch) -> None:
+    """``--all`` embeds through its own batch path, into Chroma: the two do not combine."""
+    from typer.testing import CliRunner
+
+    from service.cli.main import app
+
+    monkeypatch.setenv("TRIAGE_KB_DIR", str(tmp_path / "kb"))
+    result = CliRunner().invoke(app, ["ingest", "--all", "--vectors-only"])
+    assert result.exit_code == 2
+    assert "--vectors-only goes with" in " ".join(result.output.split())
