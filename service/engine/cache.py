@@ -39,6 +39,7 @@ __all__ = [
     "clear_all",
     "facts_signature",
     "freeze_long_lived",
+    "on_clear_all",
     "recent",
     "release_key",
     "stats",
@@ -240,14 +241,27 @@ def cached_on_members(
 
 
 def clear_all() -> None:
-    """Empty every :class:`LRUCache` of the process (tests; a re-indexed KB needs no call)."""
+    """Empty every :class:`LRUCache` of the process and every table registered with
+    :func:`on_clear_all` (tests; a re-indexed KB needs no call)."""
     with _registry_lock:
         caches = list(_registry)
+        hooks = list(_clear_hooks)
     for cache in caches:
         cache.clear()
+    for hook in hooks:
+        hook()
     with _kb_lock:
         _kb_cache.clear()
         _recent.clear()
+
+
+_clear_hooks: list[Callable[[], None]] = []
+
+
+def on_clear_all(clear: Callable[[], None]) -> None:
+    """Have :func:`clear_all` call ``clear`` too (a table that is not an :class:`LRUCache`)."""
+    with _registry_lock:
+        _clear_hooks.append(clear)
 
 
 def stats() -> dict[str, dict[str, int]]:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Collection, Mapping, MutableMapping
-from typing import Any
+from typing import Any, cast
 
 from kb.code_types import Check
 from kb.errors import UnsafeExpression
 from kb.store import Store
-from service.engine.cache import LRUCache, cached, cached_on_members, facts_signature, release_key
+from service.engine.cache import LRUCache, cached, cached_on_members, on_clear_all, release_key
 from service.engine.evaluate import chain, resolution
 from service.engine.evaluate.memo_keys import value_key
 from service.engine.evaluate.pieces import all_hold, piece_holds
@@ -30,13 +30,16 @@ from service.engine.expr.interpreter import (
     referenced_names,
 )
 from service.engine.expr.overlay import Overlay
+from service.engine.expr.trace import FactsTrace, Reads, reads_match
 
 _MISSING = object()
 
 Fold = tuple[tuple[tuple[str, Value], ...], list[str], dict[str, list[str]]]
 
-# (release, check, names, facts, values read) -> what folding the earlier writes does
-_FOLDS: LRUCache[Fold] = LRUCache("evaluation.folds", 20_000)
+# (release, check, names, values read) -> what folding the earlier writes does, per way
+# the facts answered the fold's reads of them
+_FOLDS: LRUCache[tuple[tuple[Reads, Fold], ...]] = LRUCache("evaluation.folds", 20_000)
+_FOLD_VARIANTS = 8
 
 
 def _safe_truth(cond: str, env: Env) -> object:
@@ -70,13 +73,46 @@ def _on_reads(
     if names is None:
         return compute(text, env)
     attrs = env.attrs
-    key = (*head, tuple((n, value_key(attrs.get(n))) for n in names))
+    key: tuple[object, ...] = (*head, tuple((n, value_key(attrs.get(n))) for n in names))
+    facts = env.facts
+    if isinstance(facts, FactsTrace):  # the facts read travel with the memoised answer
+        key = (_TRACED, *key)
+        found = memo.get(key, _MISSING)
+        if found is _MISSING:  # another evaluation's answer, if these facts answer alike
+            variants = _SHARED.get(key, ())
+            found = next((f for f in variants if facts.answers_alike(f[1])), _MISSING)
+            if found is not _MISSING:
+                memo[key] = found
+        if found is not _MISSING:
+            value, reads = cast(tuple[object, Any], found)
+            facts.replay(reads)
+            return value
+        saved = facts.frame()
+        value = compute(text, env)
+        reads = facts.merge(saved)
+        if value is UNKNOWN or isinstance(value, _SHAREABLE):
+            memo[key] = (value, reads)
+            if len(_SHARED) >= _SHARED_MAX:
+                _SHARED.clear()
+            _SHARED[key] = (*_SHARED.get(key, ()), (value, reads))[-_SHARED_VARIANTS:]
+        return value
     hit = memo.get(key, _MISSING)
     if hit is _MISSING:
         hit = compute(text, env)
         if hit is UNKNOWN or isinstance(hit, _SHAREABLE):
             memo[key] = hit
     return hit
+
+
+_TRACED = object()  # heads the memo keys of answers stored with the facts they read
+
+# guard truths and values across evaluations: (text, values read) -> (answer, facts read)
+# per way the facts answered; a plain dict (one lookup, no lock: entries are pure),
+# emptied when full
+_SHARED: dict[tuple[Any, ...], tuple[tuple[object, Any], ...]] = {}
+_SHARED_MAX = 200_000
+_SHARED_VARIANTS = 8
+on_clear_all(_SHARED.clear)
 
 
 _SHAREABLE = (type(None), bool, int, float, str, bytes)
@@ -105,19 +141,15 @@ def apply_earlier_writes(
     version: str,
     check: Check,
     attrs: dict[str, Value],
-    facts: dict[str, Value],
+    facts: Mapping[str, Value],
     names: set[str],
     memo: dict[tuple[Any, ...], object] | None = None,
-    *,
-    facts_sig: str | None = None,
 ) -> tuple[list[str], dict[str, list[str]]]:
     """Fold the writes that run before ``check`` into ``attrs`` (in place).
 
     Returns (caveats, notes by attribute); see :func:`fold_earlier_writes`.
     """
-    assigned, caveats, notes = fold_earlier_writes(
-        store, version, check, attrs, facts, names, memo, facts_sig=facts_sig
-    )
+    assigned, caveats, notes = fold_earlier_writes(store, version, check, attrs, facts, names, memo)
     for attr, value in assigned:
         attrs[attr] = value
     return list(caveats), {k: list(v) for k, v in notes.items()}
@@ -128,38 +160,44 @@ def fold_earlier_writes(
     version: str,
     check: Check,
     attrs: Mapping[str, Value],
-    facts: dict[str, Value],
+    facts: Mapping[str, Value],
     names: Collection[str],
     memo: dict[tuple[Any, ...], object] | None = None,
     *,
-    facts_sig: str | None = None,
     cache: bool = True,
 ) -> Fold:
     """What folding the writes that run before ``check`` does to ``attrs`` (left untouched):
     (the assignments in order, caveats, notes by attribute). The result is shared: read-only.
 
     ``memo`` (one per triage, whose facts are fixed) caches guard truths. The
-    fold depends only on the values of :func:`write_dependencies` and on the
-    facts (``facts_sig``, computed when not given), so it is memoised
-    process-wide on them (bounded). ``cache=False`` skips that table, for
-    callers that memoise what they derive from the fold themselves.
+    fold depends only on the values of :func:`write_dependencies` and on the facts
+    its guards and values read (by value: a fold shows no fact's provenance), so it
+    is memoised process-wide on them (bounded), one entry per way the facts answered
+    those reads: a new GPU or model reuses every fold that never asked about it.
+    ``cache=False`` skips that table, for callers that memoise what they derive from
+    the fold themselves (a :class:`FactsTrace` for ``facts`` also skips it: the caller
+    records the reads).
     """
     frozen = frozenset(names)
-    if not cache:
+    if not cache or isinstance(facts, FactsTrace):
         return _fold(store, version, check, _overlay(attrs), facts, frozen, memo)
     deps = write_dependencies(store, version, check, frozen, frozenset(facts))
     key = (
         release_key(store, version, "folds"),
         check.id,
         tuple(sorted(frozen)),
-        facts_sig or facts_signature(facts),
         tuple(value_key(attrs.get(d)) for d in deps),
     )
-    hit = _FOLDS.get(key)
-    if hit is None:
-        hit = _fold(store, version, check, _overlay(attrs), facts, frozen, memo)
-        _FOLDS.put(key, hit)
-    return hit
+    variants = _FOLDS.get(key) or ()
+    sigs: dict[object, object] = {}
+    for reads, fold in variants:
+        if reads_match(reads, facts, sigs):
+            return fold
+    trace = FactsTrace(facts, sigs)
+    trace.provenance = False
+    fold = _fold(store, version, check, _overlay(attrs), trace, frozen, memo)
+    _FOLDS.put(key, (*variants, (tuple(trace.reads.items()), fold))[-_FOLD_VARIANTS:])
+    return fold
 
 
 def _overlay(attrs: Mapping[str, Value]) -> Overlay[str, Value]:
@@ -179,10 +217,11 @@ def fold_plan(
     version: str,
     check: Check,
     names: frozenset[str],
-    fact_names: frozenset[str] = frozenset(),
+    fact_names: Collection[str] = frozenset(),
 ) -> tuple[tuple[tuple[chain.Write, resolution.PreparedWrite], ...], tuple[str, ...]]:
     """The writes folded before ``check`` in validation order, prepared, and the attributes
-    that decide how they fold (cached per release).
+    that decide how they fold (cached per release). ``fact_names`` is read by membership
+    only (a :meth:`FactsTrace.names` records those reads).
 
     The writes are those of ``names`` and, up to :data:`_CLOSURE_DEPTH` rounds, of the
     attributes their values and guards read (a declaration reading a value an earlier
@@ -229,6 +268,8 @@ def fold_plan(
     key = (*release_key(store, version, "fold-plan"), check.id, tuple(sorted(names)))
     # the plan reads the fact keys only by membership (which locals and helper calls a
     # fact answers): other fact sets that answer alike share the plan
+    if not isinstance(fact_names, frozenset):  # traced: the questions must reach the trace
+        return cached_on_members(key, fact_names, build)
     return cached((*key, hash(fact_names)), lambda: cached_on_members(key, fact_names, build))
 
 
@@ -249,7 +290,7 @@ def _fold(
     version: str,
     check: Check,
     attrs: MutableMapping[str, Value],
-    facts: dict[str, Value],
+    facts: Mapping[str, Value],
     names: frozenset[str],
     memo: dict[tuple[Any, ...], object] | None,
 ) -> Fold:
@@ -264,7 +305,8 @@ def _fold(
 
     caveats: list[str] = []
     notes: dict[str, list[str]] = {}
-    plan, _ = fold_plan(store, version, check, names, frozenset(facts))
+    fact_names = facts.names() if isinstance(facts, FactsTrace) else frozenset(facts)
+    plan, _ = fold_plan(store, version, check, names, fact_names)
     env = Env(attrs, facts)  # reads ``attrs`` as the assignments below change it
     for w, pw in plan:
         attr = w.attr

@@ -266,8 +266,8 @@ def evaluate_path(
     """Evaluate every piece of ``check``'s path condition.
 
     ``facts_sig`` is :func:`~service.engine.cache.facts_signature` of ``facts`` when the caller
-    has it (it is computed otherwise); the earlier writes and each piece are
-    memoised on it and on the inputs they read.
+    has it (it is computed otherwise); each piece is memoised on it and on the inputs it
+    reads, the earlier writes on the facts and inputs they read.
     """
     texts, names = prepared_pieces(store, version, check, frozenset(facts))
     fsig = facts_sig or facts_signature(facts)
@@ -275,9 +275,7 @@ def evaluate_path(
     caveats: list[str] = []
     notes: dict[str, list[str]] = {}
     if apply_writes:
-        caveats, notes = apply_earlier_writes(
-            store, version, check, attrs, facts, names, memo, facts_sig=fsig
-        )
+        caveats, notes = apply_earlier_writes(store, version, check, attrs, facts, names, memo)
     env = Env(attrs, facts)
     parts: list[PiecePart] = []
     kinds = piece_kinds(store, version, check)

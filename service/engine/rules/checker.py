@@ -48,6 +48,7 @@ from service.engine.cache import LRUCache, cached, facts_signature, release_key
 from service.engine.evaluate.path_condition import base_attrs, fold_earlier_writes, value_signature
 from service.engine.expr.interpreter import Env, Provenance, Value
 from service.engine.expr.overlay import Overlay
+from service.engine.expr.trace import FactsTrace, Reads, reads_match
 from service.engine.flags.parse import ParsedArgs, ParsedFlag, parse_argv
 from service.engine.rules.card_env import CARD_FUNCTIONS, facts_for
 from service.engine.rules.card_verdict import CardResult, Verdict, given_function, judge_card
@@ -71,10 +72,13 @@ __all__ = [
     "prepare_flags",
 ]
 
-# (release, card, facts, values of its dependencies) -> its verdict
-_memo: LRUCache[CardResult] = LRUCache("rules.card_verdicts", 30_000)
-# (release, cards, facts) -> every card's verdict for the release's defaults
-_reference: LRUCache[list[CardResult]] = LRUCache("rules.defaults_verdicts", 16)
+# (release, card, values of its dependencies) -> its verdicts, each with the facts it read
+_memo: LRUCache[tuple[tuple[Reads, CardResult], ...]] = LRUCache("rules.card_verdicts", 30_000)
+#: per card and dependency values, this many verdicts are kept (one per way facts answered)
+_VARIANTS = 8
+# (release, cards, facts) -> card index -> its verdict for the release's defaults (filled
+# lazily, for the cards the commands checked so far leave at the defaults)
+_reference: LRUCache[dict[int, CardResult]] = LRUCache("rules.defaults_verdicts", 16)
 # (release, argv, facts) -> check_fix's answer
 _fix_answers: LRUCache[tuple[list[RuleVerdict], bool]] = LRUCache("rules.check_fix", 4096)
 _baselines: LRUCache[frozenset[str]] = LRUCache("rules.baselines", 256)
@@ -149,33 +153,37 @@ def evaluate_cards(
     A verdict depends only on the card's dependencies (see
     :func:`~service.engine.rules.release_cards.card_entry`), the facts and, for cards
     using ``given()``, the spellings typed. For the whole
-    release the verdicts under the release's defaults are computed once per set
-    of facts; a command re-evaluates (through the per-card memo) only the cards
-    that depend on an attribute it changes, and the cards using ``given()``.
+    release, a card that depends on no attribute the command changes (and does not use
+    ``given()``) has its verdict under the release's defaults, computed once per set of
+    facts when first needed; the others are evaluated through the per-card memo.
     """
     parsed = parsed or ParsedArgs()
     fsig = facts_sig or facts_signature(facts)
     if cards is not None:
         entries = [card_entry(store, release, c) for c in cards]
-        return _evaluate(store, release, entries, attrs, facts, parsed, fsig)
+        return _evaluate(store, release, entries, attrs, facts, parsed)
     plan = release_plan(store, release)
     defaults = _defaults(store, release)
-    ref = _reference.get_or_build(
-        (plan.key, fsig),
-        lambda: _evaluate(store, release, plan.entries, defaults, facts, ParsedArgs(), fsig),
-    )
     todo = set(plan.given)
     for attr in _changed(attrs, defaults):
         todo.update(plan.by_dep.get(attr, ()))
-    out = list(ref)
+    # the verdicts under the defaults, filled lazily: only for cards a command leaves there
+    ref = _reference.get_or_build((plan.key, fsig), dict)
+    missing = [i for i in range(len(plan.entries)) if i not in todo and i not in ref]
+    if missing:
+        evaluated = _evaluate(
+            store, release, [plan.entries[i] for i in missing], defaults, facts, ParsedArgs()
+        )
+        ref.update(zip(missing, evaluated, strict=True))
     order = sorted(todo)
-    for i, res in zip(
-        order,
-        _evaluate(store, release, [plan.entries[i] for i in order], attrs, facts, parsed, fsig),
-        strict=True,
-    ):
-        out[i] = res
-    return out
+    fresh = dict(
+        zip(
+            order,
+            _evaluate(store, release, [plan.entries[i] for i in order], attrs, facts, parsed),
+            strict=True,
+        )
+    )
+    return [fresh[i] if i in fresh else ref[i] for i in range(len(plan.entries))]
 
 
 def _evaluate(
@@ -185,14 +193,13 @@ def _evaluate(
     attrs: Mapping[str, Value],
     facts: Mapping[str, Value],
     parsed: ParsedArgs,
-    fsig: str,
 ) -> list[CardResult]:
     """Each entry's verdict, through the per-card memo."""
     given, typed = given_function(parsed)
     functions = {**CARD_FUNCTIONS, "given": given}
     guard_memo: dict[tuple[Any, ...], object] = {}
-    base_env = Env(attrs, facts, functions)
     sigs: dict[str, object] = {}
+    fact_sigs: dict[object, object] = {}
     rkey = release_key(store, release, "rules:verdict")
     out: list[CardResult] = []
     for e in entries:
@@ -208,39 +215,35 @@ def _evaluate(
             card.id,
             card.when,
             card.require,
-            fsig,
             tuple(values),
             typed if e.uses_given else (),
         )
-        hit = _memo.get(key)
+        # one entry per way the facts answered the card's reads of them
+        variants = _memo.get(key) or ()
+        hit = next((r for reads, r in variants if reads_match(reads, facts, fact_sigs)), None)
         if hit is not None:
             out.append(hit)
             continue
-        env, notes = base_env, []
+        trace = FactsTrace(facts, fact_sigs)
+        view: Mapping[str, Value] = attrs
+        notes: list[str] = []
         if e.row is not None:
+            trace.provenance = False  # the fold's guards show no fact's origin
             try:
                 # the card's verdict is memoised on the same inputs: no need to keep the fold
                 assigned, caveats, _ = fold_earlier_writes(
-                    store,
-                    release,
-                    e.row,
-                    attrs,
-                    dict(facts),
-                    card.reads,
-                    guard_memo,
-                    facts_sig=fsig,
-                    cache=False,
+                    store, release, e.row, attrs, trace, card.reads, guard_memo, cache=False
                 )
             except UnsafeExpression as exc:  # a write's guard outside the whitelist
                 assigned, caveats = (), [f"earlier writes not folded in: {exc.message}"]
+            trace.provenance = True
             final = dict(assigned)  # the last assignment of each attribute wins
             changed = {k: v for k, v in final.items() if attrs.get(k) is not v}
             if changed:
-                # read-only overlay (no copy of ``attrs``)
-                env = Env(Overlay(attrs, changed), facts, functions)
+                view = Overlay(attrs, changed)  # read-only overlay (no copy of ``attrs``)
             notes = caveats[:3]
-        result = judge_card(card, env, notes)
-        _memo.put(key, result)
+        result = judge_card(card, Env(view, trace, functions), notes)
+        _memo.put(key, (*variants, (tuple(trace.reads.items()), result))[-_VARIANTS:])
         out.append(result)
     return out
 

@@ -7,7 +7,7 @@ from collections.abc import Collection
 
 import pytest
 
-from service.engine.cache import LRUCache, clear_all, facts_signature, stats
+from service.engine.cache import LRUCache, clear_all, facts_signature, on_clear_all, stats
 from service.engine.expr.interpreter import Provenance, Value
 
 
@@ -56,8 +56,11 @@ def test_clear_all_and_stats_cover_every_cache() -> None:
     cache: LRUCache[int] = LRUCache("test.registry", 4)
     cache.put(1, 1)
     assert stats()["test.registry"]["size"] == 1
+    table = {"k": 1}
+    on_clear_all(table.clear)  # a plain table registered with clear_all
     clear_all()
     assert len(cache) == 0 and stats()["test.registry"]["size"] == 0
+    assert table == {}
 
 
 def test_maxsize_must_be_positive() -> None:

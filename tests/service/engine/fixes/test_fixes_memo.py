@@ -124,6 +124,21 @@ def test_fold_replay_leaves_the_same_environment(seed) -> None:
         assert list(replayed.items()) == list(fresh.items())
 
 
+def test_a_fold_memoised_under_other_facts_is_reused_only_when_they_answer_alike(seed) -> None:
+    """The fold table keys on the facts the fold read: under each machine, the memoised fold
+    (warm from the machines before) equals the uncached fold, and a GPU of the same
+    generation with other memory does not force a new fold when no guard read the memory."""
+    store, check, _, _, attrs, _ = seed
+    _, names = prepared_pieces(store, RELEASE, check, frozenset(facts_for("h100-x8")))
+    clear_all()
+    for hw in ("h100-x8", "h200-x8", "b200-x8", "mi300x-x8", "h100-x8"):
+        facts = facts_for(hw, None, "/models/Kimi-K2.6")
+        got = fold.fold_earlier_writes(store, RELEASE, check, attrs, facts, names)
+        fresh = fold._fold(store, RELEASE, check, dict(attrs), facts, frozenset(names), None)
+        assert got == fresh, hw
+    assert fold._FOLDS.hits >= 1  # the second H100 at least was served from the table
+
+
 def _answer(verdicts) -> list[tuple]:
     return [
         (v.edit.key(), v.edit.origin, v.fixes_check, v.trips, v.unknown_neighbours)

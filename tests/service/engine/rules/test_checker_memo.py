@@ -106,3 +106,52 @@ def test_a_flag_equal_to_its_default_keeps_its_own_provenance(store: Store) -> N
         for name, _, detail in r.inputs:
             if name == "tp_size":
                 assert detail == "flag: --tp 1", (r.card.id, detail)
+
+
+def test_verdicts_reused_across_facts_equal_fresh_ones(store: Store, monkeypatch) -> None:
+    """The per-card memo and the shared guard truths are keyed on the facts each evaluation
+    read: evaluating under one GPU after another gives what a cold evaluation gives, and
+    re-judges only the cards whose reads the new facts answer differently."""
+    from service.engine.evaluate import fold
+
+    release = "0.5.23"  # the release whose cards fold the most earlier writes
+    machines = [
+        ("h100-x8", "/models/Kimi-K2.6"),
+        ("h200-x8", "/models/Kimi-K2.6"),  # same generation, more memory
+        ("b200-x8", "/models/Qwen3-8B"),  # another generation and model
+    ]
+    judged: list[int] = []
+    real_judge = checker.judge_card
+
+    def counting_judge(*args):
+        judged[-1] += 1
+        return real_judge(*args)
+
+    clear_all()  # the shared guard truths too
+    assert not fold._SHARED
+    warm = []
+    monkeypatch.setattr(checker, "judge_card", counting_judge)
+    for hw, model in machines:
+        facts = facts_for(hw, None, model)
+        judged.append(0)
+        warm.append(
+            [
+                _view(evaluate_cards(store, release, a, facts, p))
+                for a, p in _commands(store, release)
+            ]
+        )
+    n_cards = len(cards_for(store, release))
+    assert judged[1] < n_cards  # most verdicts under the H100 served the H200
+    for (hw, model), got in zip(machines, warm, strict=True):
+        for table in (checker._memo, checker._reference, checker._fix_answers):
+            table.clear()  # the verdicts only: the release's parsed plans stay warm
+        fold._SHARED.clear()
+        facts = facts_for(hw, None, model)
+        fresh = [
+            _view(evaluate_cards(store, release, a, facts, p)) for a, p in _commands(store, release)
+        ]
+        assert got == fresh, (hw, model)
+
+
+def _commands(store: Store, release: str) -> list[tuple]:
+    return [prepare_flags(store, release, argv) for argv in COMMANDS]

@@ -1,0 +1,163 @@
+"""The facts as one evaluation reads them, so that its result can be reused under other
+facts that answer those reads alike (:class:`FactsTrace`, :func:`reads_match`).
+
+A triage's facts (the GPU, the model, the checkpoint, environment variables) change
+with every new log, but a condition reads only a few of them: a rule card about the
+page size never looks at the GPU. Keying a memo on the digest of *all* facts makes
+every never-seen log recompute everything; keying it on what was read lets a card's
+verdict under an H100 serve the same card under a B200 when the card never asked.
+
+The evaluator (:class:`~service.engine.expr.interpreter.Env`) reads facts by
+``facts.get(key)`` (a value: its ``repr`` and provenance are recorded) and by
+``key in facts`` (membership only). Iterating the facts or taking their length
+records a dependence on the whole key set. A read is recorded once, first answer kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Mapping
+from typing import Any, cast
+
+__all__ = ["FactsTrace", "Reads", "fact_signature", "reads_match"]
+
+#: (what was asked, its answer): (_VALUE or _FULL, key) -> the value's signature;
+#: (_MEMBER, key) -> present?; _WHOLE -> the key set
+Reads = tuple[tuple[object, object], ...]
+
+_ABSENT = ("absent",)
+_MEMBER = "in"
+_VALUE = "="
+_FULL = "=+"
+_WHOLE = ("whole key set",)
+
+
+def fact_signature(facts: Mapping[str, Any], key: str, provenance: bool = True) -> object:
+    """What ``facts[key]`` says to an evaluation: its value's ``repr`` and (unless
+    ``provenance`` is False) its provenance, or that it is absent."""
+    v = facts.get(key)
+    if v is None:
+        return _ABSENT
+    if not provenance:
+        return repr(getattr(v, "value", v))
+    prov = getattr(v, "provenance", None)
+    return (
+        repr(getattr(v, "value", v)),
+        getattr(prov, "kind", None),
+        getattr(prov, "detail", None),
+    )
+
+
+def _signature(
+    facts: Mapping[str, Any], asked: tuple[str, str], sigs: dict[object, object]
+) -> object:
+    sig = sigs.get(asked)
+    if sig is None:
+        sig = sigs[asked] = fact_signature(facts, asked[1], asked[0] == _FULL)
+    return sig
+
+
+class FactsTrace(Mapping[str, Any]):
+    """``base`` (read-only) recording every read in :attr:`reads`.
+
+    While :attr:`provenance` is False a value read records the value's ``repr`` only:
+    for evaluations whose results never show where a fact came from (the guards of
+    folded writes), so that facts equal in value but of another origin (another GPU
+    profile with the same device type) answer alike. ``sigs`` may be shared by the
+    traces of one set of facts (signatures cached per key).
+    """
+
+    __slots__ = ("base", "provenance", "reads", "_sigs")
+
+    def __init__(self, base: Mapping[str, Any], sigs: dict[object, object] | None = None) -> None:
+        self.base = base
+        self.provenance = True
+        self.reads: dict[object, object] = {}
+        self._sigs = sigs if sigs is not None else {}
+
+    def _value_read(self, key: str) -> None:
+        asked = (_FULL if self.provenance else _VALUE, key)
+        if asked not in self.reads:
+            self.reads[asked] = _signature(self.base, asked, self._sigs)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._value_read(key)
+        return self.base.get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        self._value_read(key)
+        return self.base[key]
+
+    def __contains__(self, key: object) -> bool:
+        found = key in self.base
+        self.reads.setdefault((_MEMBER, key), found)
+        return found
+
+    def _whole(self) -> frozenset[str]:
+        whole = frozenset(self.base)
+        self.reads.setdefault(_WHOLE, whole)
+        return whole
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._whole())
+
+    def __len__(self) -> int:
+        return len(self._whole())
+
+    def names(self) -> Collection[str]:
+        """The key set, read by membership only (for builds memoised on membership)."""
+        return _Names(self)
+
+    def frame(self) -> dict[object, object]:
+        """Start recording afresh; returns the reads so far, for :meth:`merge`."""
+        saved, self.reads = self.reads, {}
+        return saved
+
+    def merge(self, saved: dict[object, object]) -> Reads:
+        """End a :meth:`frame`: returns the reads made inside it and adds them to ``saved``,
+        which becomes :attr:`reads` again."""
+        inner = tuple(self.reads.items())
+        for k, v in inner:
+            saved.setdefault(k, v)
+        self.reads = saved
+        return inner
+
+    def answers_alike(self, reads: Reads) -> bool:
+        """Would these facts answer ``reads`` as recorded? (Not itself recorded.)"""
+        return reads_match(reads, self.base, self._sigs)
+
+    def replay(self, reads: Reads) -> None:
+        """Record ``reads`` (those of a memoised result now reused) as made here."""
+        for k, v in reads:
+            self.reads.setdefault(k, v)
+
+
+class _Names(Collection[str]):
+    __slots__ = ("trace",)
+
+    def __init__(self, trace: FactsTrace) -> None:
+        self.trace = trace
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.trace
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.trace)
+
+    def __len__(self) -> int:
+        return len(self.trace)
+
+
+def reads_match(reads: Reads, facts: Mapping[str, Any], sigs: dict[object, object]) -> bool:
+    """Do ``facts`` answer every read of ``reads`` as recorded? (``sigs``: a per-facts cache)"""
+    for asked, answer in reads:
+        if asked is _WHOLE:
+            if frozenset(facts) != answer:
+                return False
+        else:
+            kind, key = cast(tuple[str, str], asked)
+            if kind == _MEMBER:
+                if (key in facts) != answer:
+                    return False
+            elif _signature(facts, (kind, key), sigs) != answer:
+                return False
+    return True

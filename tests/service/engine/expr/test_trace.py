@@ -1,0 +1,62 @@
+"""FactsTrace records what an evaluation reads of the facts, and reads_match tells whether
+other facts answer those reads alike (the basis of the memo tables keyed on facts read)."""
+
+from __future__ import annotations
+
+from service.engine.expr.interpreter import Env, Provenance, Value, evaluate
+from service.engine.expr.trace import FactsTrace, reads_match
+
+H100 = Provenance("fact", "hardware profile h100-x8")
+H200 = Provenance("fact", "hardware profile h200-x8")
+
+
+def _facts(prov: Provenance, mem: int, sm100: bool = False) -> dict[str, Value]:
+    return {
+        "is_sm100_supported()": Value(sm100, prov),
+        "gpu_mem": Value(mem, prov),
+        "model_arch": Value("LlamaForCausalLM", Provenance("fact", "model")),
+    }
+
+
+def test_an_evaluation_records_only_the_facts_it_reads() -> None:
+    trace = FactsTrace(_facts(H100, 81920))
+    res = evaluate("is_sm100_supported() and self.tp_size > 1", Env({}, trace))
+    assert res.truth is False
+    assert trace.reads == {("=+", "is_sm100_supported()"): ("False", "fact", H100.detail)}
+    # another GPU of the same generation answers alike; one of another does not
+    same = _facts(H200, 144384)
+    assert not reads_match(tuple(trace.reads.items()), same, {})  # provenance differs
+    trace.provenance = False
+    trace.reads.clear()
+    evaluate("is_sm100_supported()", Env({}, trace))
+    reads = tuple(trace.reads.items())
+    assert reads_match(reads, same, {})
+    assert not reads_match(reads, _facts(H200, 144384, sm100=True), {})
+
+
+def test_membership_absence_and_the_whole_key_set_are_reads_too() -> None:
+    facts = _facts(H100, 81920)
+    trace = FactsTrace(facts)
+    assert "gpu_mem" in trace and "is_npu()" not in trace
+    assert trace.get("is_hip()") is None
+    reads = tuple(trace.reads.items())
+    other = {**facts, "gpu_mem": Value(1, H100)}
+    assert reads_match(reads, other, {})  # membership of gpu_mem only, not its value
+    assert not reads_match(reads, {**facts, "is_npu()": Value(False, H100)}, {})
+    assert not reads_match(reads, {**facts, "is_hip()": Value(False, H100)}, {})
+    list(trace)  # iterating: the key set itself was read
+    assert not reads_match(tuple(trace.reads.items()), {**facts, "x": Value(1, H100)}, {})
+
+
+def test_a_frame_isolates_and_replays_the_reads_of_a_memoised_part() -> None:
+    trace = FactsTrace(_facts(H100, 81920))
+    trace.get("model_arch")
+    saved = trace.frame()
+    trace.get("gpu_mem")
+    inner = trace.merge(saved)
+    assert [k for k, _ in inner] == [("=+", "gpu_mem")]
+    assert set(trace.reads) == {("=+", "model_arch"), ("=+", "gpu_mem")}
+    again = FactsTrace(_facts(H100, 81920))
+    again.replay(inner)  # a memo hit records what the reused answer had read
+    assert set(again.reads) == {("=+", "gpu_mem")}
+    assert again.answers_alike(inner)
