@@ -61,6 +61,14 @@ from kb.schema import (
 from kb.versions import version_key
 from kb.writer import ReleaseWriter, Row, collect_garbage
 
+#: the columns of the ``functions`` view, read from its two tables
+_FUNCTION_COLUMNS = (
+    "m.release AS release, m.path AS path, f.qualname AS qualname, f.name AS name, "
+    "f.class_name AS class_name, f.start_line AS start_line, f.end_line AS end_line, "
+    "f.decorator_start AS decorator_start, f.signature AS signature, "
+    "f.decorators AS decorators, f.docstring AS docstring, f.parent AS parent"
+)
+
 
 class Store:
     """Thread-safe access to the structured index."""
@@ -281,13 +289,23 @@ class Store:
     def function(
         self, version: str, qualname: str, path: str | None = None
     ) -> dict[str, Any] | None:
-        sql = "SELECT * FROM functions WHERE release = ? AND qualname = ?"
-        params: list[Any] = [version, qualname]
-        if path:
-            sql += " AND path = ?"
-            params.append(path)
-        rows = self.query(sql + " ORDER BY path", params)
-        return dict(rows[0]) if rows else None
+        rows = self.functions_named(version, qualname=qualname)
+        rows = [r for r in rows if r["path"] == path] if path else rows
+        return rows[0] if rows else None
+
+    def functions_named(
+        self, version: str, name: str | None = None, *, qualname: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The functions of ``version`` called ``name`` (or with this ``qualname``), ordered
+        by path, as rows of the ``functions`` view. Looked up through the name index first,
+        then the release's files (the view's own plan scans every file of the release)."""
+        column, value = ("qualname", qualname) if qualname is not None else ("name", name)
+        rows = self.query(
+            f"SELECT {_FUNCTION_COLUMNS} FROM unit_functions f CROSS JOIN release_files m "
+            f"ON m.unit = f.unit AND m.release = ? WHERE f.{column} = ? ORDER BY m.path",
+            (version, value),
+        )
+        return [dict(r) for r in rows]
 
     def checks(
         self,

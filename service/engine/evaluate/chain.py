@@ -123,9 +123,7 @@ def validation_order(store: Store, version: str) -> dict[str, float]:
             ranks.setdefault(name, float(len(ranks)))
         # one level below each step
         for name, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
-            for row in store.query(
-                "SELECT * FROM functions WHERE release = ? AND name = ?", (version, name)
-            ):
+            for row in store.functions_named(version, name):
                 if not row["path"].startswith(VALIDATION_PATHS):
                     continue
                 node = function_ast(store, version, dict(row))

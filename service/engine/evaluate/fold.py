@@ -58,22 +58,33 @@ def _sorted_reads(cond: str) -> tuple[str, ...] | None:
         return None
 
 
+@functools.lru_cache(maxsize=16384)
+def _guards_read(guards: tuple[tuple[str, bool], ...]) -> tuple[str, ...] | None:
+    """The attributes a write's guards read, sorted (None when one cannot be read)."""
+    out: set[str] = set()
+    for cond, _ in guards:
+        names = _sorted_reads(cond)
+        if names is None:
+            return None
+        out.update(names)
+    return tuple(sorted(out))
+
+
 def _on_reads(
-    head: tuple[str, ...],
-    text: str,
+    head: tuple[object, ...],
+    names: tuple[str, ...] | None,
     env: Env,
     memo: dict[tuple[Any, ...], object] | None,
-    compute: Callable[[str, Env], object],
+    compute: Callable[[], object],
 ) -> object:
-    """``compute(text, env)``, memoised in ``memo`` (one per set of facts) under ``head`` and
-    the values of the attributes ``text`` reads; a mutable result is never shared."""
-    if memo is None:
-        return compute(text, env)
-    names = _sorted_reads(text)
-    if names is None:
-        return compute(text, env)
+    """``compute()`` (an evaluation in ``env``), memoised in ``memo`` (one per set of facts)
+    under ``head`` and the values of the attributes ``names`` (all it reads; None: not
+    known, no memo); a mutable result is never shared."""
+    if memo is None or names is None:
+        return compute()
     attrs = env.attrs
-    key: tuple[object, ...] = (*head, tuple((n, value_key(attrs.get(n))) for n in names))
+    # ``head`` determines ``names``: their values alone complete the key
+    key: tuple[object, ...] = (*head, tuple(map(value_key, map(attrs.get, names))))
     facts = env.facts
     if isinstance(facts, FactsTrace):  # the facts read travel with the memoised answer
         key = (_TRACED, *key)
@@ -88,7 +99,7 @@ def _on_reads(
             facts.replay(reads)
             return value
         saved = facts.frame()
-        value = compute(text, env)
+        value = compute()
         reads = facts.merge(saved)
         if value is UNKNOWN or isinstance(value, _SHAREABLE):
             memo[key] = (value, reads)
@@ -98,7 +109,7 @@ def _on_reads(
         return value
     hit = memo.get(key, _MISSING)
     if hit is _MISSING:
-        hit = compute(text, env)
+        hit = compute()
         if hit is UNKNOWN or isinstance(hit, _SHAREABLE):
             memo[key] = hit
     return hit
@@ -120,7 +131,23 @@ _SHAREABLE = (type(None), bool, int, float, str, bytes)
 
 def _truth(cond: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> object:
     """``evaluate(cond).truth``, memoised on the values of the attributes it reads."""
-    return _on_reads((cond,), cond, env, memo, _safe_truth)
+    return _on_reads((cond,), _sorted_reads(cond), env, memo, lambda: _safe_truth(cond, env))
+
+
+def _holds(
+    guards: tuple[tuple[str, bool], ...], env: Env, memo: dict[tuple[Any, ...], object] | None
+) -> object:
+    """Whether all of a write's ``guards`` (condition, polarity) hold: True / False / UNKNOWN,
+    memoised as a whole on the values of the attributes they read (one lookup per write)."""
+    if len(guards) < 2:
+        return piece_holds(_truth(guards[0][0], env, memo), guards[0][1]) if guards else True
+    return _on_reads(
+        ("holds", guards),
+        _guards_read(guards),
+        env,
+        memo,
+        lambda: all_hold([piece_holds(_truth(c, env, memo), pol) for c, pol in guards]),
+    )
 
 
 def _safe_value(text: str, env: Env) -> object:
@@ -133,7 +160,7 @@ def _safe_value(text: str, env: Env) -> object:
 def _value(text: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> object:
     """``evaluate(text).value`` (UNKNOWN when outside the whitelist), memoised as
     :func:`_truth` is."""
-    return _on_reads(("=", text), text, env, memo, _safe_value)
+    return _on_reads(("=", text), _sorted_reads(text), env, memo, lambda: _safe_value(text, env))
 
 
 def apply_earlier_writes(
@@ -313,7 +340,7 @@ def _fold(
         report = attr in names
         same_fn = w.function == check.function and w.path == check.path
         guards = pw.all_guards(same_fn)
-        holds = all_hold([piece_holds(_truth(cond, env, memo), pol) for cond, pol in guards])
+        holds = _holds(guards, env, memo)
         if holds is False:
             continue
         when = " and ".join(cond if pol else f"not ({cond})" for cond, pol in guards) or "always"

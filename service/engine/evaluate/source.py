@@ -219,11 +219,8 @@ def _helper_body(
 
     def build() -> tuple[list[str], list[Any], ast.expr] | None:
         rows = [
-            dict(r)
-            for r in store.query(
-                "SELECT * FROM functions WHERE release = ? AND name = ? ORDER BY path",
-                (version, name),
-            )
+            r
+            for r in store.functions_named(version, name)
             if r["path"].startswith(chain.VALIDATION_PATHS)
         ]
         if len(rows) != 1:  # unknown or ambiguous: not inlined

@@ -28,11 +28,9 @@ def function_named(store: Store, version: str, name: str) -> dict[str, Any] | No
     """The first function called ``name`` in the validation files (cached per release; read-only)."""
 
     def build() -> dict[str, Any] | None:
-        for row in store.query(
-            "SELECT * FROM functions WHERE release = ? AND name = ? ORDER BY path", (version, name)
-        ):
+        for row in store.functions_named(version, name):
             if row["path"].startswith(chain.VALIDATION_PATHS):
-                return dict(row)
+                return row
         return None
 
     return cached(release_key(store, version, f"function-named:{name}"), build)

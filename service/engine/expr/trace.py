@@ -56,6 +56,16 @@ def _signature(
     return sig
 
 
+def _answer(facts: Mapping[str, Any], asked: object) -> object:
+    """What ``facts`` answer to one recorded question."""
+    if asked is _WHOLE:
+        return frozenset(facts)
+    kind, key = cast(tuple[str, str], asked)
+    if kind == _MEMBER:
+        return key in facts
+    return fact_signature(facts, key, kind == _FULL)
+
+
 class FactsTrace(Mapping[str, Any]):
     """``base`` (read-only) recording every read in :attr:`reads`.
 
@@ -148,16 +158,15 @@ class _Names(Collection[str]):
 
 
 def reads_match(reads: Reads, facts: Mapping[str, Any], sigs: dict[object, object]) -> bool:
-    """Do ``facts`` answer every read of ``reads`` as recorded? (``sigs``: a per-facts cache)"""
+    """Do ``facts`` answer every read of ``reads`` as recorded? (``sigs``: a cache of their
+    answers, one per set of facts, shared with the traces of those facts)"""
     for asked, answer in reads:
-        if asked is _WHOLE:
-            if frozenset(facts) != answer:
-                return False
-        else:
-            kind, key = cast(tuple[str, str], asked)
-            if kind == _MEMBER:
-                if (key in facts) != answer:
-                    return False
-            elif _signature(facts, (kind, key), sigs) != answer:
-                return False
+        current = sigs.get(asked, _UNSEEN)
+        if current is _UNSEEN:
+            current = sigs[asked] = _answer(facts, asked)
+        if current != answer:
+            return False
     return True
+
+
+_UNSEEN = object()
