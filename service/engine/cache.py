@@ -35,7 +35,9 @@ __all__ = [
     "LRUCache",
     "MembershipTrace",
     "cached",
+    "WHOLE_QUESTION",
     "cached_on_members",
+    "cached_on_members_seen",
     "clear_all",
     "facts_signature",
     "freeze_long_lived",
@@ -197,6 +199,7 @@ class MembershipTrace(Collection[str]):
 
 
 _WHOLE = object()  # the question "which set is it?" (the build iterated it)
+WHOLE_QUESTION = _WHOLE
 
 
 def _answers_alike(seen: tuple[tuple[object, object], ...], keep: Collection[str]) -> bool:
@@ -227,14 +230,23 @@ def cached_on_members(
     that is itself a :class:`MembershipTrace` records the questions replayed here, so
     nested builds compose.
     """
+    return cached_on_members_seen(key, keep, build)[0]
+
+
+def cached_on_members_seen(
+    key: tuple[Any, ...], keep: Collection[str], build: Callable[[Collection[str]], T]
+) -> tuple[T, tuple[tuple[object, object], ...]]:
+    """:func:`cached_on_members`, with the (question, answer) pairs the value rests on
+    (a question is a name, or :data:`WHOLE_QUESTION` when the build iterated the set)."""
     entries = _traces.get(key) or ()
     for seen, value in entries:
         if _answers_alike(seen, keep):
-            return cast(T, value)
+            return cast(T, value), seen
     trace = MembershipTrace(keep)
     value = build(trace)
-    _traces.put(key, (*entries, (tuple(trace.seen), value))[-_TRACES_PER_KEY:])
-    return value
+    seen = tuple(trace.seen)
+    _traces.put(key, (*entries, (seen, value))[-_TRACES_PER_KEY:])
+    return value, seen
 
 
 # ------------------------------------------------------------------ all caches

@@ -17,7 +17,14 @@ from typing import Any, cast
 from kb.code_types import Check
 from kb.errors import UnsafeExpression
 from kb.store import Store
-from service.engine.cache import LRUCache, cached, cached_on_members, on_clear_all, release_key
+from service.engine.cache import (
+    LRUCache,
+    cached,
+    cached_on_members,
+    cached_on_members_seen,
+    on_clear_all,
+    release_key,
+)
 from service.engine.evaluate import chain, resolution
 from service.engine.evaluate.memo_keys import value_key
 from service.engine.evaluate.pieces import all_hold, piece_holds
@@ -30,7 +37,7 @@ from service.engine.expr.interpreter import (
     referenced_names,
 )
 from service.engine.expr.overlay import Overlay
-from service.engine.expr.trace import FactsTrace, Reads, reads_match
+from service.engine.expr.trace import FactNames, FactsTrace, Reads, reads_match
 
 _MISSING = object()
 
@@ -295,7 +302,14 @@ def fold_plan(
     key = (*release_key(store, version, "fold-plan"), check.id, tuple(sorted(names)))
     # the plan reads the fact keys only by membership (which locals and helper calls a
     # fact answers): other fact sets that answer alike share the plan
-    if not isinstance(fact_names, frozenset):  # traced: the questions must reach the trace
+    if isinstance(fact_names, FactNames):  # traced: the plan's questions reach the trace
+        whole = frozenset(fact_names.trace.base)
+        plan, seen = cached(
+            (*key, "seen", hash(whole)), lambda: cached_on_members_seen(key, whole, build)
+        )
+        fact_names.trace.replay_members(seen)
+        return plan
+    if not isinstance(fact_names, frozenset):
         return cached_on_members(key, fact_names, build)
     return cached((*key, hash(fact_names)), lambda: cached_on_members(key, fact_names, build))
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import ast
 import json
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import EllipsisType
 from typing import Any
 
@@ -169,11 +169,16 @@ class PreparedWrite:
     guards: tuple[tuple[str, bool], ...]
     site_guards: tuple[tuple[str, bool], ...]
     reached: bool
+    #: ``site_guards + guards``, joined once (the fold asks for it on every write)
+    _joined: tuple[tuple[str, bool], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_joined", self.site_guards + self.guards)
 
     def all_guards(self, same_function: bool) -> tuple[tuple[str, bool], ...]:
         """The write's guards, after those of its call site unless it is in the checking
         function itself (whose call-site guards are pieces of the path already)."""
-        return self.guards if same_function else self.site_guards + self.guards
+        return self.guards if same_function else self._joined
 
 
 def prepare_write(

@@ -15,10 +15,12 @@ records a dependence on the whole key set. A read is recorded once, first answer
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any, cast
 
-__all__ = ["FactsTrace", "Reads", "fact_signature", "reads_match"]
+from service.engine.cache import WHOLE_QUESTION
+
+__all__ = ["FactNames", "FactsTrace", "Reads", "fact_signature", "reads_match"]
 
 #: (what was asked, its answer): (_VALUE or _FULL, key) -> the value's signature;
 #: (_MEMBER, key) -> present?; _WHOLE -> the key set
@@ -113,9 +115,9 @@ class FactsTrace(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._whole())
 
-    def names(self) -> Collection[str]:
+    def names(self) -> FactNames:
         """The key set, read by membership only (for builds memoised on membership)."""
-        return _Names(self)
+        return FactNames(self)
 
     def frame(self) -> dict[object, object]:
         """Start recording afresh; returns the reads so far, for :meth:`merge`."""
@@ -135,13 +137,22 @@ class FactsTrace(Mapping[str, Any]):
         """Would these facts answer ``reads`` as recorded? (Not itself recorded.)"""
         return reads_match(reads, self.base, self._sigs)
 
+    def replay_members(self, seen: Iterable[tuple[object, object]]) -> None:
+        """Record the membership answers a build memoised on them rested on (see
+        :func:`~service.engine.cache.cached_on_members_seen`) as asked here."""
+        for item, answer in seen:
+            asked = _WHOLE if item is WHOLE_QUESTION else (_MEMBER, item)
+            self.reads.setdefault(asked, answer)
+
     def replay(self, reads: Reads) -> None:
         """Record ``reads`` (those of a memoised result now reused) as made here."""
         for k, v in reads:
             self.reads.setdefault(k, v)
 
 
-class _Names(Collection[str]):
+class FactNames(Collection[str]):
+    """The key set of a :class:`FactsTrace`, read by membership (each answer recorded)."""
+
     __slots__ = ("trace",)
 
     def __init__(self, trace: FactsTrace) -> None:

@@ -314,7 +314,9 @@ def _check_fix(
 ) -> tuple[list[RuleVerdict], bool]:
     attrs, parsed = prepare_flags(store, release, argv)
     results = evaluate_cards(store, release, attrs, facts, parsed, facts_sig=fsig)
-    background = baseline_violations(store, release, attrs, facts, facts_sig=fsig)
+    # only a card violated here can be a background one: the baseline of those alone
+    violated = [r.card for r in results if r.verdict == "violated"]
+    background = baseline_violations(store, release, attrs, facts, facts_sig=fsig, among=violated)
     touched = set(parsed.values)
     relevant = [
         r.as_rule_verdict()
@@ -337,12 +339,15 @@ def baseline_violations(
     facts: Mapping[str, Value],
     *,
     facts_sig: str | None = None,
+    among: list[Card] | None = None,
 ) -> frozenset[str]:
     """Cards violated by ``--model-path <the same model>`` alone (with the same facts).
 
     No flag choice causes (or cures) these: they hold for the release's defaults
     on this model and machine, and usually mark a guard the extraction could not
     see. They are reported, but do not make a command or a fix "violating".
+    ``among``: only these cards are asked about (evaluated, unless the release's whole
+    answer is cached already): what a caller that knows which cards matter needs.
     """
     model = attrs.get("model_path")
     value = str(model.value if model is not None and model.value is not None else "/models/model")
@@ -355,12 +360,19 @@ def baseline_violations(
         fsig,
     )
 
-    def build() -> frozenset[str]:
+    def violated(cards: list[Card] | None) -> frozenset[str]:
         base, parsed = prepare_flags(store, release, ["--model-path", value])
         return frozenset(
             r.card.id
-            for r in evaluate_cards(store, release, base, facts, parsed, facts_sig=fsig)
+            for r in evaluate_cards(
+                store, release, base, facts, parsed, cards=cards, facts_sig=fsig
+            )
             if r.verdict == "violated"
         )
 
-    return _baselines.get_or_build(key, build)
+    if among is not None:
+        whole = _baselines.get(key)
+        if whole is not None:
+            return whole & {c.id for c in among}
+        return violated(among) if among else frozenset()
+    return _baselines.get_or_build(key, lambda: violated(None))
