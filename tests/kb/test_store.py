@@ -147,3 +147,18 @@ def test_an_index_of_a_newer_schema_is_refused_not_misread(tmp_path: Path) -> No
         "schema": SCHEMA_VERSION + 1,
         "supported": SCHEMA_VERSION,
     }
+
+
+@pytest.mark.parametrize("release", ["0.5.9", "0.5.23"])
+def test_functions_by_name_are_the_views_rows(store: Store, release: str) -> None:
+    """The name-index lookup returns exactly the ``functions`` view's rows, in path order."""
+    view = "SELECT * FROM functions WHERE release = ? AND {} = ? ORDER BY path"
+    for name in ("__post_init__", "get_device", "check_server_args", "no_such_function"):
+        rows = [dict(r) for r in store.query(view.format("name"), (release, name))]
+        assert store.functions_named(release, name) == rows
+    qual = "ServerArgs.__post_init__"
+    rows = [dict(r) for r in store.query(view.format("qualname"), (release, qual))]
+    assert rows and store.functions_named(release, qualname=qual) == rows
+    assert store.function(release, qual) == rows[0]
+    assert store.function(release, qual, path=rows[-1]["path"]) == rows[-1]
+    assert store.function(release, qual, path="no/such.py") is None
