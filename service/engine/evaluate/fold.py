@@ -230,7 +230,7 @@ def fold_earlier_writes(
     trace = FactsTrace(facts, sigs)
     trace.provenance = False
     fold = _fold(store, version, check, _overlay(attrs), trace, frozen, memo)
-    _FOLDS.put(key, (*variants, (tuple(trace.reads.items()), fold))[-_FOLD_VARIANTS:])
+    _FOLDS.put(key, (*variants, (trace.snapshot(), fold))[-_FOLD_VARIANTS:])
     return fold
 
 

@@ -26,11 +26,29 @@ __all__ = ["FactNames", "FactsTrace", "Reads", "fact_signature", "reads_match"]
 #: (_MEMBER, key) -> present?; _WHOLE -> the key set
 Reads = tuple[tuple[object, object], ...]
 
+#: equal read tuples, stored once (plain dict, emptied when full: entries are immutable)
+_INTERNED: dict[Reads, Reads] = {}
+_INTERNED_MAX = 100_000
+
 _ABSENT = ("absent",)
 _MEMBER = "in"
 _VALUE = "="
 _FULL = "=+"
 _WHOLE = ("whole key set",)
+
+
+def _question(kind: str, key: str) -> tuple[str, str]:
+    """``(kind, key)``, one object per question (memo tables keep them by the thousand)."""
+    asked = (kind, key)
+    found = _QUESTIONS.get(asked)
+    if found is None:
+        if len(_QUESTIONS) >= _INTERNED_MAX:
+            _QUESTIONS.clear()
+        found = _QUESTIONS[asked] = asked
+    return found
+
+
+_QUESTIONS: dict[tuple[str, str], tuple[str, str]] = {}
 
 
 def fact_signature(facts: Mapping[str, Any], key: str, provenance: bool = True) -> object:
@@ -87,7 +105,7 @@ class FactsTrace(Mapping[str, Any]):
         self._sigs = sigs if sigs is not None else {}
 
     def _value_read(self, key: str) -> None:
-        asked = (_FULL if self.provenance else _VALUE, key)
+        asked = _question(_FULL if self.provenance else _VALUE, key)
         if asked not in self.reads:
             self.reads[asked] = _signature(self.base, asked, self._sigs)
 
@@ -101,7 +119,8 @@ class FactsTrace(Mapping[str, Any]):
 
     def __contains__(self, key: object) -> bool:
         found = key in self.base
-        self.reads.setdefault((_MEMBER, key), found)
+        if isinstance(key, str):  # fact keys are text: another key's answer needs no record
+            self.reads.setdefault(_question(_MEMBER, key), found)
         return found
 
     def _whole(self) -> frozenset[str]:
@@ -124,10 +143,20 @@ class FactsTrace(Mapping[str, Any]):
         saved, self.reads = self.reads, {}
         return saved
 
+    def snapshot(self) -> Reads:
+        """The reads so far, as a tuple shared with every equal one (memo tables keep many)."""
+        reads = tuple(self.reads.items())
+        found = _INTERNED.get(reads)
+        if found is None:
+            if len(_INTERNED) >= _INTERNED_MAX:
+                _INTERNED.clear()
+            found = _INTERNED[reads] = reads
+        return found
+
     def merge(self, saved: dict[object, object]) -> Reads:
         """End a :meth:`frame`: returns the reads made inside it and adds them to ``saved``,
         which becomes :attr:`reads` again."""
-        inner = tuple(self.reads.items())
+        inner = self.snapshot()
         for k, v in inner:
             saved.setdefault(k, v)
         self.reads = saved

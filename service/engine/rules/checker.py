@@ -243,7 +243,7 @@ def _evaluate(
                 view = Overlay(attrs, changed)  # read-only overlay (no copy of ``attrs``)
             notes = caveats[:3]
         result = judge_card(card, Env(view, trace, functions), notes)
-        _memo.put(key, (*variants, (tuple(trace.reads.items()), result))[-_VARIANTS:])
+        _memo.put(key, (*variants, (trace.snapshot(), result))[-_VARIANTS:])
         out.append(result)
     return out
 

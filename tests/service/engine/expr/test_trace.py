@@ -60,3 +60,13 @@ def test_a_frame_isolates_and_replays_the_reads_of_a_memoised_part() -> None:
     again.replay(inner)  # a memo hit records what the reused answer had read
     assert set(again.reads) == {("=+", "gpu_mem")}
     assert again.answers_alike(inner)
+
+
+def test_equal_reads_are_stored_once() -> None:
+    """Memo tables keep a read tuple per entry: equal ones are one object."""
+    a, b = FactsTrace(_facts(H100, 81920)), FactsTrace(_facts(H100, 81920))
+    for t in (a, b):
+        t.get("gpu_mem")
+        assert "model_arch" in t
+    assert a.snapshot() is b.snapshot()
+    assert a.snapshot()[0][0] is b.snapshot()[0][0]  # the questions too
