@@ -204,8 +204,16 @@ class _Evaluator:
         """Return (value, truth, indices of atoms whose UNKNOWN reached this node)."""
         check_depth(depth)
         if isinstance(node, ast.BoolOp):
-            value, t, blame, exact = self.boolop(node, depth, collect)
-            return (value if exact else t), t, blame
+            parts = [self.struct(v, depth + 1, collect) for v in node.values]
+            absorbing = isinstance(node.op, ast.Or)
+            t = kleene([p[1] for p in parts], absorbing)
+            if t is UNKNOWN:
+                blame = frozenset().union(*(p[2] for p in parts if p[1] is UNKNOWN))
+                return UNKNOWN, UNKNOWN, blame
+            # Python returns the first operand that decides, else the last one.
+            at = next((i for i, p in enumerate(parts) if p[1] is absorbing), len(parts) - 1)
+            exact = all(p[1] is not UNKNOWN for p in parts[:at])
+            return (parts[at][0] if exact else t), t, frozenset()
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             _, t, blame = self.struct(node.operand, depth + 1, collect)
             return (UNKNOWN, UNKNOWN, blame) if t is UNKNOWN else (not t, not t, frozenset())
@@ -236,32 +244,13 @@ class _Evaluator:
             self.inputs = outer
         return v, t, frozenset({len(self.atoms) - 1}) if t is UNKNOWN else frozenset()
 
-    def boolop(
-        self, node: ast.BoolOp, depth: int, collect: bool
-    ) -> tuple[object, object, frozenset[int], bool]:
-        """(value, truth, blame, exact) of an ``and``/``or``: ``exact`` is False when the
-        truth is decided but not which operand Python would return (an unknown one before
-        the deciding operand), and ``value`` then is not known."""
-        parts = [self.struct(v, depth + 1, collect) for v in node.values]
-        absorbing = isinstance(node.op, ast.Or)
-        t = kleene([p[1] for p in parts], absorbing)
-        if t is UNKNOWN:
-            blame = frozenset().union(*(p[2] for p in parts if p[1] is UNKNOWN))
-            return UNKNOWN, UNKNOWN, blame, False
-        # Python returns the first operand that decides, else the last one.
-        at = next((i for i, p in enumerate(parts) if p[1] is absorbing), len(parts) - 1)
-        exact = all(p[1] is not UNKNOWN for p in parts[:at])
-        return (parts[at][0] if exact else UNKNOWN), t, frozenset(), exact
-
     # --- general nodes
     def interp(self, node: ast.expr, depth: int) -> object:
         check_depth(depth)
         d = depth + 1
         if isinstance(node, ast.Constant):
             return node.value
-        if isinstance(node, ast.BoolOp):  # as an operand its value counts, not its truth
-            return self.boolop(node, depth, collect=False)[0]
-        if isinstance(node, ast.IfExp) or (
+        if isinstance(node, (ast.BoolOp, ast.IfExp)) or (
             isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)
         ):
             return self.struct(node, depth, collect=False)[0]
