@@ -16,7 +16,7 @@ records a dependence on the whole key set. A read is recorded once, first answer
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from service.engine.cache import WHOLE_QUESTION
 
@@ -26,9 +26,23 @@ __all__ = ["FactNames", "FactsTrace", "Reads", "fact_signature", "reads_match"]
 #: (_MEMBER, key) -> present?; _WHOLE -> the key set
 Reads = tuple[tuple[object, object], ...]
 
-#: equal read tuples, stored once (plain dict, emptied when full: entries are immutable)
+#: equal read tuples and equal questions, each stored once (plain dicts, emptied when full:
+#: entries are immutable)
 _INTERNED: dict[Reads, Reads] = {}
+_QUESTIONS: dict[tuple[str, str], tuple[str, str]] = {}
 _INTERNED_MAX = 100_000
+T = TypeVar("T")
+
+
+def _intern(table: dict[T, T], item: T) -> T:
+    """The one object of ``table`` equal to ``item`` (``item`` itself the first time)."""
+    found = table.get(item)
+    if found is None:
+        if len(table) >= _INTERNED_MAX:
+            table.clear()
+        found = table[item] = item
+    return found
+
 
 _ABSENT = ("absent",)
 _MEMBER = "in"
@@ -39,16 +53,7 @@ _WHOLE = ("whole key set",)
 
 def _question(kind: str, key: str) -> tuple[str, str]:
     """``(kind, key)``, one object per question (memo tables keep them by the thousand)."""
-    asked = (kind, key)
-    found = _QUESTIONS.get(asked)
-    if found is None:
-        if len(_QUESTIONS) >= _INTERNED_MAX:
-            _QUESTIONS.clear()
-        found = _QUESTIONS[asked] = asked
-    return found
-
-
-_QUESTIONS: dict[tuple[str, str], tuple[str, str]] = {}
+    return _intern(_QUESTIONS, (kind, key))
 
 
 def fact_signature(facts: Mapping[str, Any], key: str, provenance: bool = True) -> object:
@@ -145,13 +150,7 @@ class FactsTrace(Mapping[str, Any]):
 
     def snapshot(self) -> Reads:
         """The reads so far, as a tuple shared with every equal one (memo tables keep many)."""
-        reads = tuple(self.reads.items())
-        found = _INTERNED.get(reads)
-        if found is None:
-            if len(_INTERNED) >= _INTERNED_MAX:
-                _INTERNED.clear()
-            found = _INTERNED[reads] = reads
-        return found
+        return _intern(_INTERNED, tuple(self.reads.items()))
 
     def merge(self, saved: dict[object, object]) -> Reads:
         """End a :meth:`frame`: returns the reads made inside it and adds them to ``saved``,
