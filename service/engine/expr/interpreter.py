@@ -144,7 +144,8 @@ class Result:
 
     ``value`` is the expression's value; where Kleene logic decides the truth of
     an ``and``/``or``/ternary without telling which operand Python would return,
-    ``value`` is that decided bool. ``truth`` is True/False/UNKNOWN. ``unknowns``
+    ``value`` is that decided bool (as an operand inside the expression such an
+    ``and``/``or``/ternary has no known value). ``truth`` is True/False/UNKNOWN. ``unknowns``
     lists the UNKNOWN inputs of the atoms whose UNKNOWN actually propagated to
     the result (empty when the result is known).
     """
@@ -213,7 +214,7 @@ class _Evaluator:
             # Python returns the first operand that decides, else the last one.
             at = next((i for i, p in enumerate(parts) if p[1] is absorbing), len(parts) - 1)
             exact = all(p[1] is not UNKNOWN for p in parts[:at])
-            return (parts[at][0] if exact else t), t, frozenset()
+            return (parts[at][0] if exact else UNKNOWN), t, frozenset()
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             _, t, blame = self.struct(node.operand, depth + 1, collect)
             return (UNKNOWN, UNKNOWN, blame) if t is UNKNOWN else (not t, not t, frozenset())
@@ -231,7 +232,7 @@ class _Evaluator:
                 same = same and bool(body[0] == orelse[0])
             except Exception:
                 same = False
-            return (body[0] if same else body[1]), body[1], frozenset()
+            return (body[0] if same else UNKNOWN), body[1], frozenset()
         if not collect:
             v = self.interp(node, depth)
             return v, truth_value(v), frozenset()
@@ -480,6 +481,7 @@ def evaluate(expr: str | ast.AST, env: Env) -> Result:
     ev = _Evaluator(env)
     try:
         value, t, blame = ev.struct(node, 0, collect=True)
+        value = t if value is UNKNOWN else value  # decided, but not which operand Python returns
     except RecursionError as exc:  # pragma: no cover - guarded by MAX_DEPTH
         raise UnsafeExpression("expression nested too deeply") from exc
     unknowns: list[str] = []

@@ -634,3 +634,23 @@ def test_known_verdicts_agree_with_python_for_every_completion(
     assert bool(expected) is r.truth, (text, filled, f, p)
     if not any(v is UNKNOWN for v in (*values.values(), fact, probe)):
         assert r.value == expected or (r.value != r.value and expected != expected)
+
+
+def test_a_decided_and_whose_operand_is_not_known_has_no_known_value() -> None:
+    """``b and a`` with ``b`` unknown and ``a`` None is false, but Python returns ``b`` or
+    ``a``, so ``a == (b and a)`` is not known (found by the soundness property above)."""
+    r = evaluate("self.a == (self.b and self.a)", env({}, a=None))
+    assert r.truth is UNKNOWN
+    assert evaluate("not (self.b and self.a)", env({}, a=None)).truth is True
+    assert evaluate("self.a == (self.b and self.a)", env({}, a=None, b=None)).truth is True
+    # at the top, the decided truth is still the value
+    assert evaluate("self.b and self.a", env({}, a=None)).value is False
+
+
+def test_a_ternary_of_equally_truthy_branches_has_no_known_value_as_an_operand() -> None:
+    """Both branches truthy but unequal: the ternary is truthy, its value is not known."""
+    e = env({}, a=1, x=1, y=2)
+    assert evaluate("self.x if self.b else self.y", e).truth is True
+    assert evaluate("self.a == (self.x if self.b else self.y)", e).truth is UNKNOWN
+    same = env({}, a=1, x=1, y=1)
+    assert evaluate("self.a == (self.x if self.b else self.y)", same).truth is True
