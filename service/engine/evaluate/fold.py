@@ -28,12 +28,12 @@ from service.engine.cache import (
 from service.engine.evaluate import chain, resolution
 from service.engine.evaluate.memo_keys import value_key
 from service.engine.evaluate.pieces import all_hold, piece_holds
+from service.engine.expr.decide import decide, decide_value
 from service.engine.expr.interpreter import (
     UNKNOWN,
     Env,
     Provenance,
     Value,
-    evaluate,
     referenced_names,
 )
 from service.engine.expr.overlay import Overlay
@@ -51,7 +51,7 @@ _FOLD_VARIANTS = 8
 
 def _safe_truth(cond: str, env: Env) -> object:
     try:
-        return evaluate(cond, env).truth
+        return decide(cond, env)
     except UnsafeExpression:  # e.g. a generator or walrus in SGLang's guard: undecidable here
         return UNKNOWN
 
@@ -153,13 +153,26 @@ def _holds(
         _guards_read(guards),
         env,
         memo,
-        lambda: all_hold([piece_holds(_truth(c, env, memo), pol) for c, pol in guards]),
+        lambda: _all_hold(guards, env, memo),
     )
+
+
+def _all_hold(
+    guards: tuple[tuple[str, bool], ...], env: Env, memo: dict[tuple[Any, ...], object] | None
+) -> object:
+    """:func:`all_hold` of the guards' pieces, stopping at the first that fails (the guards
+    after it are not read: their facts cannot change the answer)."""
+    pieces: list[object] = []
+    for cond, pol in guards:
+        pieces.append(piece_holds(_truth(cond, env, memo), pol))
+        if pieces[-1] is False:
+            break
+    return all_hold(pieces)
 
 
 def _safe_value(text: str, env: Env) -> object:
     try:
-        return evaluate(text, env).value
+        return decide_value(text, env)
     except UnsafeExpression:
         return UNKNOWN
 

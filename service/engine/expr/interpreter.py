@@ -19,8 +19,8 @@ Every lookup is recorded with its :class:`Provenance` so that a verdict can be
 explained leaf by leaf (:class:`Atom`).
 
 This module holds the public API and the interpreter; parsing, the whitelist and
-canonical text live in ``expr_syntax``, the value model (:data:`UNKNOWN`,
-:class:`ArgsView`) and the operator/builtin/method helpers in ``expr_values``.
+canonical text live in :mod:`kb.conditions`, the value model and operator helpers in
+:mod:`~service.engine.expr.values`, and lazy truths in :mod:`~service.engine.expr.decide`.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from service.engine.expr.values import (
     UNKNOWN,
     VALUE_METHODS,
     ArgsView,
+    FactsView,
     apply_builtin,
     apply_method,
     binop,
@@ -173,8 +174,8 @@ class _Evaluator:
 
     # --- lookups
     def record(self, name: str, value: object, prov: Provenance) -> None:
-        if all(name != n for n, _, _ in self.inputs):
-            self.inputs.append((name, value, prov))
+        if not isinstance(value, FactsView) and all(name != n for n, _, _ in self.inputs):
+            self.inputs.append((name, value, prov))  # (a view's attributes are the inputs)
 
     def attr(self, name: str) -> object:
         self.names.add(name)
@@ -346,9 +347,10 @@ class _Evaluator:
         base = self.interp(node.value, d)
         if isinstance(base, ArgsView):
             return self.attr(node.attr)
-        if isinstance(base, dict):
-            return base.get(node.attr, UNKNOWN)
-        return UNKNOWN
+        if isinstance(base, FactsView):  # each attribute is a fact of its own
+            found, v = self.fact(key := f"{base.root}.{node.attr}")
+            return v if found else self.missing(key)
+        return base.get(node.attr, UNKNOWN) if isinstance(base, dict) else UNKNOWN
 
     def eval_subscript(self, node: ast.Subscript, d: int) -> object:
         base = self.interp(node.value, d)

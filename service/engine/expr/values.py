@@ -70,6 +70,27 @@ class ArgsView:
         return "<server args>"
 
 
+class FactsView:
+    """A fact that is an object of facts (0.5.23's ``get_platform()``): its attribute ``x``
+    is the fact ``<root>.x``, read on its own. A memo keyed on the facts read then depends
+    on the attributes used (``is_sm100``), not on the whole object (every probe of a GPU).
+    """
+
+    __slots__ = ("root",)
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FactsView) and other.root == self.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    def __repr__(self) -> str:
+        return f"<facts {self.root}.*>"
+
+
 # -------------------------------------------------------------------- value helpers
 
 

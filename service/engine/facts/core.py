@@ -39,6 +39,7 @@ from kb.hardware import (
     make_profile,
 )
 from service.engine.expr.interpreter import Provenance, Value
+from service.engine.expr.values import FactsView
 from service.engine.logparse.environment import GpuHint, gpu_sm
 
 __all__ = [
@@ -284,7 +285,10 @@ def hardware_facts(
         out[key] = Value(value, prov)
     # 0.5.23: get_platform().X reads the same probes (runtime_context._PLATFORM_PROBES)
     platform = {k: probes[p] for k, p in _PLATFORM.items() if p in probes}
-    out["get_platform()"] = Value(platform, prov)
+    # the object itself: each attribute read is the fact below, so a memo keyed on the
+    # facts read does not depend on probes the reader never used
+    view = Provenance("fact", "the platform object; each attribute read is a fact below")
+    out["get_platform()"] = Value(FactsView("get_platform()"), view)
     for k, value in platform.items():
         p = assumed if k == "has_flashinfer" else prov
         for root in ("get_platform()", "platform"):

@@ -654,3 +654,17 @@ def test_a_ternary_of_equally_truthy_branches_has_no_known_value_as_an_operand()
     assert evaluate("self.a == (self.x if self.b else self.y)", e).truth is UNKNOWN
     same = env({}, a=1, x=1, y=1)
     assert evaluate("self.a == (self.x if self.b else self.y)", same).truth is True
+
+
+def test_a_facts_view_reads_each_attribute_as_its_own_fact() -> None:
+    """``get_platform()`` is a view: ``p.is_sm90`` is the fact ``get_platform().is_sm90``,
+    and an attribute no fact answers is unknown (and reported as such)."""
+    from service.engine.expr.values import FactsView
+
+    facts = {"get_platform()": FactsView("get_platform()"), "get_platform().is_sm90": True}
+    e = env(facts, p=FactsView("get_platform()"))
+    assert evaluate("self.p.is_sm90", e).truth is True
+    r = evaluate("self.p.has_amx", e)
+    assert r.truth is UNKNOWN and r.unknowns == ("get_platform().has_amx",)
+    assert evaluate("[get_platform()][0].is_sm90", e).truth is True
+    assert FactsView("get_platform()") == FactsView("get_platform()") != FactsView("platform")
