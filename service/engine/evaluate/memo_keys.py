@@ -20,4 +20,8 @@ def value_signature(v: object) -> object:
     lists its inputs with their provenance): value ``repr`` and provenance, "?" when absent."""
     if v is None:
         return "?"
-    return (repr(v.value), v.provenance) if isinstance(v, Value) else (repr(v), None)
+    if not isinstance(v, Value):
+        return (repr(v), None, None)
+    # strings, not the Provenance itself: a str caches its hash, a dataclass recomputes it
+    # on every lookup of a key holding it
+    return (repr(v.value), v.provenance.kind, v.provenance.detail)

@@ -73,12 +73,12 @@ __all__ = [
 ]
 
 # (release, card, values of its dependencies) -> its verdicts, each with the facts it read
-_memo: LRUCache[tuple[tuple[Reads, CardResult], ...]] = LRUCache("rules.card_verdicts", 30_000)
+_memo: LRUCache[tuple[tuple[Reads, CardResult], ...]] = LRUCache("rules.card_verdicts", 100_000)
 #: per card and dependency values, this many verdicts are kept (one per way facts answered)
 _VARIANTS = 8
 # (release, cards, facts) -> card index -> its verdict for the release's defaults (filled
 # lazily, for the cards the commands checked so far leave at the defaults)
-_reference: LRUCache[dict[int, CardResult]] = LRUCache("rules.defaults_verdicts", 16)
+_reference: LRUCache[dict[int, CardResult]] = LRUCache("rules.defaults_verdicts", 64)
 # (release, argv, facts) -> check_fix's answer
 _fix_answers: LRUCache[tuple[list[RuleVerdict], bool]] = LRUCache("rules.check_fix", 4096)
 _baselines: LRUCache[frozenset[str]] = LRUCache("rules.baselines", 256)
