@@ -16,6 +16,7 @@ from typing import Any
 __all__ = [
     "COLUMNS",
     "FTS_HASH_BYTES",
+    "FUNCTION_COLUMNS",
     "OWN_TABLES",
     "REGISTRATIONS_SCHEMA",
     "RELEASE_TABLES",
@@ -62,6 +63,15 @@ CREATE VIEW IF NOT EXISTS registrations AS
            r.keys AS keys, r.target AS target, r.line AS line, r.kind AS kind
     FROM release_files m JOIN unit_registrations r ON r.unit = m.unit;
 """
+
+#: the ``functions`` view's columns over ``release_files m`` and ``unit_functions f`` (also
+#: selected by :meth:`kb.store.Store.functions_named`, which joins the two its own way)
+FUNCTION_COLUMNS = (
+    "m.release AS release, m.path AS path, f.qualname AS qualname, f.name AS name, "
+    "f.class_name AS class_name, f.start_line AS start_line, f.end_line AS end_line, "
+    "f.decorator_start AS decorator_start, f.signature AS signature, "
+    "f.decorators AS decorators, f.docstring AS docstring, f.parent AS parent"
+)
 
 SCHEMA = (
     """
@@ -115,10 +125,9 @@ CREATE VIEW IF NOT EXISTS files AS
            u.parse_errors AS parse_errors, u.text AS text, u.all_refs AS all_refs
     FROM release_files m JOIN units u ON u.id = m.unit;
 CREATE VIEW IF NOT EXISTS functions AS
-    SELECT m.release AS release, m.path AS path, f.qualname AS qualname, f.name AS name,
-           f.class_name AS class_name, f.start_line AS start_line, f.end_line AS end_line,
-           f.decorator_start AS decorator_start, f.signature AS signature,
-           f.decorators AS decorators, f.docstring AS docstring, f.parent AS parent
+    SELECT """
+    + FUNCTION_COLUMNS
+    + """
     FROM release_files m JOIN unit_functions f ON f.unit = m.unit;
 CREATE VIEW IF NOT EXISTS chunks AS
     SELECT c.seq AS seq,

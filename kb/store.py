@@ -48,6 +48,7 @@ from kb.migrations import migrate
 from kb.schema import (
     COLUMNS,
     FTS_HASH_BYTES,
+    FUNCTION_COLUMNS,
     OWN_TABLES,
     SCHEMA,
     SCHEMA_VERSION,
@@ -60,14 +61,6 @@ from kb.schema import (
 )
 from kb.versions import version_key
 from kb.writer import ReleaseWriter, Row, collect_garbage
-
-#: the columns of the ``functions`` view, read from its two tables
-_FUNCTION_COLUMNS = (
-    "m.release AS release, m.path AS path, f.qualname AS qualname, f.name AS name, "
-    "f.class_name AS class_name, f.start_line AS start_line, f.end_line AS end_line, "
-    "f.decorator_start AS decorator_start, f.signature AS signature, "
-    "f.decorators AS decorators, f.docstring AS docstring, f.parent AS parent"
-)
 
 
 class Store:
@@ -301,7 +294,7 @@ class Store:
         then the release's files (the view's own plan scans every file of the release)."""
         column, value = ("qualname", qualname) if qualname is not None else ("name", name)
         rows = self.query(
-            f"SELECT {_FUNCTION_COLUMNS} FROM unit_functions f CROSS JOIN release_files m "
+            f"SELECT {FUNCTION_COLUMNS} FROM unit_functions f CROSS JOIN release_files m "
             f"ON m.unit = f.unit AND m.release = ? WHERE f.{column} = ? ORDER BY m.path",
             (version, value),
         )
