@@ -252,6 +252,8 @@ def extract_refs(
                             guards_of(call),
                         )
                     )
+                elif kw.type == "dictionary_splat":
+                    refs.extend(_splat_writes(call, kw, callee))
         elif callee == "setattr":
             pos = args.named_children
             if len(pos) >= 3 and pos[1].type == "string" and _receiver(pos[0], True):
@@ -289,6 +291,54 @@ def extract_refs(
                     )
     refs.sort(key=lambda r: (r.line, r.attr, r.kind))
     return refs
+
+
+def _splat_writes(call: Node, splat: Node, callee: str) -> list[Ref]:
+    """The writes of ``declare_resolution(server_args, source, **fields)`` whose ``fields``
+    is a local dict: the string keys the function gives it before the call
+    (``fields = {"x": ...}``, ``fields["x"] = ...``), each under its own guards and the
+    call's (but for ``if fields:``, which holds whenever a key was given)."""
+    inner = splat.named_children[0] if splat.named_children else None
+    if inner is None or inner.type != "identifier":
+        return []  # ``**helper(...)``: its keys are not known here
+    name = ts.text(inner)
+    fn = call.parent
+    while fn is not None and fn.type != "function_definition":
+        fn = fn.parent
+    if fn is None:
+        return []
+    around = [g for g in guards_of(call) if g.condition.strip() != name]
+    out: list[Ref] = []
+    stack = [c for c in fn.named_children if c.type == "block"]
+    while stack:
+        node = stack.pop()
+        if node.start_byte >= call.start_byte or node.type in ("function_definition", "lambda"):
+            continue
+        stack.extend(node.named_children)
+        if node.type != "assignment":
+            continue
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        if left is None or right is None:
+            continue
+        pairs: list[tuple[Node, Node, Node]] = []  # (key, value, where)
+        if left.type == "identifier" and ts.text(left) == name and right.type == "dictionary":
+            for pair in right.named_children:
+                key, value = pair.child_by_field_name("key"), pair.child_by_field_name("value")
+                if pair.type == "pair" and key is not None and value is not None:
+                    pairs.append((key, value, pair))
+        elif left.type == "subscript" and ts.text(left.child_by_field_name("value")) == name:
+            key = left.child_by_field_name("subscript")
+            if key is not None:
+                pairs.append((key, right, node))
+        guards = guards_of(node)
+        guards += [g for g in around if g not in guards]
+        for key, value, where in pairs:
+            text = ts.text(key).strip("\"'")
+            if key.type == "string" and text.isidentifier():
+                out.append(
+                    Ref(text, "declare", ts.start_line(where), callee, ts.text(value), guards)
+                )
+    return out
 
 
 def _in_class(node: Node, names: frozenset[str]) -> bool:
