@@ -15,13 +15,13 @@ from __future__ import annotations
 import ast
 
 from kb.conditions import check_depth, to_node
-from service.engine.expr.interpreter import UNKNOWN, Env, _Evaluator
+from service.engine.expr.interpreter import UNKNOWN, Env, Evaluator
 from service.engine.expr.values import kleene
 
 __all__ = ["decide", "decide_value"]
 
 
-class _Deciding(_Evaluator):
+class _Deciding(Evaluator):
     """An evaluator whose and/or/ternary read their operands lazily when no atom is
     collected (with atoms collected, every leaf is evaluated as before)."""
 

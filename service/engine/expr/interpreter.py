@@ -73,7 +73,7 @@ from service.engine.expr.values import MAX_INT_BITS as MAX_INT_BITS
 from service.engine.expr.values import MAX_SIZE as MAX_SIZE
 
 __all__ = [
-    "UNKNOWN", "ArgsView", "Atom", "Env", "Provenance", "Result", "Value", "evaluate",
+    "UNKNOWN", "ArgsView", "Atom", "Env", "Evaluator", "Provenance", "Result", "Value", "evaluate",
     "fact_key", "normalize", "referenced_names", "truth", "validate",
 ]  # fmt: skip
 
@@ -163,8 +163,8 @@ class Result:
 Input = tuple[str, object, Provenance]
 
 
-class _Evaluator:
-    """Interprets one expression; records lookups per leaf."""
+class Evaluator:
+    """Interprets one expression; records lookups per leaf (subclassed by ``expr.decide``)."""
 
     def __init__(self, env: Env) -> None:
         self.env = env
@@ -480,7 +480,7 @@ def evaluate(expr: str | ast.AST, env: Env) -> Result:
     which atoms are shown) and reported as an :class:`Atom` in source order.
     """
     node = to_node(expr, whitelist=True)
-    ev = _Evaluator(env)
+    ev = Evaluator(env)
     try:
         value, t, blame = ev.struct(node, 0, collect=True)
         value = t if value is UNKNOWN else value  # decided, but not which operand Python returns
