@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from kb.errors import UnsafeExpression
 from service.engine.expr.decide import decide, decide_value
 from service.engine.expr.interpreter import UNKNOWN, Env, Provenance, Value, evaluate
 from service.engine.expr.trace import FactsTrace
-from tests.service.engine.expr.test_expr import ATTRS, any_values, env, expressions
+from tests.service.engine.expr.test_expr import over_random_inputs, random_env
 
 FACT = Provenance("fact", "test")
 
@@ -19,17 +17,9 @@ def _same(a: object, b: object) -> bool:
     return a is b or (a is not UNKNOWN and b is not UNKNOWN and repr(a) == repr(b))
 
 
-@pytest.mark.filterwarnings("ignore::SyntaxWarning")
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    text=expressions,
-    values=st.fixed_dictionaries({a: any_values for a in ATTRS}),
-    fact=any_values,
-    probe=any_values,
-)
+@over_random_inputs
 def test_decide_equals_evaluate(text: str, values: dict, fact: object, probe: object) -> None:
-    facts = {k: v for k, v in (("fact", fact), ("probe()", probe)) if v is not UNKNOWN}
-    e = env(facts, **{k: v for k, v in values.items() if v is not UNKNOWN})
+    e = random_env(values, fact, probe)
     try:
         r = evaluate(text, e)
     except UnsafeExpression:

@@ -6,6 +6,7 @@ import copy
 import pickle
 import tracemalloc
 import types
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -580,19 +581,32 @@ def _py_eval(text: str, attrs: dict[str, object], fact: object, probe: object) -
     return eval(text, scope)
 
 
-@pytest.mark.filterwarnings("ignore::SyntaxWarning")
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    text=expressions,
-    values=st.fixed_dictionaries({a: any_values for a in ATTRS}),
-    fact=any_values,
-    probe=any_values,
-)
+def over_random_inputs(test: Callable[..., None]) -> Callable[..., None]:
+    """Run ``test(text, values, fact, probe)`` by hypothesis: a random expression, attribute
+    values, a fact and a probe's value (each possibly UNKNOWN)."""
+    test = given(
+        text=expressions,
+        values=st.fixed_dictionaries({a: any_values for a in ATTRS}),
+        fact=any_values,
+        probe=any_values,
+    )(test)
+    test = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
+        test
+    )
+    return pytest.mark.filterwarnings("ignore::SyntaxWarning")(test)
+
+
+def random_env(values: dict, fact: object, probe: object) -> Env:
+    """The env of :func:`over_random_inputs`' draw: UNKNOWN inputs left out."""
+    facts = {k: v for k, v in (("fact", fact), ("probe()", probe)) if v is not UNKNOWN}
+    return env(facts, **{k: v for k, v in values.items() if v is not UNKNOWN})
+
+
+@over_random_inputs
 def test_evaluate_never_raises_anything_but_unsafe(
     text: str, values: dict, fact: object, probe: object
 ) -> None:
-    facts = {k: v for k, v in (("fact", fact), ("probe()", probe)) if v is not UNKNOWN}
-    e = env(facts, **{k: v for k, v in values.items() if v is not UNKNOWN})
+    e = random_env(values, fact, probe)
     try:
         r = evaluate(text, e)
     except UnsafeExpression:
