@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 __all__ = [
     "LRUCache",
     "MembershipTrace",
-    "cached",
     "WHOLE_QUESTION",
+    "cached",
     "cached_on_members",
     "cached_on_members_seen",
     "clear_all",
@@ -188,7 +188,7 @@ class MembershipTrace(Collection[str]):
 
     def _whole(self) -> frozenset[str]:
         whole = frozenset(self.base)
-        self.seen[(_WHOLE, whole)] = None
+        self.seen[(WHOLE_QUESTION, whole)] = None
         return whole
 
     def __iter__(self) -> Iterator[str]:
@@ -198,13 +198,12 @@ class MembershipTrace(Collection[str]):
         return len(self._whole())
 
 
-_WHOLE = object()  # the question "which set is it?" (the build iterated it)
-WHOLE_QUESTION = _WHOLE
+WHOLE_QUESTION = object()  # the question "which set is it?" (the build iterated it)
 
 
 def _answers_alike(seen: tuple[tuple[object, object], ...], keep: Collection[str]) -> bool:
     for item, answer in seen:
-        if item is _WHOLE:
+        if item is WHOLE_QUESTION:
             if frozenset(keep) != answer:
                 return False
         elif (item in keep) != answer:
