@@ -57,7 +57,7 @@ def _safe_truth(cond: str, env: Env) -> object:
 
 
 @functools.lru_cache(maxsize=16384)
-def _sorted_reads(cond: str) -> tuple[str, ...] | None:
+def sorted_reads(cond: str) -> tuple[str, ...] | None:
     """The attributes ``cond`` reads, sorted (None when it cannot be read)."""
     try:
         return tuple(sorted(referenced_names(cond)))
@@ -70,7 +70,7 @@ def _guards_read(guards: tuple[tuple[str, bool], ...]) -> tuple[str, ...] | None
     """The attributes a write's guards read, sorted (None when one cannot be read)."""
     out: set[str] = set()
     for cond, _ in guards:
-        names = _sorted_reads(cond)
+        names = sorted_reads(cond)
         if names is None:
             return None
         out.update(names)
@@ -138,7 +138,7 @@ _SHAREABLE = (type(None), bool, int, float, str, bytes)
 
 def _truth(cond: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> object:
     """``evaluate(cond).truth``, memoised on the values of the attributes it reads."""
-    return _on_reads((cond,), _sorted_reads(cond), env, memo, lambda: _safe_truth(cond, env))
+    return _on_reads((cond,), sorted_reads(cond), env, memo, lambda: _safe_truth(cond, env))
 
 
 def _holds(
@@ -180,7 +180,7 @@ def _safe_value(text: str, env: Env) -> object:
 def _value(text: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> object:
     """``evaluate(text).value`` (UNKNOWN when outside the whitelist), memoised as
     :func:`_truth` is."""
-    return _on_reads(("=", text), _sorted_reads(text), env, memo, lambda: _safe_value(text, env))
+    return _on_reads(("=", text), sorted_reads(text), env, memo, lambda: _safe_value(text, env))
 
 
 def apply_earlier_writes(
@@ -210,8 +210,6 @@ def fold_earlier_writes(
     facts: Mapping[str, Value],
     names: Collection[str],
     memo: dict[tuple[Any, ...], object] | None = None,
-    *,
-    cache: bool = True,
 ) -> Fold:
     """What folding the writes that run before ``check`` does to ``attrs`` (left untouched):
     (the assignments in order, caveats, notes by attribute). The result is shared: read-only.
@@ -221,12 +219,11 @@ def fold_earlier_writes(
     its guards and values read (by value: a fold shows no fact's provenance), so it
     is memoised process-wide on them (bounded), one entry per way the facts answered
     those reads: a new GPU or model reuses every fold that never asked about it.
-    ``cache=False`` skips that table, for callers that memoise what they derive from
-    the fold themselves (a :class:`FactsTrace` for ``facts`` also skips it: the caller
-    records the reads).
+    A :class:`FactsTrace` for ``facts`` skips that table (the caller records the reads;
+    :mod:`service.engine.evaluate.fold_slice` memoises slices of the fold that way).
     """
     frozen = frozenset(names)
-    if not cache or isinstance(facts, FactsTrace):
+    if isinstance(facts, FactsTrace):
         return _fold(store, version, check, _overlay(attrs), facts, frozen, memo)
     deps = write_dependencies(store, version, check, frozen, frozenset(facts))
     key = (
@@ -351,6 +348,23 @@ def _fold(
     """The uncached fold: (assignments in order, caveats, notes); ``attrs`` is scratch space
     (assigned in place). Only the writes of ``names`` are reported (notes and caveats);
     the others are folded so that later writes read what ran before them."""
+    fact_names = facts.names() if isinstance(facts, FactsTrace) else frozenset(facts)
+    plan, _ = fold_plan(store, version, check, names, fact_names)
+    return fold_writes(version, check, plan, attrs, facts, names, memo)
+
+
+def fold_writes(
+    version: str,
+    check: Check,
+    plan: tuple[tuple[chain.Write, resolution.PreparedWrite], ...],
+    attrs: MutableMapping[str, Value],
+    facts: Mapping[str, Value],
+    names: Collection[str],
+    memo: dict[tuple[Any, ...], object] | None,
+) -> Fold:
+    """Fold the prepared writes of ``plan`` (in its order) into ``attrs`` (scratch space,
+    assigned in place): (assignments in order, caveats, notes), reporting the writes of
+    ``names`` only."""
     done: list[tuple[str, Value]] = []
 
     def assign(attr: str, value: Value) -> None:
@@ -359,8 +373,6 @@ def _fold(
 
     caveats: list[str] = []
     notes: dict[str, list[str]] = {}
-    fact_names = facts.names() if isinstance(facts, FactsTrace) else frozenset(facts)
-    plan, _ = fold_plan(store, version, check, names, fact_names)
     env = Env(attrs, facts)  # reads ``attrs`` as the assignments below change it
     for w, pw in plan:
         attr = w.attr

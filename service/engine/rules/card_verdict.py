@@ -105,27 +105,46 @@ def _when(card: Card, env: Env) -> tuple[object, list[Result]]:
 
 
 def judge_card(card: Card, env: Env, notes: list[str]) -> CardResult:
+    """The card's verdict under ``env``. ``notes`` (caveats about the inputs, such as
+    "`attr` may be changed at path:line when …") may grow while the card is evaluated;
+    the result keeps three, one about an unknown input first when the verdict is unknown
+    (its reason quotes that one)."""
+    result, undecided = _judge(card, env, notes)
+    lead = _lead_note(notes, result.unknowns) if undecided else None
+    result.notes = [*([lead] if lead else []), *(n for n in notes if n is not lead)][:3]
+    if lead:
+        result.reason += "; " + lead
+    return result
+
+
+def _lead_note(notes: list[str], unknowns: list[str]) -> str | None:
+    """The first note about one of ``unknowns`` (notes name their attribute first, in
+    backquotes), else the first note."""
+    heads = tuple(f"`{u}`" for u in unknowns)
+    return next((n for n in notes if n.startswith(heads)), notes[0] if notes else None)
+
+
+def _judge(card: Card, env: Env, notes: list[str]) -> tuple[CardResult, bool]:
+    """The verdict, and whether it is unknown because inputs were (its reason then
+    takes a note)."""
     try:
         req = evaluate(card.require, env)
         if req.truth is True:
-            return CardResult(card, "satisfied", "`require` holds", [], _inputs([req]), notes)
+            return CardResult(
+                card, "satisfied", "`require` holds", [], _inputs([req]), notes
+            ), False
         w, parts = _when(card, env)
     except UnsafeExpression as exc:
-        return CardResult(
-            card,
-            "unknown",
-            f"unknown because the card could not be evaluated: {exc.message}",
-            [card.id],
-            notes=notes,
-        )
+        why = f"unknown because the card could not be evaluated: {exc.message}"
+        return CardResult(card, "unknown", why, [card.id], notes=notes), False
     r = req.truth
     inputs = _inputs([*parts, req])
     if w is False:
-        return CardResult(card, "not_applicable", "`when` is false", [], inputs, notes)
+        return CardResult(card, "not_applicable", "`when` is false", [], inputs, notes), False
     if w is True and r is False:
         why = _describe(_inputs([req])) or _describe(inputs)
         reason = f"{card.message} — `require` is false" + (f" with {why}" if why else "")
-        return CardResult(card, "violated", reason, [], inputs, notes)
+        return CardResult(card, "violated", reason, [], inputs, notes), False
     when_unknowns = [n for p in parts if p.truth is UNKNOWN for n in p.unknowns]
     unknowns = list(dict.fromkeys([*when_unknowns, *(req.unknowns if r is UNKNOWN else ())]))
     names = ", ".join(unknowns[:6]) or "some inputs"
@@ -138,6 +157,4 @@ def judge_card(card: Card, env: Env, notes: list[str]) -> CardResult:
         else "`when` and `require`"
     )
     reason = f"unknown because {names} {verb} not known ({part} undecided)"
-    if notes:
-        reason += "; " + notes[0]
-    return CardResult(card, "unknown", reason, unknowns, inputs, notes)
+    return CardResult(card, "unknown", reason, unknowns, inputs, notes), True

@@ -18,13 +18,18 @@ The attribute environment is the release's own: defaults from its flag catalog
 (:func:`~service.engine.evaluate.path_condition.base_attrs`), then the user's flags
 parsed with that catalog (:func:`~service.engine.flags.parse.parse_argv`).
 For a *derived* card, the writes that run before its check in that release
-(``NEXTN`` -> ``EAGLE``, a default chosen from others) are folded in first with
-:func:`~service.engine.evaluate.path_condition.fold_earlier_writes`, exactly as the
-engine does for the check itself; curated cards speak about the flags as given.
+(``NEXTN`` -> ``EAGLE``, a default chosen from others) are folded into each attribute
+it reads, giving the values the engine's fold of the check gives them
+(:class:`~service.engine.evaluate.fold_slice.FoldedView`); curated cards speak about
+the flags as given.
 
 Speed: each card's verdict is memoised on the values (and provenance) of
 everything it depends on (the attributes its conditions read, plus those read
 by the guards and values of the writes folded in for it) and on the facts.
+On a miss, a verdict of another command is reused when the attributes and facts
+its evaluation actually read (:mod:`service.engine.rules.attr_reads`) are answered
+alike: ``when`` usually stops at its first false operand. The earlier writes are
+folded one attribute at a time, on first read (:mod:`service.engine.evaluate.fold_slice`).
 The cards of a release are indexed by those dependencies: the verdicts under
 the release's defaults are computed once per set of facts, and a command
 (another fix candidate) re-evaluates only the cards depending on an attribute
@@ -40,16 +45,17 @@ from typing import Any
 
 from kb.catalog_types import Catalog
 from kb.catalogs import load_catalog
-from kb.errors import UnsafeExpression
 from kb.rules.cards import Card
 from kb.store import Store
 from service.engine.answer import RuleVerdict
 from service.engine.cache import LRUCache, cached, facts_signature, release_key
-from service.engine.evaluate.path_condition import base_attrs, fold_earlier_writes, value_signature
+from service.engine.evaluate.fold_slice import FoldedView
+from service.engine.evaluate.path_condition import base_attrs, value_signature
 from service.engine.expr.interpreter import Env, Provenance, Value
-from service.engine.expr.overlay import Overlay
 from service.engine.expr.trace import FactsTrace, Reads, reads_match
 from service.engine.flags.parse import ParsedArgs, ParsedFlag, parse_argv
+from service.engine.rules.attr_reads import AttrReads, attrs_match
+from service.engine.rules.attr_reads import Reads as AttrReadsT
 from service.engine.rules.card_env import CARD_FUNCTIONS, facts_for
 from service.engine.rules.card_verdict import CardResult, Verdict, given_function, judge_card
 from service.engine.rules.release_cards import (
@@ -76,6 +82,12 @@ __all__ = [
 _memo: LRUCache[tuple[tuple[Reads, CardResult], ...]] = LRUCache("rules.card_verdicts", 100_000)
 #: per card and dependency values, this many verdicts are kept (one per way facts answered)
 _VARIANTS = 8
+# (release, card, typed spellings if it asks) -> verdicts, each with the attributes and facts
+# its evaluation read: a command that answers those reads alike gets the same verdict
+_by_reads: LRUCache[tuple[tuple[AttrReadsT, Reads, CardResult], ...]] = LRUCache(
+    "rules.card_verdicts_by_reads", 20_000
+)
+_READ_VARIANTS = 16
 # (release, cards, facts) -> card index -> its verdict for the release's defaults (filled
 # lazily, for the cards the commands checked so far leave at the defaults)
 _reference: LRUCache[dict[int, CardResult]] = LRUCache("rules.defaults_verdicts", 64)
@@ -224,27 +236,30 @@ def _evaluate(
         if hit is not None:
             out.append(hit)
             continue
-        trace = FactsTrace(facts, fact_sigs)
-        view: Mapping[str, Value] = attrs
-        notes: list[str] = []
-        if e.row is not None:
-            trace.provenance = False  # the fold's guards show no fact's origin
-            try:
-                # the card's verdict is memoised on the same inputs: no need to keep the fold
-                assigned, caveats, _ = fold_earlier_writes(
-                    store, release, e.row, attrs, trace, card.reads, guard_memo, cache=False
-                )
-            except UnsafeExpression as exc:  # a write's guard outside the whitelist
-                assigned, caveats = (), [f"earlier writes not folded in: {exc.message}"]
-            trace.provenance = True
-            final = dict(assigned)  # the last assignment of each attribute wins
-            changed = {k: v for k, v in final.items() if attrs.get(k) is not v}
-            if changed:
-                view = Overlay(attrs, changed)  # read-only overlay (no copy of ``attrs``)
-            notes = caveats[:3]
-        result = judge_card(card, Env(view, trace, functions), notes)
-        _memo.put(key, (*variants, (trace.snapshot(), result))[-_VARIANTS:])
-        out.append(result)
+        # another command's verdict, when these attributes and facts answer its reads alike
+        rkey_card = (rkey, card.id, card.when, card.require, key[-1])
+        seen = _by_reads.get(rkey_card) or ()
+        for attr_reads, fact_reads, result in seen:
+            if attrs_match(attr_reads, attrs, sigs) and reads_match(fact_reads, facts, fact_sigs):
+                _memo.put(key, (*variants, (fact_reads, result))[-_VARIANTS:])
+                out.append(result)
+                break
+        else:
+            trace = FactsTrace(facts, fact_sigs)
+            read = AttrReads(attrs)
+            view: Mapping[str, Value] = read
+            notes: list[str] = []
+            if e.row is not None:
+                # the earlier writes of each attribute the card reads, folded in on first read
+                view = FoldedView(store, release, e.row, card.reads, read, trace, guard_memo)
+                notes = view.caveats  # filled as the card is judged
+            result = judge_card(card, Env(view, trace, functions), notes)
+            fact_reads = trace.snapshot()
+            _memo.put(key, (*variants, (fact_reads, result))[-_VARIANTS:])
+            if not read.whole:
+                record = (read.snapshot(), fact_reads, result)
+                _by_reads.put(rkey_card, (*seen, record)[-_READ_VARIANTS:])
+            out.append(result)
     return out
 
 

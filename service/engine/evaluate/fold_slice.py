@@ -1,0 +1,261 @@
+"""The earlier writes folded on demand, one attribute at a time (a *slice* of the fold).
+
+:func:`~service.engine.evaluate.fold.fold_plan` orders every write that may decide the
+attributes a check reads. A rule card derived from that check reads only some of them
+before its verdict is settled (``when`` stops at its first false operand), so folding the
+whole plan computes values, and asks the facts questions, that the verdict never uses. A
+new GPU then misses a memoised verdict because of a write guard about the GPU that decides
+an attribute the card did not even read.
+
+The *slice* of one attribute is its writes in the plan and, transitively, the writes of
+every attribute their guards and values read. No write outside the slice reads or writes
+an attribute the slice reads, so folding the slice alone, in plan order, gives the
+attribute exactly the value the whole fold gives it. :class:`FoldedView` folds the slice of
+each attribute on its first read; :func:`fold_attr` memoises a slice's fold on the values
+of the attributes it reads and on the facts it asked about.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kb.code_types import Check
+from kb.errors import UnsafeExpression
+from kb.store import Store
+from service.engine.cache import LRUCache, release_key
+from service.engine.evaluate import chain, resolution
+from service.engine.evaluate.fold import fold_plan, fold_writes, sorted_reads
+from service.engine.evaluate.memo_keys import value_key
+from service.engine.expr.interpreter import Value
+from service.engine.expr.overlay import Overlay
+from service.engine.expr.trace import FactsTrace, Reads
+
+__all__ = ["FoldedView", "Slice", "fold_attr", "plan_slice"]
+
+Plan = tuple[tuple[chain.Write, resolution.PreparedWrite], ...]
+#: a slice's fold as kept: (assignments in order, caveats about its writes)
+SliceFold = tuple[tuple[tuple[str, Value], ...], tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Slice:
+    """The writes of a plan that decide one attribute (in plan order), every name they
+    read, the attribute included (sorted), and a number naming the writes as the fold
+    evaluates them: slices of other checks' plans with the same number fold alike.
+
+    Folding the slice decides every attribute in :attr:`decides` (the attribute and
+    those its writes read, transitively), each exactly as the whole fold would.
+    """
+
+    writes: Plan
+    reads: tuple[str, ...]
+    ident: int
+    decides: frozenset[str]
+
+
+# (id of the plan, attribute) -> (the plan, its slice); the plan is kept so that a reused
+# id cannot answer for another plan
+_SLICES: LRUCache[tuple[Plan, Slice]] = LRUCache("evaluation.fold_slices", 50_000)
+# (release, check, names, attribute, values the slice reads) -> its fold, per way the
+# facts answered the fold's questions
+_SLICE_FOLDS: LRUCache[tuple[tuple[Reads, SliceFold], ...]] = LRUCache(
+    "evaluation.fold_slice_results", 50_000
+)
+_VARIANTS = 8
+# (write, in the checking function?) per write of a slice -> its ident
+_IDENTS: dict[tuple[tuple[str, int, str, bool], ...], int] = {}
+_IDENTS_MAX = 100_000
+_next_ident = itertools.count()
+
+
+def _ident(check: Check, writes: Plan) -> int:
+    """The number of this sequence of writes, as ``check``'s fold evaluates them (a write
+    in the checking function itself skips its call-site guards)."""
+    shape = tuple(
+        (w.path, w.line, w.attr, w.function == check.function and w.path == check.path)
+        for w, _ in writes
+    )
+    found = _IDENTS.get(shape)
+    if found is None:
+        if len(_IDENTS) >= _IDENTS_MAX:  # numbers are never reused: old ones just go stale
+            _IDENTS.clear()
+        found = _IDENTS[shape] = next(_next_ident)
+    return found
+
+
+def _write_reads(pw: resolution.PreparedWrite) -> set[str]:
+    """Every name the write's value and guards (call-site guards included) read."""
+    out: set[str] = set()
+    for text in (pw.value or "", *(g for g, _ in pw.all_guards(False))):
+        names = sorted_reads(text) if text else None
+        out.update(names or ())
+    return out
+
+
+def plan_slice(check: Check, plan: Plan, attr: str) -> Slice:
+    """The slice of ``check``'s ``plan`` that decides ``attr`` (cached per plan object)."""
+    key = (id(plan), attr)
+    got = _SLICES.get(key)
+    if got is not None and got[0] is plan:
+        return got[1]
+    reads = [_write_reads(pw) for _, pw in plan]
+    written = {w.attr for w, _ in plan}
+    wanted = {attr}
+    grew = True
+    while grew:  # close ``wanted`` over the attributes its writes read
+        grew = False
+        for (w, _), names in zip(plan, reads, strict=True):
+            if w.attr in wanted:
+                new = (names & written) - wanted
+                if new:
+                    wanted |= new
+                    grew = True
+    keep = [i for i, (w, _) in enumerate(plan) if w.attr in wanted]
+    read: set[str] = {attr}
+    for i in keep:
+        read |= reads[i]
+    writes = tuple(plan[i] for i in keep)
+    found = Slice(writes, tuple(sorted(read)), _ident(check, writes), frozenset(wanted))
+    _SLICES.put(key, (plan, found))
+    return found
+
+
+def fold_attr(
+    store: Store,
+    version: str,
+    check: Check,
+    names: frozenset[str],
+    attr: str,
+    attrs: Mapping[str, Value],
+    trace: FactsTrace,
+    memo: dict[tuple[Any, ...], object] | None = None,
+) -> tuple[Slice, SliceFold]:
+    """The fold of ``attr``'s slice of the plan for ``names`` before ``check``: (the slice,
+    (its assignments in order, caveats about the writes of the slice)).
+    ``attrs`` is only read.
+
+    Memoised on the values of the names the slice reads and, per variant, on the fact
+    answers it rested on (facts read by value: a fold shows no fact's origin); those
+    answers join ``trace`` whether the fold is computed or reused.
+    """
+    plan, _ = fold_plan(store, version, check, names, trace.names())
+    piece = plan_slice(check, plan, attr)
+    key = (
+        release_key(store, version, "fold-slice"),
+        piece.ident,  # not the check: the slices of many checks' plans are the same writes
+        tuple(value_key(attrs.get(d)) for d in piece.reads),
+    )
+    variants = _SLICE_FOLDS.get(key) or ()
+    for reads, fold in variants:
+        if trace.answers_alike(reads):
+            trace.replay(reads)
+            return piece, fold
+    saved, provenance = trace.frame(), trace.provenance
+    trace.provenance = False
+    try:
+        # the plan's membership questions join this variant's reads: another set of fact
+        # names may make another plan under the same key
+        fold_plan(store, version, check, names, trace.names())
+        written = {w.attr for w, _ in piece.writes}
+        assigned, caveats, _ = fold_writes(
+            version, check, piece.writes, Overlay(attrs), trace, written, memo
+        )
+        # the same few caveat texts recur in every variant: one copy each
+        fold = (assigned, tuple(map(sys.intern, caveats)))
+    finally:
+        trace.provenance = provenance
+        reads = trace.merge(saved)
+    _SLICE_FOLDS.put(key, (*variants, (reads, fold))[-_VARIANTS:])
+    return piece, fold
+
+
+_UNSET = object()
+_ABSENT = object()
+
+
+class FoldedView(Mapping[str, Value]):
+    """``attrs`` as ``check`` sees them: each attribute of ``names`` has its earlier writes
+    folded in (:func:`fold_attr`) when first read, and so has every attribute that slice
+    decides (read later, it needs no fold of its own). The caveats about the attributes
+    read so far collect in :attr:`caveats`, in the order they were read."""
+
+    __slots__ = ("_args", "_attrs", "_done", "_memo", "_names", "_pending", "_trace", "caveats")
+
+    def __init__(
+        self,
+        store: Store,
+        version: str,
+        check: Check,
+        names: Collection[str],
+        attrs: Mapping[str, Value],
+        trace: FactsTrace,
+        memo: dict[tuple[Any, ...], object] | None = None,
+    ) -> None:
+        self._names = frozenset(names)
+        self._args = (store, version, check, self._names)
+        self._attrs = attrs
+        self._trace = trace
+        self._memo = memo
+        #: attribute -> its folded value (``_ABSENT``: no write assigns it)
+        self._done: dict[str, object] = {}
+        #: attribute -> caveats about it, reported on its first read
+        self._pending: dict[str, list[str]] = {}
+        self.caveats: list[str] = []
+
+    def _fold(self, key: str) -> None:
+        store, version, check, names = self._args
+        try:
+            piece, (assigned, caveats) = fold_attr(
+                store, version, check, names, key, self._attrs, self._trace, self._memo
+            )
+        except UnsafeExpression as exc:  # a write's guard outside the whitelist
+            self._done[key] = _ABSENT
+            self._pending[key] = [f"earlier writes not folded in: {exc.message}"]
+            return
+        final: dict[str, object] = dict.fromkeys(piece.decides, _ABSENT)
+        final.update(assigned)  # the last assignment wins
+        for attr, value in final.items():
+            if attr not in self._done:
+                self._done[attr] = value
+                heads = f"`{attr}` "
+                self._pending[attr] = [c for c in caveats if c.startswith(heads)]
+
+    def _folded(self, key: str) -> object:
+        """``key``'s folded value (``_ABSENT``: no write assigns it; ``_UNSET``: not folded,
+        ``key`` being no name of the check's)."""
+        if key not in self._done:
+            if key not in self._names:
+                return _UNSET
+            self._fold(key)
+        pending = self._pending.pop(key, None)
+        if pending:
+            self.caveats.extend(pending)
+        return self._done[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        got = self._folded(key)
+        if got is _ABSENT or got is _UNSET:
+            return self._attrs.get(key, default)
+        return got
+
+    def __getitem__(self, key: str) -> Value:
+        got = self.get(key, _UNSET)
+        if got is _UNSET:
+            raise KeyError(key)
+        return got  # type: ignore[no-any-return]
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, str):
+            return False
+        got = self._folded(key)
+        return (got is not _ABSENT and got is not _UNSET) or key in self._attrs
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._attrs.keys() | {k for k in self._names if k in self})
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)

@@ -1,0 +1,92 @@
+"""The attributes one card's evaluation read, so that its verdict can serve other commands.
+
+A rule card's dependencies (:func:`~service.engine.rules.release_cards.card_entry`) are
+every attribute its conditions, and the earlier writes folded in for them, *may* read. A
+fix candidate that changes one of them re-judges the card, although ``when`` usually
+stops at its first false operand and reads two or three. :class:`AttrReads` records what
+was actually read (value and provenance, or absence), and :func:`attrs_match` tells
+whether other attributes answer those reads alike: then the evaluation, which is
+deterministic in what it reads, gives the same verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from service.engine.evaluate.memo_keys import value_signature
+from service.engine.expr.interpreter import Value
+
+__all__ = ["AttrReads", "attrs_match"]
+
+#: (attribute, its signature) per read, in first-read order
+Reads = tuple[tuple[str, object], ...]
+
+
+#: equal read tuples, each stored once (a plain dict, emptied when full: entries are immutable)
+_INTERNED: dict[Reads, Reads] = {}
+_INTERNED_MAX = 50_000
+
+
+class AttrReads(Mapping[str, Value]):
+    """``base`` (read-only) recording the signature of each attribute read in :attr:`reads`.
+
+    Iterating or sizing the whole mapping sets :attr:`whole`: the evaluation then
+    depends on every attribute and its record must not be reused elsewhere.
+    """
+
+    __slots__ = ("base", "reads", "whole")
+
+    def __init__(self, base: Mapping[str, Value]) -> None:
+        self.base = base
+        self.reads: dict[str, object] = {}
+        self.whole = False
+
+    def _read(self, key: str) -> Value | None:
+        found = self.base.get(key)
+        if key not in self.reads:
+            self.reads[key] = value_signature(found)
+        return found
+
+    def get(self, key: str, default: Any = None) -> Any:
+        found = self._read(key)
+        return default if found is None else found
+
+    def __getitem__(self, key: str) -> Value:
+        found = self._read(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._read(key) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        self.whole = True
+        return iter(self.base)
+
+    def __len__(self) -> int:
+        self.whole = True
+        return len(self.base)
+
+    def snapshot(self) -> Reads:
+        """The reads so far, as one tuple shared with every equal one (a memo keeps many)."""
+        reads = tuple(self.reads.items())
+        found = _INTERNED.get(reads)
+        if found is None:
+            if len(_INTERNED) >= _INTERNED_MAX:
+                _INTERNED.clear()
+            found = _INTERNED[reads] = reads
+        return found
+
+
+def attrs_match(reads: Reads, attrs: Mapping[str, Value], sigs: dict[str, object]) -> bool:
+    """Do ``attrs`` answer every recorded read alike? (``sigs``: their signatures so far,
+    one cache per mapping.)"""
+    for key, sig in reads:
+        current = sigs.get(key)
+        if current is None:
+            current = sigs[key] = value_signature(attrs.get(key))
+        if current != sig:
+            return False
+    return True

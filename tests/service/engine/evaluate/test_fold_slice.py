@@ -1,0 +1,114 @@
+"""A slice of the fold gives each attribute exactly the value the whole fold gives it, reads
+fewer facts, and is reused under facts that answer its own questions alike."""
+
+from __future__ import annotations
+
+import pytest
+
+from kb.store import Store
+from service.engine.cache import clear_all
+from service.engine.evaluate import fold_slice
+from service.engine.evaluate.fold import fold_earlier_writes
+from service.engine.evaluate.fold_slice import FoldedView, plan_slice
+from service.engine.evaluate.memo_keys import value_signature
+from service.engine.expr.trace import FactsTrace
+from service.engine.rules.checker import facts_for, prepare_flags
+from service.engine.rules.release_cards import card_entry, cards_for
+
+COMMANDS = [
+    ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "NEXTN"],
+    ["--model-path", "/models/Qwen3-8B", "--attention-backend", "triton", "--page-size", "16"],
+    ["--model-path", "/models/m", "--enable-dp-attention", "--dp", "2", "--tp", "4"],
+]
+
+
+def _derived(store: Store, release: str, limit: int):
+    """Up to ``limit`` cards of ``release`` with earlier writes to fold, those reading the
+    most attributes first."""
+    entries = [card_entry(store, release, c) for c in cards_for(store, release)]
+    entries = [e for e in entries if e.row is not None]
+    entries.sort(key=lambda e: (-len(e.card.reads), e.card.id))
+    return entries[:limit]
+
+
+@pytest.mark.parametrize("release", ["0.5.11", "0.5.23"])
+def test_each_attribute_folds_to_what_the_whole_fold_gives(store: Store, release: str) -> None:
+    facts = facts_for("b200-x8", None, "/models/Kimi-K2.6")
+    clear_all()
+    compared = 0
+    for argv in COMMANDS:
+        attrs, _ = prepare_flags(store, release, argv)
+        for e in _derived(store, release, 60):
+            assigned, _, _ = fold_earlier_writes(store, release, e.row, attrs, facts, e.card.reads)
+            whole = dict(attrs)
+            whole.update(assigned)  # the last assignment wins
+            view = FoldedView(store, release, e.row, e.card.reads, attrs, FactsTrace(facts))
+            for attr in sorted(e.card.reads):
+                assert value_signature(view.get(attr)) == value_signature(whole.get(attr)), (
+                    e.card.id,
+                    attr,
+                )
+                assert (attr in view) == (attr in whole)
+                compared += 1
+    assert compared > 300
+
+
+def test_a_slice_is_closed_over_what_its_writes_read(store: Store) -> None:
+    """Every write of the plan that assigns a name the slice reads is in the slice."""
+    from service.engine.evaluate.fold import fold_plan
+
+    facts = facts_for("h100-x8", None, "/models/m")
+    checked = 0
+    for e in _derived(store, "0.5.23", 40):
+        plan, _ = fold_plan(store, "0.5.23", e.row, frozenset(e.card.reads), frozenset(facts))
+        for attr in e.card.reads:
+            piece = plan_slice(e.row, plan, attr)
+            inside = {id(p) for p in piece.writes}
+            assert plan_slice(e.row, plan, attr) is piece  # cached per plan
+            for p in plan:
+                if p[0].attr in piece.reads:
+                    assert id(p) in inside, (e.card.id, attr, p[0].citation)
+                    checked += 1
+            assert [p for p in plan if id(p) in inside] == list(piece.writes)  # plan order
+    assert checked > 0
+
+
+def _fold_all(store: Store, entries, attrs, facts) -> tuple[list[object], int]:
+    """Every card attribute's folded value (signature) under ``facts``, and the number of
+    fact questions asked."""
+    values: list[object] = []
+    asked = 0
+    for e in entries:
+        trace = FactsTrace(facts)
+        view = FoldedView(store, "0.5.23", e.row, e.card.reads, attrs, trace)
+        values += [value_signature(view.get(attr)) for attr in sorted(e.card.reads)]
+        asked += len(trace.reads)
+    return values, asked
+
+
+def test_a_folded_attribute_is_reused_across_facts_it_never_asked_about(
+    store: Store, monkeypatch
+) -> None:
+    """A slice's fold is memoised on the facts it read: under a second GPU of the same
+    generation most slices are reused, and the values equal a cold fold's."""
+    attrs, _ = prepare_flags(store, "0.5.23", COMMANDS[0])
+    entries = _derived(store, "0.5.23", 40)
+    folds = [0]
+    real = fold_slice.fold_writes
+
+    def counting(*args, **kwargs):
+        folds[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fold_slice, "fold_writes", counting)
+    first = facts_for("h100-x8", None, "/models/Kimi-K2.6")
+    second = facts_for("h200-x8", None, "/models/Kimi-K2.6")  # same generation, more memory
+    clear_all()
+    _fold_all(store, entries, attrs, first)
+    cold_first, folds[0] = folds[0], 0
+    reused, asked = _fold_all(store, entries, attrs, second)
+    recomputed, folds[0] = folds[0], 0
+    clear_all()
+    assert _fold_all(store, entries, attrs, second)[0] == reused
+    assert cold_first > 0 and folds[0] > recomputed  # a cold run recomputes every slice
+    assert asked > 0  # reused or not, the facts a fold rested on reach the caller's trace
