@@ -1,8 +1,9 @@
 """One rule card's verdict under an attribute environment (:func:`judge_card`).
 
 * ``violated``       ``when`` is true and ``require`` is false;
-* ``satisfied``      ``require`` is true (then ``when`` does not matter);
-* ``not_applicable`` ``when`` is false;
+* ``not_applicable`` ``when`` is false (``require`` is then not evaluated: a card that
+  does not apply reads nothing its ``require`` names);
+* ``satisfied``      ``when`` is not false and ``require`` is true;
 * ``unknown``        anything else; the reason names the unknown inputs.
 
 ``when`` is evaluated operand by operand, innermost guard first, stopping at the first false
@@ -128,19 +129,20 @@ def _judge(card: Card, env: Env, notes: list[str]) -> tuple[CardResult, bool]:
     """The verdict, and whether it is unknown because inputs were (its reason then
     takes a note)."""
     try:
+        w, parts = _when(card, env)
+        if w is False:
+            inputs = _inputs(parts)
+            return CardResult(card, "not_applicable", "`when` is false", [], inputs, notes), False
         req = evaluate(card.require, env)
         if req.truth is True:
             return CardResult(
                 card, "satisfied", "`require` holds", [], _inputs([req]), notes
             ), False
-        w, parts = _when(card, env)
     except UnsafeExpression as exc:
         why = f"unknown because the card could not be evaluated: {exc.message}"
         return CardResult(card, "unknown", why, [card.id], notes=notes), False
     r = req.truth
     inputs = _inputs([*parts, req])
-    if w is False:
-        return CardResult(card, "not_applicable", "`when` is false", [], inputs, notes), False
     if w is True and r is False:
         why = _describe(_inputs([req])) or _describe(inputs)
         reason = f"{card.message} — `require` is false" + (f" with {why}" if why else "")

@@ -5,8 +5,9 @@
 range contains ``release``:
 
 * ``violated``       ``when`` is true and ``require`` is false;
-* ``satisfied``      ``require`` is true (then ``when`` does not matter);
-* ``not_applicable`` ``when`` is false;
+* ``not_applicable`` ``when`` is false (``require`` is then not evaluated: a card that
+  does not apply reads nothing its ``require`` names);
+* ``satisfied``      ``when`` is not false and ``require`` is true;
 * ``unknown``        anything else; the reason names the unknown inputs.
 
 The cards of a release and their dependencies come from
