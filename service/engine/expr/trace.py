@@ -169,7 +169,7 @@ class FactsTrace(Mapping[str, Any]):
         """Record the membership answers a build memoised on them rested on (see
         :func:`~service.engine.cache.cached_on_members_seen`) as asked here."""
         for item, answer in seen:
-            asked = _WHOLE if item is WHOLE_QUESTION else (_MEMBER, item)
+            asked = _WHOLE if item is WHOLE_QUESTION else _question(_MEMBER, cast(str, item))
             self.reads.setdefault(asked, answer)
 
     def replay(self, reads: Reads) -> None:

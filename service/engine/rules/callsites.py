@@ -13,7 +13,9 @@ surface, its call sites with their guards (the ``calls`` rows ingest stored;
 condition: the OR over call sites of (the caller's own reach condition AND
 the site's guards), two levels deep. A function with no call site in the
 surface (a dispatcher step, a registered post-process pass) is taken as
-always reached. Local variables in the guards are replaced by the expressions
+always reached, unless it is registered for model architectures
+(``@_register_for("Qwen4ExpForConditionalGeneration")`` on a model override
+hook, :func:`arch_registrations`): then it runs for those only. Local variables in the guards are replaced by the expressions
 assigned to them earlier in the same function (:func:`local_map`), except
 the names kept as facts (``model_arch``).
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +36,7 @@ from service.engine.evaluate.path_condition import substitute
 
 __all__ = [
     "FACT_LOCALS",
+    "arch_registrations",
     "Site",
     "call_index",
     "guard_text",
@@ -185,7 +189,9 @@ def reach_condition(store: Store, version: str, qualname: str, depth: int = 0) -
 def _reach(store: Store, version: str, qualname: str, depth: int) -> str | None:
     name = qualname.rsplit(".", 1)[-1]
     sites = call_index(store, version).get(name, [])
-    if not sites or len(sites) > MAX_SITES or depth >= MAX_DEPTH:
+    if not sites:
+        return _registered_reach(store, version, name)
+    if len(sites) > MAX_SITES or depth >= MAX_DEPTH:
         return None
     alts: list[str] = []
     for s in sites:
@@ -203,3 +209,37 @@ def _reach(store: Store, version: str, qualname: str, depth: int) -> str | None:
         alts.append(" and ".join(parts))
     unique = list(dict.fromkeys(alts))
     return unique[0] if len(unique) == 1 else " or ".join(f"({a})" for a in unique)
+
+
+#: a registry key that names a model architecture (``DeepseekV3ForCausalLM``)
+_ARCH_KEY = re.compile(r"[A-Z][A-Za-z0-9_]*For[A-Z][A-Za-z0-9_]*")
+
+
+def arch_registrations(store: Store, version: str) -> dict[str, tuple[str, ...]]:
+    """Function name -> the model architectures it is registered for, over the validation
+    surface's registrations whose keys all name architectures (``@_register_for(
+    "Qwen4ExpForConditionalGeneration")`` on a model override hook), cached per release."""
+
+    def build() -> dict[str, tuple[str, ...]]:
+        out: dict[str, list[str]] = {}
+        rows = store.query(
+            "SELECT path, keys, target FROM registrations WHERE release = ?", (version,)
+        )
+        for r in rows:
+            if not r["path"].startswith(VALIDATION_PREFIXES) or not r["target"]:
+                continue
+            keys = json.loads(r["keys"] or "[]")
+            if keys and all(isinstance(k, str) and _ARCH_KEY.fullmatch(k) for k in keys):
+                out.setdefault(r["target"].rsplit(".", 1)[-1], []).extend(keys)
+        return {k: tuple(dict.fromkeys(v)) for k, v in out.items()}
+
+    return cached(release_key(store, version, "rules:arch_registrations"), build)
+
+
+def _registered_reach(store: Store, version: str, name: str) -> str | None:
+    """A function nothing in the surface calls but that is registered for model
+    architectures runs only for those: ``model_arch in (...)`` (None: always)."""
+    archs = arch_registrations(store, version).get(name)
+    if not archs:
+        return None
+    return f"model_arch in ({', '.join(repr(a) for a in archs)},)"

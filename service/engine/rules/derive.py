@@ -44,7 +44,7 @@ __all__ = [
     "version_range",
 ]
 
-DERIVATION_VERSION = "4"
+DERIVATION_VERSION = "5"
 _lock = threading.Lock()
 
 

@@ -106,6 +106,34 @@ def test_cross_file_call_site_guards(derived: list[Card]) -> None:
     assert card.require == "args.speculative_algorithm in ('EAGLE', 'DSPARK')"
 
 
+def test_a_hook_registered_for_architectures_runs_for_those_only(
+    store: Store, derived: list[Card]
+) -> None:
+    """0.5.23's model override hooks are dispatched by ``@_register_for("<arch>")``, not
+    called: a card derived from one is guarded by the architectures it is registered for,
+    so it cannot fire for another model."""
+    from service.engine.rules.callsites import arch_registrations, reach_condition
+    from service.engine.rules.checker import check, facts_for
+
+    archs = arch_registrations(store, "0.5.23")
+    assert archs["_qwen4_exp_overrides"] == ("Qwen4ExpForConditionalGeneration",)
+    assert all("For" in a for v in archs.values() for a in v)
+    reach = reach_condition(store, "0.5.23", "_qwen4_exp_overrides")
+    assert reach == "model_arch in ('Qwen4ExpForConditionalGeneration',)"
+    card = next(
+        c for c in derived if any("qwen4_exp.py:_qwen4_exp_overrides:39" in x for x in c.citations)
+    )
+    assert card.when.startswith(reach)
+    argv = ["--model-path", "/models/m", "--enable-unified-memory"]
+
+    def verdict(arch: str) -> str:
+        verdicts = check(argv, "0.5.23", facts_for("h100-x8", arch), store=store)
+        return next(v.verdict for v in verdicts if v.rule == card.id)
+
+    assert verdict("DeepseekV3ForCausalLM") == "not_applicable"
+    assert verdict("Qwen4ExpForConditionalGeneration") == "violated"
+
+
 def test_derived_cards_are_valid_cards(store: Store, derived: list[Card]) -> None:
     for c in derived[:: max(1, len(derived) // 60)]:
         assert schema_errors(c.model_dump(mode="json", by_alias=True, exclude_defaults=True)) == []
