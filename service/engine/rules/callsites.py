@@ -133,16 +133,67 @@ def _assignments(
     return cached(release_key(store, version, f"rules:assign:{path}:{start}"), build)
 
 
+def _unsettled(store: Store, version: str, path: str, start: int) -> list[tuple[int, str]]:
+    """(line, name) where a local of the function stops having one known value: a second
+    assignment when either is inside a branch or loop (which one ran is not known), an
+    augmented or item assignment, or a method call on it (``backends.discard(None)``).
+    Cached per function."""
+
+    def build() -> list[tuple[int, str]]:
+        rows = store.query(
+            "SELECT * FROM functions WHERE release = ? AND path = ? AND start_line = ?",
+            (version, path, start),
+        )
+        node = chain.function_ast(store, version, dict(rows[0])) if rows else None
+        if node is None or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return []
+        offset = rows[0]["start_line"] - 1
+        top = {id(stmt) for stmt in node.body}
+        seen: dict[str, bool] = {}  # name -> all its assignments so far are top-level
+        out: list[tuple[int, str]] = []
+        for sub in sorted(
+            (n for n in ast.walk(node) if isinstance(n, ast.stmt)), key=lambda n: n.lineno
+        ):
+            line = sub.lineno + offset
+            if isinstance(sub, ast.Assign):
+                for target in sub.targets:
+                    if isinstance(target, ast.Name):
+                        level = id(sub) in top
+                        if target.id in seen and not (seen[target.id] and level):
+                            out.append((line, target.id))
+                        seen[target.id] = seen.get(target.id, True) and level
+                    elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                        out.append((line, target.value.id))
+            elif isinstance(sub, ast.AugAssign) and isinstance(sub.target, ast.Name):
+                out.append((line, sub.target.id))
+            elif (
+                isinstance(sub, ast.Expr)
+                and isinstance(sub.value, ast.Call)
+                and isinstance(sub.value.func, ast.Attribute)
+                and isinstance(sub.value.func.value, ast.Name)
+            ):
+                out.append((line, sub.value.func.value.id))
+        return out
+
+    return cached(release_key(store, version, f"rules:unsettled:{path}:{start}"), build)
+
+
 def local_map(
     store: Store, version: str, path: str, fn_start: int | None, line: int
 ) -> dict[str, ast.expr]:
-    """Locals of the function starting at ``fn_start`` assigned before ``line`` (last wins)."""
+    """Locals of the function starting at ``fn_start`` assigned before ``line`` (last wins),
+    but not those whose value before ``line`` is not one expression (see :func:`_unsettled`):
+    they stay names, which the checker cannot read (the card is then undecided, not
+    wrong)."""
     if fn_start is None:
         return {}
     lines, items = _assignments(store, version, path, fn_start)
     out: dict[str, ast.expr] = {}
     for name, value in items[: bisect.bisect_left(lines, line)]:
         out[name] = value
+    for at, name in _unsettled(store, version, path, fn_start):
+        if at < line:
+            out.pop(name, None)
     return out
 
 
@@ -158,9 +209,13 @@ def with_locals(
     lines, items = _assignments(store, version, path, fn_start)
     pos = bisect.bisect_left(lines, line)
     names = {n for n, _ in items[:pos]} - FACT_LOCALS
+    gone = {n for at, n in _unsettled(store, version, path, fn_start) if at < line}
+    names -= gone
     if not names or not names.intersection(_IDENT.findall(condition)):
         return condition
-    key = release_key(store, version, f"rules:subst:{path}:{fn_start}:{pos}:{condition}")
+    key = release_key(
+        store, version, f"rules:subst:{path}:{fn_start}:{pos}:{sorted(gone)}:{condition}"
+    )
     return cached(
         key,
         lambda: substitute(condition, local_map(store, version, path, fn_start, line), FACT_LOCALS),

@@ -44,7 +44,7 @@ __all__ = [
     "version_range",
 ]
 
-DERIVATION_VERSION = "5"
+DERIVATION_VERSION = "6"
 _lock = threading.Lock()
 
 

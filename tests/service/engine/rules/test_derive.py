@@ -134,6 +134,34 @@ def test_a_hook_registered_for_architectures_runs_for_those_only(
     assert verdict("Qwen4ExpForConditionalGeneration") == "violated"
 
 
+def test_a_local_without_one_known_value_is_not_substituted(store: Store) -> None:
+    """0.5.23's ``handle_page_major_kv_layout`` assigns ``allowed_full`` in three branches and
+    calls ``backends.discard(None)`` before asserting ``backends <= allowed_full``: neither
+    local has one expression there, so neither is substituted (the card is undecided rather
+    than violated whenever a backend is not resolved yet). ``model_config``, assigned once at
+    the top level, still is."""
+    from service.engine.rules.callsites import local_map, with_locals
+
+    path = "sglang/srt/arg_groups/kv_cache_hook.py"
+    fn = next(
+        f
+        for f in store.query(
+            "SELECT start_line FROM functions WHERE release = ? AND path = ? AND name = ?",
+            ("0.5.23", path, "handle_page_major_kv_layout"),
+        )
+    )
+    check = next(
+        c
+        for c in store.checks("0.5.23", path=path, function="handle_page_major_kv_layout")
+        if c.condition == "backends <= allowed_full"
+    )
+    names = local_map(store, "0.5.23", path, fn["start_line"], check.start_line)
+    assert "model_config" in names
+    assert "backends" not in names and "allowed_full" not in names
+    text = with_locals(store, "0.5.23", path, fn["start_line"], check.start_line, check.condition)
+    assert text == "backends <= allowed_full"
+
+
 def test_derived_cards_are_valid_cards(store: Store, derived: list[Card]) -> None:
     for c in derived[:: max(1, len(derived) // 60)]:
         assert schema_errors(c.model_dump(mode="json", by_alias=True, exclude_defaults=True)) == []
