@@ -17,7 +17,7 @@ of the attributes it reads and on the facts it asked about.
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 import sys
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
@@ -44,8 +44,8 @@ SliceFold = tuple[tuple[tuple[str, Value], ...], tuple[str, ...]]
 @dataclass(frozen=True)
 class Slice:
     """The writes of a plan that decide one attribute (in plan order), every name they
-    read, the attribute included (sorted), and a number naming the writes as the fold
-    evaluates them: slices of other checks' plans with the same number fold alike.
+    read, the attribute included (sorted), and a digest of the writes as the fold
+    evaluates them: slices of other checks' plans with the same digest fold alike.
 
     Folding the slice decides every attribute in :attr:`decides` (the attribute and
     those its writes read, transitively), each exactly as the whole fold would.
@@ -53,7 +53,7 @@ class Slice:
 
     writes: Plan
     reads: tuple[str, ...]
-    ident: int
+    ident: bytes
     decides: frozenset[str]
 
 
@@ -66,25 +66,18 @@ _SLICE_FOLDS: LRUCache[tuple[tuple[Reads, SliceFold], ...]] = LRUCache(
     "evaluation.fold_slice_results", 50_000
 )
 _VARIANTS = 8
-# (write, in the checking function?) per write of a slice -> its ident
-_IDENTS: dict[tuple[tuple[str, int, str, bool], ...], int] = {}
-_IDENTS_MAX = 100_000
-_next_ident = itertools.count()
 
 
-def _ident(check: Check, writes: Plan) -> int:
-    """The number of this sequence of writes, as ``check``'s fold evaluates them (a write
-    in the checking function itself skips its call-site guards)."""
-    shape = tuple(
-        (w.path, w.line, w.attr, w.function == check.function and w.path == check.path)
-        for w, _ in writes
+def _ident(check: Check, writes: Plan) -> bytes:
+    """A digest of this sequence of writes as ``check``'s fold evaluates them (a write in
+    the checking function itself skips its call-site guards): equal for equal sequences."""
+    shape = repr(
+        [
+            (w.path, w.line, w.attr, w.function == check.function and w.path == check.path)
+            for w, _ in writes
+        ]
     )
-    found = _IDENTS.get(shape)
-    if found is None:
-        if len(_IDENTS) >= _IDENTS_MAX:  # numbers are never reused: old ones just go stale
-            _IDENTS.clear()
-        found = _IDENTS[shape] = next(_next_ident)
-    return found
+    return hashlib.blake2b(shape.encode(), digest_size=16).digest()
 
 
 def _write_reads(pw: resolution.PreparedWrite) -> set[str]:
