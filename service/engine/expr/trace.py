@@ -20,7 +20,7 @@ from typing import Any, TypeVar, cast
 
 from service.engine.cache import WHOLE_QUESTION
 
-__all__ = ["FactNames", "FactsTrace", "Reads", "fact_signature", "reads_match"]
+__all__ = ["FactNames", "FactsTrace", "Reads", "fact_signature", "interned", "reads_match"]
 
 #: (what was asked, its answer): (_VALUE or _FULL, key) -> the value's signature;
 #: (_MEMBER, key) -> present?; _WHOLE -> the key set
@@ -34,7 +34,7 @@ _INTERNED_MAX = 100_000
 T = TypeVar("T")
 
 
-def _intern(table: dict[T, T], item: T) -> T:
+def interned(table: dict[T, T], item: T) -> T:
     """The one object of ``table`` equal to ``item`` (``item`` itself the first time)."""
     found = table.get(item)
     if found is None:
@@ -53,7 +53,7 @@ _WHOLE = ("whole key set",)
 
 def _question(kind: str, key: str) -> tuple[str, str]:
     """``(kind, key)``, one object per question (memo tables keep them by the thousand)."""
-    return _intern(_QUESTIONS, (kind, key))
+    return interned(_QUESTIONS, (kind, key))
 
 
 def fact_signature(facts: Mapping[str, Any], key: str, provenance: bool = True) -> object:
@@ -150,7 +150,7 @@ class FactsTrace(Mapping[str, Any]):
 
     def snapshot(self) -> Reads:
         """The reads so far, as a tuple shared with every equal one (memo tables keep many)."""
-        return _intern(_INTERNED, tuple(self.reads.items()))
+        return interned(_INTERNED, tuple(self.reads.items()))
 
     def merge(self, saved: dict[object, object]) -> Reads:
         """End a :meth:`frame`: returns the reads made inside it and adds them to ``saved``,

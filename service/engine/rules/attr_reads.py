@@ -16,6 +16,7 @@ from typing import Any
 
 from service.engine.evaluate.memo_keys import value_signature
 from service.engine.expr.interpreter import Value
+from service.engine.expr.trace import interned
 
 __all__ = ["AttrReads", "attrs_match"]
 
@@ -23,9 +24,8 @@ __all__ = ["AttrReads", "attrs_match"]
 Reads = tuple[tuple[str, object], ...]
 
 
-#: equal read tuples, each stored once (a plain dict, emptied when full: entries are immutable)
+#: equal read tuples, each stored once (see :func:`~service.engine.expr.trace.interned`)
 _INTERNED: dict[Reads, Reads] = {}
-_INTERNED_MAX = 50_000
 
 
 class AttrReads(Mapping[str, Value]):
@@ -71,13 +71,7 @@ class AttrReads(Mapping[str, Value]):
 
     def snapshot(self) -> Reads:
         """The reads so far, as one tuple shared with every equal one (a memo keeps many)."""
-        reads = tuple(self.reads.items())
-        found = _INTERNED.get(reads)
-        if found is None:
-            if len(_INTERNED) >= _INTERNED_MAX:
-                _INTERNED.clear()
-            found = _INTERNED[reads] = reads
-        return found
+        return interned(_INTERNED, tuple(self.reads.items()))
 
 
 def attrs_match(reads: Reads, attrs: Mapping[str, Value], sigs: dict[str, object]) -> bool:
