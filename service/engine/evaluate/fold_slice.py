@@ -60,7 +60,7 @@ class Slice:
 # (id of the plan, attribute) -> (the plan, its slice); the plan is kept so that a reused
 # id cannot answer for another plan
 _SLICES: LRUCache[tuple[Plan, Slice]] = LRUCache("evaluation.fold_slices", 50_000)
-# (release, check, names, attribute, values the slice reads) -> its fold, per way the
+# (release, the slice's digest, values of the names it reads) -> its fold, per way the
 # facts answered the fold's questions
 _SLICE_FOLDS: LRUCache[tuple[tuple[Reads, SliceFold], ...]] = LRUCache(
     "evaluation.fold_slice_results", 50_000

@@ -15,9 +15,10 @@ the site's guards), two levels deep. A function with no call site in the
 surface (a dispatcher step, a registered post-process pass) is taken as
 always reached, unless it is registered for model architectures
 (``@_register_for("Qwen4ExpForConditionalGeneration")`` on a model override
-hook, :func:`arch_registrations`): then it runs for those only. Local variables in the guards are replaced by the expressions
-assigned to them earlier in the same function (:func:`local_map`), except
-the names kept as facts (``model_arch``).
+hook, :func:`arch_registrations`): then it runs for those only. Local
+variables in the guards are replaced by the expressions assigned to them
+earlier in the same function (:func:`local_map`), except the names kept as
+facts (``model_arch``) and those without one known value there.
 """
 
 from __future__ import annotations
@@ -136,8 +137,8 @@ def _assignments(
 def _unsettled(store: Store, version: str, path: str, start: int) -> list[tuple[int, str]]:
     """(line, name) where a local of the function stops having one known value: a second
     assignment when either is inside a branch or loop (which one ran is not known), an
-    augmented or item assignment, or a method call on it (``backends.discard(None)``).
-    Cached per function."""
+    augmented, annotated or item assignment, a loop or ``with`` target, or a method call on
+    it (``backends.discard(None)``). Cached per function."""
 
     def build() -> list[tuple[int, str]]:
         rows = store.query(
@@ -164,8 +165,16 @@ def _unsettled(store: Store, version: str, path: str, start: int) -> list[tuple[
                         seen[target.id] = seen.get(target.id, True) and level
                     elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
                         out.append((line, target.value.id))
-            elif isinstance(sub, ast.AugAssign) and isinstance(sub.target, ast.Name):
-                out.append((line, sub.target.id))
+            elif isinstance(sub, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+                out += [(line, n.id) for n in ast.walk(sub.target) if isinstance(n, ast.Name)]
+            elif isinstance(sub, (ast.With, ast.AsyncWith)):
+                out += [
+                    (line, n.id)
+                    for item in sub.items
+                    if item.optional_vars is not None
+                    for n in ast.walk(item.optional_vars)
+                    if isinstance(n, ast.Name)
+                ]
             elif (
                 isinstance(sub, ast.Expr)
                 and isinstance(sub.value, ast.Call)

@@ -44,7 +44,7 @@ __all__ = [
     "version_range",
 ]
 
-DERIVATION_VERSION = "6"
+DERIVATION_VERSION = "7"
 _lock = threading.Lock()
 
 
