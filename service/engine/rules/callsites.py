@@ -101,23 +101,30 @@ def call_index(store: Store, version: str) -> dict[str, list[Site]]:
 # ------------------------------------------------------------------------- locals
 
 
+def _function_node(
+    store: Store, version: str, path: str, start: int
+) -> tuple[chain.FunctionNode | None, int]:
+    """The parsed function starting at ``start`` (shared: not to be mutated) and the offset
+    of its lines in the file."""
+    rows = store.query(
+        "SELECT * FROM functions WHERE release = ? AND path = ? AND start_line = ?",
+        (version, path, start),
+    )
+    if not rows:
+        return None, 0
+    fn = dict(rows[0])
+    return chain.function_ast(store, version, fn), fn["start_line"] - 1
+
+
 def _assignments(
     store: Store, version: str, path: str, start: int
 ) -> tuple[list[int], list[tuple[str, ast.expr]]]:
     """Simple ``name = expr`` assignments of one function, by absolute line (cached)."""
 
     def build() -> tuple[list[int], list[tuple[str, ast.expr]]]:
-        rows = store.query(
-            "SELECT * FROM functions WHERE release = ? AND path = ? AND start_line = ?",
-            (version, path, start),
-        )
-        if not rows:
-            return [], []
-        fn = dict(rows[0])
-        node = chain.function_ast(store, version, fn)
+        node, offset = _function_node(store, version, path, start)
         if node is None:
             return [], []
-        offset = fn["start_line"] - 1
         found: list[tuple[int, str, ast.expr]] = []
         for sub in ast.walk(node):
             if (
@@ -141,14 +148,9 @@ def _unsettled(store: Store, version: str, path: str, start: int) -> list[tuple[
     it (``backends.discard(None)``). Cached per function."""
 
     def build() -> list[tuple[int, str]]:
-        rows = store.query(
-            "SELECT * FROM functions WHERE release = ? AND path = ? AND start_line = ?",
-            (version, path, start),
-        )
-        node = chain.function_ast(store, version, dict(rows[0])) if rows else None
-        if node is None or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        node, offset = _function_node(store, version, path, start)
+        if node is None:
             return []
-        offset = rows[0]["start_line"] - 1
         top = {id(stmt) for stmt in node.body}
         seen: dict[str, bool] = {}  # name -> all its assignments so far are top-level
         out: list[tuple[int, str]] = []
