@@ -64,7 +64,7 @@ def list_fixes(
     ]
     t = time.perf_counter()
     pairs = list(zip(verdicts, fixes, strict=True))  # before the re-ranking below
-    judged = rule_verdicts(ctx, fixes)
+    judged = rule_verdicts(ctx, fixes, keep=MAX_FIXES)
     del fixes[MAX_FIXES:]  # the best after the rule cards had their say
     pairs = [p for p in pairs if any(p[1] is f for f in fixes)]
     repaired = repair(ctx, pairs)
@@ -80,37 +80,70 @@ def list_fixes(
 
 
 def rule_verdicts(
-    ctx: CheckContext, fixes: list[FixOut], judged: dict[int, bool] | None = None
+    ctx: CheckContext,
+    fixes: list[FixOut],
+    judged: dict[int, bool] | None = None,
+    *,
+    keep: int | None = None,
 ) -> dict[int, bool]:
     """Put the rule cards' verdicts (in ``ctx``'s release, with its facts) on every fix not
     already in ``judged``; recommend the best fix that violates no error-severity card
     (re-ranking the clean ones first).
 
-    Returns ``judged`` (``id`` of each fix -> violates an error card), so that a later
-    call with more fixes judges only the new ones.
+    The order is: statically verified fixes before undecided ones, within each the fixes
+    that violate no error card first, then by rank. With ``keep``, only the first ``keep``
+    places of that order are wanted: fixes are judged in the order they could take them
+    and judging stops once those places are settled (the fixes not judged sort last, with
+    no verdicts). Returns ``judged`` (``id`` of each judged fix -> violates an error card),
+    so that a later call with more fixes judges only the new ones.
     """
-    from service.engine.rules.checker import check_fix
-
     bad: dict[int, bool] = dict(judged or {})
-    for f in fixes:
-        if id(f) in bad:
-            continue
-        verdicts, violates = check_fix(
-            ctx.store, ctx.release, f.argv, ctx.facts, facts_sig=ctx.facts_key
-        )
-        f.rule_verdicts = verdicts
-        bad[id(f)] = violates
-        if violates:
-            worst = next(
-                (v for v in verdicts if v.verdict == "violated" and v.severity == "error"), None
-            )
-            f.verdict += f"; violates rule {worst.rule}" if worst else "; violates a rule card"
-    # statically verified fixes stay ahead of undecided candidates (replay's to decide)
-    fixes.sort(key=lambda f: (f.fixes_check != "true", bad[id(f)], f.rank))
+    left = len(fixes) if keep is None else keep  # places still to settle
+    for group in _groups(fixes):
+        clean = 0
+        for f in group:
+            if clean >= left:
+                break  # the group's first clean fixes take the places left
+            if id(f) not in bad:
+                bad[id(f)] = _judge(ctx, f)
+            clean += not bad[id(f)]
+        left -= len(group)  # a fully judged group takes its size in places
+        if left <= 0 or clean >= left + len(group):
+            break
+
+    def order(f: FixOut) -> tuple[bool, bool, int]:
+        if id(f) not in bad:  # not judged: after every judged fix
+            return True, True, (1 << 30) + f.rank
+        return f.fixes_check != "true", bad[id(f)], f.rank
+
+    fixes.sort(key=order)
     for i, f in enumerate(fixes, start=1):
         f.rank = i
     for f in fixes:
-        if not bad[id(f)] and f.fixes_check == "true" and not f.trips:
+        if not bad.get(id(f), True) and f.fixes_check == "true" and not f.trips:
             f.recommended = True
             break
     return bad
+
+
+def _groups(fixes: list[FixOut]) -> list[list[FixOut]]:
+    """The statically verified fixes, then the others, each by rank."""
+    ranked = sorted(fixes, key=lambda f: f.rank)
+    verified = [f for f in ranked if f.fixes_check == "true"]
+    return [verified, [f for f in ranked if f.fixes_check != "true"]]
+
+
+def _judge(ctx: CheckContext, fix: FixOut) -> bool:
+    """Set ``fix``'s rule verdicts; whether it violates an error-severity card."""
+    from service.engine.rules.checker import check_fix
+
+    verdicts, violates = check_fix(
+        ctx.store, ctx.release, fix.argv, ctx.facts, facts_sig=ctx.facts_key
+    )
+    fix.rule_verdicts = verdicts
+    if violates:
+        worst = next(
+            (v for v in verdicts if v.verdict == "violated" and v.severity == "error"), None
+        )
+        fix.verdict += f"; violates rule {worst.rule}" if worst else "; violates a rule card"
+    return violates
