@@ -37,7 +37,7 @@ from service.engine.expr.interpreter import (
     referenced_names,
 )
 from service.engine.expr.overlay import Overlay
-from service.engine.expr.trace import FactNames, FactsTrace, Reads, reads_match
+from service.engine.expr.trace import FactNames, FactsTrace, Reads, member_reads, reads_match
 
 _MISSING = object()
 
@@ -313,11 +313,17 @@ def fold_plan(
     # the plan reads the fact keys only by membership (which locals and helper calls a
     # fact answers): other fact sets that answer alike share the plan
     if isinstance(fact_names, FactNames):  # traced: the plan's questions reach the trace
-        whole = frozenset(fact_names.trace.base)
-        plan, seen = cached(
-            (*key, "seen", hash(whole)), lambda: cached_on_members_seen(key, whole, build)
-        )
-        fact_names.trace.replay_members(seen)
+        whole = fact_names.trace.key_set()
+
+        def traced() -> tuple[
+            tuple[tuple[tuple[chain.Write, resolution.PreparedWrite], ...], tuple[str, ...]],
+            Reads,
+        ]:
+            plan, seen = cached_on_members_seen(key, whole, build)
+            return plan, member_reads(seen)
+
+        plan, asked = cached((*key, "seen", hash(whole)), traced)
+        fact_names.trace.replay(asked)
         return plan
     if not isinstance(fact_names, frozenset):
         return cached_on_members(key, fact_names, build)

@@ -126,6 +126,7 @@ def fold_attr(
     attrs: Mapping[str, Value],
     trace: FactsTrace,
     memo: dict[tuple[Any, ...], object] | None = None,
+    plan: Plan | None = None,
 ) -> tuple[Slice, SliceFold]:
     """The fold of ``attr``'s slice of the plan for ``names`` before ``check``: (the slice,
     (its assignments in order, caveats about the writes of the slice)).
@@ -133,9 +134,12 @@ def fold_attr(
 
     Memoised on the values of the names the slice reads and, per variant, on the fact
     answers it rested on (facts read by value: a fold shows no fact's origin); those
-    answers join ``trace`` whether the fold is computed or reused.
+    answers join ``trace`` whether the fold is computed or reused. ``plan``: the plan as
+    :func:`~service.engine.evaluate.fold.fold_plan` gave it for ``trace`` already (its
+    questions about the facts are then in ``trace``).
     """
-    plan, _ = fold_plan(store, version, check, names, trace.names())
+    if plan is None:
+        plan, _ = fold_plan(store, version, check, names, trace.names())
     piece = plan_slice(check, plan, attr)
     key = (
         release_key(store, version, "fold-slice"),
@@ -176,7 +180,17 @@ class FoldedView(Mapping[str, Value]):
     decides (read later, it needs no fold of its own). The caveats about the attributes
     read so far collect in :attr:`caveats`, in the order they were read."""
 
-    __slots__ = ("_args", "_attrs", "_done", "_memo", "_names", "_pending", "_trace", "caveats")
+    __slots__ = (
+        "_args",
+        "_attrs",
+        "_done",
+        "_memo",
+        "_names",
+        "_pending",
+        "_plan",
+        "_trace",
+        "caveats",
+    )
 
     def __init__(
         self,
@@ -197,13 +211,17 @@ class FoldedView(Mapping[str, Value]):
         self._done: dict[str, object] = {}
         #: attribute -> caveats about it, reported on its first read
         self._pending: dict[str, list[str]] = {}
+        #: the fold plan, asked once (its questions about the facts are in ``trace`` then)
+        self._plan: Plan | None = None
         self.caveats: list[str] = []
 
     def _fold(self, key: str) -> None:
         store, version, check, names = self._args
         try:
+            if self._plan is None:
+                self._plan = fold_plan(store, version, check, names, self._trace.names())[0]
             piece, (assigned, caveats) = fold_attr(
-                store, version, check, names, key, self._attrs, self._trace, self._memo
+                store, version, check, names, key, self._attrs, self._trace, self._memo, self._plan
             )
         except UnsafeExpression as exc:  # a write's guard outside the whitelist
             self._done[key] = _ABSENT

@@ -20,7 +20,15 @@ from typing import Any, TypeVar, cast
 
 from service.engine.cache import WHOLE_QUESTION
 
-__all__ = ["FactNames", "FactsTrace", "Reads", "fact_signature", "interned", "reads_match"]
+__all__ = [
+    "FactNames",
+    "FactsTrace",
+    "Reads",
+    "fact_signature",
+    "interned",
+    "member_reads",
+    "reads_match",
+]
 
 #: (what was asked, its answer): (_VALUE or _FULL, key) -> the value's signature;
 #: (_MEMBER, key) -> present?; _WHOLE -> the key set
@@ -49,6 +57,7 @@ _MEMBER = "in"
 _VALUE = "="
 _FULL = "=+"
 _WHOLE = ("whole key set",)
+_KEY_SET = ("key set",)  # a ``sigs`` entry: the facts' keys (never a recorded question)
 
 
 def _question(kind: str, key: str) -> tuple[str, str]:
@@ -165,12 +174,13 @@ class FactsTrace(Mapping[str, Any]):
         """Would these facts answer ``reads`` as recorded? (Not itself recorded.)"""
         return reads_match(reads, self.base, self._sigs)
 
-    def replay_members(self, seen: Iterable[tuple[object, object]]) -> None:
-        """Record the membership answers a build memoised on them rested on (see
-        :func:`~service.engine.cache.cached_on_members_seen`) as asked here."""
-        for item, answer in seen:
-            asked = _WHOLE if item is WHOLE_QUESTION else _question(_MEMBER, cast(str, item))
-            self.reads.setdefault(asked, answer)
+    def key_set(self) -> frozenset[str]:
+        """The facts' keys, not recorded as read (for cache keys of builds that record
+        their own questions); one set per shared ``sigs``."""
+        found = self._sigs.get(_KEY_SET)
+        if found is None:
+            found = self._sigs[_KEY_SET] = frozenset(self.base)
+        return cast(frozenset[str], found)
 
     def replay(self, reads: Reads) -> None:
         """Record ``reads`` (those of a memoised result now reused) as made here."""
@@ -194,6 +204,19 @@ class FactNames(Collection[str]):
 
     def __len__(self) -> int:
         return len(self.trace)
+
+
+def member_reads(seen: Iterable[tuple[object, object]]) -> Reads:
+    """The membership answers a build memoised on them rested on (see
+    :func:`~service.engine.cache.cached_on_members_seen`) as this trace's reads, for
+    :meth:`FactsTrace.replay` (convert once, replay often)."""
+    return interned(
+        _INTERNED,
+        tuple(
+            (_WHOLE if item is WHOLE_QUESTION else _question(_MEMBER, cast(str, item)), answer)
+            for item, answer in seen
+        ),
+    )
 
 
 def reads_match(reads: Reads, facts: Mapping[str, Any], sigs: dict[object, object]) -> bool:

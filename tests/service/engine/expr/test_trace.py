@@ -70,3 +70,21 @@ def test_equal_reads_are_stored_once() -> None:
         assert "model_arch" in t
     assert a.snapshot() is b.snapshot()
     assert a.snapshot()[0][0] is b.snapshot()[0][0]  # the questions too
+
+
+def test_membership_answers_of_a_build_replay_as_reads() -> None:
+    """What :func:`~service.engine.cache.cached_on_members_seen` returns (names asked, or
+    the whole set) becomes reads that other facts answer alike or not; taking the key set
+    for a cache key records nothing."""
+    from service.engine.cache import WHOLE_QUESTION
+    from service.engine.expr.trace import member_reads
+
+    facts = _facts(H100, 81920)
+    trace = FactsTrace(facts)
+    assert trace.key_set() == frozenset(facts) and trace.reads == {}
+    asked = member_reads([("gpu_mem", True), ("is_sm90_supported()", False)])
+    assert asked is member_reads([("gpu_mem", True), ("is_sm90_supported()", False)])
+    trace.replay(asked)
+    assert reads_match(trace.snapshot(), _facts(H200, 144384), {})
+    assert not reads_match(trace.snapshot(), {"model_arch": facts["model_arch"]}, {})
+    assert not reads_match(member_reads([(WHOLE_QUESTION, frozenset(facts))]), {}, {})
