@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from evals.scoring import METRICS
+from evals.scoring import METRICS, missed
 from evals.summary import EvalReport, SystemReport
 
 LABELS = {
@@ -80,10 +80,7 @@ def markdown(report: EvalReport) -> str:
                     + f" | {_fmt(agg.get('latency_p95_ms'))} |"
                 )
         misses = [
-            s
-            for s in eng.incidents
-            if s.error
-            or any(v is False or (isinstance(v, float) and v < 1.0) for v in s.metrics.values())
+            s for s in eng.incidents if s.error or any(missed(k, v) for k, v in s.metrics.items())
         ]
         if misses:
             lines += [
@@ -94,12 +91,8 @@ def markdown(report: EvalReport) -> str:
                 "|---|---|---|---|",
             ]
             for s in misses:
-                missed = ", ".join(
-                    LABELS[k]
-                    for k, v in s.metrics.items()
-                    if v is False or (isinstance(v, float) and v < 1.0)
-                )
-                lines.append(f"| {s.id} | {s.error or s.status} | {s.location or '–'} | {missed} |")
+                which = ", ".join(LABELS[k] for k, v in s.metrics.items() if missed(k, v))
+                lines.append(f"| {s.id} | {s.error or s.status} | {s.location or '–'} | {which} |")
     lines += variant_markdown(report)
     return "\n".join(lines) + "\n"
 

@@ -108,6 +108,16 @@ METRICS: tuple[str, ...] = (
     "upgrade_said",
     "not_flag_said",
 )
+#: metrics that are shares of a bad outcome: an incident misses them when they are True
+LOWER_IS_BETTER = frozenset({"no_fix"})
+
+
+def missed(metric: str, value: bool | float | None) -> bool:
+    """Did an incident miss ``metric`` with this ``value``? (None: not scored, no miss.)"""
+    if metric in LOWER_IS_BETTER:
+        return value is True or (isinstance(value, float) and value > 0.0)
+    return value is False or (isinstance(value, float) and value < 1.0)
+
 
 #: per-answer correctness for variants and the reliability table (see the module docstring)
 ROBUST_METRICS: tuple[str, ...] = ("location_ok", "fix_ok")
