@@ -25,7 +25,7 @@ from service.engine.evaluate.context import CheckContext
 from service.engine.fixes.model import Edit, Verdict
 from service.engine.fixes.propose import verify
 from service.engine.flags.edit import apply_edits
-from service.engine.rules.checker import baseline_violations, cards_for, check_fix
+from service.engine.rules.checker import cards_for, check_fix
 from service.engine.rules.lint import card_candidates
 
 #: Fixes (best first) that are tried, and extensions kept in all.
@@ -33,12 +33,13 @@ MAX_REPAIRED = 3
 MAX_KEPT = 2
 
 
-def _violated(fix: FixOut, background: frozenset[str]) -> list[str]:
-    """Error cards ``fix`` violates, but for those ``--model-path`` alone violates."""
+def _violated(fix: FixOut) -> list[str]:
+    """Error cards ``fix`` violates, but for those ``--model-path`` alone violates (marked
+    ``background`` by :func:`~service.engine.rules.checker.check_fix`)."""
     return [
         v.rule
         for v in fix.rule_verdicts
-        if v.verdict == "violated" and v.severity == "error" and v.rule not in background
+        if v.verdict == "violated" and v.severity == "error" and not v.background
     ]
 
 
@@ -67,12 +68,11 @@ def repair(ctx: CheckContext, pairs: list[tuple[Verdict, FixOut]]) -> list[tuple
     store, version, check, catalog = ctx.store, ctx.release, ctx.check, ctx.catalog
     argv, parsed, attrs, facts = ctx.argv, ctx.parsed, ctx.attrs, ctx.facts
     facts_sig = ctx.facts_key
-    background = baseline_violations(store, version, attrs, facts, facts_sig=facts_sig)
     cards = {c.id: c for c in cards_for(store, version)}
     seen = {v.edit.key() for v, _ in pairs}
     out: list[tuple[FixOut, Verdict]] = []
     for v, fix in sorted(pairs, key=lambda p: p[1].rank)[:MAX_REPAIRED]:
-        rules = _violated(fix, background)
+        rules = _violated(fix)
         if len(rules) != 1 or rules[0] not in cards or fix.fixes_check != "true" or fix.trips:
             continue
         card = cards[rules[0]]
