@@ -217,10 +217,19 @@ def earlier_writes(store: Store, version: str, attr: str, check: Check) -> list[
     )
 
 
+def _writing_refs(store: Store, version: str, attr: str) -> list[dict[str, Any]]:
+    """The refs that write, declare or return ``attr`` (cached per release and attribute:
+    the writes of every check share their rows; callers must not mutate them)."""
+    return cached(
+        release_key(store, version, f"writing-refs:{attr}"),
+        lambda: store.refs(version, attr, kinds=("write", "declare", "return_dict")),
+    )
+
+
 def _earlier_writes(store: Store, version: str, attr: str, check: Check) -> list[Write]:
     check_rank = rank_of(store, version, check.function)
     out: list[Write] = []
-    for ref in store.refs(version, attr, kinds=("write", "declare", "return_dict")):
+    for ref in _writing_refs(store, version, attr):
         if not ref["path"].startswith(VALIDATION_PATHS):
             continue
         rank = rank_of(store, version, ref["function"])
@@ -251,9 +260,10 @@ def _earlier_writes(store: Store, version: str, attr: str, check: Check) -> list
 def later_writes(store: Store, version: str, attr: str, check: Check) -> list[Write]:
     """Writes of ``attr`` at or after ``check`` in its own function (e.g. auto-chosen values)."""
     out: list[Write] = []
-    for ref in store.refs(version, attr, kinds=("write", "declare")):
+    for ref in _writing_refs(store, version, attr):
         if (
-            ref["function"] == check.function
+            ref["kind"] in ("write", "declare")
+            and ref["function"] == check.function
             and ref["path"] == check.path
             and ref["line"] > check.end_line
         ):

@@ -142,11 +142,23 @@ class _Index:
 _VALIDATION = "(path = 'sglang/srt/server_args.py' OR path LIKE 'sglang/srt/arg_groups/%')"
 
 
+def _validation_index(store: Store, release: str) -> _Index:
+    """Every check of ``release`` in the validation files (cached once per release: each
+    located validation check's index shares these rows)."""
+
+    def build() -> _Index:
+        rows = tuple(store.checks(release, where=_VALIDATION))
+        return _Index(rows, tuple(_key(r) for r in rows))
+
+    return cached(release_key(store, release, "check-history:validation"), build)
+
+
 def _index(store: Store, release: str, check: Check) -> _Index:
     """The checks of ``release`` that may be ``check``: in its file, in a function of its
     name, with its exact message source, or (for validation code) in ``server_args.py``
-    and the ``arg_groups`` hooks. A few indexed SQL lookups instead of the release's tens
-    of thousands of checks; cached per release content and check."""
+    and the ``arg_groups`` hooks, in file and line order. A few indexed SQL lookups
+    instead of the release's tens of thousands of checks; cached per release content and
+    check, the validation files' checks once per release."""
     fn = check.function or ""
     short = _short(fn)
     validation = check.path == "sglang/srt/server_args.py" or check.path.startswith(
@@ -154,9 +166,9 @@ def _index(store: Store, release: str, check: Check) -> _Index:
     )
 
     def build() -> _Index:
-        where = "path = ? OR function = ? OR function LIKE ? OR message = ?"
-        if validation:
-            where += f" OR {_VALIDATION}"
+        where = "(path = ? OR function = ? OR function LIKE ? OR message = ?)"
+        if validation:  # the rest are the validation files' checks, shared
+            where += f" AND NOT {_VALIDATION}"
         rows = tuple(
             store.checks(
                 release,
@@ -164,7 +176,15 @@ def _index(store: Store, release: str, check: Check) -> _Index:
                 params=(check.path, short, f"%.{short}", check.message or ""),
             )
         )
-        return _Index(rows, tuple(_key(r) for r in rows))
+        own = _Index(rows, tuple(_key(r) for r in rows))
+        if not validation:
+            return own
+        shared = _validation_index(store, release)
+        pairs = sorted(
+            zip((*shared.rows, *own.rows), (*shared.keys, *own.keys), strict=True),
+            key=lambda p: (p[0].path, p[0].start_line),
+        )
+        return _Index(tuple(r for r, _ in pairs), tuple(k for _, k in pairs))
 
     what = f"check-history:{check.path}:{fn}:{hash(check.message)}:{validation}"
     return cached(release_key(store, release, what), build)

@@ -178,3 +178,27 @@ def test_flag_history_names_the_release_that_removed_or_renamed_it(
             assert change.text in (hist.note or "")
         return
     pytest.skip("every flag of the oldest release is in every ingested release")
+
+
+def test_validation_checks_are_indexed_once_per_release(store: Store, ingested: list[str]) -> None:
+    """Two located validation checks look each other release up through one shared set of
+    rows, and each index holds what the single SQL query over both sets held, in order."""
+    from service.engine.locate.check_history import _VALIDATION, _index, _key
+
+    rel, other = ingested[-1], ingested[0]
+    located = store.checks(rel, where=_VALIDATION)
+    a = next(c for c in located if c.path == "sglang/srt/server_args.py")
+    b = next(c for c in located if c.function != a.function and c.message != a.message)
+    first, second = _index(store, other, a), _index(store, other, b)
+    shared = {id(r) for r in first.rows} & {id(r) for r in second.rows}
+    assert len(shared) == len(store.checks(other, where=_VALIDATION)) > 0
+    short = a.function.rsplit(".", 1)[-1]
+    expected = store.checks(
+        other,
+        where=f"path = ? OR function = ? OR function LIKE ? OR message = ? OR {_VALIDATION}",
+        params=(a.path, short, f"%.{short}", a.message or ""),
+    )
+    assert [(r.path, r.start_line, r.id) for r in first.rows] == [
+        (r.path, r.start_line, r.id) for r in expected
+    ]
+    assert list(first.keys) == [_key(r) for r in expected]
