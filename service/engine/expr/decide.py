@@ -16,7 +16,7 @@ import ast
 
 from kb.conditions import check_depth, to_node
 from service.engine.expr.interpreter import UNKNOWN, Env, Evaluator
-from service.engine.expr.values import kleene
+from service.engine.expr.values import kleene, undecided_ternary
 
 __all__ = ["decide", "decide_value"]
 
@@ -35,7 +35,9 @@ class _Deciding(Evaluator):
             test = self.struct(node.test, depth + 1, False)
             if test[1] is not UNKNOWN:
                 return self.struct(node.body if test[1] else node.orelse, depth + 1, False)
-            return super().struct(node, depth, collect)  # both branches decide it
+            body = self.struct(node.body, depth + 1, False)  # both branches decide it
+            orelse = self.struct(node.orelse, depth + 1, False)
+            return undecided_ternary(test, body, orelse)
         absorbing = isinstance(node.op, ast.Or)
         parts: list[tuple[object, object, frozenset[int]]] = []
         for operand in node.values:

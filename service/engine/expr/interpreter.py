@@ -68,6 +68,7 @@ from service.engine.expr.values import (
     opaque,
     size_ok_for_text,
     truth_value,
+    undecided_ternary,
 )
 from service.engine.expr.values import MAX_INT_BITS as MAX_INT_BITS
 from service.engine.expr.values import MAX_SIZE as MAX_SIZE
@@ -225,15 +226,7 @@ class Evaluator:
             orelse = self.struct(node.orelse, depth + 1, collect)
             if test[1] is not UNKNOWN:
                 return body if test[1] else orelse
-            if body[1] is UNKNOWN or orelse[1] is UNKNOWN or body[1] != orelse[1]:
-                blame = test[2] | body[2] | orelse[2]
-                return UNKNOWN, UNKNOWN, blame
-            same = not has_unknown(body[0]) and type(body[0]) is type(orelse[0])
-            try:
-                same = same and bool(body[0] == orelse[0])
-            except Exception:
-                same = False
-            return (body[0] if same else UNKNOWN), body[1], frozenset()
+            return undecided_ternary(test, body, orelse)
         if not collect:
             v = self.interp(node, depth)
             return v, truth_value(v), frozenset()

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 __all__ = [
     "BIG_FORMAT", "BUILTINS", "MAX_INT_BITS", "MAX_SIZE", "TYPES", "UNARY_OPS", "UNKNOWN",
     "VALUE_METHODS", "ArgsView", "apply_builtin", "apply_method", "binop", "bounded", "compare",
-    "has_unknown", "kleene", "opaque", "size_ok_for_text", "truth_value",
+    "has_unknown", "kleene", "opaque", "size_ok_for_text", "truth_value", "undecided_ternary",
 ]  # fmt: skip
 
 MAX_SIZE = 10_000  # elements/characters of any value the evaluator builds
@@ -121,6 +121,22 @@ def _walk_value(v: object, budget: int = MAX_SIZE * 4) -> tuple[int, bool]:
 
 def has_unknown(v: object) -> bool:
     return _walk_value(v)[1]
+
+
+Struct = tuple[object, object, frozenset[int]]  # (value, truth, blamed atoms)
+
+
+def undecided_ternary(test: Struct, body: Struct, orelse: Struct) -> Struct:
+    """A ternary whose test is unknown: decided (truth, and value when both are equal)
+    when its two branches agree; else unknown, blaming every part's atoms."""
+    if body[1] is UNKNOWN or orelse[1] is UNKNOWN or body[1] != orelse[1]:
+        return UNKNOWN, UNKNOWN, test[2] | body[2] | orelse[2]
+    same = not has_unknown(body[0]) and type(body[0]) is type(orelse[0])
+    try:
+        same = same and bool(body[0] == orelse[0])
+    except Exception:
+        same = False
+    return (body[0] if same else UNKNOWN), body[1], frozenset()
 
 
 def bounded(v: object) -> object:

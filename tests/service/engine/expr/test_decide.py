@@ -55,3 +55,24 @@ def test_operands_after_the_deciding_one_are_not_read() -> None:
 def test_every_operand_is_read_when_the_truth_stays_unknown() -> None:
     t, read = _traced("missing_fact() and is_sm100_supported()", {"is_sm100_supported()": True})
     assert t is UNKNOWN and read == {"missing_fact()", "is_sm100_supported()"}
+
+
+def test_an_unknown_ternary_reads_its_test_once() -> None:
+    """Both branches decide a ternary whose test is unknown; the test is not read again,
+    and the branches are read lazily too."""
+    reads: list[str] = []
+
+    class Counting(dict):  # type: ignore[type-arg]
+        def get(self, key, default=None):  # type: ignore[no-untyped-def]
+            reads.append(key)
+            return super().get(key, default)
+
+    attrs = Counting(tp_size=Value(2, FACT), dp_size=Value(UNKNOWN, FACT))
+    text = "(args.tp_size > 1 or args.pp_size > 1) if args.dp_size > 1 else args.tp_size == 2"
+    assert decide(text, Env(attrs)) is True
+    assert decide_value(text, Env(attrs)) is True
+    assert reads.count("dp_size") == 2 and "pp_size" not in reads  # once per call
+    reads.clear()
+    e = Env(attrs)
+    assert evaluate(text, e).truth is True and reads.count("dp_size") == 1
+    assert "pp_size" in reads  # evaluate reads every leaf, to show each atom

@@ -13,18 +13,10 @@ from service.engine.cache import facts_signature
 from service.engine.rules import checker
 from service.engine.rules.checker import facts_for
 from service.engine.triage.fix_list import rule_verdicts
+from tests.service.engine.rules.test_checker import SEED
 
 RELEASE = "0.5.11"
-BASE = [
-    "--model-path",
-    "/models/Kimi-K2.6",
-    "--tp",
-    "8",
-    "--speculative-algorithm",
-    "EAGLE3",
-    "--speculative-draft-model-path",
-    "/d",
-]
+BASE = SEED[:8]  # the seed case's command without --speculative-eagle-topk and draft tokens
 #: with these, 0.5.11's page-size card is violated (topk 4 on page size 16, see test_checker)
 VIOLATING = [
     "--speculative-eagle-topk",
