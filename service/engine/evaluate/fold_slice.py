@@ -190,6 +190,7 @@ class FoldedView(Mapping[str, Value]):
         "_plan",
         "_trace",
         "caveats",
+        "slices",
     )
 
     def __init__(
@@ -214,6 +215,8 @@ class FoldedView(Mapping[str, Value]):
         #: the fold plan, asked once (its questions about the facts are in ``trace`` then)
         self._plan: Plan | None = None
         self.caveats: list[str] = []
+        #: the slices folded so far: their writes are all the view evaluated
+        self.slices: list[Slice] = []
 
     def _fold(self, key: str) -> None:
         store, version, check, names = self._args
@@ -227,6 +230,7 @@ class FoldedView(Mapping[str, Value]):
             self._done[key] = _ABSENT
             self._pending[key] = [f"earlier writes not folded in: {exc.message}"]
             return
+        self.slices.append(piece)
         final: dict[str, object] = dict.fromkeys(piece.decides, _ABSENT)
         final.update(assigned)  # the last assignment wins
         for attr, value in final.items():

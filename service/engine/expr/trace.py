@@ -22,6 +22,7 @@ from service.engine.cache import WHOLE_QUESTION
 
 __all__ = [
     "FactNames",
+    "answered_absent",
     "FactsTrace",
     "Reads",
     "fact_signature",
@@ -232,3 +233,15 @@ def reads_match(reads: Reads, facts: Mapping[str, Any], sigs: dict[object, objec
 
 
 _UNSEEN = object()
+
+
+def answered_absent(reads: Reads, keys: Collection[str]) -> bool:
+    """Did every question of ``reads`` about a fact of ``keys`` find it absent? (A key
+    never asked about counts as absent; a read of the whole key set does not.)"""
+    for asked, answer in reads:
+        if asked is _WHOLE:
+            return False
+        kind, key = cast(tuple[str, str], asked)
+        if key in keys and (answer is True if kind == _MEMBER else answer != _ABSENT):
+            return False
+    return True

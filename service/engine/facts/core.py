@@ -297,10 +297,14 @@ def hardware_facts(
 
 
 def model_facts(model_arch: str, model: str | None = None) -> dict[str, Value]:
-    """``model_arch`` and the ``hf_config.architectures`` chains SGLang reads it from."""
+    """``model_arch`` and the ``hf_config.architectures`` chains SGLang reads it from.
+
+    The provenance says the architecture was guessed from the model's name but does not
+    quote the name: facts equal for two paths of one model keep rule-card verdicts
+    reusable across paths (:mod:`~service.engine.rules.value_classes`)."""
     guessed = model is not None and model_arch_for(model) == model_arch
     detail = (
-        f"model architecture {model_arch} (from model name {model})"
+        f"model architecture {model_arch} (guessed from the model's name)"
         if guessed
         else f"model architecture {model_arch} (declared)"
     )

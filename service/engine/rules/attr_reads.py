@@ -17,6 +17,7 @@ from typing import Any
 from service.engine.evaluate.memo_keys import value_signature
 from service.engine.expr.interpreter import Value
 from service.engine.expr.trace import interned
+from service.engine.rules.value_classes import CLASS_MARK, class_signature
 
 __all__ = ["AttrReads", "attrs_match"]
 
@@ -69,9 +70,16 @@ class AttrReads(Mapping[str, Value]):
         self.whole = True
         return len(self.base)
 
-    def snapshot(self) -> Reads:
-        """The reads so far, as one tuple shared with every equal one (a memo keeps many)."""
-        return interned(_INTERNED, tuple(self.reads.items()))
+    def snapshot(self, classed: frozenset[str] = frozenset()) -> Reads:
+        """The reads so far, as one tuple shared with every equal one (a memo keeps many).
+
+        A read of an attribute of ``classed`` is kept as its class (key
+        ``attr#class``, see :mod:`~service.engine.rules.value_classes`)."""
+        items = tuple(
+            (k + CLASS_MARK, class_signature(self.base, k)) if k in classed else (k, s)
+            for k, s in self.reads.items()
+        )
+        return interned(_INTERNED, items)
 
 
 def attrs_match(reads: Reads, attrs: Mapping[str, Value], sigs: dict[str, object]) -> bool:
@@ -80,7 +88,11 @@ def attrs_match(reads: Reads, attrs: Mapping[str, Value], sigs: dict[str, object
     for key, sig in reads:
         current = sigs.get(key)
         if current is None:
-            current = sigs[key] = value_signature(attrs.get(key))
+            if key.endswith(CLASS_MARK):
+                current = class_signature(attrs, key[: -len(CLASS_MARK)])
+            else:
+                current = value_signature(attrs.get(key))
+            sigs[key] = current
         if current != sig:
             return False
     return True

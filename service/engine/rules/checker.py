@@ -66,6 +66,13 @@ from service.engine.rules.release_cards import (
     current_derivation_key,
     release_plan,
 )
+from service.engine.rules.value_classes import (
+    Origin,
+    card_classed,
+    folds_classed,
+    origin_of,
+    rebased,
+)
 
 __all__ = [
     "CardResult",
@@ -85,7 +92,7 @@ _memo: LRUCache[tuple[tuple[Reads, CardResult], ...]] = LRUCache("rules.card_ver
 _VARIANTS = 8
 # (release, card, typed spellings if it asks) -> verdicts, each with the attributes and facts
 # its evaluation read: a command that answers those reads alike gets the same verdict
-_by_reads: LRUCache[tuple[tuple[AttrReadsT, Reads, CardResult], ...]] = LRUCache(
+_by_reads: LRUCache[tuple[tuple[AttrReadsT, Reads, CardResult, Origin], ...]] = LRUCache(
     "rules.card_verdicts_by_reads", 20_000
 )
 _READ_VARIANTS = 16
@@ -240,25 +247,36 @@ def _evaluate(
         # another command's verdict, when these attributes and facts answer its reads alike
         rkey_card = (rkey, card.id, card.when, card.require, key[-1])
         seen = _by_reads.get(rkey_card) or ()
-        for attr_reads, fact_reads, result in seen:
+        for attr_reads, fact_reads, result, origin in seen:
             if attrs_match(attr_reads, attrs, sigs) and reads_match(fact_reads, facts, fact_sigs):
-                _memo.put(key, (*variants, (fact_reads, result))[-_VARIANTS:])
-                out.append(result)
+                served = rebased(result, origin, attrs)
+                if served is None:  # its reason quotes another model path: judge afresh
+                    continue
+                _memo.put(key, (*variants, (fact_reads, served))[-_VARIANTS:])
+                out.append(served)
                 break
         else:
             trace = FactsTrace(facts, fact_sigs)
             read = AttrReads(attrs)
             view: Mapping[str, Value] = read
+            folded: FoldedView | None = None
             notes: list[str] = []
             if e.row is not None:
                 # the earlier writes of each attribute the card reads, folded in on first read
-                view = FoldedView(store, release, e.row, card.reads, read, trace, guard_memo)
-                notes = view.caveats  # filled as the card is judged
+                view = folded = FoldedView(
+                    store, release, e.row, card.reads, read, trace, guard_memo
+                )
+                notes = folded.caveats  # filled as the card is judged
             result = judge_card(card, Env(view, trace, functions), notes)
             fact_reads = trace.snapshot()
             _memo.put(key, (*variants, (fact_reads, result))[-_VARIANTS:])
             if not read.whole:
-                record = (read.snapshot(), fact_reads, result)
+                # a model path read only by its class serves every path of the class
+                classed = card_classed(card.when, card.require)
+                if classed and folded is not None and folded.slices:
+                    classed &= folds_classed(folded.slices, fact_reads)
+                origin = origin_of(read.reads, attrs) if classed else ()
+                record = (read.snapshot(classed), fact_reads, result, origin)
                 _by_reads.put(rkey_card, (*seen, record)[-_READ_VARIANTS:])
             out.append(result)
     return out
