@@ -10,7 +10,8 @@ for each, on the deterministic path (no LLM, no replay):
    then **unseen**: the same, each request a log the service has never seen (a
    new command line, :func:`unseen_bodies`, and rotated hardware facts), so no
    answer or facts-keyed cache can serve it: the deterministic path's cost on
-   a first sight (1-worker run only);
+   a first sight (1-worker run only); then **unseen_paths**, the same with the
+   model under a path never seen before (as nearly every real log has);
 3. **throughput**: a pool of concurrent clients (each with a kept-alive
    connection, renewed every :data:`RENEW_EVERY` requests so that the workers
    share the load; a minimal asyncio HTTP/1.1 client with requests encoded in
@@ -37,6 +38,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -71,13 +73,21 @@ UNSEEN_HARDWARE = [
 ]
 
 
-def unseen_bodies(bodies: list[dict], n: int) -> list[dict]:
+_MODEL_PATH = re.compile(r"(--model-path|--model)([ =])(\S+)")
+
+
+def unseen_bodies(bodies: list[dict], n: int, new_paths: bool = False) -> list[dict]:
     """``n`` request bodies, none equal to any other or to ``bodies``: body ``i`` is
     ``bodies[i % len]`` with its command line extended by flags that validation accepts
     everywhere but that make the command new (``--served-model-name bench-<i>``,
     ``--random-seed <i>``) and, when the body declares hardware, the next profile of
     :data:`UNSEEN_HARDWARE` (only profiles this KB knows). The command is sent as the
-    request's ``command`` field (it then overrides a command found in the log)."""
+    request's ``command`` field (it then overrides a command found in the log).
+
+    ``new_paths``: the model path also moves under a folder of its own
+    (``/srv/bench-<i>/`` + the path), as nearly every real log's path is new to the
+    service; the model stays the same (the known-model table matches a path's last two
+    components or its folder name)."""
     from evals.incidents import load_incidents
     from kb.hardware import PROFILES
 
@@ -88,6 +98,10 @@ def unseen_bodies(bodies: list[dict], n: int) -> list[dict]:
         body = dict(bodies[i % len(bodies)])
         base = body.get("command") or commands.get(body["log"]) or ""
         base = base if isinstance(base, str) else " ".join(base)
+        if new_paths:
+            base = _MODEL_PATH.sub(rf"\1\2/srv/bench-{i}/\3", base, count=1).replace(
+                f"/srv/bench-{i}//", f"/srv/bench-{i}/"
+            )
         body["command"] = f"{base} --served-model-name bench-{i} --random-seed {i}".strip()
         if body.get("hardware") and hardware:
             body["hardware"] = hardware[i % len(hardware)]
@@ -429,9 +443,10 @@ def run_workers(workers: int, bodies: list[dict], kb_dir: Path, args: argparse.N
         out["warmup_s"] = round(time.perf_counter() - t0, 1)
         phases = [("latency", bodies, args.latency_requests, 1)]
         if workers == 1 and args.unseen_requests:
-            phases.append(
-                ("unseen", unseen_bodies(bodies, args.unseen_requests), args.unseen_requests, 1)
-            )
+            n = args.unseen_requests
+            phases.append(("unseen", unseen_bodies(bodies, n), n, 1))
+            # the same with the model under a path never seen before, as in real logs
+            phases.append(("unseen_paths", unseen_bodies(bodies, n, new_paths=True), n, 1))
         phases.append(("throughput", bodies, args.requests, args.concurrency))
         for phase, sent, n, conc in phases:
             c0 = cpu_s(proc.pid)
@@ -451,12 +466,14 @@ def run_workers(workers: int, bodies: list[dict], kb_dir: Path, args: argparse.N
             "errors": lat["errors"] == 0 and thr["errors"] == 0,
             "rss_mb": out["rss"]["peak_rss_mb"] <= TARGETS["rss_mb"],
         }
-        if "unseen" in out:  # a log never seen before: the same latency targets
-            new = out["unseen"]
-            out["met"]["unseen_p50_ms"] = (
+        for phase in ("unseen", "unseen_paths"):  # never seen before: the same targets
+            if phase not in out:
+                continue
+            new = out[phase]
+            out["met"][f"{phase}_p50_ms"] = (
                 new["p50_ms"] is not None and new["p50_ms"] <= TARGETS["p50_ms"]
             )
-            out["met"]["unseen_p99_ms"] = (
+            out["met"][f"{phase}_p99_ms"] = (
                 new["p99_ms"] is not None and new["p99_ms"] <= TARGETS["p99_ms"]
             )
             out["met"]["errors"] = out["met"]["errors"] and new["errors"] == 0
@@ -475,6 +492,7 @@ def run_workers(workers: int, bodies: list[dict], kb_dir: Path, args: argparse.N
                 *out.get("warmup", []),
                 out.get("latency", {}),
                 out.get("unseen", {}),
+                out.get("unseen_paths", {}),
                 out.get("throughput", {}),
             ]
         ):

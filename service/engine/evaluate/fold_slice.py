@@ -30,9 +30,17 @@ from service.engine.cache import LRUCache, release_key
 from service.engine.evaluate import chain, resolution
 from service.engine.evaluate.fold import fold_plan, fold_writes, sorted_reads
 from service.engine.evaluate.memo_keys import value_key
-from service.engine.expr.interpreter import Value
+from service.engine.evaluate.path_classes import (
+    CLASSED,
+    Origin,
+    class_signature,
+    moved_paths,
+    origin_of,
+    writes_info,
+)
+from service.engine.expr.interpreter import Provenance, Value
 from service.engine.expr.overlay import Overlay
-from service.engine.expr.trace import FactsTrace, Reads
+from service.engine.expr.trace import FactsTrace, Reads, answered_absent
 
 __all__ = ["FoldedView", "Slice", "fold_attr", "plan_slice"]
 
@@ -60,9 +68,10 @@ class Slice:
 # (id of the plan, attribute) -> (the plan, its slice); the plan is kept so that a reused
 # id cannot answer for another plan
 _SLICES: LRUCache[tuple[Plan, Slice]] = LRUCache("evaluation.fold_slices", 50_000)
-# (release, the slice's digest, values of the names it reads) -> its fold, per way the
-# facts answered the fold's questions
-_SLICE_FOLDS: LRUCache[tuple[tuple[Reads, SliceFold], ...]] = LRUCache(
+# (release, the slice's digest, values of the names it reads, model paths by class when the
+# writes allow it) -> its fold, per way the facts answered the fold's questions, with the
+# paths it was made with
+_SLICE_FOLDS: LRUCache[tuple[tuple[Reads, SliceFold, Origin], ...]] = LRUCache(
     "evaluation.fold_slice_results", 50_000
 )
 _VARIANTS = 8
@@ -132,8 +141,10 @@ def fold_attr(
     (its assignments in order, caveats about the writes of the slice)).
     ``attrs`` is only read.
 
-    Memoised on the values of the names the slice reads and, per variant, on the fact
-    answers it rested on (facts read by value: a fold shows no fact's origin); those
+    Memoised on the values of the names the slice reads (the model paths by class when
+    the slice's writes use them only so, :mod:`~service.engine.evaluate.path_classes`: a
+    fold made for another path then has its assigned paths replaced) and, per variant, on
+    the fact answers it rested on (facts read by value: a fold shows no fact's origin); those
     answers join ``trace`` whether the fold is computed or reused. ``plan``: the plan as
     :func:`~service.engine.evaluate.fold.fold_plan` gave it for ``trace`` already (its
     questions about the facts are then in ``trace``).
@@ -141,16 +152,27 @@ def fold_attr(
     if plan is None:
         plan, _ = fold_plan(store, version, check, names, trace.names())
     piece = plan_slice(check, plan, attr)
+    # model paths by class when the slice's writes allow it (see path_classes)
+    by_class, absent = writes_info(piece.writes)
+    by_class = by_class and not CLASSED.isdisjoint(piece.reads)
     key = (
         release_key(store, version, "fold-slice"),
         piece.ident,  # not the check: the slices of many checks' plans are the same writes
-        tuple(value_key(attrs.get(d)) for d in piece.reads),
+        tuple(
+            class_signature(attrs, d, provenance=False)
+            if by_class and d in CLASSED
+            else value_key(attrs.get(d))
+            for d in piece.reads
+        ),
     )
     variants = _SLICE_FOLDS.get(key) or ()
-    for reads, fold in variants:
+    for reads, fold, origin in variants:
         if trace.answers_alike(reads):
+            served = _rebased(fold, origin, attrs)
+            if served is None:  # quotes another path where it cannot be replaced
+                continue
             trace.replay(reads)
-            return piece, fold
+            return piece, served
     saved, provenance = trace.frame(), trace.provenance
     trace.provenance = False
     try:
@@ -166,8 +188,35 @@ def fold_attr(
     finally:
         trace.provenance = provenance
         reads = trace.merge(saved)
-    _SLICE_FOLDS.put(key, (*variants, (reads, fold))[-_VARIANTS:])
+    if not by_class:
+        _SLICE_FOLDS.put(key, (*variants, (reads, fold, ()))[-_VARIANTS:])
+    elif answered_absent(reads, absent):  # else a path came from a fact: not kept
+        origin = origin_of(sorted(CLASSED), attrs)
+        _SLICE_FOLDS.put(key, (*variants, (reads, fold, origin))[-_VARIANTS:])
     return piece, fold
+
+
+def _rebased(fold: SliceFold, origin: Origin, attrs: Mapping[str, Value]) -> SliceFold | None:
+    """A fold made with the paths ``origin``, for the paths of ``attrs`` (of the same
+    classes): each path assigned is the one taking its place. ``None`` when a caveat or
+    another assignment quotes an old path."""
+    moved = moved_paths(origin, attrs)
+    if not moved:
+        return fold
+    assigned, caveats = fold
+    if any(old in c for old in moved for c in caveats):
+        return None
+    out: list[tuple[str, Value]] = []
+    for name, v in assigned:
+        detail = v.provenance.detail
+        if name in CLASSED and isinstance(v.value, str) and v.value in moved:
+            new = moved[v.value]
+            detail = detail.replace(repr(v.value), repr(new))
+            v = Value(new, Provenance(v.provenance.kind, detail))
+        if any(old in detail or old in repr(v.value) for old in moved):
+            return None
+        out.append((name, v))
+    return tuple(out), caveats
 
 
 _UNSET = object()

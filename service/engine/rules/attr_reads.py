@@ -15,11 +15,15 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from service.engine.evaluate.memo_keys import value_signature
+from service.engine.evaluate.path_classes import class_signature
 from service.engine.expr.interpreter import Value
 from service.engine.expr.trace import interned
-from service.engine.rules.value_classes import CLASS_MARK, class_signature
 
-__all__ = ["AttrReads", "attrs_match"]
+__all__ = ["CLASS_MARK", "AttrReads", "attrs_match"]
+
+#: suffix of a recorded read's key when the read is of the attribute's class
+#: (:mod:`~service.engine.evaluate.path_classes`)
+CLASS_MARK = "#class"
 
 #: (attribute, its signature) per read, in first-read order
 Reads = tuple[tuple[str, object], ...]

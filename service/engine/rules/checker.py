@@ -51,6 +51,7 @@ from kb.store import Store
 from service.engine.answer import RuleVerdict
 from service.engine.cache import LRUCache, cached, facts_signature, release_key
 from service.engine.evaluate.fold_slice import FoldedView
+from service.engine.evaluate.path_classes import Origin, origin_of
 from service.engine.evaluate.path_condition import base_attrs, value_signature
 from service.engine.expr.interpreter import Env, Provenance, Value
 from service.engine.expr.trace import FactsTrace, Reads, reads_match
@@ -66,13 +67,7 @@ from service.engine.rules.release_cards import (
     current_derivation_key,
     release_plan,
 )
-from service.engine.rules.value_classes import (
-    Origin,
-    card_classed,
-    folds_classed,
-    origin_of,
-    rebased,
-)
+from service.engine.rules.value_classes import card_classed, folds_classed, rebased
 
 __all__ = [
     "CardResult",

@@ -6,8 +6,10 @@ from __future__ import annotations
 from kb.rules.cards import Card
 from kb.store import Store
 from service.engine.cache import clear_all
+from service.engine.evaluate import fold_slice
 from service.engine.evaluate.chain import Write
 from service.engine.evaluate.fold_slice import Slice
+from service.engine.evaluate.path_classes import CLASSED, class_signature, uses_by_class
 from service.engine.evaluate.resolution import PreparedWrite
 from service.engine.expr.interpreter import Provenance, Value
 from service.engine.expr.trace import FactsTrace
@@ -15,14 +17,7 @@ from service.engine.rules import checker
 from service.engine.rules.attr_reads import AttrReads, attrs_match
 from service.engine.rules.card_verdict import CardResult
 from service.engine.rules.checker import evaluate_cards, facts_for, prepare_flags
-from service.engine.rules.value_classes import (
-    CLASSED,
-    card_classed,
-    class_signature,
-    folds_classed,
-    rebased,
-    uses_by_class,
-)
+from service.engine.rules.value_classes import card_classed, folds_classed, rebased
 
 
 def _path(value: object, flag: str = "--model-path") -> Value:
@@ -84,6 +79,9 @@ def test_only_uses_the_class_decides_keep_the_class() -> None:
     assert uses_by_class(["'a' if cfg.speculative_draft_model_path else 'b'"], condition=False)
     assert card_classed("not args.model_path.lower() in ['none', 'dummy']", "True") == CLASSED
     assert card_classed("args.model_path == 'x'", "True") == frozenset()
+    # a card helper computes from its argument
+    assert card_classed("attn_dp_enabled_of(args.model_path)", "True") == frozenset()
+    assert uses_by_class(["attn_dp_enabled_of(args.model_path)"])  # elsewhere: a fact
 
 
 def _slice(*writes: tuple[str, str, str]) -> Slice:
@@ -161,23 +159,28 @@ def test_rebased_shows_the_new_paths_and_refuses_a_text_quoting_an_old_one(
 
 def test_new_model_paths_reuse_verdicts_equal_to_fresh_ones(store: Store, monkeypatch) -> None:
     """Commands differing only in the model path: every verdict (reason, inputs, notes)
-    equals a fresh evaluation's, and the class judges fewer cards."""
+    equals a fresh evaluation's, and the classes judge fewer cards and fold fewer slices."""
     release = "0.5.23"
     facts = facts_for("h100-x8", None, "/models/Qwen3-8B")
     tail = ["--tp", "2", "--attention-backend", "triton", "--speculative-algorithm", "NEXTN"]
     paths = ["/models/Qwen3-8B", "/data/qwen3-8b-ft", "/ckpt/Qwen3-8B-v2", "dummy"]
-    judged = [0]
-    real = checker.judge_card
+    judged, folded = [0], [0]
+    real, real_fold = checker.judge_card, fold_slice.fold_writes
 
     def counting(*args):
         judged[0] += 1
         return real(*args)
 
+    def counting_folds(*args):
+        folded[0] += 1
+        return real_fold(*args)
+
     monkeypatch.setattr(checker, "judge_card", counting)
+    monkeypatch.setattr(fold_slice, "fold_writes", counting_folds)
 
     def run() -> list[list[tuple]]:
         clear_all()
-        judged[0] = 0
+        judged[0] = folded[0] = 0
         out = []
         for path in paths:
             attrs, parsed = prepare_flags(store, release, ["--model-path", path, *tail])
@@ -190,11 +193,13 @@ def test_new_model_paths_reuse_verdicts_equal_to_fresh_ones(store: Store, monkey
         return out
 
     classed = run()
-    with_classes = judged[0]
+    with_classes, folds_with_classes = judged[0], folded[0]
     # every verdict served to another path shows that path
     for path, verdicts in zip(paths, classed, strict=True):
         shown = {v for *_, inputs, _ in verdicts for n, v, _ in inputs if n == "model_path"}
         assert shown <= {path}
     monkeypatch.setattr(checker, "card_classed", lambda *args: frozenset())
+    monkeypatch.setattr(fold_slice, "writes_info", lambda *args: (False, frozenset()))
     assert run() == classed
     assert 0 < with_classes < judged[0]
+    assert 0 < folds_with_classes < folded[0]

@@ -1,0 +1,282 @@
+"""Path classes: the model paths of :data:`CLASSED` read by class, for memo keys that many
+paths share (used by the slice fold and by the rule cards, see
+:mod:`~service.engine.rules.value_classes`).
+
+A path's *class* is ``None``, ``""``, ``"none"``, ``"dummy"`` or any other text, plus which
+other paths of :data:`CLASSED` it equals. A text uses the paths *by class* when every read
+of one is:
+
+* ``<args>.model_path.lower() in / not in`` a literal collection of ``"none"`` /
+  ``"dummy"``;
+* ``<args>.model_path is / is not None``, or its truth (``if cfg.speculative_draft_model_path:``);
+* compared (``==``, ``!=``, ``in``, ``not in``) with another path of :data:`CLASSED`,
+  alone or in a literal tuple or list with ``None``;
+* an argument of a call to a plain function name that the interpreter does not compute
+  (not a builtin): such a call is a fact looked up by its *text*, whatever the value.
+
+A write (:func:`writes_info`) keeps the class when its guards and value use the paths by
+class and, if it assigns a path, its value is a copy of a path, ``None``, or a fact looked up
+by text (a call as above, or a local) that must then be absent: so a folded path is always
+a typed one, ``None`` or unknown, and the class decides every test made on it.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import threading
+from collections.abc import Collection, Iterable, Mapping
+
+from kb.conditions import DEFAULT_ARG_OBJECTS, norm_text, to_node
+from kb.errors import UnsafeExpression
+from service.engine.expr.interpreter import Value
+from service.engine.expr.values import BUILTINS
+
+__all__ = [
+    "CLASSED",
+    "Origin",
+    "WritesInfo",
+    "class_signature",
+    "moved_paths",
+    "origin_of",
+    "uses_by_class",
+    "writes_info",
+]
+
+#: the attributes read by class when the texts evaluated allow it
+CLASSED = frozenset({"model_path", "speculative_draft_model_path"})
+#: the raw values of the classed attributes a memo entry was made with
+Origin = tuple[tuple[str, object], ...]
+#: (do the writes keep the class?, the fact keys that must then be absent)
+WritesInfo = tuple[bool, frozenset[str]]
+_SPECIAL = frozenset({"none", "dummy"})
+#: calls the interpreter computes from their arguments' values
+_COMPUTED = frozenset({*BUILTINS, "getattr", "hasattr", "isinstance", "bool", "any", "all"})
+
+
+def _raw(v: Value | None) -> object:
+    return None if v is None else v.value
+
+
+def class_signature(attrs: Mapping[str, Value], name: str, provenance: bool = True) -> object:
+    """The memo view of the classed attribute ``name`` of ``attrs``: its class, how it was
+    given (the value spelled ``<v>`` in the provenance; left out when ``provenance`` is
+    False) and the other classed attributes equal to it; ``"?"`` when absent. A value of
+    another type than text or ``None`` is its own class."""
+    v = attrs.get(name)
+    if v is None:
+        return "?"
+    raw = v.value
+    if raw is None:
+        cls: object = None
+    elif isinstance(raw, str):
+        low = raw.lower()
+        cls = low if low in _SPECIAL or not raw else "*"  # "" is false, the rest true
+    else:
+        if not provenance:
+            return ("exact", repr(raw))
+        return ("exact", repr(raw), v.provenance.kind, v.provenance.detail)
+    same = tuple(o for o in sorted(CLASSED) if o != name and _raw(attrs.get(o)) == raw)
+    if not provenance:
+        return ("class", cls, same)
+    detail = v.provenance.detail
+    if isinstance(raw, str) and raw and detail:
+        detail = detail.replace(raw, "<v>")
+    return ("class", cls, v.provenance.kind, detail, same)
+
+
+def _classed_read(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr in CLASSED
+
+
+def _none(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _literal_specials(node: ast.expr) -> bool:
+    return isinstance(node, ast.List | ast.Tuple | ast.Set) and all(
+        isinstance(e, ast.Constant) and e.value in _SPECIAL for e in node.elts
+    )
+
+
+def _paths_or_none(node: ast.expr) -> bool:
+    """A classed read, or a literal tuple / list of classed reads and ``None``."""
+    if _classed_read(node):
+        return True
+    return isinstance(node, ast.List | ast.Tuple) and all(
+        _classed_read(e) or _none(e) for e in node.elts
+    )
+
+
+def _compares_paths(cmp: ast.Compare) -> bool:
+    """``a == b``, ``a != b``, ``a in (None, b)``, ``a not in (b, None)``: classed reads
+    only (and ``None`` inside the collection)."""
+    if len(cmp.ops) != 1 or not _classed_read(cmp.left):
+        return False
+    op, right = cmp.ops[0], cmp.comparators[0]
+    if isinstance(op, ast.Eq | ast.NotEq):
+        return _classed_read(right)
+    return isinstance(op, ast.In | ast.NotIn) and _paths_or_none(right)
+
+
+def _truth_only(node: ast.AST, parents: dict[int, ast.AST], root: ast.AST | None) -> bool:
+    """Is only ``node``'s truth used: it is the condition (``root``), the operand of a
+    ``not``, the test of a ternary, or an operand of an ``and`` / ``or`` itself used so?"""
+    if node is root:
+        return True
+    parent = parents.get(id(node))
+    if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
+        return True
+    if isinstance(parent, ast.IfExp):
+        return parent.test is node
+    return isinstance(parent, ast.BoolOp) and _truth_only(parent, parents, root)
+
+
+def _use_is_classed(
+    node: ast.Attribute,
+    parents: dict[int, ast.AST],
+    root: ast.AST | None,
+    computed: Collection[str],
+) -> bool:
+    """Is this read of a classed attribute one of the uses its class decides? (``root``:
+    the text's root when the text is a condition, else ``None``.)"""
+    if _truth_only(node, parents, root):
+        return True
+    parent = parents.get(id(node))
+    if isinstance(parent, ast.Attribute) and parent.attr == "lower":
+        call = parents.get(id(parent))
+        cmp = parents.get(id(call)) if isinstance(call, ast.Call) else None
+        return (
+            isinstance(call, ast.Call)
+            and call.func is parent
+            and not call.args
+            and not call.keywords
+            and isinstance(cmp, ast.Compare)
+            and cmp.left is call
+            and len(cmp.ops) == 1
+            and isinstance(cmp.ops[0], ast.In | ast.NotIn)
+            and _literal_specials(cmp.comparators[0])
+        )
+    if isinstance(parent, ast.List | ast.Tuple):
+        parent = parents.get(id(parent))  # inside ``in (None, path)``
+        return isinstance(parent, ast.Compare) and _compares_paths(parent)
+    if isinstance(parent, ast.Compare):
+        if _compares_paths(parent):
+            return True
+        return (
+            parent.left is node
+            and len(parent.ops) == 1
+            and isinstance(parent.ops[0], ast.Is | ast.IsNot)
+            and _none(parent.comparators[0])
+        )
+    if isinstance(parent, ast.Call):
+        return (
+            isinstance(parent.func, ast.Name)
+            and parent.func.id not in _COMPUTED
+            and parent.func.id not in computed
+            and any(a is node for a in parent.args)
+        )
+    return False
+
+
+@functools.lru_cache(maxsize=65536)
+def _text_uses_by_class(text: str, condition: bool, computed: frozenset[str]) -> bool:
+    if not any(a in text for a in CLASSED):
+        return True
+    try:
+        root = to_node(text, whitelist=False)
+    except (UnsafeExpression, SyntaxError, ValueError, RecursionError):
+        return False
+    parents: dict[int, ast.AST] = {}
+    for p in ast.walk(root):
+        for c in ast.iter_child_nodes(p):
+            parents[id(c)] = p
+    for n in ast.walk(root):
+        if isinstance(n, ast.Attribute) and n.attr in CLASSED:
+            if not _use_is_classed(n, parents, root if condition else None, computed):
+                return False
+        elif isinstance(n, ast.Name) and n.id in CLASSED:
+            return False  # a local of that name: its origin is not known here
+        elif isinstance(n, ast.Constant) and n.value in CLASSED:
+            return False  # getattr(args, "model_path") and the like
+    return True
+
+
+def uses_by_class(
+    texts: Iterable[str], condition: bool = True, computed: frozenset[str] = frozenset()
+) -> bool:
+    """Do ``texts`` use the classed attributes only in ways their classes decide?
+    ``condition``: the texts are conditions (only their truth is used), not values;
+    ``computed``: more function names the evaluation computes from their arguments."""
+    return all(_text_uses_by_class(t, condition, computed) for t in texts)
+
+
+# writes judged once per tuple object (kept, so a reused id cannot answer)
+_WRITES: dict[int, tuple[object, WritesInfo]] = {}
+_WRITES_CAP = 8192
+_lock = threading.Lock()
+
+
+def _path_value(text: str) -> tuple[bool, str | None]:
+    """(is the value a folded path may take decided by the classes?, the fact key it is
+    looked up under): a copy of a classed path, ``None``, a plain name (a local) or a call
+    of a plain function name the interpreter does not compute. The last two are facts
+    looked up by their text: absent, the value is unknown whatever the paths."""
+    try:
+        node = to_node(text, whitelist=False)
+    except (UnsafeExpression, SyntaxError, ValueError, RecursionError):
+        return False, None
+    if _classed_read(node) or _none(node):
+        return True, None
+    if isinstance(node, ast.Name) and node.id not in DEFAULT_ARG_OBJECTS:
+        return True, node.id  # a local the fold does not know: a fact by its name
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id not in _COMPUTED
+    ):
+        return True, norm_text(node, DEFAULT_ARG_OBJECTS)
+    return False, None
+
+
+def writes_info(writes: tuple[tuple[object, object], ...]) -> WritesInfo:
+    """Do these writes (``(chain.Write, PreparedWrite)`` pairs) keep the paths' classes,
+    and which facts must be absent for that (module docstring)? Cached per tuple object."""
+    with _lock:
+        got = _WRITES.get(id(writes))
+    if got is not None and got[0] is writes:
+        return got[1]
+    ok, absent = True, set()
+    for w, pw in writes:
+        value = getattr(pw, "value", None) or "None"
+        if getattr(w, "attr", None) in CLASSED:
+            fine, key = _path_value(value)
+        else:
+            fine, key = uses_by_class([value], False), None
+        if key is not None:
+            absent.add(key)
+        guards = pw.all_guards(False)  # type: ignore[attr-defined]
+        if not (fine and uses_by_class(g for g, _ in guards)):
+            ok = False
+            break
+    info = (ok, frozenset(absent))
+    with _lock:
+        if len(_WRITES) >= _WRITES_CAP:
+            _WRITES.clear()
+        _WRITES[id(writes)] = (writes, info)
+    return info
+
+
+def origin_of(reads: Iterable[str], attrs: Mapping[str, Value]) -> Origin:
+    """The raw values of the classed attributes among ``reads`` (for :func:`rebased`)."""
+    return tuple((k, _raw(attrs.get(k))) for k in reads if k in CLASSED)
+
+
+def moved_paths(origin: Origin, attrs: Mapping[str, Value]) -> dict[str, str]:
+    """Old path -> the path of ``attrs`` that takes its place (only those that differ)."""
+    moved: dict[str, str] = {}
+    for name, old in origin:
+        new = _raw(attrs.get(name))
+        if isinstance(old, str) and isinstance(new, str) and old and old != new:
+            moved[old] = new
+    return moved
