@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kb.code_types import Check
@@ -33,9 +33,11 @@ from service.engine.evaluate.memo_keys import value_key
 from service.engine.evaluate.path_classes import (
     CLASSED,
     Origin,
+    WritesInfo,
     class_signature,
     moved_paths,
     origin_of,
+    swapped,
     writes_info,
 )
 from service.engine.expr.interpreter import Provenance, Value
@@ -63,6 +65,12 @@ class Slice:
     reads: tuple[str, ...]
     ident: bytes
     decides: frozenset[str]
+    #: do the writes keep the model paths' classes, and which facts must then be absent
+    #: (:func:`~service.engine.evaluate.path_classes.writes_info`)
+    paths: WritesInfo = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "paths", writes_info(self.writes))
 
 
 # (id of the plan, attribute) -> (the plan, its slice); the plan is kept so that a reused
@@ -153,13 +161,13 @@ def fold_attr(
         plan, _ = fold_plan(store, version, check, names, trace.names())
     piece = plan_slice(check, plan, attr)
     # model paths by class when the slice's writes allow it (see path_classes)
-    by_class, absent = writes_info(piece.writes)
+    by_class, absent = piece.paths
     by_class = by_class and not CLASSED.isdisjoint(piece.reads)
     key = (
         release_key(store, version, "fold-slice"),
         piece.ident,  # not the check: the slices of many checks' plans are the same writes
         tuple(
-            class_signature(attrs, d, provenance=False)
+            class_signature(attrs, d, provenance=False, among=piece.reads)
             if by_class and d in CLASSED
             else value_key(attrs.get(d))
             for d in piece.reads
@@ -191,7 +199,7 @@ def fold_attr(
     if not by_class:
         _SLICE_FOLDS.put(key, (*variants, (reads, fold, ()))[-_VARIANTS:])
     elif answered_absent(reads, absent):  # else a path came from a fact: not kept
-        origin = origin_of(sorted(CLASSED), attrs)
+        origin = origin_of(piece.reads, attrs)
         _SLICE_FOLDS.put(key, (*variants, (reads, fold, origin))[-_VARIANTS:])
     return piece, fold
 
@@ -208,13 +216,13 @@ def _rebased(fold: SliceFold, origin: Origin, attrs: Mapping[str, Value]) -> Sli
         return None
     out: list[tuple[str, Value]] = []
     for name, v in assigned:
-        detail = v.provenance.detail
-        if name in CLASSED and isinstance(v.value, str) and v.value in moved:
-            new = moved[v.value]
-            detail = detail.replace(repr(v.value), repr(new))
-            v = Value(new, Provenance(v.provenance.kind, detail))
-        if any(old in detail or old in repr(v.value) for old in moved):
+        old = v.value if name in CLASSED and isinstance(v.value, str) else None
+        old = old if old in moved else None
+        detail = swapped(v.provenance.detail, old, moved)
+        if detail is None or (old is None and swapped(repr(v.value), None, moved) is None):
             return None
+        if old is not None:
+            v = Value(moved[old], Provenance(v.provenance.kind, detail))
         out.append((name, v))
     return tuple(out), caveats
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 import functools
-import threading
+import re
 from collections.abc import Collection, Iterable, Mapping
 
 from kb.conditions import DEFAULT_ARG_OBJECTS, norm_text, to_node
@@ -39,6 +39,7 @@ __all__ = [
     "class_signature",
     "moved_paths",
     "origin_of",
+    "swapped",
     "uses_by_class",
     "writes_info",
 ]
@@ -58,11 +59,16 @@ def _raw(v: Value | None) -> object:
     return None if v is None else v.value
 
 
-def class_signature(attrs: Mapping[str, Value], name: str, provenance: bool = True) -> object:
+def class_signature(
+    attrs: Mapping[str, Value],
+    name: str,
+    provenance: bool = True,
+    among: Collection[str] = CLASSED,
+) -> object:
     """The memo view of the classed attribute ``name`` of ``attrs``: its class, how it was
     given (the value spelled ``<v>`` in the provenance; left out when ``provenance`` is
-    False) and the other classed attributes equal to it; ``"?"`` when absent. A value of
-    another type than text or ``None`` is its own class."""
+    False) and the other classed attributes of ``among`` equal to it; ``"?"`` when absent.
+    A value of another type than text or ``None`` is its own class."""
     v = attrs.get(name)
     if v is None:
         return "?"
@@ -76,7 +82,9 @@ def class_signature(attrs: Mapping[str, Value], name: str, provenance: bool = Tr
         if not provenance:
             return ("exact", repr(raw))
         return ("exact", repr(raw), v.provenance.kind, v.provenance.detail)
-    same = tuple(o for o in sorted(CLASSED) if o != name and _raw(attrs.get(o)) == raw)
+    same = tuple(
+        o for o in sorted(CLASSED) if o != name and o in among and _raw(attrs.get(o)) == raw
+    )
     if not provenance:
         return ("class", cls, same)
     detail = v.provenance.detail
@@ -211,12 +219,6 @@ def uses_by_class(
     return all(_text_uses_by_class(t, condition, computed) for t in texts)
 
 
-# writes judged once per tuple object (kept, so a reused id cannot answer)
-_WRITES: dict[int, tuple[object, WritesInfo]] = {}
-_WRITES_CAP = 8192
-_lock = threading.Lock()
-
-
 def _path_value(text: str) -> tuple[bool, str | None]:
     """(is the value a folded path may take decided by the classes?, the fact key it is
     looked up under): a copy of a classed path, ``None``, a plain name (a local) or a call
@@ -241,11 +243,7 @@ def _path_value(text: str) -> tuple[bool, str | None]:
 
 def writes_info(writes: tuple[tuple[object, object], ...]) -> WritesInfo:
     """Do these writes (``(chain.Write, PreparedWrite)`` pairs) keep the paths' classes,
-    and which facts must be absent for that (module docstring)? Cached per tuple object."""
-    with _lock:
-        got = _WRITES.get(id(writes))
-    if got is not None and got[0] is writes:
-        return got[1]
+    and which facts must be absent for that (module docstring)?"""
     ok, absent = True, set()
     for w, pw in writes:
         value = getattr(pw, "value", None) or "None"
@@ -259,12 +257,7 @@ def writes_info(writes: tuple[tuple[object, object], ...]) -> WritesInfo:
         if not (fine and uses_by_class(g for g, _ in guards)):
             ok = False
             break
-    info = (ok, frozenset(absent))
-    with _lock:
-        if len(_WRITES) >= _WRITES_CAP:
-            _WRITES.clear()
-        _WRITES[id(writes)] = (writes, info)
-    return info
+    return ok, frozenset(absent)
 
 
 def origin_of(reads: Iterable[str], attrs: Mapping[str, Value]) -> Origin:
@@ -280,3 +273,21 @@ def moved_paths(origin: Origin, attrs: Mapping[str, Value]) -> dict[str, str]:
         if isinstance(old, str) and isinstance(new, str) and old and old != new:
             moved[old] = new
     return moved
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Can occurrences of ``a`` and ``b`` in one text share characters?"""
+    return a in b or b in a or any(a.endswith(b[:i]) or b.endswith(a[:i]) for i in range(1, len(b)))
+
+
+def swapped(text: str, old: str | None, moved: Mapping[str, str]) -> str | None:
+    """``text`` with each occurrence of the old path ``old`` (if any) replaced by the path
+    taking its place in ``moved``; ``None`` when ``text`` quotes any other old path of
+    ``moved`` (or old paths overlap, so that occurrences cannot be told apart)."""
+    olds = sorted(moved, key=len, reverse=True)
+    if any(_overlap(a, b) for i, a in enumerate(olds) for b in olds[i + 1 :]):
+        return None
+    found = re.findall("|".join(map(re.escape, olds)), text)
+    if any(f != old for f in found):
+        return None
+    return text.replace(old, moved[old]) if old and found else text

@@ -238,10 +238,14 @@ _UNSEEN = object()
 def answered_absent(reads: Reads, keys: Collection[str]) -> bool:
     """Did every question of ``reads`` about a fact of ``keys`` find it absent? (A key
     never asked about counts as absent; a read of the whole key set does not.)"""
+    if not keys:
+        return True
     for asked, answer in reads:
         if asked is _WHOLE:
             return False
-        kind, key = cast(tuple[str, str], asked)
-        if key in keys and (answer is True if kind == _MEMBER else answer != _ABSENT):
+        question: Any = asked  # (kind, key): no cast() in this loop, it is a call
+        if question[1] in keys and (
+            answer is True if question[0] == _MEMBER else answer != _ABSENT
+        ):
             return False
     return True

@@ -28,8 +28,8 @@ from service.engine.evaluate.path_classes import (
     CLASSED,
     Origin,
     moved_paths,
+    swapped,
     uses_by_class,
-    writes_info,
 )
 from service.engine.expr.interpreter import Value
 from service.engine.expr.trace import Reads, answered_absent
@@ -58,7 +58,7 @@ def folds_classed(slices: Iterable[Slice], fact_reads: Reads) -> frozenset[str]:
     evaluation's ``fact_reads``: a path assigned from a fact must have found none."""
     absent: set[str] = set()
     for piece in slices:
-        ok, keys = writes_info(piece.writes)
+        ok, keys = piece.paths
         if not ok:
             return frozenset()
         absent |= keys
@@ -78,14 +78,9 @@ def rebased(result: CardResult, origin: Origin, attrs: Mapping[str, Value]) -> C
         return None
     inputs: list[tuple[str, object, str]] = []
     for name, value, detail in result.inputs:
-        if name not in CLASSED:
-            if any(old in detail or old in repr(value) for old in moved):
-                return None
-            inputs.append((name, value, detail))
-            continue
-        if isinstance(value, str):
-            value = moved.get(value, value)
-        for old in sorted(moved, key=len, reverse=True):
-            detail = detail.replace(old, moved[old])
-        inputs.append((name, value, detail))
+        old = value if name in CLASSED and isinstance(value, str) and value in moved else None
+        shown = swapped(detail, old, moved)
+        if shown is None or (old is None and swapped(repr(value), None, moved) is None):
+            return None  # quotes an old path that does not take the new one's place
+        inputs.append((name, moved[old] if old is not None else value, shown))
     return replace(result, inputs=inputs)
