@@ -35,9 +35,9 @@ from service.engine.evaluate.path_classes import (
     Origin,
     WritesInfo,
     class_signature,
+    moved_entry,
     moved_paths,
     origin_of,
-    swapped,
     writes_info,
 )
 from service.engine.expr.interpreter import Provenance, Value
@@ -216,13 +216,11 @@ def _rebased(fold: SliceFold, origin: Origin, attrs: Mapping[str, Value]) -> Sli
         return None
     out: list[tuple[str, Value]] = []
     for name, v in assigned:
-        old = v.value if name in CLASSED and isinstance(v.value, str) else None
-        old = old if old in moved else None
-        detail = swapped(v.provenance.detail, old, moved)
-        if detail is None or (old is None and swapped(repr(v.value), None, moved) is None):
+        entry = moved_entry(name, v.value, v.provenance.detail, moved)
+        if entry is None:
             return None
-        if old is not None:
-            v = Value(moved[old], Provenance(v.provenance.kind, detail))
+        if entry[0] is not v.value or entry[1] != v.provenance.detail:
+            v = Value(entry[0], Provenance(v.provenance.kind, entry[1]))
         out.append((name, v))
     return tuple(out), caveats
 

@@ -37,6 +37,7 @@ __all__ = [
     "Origin",
     "WritesInfo",
     "class_signature",
+    "moved_entry",
     "moved_paths",
     "origin_of",
     "swapped",
@@ -50,6 +51,7 @@ CLASSED = frozenset({"model_path", "speculative_draft_model_path"})
 Origin = tuple[tuple[str, object], ...]
 #: (do the writes keep the class?, the fact keys that must then be absent)
 WritesInfo = tuple[bool, frozenset[str]]
+_ORDER = tuple(sorted(CLASSED))
 _SPECIAL = frozenset({"none", "dummy"})
 #: calls the interpreter computes from their arguments' values
 _COMPUTED = frozenset({*BUILTINS, "getattr", "hasattr", "isinstance", "bool", "any", "all"})
@@ -82,9 +84,7 @@ def class_signature(
         if not provenance:
             return ("exact", repr(raw))
         return ("exact", repr(raw), v.provenance.kind, v.provenance.detail)
-    same = tuple(
-        o for o in sorted(CLASSED) if o != name and o in among and _raw(attrs.get(o)) == raw
-    )
+    same = tuple(o for o in _ORDER if o != name and o in among and _raw(attrs.get(o)) == raw)
     if not provenance:
         return ("class", cls, same)
     detail = v.provenance.detail
@@ -291,3 +291,17 @@ def swapped(text: str, old: str | None, moved: Mapping[str, str]) -> str | None:
     if any(f != old for f in found):
         return None
     return text.replace(old, moved[old]) if old and found else text
+
+
+def moved_entry(
+    name: str, value: object, detail: str, moved: Mapping[str, str]
+) -> tuple[object, str] | None:
+    """A shown ``(value, detail)`` of attribute ``name``, made with the old paths of
+    ``moved``, for the new ones: a classed attribute holding an old path holds the path that
+    takes its place (and its detail says so); ``None`` when the entry quotes an old path
+    otherwise."""
+    old = value if name in CLASSED and isinstance(value, str) and value in moved else None
+    shown = swapped(detail, old, moved)
+    if shown is None or (old is None and swapped(repr(value), None, moved) is None):
+        return None
+    return (moved[old] if old is not None else value), shown

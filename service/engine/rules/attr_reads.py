@@ -79,10 +79,12 @@ class AttrReads(Mapping[str, Value]):
 
         A read of an attribute of ``classed`` is kept as its class (key
         ``attr#class``, see :mod:`~service.engine.rules.value_classes`)."""
-        items = tuple(
-            (k + CLASS_MARK, class_signature(self.base, k)) if k in classed else (k, s)
-            for k, s in self.reads.items()
-        )
+        items = tuple(self.reads.items())
+        if classed:
+            items = tuple(
+                (k + CLASS_MARK, class_signature(self.base, k)) if k in classed else (k, s)
+                for k, s in items
+            )
         return interned(_INTERNED, items)
 
 

@@ -27,8 +27,8 @@ from service.engine.evaluate.fold_slice import Slice
 from service.engine.evaluate.path_classes import (
     CLASSED,
     Origin,
+    moved_entry,
     moved_paths,
-    swapped,
     uses_by_class,
 )
 from service.engine.expr.interpreter import Value
@@ -78,9 +78,8 @@ def rebased(result: CardResult, origin: Origin, attrs: Mapping[str, Value]) -> C
         return None
     inputs: list[tuple[str, object, str]] = []
     for name, value, detail in result.inputs:
-        old = value if name in CLASSED and isinstance(value, str) and value in moved else None
-        shown = swapped(detail, old, moved)
-        if shown is None or (old is None and swapped(repr(value), None, moved) is None):
+        entry = moved_entry(name, value, detail, moved)
+        if entry is None:
             return None  # quotes an old path that does not take the new one's place
-        inputs.append((name, moved[old] if old is not None else value, shown))
+        inputs.append((name, *entry))
     return replace(result, inputs=inputs)
