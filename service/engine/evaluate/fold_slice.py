@@ -29,6 +29,7 @@ from kb.store import Store
 from service.engine.cache import LRUCache, release_key
 from service.engine.evaluate import chain, resolution
 from service.engine.evaluate.fold import fold_plan, fold_writes, sorted_reads
+from service.engine.evaluate.literal_classes import Tests, uses_of
 from service.engine.evaluate.memo_keys import value_key
 from service.engine.evaluate.path_classes import (
     CLASSED,
@@ -44,11 +45,13 @@ from service.engine.expr.interpreter import Provenance, Value
 from service.engine.expr.overlay import Overlay
 from service.engine.expr.trace import FactsTrace, Reads, answered_absent
 
-__all__ = ["FoldedView", "Slice", "fold_attr", "plan_slice"]
+__all__ = ["FoldedView", "Made", "Slice", "fold_attr", "plan_slice"]
 
 Plan = tuple[tuple[chain.Write, resolution.PreparedWrite], ...]
 #: a slice's fold as kept: (assignments in order, caveats about its writes)
 SliceFold = tuple[tuple[tuple[str, Value], ...], tuple[str, ...]]
+#: the folds made for one set of attributes and facts: slice digest -> (facts read, fold)
+Made = dict[bytes, tuple[Reads, SliceFold]]
 
 
 @dataclass(frozen=True)
@@ -68,9 +71,17 @@ class Slice:
     #: do the writes keep the model paths' classes, and which facts must then be absent
     #: (:func:`~service.engine.evaluate.path_classes.writes_info`)
     paths: WritesInfo = field(init=False, repr=False, compare=False)
+    #: how the writes' guards and values read each attribute they name: through tests
+    #: against literals, or otherwise (:func:`~service.engine.evaluate.literal_classes.uses_of`)
+    uses: Mapping[str, Tests | None] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "paths", writes_info(self.writes))
+        texts: dict[tuple[str, str | None], None] = {}
+        for w, pw in self.writes:
+            texts[(pw.value or "None", w.attr)] = None
+            texts.update(((g, None), None) for g, _ in pw.all_guards(False))
+        object.__setattr__(self, "uses", uses_of(texts))
 
 
 # (id of the plan, attribute) -> (the plan, its slice); the plan is kept so that a reused
@@ -144,6 +155,7 @@ def fold_attr(
     trace: FactsTrace,
     memo: dict[tuple[Any, ...], object] | None = None,
     plan: Plan | None = None,
+    made: Made | None = None,
 ) -> tuple[Slice, SliceFold]:
     """The fold of ``attr``'s slice of the plan for ``names`` before ``check``: (the slice,
     (its assignments in order, caveats about the writes of the slice)).
@@ -155,11 +167,37 @@ def fold_attr(
     the fact answers it rested on (facts read by value: a fold shows no fact's origin); those
     answers join ``trace`` whether the fold is computed or reused. ``plan``: the plan as
     :func:`~service.engine.evaluate.fold.fold_plan` gave it for ``trace`` already (its
-    questions about the facts are then in ``trace``).
+    questions about the facts are then in ``trace``). ``made``: the folds already made for
+    these same ``attrs`` and facts (by the slice's digest), reused without a key; filled.
     """
     if plan is None:
         plan, _ = fold_plan(store, version, check, names, trace.names())
     piece = plan_slice(check, plan, attr)
+    if made is not None:
+        done = made.get(piece.ident)
+        if done is not None:
+            for d in piece.reads:  # the reads a fold makes, for the caller's record
+                attrs.get(d)
+            trace.replay(done[0])
+            return piece, done[1]
+    piece, fold, reads = _fold_or_reuse(store, version, check, names, piece, attrs, trace, memo)
+    if made is not None:
+        made[piece.ident] = (reads, fold)
+    return piece, fold
+
+
+def _fold_or_reuse(
+    store: Store,
+    version: str,
+    check: Check,
+    names: frozenset[str],
+    piece: Slice,
+    attrs: Mapping[str, Value],
+    trace: FactsTrace,
+    memo: dict[tuple[Any, ...], object] | None,
+) -> tuple[Slice, SliceFold, Reads]:
+    """:func:`fold_attr` through its memo table: (the slice, its fold, the fact answers
+    it rested on)."""
     # model paths by class when the slice's writes allow it (see path_classes)
     by_class, absent = piece.paths
     by_class = by_class and not CLASSED.isdisjoint(piece.reads)
@@ -180,7 +218,7 @@ def fold_attr(
             if served is None:  # quotes another path where it cannot be replaced
                 continue
             trace.replay(reads)
-            return piece, served
+            return piece, served, reads
     saved, provenance = trace.frame(), trace.provenance
     trace.provenance = False
     try:
@@ -201,7 +239,7 @@ def fold_attr(
     elif answered_absent(reads, absent):  # else a path came from a fact: not kept
         origin = origin_of(piece.reads, attrs)
         _SLICE_FOLDS.put(key, (*variants, (reads, fold, origin))[-_VARIANTS:])
-    return piece, fold
+    return piece, fold, reads
 
 
 def _rebased(fold: SliceFold, origin: Origin, attrs: Mapping[str, Value]) -> SliceFold | None:
@@ -233,12 +271,15 @@ class FoldedView(Mapping[str, Value]):
     """``attrs`` as ``check`` sees them: each attribute of ``names`` has its earlier writes
     folded in (:func:`fold_attr`) when first read, and so has every attribute that slice
     decides (read later, it needs no fold of its own). The caveats about the attributes
-    read so far collect in :attr:`caveats`, in the order they were read."""
+    read so far collect in :attr:`caveats`, in the order they were read. Views of the same
+    ``attrs`` and facts (the cards judged for one command) may share ``made``, the slice
+    folds made so far."""
 
     __slots__ = (
         "_args",
         "_attrs",
         "_done",
+        "_made",
         "_memo",
         "_names",
         "_pending",
@@ -257,8 +298,10 @@ class FoldedView(Mapping[str, Value]):
         attrs: Mapping[str, Value],
         trace: FactsTrace,
         memo: dict[tuple[Any, ...], object] | None = None,
+        made: Made | None = None,
     ) -> None:
         self._names = frozenset(names)
+        self._made = made
         self._args = (store, version, check, self._names)
         self._attrs = attrs
         self._trace = trace
@@ -279,7 +322,16 @@ class FoldedView(Mapping[str, Value]):
             if self._plan is None:
                 self._plan = fold_plan(store, version, check, names, self._trace.names())[0]
             piece, (assigned, caveats) = fold_attr(
-                store, version, check, names, key, self._attrs, self._trace, self._memo, self._plan
+                store,
+                version,
+                check,
+                names,
+                key,
+                self._attrs,
+                self._trace,
+                self._memo,
+                self._plan,
+                self._made,
             )
         except UnsafeExpression as exc:  # a write's guard outside the whitelist
             self._done[key] = _ABSENT

@@ -29,6 +29,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 from kb.conditions import DEFAULT_ARG_OBJECTS, norm_text, to_node
 from kb.errors import UnsafeExpression
+from service.engine.evaluate.literal_classes import parents_of, truth_only
 from service.engine.expr.interpreter import Value
 from service.engine.expr.values import BUILTINS
 
@@ -127,19 +128,6 @@ def _compares_paths(cmp: ast.Compare) -> bool:
     return isinstance(op, ast.In | ast.NotIn) and _paths_or_none(right)
 
 
-def _truth_only(node: ast.AST, parents: dict[int, ast.AST], root: ast.AST | None) -> bool:
-    """Is only ``node``'s truth used: it is the condition (``root``), the operand of a
-    ``not``, the test of a ternary, or an operand of an ``and`` / ``or`` itself used so?"""
-    if node is root:
-        return True
-    parent = parents.get(id(node))
-    if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
-        return True
-    if isinstance(parent, ast.IfExp):
-        return parent.test is node
-    return isinstance(parent, ast.BoolOp) and _truth_only(parent, parents, root)
-
-
 def _use_is_classed(
     node: ast.Attribute,
     parents: dict[int, ast.AST],
@@ -148,7 +136,7 @@ def _use_is_classed(
 ) -> bool:
     """Is this read of a classed attribute one of the uses its class decides? (``root``:
     the text's root when the text is a condition, else ``None``.)"""
-    if _truth_only(node, parents, root):
+    if truth_only(node, parents, root):
         return True
     parent = parents.get(id(node))
     if isinstance(parent, ast.Attribute) and parent.attr == "lower":
@@ -195,10 +183,7 @@ def _text_uses_by_class(text: str, condition: bool, computed: frozenset[str]) ->
         root = to_node(text, whitelist=False)
     except (UnsafeExpression, SyntaxError, ValueError, RecursionError):
         return False
-    parents: dict[int, ast.AST] = {}
-    for p in ast.walk(root):
-        for c in ast.iter_child_nodes(p):
-            parents[id(c)] = p
+    parents = parents_of(root)
     for n in ast.walk(root):
         if isinstance(n, ast.Attribute) and n.attr in CLASSED:
             if not _use_is_classed(n, parents, root if condition else None, computed):

@@ -14,16 +14,32 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from service.engine.evaluate.literal_classes import Tests, answers_signature
 from service.engine.evaluate.memo_keys import value_signature
 from service.engine.evaluate.path_classes import class_signature
 from service.engine.expr.interpreter import Value
 from service.engine.expr.trace import interned
 
-__all__ = ["CLASS_MARK", "AttrReads", "attrs_match"]
+__all__ = ["CLASS_MARK", "TESTS_MARK", "AttrReads", "attrs_match"]
 
 #: suffix of a recorded read's key when the read is of the attribute's class
 #: (:mod:`~service.engine.evaluate.path_classes`)
 CLASS_MARK = "#class"
+#: infix of a recorded read's key when the read is of the answers to tests against
+#: literals (:mod:`~service.engine.evaluate.literal_classes`): ``attr#tests<n>``
+TESTS_MARK = "#tests"
+#: such a key -> (the attribute, its tests); one key per attribute and set of tests
+_TESTED: dict[str, tuple[str, Tests]] = {}
+_TEST_KEYS: dict[tuple[str, Tests], str] = {}
+
+
+def _tests_key(name: str, tests: Tests) -> str:
+    key = _TEST_KEYS.get((name, tests))
+    if key is None:
+        key = _TEST_KEYS[(name, tests)] = f"{name}{TESTS_MARK}{len(_TEST_KEYS)}"
+        _TESTED[key] = (name, tests)
+    return key
+
 
 #: (attribute, its signature) per read, in first-read order
 Reads = tuple[tuple[str, object], ...]
@@ -74,15 +90,23 @@ class AttrReads(Mapping[str, Value]):
         self.whole = True
         return len(self.base)
 
-    def snapshot(self, classed: frozenset[str] = frozenset()) -> Reads:
-        """The reads so far, as one tuple shared with every equal one (a memo keeps many).
+    def snapshot(
+        self, classed: frozenset[str] = frozenset(), tested: Mapping[str, Tests] | None = None
+    ) -> Reads:
+        """The reads so far, as one tuple shared with every equal one (a memo keys many).
 
-        A read of an attribute of ``classed`` is kept as its class (key
-        ``attr#class``, see :mod:`~service.engine.rules.value_classes`)."""
+        A read of an attribute of ``classed`` is kept as its class (key ``attr#class``),
+        one of ``tested`` as the answers to its tests (key ``attr#tests<n>``; see
+        :mod:`~service.engine.rules.value_classes`)."""
         items = tuple(self.reads.items())
-        if classed:
+        if classed or tested:
+            tested = tested or {}
             items = tuple(
-                (k + CLASS_MARK, class_signature(self.base, k)) if k in classed else (k, s)
+                (k + CLASS_MARK, class_signature(self.base, k))
+                if k in classed
+                else (_tests_key(k, tested[k]), answers_signature(self.base.get(k), tested[k]))
+                if k in tested
+                else (k, s)
                 for k, s in items
             )
         return interned(_INTERNED, items)
@@ -96,6 +120,9 @@ def attrs_match(reads: Reads, attrs: Mapping[str, Value], sigs: dict[str, object
         if current is None:
             if key.endswith(CLASS_MARK):
                 current = class_signature(attrs, key[: -len(CLASS_MARK)])
+            elif key in _TESTED:
+                name, tests = _TESTED[key]
+                current = answers_signature(attrs.get(name), tests)
             else:
                 current = value_signature(attrs.get(key))
             sigs[key] = current

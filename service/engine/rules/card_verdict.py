@@ -21,10 +21,10 @@ from typing import Literal
 from kb.errors import UnsafeExpression
 from kb.rules.cards import Card
 from service.engine.answer import RuleVerdict, jsonable
-from service.engine.expr.interpreter import UNKNOWN, Env, Result, evaluate
+from service.engine.expr.interpreter import UNKNOWN, Env, Provenance, Result, evaluate
 from service.engine.flags.parse import ParsedArgs
 
-__all__ = ["CardResult", "Verdict", "given_function", "judge_card"]
+__all__ = ["CardResult", "Verdict", "given_function", "judge_card", "shown_detail"]
 
 Verdict = Literal["violated", "satisfied", "unknown", "not_applicable"]
 
@@ -56,6 +56,11 @@ def given_function(parsed: ParsedArgs) -> tuple[Callable[[object], object], tupl
     return given, tuple(sorted(typed))
 
 
+def shown_detail(prov: Provenance) -> str:
+    """How a verdict's inputs show a value's provenance."""
+    return f"{prov.kind}: {prov.detail}" if prov.detail else prov.kind
+
+
 def _inputs(results: list[Result]) -> list[tuple[str, object, str]]:
     out: list[tuple[str, object, str]] = []
     seen: set[str] = set()
@@ -64,9 +69,7 @@ def _inputs(results: list[Result]) -> list[tuple[str, object, str]]:
             for name, value, prov in atom.inputs:
                 if name not in seen:
                     seen.add(name)
-                    out.append(
-                        (name, value, f"{prov.kind}: {prov.detail}" if prov.detail else prov.kind)
-                    )
+                    out.append((name, value, shown_detail(prov)))
     return out
 
 

@@ -50,7 +50,7 @@ from kb.rules.cards import Card
 from kb.store import Store
 from service.engine.answer import RuleVerdict
 from service.engine.cache import LRUCache, cached, facts_signature, release_key
-from service.engine.evaluate.fold_slice import FoldedView
+from service.engine.evaluate.fold_slice import FoldedView, Made
 from service.engine.evaluate.path_classes import Origin, origin_of
 from service.engine.evaluate.path_condition import base_attrs, value_signature
 from service.engine.expr.interpreter import Env, Provenance, Value
@@ -67,7 +67,14 @@ from service.engine.rules.release_cards import (
     current_derivation_key,
     release_plan,
 )
-from service.engine.rules.value_classes import card_classed, folds_classed, rebased
+from service.engine.rules.value_classes import (
+    Shown,
+    card_classed,
+    card_tests,
+    folds_classed,
+    rebased,
+    shown_of,
+)
 
 __all__ = [
     "CardResult",
@@ -87,7 +94,7 @@ _memo: LRUCache[tuple[tuple[Reads, CardResult], ...]] = LRUCache("rules.card_ver
 _VARIANTS = 8
 # (release, card, typed spellings if it asks) -> verdicts, each with the attributes and facts
 # its evaluation read: a command that answers those reads alike gets the same verdict
-_by_reads: LRUCache[tuple[tuple[AttrReadsT, Reads, CardResult, Origin], ...]] = LRUCache(
+_by_reads: LRUCache[tuple[tuple[AttrReadsT, Reads, CardResult, Origin, Shown], ...]] = LRUCache(
     "rules.card_verdicts_by_reads", 20_000
 )
 _READ_VARIANTS = 16
@@ -97,6 +104,10 @@ _reference: LRUCache[dict[int, CardResult]] = LRUCache("rules.defaults_verdicts"
 # (release, argv, facts) -> check_fix's answer
 _fix_answers: LRUCache[tuple[list[RuleVerdict], bool]] = LRUCache("rules.check_fix", 4096)
 _baselines: LRUCache[frozenset[str]] = LRUCache("rules.baselines", 256)
+# (release, cards, facts) -> the last command evaluated with them: the signature of each of
+# its attributes and every card's verdict (a fix candidate differs from the last in a flag
+# or two: only the cards depending on those are judged)
+_last: LRUCache[tuple[dict[str, object], list[CardResult]]] = LRUCache("rules.last_command", 64)
 
 
 # ------------------------------------------------------------------------ flags
@@ -143,6 +154,18 @@ def _defaults(store: Store, release: str, catalog: Catalog | None = None) -> dic
     return cached(release_key(store, release, "rules:defaults"), build)
 
 
+def _choice_attrs(store: Store, release: str) -> frozenset[str]:
+    """The release's attributes whose flag lists its choices (backends, dtypes, modes):
+    those a card's record may keep by the answers to its tests
+    (:func:`~service.engine.rules.value_classes.card_tests`)."""
+
+    def build() -> frozenset[str]:
+        catalog = load_catalog(store, release)
+        return frozenset(spec.attr for spec in catalog.by_attr().values() if spec.choices)
+
+    return cached(release_key(store, release, "rules:choice-attrs"), build)
+
+
 def _changed(attrs: Mapping[str, Value], defaults: Mapping[str, Value]) -> set[str]:
     """Attributes whose value or provenance in ``attrs`` differs from the defaults'."""
     out: set[str] = set()
@@ -178,27 +201,35 @@ def evaluate_cards(
         entries = [card_entry(store, release, c) for c in cards]
         return _evaluate(store, release, entries, attrs, facts, parsed)
     plan = release_plan(store, release)
-    defaults = _defaults(store, release)
+    sigs = {k: value_signature(v) for k, v in attrs.items()}
+    last = _last.get((plan.key, fsig))
+    if last is not None:  # another command with these facts: only what differs is judged
+        last_sigs, earlier = last
+        changed = {k for k in sigs.keys() | last_sigs.keys() if sigs.get(k) != last_sigs.get(k)}
+    else:
+        defaults = _defaults(store, release)
+        changed = _changed(attrs, defaults)
     todo = set(plan.given)
-    for attr in _changed(attrs, defaults):
+    for attr in changed:
         todo.update(plan.by_dep.get(attr, ()))
-    # the verdicts under the defaults, filled lazily: only for cards a command leaves there
-    ref = _reference.get_or_build((plan.key, fsig), dict)
-    missing = [i for i in range(len(plan.entries)) if i not in todo and i not in ref]
-    if missing:
-        evaluated = _evaluate(
-            store, release, [plan.entries[i] for i in missing], defaults, facts, ParsedArgs()
-        )
-        ref.update(zip(missing, evaluated, strict=True))
+    if last is None:
+        # the verdicts under the defaults, filled lazily: only for cards a command leaves there
+        ref = _reference.get_or_build((plan.key, fsig), dict)
+        missing = [i for i in range(len(plan.entries)) if i not in todo and i not in ref]
+        if missing:
+            evaluated = _evaluate(
+                store, release, [plan.entries[i] for i in missing], defaults, facts, ParsedArgs()
+            )
+            ref.update(zip(missing, evaluated, strict=True))
+        # (the cards to judge have no verdict yet: theirs come below)
+        earlier = [ref.get(i) for i in range(len(plan.entries))]  # type: ignore[misc]
     order = sorted(todo)
-    fresh = dict(
-        zip(
-            order,
-            _evaluate(store, release, [plan.entries[i] for i in order], attrs, facts, parsed),
-            strict=True,
-        )
-    )
-    return [fresh[i] if i in fresh else ref[i] for i in range(len(plan.entries))]
+    fresh = _evaluate(store, release, [plan.entries[i] for i in order], attrs, facts, parsed)
+    out = list(earlier)
+    for i, result in zip(order, fresh, strict=True):
+        out[i] = result
+    _last.put((plan.key, fsig), (sigs, out))
+    return out
 
 
 def _evaluate(
@@ -213,9 +244,11 @@ def _evaluate(
     given, typed = given_function(parsed)
     functions = {**CARD_FUNCTIONS, "given": given}
     guard_memo: dict[tuple[Any, ...], object] = {}
+    made: Made = {}  # the slice folds made for these attributes and facts
     sigs: dict[str, object] = {}
     fact_sigs: dict[object, object] = {}
     rkey = release_key(store, release, "rules:verdict")
+    choices = _choice_attrs(store, release)
     out: list[CardResult] = []
     for e in entries:
         card = e.card
@@ -242,10 +275,10 @@ def _evaluate(
         # another command's verdict, when these attributes and facts answer its reads alike
         rkey_card = (rkey, card.id, card.when, card.require, key[-1])
         seen = _by_reads.get(rkey_card) or ()
-        for attr_reads, fact_reads, result, origin in seen:
+        for attr_reads, fact_reads, result, origin, shown in seen:
             if attrs_match(attr_reads, attrs, sigs) and reads_match(fact_reads, facts, fact_sigs):
-                served = rebased(result, origin, attrs)
-                if served is None:  # its reason quotes another model path: judge afresh
+                served = rebased(result, origin, attrs, shown)
+                if served is None:  # its reason quotes another value: judge afresh
                     continue
                 _memo.put(key, (*variants, (fact_reads, served))[-_VARIANTS:])
                 out.append(served)
@@ -259,19 +292,23 @@ def _evaluate(
             if e.row is not None:
                 # the earlier writes of each attribute the card reads, folded in on first read
                 view = folded = FoldedView(
-                    store, release, e.row, card.reads, read, trace, guard_memo
+                    store, release, e.row, card.reads, read, trace, guard_memo, made
                 )
                 notes = folded.caveats  # filled as the card is judged
             result = judge_card(card, Env(view, trace, functions), notes)
             fact_reads = trace.snapshot()
             _memo.put(key, (*variants, (fact_reads, result))[-_VARIANTS:])
             if not read.whole:
-                # a model path read only by its class serves every path of the class
+                # a model path read only by its class serves every path of the class, a
+                # value read only through tests every value answering them alike
                 classed = card_classed(card.when, card.require)
-                if classed and folded is not None and folded.slices:
-                    classed &= folds_classed(folded.slices, fact_reads)
+                slices = folded.slices if folded is not None else []
+                if classed and slices:
+                    classed &= folds_classed(slices, fact_reads)
                 origin = origin_of(read.reads, attrs) if classed else ()
-                record = (read.snapshot(classed), fact_reads, result, origin)
+                tested = card_tests(card.when, card.require, slices, read.reads, classed, choices)
+                shown = shown_of(tested, attrs) if tested else ()
+                record = (read.snapshot(classed, tested), fact_reads, result, origin, shown)
                 _by_reads.put(rkey_card, (*seen, record)[-_READ_VARIANTS:])
             out.append(result)
     return out

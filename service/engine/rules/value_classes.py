@@ -14,6 +14,13 @@ helpers count as computed) and the writes of the slices folded in for them.
 A verdict served to another member of the class is :func:`rebased`: its inputs show the
 new paths, and a verdict whose reason, notes or other inputs quote an old path is not served
 at all.
+
+The other attributes a card read are kept the same way, as the answers to the tests made
+on them (:mod:`~service.engine.evaluate.literal_classes`), when every text the evaluation
+ran reads them only through tests against literals (:func:`card_tests`): a backend or dtype
+value no command used before then finds the verdict of one that answers those tests alike.
+A verdict served so shows the new value (and how it was given) among its inputs; one whose
+reason quotes the old value (a violated card's reason does) is judged afresh.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from dataclasses import replace
 
 from kb.rules.cards import helper_reads
 from service.engine.evaluate.fold_slice import Slice
+from service.engine.evaluate.literal_classes import Tests, read_by_tests, uses_of
 from service.engine.evaluate.path_classes import (
     CLASSED,
     Origin,
@@ -34,9 +42,12 @@ from service.engine.evaluate.path_classes import (
 from service.engine.expr.interpreter import Value
 from service.engine.expr.trace import Reads, answered_absent
 from service.engine.rules.card_env import CARD_FUNCTIONS
-from service.engine.rules.card_verdict import CardResult
+from service.engine.rules.card_verdict import CardResult, shown_detail
 
-__all__ = ["card_classed", "folds_classed", "rebased"]
+__all__ = ["Shown", "card_classed", "card_tests", "folds_classed", "rebased", "shown_of"]
+
+#: the values (as given) of the attributes a record keeps by their tests' answers
+Shown = tuple[tuple[str, Value | None], ...]
 
 _HELPERS = frozenset({*CARD_FUNCTIONS, "given"})
 
@@ -65,21 +76,90 @@ def folds_classed(slices: Iterable[Slice], fact_reads: Reads) -> frozenset[str]:
     return CLASSED if not absent or answered_absent(fact_reads, absent) else frozenset()
 
 
-def rebased(result: CardResult, origin: Origin, attrs: Mapping[str, Value]) -> CardResult | None:
-    """``result``, recorded with the classed values ``origin``, as the verdict for ``attrs``
-    (which answer its reads alike): each input of a classed attribute shows the path of
-    ``attrs`` that takes the old one's place. ``None`` when the reason, a note or another
-    input quotes an old path."""
+@functools.lru_cache(maxsize=16384)
+def _card_uses(when: str, require: str) -> tuple[Mapping[str, Tests | None], frozenset[str]]:
+    """How the card's conditions read each attribute, and the attributes never read by
+    tests: the model paths and those the card helpers read."""
+    return uses_of(((when, None), (require, None))), CLASSED | helper_reads(when, require)
+
+
+def card_tests(
+    when: str,
+    require: str,
+    slices: Iterable[Slice],
+    reads: Iterable[str],
+    classed: frozenset[str],
+    among: frozenset[str],
+) -> dict[str, Tests]:
+    """Of the attributes ``reads`` that are in ``among``, those the card's conditions and
+    the writes of the folded ``slices`` read only through tests against literals, with
+    those tests (model paths kept by class are left out, and so are attributes the card
+    helpers read)."""
+    uses, skip = _card_uses(when, require)
+    names = [n for n in reads if n in among and n not in skip and n not in classed]
+    if not names:
+        return {}
+    return read_by_tests((uses, *(piece.uses for piece in slices)), names)
+
+
+def shown_of(tested: Mapping[str, Tests], attrs: Mapping[str, Value]) -> Shown:
+    """The values of the ``tested`` attributes in ``attrs`` (for :func:`rebased`)."""
+    return tuple((name, attrs.get(name)) for name in tested)
+
+
+def _same(a: Value, b: Value) -> bool:
+    return a is b or (
+        type(a.value) is type(b.value) and a.value == b.value and a.provenance == b.provenance
+    )
+
+
+def _moved(value: object, detail: str, old: Value, new: Value) -> tuple[object, str] | None:
+    """An input ``(value, detail)`` of a tested attribute whose value moved from ``old`` to
+    ``new``, as it shows for ``new``: the value as given shows the new one; so does a write
+    of it back to itself (``write: set to 'bf16' at …``), with its detail rewritten; another
+    value (a literal folded in) is the same for both. ``None``: cannot tell."""
+    if type(value) is not type(old.value) or value != old.value:
+        return value, detail
+    if detail == shown_detail(old.provenance):
+        return new.value, shown_detail(new.provenance)
+    for head in ("write: set to {!r} ", "write: {!r} "):
+        if detail.startswith(head.format(old.value)):
+            rest = detail[len(head.format(old.value)) :]
+            return new.value, head.format(new.value) + rest
+    return None
+
+
+def rebased(
+    result: CardResult, origin: Origin, attrs: Mapping[str, Value], shown: Shown = ()
+) -> CardResult | None:
+    """``result``, recorded with the classed values ``origin`` and the tested values
+    ``shown``, as the verdict for ``attrs`` (which answer its reads alike): each input of a
+    classed attribute shows the path of ``attrs`` that takes the old one's place, and each
+    input showing a tested attribute as it was given shows it as ``attrs`` give it.
+    ``None`` when the reason, a note or another input quotes an old path, or the reason
+    quotes a tested attribute that moved."""
     moved = moved_paths(origin, attrs)
-    if not moved:
+    changed: dict[str, tuple[Value, Value]] = {}
+    for name, old in shown:
+        new = attrs.get(name)
+        if old is not None and new is not None and not _same(old, new):
+            changed[name] = (old, new)
+    if not moved and not changed:
         return result
     texts = (result.reason, *result.notes)
     if any(old in t for old in moved for t in texts):
         return None
+    if any(f"{name}=" in result.reason for name in changed):
+        return None  # a violated card's reason quotes the values: judged afresh
     inputs: list[tuple[str, object, str]] = []
     for name, value, detail in result.inputs:
-        entry = moved_entry(name, value, detail, moved)
+        entry = moved_entry(name, value, detail, moved) if moved else (value, detail)
         if entry is None:
             return None  # quotes an old path that does not take the new one's place
+        pair = changed.get(name)
+        if pair is not None:
+            entry = _moved(entry[0], entry[1], pair[0], pair[1])
+            if entry is None:
+                return None
         inputs.append((name, *entry))
     return replace(result, inputs=inputs)

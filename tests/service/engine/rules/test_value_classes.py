@@ -1,5 +1,7 @@
 """A card's verdict serves every model path of its class when the card and its folded
-writes use the path only through that class (:mod:`service.engine.rules.value_classes`)."""
+writes use the path only through that class, and every value answering its tests alike
+when they read a flag only through tests against literals
+(:mod:`service.engine.rules.value_classes`)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,13 @@ from service.engine.rules import checker
 from service.engine.rules.attr_reads import AttrReads, attrs_match
 from service.engine.rules.card_verdict import CardResult
 from service.engine.rules.checker import evaluate_cards, facts_for, prepare_flags
-from service.engine.rules.value_classes import card_classed, folds_classed, rebased
+from service.engine.rules.value_classes import (
+    card_classed,
+    card_tests,
+    folds_classed,
+    rebased,
+    shown_of,
+)
 from tests.service.engine.evaluate.test_path_classes import _path
 
 
@@ -152,3 +160,112 @@ def test_new_model_paths_reuse_verdicts_equal_to_fresh_ones(store: Store, monkey
     assert run() == classed
     assert 0 < with_classes < judged[0]
     assert 0 < folds_with_classes < folded[0]
+
+
+def _flag(flag: str, v: object) -> Value:
+    return Value(v, Provenance("flag", f"{flag} {v}"))
+
+
+def test_card_tests_join_the_card_and_its_folded_writes() -> None:
+    when = "args.kv_cache_dtype in ('fp8_e4m3', 'fp8_e5m2') and args.tp_size > 1"
+    reads = ["kv_cache_dtype", "tp_size", "model_path"]
+    choices = frozenset({"kv_cache_dtype", "tp_size"})
+    assert card_tests(when, "True", [], reads, frozenset(), choices) == {
+        "kv_cache_dtype": (("eq", "fp8_e4m3"), ("eq", "fp8_e5m2")),
+        "tp_size": (("eq", 1), ("gt", 1), ("lt", 1)),
+    }
+    # only attributes with choices are asked for
+    assert set(card_tests(when, "True", [], reads, frozenset(), frozenset())) == set()
+    # a folded write's guard adds its literal; one copying the value elsewhere drops it
+    guard = _slice(("attention_backend", "'triton'", "cfg.kv_cache_dtype == 'auto'"))
+    got = card_tests(when, "True", [guard], reads, frozenset(), choices)
+    assert got["kv_cache_dtype"] == (("eq", "auto"), ("eq", "fp8_e4m3"), ("eq", "fp8_e5m2"))
+    copy = _slice(("kv_cache_dtype_resolved", "cfg.kv_cache_dtype", "True"))
+    assert "kv_cache_dtype" not in card_tests(when, "True", [copy], reads, frozenset(), choices)
+
+
+def test_a_tested_read_matches_every_value_answering_its_tests() -> None:
+    base = {"kv_cache_dtype": Value("auto", Provenance("default", "")), "tp_size": _flag("--tp", 2)}
+    read = AttrReads(base)
+    read.get("kv_cache_dtype")
+    read.get("tp_size")
+    tests = {"kv_cache_dtype": (("eq", "fp8_e4m3"),)}
+    recorded = read.snapshot(frozenset(), tests)
+    assert recorded[0][0].startswith("kv_cache_dtype#tests") and recorded[1][0] == "tp_size"
+    # another value the test answers alike, given another way
+    assert attrs_match(recorded, {**base, "kv_cache_dtype": _flag("--kv-cache-dtype", "bf16")}, {})
+    assert not attrs_match(
+        recorded, {**base, "kv_cache_dtype": _flag("--kv-cache-dtype", "fp8_e4m3")}, {}
+    )
+    assert not attrs_match(recorded, {**base, "tp_size": _flag("--tp", 4)}, {})
+
+
+def test_rebased_shows_the_tested_value_as_now_given(derived: list[Card]) -> None:
+    card = derived[0]
+    then = {"kv_cache_dtype": Value("auto", Provenance("default", ""))}
+    now = {"kv_cache_dtype": _flag("--kv-cache-dtype", "bf16")}
+    shown = shown_of({"kv_cache_dtype": ()}, then)
+    given = CardResult(
+        card, "not_applicable", "`when` is false", [], [("kv_cache_dtype", "auto", "default")]
+    )
+    served = rebased(given, (), now, shown)
+    assert served is not None
+    assert served.inputs == [("kv_cache_dtype", "bf16", "flag: --kv-cache-dtype bf16")]
+    # written back to itself by a resolution step: the write's detail shows the new value
+    resolved = ("kv_cache_dtype", "auto", "write: set to 'auto' at x_hook.py:3 because y")
+    served = rebased(CardResult(card, "not_applicable", "w", [], [resolved]), (), now, shown)
+    assert served is not None
+    assert served.inputs == [
+        ("kv_cache_dtype", "bf16", "write: set to 'bf16' at x_hook.py:3 because y")
+    ]
+    # a literal folded in (the same for both values) stays
+    literal = ("kv_cache_dtype", "fp8_e4m3", "write: set to 'fp8_e4m3' at x_hook.py:3")
+    served = rebased(CardResult(card, "not_applicable", "w", [], [literal]), (), now, shown)
+    assert served is not None and served.inputs == [literal]
+    # the old value with a detail that cannot be told apart, or a reason quoting it
+    odd = ("kv_cache_dtype", "auto", "derived: something")
+    assert rebased(CardResult(card, "not_applicable", "w", [], [odd]), (), now, shown) is None
+    quoting = CardResult(card, "violated", "m — with kv_cache_dtype='auto' (default)", [], [])
+    assert rebased(quoting, (), now, shown) is None
+    assert rebased(given, (), then, shown) is given
+
+
+def test_new_backend_values_reuse_verdicts_equal_to_fresh_ones(store: Store, monkeypatch) -> None:
+    """Commands differing only in a dtype and a backend: every verdict (reason, inputs,
+    notes) equals a fresh evaluation's, and the tests judge fewer cards."""
+    release = "0.5.23"
+    facts = facts_for("h100-x8", None, "/models/Qwen3-8B")
+    judged = [0]
+    real = checker.judge_card
+
+    def counting(*args):
+        judged[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(checker, "judge_card", counting)
+    commands = [
+        ["--kv-cache-dtype", dtype, "--attention-backend", backend]
+        for dtype in ("auto", "bf16", "fp8_e5m2", "bfloat16")
+        for backend in ("triton", "flashinfer", "fa3")
+    ]
+
+    def run() -> list[list[tuple]]:
+        clear_all()
+        judged[0] = 0
+        out = []
+        for tail in commands:
+            argv = ["--model-path", "/models/Qwen3-8B", "--tp", "2", *tail]
+            attrs, parsed = prepare_flags(store, release, argv)
+            out.append(
+                [
+                    (r.card.id, r.verdict, r.reason, r.inputs, r.notes)
+                    for r in evaluate_cards(store, release, attrs, facts, parsed)
+                ]
+            )
+        return out
+
+    tested = run()
+    with_tests = judged[0]
+    monkeypatch.setattr(checker, "card_tests", lambda *args: {})
+    assert run() == tested
+    assert 0 < with_tests < judged[0]
