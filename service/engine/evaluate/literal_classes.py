@@ -3,8 +3,8 @@ record as the answers to those tests, so that the record serves every value answ
 them alike (used by the rule cards, :mod:`~service.engine.rules.value_classes`).
 
 A card such as ``kv_cache_dtype in ('fp8_e4m3', 'fp8_e5m2') and …`` gives one verdict for
-``auto``, ``bf16`` and ``fp8_e5m2``'s neighbours alike: what it learns about the value is
-whether it equals one of two literals. A fix candidate that sets a backend or a dtype to a
+``auto``, ``bf16`` and ``nvfp4`` alike: what it learns about the value is whether it equals
+one of two literals. A fix candidate that sets a backend or a dtype to a
 value no earlier command used would otherwise re-judge every card reading it.
 
 A text uses attribute ``x`` *by tests* when every occurrence of ``<obj>.x`` in it is one of:
@@ -48,8 +48,8 @@ from service.engine.expr.interpreter import Value
 
 __all__ = [
     "Tests",
-    "parents_of",
     "answers_signature",
+    "parents_of",
     "read_by_tests",
     "truth_only",
     "uses_of",
@@ -305,18 +305,21 @@ def _union(a: Tests, b: Tests) -> Tests:
 
 
 def read_by_tests(uses: Iterable[Uses], names: Iterable[str]) -> dict[str, Tests]:
-    """Of ``names``, those that every one of ``uses`` (:func:`uses_of`) reads by tests,
-    each with all their tests."""
+    """Of ``names``, those that some of ``uses`` (:func:`uses_of`) name and all that
+    name them read by tests, each with all their tests."""
     uses = list(uses)
     out: dict[str, Tests] = {}
     for name in names:
-        got: Tests = ()
+        got: Tests | None = None  # a name no text spells was read another way
         for u in uses:
-            tests = u.get(name, got)
+            if name not in u:
+                continue
+            tests = u[name]
             if tests is None:
+                got = None
                 break
-            got = _union(got, tests) if got and tests is not got else tests
-        else:
+            got = tests if got is None else _union(got, tests)
+        if got is not None:
             out[name] = got
     return out
 

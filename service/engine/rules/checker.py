@@ -34,15 +34,19 @@ folded one attribute at a time, on first read (:mod:`service.engine.evaluate.fol
 The cards of a release are indexed by those dependencies: the verdicts under
 the release's defaults are computed once per set of facts, and a command
 (another fix candidate) re-evaluates only the cards depending on an attribute
-it changes, plus those that look at flag spellings. :func:`check_fix` answers
+in which it differs from the last command evaluated with the same facts (or from the
+defaults), plus those that look at flag spellings. The cards judged for one command share
+the slice folds made for it. A flag with choices read only through tests against literals
+is kept in a verdict's record as the answers to those tests
+(:mod:`service.engine.rules.value_classes`). :func:`check_fix` answers
 are cached per (release, argv, facts) as well; every cache is bounded and
 thread-safe (:mod:`service.engine.cache`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 from kb.catalog_types import Catalog
 from kb.catalogs import load_catalog
@@ -107,7 +111,9 @@ _baselines: LRUCache[frozenset[str]] = LRUCache("rules.baselines", 256)
 # (release, cards, facts) -> the last command evaluated with them: the signature of each of
 # its attributes and every card's verdict (a fix candidate differs from the last in a flag
 # or two: only the cards depending on those are judged)
-_last: LRUCache[tuple[dict[str, object], list[CardResult]]] = LRUCache("rules.last_command", 64)
+_last: LRUCache[tuple[dict[str, object], tuple[CardResult, ...]]] = LRUCache(
+    "rules.last_command", 64
+)
 
 
 # ------------------------------------------------------------------------ flags
@@ -191,9 +197,10 @@ def evaluate_cards(
     A verdict depends only on the card's dependencies (see
     :func:`~service.engine.rules.release_cards.card_entry`), the facts and, for cards
     using ``given()``, the spellings typed. For the whole
-    release, a card that depends on no attribute the command changes (and does not use
-    ``given()``) has its verdict under the release's defaults, computed once per set of
-    facts when first needed; the others are evaluated through the per-card memo.
+    release, a card that depends on no attribute in which the command differs from the last
+    one evaluated with these facts (and does not use ``given()``) keeps that command's
+    verdict; with no such command, its verdict under the release's defaults, computed once
+    per set of facts when first needed. The others are evaluated through the per-card memo.
     """
     parsed = parsed or ParsedArgs()
     fsig = facts_sig or facts_signature(facts)
@@ -203,6 +210,7 @@ def evaluate_cards(
     plan = release_plan(store, release)
     sigs = {k: value_signature(v) for k, v in attrs.items()}
     last = _last.get((plan.key, fsig))
+    earlier: Sequence[CardResult | None]  # per card; ``None``: judged below
     if last is not None:  # another command with these facts: only what differs is judged
         last_sigs, earlier = last
         changed = {k for k in sigs.keys() | last_sigs.keys() if sigs.get(k) != last_sigs.get(k)}
@@ -221,14 +229,14 @@ def evaluate_cards(
                 store, release, [plan.entries[i] for i in missing], defaults, facts, ParsedArgs()
             )
             ref.update(zip(missing, evaluated, strict=True))
-        # (the cards to judge have no verdict yet: theirs come below)
-        earlier = [ref.get(i) for i in range(len(plan.entries))]  # type: ignore[misc]
+        earlier = [ref.get(i) for i in range(len(plan.entries))]
     order = sorted(todo)
     fresh = _evaluate(store, release, [plan.entries[i] for i in order], attrs, facts, parsed)
-    out = list(earlier)
+    filled = list(earlier)
     for i, result in zip(order, fresh, strict=True):
-        out[i] = result
-    _last.put((plan.key, fsig), (sigs, out))
+        filled[i] = result
+    out = cast(list[CardResult], filled)  # every card not judged above has its verdict
+    _last.put((plan.key, fsig), (sigs, tuple(out)))
     return out
 
 

@@ -55,6 +55,8 @@ def test_any_other_use_keeps_the_exact_value() -> None:
     assert "x" not in _tests("args.x", target="z")
     # a text of several uses: one other use is enough
     assert "x" not in _tests("args.x == 'a'", "args.x + 1 > 2")
+    # read although no text spells it (a helper, a computed name): never by tests
+    assert read_by_tests([uses_of([("args.x == 'a'", None)])], ["x", "z"]) == {"x": (("eq", "a"),)}
     # unparseable: the interpreter cannot read it either; it names nothing
     assert _tests("backend := args.x", "args.x == 'a'")["x"] == (("eq", "a"),)
 

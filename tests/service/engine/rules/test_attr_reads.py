@@ -4,11 +4,11 @@ answered alike (:mod:`service.engine.rules.attr_reads`)."""
 from __future__ import annotations
 
 from kb.store import Store
-from service.engine.cache import clear_all
 from service.engine.expr.interpreter import Provenance, Value
 from service.engine.rules import checker
 from service.engine.rules.attr_reads import AttrReads, attrs_match
-from service.engine.rules.checker import evaluate_cards, facts_for, prepare_flags
+from service.engine.rules.checker import facts_for
+from tests.service.engine.rules.judging import judging
 
 
 def _v(value: object, detail: str = "--x") -> Value:
@@ -39,28 +39,7 @@ def test_verdicts_reused_by_reads_equal_fresh_ones_and_judge_fewer_cards(
     facts = facts_for("h100-x8", None, "/models/Qwen3-8B")
     base = ["--model-path", "/models/Qwen3-8B", "--tp", "2"]
     commands = [base, *(base + ["--page-size", str(p)] for p in (16, 32, 64))]
-    judged = [0]
-    real = checker.judge_card
-
-    def counting(*args):
-        judged[0] += 1
-        return real(*args)
-
-    monkeypatch.setattr(checker, "judge_card", counting)
-
-    def run() -> list[list[tuple]]:
-        clear_all()
-        judged[0] = 0
-        out = []
-        for argv in commands:
-            attrs, parsed = prepare_flags(store, release, argv)
-            out.append(
-                [
-                    (r.card.id, r.verdict, r.reason, r.inputs, r.notes)
-                    for r in evaluate_cards(store, release, attrs, facts, parsed)
-                ]
-            )
-        return out
+    run, judged = judging(store, release, facts, commands, monkeypatch)
 
     reused = run()
     with_reuse = judged[0]

@@ -27,6 +27,7 @@ from service.engine.rules.value_classes import (
     shown_of,
 )
 from tests.service.engine.evaluate.test_path_classes import _path
+from tests.service.engine.rules.judging import judging
 
 
 def test_card_helpers_count_as_computed() -> None:
@@ -233,37 +234,14 @@ def test_rebased_shows_the_tested_value_as_now_given(derived: list[Card]) -> Non
 def test_new_backend_values_reuse_verdicts_equal_to_fresh_ones(store: Store, monkeypatch) -> None:
     """Commands differing only in a dtype and a backend: every verdict (reason, inputs,
     notes) equals a fresh evaluation's, and the tests judge fewer cards."""
-    release = "0.5.23"
     facts = facts_for("h100-x8", None, "/models/Qwen3-8B")
-    judged = [0]
-    real = checker.judge_card
-
-    def counting(*args):
-        judged[0] += 1
-        return real(*args)
-
-    monkeypatch.setattr(checker, "judge_card", counting)
     commands = [
-        ["--kv-cache-dtype", dtype, "--attention-backend", backend]
+        ["--model-path", "/models/Qwen3-8B", "--tp", "2", "--kv-cache-dtype", dtype]
+        + ["--attention-backend", backend]
         for dtype in ("auto", "bf16", "fp8_e5m2", "bfloat16")
         for backend in ("triton", "flashinfer", "fa3")
     ]
-
-    def run() -> list[list[tuple]]:
-        clear_all()
-        judged[0] = 0
-        out = []
-        for tail in commands:
-            argv = ["--model-path", "/models/Qwen3-8B", "--tp", "2", *tail]
-            attrs, parsed = prepare_flags(store, release, argv)
-            out.append(
-                [
-                    (r.card.id, r.verdict, r.reason, r.inputs, r.notes)
-                    for r in evaluate_cards(store, release, attrs, facts, parsed)
-                ]
-            )
-        return out
-
+    run, judged = judging(store, "0.5.23", facts, commands, monkeypatch)
     tested = run()
     with_tests = judged[0]
     monkeypatch.setattr(checker, "card_tests", lambda *args: {})

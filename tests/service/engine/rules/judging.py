@@ -1,0 +1,51 @@
+"""Judging a series of commands from cold caches while counting the cards judged: the
+rule-card tests compare a memo's verdicts with those of the same series judged without it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import pytest
+
+from kb.store import Store
+from service.engine.cache import clear_all
+from service.engine.expr.interpreter import Value
+from service.engine.rules import checker
+from service.engine.rules.checker import evaluate_cards, prepare_flags
+
+Verdicts = list[list[tuple]]
+
+
+def judging(
+    store: Store,
+    release: str,
+    facts: Mapping[str, Value],
+    commands: list[list[str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[Callable[[], Verdicts], list[int]]:
+    """(a run of ``commands`` from cold caches giving each card's verdict, reason, inputs
+    and notes per command, the number of cards the last run judged)."""
+    judged = [0]
+    real = checker.judge_card
+
+    def counting(*args):
+        judged[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(checker, "judge_card", counting)
+
+    def run() -> Verdicts:
+        clear_all()
+        judged[0] = 0
+        out = []
+        for argv in commands:
+            attrs, parsed = prepare_flags(store, release, argv)
+            out.append(
+                [
+                    (r.card.id, r.verdict, r.reason, r.inputs, r.notes)
+                    for r in evaluate_cards(store, release, attrs, facts, parsed)
+                ]
+            )
+        return out
+
+    return run, judged
