@@ -32,6 +32,7 @@ from dataclasses import replace
 from kb.rules.cards import helper_reads
 from service.engine.evaluate.fold_slice import Slice
 from service.engine.evaluate.literal_classes import Tests, read_by_tests, uses_of
+from service.engine.evaluate.memo_keys import value_signature
 from service.engine.evaluate.path_classes import (
     CLASSED,
     Origin,
@@ -107,12 +108,6 @@ def shown_of(tested: Mapping[str, Tests], attrs: Mapping[str, Value]) -> Shown:
     return tuple((name, attrs.get(name)) for name in tested)
 
 
-def _same(a: Value, b: Value) -> bool:
-    return a is b or (
-        type(a.value) is type(b.value) and a.value == b.value and a.provenance == b.provenance
-    )
-
-
 def _moved(value: object, detail: str, old: Value, new: Value) -> tuple[object, str] | None:
     """An input ``(value, detail)`` of a tested attribute whose value moved from ``old`` to
     ``new``, as it shows for ``new``: the value as given shows the new one; so does a write
@@ -142,7 +137,7 @@ def rebased(
     changed: dict[str, tuple[Value, Value]] = {}
     for name, old in shown:
         new = attrs.get(name)
-        if old is not None and new is not None and not _same(old, new):
+        if old is not None and new is not None and value_signature(old) != value_signature(new):
             changed[name] = (old, new)
     if not moved and not changed:
         return result
