@@ -245,12 +245,26 @@ def _single_call_site(
     return (callers[0] if callers else None), row["line"], guards
 
 
+def _provenance_heads(value: object) -> tuple[str, ...]:
+    """How :func:`write_provenance` details assigning ``value`` start, one per kind."""
+    return (f"set to {value!r} at ", *(f"{value!r} {label} " for label in _WRITE_LABEL.values()))
+
+
 def write_provenance(version: str, w: chain.Write, value: object, when: str) -> str:
     """The provenance detail of a folded write: ``declared by <hook> at release:path:line``
     for a declaration or a pass's returned dict, ``set to X at path:line`` otherwise."""
     label = _WRITE_LABEL.get(w.kind)
     because = f" because {when}" if when != "always" else ""
     if label is None:
-        return f"set to {value!r} at {w.path}:{w.line}{because}"
+        return f"{_provenance_heads(value)[0]}{w.path}:{w.line}{because}"
     hook = w.function.rsplit(".", 1)[-1]
     return f"{value!r} {label} {hook} at {version}:{w.path}:{w.line}{because}"
+
+
+def revalued_provenance(detail: str, old: object, new: object) -> str | None:
+    """The :func:`write_provenance` detail ``detail`` of a write assigning ``old``, for
+    the same write assigning ``new``; ``None`` when ``detail`` is not one assigning ``old``."""
+    for head, now in zip(_provenance_heads(old), _provenance_heads(new), strict=True):
+        if detail.startswith(head):
+            return now + detail[len(head) :]
+    return None

@@ -231,7 +231,8 @@ def evaluate_cards(
             ref.update(zip(missing, evaluated, strict=True))
         earlier = [ref.get(i) for i in range(len(plan.entries))]
     order = sorted(todo)
-    fresh = _evaluate(store, release, [plan.entries[i] for i in order], attrs, facts, parsed)
+    entries = [plan.entries[i] for i in order]
+    fresh = _evaluate(store, release, entries, attrs, facts, parsed, sigs)
     filled = list(earlier)
     for i, result in zip(order, fresh, strict=True):
         filled[i] = result
@@ -247,13 +248,15 @@ def _evaluate(
     attrs: Mapping[str, Value],
     facts: Mapping[str, Value],
     parsed: ParsedArgs,
+    known: Mapping[str, object] | None = None,
 ) -> list[CardResult]:
-    """Each entry's verdict, through the per-card memo."""
+    """Each entry's verdict, through the per-card memo. ``known``: the signatures
+    (:func:`value_signature`) of ``attrs`` already computed."""
     given, typed = given_function(parsed)
     functions = {**CARD_FUNCTIONS, "given": given}
     guard_memo: dict[tuple[Any, ...], object] = {}
     made: Made = {}  # the slice folds made for these attributes and facts
-    sigs: dict[str, object] = {}
+    sigs: dict[str, object] = dict(known or {})
     fact_sigs: dict[object, object] = {}
     rkey = release_key(store, release, "rules:verdict")
     choices = _choice_attrs(store, release)

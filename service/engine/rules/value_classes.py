@@ -40,7 +40,8 @@ from service.engine.evaluate.path_classes import (
     moved_paths,
     uses_by_class,
 )
-from service.engine.expr.interpreter import Value
+from service.engine.evaluate.resolution import revalued_provenance
+from service.engine.expr.interpreter import Provenance, Value
 from service.engine.expr.trace import Reads, answered_absent
 from service.engine.rules.card_env import CARD_FUNCTIONS
 from service.engine.rules.card_verdict import CardResult, shown_detail
@@ -117,11 +118,11 @@ def _moved(value: object, detail: str, old: Value, new: Value) -> tuple[object, 
         return value, detail
     if detail == shown_detail(old.provenance):
         return new.value, shown_detail(new.provenance)
-    for head in ("write: set to {!r} ", "write: {!r} "):
-        if detail.startswith(head.format(old.value)):
-            rest = detail[len(head.format(old.value)) :]
-            return new.value, head.format(new.value) + rest
-    return None
+    kind, _, written = detail.partition(": ")
+    revalued = revalued_provenance(written, old.value, new.value) if kind == "write" else None
+    if revalued is None:
+        return None
+    return new.value, shown_detail(Provenance("write", revalued))
 
 
 def rebased(
