@@ -7,7 +7,10 @@
 * ``unknown``        anything else; the reason names the unknown inputs.
 
 ``when`` is evaluated operand by operand, innermost guard first, stopping at the first false
-one. The :class:`CardResult` keeps the inputs the evaluations read, for the explanation.
+one. The :class:`CardResult` keeps the inputs the evaluations read, for the explanation. A
+``not_applicable`` verdict rests on a false operand alone (:attr:`CardResult.operand`), and
+any environment where that operand is false gives it, whatever the others say: it keeps no
+inputs and no notes, so that it is the same however it was reached.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from service.engine.answer import RuleVerdict, jsonable
 from service.engine.expr.interpreter import UNKNOWN, Env, Provenance, Result, evaluate
 from service.engine.flags.parse import ParsedArgs
 
-__all__ = ["CardResult", "Verdict", "given_function", "judge_card", "shown_detail"]
+__all__ = ["CardResult", "Verdict", "given_function", "judge_card", "shown_detail", "when_operands"]
 
 Verdict = Literal["violated", "satisfied", "unknown", "not_applicable"]
 
@@ -39,6 +42,8 @@ class CardResult:
     unknowns: list[str] = field(default_factory=list)
     inputs: list[tuple[str, object, str]] = field(default_factory=list)  # name, value, detail
     notes: list[str] = field(default_factory=list)
+    #: a ``not_applicable`` verdict's false ``when`` operand (its whole reason)
+    operand: str = ""
 
     def as_rule_verdict(self) -> RuleVerdict:
         return RuleVerdict(
@@ -79,7 +84,7 @@ def _describe(inputs: list[tuple[str, object, str]], limit: int = 5) -> str:
 
 
 @functools.lru_cache(maxsize=16384)
-def _conjuncts(text: str) -> tuple[str, ...]:
+def when_operands(text: str) -> tuple[str, ...]:
     """The top-level ``and`` operands of ``text``, innermost (last) first."""
     try:
         node = ast.parse(text, mode="eval").body
@@ -98,7 +103,7 @@ def _when(card: Card, env: Env) -> tuple[object, list[Result]]:
     """
     truth: object = True
     results: list[Result] = []
-    for part in _conjuncts(card.when):
+    for part in when_operands(card.when):
         res = evaluate(part, env)
         results.append(res)
         if res.truth is False:
@@ -112,8 +117,10 @@ def judge_card(card: Card, env: Env, notes: list[str]) -> CardResult:
     """The card's verdict under ``env``. ``notes`` (caveats about the inputs, such as
     "`attr` may be changed at path:line when …") may grow while the card is evaluated;
     the result keeps three, one about an unknown input first when the verdict is unknown
-    (its reason quotes that one)."""
+    (its reason quotes that one), except a ``not_applicable`` one, which keeps none."""
     result, undecided = _judge(card, env, notes)
+    if result.verdict == "not_applicable":
+        return result
     lead = _lead_note(notes, result.unknowns) if undecided else None
     result.notes = [*([lead] if lead else []), *(n for n in notes if n is not lead)][:3]
     if lead:
@@ -134,8 +141,8 @@ def _judge(card: Card, env: Env, notes: list[str]) -> tuple[CardResult, bool]:
     try:
         w, parts = _when(card, env)
         if w is False:
-            inputs = _inputs(parts)
-            return CardResult(card, "not_applicable", "`when` is false", [], inputs, notes), False
+            operand = when_operands(card.when)[len(parts) - 1]
+            return CardResult(card, "not_applicable", "`when` is false", operand=operand), False
         req = evaluate(card.require, env)
         if req.truth is True:
             return CardResult(

@@ -54,16 +54,14 @@ from kb.rules.cards import Card
 from kb.store import Store
 from service.engine.answer import RuleVerdict
 from service.engine.cache import LRUCache, cached, facts_signature, release_key
-from service.engine.evaluate.fold_slice import FoldedView, Made
-from service.engine.evaluate.path_classes import Origin, origin_of
 from service.engine.evaluate.path_condition import base_attrs, value_signature
-from service.engine.expr.interpreter import Env, Provenance, Value
-from service.engine.expr.trace import FactsTrace, Reads, reads_match
+from service.engine.expr.interpreter import Provenance, Value
+from service.engine.expr.trace import Reads, reads_match
 from service.engine.flags.parse import ParsedArgs, ParsedFlag, parse_argv
-from service.engine.rules.attr_reads import AttrReads, attrs_match
-from service.engine.rules.attr_reads import Reads as AttrReadsT
+from service.engine.rules.attr_reads import attrs_match
 from service.engine.rules.card_env import CARD_FUNCTIONS, facts_for
-from service.engine.rules.card_verdict import CardResult, Verdict, given_function, judge_card
+from service.engine.rules.card_records import Judging, Record, judge_fresh
+from service.engine.rules.card_verdict import CardResult, Verdict, given_function
 from service.engine.rules.release_cards import (
     CardEntry,
     card_entry,
@@ -71,14 +69,7 @@ from service.engine.rules.release_cards import (
     current_derivation_key,
     release_plan,
 )
-from service.engine.rules.value_classes import (
-    Shown,
-    card_classed,
-    card_tests,
-    folds_classed,
-    rebased,
-    shown_of,
-)
+from service.engine.rules.value_classes import rebased
 
 __all__ = [
     "CardResult",
@@ -98,9 +89,7 @@ _memo: LRUCache[tuple[tuple[Reads, CardResult], ...]] = LRUCache("rules.card_ver
 _VARIANTS = 8
 # (release, card, typed spellings if it asks) -> verdicts, each with the attributes and facts
 # its evaluation read: a command that answers those reads alike gets the same verdict
-_by_reads: LRUCache[tuple[tuple[AttrReadsT, Reads, CardResult, Origin, Shown], ...]] = LRUCache(
-    "rules.card_verdicts_by_reads", 20_000
-)
+_by_reads: LRUCache[tuple[Record, ...]] = LRUCache("rules.card_verdicts_by_reads", 20_000)
 _READ_VARIANTS = 16
 # (release, cards, facts) -> card index -> its verdict for the release's defaults (filled
 # lazily, for the cards the commands checked so far leave at the defaults)
@@ -253,13 +242,10 @@ def _evaluate(
     """Each entry's verdict, through the per-card memo. ``known``: the signatures
     (:func:`value_signature`) of ``attrs`` already computed."""
     given, typed = given_function(parsed)
-    functions = {**CARD_FUNCTIONS, "given": given}
-    guard_memo: dict[tuple[Any, ...], object] = {}
-    made: Made = {}  # the slice folds made for these attributes and facts
+    ctx = Judging(attrs, facts, {**CARD_FUNCTIONS, "given": given}, _choice_attrs(store, release))
     sigs: dict[str, object] = dict(known or {})
-    fact_sigs: dict[object, object] = {}
+    fact_sigs = ctx.fact_sigs
     rkey = release_key(store, release, "rules:verdict")
-    choices = _choice_attrs(store, release)
     out: list[CardResult] = []
     for e in entries:
         card = e.card
@@ -295,31 +281,9 @@ def _evaluate(
                 out.append(served)
                 break
         else:
-            trace = FactsTrace(facts, fact_sigs)
-            read = AttrReads(attrs)
-            view: Mapping[str, Value] = read
-            folded: FoldedView | None = None
-            notes: list[str] = []
-            if e.row is not None:
-                # the earlier writes of each attribute the card reads, folded in on first read
-                view = folded = FoldedView(
-                    store, release, e.row, card.reads, read, trace, guard_memo, made
-                )
-                notes = folded.caveats  # filled as the card is judged
-            result = judge_card(card, Env(view, trace, functions), notes)
-            fact_reads = trace.snapshot()
+            result, fact_reads, record = judge_fresh(store, release, e, ctx)
             _memo.put(key, (*variants, (fact_reads, result))[-_VARIANTS:])
-            if not read.whole:
-                # a model path read only by its class serves every path of the class, a
-                # value read only through tests every value answering them alike
-                classed = card_classed(card.when, card.require)
-                slices = folded.slices if folded is not None else []
-                if classed and slices:
-                    classed &= folds_classed(slices, fact_reads)
-                origin = origin_of(read.reads, attrs) if classed else ()
-                tested = card_tests(card.when, card.require, slices, read.reads, classed, choices)
-                shown = shown_of(tested, attrs) if tested else ()
-                record = (read.snapshot(classed, tested), fact_reads, result, origin, shown)
+            if record is not None:
                 _by_reads.put(rkey_card, (*seen, record)[-_READ_VARIANTS:])
             out.append(result)
     return out

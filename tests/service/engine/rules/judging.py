@@ -10,7 +10,7 @@ import pytest
 from kb.store import Store
 from service.engine.cache import clear_all
 from service.engine.expr.interpreter import Value
-from service.engine.rules import checker
+from service.engine.rules import card_records
 from service.engine.rules.checker import evaluate_cards, prepare_flags
 
 Verdicts = list[list[tuple]]
@@ -26,13 +26,13 @@ def judging(
     """(a run of ``commands`` from cold caches giving each card's verdict, reason, inputs
     and notes per command, the number of cards the last run judged)."""
     judged = [0]
-    real = checker.judge_card
+    real = card_records.judge_card
 
     def counting(*args):
         judged[0] += 1
         return real(*args)
 
-    monkeypatch.setattr(checker, "judge_card", counting)
+    monkeypatch.setattr(card_records, "judge_card", counting)
 
     def run() -> Verdicts:
         clear_all()

@@ -7,7 +7,7 @@ import pytest
 
 from kb.store import Store
 from service.engine.cache import LRUCache, clear_all
-from service.engine.rules import checker
+from service.engine.rules import card_records, checker
 from service.engine.rules.checker import (
     cards_for,
     check_fix,
@@ -123,7 +123,7 @@ def test_verdicts_reused_across_facts_equal_fresh_ones(store: Store, monkeypatch
         ("b200-x8", "/models/Qwen3-8B"),  # another generation and model
     ]
     judged: list[int] = []
-    real_judge = checker.judge_card
+    real_judge = card_records.judge_card
 
     def counting_judge(*args):
         judged[-1] += 1
@@ -132,7 +132,7 @@ def test_verdicts_reused_across_facts_equal_fresh_ones(store: Store, monkeypatch
     clear_all()  # the shared guard truths too
     assert not fold._SHARED
     warm = []
-    monkeypatch.setattr(checker, "judge_card", counting_judge)
+    monkeypatch.setattr(card_records, "judge_card", counting_judge)
     for hw, model in machines:
         facts = facts_for(hw, None, model)
         judged.append(0)

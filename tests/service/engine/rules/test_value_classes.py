@@ -15,7 +15,7 @@ from service.engine.evaluate.path_classes import CLASSED, uses_by_class
 from service.engine.evaluate.resolution import PreparedWrite
 from service.engine.expr.interpreter import Provenance, Value
 from service.engine.expr.trace import FactsTrace
-from service.engine.rules import checker
+from service.engine.rules import card_records
 from service.engine.rules.attr_reads import AttrReads, attrs_match
 from service.engine.rules.card_verdict import CardResult
 from service.engine.rules.checker import evaluate_cards, facts_for, prepare_flags
@@ -123,7 +123,7 @@ def test_new_model_paths_reuse_verdicts_equal_to_fresh_ones(store: Store, monkey
     tail = ["--tp", "2", "--attention-backend", "triton", "--speculative-algorithm", "NEXTN"]
     paths = ["/models/Qwen3-8B", "/data/qwen3-8b-ft", "/ckpt/Qwen3-8B-v2", "dummy"]
     judged, folded = [0], [0]
-    real, real_fold = checker.judge_card, fold_slice.fold_writes
+    real, real_fold = card_records.judge_card, fold_slice.fold_writes
 
     def counting(*args):
         judged[0] += 1
@@ -133,7 +133,7 @@ def test_new_model_paths_reuse_verdicts_equal_to_fresh_ones(store: Store, monkey
         folded[0] += 1
         return real_fold(*args)
 
-    monkeypatch.setattr(checker, "judge_card", counting)
+    monkeypatch.setattr(card_records, "judge_card", counting)
     monkeypatch.setattr(fold_slice, "fold_writes", counting_folds)
 
     def run() -> list[list[tuple]]:
@@ -156,7 +156,7 @@ def test_new_model_paths_reuse_verdicts_equal_to_fresh_ones(store: Store, monkey
     for path, verdicts in zip(paths, classed, strict=True):
         shown = {v for *_, inputs, _ in verdicts for n, v, _ in inputs if n == "model_path"}
         assert shown <= {path}
-    monkeypatch.setattr(checker, "card_classed", lambda *args: frozenset())
+    monkeypatch.setattr(card_records, "card_classed", lambda *args: frozenset())
     monkeypatch.setattr(fold_slice, "writes_info", lambda *args: (False, frozenset()))
     assert run() == classed
     assert 0 < with_classes < judged[0]
@@ -244,6 +244,6 @@ def test_new_backend_values_reuse_verdicts_equal_to_fresh_ones(store: Store, mon
     run, judged = judging(store, "0.5.23", facts, commands, monkeypatch)
     tested = run()
     with_tests = judged[0]
-    monkeypatch.setattr(checker, "card_tests", lambda *args: {})
+    monkeypatch.setattr(card_records, "card_tests", lambda *args: {})
     assert run() == tested
     assert 0 < with_tests < judged[0]
