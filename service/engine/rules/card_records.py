@@ -36,7 +36,7 @@ from service.engine.rules.value_classes import (
     shown_of,
 )
 
-__all__ = ["Judging", "Record", "judge_fresh"]
+__all__ = ["Judging", "Record", "judge_fresh", "narrowed"]
 
 #: what a verdict rests on: (attributes read, facts read, the verdict, the classed values it
 #: was judged with, the tested values it was judged with)
@@ -77,12 +77,12 @@ def judge_fresh(
     result = judge_card(card, env, folded.caveats if folded is not None else [])
     fact_reads = trace.snapshot()
     texts = (card.when, card.require)
-    if result.verdict == "not_applicable" and result.operand != when_operands(card.when)[0]:
-        # operands before the false one were read too: the record rests on it alone
+    operand = narrowed(result)
+    if operand is not None:  # the record rests on the false operand alone
         trace, read, folded, env = _views(store, release, entry, ctx)
-        if evaluate(result.operand, env).truth is not False:  # pragma: no cover - pure
+        if evaluate(operand, env).truth is not False:  # pragma: no cover - it is pure
             return result, fact_reads, None
-        texts = (result.operand, "True")
+        texts = (operand, "True")
     if read.whole:
         return result, fact_reads, None
     reads = trace.snapshot()
@@ -96,6 +96,14 @@ def judge_fresh(
     tested = card_tests(*texts, slices, read.reads, classed, ctx.choices)
     shown = shown_of(tested, ctx.attrs) if tested else ()
     return result, fact_reads, (read.snapshot(classed, tested), reads, result, origin, shown)
+
+
+def narrowed(result: CardResult) -> str | None:
+    """The false ``when`` operand a ``not_applicable`` verdict's record rests on, when
+    operands ran before it (else the evaluation read that operand alone already)."""
+    if result.verdict != "not_applicable" or not result.operand:
+        return None
+    return result.operand if result.operand != when_operands(result.card.when)[0] else None
 
 
 def _views(

@@ -1,0 +1,91 @@
+"""A ``not_applicable`` verdict rests on its false ``when`` operand alone: its record serves
+every command for which that operand is false, whatever the operands evaluated before it
+read (:mod:`service.engine.rules.card_records`)."""
+
+from __future__ import annotations
+
+from kb.rules.cards import Card
+from kb.store import Store
+from service.engine.cache import clear_all
+from service.engine.rules import card_records
+from service.engine.rules.card_verdict import when_operands
+from service.engine.rules.checker import evaluate_cards, facts_for, prepare_flags
+from tests.service.engine.rules.judging import judging
+
+SEED_CITATION = "0.5.11:sglang/srt/server_args.py:ServerArgs._handle_speculative_decoding:3519-3522"
+
+
+def _card(when: str) -> Card:
+    return Card(
+        id="c-test-narrow",
+        title="a probe with two when operands",
+        releases="==0.5.23",
+        when=when,
+        require="args.page_size == 1",
+        severity="error",
+        message="m",
+        citations=[SEED_CITATION],
+        origin="curated",
+    )
+
+
+def test_not_applicable_keeps_no_inputs_and_names_its_false_operand(store: Store) -> None:
+    # operands run innermost (last) first: ``tp_size > 1`` holds, the dtype test is false
+    card = _card("args.kv_cache_dtype == 'fp8_e4m3' and args.tp_size > 1")
+    assert when_operands(card.when)[0] == "args.tp_size > 1"
+    attrs, parsed = prepare_flags(store, "0.5.23", ["--model-path", "/m", "--tp", "2"])
+    (result,) = evaluate_cards(store, "0.5.23", attrs, {}, parsed, cards=[card])
+    assert result.verdict == "not_applicable" and result.reason == "`when` is false"
+    assert result.operand == "args.kv_cache_dtype == 'fp8_e4m3'"
+    assert result.inputs == [] and result.notes == []
+    assert card_records.narrowed(result) == result.operand
+    # served from that record: another false operand, the same verdict
+    attrs, parsed = prepare_flags(store, "0.5.23", ["--model-path", "/m", "--tp", "1"])
+    (served,) = evaluate_cards(store, "0.5.23", attrs, {}, parsed, cards=[card])
+    assert (served.verdict, served.operand) == ("not_applicable", result.operand)
+    # judged afresh, false at the first operand run: nothing else was read, nothing to narrow
+    clear_all()
+    attrs, parsed = prepare_flags(store, "0.5.23", ["--model-path", "/m", "--tp", "1"])
+    (first,) = evaluate_cards(store, "0.5.23", attrs, {}, parsed, cards=[card])
+    assert first.operand == "args.tp_size > 1" and card_records.narrowed(first) is None
+
+
+def test_record_of_the_false_operand_serves_other_values_of_earlier_ones(
+    store: Store, monkeypatch
+) -> None:
+    card = _card("args.kv_cache_dtype == 'fp8_e4m3' and args.tp_size > 1")
+    monkeypatch.setattr("service.engine.rules.release_cards.load_curated", lambda: [card])
+    commands = [["--model-path", "/m", "--tp", str(tp)] for tp in (2, 4, 8)]
+    commands.append(["--model-path", "/m", "--tp", "2", "--kv-cache-dtype", "fp8_e4m3"])
+    run, judged = judging(store, "0.5.23", {}, commands, monkeypatch)
+
+    def probe(verdicts: list[list[tuple]]) -> list[tuple]:
+        return [next(v for v in per if v[0] == card.id) for per in verdicts]
+
+    narrow = run()
+    narrow_judged = judged[0]
+    monkeypatch.setattr(card_records, "narrowed", lambda result: None)
+    assert run() == narrow
+    # tp 4 and tp 8 found the record of tp 2's false dtype test; fp8_e4m3 is judged
+    assert narrow_judged < judged[0]
+    verdicts = [v[1] for v in probe(narrow)]
+    assert verdicts[:3] == ["not_applicable"] * 3 and verdicts[3] != "not_applicable"
+
+
+def test_narrow_records_give_fresh_verdicts_on_a_release(store: Store, monkeypatch) -> None:
+    """On 0.5.23's cards, a series of fix-like commands under a GPU: with the records of
+    false operands every verdict (reason, inputs, notes) equals the run without them, and
+    fewer cards are judged."""
+    facts = facts_for("h100-x8", None, "/models/Qwen3-8B")
+    base = ["--model-path", "/models/Qwen3-8B", "--tp", "2"]
+    commands = [
+        base + ["--attention-backend", backend, "--kv-cache-dtype", dtype]
+        for backend in ("triton", "flashinfer", "fa3")
+        for dtype in ("auto", "fp8_e4m3")
+    ]
+    run, judged = judging(store, "0.5.23", facts, commands, monkeypatch)
+    narrow = run()
+    with_narrow = judged[0]
+    monkeypatch.setattr(card_records, "narrowed", lambda result: None)
+    assert run() == narrow
+    assert 0 < with_narrow < judged[0]
