@@ -17,7 +17,11 @@ of one is:
 A write (:func:`writes_info`) keeps the class when its guards and value use the paths by
 class and, if it assigns a path, its value is a copy of a path, ``None``, or a fact looked up
 by text (a call as above, or a local) that must then be absent: so a folded path is always
-a typed one, ``None`` or unknown, and the class decides every test made on it.
+a typed one, ``None`` or unknown, and the class decides every test made on it. A write's
+guard may also pass a path to a call at the end of a chain of names and calls
+(``os.path.exists(self.model_path)``): that is a fact looked up by its text too, as long as
+no fact answers a prefix of the chain (``os``, ``os.path``; the interpreter would then call
+the method on that fact's value), so those prefixes must be absent as well.
 """
 
 from __future__ import annotations
@@ -27,11 +31,11 @@ import functools
 import re
 from collections.abc import Collection, Iterable, Mapping
 
-from kb.conditions import DEFAULT_ARG_OBJECTS, norm_text, to_node
+from kb.conditions import DEFAULT_ARG_OBJECTS, attr_chain, norm_text, to_node
 from kb.errors import UnsafeExpression
 from service.engine.evaluate.literal_classes import parents_of, truth_only
 from service.engine.expr.interpreter import Value
-from service.engine.expr.values import BUILTINS
+from service.engine.expr.values import BUILTINS, VALUE_METHODS
 
 __all__ = [
     "CLASSED",
@@ -128,14 +132,33 @@ def _compares_paths(cmp: ast.Compare) -> bool:
     return isinstance(op, ast.In | ast.NotIn) and _paths_or_none(right)
 
 
+def _chain_prefixes(call: ast.Call) -> list[str] | None:
+    """For a call ending a chain of names and calls that is no argument object's
+    (``os.path.exists(…)``), the fact keys of the chain's prefixes (``os``, ``os.path``):
+    with none of them a fact, the interpreter looks the whole call up by its text.
+    ``None`` for another call, or one whose chain calls a method it computes."""
+    if not isinstance(call.func, ast.Attribute):
+        return None
+    chain = attr_chain(call, DEFAULT_ARG_OBJECTS)
+    if chain is None or chain[0] or len(chain[1]) < 2:
+        return None
+    segs = chain[1]
+    if any(s.endswith(")") and s.split("(", 1)[0] in VALUE_METHODS for s in segs[1:]):
+        return None
+    return [".".join(segs[:i]) for i in range(1, len(segs))]
+
+
 def _use_is_classed(
     node: ast.Attribute,
     parents: dict[int, ast.AST],
     root: ast.AST | None,
     computed: Collection[str],
+    needs: set[str] | None,
 ) -> bool:
     """Is this read of a classed attribute one of the uses its class decides? (``root``:
-    the text's root when the text is a condition, else ``None``.)"""
+    the text's root when the text is a condition, else ``None``; ``needs``: where the
+    caller can require facts to be absent, the fact keys such a use adds, see
+    :func:`_chain_prefixes`, else ``None``: such a use is refused.)"""
     if truth_only(node, parents, root):
         return True
     parent = parents.get(id(node))
@@ -166,33 +189,42 @@ def _use_is_classed(
             and _none(parent.comparators[0])
         )
     if isinstance(parent, ast.Call):
-        return (
-            isinstance(parent.func, ast.Name)
-            and parent.func.id not in _COMPUTED
-            and parent.func.id not in computed
-            and any(a is node for a in parent.args)
-        )
+        if not any(a is node for a in parent.args):
+            return False
+        if isinstance(parent.func, ast.Name):
+            return parent.func.id not in _COMPUTED and parent.func.id not in computed
+        prefixes = _chain_prefixes(parent) if needs is not None else None
+        if prefixes is None or needs is None:
+            return False
+        needs.update(prefixes)
+        return True
     return False
 
 
 @functools.lru_cache(maxsize=65536)
-def _text_uses_by_class(text: str, condition: bool, computed: frozenset[str]) -> bool:
+def _text_class_needs(
+    text: str, condition: bool, computed: frozenset[str], chains: bool
+) -> frozenset[str] | None:
+    """The fact keys that must be absent for ``text`` to use the classed attributes by
+    class, ``None`` when it uses them another way (``chains``: a path passed to a call at
+    the end of a chain is such a use, needing its prefixes absent; else it is refused)."""
     if not any(a in text for a in CLASSED):
-        return True
+        return frozenset()
     try:
         root = to_node(text, whitelist=False)
     except (UnsafeExpression, SyntaxError, ValueError, RecursionError):
-        return False
+        return None
     parents = parents_of(root)
+    needs: set[str] | None = set() if chains else None
     for n in ast.walk(root):
         if isinstance(n, ast.Attribute) and n.attr in CLASSED:
-            if not _use_is_classed(n, parents, root if condition else None, computed):
-                return False
+            if not _use_is_classed(n, parents, root if condition else None, computed, needs):
+                return None
         elif isinstance(n, ast.Name) and n.id in CLASSED:
-            return False  # a local of that name: its origin is not known here
+            return None  # a local of that name: its origin is not known here
         elif isinstance(n, ast.Constant) and n.value in CLASSED:
-            return False  # getattr(args, "model_path") and the like
-    return True
+            return None  # getattr(args, "model_path") and the like
+    return frozenset(needs or ())
 
 
 def uses_by_class(
@@ -201,7 +233,20 @@ def uses_by_class(
     """Do ``texts`` use the classed attributes only in ways their classes decide?
     ``condition``: the texts are conditions (only their truth is used), not values;
     ``computed``: more function names the evaluation computes from their arguments."""
-    return all(_text_uses_by_class(t, condition, computed) for t in texts)
+    return all(_text_class_needs(t, condition, computed, False) == frozenset() for t in texts)
+
+
+def class_needs(texts: Iterable[str], condition: bool = True) -> frozenset[str] | None:
+    """The fact keys that must be absent for ``texts`` to use the classed attributes only
+    in ways their classes decide (a path passed to a call at the end of a chain,
+    :func:`_chain_prefixes`); ``None`` when they use them another way."""
+    out: set[str] = set()
+    for t in texts:
+        needs = _text_class_needs(t, condition, frozenset(), True)
+        if needs is None:
+            return None
+        out |= needs
+    return frozenset(out)
 
 
 def _path_value(text: str) -> tuple[bool, str | None]:
@@ -239,9 +284,11 @@ def writes_info(writes: tuple[tuple[object, object], ...]) -> WritesInfo:
         if key is not None:
             absent.add(key)
         guards = pw.all_guards(False)  # type: ignore[attr-defined]
-        if not (fine and uses_by_class(g for g, _ in guards)):
+        needs = class_needs(g for g, _ in guards) if fine else None
+        if needs is None:
             ok = False
             break
+        absent |= needs
     return ok, frozenset(absent)
 
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from service.engine.evaluate.path_classes import class_signature, swapped, uses_by_class
+from service.engine.evaluate.path_classes import (
+    class_needs,
+    class_signature,
+    swapped,
+    uses_by_class,
+)
 from service.engine.expr.interpreter import Provenance, Value
 
 
@@ -63,6 +68,23 @@ def test_only_uses_the_class_decides_keep_the_class() -> None:
     assert not uses_by_class(["cfg.speculative_draft_model_path or None"], condition=False)
     assert uses_by_class(["not cfg.speculative_draft_model_path"], condition=False)
     assert uses_by_class(["'a' if cfg.speculative_draft_model_path else 'b'"], condition=False)
+
+
+def test_a_path_passed_to_a_call_chain_needs_the_chains_prefixes_absent() -> None:
+    """A guard such as ``not os.path.exists(self.model_path)`` is a fact looked up by its
+    text while no fact answers ``os`` or ``os.path``: a write's guard may use it so (those
+    keys must then be absent); a card's own text may not (nothing checks the facts)."""
+    guard = "not os.path.exists(self.model_path)"
+    assert class_needs([guard]) == frozenset({"os", "os.path"})
+    assert not uses_by_class([guard])
+    assert class_needs(["self.tp_size > 1", "self.model_path is None"]) == frozenset()
+    # a method the interpreter computes on a fact's value, a chain of an argument object,
+    # or the path used another way in the same text: refused
+    assert class_needs(["envs.PATHS.get(self.model_path)"]) is None
+    assert class_needs(["self.model_config.exists(self.model_path)"]) is None
+    assert class_needs([guard, "self.model_path == 'x'"]) is None
+    assert class_needs(["os.path.join(self.model_path, 'x') == 'y'"]) is None  # str.join
+    assert class_needs(["utils.fs.isdir(self.model_path) == 'y'"]) == {"utils", "utils.fs"}
 
 
 def test_swapped_replaces_one_old_path_and_refuses_any_other() -> None:

@@ -72,6 +72,19 @@ def test_folded_writes_keep_the_class_only_while_paths_stay_paths() -> None:
     assert folds_classed([resolved], found.snapshot()) == frozenset()
 
 
+def test_a_guard_calling_a_chain_with_the_path_keeps_the_class_while_its_prefixes_are_absent() -> (
+    None
+):
+    modelscope = _slice(("tokenizer_path", "None", "not os.path.exists(cfg.model_path)"))
+    assert modelscope.paths == (True, frozenset({"os", "os.path"}))
+    assert folds_classed([modelscope], ()) == CLASSED
+    # a fact answering a prefix: the interpreter would call the method on its value
+    trace = FactsTrace({"os.path": Value({}, Provenance("fact", "x"))})
+    assert "os.path" in trace
+    assert folds_classed([modelscope], trace.snapshot()) == frozenset()
+    assert not _slice(("tokenizer_path", "None", "envs.P.get(cfg.model_path)")).paths[0]
+
+
 def test_a_classed_read_matches_any_path_of_the_class() -> None:
     base = {"model_path": _path("/models/A"), "tp_size": Value(2, Provenance("flag", "--tp 2"))}
     read = AttrReads(base)
