@@ -29,6 +29,7 @@ __all__ = [
     "interned",
     "member_reads",
     "reads_match",
+    "values_only",
 ]
 
 #: (what was asked, its answer): (_VALUE or _FULL, key) -> the value's signature;
@@ -249,3 +250,17 @@ def answered_absent(reads: Reads, keys: Collection[str]) -> bool:
         ):
             return False
     return True
+
+
+def values_only(reads: Reads) -> Reads:
+    """``reads`` with each value read kept as the value alone, not where it came from: for
+    a result that shows no fact's origin, so that facts equal in value but of another
+    origin (another GPU profile of the same kind) answer alike."""
+    out: list[tuple[object, object]] = []
+    for asked, answer in reads:
+        if isinstance(asked, tuple) and asked[0] == _FULL:
+            asked = _question(_VALUE, asked[1])
+            if isinstance(answer, tuple) and answer is not _ABSENT:
+                answer = answer[0]
+        out.append((asked, answer))
+    return interned(_INTERNED, tuple(out))

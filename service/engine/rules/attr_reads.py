@@ -15,12 +15,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from service.engine.evaluate.literal_classes import Tests, answers_signature
-from service.engine.evaluate.memo_keys import value_signature
+from service.engine.evaluate.memo_keys import value_key, value_signature
 from service.engine.evaluate.path_classes import class_signature
 from service.engine.expr.interpreter import Value
 from service.engine.expr.trace import interned
 
-__all__ = ["CLASS_MARK", "TESTS_MARK", "AttrReads", "attrs_match"]
+__all__ = ["CLASS_MARK", "TESTS_MARK", "VALUE_MARK", "AttrReads", "attrs_match"]
 
 #: suffix of a recorded read's key when the read is of the attribute's class
 #: (:mod:`~service.engine.evaluate.path_classes`)
@@ -28,6 +28,9 @@ CLASS_MARK = "#class"
 #: infix of a recorded read's key when the read is of the answers to tests against
 #: literals (:mod:`~service.engine.evaluate.literal_classes`): ``attr#tests<n>``
 TESTS_MARK = "#tests"
+#: suffix of a recorded read's key when the read is of the value alone, not how it was
+#: given (for a verdict that shows no inputs: evaluations read values only)
+VALUE_MARK = "#value"
 #: such a key -> (the attribute, its tests); one key per attribute and set of tests
 _TESTED: dict[str, tuple[str, Tests]] = {}
 _TEST_KEYS: dict[tuple[str, Tests], str] = {}
@@ -91,21 +94,28 @@ class AttrReads(Mapping[str, Value]):
         return len(self.base)
 
     def snapshot(
-        self, classed: frozenset[str] = frozenset(), tested: Mapping[str, Tests] | None = None
+        self,
+        classed: frozenset[str] = frozenset(),
+        tested: Mapping[str, Tests] | None = None,
+        *,
+        by_value: bool = False,
     ) -> Reads:
         """The reads so far, as one tuple shared with every equal one (a memo keys many).
 
         A read of an attribute of ``classed`` is kept as its class (key ``attr#class``),
         one of ``tested`` as the answers to its tests (key ``attr#tests<n>``; see
-        :mod:`~service.engine.rules.value_classes`)."""
+        :mod:`~service.engine.rules.value_classes`). ``by_value``: the others are kept as
+        their values alone (key ``attr#value``), for a verdict that shows none of them."""
         items = tuple(self.reads.items())
-        if classed or tested:
+        if classed or tested or by_value:
             tested = tested or {}
             items = tuple(
                 (k + CLASS_MARK, class_signature(self.base, k))
                 if k in classed
                 else (_tests_key(k, tested[k]), answers_signature(self.base.get(k), tested[k]))
                 if k in tested
+                else (k + VALUE_MARK, value_key(self.base.get(k)))
+                if by_value
                 else (k, s)
                 for k, s in items
             )
@@ -120,6 +130,8 @@ def attrs_match(reads: Reads, attrs: Mapping[str, Value], sigs: dict[str, object
         if current is None:
             if key.endswith(CLASS_MARK):
                 current = class_signature(attrs, key[: -len(CLASS_MARK)])
+            elif key.endswith(VALUE_MARK):
+                current = value_key(attrs.get(key[: -len(VALUE_MARK)]))
             elif key in _TESTED:
                 name, tests = _TESTED[key]
                 current = answers_signature(attrs.get(name), tests)

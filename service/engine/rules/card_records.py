@@ -23,7 +23,7 @@ from kb.store import Store
 from service.engine.evaluate.fold_slice import FoldedView, Made
 from service.engine.evaluate.path_classes import Origin, origin_of
 from service.engine.expr.interpreter import Env, Value, evaluate
-from service.engine.expr.trace import FactsTrace, Reads
+from service.engine.expr.trace import FactsTrace, Reads, values_only
 from service.engine.rules.attr_reads import AttrReads
 from service.engine.rules.attr_reads import Reads as AttrReadsT
 from service.engine.rules.card_verdict import CardResult, judge_card, when_operands
@@ -95,6 +95,11 @@ def judge_fresh(
     origin = origin_of(read.reads, ctx.attrs) if classed else ()
     tested = card_tests(*texts, slices, read.reads, classed, ctx.choices)
     shown = shown_of(tested, ctx.attrs) if tested else ()
+    if result.verdict == "not_applicable":
+        # it shows no inputs: how its values were given and where its facts came from do
+        # not matter, another GPU of the same kind answers alike
+        snapshot = read.snapshot(classed, tested, by_value=True)
+        return result, fact_reads, (snapshot, values_only(reads), result, origin, shown)
     return result, fact_reads, (read.snapshot(classed, tested), reads, result, origin, shown)
 
 

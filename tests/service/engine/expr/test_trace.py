@@ -4,7 +4,7 @@ other facts answer those reads alike (the basis of the memo tables keyed on fact
 from __future__ import annotations
 
 from service.engine.expr.interpreter import Env, Provenance, Value, evaluate
-from service.engine.expr.trace import FactsTrace, reads_match
+from service.engine.expr.trace import FactsTrace, reads_match, values_only
 
 H100 = Provenance("fact", "hardware profile h100-x8")
 H200 = Provenance("fact", "hardware profile h200-x8")
@@ -32,6 +32,21 @@ def test_an_evaluation_records_only_the_facts_it_reads() -> None:
     reads = tuple(trace.reads.items())
     assert reads_match(reads, same, {})
     assert not reads_match(reads, _facts(H200, 144384, sm100=True), {})
+
+
+def test_values_only_reads_answer_alike_what_a_trace_without_provenance_reads() -> None:
+    trace = FactsTrace(_facts(H100, 81920))
+    evaluate("is_sm100_supported() or is_hip() or 'gpu_mem' in facts_keys", Env({}, trace))
+    assert "model_arch" in trace
+    full = trace.snapshot()
+    plain = FactsTrace(_facts(H100, 81920))
+    plain.provenance = False
+    evaluate("is_sm100_supported() or is_hip() or 'gpu_mem' in facts_keys", Env({}, plain))
+    assert "model_arch" in plain
+    assert values_only(full) == plain.snapshot()  # absences and memberships kept as they are
+    same = _facts(H200, 144384)
+    assert not reads_match(full, same, {}) and reads_match(values_only(full), same, {})
+    assert not reads_match(values_only(full), _facts(H200, 1, sm100=True), {})
 
 
 def test_membership_absence_and_the_whole_key_set_are_reads_too() -> None:

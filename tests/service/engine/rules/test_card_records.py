@@ -89,3 +89,44 @@ def test_narrow_records_give_fresh_verdicts_on_a_release(store: Store, monkeypat
     monkeypatch.setattr(card_records, "narrowed", lambda result: None)
     assert run() == narrow
     assert 0 < with_narrow < judged[0]
+
+
+def _count_judged(monkeypatch) -> list[int]:
+    judged = [0]
+    real = card_records.judge_card
+
+    def counting(*args):
+        judged[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(card_records, "judge_card", counting)
+    return judged
+
+
+def _verdict(store: Store, card: Card, argv: list[str], facts) -> tuple:
+    attrs, parsed = prepare_flags(store, "0.5.23", ["--model-path", "/m", *argv])
+    (r,) = evaluate_cards(store, "0.5.23", attrs, facts, parsed, cards=[card])
+    return r.verdict, r.reason, r.inputs, r.notes
+
+
+def test_a_record_of_a_card_that_does_not_apply_keeps_values_not_their_origin(
+    store: Store, monkeypatch
+) -> None:
+    """It shows no inputs: the same value given another way (a default, a flag, another
+    spelling) or a fact of the same value from another GPU profile finds it."""
+    clear_all()
+    judged = _count_judged(monkeypatch)
+    card = _card("args.tp_size == 3")
+    given = [_verdict(store, card, argv, {}) for argv in ([], ["--tp", "1"], ["--tp-size", "1"])]
+    assert judged[0] == 1 and {v[0] for v in given} == {"not_applicable"}
+    gpu = _card("is_sm100_supported() and args.tp_size > 1")
+    h100, h200 = facts_for("h100-x8", None, "/m"), facts_for("h200-x8", None, "/m")
+    assert h100["is_sm100_supported()"] != h200["is_sm100_supported()"]  # the provenance
+    served = _verdict(store, gpu, ["--tp", "2"], h100), _verdict(store, gpu, ["--tp", "2"], h200)
+    assert judged[0] == 2 and served[0] == served[1]
+    clear_all()  # judged afresh under the H200: the same verdict
+    assert _verdict(store, gpu, ["--tp", "2"], h200) == served[1] and judged[0] == 3
+    # a value that differs still misses the record
+    b200 = facts_for("b200-x8", None, "/m")
+    _verdict(store, gpu, ["--tp", "2"], b200)
+    assert judged[0] == 4
