@@ -252,13 +252,14 @@ def answered_absent(reads: Reads, keys: Collection[str]) -> bool:
     return True
 
 
-def values_only(reads: Reads) -> Reads:
-    """``reads`` with each value read kept as the value alone, not where it came from: for
-    a result that shows no fact's origin, so that facts equal in value but of another
-    origin (another GPU profile of the same kind) answer alike."""
+def values_only(reads: Reads, shown: Collection[str] = ()) -> Reads:
+    """``reads`` with each value read kept as the value alone, not where it came from
+    (except the facts of ``shown``, those a result shows with their origin): so that facts
+    equal in value but of another origin (another GPU profile of the same kind) answer
+    alike."""
     out: list[tuple[object, object]] = []
     for asked, answer in reads:
-        if isinstance(asked, tuple) and asked[0] == _FULL:
+        if isinstance(asked, tuple) and asked[0] == _FULL and asked[1] not in shown:
             asked = _question(_VALUE, asked[1])
             if isinstance(answer, tuple) and answer is not _ABSENT:
                 answer = answer[0]

@@ -11,7 +11,7 @@ deterministic in what it reads, gives the same verdict.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from service.engine.evaluate.literal_classes import Tests, answers_signature
@@ -29,7 +29,7 @@ CLASS_MARK = "#class"
 #: literals (:mod:`~service.engine.evaluate.literal_classes`): ``attr#tests<n>``
 TESTS_MARK = "#tests"
 #: suffix of a recorded read's key when the read is of the value alone, not how it was
-#: given (for a verdict that shows no inputs: evaluations read values only)
+#: given (one the verdict does not show: evaluations read values only)
 VALUE_MARK = "#value"
 #: such a key -> (the attribute, its tests); one key per attribute and set of tests
 _TESTED: dict[str, tuple[str, Tests]] = {}
@@ -98,16 +98,17 @@ class AttrReads(Mapping[str, Value]):
         classed: frozenset[str] = frozenset(),
         tested: Mapping[str, Tests] | None = None,
         *,
-        by_value: bool = False,
+        shown: Collection[str] | None = None,
     ) -> Reads:
         """The reads so far, as one tuple shared with every equal one (a memo keys many).
 
         A read of an attribute of ``classed`` is kept as its class (key ``attr#class``),
         one of ``tested`` as the answers to its tests (key ``attr#tests<n>``; see
-        :mod:`~service.engine.rules.value_classes`). ``by_value``: the others are kept as
-        their values alone (key ``attr#value``), for a verdict that shows none of them."""
+        :mod:`~service.engine.rules.value_classes`). With ``shown`` (the attributes the
+        verdict shows, how they were given included), the others are kept as their values
+        alone (key ``attr#value``): the evaluation reads values only."""
         items = tuple(self.reads.items())
-        if classed or tested or by_value:
+        if classed or tested or shown is not None:
             tested = tested or {}
             items = tuple(
                 (k + CLASS_MARK, class_signature(self.base, k))
@@ -115,7 +116,7 @@ class AttrReads(Mapping[str, Value]):
                 else (_tests_key(k, tested[k]), answers_signature(self.base.get(k), tested[k]))
                 if k in tested
                 else (k + VALUE_MARK, value_key(self.base.get(k)))
-                if by_value
+                if shown is not None and k not in shown
                 else (k, s)
                 for k, s in items
             )

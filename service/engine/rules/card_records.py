@@ -95,12 +95,12 @@ def judge_fresh(
     origin = origin_of(read.reads, ctx.attrs) if classed else ()
     tested = card_tests(*texts, slices, read.reads, classed, ctx.choices)
     shown = shown_of(tested, ctx.attrs) if tested else ()
-    if result.verdict == "not_applicable":
-        # it shows no inputs: how its values were given and where its facts came from do
-        # not matter, another GPU of the same kind answers alike
-        snapshot = read.snapshot(classed, tested, by_value=True)
-        return result, fact_reads, (snapshot, values_only(reads), result, origin, shown)
-    return result, fact_reads, (read.snapshot(classed, tested), reads, result, origin, shown)
+    # how a value was given, and where a fact came from, matter only for those the verdict
+    # shows (its inputs): the others are kept by value, so another GPU of the same kind
+    # answers alike
+    inputs = {name for name, _, _ in result.inputs}
+    snapshot = read.snapshot(classed, tested, shown=inputs)
+    return result, fact_reads, (snapshot, values_only(reads, inputs), result, origin, shown)
 
 
 def narrowed(result: CardResult) -> str | None:

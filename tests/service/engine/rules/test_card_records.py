@@ -109,11 +109,10 @@ def _verdict(store: Store, card: Card, argv: list[str], facts) -> tuple:
     return r.verdict, r.reason, r.inputs, r.notes
 
 
-def test_a_record_of_a_card_that_does_not_apply_keeps_values_not_their_origin(
-    store: Store, monkeypatch
-) -> None:
-    """It shows no inputs: the same value given another way (a default, a flag, another
-    spelling) or a fact of the same value from another GPU profile finds it."""
+def test_a_record_keeps_by_value_what_its_verdict_does_not_show(store: Store, monkeypatch) -> None:
+    """A card that does not apply shows no inputs, one that holds those of ``require``: the
+    same value given another way (a default, a flag, another spelling), or a fact of the
+    same value from another GPU profile, read only by ``when``, finds the record."""
     clear_all()
     judged = _count_judged(monkeypatch)
     card = _card("args.tp_size == 3")
@@ -126,7 +125,13 @@ def test_a_record_of_a_card_that_does_not_apply_keeps_values_not_their_origin(
     assert judged[0] == 2 and served[0] == served[1]
     clear_all()  # judged afresh under the H200: the same verdict
     assert _verdict(store, gpu, ["--tp", "2"], h200) == served[1] and judged[0] == 3
-    # a value that differs still misses the record
-    b200 = facts_for("b200-x8", None, "/m")
-    _verdict(store, gpu, ["--tp", "2"], b200)
-    assert judged[0] == 4
+    # a value that differs still misses the record; the card then holds, showing only
+    # the page size: another Blackwell profile finds that record
+    b200, b300 = facts_for("b200-x8", None, "/m"), facts_for("b300-x8", None, "/m")
+    held = _verdict(store, gpu, ["--tp", "2", "--page-size", "1"], b200)
+    assert judged[0] == 4 and held[0] == "satisfied"
+    assert [name for name, _, _ in held[2]] == ["page_size"]
+    assert _verdict(store, gpu, ["--tp", "4", "--page-size", "1"], b300) == held
+    assert judged[0] == 5  # tp 4 is read exactly by `when`: judged
+    assert _verdict(store, gpu, ["--tp", "2", "--page-size", "1"], b300) == held
+    assert judged[0] == 5  # the same values, the fact from another profile: served
