@@ -12,6 +12,11 @@ candidate changing one of them (a backend, a dtype) would miss the record and ju
 card again, although the same operand is false for it too. So the false operand is
 evaluated once more on its own (the slice folds of the first evaluation are reused), and
 the record keeps only what that evaluation read.
+
+How a value was given (a flag, its spelling, a default) and where a fact came from (which
+GPU profile) matter only for the inputs a verdict shows: evaluations read values. So a
+record keeps every other attribute and fact it read by value alone, and a fact of equal
+value from another GPU of the same kind answers alike.
 """
 
 from __future__ import annotations

@@ -30,8 +30,9 @@ by the guards and values of the writes folded in for it) and on the facts.
 On a miss, a verdict of another command is reused when the attributes and facts
 its evaluation actually read (:mod:`service.engine.rules.attr_reads`) are answered
 alike: ``when`` usually stops at its first false operand, and a card that does not apply
-is recorded with what that operand reads alone (:mod:`service.engine.rules.card_records`). The earlier writes are
-folded one attribute at a time, on first read (:mod:`service.engine.evaluate.fold_slice`).
+is recorded with what that operand reads alone; what a verdict does not show is recorded by
+value (:mod:`service.engine.rules.card_records`). The earlier writes are folded one
+attribute at a time, on first read (:mod:`service.engine.evaluate.fold_slice`).
 The cards of a release are indexed by those dependencies: the verdicts under
 the release's defaults are computed once per set of facts, and a command
 (another fix candidate) re-evaluates only the cards depending on an attribute
