@@ -25,14 +25,7 @@ def judging(
 ) -> tuple[Callable[[], Verdicts], list[int]]:
     """(a run of ``commands`` from cold caches giving each card's verdict, reason, inputs
     and notes per command, the number of cards the last run judged)."""
-    judged = [0]
-    real = card_records.judge_card
-
-    def counting(*args):
-        judged[0] += 1
-        return real(*args)
-
-    monkeypatch.setattr(card_records, "judge_card", counting)
+    judged = count_judged(monkeypatch)
 
     def run() -> Verdicts:
         clear_all()
@@ -49,3 +42,16 @@ def judging(
         return out
 
     return run, judged
+
+
+def count_judged(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A counter of the cards judged afresh from now on (``[n]``)."""
+    judged = [0]
+    real = card_records.judge_card
+
+    def counting(*args):
+        judged[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(card_records, "judge_card", counting)
+    return judged

@@ -10,7 +10,7 @@ from service.engine.cache import clear_all
 from service.engine.rules import card_records
 from service.engine.rules.card_verdict import when_operands
 from service.engine.rules.checker import evaluate_cards, facts_for, prepare_flags
-from tests.service.engine.rules.judging import judging
+from tests.service.engine.rules.judging import count_judged, judging
 
 SEED_CITATION = "0.5.11:sglang/srt/server_args.py:ServerArgs._handle_speculative_decoding:3519-3522"
 
@@ -91,18 +91,6 @@ def test_narrow_records_give_fresh_verdicts_on_a_release(store: Store, monkeypat
     assert 0 < with_narrow < judged[0]
 
 
-def _count_judged(monkeypatch) -> list[int]:
-    judged = [0]
-    real = card_records.judge_card
-
-    def counting(*args):
-        judged[0] += 1
-        return real(*args)
-
-    monkeypatch.setattr(card_records, "judge_card", counting)
-    return judged
-
-
 def _verdict(store: Store, card: Card, argv: list[str], facts) -> tuple:
     attrs, parsed = prepare_flags(store, "0.5.23", ["--model-path", "/m", *argv])
     (r,) = evaluate_cards(store, "0.5.23", attrs, facts, parsed, cards=[card])
@@ -114,7 +102,7 @@ def test_a_record_keeps_by_value_what_its_verdict_does_not_show(store: Store, mo
     same value given another way (a default, a flag, another spelling), or a fact of the
     same value from another GPU profile, read only by ``when``, finds the record."""
     clear_all()
-    judged = _count_judged(monkeypatch)
+    judged = count_judged(monkeypatch)
     card = _card("args.tp_size == 3")
     given = [_verdict(store, card, argv, {}) for argv in ([], ["--tp", "1"], ["--tp-size", "1"])]
     assert judged[0] == 1 and {v[0] for v in given} == {"not_applicable"}
