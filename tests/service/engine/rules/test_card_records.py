@@ -1,6 +1,7 @@
 """A ``not_applicable`` verdict rests on its false ``when`` operand alone: its record serves
 every command for which that operand is false, whatever the operands evaluated before it
-read (:mod:`service.engine.rules.card_records`)."""
+read; and a record keeps by value what its verdict does not show
+(:mod:`service.engine.rules.card_records`)."""
 
 from __future__ import annotations
 
