@@ -110,17 +110,32 @@ class AttrReads(Mapping[str, Value]):
         items = tuple(self.reads.items())
         if classed or tested or shown is not None:
             tested = tested or {}
+
+            def kept(k: str) -> str:
+                if k in classed:
+                    return k + CLASS_MARK
+                if k in tested:
+                    return _tests_key(k, tested[k])
+                return k + VALUE_MARK if shown is not None and k not in shown else k
+
             items = tuple(
-                (k + CLASS_MARK, class_signature(self.base, k))
-                if k in classed
-                else (_tests_key(k, tested[k]), answers_signature(self.base.get(k), tested[k]))
-                if k in tested
-                else (k + VALUE_MARK, value_key(self.base.get(k)))
-                if shown is not None and k not in shown
-                else (k, s)
+                (k, s) if (key := kept(k)) == k else (key, _answer(key, self.base))
                 for k, s in items
             )
         return interned(_INTERNED, items)
+
+
+def _answer(key: str, attrs: Mapping[str, Value]) -> object:
+    """What ``attrs`` answer to one recorded read: the class, the values alone, the answers
+    to the tests or (a plain attribute name) the value with its provenance."""
+    if key.endswith(CLASS_MARK):
+        return class_signature(attrs, key[: -len(CLASS_MARK)])
+    if key.endswith(VALUE_MARK):
+        return value_key(attrs.get(key[: -len(VALUE_MARK)]))
+    tested = _TESTED.get(key)
+    if tested is not None:
+        return answers_signature(attrs.get(tested[0]), tested[1])
+    return value_signature(attrs.get(key))
 
 
 def attrs_match(reads: Reads, attrs: Mapping[str, Value], sigs: dict[str, object]) -> bool:
@@ -129,16 +144,7 @@ def attrs_match(reads: Reads, attrs: Mapping[str, Value], sigs: dict[str, object
     for key, sig in reads:
         current = sigs.get(key)
         if current is None:
-            if key.endswith(CLASS_MARK):
-                current = class_signature(attrs, key[: -len(CLASS_MARK)])
-            elif key.endswith(VALUE_MARK):
-                current = value_key(attrs.get(key[: -len(VALUE_MARK)]))
-            elif key in _TESTED:
-                name, tests = _TESTED[key]
-                current = answers_signature(attrs.get(name), tests)
-            else:
-                current = value_signature(attrs.get(key))
-            sigs[key] = current
+            current = sigs[key] = _answer(key, attrs)
         if current != sig:
             return False
     return True
