@@ -25,7 +25,8 @@ cleanly it passes the check. The classification reads only the release's flag ca
 Everything else is a setting. A fix **gives up** a feature flag when, after it, the
 attribute no longer holds the user's value: removed (back to a default that differs),
 set to another value, or switched off. :func:`intent_cost` orders candidates by what
-they keep: fewer features given up, then fewer of the user's explicit values
+they keep: fewer features switched off (a selector given another value that still asks
+for a feature keeps the feature on), then fewer given up, then fewer of the user's explicit values
 overridden (so adding a missing companion flag, which overrides nothing, comes before
 changing or dropping the user's own), then a smaller edit.
 
@@ -131,6 +132,9 @@ class Loss:
     attr: str
     spelling: str  # as the user typed it, with its value: "--speculative-algorithm EAGLE3"
     new: object  # the value after the fix (a default when removed); UNKNOWN if not known
+    #: the feature is switched off, not only given another value: the value after the fix
+    #: asks for no feature (:func:`is_feature`), or is not known
+    off: bool = True
 
     def phrase(self) -> str:
         if self.new is None or self.new is False or self.new is UNKNOWN:
@@ -167,7 +171,8 @@ def losses(
             continue
         if new == pf.value and new is not UNKNOWN:
             continue
-        out.append(Loss(attr, " ".join(pf.raw) or pf.token, new))
+        off = new is UNKNOWN or not is_feature(spec, new)
+        out.append(Loss(attr, " ".join(pf.raw) or pf.token, new, off))
     return out
 
 
@@ -185,6 +190,10 @@ class IntentCost:
     features: int  # feature flags given up
     overridden: int  # other explicit values of the user's changed or dropped
     added: int  # flags the user did not set that the edit sets
+    #: of the feature flags given up, those switched off (not given another value that
+    #: keeps the feature on: ``--speculative-algorithm EAGLE`` for ``NEXTN`` keeps
+    #: speculative decoding, dropping the flag does not)
+    off: int = 0
 
 
 def intent_cost(
@@ -195,7 +204,8 @@ def intent_cost(
     attrs: dict[str, Value] | None = None,
 ) -> IntentCost:
     """The :class:`IntentCost` of an edit of attributes (``set_``, ``remove``)."""
-    lost = {x.attr for x in losses(set_, remove, parsed, catalog)}
+    given_up = losses(set_, remove, parsed, catalog)
+    lost = {x.attr for x in given_up}
     mine = set(parsed.values)
     touched = set(set_) | set(remove)
     overridden = {
@@ -206,4 +216,4 @@ def intent_cost(
     added = {
         a for a in set(set_) - mine if attrs is None or a not in attrs or attrs[a].value != set_[a]
     }
-    return IntentCost(len(lost), len(overridden), len(added))
+    return IntentCost(len(lost), len(overridden), len(added), sum(x.off for x in given_up))

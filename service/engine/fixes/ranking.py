@@ -3,8 +3,9 @@
 The order (:func:`rank`), best first:
 
 1. status: verified clean, then fixing the check but tripping another, then undecided;
-2. intent (:func:`~service.engine.fixes.intent.intent_cost`): fewer feature flags given up
-   (``--speculative-algorithm``, ``--enable-lora``), then a fix of the check before a flip
+2. intent (:func:`~service.engine.fixes.intent.intent_cost`): fewer feature flags switched
+   off, then fewer given up (``--speculative-algorithm``, ``--enable-lora``): another
+   algorithm keeps speculative decoding, dropping the flag does not; then a fix of the check before a flip
    of an early exit that only skips it (:func:`~service.engine.fixes.filters.guard_flip`),
    then fewer of the user's explicit values overridden, so that adding a missing companion flag or changing a setting the
    user did not set comes before changing or dropping one they did;
@@ -70,7 +71,7 @@ def rank(
     """Best first: verified clean, then fixing the check but tripping another, then the rest
     (undecided); within each, what keeps more of the user's request (``costs``: the
     :class:`~service.engine.fixes.intent.IntentCost` of each edit by key: fewer features
-    given up, a fix before a guard flip, fewer of the user's values overridden), then
+    switched off, fewer given up, a fix before a guard flip, fewer of the user's values overridden), then
     :func:`intent_tier`, fewer
     trips, a smaller edit, removals before additions, SGLang's own agreeing choice
     (:attr:`Edit.preference`), fewer undecided neighbours.
@@ -93,9 +94,9 @@ def rank(
         cost = (costs or {}).get(v.edit.key(), zero)
         tier = intent_tier(v.edit, ev) if ev is not None else 0
         order = (
-            (bool(v.edit.skips), cost.features)
+            (bool(v.edit.skips), cost.off, cost.features)
             if skips_first
-            else (cost.features, bool(v.edit.skips))
+            else (cost.off, cost.features, bool(v.edit.skips))
         )
         return (
             status,

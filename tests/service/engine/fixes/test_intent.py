@@ -18,7 +18,7 @@ from service.engine.evaluate.context import CheckContext
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path
 from service.engine.expr.interpreter import UNKNOWN, Provenance, Value
 from service.engine.fixes.edits import _choice_sites
-from service.engine.fixes.intent import is_count, is_feature, losses
+from service.engine.fixes.intent import intent_cost, is_count, is_feature, losses
 from service.engine.fixes.model import Edit, Verdict
 from service.engine.fixes.present import fix_out
 from service.engine.fixes.propose import propose
@@ -212,6 +212,29 @@ def test_feature_flags_are_read_from_the_catalog(kb) -> None:
         assert not is_feature(by_attr[setting], value), setting
     assert is_count(by_attr["tp_size"]) and is_count(by_attr["speculative_eagle_topk"])
     assert not is_count(by_attr["attention_backend"])
+
+
+def test_a_feature_given_another_value_is_not_switched_off(kb) -> None:
+    """A selector given another value that still asks for a feature keeps the feature on
+    (given up, not switched off); dropping it, or a switch, or an "off" choice, switches
+    it off. Read from 0.5.11's catalog."""
+    catalog = load_catalog(kb.store, "0.5.11")
+    argv = ["--model-path", "m", "--speculative-algorithm", "NEXTN", "--enable-lora"]
+    argv += ["--moe-a2a-backend", "deepep"]
+    parsed = parse_argv(argv, catalog)
+    variant = intent_cost({"speculative_algorithm": "EAGLE"}, [], parsed, catalog)
+    dropped = intent_cost({}, ["speculative_algorithm"], parsed, catalog)
+    assert (variant.features, variant.off) == (1, 0)
+    assert (dropped.features, dropped.off) == (1, 1)
+    assert intent_cost({}, ["enable_lora"], parsed, catalog).off == 1
+    assert intent_cost({"moe_a2a_backend": "none"}, [], parsed, catalog).off == 1
+    other = next(
+        c for c in catalog.by_attr()["moe_a2a_backend"].choices or [] if c not in ("none", "deepep")
+    )
+    assert intent_cost({"moe_a2a_backend": other}, [], parsed, catalog).off == 0
+    # the phrase still says what the flag is given instead
+    (loss,) = losses({"speculative_algorithm": "EAGLE"}, [], parsed, catalog)
+    assert loss.phrase() == "--speculative-algorithm NEXTN (for 'EAGLE')" and not loss.off
 
 
 @pytest.mark.parametrize(("attr", "short"), [("dp_size", "--dp"), ("tp_size", "--tp")])

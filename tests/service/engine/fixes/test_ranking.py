@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from service.engine.fixes.intent import IntentCost
 from service.engine.fixes.model import Edit, Verdict
 from service.engine.fixes.ranking import rank
 
@@ -26,6 +27,21 @@ def test_a_flag_the_message_names_breaks_a_tie() -> None:
         subject,
         other,
     ]
+
+
+def test_a_fix_keeping_a_feature_on_comes_before_one_switching_it_off() -> None:
+    """Both give up ``--speculative-algorithm NEXTN``; another algorithm the check accepts
+    keeps speculative decoding, dropping the flag does not: the first leads, although
+    removals otherwise come first."""
+    drop = Verdict(Edit(remove=["speculative_algorithm"]), fixes_check=True)
+    other = _clean(speculative_algorithm="EAGLE")
+    costs = {
+        drop.edit.key(): IntentCost(features=1, overridden=0, added=0, off=1),
+        other.edit.key(): IntentCost(features=1, overridden=0, added=0, off=0),
+    }
+    assert rank([drop, other]) == [drop, other]  # without costs: removals first
+    assert rank([drop, other], costs=costs) == [other, drop]
+    assert rank([drop, other], costs=costs, skips_first=True) == [other, drop]
 
 
 def test_the_named_flag_does_not_outrank_a_clean_fix() -> None:
