@@ -11,6 +11,7 @@ removals before additions.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from kb.catalog_types import Catalog
@@ -194,8 +195,18 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
     robust = (
         _robust(store, version, check, passing, attrs, facts, catalog, fsig) if unknown else None
     )
+    # one order for every list below
+    ordered = functools.partial(
+        rank,
+        ev=ev,
+        costs=costs,
+        skips_first=bool(assumed),
+        named=subject,
+        robust=robust,
+        message=check.message or "",
+    )
     # phase 2 only for the most promising: neighbour re-checks are the costly part
-    ranked = rank(passing, ev, costs, skips_first=bool(assumed), named=subject, robust=robust)
+    ranked = ordered(passing)
     wanted = limit + RECHECK_SPARE
     memo: dict[tuple[Any, ...], object] = {}
     checked: list[Verdict] = []
@@ -214,7 +225,7 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
     # subset that passes the check only at an early exit does not count, even one on a flag
     # the message names (replay may refute it: the pair stays)
     out: list[Verdict] = []
-    for v in rank(checked, ev, costs, skips_first=bool(assumed), named=subject, robust=robust):
+    for v in ordered(checked):
         if any(
             o.ok
             and o.edit.key() not in exit_only
@@ -229,13 +240,7 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
     # when every fix listed keeps the request, the best clean one that gives part of it up is
     # listed too (last): the user's call, and the rule cards may refute the others
     alt = next(
-        (
-            v
-            for v in rank(
-                checked, ev, costs, skips_first=bool(assumed), named=subject, robust=robust
-            )
-            if v.ok and costs[v.edit.key()].features
-        ),
+        (v for v in ordered(checked) if v.ok and costs[v.edit.key()].features),
         None,
     )
     if (
@@ -250,9 +255,7 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
         and (ev.fired is UNKNOWN or not any(v.ok for v in out))
         and len(out) < limit
     ):
-        out += rank(undecided, ev, costs, skips_first=bool(assumed), named=subject, robust=robust)[
-            : limit - len(out)
-        ]
+        out += ordered(undecided)[: limit - len(out)]
     for v in out if assumed else []:
         v.edit.notes.append(assumed)
     return out

@@ -19,6 +19,7 @@ kinds of fix within each status.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from service.engine.evaluate.path_condition import PathEvaluation
@@ -67,6 +68,7 @@ def rank(
     skips_first: bool = False,
     named: frozenset[str] = frozenset(),
     robust: frozenset[tuple[Any, ...]] | None = None,
+    message: str = "",
 ) -> list[Verdict]:
     """Best first: verified clean, then fixing the check but tripping another, then the rest
     (undecided); within each, what keeps more of the user's request (``costs``: the
@@ -86,7 +88,11 @@ def rank(
     is fixed on that flag whether or not the user also set ``--linear-attn-backend``).
 
     ``robust`` (without the command): the keys of the fixes that hold whatever the flags the
-    log does not show were; within a status they come first, before what the others keep."""
+    log does not show were; within a status they come first, before what the others keep.
+
+    ``message``: the check's message source; the last tie-break, before the edits' own
+    order, puts a value it spells first, in its order ("Only EAGLE and DSPARK ... are
+    supported": ``EAGLE``, then ``DSPARK``)."""
     zero = IntentCost(0, 0, 0)
 
     def key(v: Verdict) -> tuple[Any, ...]:
@@ -110,10 +116,24 @@ def rank(
             -len(v.edit.remove),
             v.edit.preference,
             v.unknown_neighbours,
+            _spelled_at(v.edit, message),
             v.edit.key(),
         )
 
     return sorted(verdicts, key=key)
+
+
+def _spelled_at(edit: Edit, message: str) -> int:
+    """Where ``message`` first spells a text value ``edit`` sets, as a whole word (its
+    length when it spells none)."""
+    found = [
+        m.start()
+        for v in edit.set.values()
+        if isinstance(v, str) and v and message
+        for m in [re.search(rf"(?<![\w-]){re.escape(v)}(?![\w-])", message)]
+        if m is not None
+    ]
+    return min(found, default=len(message))
 
 
 def diverse(ranked: list[Verdict], costs: Cost | None = None, per_shape: int = 2) -> list[Verdict]:
