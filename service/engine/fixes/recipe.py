@@ -18,7 +18,9 @@ only flags the release's catalog declares, each with
   / "below N" gives a bound instead.
 
 A clause that negates ("--x is not supported", "does not support --x", "cannot be used
-with --x", "Cannot enable both --x and --y") has no verb before the flag and gives no step. :func:`recipe_edits` turns the
+with --x", "Cannot enable both --x and --y") has no verb before the flag and gives no step;
+nor does a verb that states the condition of the failure ("... is not compatible with
+radix cache when using --x y"). :func:`recipe_edits` turns the
 steps into candidate edits: a value given is set as is, a switch is turned on, ``remove``
 drops a flag the launch set, and a direction on a numeric flag is sized by
 :func:`service.engine.fixes.sizing.sized_value` (the current value from the command, the
@@ -111,6 +113,9 @@ _NEGATIONS = frozenset(
         "no",
     }
 )
+#: words that make the clause after them the condition the check refused
+#: ("not compatible with radix cache when using --mamba-scheduler-strategy no_buffer")
+_CONDITIONS = frozenset({"when", "if", "while", "whenever", "unless", "because", "since"})
 _DIRECTION = {
     "above": "increase",
     "at least": "increase",
@@ -176,8 +181,13 @@ def _verb_before(text: str) -> str | None:
         w = words[i]
         if w in _NEGATIONS:
             return None
-        if w in _VERB_OF:  # a negated verb ("cannot enable both", "do not use") asks nothing
-            return None if _NEGATIONS.intersection(words[max(0, i - 2) : i]) else _VERB_OF[w]
+        if w in _VERB_OF:
+            # a negated verb ("cannot enable both", "do not use") asks nothing; nor does
+            # one that states the condition of the failure ("... when using --x y")
+            before = words[max(0, i - 2) : i]
+            if _NEGATIONS.intersection(before) or _CONDITIONS.intersection(before):
+                return None
+            return _VERB_OF[w]
     return None
 
 

@@ -89,6 +89,20 @@ def test_directions_bounds_and_negations(store) -> None:
     )
     assert read_recipe("This does not support --enable-dp-attention.", catalog) == []
     assert read_recipe("Please use --no-such-flag-anywhere 3.", catalog) == []
+    # the condition the check refused is no recipe, the advice after it is (0.5.11's words)
+    catalog = load_catalog(store, "0.5.11")
+    refused = (
+        "Speculative decoding for Qwen3_5MoeForConditionalGeneration is not compatible "
+        "with radix cache when using --mamba-scheduler-strategy no_buffer."
+    )
+    assert read_recipe(refused, catalog) == []
+    assert read_recipe("It fails if you use --enable-dp-attention here.", catalog) == []
+    (step,) = read_recipe(
+        refused + "To use radix cache with speculative decoding, please use "
+        "--mamba-scheduler-strategy extra_buffer and set SGLANG_ENABLE_SPEC_V2=1.",
+        catalog,
+    )
+    assert (step.attr, step.verb, step.value) == ("mamba_scheduler_strategy", "set", "extra_buffer")
     # a value the release would refuse is not taken: the flag is named without one
     (step,) = read_recipe("Please use `--attention-backend nonexistent`.", catalog)
     assert step.value is None
