@@ -7,6 +7,8 @@ Candidates come from the condition itself, never from a list of known answers:
 * setting an attribute to a constant the condition compares it with, to one
   of the flag's choices, to a nearby power of two when the condition divides or
   multiplies by it (a parallel size), or toggling a boolean flag;
+* keeping a flag the user set that SGLang resets before the check: failing the reset's
+  guard (:mod:`service.engine.fixes.resets`);
 * "what SGLang would choose": when the check's own function assigns the
   attributes right after the check (``(steps, topk, draft) =
   auto_choose_speculative_params(self)``), the values that call returns for
@@ -35,6 +37,7 @@ from service.engine.expr.interpreter import UNKNOWN, Env, Provenance, Value
 from service.engine.fixes.companions import companion_sets
 from service.engine.fixes.intent import sane_value
 from service.engine.fixes.model import Edit
+from service.engine.fixes.resets import reset_edits
 from service.engine.flags.parse import ParsedArgs
 
 MAX_CANDIDATES = 40
@@ -200,6 +203,7 @@ def candidate_edits(
     choice = _sglang_choice(store, version, check, attrs, facts)
     if choice and all(a in by_attr for a in choice):
         edits.append(Edit(set=dict(choice), origin="set explicitly what SGLang would choose"))
+    edits += reset_edits(store, version, check, ev, parsed, catalog, attrs, facts, _constants_for)
     for attr in sorted(ev.attrs):
         spec = by_attr.get(attr)
         if spec is None:

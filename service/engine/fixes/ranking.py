@@ -25,6 +25,7 @@ from typing import Any
 from service.engine.evaluate.path_condition import PathEvaluation
 from service.engine.fixes.intent import IntentCost
 from service.engine.fixes.model import Edit, Verdict
+from service.engine.fixes.resets import ORIGIN as RESET_ORIGIN
 
 __all__ = ["Cost", "diverse", "intent_tier", "rank"]
 
@@ -32,10 +33,13 @@ __all__ = ["Cost", "diverse", "intent_tier", "rank"]
 def intent_tier(edit: Edit, ev: PathEvaluation) -> int:
     """How much of the user's intent an edit gives up (lower keeps more).
 
-    0: touches only what the failing test reads; 1: SGLang's own choice;
+    0: touches only what the failing test reads, or keeps SGLang from resetting a value
+    the user gave it (:mod:`~service.engine.fixes.resets`); 1: SGLang's own choice;
     2: the innermost guard; 3: outer guards and call sites, which usually
     switch the whole feature off (dropping ``--speculative-algorithm``, say).
     """
+    if edit.origin.startswith(RESET_ORIGIN):  # the user's own value then reaches the test
+        return 0
     if edit.origin.startswith("set explicitly what SGLang"):
         return 1
     touched = set(edit.set) | set(edit.remove)
