@@ -4,8 +4,8 @@ Candidates come from the condition itself, never from a list of known answers:
 
 * dropping flags the user set that the condition reads (alone, in pairs, in
   threes);
-* setting an attribute to a constant the condition compares it with, to one
-  of the flag's choices, to a nearby power of two when the condition divides or
+* setting an attribute (not the machine's ``--device``) to a constant the condition
+  compares it with, to one of the flag's choices, to a nearby power of two when the condition divides or
   multiplies by it (a parallel size), or toggling a boolean flag;
 * keeping a flag the user set that SGLang resets before the check: failing the reset's
   guard (:mod:`service.engine.fixes.resets`);
@@ -43,6 +43,9 @@ from service.engine.flags.parse import ParsedArgs
 MAX_CANDIDATES = 40
 _NO_VALUE = object()  # no default to compare with
 _NEVER_DROP = frozenset({"model_path"})  # flags no candidate drops
+#: flags naming the machine the server runs on: no candidate sets them (a GPU launch is not
+#: fixed by moving it to the CPU); one the user set may still be dropped
+MACHINE = frozenset({"device"})
 
 
 @functools.lru_cache(maxsize=4096)
@@ -203,10 +206,16 @@ def candidate_edits(
     choice = _sglang_choice(store, version, check, attrs, facts)
     if choice and all(a in by_attr for a in choice):
         edits.append(Edit(set=dict(choice), origin="set explicitly what SGLang would choose"))
-    edits += reset_edits(store, version, check, ev, parsed, catalog, attrs, facts, _constants_for)
+    edits += [
+        e
+        for e in reset_edits(
+            store, version, check, ev, parsed, catalog, attrs, facts, _constants_for
+        )
+        if MACHINE.isdisjoint(e.set)
+    ]
     for attr in sorted(ev.attrs):
         spec = by_attr.get(attr)
-        if spec is None:
+        if spec is None or attr in MACHINE:
             continue
         current = attrs.get(attr, Value(UNKNOWN, Provenance("unknown"))).value
         if spec.action in ("store_true", "store_false"):

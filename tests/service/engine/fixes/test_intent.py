@@ -360,3 +360,25 @@ def test_undecided_candidates_are_offered_for_replay(kb) -> None:
         assert out.verdict.startswith("undecided statically (the check reads ")
         assert "replay decides" in out.verdict
         assert any(a in out.verdict for a in lost), out.verdict
+
+
+def test_no_candidate_moves_the_server_to_another_device(kb) -> None:
+    """A check whose path reads ``device`` (0.5.5's checks, evaluated on the defaults):
+    its candidates may set the other attributes it reads, never the machine's device."""
+    from service.engine.fixes.edits import MACHINE, candidate_edits
+
+    store, release = kb.store, "0.5.5"
+    if release not in {r["version"] for r in store.releases()}:
+        pytest.skip(f"{release} is not in the test KB")
+    catalog = load_catalog(store, release)
+    parsed = parse_argv(["--model-path", "m"], catalog)
+    attrs = base_attrs(catalog, parsed)
+    seen = 0
+    for check in store.checks(release, path="sglang/srt/server_args.py"):
+        ev = evaluate_path(store, release, check, attrs, {})
+        if MACHINE.isdisjoint(ev.attrs) or len(ev.attrs) < 2:
+            continue
+        edits = candidate_edits(store, release, check, ev, parsed, catalog, attrs, {})
+        assert all(MACHINE.isdisjoint(e.set) for e in edits), check.id
+        seen += any(e.set for e in edits)
+    assert seen >= 1
