@@ -16,7 +16,8 @@ architecture (answered from the replay cache when the search already ran it).
 
 Without a declared machine, replay of the user's command runs too, so a failure of the fix
 that the command shares (validation needing a GPU on this CPU-only machine) is not counted
-against the fix.
+against the fix; so does a bare launch of the model, which tells where this machine stops
+any command when the user's never reached validation (argparse refused it).
 
 A located check past argument validation that a start-up probe reaches
 (:func:`service.replay.probes.startup_request` on the answer) is judged by that probe: the
@@ -148,6 +149,8 @@ def judge(
     # (validation asking this CPU-only machine for its GPU) says nothing about the fix;
     # for a check past validation no probe reaches, it says whether replay gets there
     argvs = [top["argv"]] if hardware and not past else [argv, top["argv"]]
+    if not hardware and not past:  # and a bare launch: where this machine stops any command
+        argvs.append(_bare(argv))
     probe = {"env": probe_env(startup[0]), "model_facts": startup[1]} if startup else {}
     results = replay_many(
         release_root(settings, release),
@@ -182,8 +185,18 @@ def judge(
             "argparse_error": "failed",
         }.get(results[1].status)
         return out
+    first, fix, bare = results[0], results[1], results[-1]
+    if (
+        first.status == "argparse_error"
+        and fix.status == bare.status == "raised"
+        and fix.location == bare.location
+    ):  # the command never reached validation, and the fix stops where any launch does
+        out["detail"] = (
+            f"replay without hardware stops a bare launch at the same place: {bare.summary()}"
+        )
+        return out
     probe = {"location": result.get("location"), "fixes": [{}]}
-    summarise(results, probe, release, hardware)
+    summarise(results[:2], probe, release, hardware)
     verdict = probe["fixes"][0].get("replay") or {}
     out["detail"] = verdict.get("detail", "")
     out["fix_replay"] = {"verified": "passed", "next_failure": "failed"}.get(
@@ -236,6 +249,16 @@ def _judge_real(
         fix.status
     )
     return out
+
+
+def _bare(argv: list[str]) -> list[str]:
+    """The launch of ``argv``'s model with no other flag."""
+    for i, token in enumerate(argv):
+        if token in ("--model-path", "--model") and i + 1 < len(argv):
+            return ["--model-path", argv[i + 1]]
+        if token.startswith(("--model-path=", "--model=")):
+            return ["--model-path", token.split("=", 1)[1]]
+    return ["--model-path", "/models/model"]
 
 
 def _startup(result: dict[str, Any]) -> Any:

@@ -64,3 +64,25 @@ def test_a_fix_that_leaves_the_crash_or_changes_nothing_fails(incident, kb_setti
     # a flag the release answered from has and the user's release lacks
     out = judge(_answer(incident, set_={"--no-such-flag-anywhere": 1}), kb_settings, real)
     assert out["fix_replay"] == "failed" and out["detail"].startswith("not a flag of 0.5.9")
+
+
+def test_without_hardware_a_stop_any_launch_makes_is_no_verdict(kb_settings) -> None:
+    """An argparse answer (the command never reached validation) without hardware: the
+    renamed flag's command stops where a bare launch of the model stops on this CPU-only
+    machine, which says nothing of the fix; a fix argparse still refuses fails."""
+    argv = ["--model-path", "/models/m", "--tp-size", "1", "--enable_metrics"]
+
+    def answer(fixed: list[str]) -> dict:
+        return {
+            "status": "argparse",
+            "release": {"release": "0.5.9"},
+            "location": None,
+            "parsed": {"command": argv, "hardware": None, "model_arch": "LlamaForCausalLM"},
+            "fixes": [{"recommended": True, "set": {}, "remove": [], "argv": fixed}],
+        }
+
+    renamed = [*argv[:-1], "--enable-metrics"]
+    out = judge(answer(renamed), kb_settings)
+    assert out["fix_replay"] is None and "bare launch" in out["detail"], out
+    out = judge(answer([*argv[:-1], "--enable_metrics"]), kb_settings)
+    assert out["fix_replay"] == "failed", out
