@@ -6,6 +6,7 @@ citation that the engine took from the KB; nothing here invents a place.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from service.engine.answer import (
@@ -22,9 +23,18 @@ def _flagish(attr: str) -> str:
     return "--" + attr.replace("_", "-")
 
 
-def failing_inputs(atoms: list[AtomOut]) -> list[str]:
-    """Inputs of the failing atoms, the assert test's first (they are why it fired)."""
-    out: list[str] = []
+def failing_inputs(atoms: list[AtomOut], given: Collection[str] = ()) -> list[str]:
+    """Inputs of the failing atoms, the assert test's first (they are why it fired); a
+    flag of ``given`` (those the user set) that SGLang rewrote before the check leads, said
+    so ("--enable-dp-attention reset to False")."""
+    out: list[str] = [
+        f"{_flagish(inp.name)} reset to {inp.value!r}"
+        for atom in atoms
+        if atom.failing
+        for inp in atom.inputs
+        if inp.source == "write" and inp.name in given
+    ]
+    out = list(dict.fromkeys(out))
     ordered = sorted(atoms, key=lambda a: {"test": 0, "guard": 1}.get(a.role, 2))
     if any(a.failing and a.role == "test" for a in atoms):
         ordered = [a for a in ordered if a.role == "test"]
@@ -32,6 +42,8 @@ def failing_inputs(atoms: list[AtomOut]) -> list[str]:
         if not atom.failing:
             continue
         for inp in atom.inputs:
+            if inp.source == "write" and inp.name in given:
+                continue  # said first
             if len(repr(inp.value)) > 40 and inp.source not in ("flag", "default"):
                 label = f"{atom.text} is {atom.value}"  # a whole fact object says too much
             else:
@@ -59,16 +71,18 @@ def summary(
     release: str,
     *,
     upgrade: str | None = None,
+    given: Collection[str] = (),
 ) -> str:
     """One line: what fired where, why, and the fix. ``upgrade`` (a sure upgrade, in
     :func:`~service.engine.fixes.upgrade.upgrade_phrase`'s words) comes before the flag
-    fix, which stays the alternative for those who keep the release."""
+    fix, which stays the alternative for those who keep the release. ``given``: the
+    attributes the user set (see :func:`failing_inputs`)."""
     if location is None:
         return f"Could not locate the failing check in {release}."
     what = (
         f"{'bare ' if bare else ''}{exc_type or 'check'} in {location.function.rsplit('.', 1)[-1]}"
     )
-    inputs = failing_inputs(atoms)[: 2 if upgrade is None else 1]
+    inputs = failing_inputs(atoms, given)[: 2 if upgrade is None else 1]
     why = f" because {', '.join(inputs)}" if inputs else ""
     first = f"; {upgrade}" if upgrade else ""
     fix = ""

@@ -140,6 +140,7 @@ def located_answer(
             [f for f in fixes if f.fixes_check == "true"],
             version,
             upgrade=upgrade_phrase(up) if up and up.sure else None,
+            given=frozenset(ctx.parsed.values),
         ),
         explanation=md,
         location=location,

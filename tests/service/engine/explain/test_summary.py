@@ -1,0 +1,30 @@
+"""The one-line summary's reasons (``service.engine.explain.deterministic``)."""
+
+from __future__ import annotations
+
+from service.engine.answer import AtomInput, AtomOut
+from service.engine.explain.deterministic import failing_inputs
+
+
+def _atom(*inputs: AtomInput, role: str = "guard", failing: bool = True) -> AtomOut:
+    return AtomOut(text="…", role=role, value="false", failing=failing, inputs=list(inputs))
+
+
+def test_a_flag_the_user_set_that_sglang_rewrote_leads() -> None:
+    """The user's --enable-dp-attention, set back to False by SGLang before the check, is
+    the reason the summary gives first, said as a reset; the same write of a flag the user
+    did not set is an ordinary input, and an atom that did not fail gives none."""
+    tbo = AtomInput(name="enable_two_batch_overlap", value=True, source="flag", detail="")
+    dp = AtomInput(
+        name="enable_dp_attention", value=False, source="write", detail="overrides.py:1308"
+    )
+    skipped = AtomInput(name="tp_size", value=4, source="flag", detail="")
+    atoms = [_atom(tbo), _atom(dp), _atom(skipped, failing=False)]
+    assert failing_inputs(atoms, {"enable_two_batch_overlap", "enable_dp_attention"}) == [
+        "--enable-dp-attention reset to False",
+        "--enable-two-batch-overlap=True",
+    ]
+    assert failing_inputs(atoms, {"enable_two_batch_overlap"}) == [
+        "--enable-two-batch-overlap=True",
+        "enable_dp_attention=False",
+    ]
