@@ -26,9 +26,9 @@ def _flagish(attr: str) -> str:
 def failing_inputs(atoms: list[AtomOut], given: Collection[str] = ()) -> list[str]:
     """Inputs of the failing atoms, the assert test's first (they are why it fired); a
     flag of ``given`` (those the user set) that SGLang rewrote before the check leads, said
-    so ("--enable-dp-attention reset to False")."""
+    so ("--enable-dp-attention set to False by SGLang")."""
     out: list[str] = [
-        f"{_flagish(inp.name)} reset to {inp.value!r}"
+        f"{_flagish(inp.name)} set to {inp.value!r} by SGLang"
         for atom in atoms
         if atom.failing
         for inp in atom.inputs

@@ -21,7 +21,7 @@ def test_a_flag_the_user_set_that_sglang_rewrote_leads() -> None:
     skipped = AtomInput(name="tp_size", value=4, source="flag", detail="")
     atoms = [_atom(tbo), _atom(dp), _atom(skipped, failing=False)]
     assert failing_inputs(atoms, {"enable_two_batch_overlap", "enable_dp_attention"}) == [
-        "--enable-dp-attention reset to False",
+        "--enable-dp-attention set to False by SGLang",
         "--enable-two-batch-overlap=True",
     ]
     assert failing_inputs(atoms, {"enable_two_batch_overlap"}) == [
