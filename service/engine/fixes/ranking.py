@@ -96,7 +96,8 @@ def rank(
 
     ``message``: the check's message source; the last tie-break, before the edits' own
     order, puts a value it spells first, in its order ("Only EAGLE and DSPARK ... are
-    supported": ``EAGLE``, then ``DSPARK``)."""
+    supported": ``EAGLE``, then ``DSPARK``). The edits' own order (the check's constants,
+    then the flag's choices as the release lists them) settles what still ties."""
     zero = IntentCost(0, 0, 0)
 
     def key(v: Verdict) -> tuple[Any, ...]:
@@ -121,9 +122,10 @@ def rank(
             v.edit.preference,
             v.unknown_neighbours,
             _spelled_at(v.edit, message),
-            v.edit.key(),
         )
 
+    # a stable sort: what ties keeps the candidates' own order (the check's constants, then
+    # the flag's choices in the order the release lists them)
     return sorted(verdicts, key=key)
 
 
