@@ -26,7 +26,8 @@ Everything else is a setting. A fix **gives up** a feature flag when, after it, 
 attribute no longer holds the user's value: removed (back to a default that differs),
 set to another value, or switched off. :func:`intent_cost` orders candidates by what
 they keep: fewer features switched off (a selector given another value that still asks
-for a feature keeps the feature on), then fewer given up, then fewer of the user's explicit values
+for a feature keeps the feature on, unless it is a mode: ``decode`` for ``prefill`` is
+another role), then fewer given up, then fewer of the user's explicit values
 overridden (so adding a missing companion flag, which overrides nothing, comes before
 changing or dropping the user's own), then a smaller edit.
 
@@ -133,7 +134,8 @@ class Loss:
     spelling: str  # as the user typed it, with its value: "--speculative-algorithm EAGLE3"
     new: object  # the value after the fix (a default when removed); UNKNOWN if not known
     #: the feature is switched off, not only given another value: the value after the fix
-    #: asks for no feature (:func:`is_feature`), or is not known
+    #: asks for no feature (:func:`is_feature`), or is not known, or the flag is a mode
+    #: (``*_mode``: another mode is another role, not the same feature kept on)
     off: bool = True
 
     def phrase(self) -> str:
@@ -171,7 +173,9 @@ def losses(
             continue
         if new == pf.value and new is not UNKNOWN:
             continue
-        off = new is UNKNOWN or not is_feature(spec, new)
+        # a mode picks one of exclusive roles (``--disaggregation-mode prefill``): another
+        # is not the same feature kept on
+        off = new is UNKNOWN or not is_feature(spec, new) or attr.endswith("_mode")
         out.append(Loss(attr, " ".join(pf.raw) or pf.token, new, off))
     return out
 

@@ -232,6 +232,9 @@ def test_a_feature_given_another_value_is_not_switched_off(kb) -> None:
         c for c in catalog.by_attr()["moe_a2a_backend"].choices or [] if c not in ("none", "deepep")
     )
     assert intent_cost({"moe_a2a_backend": other}, [], parsed, catalog).off == 0
+    # another mode is another role, not the feature kept on
+    prefill = parse_argv(["--model-path", "m", "--disaggregation-mode", "prefill"], catalog)
+    assert intent_cost({"disaggregation_mode": "decode"}, [], prefill, catalog).off == 1
     # the phrase still says what the flag is given instead
     (loss,) = losses({"speculative_algorithm": "EAGLE"}, [], parsed, catalog)
     assert loss.phrase() == "--speculative-algorithm NEXTN (for 'EAGLE')" and not loss.off
