@@ -96,8 +96,7 @@ def rank(
 
     ``message``: the check's message source; the last tie-break, before the edits' own
     order, puts a value it spells first, in its order ("Only EAGLE and DSPARK ... are
-    supported": ``EAGLE``, then ``DSPARK``). The edits' own order (the check's constants,
-    then the flag's choices as the release lists them) settles what still ties."""
+    supported": ``EAGLE``, then ``DSPARK``)."""
     zero = IntentCost(0, 0, 0)
 
     def key(v: Verdict) -> tuple[Any, ...]:
@@ -122,10 +121,9 @@ def rank(
             v.edit.preference,
             v.unknown_neighbours,
             _spelled_at(v.edit, message),
+            v.edit.key(),
         )
 
-    # a stable sort: what ties keeps the candidates' own order (the check's constants, then
-    # the flag's choices in the order the release lists them)
     return sorted(verdicts, key=key)
 
 
