@@ -20,6 +20,7 @@ kinds of fix within each status.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from service.engine.evaluate.path_condition import PathEvaluation
@@ -73,6 +74,7 @@ def rank(
     named: frozenset[str] = frozenset(),
     robust: frozenset[tuple[Any, ...]] | None = None,
     message: str = "",
+    choices: Mapping[str, Sequence[object]] | None = None,
 ) -> list[Verdict]:
     """Best first: verified clean, then fixing the check but tripping another, then the rest
     (undecided); within each, what keeps more of the user's request (``costs``: the
@@ -96,7 +98,9 @@ def rank(
 
     ``message``: the check's message source; the last tie-break, before the edits' own
     order, puts a value it spells first, in its order ("Only EAGLE and DSPARK ... are
-    supported": ``EAGLE``, then ``DSPARK``)."""
+    supported": ``EAGLE``, then ``DSPARK``). ``choices`` (attribute -> its flag's choices):
+    then a value earlier in the choices the release lists (``deepep`` before
+    ``ascend_fuseep``), before the edits' keys."""
     zero = IntentCost(0, 0, 0)
 
     def key(v: Verdict) -> tuple[Any, ...]:
@@ -121,10 +125,21 @@ def rank(
             v.edit.preference,
             v.unknown_neighbours,
             _spelled_at(v.edit, message),
+            _listed_at(v.edit, choices or {}),
             v.edit.key(),
         )
 
     return sorted(verdicts, key=key)
+
+
+def _listed_at(edit: Edit, choices: Mapping[str, Sequence[object]]) -> int:
+    """Where the first value ``edit`` sets stands among its flag's listed choices (their
+    number when it is none of them, or the flag lists none)."""
+    for attr, value in edit.set.items():
+        listed = choices.get(attr)
+        if listed:
+            return list(listed).index(value) if value in listed else len(listed)
+    return 0
 
 
 def _spelled_at(edit: Edit, message: str) -> int:

@@ -56,6 +56,19 @@ def test_a_value_the_message_spells_breaks_the_last_tie() -> None:
     assert rank([eagle, dspark], message="use DSPARK or EAGLE") == [dspark, eagle]
 
 
+def test_a_value_listed_earlier_among_the_choices_breaks_a_tie() -> None:
+    """Two backends alike in every other respect: the release's listed order of the flag's
+    choices puts one first (not the alphabet); a value not listed, or a number, comes
+    after; the message spelling one still decides first."""
+    npu, ep = _clean(moe_a2a_backend="ascend_fuseep"), _clean(moe_a2a_backend="deepep")
+    listed = {"moe_a2a_backend": ["none", "deepep", "mooncake", "ascend_fuseep"]}
+    assert rank([ep, npu]) == [npu, ep]  # without the choices: by key
+    assert rank([npu, ep], choices=listed) == [ep, npu]
+    other = _clean(moe_a2a_backend="custom")
+    assert rank([other, npu], choices=listed) == [npu, other]
+    assert rank([ep, npu], choices=listed, message="use ascend_fuseep") == [npu, ep]
+
+
 def test_the_named_flag_does_not_outrank_a_clean_fix() -> None:
     """A fix that trips another check stays behind a clean one, named flag or not."""
     clean = _clean(tp_size=2)
