@@ -5,8 +5,8 @@ Candidates come from the condition itself, never from a list of known answers:
 * dropping flags the user set that the condition reads (alone, in pairs, in
   threes);
 * setting an attribute (not the machine's ``--device``) to a constant the condition
-  compares it with, to one of the flag's choices, to a nearby power of two when the condition divides or
-  multiplies by it (a parallel size), or toggling a boolean flag;
+  compares it with, to one of the flag's choices, to a nearby power of two when the
+  condition divides or multiplies by it (a parallel size), or toggling a boolean flag;
 * keeping a flag the user set that SGLang resets before the check: failing the reset's
   guard (:mod:`service.engine.fixes.resets`);
 * "what SGLang would choose": when the check's own function assigns the

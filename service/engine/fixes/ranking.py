@@ -4,14 +4,17 @@ The order (:func:`rank`), best first:
 
 1. status: verified clean, then fixing the check but tripping another, then undecided;
 2. intent (:func:`~service.engine.fixes.intent.intent_cost`): fewer feature flags switched
-   off, then fewer given up (``--speculative-algorithm``, ``--enable-lora``): another
-   algorithm keeps speculative decoding, dropping the flag does not; then a fix of the check before a flip
-   of an early exit that only skips it (:func:`~service.engine.fixes.filters.guard_flip`),
+   off, then fewer given up (``--speculative-algorithm``, ``--enable-lora``: another
+   algorithm keeps speculative decoding, dropping the flag does not); then a fix of the
+   check before a flip of an early exit that only skips it
+   (:func:`~service.engine.fixes.filters.guard_flip`),
    then fewer of the user's explicit values overridden, so that adding a missing companion flag or changing a setting the
    user did not set comes before changing or dropping one they did;
 3. :func:`intent_tier`: what the failing test reads before outer guards and call sites;
 4. fewer trips, a smaller edit, removals before additions, SGLang's own agreeing choice
-   (:attr:`~service.engine.fixes.model.Edit.preference`), fewer undecided neighbours.
+   (:attr:`~service.engine.fixes.model.Edit.preference`), fewer undecided neighbours, a
+   value the check's message spells, a value the release lists earlier among the flag's
+   choices.
 
 :func:`diverse` then keeps at most two value variants of one edit shape ahead of other
 kinds of fix within each status.
@@ -79,8 +82,8 @@ def rank(
     """Best first: verified clean, then fixing the check but tripping another, then the rest
     (undecided); within each, what keeps more of the user's request (``costs``: the
     :class:`~service.engine.fixes.intent.IntentCost` of each edit by key: fewer features
-    switched off, fewer given up, a fix before a guard flip, fewer of the user's values overridden), then
-    :func:`intent_tier`, fewer
+    switched off, fewer given up, a fix before a guard flip, fewer of the user's values
+    overridden), then :func:`intent_tier`, fewer
     trips, a smaller edit, removals before additions, SGLang's own agreeing choice
     (:attr:`Edit.preference`), fewer undecided neighbours.
 
@@ -96,11 +99,10 @@ def rank(
     ``robust`` (without the command): the keys of the fixes that hold whatever the flags the
     log does not show were; within a status they come first, before what the others keep.
 
-    ``message``: the check's message source; the last tie-break, before the edits' own
-    order, puts a value it spells first, in its order ("Only EAGLE and DSPARK ... are
-    supported": ``EAGLE``, then ``DSPARK``). ``choices`` (attribute -> its flag's choices):
-    then a value earlier in the choices the release lists (``deepep`` before
-    ``ascend_fuseep``), before the edits' keys."""
+    The last ties: ``message`` (the check's message source) puts a value it spells first,
+    in its order ("Only EAGLE and DSPARK ... are supported": ``EAGLE``, then ``DSPARK``);
+    then ``choices`` (attribute -> its flag's choices) a value the release lists earlier
+    (``deepep`` before ``ascend_fuseep``); the edits' keys settle the rest."""
     zero = IntentCost(0, 0, 0)
 
     def key(v: Verdict) -> tuple[Any, ...]:
