@@ -12,8 +12,8 @@ def _atom(*inputs: AtomInput, role: str = "guard", failing: bool = True) -> Atom
 
 def test_a_flag_the_user_set_that_sglang_rewrote_leads() -> None:
     """The user's --enable-dp-attention, set back to False by SGLang before the check, is
-    the reason the summary gives first, said as a reset; the same write of a flag the user
-    did not set is an ordinary input, and an atom that did not fail gives none."""
+    the reason the summary gives first, said as set by SGLang; the same write of a flag
+    the user did not set is an ordinary input, and an atom that did not fail gives none."""
     tbo = AtomInput(name="enable_two_batch_overlap", value=True, source="flag", detail="")
     dp = AtomInput(
         name="enable_dp_attention", value=False, source="write", detail="overrides.py:1308"
