@@ -206,16 +206,10 @@ def candidate_edits(
     choice = _sglang_choice(store, version, check, attrs, facts)
     if choice and all(a in by_attr for a in choice):
         edits.append(Edit(set=dict(choice), origin="set explicitly what SGLang would choose"))
-    edits += [
-        e
-        for e in reset_edits(
-            store, version, check, ev, parsed, catalog, attrs, facts, _constants_for
-        )
-        if MACHINE.isdisjoint(e.set)
-    ]
+    edits += reset_edits(store, version, check, ev, parsed, catalog, attrs, facts, _constants_for)
     for attr in sorted(ev.attrs):
         spec = by_attr.get(attr)
-        if spec is None or attr in MACHINE:
+        if spec is None:
             continue
         current = attrs.get(attr, Value(UNKNOWN, Provenance("unknown"))).value
         if spec.action in ("store_true", "store_false"):
@@ -239,7 +233,7 @@ def candidate_edits(
                 edits.append(Edit(set={attr: v}, origin="a value the check accepts"))
     unique: dict[tuple[Any, ...], Edit] = {}
     for e in edits:
-        if _sane(e, by_attr, attrs):
+        if _sane(e, by_attr, attrs) and MACHINE.isdisjoint(e.set):
             unique.setdefault(e.key(), e)
     return list(unique.values())[: MAX_CANDIDATES * 3]
 

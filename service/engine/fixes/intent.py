@@ -136,7 +136,7 @@ class Loss:
     #: the feature is switched off, not only given another value: the value after the fix
     #: asks for no feature (:func:`is_feature`), or is not known, or the flag is a mode
     #: (``*_mode``: another mode is another role, not the same feature kept on)
-    off: bool = True
+    off: bool
 
     def phrase(self) -> str:
         if self.new is None or self.new is False or self.new is UNKNOWN:
