@@ -127,7 +127,7 @@ def _required_truths(condition: str, polarity: bool) -> tuple[bool, ...] | None:
     except SyntaxError:
         return None
     ops = {type(n.op) for n in ast.walk(node) if isinstance(n, ast.BoolOp)}
-    if any(isinstance(n, ast.IfExp) for n in ast.walk(node)) or len(ops) > 1:
+    if _ternary_shape(node) or len(ops) > 1:
         return None
     if ops and (ast.And if polarity else ast.Or) not in ops:
         return None
@@ -135,6 +135,36 @@ def _required_truths(condition: str, polarity: bool) -> tuple[bool, ...] | None:
     if any(s is None for s in signs):
         return None
     return tuple(polarity == bool(s) for s in signs)
+
+
+def _ternary_shape(node: ast.expr) -> bool:
+    """Whether a ternary makes part of ``node``'s boolean shape (one inside an atom, such
+    as a comparison's operand, does not)."""
+    if isinstance(node, ast.IfExp):
+        return True
+    if isinstance(node, ast.BoolOp):
+        return any(_ternary_shape(v) for v in node.values)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return _ternary_shape(node.operand)
+    return False
+
+
+def _read_of(node: ast.expr) -> ast.expr:
+    """The flag read of a read with a fallback (``x if x is not None else c``, how a
+    resolution read with a declared fallback is spelled), else ``node``."""
+    if (
+        isinstance(node, ast.IfExp)
+        and isinstance(node.body, ast.Attribute)
+        and isinstance(node.test, ast.Compare)
+        and len(node.test.ops) == 1
+        and isinstance(node.test.ops[0], ast.IsNot)
+        and ast.dump(node.test.left) == ast.dump(node.body)
+        and isinstance(node.test.comparators[0], ast.Constant)
+        and node.test.comparators[0].value is None
+        and isinstance(node.orelse, ast.Constant)
+    ):
+        return node.body
+    return node
 
 
 def _attr_of(node: ast.expr) -> str | None:
@@ -155,7 +185,7 @@ def _implied_value(text: str, truth: bool, now: object, no_value: bool) -> objec
         return truth if no_value else (_SOME if truth else None)
     if not isinstance(node, ast.Compare):
         return None
-    sides = [node.left, *node.comparators]
+    sides = [_read_of(s) for s in (node.left, *node.comparators)]
     flags = [s for s in sides if isinstance(s, ast.Attribute)]
     if len(flags) != 1 or not all(s is flags[0] or _constants(s) is not None for s in sides):
         return None
@@ -163,7 +193,7 @@ def _implied_value(text: str, truth: bool, now: object, no_value: bool) -> objec
         node.ops[0], ast.Eq | ast.Is | ast.In | ast.NotEq | ast.IsNot | ast.NotIn
     ):
         equal = isinstance(node.ops[0], ast.Eq | ast.Is | ast.In)
-        consts = _constants(node.comparators[0] if node.left is flags[0] else node.left) or []
+        consts = _constants(sides[1] if sides[0] is flags[0] else sides[0]) or []
         if (truth if equal else not truth) and len(consts) == 1:
             return consts[0]  # it held equal to the one constant
     return _SOME  # another value than the default's, not known here

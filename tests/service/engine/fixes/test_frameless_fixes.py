@@ -194,3 +194,29 @@ def test_an_earlier_write_that_would_undo_the_crash_implies_its_if_did_not_hold(
                 fix_matches(fix, a, inc.command_argv(), catalog, real=inc.command_argv())
                 for a in inc.expected.acceptable_fixes
             ), (inc.id, release, result.release.release, top.set, top.remove)
+
+
+def test_a_resolution_read_with_a_fallback_implies_its_flag(kb) -> None:
+    """0.5.23 range-checks ``resolution_result(server_args, "swa_full_tokens_ratio")``, a
+    read with a declared fallback (a ternary inside the comparison, which leaves the
+    condition's shape alone): posted alone, its message implies the flag was set to a value
+    not known here, and the fix is on that flag rather than on the earlier checks' guards."""
+    from service.engine.evaluate.path_condition import base_attrs, evaluate_path
+
+    store = kb.store
+    message = "--swa-full-tokens-ratio should be in range (0, 1.0]."
+    check = next(
+        c
+        for c in store.checks("0.5.23", path="sglang/srt/arg_groups/kv_cache_hook.py")
+        if message in (c.message or "")
+    )
+    catalog = load_catalog(store, "0.5.23")
+    parsed = parse_argv([], catalog)
+    attrs = base_attrs(catalog, parsed)
+    ev = evaluate_path(store, "0.5.23", check, attrs, {})
+    assert ev.fired is False and " if " in ev.parts[-1].condition  # the fallback's ternary
+    launch = implied_launch(ev, attrs, parsed, catalog)
+    assert launch is not None and launch.implied == {"swa_full_tokens_ratio": UNKNOWN}
+    out = Engine(kb).triage({"log": f"ValueError: {message}\n"}, release="0.5.23")
+    top = next(f for f in out.fixes if f.recommended)
+    assert set(top.set) | set(top.remove) == {"--swa-full-tokens-ratio"}, top
