@@ -330,6 +330,26 @@ def fold_plan(
     return cached((*key, hash(fact_names)), lambda: cached_on_members(key, fact_names, build))
 
 
+def write_fails(
+    store: Store,
+    version: str,
+    check: Check,
+    write: chain.Write,
+    attrs: Mapping[str, Value],
+    facts: Mapping[str, Value],
+) -> bool:
+    """Whether a guard of ``write`` (an earlier write of ``check``'s fold) is false under
+    ``attrs`` and ``facts``, so that it cannot have run (a write under ``is_hip`` on an
+    NVIDIA GPU). False when it may run, or is not in the fold's plan."""
+    plan, _ = fold_plan(store, version, check, frozenset({write.attr}), facts.keys())
+    env = Env(attrs, facts)
+    for w, pw in plan:
+        if (w.attr, w.path, w.line) == (write.attr, write.path, write.line):
+            same_fn = w.function == check.function and w.path == check.path
+            return _holds(pw.all_guards(same_fn), env, None) is False
+    return False
+
+
 def write_dependencies(
     store: Store,
     version: str,

@@ -19,6 +19,7 @@ from kb.code_types import Check
 from kb.store import Store
 from service.engine.evaluate.chain import earlier_writes
 from service.engine.evaluate.context import CheckContext
+from service.engine.evaluate.fold import write_fails
 from service.engine.evaluate.path_condition import PathEvaluation, evaluate_path, unseen_defaults
 from service.engine.expr.interpreter import UNKNOWN, Value
 from service.engine.fixes.edits import candidate_edits, edited_attrs
@@ -100,7 +101,8 @@ def _robust(
     decoding; ``--pp-size 1`` holds whatever else was set). Dropping a flag that an earlier
     step of SGLang may set itself to the value the crash needs is no such fix: the user may
     never have passed it (``--disable-radix-cache``, which SGLang sets for a
-    decode server, among others)."""
+    decode server, among others), unless that step cannot run under the facts (its guard
+    asks for an AMD GPU, and this one is NVIDIA's)."""
     blind = unseen_defaults(attrs)
     memo: dict[tuple[Any, ...], object] = {}
 
@@ -110,7 +112,9 @@ def _robust(
         if have is None or have.value is UNKNOWN:
             return False
         return any(
-            w.kind in ("write", "return_dict", "declare") and w.value == repr(have.value)
+            w.kind in ("write", "return_dict", "declare")
+            and w.value == repr(have.value)
+            and not write_fails(store, version, check, w, blind, facts)
             for w in earlier_writes(store, version, attr, check)
         )
 

@@ -3,6 +3,8 @@
 The order (:func:`rank`), best first:
 
 1. status: verified clean, then fixing the check but tripping another, then undecided;
+   without the command, a fix that holds whatever the unseen flags were, then one leaving
+   fewer related checks undecided;
 2. intent (:func:`~service.engine.fixes.intent.intent_cost`): fewer feature flags switched
    off, then fewer given up (``--speculative-algorithm``, ``--enable-lora``: another
    algorithm keeps speculative decoding, dropping the flag does not); then a fix of the
@@ -97,7 +99,11 @@ def rank(
     is fixed on that flag whether or not the user also set ``--linear-attn-backend``).
 
     ``robust`` (without the command): the keys of the fixes that hold whatever the flags the
-    log does not show were; within a status they come first, before what the others keep.
+    log does not show were; within a status they come first, before what the others keep,
+    and then those leaving fewer related checks undecided (on a launch only assumed, an
+    undecided neighbour may well fire: dropping ``--pp-size`` for "PP is not supported with
+    context parallelism" leaves open whether ``--moe-dp-size`` then trips the next
+    assert; dropping ``--moe-dp-size`` decides both).
 
     The last ties: ``message`` (the check's message source) puts a value it spells first,
     in its order ("Only EAGLE and DSPARK ... are supported": ``EAGLE``, then ``DSPARK``);
@@ -117,6 +123,7 @@ def rank(
         return (
             status,
             robust is not None and v.edit.key() not in robust,
+            v.unknown_neighbours if robust is not None else 0,
             *order,
             cost.overridden,
             tier,

@@ -128,3 +128,51 @@ def test_without_the_command_dropping_a_flag_sglang_sets_itself_is_not_sure(kb) 
     out = Engine(kb).triage({"log": f"ValueError: {text}\n"}, release="0.5.23")
     top = next(f for f in out.fixes if f.recommended)
     assert top.remove == ["--enable-hierarchical-cache"] and not top.set, top
+
+
+def test_without_the_command_fewer_undecided_neighbours_come_first() -> None:
+    """On a launch only assumed, a related check left undecided may well fire: among fixes
+    that hold whatever the unseen flags were, the one deciding more leads, even over one
+    keeping more of the request. With the command (``robust`` None) replay decides, and
+    the neighbours stay a late tie-break."""
+    test = Verdict(Edit(remove=["pp_size"]), fixes_check=True, unknown_neighbours=1)
+    guard = Verdict(Edit(remove=["moe_dp_size"]), fixes_check=True)
+    costs = {
+        test.edit.key(): IntentCost(features=0, overridden=1, added=0, off=0),
+        guard.edit.key(): IntentCost(features=1, overridden=1, added=0, off=1),
+    }
+    both = frozenset({test.edit.key(), guard.edit.key()})
+    assert rank([guard, test], costs=costs) == [test, guard]
+    assert rank([test, guard], costs=costs, robust=both) == [guard, test]
+    assert rank([test, guard], robust=frozenset({test.edit.key()})) == [test, guard]
+
+
+def test_a_write_that_cannot_run_on_this_gpu_does_not_make_a_drop_unsure(kb) -> None:
+    """0.5.23 enables Aiter all-reduce fusion itself only on an AMD GPU: posted alone, the
+    context-parallelism assert on it is fixed on an NVIDIA GPU by dropping
+    ``--enable-aiter-allreduce-fusion`` (what the message names); the write is judged
+    against the machine's facts, so on an AMD GPU it may have run."""
+    from service.engine import Engine
+    from service.engine.evaluate.chain import earlier_writes
+    from service.engine.evaluate.fold import write_fails
+    from service.engine.rules.card_env import facts_for
+
+    store = kb.store
+    message = "Aiter allreduce fusion is not supported with context parallelism"
+    check = next(
+        c
+        for c in store.checks("0.5.23", path="sglang/srt/arg_groups/parallel_hook.py")
+        if message in (c.message or "")
+    )
+    (write,) = [
+        w
+        for w in earlier_writes(store, "0.5.23", "enable_aiter_allreduce_fusion", check)
+        if w.value == "True"
+    ]
+    assert write_fails(store, "0.5.23", check, write, {}, facts_for("h200-x8", None))
+    assert not write_fails(store, "0.5.23", check, write, {}, facts_for("mi300x-x8", None))
+    out = Engine(kb).triage(
+        {"log": f"AssertionError: {message}\n"}, release="0.5.23", hardware="h200-x8"
+    )
+    top = next(f for f in out.fixes if f.recommended)
+    assert top.remove == ["--enable-aiter-allreduce-fusion"] and not top.set, top
