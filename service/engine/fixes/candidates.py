@@ -128,7 +128,7 @@ def post_validation_verdicts(
         cite = f"{version}:{check.path}:{check.start_line}"
         edit = Edit(
             set={} if r.remove else {r.attr: r.value},
-            remove=[r.attr] if r.remove else [],
+            remove=[r.attr, *r.also] if r.remove else [],
             origin=f"the message's own recipe (raised at {cite}): {r.why}",
             preference=0,
         )

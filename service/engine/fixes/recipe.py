@@ -11,7 +11,8 @@ only flags the release's catalog declares, each with
   (increase, raise, larger, higher, bigger, more), ``decrease`` (reduce, lower, decrease,
   smaller, fewer, less) or ``remove`` (remove, unset, drop, disable, without) — the last
   verb word of the clause before the flag; a flag joined to the previous one by "or",
-  "and", "," or "/" shares its verb;
+  "and", "," or "/" shares its verb (flags to drop joined by "and" are dropped together:
+  "Disable --a and --b" is one step);
 * its **value** when the message gives one: the token right after the flag (``--x y``,
   ``--x=y``, "set --x to y"), kept only when the release accepts it (one of the flag's
   choices, a number for a numeric flag, nothing for a switch); "above N" / "at least N"
@@ -139,6 +140,9 @@ class RecipeStep:
     value: object = None
     bound: float | None = None
     text: str = ""
+    #: how the message joins this flag to the previous one whose verb it shares ("and",
+    #: "or", ",", "/"; empty when it has a verb of its own)
+    joined: str = ""
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,8 @@ class RecipeEdit:
     remove: bool = False
     why: str = ""
     rough: bool = False
+    #: the other flags dropped with ``attr`` ("Disable --a and --b": both, in one edit)
+    also: tuple[str, ...] = ()
 
 
 def _accepts(spec: FlagSpec, token: str) -> object:
@@ -224,8 +230,13 @@ def read_recipe(message: str | None, catalog: Catalog) -> list[RecipeStep]:
             continue
         start = _clause_start(text, m.start())
         verb = None
+        joined = ""
         if prev is not None and prev[0] >= start and _JOIN.fullmatch(text[prev[0] : m.start()]):
             verb = prev[1]
+            joined = next(
+                (w for w in ("and", "or", ",", "/") if w in text[prev[0] : m.start()].split()),
+                ",",
+            )
         if verb is None:
             verb = _verb_before(text[start : m.start()])
         value: object = None
@@ -253,7 +264,7 @@ def read_recipe(message: str | None, catalog: Catalog) -> list[RecipeStep]:
         prev = (end, verb)
         stop = _CLAUSE_END.search(text, end)
         quote = text[start : stop.start() + 1 if stop else len(text)].strip()
-        step = RecipeStep(spec.attr, flag, verb, value, bound, quote[:200])
+        step = RecipeStep(spec.attr, flag, verb, value, bound, quote[:200], joined)
         if all((s.attr, s.verb) != (step.attr, step.verb) for s in steps):
             steps.append(step)
         if len(steps) >= MAX_STEPS:
@@ -273,13 +284,17 @@ def recipe_edits(
     flag the launch set dropped, or a numeric flag sized in the asked direction."""
     by_attr = catalog.by_attr()
     out: list[RecipeEdit] = []
+    removals = {id(g[0]): g for g in _removals(steps)}  # by the group's first step
     for s in steps:
         spec = by_attr.get(s.attr)
-        if spec is None:
-            continue
         if s.verb == "remove":
-            if s.attr in user_set:
-                out.append(RecipeEdit(s, s.attr, remove=True, why=f"the message says: {s.text!r}"))
+            group = removals.get(id(s), [])
+            dropped = [g.attr for g in group if g.attr in user_set and g.attr in by_attr]
+            if dropped:
+                why = f"the message says: {s.text!r}"
+                out.append(RecipeEdit(s, dropped[0], remove=True, why=why, also=tuple(dropped[1:])))
+            continue
+        if spec is None:
             continue
         if s.value is not None:
             out.append(RecipeEdit(s, s.attr, s.value, why=f"the message says: {s.text!r}"))
@@ -298,3 +313,31 @@ def recipe_edits(
                     )
                 )
     return out
+
+
+def _removals(steps: list[RecipeStep]) -> list[list[RecipeStep]]:
+    """The ``remove`` steps, grouped: flags one verb governs, joined by "and" ("Disable
+    --enable-two-batch-overlap and --enable-single-batch-overlap", or "--a, --b and --c"),
+    are one step that drops them all; joined by "or", each is a step of its own."""
+    groups: list[list[RecipeStep]] = []
+    run: list[RecipeStep] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        joins = [s.joined for s in run[1:] if s.joined != ","]
+        if joins and joins[-1] == "and":
+            groups.append(list(run))
+        else:
+            groups.extend([s] for s in run)
+        run.clear()
+
+    for s in steps:
+        if s.verb != "remove":
+            flush()
+            continue
+        if not s.joined:
+            flush()
+        run.append(s)
+    flush()
+    return groups

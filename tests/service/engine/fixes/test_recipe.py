@@ -142,3 +142,32 @@ def test_the_recipe_is_ranked_first_when_it_holds(engine, kb) -> None:
     print(f"recipes triaged: n={n} located={located} proposed={proposed} first={first}")
     assert not failures, failures
     assert proposed >= n // 2 and first >= 1
+
+
+def test_flags_to_drop_joined_by_and_are_one_step(store) -> None:
+    """ "Disable --a and --b" asks for both: one edit dropping each the launch set (without
+    the command, both; with it, the one it had); "--a or --b" is either, two edits."""
+    from service.engine.fixes.recipe import recipe_edits
+
+    catalog = load_catalog(store, "0.5.23")
+    both = read_recipe(
+        "DeepEP v2 MoE has not implemented the TBO/SBO overlap hooks yet. Disable "
+        "--enable-two-batch-overlap and --enable-single-batch-overlap when using "
+        "--moe-a2a-backend deepep_v2.",
+        catalog,
+    )
+    assert [(s.attr, s.verb, s.joined) for s in both] == [
+        ("enable_two_batch_overlap", "remove", ""),
+        ("enable_single_batch_overlap", "remove", "and"),
+    ]
+    tbo, sbo = "enable_two_batch_overlap", "enable_single_batch_overlap"
+    (edit,) = recipe_edits(both, catalog, {}, {tbo, sbo}, [])
+    assert edit.remove and (edit.attr, edit.also) == (tbo, (sbo,))
+    (edit,) = recipe_edits(both, catalog, {}, {sbo}, [])
+    assert (edit.attr, edit.also) == (sbo, ())
+    assert recipe_edits(both, catalog, {}, set(), []) == []
+    either = read_recipe(
+        "Disable --enable-two-batch-overlap or --enable-single-batch-overlap.", catalog
+    )
+    edits = recipe_edits(either, catalog, {}, {tbo, sbo}, [])
+    assert [(e.attr, e.also) for e in edits] == [(tbo, ()), (sbo, ())]
