@@ -57,7 +57,6 @@ from kb.code_types import Check
 from kb.store import Store
 from service.engine.evaluate.chain import earlier_writes
 from service.engine.evaluate.path_condition import PathEvaluation, evaluate_path
-from service.engine.evaluate.pieces import atom_signs
 from service.engine.expr.interpreter import UNKNOWN, Provenance, Value
 from service.engine.flags.parse import ParsedArgs, ParsedFlag
 
@@ -120,33 +119,28 @@ def command_unknown(parsed: ParsedArgs, attrs: dict[str, Value], catalog: Catalo
 def _required_truths(condition: str, polarity: bool) -> tuple[bool, ...] | None:
     """Per atom of ``condition`` (in the evaluator's order), the truth it must have for the
     piece to evaluate to ``polarity``, when the piece's shape fixes every atom: a
-    conjunction that holds, a disjunction that does not (``not`` flips an atom's sign).
-    None for any other shape (``a or b`` that holds, a ternary, a mixed ``and``/``or``)."""
+    conjunction that holds, a disjunction that does not, nested (``a and not (b or c)``
+    holding fixes all three; ``not`` flips an atom's sign). None for any other shape
+    (``a or b`` that holds, a ternary between atoms)."""
     try:
         node = ast.parse(condition.strip(), mode="eval").body
     except SyntaxError:
         return None
-    ops = {type(n.op) for n in ast.walk(node) if isinstance(n, ast.BoolOp)}
-    if _ternary_shape(node) or len(ops) > 1:
-        return None
-    if ops and (ast.And if polarity else ast.Or) not in ops:
-        return None
-    signs = atom_signs(condition)
-    if any(s is None for s in signs):
-        return None
-    return tuple(polarity == bool(s) for s in signs)
+    out: list[bool] = []
 
-
-def _ternary_shape(node: ast.expr) -> bool:
-    """Whether a ternary makes part of ``node``'s boolean shape (one inside an atom, such
-    as a comparison's operand, does not)."""
-    if isinstance(node, ast.IfExp):
+    def need(n: ast.expr, want: bool) -> bool:
+        if isinstance(n, ast.BoolOp):
+            if isinstance(n.op, ast.And) != want:  # an "and" that fails, an "or" that holds
+                return False
+            return all(need(v, want) for v in n.values)
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
+            return need(n.operand, not want)
+        if isinstance(n, ast.IfExp):
+            return False
+        out.append(want)
         return True
-    if isinstance(node, ast.BoolOp):
-        return any(_ternary_shape(v) for v in node.values)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return _ternary_shape(node.operand)
-    return False
+
+    return tuple(out) if need(node, polarity) else None
 
 
 def _read_of(node: ast.expr) -> ast.expr:

@@ -220,3 +220,33 @@ def test_a_resolution_read_with_a_fallback_implies_its_flag(kb) -> None:
     out = Engine(kb).triage({"log": f"ValueError: {message}\n"}, release="0.5.23")
     top = next(f for f in out.fixes if f.recommended)
     assert set(top.set) | set(top.remove) == {"--swa-full-tokens-ratio"}, top
+
+
+def test_a_conjunction_with_a_negated_disjunction_fixes_every_atom(kb) -> None:
+    """``cfg.enable_deepseek_v4_fp4_indexer and not (is_sm100 or is_sm120 or gfx95)``
+    held at the crash (0.5.23): the switch was on and each GPU test false, so posted alone
+    on an H100 the fix drops the switch (before, a mixed ``and``/``or`` implied nothing and
+    no fix was given)."""
+    from service.engine.evaluate.path_condition import base_attrs, evaluate_path
+
+    store = kb.store
+    message = "--enable-deepseek-v4-fp4-indexer requires SM100, SM120, or gfx95 GPUs"
+    check = next(
+        c
+        for c in store.checks("0.5.23", path="sglang/srt/arg_groups/serving_hook.py")
+        if message in (c.message or "")
+    )
+    catalog = load_catalog(store, "0.5.23")
+    parsed = parse_argv([], catalog)
+    attrs = base_attrs(catalog, parsed)
+    launch = implied_launch(
+        evaluate_path(store, "0.5.23", check, attrs, {}), attrs, parsed, catalog
+    )
+    assert launch is not None and launch.implied == {"enable_deepseek_v4_fp4_indexer": True}
+    out = Engine(kb).triage(
+        {"log": f"ValueError: {message} with FP4 indexer support.\n"},
+        release="0.5.23",
+        hardware="h100-x8",
+    )
+    top = next(f for f in out.fixes if f.recommended)
+    assert top.remove == ["--enable-deepseek-v4-fp4-indexer"] and not top.set, top
