@@ -6,7 +6,8 @@ order (each list judged, then the next; an edit proposed twice is kept once):
 
 1. **the message's own recipe** (:mod:`service.engine.fixes.recipe`): "Please use
    `--attention-backend flashinfer`", "increase --mem-fraction-static" (sized by
-   :mod:`service.engine.fixes.sizing`);
+   :mod:`service.engine.fixes.sizing`); a recipe that says "instead" also drops the flags
+   the check compares with the value it moves (:func:`_moved_from`);
 2. **a supported backend** for one a layer refused (:mod:`service.engine.fixes.backends`);
 3. **a registered alternative** to a registry key that missed
    (:mod:`service.engine.fixes.registry`).
@@ -25,6 +26,7 @@ GPU memory at start-up, and which log lines would settle it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,15 +37,15 @@ from service.engine.answer import UnknownFact
 from service.engine.cache import facts_signature
 from service.engine.evaluate.context import CheckContext
 from service.engine.evaluate.message_facts import MessageFacts, held_at_crash
-from service.engine.evaluate.path_condition import evaluate_path
+from service.engine.evaluate.path_condition import PathEvaluation, evaluate_path
 from service.engine.expr.interpreter import UNKNOWN, Value
 from service.engine.fixes.backends import backend_edits
 from service.engine.fixes.filters import sibling_trips
-from service.engine.fixes.implied import assumed_launch
+from service.engine.fixes.implied import assumed_launch, command_unknown
 from service.engine.fixes.model import Edit, Verdict
 from service.engine.fixes.neighbours import recheck_neighbours
 from service.engine.fixes.propose import fixes_check
-from service.engine.fixes.recipe import read_recipe, recipe_edits
+from service.engine.fixes.recipe import RecipeEdit, read_recipe, recipe_edits
 from service.engine.fixes.registry import registry_verdicts
 
 __all__ = ["PostValidation", "post_validation_verdicts"]
@@ -104,32 +106,29 @@ def post_validation_verdicts(
     parsed, attrs, facts, facts_sig = ctx.parsed, ctx.attrs, ctx.facts, ctx.facts_key
     out = PostValidation()
     # no command: the candidates are judged on the flags the raised check implies
+    crashed = held_at_crash(
+        evaluate_path(store, version, check, attrs, facts, facts_sig=facts_sig), printed
+    )
     launch = assumed_launch(
-        store,
-        version,
-        check,
-        held_at_crash(
-            evaluate_path(store, version, check, attrs, facts, facts_sig=facts_sig), printed
-        ),
-        attrs,
-        parsed,
-        catalog,
-        facts,
-        facts_sig=facts_sig,
+        store, version, check, crashed, attrs, parsed, catalog, facts, facts_sig=facts_sig
     )
     if launch is not None:
         attrs, parsed = launch.attrs, launch.parsed
     user_set = set(parsed.values)
+    blind = launch is None and command_unknown(parsed, attrs, catalog)
     steps = read_recipe(message, catalog) or read_recipe(_literal_message(check), catalog)
     # (edit, replaced values, citation, what it rests on when the evaluation cannot tell)
     edits: list[tuple[Edit, set[str], str | None, str]] = []
     rough: list[str] = []
     for r in recipe_edits(steps, catalog, attrs, user_set, printed.bound, message):
         cite = f"{version}:{check.path}:{check.start_line}"
+        moved = [] if r.remove else _moved_from(crashed, r, None if blind else user_set)
+        by_attr = catalog.by_attr()
         edit = Edit(
             set={} if r.remove else {r.attr: r.value},
-            remove=[r.attr, *r.also] if r.remove else [],
-            origin=f"the message's own recipe (raised at {cite}): {r.why}",
+            remove=[r.attr, *r.also] if r.remove else moved,
+            origin=f"the message's own recipe (raised at {cite}): {r.why}"
+            + (f"; instead of {', '.join(by_attr[a].flags[0] for a in moved)}" if moved else ""),
             preference=0,
         )
         edits.append(
@@ -197,6 +196,27 @@ def post_validation_verdicts(
                 "before the launch",
             )
         )
+    return out
+
+
+def _moved_from(ev: PathEvaluation, r: RecipeEdit, user_set: set[str] | None) -> list[str]:
+    """For a recipe that says "instead" ("FA4 backend is only supported for prefill. Please
+    use `--prefill-attention-backend fa4` instead."), the flags the launch set that the
+    check compares with the value the recipe moves (``attention_backend == "fa4" or
+    decode_attention_backend == "fa4"``): the edit drops them, else the check fires on.
+    ``user_set`` None: the command is not known, so every such flag (whichever was set)."""
+    if not isinstance(r.value, str) or not re.search(r"\binstead\b", r.step.text, re.I):
+        return []
+    quoted = re.compile(rf"""(['"]){re.escape(r.value)}\1""")
+    out: list[str] = []
+    for part in ev.parts:
+        for atom in part.result.atoms:
+            names = {n for n, _, _ in atom.inputs}
+            if len(names) != 1 or not quoted.search(atom.text):
+                continue
+            (name,) = names
+            if name != r.attr and (user_set is None or name in user_set) and name not in out:
+                out.append(name)
     return out
 
 

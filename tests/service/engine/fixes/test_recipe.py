@@ -171,3 +171,28 @@ def test_flags_to_drop_joined_by_and_are_one_step(store) -> None:
     )
     edits = recipe_edits(either, catalog, {}, {tbo, sbo}, [])
     assert [(e.attr, e.also) for e in edits] == [(tbo, ()), (sbo, ())]
+
+
+def test_a_recipe_saying_instead_drops_what_it_replaces(engine) -> None:
+    """"FA4 backend is only supported for prefill. Please use `--prefill-attention-backend
+    fa4` instead." (0.5.5): setting the prefill backend alone leaves the check firing on the
+    flag that held ``fa4``; the recipe's edit drops it. With the command, the flag the
+    launch set; posted alone, each flag the check compares with ``fa4``."""
+    log = (
+        "ValueError: FA4 backend is only supported for prefill. Please use "
+        "`--prefill-attention-backend fa4` instead.\n"
+    )
+    given = engine.triage(
+        {"log": log, "command": "--model-path /models/m --decode-attention-backend fa4"},
+        release="0.5.5",
+    )
+    top = next(f for f in given.fixes if f.recommended)
+    assert (top.set, top.remove) == (
+        {"--prefill-attention-backend": "fa4"},
+        ["--decode-attention-backend"],
+    ), top
+    assert "instead of --decode-attention-backend" in top.origin
+    alone = engine.triage({"log": log}, release="0.5.5")
+    top = next(f for f in alone.fixes if f.recommended)
+    assert top.set == {"--prefill-attention-backend": "fa4"}
+    assert set(top.remove) == {"--attention-backend", "--decode-attention-backend"}, top
