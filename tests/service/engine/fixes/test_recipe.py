@@ -174,7 +174,7 @@ def test_flags_to_drop_joined_by_and_are_one_step(store) -> None:
 
 
 def test_a_recipe_saying_instead_drops_what_it_replaces(engine) -> None:
-    """"FA4 backend is only supported for prefill. Please use `--prefill-attention-backend
+    """ "FA4 backend is only supported for prefill. Please use `--prefill-attention-backend
     fa4` instead." (0.5.5): setting the prefill backend alone leaves the check firing on the
     flag that held ``fa4``; the recipe's edit drops it. With the command, the flag the
     launch set; posted alone, each flag the check compares with ``fa4``."""
