@@ -23,6 +23,7 @@ nothing is executed.
 from __future__ import annotations
 
 import ast
+import json
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,17 +176,47 @@ class CallSite:
 
 def call_site_guards(store: Store, version: str, qualname: str, path: str) -> list[CallSite]:
     """Where ``qualname`` is called in ``path`` (its module), with each call's guards,
-    in source order (from the ``calls`` rows ingest stored)."""
+    in source order (from the ``calls`` rows ingest stored). A function called from no
+    other function of its module, and defined once in the validation files, is looked for
+    in the other validation files (0.5.23's ``model_hook.py`` calls
+    ``apply_deepseek_v4_defaults`` of ``deepseek_v4_hook.py`` only ``if model_arch in
+    ["DeepseekV4ForCausalLM"]``), unless it is a step a dispatcher runs or a late step."""
     name = qualname.rsplit(".", 1)[-1]
 
     def build() -> list[CallSite]:
-        return [
-            CallSite(path, row["caller"], row["line"], [Guard.from_dict(g) for g in row["guards"]])
+        rows = [
+            row
             for row in store.calls(version, path, name)
-            if row["caller"].rsplit(".", 1)[-1] != name
-        ]  # not recursion
+            if row["caller"].rsplit(".", 1)[-1] != name  # not recursion
+        ]
+        if not rows and name not in LATE_STEPS and _defined_once(store, version, name):
+            rows = [
+                dict(row) | {"guards": json.loads(row["guards"] or "[]")}
+                for row in store.query(
+                    "SELECT * FROM calls WHERE release = ? AND callee = ? ORDER BY path, seq",
+                    (version, name),
+                )
+                if row["path"] != path
+                and row["path"].startswith(VALIDATION_PATHS)
+                and row["caller"].rsplit(".", 1)[-1] != name
+            ]
+            if any((r["path"], r["caller"]) in DISPATCHERS for r in rows):
+                rows = []  # a step of the validation order: its dispatcher runs it
+        return [
+            CallSite(
+                row["path"], row["caller"], row["line"], [Guard.from_dict(g) for g in row["guards"]]
+            )
+            for row in rows
+        ]
 
     return cached(release_key(store, version, f"calls:{path}:{name}"), build)
+
+
+def _defined_once(store: Store, version: str, name: str) -> bool:
+    """Whether one function of the validation files has this name (a call by the name
+    elsewhere then runs it)."""
+    rows = store.query("SELECT path FROM functions WHERE release = ? AND name = ?", (version, name))
+    return sum(1 for r in rows if r["path"].startswith(VALIDATION_PATHS)) == 1
 
 
 @dataclass

@@ -1,11 +1,12 @@
 """Reachability of validation checks, for card derivation: call sites and local variables.
 
 A check inside a helper only runs when the helper is called. The engine's
-:func:`~service.engine.evaluate.chain.call_site_guards` looks for call sites in
-the check's own file; cards need more, because SGLang 0.5.2x calls its
-model hooks across files (``model_hook.py`` calls
-``apply_deepseek_v4_defaults`` only ``if model_arch in ["DeepseekV4ForCausalLM"]``).
-Without that guard a card derived from the hook would fire for every model.
+:func:`~service.engine.evaluate.chain.call_site_guards` takes the first call site in
+the check's own file, else (for a helper no dispatcher runs) in another validation
+file; cards need every site, because SGLang 0.5.2x calls its model hooks across files
+(``model_hook.py`` calls ``apply_deepseek_v4_defaults`` only ``if model_arch in
+["DeepseekV4ForCausalLM"]``). Without that guard a card derived from the hook would fire
+for every model.
 
 :func:`call_index` reads, for each function name defined in the validation
 surface, its call sites with their guards (the ``calls`` rows ingest stored;

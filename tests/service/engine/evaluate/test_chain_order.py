@@ -48,3 +48,34 @@ def test_a_dispatchers_own_checks_sit_between_its_steps_by_line(kb) -> None:
     # and check_server_args's checks come after all of them
     late = [positions[i] for i in positions if checks[i].function == "ServerArgs.check_server_args"]
     assert late and min(late) > max(positions[c.id] for c in own)
+
+
+def test_a_hook_called_from_another_file_carries_that_call_sites_guards(kb) -> None:
+    """0.5.23's ``model_hook.py`` calls ``apply_deepseek_v4_defaults`` (of
+    ``deepseek_v4_hook.py``) only ``if model_arch in ["DeepseekV4ForCausalLM"]``: its
+    checks cannot fire for a Llama model (a neighbour re-check once said they would), and
+    for DeepSeek-V4 they do. A dispatcher's steps keep no such guard: the dispatcher
+    runs them."""
+    from service.engine.evaluate.path_condition import evaluate_path
+    from service.engine.rules.card_env import facts_for
+    from service.engine.rules.checker import prepare_flags
+
+    store, release = kb.store, "0.5.23"
+    hook = "sglang/srt/arg_groups/deepseek_v4_hook.py"
+    sites = chain.call_site_guards(store, release, "apply_deepseek_v4_defaults", hook)
+    assert sites and sites[0].path == "sglang/srt/arg_groups/model_hook.py"
+    assert any("DeepseekV4ForCausalLM" in g.condition for g in sites[0].guards)
+    check = next(
+        c
+        for c in store.checks(release, path=hook)
+        if "Only EAGLE and DSPARK speculative algorithms" in (c.message or "")
+    )
+    attrs, _ = prepare_flags(
+        store, release, ["--model-path", "/models/m", "--speculative-algorithm", "NGRAM"]
+    )
+    llama = evaluate_path(store, release, check, attrs, facts_for("a100-x8", "LlamaForCausalLM"))
+    assert llama.fired is False
+    v4 = evaluate_path(store, release, check, attrs, facts_for("b200-x8", "DeepseekV4ForCausalLM"))
+    assert v4.fired is not False
+    step = "sglang/srt/arg_groups/kv_cache_hook.py"
+    assert chain.call_site_guards(store, release, "handle_kv4_compatibility", step) == []
