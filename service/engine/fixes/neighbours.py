@@ -115,7 +115,9 @@ def recheck_neighbours(
     the attributes its pieces read and on the facts, so it is memoised on them:
     in ``memo`` (one per triage) and process-wide (bounded, thread-safe). The
     whole re-check is memoised too, on the values of every attribute the
-    neighbours read.
+    neighbours read. A neighbour found firing so is then evaluated with its earlier
+    writes folded in, and counts as a trip only if it still fires (undecided if that
+    evaluation cannot tell).
     """
     edit = verdict.edit
     new_attrs = edited_attrs(attrs, edit, catalog)
@@ -160,8 +162,18 @@ def recheck_neighbours(
                 unknown += 1
         hit = (tuple(trips), unknown)
         _RECHECKS.put(whole, hit)
-    verdict.trips.extend(dict(t) for t in hit[0])
-    verdict.unknown_neighbours += hit[1]
+    # a neighbour that fires on the values as given is confirmed with the earlier writes
+    # folded in: SGLang may resolve what it reads first (``device`` None becomes the
+    # machine's before ``cfg.device != "cuda"`` is asked)
+    rows = {other.id: other for other, _ in plan.rows}
+    unknown = hit[1]
+    for t in hit[0]:
+        fired = evaluate_path(store, version, rows[t["id"]], new_attrs, facts, facts_sig=fsig).fired
+        if fired is True:
+            verdict.trips.append(dict(t))
+        elif fired is UNKNOWN:
+            unknown += 1
+    verdict.unknown_neighbours += unknown
 
 
 @dataclass(frozen=True)

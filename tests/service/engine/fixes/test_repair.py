@@ -49,7 +49,10 @@ def test_every_single_edit_trips_a_card_and_the_repaired_fix_is_clean(result) ->
     base = result.fixes[1]
     assert base.remove == top.remove and not base.set and "violates rule" in base.verdict
     others = [f for f in result.fixes if not f.recommended]
-    assert all(f.verdict.count("violates rule") == 1 for f in others)  # said once each
+    # the rest name the card they violate, once each, or are other clean repairs
+    for f in others:
+        repaired = "then a value the card accepts" in f.origin
+        assert f.verdict.count("violates rule") == (0 if repaired else 1), f
     assert [f.rank for f in result.fixes] == list(range(1, len(result.fixes) + 1))
 
 
