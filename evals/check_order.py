@@ -36,7 +36,8 @@ def validation_positions(store: Store, release: str) -> dict[int, tuple[float, .
         if rank is not None and rank == int(rank):
             result = (rank,)
         elif depth < 4:
-            sites = call_site_guards(store, release, qual, path)
+            # call sites in the same file (the caller's prefix is looked up in ``path``)
+            sites = [s for s in call_site_guards(store, release, qual, path) if s.path == path]
             if sites:
                 up = prefix(sites[0].caller, path, depth + 1)
                 result = (*up, float(sites[0].line)) if up is not None else None

@@ -16,7 +16,7 @@ The order (:func:`rank`), best first:
 4. fewer trips, a smaller edit, removals before additions, SGLang's own agreeing choice
    (:attr:`~service.engine.fixes.model.Edit.preference`), fewer undecided neighbours, a
    value the check's message spells, a value the release lists earlier among the flag's
-   choices.
+   choices, a number nearer the launch's own.
 
 :func:`diverse` then keeps at most two value variants of one edit shape ahead of other
 kinds of fix within each status.
@@ -80,6 +80,7 @@ def rank(
     robust: frozenset[tuple[Any, ...]] | None = None,
     message: str = "",
     choices: Mapping[str, Sequence[object]] | None = None,
+    current: Mapping[str, object] | None = None,
 ) -> list[Verdict]:
     """Best first: verified clean, then fixing the check but tripping another, then the rest
     (undecided); within each, what keeps more of the user's request (``costs``: the
@@ -108,7 +109,9 @@ def rank(
     The last ties: ``message`` (the check's message source) puts a value it spells first,
     in its order ("Only EAGLE and DSPARK ... are supported": ``EAGLE``, then ``DSPARK``);
     then ``choices`` (attribute -> its flag's choices) a value the release lists earlier
-    (``deepep`` before ``ascend_fuseep``); the edits' keys settle the rest."""
+    (``deepep`` before ``ascend_fuseep``); then a number nearer the value the launch had
+    (``current``, attribute -> value: ``--pp-size 2`` before ``16`` from 1); the edits'
+    keys settle the rest."""
     zero = IntentCost(0, 0, 0)
 
     def key(v: Verdict) -> tuple[Any, ...]:
@@ -135,6 +138,7 @@ def rank(
             v.unknown_neighbours,
             _spelled_at(v.edit, message),
             _listed_at(v.edit, choices or {}),
+            _moved_by(v.edit, current or {}),
             v.edit.key(),
         )
 
@@ -149,6 +153,18 @@ def _listed_at(edit: Edit, choices: Mapping[str, Sequence[object]]) -> int:
         if listed:
             return list(listed).index(value) if value in listed else len(listed)
     return 0
+
+
+def _moved_by(edit: Edit, current: Mapping[str, object]) -> float:
+    """How far the numbers ``edit`` sets move from the values the launch had (a value not
+    known, or not a number, counts from 0)."""
+    total = 0.0
+    for attr, value in edit.set.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            was = current.get(attr)
+            base = was if isinstance(was, int | float) and not isinstance(was, bool) else 0
+            total += abs(value - base)
+    return total
 
 
 def _spelled_at(edit: Edit, message: str) -> int:

@@ -176,3 +176,14 @@ def test_a_write_that_cannot_run_on_this_gpu_does_not_make_a_drop_unsure(kb) -> 
     )
     top = next(f for f in out.fixes if f.recommended)
     assert top.remove == ["--enable-aiter-allreduce-fusion"] and not top.set, top
+
+
+def test_a_number_nearer_the_launchs_own_breaks_the_last_tie() -> None:
+    """Two pipeline sizes alike in every other respect (``tp_size * pp_size`` divisible by
+    ``--nnodes 8`` with ``--tp-size 4``): 2 is the smaller change from 1, whatever the
+    edits' keys say (``'16' < '2'`` as text); a value not known counts from 0."""
+    two, sixteen = _clean(pp_size=2), _clean(pp_size=16)
+    assert str(sixteen.edit.key()) < str(two.edit.key())
+    assert rank([sixteen, two], current={"pp_size": 1}) == [two, sixteen]
+    assert rank([sixteen, two]) == [two, sixteen]
+    assert rank([two, sixteen], current={"pp_size": 32}) == [sixteen, two]

@@ -264,7 +264,11 @@ def test_line_numbers_and_diffs_are_stripped(seed, stub) -> None:
 def test_fix_that_trips_another_check_is_rejected(seed, stub) -> None:
     result, ctx = seed
     ids = _ids(build_snippets(result, ctx))
-    edit = {"set": {"--speculative-num-steps": 3, "--page-size": 16}, "remove": []}
+    # the backend is given: SGLang would resolve one left unset before the check asks it
+    edit = {
+        "set": {"--speculative-num-steps": 3, "--page-size": 16, "--attention-backend": "triton"},
+        "remove": [],
+    }
     stub.push(content=_answer(_good_explanation(ids), [edit]))
     out = assist(result, engine_ctx=ctx, settings=_settings(stub))
     assert not _llm_fixes(out)
