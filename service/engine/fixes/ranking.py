@@ -156,15 +156,22 @@ def _listed_at(edit: Edit, choices: Mapping[str, Sequence[object]]) -> int:
 
 
 def _moved_by(edit: Edit, current: Mapping[str, object]) -> float:
-    """How far the numbers ``edit`` sets move from the values the launch had (a value not
-    known, or not a number, counts from 0)."""
+    """How far the numbers ``edit`` sets move from the numbers the launch had (one whose
+    value is not known, or not a number, does not count: nearer to nothing known is no
+    better)."""
     total = 0.0
     for attr, value in edit.set.items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            was = current.get(attr)
-            base = was if isinstance(was, int | float) and not isinstance(was, bool) else 0
-            total += abs(value - base)
+        new, was = _number(value), _number(current.get(attr))
+        if new is not None and was is not None:
+            total += abs(new - was)
     return total
+
+
+def _number(value: object) -> float | None:
+    """``value`` as a number (None for a switch, text or anything else)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
 
 
 def _spelled_at(edit: Edit, message: str) -> int:
