@@ -209,7 +209,12 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
         robust=robust,
         message=check.message or "",
         choices={a: spec.choices for a, spec in catalog.by_attr().items() if spec.choices},
-        current={a: v.value for a, v in attrs.items()},
+        # the launch's values: without the command, only those the check implies
+        current=(
+            {a: pf.value for a, pf in parsed.values.items()}
+            if unknown
+            else {a: v.value for a, v in attrs.items()}
+        ),
     )
     # phase 2 only for the most promising: neighbour re-checks are the costly part
     ranked = ordered(passing)
