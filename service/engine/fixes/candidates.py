@@ -120,10 +120,10 @@ def post_validation_verdicts(
     # (edit, replaced values, citation, what it rests on when the evaluation cannot tell)
     edits: list[tuple[Edit, set[str], str | None, str]] = []
     rough: list[str] = []
+    by_attr = catalog.by_attr()
     for r in recipe_edits(steps, catalog, attrs, user_set, printed.bound, message):
         cite = f"{version}:{check.path}:{check.start_line}"
         moved = [] if r.remove else _moved_from(crashed, r, None if blind else user_set)
-        by_attr = catalog.by_attr()
         edit = Edit(
             set={} if r.remove else {r.attr: r.value},
             remove=[r.attr, *r.also] if r.remove else moved,
