@@ -196,26 +196,32 @@ def test_an_earlier_write_that_would_undo_the_crash_implies_its_if_did_not_hold(
             ), (inc.id, release, result.release.release, top.set, top.remove)
 
 
-def test_a_resolution_read_with_a_fallback_implies_its_flag(kb) -> None:
-    """0.5.23 range-checks ``resolution_result(server_args, "swa_full_tokens_ratio")``, a
-    read with a declared fallback (a ternary inside the comparison, which leaves the
-    condition's shape alone): posted alone, its message implies the flag was set to a value
-    not known here, and the fix is on that flag rather than on the earlier checks' guards."""
+def _implied_on_defaults(kb, hook: str, message: str) -> tuple[PathEvaluation, Any]:
+    """0.5.23's check in ``arg_groups/<hook>`` raising ``message``, evaluated on the
+    release's defaults (a log without its command), and the launch it implies."""
     from service.engine.evaluate.path_condition import base_attrs, evaluate_path
 
     store = kb.store
-    message = "--swa-full-tokens-ratio should be in range (0, 1.0]."
     check = next(
         c
-        for c in store.checks("0.5.23", path="sglang/srt/arg_groups/kv_cache_hook.py")
+        for c in store.checks("0.5.23", path=f"sglang/srt/arg_groups/{hook}")
         if message in (c.message or "")
     )
     catalog = load_catalog(store, "0.5.23")
     parsed = parse_argv([], catalog)
     attrs = base_attrs(catalog, parsed)
     ev = evaluate_path(store, "0.5.23", check, attrs, {})
+    return ev, implied_launch(ev, attrs, parsed, catalog)
+
+
+def test_a_resolution_read_with_a_fallback_implies_its_flag(kb) -> None:
+    """0.5.23 range-checks ``resolution_result(server_args, "swa_full_tokens_ratio")``, a
+    read with a declared fallback (a ternary inside the comparison, which leaves the
+    condition's shape alone): posted alone, its message implies the flag was set to a value
+    not known here, and the fix is on that flag rather than on the earlier checks' guards."""
+    message = "--swa-full-tokens-ratio should be in range (0, 1.0]."
+    ev, launch = _implied_on_defaults(kb, "kv_cache_hook.py", message)
     assert ev.fired is False and " if " in ev.parts[-1].condition  # the fallback's ternary
-    launch = implied_launch(ev, attrs, parsed, catalog)
     assert launch is not None and launch.implied == {"swa_full_tokens_ratio": UNKNOWN}
     out = Engine(kb).triage({"log": f"ValueError: {message}\n"}, release="0.5.23")
     top = next(f for f in out.fixes if f.recommended)
@@ -227,21 +233,8 @@ def test_a_conjunction_with_a_negated_disjunction_fixes_every_atom(kb) -> None:
     held at the crash (0.5.23): the switch was on and each GPU test false, so posted alone
     on an H100 the fix drops the switch (before, a mixed ``and``/``or`` implied nothing and
     no fix was given)."""
-    from service.engine.evaluate.path_condition import base_attrs, evaluate_path
-
-    store = kb.store
     message = "--enable-deepseek-v4-fp4-indexer requires SM100, SM120, or gfx95 GPUs"
-    check = next(
-        c
-        for c in store.checks("0.5.23", path="sglang/srt/arg_groups/serving_hook.py")
-        if message in (c.message or "")
-    )
-    catalog = load_catalog(store, "0.5.23")
-    parsed = parse_argv([], catalog)
-    attrs = base_attrs(catalog, parsed)
-    launch = implied_launch(
-        evaluate_path(store, "0.5.23", check, attrs, {}), attrs, parsed, catalog
-    )
+    _, launch = _implied_on_defaults(kb, "serving_hook.py", message)
     assert launch is not None and launch.implied == {"enable_deepseek_v4_fp4_indexer": True}
     out = Engine(kb).triage(
         {"log": f"ValueError: {message} with FP4 indexer support.\n"},
