@@ -324,17 +324,23 @@ class Store:
             args.extend(params)
         return [_check_row(r) for r in self.query(sql + " ORDER BY path, start_line", args)]
 
-    def calls(self, version: str, path: str, callee: str | None = None) -> list[dict[str, Any]]:
-        """Call sites in ``path`` (of ``callee`` when given), in source order, guards decoded.
+    def calls(
+        self, version: str, path: str | None, callee: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Call sites in ``path`` (every file's, by path, when None; of ``callee`` when
+        given), in source order, guards decoded.
 
         Rows are what ingest stored: each call whose callee is a function of the same
         file, and in the validation files every named call (see :mod:`ingest.calls`)."""
-        sql = "SELECT * FROM calls WHERE release = ? AND path = ?"
-        params: tuple[Any, ...] = (version, path)
+        sql = "SELECT * FROM calls WHERE release = ?"
+        params: tuple[Any, ...] = (version,)
+        if path is not None:
+            sql += " AND path = ?"
+            params += (path,)
         if callee is not None:
             sql += " AND callee = ?"
             params += (callee,)
-        rows = self.query(sql + " ORDER BY seq", params)
+        rows = self.query(sql + " ORDER BY path, seq", params)
         return [dict(r) | {"guards": json.loads(r["guards"] or "[]")} for r in rows]
 
     def registrations(

@@ -23,7 +23,6 @@ nothing is executed.
 from __future__ import annotations
 
 import ast
-import json
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
@@ -191,11 +190,8 @@ def call_site_guards(store: Store, version: str, qualname: str, path: str) -> li
         ]
         if not rows and name not in LATE_STEPS and _defined_once(store, version, name):
             rows = [
-                dict(row) | {"guards": json.loads(row["guards"] or "[]")}
-                for row in store.query(
-                    "SELECT * FROM calls WHERE release = ? AND callee = ? ORDER BY path, seq",
-                    (version, name),
-                )
+                row
+                for row in store.calls(version, None, name)
                 if row["path"] != path
                 and row["path"].startswith(VALIDATION_PATHS)
                 and row["caller"].rsplit(".", 1)[-1] != name
@@ -215,7 +211,7 @@ def call_site_guards(store: Store, version: str, qualname: str, path: str) -> li
 def _defined_once(store: Store, version: str, name: str) -> bool:
     """Whether one function of the validation files has this name (a call by the name
     elsewhere then runs it)."""
-    rows = store.query("SELECT path FROM functions WHERE release = ? AND name = ?", (version, name))
+    rows = store.functions_named(version, name)
     return sum(1 for r in rows if r["path"].startswith(VALIDATION_PATHS)) == 1
 
 
