@@ -21,6 +21,7 @@ from service.engine.evaluate.chain import earlier_writes
 from service.engine.evaluate.context import CheckContext
 from service.engine.evaluate.fold import write_fails
 from service.engine.evaluate.path_condition import PathEvaluation, evaluate_path, unseen_defaults
+from service.engine.evaluate.pieces import PiecePart
 from service.engine.expr.interpreter import UNKNOWN, Value
 from service.engine.fixes.edits import candidate_edits, edited_attrs
 from service.engine.fixes.filters import (
@@ -36,7 +37,7 @@ from service.engine.fixes.model import Edit, Verdict
 from service.engine.fixes.neighbours import recheck_neighbours
 from service.engine.fixes.ranking import Cost, diverse, rank
 
-__all__ = ["RECHECK_SPARE", "Edit", "Verdict", "fixes_check", "propose", "verify"]
+__all__ = ["RECHECK_SPARE", "Edit", "Verdict", "fixes_check", "propose", "still_fires", "verify"]
 
 #: candidates re-checked beyond the number returned
 RECHECK_SPARE = 5
@@ -58,6 +59,30 @@ def fixes_check(
     new_attrs = edited_attrs(attrs, edit, catalog)
     ev = evaluate_path(store, version, check, new_attrs, facts, memo=memo, facts_sig=facts_sig)
     return Verdict(edit, ev.fired is False if ev.fired is not UNKNOWN else UNKNOWN, evaluation=ev)
+
+
+def still_fires(crash: PathEvaluation, after: PathEvaluation) -> bool:
+    """Does the check certainly fire again after an edit that left ``after`` undecided?
+
+    The check fired at the crash (``crash``: its evaluation for the launch), so every piece
+    of its path held then, known or not. A piece that reads the same values after the edit
+    holds still; the pieces whose values the edit changed are taken as evaluated after it.
+    When each of those holds too, the edit cannot be a fix: ``--pp-size 2`` for "only
+    supports pp_size == 1" with the platform's support unknown is no candidate for replay.
+    """
+    if len(crash.parts) != len(after.parts):
+        return False
+    for before, now in zip(crash.parts, after.parts, strict=True):
+        if before.condition != now.condition:
+            return False
+        if _inputs(before) != _inputs(now) and now.holds is not True:
+            return False
+    return True
+
+
+def _inputs(part: PiecePart) -> list[tuple[str, object]]:
+    """The values a piece's evaluation read, in order."""
+    return [(name, value) for atom in part.result.atoms for name, value, _ in atom.inputs]
 
 
 def verify(
@@ -185,6 +210,8 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
         v = fixes_check(
             store, version, check, edit, attrs, facts, catalog, guard_memo, facts_sig=fsig
         )
+        if v.fixes_check is UNKNOWN and v.evaluation is not None and still_fires(ev, v.evaluation):
+            v.fixes_check = False  # only what the crash already held is undecided
         flip = guard_flip(edit, ev, named) if v.fixes_check is True else None
         if flip is not None:  # skips the check rather than fixing it: ranked after real fixes
             edit.skips = turns_off(edit, flip, parsed, catalog)

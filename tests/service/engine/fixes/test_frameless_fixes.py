@@ -243,3 +243,42 @@ def test_a_conjunction_with_a_negated_disjunction_fixes_every_atom(kb) -> None:
     )
     top = next(f for f in out.fixes if f.recommended)
     assert top.remove == ["--enable-deepseek-v4-fp4-indexer"] and not top.set, top
+
+
+def _piece(condition: str, holds: object, **inputs: object) -> PiecePart:
+    atom = Atom(condition, holds, tuple((n, v, Provenance("flag")) for n, v in inputs.items()))
+    result = Result(holds, holds, (atom,), frozenset(inputs), ())
+    return PiecePart("guard", condition, True, 1, result, holds)
+
+
+def test_an_edit_leaving_every_changed_piece_holding_still_fires() -> None:
+    """The check fired at the crash, so its pieces held then, known or not: an edit whose
+    changed pieces all hold again cannot fix it, whatever stays unknown; one changing a
+    piece to false or to unknown may."""
+    from service.engine.fixes.propose import still_fires
+
+    platform = _piece("current_platform.supports('DFLASH')", UNKNOWN, device=UNKNOWN)
+    crash = PathEvaluation(
+        UNKNOWN, [platform, _piece("cfg.pp_size != 1", UNKNOWN, pp_size=UNKNOWN)], set()
+    )
+
+    def after(*parts: PiecePart) -> PathEvaluation:
+        return PathEvaluation(UNKNOWN, list(parts), set())
+
+    assert still_fires(crash, after(platform, _piece("cfg.pp_size != 1", True, pp_size=2)))
+    assert not still_fires(crash, after(platform, _piece("cfg.pp_size != 1", False, pp_size=1)))
+    moved = _piece("current_platform.supports('DFLASH')", UNKNOWN, device="cpu")
+    assert not still_fires(crash, after(moved, _piece("cfg.pp_size != 1", True, pp_size=2)))
+    assert not still_fires(crash, after(platform))  # another path: nothing is concluded
+
+
+def test_a_value_the_check_refuses_is_no_candidate_when_other_pieces_are_unknown(kb) -> None:
+    """0.5.23 raises "only supports pp_size == 1" behind a platform test the engine cannot
+    decide: posted alone, no fix sets --pp-size to another value than 1 (it fires again),
+    although the check stays undecided for it."""
+    message = "Currently DFLASH speculative decoding only supports pp_size == 1."
+    out = Engine(kb).triage({"log": f"ValueError: {message}\n"}, release="0.5.23")
+    assert out.fixes
+    for fix in out.fixes:
+        value = fix.set.get("--pp-size", fix.set.get("--pipeline-parallel-size"))
+        assert value is None or str(value) == "1", fix
