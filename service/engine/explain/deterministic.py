@@ -26,7 +26,9 @@ def _flagish(attr: str) -> str:
 def failing_inputs(atoms: list[AtomOut], given: Collection[str] = ()) -> list[str]:
     """Inputs of the failing atoms, the assert test's first (they are why it fired); a
     flag of ``given`` (those the user set) that SGLang rewrote before the check leads, said
-    so ("--enable-dp-attention set to False by SGLang")."""
+    so ("--enable-dp-attention set to False by SGLang"). A guard's input at its default is
+    left out: it lets the check run (``ep_join_mode != "scale"`` with the default ``None``)
+    but did not make it fire."""
     out: list[str] = [
         f"{_flagish(inp.name)} set to {inp.value!r} by SGLang"
         for atom in atoms
@@ -44,6 +46,8 @@ def failing_inputs(atoms: list[AtomOut], given: Collection[str] = ()) -> list[st
         for inp in atom.inputs:
             if inp.source == "write" and inp.name in given:
                 continue  # said first
+            if inp.source == "default" and atom.role != "test":
+                continue  # a guard left at its default lets the check run; it is no cause
             if len(repr(inp.value)) > 40 and inp.source not in ("flag", "default"):
                 label = f"{atom.text} is {atom.value}"  # a whole fact object says too much
             else:

@@ -28,3 +28,16 @@ def test_a_flag_the_user_set_that_sglang_rewrote_leads() -> None:
         "--enable-two-batch-overlap=True",
         "enable_dp_attention=False",
     ]
+
+
+def test_a_guard_at_its_default_is_no_reason() -> None:
+    """0.5.23's ``if cfg.ep_join_mode != "scale": assert (tp * pp) % nnodes == 0`` posted
+    alone: the guard holds with the default ``None``, but that let the check run; it did
+    not make it fire. A test's input at its default is a reason (its value is what failed),
+    and so is a guard's input the user set."""
+    join = AtomInput(name="ep_join_mode", value=None, source="default", detail="")
+    nnodes = AtomInput(name="nnodes", value=1, source="default", detail="")
+    dp = AtomInput(name="enable_dp_attention", value=True, source="flag", detail="")
+    assert failing_inputs([_atom(join)]) == []
+    assert failing_inputs([_atom(join), _atom(dp)]) == ["--enable-dp-attention=True"]
+    assert failing_inputs([_atom(join), _atom(nnodes, role="test")]) == ["--nnodes=1"]
