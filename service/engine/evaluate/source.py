@@ -7,8 +7,9 @@ A condition as SGLang wrote it often reads names the evaluator cannot see:
   (:func:`locals_before`, :func:`substitute`; tuple unpacking of a tuple literal, or of a
   small helper returning one, binds element by element);
 * small pure helpers (``attn_dp_enabled_of(cfg)``: a docstring, imports, simple
-  assignments and one ``return``), inlined with their parameters bound to the call's
-  arguments (:func:`inline_helpers`), so the attributes they read are read by the
+  assignments and one ``return``), and such methods called on the argument object
+  (``self._resolved_attention_backends()``), inlined with their parameters bound to the
+  call's arguments (:func:`inline_helpers`), so the attributes they read are read by the
   condition itself (and memo keys, folded writes and fixes see them);
 * the 0.5.19+ resolution reads (:mod:`service.engine.evaluate.resolution`).
 
@@ -21,7 +22,7 @@ import ast
 from collections.abc import Collection
 from typing import Any
 
-from kb.conditions import MAX_TEXT, fact_key, validate
+from kb.conditions import MAX_TEXT, VIEW_FUNCTIONS, fact_key, validate
 from kb.errors import UnsafeExpression
 from kb.store import Store
 from service.engine.cache import cached, release_key
@@ -272,9 +273,11 @@ class _Inliner(ast.NodeTransformer):
 
     def visit_Call(self, call: ast.Call) -> ast.AST:
         node = self.generic_visit(call)
+        callee = _callee(node) if isinstance(node, ast.Call) else None
         if (
             not isinstance(node, ast.Call)
-            or not isinstance(node.func, ast.Name)
+            or callee is None
+            or callee[0] in VIEW_FUNCTIONS  # a view of the arguments: the evaluator reads it
             or self.depth >= _MAX_INLINE_DEPTH
             or any(k.arg is None for k in node.keywords)
             or any(isinstance(a, ast.Starred) for a in node.args)
@@ -285,11 +288,17 @@ class _Inliner(ast.NodeTransformer):
                 return node  # a fact answers it as it is
         except Exception:  # unparsable: not a fact
             pass
-        body = _helper_body(self.store, self.version, node.func.id)
+        name, receiver = callee
+        body = _helper_body(self.store, self.version, name)
         if body is None:
             return node
         params, defaults, ret = body
-        bound: dict[str, ast.expr] = dict(zip(params, node.args, strict=False))
+        args = list(node.args)
+        if receiver is not None:  # ``self.helper(...)``: the method's ``self`` is the receiver
+            if not params or params[0] != "self":
+                return node
+            args.insert(0, receiver)
+        bound: dict[str, ast.expr] = dict(zip(params, args, strict=False))
         for kw in node.keywords:
             assert kw.arg is not None
             bound[kw.arg] = kw.value
@@ -307,6 +316,21 @@ class _Inliner(ast.NodeTransformer):
             inner
         )
         return inlined
+
+
+def _callee(call: ast.Call) -> tuple[str, ast.expr | None] | None:
+    """(the name called, the receiver of a method called on one of the function's argument
+    objects, such as ``self._resolved_attention_backends()``); ``None`` for other calls."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id, None
+    if (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id in _ARG_NAMES
+    ):
+        return func.attr, func.value
+    return None
 
 
 class _Bind(ast.NodeTransformer):
@@ -330,7 +354,7 @@ def inline_helpers(store: Store, version: str, text: str, keep: Collection[str] 
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError:
         return text
-    if not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) for n in ast.walk(tree)):
+    if not any(isinstance(n, ast.Call) and _callee(n) is not None for n in ast.walk(tree)):
         return text
     new = ast.unparse(_Inliner(store, version, keep, 0).visit(tree))  # membership only
     if new == ast.unparse(ast.parse(text.strip(), mode="eval")) or len(new) > MAX_TEXT:
