@@ -26,7 +26,7 @@ from service.engine.cache import (
     release_key,
 )
 from service.engine.evaluate import chain, resolution
-from service.engine.evaluate.memo_keys import value_key
+from service.engine.evaluate.memo_keys import value_key, value_signature
 from service.engine.evaluate.pieces import all_hold, piece_holds
 from service.engine.expr.decide import decide, decide_value
 from service.engine.expr.interpreter import (
@@ -391,64 +391,103 @@ def fold_writes(
     """Fold the prepared writes of ``plan`` (in its order) into ``attrs`` (scratch space,
     assigned in place): (assignments in order, caveats, notes), reporting the writes of
     ``names`` only."""
+    return fold_effects(version, check, plan, attrs, facts, names, memo)[0]
+
+
+#: what one write did in a fold: (the value it assigned or ``None``, its note, its caveat)
+Effect = tuple[Value | None, str, str]
+
+
+def fold_effects(
+    version: str,
+    check: Check,
+    plan: tuple[tuple[chain.Write, resolution.PreparedWrite], ...],
+    attrs: MutableMapping[str, Value],
+    facts: Mapping[str, Value],
+    names: Collection[str],
+    memo: dict[tuple[Any, ...], object] | None,
+    prior: tuple[tuple[Effect, ...], tuple[frozenset[str] | None, ...], set[str]] | None = None,
+) -> tuple[Fold, tuple[Effect, ...]]:
+    """:func:`fold_writes`, with what each write did.
+
+    ``prior``: (each write's effect when the same ``plan`` was folded for attributes
+    differing from ``attrs`` only in the names of the set, under facts that answer that
+    fold's reads alike; the names each write reads, ``None`` when not known; that set). A
+    write reading none of the set repeats its effect, unread: it reads what it read then.
+    A write evaluated again whose assignment differs adds its attribute to the set."""
     done: list[tuple[str, Value]] = []
-
-    def assign(attr: str, value: Value) -> None:
-        attrs[attr] = value
-        done.append((attr, value))
-
     caveats: list[str] = []
     notes: dict[str, list[str]] = {}
+    effects: list[Effect] = []
     env = Env(attrs, facts)  # reads ``attrs`` as the assignments below change it
-    for w, pw in plan:
-        attr = w.attr
-        report = attr in names
-        same_fn = w.function == check.function and w.path == check.path
-        guards = pw.all_guards(same_fn)
-        holds = _holds(guards, env, memo)
-        if holds is False:
-            continue
-        when = " and ".join(cond if pol else f"not ({cond})" for cond, pol in guards) or "always"
-        where = f"{w.path}:{w.line}"
-        if w.rank is None:
-            if report:
-                notes.setdefault(attr, []).append(
-                    f"may be changed at {where} when {when} (order relative to the check unknown)"
-                )
-            continue
-        if holds is True and not pw.reached and not same_fn:
-            holds = UNKNOWN  # in a helper of a step called from several places: guards unknown
-        value = _value(pw.value, env, memo) if pw.value else UNKNOWN
-        if value is UNKNOWN and _transforms_itself(pw.value, attr):
-            # e.g. model_path = _resolve_or_download(self.model_path): same meaning, new form
-            if report:
-                notes.setdefault(attr, []).append(f"rewritten at {where} from its own value")
-            continue
-        if holds is True and value is not UNKNOWN:
-            assign(
-                attr,
-                Value(
-                    value, Provenance("write", resolution.write_provenance(version, w, value, when))
-                ),
-            )
-            if report:
-                notes.setdefault(attr, []).append(f"set to {value!r} at {where}")
-        else:
-            msg = f"may be changed at {where} when {when}"
-            if holds is True:
-                assign(
-                    attr,
-                    Value(
-                        UNKNOWN,
-                        Provenance(
-                            "write", f"set at {where} to `{pw.value}`, not known statically"
-                        ),
-                    ),
-                )
-            if report:
-                notes.setdefault(attr, []).append(msg)
-                caveats.append(f"`{attr}` {msg}")
-    return tuple(done), caveats, notes
+    for i, (w, pw) in enumerate(plan):
+        effect: Effect | None = None
+        if prior is not None:
+            before, reads, dirty = prior[0][i], prior[1][i], prior[2]
+            if reads is not None and dirty.isdisjoint(reads):
+                effect = before
+        if effect is None:
+            effect = _effect(version, check, w, pw, env, memo)
+            if prior is not None and _assigns_otherwise(effect[0], before[0]):
+                dirty.add(w.attr)
+        effects.append(effect)
+        value, note, caveat = effect
+        if value is not None:
+            attrs[w.attr] = value
+            done.append((w.attr, value))
+        if w.attr in names:
+            if note:
+                notes.setdefault(w.attr, []).append(note)
+            if caveat:
+                caveats.append(caveat)
+    return (tuple(done), caveats, notes), tuple(effects)
+
+
+def _assigns_otherwise(a: Value | None, b: Value | None) -> bool:
+    if a is None or b is None:
+        return a is not b
+    return value_signature(a) != value_signature(b)
+
+
+def _effect(
+    version: str,
+    check: Check,
+    w: chain.Write,
+    pw: resolution.PreparedWrite,
+    env: Env,
+    memo: dict[tuple[Any, ...], object] | None,
+) -> Effect:
+    """What write ``w`` does in ``env``: (the value it assigns or ``None``, a note about it
+    and a caveat, each ``""`` when none)."""
+    attr = w.attr
+    same_fn = w.function == check.function and w.path == check.path
+    guards = pw.all_guards(same_fn)
+    holds = _holds(guards, env, memo)
+    if holds is False:
+        return None, "", ""
+    when = " and ".join(cond if pol else f"not ({cond})" for cond, pol in guards) or "always"
+    where = f"{w.path}:{w.line}"
+    if w.rank is None:
+        return (
+            None,
+            f"may be changed at {where} when {when} (order relative to the check unknown)",
+            "",
+        )
+    if holds is True and not pw.reached and not same_fn:
+        holds = UNKNOWN  # in a helper of a step called from several places: guards unknown
+    value = _value(pw.value, env, memo) if pw.value else UNKNOWN
+    if value is UNKNOWN and _transforms_itself(pw.value, attr):
+        # e.g. model_path = _resolve_or_download(self.model_path): same meaning, new form
+        return None, f"rewritten at {where} from its own value", ""
+    if holds is True and value is not UNKNOWN:
+        written = resolution.write_provenance(version, w, value, when)
+        return Value(value, Provenance("write", written)), f"set to {value!r} at {where}", ""
+    msg = f"may be changed at {where} when {when}"
+    assigned = None
+    if holds is True:
+        unknown = f"set at {where} to `{pw.value}`, not known statically"
+        assigned = Value(UNKNOWN, Provenance("write", unknown))
+    return assigned, msg, f"`{attr}` {msg}"
 
 
 def _transforms_itself(value_src: str | None, attr: str) -> bool:

@@ -21,16 +21,16 @@ import hashlib
 import sys
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from kb.code_types import Check
 from kb.errors import UnsafeExpression
 from kb.store import Store
 from service.engine.cache import LRUCache, release_key
 from service.engine.evaluate import chain, resolution
-from service.engine.evaluate.fold import fold_plan, fold_writes, sorted_reads
-from service.engine.evaluate.literal_classes import Tests, uses_of
-from service.engine.evaluate.memo_keys import value_key
+from service.engine.evaluate.fold import Effect, fold_effects, fold_plan, sorted_reads
+from service.engine.evaluate.literal_classes import Tests, answers_signature, uses_of
+from service.engine.evaluate.memo_keys import value_key, value_signature
 from service.engine.evaluate.path_classes import (
     CLASSED,
     Origin,
@@ -45,13 +45,15 @@ from service.engine.expr.interpreter import Provenance, Value
 from service.engine.expr.overlay import Overlay
 from service.engine.expr.trace import FactsTrace, Reads, answered_absent
 
-__all__ = ["FoldedView", "Made", "Slice", "fold_attr", "plan_slice"]
+__all__ = ["FoldedView", "Made", "Slice", "ViewReads", "fold_attr", "plan_slice"]
 
 Plan = tuple[tuple[chain.Write, resolution.PreparedWrite], ...]
 #: a slice's fold as kept: (assignments in order, caveats about its writes)
 SliceFold = tuple[tuple[tuple[str, Value], ...], tuple[str, ...]]
 #: the folds made for one set of attributes and facts: slice digest -> (facts read, fold)
 Made = dict[bytes, tuple[Reads, SliceFold]]
+#: the reads an evaluation made through a :class:`FoldedView` (:meth:`FoldedView.reads_of`)
+ViewReads = tuple[tuple[str, "Tests | None", object], ...]
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,12 @@ class Slice:
     #: how the writes' guards and values read each attribute they name: through tests
     #: against literals, or otherwise (:func:`~service.engine.evaluate.literal_classes.uses_of`)
     uses: Mapping[str, Tests | None] = field(init=False, repr=False, compare=False)
+    #: per write, every name its value and guards read (``None``: a text not readable)
+    write_reads: tuple[frozenset[str] | None, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "paths", writes_info(self.writes))
+        object.__setattr__(self, "write_reads", tuple(_write_reads(pw) for _, pw in self.writes))
         texts: dict[tuple[str, str | None], None] = {}
         for w, pw in self.writes:
             texts[(pw.value or "None", w.attr)] = None
@@ -94,6 +99,12 @@ _SLICE_FOLDS: LRUCache[tuple[tuple[Reads, SliceFold, Origin], ...]] = LRUCache(
     "evaluation.fold_slice_results", 50_000
 )
 _VARIANTS = 8
+# (release, the slice's digest) -> its last fold made afresh: (the values of the names it
+# reads, each write's effect, the facts read); a fold for values differing in a few names
+# evaluates only the writes those reach (:func:`~service.engine.evaluate.fold.fold_effects`)
+_LAST: LRUCache[tuple[tuple[str, ...], tuple[Effect, ...], Reads]] = LRUCache(
+    "evaluation.fold_slice_last", 20_000
+)
 
 
 def _ident(check: Check, writes: Plan) -> bytes:
@@ -108,13 +119,17 @@ def _ident(check: Check, writes: Plan) -> bytes:
     return hashlib.blake2b(shape.encode(), digest_size=16).digest()
 
 
-def _write_reads(pw: resolution.PreparedWrite) -> set[str]:
-    """Every name the write's value and guards (call-site guards included) read."""
+def _write_reads(pw: resolution.PreparedWrite) -> frozenset[str] | None:
+    """Every name the write's value and guards (call-site guards included) read (``None``
+    when a text cannot be read)."""
     out: set[str] = set()
     for text in (pw.value or "", *(g for g, _ in pw.all_guards(False))):
-        names = sorted_reads(text) if text else None
-        out.update(names or ())
-    return out
+        if text:
+            names = sorted_reads(text)
+            if names is None:
+                return None
+            out.update(names)
+    return frozenset(out)
 
 
 def plan_slice(check: Check, plan: Plan, attr: str) -> Slice:
@@ -123,7 +138,7 @@ def plan_slice(check: Check, plan: Plan, attr: str) -> Slice:
     got = _SLICES.get(key)
     if got is not None and got[0] is plan:
         return got[1]
-    reads = [_write_reads(pw) for _, pw in plan]
+    reads = [_write_reads(pw) or frozenset() for _, pw in plan]
     written = {w.attr for w, _ in plan}
     wanted = {attr}
     grew = True
@@ -221,19 +236,30 @@ def _fold_or_reuse(
             return piece, served, reads
     saved, provenance = trace.frame(), trace.provenance
     trace.provenance = False
+    lkey = (key[0], piece.ident)
+    values = tuple(value_key(attrs.get(d)) for d in piece.reads)
     try:
         # the plan's membership questions join this variant's reads: another set of fact
         # names may make another plan under the same key
         fold_plan(store, version, check, names, trace.names())
         written = {w.attr for w, _ in piece.writes}
-        assigned, caveats, _ = fold_writes(
-            version, check, piece.writes, Overlay(attrs), trace, written, memo
+        last = _LAST.get(lkey)
+        prior = None
+        if last is not None and trace.answers_alike(last[2]):
+            # the last fold's facts are answered alike: its reads are this fold's too (a
+            # superset of what the writes repeated below read)
+            trace.replay(last[2])
+            dirty = {d for d, v, old in zip(piece.reads, values, last[0], strict=True) if v != old}
+            prior = (last[1], piece.write_reads, dirty)
+        (assigned, caveats, _), effects = fold_effects(
+            version, check, piece.writes, Overlay(attrs), trace, written, memo, prior
         )
         # the same few caveat texts recur in every variant: one copy each
         fold = (assigned, tuple(map(sys.intern, caveats)))
     finally:
         trace.provenance = provenance
         reads = trace.merge(saved)
+    _LAST.put(lkey, (values, effects, reads))
     if not by_class:
         _SLICE_FOLDS.put(key, (*variants, (reads, fold, ()))[-_VARIANTS:])
     elif answered_absent(reads, absent):  # else a path came from a fact: not kept
@@ -273,7 +299,12 @@ class FoldedView(Mapping[str, Value]):
     decides (read later, it needs no fold of its own). The caveats about the attributes
     read so far collect in :attr:`caveats`, in the order they were read. Views of the same
     ``attrs`` and facts (the cards judged for one command) may share ``made``, the slice
-    folds made so far."""
+    folds made so far.
+
+    Every attribute read is kept in :attr:`seen` (first-read order) with the value read,
+    ``None`` when absent, and the caveats its first read added: an evaluation over the
+    view reads nothing else of the attributes (:meth:`reads_of`). Iterating or sizing the
+    view sets :attr:`whole`."""
 
     __slots__ = (
         "_args",
@@ -286,7 +317,10 @@ class FoldedView(Mapping[str, Value]):
         "_plan",
         "_trace",
         "caveats",
+        "notes_of",
+        "seen",
         "slices",
+        "whole",
     )
 
     def __init__(
@@ -315,6 +349,11 @@ class FoldedView(Mapping[str, Value]):
         self.caveats: list[str] = []
         #: the slices folded so far: their writes are all the view evaluated
         self.slices: list[Slice] = []
+        #: attribute -> the value its first read gave (``None``: absent), in read order
+        self.seen: dict[str, Value | None] = {}
+        #: attribute -> the caveats its first read added to :attr:`caveats`
+        self.notes_of: dict[str, tuple[str, ...]] = {}
+        self.whole = False
 
     def _fold(self, key: str) -> None:
         store, version, check, names = self._args
@@ -356,13 +395,20 @@ class FoldedView(Mapping[str, Value]):
         pending = self._pending.pop(key, None)
         if pending:
             self.caveats.extend(pending)
+            self.notes_of[key] = tuple(pending)
         return self._done[key]
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def _look(self, key: str) -> Value | None:
+        """``key``'s value as the check sees it (``None``: absent), recorded in :attr:`seen`."""
         got = self._folded(key)
-        if got is _ABSENT or got is _UNSET:
-            return self._attrs.get(key, default)
-        return got
+        found = self._attrs.get(key) if got is _ABSENT or got is _UNSET else got
+        if key not in self.seen:
+            self.seen[key] = cast(Value | None, found)
+        return cast(Value | None, found)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        found = self._look(key)
+        return default if found is None else found
 
     def __getitem__(self, key: str) -> Value:
         got = self.get(key, _UNSET)
@@ -371,13 +417,35 @@ class FoldedView(Mapping[str, Value]):
         return got  # type: ignore[no-any-return]
 
     def __contains__(self, key: object) -> bool:
-        if not isinstance(key, str):
-            return False
-        got = self._folded(key)
-        return (got is not _ABSENT and got is not _UNSET) or key in self._attrs
+        return isinstance(key, str) and self._look(key) is not None
 
     def __iter__(self) -> Iterator[str]:
+        self.whole = True
         return iter(self._attrs.keys() | {k for k in self._names if k in self})
 
     def __len__(self) -> int:
+        self.whole = True
         return sum(1 for _ in self)
+
+    def reads_of(self, tests: Mapping[str, Tests | None] | None = None) -> ViewReads:
+        """The reads so far in read order, each as (attribute, how it is kept, the answer).
+
+        Without ``tests``, each is kept exactly: its :func:`value_signature` and the caveats
+        its first read added (how = ``None``). With ``tests`` (for a verdict that shows no
+        value and no caveat), each attribute ``tests`` maps to its tests is kept as the
+        answers to them, and every other as its value alone (how = ``()``). A view of other
+        attributes answering these alike gives the evaluation the same answers."""
+        out: list[tuple[str, Tests | None, object]] = []
+        for k, v in self.seen.items():
+            how = None if tests is None else (tests.get(k) or ())
+            out.append((k, how, self._answer(k, v, how)))
+        return tuple(out)
+
+    def answers(self, key: str, how: Tests | None) -> object:
+        """What this view answers to a read recorded by :meth:`reads_of`."""
+        return self._answer(key, self._look(key), how)
+
+    def _answer(self, key: str, v: Value | None, how: Tests | None) -> object:
+        if how is None:
+            return (value_signature(v), self.notes_of.get(key, ()))
+        return answers_signature(v, how) if how else value_key(v)

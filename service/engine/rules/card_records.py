@@ -17,6 +17,16 @@ How a value was given (a flag, its spelling, a default) and where a fact came fr
 GPU profile) matter only for the inputs a verdict shows: evaluations read values. So a
 record keeps every other attribute and fact it read by value alone, and a fact of equal
 value from another GPU of the same kind answers alike.
+
+A derived card's record is kept twice. The record above names the attributes as given,
+which the folds of the earlier writes read too: a fix candidate changing a flag that some
+folded write tests (``kv_cache_dtype`` against each of its literals) misses it, although
+the folded values the card's conditions read are mostly the same. The *view record*
+(:data:`ViewRecord`, :func:`view_served`) names what the conditions read through the
+folded view instead: each value with its provenance and the caveats its fold gave, and
+every fact read. A command whose folds (shared by the cards judged for it) give those
+values and caveats, under facts answering alike, gets the same verdict without evaluating
+the card: the evaluation is deterministic in what it reads.
 """
 
 from __future__ import annotations
@@ -25,10 +35,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kb.store import Store
-from service.engine.evaluate.fold_slice import FoldedView, Made
+from service.engine.evaluate.fold_slice import FoldedView, Made, ViewReads
 from service.engine.evaluate.path_classes import Origin, origin_of
 from service.engine.expr.interpreter import Env, Value, evaluate
-from service.engine.expr.trace import FactsTrace, Reads, values_only
+from service.engine.expr.trace import FactsTrace, Reads, reads_match, values_only
 from service.engine.rules.attr_reads import AttrReads
 from service.engine.rules.attr_reads import Reads as AttrReadsT
 from service.engine.rules.card_verdict import CardResult, judge_card, when_operands
@@ -39,13 +49,18 @@ from service.engine.rules.value_classes import (
     card_tests,
     folds_classed,
     shown_of,
+    view_tests,
 )
 
-__all__ = ["Judging", "Record", "judge_fresh", "narrowed"]
+__all__ = ["Judging", "Record", "ViewRecord", "judge_fresh", "narrowed", "view_served"]
 
 #: what a verdict rests on: (attributes read, facts read, the verdict, the classed values it
 #: was judged with, the tested values it was judged with)
 Record = tuple[AttrReadsT, Reads, CardResult, Origin, Shown]
+#: what a derived card's verdict rests on as its conditions saw it: (each attribute read
+#: through the folded view with its answer, :meth:`FoldedView.reads_of`; the facts read,
+#: folds included; the verdict)
+ViewRecord = tuple[ViewReads, Reads, CardResult]
 
 
 class Judging:
@@ -73,10 +88,10 @@ class Judging:
 
 def judge_fresh(
     store: Store, release: str, entry: CardEntry, ctx: Judging
-) -> tuple[CardResult, Reads, Record | None]:
+) -> tuple[CardResult, Reads, Record | None, ViewRecord | None]:
     """``entry``'s card judged under ``ctx``: (its verdict, the facts the judging read, the
     record that serves the verdict to commands answering its reads alike, ``None`` when
-    the evaluation read every attribute)."""
+    the evaluation read every attribute, and the view record of a derived card)."""
     card = entry.card
     trace, read, folded, env = _views(store, release, entry, ctx)
     result = judge_card(card, env, folded.caveats if folded is not None else [])
@@ -86,11 +101,16 @@ def judge_fresh(
     if operand is not None:  # the record rests on the false operand alone
         trace, read, folded, env = _views(store, release, entry, ctx)
         if evaluate(operand, env).truth is not False:  # pragma: no cover - it is pure
-            return result, fact_reads, None
+            return result, fact_reads, None, None
         texts = (operand, "True")
     if read.whole:
-        return result, fact_reads, None
+        return result, fact_reads, None, None
     reads = trace.snapshot()
+    seen: ViewRecord | None = None
+    if folded is not None and not folded.whole:
+        # a verdict that does not apply shows no value: what its operand tests suffices
+        tests = view_tests(*texts) if result.verdict == "not_applicable" else None
+        seen = (folded.reads_of(tests), reads, result)
     # a model path read only by its class serves every path of the class, a value read
     # only through tests every value answering them alike
     classed = card_classed(*texts)
@@ -105,7 +125,29 @@ def judge_fresh(
     # answers alike
     inputs = {name for name, _, _ in result.inputs}
     snapshot = read.snapshot(classed, tested, shown=inputs)
-    return result, fact_reads, (snapshot, values_only(reads, inputs), result, origin, shown)
+    record = (snapshot, values_only(reads, inputs), result, origin, shown)
+    return result, fact_reads, record, seen
+
+
+def view_served(
+    store: Store, release: str, entry: CardEntry, ctx: Judging, records: tuple[ViewRecord, ...]
+) -> tuple[CardResult, Reads] | None:
+    """The verdict of the first of ``records`` (view records of ``entry``'s card) whose
+    reads ``ctx``'s folded view and facts answer alike, with the facts that answer rests on
+    (the record's and those the folds read here); ``None`` when none does.
+
+    The view folds the slices the records name (shared with the other cards judged for
+    this command through ``ctx.made``), and nothing else is evaluated."""
+    trace, _, folded, _ = _views(store, release, entry, ctx)
+    if folded is None:
+        return None
+    for reads, fact_reads, result in reversed(records):
+        if all(folded.answers(k, how) == answer for k, how, answer in reads) and reads_match(
+            fact_reads, ctx.facts, ctx.fact_sigs
+        ):
+            trace.replay(fact_reads)
+            return result, trace.snapshot()
+    return None
 
 
 def narrowed(result: CardResult) -> str | None:

@@ -62,7 +62,13 @@ from service.engine.expr.trace import Reads, reads_match
 from service.engine.flags.parse import ParsedArgs, ParsedFlag, parse_argv
 from service.engine.rules.attr_reads import attrs_match
 from service.engine.rules.card_env import CARD_FUNCTIONS, facts_for
-from service.engine.rules.card_records import Judging, Record, judge_fresh
+from service.engine.rules.card_records import (
+    Judging,
+    Record,
+    ViewRecord,
+    judge_fresh,
+    view_served,
+)
 from service.engine.rules.card_verdict import CardResult, Verdict, given_function
 from service.engine.rules.release_cards import (
     CardEntry,
@@ -93,6 +99,9 @@ _VARIANTS = 8
 # its evaluation read: a command that answers those reads alike gets the same verdict
 _by_reads: LRUCache[tuple[Record, ...]] = LRUCache("rules.card_verdicts_by_reads", 20_000)
 _READ_VARIANTS = 16
+# the same key -> a derived card's verdicts, each with what its conditions read through the
+# folded view: a command whose folds give those values gets the same verdict
+_by_view: LRUCache[tuple[ViewRecord, ...]] = LRUCache("rules.card_verdicts_by_view", 20_000)
 # (release, cards, facts) -> card index -> its verdict for the release's defaults (filled
 # lazily, for the cards the commands checked so far leave at the defaults)
 _reference: LRUCache[dict[int, CardResult]] = LRUCache("rules.defaults_verdicts", 64)
@@ -283,10 +292,18 @@ def _evaluate(
                 out.append(served)
                 break
         else:
-            result, fact_reads, record = judge_fresh(store, release, e, ctx)
+            viewed = _by_view.get(rkey_card) or ()
+            got = view_served(store, release, e, ctx, viewed) if viewed else None
+            if got is not None:
+                _memo.put(key, (*variants, (got[1], got[0]))[-_VARIANTS:])
+                out.append(got[0])
+                continue
+            result, fact_reads, record, view = judge_fresh(store, release, e, ctx)
             _memo.put(key, (*variants, (fact_reads, result))[-_VARIANTS:])
             if record is not None:
                 _by_reads.put(rkey_card, (*seen, record)[-_READ_VARIANTS:])
+            if view is not None:
+                _by_view.put(rkey_card, (*viewed, view)[-_READ_VARIANTS:])
             out.append(result)
     return out
 

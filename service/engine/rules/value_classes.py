@@ -46,7 +46,15 @@ from service.engine.expr.trace import Reads, answered_absent
 from service.engine.rules.card_env import CARD_FUNCTIONS
 from service.engine.rules.card_verdict import CardResult, shown_detail
 
-__all__ = ["Shown", "card_classed", "card_tests", "folds_classed", "rebased", "shown_of"]
+__all__ = [
+    "Shown",
+    "card_classed",
+    "card_tests",
+    "folds_classed",
+    "rebased",
+    "shown_of",
+    "view_tests",
+]
 
 #: the values (as given) of the attributes a record keeps by their tests' answers
 Shown = tuple[tuple[str, Value | None], ...]
@@ -102,6 +110,16 @@ def card_tests(
     if not names:
         return {}
     return read_by_tests((uses, *(piece.uses for piece in slices)), names)
+
+
+@functools.lru_cache(maxsize=16384)
+def view_tests(when: str, require: str) -> Mapping[str, Tests | None]:
+    """How a card's own conditions read each attribute they name: through these tests
+    against literals, or otherwise (``None``; so are the model paths and what the card
+    helpers read). For a view record (:mod:`~service.engine.rules.card_records`): the
+    folded values are read by these texts alone."""
+    uses, skip = _card_uses(when, require)
+    return {name: None if name in skip else tests for name, tests in uses.items()}
 
 
 def shown_of(tested: Mapping[str, Tests], attrs: Mapping[str, Value]) -> Shown:

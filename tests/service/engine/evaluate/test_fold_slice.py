@@ -94,13 +94,13 @@ def test_a_folded_attribute_is_reused_across_facts_it_never_asked_about(
     attrs, _ = prepare_flags(store, "0.5.23", COMMANDS[0])
     entries = _derived(store, "0.5.23", 40)
     folds = [0]
-    real = fold_slice.fold_writes
+    real = fold_slice.fold_effects
 
     def counting(*args, **kwargs):
         folds[0] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fold_slice, "fold_writes", counting)
+    monkeypatch.setattr(fold_slice, "fold_effects", counting)
     first = facts_for("h100-x8", None, "/models/Kimi-K2.6")
     second = facts_for("h200-x8", None, "/models/Kimi-K2.6")  # same generation, more memory
     clear_all()
@@ -112,3 +112,49 @@ def test_a_folded_attribute_is_reused_across_facts_it_never_asked_about(
     assert _fold_all(store, entries, attrs, second)[0] == reused
     assert cold_first > 0 and folds[0] > recomputed  # a cold run recomputes every slice
     assert asked > 0  # reused or not, the facts a fold rested on reach the caller's trace
+
+
+def test_a_fold_for_a_candidate_evaluates_only_the_writes_its_change_reaches(
+    store: Store, monkeypatch
+) -> None:
+    """Fix candidates differ from the command in one flag: each slice's fold repeats the
+    writes that flag cannot reach from the last fold, and every value and caveat equals a
+    cold fold's."""
+    from service.engine.evaluate import fold
+
+    base = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "NEXTN"]
+    candidates = [
+        [*base, "--kv-cache-dtype", dtype] for dtype in ("fp8_e4m3", "fp8_e5m2", "bf16", "auto")
+    ] + [[*base, "--attention-backend", "triton"], [*base, "--page-size", "64"]]
+    facts = facts_for("h200-x8", None, "/models/Kimi-K2.6")
+    entries = _derived(store, "0.5.23", 60)
+    evaluated = [0]
+    real = fold._effect
+
+    def counting(*args):
+        evaluated[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(fold, "_effect", counting)
+
+    def seen(argv: list[str]) -> list[object]:
+        attrs, _ = prepare_flags(store, "0.5.23", argv)
+        out: list[object] = []
+        for e in entries:
+            view = FoldedView(store, "0.5.23", e.row, e.card.reads, attrs, FactsTrace(facts))
+            out += [value_signature(view.get(attr)) for attr in sorted(e.card.reads)]
+            out.append(tuple(view.caveats))
+        return out
+
+    clear_all()
+    seen(base)
+    evaluated[0] = 0
+    warm = [seen(argv) for argv in candidates]
+    incremental = evaluated[0]
+    cold = []
+    evaluated[0] = 0
+    for argv in candidates:
+        clear_all()
+        cold.append(seen(argv))
+    assert warm == cold
+    assert 0 < incremental < evaluated[0] / 2

@@ -8,7 +8,7 @@ from __future__ import annotations
 from kb.rules.cards import Card
 from kb.store import Store
 from service.engine.cache import clear_all
-from service.engine.rules import card_records
+from service.engine.rules import card_records, checker
 from service.engine.rules.card_verdict import when_operands
 from service.engine.rules.checker import evaluate_cards, facts_for, prepare_flags
 from tests.service.engine.rules.judging import count_judged, judging
@@ -124,3 +124,21 @@ def test_a_record_keeps_by_value_what_its_verdict_does_not_show(store: Store, mo
     assert judged[0] == 5  # tp 4 is read exactly by `when`: judged
     assert _verdict(store, gpu, ["--tp", "2", "--page-size", "1"], b300) == held
     assert judged[0] == 5  # the same values, the fact from another profile: served
+
+
+def test_view_records_serve_candidates_whose_folds_agree(store: Store, monkeypatch) -> None:
+    """Fix candidates giving ``--kv-cache-dtype`` each value: the folded writes test the
+    flag against every literal, so records of the flags as given miss, while the folded
+    values the derived cards read mostly agree. With view records every verdict (reason,
+    inputs, notes) equals the run without them, and fewer cards are judged."""
+    facts = facts_for("h200-x8", None, "/models/Kimi-K2.6")
+    base = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--attention-backend", "fa3"]
+    commands = [base] + [
+        [*base, "--kv-cache-dtype", dtype] for dtype in ("fp8_e4m3", "fp8_e5m2", "bf16", "auto")
+    ]
+    run, judged = judging(store, "0.5.23", facts, commands, monkeypatch)
+    viewed = run()
+    with_view = judged[0]
+    monkeypatch.setattr(checker, "view_served", lambda *args: None)
+    assert run() == viewed
+    assert 0 < with_view < judged[0]

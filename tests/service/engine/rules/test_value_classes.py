@@ -136,7 +136,7 @@ def test_new_model_paths_reuse_verdicts_equal_to_fresh_ones(store: Store, monkey
     tail = ["--tp", "2", "--attention-backend", "triton", "--speculative-algorithm", "NEXTN"]
     paths = ["/models/Qwen3-8B", "/data/qwen3-8b-ft", "/ckpt/Qwen3-8B-v2", "dummy"]
     judged, folded = [0], [0]
-    real, real_fold = card_records.judge_card, fold_slice.fold_writes
+    real, real_fold = card_records.judge_card, fold_slice.fold_effects
 
     def counting(*args):
         judged[0] += 1
@@ -147,7 +147,7 @@ def test_new_model_paths_reuse_verdicts_equal_to_fresh_ones(store: Store, monkey
         return real_fold(*args)
 
     monkeypatch.setattr(card_records, "judge_card", counting)
-    monkeypatch.setattr(fold_slice, "fold_writes", counting_folds)
+    monkeypatch.setattr(fold_slice, "fold_effects", counting_folds)
 
     def run() -> list[list[tuple]]:
         clear_all()
