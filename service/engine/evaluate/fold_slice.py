@@ -45,13 +45,22 @@ from service.engine.expr.interpreter import Provenance, Value
 from service.engine.expr.overlay import Overlay
 from service.engine.expr.trace import FactsTrace, Reads, answered_absent
 
-__all__ = ["FoldedView", "Made", "Slice", "ViewReads", "fold_attr", "plan_slice"]
+__all__ = [
+    "FoldedView",
+    "Made",
+    "Slice",
+    "ViewReads",
+    "fold_attr",
+    "inherited",
+    "plan_slice",
+]
 
 Plan = tuple[tuple[chain.Write, resolution.PreparedWrite], ...]
 #: a slice's fold as kept: (assignments in order, caveats about its writes)
 SliceFold = tuple[tuple[tuple[str, Value], ...], tuple[str, ...]]
-#: the folds made for one set of attributes and facts: slice digest -> (facts read, fold)
-Made = dict[bytes, tuple[Reads, SliceFold]]
+#: the folds made for one set of attributes and facts: slice digest -> (facts read, fold,
+#: the names the slice reads)
+Made = dict[bytes, tuple[Reads, SliceFold, tuple[str, ...]]]
 #: the reads an evaluation made through a :class:`FoldedView` (:meth:`FoldedView.reads_of`)
 ViewReads = tuple[tuple[str, "Tests | None", object], ...]
 
@@ -171,6 +180,7 @@ def fold_attr(
     memo: dict[tuple[Any, ...], object] | None = None,
     plan: Plan | None = None,
     made: Made | None = None,
+    record: bool = True,
 ) -> tuple[Slice, SliceFold]:
     """The fold of ``attr``'s slice of the plan for ``names`` before ``check``: (the slice,
     (its assignments in order, caveats about the writes of the slice)).
@@ -184,6 +194,8 @@ def fold_attr(
     :func:`~service.engine.evaluate.fold.fold_plan` gave it for ``trace`` already (its
     questions about the facts are then in ``trace``). ``made``: the folds already made for
     these same ``attrs`` and facts (by the slice's digest), reused without a key; filled.
+    ``record``: a fold reused from ``made`` still reads the names and facts it rests on
+    (for the records ``attrs`` and ``trace`` keep); without, it reads nothing.
     """
     if plan is None:
         plan, _ = fold_plan(store, version, check, names, trace.names())
@@ -191,14 +203,22 @@ def fold_attr(
     if made is not None:
         done = made.get(piece.ident)
         if done is not None:
-            for d in piece.reads:  # the reads a fold makes, for the caller's record
-                attrs.get(d)
-            trace.replay(done[0])
+            if record:
+                for d in piece.reads:  # the reads a fold makes, for the caller's record
+                    attrs.get(d)
+                trace.replay(done[0])
             return piece, done[1]
     piece, fold, reads = _fold_or_reuse(store, version, check, names, piece, attrs, trace, memo)
     if made is not None:
-        made[piece.ident] = (reads, fold)
+        made[piece.ident] = (reads, fold, piece.reads)
     return piece, fold
+
+
+def inherited(made: Made, changed: Collection[str]) -> Made:
+    """The folds of ``made`` (made for other attributes under the same facts) whose slices
+    read none of ``changed``: attributes differing from those only in ``changed`` fold
+    them alike."""
+    return {k: v for k, v in made.items() if not any(n in changed for n in v[2])}
 
 
 def _fold_or_reuse(
@@ -304,7 +324,9 @@ class FoldedView(Mapping[str, Value]):
     Every attribute read is kept in :attr:`seen` (first-read order) with the value read,
     ``None`` when absent, and the caveats its first read added: an evaluation over the
     view reads nothing else of the attributes (:meth:`reads_of`). Iterating or sizing the
-    view sets :attr:`whole`."""
+    view sets :attr:`whole`. Without ``record``, a fold taken from ``made`` reads nothing
+    of ``attrs`` and ``trace`` (:func:`fold_attr`): for a caller that keeps neither's
+    record, and takes what the view rests on from :meth:`rests_on`."""
 
     __slots__ = (
         "_args",
@@ -315,6 +337,7 @@ class FoldedView(Mapping[str, Value]):
         "_names",
         "_pending",
         "_plan",
+        "_record",
         "_trace",
         "caveats",
         "notes_of",
@@ -333,8 +356,10 @@ class FoldedView(Mapping[str, Value]):
         trace: FactsTrace,
         memo: dict[tuple[Any, ...], object] | None = None,
         made: Made | None = None,
+        record: bool = True,
     ) -> None:
         self._names = frozenset(names)
+        self._record = record
         self._made = made
         self._args = (store, version, check, self._names)
         self._attrs = attrs
@@ -371,6 +396,7 @@ class FoldedView(Mapping[str, Value]):
                 self._memo,
                 self._plan,
                 self._made,
+                self._record,
             )
         except UnsafeExpression as exc:  # a write's guard outside the whitelist
             self._done[key] = _ABSENT
@@ -440,6 +466,14 @@ class FoldedView(Mapping[str, Value]):
             how = None if tests is None else (tests.get(k) or ())
             out.append((k, how, self._answer(k, v, how)))
         return tuple(out)
+
+    def rests_on(self) -> frozenset[str]:
+        """Every attribute the reads so far rest on: those read and those the folds of
+        their slices read."""
+        out = set(self.seen)
+        for piece in self.slices:
+            out.update(piece.reads)
+        return frozenset(out)
 
     def answers(self, key: str, how: Tests | None) -> object:
         """What this view answers to a read recorded by :meth:`reads_of`."""

@@ -223,14 +223,23 @@ def member_reads(seen: Iterable[tuple[object, object]]) -> Reads:
 
 def reads_match(reads: Reads, facts: Mapping[str, Any], sigs: dict[object, object]) -> bool:
     """Do ``facts`` answer every read of ``reads`` as recorded? (``sigs``: a cache of their
-    answers, one per set of facts, shared with the traces of those facts)"""
+    answers, one per set of facts, shared with the traces of those facts; it keeps the
+    answer for each ``reads`` object too: memo tables hold interned reads, asked about
+    again and again.)"""
+    key = id(reads)
+    known = sigs.get(key)
+    if known is not None and cast(tuple[Reads, bool], known)[0] is reads:
+        return cast(tuple[Reads, bool], known)[1]
+    matched = True
     for asked, answer in reads:
         current = sigs.get(asked, _UNSEEN)
         if current is _UNSEEN:
             current = sigs[asked] = _answer(facts, asked)
         if current != answer:
-            return False
-    return True
+            matched = False
+            break
+    sigs[key] = (reads, matched)  # ``reads`` kept: its id names no other object meanwhile
+    return matched
 
 
 _UNSEEN = object()

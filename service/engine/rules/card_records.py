@@ -32,7 +32,7 @@ the card: the evaluation is deterministic in what it reads.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from kb.store import Store
 from service.engine.evaluate.fold_slice import FoldedView, Made, ViewReads
@@ -52,11 +52,19 @@ from service.engine.rules.value_classes import (
     view_tests,
 )
 
-__all__ = ["Judging", "Record", "ViewRecord", "judge_fresh", "narrowed", "view_served"]
+__all__ = [
+    "Judged",
+    "Judging",
+    "Record",
+    "ViewRecord",
+    "judge_fresh",
+    "narrowed",
+    "view_served",
+]
 
 #: what a verdict rests on: (attributes read, facts read, the verdict, the classed values it
-#: was judged with, the tested values it was judged with)
-Record = tuple[AttrReadsT, Reads, CardResult, Origin, Shown]
+#: was judged with, the tested values it was judged with, the attributes read by name)
+Record = tuple[AttrReadsT, Reads, CardResult, Origin, Shown, frozenset[str]]
 #: what a derived card's verdict rests on as its conditions saw it: (each attribute read
 #: through the folded view with its answer, :meth:`FoldedView.reads_of`; the facts read,
 #: folds included; the verdict)
@@ -65,8 +73,12 @@ ViewRecord = tuple[ViewReads, Reads, CardResult]
 
 class Judging:
     """What judging one command's cards shares: its attributes and facts, the facts'
-    answers so far, the functions conditions may call, the guard memo and the slice folds
-    made, and the release's attributes with choices (kept by their tests' answers)."""
+    answers so far (``fact_sigs``, which evaluations under equal facts may share), the
+    functions conditions may call, the guard memo and the slice folds made, and the
+    release's attributes with choices (kept by their tests' answers). The guard memo is
+    keyed on the values read, so commands under equal facts may share it; ``made`` may
+    start with the folds of another command that fold alike here
+    (:func:`~service.engine.evaluate.fold_slice.inherited`)."""
 
     __slots__ = ("attrs", "choices", "fact_sigs", "facts", "functions", "guard_memo", "made")
 
@@ -76,41 +88,62 @@ class Judging:
         facts: Mapping[str, Value],
         functions: Mapping[str, Callable[..., object]],
         choices: frozenset[str],
+        fact_sigs: dict[object, object] | None = None,
+        made: Made | None = None,
+        guard_memo: dict[tuple[Any, ...], object] | None = None,
     ) -> None:
         self.attrs = attrs
         self.facts = facts
         self.functions = functions
         self.choices = choices
-        self.fact_sigs: dict[object, object] = {}
-        self.guard_memo: dict[tuple[Any, ...], object] = {}
-        self.made: Made = {}
+        self.fact_sigs: dict[object, object] = {} if fact_sigs is None else fact_sigs
+        self.guard_memo: dict[tuple[Any, ...], object] = {} if guard_memo is None else guard_memo
+        self.made: Made = {} if made is None else made
 
 
-def judge_fresh(
-    store: Store, release: str, entry: CardEntry, ctx: Judging
-) -> tuple[CardResult, Reads, Record | None, ViewRecord | None]:
-    """``entry``'s card judged under ``ctx``: (its verdict, the facts the judging read, the
-    record that serves the verdict to commands answering its reads alike, ``None`` when
-    the evaluation read every attribute, and the view record of a derived card)."""
+class Judged(NamedTuple):
+    """A card judged afresh (:func:`judge_fresh`)."""
+
+    result: CardResult
+    #: the facts the judging read
+    fact_reads: Reads
+    #: serves the verdict to commands answering its reads alike (``None``: the evaluation
+    #: read every attribute)
+    record: Record | None
+    #: the view record of a derived card
+    view: ViewRecord | None
+    #: the attributes the verdict rests on, those the folds read included (``None``: all)
+    deps: frozenset[str] | None
+
+
+def judge_fresh(store: Store, release: str, entry: CardEntry, ctx: Judging) -> Judged:
+    """``entry``'s card judged under ``ctx``, with the records that serve its verdict to
+    other commands."""
     card = entry.card
-    trace, read, folded, env = _views(store, release, entry, ctx)
+    trace, cond, read, folded, env = _views(store, release, entry, ctx)
     result = judge_card(card, env, folded.caveats if folded is not None else [])
-    fact_reads = trace.snapshot()
+    fact_reads = _all_reads(trace, cond)
     texts = (card.when, card.require)
     operand = narrowed(result)
     if operand is not None:  # the record rests on the false operand alone
-        trace, read, folded, env = _views(store, release, entry, ctx)
+        trace, cond, read, folded, env = _views(store, release, entry, ctx)
         if evaluate(operand, env).truth is not False:  # pragma: no cover - it is pure
-            return result, fact_reads, None, None
+            return Judged(result, fact_reads, None, None, None)
         texts = (operand, "True")
     if read.whole:
-        return result, fact_reads, None, None
-    reads = trace.snapshot()
+        return Judged(result, fact_reads, None, None, None)
+    deps = frozenset(read.reads)
+    reads = _all_reads(trace, cond)
+    # how a value was given, and where a fact came from, matter only for those the verdict
+    # shows (its inputs): the others are kept by value, so another GPU of the same kind
+    # answers alike
+    inputs = {name for name, _, _ in result.inputs}
     seen: ViewRecord | None = None
     if folded is not None and not folded.whole:
-        # a verdict that does not apply shows no value: what its operand tests suffices
+        # a verdict that does not apply shows no value: what its operand tests suffices;
+        # the folded values stand for the facts the folds read
         tests = view_tests(*texts) if result.verdict == "not_applicable" else None
-        seen = (folded.reads_of(tests), reads, result)
+        seen = (folded.reads_of(tests), values_only(cond.snapshot(), inputs), result)
     # a model path read only by its class serves every path of the class, a value read
     # only through tests every value answering them alike
     classed = card_classed(*texts)
@@ -120,33 +153,39 @@ def judge_fresh(
     origin = origin_of(read.reads, ctx.attrs) if classed else ()
     tested = card_tests(*texts, slices, read.reads, classed, ctx.choices)
     shown = shown_of(tested, ctx.attrs) if tested else ()
-    # how a value was given, and where a fact came from, matter only for those the verdict
-    # shows (its inputs): the others are kept by value, so another GPU of the same kind
-    # answers alike
-    inputs = {name for name, _, _ in result.inputs}
     snapshot = read.snapshot(classed, tested, shown=inputs)
-    record = (snapshot, values_only(reads, inputs), result, origin, shown)
-    return result, fact_reads, record, seen
+    record = (snapshot, values_only(reads, inputs), result, origin, shown, deps)
+    return Judged(result, fact_reads, record, seen, deps)
 
 
 def view_served(
     store: Store, release: str, entry: CardEntry, ctx: Judging, records: tuple[ViewRecord, ...]
-) -> tuple[CardResult, Reads] | None:
+) -> tuple[CardResult, frozenset[str]] | None:
     """The verdict of the first of ``records`` (view records of ``entry``'s card) whose
-    reads ``ctx``'s folded view and facts answer alike, with the facts that answer rests on
-    (the record's and those the folds read here); ``None`` when none does.
+    reads ``ctx``'s folded view and facts answer alike, with the attributes it rests on
+    (the folds read them); ``None`` when none does.
 
     The view folds the slices the records name (shared with the other cards judged for
     this command through ``ctx.made``), and nothing else is evaluated."""
-    trace, _, folded, _ = _views(store, release, entry, ctx)
-    if folded is None:
+    if entry.row is None:
         return None
+    trace = FactsTrace(ctx.facts, ctx.fact_sigs)
+    folded = FoldedView(
+        store,
+        release,
+        entry.row,
+        entry.card.reads,
+        ctx.attrs,
+        trace,
+        ctx.guard_memo,
+        ctx.made,
+        record=False,
+    )
     for reads, fact_reads, result in reversed(records):
         if all(folded.answers(k, how) == answer for k, how, answer in reads) and reads_match(
             fact_reads, ctx.facts, ctx.fact_sigs
         ):
-            trace.replay(fact_reads)
-            return result, trace.snapshot()
+            return result, folded.rests_on()
     return None
 
 
@@ -160,16 +199,25 @@ def narrowed(result: CardResult) -> str | None:
 
 def _views(
     store: Store, release: str, entry: CardEntry, ctx: Judging
-) -> tuple[FactsTrace, AttrReads, FoldedView | None, Env]:
+) -> tuple[FactsTrace, FactsTrace, AttrReads, FoldedView | None, Env]:
     """Fresh views of ``ctx``'s facts and attributes recording what is read (the earlier
-    writes folded in for a derived card), and the environment over them."""
+    writes folded in for a derived card), and the environment over them: (the facts as
+    the folds read them, the facts as the conditions read them (the same trace for a
+    curated card), the attributes, the folded view, the environment)."""
     trace = FactsTrace(ctx.facts, ctx.fact_sigs)
     read = AttrReads(ctx.attrs)
-    view: Mapping[str, Value] = read
-    folded: FoldedView | None = None
-    if entry.row is not None:
-        # the earlier writes of each attribute the card reads, folded in on first read
-        view = folded = FoldedView(
-            store, release, entry.row, entry.card.reads, read, trace, ctx.guard_memo, ctx.made
-        )
-    return trace, read, folded, Env(view, trace, ctx.functions)
+    if entry.row is None:
+        return trace, trace, read, None, Env(read, trace, ctx.functions)
+    # the earlier writes of each attribute the card reads, folded in on first read
+    folded = FoldedView(
+        store, release, entry.row, entry.card.reads, read, trace, ctx.guard_memo, ctx.made
+    )
+    cond = FactsTrace(ctx.facts, ctx.fact_sigs)
+    return trace, cond, read, folded, Env(folded, cond, ctx.functions)
+
+
+def _all_reads(trace: FactsTrace, cond: FactsTrace) -> Reads:
+    """Every fact question of one evaluation: the folds' and the conditions'."""
+    if cond is not trace:
+        trace.replay(cond.snapshot())
+    return trace.snapshot()

@@ -31,18 +31,26 @@ On a miss, a verdict of another command is reused when the attributes and facts
 its evaluation actually read (:mod:`service.engine.rules.attr_reads`) are answered
 alike: ``when`` usually stops at its first false operand, and a card that does not apply
 is recorded with what that operand reads alone; what a verdict does not show is recorded by
-value (:mod:`service.engine.rules.card_records`). The earlier writes are folded one
-attribute at a time, on first read (:mod:`service.engine.evaluate.fold_slice`).
-The cards of a release are indexed by those dependencies: the verdicts under
-the release's defaults are computed once per set of facts, and a command
-(another fix candidate) re-evaluates only the cards depending on an attribute
-in which it differs from the last command evaluated with the same facts (or from the
-defaults), plus those that look at flag spellings. The cards judged for one command share
-the slice folds made for it. A flag with choices read only through tests against literals
-is kept in a verdict's record as the answers to those tests
-(:mod:`service.engine.rules.value_classes`). :func:`check_fix` answers
-are cached per (release, argv, facts) as well; every cache is bounded and
-thread-safe (:mod:`service.engine.cache`).
+value (:mod:`service.engine.rules.card_records`). A derived card's verdict is also
+recorded by the folded values its conditions read (a *view record*): a candidate whose
+folds give those values gets it without evaluating the card. The earlier writes are folded
+one attribute at a time, on first read (:mod:`service.engine.evaluate.fold_slice`), and a
+slice folded again for values differing in a few names evaluates only the writes those
+reach.
+
+Every verdict comes with the attributes it rested on (those its evaluation read, the folds'
+reads included). A command (another fix candidate) is judged from the nearer of two bases:
+the last command evaluated with the same facts, or the release's defaults (their verdicts
+computed once per set of facts, lazily). Only the cards whose verdict there rested on an
+attribute in which the command differs are judged again, plus those that look at flag
+spellings. The cards judged for one command share the slice folds made for it, and take
+over those of the last command judged under the same facts that read none of the
+attributes that differ. The facts' answers and the guard memo of the folds are shared by
+every evaluation under the same facts. A flag with choices read only through tests against
+literals is kept in a verdict's record as the answers to those tests
+(:mod:`service.engine.rules.value_classes`). :func:`check_fix` answers are cached per
+(release, argv, facts) as well; every cache is bounded and thread-safe
+(:mod:`service.engine.cache`).
 """
 
 from __future__ import annotations
@@ -58,26 +66,17 @@ from service.engine.answer import RuleVerdict
 from service.engine.cache import LRUCache, cached, facts_signature, release_key
 from service.engine.evaluate.path_condition import base_attrs, value_signature
 from service.engine.expr.interpreter import Provenance, Value
-from service.engine.expr.trace import Reads, reads_match
 from service.engine.flags.parse import ParsedArgs, ParsedFlag, parse_argv
-from service.engine.rules.attr_reads import attrs_match
-from service.engine.rules.card_env import CARD_FUNCTIONS, facts_for
-from service.engine.rules.card_records import (
-    Judging,
-    Record,
-    ViewRecord,
-    judge_fresh,
-    view_served,
-)
-from service.engine.rules.card_verdict import CardResult, Verdict, given_function
+from service.engine.rules.card_env import facts_for
+from service.engine.rules.card_memo import Deps, changed_between, judge_entries
+from service.engine.rules.card_verdict import CardResult, Verdict
 from service.engine.rules.release_cards import (
-    CardEntry,
+    ReleasePlan,
     card_entry,
     cards_for,
     current_derivation_key,
     release_plan,
 )
-from service.engine.rules.value_classes import rebased
 
 __all__ = [
     "CardResult",
@@ -91,31 +90,18 @@ __all__ = [
     "prepare_flags",
 ]
 
-# (release, card, values of its dependencies) -> its verdicts, each with the facts it read
-_memo: LRUCache[tuple[tuple[Reads, CardResult], ...]] = LRUCache("rules.card_verdicts", 100_000)
-#: per card and dependency values, this many verdicts are kept (one per way facts answered)
-_VARIANTS = 8
-# (release, card, typed spellings if it asks) -> verdicts, each with the attributes and facts
-# its evaluation read: a command that answers those reads alike gets the same verdict
-_by_reads: LRUCache[tuple[Record, ...]] = LRUCache("rules.card_verdicts_by_reads", 20_000)
-_READ_VARIANTS = 16
-# the same key -> a derived card's verdicts, each with what its conditions read through the
-# folded view: a command whose folds give those values gets the same verdict
-_by_view: LRUCache[tuple[ViewRecord, ...]] = LRUCache("rules.card_verdicts_by_view", 20_000)
 # (release, cards, facts) -> card index -> its verdict for the release's defaults (filled
 # lazily, for the cards the commands checked so far leave at the defaults)
-_reference: LRUCache[dict[int, CardResult]] = LRUCache("rules.defaults_verdicts", 64)
+_reference: LRUCache[dict[int, tuple[CardResult, Deps]]] = LRUCache("rules.defaults_verdicts", 64)
 # (release, argv, facts) -> check_fix's answer
 _fix_answers: LRUCache[tuple[list[RuleVerdict], bool]] = LRUCache("rules.check_fix", 4096)
 _baselines: LRUCache[frozenset[str]] = LRUCache("rules.baselines", 256)
 # (release, cards, facts) -> the last command evaluated with them: the signature of each of
 # its attributes and every card's verdict (a fix candidate differs from the last in a flag
 # or two: only the cards depending on those are judged)
-_last: LRUCache[tuple[dict[str, object], tuple[CardResult, ...]]] = LRUCache(
+_last: LRUCache[tuple[dict[str, object], tuple[tuple[CardResult, Deps], ...]]] = LRUCache(
     "rules.last_command", 64
 )
-
-
 # ------------------------------------------------------------------------ flags
 
 
@@ -160,26 +146,35 @@ def _defaults(store: Store, release: str, catalog: Catalog | None = None) -> dic
     return cached(release_key(store, release, "rules:defaults"), build)
 
 
-def _choice_attrs(store: Store, release: str) -> frozenset[str]:
-    """The release's attributes whose flag lists its choices (backends, dtypes, modes):
-    those a card's record may keep by the answers to its tests
-    (:func:`~service.engine.rules.value_classes.card_tests`)."""
+def _default_sigs(store: Store, release: str) -> dict[str, object]:
+    """The :func:`value_signature` of each of the release's defaults, cached; read-only."""
 
-    def build() -> frozenset[str]:
-        catalog = load_catalog(store, release)
-        return frozenset(spec.attr for spec in catalog.by_attr().values() if spec.choices)
+    def build() -> dict[str, object]:
+        return {k: value_signature(v) for k, v in _defaults(store, release).items()}
 
-    return cached(release_key(store, release, "rules:choice-attrs"), build)
+    return cached(release_key(store, release, "rules:default-sigs"), build)
 
 
-def _changed(attrs: Mapping[str, Value], defaults: Mapping[str, Value]) -> set[str]:
-    """Attributes whose value or provenance in ``attrs`` differs from the defaults'."""
-    out: set[str] = set()
-    for key in attrs.keys() | defaults.keys():
-        a, d = attrs.get(key), defaults.get(key)
-        if a is not d and value_signature(a) != value_signature(d):
-            out.add(key)
-    return out
+def _todo(
+    plan: ReleasePlan,
+    base: Sequence[tuple[CardResult, Deps] | None] | Mapping[int, tuple[CardResult, Deps]],
+    changed: set[str],
+) -> tuple[set[int], list[int]]:
+    """For a command differing from one whose verdicts are ``base`` in the attributes
+    ``changed``: (the cards to judge, the cards ``base`` lacks that the command leaves
+    alone). A card is judged when it asks for the spellings typed, has no verdict in
+    ``base``, or its verdict there rested on a changed attribute (or on all of them)."""
+    maybe: set[int] = set()
+    for attr in changed:
+        maybe.update(plan.by_dep.get(attr, ()))
+    todo = set(plan.given)
+    for i in maybe:
+        known = base[i] if isinstance(base, Sequence) else base.get(i)
+        if known is None or known[1] is None or not changed.isdisjoint(known[1]):
+            todo.add(i)
+    if isinstance(base, Sequence):
+        return todo, []
+    return todo, [i for i in range(len(plan.entries)) if i not in todo and i not in base]
 
 
 def evaluate_cards(
@@ -194,118 +189,49 @@ def evaluate_cards(
 ) -> list[CardResult]:
     """A :class:`CardResult` per card (default: every card of ``release``), memoised.
 
-    A verdict depends only on the card's dependencies (see
-    :func:`~service.engine.rules.release_cards.card_entry`), the facts and, for cards
-    using ``given()``, the spellings typed. For the whole
-    release, a card that depends on no attribute in which the command differs from the last
-    one evaluated with these facts (and does not use ``given()``) keeps that command's
-    verdict; with no such command, its verdict under the release's defaults, computed once
-    per set of facts when first needed. The others are evaluated through the per-card memo.
+    A verdict depends only on the attributes its evaluation read (at most the card's
+    dependencies, :func:`~service.engine.rules.release_cards.card_entry`), the facts and,
+    for cards using ``given()``, the spellings typed. For the whole release, the command
+    is compared with two bases under these facts: the last command evaluated, and the
+    release's defaults (their verdicts computed once per set of facts, for the cards
+    needed). From the base with less to judge, a card whose verdict rested on no attribute
+    in which the command differs (and that does not use ``given()``) keeps its verdict.
+    The others are evaluated through the per-card memo.
     """
     parsed = parsed or ParsedArgs()
     fsig = facts_sig or facts_signature(facts)
     if cards is not None:
         entries = [card_entry(store, release, c) for c in cards]
-        return _evaluate(store, release, entries, attrs, facts, parsed)
+        return [r for r, _ in judge_entries(store, release, entries, attrs, facts, fsig, parsed)]
     plan = release_plan(store, release)
     sigs = {k: value_signature(v) for k, v in attrs.items()}
+    defaults = _defaults(store, release)
+    # the verdicts under the defaults, filled lazily: only for cards a command leaves there
+    ref = _reference.get_or_build((plan.key, fsig), dict)
+    todo, missing = _todo(plan, ref, changed_between(sigs, _default_sigs(store, release)))
+    base: Sequence[tuple[CardResult, Deps] | None] | None = None  # per card; ``None``: judged
     last = _last.get((plan.key, fsig))
-    earlier: Sequence[CardResult | None]  # per card; ``None``: judged below
-    if last is not None:  # another command with these facts: only what differs is judged
+    if last is not None:  # another command with these facts: the nearer base is taken
         last_sigs, earlier = last
-        changed = {k for k in sigs.keys() | last_sigs.keys() if sigs.get(k) != last_sigs.get(k)}
-    else:
-        defaults = _defaults(store, release)
-        changed = _changed(attrs, defaults)
-    todo = set(plan.given)
-    for attr in changed:
-        todo.update(plan.by_dep.get(attr, ()))
-    if last is None:
-        # the verdicts under the defaults, filled lazily: only for cards a command leaves there
-        ref = _reference.get_or_build((plan.key, fsig), dict)
-        missing = [i for i in range(len(plan.entries)) if i not in todo and i not in ref]
-        if missing:
-            evaluated = _evaluate(
-                store, release, [plan.entries[i] for i in missing], defaults, facts, ParsedArgs()
-            )
-            ref.update(zip(missing, evaluated, strict=True))
-        earlier = [ref.get(i) for i in range(len(plan.entries))]
+        near_todo, _ = _todo(plan, earlier, changed_between(sigs, last_sigs))
+        if len(near_todo) <= len(todo) + len(missing):
+            base, todo, missing = earlier, near_todo, []
+    if missing:
+        evaluated = judge_entries(
+            store, release, [plan.entries[i] for i in missing], defaults, facts, fsig, ParsedArgs()
+        )
+        ref.update(zip(missing, evaluated, strict=True))
+    if base is None:
+        base = [ref.get(i) for i in range(len(plan.entries))]
     order = sorted(todo)
     entries = [plan.entries[i] for i in order]
-    fresh = _evaluate(store, release, entries, attrs, facts, parsed, sigs)
-    filled = list(earlier)
-    for i, result in zip(order, fresh, strict=True):
-        filled[i] = result
-    out = cast(list[CardResult], filled)  # every card not judged above has its verdict
+    fresh = judge_entries(store, release, entries, attrs, facts, fsig, parsed, sigs)
+    filled = list(base)
+    for i, judged in zip(order, fresh, strict=True):
+        filled[i] = judged
+    out = cast(list[tuple[CardResult, Deps]], filled)  # every card not judged has its verdict
     _last.put((plan.key, fsig), (sigs, tuple(out)))
-    return out
-
-
-def _evaluate(
-    store: Store,
-    release: str,
-    entries: list[CardEntry],
-    attrs: Mapping[str, Value],
-    facts: Mapping[str, Value],
-    parsed: ParsedArgs,
-    known: Mapping[str, object] | None = None,
-) -> list[CardResult]:
-    """Each entry's verdict, through the per-card memo. ``known``: the signatures
-    (:func:`value_signature`) of ``attrs`` already computed."""
-    given, typed = given_function(parsed)
-    ctx = Judging(attrs, facts, {**CARD_FUNCTIONS, "given": given}, _choice_attrs(store, release))
-    sigs: dict[str, object] = dict(known or {})
-    fact_sigs = ctx.fact_sigs
-    rkey = release_key(store, release, "rules:verdict")
-    out: list[CardResult] = []
-    for e in entries:
-        card = e.card
-        values = []
-        for d in e.deps:
-            sig = sigs.get(d)
-            if sig is None:
-                sig = sigs[d] = value_signature(attrs.get(d))
-            values.append(sig)
-        key = (
-            rkey,
-            card.id,
-            card.when,
-            card.require,
-            tuple(values),
-            typed if e.uses_given else (),
-        )
-        # one entry per way the facts answered the card's reads of them
-        variants = _memo.get(key) or ()
-        hit = next((r for reads, r in variants if reads_match(reads, facts, fact_sigs)), None)
-        if hit is not None:
-            out.append(hit)
-            continue
-        # another command's verdict, when these attributes and facts answer its reads alike
-        rkey_card = (rkey, card.id, card.when, card.require, key[-1])
-        seen = _by_reads.get(rkey_card) or ()
-        for attr_reads, fact_reads, result, origin, shown in seen:
-            if attrs_match(attr_reads, attrs, sigs) and reads_match(fact_reads, facts, fact_sigs):
-                served = rebased(result, origin, attrs, shown)
-                if served is None:  # its reason quotes another value: judge afresh
-                    continue
-                _memo.put(key, (*variants, (fact_reads, served))[-_VARIANTS:])
-                out.append(served)
-                break
-        else:
-            viewed = _by_view.get(rkey_card) or ()
-            got = view_served(store, release, e, ctx, viewed) if viewed else None
-            if got is not None:
-                _memo.put(key, (*variants, (got[1], got[0]))[-_VARIANTS:])
-                out.append(got[0])
-                continue
-            result, fact_reads, record, view = judge_fresh(store, release, e, ctx)
-            _memo.put(key, (*variants, (fact_reads, result))[-_VARIANTS:])
-            if record is not None:
-                _by_reads.put(rkey_card, (*seen, record)[-_READ_VARIANTS:])
-            if view is not None:
-                _by_view.put(rkey_card, (*viewed, view)[-_READ_VARIANTS:])
-            out.append(result)
-    return out
+    return [r for r, _ in out]
 
 
 # ------------------------------------------------------------------------ public API

@@ -10,7 +10,7 @@ import pytest
 from kb.store import Store
 from service.engine.cache import clear_all
 from service.engine.expr.interpreter import Value
-from service.engine.rules import card_records
+from service.engine.rules import card_records, checker
 from service.engine.rules.checker import evaluate_cards, prepare_flags
 
 Verdicts = list[list[tuple]]
@@ -55,3 +55,16 @@ def count_judged(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(card_records, "judge_card", counting)
     return judged
+
+
+def by_dependencies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on, a command judges every card its changed attributes may reach (the
+    dependency index), not only those whose verdict rested on one of them."""
+    real = checker._todo
+
+    def todo(plan, base, changed):
+        if isinstance(base, dict):
+            return real(plan, {i: (r, None) for i, (r, _) in base.items()}, changed)
+        return real(plan, [None if b is None else (b[0], None) for b in base], changed)
+
+    monkeypatch.setattr(checker, "_todo", todo)

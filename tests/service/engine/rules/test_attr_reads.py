@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from kb.store import Store
 from service.engine.expr.interpreter import Provenance, Value
-from service.engine.rules import checker
+from service.engine.rules import card_memo
 from service.engine.rules.attr_reads import AttrReads, attrs_match
 from service.engine.rules.checker import facts_for
-from tests.service.engine.rules.judging import judging
+from tests.service.engine.rules.judging import by_dependencies, judging
 
 
 def _v(value: object, detail: str = "--x") -> Value:
@@ -40,9 +40,12 @@ def test_verdicts_reused_by_reads_equal_fresh_ones_and_judge_fewer_cards(
     base = ["--model-path", "/models/Qwen3-8B", "--tp", "2"]
     commands = [base, *(base + ["--page-size", str(p)] for p in (16, 32, 64))]
     run, judged = judging(store, release, facts, commands, monkeypatch)
-
+    # neither the records by the folded values nor the attributes each verdict rested on
+    # (which leave alone the cards that read no changed attribute) take part here
+    monkeypatch.setattr(card_memo, "view_served", lambda *args: None)
+    by_dependencies(monkeypatch)
     reused = run()
     with_reuse = judged[0]
-    monkeypatch.setattr(checker, "attrs_match", lambda *args: False)
+    monkeypatch.setattr(card_memo, "attrs_match", lambda *args: False)
     assert run() == reused
     assert 0 < with_reuse < judged[0]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from kb.rules.cards import Card
 from kb.store import Store
 from service.engine.cache import clear_all
-from service.engine.rules import card_records, checker
+from service.engine.rules import card_memo, card_records
 from service.engine.rules.card_verdict import when_operands
 from service.engine.rules.checker import evaluate_cards, facts_for, prepare_flags
 from tests.service.engine.rules.judging import count_judged, judging
@@ -139,6 +139,6 @@ def test_view_records_serve_candidates_whose_folds_agree(store: Store, monkeypat
     run, judged = judging(store, "0.5.23", facts, commands, monkeypatch)
     viewed = run()
     with_view = judged[0]
-    monkeypatch.setattr(checker, "view_served", lambda *args: None)
+    monkeypatch.setattr(card_memo, "view_served", lambda *args: None)
     assert run() == viewed
     assert 0 < with_view < judged[0]

@@ -7,7 +7,7 @@ import pytest
 
 from kb.store import Store
 from service.engine.cache import LRUCache, clear_all
-from service.engine.rules import card_records, checker
+from service.engine.rules import card_memo, card_records, checker
 from service.engine.rules.checker import (
     cards_for,
     check_fix,
@@ -15,6 +15,7 @@ from service.engine.rules.checker import (
     facts_for,
     prepare_flags,
 )
+from tests.service.engine.rules.judging import by_dependencies
 
 SEED = [
     "--model-path",
@@ -52,22 +53,50 @@ def _view(results) -> list[tuple]:
     return [(r.card.id, r.verdict, r.reason, r.unknowns, r.inputs, r.notes) for r in results]
 
 
+#: fix-candidate-like commands: one flag of a command changed at a time
+CANDIDATES = [
+    *(SEED[:6] + ["--kv-cache-dtype", dtype] for dtype in ("fp8_e4m3", "fp8_e5m2", "auto")),
+    *(SEED[:6] + ["--attention-backend", backend] for backend in ("triton", "fa3")),
+    SEED[:6] + ["--page-size", "64"],
+]
+
+
+class _Nothing:
+    """A cache that keeps nothing."""
+
+    def get(self, key):
+        return None
+
+    def put(self, key, value) -> None:
+        pass
+
+
 @pytest.mark.parametrize("release", ["0.5.11", "0.5.23"])
 def test_indexed_evaluation_equals_evaluating_every_card(
     store: Store, release: str, monkeypatch
 ) -> None:
+    """Commands and fix candidates judged one after another (bases, the attributes each
+    verdict rested on, records of every kind, slice folds taken over or made again for a
+    few changed names) get the verdicts of each command judged alone, card by card."""
+    from service.engine.evaluate import fold_slice
+
     facts = facts_for("rtx-pro-6000-x8", None, "/models/Kimi-K2.6")
     clear_all()
     indexed = {}
-    for argv in COMMANDS:
+    for argv in COMMANDS + CANDIDATES:
         attrs, parsed = prepare_flags(store, release, argv)
         indexed[tuple(argv)] = _view(evaluate_cards(store, release, attrs, facts, parsed))
-    # a per-card memo of one entry, no reuse across commands by the attributes read, and
-    # every card passed explicitly: no reuse, no index
-    monkeypatch.setattr(checker, "_memo", LRUCache("test.card_memo", 1))
-    monkeypatch.setattr(checker, "attrs_match", lambda *args: False)
+    # a per-card memo of one entry, no reuse across commands by the attributes read or by
+    # the folded values, no folds taken over or made again from the last, and every card
+    # passed explicitly: no reuse, no index
+    monkeypatch.setattr(card_memo, "_memo", LRUCache("test.card_memo", 1))
+    monkeypatch.setattr(card_memo, "attrs_match", lambda *args: False)
+    monkeypatch.setattr(card_memo, "view_served", lambda *args: None)
+    monkeypatch.setattr(card_memo, "_last_folds", _Nothing())
+    monkeypatch.setattr(fold_slice, "_LAST", _Nothing())
     cards = cards_for(store, release)
-    for argv in COMMANDS:
+    for argv in COMMANDS + CANDIDATES:
+        clear_all()
         attrs, parsed = prepare_flags(store, release, argv)
         plain = _view(evaluate_cards(store, release, attrs, facts, parsed, cards=list(cards)))
         assert indexed[tuple(argv)] == plain, argv
@@ -145,7 +174,13 @@ def test_verdicts_reused_across_facts_equal_fresh_ones(store: Store, monkeypatch
     n_cards = len(cards_for(store, release))
     assert judged[1] < n_cards  # most verdicts under the H100 served the H200
     for (hw, model), got in zip(machines, warm, strict=True):
-        for table in (checker._memo, checker._reference, checker._fix_answers):
+        for table in (
+            card_memo._memo,
+            card_memo._by_view,
+            card_memo._shared,  # the facts' answers and guard truths
+            checker._reference,
+            checker._fix_answers,
+        ):
             table.clear()  # the verdicts only: the release's parsed plans stay warm
         fold._SHARED.clear()
         facts = facts_for(hw, None, model)
@@ -157,3 +192,33 @@ def test_verdicts_reused_across_facts_equal_fresh_ones(store: Store, monkeypatch
 
 def _commands(store: Store, release: str) -> list[tuple]:
     return [prepare_flags(store, release, argv) for argv in COMMANDS]
+
+
+def test_a_candidate_judges_only_cards_whose_verdict_read_what_it_changes(
+    store: Store, monkeypatch
+) -> None:
+    """Each verdict keeps the attributes it rested on: a fix candidate changing one flag
+    sends fewer cards to judging than the dependency index names, with equal verdicts."""
+    facts = facts_for("h100-x8", None, "/models/Kimi-K2.6")
+    sent = [0]
+    real_evaluate = checker.judge_entries
+
+    def counting(store, release, entries, *args, **kwargs):
+        sent[0] += len(entries)
+        return real_evaluate(store, release, entries, *args, **kwargs)
+
+    def run() -> list[list[tuple]]:
+        clear_all()
+        out = []
+        for argv in [SEED[:6], *CANDIDATES]:
+            attrs, parsed = prepare_flags(store, "0.5.23", argv)
+            out.append(_view(evaluate_cards(store, "0.5.23", attrs, facts, parsed)))
+        return out
+
+    monkeypatch.setattr(checker, "judge_entries", counting)
+    kept = run()
+    with_deps, sent[0] = sent[0], 0
+
+    by_dependencies(monkeypatch)
+    assert run() == kept
+    assert 0 < with_deps < sent[0]

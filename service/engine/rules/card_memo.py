@@ -1,0 +1,201 @@
+"""Each rule card's verdict through the memo tables (:func:`judge_entries`).
+
+A verdict is looked up, in order:
+
+* in the per-card memo, keyed on the values (and provenance) of every dependency of the
+  card and, per variant, on the facts it read;
+* among the records of other commands by the attributes their evaluations read
+  (:mod:`~service.engine.rules.attr_reads`, kept by class or by tests' answers where the
+  verdict allows: :mod:`~service.engine.rules.value_classes`);
+* among a derived card's view records, by the folded values its conditions read
+  (:mod:`~service.engine.rules.card_records`);
+
+and is judged afresh (:func:`~service.engine.rules.card_records.judge_fresh`) when none
+serves. Each comes with the attributes it rested on, for the checker's bases
+(:mod:`~service.engine.rules.checker`). The cards judged for one command share the slice
+folds made for it, and take over those of the last command judged under the same facts
+that read none of the attributes that differ. The facts' answers and the guard memo of the
+folds are shared by every evaluation under the same facts. Every table is bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kb.catalogs import load_catalog
+from kb.store import Store
+from service.engine.cache import LRUCache, cached, release_key
+from service.engine.evaluate.fold_slice import Made, inherited
+from service.engine.evaluate.path_condition import value_signature
+from service.engine.expr.interpreter import Value
+from service.engine.expr.trace import Reads, reads_match
+from service.engine.flags.parse import ParsedArgs
+from service.engine.rules.attr_reads import attrs_match
+from service.engine.rules.card_env import CARD_FUNCTIONS
+from service.engine.rules.card_records import (
+    Judging,
+    Record,
+    ViewRecord,
+    judge_fresh,
+    view_served,
+)
+from service.engine.rules.card_verdict import CardResult, given_function
+from service.engine.rules.release_cards import CardEntry
+from service.engine.rules.value_classes import rebased
+
+__all__ = ["Deps", "changed_between", "judge_entries"]
+
+#: the attributes a verdict rests on, those read by the folds of earlier writes included
+#: (``None``: not known; every dependency of the card then)
+Deps = frozenset[str] | None
+# (release, card, values of its dependencies) -> its verdicts, each with the facts it read
+# and the attributes it rests on
+_memo: LRUCache[tuple[tuple[Reads, CardResult, Deps], ...]] = LRUCache(
+    "rules.card_verdicts", 100_000
+)
+#: per card and dependency values, this many verdicts are kept (one per way facts answered)
+_VARIANTS = 8
+# (release, card, typed spellings if it asks) -> verdicts, each with the attributes and facts
+# its evaluation read: a command that answers those reads alike gets the same verdict
+_by_reads: LRUCache[tuple[Record, ...]] = LRUCache("rules.card_verdicts_by_reads", 20_000)
+_READ_VARIANTS = 16
+# the same key -> a derived card's verdicts, each with what its conditions read through the
+# folded view: a command whose folds give those values gets the same verdict
+_by_view: LRUCache[tuple[ViewRecord, ...]] = LRUCache("rules.card_verdicts_by_view", 20_000)
+
+# facts signature -> what evaluations under them share
+_shared: LRUCache[_Shared] = LRUCache("rules.under_facts", 64)
+_SHARED_MAX = 100_000
+
+# (release, facts) -> the signatures of the attributes last judged under them, and the
+# slice folds made for those: a command differing in a few attributes inherits the folds
+# that read none of them (see fold_slice.inherited)
+_last_folds: LRUCache[tuple[Mapping[str, object], Made]] = LRUCache("rules.last_folds", 64)
+
+
+def _choice_attrs(store: Store, release: str) -> frozenset[str]:
+    """The release's attributes whose flag lists its choices (backends, dtypes, modes):
+    those a card's record may keep by the answers to its tests
+    (:func:`~service.engine.rules.value_classes.card_tests`)."""
+
+    def build() -> frozenset[str]:
+        catalog = load_catalog(store, release)
+        return frozenset(spec.attr for spec in catalog.by_attr().values() if spec.choices)
+
+    return cached(release_key(store, release, "rules:choice-attrs"), build)
+
+
+class _Shared:
+    """What every evaluation under one set of facts shares: the facts' answers to the
+    questions asked so far (and whether they match each recorded set of reads:
+    :func:`reads_match`), and the memo of the guards of folded writes (keyed on the values
+    they read). Each is emptied when large."""
+
+    __slots__ = ("answers", "guard_memo")
+
+    def __init__(self) -> None:
+        self.answers: dict[object, object] = {}
+        self.guard_memo: dict[tuple[Any, ...], object] = {}
+
+
+def _under_facts(fsig: str) -> _Shared:
+    shared = _shared.get_or_build(fsig, _Shared)
+    for table in (shared.answers, shared.guard_memo):
+        if len(table) > _SHARED_MAX:
+            table.clear()
+    return shared
+
+
+def judge_entries(
+    store: Store,
+    release: str,
+    entries: list[CardEntry],
+    attrs: Mapping[str, Value],
+    facts: Mapping[str, Value],
+    fsig: str,
+    parsed: ParsedArgs,
+    known: Mapping[str, object] | None = None,
+) -> list[tuple[CardResult, Deps]]:
+    """Each entry's verdict, through the per-card memo, with the attributes it rests on
+    (``None``: not known, its dependencies then). ``fsig``: the facts' signature;
+    ``known``: the signatures (:func:`value_signature`) of every attribute of ``attrs``,
+    when computed already. The slice folds of the last attributes judged under these
+    facts that read none of the attributes differing here are taken over."""
+    given, typed = given_function(parsed)
+    shared = _under_facts(fsig)
+    if known is None:
+        known = {k: value_signature(v) for k, v in attrs.items()}
+    fkey = (release_key(store, release, "rules:folds"), fsig)
+    last = _last_folds.get(fkey)
+    made = inherited(last[1], changed_between(known, last[0])) if last is not None else {}
+    ctx = Judging(
+        attrs,
+        facts,
+        {**CARD_FUNCTIONS, "given": given},
+        _choice_attrs(store, release),
+        shared.answers,
+        made,
+        shared.guard_memo,
+    )
+    sigs: dict[str, object] = dict(known)
+    fact_sigs = ctx.fact_sigs
+    rkey = release_key(store, release, "rules:verdict")
+    out: list[tuple[CardResult, Deps]] = []
+    for e in entries:
+        card = e.card
+        values = []
+        for d in e.deps:
+            sig = sigs.get(d)
+            if sig is None:
+                sig = sigs[d] = value_signature(attrs.get(d))
+            values.append(sig)
+        key = (
+            rkey,
+            card.id,
+            card.when,
+            card.require,
+            tuple(values),
+            typed if e.uses_given else (),
+        )
+        # one entry per way the facts answered the card's reads of them
+        variants = _memo.get(key) or ()
+        hit = next(
+            ((r, deps) for reads, r, deps in variants if reads_match(reads, facts, fact_sigs)),
+            None,
+        )
+        if hit is not None:
+            out.append(hit)
+            continue
+        # another command's verdict, when these attributes and facts answer its reads alike
+        rkey_card = (rkey, card.id, card.when, card.require, key[-1])
+        seen = _by_reads.get(rkey_card) or ()
+        for attr_reads, fact_reads, result, origin, shown, deps in seen:
+            if attrs_match(attr_reads, attrs, sigs) and reads_match(fact_reads, facts, fact_sigs):
+                served = rebased(result, origin, attrs, shown)
+                if served is None:  # its reason quotes another value: judge afresh
+                    continue
+                _memo.put(key, (*variants, (fact_reads, served, deps))[-_VARIANTS:])
+                out.append((served, deps))
+                break
+        else:
+            viewed = _by_view.get(rkey_card) or ()
+            got = view_served(store, release, e, ctx, viewed) if viewed else None
+            if got is not None:  # not memoised: its facts are those of the record
+                out.append(got)
+                continue
+            judged = judge_fresh(store, release, e, ctx)
+            entry = (judged.fact_reads, judged.result, judged.deps)
+            _memo.put(key, (*variants, entry)[-_VARIANTS:])
+            if judged.record is not None:
+                _by_reads.put(rkey_card, (*seen, judged.record)[-_READ_VARIANTS:])
+            if judged.view is not None:
+                _by_view.put(rkey_card, (*viewed, judged.view)[-_READ_VARIANTS:])
+            out.append((judged.result, judged.deps))
+    _last_folds.put(fkey, (known, ctx.made))
+    return out
+
+
+def changed_between(sigs: Mapping[str, object], base: Mapping[str, object]) -> set[str]:
+    """Attributes whose signature in ``sigs`` differs from that in ``base``."""
+    return {k for k in sigs.keys() | base.keys() if sigs.get(k) != base.get(k)}
