@@ -60,7 +60,7 @@ Plan = tuple[tuple[chain.Write, resolution.PreparedWrite], ...]
 SliceFold = tuple[tuple[tuple[str, Value], ...], tuple[str, ...]]
 #: the folds made for one set of attributes and facts: slice digest -> (facts read, fold,
 #: the names the slice reads)
-Made = dict[bytes, tuple[Reads, SliceFold, tuple[str, ...]]]
+Made = dict[bytes, tuple[Reads, SliceFold, frozenset[str]]]
 #: the reads an evaluation made through a :class:`FoldedView` (:meth:`FoldedView.reads_of`)
 ViewReads = tuple[tuple[str, "Tests | None", object], ...]
 
@@ -87,8 +87,11 @@ class Slice:
     uses: Mapping[str, Tests | None] = field(init=False, repr=False, compare=False)
     #: per write, every name its value and guards read (``None``: a text not readable)
     write_reads: tuple[frozenset[str] | None, ...] = field(init=False, repr=False, compare=False)
+    #: :attr:`reads` as a set
+    read_set: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "read_set", frozenset(self.reads))
         object.__setattr__(self, "paths", writes_info(self.writes))
         object.__setattr__(self, "write_reads", tuple(_write_reads(pw) for _, pw in self.writes))
         texts: dict[tuple[str, str | None], None] = {}
@@ -210,15 +213,15 @@ def fold_attr(
             return piece, done[1]
     piece, fold, reads = _fold_or_reuse(store, version, check, names, piece, attrs, trace, memo)
     if made is not None:
-        made[piece.ident] = (reads, fold, piece.reads)
+        made[piece.ident] = (reads, fold, piece.read_set)
     return piece, fold
 
 
-def inherited(made: Made, changed: Collection[str]) -> Made:
+def inherited(made: Made, changed: set[str]) -> Made:
     """The folds of ``made`` (made for other attributes under the same facts) whose slices
     read none of ``changed``: attributes differing from those only in ``changed`` fold
     them alike."""
-    return {k: v for k, v in made.items() if not any(n in changed for n in v[2])}
+    return {k: v for k, v in made.items() if changed.isdisjoint(v[2])}
 
 
 def _fold_or_reuse(
@@ -311,6 +314,32 @@ def _rebased(fold: SliceFold, origin: Origin, attrs: Mapping[str, Value]) -> Sli
 
 _UNSET = object()
 _ABSENT = object()
+#: (id of a slice, id of its fold) -> (the slice, the fold, what it decides)
+_DECIDED: dict[tuple[int, int], tuple[Slice, SliceFold, Decided]] = {}
+_DECIDED_MAX = 50_000
+#: each attribute a slice's fold decides, with its value (``_ABSENT``: no write assigns it)
+#: and the caveats about it
+Decided = tuple[tuple[str, object, tuple[str, ...]], ...]
+
+
+def _decided(piece: Slice, fold: SliceFold) -> Decided:
+    """What ``fold`` (of ``piece``) decides, per attribute: the last assignment wins.
+    Cached per fold object (views of many cards read the same folds)."""
+    key = (id(piece), id(fold))
+    got = _DECIDED.get(key)
+    if got is not None and got[0] is piece and got[1] is fold:
+        return got[2]
+    assigned, caveats = fold
+    final: dict[str, object] = dict.fromkeys(piece.decides, _ABSENT)
+    final.update(assigned)
+    out = tuple(
+        (attr, value, tuple(c for c in caveats if c.startswith(f"`{attr}` ")) if caveats else ())
+        for attr, value in final.items()
+    )
+    if len(_DECIDED) >= _DECIDED_MAX:
+        _DECIDED.clear()
+    _DECIDED[key] = (piece, fold, out)
+    return out
 
 
 class FoldedView(Mapping[str, Value]):
@@ -385,7 +414,7 @@ class FoldedView(Mapping[str, Value]):
         try:
             if self._plan is None:
                 self._plan = fold_plan(store, version, check, names, self._trace.names())[0]
-            piece, (assigned, caveats) = fold_attr(
+            piece, fold = fold_attr(
                 store,
                 version,
                 check,
@@ -403,13 +432,11 @@ class FoldedView(Mapping[str, Value]):
             self._pending[key] = [f"earlier writes not folded in: {exc.message}"]
             return
         self.slices.append(piece)
-        final: dict[str, object] = dict.fromkeys(piece.decides, _ABSENT)
-        final.update(assigned)  # the last assignment wins
-        for attr, value in final.items():
+        for attr, value, pending in _decided(piece, fold):
             if attr not in self._done:
                 self._done[attr] = value
-                heads = f"`{attr}` "
-                self._pending[attr] = [c for c in caveats if c.startswith(heads)]
+                if pending:
+                    self._pending[attr] = list(pending)
 
     def _folded(self, key: str) -> object:
         """``key``'s folded value (``_ABSENT``: no write assigns it; ``_UNSET``: not folded,

@@ -71,7 +71,7 @@ _SHARED_MAX = 100_000
 # (release, facts) -> the signatures of the attributes last judged under them, and the
 # slice folds made for those: a command differing in a few attributes inherits the folds
 # that read none of them (see fold_slice.inherited)
-_last_folds: LRUCache[tuple[Mapping[str, object], Made]] = LRUCache("rules.last_folds", 64)
+_last_folds: LRUCache[tuple[Mapping[str, Value], Made]] = LRUCache("rules.last_folds", 64)
 
 
 def _choice_attrs(store: Store, release: str) -> frozenset[str]:
@@ -119,16 +119,14 @@ def judge_entries(
 ) -> list[tuple[CardResult, Deps]]:
     """Each entry's verdict, through the per-card memo, with the attributes it rests on
     (``None``: not known, its dependencies then). ``fsig``: the facts' signature;
-    ``known``: the signatures (:func:`value_signature`) of every attribute of ``attrs``,
-    when computed already. The slice folds of the last attributes judged under these
+    ``known``: the signatures (:func:`value_signature`) of attributes of ``attrs``
+    computed already. The slice folds of the last attributes judged under these
     facts that read none of the attributes differing here are taken over."""
     given, typed = given_function(parsed)
     shared = _under_facts(fsig)
-    if known is None:
-        known = {k: value_signature(v) for k, v in attrs.items()}
     fkey = (release_key(store, release, "rules:folds"), fsig)
     last = _last_folds.get(fkey)
-    made = inherited(last[1], changed_between(known, last[0])) if last is not None else {}
+    made = inherited(last[1], _differing(attrs, last[0])) if last is not None else {}
     ctx = Judging(
         attrs,
         facts,
@@ -138,7 +136,7 @@ def judge_entries(
         made,
         shared.guard_memo,
     )
-    sigs: dict[str, object] = dict(known)
+    sigs: dict[str, object] = dict(known or {})
     fact_sigs = ctx.fact_sigs
     rkey = release_key(store, release, "rules:verdict")
     out: list[tuple[CardResult, Deps]] = []
@@ -192,10 +190,21 @@ def judge_entries(
             if judged.view is not None:
                 _by_view.put(rkey_card, (*viewed, judged.view)[-_READ_VARIANTS:])
             out.append((judged.result, judged.deps))
-    _last_folds.put(fkey, (known, ctx.made))
+    _last_folds.put(fkey, (dict(attrs), ctx.made))
     return out
 
 
 def changed_between(sigs: Mapping[str, object], base: Mapping[str, object]) -> set[str]:
     """Attributes whose signature in ``sigs`` differs from that in ``base``."""
     return {k for k in sigs.keys() | base.keys() if sigs.get(k) != base.get(k)}
+
+
+def _differing(attrs: Mapping[str, Value], other: Mapping[str, Value]) -> set[str]:
+    """Attributes whose value or provenance differs between ``attrs`` and ``other`` (the
+    same object is the same attribute: commands share most values with the defaults)."""
+    out: set[str] = set()
+    for key in attrs.keys() | other.keys():
+        a, b = attrs.get(key), other.get(key)
+        if a is not b and value_signature(a) != value_signature(b):
+            out.add(key)
+    return out

@@ -204,11 +204,11 @@ def evaluate_cards(
         entries = [card_entry(store, release, c) for c in cards]
         return [r for r, _ in judge_entries(store, release, entries, attrs, facts, fsig, parsed)]
     plan = release_plan(store, release)
-    sigs = {k: value_signature(v) for k, v in attrs.items()}
-    defaults = _defaults(store, release)
+    defaults, dsigs = _defaults(store, release), _default_sigs(store, release)
+    sigs = {k: dsigs[k] if v is defaults.get(k) else value_signature(v) for k, v in attrs.items()}
     # the verdicts under the defaults, filled lazily: only for cards a command leaves there
     ref = _reference.get_or_build((plan.key, fsig), dict)
-    todo, missing = _todo(plan, ref, changed_between(sigs, _default_sigs(store, release)))
+    todo, missing = _todo(plan, ref, changed_between(sigs, dsigs))
     base: Sequence[tuple[CardResult, Deps] | None] | None = None  # per card; ``None``: judged
     last = _last.get((plan.key, fsig))
     if last is not None:  # another command with these facts: the nearer base is taken
