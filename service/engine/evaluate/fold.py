@@ -10,25 +10,21 @@ Used by :func:`service.engine.evaluate.path_condition.evaluate_path`.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Collection, Mapping, MutableMapping
-from typing import Any, cast
+from collections.abc import Collection, Mapping, MutableMapping
+from typing import Any
 
 from kb.code_types import Check
-from kb.errors import UnsafeExpression
 from kb.store import Store
 from service.engine.cache import (
     LRUCache,
     cached,
     cached_on_members,
     cached_on_members_seen,
-    on_clear_all,
     release_key,
 )
 from service.engine.evaluate import chain, resolution
+from service.engine.evaluate.guard_memo import holds, value_of
 from service.engine.evaluate.memo_keys import value_key, value_signature
-from service.engine.evaluate.pieces import all_hold, piece_holds
-from service.engine.expr.decide import decide, decide_value
 from service.engine.expr.interpreter import (
     UNKNOWN,
     Env,
@@ -47,140 +43,6 @@ Fold = tuple[tuple[tuple[str, Value], ...], list[str], dict[str, list[str]]]
 # the facts answered the fold's reads of them
 _FOLDS: LRUCache[tuple[tuple[Reads, Fold], ...]] = LRUCache("evaluation.folds", 20_000)
 _FOLD_VARIANTS = 8
-
-
-def _safe_truth(cond: str, env: Env) -> object:
-    try:
-        return decide(cond, env)
-    except UnsafeExpression:  # e.g. a generator or walrus in SGLang's guard: undecidable here
-        return UNKNOWN
-
-
-@functools.lru_cache(maxsize=16384)
-def sorted_reads(cond: str) -> tuple[str, ...] | None:
-    """The attributes ``cond`` reads, sorted (None when it cannot be read)."""
-    try:
-        return tuple(sorted(referenced_names(cond)))
-    except Exception:  # unparsable: the evaluator decides (unknown)
-        return None
-
-
-@functools.lru_cache(maxsize=16384)
-def _guards_read(guards: tuple[tuple[str, bool], ...]) -> tuple[str, ...] | None:
-    """The attributes a write's guards read, sorted (None when one cannot be read)."""
-    out: set[str] = set()
-    for cond, _ in guards:
-        names = sorted_reads(cond)
-        if names is None:
-            return None
-        out.update(names)
-    return tuple(sorted(out))
-
-
-def _on_reads(
-    head: tuple[object, ...],
-    names: tuple[str, ...] | None,
-    env: Env,
-    memo: dict[tuple[Any, ...], object] | None,
-    compute: Callable[[], object],
-) -> object:
-    """``compute()`` (an evaluation in ``env``), memoised in ``memo`` (one per set of facts)
-    under ``head`` and the values of the attributes ``names`` (all it reads; None: not
-    known, no memo); a mutable result is never shared."""
-    if memo is None or names is None:
-        return compute()
-    attrs = env.attrs
-    # ``head`` determines ``names``: their values alone complete the key
-    key: tuple[object, ...] = (*head, tuple(map(value_key, map(attrs.get, names))))
-    facts = env.facts
-    if isinstance(facts, FactsTrace):  # the facts read travel with the memoised answer
-        key = (_TRACED, *key)
-        found = memo.get(key, _MISSING)
-        if found is _MISSING:  # another evaluation's answer, if these facts answer alike
-            variants = _SHARED.get(key, ())
-            found = next((f for f in variants if facts.answers_alike(f[1])), _MISSING)
-            if found is not _MISSING:
-                memo[key] = found
-        if found is not _MISSING:
-            value, reads = cast(tuple[object, Any], found)
-            facts.replay(reads)
-            return value
-        saved = facts.frame()
-        value = compute()
-        reads = facts.merge(saved)
-        if value is UNKNOWN or isinstance(value, _SHAREABLE):
-            memo[key] = (value, reads)
-            if len(_SHARED) >= _SHARED_MAX:
-                _SHARED.clear()
-            _SHARED[key] = (*_SHARED.get(key, ()), (value, reads))[-_SHARED_VARIANTS:]
-        return value
-    hit = memo.get(key, _MISSING)
-    if hit is _MISSING:
-        hit = compute()
-        if hit is UNKNOWN or isinstance(hit, _SHAREABLE):
-            memo[key] = hit
-    return hit
-
-
-_TRACED = object()  # heads the memo keys of answers stored with the facts they read
-
-# guard truths and values across evaluations: (text, values read) -> (answer, facts read)
-# per way the facts answered; a plain dict (one lookup, no lock: entries are pure),
-# emptied when full
-_SHARED: dict[tuple[Any, ...], tuple[tuple[object, Any], ...]] = {}
-_SHARED_MAX = 200_000
-_SHARED_VARIANTS = 8
-on_clear_all(_SHARED.clear)
-
-
-_SHAREABLE = (type(None), bool, int, float, str, bytes)
-
-
-def _truth(cond: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> object:
-    """``evaluate(cond).truth``, memoised on the values of the attributes it reads."""
-    return _on_reads((cond,), sorted_reads(cond), env, memo, lambda: _safe_truth(cond, env))
-
-
-def _holds(
-    guards: tuple[tuple[str, bool], ...], env: Env, memo: dict[tuple[Any, ...], object] | None
-) -> object:
-    """Whether all of a write's ``guards`` (condition, polarity) hold: True / False / UNKNOWN,
-    memoised as a whole on the values of the attributes they read (one lookup per write)."""
-    if len(guards) < 2:
-        return piece_holds(_truth(guards[0][0], env, memo), guards[0][1]) if guards else True
-    return _on_reads(
-        ("holds", guards),
-        _guards_read(guards),
-        env,
-        memo,
-        lambda: _all_hold(guards, env, memo),
-    )
-
-
-def _all_hold(
-    guards: tuple[tuple[str, bool], ...], env: Env, memo: dict[tuple[Any, ...], object] | None
-) -> object:
-    """:func:`all_hold` of the guards' pieces, stopping at the first that fails (the guards
-    after it are not read: their facts cannot change the answer)."""
-    pieces: list[object] = []
-    for cond, pol in guards:
-        pieces.append(piece_holds(_truth(cond, env, memo), pol))
-        if pieces[-1] is False:
-            break
-    return all_hold(pieces)
-
-
-def _safe_value(text: str, env: Env) -> object:
-    try:
-        return decide_value(text, env)
-    except UnsafeExpression:
-        return UNKNOWN
-
-
-def _value(text: str, env: Env, memo: dict[tuple[Any, ...], object] | None) -> object:
-    """``evaluate(text).value`` (UNKNOWN when outside the whitelist), memoised as
-    :func:`_truth` is."""
-    return _on_reads(("=", text), sorted_reads(text), env, memo, lambda: _safe_value(text, env))
 
 
 def apply_earlier_writes(
@@ -346,7 +208,7 @@ def write_fails(
     for w, pw in plan:
         if (w.attr, w.path, w.line) == (write.attr, write.path, write.line):
             same_fn = w.function == check.function and w.path == check.path
-            return _holds(pw.all_guards(same_fn), env, None) is False
+            return holds(pw.all_guards(same_fn), env, None) is False
     return False
 
 
@@ -394,8 +256,10 @@ def fold_writes(
     return fold_effects(version, check, plan, attrs, facts, names, memo)[0]
 
 
-#: what one write did in a fold: (the value it assigned or ``None``, its note, its caveat)
-Effect = tuple[Value | None, str, str]
+#: what one write did in a fold: (the value it assigned or ``None``, its note, its caveat,
+#: the facts it read)
+Effect = tuple[Value | None, str, str, Reads]
+_NO_READS: Reads = ()
 
 
 def fold_effects(
@@ -408,30 +272,39 @@ def fold_effects(
     memo: dict[tuple[Any, ...], object] | None,
     prior: tuple[tuple[Effect, ...], tuple[frozenset[str] | None, ...], set[str]] | None = None,
 ) -> tuple[Fold, tuple[Effect, ...]]:
-    """:func:`fold_writes`, with what each write did.
+    """:func:`fold_writes`, with what each write did (the facts each read are recorded when
+    ``facts`` is a :class:`FactsTrace`).
 
     ``prior``: (each write's effect when the same ``plan`` was folded for attributes
-    differing from ``attrs`` only in the names of the set, under facts that answer that
-    fold's reads alike; the names each write reads, ``None`` when not known; that set). A
-    write reading none of the set repeats its effect, unread: it reads what it read then.
-    A write evaluated again whose assignment differs adds its attribute to the set."""
+    differing from ``attrs`` only in the names of the set; the names each write reads,
+    ``None`` when not known; that set). A write reading none of the set, whose facts answer
+    as they did, repeats its effect unevaluated (its fact reads are recorded again). A
+    write evaluated again whose assignment differs adds its attribute to the set."""
     done: list[tuple[str, Value]] = []
     caveats: list[str] = []
     notes: dict[str, list[str]] = {}
     effects: list[Effect] = []
+    trace = facts if isinstance(facts, FactsTrace) else None
     env = Env(attrs, facts)  # reads ``attrs`` as the assignments below change it
     for i, (w, pw) in enumerate(plan):
         effect: Effect | None = None
+        before: Effect | None = None
         if prior is not None:
             before, reads, dirty = prior[0][i], prior[1][i], prior[2]
-            if reads is not None and dirty.isdisjoint(reads):
+            if (
+                reads is not None
+                and dirty.isdisjoint(reads)
+                and (not before[3] or (trace is not None and trace.answers_alike(before[3])))
+            ):
                 effect = before
+                if trace is not None and before[3]:
+                    trace.replay(before[3])
         if effect is None:
-            effect = _effect(version, check, w, pw, env, memo)
-            if prior is not None and _assigns_otherwise(effect[0], before[0]):
+            effect = _effect(version, check, w, pw, env, memo, trace)
+            if before is not None and _assigns_otherwise(effect[0], before[0]):
                 dirty.add(w.attr)
         effects.append(effect)
-        value, note, caveat = effect
+        value, note, caveat, _ = effect
         if value is not None:
             attrs[w.attr] = value
             done.append((w.attr, value))
@@ -456,14 +329,35 @@ def _effect(
     pw: resolution.PreparedWrite,
     env: Env,
     memo: dict[tuple[Any, ...], object] | None,
+    trace: FactsTrace | None,
 ) -> Effect:
+    """What write ``w`` does in ``env`` (:data:`Effect`), with the facts it read from
+    ``trace`` (the facts of ``env``, when traced)."""
+    if trace is None:
+        return (*_effect_of(version, check, w, pw, env, memo), _NO_READS)
+    saved = trace.frame()
+    try:
+        effect = _effect_of(version, check, w, pw, env, memo)
+    finally:
+        reads = trace.merge(saved)
+    return (*effect, reads)
+
+
+def _effect_of(
+    version: str,
+    check: Check,
+    w: chain.Write,
+    pw: resolution.PreparedWrite,
+    env: Env,
+    memo: dict[tuple[Any, ...], object] | None,
+) -> tuple[Value | None, str, str]:
     """What write ``w`` does in ``env``: (the value it assigns or ``None``, a note about it
     and a caveat, each ``""`` when none)."""
     attr = w.attr
     same_fn = w.function == check.function and w.path == check.path
     guards = pw.all_guards(same_fn)
-    holds = _holds(guards, env, memo)
-    if holds is False:
+    held = holds(guards, env, memo)
+    if held is False:
         return None, "", ""
     when = " and ".join(cond if pol else f"not ({cond})" for cond, pol in guards) or "always"
     where = f"{w.path}:{w.line}"
@@ -473,18 +367,18 @@ def _effect(
             f"may be changed at {where} when {when} (order relative to the check unknown)",
             "",
         )
-    if holds is True and not pw.reached and not same_fn:
-        holds = UNKNOWN  # in a helper of a step called from several places: guards unknown
-    value = _value(pw.value, env, memo) if pw.value else UNKNOWN
+    if held is True and not pw.reached and not same_fn:
+        held = UNKNOWN  # in a helper of a step called from several places: guards unknown
+    value = value_of(pw.value, env, memo) if pw.value else UNKNOWN
     if value is UNKNOWN and _transforms_itself(pw.value, attr):
         # e.g. model_path = _resolve_or_download(self.model_path): same meaning, new form
         return None, f"rewritten at {where} from its own value", ""
-    if holds is True and value is not UNKNOWN:
+    if held is True and value is not UNKNOWN:
         written = resolution.write_provenance(version, w, value, when)
         return Value(value, Provenance("write", written)), f"set to {value!r} at {where}", ""
     msg = f"may be changed at {where} when {when}"
     assigned = None
-    if holds is True:
+    if held is True:
         unknown = f"set at {where} to `{pw.value}`, not known statically"
         assigned = Value(UNKNOWN, Provenance("write", unknown))
     return assigned, msg, f"`{attr}` {msg}"

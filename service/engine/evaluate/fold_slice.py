@@ -28,7 +28,8 @@ from kb.errors import UnsafeExpression
 from kb.store import Store
 from service.engine.cache import LRUCache, release_key
 from service.engine.evaluate import chain, resolution
-from service.engine.evaluate.fold import Effect, fold_effects, fold_plan, sorted_reads
+from service.engine.evaluate.fold import Effect, fold_effects, fold_plan
+from service.engine.evaluate.guard_memo import sorted_reads
 from service.engine.evaluate.literal_classes import Tests, answers_signature, uses_of
 from service.engine.evaluate.memo_keys import value_key, value_signature
 from service.engine.evaluate.path_classes import (
@@ -112,9 +113,10 @@ _SLICE_FOLDS: LRUCache[tuple[tuple[Reads, SliceFold, Origin], ...]] = LRUCache(
 )
 _VARIANTS = 8
 # (release, the slice's digest) -> its last fold made afresh: (the values of the names it
-# reads, each write's effect, the facts read); a fold for values differing in a few names
-# evaluates only the writes those reach (:func:`~service.engine.evaluate.fold.fold_effects`)
-_LAST: LRUCache[tuple[tuple[str, ...], tuple[Effect, ...], Reads]] = LRUCache(
+# reads, each write's effect with the facts it read); a fold for values differing in a few
+# names, or under facts answering a few writes otherwise, evaluates only the writes those
+# reach (:func:`~service.engine.evaluate.fold.fold_effects`)
+_LAST: LRUCache[tuple[tuple[str, ...], tuple[Effect, ...]]] = LRUCache(
     "evaluation.fold_slice_last", 20_000
 )
 
@@ -268,10 +270,7 @@ def _fold_or_reuse(
         written = {w.attr for w, _ in piece.writes}
         last = _LAST.get(lkey)
         prior = None
-        if last is not None and trace.answers_alike(last[2]):
-            # the last fold's facts are answered alike: its reads are this fold's too (a
-            # superset of what the writes repeated below read)
-            trace.replay(last[2])
+        if last is not None:  # each write not reached by what differs repeats its effect
             dirty = {d for d, v, old in zip(piece.reads, values, last[0], strict=True) if v != old}
             prior = (last[1], piece.write_reads, dirty)
         (assigned, caveats, _), effects = fold_effects(
@@ -282,7 +281,7 @@ def _fold_or_reuse(
     finally:
         trace.provenance = provenance
         reads = trace.merge(saved)
-    _LAST.put(lkey, (values, effects, reads))
+    _LAST.put(lkey, (values, effects))
     if not by_class:
         _SLICE_FOLDS.put(key, (*variants, (reads, fold, ()))[-_VARIANTS:])
     elif answered_absent(reads, absent):  # else a path came from a fact: not kept

@@ -298,7 +298,15 @@ def backend_refusals(
     if not todo:
         return {}
     backends = {a for e in todo for a in e.set if _is_backend(a)}
-    cards = [c for c in cards_for(store, version) if c.severity == "error" and c.reads & backends]
+    # a card can refuse on the facts only if its conditions name a hardware or architecture
+    # fact (its inputs are what its conditions read)
+    cards = [
+        c
+        for c in cards_for(store, version)
+        if c.severity == "error"
+        and c.reads & backends
+        and (_HW_OR_ARCH_FACT.search(c.when) or _HW_OR_ARCH_FACT.search(c.require))
+    ]
     if not cards:
         return {}
     before = {

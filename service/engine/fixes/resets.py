@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping
 from kb.catalog_types import Catalog
 from kb.code_types import Check
 from kb.store import Store
-from service.engine.evaluate.fold import fold_plan, sorted_reads
+from service.engine.evaluate.fold import fold_plan
+from service.engine.evaluate.guard_memo import sorted_reads
 from service.engine.evaluate.path_condition import PathEvaluation
 from service.engine.expr.interpreter import UNKNOWN, Value
 from service.engine.fixes.model import Edit

@@ -158,3 +158,52 @@ def test_a_fold_for_a_candidate_evaluates_only_the_writes_its_change_reaches(
         cold.append(seen(argv))
     assert warm == cold
     assert 0 < incremental < evaluated[0] / 2
+
+
+def test_a_fold_under_other_facts_repeats_the_writes_whose_facts_answer_alike(
+    store: Store, monkeypatch
+) -> None:
+    """Each write's effect keeps the facts it read: under another GPU, a slice's fold
+    evaluates again only the writes those facts answer otherwise (or that a changed value
+    reaches), and every value and caveat equals a cold fold's."""
+    from service.engine.evaluate import fold
+
+    argv = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "NEXTN"]
+    attrs, _ = prepare_flags(store, "0.5.23", argv)
+    entries = _derived(store, "0.5.23", 60)
+    evaluated = [0]
+    real = fold._effect_of
+
+    def counting(*args):
+        evaluated[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(fold, "_effect_of", counting)
+
+    def seen(facts) -> list[object]:
+        out: list[object] = []
+        for e in entries:
+            view = FoldedView(store, "0.5.23", e.row, e.card.reads, attrs, FactsTrace(facts))
+            out += [value_signature(view.get(attr)) for attr in sorted(e.card.reads)]
+            out.append(tuple(view.caveats))
+        return out
+
+    gpus = [facts_for(hw, None, "/models/Kimi-K2.6") for hw in ("h100-x8", "b200-x8", "mi300x-x8")]
+
+    def warm() -> tuple[list[list[object]], int]:
+        clear_all()
+        seen(gpus[0])
+        evaluated[0] = 0
+        got = [seen(facts) for facts in gpus[1:]]
+        return got, evaluated[0]
+
+    repeated, again = warm()
+    cold = []
+    for facts in gpus[1:]:
+        clear_all()
+        cold.append(seen(facts))
+    assert repeated == cold
+    # without the last folds' effects every write of a slice not memoised is evaluated
+    monkeypatch.setattr(fold_slice._LAST, "get", lambda key: None)
+    assert warm()[0] == cold
+    assert 0 < again < evaluated[0]

@@ -143,7 +143,7 @@ def test_verdicts_reused_across_facts_equal_fresh_ones(store: Store, monkeypatch
     """The per-card memo and the shared guard truths are keyed on the facts each evaluation
     read: evaluating under one GPU after another gives what a cold evaluation gives, and
     re-judges only the cards whose reads the new facts answer differently."""
-    from service.engine.evaluate import fold
+    from service.engine.evaluate import guard_memo
 
     release = "0.5.23"  # the release whose cards fold the most earlier writes
     machines = [
@@ -159,7 +159,7 @@ def test_verdicts_reused_across_facts_equal_fresh_ones(store: Store, monkeypatch
         return real_judge(*args)
 
     clear_all()  # the shared guard truths too
-    assert not fold._SHARED
+    assert not guard_memo._SHARED
     warm = []
     monkeypatch.setattr(card_records, "judge_card", counting_judge)
     for hw, model in machines:
@@ -182,7 +182,7 @@ def test_verdicts_reused_across_facts_equal_fresh_ones(store: Store, monkeypatch
             checker._fix_answers,
         ):
             table.clear()  # the verdicts only: the release's parsed plans stay warm
-        fold._SHARED.clear()
+        guard_memo._SHARED.clear()
         facts = facts_for(hw, None, model)
         fresh = [
             _view(evaluate_cards(store, release, a, facts, p)) for a, p in _commands(store, release)
