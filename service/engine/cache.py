@@ -41,6 +41,7 @@ __all__ = [
     "clear_all",
     "facts_signature",
     "freeze_long_lived",
+    "tune_gc",
     "on_clear_all",
     "recent",
     "release_key",
@@ -305,6 +306,23 @@ def facts_signature(facts: Mapping[str, object]) -> str:
             )
         )
     return hashlib.sha1(repr(items).encode()).hexdigest()
+
+
+#: the collector's thresholds while the engine runs (CPython's default is (700, 10, 10))
+GC_THRESHOLDS = (20_000, 5, 100)
+
+
+def tune_gc() -> None:
+    """Collect less often than CPython's default.
+
+    A triage allocates hundreds of thousands of short-lived objects (keys, records, views)
+    while the memo tables keep a large heap alive. With the default thresholds, on 150
+    never-seen logs after the bench's warm-up, 1,112 collections took 474 ms, and 8 full
+    ones paused a request for 36-73 ms each. With :data:`GC_THRESHOLDS` 34 collections took
+    about 320 ms, none of them full, the longest 68 ms. Reference counting still frees nearly
+    everything; only cyclic garbage waits longer. Set by the engine once.
+    """
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def freeze_long_lived() -> None:

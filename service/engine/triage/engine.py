@@ -8,7 +8,7 @@ from typing import Any
 
 from kb.knowledge import KnowledgeBase
 from service.engine.answer import HardwareSource, ModelFact, TriageResult
-from service.engine.cache import freeze_long_lived
+from service.engine.cache import freeze_long_lived, tune_gc
 from service.engine.errors import NoCrashFound
 from service.engine.expr.interpreter import Value
 from service.engine.facts.core import HardwareProfile
@@ -52,6 +52,7 @@ class Engine:
                 else EngineSettings.model_validate(given.model_dump())
             )
         self.settings = settings
+        tune_gc()
 
     # -- facts (see service.engine.triage.inputs) --------------------------------------
     def facts_for(
