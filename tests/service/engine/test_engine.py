@@ -192,3 +192,14 @@ def test_every_citation_exists_in_the_kb(kb, engine) -> None:
         release, path, span = cite.split(":")
         first = int(span.split("-")[0])
         assert kb.store.file_lines(release, path, first, first), cite
+
+
+def test_the_engine_collects_garbage_less_often(engine) -> None:
+    """An engine runs with the collector's thresholds raised (``cache.tune_gc``): the young
+    generation is scanned every 20,000 allocations, not every 700."""
+    import gc
+
+    from service.engine.cache import GC_THRESHOLDS
+
+    assert gc.get_threshold() == GC_THRESHOLDS
+    assert GC_THRESHOLDS[0] > 700
