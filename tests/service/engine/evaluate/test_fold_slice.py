@@ -114,37 +114,47 @@ def test_a_folded_attribute_is_reused_across_facts_it_never_asked_about(
     assert asked > 0  # reused or not, the facts a fold rested on reach the caller's trace
 
 
+def _counting_writes(monkeypatch) -> list[int]:
+    """A counter of the writes a fold evaluates from now on (``[n]``)."""
+    from service.engine.evaluate import fold
+
+    evaluated = [0]
+    real = fold._effect_of
+
+    def counting(*args):
+        evaluated[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(fold, "_effect_of", counting)
+    return evaluated
+
+
+def _seen(store: Store, entries, attrs, facts) -> list[object]:
+    """Every card attribute's folded value (signature), and the caveats of each card."""
+    out: list[object] = []
+    for e in entries:
+        view = FoldedView(store, "0.5.23", e.row, e.card.reads, attrs, FactsTrace(facts))
+        out += [value_signature(view.get(attr)) for attr in sorted(e.card.reads)]
+        out.append(tuple(view.caveats))
+    return out
+
+
 def test_a_fold_for_a_candidate_evaluates_only_the_writes_its_change_reaches(
     store: Store, monkeypatch
 ) -> None:
     """Fix candidates differ from the command in one flag: each slice's fold repeats the
     writes that flag cannot reach from the last fold, and every value and caveat equals a
     cold fold's."""
-    from service.engine.evaluate import fold
-
     base = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "NEXTN"]
     candidates = [
         [*base, "--kv-cache-dtype", dtype] for dtype in ("fp8_e4m3", "fp8_e5m2", "bf16", "auto")
     ] + [[*base, "--attention-backend", "triton"], [*base, "--page-size", "64"]]
     facts = facts_for("h200-x8", None, "/models/Kimi-K2.6")
     entries = _derived(store, "0.5.23", 60)
-    evaluated = [0]
-    real = fold._effect
-
-    def counting(*args):
-        evaluated[0] += 1
-        return real(*args)
-
-    monkeypatch.setattr(fold, "_effect", counting)
+    evaluated = _counting_writes(monkeypatch)
 
     def seen(argv: list[str]) -> list[object]:
-        attrs, _ = prepare_flags(store, "0.5.23", argv)
-        out: list[object] = []
-        for e in entries:
-            view = FoldedView(store, "0.5.23", e.row, e.card.reads, attrs, FactsTrace(facts))
-            out += [value_signature(view.get(attr)) for attr in sorted(e.card.reads)]
-            out.append(tuple(view.caveats))
-        return out
+        return _seen(store, entries, prepare_flags(store, "0.5.23", argv)[0], facts)
 
     clear_all()
     seen(base)
@@ -166,42 +176,24 @@ def test_a_fold_under_other_facts_repeats_the_writes_whose_facts_answer_alike(
     """Each write's effect keeps the facts it read: under another GPU, a slice's fold
     evaluates again only the writes those facts answer otherwise (or that a changed value
     reaches), and every value and caveat equals a cold fold's."""
-    from service.engine.evaluate import fold
-
     argv = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "NEXTN"]
     attrs, _ = prepare_flags(store, "0.5.23", argv)
     entries = _derived(store, "0.5.23", 60)
-    evaluated = [0]
-    real = fold._effect_of
-
-    def counting(*args):
-        evaluated[0] += 1
-        return real(*args)
-
-    monkeypatch.setattr(fold, "_effect_of", counting)
-
-    def seen(facts) -> list[object]:
-        out: list[object] = []
-        for e in entries:
-            view = FoldedView(store, "0.5.23", e.row, e.card.reads, attrs, FactsTrace(facts))
-            out += [value_signature(view.get(attr)) for attr in sorted(e.card.reads)]
-            out.append(tuple(view.caveats))
-        return out
-
+    evaluated = _counting_writes(monkeypatch)
     gpus = [facts_for(hw, None, "/models/Kimi-K2.6") for hw in ("h100-x8", "b200-x8", "mi300x-x8")]
 
     def warm() -> tuple[list[list[object]], int]:
         clear_all()
-        seen(gpus[0])
+        _seen(store, entries, attrs, gpus[0])
         evaluated[0] = 0
-        got = [seen(facts) for facts in gpus[1:]]
+        got = [_seen(store, entries, attrs, facts) for facts in gpus[1:]]
         return got, evaluated[0]
 
     repeated, again = warm()
     cold = []
     for facts in gpus[1:]:
         clear_all()
-        cold.append(seen(facts))
+        cold.append(_seen(store, entries, attrs, facts))
     assert repeated == cold
     # without the last folds' effects every write of a slice not memoised is evaluated
     monkeypatch.setattr(fold_slice._LAST, "get", lambda key: None)
