@@ -44,7 +44,7 @@ from service.engine.rules.card_verdict import CardResult, given_function
 from service.engine.rules.release_cards import CardEntry
 from service.engine.rules.value_classes import rebased
 
-__all__ = ["Deps", "changed_between", "judge_entries"]
+__all__ = ["Deps", "judge_entries"]
 
 #: the attributes a verdict rests on, those read by the folds of earlier writes included
 #: (``None``: not known; every dependency of the card then)
@@ -68,9 +68,9 @@ _by_view: LRUCache[tuple[ViewRecord, ...]] = LRUCache("rules.card_verdicts_by_vi
 _shared: LRUCache[_Shared] = LRUCache("rules.under_facts", 64)
 _SHARED_MAX = 100_000
 
-# (release, facts) -> the signatures of the attributes last judged under them, and the
-# slice folds made for those: a command differing in a few attributes inherits the folds
-# that read none of them (see fold_slice.inherited)
+# (release, facts) -> the attributes last judged under them, and the slice folds made for
+# those: a command differing in a few attributes inherits the folds that read none of them
+# (see fold_slice.inherited)
 _last_folds: LRUCache[tuple[Mapping[str, Value], Made]] = LRUCache("rules.last_folds", 64)
 
 
@@ -192,11 +192,6 @@ def judge_entries(
             out.append((judged.result, judged.deps))
     _last_folds.put(fkey, (dict(attrs), ctx.made))
     return out
-
-
-def changed_between(sigs: Mapping[str, object], base: Mapping[str, object]) -> set[str]:
-    """Attributes whose signature in ``sigs`` differs from that in ``base``."""
-    return {k for k in sigs.keys() | base.keys() if sigs.get(k) != base.get(k)}
 
 
 def _differing(attrs: Mapping[str, Value], other: Mapping[str, Value]) -> set[str]:

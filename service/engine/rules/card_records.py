@@ -23,10 +23,12 @@ which the folds of the earlier writes read too: a fix candidate changing a flag 
 folded write tests (``kv_cache_dtype`` against each of its literals) misses it, although
 the folded values the card's conditions read are mostly the same. The *view record*
 (:data:`ViewRecord`, :func:`view_served`) names what the conditions read through the
-folded view instead: each value with its provenance and the caveats its fold gave, and
-every fact read. A command whose folds (shared by the cards judged for it) give those
-values and caveats, under facts answering alike, gets the same verdict without evaluating
-the card: the evaluation is deterministic in what it reads.
+folded view instead: each value with its provenance and the caveats its fold gave (for a
+verdict that does not apply, the answers to the tests its operand makes, or the value
+alone), and the facts the conditions read (the folded values stand for those the folds
+read). A command whose folds (shared by the cards judged for it) give those values and
+caveats, under facts answering alike, gets the same verdict without evaluating the card:
+the evaluation is deterministic in what it reads.
 """
 
 from __future__ import annotations
@@ -66,8 +68,8 @@ __all__ = [
 #: was judged with, the tested values it was judged with, the attributes read by name)
 Record = tuple[AttrReadsT, Reads, CardResult, Origin, Shown, frozenset[str]]
 #: what a derived card's verdict rests on as its conditions saw it: (each attribute read
-#: through the folded view with its answer, :meth:`FoldedView.reads_of`; the facts read,
-#: folds included; the verdict)
+#: through the folded view with its answer, :meth:`FoldedView.reads_of`; the facts the
+#: conditions read; the verdict)
 ViewRecord = tuple[ViewReads, Reads, CardResult]
 
 

@@ -68,7 +68,7 @@ from service.engine.evaluate.path_condition import base_attrs, value_signature
 from service.engine.expr.interpreter import Provenance, Value
 from service.engine.flags.parse import ParsedArgs, ParsedFlag, parse_argv
 from service.engine.rules.card_env import facts_for
-from service.engine.rules.card_memo import Deps, changed_between, judge_entries
+from service.engine.rules.card_memo import Deps, judge_entries
 from service.engine.rules.card_verdict import CardResult, Verdict
 from service.engine.rules.release_cards import (
     ReleasePlan,
@@ -155,6 +155,11 @@ def _default_sigs(store: Store, release: str) -> dict[str, object]:
     return cached(release_key(store, release, "rules:default-sigs"), build)
 
 
+def _changed(sigs: Mapping[str, object], base: Mapping[str, object]) -> set[str]:
+    """Attributes whose signature in ``sigs`` differs from that in ``base``."""
+    return {k for k in sigs.keys() | base.keys() if sigs.get(k) != base.get(k)}
+
+
 def _todo(
     plan: ReleasePlan,
     base: Sequence[tuple[CardResult, Deps] | None] | Mapping[int, tuple[CardResult, Deps]],
@@ -208,12 +213,12 @@ def evaluate_cards(
     sigs = {k: dsigs[k] if v is defaults.get(k) else value_signature(v) for k, v in attrs.items()}
     # the verdicts under the defaults, filled lazily: only for cards a command leaves there
     ref = _reference.get_or_build((plan.key, fsig), dict)
-    todo, missing = _todo(plan, ref, changed_between(sigs, dsigs))
+    todo, missing = _todo(plan, ref, _changed(sigs, dsigs))
     base: Sequence[tuple[CardResult, Deps] | None] | None = None  # per card; ``None``: judged
     last = _last.get((plan.key, fsig))
     if last is not None:  # another command with these facts: the nearer base is taken
         last_sigs, earlier = last
-        near_todo, _ = _todo(plan, earlier, changed_between(sigs, last_sigs))
+        near_todo, _ = _todo(plan, earlier, _changed(sigs, last_sigs))
         if len(near_todo) <= len(todo) + len(missing):
             base, todo, missing = earlier, near_todo, []
     if missing:
