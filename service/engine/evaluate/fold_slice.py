@@ -90,9 +90,12 @@ class Slice:
     write_reads: tuple[frozenset[str] | None, ...] = field(init=False, repr=False, compare=False)
     #: :attr:`reads` as a set
     read_set: frozenset[str] = field(init=False, repr=False, compare=False)
+    #: the attributes the writes assign
+    written: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "read_set", frozenset(self.reads))
+        object.__setattr__(self, "written", frozenset(w.attr for w, _ in self.writes))
         object.__setattr__(self, "paths", writes_info(self.writes))
         object.__setattr__(self, "write_reads", tuple(_write_reads(pw) for _, pw in self.writes))
         texts: dict[tuple[str, str | None], None] = {}
@@ -267,14 +270,13 @@ def _fold_or_reuse(
         # the plan's membership questions join this variant's reads: another set of fact
         # names may make another plan under the same key
         fold_plan(store, version, check, names, trace.names())
-        written = {w.attr for w, _ in piece.writes}
         last = _LAST.get(lkey)
         prior = None
         if last is not None:  # each write not reached by what differs repeats its effect
             dirty = {d for d, v, old in zip(piece.reads, values, last[0], strict=True) if v != old}
             prior = (last[1], piece.write_reads, dirty)
         (assigned, caveats, _), effects = fold_effects(
-            version, check, piece.writes, Overlay(attrs), trace, written, memo, prior
+            version, check, piece.writes, Overlay(attrs), trace, piece.written, memo, prior
         )
         # the same few caveat texts recur in every variant: one copy each
         fold = (assigned, tuple(map(sys.intern, caveats)))
@@ -331,10 +333,10 @@ def _decided(piece: Slice, fold: SliceFold) -> Decided:
     assigned, caveats = fold
     final: dict[str, object] = dict.fromkeys(piece.decides, _ABSENT)
     final.update(assigned)
-    out = tuple(
-        (attr, value, tuple(c for c in caveats if c.startswith(f"`{attr}` ")) if caveats else ())
-        for attr, value in final.items()
-    )
+    about: dict[str, list[str]] = {}  # caveats name their attribute first: "`attr` ..."
+    for c in caveats:
+        about.setdefault(c[1 : c.find("` ", 1)], []).append(c)
+    out = tuple((attr, value, tuple(about.get(attr, ()))) for attr, value in final.items())
     if len(_DECIDED) >= _DECIDED_MAX:
         _DECIDED.clear()
     _DECIDED[key] = (piece, fold, out)
