@@ -188,7 +188,6 @@ def fold_attr(
     memo: dict[tuple[Any, ...], object] | None = None,
     plan: Plan | None = None,
     made: Made | None = None,
-    record: bool = True,
 ) -> tuple[Slice, SliceFold]:
     """The fold of ``attr``'s slice of the plan for ``names`` before ``check``: (the slice,
     (its assignments in order, caveats about the writes of the slice)).
@@ -202,8 +201,6 @@ def fold_attr(
     :func:`~service.engine.evaluate.fold.fold_plan` gave it for ``trace`` already (its
     questions about the facts are then in ``trace``). ``made``: the folds already made for
     these same ``attrs`` and facts (by the slice's digest), reused without a key; filled.
-    ``record``: a fold reused from ``made`` still reads the names and facts it rests on
-    (for the records ``attrs`` and ``trace`` keep); without, it reads nothing.
     """
     if plan is None:
         plan, _ = fold_plan(store, version, check, names, trace.names())
@@ -211,10 +208,9 @@ def fold_attr(
     if made is not None:
         done = made.get(piece.ident)
         if done is not None:
-            if record:
-                for d in piece.reads:  # the reads a fold makes, for the caller's record
-                    attrs.get(d)
-                trace.replay(done[0])
+            for d in piece.reads:  # the reads a fold makes, for the caller's record
+                attrs.get(d)
+            trace.replay(done[0])
             return piece, done[1]
     piece, fold, reads = _fold_or_reuse(store, version, check, names, piece, attrs, trace, memo)
     if made is not None:
@@ -354,9 +350,8 @@ class FoldedView(Mapping[str, Value]):
     Every attribute read is kept in :attr:`seen` (first-read order) with the value read,
     ``None`` when absent, and the caveats its first read added: an evaluation over the
     view reads nothing else of the attributes (:meth:`reads_of`). Iterating or sizing the
-    view sets :attr:`whole`. Without ``record``, a fold taken from ``made`` reads nothing
-    of ``attrs`` and ``trace`` (:func:`fold_attr`): for a caller that keeps neither's
-    record, and takes what the view rests on from :meth:`rests_on`."""
+    view sets :attr:`whole`; :meth:`rests_on` gives every attribute the reads so far rest
+    on."""
 
     __slots__ = (
         "_args",
@@ -367,7 +362,6 @@ class FoldedView(Mapping[str, Value]):
         "_names",
         "_pending",
         "_plan",
-        "_record",
         "_trace",
         "caveats",
         "notes_of",
@@ -386,10 +380,8 @@ class FoldedView(Mapping[str, Value]):
         trace: FactsTrace,
         memo: dict[tuple[Any, ...], object] | None = None,
         made: Made | None = None,
-        record: bool = True,
     ) -> None:
         self._names = frozenset(names)
-        self._record = record
         self._made = made
         self._args = (store, version, check, self._names)
         self._attrs = attrs
@@ -426,7 +418,6 @@ class FoldedView(Mapping[str, Value]):
                 self._memo,
                 self._plan,
                 self._made,
-                self._record,
             )
         except UnsafeExpression as exc:  # a write's guard outside the whitelist
             self._done[key] = _ABSENT

@@ -179,8 +179,10 @@ def judge_entries(
         else:
             viewed = _by_view.get(rkey_card) or ()
             got = view_served(store, release, e, ctx, viewed) if viewed else None
-            if got is not None:  # not memoised: its facts are those of the record
-                out.append(got)
+            if got is not None:
+                served, fact_reads, deps = got
+                _memo.put(key, (*variants, (fact_reads, served, deps))[-_VARIANTS:])
+                out.append((served, deps))
                 continue
             judged = judge_fresh(store, release, e, ctx)
             entry = (judged.fact_reads, judged.result, judged.deps)

@@ -162,10 +162,11 @@ def judge_fresh(store: Store, release: str, entry: CardEntry, ctx: Judging) -> J
 
 def view_served(
     store: Store, release: str, entry: CardEntry, ctx: Judging, records: tuple[ViewRecord, ...]
-) -> tuple[CardResult, frozenset[str]] | None:
+) -> tuple[CardResult, Reads, frozenset[str]] | None:
     """The verdict of the first of ``records`` (view records of ``entry``'s card) whose
-    reads ``ctx``'s folded view and facts answer alike, with the attributes it rests on
-    (the folds read them); ``None`` when none does.
+    reads ``ctx``'s folded view and facts answer alike, with the facts that answer rests on
+    (those the folds read here and the record's) and the attributes (the folds read them);
+    ``None`` when none does.
 
     The view folds the slices the records name (shared with the other cards judged for
     this command through ``ctx.made``), and nothing else is evaluated."""
@@ -173,21 +174,14 @@ def view_served(
         return None
     trace = FactsTrace(ctx.facts, ctx.fact_sigs)
     folded = FoldedView(
-        store,
-        release,
-        entry.row,
-        entry.card.reads,
-        ctx.attrs,
-        trace,
-        ctx.guard_memo,
-        ctx.made,
-        record=False,
+        store, release, entry.row, entry.card.reads, ctx.attrs, trace, ctx.guard_memo, ctx.made
     )
     for reads, fact_reads, result in reversed(records):
         if all(folded.answers(k, how) == answer for k, how, answer in reads) and reads_match(
             fact_reads, ctx.facts, ctx.fact_sigs
         ):
-            return result, folded.rests_on()
+            trace.replay(fact_reads)
+            return result, trace.snapshot(), folded.rests_on()
     return None
 
 
