@@ -30,7 +30,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from kb.rules.cards import helper_reads
-from service.engine.evaluate.fold_slice import Slice
 from service.engine.evaluate.literal_classes import Tests, read_by_tests, uses_of
 from service.engine.evaluate.memo_keys import value_signature
 from service.engine.evaluate.path_classes import (
@@ -41,6 +40,7 @@ from service.engine.evaluate.path_classes import (
     uses_by_class,
 )
 from service.engine.evaluate.resolution import revalued_provenance
+from service.engine.evaluate.slice_plan import Slice
 from service.engine.expr.interpreter import Provenance, Value
 from service.engine.expr.trace import Reads, answered_absent
 from service.engine.rules.card_env import CARD_FUNCTIONS

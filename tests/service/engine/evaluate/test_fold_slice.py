@@ -9,8 +9,9 @@ from kb.store import Store
 from service.engine.cache import clear_all
 from service.engine.evaluate import fold_slice
 from service.engine.evaluate.fold import fold_earlier_writes
-from service.engine.evaluate.fold_slice import FoldedView, plan_slice
+from service.engine.evaluate.fold_slice import FoldedView
 from service.engine.evaluate.memo_keys import value_signature
+from service.engine.evaluate.slice_plan import plan_slice
 from service.engine.expr.trace import FactsTrace
 from service.engine.rules.checker import facts_for, prepare_flags
 from service.engine.rules.release_cards import card_entry, cards_for

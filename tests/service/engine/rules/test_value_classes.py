@@ -8,11 +8,11 @@ from __future__ import annotations
 from kb.rules.cards import Card
 from kb.store import Store
 from service.engine.cache import clear_all
-from service.engine.evaluate import fold_slice
+from service.engine.evaluate import fold_slice, slice_plan
 from service.engine.evaluate.chain import Write
-from service.engine.evaluate.fold_slice import Slice
 from service.engine.evaluate.path_classes import CLASSED, uses_by_class
 from service.engine.evaluate.resolution import PreparedWrite
+from service.engine.evaluate.slice_plan import Slice
 from service.engine.expr.interpreter import Provenance, Value
 from service.engine.expr.trace import FactsTrace
 from service.engine.rules import card_records
@@ -170,7 +170,7 @@ def test_new_model_paths_reuse_verdicts_equal_to_fresh_ones(store: Store, monkey
         shown = {v for *_, inputs, _ in verdicts for n, v, _ in inputs if n == "model_path"}
         assert shown <= {path}
     monkeypatch.setattr(card_records, "card_classed", lambda *args: frozenset())
-    monkeypatch.setattr(fold_slice, "writes_info", lambda *args: (False, frozenset()))
+    monkeypatch.setattr(slice_plan, "writes_info", lambda *args: (False, frozenset()))
     assert run() == classed
     assert 0 < with_classes < judged[0]
     assert 0 < folds_with_classes < folded[0]
