@@ -238,21 +238,6 @@ def _fold(
     the others are folded so that later writes read what ran before them."""
     fact_names = facts.names() if isinstance(facts, FactsTrace) else frozenset(facts)
     plan, _ = fold_plan(store, version, check, names, fact_names)
-    return fold_writes(version, check, plan, attrs, facts, names, memo)
-
-
-def fold_writes(
-    version: str,
-    check: Check,
-    plan: tuple[tuple[chain.Write, resolution.PreparedWrite], ...],
-    attrs: MutableMapping[str, Value],
-    facts: Mapping[str, Value],
-    names: Collection[str],
-    memo: dict[tuple[Any, ...], object] | None,
-) -> Fold:
-    """Fold the prepared writes of ``plan`` (in its order) into ``attrs`` (scratch space,
-    assigned in place): (assignments in order, caveats, notes), reporting the writes of
-    ``names`` only."""
     return fold_effects(version, check, plan, attrs, facts, names, memo)[0]
 
 
@@ -272,8 +257,10 @@ def fold_effects(
     memo: dict[tuple[Any, ...], object] | None,
     prior: tuple[tuple[Effect, ...], tuple[frozenset[str] | None, ...], set[str]] | None = None,
 ) -> tuple[Fold, tuple[Effect, ...]]:
-    """:func:`fold_writes`, with what each write did (the facts each read are recorded when
-    ``facts`` is a :class:`FactsTrace`).
+    """Fold the prepared writes of ``plan`` (in its order) into ``attrs`` (scratch space,
+    assigned in place): ((assignments in order, caveats, notes), what each write did),
+    reporting the writes of ``names`` only. The facts each write read are recorded when
+    ``facts`` is a :class:`FactsTrace`.
 
     ``prior``: (each write's effect when the same ``plan`` was folded for attributes
     differing from ``attrs`` only in the names of the set; the names each write reads,
