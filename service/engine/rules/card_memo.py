@@ -44,7 +44,7 @@ from service.engine.rules.card_verdict import CardResult, given_function
 from service.engine.rules.release_cards import CardEntry
 from service.engine.rules.value_classes import rebased
 
-__all__ = ["Deps", "judge_entries"]
+__all__ = ["Deps", "differing", "judge_entries"]
 
 #: the attributes a verdict rests on, those read by the folds of earlier writes included
 #: (``None``: not known; every dependency of the card then)
@@ -115,18 +115,16 @@ def judge_entries(
     facts: Mapping[str, Value],
     fsig: str,
     parsed: ParsedArgs,
-    known: Mapping[str, object] | None = None,
 ) -> list[tuple[CardResult, Deps]]:
     """Each entry's verdict, through the per-card memo, with the attributes it rests on
-    (``None``: not known, its dependencies then). ``fsig``: the facts' signature;
-    ``known``: the signatures (:func:`value_signature`) of attributes of ``attrs``
-    computed already. The slice folds of the last attributes judged under these
+    (``None``: not known, its dependencies then). ``fsig``: the facts' signature. The
+    slice folds of the last attributes judged under these
     facts that read none of the attributes differing here are taken over."""
     given, typed = given_function(parsed)
     shared = _under_facts(fsig)
     fkey = (release_key(store, release, "rules:folds"), fsig)
     last = _last_folds.get(fkey)
-    made = inherited(last[1], _differing(attrs, last[0])) if last is not None else {}
+    made = inherited(last[1], differing(attrs, last[0])) if last is not None else {}
     ctx = Judging(
         attrs,
         facts,
@@ -136,7 +134,7 @@ def judge_entries(
         made,
         shared.guard_memo,
     )
-    sigs: dict[str, object] = dict(known or {})
+    sigs: dict[str, object] = {}  # the signatures of ``attrs`` read so far
     fact_sigs = ctx.fact_sigs
     rkey = release_key(store, release, "rules:verdict")
     out: list[tuple[CardResult, Deps]] = []
@@ -196,7 +194,7 @@ def judge_entries(
     return out
 
 
-def _differing(attrs: Mapping[str, Value], other: Mapping[str, Value]) -> set[str]:
+def differing(attrs: Mapping[str, Value], other: Mapping[str, Value]) -> set[str]:
     """Attributes whose value or provenance differs between ``attrs`` and ``other`` (the
     same object is the same attribute: commands share most values with the defaults)."""
     out: set[str] = set()

@@ -64,11 +64,11 @@ from kb.rules.cards import Card
 from kb.store import Store
 from service.engine.answer import RuleVerdict
 from service.engine.cache import LRUCache, cached, facts_signature, release_key
-from service.engine.evaluate.path_condition import base_attrs, value_signature
+from service.engine.evaluate.path_condition import base_attrs
 from service.engine.expr.interpreter import Provenance, Value
 from service.engine.flags.parse import ParsedArgs, ParsedFlag, parse_argv
 from service.engine.rules.card_env import facts_for
-from service.engine.rules.card_memo import Deps, judge_entries
+from service.engine.rules.card_memo import Deps, differing, judge_entries
 from service.engine.rules.card_verdict import CardResult, Verdict
 from service.engine.rules.release_cards import (
     ReleasePlan,
@@ -96,12 +96,13 @@ _reference: LRUCache[dict[int, tuple[CardResult, Deps]]] = LRUCache("rules.defau
 # (release, argv, facts) -> check_fix's answer
 _fix_answers: LRUCache[tuple[list[RuleVerdict], bool]] = LRUCache("rules.check_fix", 4096)
 _baselines: LRUCache[frozenset[str]] = LRUCache("rules.baselines", 256)
-# (release, cards, facts) -> the last command evaluated with them: the signature of each of
-# its attributes and every card's verdict (a fix candidate differs from the last in a flag
-# or two: only the cards depending on those are judged)
-_last: LRUCache[tuple[dict[str, object], tuple[tuple[CardResult, Deps], ...]]] = LRUCache(
+# (release, cards, facts) -> the last command evaluated with them: its attributes and every
+# card's verdict (a fix candidate differs from the last in a flag or two: only the cards
+# whose verdict rested on those are judged)
+_last: LRUCache[tuple[dict[str, Value], tuple[tuple[CardResult, Deps], ...]]] = LRUCache(
     "rules.last_command", 64
 )
+
 # ------------------------------------------------------------------------ flags
 
 
@@ -144,20 +145,6 @@ def _defaults(store: Store, release: str, catalog: Catalog | None = None) -> dic
         return base_attrs(catalog or load_catalog(store, release), ParsedArgs())
 
     return cached(release_key(store, release, "rules:defaults"), build)
-
-
-def _default_sigs(store: Store, release: str) -> dict[str, object]:
-    """The :func:`value_signature` of each of the release's defaults, cached; read-only."""
-
-    def build() -> dict[str, object]:
-        return {k: value_signature(v) for k, v in _defaults(store, release).items()}
-
-    return cached(release_key(store, release, "rules:default-sigs"), build)
-
-
-def _changed(sigs: Mapping[str, object], base: Mapping[str, object]) -> set[str]:
-    """Attributes whose signature in ``sigs`` differs from that in ``base``."""
-    return {k for k in sigs.keys() | base.keys() if sigs.get(k) != base.get(k)}
 
 
 def _todo(
@@ -209,16 +196,15 @@ def evaluate_cards(
         entries = [card_entry(store, release, c) for c in cards]
         return [r for r, _ in judge_entries(store, release, entries, attrs, facts, fsig, parsed)]
     plan = release_plan(store, release)
-    defaults, dsigs = _defaults(store, release), _default_sigs(store, release)
-    sigs = {k: dsigs[k] if v is defaults.get(k) else value_signature(v) for k, v in attrs.items()}
+    defaults = _defaults(store, release)
     # the verdicts under the defaults, filled lazily: only for cards a command leaves there
     ref = _reference.get_or_build((plan.key, fsig), dict)
-    todo, missing = _todo(plan, ref, _changed(sigs, dsigs))
+    todo, missing = _todo(plan, ref, differing(attrs, defaults))
     base: Sequence[tuple[CardResult, Deps] | None] | None = None  # per card; ``None``: judged
     last = _last.get((plan.key, fsig))
     if last is not None:  # another command with these facts: the nearer base is taken
-        last_sigs, earlier = last
-        near_todo, _ = _todo(plan, earlier, _changed(sigs, last_sigs))
+        last_attrs, earlier = last
+        near_todo, _ = _todo(plan, earlier, differing(attrs, last_attrs))
         if len(near_todo) <= len(todo) + len(missing):
             base, todo, missing = earlier, near_todo, []
     if missing:
@@ -230,12 +216,12 @@ def evaluate_cards(
         base = [ref.get(i) for i in range(len(plan.entries))]
     order = sorted(todo)
     entries = [plan.entries[i] for i in order]
-    fresh = judge_entries(store, release, entries, attrs, facts, fsig, parsed, sigs)
+    fresh = judge_entries(store, release, entries, attrs, facts, fsig, parsed)
     filled = list(base)
     for i, judged in zip(order, fresh, strict=True):
         filled[i] = judged
     out = cast(list[tuple[CardResult, Deps]], filled)  # every card not judged has its verdict
-    _last.put((plan.key, fsig), (sigs, tuple(out)))
+    _last.put((plan.key, fsig), (dict(attrs), tuple(out)))
     return [r for r, _ in out]
 
 
