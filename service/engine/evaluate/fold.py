@@ -25,6 +25,7 @@ from service.engine.cache import (
 from service.engine.evaluate import chain, resolution
 from service.engine.evaluate.guard_memo import holds, value_of
 from service.engine.evaluate.memo_keys import value_key, value_signature
+from service.engine.evaluate.slice_plan import Plan, plan_reads
 from service.engine.expr.interpreter import (
     UNKNOWN,
     Env,
@@ -38,11 +39,20 @@ from service.engine.expr.trace import FactNames, FactsTrace, Reads, member_reads
 _MISSING = object()
 
 Fold = tuple[tuple[tuple[str, Value], ...], list[str], dict[str, list[str]]]
+#: what one write did in a fold: (the value it assigned or ``None``, its note, its caveat,
+#: the facts it read)
+Effect = tuple[Value | None, str, str, Reads]
 
 # (release, check, names, values read) -> what folding the earlier writes does, per way
 # the facts answered the fold's reads of them
 _FOLDS: LRUCache[tuple[tuple[Reads, Fold], ...]] = LRUCache("evaluation.folds", 20_000)
 _FOLD_VARIANTS = 8
+# (release, check, names) -> the last fold made afresh: (its plan, the values of the names
+# that decide it, each write's effect with the facts it read); a fold for values differing
+# in a few names evaluates only the writes those reach (:func:`fold_effects`)
+_LAST: LRUCache[tuple[Plan, tuple[str, ...], tuple[Effect, ...]]] = LRUCache(
+    "evaluation.folds_last", 1_000
+)
 
 
 def apply_earlier_writes(
@@ -101,7 +111,15 @@ def fold_earlier_writes(
             return fold
     trace = FactsTrace(facts, sigs)
     trace.provenance = False
-    fold = _fold(store, version, check, _overlay(attrs), trace, frozen, memo)
+    plan, _ = fold_plan(store, version, check, frozen, trace.names())
+    lkey, values = key[:3], key[3]
+    last = _LAST.get(lkey)
+    prior = None
+    if last is not None and last[0] is plan:  # each write no differing name reaches repeats
+        dirty = {d for d, v, old in zip(deps, values, last[1], strict=True) if v != old}
+        prior = (last[2], plan_reads(plan), dirty)
+    fold, effects = fold_effects(version, check, plan, _overlay(attrs), trace, frozen, memo, prior)
+    _LAST.put(lkey, (plan, values, effects))
     _FOLDS.put(key, (*variants, (trace.snapshot(), fold))[-_FOLD_VARIANTS:])
     return fold
 
@@ -241,9 +259,6 @@ def _fold(
     return fold_effects(version, check, plan, attrs, facts, names, memo)[0]
 
 
-#: what one write did in a fold: (the value it assigned or ``None``, its note, its caveat,
-#: the facts it read)
-Effect = tuple[Value | None, str, str, Reads]
 _NO_READS: Reads = ()
 
 

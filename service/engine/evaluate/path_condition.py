@@ -40,6 +40,7 @@ from service.engine.expr.interpreter import (
     evaluate,
     referenced_names,
 )
+from service.engine.expr.trace import FactsTrace, Reads
 from service.engine.flags.parse import ParsedArgs
 
 #: its own names, and those of its neighbours the rule cards import from here
@@ -56,8 +57,9 @@ __all__ = [
     "value_signature",
 ]
 
-# (condition, facts, inputs read with their provenance) -> its Result
-_PIECES: LRUCache[Result] = LRUCache("evaluation.pieces", 30_000)
+# (condition, facts, inputs read with their provenance) -> its Result and the fact questions
+# it asked; (condition, None, inputs) when it asked none
+_PIECES: LRUCache[tuple[Result, Reads]] = LRUCache("evaluation.pieces", 30_000)
 
 
 @dataclass
@@ -67,6 +69,9 @@ class PathEvaluation:
     attrs: set[str]
     caveats: list[str] = field(default_factory=list)
     write_notes: dict[str, list[str]] = field(default_factory=dict)
+    #: every question the pieces asked the facts, when no earlier writes were folded
+    #: (``None`` otherwise): facts answering them alike give the same evaluation
+    fact_reads: Reads | None = None
 
     @property
     def test(self) -> PiecePart | None:
@@ -278,23 +283,27 @@ def evaluate_path(
         caveats, notes = apply_earlier_writes(store, version, check, attrs, facts, names, memo)
     env = Env(attrs, facts)
     parts: list[PiecePart] = []
+    asked: dict[object, object] = {}
     kinds = piece_kinds(store, version, check)
     if len(kinds) != len(texts):
         kinds = [""] * len(texts)
     test_at = _own_test_index(texts, kinds)
     for i, (role, cond, pol, line) in enumerate(texts):
         try:
-            res = _evaluate_piece(cond, env, fsig)
+            res, reads = _evaluate_piece(cond, env, fsig)
         except Exception as exc:  # UnsafeExpression / syntax: unknown, said so
             caveats.append(f"could not evaluate `{cond[:80]}`: {exc}")
-            res = Result(UNKNOWN, UNKNOWN, (), frozenset(), (cond[:80],))
+            res, reads = Result(UNKNOWN, UNKNOWN, (), frozenset(), (cond[:80],)), ()
+        for k, v in reads:
+            asked.setdefault(k, v)
         parts.append(
             PiecePart(
                 role, cond, pol, line, res, piece_holds(res.truth, pol), kinds[i], i == test_at
             )
         )
     fired = all_hold([p.holds for p in parts]) if parts else UNKNOWN
-    return PathEvaluation(fired, parts, names, caveats, notes)
+    fact_reads = None if apply_writes else tuple(asked.items())
+    return PathEvaluation(fired, parts, names, caveats, notes, fact_reads)
 
 
 def evaluate_check(ctx: CheckContext, attrs: dict[str, Value] | None = None) -> PathEvaluation:
@@ -310,16 +319,25 @@ def evaluate_check(ctx: CheckContext, attrs: dict[str, Value] | None = None) -> 
     )
 
 
-def _evaluate_piece(cond: str, env: Env, fsig: str) -> Result:
-    """``evaluate(cond, env)``, memoised on the facts and on the value *and provenance*
-    of every attribute ``cond`` reads (a Result lists its inputs with their provenance)."""
+def _evaluate_piece(cond: str, env: Env, fsig: str) -> tuple[Result, Reads]:
+    """``evaluate(cond, env)`` and the questions it asked the facts. Memoised on the value
+    *and provenance* of every attribute ``cond`` reads (a Result lists its inputs with
+    their provenance) and, when the evaluation asked the facts anything, on the facts
+    (``fsig``). An evaluation is deterministic in what it reads: one that asked no fact
+    for these inputs asks none under any facts, so its result serves every GPU and model.
+    Facts given as a :class:`FactsTrace` have the questions recorded, memo hit or not."""
     try:
         read = referenced_names(cond)
     except Exception:  # let the evaluator raise its own error
-        return evaluate(cond, env)
-    key = (cond, fsig, tuple((n, value_signature(env.attrs.get(n))) for n in sorted(read)))
-    hit = _PIECES.get(key)
+        return evaluate(cond, env), ()
+    outer = env.facts if isinstance(env.facts, FactsTrace) else None
+    inputs = tuple((n, value_signature(env.attrs.get(n))) for n in sorted(read))
+    hit = _PIECES.get((cond, None, inputs)) or _PIECES.get((cond, fsig, inputs))
     if hit is None:
-        hit = evaluate(cond, env)
-        _PIECES.put(key, hit)
+        trace = FactsTrace(outer.base if outer is not None else env.facts)
+        result = evaluate(cond, Env(env.attrs, trace, env.functions, env.arg_objects))
+        hit = (result, trace.snapshot())
+        _PIECES.put((cond, fsig if hit[1] else None, inputs), hit)
+    if outer is not None:
+        outer.replay(hit[1])
     return hit

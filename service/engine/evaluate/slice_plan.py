@@ -20,7 +20,7 @@ from service.engine.evaluate.guard_memo import sorted_reads
 from service.engine.evaluate.literal_classes import Tests, uses_of
 from service.engine.evaluate.path_classes import WritesInfo, writes_info
 
-__all__ = ["Plan", "Slice", "plan_slice"]
+__all__ = ["Plan", "Slice", "plan_reads", "plan_slice"]
 
 Plan = tuple[tuple[chain.Write, resolution.PreparedWrite], ...]
 
@@ -67,6 +67,10 @@ class Slice:
 # (id of the plan, attribute) -> (the plan, its slice); the plan is kept so that a reused
 # id cannot answer for another plan
 _SLICES: LRUCache[tuple[Plan, Slice]] = LRUCache("evaluation.fold_slices", 50_000)
+# id of a plan -> (the plan, every name each of its writes reads)
+_PLAN_READS: LRUCache[tuple[Plan, tuple[frozenset[str] | None, ...]]] = LRUCache(
+    "evaluation.plan_reads", 4_096
+)
 
 
 def _ident(check: Check, writes: Plan) -> bytes:
@@ -94,13 +98,24 @@ def _write_reads(pw: resolution.PreparedWrite) -> frozenset[str] | None:
     return frozenset(out)
 
 
+def plan_reads(plan: Plan) -> tuple[frozenset[str] | None, ...]:
+    """Per write of ``plan``, every name its value and guards read (``None``: a text not
+    readable); cached per plan object."""
+    got = _PLAN_READS.get(id(plan))
+    if got is not None and got[0] is plan:
+        return got[1]
+    reads = tuple(_write_reads(pw) for _, pw in plan)
+    _PLAN_READS.put(id(plan), (plan, reads))
+    return reads
+
+
 def plan_slice(check: Check, plan: Plan, attr: str) -> Slice:
     """The slice of ``check``'s ``plan`` that decides ``attr`` (cached per plan object)."""
     key = (id(plan), attr)
     got = _SLICES.get(key)
     if got is not None and got[0] is plan:
         return got[1]
-    reads = [_write_reads(pw) or frozenset() for _, pw in plan]
+    reads = [r or frozenset() for r in plan_reads(plan)]
     written = {w.attr for w, _ in plan}
     wanted = {attr}
     grew = True

@@ -24,6 +24,7 @@ from service.engine.cache import LRUCache, facts_signature, release_key
 from service.engine.evaluate.memo_keys import value_key
 from service.engine.evaluate.path_condition import evaluate_path, prepared_pieces
 from service.engine.expr.interpreter import UNKNOWN, Value
+from service.engine.expr.trace import Reads, reads_match, values_only
 from service.engine.fixes.edits import edited_attrs
 from service.engine.fixes.model import Verdict
 
@@ -35,8 +36,11 @@ _NEIGHBOUR_ROWS: LRUCache[tuple[list[Check], list[tuple[str | None, str | None]]
 )
 # ((release key, file), attr) -> indexes of the candidate rows that mention attr
 _ATTR_ROWS: LRUCache[frozenset[int]] = LRUCache("fixes.attr_rows", 8192)
-# (release key, facts, (check id, values read)) -> the check's verdict without earlier writes
-_FIRED: LRUCache[object] = LRUCache("fixes.neighbour_fired", 50_000)
+# (release key, the facts' keys, (check id, values read)) -> the check's verdict without
+# earlier writes, per way the facts answered what its evaluation asked them (by value: a
+# verdict shows no fact's origin)
+_FIRED: LRUCache[tuple[tuple[Reads, object], ...]] = LRUCache("fixes.neighbour_fired", 50_000)
+_FIRED_VARIANTS = 8
 # (release key, check, touched attrs, facts) -> its neighbours and what they read
 _PLANS: LRUCache[_NeighbourPlan] = LRUCache("fixes.neighbour_plans", 2048)
 # (release key, facts, check, touched attrs, values the neighbours read) -> (trips, unknown count)
@@ -131,11 +135,22 @@ def recheck_neighbours(
     whole = (rkey, fsig, check.id, touched, tuple(values[n] for n in plan.names))
     hit = _RECHECKS.get(whole)
 
-    def fired_of(row: Check) -> object:
-        """Whether ``row`` fires with the edited attributes, its earlier writes unapplied."""
-        return evaluate_path(
+    sigs: dict[object, object] = {}  # the facts' answers, for reads_match
+
+    def fired_of(row: Check, key: tuple[Any, ...]) -> object:
+        """Whether ``row`` fires with the edited attributes, its earlier writes unapplied
+        (the pieces' texts depend on which facts exist: keyed on their keys)."""
+        full = (rkey, fact_names, key)
+        variants = _FIRED.get(full) or ()
+        for reads, fired in variants:
+            if reads_match(reads, facts, sigs):
+                return fired
+        ev = evaluate_path(
             store, version, row, new_attrs, facts, apply_writes=False, facts_sig=fsig
-        ).fired
+        )
+        reads = values_only(ev.fact_reads or ())
+        _FIRED.put(full, (*variants, (reads, ev.fired))[-_FIRED_VARIANTS:])
+        return ev.fired
 
     if hit is None:
         trips: list[dict[str, Any]] = []
@@ -143,9 +158,7 @@ def recheck_neighbours(
         for other, names in plan.rows:
             key = (other.id, tuple((n, values[n]) for n in names))
             if key not in memo:
-                memo[key] = _FIRED.get_or_build(
-                    (rkey, fsig, key), functools.partial(fired_of, other)
-                )
+                memo[key] = fired_of(other, key)
             fired = memo[key]
             if fired is True:
                 trips.append(

@@ -196,3 +196,99 @@ def test_base_attrs_equals_a_full_build_and_is_a_fresh_dict(seed) -> None:
         assert list(got.items()) == list(_base_attrs_reference(catalog, parsed, log).items())
     got["tp_size"] = Value(3, Provenance("flag", "mutated"))
     assert base_attrs(catalog, parsed)["tp_size"].provenance.detail != "mutated"
+
+
+def _counting(monkeypatch, module, name: str) -> list[int]:
+    """A counter of the calls of ``module.name`` from now on (``[n]``)."""
+    calls = [0]
+    real = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+MACHINES = ("h100-x8", "mi300x-x8", "b200-x8", "h200-x8")
+
+
+def test_pieces_that_asked_no_fact_serve_every_machine(seed, monkeypatch) -> None:
+    """A piece whose evaluation asked the facts nothing is kept for any facts: under each
+    new machine only the pieces that asked are evaluated again, every result equals the
+    uncached one, and without earlier writes the evaluation lists what it asked."""
+    store, check, catalog, parsed, attrs, _ = seed
+    ev = evaluate_path(store, RELEASE, check, attrs, facts_for(MACHINES[0]))
+    edits = fix_edits.candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, {})
+    envs = [fix_edits.edited_attrs(attrs, e, catalog) for e in edits]
+    calls = _counting(monkeypatch, evaluation, "evaluate")
+    clear_all()
+    counts = []
+    for hw in MACHINES:
+        facts = facts_for(hw, None, "/models/Kimi-K2.6")
+        calls[0] = 0
+        for new in envs:
+            got = evaluate_path(store, RELEASE, check, new, facts)
+            assert [p.result for p in got.parts] == _uncached(store, check, new, facts)[0]
+        counts.append(calls[0])
+    assert max(counts[1:]) < counts[0]
+    bare = evaluate_path(store, RELEASE, check, attrs, facts, apply_writes=False)
+    assert bare.fact_reads is not None and ev.fact_reads is None
+
+
+def test_a_fold_for_a_candidate_evaluates_only_the_writes_its_change_reaches(
+    seed, monkeypatch
+) -> None:
+    """Each candidate's fold of the earlier writes repeats the writes of the last fold that
+    no changed value reaches: every fold equals the uncached one, with fewer writes
+    evaluated than folding each afresh."""
+    store, check, catalog, parsed, attrs, facts = seed
+    _, names = prepared_pieces(store, RELEASE, check, frozenset(facts))
+    ev = evaluate_path(store, RELEASE, check, attrs, facts)
+    edits = fix_edits.candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, facts)
+    envs = [fix_edits.edited_attrs(attrs, e, catalog) for e in edits]
+    writes = _counting(monkeypatch, fold, "_effect_of")
+    clear_all()
+    fold.fold_earlier_writes(store, RELEASE, check, attrs, facts, names)
+    writes[0] = 0
+    warm = [fold.fold_earlier_writes(store, RELEASE, check, new, facts, names) for new in envs]
+    incremental, writes[0] = writes[0], 0
+    cold = [fold._fold(store, RELEASE, check, dict(new), facts, names, None) for new in envs]
+    assert warm == cold
+    assert 0 < incremental < writes[0]
+
+
+def test_a_neighbour_verdict_serves_machines_that_answer_its_questions_alike(
+    seed, monkeypatch
+) -> None:
+    """A neighbour's verdict without earlier writes is kept by the facts it asked (by
+    value): machines answering those alike reuse it, and each machine's re-check equals a
+    cold one."""
+    store, check, catalog, parsed, attrs, _ = seed
+    ev = evaluate_path(store, RELEASE, check, attrs, facts_for(MACHINES[0]))
+    edits = fix_edits.candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, {})
+
+    def recheck(facts) -> list[tuple]:
+        out = []
+        for edit in edits:
+            verdict = fixes.Verdict(edit, True)
+            neighbours.recheck_neighbours(store, RELEASE, check, verdict, attrs, facts, catalog)
+            out.append((verdict.trips, verdict.unknown_neighbours))
+        return out
+
+    calls = _counting(monkeypatch, neighbours, "evaluate_path")
+    clear_all()
+    machines = [facts_for(hw, None, "/models/Kimi-K2.6") for hw in MACHINES]
+    warm, counts = [], []
+    for facts in machines:
+        calls[0] = 0
+        warm.append(recheck(facts))
+        counts.append(calls[0])
+    cold = []
+    for facts in machines:
+        clear_all()
+        calls[0] = 0
+        cold.append(recheck(facts))
+    assert warm == cold
+    assert sum(counts[1:]) < calls[0] * (len(machines) - 1) and min(counts[1:]) < counts[0]
