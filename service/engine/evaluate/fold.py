@@ -25,7 +25,7 @@ from service.engine.cache import (
 from service.engine.evaluate import chain, resolution
 from service.engine.evaluate.guard_memo import holds, value_of
 from service.engine.evaluate.memo_keys import value_key, value_signature
-from service.engine.evaluate.slice_plan import Plan, plan_reads
+from service.engine.evaluate.slice_plan import Plan, plan_reads, write_reads
 from service.engine.expr.interpreter import (
     UNKNOWN,
     Env,
@@ -302,7 +302,7 @@ def fold_effects(
                 if trace is not None and before[3]:
                     trace.replay(before[3])
         if effect is None:
-            effect = _effect(version, check, w, pw, env, memo, trace)
+            effect = _shared_effect(version, check, w, pw, env, memo, trace)
             if before is not None and _assigns_otherwise(effect[0], before[0]):
                 dirty.add(w.attr)
         effects.append(effect)
@@ -322,6 +322,64 @@ def _assigns_otherwise(a: Value | None, b: Value | None) -> bool:
     if a is None or b is None:
         return a is not b
     return value_signature(a) != value_signature(b)
+
+
+# (release, the prepared write, its place and kind, the values of the names it reads) ->
+# (the prepared write, its effects, one per way the facts answered what it asked them)
+_EFFECTS: LRUCache[tuple[resolution.PreparedWrite, tuple[Effect, ...]]] = LRUCache(
+    "evaluation.write_effects", 30_000
+)
+_EFFECT_VARIANTS = 4
+
+
+def _shared_effect(
+    version: str,
+    check: Check,
+    w: chain.Write,
+    pw: resolution.PreparedWrite,
+    env: Env,
+    memo: dict[tuple[Any, ...], object] | None,
+    trace: FactsTrace | None,
+) -> Effect:
+    """:func:`_effect`, memoised when the facts are traced and the names the write reads
+    are known. An effect is deterministic in the values those names have where the write
+    runs and in the facts it asked: a write in the slices of many checks' plans is
+    evaluated once per such values (the facts it asked are recorded again when reused)."""
+    read = _sorted_write_reads(pw) if trace is not None else None
+    if read is None or trace is None:
+        return _effect(version, check, w, pw, env, memo, trace)
+    same_fn = w.function == check.function and w.path == check.path
+    values = tuple(value_key(env.attrs.get(n)) for n in read)
+    key = (version, id(pw), w.path, w.line, w.attr, w.rank, same_fn, trace.provenance, values)
+    got = _EFFECTS.get(key)
+    variants: tuple[Effect, ...] = ()
+    if got is not None and got[0] is pw:
+        variants = got[1]
+        for effect in variants:
+            if not effect[3] or trace.answers_alike(effect[3]):
+                if effect[3]:
+                    trace.replay(effect[3])
+                return effect
+    effect = _effect(version, check, w, pw, env, memo, trace)
+    _EFFECTS.put(key, (pw, (*variants, effect)[-_EFFECT_VARIANTS:]))
+    return effect
+
+
+# id of a prepared write -> (it, every name its value and guards read, sorted; ``None``
+# when a text cannot be read)
+_WRITE_READS: dict[int, tuple[resolution.PreparedWrite, tuple[str, ...] | None]] = {}
+
+
+def _sorted_write_reads(pw: resolution.PreparedWrite) -> tuple[str, ...] | None:
+    got = _WRITE_READS.get(id(pw))
+    if got is not None and got[0] is pw:
+        return got[1]
+    names = write_reads(pw)
+    found = None if names is None else tuple(sorted(names))
+    if len(_WRITE_READS) >= 50_000:
+        _WRITE_READS.clear()
+    _WRITE_READS[id(pw)] = (pw, found)
+    return found
 
 
 def _effect(

@@ -105,8 +105,9 @@ def fold_attr(
     if made is not None:
         done = made.get(piece.ident)
         if done is not None:
-            for d in piece.reads:  # the reads a fold makes, for the caller's record
-                attrs.get(d)
+            if not isinstance(attrs, dict):  # a recorder: the reads a fold makes
+                for d in piece.reads:
+                    attrs.get(d)
             trace.replay(done[0])
             return piece, done[1]
     piece, fold, reads = _fold_or_reuse(store, version, check, names, piece, attrs, trace, memo)
@@ -137,15 +138,16 @@ def _fold_or_reuse(
     # model paths by class when the slice's writes allow it (see path_classes)
     by_class, absent = piece.paths
     by_class = by_class and not CLASSED.isdisjoint(piece.reads)
+    values = tuple(value_key(attrs.get(d)) for d in piece.reads)
     key = (
         release_key(store, version, "fold-slice"),
         piece.ident,  # not the check: the slices of many checks' plans are the same writes
         tuple(
-            class_signature(attrs, d, provenance=False, among=piece.reads)
-            if by_class and d in CLASSED
-            else value_key(attrs.get(d))
-            for d in piece.reads
-        ),
+            class_signature(attrs, d, provenance=False, among=piece.reads) if d in CLASSED else v
+            for d, v in zip(piece.reads, values, strict=True)
+        )
+        if by_class
+        else values,
     )
     variants = _SLICE_FOLDS.get(key) or ()
     for reads, fold, origin in variants:
@@ -158,7 +160,6 @@ def _fold_or_reuse(
     saved, provenance = trace.frame(), trace.provenance
     trace.provenance = False
     lkey = (key[0], piece.ident)
-    values = tuple(value_key(attrs.get(d)) for d in piece.reads)
     try:
         # the plan's membership questions join this variant's reads: another set of fact
         # names may make another plan under the same key

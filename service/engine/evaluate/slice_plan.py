@@ -20,7 +20,7 @@ from service.engine.evaluate.guard_memo import sorted_reads
 from service.engine.evaluate.literal_classes import Tests, uses_of
 from service.engine.evaluate.path_classes import WritesInfo, writes_info
 
-__all__ = ["Plan", "Slice", "plan_reads", "plan_slice"]
+__all__ = ["Plan", "Slice", "plan_reads", "plan_slice", "write_reads"]
 
 Plan = tuple[tuple[chain.Write, resolution.PreparedWrite], ...]
 
@@ -56,7 +56,7 @@ class Slice:
         object.__setattr__(self, "read_set", frozenset(self.reads))
         object.__setattr__(self, "written", frozenset(w.attr for w, _ in self.writes))
         object.__setattr__(self, "paths", writes_info(self.writes))
-        object.__setattr__(self, "write_reads", tuple(_write_reads(pw) for _, pw in self.writes))
+        object.__setattr__(self, "write_reads", tuple(write_reads(pw) for _, pw in self.writes))
         texts: dict[tuple[str, str | None], None] = {}
         for w, pw in self.writes:
             texts[(pw.value or "None", w.attr)] = None
@@ -85,7 +85,7 @@ def _ident(check: Check, writes: Plan) -> bytes:
     return hashlib.blake2b(shape.encode(), digest_size=16).digest()
 
 
-def _write_reads(pw: resolution.PreparedWrite) -> frozenset[str] | None:
+def write_reads(pw: resolution.PreparedWrite) -> frozenset[str] | None:
     """Every name the write's value and guards (call-site guards included) read (``None``
     when a text cannot be read)."""
     out: set[str] = set()
@@ -104,7 +104,7 @@ def plan_reads(plan: Plan) -> tuple[frozenset[str] | None, ...]:
     got = _PLAN_READS.get(id(plan))
     if got is not None and got[0] is plan:
         return got[1]
-    reads = tuple(_write_reads(pw) for _, pw in plan)
+    reads = tuple(write_reads(pw) for _, pw in plan)
     _PLAN_READS.put(id(plan), (plan, reads))
     return reads
 

@@ -185,9 +185,10 @@ class FactsTrace(Mapping[str, Any]):
         return cast(frozenset[str], found)
 
     def replay(self, reads: Reads) -> None:
-        """Record ``reads`` (those of a memoised result now reused) as made here."""
-        for k, v in reads:
-            self.reads.setdefault(k, v)
+        """Record ``reads`` (those of a memoised result now reused) as made here. They were
+        recorded under these facts, or found to be answered alike by them: a question asked
+        already has the same answer, so they are simply added (a read keeps its place)."""
+        self.reads.update(reads)
 
 
 class FactNames(Collection[str]):

@@ -177,10 +177,14 @@ def test_a_fold_under_other_facts_repeats_the_writes_whose_facts_answer_alike(
     """Each write's effect keeps the facts it read: under another GPU, a slice's fold
     evaluates again only the writes those facts answer otherwise (or that a changed value
     reaches), and every value and caveat equals a cold fold's."""
+    from service.engine.evaluate import fold
+
     argv = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "NEXTN"]
     attrs, _ = prepare_flags(store, "0.5.23", argv)
     entries = _derived(store, "0.5.23", 60)
     evaluated = _counting_writes(monkeypatch)
+    # the last fold's effects alone: no effect kept by the values it read
+    monkeypatch.setattr(fold._EFFECTS, "get", lambda key: None)
     gpus = [facts_for(hw, None, "/models/Kimi-K2.6") for hw in ("h100-x8", "b200-x8", "mi300x-x8")]
 
     def warm() -> tuple[list[list[object]], int]:
@@ -200,3 +204,24 @@ def test_a_fold_under_other_facts_repeats_the_writes_whose_facts_answer_alike(
     monkeypatch.setattr(fold_slice._LAST, "get", lambda key: None)
     assert warm()[0] == cold
     assert 0 < again < evaluated[0]
+
+
+def test_a_write_in_the_slices_of_many_checks_is_evaluated_once_per_values(
+    store: Store, monkeypatch
+) -> None:
+    """A write's effect is kept by the values of the names it reads and the facts it asked:
+    the slices of many checks' plans share it, and every value and caveat equals a fold
+    without that table."""
+    from service.engine.evaluate import fold
+
+    attrs, _ = prepare_flags(store, "0.5.23", COMMANDS[0])
+    facts = facts_for("h200-x8", None, "/models/Kimi-K2.6")
+    entries = _derived(store, "0.5.23", 60)
+    evaluated = _counting_writes(monkeypatch)
+    clear_all()
+    shared = _seen(store, entries, attrs, facts)
+    once, evaluated[0] = evaluated[0], 0
+    clear_all()
+    monkeypatch.setattr(fold._EFFECTS, "get", lambda key: None)
+    assert _seen(store, entries, attrs, facts) == shared
+    assert 0 < once < evaluated[0]
