@@ -44,9 +44,11 @@ from service.engine.expr.trace import FactsTrace, Reads, answered_absent
 __all__ = [
     "FoldedView",
     "Made",
+    "Seen",
     "ViewReads",
     "fold_attr",
     "inherited",
+    "seen_through",
 ]
 
 #: a slice's fold as kept: (assignments in order, caveats about its writes)
@@ -235,6 +237,48 @@ def _decided(piece: Slice, fold: SliceFold) -> Decided:
         _DECIDED.clear()
     _DECIDED[key] = (piece, fold, out)
     return out
+
+
+#: one attribute as a check's folded view shows it (:func:`seen_through`): (its value,
+#: ``None`` when absent; the caveats about it; the slice folded for it, ``None`` when none
+#: was; the facts that fold rested on)
+Seen = tuple[Value | None, tuple[str, ...], Slice | None, Reads]
+
+
+def seen_through(
+    store: Store,
+    version: str,
+    check: Check,
+    names: frozenset[str],
+    plan: Plan,
+    attr: str,
+    attrs: Mapping[str, Value],
+    trace: FactsTrace,
+    memo: dict[tuple[Any, ...], object] | None = None,
+    made: Made | None = None,
+    into: dict[str, Seen] | None = None,
+) -> Seen:
+    """``attr`` as a :class:`FoldedView` of ``check`` over ``attrs`` shows it: the fold of
+    its slice decides it (``trace`` gets the facts that fold asked, returned as well).
+    That fold decides every attribute its writes read too, each as its own slice would
+    (the slices are closed): each not in ``into`` yet is put there, seen the same way."""
+    if attr not in names:
+        return attrs.get(attr), (), None, ()
+    saved = trace.frame()
+    try:
+        piece, fold = fold_attr(store, version, check, names, attr, attrs, trace, memo, plan, made)
+    except UnsafeExpression as exc:  # a write's guard outside the whitelist
+        trace.merge(saved)
+        return attrs.get(attr), (f"earlier writes not folded in: {exc.message}",), None, ()
+    reads = trace.merge(saved)
+    found: Seen | None = None
+    for name, value, about in _decided(piece, fold):
+        seen = (attrs.get(name) if value is _ABSENT else cast(Value, value), about, piece, reads)
+        if name == attr:
+            found = seen
+        if into is not None and name in names:
+            into.setdefault(name, seen)
+    return found if found is not None else (attrs.get(attr), (), piece, reads)
 
 
 class FoldedView(Mapping[str, Value]):

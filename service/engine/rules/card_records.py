@@ -37,8 +37,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from kb.store import Store
-from service.engine.evaluate.fold_slice import FoldedView, Made, ViewReads
+from service.engine.evaluate.fold import fold_plan
+from service.engine.evaluate.fold_slice import FoldedView, Made, Seen, ViewReads, seen_through
+from service.engine.evaluate.literal_classes import Tests, answers_signature
+from service.engine.evaluate.memo_keys import value_key, value_signature
 from service.engine.evaluate.path_classes import Origin, origin_of
+from service.engine.evaluate.slice_plan import Plan
 from service.engine.expr.interpreter import Env, Value, evaluate
 from service.engine.expr.trace import FactsTrace, Reads, reads_match, values_only
 from service.engine.rules.attr_reads import AttrReads
@@ -82,7 +86,17 @@ class Judging:
     start with the folds of another command that fold alike here
     (:func:`~service.engine.evaluate.fold_slice.inherited`)."""
 
-    __slots__ = ("attrs", "choices", "fact_sigs", "facts", "functions", "guard_memo", "made")
+    __slots__ = (
+        "attrs",
+        "choices",
+        "fact_sigs",
+        "facts",
+        "functions",
+        "guard_memo",
+        "made",
+        "plans",
+        "seen",
+    )
 
     def __init__(
         self,
@@ -101,6 +115,10 @@ class Judging:
         self.fact_sigs: dict[object, object] = {} if fact_sigs is None else fact_sigs
         self.guard_memo: dict[tuple[Any, ...], object] = {} if guard_memo is None else guard_memo
         self.made: Made = {} if made is None else made
+        #: (check id, the card's names) -> the fold plan, and the questions it asked the facts
+        self.plans: dict[tuple[int, frozenset[str]], tuple[Plan, Reads]] = {}
+        #: id of a plan -> attribute -> the attribute as that plan's folded view sees it
+        self.seen: dict[int, dict[str, Seen]] = {}
 
 
 class Judged(NamedTuple):
@@ -165,24 +183,68 @@ def view_served(
 ) -> tuple[CardResult, Reads, frozenset[str]] | None:
     """The verdict of the first of ``records`` (view records of ``entry``'s card) whose
     reads ``ctx``'s folded view and facts answer alike, with the facts that answer rests on
-    (those the folds read here and the record's) and the attributes (the folds read them);
-    ``None`` when none does.
+    (those the folds of its reads asked and the record's) and the attributes (those read
+    and those their slices read); ``None`` when none does.
 
-    The view folds the slices the records name (shared with the other cards judged for
-    this command through ``ctx.made``), and nothing else is evaluated."""
-    if entry.row is None:
+    Each attribute is seen through its own slice (:func:`seen_through`), once per command
+    and check (``ctx.seen``); the slices are folded once per command (``ctx.made``), and
+    nothing else is evaluated."""
+    row = entry.row
+    if row is None:
         return None
-    trace = FactsTrace(ctx.facts, ctx.fact_sigs)
-    folded = FoldedView(
-        store, release, entry.row, entry.card.reads, ctx.attrs, trace, ctx.guard_memo, ctx.made
-    )
+    names = entry.card.reads
+    planned = ctx.plans.get((row.id, names))
+    if planned is None:  # the plan's questions about which facts exist are recorded
+        asked = FactsTrace(ctx.facts, ctx.fact_sigs)
+        plan = fold_plan(store, release, row, frozenset(names), asked.names())[0]
+        planned = ctx.plans[(row.id, names)] = (plan, asked.snapshot())
+    plan = planned[0]
+    seen = ctx.seen.setdefault(id(plan), {})
     for reads, fact_reads, result in reversed(records):
-        if all(folded.answers(k, how) == answer for k, how, answer in reads) and reads_match(
-            fact_reads, ctx.facts, ctx.fact_sigs
-        ):
+        for k, how, answer in reads:
+            got = seen.get(k)
+            if got is None:
+                trace = FactsTrace(ctx.facts, ctx.fact_sigs)
+                got = seen_through(
+                    store,
+                    release,
+                    row,
+                    names,
+                    plan,
+                    k,
+                    ctx.attrs,
+                    trace,
+                    ctx.guard_memo,
+                    ctx.made,
+                    seen,
+                )
+                seen[k] = got
+            if _seen_answer(got, how) != answer:
+                break
+        else:
+            if not reads_match(fact_reads, ctx.facts, ctx.fact_sigs):
+                continue
+            trace = FactsTrace(ctx.facts, ctx.fact_sigs)
+            trace.replay(planned[1])
+            deps: set[str] = set()
+            for k, _, _ in reads:
+                _, _, piece, folded = seen[k]
+                deps.add(k)
+                if piece is not None:
+                    deps.update(piece.reads)
+                    trace.replay(folded)
             trace.replay(fact_reads)
-            return result, trace.snapshot(), folded.rests_on()
+            return result, trace.snapshot(), frozenset(deps)
     return None
+
+
+def _seen_answer(seen: Seen, how: Tests | None) -> object:
+    """What an attribute seen so answers to a read recorded by
+    :meth:`~service.engine.evaluate.fold_slice.FoldedView.reads_of`."""
+    value = seen[0]
+    if how is None:
+        return (value_signature(value), seen[1])
+    return answers_signature(value, how) if how else value_key(value)
 
 
 def narrowed(result: CardResult) -> str | None:

@@ -225,3 +225,34 @@ def test_a_write_in_the_slices_of_many_checks_is_evaluated_once_per_values(
     monkeypatch.setattr(fold._EFFECTS, "get", lambda key: None)
     assert _seen(store, entries, attrs, facts) == shared
     assert 0 < once < evaluated[0]
+
+
+def test_an_attribute_seen_through_its_slice_is_what_the_folded_view_reads(
+    store: Store,
+) -> None:
+    """Each attribute seen alone through the fold of its slice (and each one that fold
+    decides besides) has the value and caveats a folded view gives on its first read, and
+    names a slice that decides it."""
+    from service.engine.evaluate.fold import fold_plan
+    from service.engine.evaluate.fold_slice import seen_through
+
+    facts = facts_for("b200-x8", None, "/models/Kimi-K2.6")
+    compared = 0
+    for argv in COMMANDS:
+        attrs, _ = prepare_flags(store, "0.5.23", argv)
+        clear_all()
+        for e in _derived(store, "0.5.23", 40):
+            names = frozenset(e.card.reads)
+            plan = fold_plan(store, "0.5.23", e.row, names, frozenset(facts))[0]
+            seen: dict = {}
+            for attr in sorted(names):
+                view = FoldedView(store, "0.5.23", e.row, names, attrs, FactsTrace(facts))
+                value = view.get(attr)
+                got = seen.get(attr) or seen_through(
+                    store, "0.5.23", e.row, names, plan, attr, attrs, FactsTrace(facts), into=seen
+                )
+                assert value_signature(got[0]) == value_signature(value), (e.card.id, attr)
+                assert got[1] == view.notes_of.get(attr, ()), (e.card.id, attr)
+                assert got[2] is None or attr in got[2].decides
+                compared += 1
+    assert compared > 200
