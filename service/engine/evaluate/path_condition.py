@@ -18,6 +18,7 @@ becomes unknown rather than guessed. Local variables of the checking function
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,7 @@ from service.engine.cache import LRUCache, cached, facts_signature, release_key
 from service.engine.evaluate import chain, params, resolution, source
 from service.engine.evaluate.context import CheckContext
 from service.engine.evaluate.fold import apply_earlier_writes, fold_earlier_writes, fold_plan
-from service.engine.evaluate.memo_keys import value_signature
+from service.engine.evaluate.memo_keys import value_key, value_signature
 from service.engine.evaluate.pieces import PiecePart, all_hold, piece_holds
 from service.engine.evaluate.source import substitute
 from service.engine.expr.interpreter import (
@@ -40,7 +41,7 @@ from service.engine.expr.interpreter import (
     evaluate,
     referenced_names,
 )
-from service.engine.expr.trace import FactsTrace, Reads
+from service.engine.expr.trace import FactsTrace, Reads, reads_match
 from service.engine.flags.parse import ParsedArgs
 
 #: its own names, and those of its neighbours the rule cards import from here
@@ -50,6 +51,7 @@ __all__ = [
     "evaluate_check",
     "evaluate_path",
     "fold_earlier_writes",
+    "path_fires",
     "fold_plan",
     "piece_kinds",
     "prepared_pieces",
@@ -57,9 +59,13 @@ __all__ = [
     "value_signature",
 ]
 
-# (condition, facts, inputs read with their provenance) -> its Result and the fact questions
-# it asked; (condition, None, inputs) when it asked none
-_PIECES: LRUCache[tuple[Result, Reads]] = LRUCache("evaluation.pieces", 30_000)
+# (condition, facts, inputs read with their provenance) -> its Result; (condition, None,
+# inputs) when its evaluation asked the facts nothing
+_PIECES: LRUCache[Result] = LRUCache("evaluation.pieces", 30_000)
+# (condition, values of the attributes it reads) -> its truth, per way the facts answered
+# what it asked them (by value)
+_TRUTHS: LRUCache[tuple[tuple[Reads, object], ...]] = LRUCache("evaluation.piece_truths", 30_000)
+_TRUTH_VARIANTS = 8
 
 
 @dataclass
@@ -69,9 +75,6 @@ class PathEvaluation:
     attrs: set[str]
     caveats: list[str] = field(default_factory=list)
     write_notes: dict[str, list[str]] = field(default_factory=dict)
-    #: every question the pieces asked the facts, when no earlier writes were folded
-    #: (``None`` otherwise): facts answering them alike give the same evaluation
-    fact_reads: Reads | None = None
 
     @property
     def test(self) -> PiecePart | None:
@@ -283,27 +286,23 @@ def evaluate_path(
         caveats, notes = apply_earlier_writes(store, version, check, attrs, facts, names, memo)
     env = Env(attrs, facts)
     parts: list[PiecePart] = []
-    asked: dict[object, object] = {}
     kinds = piece_kinds(store, version, check)
     if len(kinds) != len(texts):
         kinds = [""] * len(texts)
     test_at = _own_test_index(texts, kinds)
     for i, (role, cond, pol, line) in enumerate(texts):
         try:
-            res, reads = _evaluate_piece(cond, env, fsig)
+            res = _evaluate_piece(cond, env, fsig)
         except Exception as exc:  # UnsafeExpression / syntax: unknown, said so
             caveats.append(f"could not evaluate `{cond[:80]}`: {exc}")
-            res, reads = Result(UNKNOWN, UNKNOWN, (), frozenset(), (cond[:80],)), ()
-        for k, v in reads:
-            asked.setdefault(k, v)
+            res = Result(UNKNOWN, UNKNOWN, (), frozenset(), (cond[:80],))
         parts.append(
             PiecePart(
                 role, cond, pol, line, res, piece_holds(res.truth, pol), kinds[i], i == test_at
             )
         )
     fired = all_hold([p.holds for p in parts]) if parts else UNKNOWN
-    fact_reads = None if apply_writes else tuple(asked.items())
-    return PathEvaluation(fired, parts, names, caveats, notes, fact_reads)
+    return PathEvaluation(fired, parts, names, caveats, notes)
 
 
 def evaluate_check(ctx: CheckContext, attrs: dict[str, Value] | None = None) -> PathEvaluation:
@@ -319,25 +318,66 @@ def evaluate_check(ctx: CheckContext, attrs: dict[str, Value] | None = None) -> 
     )
 
 
-def _evaluate_piece(cond: str, env: Env, fsig: str) -> tuple[Result, Reads]:
-    """``evaluate(cond, env)`` and the questions it asked the facts. Memoised on the value
-    *and provenance* of every attribute ``cond`` reads (a Result lists its inputs with
-    their provenance) and, when the evaluation asked the facts anything, on the facts
-    (``fsig``). An evaluation is deterministic in what it reads: one that asked no fact
-    for these inputs asks none under any facts, so its result serves every GPU and model.
-    Facts given as a :class:`FactsTrace` have the questions recorded, memo hit or not."""
+def path_fires(
+    store: Store,
+    version: str,
+    check: Check,
+    attrs: Mapping[str, Value],
+    facts: Mapping[str, Value],
+    fact_names: frozenset[str],
+    sigs: dict[object, object],
+) -> tuple[object, Reads]:
+    """Whether ``check`` fires (True / False / UNKNOWN) with its earlier writes unapplied,
+    as :func:`evaluate_path` says, and the questions its pieces asked the facts, by value.
+    ``fact_names``: the facts' keys; ``sigs``: their answers so far (one per set of facts).
+    Each piece's truth is memoised on the values of the attributes it reads and, per way
+    the facts answered, on the facts it asked by value: a truth shows no origin, so
+    another GPU answering alike reuses it."""
+    texts, _ = prepared_pieces(store, version, check, fact_names)
+    asked: dict[object, object] = {}
+    holds: list[object] = []
+    for _, cond, pol, _ in texts:
+        try:
+            read: frozenset[str] | None = referenced_names(cond)
+        except Exception:  # evaluated unmemoised, as evaluate_path does
+            read = None
+        key = (cond, tuple(value_key(attrs.get(n)) for n in sorted(read or ())))
+        variants = _TRUTHS.get(key) or () if read is not None else ()
+        hit = next((v for v in variants if reads_match(v[0], facts, sigs)), None)
+        if hit is None:
+            trace = FactsTrace(facts, sigs)
+            trace.provenance = False
+            truth = _truth(cond, Env(attrs, trace))
+            hit = (trace.snapshot(), truth)
+            if read is not None:
+                _TRUTHS.put(key, (*variants, hit)[-_TRUTH_VARIANTS:])
+        asked.update(hit[0])
+        holds.append(piece_holds(hit[1], pol))
+    return (all_hold(holds) if texts else UNKNOWN), tuple(asked.items())
+
+
+def _truth(cond: str, env: Env) -> object:
+    """``cond``'s truth under ``env``; UNKNOWN when it cannot be evaluated."""
+    try:
+        return evaluate(cond, env).truth
+    except Exception:  # UnsafeExpression / syntax: unknown, as evaluate_path has it
+        return UNKNOWN
+
+
+def _evaluate_piece(cond: str, env: Env, fsig: str) -> Result:
+    """``evaluate(cond, env)``, memoised on the value *and provenance* of every attribute
+    ``cond`` reads (a Result lists its inputs with their provenance) and, when the
+    evaluation asked the facts anything, on the facts (``fsig``). An evaluation is
+    deterministic in what it reads: one that asked no fact for these inputs asks none
+    under any facts, so its result serves every GPU and model."""
     try:
         read = referenced_names(cond)
     except Exception:  # let the evaluator raise its own error
-        return evaluate(cond, env), ()
-    outer = env.facts if isinstance(env.facts, FactsTrace) else None
+        return evaluate(cond, env)
     inputs = tuple((n, value_signature(env.attrs.get(n))) for n in sorted(read))
     hit = _PIECES.get((cond, None, inputs)) or _PIECES.get((cond, fsig, inputs))
     if hit is None:
-        trace = FactsTrace(outer.base if outer is not None else env.facts)
-        result = evaluate(cond, Env(env.attrs, trace, env.functions, env.arg_objects))
-        hit = (result, trace.snapshot())
-        _PIECES.put((cond, fsig if hit[1] else None, inputs), hit)
-    if outer is not None:
-        outer.replay(hit[1])
+        trace = FactsTrace(env.facts)
+        hit = evaluate(cond, Env(env.attrs, trace, env.functions, env.arg_objects))
+        _PIECES.put((cond, fsig if trace.reads else None, inputs), hit)
     return hit

@@ -22,7 +22,7 @@ from kb.code_types import Check
 from kb.store import Store
 from service.engine.cache import LRUCache, facts_signature, release_key
 from service.engine.evaluate.memo_keys import value_key
-from service.engine.evaluate.path_condition import evaluate_path, prepared_pieces
+from service.engine.evaluate.path_condition import evaluate_path, path_fires, prepared_pieces
 from service.engine.expr.interpreter import UNKNOWN, Value
 from service.engine.expr.trace import Reads, reads_match, values_only
 from service.engine.fixes.edits import edited_attrs
@@ -145,12 +145,9 @@ def recheck_neighbours(
         for reads, fired in variants:
             if reads_match(reads, facts, sigs):
                 return fired
-        ev = evaluate_path(
-            store, version, row, new_attrs, facts, apply_writes=False, facts_sig=fsig
-        )
-        reads = values_only(ev.fact_reads or ())
-        _FIRED.put(full, (*variants, (reads, ev.fired))[-_FIRED_VARIANTS:])
-        return ev.fired
+        fired, reads = path_fires(store, version, row, new_attrs, facts, fact_names, sigs)
+        _FIRED.put(full, (*variants, (values_only(reads), fired))[-_FIRED_VARIANTS:])
+        return fired
 
     if hit is None:
         trips: list[dict[str, Any]] = []

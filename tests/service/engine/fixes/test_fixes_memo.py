@@ -216,8 +216,8 @@ MACHINES = ("h100-x8", "mi300x-x8", "b200-x8", "h200-x8")
 
 def test_pieces_that_asked_no_fact_serve_every_machine(seed, monkeypatch) -> None:
     """A piece whose evaluation asked the facts nothing is kept for any facts: under each
-    new machine only the pieces that asked are evaluated again, every result equals the
-    uncached one, and without earlier writes the evaluation lists what it asked."""
+    new machine only the pieces that asked are evaluated again, and every result equals
+    the uncached one."""
     store, check, catalog, parsed, attrs, _ = seed
     ev = evaluate_path(store, RELEASE, check, attrs, facts_for(MACHINES[0]))
     edits = fix_edits.candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, {})
@@ -233,8 +233,6 @@ def test_pieces_that_asked_no_fact_serve_every_machine(seed, monkeypatch) -> Non
             assert [p.result for p in got.parts] == _uncached(store, check, new, facts)[0]
         counts.append(calls[0])
     assert max(counts[1:]) < counts[0]
-    bare = evaluate_path(store, RELEASE, check, attrs, facts, apply_writes=False)
-    assert bare.fact_reads is not None and ev.fact_reads is None
 
 
 def test_a_fold_for_a_candidate_evaluates_only_the_writes_its_change_reaches(
@@ -277,7 +275,7 @@ def test_a_neighbour_verdict_serves_machines_that_answer_its_questions_alike(
             out.append((verdict.trips, verdict.unknown_neighbours))
         return out
 
-    calls = _counting(monkeypatch, neighbours, "evaluate_path")
+    calls = _counting(monkeypatch, neighbours, "path_fires")
     clear_all()
     machines = [facts_for(hw, None, "/models/Kimi-K2.6") for hw in MACHINES]
     warm, counts = [], []
@@ -292,3 +290,28 @@ def test_a_neighbour_verdict_serves_machines_that_answer_its_questions_alike(
         cold.append(recheck(facts))
     assert warm == cold
     assert sum(counts[1:]) < calls[0] * (len(machines) - 1) and min(counts[1:]) < counts[0]
+
+
+def test_whether_a_check_fires_is_kept_by_the_facts_its_pieces_asked(seed, monkeypatch) -> None:
+    """path_fires gives evaluate_path's verdict without earlier writes, with the facts its
+    pieces asked by value: under machines answering those alike the truths are reused."""
+    store, check, catalog, parsed, attrs, _ = seed
+    ev = evaluate_path(store, RELEASE, check, attrs, facts_for(MACHINES[0]))
+    edits = fix_edits.candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, {})
+    rows = [check, *neighbours.neighbours(store, RELEASE, check, {"speculative_eagle_topk"})]
+    envs = [fix_edits.edited_attrs(attrs, e, catalog) for e in edits]
+    calls = _counting(monkeypatch, evaluation, "evaluate")
+    clear_all()
+    counts = []
+    for hw in MACHINES:
+        facts = facts_for(hw, None, "/models/Kimi-K2.6")
+        names, sigs = frozenset(facts), {}
+        calls[0] = 0
+        for row in rows[:20]:
+            for new in envs:
+                fired, asked = evaluation.path_fires(store, RELEASE, row, new, facts, names, sigs)
+                expected = evaluate_path(store, RELEASE, row, new, facts, apply_writes=False)
+                assert fired is expected.fired, (hw, row.id)
+                assert all(k[0] != "=+" for k, _ in asked)  # by value
+        counts.append(calls[0])
+    assert min(counts[1:]) < counts[0]
