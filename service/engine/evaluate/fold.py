@@ -302,7 +302,7 @@ def fold_effects(
                 if trace is not None and before[3]:
                     trace.replay(before[3])
         if effect is None:
-            effect = _shared_effect(version, check, w, pw, env, memo, trace)
+            effect = _effect(version, check, w, pw, env, memo, trace)
             if before is not None and _assigns_otherwise(effect[0], before[0]):
                 dirty.add(w.attr)
         effects.append(effect)
@@ -332,39 +332,6 @@ _EFFECTS: LRUCache[tuple[resolution.PreparedWrite, tuple[Effect, ...]]] = LRUCac
 _EFFECT_VARIANTS = 4
 
 
-def _shared_effect(
-    version: str,
-    check: Check,
-    w: chain.Write,
-    pw: resolution.PreparedWrite,
-    env: Env,
-    memo: dict[tuple[Any, ...], object] | None,
-    trace: FactsTrace | None,
-) -> Effect:
-    """:func:`_effect`, memoised when the facts are traced and the names the write reads
-    are known. An effect is deterministic in the values those names have where the write
-    runs and in the facts it asked: a write in the slices of many checks' plans is
-    evaluated once per such values (the facts it asked are recorded again when reused)."""
-    read = _sorted_write_reads(pw) if trace is not None else None
-    if read is None or trace is None:
-        return _effect(version, check, w, pw, env, memo, trace)
-    same_fn = w.function == check.function and w.path == check.path
-    values = tuple(value_key(env.attrs.get(n)) for n in read)
-    key = (version, id(pw), w.path, w.line, w.attr, w.rank, same_fn, trace.provenance, values)
-    got = _EFFECTS.get(key)
-    variants: tuple[Effect, ...] = ()
-    if got is not None and got[0] is pw:
-        variants = got[1]
-        for effect in variants:
-            if not effect[3] or trace.answers_alike(effect[3]):
-                if effect[3]:
-                    trace.replay(effect[3])
-                return effect
-    effect = _effect(version, check, w, pw, env, memo, trace)
-    _EFFECTS.put(key, (pw, (*variants, effect)[-_EFFECT_VARIANTS:]))
-    return effect
-
-
 # id of a prepared write -> (it, every name its value and guards read, sorted; ``None``
 # when a text cannot be read)
 _WRITE_READS: dict[int, tuple[resolution.PreparedWrite, tuple[str, ...] | None]] = {}
@@ -392,15 +359,38 @@ def _effect(
     trace: FactsTrace | None,
 ) -> Effect:
     """What write ``w`` does in ``env`` (:data:`Effect`), with the facts it read from
-    ``trace`` (the facts of ``env``, when traced)."""
+    ``trace`` (the facts of ``env``, when traced).
+
+    Memoised when the facts are traced and the names the write reads are known: an effect
+    is deterministic in the values those names have where the write runs and in the facts
+    it asked, so a write in the slices of many checks' plans is evaluated once per such
+    values (the facts it asked are recorded again when reused)."""
     if trace is None:
         return (*_effect_of(version, check, w, pw, env, memo), _NO_READS)
+    read = _sorted_write_reads(pw)
+    key: tuple[Any, ...] | None = None
+    variants: tuple[Effect, ...] = ()
+    if read is not None:
+        same_fn = w.function == check.function and w.path == check.path
+        values = tuple(value_key(env.attrs.get(n)) for n in read)
+        key = (version, id(pw), w.path, w.line, w.attr, w.rank, same_fn, trace.provenance, values)
+        got = _EFFECTS.get(key)
+        if got is not None and got[0] is pw:
+            variants = got[1]
+            for effect in variants:
+                if not effect[3] or trace.answers_alike(effect[3]):
+                    if effect[3]:
+                        trace.replay(effect[3])
+                    return effect
     saved = trace.frame()
     try:
-        effect = _effect_of(version, check, w, pw, env, memo)
+        found = _effect_of(version, check, w, pw, env, memo)
     finally:
         reads = trace.merge(saved)
-    return (*effect, reads)
+    effect = (*found, reads)
+    if key is not None:
+        _EFFECTS.put(key, (pw, (*variants, effect)[-_EFFECT_VARIANTS:]))
+    return effect
 
 
 def _effect_of(

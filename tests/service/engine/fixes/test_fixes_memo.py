@@ -214,14 +214,21 @@ def _counting(monkeypatch, module, name: str) -> list[int]:
 MACHINES = ("h100-x8", "mi300x-x8", "b200-x8", "h200-x8")
 
 
+def _candidates(seed) -> tuple[list, list[dict]]:
+    """The fix candidates of the seed's check (found on the first machine) and the
+    attributes after each."""
+    store, check, catalog, parsed, attrs, _ = seed
+    ev = evaluate_path(store, RELEASE, check, attrs, facts_for(MACHINES[0]))
+    edits = fix_edits.candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, {})
+    return edits, [fix_edits.edited_attrs(attrs, e, catalog) for e in edits]
+
+
 def test_pieces_that_asked_no_fact_serve_every_machine(seed, monkeypatch) -> None:
     """A piece whose evaluation asked the facts nothing is kept for any facts: under each
     new machine only the pieces that asked are evaluated again, and every result equals
     the uncached one."""
-    store, check, catalog, parsed, attrs, _ = seed
-    ev = evaluate_path(store, RELEASE, check, attrs, facts_for(MACHINES[0]))
-    edits = fix_edits.candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, {})
-    envs = [fix_edits.edited_attrs(attrs, e, catalog) for e in edits]
+    store, check = seed[0], seed[1]
+    _, envs = _candidates(seed)
     calls = _counting(monkeypatch, evaluation, "evaluate")
     clear_all()
     counts = []
@@ -263,9 +270,8 @@ def test_a_neighbour_verdict_serves_machines_that_answer_its_questions_alike(
     """A neighbour's verdict without earlier writes is kept by the facts it asked (by
     value): machines answering those alike reuse it, and each machine's re-check equals a
     cold one."""
-    store, check, catalog, parsed, attrs, _ = seed
-    ev = evaluate_path(store, RELEASE, check, attrs, facts_for(MACHINES[0]))
-    edits = fix_edits.candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, {})
+    store, check, catalog, _, attrs, _ = seed
+    edits, _ = _candidates(seed)
 
     def recheck(facts) -> list[tuple]:
         out = []
@@ -295,11 +301,9 @@ def test_a_neighbour_verdict_serves_machines_that_answer_its_questions_alike(
 def test_whether_a_check_fires_is_kept_by_the_facts_its_pieces_asked(seed, monkeypatch) -> None:
     """path_fires gives evaluate_path's verdict without earlier writes, with the facts its
     pieces asked by value: under machines answering those alike the truths are reused."""
-    store, check, catalog, parsed, attrs, _ = seed
-    ev = evaluate_path(store, RELEASE, check, attrs, facts_for(MACHINES[0]))
-    edits = fix_edits.candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, {})
+    store, check = seed[0], seed[1]
+    _, envs = _candidates(seed)
     rows = [check, *neighbours.neighbours(store, RELEASE, check, {"speculative_eagle_topk"})]
-    envs = [fix_edits.edited_attrs(attrs, e, catalog) for e in edits]
     calls = _counting(monkeypatch, evaluation, "evaluate")
     clear_all()
     counts = []
