@@ -25,7 +25,7 @@ from service.engine.cache import (
 from service.engine.evaluate import chain, resolution
 from service.engine.evaluate.guard_memo import holds, value_of
 from service.engine.evaluate.memo_keys import value_key, value_signature
-from service.engine.evaluate.slice_plan import Plan, plan_reads, write_reads
+from service.engine.evaluate.slice_plan import Plan, plan_reads
 from service.engine.expr.interpreter import (
     UNKNOWN,
     Env,
@@ -117,8 +117,10 @@ def fold_earlier_writes(
     prior = None
     if last is not None and last[0] is plan:  # each write no differing name reaches repeats
         dirty = {d for d, v, old in zip(deps, values, last[1], strict=True) if v != old}
-        prior = (last[2], plan_reads(plan), dirty)
-    fold, effects = fold_effects(version, check, plan, _overlay(attrs), trace, frozen, memo, prior)
+        prior = (last[2], dirty)
+    fold, effects = fold_effects(
+        version, check, plan, _overlay(attrs), trace, frozen, memo, plan_reads(plan), prior
+    )
     _LAST.put(lkey, (plan, values, effects))
     _FOLDS.put(key, (*variants, (trace.snapshot(), fold))[-_FOLD_VARIANTS:])
     return fold
@@ -256,7 +258,7 @@ def _fold(
     the others are folded so that later writes read what ran before them."""
     fact_names = facts.names() if isinstance(facts, FactsTrace) else frozenset(facts)
     plan, _ = fold_plan(store, version, check, names, fact_names)
-    return fold_effects(version, check, plan, attrs, facts, names, memo)[0]
+    return fold_effects(version, check, plan, attrs, facts, names, memo, plan_reads(plan))[0]
 
 
 _NO_READS: Reads = ()
@@ -270,18 +272,21 @@ def fold_effects(
     facts: Mapping[str, Value],
     names: Collection[str],
     memo: dict[tuple[Any, ...], object] | None,
-    prior: tuple[tuple[Effect, ...], tuple[frozenset[str] | None, ...], set[str]] | None = None,
+    reads: tuple[tuple[str, ...] | None, ...] | None = None,
+    prior: tuple[tuple[Effect, ...], set[str]] | None = None,
 ) -> tuple[Fold, tuple[Effect, ...]]:
     """Fold the prepared writes of ``plan`` (in its order) into ``attrs`` (scratch space,
     assigned in place): ((assignments in order, caveats, notes), what each write did),
     reporting the writes of ``names`` only. The facts each write read are recorded when
     ``facts`` is a :class:`FactsTrace`.
 
-    ``prior``: (each write's effect when the same ``plan`` was folded for attributes
-    differing from ``attrs`` only in the names of the set; the names each write reads,
-    ``None`` when not known; that set). A write reading none of the set, whose facts answer
-    as they did, repeats its effect unevaluated (its fact reads are recorded again). A
-    write evaluated again whose assignment differs adds its attribute to the set."""
+    ``reads``: per write, the names it reads (:func:`~.slice_plan.write_reads`; ``None``
+    when not known), for the memo of effects (:func:`_effect`) and for ``prior``: (each
+    write's effect when the same ``plan`` was folded for attributes differing from
+    ``attrs`` only in the names of the set; that set). A write known to read none of the
+    set, whose facts answer as they did, repeats its effect unevaluated (its fact reads are
+    recorded again). A write evaluated again whose assignment differs adds its attribute
+    to the set."""
     done: list[tuple[str, Value]] = []
     caveats: list[str] = []
     notes: dict[str, list[str]] = {}
@@ -291,18 +296,19 @@ def fold_effects(
     for i, (w, pw) in enumerate(plan):
         effect: Effect | None = None
         before: Effect | None = None
+        read = reads[i] if reads is not None else None
         if prior is not None:
-            before, reads, dirty = prior[0][i], prior[1][i], prior[2]
+            before, dirty = prior[0][i], prior[1]
             if (
-                reads is not None
-                and dirty.isdisjoint(reads)
+                read is not None
+                and dirty.isdisjoint(read)
                 and (not before[3] or (trace is not None and trace.answers_alike(before[3])))
             ):
                 effect = before
                 if trace is not None and before[3]:
                     trace.replay(before[3])
         if effect is None:
-            effect = _effect(version, check, w, pw, env, memo, trace)
+            effect = _effect(version, check, w, pw, env, memo, trace, read)
             if before is not None and _assigns_otherwise(effect[0], before[0]):
                 dirty.add(w.attr)
         effects.append(effect)
@@ -332,23 +338,6 @@ _EFFECTS: LRUCache[tuple[resolution.PreparedWrite, tuple[Effect, ...]]] = LRUCac
 _EFFECT_VARIANTS = 4
 
 
-# id of a prepared write -> (it, every name its value and guards read, sorted; ``None``
-# when a text cannot be read)
-_WRITE_READS: dict[int, tuple[resolution.PreparedWrite, tuple[str, ...] | None]] = {}
-
-
-def _sorted_write_reads(pw: resolution.PreparedWrite) -> tuple[str, ...] | None:
-    got = _WRITE_READS.get(id(pw))
-    if got is not None and got[0] is pw:
-        return got[1]
-    names = write_reads(pw)
-    found = None if names is None else tuple(sorted(names))
-    if len(_WRITE_READS) >= 50_000:
-        _WRITE_READS.clear()
-    _WRITE_READS[id(pw)] = (pw, found)
-    return found
-
-
 def _effect(
     version: str,
     check: Check,
@@ -357,17 +346,18 @@ def _effect(
     env: Env,
     memo: dict[tuple[Any, ...], object] | None,
     trace: FactsTrace | None,
+    read: tuple[str, ...] | None = None,
 ) -> Effect:
     """What write ``w`` does in ``env`` (:data:`Effect`), with the facts it read from
     ``trace`` (the facts of ``env``, when traced).
 
-    Memoised when the facts are traced and the names the write reads are known: an effect
+    Memoised when the facts are traced and the names the write reads are known (``read``,
+    sorted): an effect
     is deterministic in the values those names have where the write runs and in the facts
     it asked, so a write in the slices of many checks' plans is evaluated once per such
     values (the facts it asked are recorded again when reused)."""
     if trace is None:
         return (*_effect_of(version, check, w, pw, env, memo), _NO_READS)
-    read = _sorted_write_reads(pw)
     key: tuple[Any, ...] | None = None
     variants: tuple[Effect, ...] = ()
     if read is not None:

@@ -170,9 +170,17 @@ def _fold_or_reuse(
         prior = None
         if last is not None:  # each write not reached by what differs repeats its effect
             dirty = {d for d, v, old in zip(piece.reads, values, last[0], strict=True) if v != old}
-            prior = (last[1], piece.write_reads, dirty)
+            prior = (last[1], dirty)
         (assigned, caveats, _), effects = fold_effects(
-            version, check, piece.writes, Overlay(attrs), trace, piece.written, memo, prior
+            version,
+            check,
+            piece.writes,
+            Overlay(attrs),
+            trace,
+            piece.written,
+            memo,
+            piece.write_reads,
+            prior,
         )
         # the same few caveat texts recur in every variant: one copy each
         fold = (assigned, tuple(map(sys.intern, caveats)))

@@ -45,8 +45,9 @@ class Slice:
     #: how the writes' guards and values read each attribute they name: through tests
     #: against literals, or otherwise (:func:`~service.engine.evaluate.literal_classes.uses_of`)
     uses: Mapping[str, Tests | None] = field(init=False, repr=False, compare=False)
-    #: per write, every name its value and guards read (``None``: a text not readable)
-    write_reads: tuple[frozenset[str] | None, ...] = field(init=False, repr=False, compare=False)
+    #: per write, every name its value and guards read, sorted (``None``: a text not
+    #: readable)
+    write_reads: tuple[tuple[str, ...] | None, ...] = field(init=False, repr=False, compare=False)
     #: :attr:`reads` as a set
     read_set: frozenset[str] = field(init=False, repr=False, compare=False)
     #: the attributes the writes assign
@@ -68,7 +69,7 @@ class Slice:
 # id cannot answer for another plan
 _SLICES: LRUCache[tuple[Plan, Slice]] = LRUCache("evaluation.fold_slices", 50_000)
 # id of a plan -> (the plan, every name each of its writes reads)
-_PLAN_READS: LRUCache[tuple[Plan, tuple[frozenset[str] | None, ...]]] = LRUCache(
+_PLAN_READS: LRUCache[tuple[Plan, tuple[tuple[str, ...] | None, ...]]] = LRUCache(
     "evaluation.plan_reads", 4_096
 )
 
@@ -85,9 +86,10 @@ def _ident(check: Check, writes: Plan) -> bytes:
     return hashlib.blake2b(shape.encode(), digest_size=16).digest()
 
 
-def write_reads(pw: resolution.PreparedWrite) -> frozenset[str] | None:
-    """Every name the write's value and guards (call-site guards included) read (``None``
-    when a text cannot be read)."""
+def write_reads(pw: resolution.PreparedWrite) -> tuple[str, ...] | None:
+    """Every name the write's value and guards (call-site guards included) read, sorted
+    (``None`` when a text cannot be read): one order for equal sets, so memo keys hold the
+    values read in it."""
     out: set[str] = set()
     for text in (pw.value or "", *(g for g, _ in pw.all_guards(False))):
         if text:
@@ -95,12 +97,11 @@ def write_reads(pw: resolution.PreparedWrite) -> frozenset[str] | None:
             if names is None:
                 return None
             out.update(names)
-    return frozenset(out)
+    return tuple(sorted(out))
 
 
-def plan_reads(plan: Plan) -> tuple[frozenset[str] | None, ...]:
-    """Per write of ``plan``, every name its value and guards read (``None``: a text not
-    readable); cached per plan object."""
+def plan_reads(plan: Plan) -> tuple[tuple[str, ...] | None, ...]:
+    """Per write of ``plan``, :func:`write_reads`; cached per plan object."""
     got = _PLAN_READS.get(id(plan))
     if got is not None and got[0] is plan:
         return got[1]
@@ -115,7 +116,7 @@ def plan_slice(check: Check, plan: Plan, attr: str) -> Slice:
     got = _SLICES.get(key)
     if got is not None and got[0] is plan:
         return got[1]
-    reads = [r or frozenset() for r in plan_reads(plan)]
+    reads = [frozenset(r or ()) for r in plan_reads(plan)]
     written = {w.attr for w, _ in plan}
     wanted = {attr}
     grew = True
