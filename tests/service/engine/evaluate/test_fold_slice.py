@@ -7,7 +7,7 @@ import pytest
 
 from kb.store import Store
 from service.engine.cache import clear_all
-from service.engine.evaluate import fold_slice
+from service.engine.evaluate import fold, fold_slice
 from service.engine.evaluate.fold import fold_earlier_writes
 from service.engine.evaluate.fold_slice import FoldedView
 from service.engine.evaluate.memo_keys import value_signature
@@ -15,6 +15,7 @@ from service.engine.evaluate.slice_plan import plan_slice
 from service.engine.expr.trace import FactsTrace
 from service.engine.rules.checker import facts_for, prepare_flags
 from service.engine.rules.release_cards import card_entry, cards_for
+from tests.service.engine.counting import calls_of
 
 COMMANDS = [
     ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "NEXTN"],
@@ -94,14 +95,7 @@ def test_a_folded_attribute_is_reused_across_facts_it_never_asked_about(
     generation most slices are reused, and the values equal a cold fold's."""
     attrs, _ = prepare_flags(store, "0.5.23", COMMANDS[0])
     entries = _derived(store, "0.5.23", 40)
-    folds = [0]
-    real = fold_slice.fold_effects
-
-    def counting(*args, **kwargs):
-        folds[0] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(fold_slice, "fold_effects", counting)
+    folds = calls_of(monkeypatch, fold_slice, "fold_effects")
     first = facts_for("h100-x8", None, "/models/Kimi-K2.6")
     second = facts_for("h200-x8", None, "/models/Kimi-K2.6")  # same generation, more memory
     clear_all()
@@ -113,21 +107,6 @@ def test_a_folded_attribute_is_reused_across_facts_it_never_asked_about(
     assert _fold_all(store, entries, attrs, second)[0] == reused
     assert cold_first > 0 and folds[0] > recomputed  # a cold run recomputes every slice
     assert asked > 0  # reused or not, the facts a fold rested on reach the caller's trace
-
-
-def _counting_writes(monkeypatch) -> list[int]:
-    """A counter of the writes a fold evaluates from now on (``[n]``)."""
-    from service.engine.evaluate import fold
-
-    evaluated = [0]
-    real = fold._effect_of
-
-    def counting(*args):
-        evaluated[0] += 1
-        return real(*args)
-
-    monkeypatch.setattr(fold, "_effect_of", counting)
-    return evaluated
 
 
 def _seen(store: Store, entries, attrs, facts) -> list[object]:
@@ -152,7 +131,7 @@ def test_a_fold_for_a_candidate_evaluates_only_the_writes_its_change_reaches(
     ] + [[*base, "--attention-backend", "triton"], [*base, "--page-size", "64"]]
     facts = facts_for("h200-x8", None, "/models/Kimi-K2.6")
     entries = _derived(store, "0.5.23", 60)
-    evaluated = _counting_writes(monkeypatch)
+    evaluated = calls_of(monkeypatch, fold, "_effect_of")
 
     def seen(argv: list[str]) -> list[object]:
         return _seen(store, entries, prepare_flags(store, "0.5.23", argv)[0], facts)
@@ -177,12 +156,10 @@ def test_a_fold_under_other_facts_repeats_the_writes_whose_facts_answer_alike(
     """Each write's effect keeps the facts it read: under another GPU, a slice's fold
     evaluates again only the writes those facts answer otherwise (or that a changed value
     reaches), and every value and caveat equals a cold fold's."""
-    from service.engine.evaluate import fold
-
     argv = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "NEXTN"]
     attrs, _ = prepare_flags(store, "0.5.23", argv)
     entries = _derived(store, "0.5.23", 60)
-    evaluated = _counting_writes(monkeypatch)
+    evaluated = calls_of(monkeypatch, fold, "_effect_of")
     # the last fold's effects alone: no effect kept by the values it read
     monkeypatch.setattr(fold._EFFECTS, "get", lambda key: None)
     gpus = [facts_for(hw, None, "/models/Kimi-K2.6") for hw in ("h100-x8", "b200-x8", "mi300x-x8")]
@@ -212,12 +189,10 @@ def test_a_write_in_the_slices_of_many_checks_is_evaluated_once_per_values(
     """A write's effect is kept by the values of the names it reads and the facts it asked:
     the slices of many checks' plans share it, and every value and caveat equals a fold
     without that table."""
-    from service.engine.evaluate import fold
-
     attrs, _ = prepare_flags(store, "0.5.23", COMMANDS[0])
     facts = facts_for("h200-x8", None, "/models/Kimi-K2.6")
     entries = _derived(store, "0.5.23", 60)
-    evaluated = _counting_writes(monkeypatch)
+    evaluated = calls_of(monkeypatch, fold, "_effect_of")
     clear_all()
     shared = _seen(store, entries, attrs, facts)
     once, evaluated[0] = evaluated[0], 0

@@ -16,6 +16,7 @@ from service.engine.fixes import neighbours
 from service.engine.fixes import propose as fixes
 from service.engine.flags.parse import parse_argv
 from service.engine.rules.checker import facts_for
+from tests.service.engine.counting import calls_of
 
 RELEASE = "0.5.11"
 ARGV = [
@@ -198,19 +199,6 @@ def test_base_attrs_equals_a_full_build_and_is_a_fresh_dict(seed) -> None:
     assert base_attrs(catalog, parsed)["tp_size"].provenance.detail != "mutated"
 
 
-def _counting(monkeypatch, module, name: str) -> list[int]:
-    """A counter of the calls of ``module.name`` from now on (``[n]``)."""
-    calls = [0]
-    real = getattr(module, name)
-
-    def counted(*args, **kwargs):
-        calls[0] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, counted)
-    return calls
-
-
 MACHINES = ("h100-x8", "mi300x-x8", "b200-x8", "h200-x8")
 
 
@@ -229,7 +217,7 @@ def test_pieces_that_asked_no_fact_serve_every_machine(seed, monkeypatch) -> Non
     the uncached one."""
     store, check = seed[0], seed[1]
     _, envs = _candidates(seed)
-    calls = _counting(monkeypatch, evaluation, "evaluate")
+    calls = calls_of(monkeypatch, evaluation, "evaluate")
     clear_all()
     counts = []
     for hw in MACHINES:
@@ -253,7 +241,7 @@ def test_a_fold_for_a_candidate_evaluates_only_the_writes_its_change_reaches(
     ev = evaluate_path(store, RELEASE, check, attrs, facts)
     edits = fix_edits.candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, facts)
     envs = [fix_edits.edited_attrs(attrs, e, catalog) for e in edits]
-    writes = _counting(monkeypatch, fold, "_effect_of")
+    writes = calls_of(monkeypatch, fold, "_effect_of")
     clear_all()
     fold.fold_earlier_writes(store, RELEASE, check, attrs, facts, names)
     writes[0] = 0
@@ -281,7 +269,7 @@ def test_a_neighbour_verdict_serves_machines_that_answer_its_questions_alike(
             out.append((verdict.trips, verdict.unknown_neighbours))
         return out
 
-    calls = _counting(monkeypatch, neighbours, "path_fires")
+    calls = calls_of(monkeypatch, neighbours, "path_fires")
     clear_all()
     machines = [facts_for(hw, None, "/models/Kimi-K2.6") for hw in MACHINES]
     warm, counts = [], []
@@ -304,7 +292,7 @@ def test_whether_a_check_fires_is_kept_by_the_facts_its_pieces_asked(seed, monke
     store, check = seed[0], seed[1]
     _, envs = _candidates(seed)
     rows = [check, *neighbours.neighbours(store, RELEASE, check, {"speculative_eagle_topk"})]
-    calls = _counting(monkeypatch, evaluation, "evaluate")
+    calls = calls_of(monkeypatch, evaluation, "evaluate")
     clear_all()
     counts = []
     for hw in MACHINES:

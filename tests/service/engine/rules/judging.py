@@ -12,6 +12,7 @@ from service.engine.cache import clear_all
 from service.engine.expr.interpreter import Value
 from service.engine.rules import card_records, checker
 from service.engine.rules.checker import evaluate_cards, prepare_flags
+from tests.service.engine.counting import calls_of
 
 Verdicts = list[list[tuple]]
 
@@ -25,7 +26,7 @@ def judging(
 ) -> tuple[Callable[[], Verdicts], list[int]]:
     """(a run of ``commands`` from cold caches giving each card's verdict, reason, inputs
     and notes per command, the number of cards the last run judged)."""
-    judged = count_judged(monkeypatch)
+    judged = calls_of(monkeypatch, card_records, "judge_card")
 
     def run() -> Verdicts:
         clear_all()
@@ -42,19 +43,6 @@ def judging(
         return out
 
     return run, judged
-
-
-def count_judged(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A counter of the cards judged afresh from now on (``[n]``)."""
-    judged = [0]
-    real = card_records.judge_card
-
-    def counting(*args):
-        judged[0] += 1
-        return real(*args)
-
-    monkeypatch.setattr(card_records, "judge_card", counting)
-    return judged
 
 
 def by_dependencies(monkeypatch: pytest.MonkeyPatch) -> None:

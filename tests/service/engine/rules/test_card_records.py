@@ -11,7 +11,8 @@ from service.engine.cache import clear_all
 from service.engine.rules import card_memo, card_records
 from service.engine.rules.card_verdict import when_operands
 from service.engine.rules.checker import evaluate_cards, facts_for, prepare_flags
-from tests.service.engine.rules.judging import count_judged, judging
+from tests.service.engine.counting import calls_of
+from tests.service.engine.rules.judging import judging
 
 SEED_CITATION = "0.5.11:sglang/srt/server_args.py:ServerArgs._handle_speculative_decoding:3519-3522"
 
@@ -103,7 +104,7 @@ def test_a_record_keeps_by_value_what_its_verdict_does_not_show(store: Store, mo
     same value given another way (a default, a flag, another spelling), or a fact of the
     same value from another GPU profile, read only by ``when``, finds the record."""
     clear_all()
-    judged = count_judged(monkeypatch)
+    judged = calls_of(monkeypatch, card_records, "judge_card")
     card = _card("args.tp_size == 3")
     given = [_verdict(store, card, argv, {}) for argv in ([], ["--tp", "1"], ["--tp-size", "1"])]
     assert judged[0] == 1 and {v[0] for v in given} == {"not_applicable"}

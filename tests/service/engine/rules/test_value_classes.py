@@ -26,6 +26,7 @@ from service.engine.rules.value_classes import (
     rebased,
     shown_of,
 )
+from tests.service.engine.counting import calls_of
 from tests.service.engine.evaluate.test_path_classes import _path
 from tests.service.engine.rules.judging import judging
 
@@ -135,19 +136,8 @@ def test_new_model_paths_reuse_verdicts_equal_to_fresh_ones(store: Store, monkey
     facts = facts_for("h100-x8", None, "/models/Qwen3-8B")
     tail = ["--tp", "2", "--attention-backend", "triton", "--speculative-algorithm", "NEXTN"]
     paths = ["/models/Qwen3-8B", "/data/qwen3-8b-ft", "/ckpt/Qwen3-8B-v2", "dummy"]
-    judged, folded = [0], [0]
-    real, real_fold = card_records.judge_card, fold_slice.fold_effects
-
-    def counting(*args):
-        judged[0] += 1
-        return real(*args)
-
-    def counting_folds(*args):
-        folded[0] += 1
-        return real_fold(*args)
-
-    monkeypatch.setattr(card_records, "judge_card", counting)
-    monkeypatch.setattr(fold_slice, "fold_effects", counting_folds)
+    judged = calls_of(monkeypatch, card_records, "judge_card")
+    folded = calls_of(monkeypatch, fold_slice, "fold_effects")
 
     def run() -> list[list[tuple]]:
         clear_all()
