@@ -4,8 +4,9 @@ A write whose guards hold (``NEXTN`` → ``EAGLE``, say) sets the attribute befo
 check runs; one whose guard cannot be decided is reported as "may be changed at path:line
 when …" and its value becomes unknown rather than guessed. The writes are taken in
 validation order (:mod:`service.engine.evaluate.chain`) and prepared by
-:mod:`service.engine.evaluate.resolution`; the fold is memoised on the values that decide it.
-Used by :func:`service.engine.evaluate.path_condition.evaluate_path`.
+:mod:`service.engine.evaluate.resolution`; what each write does is evaluated by
+:mod:`service.engine.evaluate.write_effects`. The fold is memoised on the values that decide
+it. Used by :func:`service.engine.evaluate.path_condition.evaluate_path`.
 """
 
 from __future__ import annotations
@@ -23,25 +24,24 @@ from service.engine.cache import (
     release_key,
 )
 from service.engine.evaluate import chain, resolution
-from service.engine.evaluate.guard_memo import holds, value_of
-from service.engine.evaluate.memo_keys import value_key, value_signature
+from service.engine.evaluate.guard_memo import holds
+from service.engine.evaluate.memo_keys import value_key
 from service.engine.evaluate.slice_plan import Plan, plan_reads
-from service.engine.expr.interpreter import (
-    UNKNOWN,
-    Env,
-    Provenance,
-    Value,
-    referenced_names,
-)
+from service.engine.evaluate.write_effects import Effect, Fold, fold_effects
+from service.engine.expr.interpreter import Env, Value, referenced_names
 from service.engine.expr.overlay import Overlay
 from service.engine.expr.trace import FactNames, FactsTrace, Reads, member_reads, reads_match
 
-_MISSING = object()
-
-Fold = tuple[tuple[tuple[str, Value], ...], list[str], dict[str, list[str]]]
-#: what one write did in a fold: (the value it assigned or ``None``, its note, its caveat,
-#: the facts it read)
-Effect = tuple[Value | None, str, str, Reads]
+__all__ = [
+    "Effect",
+    "Fold",
+    "apply_earlier_writes",
+    "fold_earlier_writes",
+    "fold_effects",
+    "fold_plan",
+    "write_dependencies",
+    "write_fails",
+]
 
 # (release, check, names, values read) -> what folding the earlier writes does, per way
 # the facts answered the fold's reads of them
@@ -259,176 +259,3 @@ def _fold(
     fact_names = facts.names() if isinstance(facts, FactsTrace) else frozenset(facts)
     plan, _ = fold_plan(store, version, check, names, fact_names)
     return fold_effects(version, check, plan, attrs, facts, names, memo, plan_reads(plan))[0]
-
-
-_NO_READS: Reads = ()
-
-
-def fold_effects(
-    version: str,
-    check: Check,
-    plan: tuple[tuple[chain.Write, resolution.PreparedWrite], ...],
-    attrs: MutableMapping[str, Value],
-    facts: Mapping[str, Value],
-    names: Collection[str],
-    memo: dict[tuple[Any, ...], object] | None,
-    reads: tuple[tuple[str, ...] | None, ...] | None = None,
-    prior: tuple[tuple[Effect, ...], set[str]] | None = None,
-) -> tuple[Fold, tuple[Effect, ...]]:
-    """Fold the prepared writes of ``plan`` (in its order) into ``attrs`` (scratch space,
-    assigned in place): ((assignments in order, caveats, notes), what each write did),
-    reporting the writes of ``names`` only. The facts each write read are recorded when
-    ``facts`` is a :class:`FactsTrace`.
-
-    ``reads``: per write, the names it reads (:func:`~.slice_plan.write_reads`; ``None``
-    when not known), for the memo of effects (:func:`_effect`) and for ``prior``: (each
-    write's effect when the same ``plan`` was folded for attributes differing from
-    ``attrs`` only in the names of the set; that set). A write known to read none of the
-    set, whose facts answer as they did, repeats its effect unevaluated (its fact reads are
-    recorded again). A write evaluated again whose assignment differs adds its attribute
-    to the set."""
-    done: list[tuple[str, Value]] = []
-    caveats: list[str] = []
-    notes: dict[str, list[str]] = {}
-    effects: list[Effect] = []
-    trace = facts if isinstance(facts, FactsTrace) else None
-    env = Env(attrs, facts)  # reads ``attrs`` as the assignments below change it
-    for i, (w, pw) in enumerate(plan):
-        effect: Effect | None = None
-        before: Effect | None = None
-        read = reads[i] if reads is not None else None
-        if prior is not None:
-            before, dirty = prior[0][i], prior[1]
-            if (
-                read is not None
-                and dirty.isdisjoint(read)
-                and (not before[3] or (trace is not None and trace.answers_alike(before[3])))
-            ):
-                effect = before
-                if trace is not None and before[3]:
-                    trace.replay(before[3])
-        if effect is None:
-            effect = _effect(version, check, w, pw, env, memo, trace, read)
-            if before is not None and _assigns_otherwise(effect[0], before[0]):
-                dirty.add(w.attr)
-        effects.append(effect)
-        value, note, caveat, _ = effect
-        if value is not None:
-            attrs[w.attr] = value
-            done.append((w.attr, value))
-        if w.attr in names:
-            if note:
-                notes.setdefault(w.attr, []).append(note)
-            if caveat:
-                caveats.append(caveat)
-    return (tuple(done), caveats, notes), tuple(effects)
-
-
-def _assigns_otherwise(a: Value | None, b: Value | None) -> bool:
-    if a is None or b is None:
-        return a is not b
-    return value_signature(a) != value_signature(b)
-
-
-# (release, the prepared write, its place and kind, the values of the names it reads) ->
-# (the prepared write, its effects, one per way the facts answered what it asked them)
-_EFFECTS: LRUCache[tuple[resolution.PreparedWrite, tuple[Effect, ...]]] = LRUCache(
-    "evaluation.write_effects", 30_000
-)
-_EFFECT_VARIANTS = 4
-
-
-def _effect(
-    version: str,
-    check: Check,
-    w: chain.Write,
-    pw: resolution.PreparedWrite,
-    env: Env,
-    memo: dict[tuple[Any, ...], object] | None,
-    trace: FactsTrace | None,
-    read: tuple[str, ...] | None = None,
-) -> Effect:
-    """What write ``w`` does in ``env`` (:data:`Effect`), with the facts it read from
-    ``trace`` (the facts of ``env``, when traced).
-
-    Memoised when the facts are traced and the names the write reads are known (``read``,
-    sorted): an effect
-    is deterministic in the values those names have where the write runs and in the facts
-    it asked, so a write in the slices of many checks' plans is evaluated once per such
-    values (the facts it asked are recorded again when reused)."""
-    if trace is None:
-        return (*_effect_of(version, check, w, pw, env, memo), _NO_READS)
-    key: tuple[Any, ...] | None = None
-    variants: tuple[Effect, ...] = ()
-    if read is not None:
-        same_fn = w.function == check.function and w.path == check.path
-        values = tuple(value_key(env.attrs.get(n)) for n in read)
-        key = (version, id(pw), w.path, w.line, w.attr, w.rank, same_fn, trace.provenance, values)
-        got = _EFFECTS.get(key)
-        if got is not None and got[0] is pw:
-            variants = got[1]
-            for effect in variants:
-                if not effect[3] or trace.answers_alike(effect[3]):
-                    if effect[3]:
-                        trace.replay(effect[3])
-                    return effect
-    saved = trace.frame()
-    try:
-        found = _effect_of(version, check, w, pw, env, memo)
-    finally:
-        reads = trace.merge(saved)
-    effect = (*found, reads)
-    if key is not None:
-        _EFFECTS.put(key, (pw, (*variants, effect)[-_EFFECT_VARIANTS:]))
-    return effect
-
-
-def _effect_of(
-    version: str,
-    check: Check,
-    w: chain.Write,
-    pw: resolution.PreparedWrite,
-    env: Env,
-    memo: dict[tuple[Any, ...], object] | None,
-) -> tuple[Value | None, str, str]:
-    """What write ``w`` does in ``env``: (the value it assigns or ``None``, a note about it
-    and a caveat, each ``""`` when none)."""
-    attr = w.attr
-    same_fn = w.function == check.function and w.path == check.path
-    guards = pw.all_guards(same_fn)
-    held = holds(guards, env, memo)
-    if held is False:
-        return None, "", ""
-    when = " and ".join(cond if pol else f"not ({cond})" for cond, pol in guards) or "always"
-    where = f"{w.path}:{w.line}"
-    if w.rank is None:
-        return (
-            None,
-            f"may be changed at {where} when {when} (order relative to the check unknown)",
-            "",
-        )
-    if held is True and not pw.reached and not same_fn:
-        held = UNKNOWN  # in a helper of a step called from several places: guards unknown
-    value = value_of(pw.value, env, memo) if pw.value else UNKNOWN
-    if value is UNKNOWN and _transforms_itself(pw.value, attr):
-        # e.g. model_path = _resolve_or_download(self.model_path): same meaning, new form
-        return None, f"rewritten at {where} from its own value", ""
-    if held is True and value is not UNKNOWN:
-        written = resolution.write_provenance(version, w, value, when)
-        return Value(value, Provenance("write", written)), f"set to {value!r} at {where}", ""
-    msg = f"may be changed at {where} when {when}"
-    assigned = None
-    if held is True:
-        unknown = f"set at {where} to `{pw.value}`, not known statically"
-        assigned = Value(UNKNOWN, Provenance("write", unknown))
-    return assigned, msg, f"`{attr}` {msg}"
-
-
-def _transforms_itself(value_src: str | None, attr: str) -> bool:
-    """Does the written expression read the attribute it writes (a normalisation)?"""
-    if not value_src:
-        return False
-    try:
-        return attr in referenced_names(value_src)
-    except Exception:
-        return False

@@ -25,7 +25,7 @@ from kb.code_types import Check
 from kb.errors import UnsafeExpression
 from kb.store import Store
 from service.engine.cache import LRUCache, release_key
-from service.engine.evaluate.fold import Effect, fold_effects, fold_plan
+from service.engine.evaluate.fold import fold_plan
 from service.engine.evaluate.literal_classes import Tests, answers_signature
 from service.engine.evaluate.memo_keys import value_key, value_signature
 from service.engine.evaluate.path_classes import (
@@ -37,6 +37,7 @@ from service.engine.evaluate.path_classes import (
     origin_of,
 )
 from service.engine.evaluate.slice_plan import Plan, Slice, plan_slice
+from service.engine.evaluate.write_effects import Effect, fold_effects
 from service.engine.expr.interpreter import Provenance, Value
 from service.engine.expr.overlay import Overlay
 from service.engine.expr.trace import FactsTrace, Reads, answered_absent
@@ -70,7 +71,7 @@ _VARIANTS = 8
 # (release, the slice's digest) -> its last fold made afresh: (the values of the names it
 # reads, each write's effect with the facts it read); a fold for values differing in a few
 # names, or under facts answering a few writes otherwise, evaluates only the writes those
-# reach (:func:`~service.engine.evaluate.fold.fold_effects`)
+# reach (:func:`~service.engine.evaluate.write_effects.fold_effects`)
 _LAST: LRUCache[tuple[tuple[str, ...], tuple[Effect, ...]]] = LRUCache(
     "evaluation.fold_slice_last", 20_000
 )

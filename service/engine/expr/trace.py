@@ -167,14 +167,19 @@ class FactsTrace(Mapping[str, Any]):
         """End a :meth:`frame`: returns the reads made inside it and adds them to ``saved``,
         which becomes :attr:`reads` again."""
         inner = self.snapshot()
-        for k, v in inner:
-            saved.setdefault(k, v)
+        saved.update(self.reads)  # a question asked before has the same answer: kept in place
         self.reads = saved
         return inner
 
     def answers_alike(self, reads: Reads) -> bool:
         """Would these facts answer ``reads`` as recorded? (Not itself recorded.)"""
         return reads_match(reads, self.base, self._sigs)
+
+    @property
+    def answers(self) -> dict[object, object]:
+        """The cache of the facts' answers this trace shares (one per set of facts): two
+        traces sharing it read the same facts."""
+        return self._sigs
 
     def key_set(self) -> frozenset[str]:
         """The facts' keys, not recorded as read (for cache keys of builds that record
@@ -251,13 +256,13 @@ def answered_absent(reads: Reads, keys: Collection[str]) -> bool:
     never asked about counts as absent; a read of the whole key set does not.)"""
     if not keys:
         return True
-    for asked, answer in reads:
-        if asked is _WHOLE:
+    asked = dict(reads)
+    if _WHOLE in asked:
+        return False
+    for key in keys:
+        if asked.get((_MEMBER, key)) is True:
             return False
-        question: Any = asked  # (kind, key): no cast() in this loop, it is a call
-        if question[1] in keys and (
-            answer is True if question[0] == _MEMBER else answer != _ABSENT
-        ):
+        if any(asked.get((kind, key), _ABSENT) != _ABSENT for kind in (_VALUE, _FULL)):
             return False
     return True
 

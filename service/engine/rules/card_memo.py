@@ -20,7 +20,9 @@ folds are shared by every evaluation under the same facts. Every table is bounde
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from itertools import compress
+from operator import is_not
 from typing import Any
 
 from kb.catalogs import load_catalog
@@ -134,24 +136,18 @@ def judge_entries(
         made,
         shared.guard_memo,
     )
-    sigs: dict[str, object] = {}  # the signatures of ``attrs`` read so far
+    sigs = _Signatures(attrs)  # the signatures of ``attrs`` read so far
     fact_sigs = ctx.fact_sigs
     rkey = release_key(store, release, "rules:verdict")
     out: list[tuple[CardResult, Deps]] = []
     for e in entries:
         card = e.card
-        values = []
-        for d in e.deps:
-            sig = sigs.get(d)
-            if sig is None:
-                sig = sigs[d] = value_signature(attrs.get(d))
-            values.append(sig)
         key = (
             rkey,
             card.id,
             card.when,
             card.require,
-            tuple(values),
+            tuple(map(sigs.__getitem__, e.deps)),
             typed if e.uses_given else (),
         )
         # one entry per way the facts answered the card's reads of them
@@ -194,12 +190,27 @@ def judge_entries(
     return out
 
 
+class _Signatures(dict[str, object]):
+    """The signatures of one command's attributes, each computed on first lookup (for
+    :func:`attrs_match` too, which fills it by ``get``)."""
+
+    __slots__ = ("attrs",)
+
+    def __init__(self, attrs: Mapping[str, Value]) -> None:
+        super().__init__()
+        self.attrs = attrs
+
+    def __missing__(self, key: str) -> object:
+        sig = self[key] = value_signature(self.attrs.get(key))
+        return sig
+
+
 def differing(attrs: Mapping[str, Value], other: Mapping[str, Value]) -> set[str]:
     """Attributes whose value or provenance differs between ``attrs`` and ``other`` (the
     same object is the same attribute: commands share most values with the defaults)."""
-    out: set[str] = set()
-    for key in attrs.keys() | other.keys():
-        a, b = attrs.get(key), other.get(key)
-        if a is not b and value_signature(a) != value_signature(b):
-            out.add(key)
-    return out
+    if isinstance(attrs, dict) and isinstance(other, dict) and list(attrs) == list(other):
+        # the usual case, both the release's attributes in one order: compared in C
+        maybe: Iterable[str] = compress(attrs, map(is_not, attrs.values(), other.values()))
+    else:
+        maybe = [k for k in attrs.keys() | other.keys() if attrs.get(k) is not other.get(k)]
+    return {k for k in maybe if value_signature(attrs.get(k)) != value_signature(other.get(k))}

@@ -7,7 +7,7 @@ import pytest
 
 from kb.store import Store
 from service.engine.cache import clear_all
-from service.engine.evaluate import fold, fold_slice
+from service.engine.evaluate import fold_slice, write_effects
 from service.engine.evaluate.fold import fold_earlier_writes
 from service.engine.evaluate.fold_slice import FoldedView
 from service.engine.evaluate.memo_keys import value_signature
@@ -131,7 +131,7 @@ def test_a_fold_for_a_candidate_evaluates_only_the_writes_its_change_reaches(
     ] + [[*base, "--attention-backend", "triton"], [*base, "--page-size", "64"]]
     facts = facts_for("h200-x8", None, "/models/Kimi-K2.6")
     entries = _derived(store, "0.5.23", 60)
-    evaluated = calls_of(monkeypatch, fold, "_effect_of")
+    evaluated = calls_of(monkeypatch, write_effects, "_effect_of")
 
     def seen(argv: list[str]) -> list[object]:
         return _seen(store, entries, prepare_flags(store, "0.5.23", argv)[0], facts)
@@ -159,9 +159,9 @@ def test_a_fold_under_other_facts_repeats_the_writes_whose_facts_answer_alike(
     argv = ["--model-path", "/models/Kimi-K2.6", "--tp", "8", "--speculative-algorithm", "NEXTN"]
     attrs, _ = prepare_flags(store, "0.5.23", argv)
     entries = _derived(store, "0.5.23", 60)
-    evaluated = calls_of(monkeypatch, fold, "_effect_of")
+    evaluated = calls_of(monkeypatch, write_effects, "_effect_of")
     # the last fold's effects alone: no effect kept by the values it read
-    monkeypatch.setattr(fold._EFFECTS, "get", lambda key: None)
+    monkeypatch.setattr(write_effects._EFFECTS, "get", lambda key: None)
     gpus = [facts_for(hw, None, "/models/Kimi-K2.6") for hw in ("h100-x8", "b200-x8", "mi300x-x8")]
 
     def warm() -> tuple[list[list[object]], int]:
@@ -192,12 +192,12 @@ def test_a_write_in_the_slices_of_many_checks_is_evaluated_once_per_values(
     attrs, _ = prepare_flags(store, "0.5.23", COMMANDS[0])
     facts = facts_for("h200-x8", None, "/models/Kimi-K2.6")
     entries = _derived(store, "0.5.23", 60)
-    evaluated = calls_of(monkeypatch, fold, "_effect_of")
+    evaluated = calls_of(monkeypatch, write_effects, "_effect_of")
     clear_all()
     shared = _seen(store, entries, attrs, facts)
     once, evaluated[0] = evaluated[0], 0
     clear_all()
-    monkeypatch.setattr(fold._EFFECTS, "get", lambda key: None)
+    monkeypatch.setattr(write_effects._EFFECTS, "get", lambda key: None)
     assert _seen(store, entries, attrs, facts) == shared
     assert 0 < once < evaluated[0]
 

@@ -6,7 +6,7 @@ import pytest
 
 from kb.catalogs import load_catalog
 from service.engine.cache import LRUCache, clear_all
-from service.engine.evaluate import fold
+from service.engine.evaluate import fold, write_effects
 from service.engine.evaluate import path_condition as evaluation
 from service.engine.evaluate.context import CheckContext
 from service.engine.evaluate.path_condition import base_attrs, evaluate_path, prepared_pieces
@@ -241,7 +241,7 @@ def test_a_fold_for_a_candidate_evaluates_only_the_writes_its_change_reaches(
     ev = evaluate_path(store, RELEASE, check, attrs, facts)
     edits = fix_edits.candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, facts)
     envs = [fix_edits.edited_attrs(attrs, e, catalog) for e in edits]
-    writes = calls_of(monkeypatch, fold, "_effect_of")
+    writes = calls_of(monkeypatch, write_effects, "_effect_of")
     clear_all()
     fold.fold_earlier_writes(store, RELEASE, check, attrs, facts, names)
     writes[0] = 0

@@ -1,0 +1,360 @@
+"""What each earlier write does when a plan is folded (:func:`fold_effects`).
+
+A write's :data:`Effect` is the value it assigns (``None``: none), a note, a caveat and
+the facts it read. It is deterministic in the values of the names the write reads where
+it runs and in the facts it asked, so it is memoised on those (:func:`_effect`): a write in
+the slices of many checks' plans is evaluated once per such values.
+
+A plan folded again for attributes differing from its last fold in a few names (a fix
+candidate's) repeats every effect those names cannot reach: the fold goes straight to the
+writes that read a differing name, those whose facts answer otherwise and those whose reads
+are not known, in plan order, each over the values the writes before it left; a write whose
+assignment changes makes its attribute's later readers due too. The cost is then that of
+the writes reached, not of the plan's length.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Collection, Mapping, MutableMapping
+from itertools import compress
+from operator import itemgetter
+from typing import Any
+
+from kb.code_types import Check
+from service.engine.cache import LRUCache
+from service.engine.evaluate import chain, resolution
+from service.engine.evaluate.guard_memo import holds, value_of
+from service.engine.evaluate.memo_keys import value_key, value_signature
+from service.engine.expr.interpreter import UNKNOWN, Env, Provenance, Value, referenced_names
+from service.engine.expr.overlay import Overlay
+from service.engine.expr.trace import FactsTrace, Reads
+
+__all__ = ["Effect", "Fold", "fold_effects"]
+
+Fold = tuple[tuple[tuple[str, Value], ...], list[str], dict[str, list[str]]]
+#: what one write did in a fold: (the value it assigned or ``None``, its note, its caveat,
+#: the facts it read)
+Effect = tuple[Value | None, str, str, Reads]
+Plan = tuple[tuple[chain.Write, resolution.PreparedWrite], ...]
+#: per write, the names it reads (``None``: not known)
+WriteReads = tuple[tuple[str, ...] | None, ...]
+_Readers = tuple[dict[str, list[int]], tuple[int, ...], tuple[str, ...]]
+
+_NO_READS: Reads = ()
+
+
+def fold_effects(
+    version: str,
+    check: Check,
+    plan: Plan,
+    attrs: MutableMapping[str, Value],
+    facts: Mapping[str, Value],
+    names: Collection[str],
+    memo: dict[tuple[Any, ...], object] | None,
+    reads: WriteReads | None = None,
+    prior: tuple[tuple[Effect, ...], set[str]] | None = None,
+) -> tuple[Fold, tuple[Effect, ...]]:
+    """Fold the prepared writes of ``plan`` (in its order) into ``attrs`` (scratch space,
+    assigned in place, except when only the writes reached are evaluated): ((assignments
+    in order, caveats, notes), what each write did), reporting the writes of ``names``
+    only. The facts each write read are recorded when ``facts`` is a :class:`FactsTrace`.
+
+    ``reads``: per write, the names it reads (:func:`~.slice_plan.write_reads`; ``None``
+    when not known), for the memo of effects (:func:`_effect`) and for ``prior``: (each
+    write's effect when the same ``plan`` was folded for attributes differing from
+    ``attrs`` only in the names of the set; that set). A write known to read none of the
+    set, whose facts answer as they did, repeats its effect unevaluated (its fact reads are
+    recorded again). A write evaluated again whose assignment differs adds its attribute
+    to the set."""
+    if prior is not None and reads is not None:
+        effects = _reached(version, check, plan, attrs, facts, memo, reads, prior)
+        return _folded(plan, effects, names, facts), effects
+    done: list[tuple[str, Value]] = []
+    caveats: list[str] = []
+    notes: dict[str, list[str]] = {}
+    out: list[Effect] = []
+    trace = facts if isinstance(facts, FactsTrace) else None
+    env = Env(attrs, facts)  # reads ``attrs`` as the assignments below change it
+    for i, (w, pw) in enumerate(plan):
+        effect: Effect | None = None
+        before: Effect | None = None
+        read = reads[i] if reads is not None else None
+        if prior is not None:
+            before, dirty = prior[0][i], prior[1]
+            if (
+                read is not None
+                and dirty.isdisjoint(read)
+                and (not before[3] or (trace is not None and trace.answers_alike(before[3])))
+            ):
+                effect = before
+                if trace is not None and before[3]:
+                    trace.replay(before[3])
+        if effect is None:
+            effect = _effect(version, check, w, pw, env, memo, trace, read)
+            if before is not None and _assigns_otherwise(effect[0], before[0]):
+                dirty.add(w.attr)
+        out.append(effect)
+        value, note, caveat, _ = effect
+        if value is not None:
+            attrs[w.attr] = value
+            done.append((w.attr, value))
+        if w.attr in names:
+            if note:
+                notes.setdefault(w.attr, []).append(note)
+            if caveat:
+                caveats.append(caveat)
+    effects = tuple(out)
+    if trace is not None:
+        _UNDER.put(id(effects), (effects, trace.answers))
+    return (tuple(done), caveats, notes), effects
+
+
+#: id of an effects tuple -> (the tuple, the names reported, the fold they make, every fact
+#: they read in plan order): a fold whose writes reached all repeat their effects is the last
+_FOLDED: LRUCache[tuple[tuple[Effect, ...], Collection[str], Fold, Reads]] = LRUCache(
+    "evaluation.effects_folds", 20_000
+)
+
+
+def _folded(
+    plan: Plan, effects: tuple[Effect, ...], names: Collection[str], facts: Mapping[str, Value]
+) -> Fold:
+    """The fold ``effects`` make (as :func:`fold_effects`' loop builds it), the facts they
+    read recorded in ``facts`` (when traced) in plan order. Cached per effects tuple (the
+    fold is shared: read-only)."""
+    got = _FOLDED.get(id(effects))
+    if got is not None and got[0] is effects and (got[1] is names or got[1] == names):
+        fold, reads = got[2], got[3]
+    else:
+        merged: dict[object, object] = {}
+        for effect in effects:
+            if effect[3]:
+                merged.update(effect[3])
+        reads = tuple(merged.items())
+        done = tuple(
+            (w.attr, e[0]) for (w, _), e in zip(plan, effects, strict=True) if e[0] is not None
+        )
+        caveats: list[str] = []
+        notes: dict[str, list[str]] = {}
+        for (w, _), (_, note, caveat, _) in zip(plan, effects, strict=True):
+            if (note or caveat) and w.attr in names:
+                if note:
+                    notes.setdefault(w.attr, []).append(note)
+                if caveat:
+                    caveats.append(caveat)
+        fold = (done, caveats, notes)
+        _FOLDED.put(id(effects), (effects, names, fold, reads))
+    if isinstance(facts, FactsTrace) and reads:
+        facts.replay(reads)
+    return fold
+
+
+def _same(a: Effect, b: Effect) -> bool:
+    """Do two effects of one write fold alike (assignments alike, same texts and reads)?"""
+    return a is b or (
+        a[1] == b[1] and a[2] == b[2] and a[3] == b[3] and not _assigns_otherwise(a[0], b[0])
+    )
+
+
+#: id of a plan -> (the plan, (name -> the indices of the writes reading it in plan order,
+#: the indices of the writes whose reads are not known, the attribute of each write))
+_READERS: LRUCache[tuple[Plan, _Readers]] = LRUCache("evaluation.plan_readers", 20_000)
+
+
+def _readers(plan: Plan, reads: WriteReads) -> _Readers:
+    """The writes of ``plan`` reading each name, by index in plan order, those whose reads
+    are not known (any name may reach them) and the attribute each assigns. Cached per plan
+    object."""
+    got = _READERS.get(id(plan))
+    if got is not None and got[0] is plan:
+        return got[1]
+    readers: dict[str, list[int]] = {}
+    unknown: list[int] = []
+    for i, read in enumerate(reads):
+        if read is None:
+            unknown.append(i)
+        for name in read or ():
+            readers.setdefault(name, []).append(i)
+    found = (readers, tuple(unknown), tuple(w.attr for w, _ in plan))
+    _READERS.put(id(plan), (plan, found))
+    return found
+
+
+def _reached(
+    version: str,
+    check: Check,
+    plan: Plan,
+    attrs: Mapping[str, Value],
+    facts: Mapping[str, Value],
+    memo: dict[tuple[Any, ...], object] | None,
+    reads: WriteReads,
+    prior: tuple[tuple[Effect, ...], set[str]],
+) -> tuple[Effect, ...]:
+    """Each write's effect in ``plan`` when only the writes that ``prior``'s differing
+    names reach, those whose facts answer otherwise and those whose reads are not known are
+    evaluated, in plan order (as :func:`fold_effects`' loop would evaluate them)."""
+    readers, unknown, attr_of = _readers(plan, reads)
+    effects = list(prior[0])
+    trace = facts if isinstance(facts, FactsTrace) else None
+    queued = set(unknown)
+    for name in prior[1]:
+        queued.update(readers.get(name, ()))
+    made = _UNDER.get(id(prior[0]))
+    if trace is None or made is None or made[0] is not prior[0] or made[1] is not trace.answers:
+        # made under other facts: each effect that read them is due unless they answer alike
+        for i in compress(range(len(effects)), map(itemgetter(3), effects)):
+            if trace is None or not trace.answers_alike(effects[i][3]):
+                queued.add(i)
+    if not queued:
+        return prior[0]
+    due = sorted(queued)  # a heap
+    values = list(map(itemgetter(0), effects))
+    front: dict[str, Value] = {}  # what the writes before the next one due assigned
+    env = Env(Overlay(attrs, front), facts)
+    at = 0
+    changed = False  # does any effect differ from the last?
+    saved = trace.frame() if trace is not None else None
+    try:
+        while due:
+            i = heapq.heappop(due)
+            if i > at:  # the assignments (not ``None``) of the writes in between
+                between = values[at:i]
+                front.update(compress(zip(attr_of[at:i], between, strict=True), between))
+                at = i
+            w, pw = plan[i]
+            effect = _effect(version, check, w, pw, env, memo, trace, reads[i])
+            if _same(effect, effects[i]):
+                continue  # the last effect stands
+            if _assigns_otherwise(effect[0], effects[i][0]):
+                for j in readers.get(w.attr, ()):
+                    if j > i and j not in queued:
+                        queued.add(j)
+                        heapq.heappush(due, j)
+            effects[i] = effect
+            values[i] = effect[0]
+            changed = True
+    finally:
+        if trace is not None and saved is not None:
+            trace.reads = saved  # the effects' reads are recorded in plan order after
+    out = tuple(effects) if changed else prior[0]
+    if trace is not None:
+        _UNDER.put(id(out), (out, trace.answers))
+    return out
+
+
+#: id of an effects tuple -> (the tuple, the facts' answers (:attr:`FactsTrace.answers`)
+#: its reads are answered alike by): its next fold under them need not ask again
+_UNDER: LRUCache[tuple[tuple[Effect, ...], dict[object, object]]] = LRUCache(
+    "evaluation.effects_facts", 4_096
+)
+
+
+def _assigns_otherwise(a: Value | None, b: Value | None) -> bool:
+    if a is None or b is None:
+        return a is not b
+    return value_signature(a) != value_signature(b)
+
+
+# (release, the prepared write, its place and kind, the values of the names it reads) ->
+# (the prepared write, its effects, one per way the facts answered what it asked them)
+_EFFECTS: LRUCache[tuple[resolution.PreparedWrite, tuple[Effect, ...]]] = LRUCache(
+    "evaluation.write_effects", 30_000
+)
+_EFFECT_VARIANTS = 4
+
+
+def _effect(
+    version: str,
+    check: Check,
+    w: chain.Write,
+    pw: resolution.PreparedWrite,
+    env: Env,
+    memo: dict[tuple[Any, ...], object] | None,
+    trace: FactsTrace | None,
+    read: tuple[str, ...] | None = None,
+) -> Effect:
+    """What write ``w`` does in ``env`` (:data:`Effect`), with the facts it read from
+    ``trace`` (the facts of ``env``, when traced).
+
+    Memoised when the facts are traced and the names the write reads are known (``read``,
+    sorted): an effect
+    is deterministic in the values those names have where the write runs and in the facts
+    it asked, so a write in the slices of many checks' plans is evaluated once per such
+    values (the facts it asked are recorded again when reused)."""
+    if trace is None:
+        return (*_effect_of(version, check, w, pw, env, memo), _NO_READS)
+    key: tuple[Any, ...] | None = None
+    variants: tuple[Effect, ...] = ()
+    if read is not None:
+        same_fn = w.function == check.function and w.path == check.path
+        values = tuple(value_key(env.attrs.get(n)) for n in read)
+        key = (version, id(pw), w.path, w.line, w.attr, w.rank, same_fn, trace.provenance, values)
+        got = _EFFECTS.get(key)
+        if got is not None and got[0] is pw:
+            variants = got[1]
+            for effect in variants:
+                if not effect[3] or trace.answers_alike(effect[3]):
+                    if effect[3]:
+                        trace.replay(effect[3])
+                    return effect
+    saved = trace.frame()
+    try:
+        found = _effect_of(version, check, w, pw, env, memo)
+    finally:
+        reads = trace.merge(saved)
+    effect = (*found, reads)
+    if key is not None:
+        _EFFECTS.put(key, (pw, (*variants, effect)[-_EFFECT_VARIANTS:]))
+    return effect
+
+
+def _effect_of(
+    version: str,
+    check: Check,
+    w: chain.Write,
+    pw: resolution.PreparedWrite,
+    env: Env,
+    memo: dict[tuple[Any, ...], object] | None,
+) -> tuple[Value | None, str, str]:
+    """What write ``w`` does in ``env``: (the value it assigns or ``None``, a note about it
+    and a caveat, each ``""`` when none)."""
+    attr = w.attr
+    same_fn = w.function == check.function and w.path == check.path
+    guards = pw.all_guards(same_fn)
+    held = holds(guards, env, memo)
+    if held is False:
+        return None, "", ""
+    when = " and ".join(cond if pol else f"not ({cond})" for cond, pol in guards) or "always"
+    where = f"{w.path}:{w.line}"
+    if w.rank is None:
+        return (
+            None,
+            f"may be changed at {where} when {when} (order relative to the check unknown)",
+            "",
+        )
+    if held is True and not pw.reached and not same_fn:
+        held = UNKNOWN  # in a helper of a step called from several places: guards unknown
+    value = value_of(pw.value, env, memo) if pw.value else UNKNOWN
+    if value is UNKNOWN and _transforms_itself(pw.value, attr):
+        # e.g. model_path = _resolve_or_download(self.model_path): same meaning, new form
+        return None, f"rewritten at {where} from its own value", ""
+    if held is True and value is not UNKNOWN:
+        written = resolution.write_provenance(version, w, value, when)
+        return Value(value, Provenance("write", written)), f"set to {value!r} at {where}", ""
+    msg = f"may be changed at {where} when {when}"
+    assigned = None
+    if held is True:
+        unknown = f"set at {where} to `{pw.value}`, not known statically"
+        assigned = Value(UNKNOWN, Provenance("write", unknown))
+    return assigned, msg, f"`{attr}` {msg}"
+
+
+def _transforms_itself(value_src: str | None, attr: str) -> bool:
+    """Does the written expression read the attribute it writes (a normalisation)?"""
+    if not value_src:
+        return False
+    try:
+        return attr in referenced_names(value_src)
+    except Exception:
+        return False
