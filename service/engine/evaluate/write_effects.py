@@ -39,7 +39,7 @@ Effect = tuple[Value | None, str, str, Reads]
 Plan = tuple[tuple[chain.Write, resolution.PreparedWrite], ...]
 #: per write, the names it reads (``None``: not known)
 WriteReads = tuple[tuple[str, ...] | None, ...]
-_Readers = tuple[dict[str, list[int]], tuple[int, ...], tuple[str, ...]]
+_Readers = tuple[dict[str, tuple[int, ...]], tuple[int, ...], tuple[str, ...]]
 
 _NO_READS: Reads = ()
 
@@ -106,48 +106,31 @@ def fold_effects(
                 caveats.append(caveat)
     effects = tuple(out)
     if trace is not None:
-        _UNDER.put(id(effects), (effects, trace.answers))
+        _UNDER.put(id(effects), (effects, trace.facts_token))
     return (tuple(done), caveats, notes), effects
-
-
-#: id of an effects tuple -> (the tuple, the names reported, the fold they make, every fact
-#: they read in plan order): a fold whose writes reached all repeat their effects is the last
-_FOLDED: LRUCache[tuple[tuple[Effect, ...], Collection[str], Fold, Reads]] = LRUCache(
-    "evaluation.effects_folds", 20_000
-)
 
 
 def _folded(
     plan: Plan, effects: tuple[Effect, ...], names: Collection[str], facts: Mapping[str, Value]
 ) -> Fold:
     """The fold ``effects`` make (as :func:`fold_effects`' loop builds it), the facts they
-    read recorded in ``facts`` (when traced) in plan order. Cached per effects tuple (the
-    fold is shared: read-only)."""
-    got = _FOLDED.get(id(effects))
-    if got is not None and got[0] is effects and (got[1] is names or got[1] == names):
-        fold, reads = got[2], got[3]
-    else:
-        merged: dict[object, object] = {}
+    read recorded in ``facts`` (when traced) in plan order."""
+    if isinstance(facts, FactsTrace):
         for effect in effects:
             if effect[3]:
-                merged.update(effect[3])
-        reads = tuple(merged.items())
-        done = tuple(
-            (w.attr, e[0]) for (w, _), e in zip(plan, effects, strict=True) if e[0] is not None
-        )
-        caveats: list[str] = []
-        notes: dict[str, list[str]] = {}
-        for (w, _), (_, note, caveat, _) in zip(plan, effects, strict=True):
-            if (note or caveat) and w.attr in names:
-                if note:
-                    notes.setdefault(w.attr, []).append(note)
-                if caveat:
-                    caveats.append(caveat)
-        fold = (done, caveats, notes)
-        _FOLDED.put(id(effects), (effects, names, fold, reads))
-    if isinstance(facts, FactsTrace) and reads:
-        facts.replay(reads)
-    return fold
+                facts.replay(effect[3])
+    done = tuple(
+        (w.attr, e[0]) for (w, _), e in zip(plan, effects, strict=True) if e[0] is not None
+    )
+    caveats: list[str] = []
+    notes: dict[str, list[str]] = {}
+    for (w, _), (_, note, caveat, _) in zip(plan, effects, strict=True):
+        if (note or caveat) and w.attr in names:
+            if note:
+                notes.setdefault(w.attr, []).append(note)
+            if caveat:
+                caveats.append(caveat)
+    return done, caveats, notes
 
 
 def _same(a: Effect, b: Effect) -> bool:
@@ -159,7 +142,7 @@ def _same(a: Effect, b: Effect) -> bool:
 
 #: id of a plan -> (the plan, (name -> the indices of the writes reading it in plan order,
 #: the indices of the writes whose reads are not known, the attribute of each write))
-_READERS: LRUCache[tuple[Plan, _Readers]] = LRUCache("evaluation.plan_readers", 20_000)
+_READERS: LRUCache[tuple[Plan, _Readers]] = LRUCache("evaluation.plan_readers", 1_024)
 
 
 def _readers(plan: Plan, reads: WriteReads) -> _Readers:
@@ -176,7 +159,11 @@ def _readers(plan: Plan, reads: WriteReads) -> _Readers:
             unknown.append(i)
         for name in read or ():
             readers.setdefault(name, []).append(i)
-    found = (readers, tuple(unknown), tuple(w.attr for w, _ in plan))
+    found = (
+        {name: tuple(ids) for name, ids in readers.items()},
+        tuple(unknown),
+        tuple(w.attr for w, _ in plan),
+    )
     _READERS.put(id(plan), (plan, found))
     return found
 
@@ -201,7 +188,7 @@ def _reached(
     for name in prior[1]:
         queued.update(readers.get(name, ()))
     made = _UNDER.get(id(prior[0]))
-    if trace is None or made is None or made[0] is not prior[0] or made[1] is not trace.answers:
+    if trace is None or made is None or made[0] is not prior[0] or made[1] is not trace.facts_token:
         # made under other facts: each effect that read them is due unless they answer alike
         for i in compress(range(len(effects)), map(itemgetter(3), effects)):
             if trace is None or not trace.answers_alike(effects[i][3]):
@@ -239,15 +226,13 @@ def _reached(
             trace.reads = saved  # the effects' reads are recorded in plan order after
     out = tuple(effects) if changed else prior[0]
     if trace is not None:
-        _UNDER.put(id(out), (out, trace.answers))
+        _UNDER.put(id(out), (out, trace.facts_token))
     return out
 
 
-#: id of an effects tuple -> (the tuple, the facts' answers (:attr:`FactsTrace.answers`)
-#: its reads are answered alike by): its next fold under them need not ask again
-_UNDER: LRUCache[tuple[tuple[Effect, ...], dict[object, object]]] = LRUCache(
-    "evaluation.effects_facts", 4_096
-)
+#: id of an effects tuple -> (the tuple, the token of the facts (:attr:`FactsTrace.facts_token`)
+#: that answer its reads alike): its next fold under them need not ask again
+_UNDER: LRUCache[tuple[tuple[Effect, ...], object]] = LRUCache("evaluation.effects_facts", 2_048)
 
 
 def _assigns_otherwise(a: Value | None, b: Value | None) -> bool:

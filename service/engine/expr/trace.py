@@ -60,6 +60,7 @@ _VALUE = "="
 _FULL = "=+"
 _WHOLE = ("whole key set",)
 _KEY_SET = ("key set",)  # a ``sigs`` entry: the facts' keys (never a recorded question)
+_TOKEN = ("token",)  # a ``sigs`` entry: :attr:`FactsTrace.facts_token` (never a question)
 
 
 def _question(kind: str, key: str) -> tuple[str, str]:
@@ -176,10 +177,15 @@ class FactsTrace(Mapping[str, Any]):
         return reads_match(reads, self.base, self._sigs)
 
     @property
-    def answers(self) -> dict[object, object]:
-        """The cache of the facts' answers this trace shares (one per set of facts): two
-        traces sharing it read the same facts."""
-        return self._sigs
+    def facts_token(self) -> object:
+        """A token of the cache of the facts' answers this trace shares (one per set of
+        facts): two traces with the same token read the same facts. The token is small
+        (kept by memo tables, it keeps no answers alive) and changes when the cache is
+        emptied."""
+        token = self._sigs.get(_TOKEN)
+        if token is None:
+            token = self._sigs[_TOKEN] = object()
+        return token
 
     def key_set(self) -> frozenset[str]:
         """The facts' keys, not recorded as read (for cache keys of builds that record
