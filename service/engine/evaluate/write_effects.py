@@ -56,69 +56,42 @@ def fold_effects(
     prior: tuple[tuple[Effect, ...], set[str]] | None = None,
 ) -> tuple[Fold, tuple[Effect, ...]]:
     """Fold the prepared writes of ``plan`` (in its order) into ``attrs`` (scratch space,
-    assigned in place, except when only the writes reached are evaluated): ((assignments
-    in order, caveats, notes), what each write did), reporting the writes of ``names``
-    only. The facts each write read are recorded when ``facts`` is a :class:`FactsTrace`.
+    assigned in place when every write is evaluated): ((assignments in order, caveats,
+    notes), what each write did), reporting the writes of ``names`` only. The facts each
+    write read are recorded when ``facts`` is a :class:`FactsTrace`.
 
     ``reads``: per write, the names it reads (:func:`~.slice_plan.write_reads`; ``None``
     when not known), for the memo of effects (:func:`_effect`) and for ``prior``: (each
     write's effect when the same ``plan`` was folded for attributes differing from
-    ``attrs`` only in the names of the set; that set). A write known to read none of the
-    set, whose facts answer as they did, repeats its effect unevaluated (its fact reads are
-    recorded again). A write evaluated again whose assignment differs adds its attribute
-    to the set."""
+    ``attrs`` only in the names of the set; that set). With both, only the writes that set
+    reaches are evaluated (:func:`_reached`); the others repeat their effects (their fact
+    reads are recorded again)."""
+    trace = facts if isinstance(facts, FactsTrace) else None
     if prior is not None and reads is not None:
         effects = _reached(version, check, plan, attrs, facts, memo, reads, prior)
-        return _folded(plan, effects, names, facts), effects
-    done: list[tuple[str, Value]] = []
-    caveats: list[str] = []
-    notes: dict[str, list[str]] = {}
-    out: list[Effect] = []
-    trace = facts if isinstance(facts, FactsTrace) else None
-    env = Env(attrs, facts)  # reads ``attrs`` as the assignments below change it
-    for i, (w, pw) in enumerate(plan):
-        effect: Effect | None = None
-        before: Effect | None = None
-        read = reads[i] if reads is not None else None
-        if prior is not None:
-            before, dirty = prior[0][i], prior[1]
-            if (
-                read is not None
-                and dirty.isdisjoint(read)
-                and (not before[3] or (trace is not None and trace.answers_alike(before[3])))
-            ):
-                effect = before
-                if trace is not None and before[3]:
-                    trace.replay(before[3])
-        if effect is None:
-            effect = _effect(version, check, w, pw, env, memo, trace, read)
-            if before is not None and _assigns_otherwise(effect[0], before[0]):
-                dirty.add(w.attr)
-        out.append(effect)
-        value, note, caveat, _ = effect
-        if value is not None:
-            attrs[w.attr] = value
-            done.append((w.attr, value))
-        if w.attr in names:
-            if note:
-                notes.setdefault(w.attr, []).append(note)
-            if caveat:
-                caveats.append(caveat)
-    effects = tuple(out)
-    if trace is not None:
-        _UNDER.put(id(effects), (effects, trace.facts_token))
-    return (tuple(done), caveats, notes), effects
+        if trace is not None:  # in plan order, as the loop below records them
+            for effect in effects:
+                if effect[3]:
+                    trace.replay(effect[3])
+    else:
+        out: list[Effect] = []
+        env = Env(attrs, facts)  # reads ``attrs`` as the assignments below change it
+        for i, (w, pw) in enumerate(plan):
+            effect = _effect(
+                version, check, w, pw, env, memo, trace, reads[i] if reads is not None else None
+            )
+            out.append(effect)
+            if effect[0] is not None:
+                attrs[w.attr] = effect[0]
+        effects = tuple(out)
+        if trace is not None:
+            _UNDER.put(id(effects), (effects, trace.facts_token))
+    return _folded(plan, effects, names), effects
 
 
-def _folded(
-    plan: Plan, effects: tuple[Effect, ...], names: Collection[str], facts: Mapping[str, Value]
-) -> Fold:
-    """The fold ``effects`` make (as :func:`fold_effects`' loop builds it), the facts they
-    read recorded in ``facts`` (when traced) in plan order."""
-    if isinstance(facts, FactsTrace):
-        for effect in effects:
-            if effect[3]:
-                facts.replay(effect[3])
+def _folded(plan: Plan, effects: tuple[Effect, ...], names: Collection[str]) -> Fold:
+    """The fold ``effects`` make: (assignments in order, caveats and notes about the writes
+    of ``names``)."""
     done = tuple(
         (w.attr, e[0]) for (w, _), e in zip(plan, effects, strict=True) if e[0] is not None
     )
