@@ -160,20 +160,44 @@ def _reached(
     queued = set(unknown)
     for name in prior[1]:
         queued.update(readers.get(name, ()))
-    made = _UNDER.get(id(prior[0]))
-    if trace is None or made is None or made[0] is not prior[0] or made[1] is not trace.facts_token:
+    token = trace.facts_token if trace is not None else None
+    verified = _UNDER.get(id(prior[0]))
+    if token is None or verified is None or verified[0] is not prior[0] or verified[1] is not token:
         # made under other facts: each effect that read them is due unless they answer alike
         for i in compress(range(len(effects)), map(itemgetter(3), effects)):
             if trace is None or not trace.answers_alike(effects[i][3]):
                 queued.add(i)
+    changed = _evaluate_due(version, check, plan, attrs, facts, memo, reads, effects, queued)
+    out = tuple(effects) if changed else prior[0]
+    if token is not None:
+        _UNDER.put(id(out), (out, token))
+    return out
+
+
+def _evaluate_due(
+    version: str,
+    check: Check,
+    plan: Plan,
+    attrs: Mapping[str, Value],
+    facts: Mapping[str, Value],
+    memo: dict[tuple[Any, ...], object] | None,
+    reads: WriteReads,
+    effects: list[Effect],
+    queued: set[int],
+) -> bool:
+    """Evaluate again, in plan order, the writes of ``queued`` (and the later readers of
+    each attribute whose assignment changes), replacing their ``effects`` (in place);
+    whether any effect changed."""
     if not queued:
-        return prior[0]
+        return False
+    readers, _, attr_of = _readers(plan, reads)
+    trace = facts if isinstance(facts, FactsTrace) else None
     due = sorted(queued)  # a heap
+    changed = False
     values = list(map(itemgetter(0), effects))
     front: dict[str, Value] = {}  # what the writes before the next one due assigned
     env = Env(Overlay(attrs, front), facts)
     at = 0
-    changed = False  # does any effect differ from the last?
     saved = trace.frame() if trace is not None else None
     try:
         while due:
@@ -186,6 +210,7 @@ def _reached(
             effect = _effect(version, check, w, pw, env, memo, trace, reads[i])
             if _same(effect, effects[i]):
                 continue  # the last effect stands
+            changed = True
             if _assigns_otherwise(effect[0], effects[i][0]):
                 for j in readers.get(w.attr, ()):
                     if j > i and j not in queued:
@@ -193,14 +218,10 @@ def _reached(
                         heapq.heappush(due, j)
             effects[i] = effect
             values[i] = effect[0]
-            changed = True
     finally:
         if trace is not None and saved is not None:
             trace.reads = saved  # the effects' reads are recorded in plan order after
-    out = tuple(effects) if changed else prior[0]
-    if trace is not None:
-        _UNDER.put(id(out), (out, trace.facts_token))
-    return out
+    return changed
 
 
 #: id of an effects tuple -> (the tuple, the token of the facts (:attr:`FactsTrace.facts_token`)
