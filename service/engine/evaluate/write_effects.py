@@ -167,61 +167,40 @@ def _reached(
         for i in compress(range(len(effects)), map(itemgetter(3), effects)):
             if trace is None or not trace.answers_alike(effects[i][3]):
                 queued.add(i)
-    changed = _evaluate_due(version, check, plan, attrs, facts, memo, reads, effects, queued)
+    changed = False
+    if queued:  # evaluated again in plan order, each over what the writes before it assigned
+        due = sorted(queued)  # a heap
+        values = list(map(itemgetter(0), effects))
+        front: dict[str, Value] = {}  # what the writes before the next one due assigned
+        env = Env(Overlay(attrs, front), facts)
+        at = 0
+        saved = trace.frame() if trace is not None else None
+        try:
+            while due:
+                i = heapq.heappop(due)
+                if i > at:  # the assignments (not ``None``) of the writes in between
+                    between = values[at:i]
+                    front.update(compress(zip(attr_of[at:i], between, strict=True), between))
+                    at = i
+                w, pw = plan[i]
+                effect = _effect(version, check, w, pw, env, memo, trace, reads[i])
+                if _same(effect, effects[i]):
+                    continue  # the last effect stands
+                changed = True
+                if _assigns_otherwise(effect[0], effects[i][0]):
+                    for j in readers.get(w.attr, ()):  # its later readers are due too
+                        if j > i and j not in queued:
+                            queued.add(j)
+                            heapq.heappush(due, j)
+                effects[i] = effect
+                values[i] = effect[0]
+        finally:
+            if trace is not None and saved is not None:
+                trace.reads = saved  # the effects' reads are recorded in plan order after
     out = tuple(effects) if changed else prior[0]
     if token is not None:
         _UNDER.put(id(out), (out, token))
     return out
-
-
-def _evaluate_due(
-    version: str,
-    check: Check,
-    plan: Plan,
-    attrs: Mapping[str, Value],
-    facts: Mapping[str, Value],
-    memo: dict[tuple[Any, ...], object] | None,
-    reads: WriteReads,
-    effects: list[Effect],
-    queued: set[int],
-) -> bool:
-    """Evaluate again, in plan order, the writes of ``queued`` (and the later readers of
-    each attribute whose assignment changes), replacing their ``effects`` (in place);
-    whether any effect changed."""
-    if not queued:
-        return False
-    readers, _, attr_of = _readers(plan, reads)
-    trace = facts if isinstance(facts, FactsTrace) else None
-    due = sorted(queued)  # a heap
-    changed = False
-    values = list(map(itemgetter(0), effects))
-    front: dict[str, Value] = {}  # what the writes before the next one due assigned
-    env = Env(Overlay(attrs, front), facts)
-    at = 0
-    saved = trace.frame() if trace is not None else None
-    try:
-        while due:
-            i = heapq.heappop(due)
-            if i > at:  # the assignments (not ``None``) of the writes in between
-                between = values[at:i]
-                front.update(compress(zip(attr_of[at:i], between, strict=True), between))
-                at = i
-            w, pw = plan[i]
-            effect = _effect(version, check, w, pw, env, memo, trace, reads[i])
-            if _same(effect, effects[i]):
-                continue  # the last effect stands
-            changed = True
-            if _assigns_otherwise(effect[0], effects[i][0]):
-                for j in readers.get(w.attr, ()):
-                    if j > i and j not in queued:
-                        queued.add(j)
-                        heapq.heappush(due, j)
-            effects[i] = effect
-            values[i] = effect[0]
-    finally:
-        if trace is not None and saved is not None:
-            trace.reads = saved  # the effects' reads are recorded in plan order after
-    return changed
 
 
 #: id of an effects tuple -> (the tuple, the token of the facts (:attr:`FactsTrace.facts_token`)
