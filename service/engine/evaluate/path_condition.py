@@ -29,6 +29,7 @@ from service.engine.cache import LRUCache, cached, facts_signature, release_key
 from service.engine.evaluate import chain, params, resolution, source
 from service.engine.evaluate.context import CheckContext
 from service.engine.evaluate.fold import apply_earlier_writes, fold_earlier_writes, fold_plan
+from service.engine.evaluate.guard_memo import sorted_reads
 from service.engine.evaluate.memo_keys import value_key, value_signature
 from service.engine.evaluate.pieces import PiecePart, all_hold, piece_holds
 from service.engine.evaluate.source import substitute
@@ -337,11 +338,8 @@ def path_fires(
     asked: dict[object, object] = {}
     holds: list[object] = []
     for _, cond, pol, _ in texts:
-        try:
-            read: frozenset[str] | None = referenced_names(cond)
-        except Exception:  # evaluated unmemoised, as evaluate_path does
-            read = None
-        key = (cond, tuple(value_key(attrs.get(n)) for n in sorted(read or ())))
+        read = sorted_reads(cond)  # None: evaluated unmemoised, as evaluate_path does
+        key = (cond, tuple(value_key(attrs.get(n)) for n in read or ()))
         variants = _TRUTHS.get(key) or () if read is not None else ()
         hit = next((v for v in variants if reads_match(v[0], facts, sigs)), None)
         if hit is None:
@@ -370,11 +368,10 @@ def _evaluate_piece(cond: str, env: Env, fsig: str) -> Result:
     evaluation asked the facts anything, on the facts (``fsig``). An evaluation is
     deterministic in what it reads: one that asked no fact for these inputs asks none
     under any facts, so its result serves every GPU and model."""
-    try:
-        read = referenced_names(cond)
-    except Exception:  # let the evaluator raise its own error
+    read = sorted_reads(cond)
+    if read is None:  # let the evaluator raise its own error
         return evaluate(cond, env)
-    inputs = tuple((n, value_signature(env.attrs.get(n))) for n in sorted(read))
+    inputs = tuple((n, value_signature(env.attrs.get(n))) for n in read)
     hit = _PIECES.get((cond, None, inputs)) or _PIECES.get((cond, fsig, inputs))
     if hit is None:
         trace = FactsTrace(env.facts)
