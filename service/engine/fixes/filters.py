@@ -40,7 +40,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -287,15 +287,20 @@ def backend_refusals(
     edited: Callable[[Edit], dict[str, Value]],
     *,
     facts_sig: str | None = None,
+    among: Collection[str] | None = None,
 ) -> dict[tuple[Any, ...], BackendRefusal]:
     """Edit key -> why it is dropped, for each edit of ``edits`` that sets a backend flag
     (``*_backend``) to a value an error card of ``version`` refuses on these facts (module
     docstring): violated after the edit and not by the user's command, its evaluation
-    reading a fact. ``edited(edit)`` is the attributes after ``edit``."""
+    reading a fact. ``edited(edit)`` is the attributes after ``edit``.
+
+    ``among``: only the edits setting one of these attributes are judged (the cards asked
+    are those of every edit all the same, so each answer is the one without ``among``)."""
     from service.engine.rules.checker import cards_for, evaluate_cards
 
     todo = [e for e in edits if e.set and any(_is_backend(a) for a in e.set)]
-    if not todo:
+    judged = todo if among is None else [e for e in todo if not set(among).isdisjoint(e.set)]
+    if not judged:
         return {}
     backends = {a for e in todo for a in e.set if _is_backend(a)}
     # a card can refuse on the facts only if its conditions name a hardware or architecture
@@ -317,7 +322,7 @@ def backend_refusals(
         if r.verdict == "violated"
     }
     out: dict[tuple[Any, ...], BackendRefusal] = {}
-    for edit in todo:
+    for edit in judged:
         mine = [c for c in cards if c.id not in before and c.reads & set(edit.set)]
         for r in evaluate_cards(
             store, version, edited(edit), facts, parsed, cards=mine, facts_sig=facts_sig
@@ -347,15 +352,20 @@ def screened(
     edited: Callable[[Edit], dict[str, Value]],
     *,
     facts_sig: str | None = None,
+    among: Collection[str] | None = None,
 ) -> list[Edit]:
     """``edits`` without those that set a value the located check refuses
     (:func:`sets_refused`) or a backend value an error rule card of the release refuses on
     these facts (:func:`backend_refusals`); each kept edit setting a flag whose other values
-    a card refused cites it (``Edit.notes``). ``edited(edit)``: the attributes after it."""
+    a card refused cites it (``Edit.notes``). ``edited(edit)``: the attributes after it.
+
+    ``among``: only the backend edits setting one of these attributes are judged by the
+    cards (the others are kept as they are). An edit setting only attributes of ``among``
+    gets the same notes as without it: every refusal it could cite is of such an edit."""
     refused = refused_values(ev)
     edits = [e for e in edits if not sets_refused(e, refused)]
     dropped = backend_refusals(
-        store, version, edits, attrs, facts, parsed, edited, facts_sig=facts_sig
+        store, version, edits, attrs, facts, parsed, edited, facts_sig=facts_sig, among=among
     )
     kept = [e for e in edits if e.key() not in dropped]
     for e in kept:

@@ -27,7 +27,9 @@ from service.engine.fixes.edits import candidate_edits, edited_attrs
 from service.engine.fixes.filters import (
     guard_flip,
     message_attrs,
+    refused_values,
     screened,
+    sets_refused,
     sibling_trips,
     turns_off,
 )
@@ -188,17 +190,12 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
             launch.parsed,
             launch.note(catalog),
         )
-    edits = screened(
-        store,
-        version,
-        ev,
-        candidate_edits(store, version, check, ev, parsed, catalog, attrs, facts),
-        parsed,
-        attrs,
-        facts,
-        lambda e: edited_attrs(attrs, e, catalog),
-        facts_sig=fsig,
-    )
+    refused = refused_values(ev)
+    edits = [
+        e
+        for e in candidate_edits(store, version, check, ev, parsed, catalog, attrs, facts)
+        if not sets_refused(e, refused)
+    ]
     costs: Cost = {e.key(): intent_cost(e.set, e.remove, parsed, catalog, attrs) for e in edits}
     guard_memo: dict[tuple[Any, ...], object] = {}
     named = message_attrs(check, catalog)  # its subject: turning one off is no detour
@@ -223,6 +220,26 @@ def propose(ctx: CheckContext, ev: PathEvaluation, *, limit: int = 5) -> list[Ve
             passing.append(v)
         elif v.fixes_check is UNKNOWN:
             undecided.append(v)
+    # the backend values a rule card refuses on these facts go (their notes stay on the
+    # others): judged only for the flags some candidate that may be listed sets
+    listed = {a for v in (*passing, *undecided) for a in v.edit.set}
+    kept = {
+        e.key()
+        for e in screened(
+            store,
+            version,
+            ev,
+            edits,
+            parsed,
+            attrs,
+            facts,
+            lambda e: edited_attrs(attrs, e, catalog),
+            facts_sig=fsig,
+            among=listed,
+        )
+    }
+    passing = [v for v in passing if v.edit.key() in kept]
+    undecided = [v for v in undecided if v.edit.key() in kept]
     robust = (
         _robust(store, version, check, passing, attrs, facts, catalog, fsig) if unknown else None
     )
