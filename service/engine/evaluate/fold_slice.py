@@ -50,6 +50,7 @@ __all__ = [
     "fold_attr",
     "inherited",
     "seen_through",
+    "view_answer",
 ]
 
 #: a slice's fold as kept: (assignments in order, caveats about its writes)
@@ -423,18 +424,27 @@ class FoldedView(Mapping[str, Value]):
         self.whole = True
         return sum(1 for _ in self)
 
-    def reads_of(self, tests: Mapping[str, Tests | None] | None = None) -> ViewReads:
+    def reads_of(
+        self, tests: Mapping[str, Tests | None] | None = None, *, noted: bool = False
+    ) -> ViewReads:
         """The reads so far in read order, each as (attribute, how it is kept, the answer).
 
         Without ``tests``, each is kept exactly: its :func:`value_signature` and the caveats
         its first read added (how = ``None``). With ``tests`` (for a verdict that shows no
         value and no caveat), each attribute ``tests`` maps to its tests is kept as the
         answers to them, and every other as its value alone (how = ``()``). A view of other
-        attributes answering these alike gives the evaluation the same answers."""
+        attributes answering these alike gives the evaluation the same answers.
+
+        ``noted`` (for a verdict that shows values and caveats): each attribute ``tests``
+        maps to its tests is kept as the answers to them with the caveats its first read
+        added, every other exactly (how = ``None``)."""
         out: list[tuple[str, Tests | None, object]] = []
         for k, v in self.seen.items():
-            how = None if tests is None else (tests.get(k) or ())
-            out.append((k, how, self._answer(k, v, how)))
+            if noted:
+                how = tests.get(k) if tests else None
+            else:
+                how = None if tests is None else (tests.get(k) or ())
+            out.append((k, how, self._answer(k, v, how, noted)))
         return tuple(out)
 
     def rests_on(self) -> frozenset[str]:
@@ -445,11 +455,19 @@ class FoldedView(Mapping[str, Value]):
             out.update(piece.reads)
         return frozenset(out)
 
-    def answers(self, key: str, how: Tests | None) -> object:
+    def answers(self, key: str, how: Tests | None, noted: bool = False) -> object:
         """What this view answers to a read recorded by :meth:`reads_of`."""
-        return self._answer(key, self._look(key), how)
+        return self._answer(key, self._look(key), how, noted)
 
-    def _answer(self, key: str, v: Value | None, how: Tests | None) -> object:
-        if how is None:
-            return (value_signature(v), self.notes_of.get(key, ()))
-        return answers_signature(v, how) if how else value_key(v)
+    def _answer(self, key: str, v: Value | None, how: Tests | None, noted: bool) -> object:
+        return view_answer(v, self.notes_of.get(key, ()), how, noted)
+
+
+def view_answer(v: Value | None, notes: tuple[str, ...], how: Tests | None, noted: bool) -> object:
+    """What an attribute seen as ``v`` with caveats ``notes`` answers to a read recorded by
+    :meth:`FoldedView.reads_of` (``how``; ``noted``: the caveats count with the tests)."""
+    if how is None:
+        return (value_signature(v), notes)
+    if not how:
+        return value_key(v)
+    return (answers_signature(v, how), notes) if noted else answers_signature(v, how)

@@ -38,9 +38,15 @@ from typing import Any, NamedTuple
 
 from kb.store import Store
 from service.engine.evaluate.fold import fold_plan
-from service.engine.evaluate.fold_slice import FoldedView, Made, Seen, ViewReads, seen_through
-from service.engine.evaluate.literal_classes import Tests, answers_signature
-from service.engine.evaluate.memo_keys import value_key, value_signature
+from service.engine.evaluate.fold_slice import (
+    FoldedView,
+    Made,
+    Seen,
+    ViewReads,
+    seen_through,
+    view_answer,
+)
+from service.engine.evaluate.literal_classes import Tests
 from service.engine.evaluate.path_classes import Origin, origin_of
 from service.engine.evaluate.slice_plan import Plan
 from service.engine.expr.interpreter import Env, Value, evaluate
@@ -54,6 +60,7 @@ from service.engine.rules.value_classes import (
     card_classed,
     card_tests,
     folds_classed,
+    rebased,
     shown_of,
     view_tests,
 )
@@ -65,6 +72,7 @@ __all__ = [
     "ViewRecord",
     "judge_fresh",
     "narrowed",
+    "shown_tests",
     "view_served",
 ]
 
@@ -73,8 +81,9 @@ __all__ = [
 Record = tuple[AttrReadsT, Reads, CardResult, Origin, Shown, frozenset[str]]
 #: what a derived card's verdict rests on as its conditions saw it: (each attribute read
 #: through the folded view with its answer, :meth:`FoldedView.reads_of`; the facts the
-#: conditions read; the verdict)
-ViewRecord = tuple[ViewReads, Reads, CardResult]
+#: conditions read; the verdict; for a verdict that shows values, those of the attributes
+#: kept by their tests' answers, else ``None``)
+ViewRecord = tuple[ViewReads, Reads, CardResult, Shown | None]
 
 
 class Judging:
@@ -161,9 +170,16 @@ def judge_fresh(store: Store, release: str, entry: CardEntry, ctx: Judging) -> J
     seen: ViewRecord | None = None
     if folded is not None and not folded.whole:
         # a verdict that does not apply shows no value: what its operand tests suffices;
+        # another keeps the attributes with choices that its conditions test by the tests'
+        # answers (and caveats), and its inputs show the values of the command it serves;
         # the folded values stand for the facts the folds read
-        tests = view_tests(*texts) if result.verdict == "not_applicable" else None
-        seen = (folded.reads_of(tests), values_only(cond.snapshot(), inputs), result)
+        facts_read = values_only(cond.snapshot(), inputs)
+        if result.verdict == "not_applicable":
+            seen = (folded.reads_of(view_tests(*texts)), facts_read, result, None)
+        else:
+            tests = shown_tests(*texts, ctx.choices)
+            values = tuple((k, folded.seen[k]) for k in tests if k in folded.seen)
+            seen = (folded.reads_of(tests, noted=True), facts_read, result, values)
     # a model path read only by its class serves every path of the class, a value read
     # only through tests every value answering them alike
     classed = card_classed(*texts)
@@ -200,7 +216,8 @@ def view_served(
         planned = ctx.plans[(row.id, names)] = (plan, asked.snapshot())
     plan = planned[0]
     seen = ctx.seen.setdefault(id(plan), {})
-    for reads, fact_reads, result in reversed(records):
+    for reads, fact_reads, result, values in reversed(records):
+        noted = values is not None
         for k, how, answer in reads:
             got = seen.get(k)
             if got is None:
@@ -219,11 +236,17 @@ def view_served(
                     seen,
                 )
                 seen[k] = got
-            if _seen_answer(got, how) != answer:
+            if view_answer(got[0], got[1], how, noted) != answer:
                 break
         else:
             if not reads_match(fact_reads, ctx.facts, ctx.fact_sigs):
                 continue
+            if values:  # its inputs show the values this command's view gives
+                now = {k: v for k, _ in values if (v := seen[k][0]) is not None}
+                served = rebased(result, (), now, values)
+                if served is None:  # its reason quotes a value that moved
+                    continue
+                result = served
             trace = FactsTrace(ctx.facts, ctx.fact_sigs)
             trace.replay(planned[1])
             deps: set[str] = set()
@@ -238,13 +261,11 @@ def view_served(
     return None
 
 
-def _seen_answer(seen: Seen, how: Tests | None) -> object:
-    """What an attribute seen so answers to a read recorded by
-    :meth:`~service.engine.evaluate.fold_slice.FoldedView.reads_of`."""
-    value = seen[0]
-    if how is None:
-        return (value_signature(value), seen[1])
-    return answers_signature(value, how) if how else value_key(value)
+def shown_tests(when: str, require: str, choices: frozenset[str]) -> dict[str, Tests]:
+    """The attributes with choices (``choices``) that the view record of a verdict showing
+    values keeps by the answers to the tests its conditions make (:func:`view_tests`); its
+    inputs are shown anew for the command it serves (:func:`view_served`)."""
+    return {k: t for k, t in view_tests(when, require).items() if t and k in choices}
 
 
 def narrowed(result: CardResult) -> str | None:

@@ -143,3 +143,31 @@ def test_view_records_serve_candidates_whose_folds_agree(store: Store, monkeypat
     monkeypatch.setattr(card_memo, "view_served", lambda *args: None)
     assert run() == viewed
     assert 0 < with_view < judged[0]
+
+
+def test_view_records_of_verdicts_showing_values_serve_other_choices(
+    store: Store, monkeypatch
+) -> None:
+    """Fix candidates giving a backend flag each of its choices: a derived card that holds
+    (or cannot tell) shows the backend among its inputs, so its view record kept the value
+    exactly and each choice was judged afresh. Kept by the answers to the card's own tests,
+    the record serves every choice answering them alike, its inputs showing the choice of
+    the command served: every verdict (reason, inputs, notes) equals the run with exact
+    records, and fewer cards are judged."""
+    model = "/models/meta-llama/Llama-3.1-8B-Instruct"
+    facts = facts_for("h200-x8", None, model)
+    base = ["--model-path", model, "--kv-cache-dtype", "nvfp4"]
+    base += ["--prefill-attention-backend", "trtllm_mha", "--disaggregation-mode", "decode"]
+    commands = [base] + [
+        [*base, "--decode-attention-backend", backend]
+        for backend in ("triton", "torch_native", "flex_attention", "flashinfer")
+    ]
+    run, judged = judging(store, "0.5.23", facts, commands, monkeypatch)
+    with monkeypatch.context() as exactly:
+        exactly.setattr(card_records, "shown_tests", lambda *args: {})
+        exact = run()
+        exact_judged = judged[0]
+    served = calls_of(monkeypatch, card_records, "rebased")
+    assert run() == exact
+    assert served[0] > 0  # records kept by their tests served some commands
+    assert 0 < judged[0] < exact_judged
