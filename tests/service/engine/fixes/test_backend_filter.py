@@ -107,3 +107,54 @@ def test_refused_backends_are_dropped_citing_a_card_that_reads_the_machine(kb, c
         )
         assert not any(v.edit.key() in refusals for v in proposed), inc.id
     assert len(cases) >= 3 and dropped >= 1
+
+
+def _notes(store, catalog, case, flags: list[str] | None, among: list[str]) -> dict:
+    """The notes of the edits :func:`screened` keeps (judged ``among`` ``flags``) that set
+    only flags of ``among``."""
+    _inc, _check, ev, parsed, attrs, facts, raw, _refusals = case
+    kept = screened(
+        store,
+        RELEASE,
+        ev,
+        raw,
+        parsed,
+        attrs,
+        facts,
+        lambda e: edited_attrs(attrs, e, catalog),
+        among=flags,
+    )
+    return {e.key(): list(e.notes) for e in kept if set(e.set) <= set(among)}
+
+
+def test_refusals_among_some_flags_are_those_of_the_whole_answer(kb, cases) -> None:
+    """Judged only for the edits setting some flags (``among``: those of the candidates
+    that may be listed), each refusal found is the one found judging every edit, and an
+    edit setting only those flags gets the same notes."""
+    store = kb.store
+    catalog = load_catalog(store, RELEASE)
+    compared = 0
+    for case in cases:
+        inc, _check, _ev, parsed, attrs, facts, raw, refusals = case
+        backends = sorted({a for e in raw for a in e.set if a.endswith("_backend")})
+        for among in ([backends[0]], backends[1:], []):
+            part = backend_refusals(
+                store,
+                RELEASE,
+                raw,
+                attrs,
+                facts,
+                parsed,
+                lambda e, a=attrs: edited_attrs(a, e, catalog),
+                among=among,
+            )
+            assert part == {
+                k: why
+                for k, why in refusals.items()
+                if set(among) & set(next(e for e in raw if e.key() == k).set)
+            }, (inc.id, among)
+            some = _notes(store, catalog, case, among, among)
+            every = _notes(store, catalog, case, None, among)  # last: the whole answer's notes
+            assert {k: v for k, v in some.items() if k in every} == every, inc.id
+            compared += bool(every)
+    assert compared >= 1
