@@ -30,7 +30,14 @@ from service.engine.evaluate.slice_plan import Plan, plan_reads
 from service.engine.evaluate.write_effects import Effect, Fold, fold_effects
 from service.engine.expr.interpreter import Env, Value, referenced_names
 from service.engine.expr.overlay import Overlay
-from service.engine.expr.trace import FactNames, FactsTrace, Reads, member_reads, reads_match
+from service.engine.expr.trace import (
+    FactNames,
+    FactsTrace,
+    Reads,
+    member_reads,
+    reads_match,
+    shared_answers,
+)
 
 __all__ = [
     "Effect",
@@ -63,12 +70,15 @@ def apply_earlier_writes(
     facts: Mapping[str, Value],
     names: set[str],
     memo: dict[tuple[Any, ...], object] | None = None,
+    facts_sig: str | None = None,
 ) -> tuple[list[str], dict[str, list[str]]]:
     """Fold the writes that run before ``check`` into ``attrs`` (in place).
 
     Returns (caveats, notes by attribute); see :func:`fold_earlier_writes`.
     """
-    assigned, caveats, notes = fold_earlier_writes(store, version, check, attrs, facts, names, memo)
+    assigned, caveats, notes = fold_earlier_writes(
+        store, version, check, attrs, facts, names, memo, facts_sig
+    )
     for attr, value in assigned:
         attrs[attr] = value
     return list(caveats), {k: list(v) for k, v in notes.items()}
@@ -82,6 +92,7 @@ def fold_earlier_writes(
     facts: Mapping[str, Value],
     names: Collection[str],
     memo: dict[tuple[Any, ...], object] | None = None,
+    facts_sig: str | None = None,
 ) -> Fold:
     """What folding the writes that run before ``check`` does to ``attrs`` (left untouched):
     (the assignments in order, caveats, notes by attribute). The result is shared: read-only.
@@ -93,6 +104,8 @@ def fold_earlier_writes(
     those reads: a new GPU or model reuses every fold that never asked about it.
     A :class:`FactsTrace` for ``facts`` skips that table (the caller records the reads;
     :mod:`service.engine.evaluate.fold_slice` memoises slices of the fold that way).
+    ``facts_sig``: :func:`~service.engine.cache.facts_signature` of ``facts`` when known
+    (the facts' answers are then those every evaluation under them shares).
     """
     frozen = frozenset(names)
     if isinstance(facts, FactsTrace):
@@ -105,7 +118,7 @@ def fold_earlier_writes(
         tuple(value_key(attrs.get(d)) for d in deps),
     )
     variants = _FOLDS.get(key) or ()
-    sigs: dict[object, object] = {}
+    sigs = shared_answers(facts_sig) if facts_sig is not None else {}
     for reads, fold in variants:
         if reads_match(reads, facts, sigs):
             return fold

@@ -284,7 +284,9 @@ def evaluate_path(
     caveats: list[str] = []
     notes: dict[str, list[str]] = {}
     if apply_writes:
-        caveats, notes = apply_earlier_writes(store, version, check, attrs, facts, names, memo)
+        caveats, notes = apply_earlier_writes(
+            store, version, check, attrs, facts, names, memo, fsig
+        )
     env = Env(attrs, facts)
     parts: list[PiecePart] = []
     kinds = piece_kinds(store, version, check)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any, TypeVar, cast
 
-from service.engine.cache import WHOLE_QUESTION
+from service.engine.cache import WHOLE_QUESTION, LRUCache
 
 __all__ = [
     "FactNames",
@@ -29,6 +29,7 @@ __all__ = [
     "interned",
     "member_reads",
     "reads_match",
+    "shared_answers",
     "values_only",
 ]
 
@@ -59,6 +60,23 @@ _MEMBER = "in"
 _VALUE = "="
 _FULL = "=+"
 _WHOLE = ("whole key set",)
+#: facts signature -> those facts' answers so far (a ``sigs`` table, :func:`shared_answers`)
+_SHARED: LRUCache[dict[object, object]] = LRUCache("expr.facts_answers", 64)
+_SHARED_MAX = 100_000
+
+
+def shared_answers(facts_sig: str) -> dict[object, object]:
+    """The ``sigs`` table (the answers so far, :func:`reads_match`) of the facts whose
+    :func:`~service.engine.cache.facts_signature` is ``facts_sig``, shared by every trace
+    and match under them: each question and each recorded set of reads is answered once
+    per set of facts, not once per evaluation. Emptied when large (its token changes)."""
+    found = _SHARED.get(facts_sig)
+    if found is None or len(found) > _SHARED_MAX:
+        found = {}
+        _SHARED.put(facts_sig, found)
+    return found
+
+
 _KEY_SET = ("key set",)  # a ``sigs`` entry: the facts' keys (never a recorded question)
 _TOKEN = ("token",)  # a ``sigs`` entry: :attr:`FactsTrace.facts_token` (never a question)
 

@@ -24,7 +24,7 @@ from service.engine.cache import LRUCache, facts_signature, release_key
 from service.engine.evaluate.memo_keys import value_key
 from service.engine.evaluate.path_condition import evaluate_path, path_fires, prepared_pieces
 from service.engine.expr.interpreter import UNKNOWN, Value
-from service.engine.expr.trace import Reads, reads_match, values_only
+from service.engine.expr.trace import Reads, reads_match, shared_answers, values_only
 from service.engine.fixes.edits import edited_attrs
 from service.engine.fixes.model import Verdict
 
@@ -135,7 +135,7 @@ def recheck_neighbours(
     whole = (rkey, fsig, check.id, touched, tuple(values[n] for n in plan.names))
     hit = _RECHECKS.get(whole)
 
-    sigs: dict[object, object] = {}  # the facts' answers, for reads_match
+    sigs = shared_answers(fsig)  # the facts' answers, for reads_match
 
     def fired_of(row: Check, key: tuple[Any, ...]) -> object:
         """Whether ``row`` fires with the edited attributes, its earlier writes unapplied

@@ -31,7 +31,7 @@ from service.engine.cache import LRUCache, cached, release_key
 from service.engine.evaluate.fold_slice import Made, inherited
 from service.engine.evaluate.path_condition import value_signature
 from service.engine.expr.interpreter import Value
-from service.engine.expr.trace import Reads, reads_match
+from service.engine.expr.trace import Reads, reads_match, shared_answers
 from service.engine.flags.parse import ParsedArgs
 from service.engine.rules.attr_reads import attrs_match
 from service.engine.rules.card_env import CARD_FUNCTIONS
@@ -89,23 +89,20 @@ def _choice_attrs(store: Store, release: str) -> frozenset[str]:
 
 
 class _Shared:
-    """What every evaluation under one set of facts shares: the facts' answers to the
-    questions asked so far (and whether they match each recorded set of reads:
-    :func:`reads_match`), and the memo of the guards of folded writes (keyed on the values
-    they read). Each is emptied when large."""
+    """What every evaluation under one set of facts shares besides their answers
+    (:func:`~service.engine.expr.trace.shared_answers`): the memo of the guards of folded
+    writes (keyed on the values they read), emptied when large."""
 
-    __slots__ = ("answers", "guard_memo")
+    __slots__ = ("guard_memo",)
 
     def __init__(self) -> None:
-        self.answers: dict[object, object] = {}
         self.guard_memo: dict[tuple[Any, ...], object] = {}
 
 
 def _under_facts(fsig: str) -> _Shared:
     shared = _shared.get_or_build(fsig, _Shared)
-    for table in (shared.answers, shared.guard_memo):
-        if len(table) > _SHARED_MAX:
-            table.clear()
+    if len(shared.guard_memo) > _SHARED_MAX:
+        shared.guard_memo.clear()
     return shared
 
 
@@ -132,7 +129,7 @@ def judge_entries(
         facts,
         {**CARD_FUNCTIONS, "given": given},
         _choice_attrs(store, release),
-        shared.answers,
+        shared_answers(fsig),
         made,
         shared.guard_memo,
     )

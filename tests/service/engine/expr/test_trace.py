@@ -103,3 +103,31 @@ def test_membership_answers_of_a_build_replay_as_reads() -> None:
     assert reads_match(trace.snapshot(), _facts(H200, 144384), {})
     assert not reads_match(trace.snapshot(), {"model_arch": facts["model_arch"]}, {})
     assert not reads_match(member_reads([(WHOLE_QUESTION, frozenset(facts))]), {}, {})
+
+
+def test_the_facts_answers_are_shared_per_facts_signature(monkeypatch) -> None:
+    """Every match and trace under one set of facts shares its answers: a question is
+    answered once per set of facts, and the table is emptied (a new token) when large."""
+    from service.engine.cache import facts_signature
+    from service.engine.expr import trace as trace_mod
+
+    facts = _facts(H100, 81920)
+    fsig = facts_signature(facts)
+    answers = trace_mod.shared_answers(fsig)
+    assert trace_mod.shared_answers(fsig) is answers
+    assert trace_mod.shared_answers(facts_signature(_facts(H200, 81920))) is not answers
+    asked: list[object] = []
+    real = trace_mod._answer
+    monkeypatch.setattr(trace_mod, "_answer", lambda f, q: asked.append(q) or real(f, q))
+    recorded = FactsTrace(facts)
+    evaluate("is_sm100_supported() and self.tp_size > 1", Env({}, recorded))
+    first, second = tuple(recorded.reads.items()), tuple(dict(recorded.reads).items())
+    assert first is not second
+    assert reads_match(first, facts, trace_mod.shared_answers(fsig))
+    assert reads_match(second, facts, trace_mod.shared_answers(fsig))
+    assert len(asked) == 1  # the second set of reads found the answer
+    token = FactsTrace(facts, answers).facts_token
+    monkeypatch.setattr(trace_mod, "_SHARED_MAX", 1)
+    emptied = trace_mod.shared_answers(fsig)
+    assert emptied is not answers and emptied == {}
+    assert FactsTrace(facts, emptied).facts_token is not token
