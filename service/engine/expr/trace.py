@@ -16,6 +16,8 @@ records a dependence on the whole key set. A read is recorded once, first answer
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping
+from itertools import repeat
+from operator import eq, itemgetter
 from typing import Any, TypeVar, cast
 
 from service.engine.cache import WHOLE_QUESTION, LRUCache
@@ -260,19 +262,20 @@ def reads_match(reads: Reads, facts: Mapping[str, Any], sigs: dict[object, objec
     known = sigs.get(key)
     if known is not None and cast(tuple[Reads, bool], known)[0] is reads:
         return cast(tuple[Reads, bool], known)[1]
-    matched = True
-    for asked, answer in reads:
-        current = sigs.get(asked, _UNSEEN)
-        if current is _UNSEEN:
-            current = sigs[asked] = _answer(facts, asked)
-        if current != answer:
-            matched = False
-            break
+    # every question's answer so far, looked up and compared in C; those not asked yet
+    # under these facts are answered first
+    current = list(map(sigs.get, map(_ASKED, reads), repeat(_UNSEEN)))
+    if _UNSEEN in current:
+        for i, (asked, _) in enumerate(reads):
+            if current[i] is _UNSEEN:
+                current[i] = sigs[asked] = _answer(facts, asked)
+    matched = all(map(eq, current, map(_ANSWER, reads)))
     sigs[key] = (reads, matched)  # ``reads`` kept: its id names no other object meanwhile
     return matched
 
 
 _UNSEEN = object()
+_ASKED, _ANSWER = itemgetter(0), itemgetter(1)
 
 
 def answered_absent(reads: Reads, keys: Collection[str]) -> bool:
