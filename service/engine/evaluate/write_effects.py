@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Collection, Mapping, MutableMapping
-from itertools import compress
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import is_not, itemgetter, or_
 from typing import Any
 
 from kb.code_types import Check
@@ -70,9 +70,8 @@ def fold_effects(
     if prior is not None and reads is not None:
         effects = _reached(version, check, plan, attrs, facts, memo, reads, prior)
         if trace is not None:  # in plan order, as the loop below records them
-            for effect in effects:
-                if effect[3]:
-                    trace.replay(effect[3])
+            for reads_of in filter(None, map(_READS, effects)):
+                trace.replay(reads_of)
     else:
         out: list[Effect] = []
         env = Env(attrs, facts)  # reads ``attrs`` as the assignments below change it
@@ -92,18 +91,36 @@ def fold_effects(
 def _folded(plan: Plan, effects: tuple[Effect, ...], names: Collection[str]) -> Fold:
     """The fold ``effects`` make: (assignments in order, caveats and notes about the writes
     of ``names``)."""
-    done = tuple(
-        (w.attr, e[0]) for (w, _), e in zip(plan, effects, strict=True) if e[0] is not None
-    )
+    attr_of = _attrs_of(plan)
+    values = list(map(_VALUE, effects))
+    done = tuple(compress(zip(attr_of, values, strict=True), map(is_not, values, repeat(None))))
     caveats: list[str] = []
     notes: dict[str, list[str]] = {}
-    for (w, _), (_, note, caveat, _) in zip(plan, effects, strict=True):
-        if (note or caveat) and w.attr in names:
+    said = map(or_, map(bool, map(_NOTE, effects)), map(bool, map(_CAVEAT, effects)))
+    for i in compress(range(len(effects)), said):  # the few writes with a note or caveat
+        attr = attr_of[i]
+        if attr in names:
+            _, note, caveat, _ = effects[i]
             if note:
-                notes.setdefault(w.attr, []).append(note)
+                notes.setdefault(attr, []).append(note)
             if caveat:
                 caveats.append(caveat)
     return done, caveats, notes
+
+
+_VALUE, _NOTE, _CAVEAT, _READS = (itemgetter(i) for i in range(4))
+#: id of a plan -> (the plan, the attribute each of its writes assigns)
+_ATTRS: LRUCache[tuple[Plan, tuple[str, ...]]] = LRUCache("evaluation.plan_attrs", 4_096)
+
+
+def _attrs_of(plan: Plan) -> tuple[str, ...]:
+    """The attribute each write of ``plan`` assigns; cached per plan object."""
+    got = _ATTRS.get(id(plan))
+    if got is not None and got[0] is plan:
+        return got[1]
+    found = tuple(w.attr for w, _ in plan)
+    _ATTRS.put(id(plan), (plan, found))
+    return found
 
 
 def _same(a: Effect, b: Effect) -> bool:
@@ -135,7 +152,7 @@ def _readers(plan: Plan, reads: WriteReads) -> _Readers:
     found = (
         {name: tuple(ids) for name, ids in readers.items()},
         tuple(unknown),
-        tuple(w.attr for w, _ in plan),
+        _attrs_of(plan),
     )
     _READERS.put(id(plan), (plan, found))
     return found
@@ -172,6 +189,8 @@ def _reached(
         due = sorted(queued)  # a heap
         values = list(map(itemgetter(0), effects))
         front: dict[str, Value] = {}  # what the writes before the next one due assigned
+        if type(attrs) is Overlay and not attrs.front:  # scratch space not written here
+            attrs = attrs.back
         env = Env(Overlay(attrs, front), facts)
         at = 0
         saved = trace.frame() if trace is not None else None
