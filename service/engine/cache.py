@@ -1,9 +1,10 @@
 """Bounded, thread-safe memo tables for the triage hot path.
 
 The engine answers from a thread pool (FastAPI runs ``Engine.triage`` in
-worker threads), so every process-wide cache here is guarded by a lock and
-bounded: :class:`LRUCache` evicts the least recently used entry once it holds
-``maxsize`` entries. Values are built *outside* the lock (two threads may
+worker threads), so every process-wide cache here is bounded and its writes are
+guarded by a lock: :class:`LRUCache` evicts the least recently used entry once it holds
+``maxsize`` entries; a lookup takes no lock (a lookup racing an eviction is a miss).
+Values are built *outside* the lock (two threads may
 build the same entry at once; both get an equal value, the later one is kept),
 so a slow build never blocks readers of other keys.
 
@@ -80,16 +81,19 @@ class LRUCache(Generic[V]):
         return default if found is None else found[0]
 
     def _find(self, key: Hashable) -> tuple[V] | None:
-        """``(value,)`` under ``key`` (marking it recently used; a hit), else None (a miss)."""
-        with self._lock:
-            try:
-                value = self._data[key]
-            except KeyError:
-                self.misses += 1
-                return None
-            self.hits += 1
-            self._data.move_to_end(key)
-            return (value,)
+        """``(value,)`` under ``key`` (marking it recently used; a hit), else None (a miss).
+
+        Without the lock: each of the two steps is one atomic operation on the ordered dict,
+        and an entry another thread evicts between them is a miss."""
+        data = self._data
+        try:
+            value = data[key]
+            data.move_to_end(key)
+        except KeyError:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return (value,)
 
     def put(self, key: Hashable, value: V) -> None:
         """Store ``value`` under ``key``, evicting the oldest entries beyond ``maxsize``."""
