@@ -120,6 +120,8 @@ def _walk_value(v: object, budget: int = MAX_SIZE * 4) -> tuple[int, bool]:
 
 
 def has_unknown(v: object) -> bool:
+    if v is None or isinstance(v, (str, bytes, int, float)):  # the usual scalars: none
+        return False
     return _walk_value(v)[1]
 
 
@@ -143,7 +145,9 @@ def bounded(v: object) -> object:
     """``v`` unless it is too large to keep (then UNKNOWN)."""
     if isinstance(v, int) and not isinstance(v, bool):
         return v if v.bit_length() <= MAX_INT_BITS else UNKNOWN
-    if isinstance(v, (str, bytes, list, tuple, set, frozenset, dict)):
+    if isinstance(v, (str, bytes)):  # its length is its flat size
+        return v if len(v) <= MAX_SIZE else UNKNOWN
+    if isinstance(v, (list, tuple, set, frozenset, dict)):
         return v if _walk_value(v, MAX_SIZE)[0] <= MAX_SIZE else UNKNOWN
     return v
 
