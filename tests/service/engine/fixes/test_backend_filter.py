@@ -87,16 +87,7 @@ def test_refused_backends_are_dropped_citing_a_card_that_reads_the_machine(kb, c
                 parsed,
                 lambda e, a=attrs: edited_attrs(a, e, catalog),
             )
-        kept = screened(
-            store,
-            RELEASE,
-            ev,
-            raw,
-            parsed,
-            attrs,
-            facts,
-            lambda e, a=attrs: edited_attrs(a, e, catalog),
-        )
+        kept = _screened(store, catalog, (inc, check, ev, parsed, attrs, facts, raw, refusals))
         assert not any(e.key() in refusals for e in kept), inc.id
         for e in kept:
             refused_attrs = {why.attr for why in refusals.values()}
@@ -109,11 +100,10 @@ def test_refused_backends_are_dropped_citing_a_card_that_reads_the_machine(kb, c
     assert len(cases) >= 3 and dropped >= 1
 
 
-def _notes(store, catalog, case, flags: list[str] | None, among: list[str]) -> dict:
-    """The notes of the edits :func:`screened` keeps (judged ``among`` ``flags``) that set
-    only flags of ``among``."""
+def _screened(store, catalog, case, flags: list[str] | None = None) -> list:
+    """The case's candidates :func:`screened` keeps (backend refusals judged among ``flags``)."""
     _inc, _check, ev, parsed, attrs, facts, raw, _refusals = case
-    kept = screened(
+    return screened(
         store,
         RELEASE,
         ev,
@@ -124,6 +114,12 @@ def _notes(store, catalog, case, flags: list[str] | None, among: list[str]) -> d
         lambda e: edited_attrs(attrs, e, catalog),
         among=flags,
     )
+
+
+def _notes(store, catalog, case, flags: list[str] | None, among: list[str]) -> dict:
+    """The notes of the edits :func:`screened` keeps (judged among ``flags``) that set only
+    flags of ``among``."""
+    kept = _screened(store, catalog, case, flags)
     return {e.key(): list(e.notes) for e in kept if set(e.set) <= set(among)}
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from kb.store import Store
 from service.engine.cache import LRUCache, clear_all
+from service.engine.expr import trace
 from service.engine.rules import card_memo, card_records, checker
 from service.engine.rules.checker import (
     cards_for,
@@ -177,7 +178,8 @@ def test_verdicts_reused_across_facts_equal_fresh_ones(store: Store, monkeypatch
         for table in (
             card_memo._memo,
             card_memo._by_view,
-            card_memo._shared,  # the facts' answers and guard truths
+            card_memo._shared,  # the guard truths
+            trace._SHARED,  # the facts' answers
             checker._reference,
             checker._fix_answers,
         ):
