@@ -47,17 +47,23 @@ def cases(kb):
         raw = candidate_edits(store, RELEASE, check, ev, parsed, catalog, attrs, facts)
         if not any(a.endswith("_backend") for e in raw for a in e.set):
             continue
-        refusals = backend_refusals(
-            store,
-            RELEASE,
-            raw,
-            attrs,
-            facts,
-            parsed,
-            lambda e, a=attrs: edited_attrs(a, e, catalog),
-        )
+        refusals = _refusals(store, catalog, raw, parsed, attrs, facts)
         out.append((inc, check, ev, parsed, attrs, facts, raw, refusals))
     return out
+
+
+def _refusals(store, catalog, raw, parsed, attrs, facts, among=None) -> dict:
+    """:func:`backend_refusals` of the candidates ``raw`` (judged among ``among``)."""
+    return backend_refusals(
+        store,
+        RELEASE,
+        raw,
+        attrs,
+        facts,
+        parsed,
+        lambda e: edited_attrs(attrs, e, catalog),
+        among=among,
+    )
 
 
 def test_refused_backends_are_dropped_citing_a_card_that_reads_the_machine(kb, cases) -> None:
@@ -78,15 +84,7 @@ def test_refused_backends_are_dropped_citing_a_card_that_reads_the_machine(kb, c
             before = evaluate_cards(store, RELEASE, attrs, facts, parsed, cards=[card])[0]
             assert after.verdict == "violated" and before.verdict != "violated", (inc.id, why)
             # without the machine and model, the card cannot say: nothing is dropped
-            assert key not in backend_refusals(
-                store,
-                RELEASE,
-                [edit],
-                attrs,
-                {},
-                parsed,
-                lambda e, a=attrs: edited_attrs(a, e, catalog),
-            )
+            assert key not in _refusals(store, catalog, [edit], parsed, attrs, {})
         kept = _screened(store, catalog, (inc, check, ev, parsed, attrs, facts, raw, refusals))
         assert not any(e.key() in refusals for e in kept), inc.id
         for e in kept:
@@ -134,16 +132,7 @@ def test_refusals_among_some_flags_are_those_of_the_whole_answer(kb, cases) -> N
         inc, _check, _ev, parsed, attrs, facts, raw, refusals = case
         backends = sorted({a for e in raw for a in e.set if a.endswith("_backend")})
         for among in ([backends[0]], backends[1:], []):
-            part = backend_refusals(
-                store,
-                RELEASE,
-                raw,
-                attrs,
-                facts,
-                parsed,
-                lambda e, a=attrs: edited_attrs(a, e, catalog),
-                among=among,
-            )
+            part = _refusals(store, catalog, raw, parsed, attrs, facts, among)
             assert part == {
                 k: why
                 for k, why in refusals.items()
