@@ -108,9 +108,10 @@ def test_membership_answers_of_a_build_replay_as_reads() -> None:
 def test_the_facts_answers_are_shared_per_facts_signature(monkeypatch) -> None:
     """Every match and trace under one set of facts shares its answers: a question is
     answered once per set of facts, and the table is emptied (a new token) when large."""
-    from service.engine.cache import facts_signature
+    from service.engine.cache import LRUCache, facts_signature
     from service.engine.expr import trace as trace_mod
 
+    monkeypatch.setattr(trace_mod, "_SHARED", LRUCache("test.facts_answers", 4))  # empty
     facts = _facts(H100, 81920)
     fsig = facts_signature(facts)
     answers = trace_mod.shared_answers(fsig)

@@ -100,7 +100,7 @@ def test_refused_backends_are_dropped_citing_a_card_that_reads_the_machine(kb, c
 
 def _screened(store, catalog, case, flags: list[str] | None = None) -> list:
     """The case's candidates :func:`screened` keeps (backend refusals judged among ``flags``)."""
-    _inc, _check, ev, parsed, attrs, facts, raw, _refusals = case
+    _inc, _check, ev, parsed, attrs, facts, raw, _refused = case
     return screened(
         store,
         RELEASE,
