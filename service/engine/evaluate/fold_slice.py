@@ -455,10 +455,6 @@ class FoldedView(Mapping[str, Value]):
             out.update(piece.reads)
         return frozenset(out)
 
-    def answers(self, key: str, how: Tests | None, noted: bool = False) -> object:
-        """What this view answers to a read recorded by :meth:`reads_of`."""
-        return self._answer(key, self._look(key), how, noted)
-
     def _answer(self, key: str, v: Value | None, how: Tests | None, noted: bool) -> object:
         return view_answer(v, self.notes_of.get(key, ()), how, noted)
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Collection, Mapping, MutableMapping
-from itertools import compress, repeat
-from operator import is_not, itemgetter, or_
+from itertools import compress
+from operator import itemgetter, or_
 from typing import Any
 
 from kb.code_types import Check
@@ -93,7 +93,7 @@ def _folded(plan: Plan, effects: tuple[Effect, ...], names: Collection[str]) -> 
     of ``names``)."""
     attr_of = _attrs_of(plan)
     values = list(map(_VALUE, effects))
-    done = tuple(compress(zip(attr_of, values, strict=True), map(is_not, values, repeat(None))))
+    done = tuple(compress(zip(attr_of, values, strict=True), values))  # a Value is true
     caveats: list[str] = []
     notes: dict[str, list[str]] = {}
     said = map(or_, map(bool, map(_NOTE, effects)), map(bool, map(_CAVEAT, effects)))
@@ -181,13 +181,13 @@ def _reached(
     verified = _UNDER.get(id(prior[0]))
     if token is None or verified is None or verified[0] is not prior[0] or verified[1] is not token:
         # made under other facts: each effect that read them is due unless they answer alike
-        for i in compress(range(len(effects)), map(itemgetter(3), effects)):
+        for i in compress(range(len(effects)), map(_READS, effects)):
             if trace is None or not trace.answers_alike(effects[i][3]):
                 queued.add(i)
     changed = False
     if queued:  # evaluated again in plan order, each over what the writes before it assigned
         due = sorted(queued)  # a heap
-        values = list(map(itemgetter(0), effects))
+        values = list(map(_VALUE, effects))
         front: dict[str, Value] = {}  # what the writes before the next one due assigned
         if type(attrs) is Overlay and not attrs.front:  # scratch space not written here
             attrs = attrs.back
