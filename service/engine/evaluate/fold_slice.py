@@ -24,7 +24,7 @@ from typing import Any, cast
 from kb.code_types import Check
 from kb.errors import UnsafeExpression
 from kb.store import Store
-from service.engine.cache import LRUCache, release_key
+from service.engine.cache import LRUCache, on_clear_all, release_key
 from service.engine.evaluate.fold import fold_plan
 from service.engine.evaluate.literal_classes import Tests, answers_signature
 from service.engine.evaluate.memo_keys import value_key, value_signature
@@ -227,6 +227,8 @@ _DECIDED_MAX = 50_000
 #: each attribute a slice's fold decides, with its value (``_ABSENT``: no write assigns it)
 #: and the caveats about it
 Decided = tuple[tuple[str, object, tuple[str, ...]], ...]
+# it holds the slices and folds it was made from: emptied with the engine's caches
+on_clear_all(_DECIDED.clear)
 
 
 def _decided(piece: Slice, fold: SliceFold) -> Decided:

@@ -231,3 +231,21 @@ def test_an_attribute_seen_through_its_slice_is_what_the_folded_view_reads(
                 assert got[2] is None or attr in got[2].decides
                 compared += 1
     assert compared > 200
+
+
+def test_the_table_of_what_folds_decide_is_emptied_with_the_caches(store: Store) -> None:
+    """Emptying the engine's caches lets go of the folds the decided table holds (each
+    entry keeps its slice and fold alive)."""
+    from service.engine.evaluate.fold import fold_plan
+    from service.engine.evaluate.fold_slice import seen_through
+
+    facts = facts_for("b200-x8", None, "/models/Kimi-K2.6")
+    attrs, _ = prepare_flags(store, "0.5.23", COMMANDS[0])
+    for e in _derived(store, "0.5.23", 5):
+        names = frozenset(e.card.reads)
+        plan = fold_plan(store, "0.5.23", e.row, names, frozenset(facts))[0]
+        for attr in sorted(names):
+            seen_through(store, "0.5.23", e.row, names, plan, attr, attrs, FactsTrace(facts))
+    assert fold_slice._DECIDED
+    clear_all()
+    assert not fold_slice._DECIDED
