@@ -2,7 +2,8 @@
 
 Text from logs and from SGLang's source is printed as plain text (never parsed as rich
 markup). Each fix shows its edit lines (``+ --speculative-num-steps 3``, ``- --dp 3``),
-what it gives up, and then its full command on one line of its own: printed with
+what it gives up, and then its full command on one line of its own (when the log showed no
+full launch command, a sentence saying so takes its place): printed with
 ``soft_wrap`` so rich neither wraps nor crops it, whatever the terminal width. The
 terminal may fold the line on screen, but it stays one line, so selecting it and
 pasting it into a shell runs exactly the fix's ``command``.
@@ -19,6 +20,7 @@ from rich.text import Text
 from service.engine import (
     FixOut,
     TriageResult,
+    command_note,
     edit_lines,
     fix_search_line,
     hardware_line,
@@ -67,6 +69,10 @@ def render_fix(fix: FixOut, console: Console) -> None:
         console.print(Text(f"  {line}", style=style))
     if fix.gives_up:
         console.print(Text("  gives up: ", style="yellow") + Text(fix.gives_up))
+    note = command_note(fix)
+    if note is not None:  # not a command to run: the log showed no full one
+        console.print(Text(f"  {note}", style="yellow"))
+        return
     console.print(fix.command, markup=False, highlight=False, soft_wrap=True, crop=False)
 
 

@@ -63,6 +63,7 @@ from service.engine.evaluate.path_condition import (
 from service.engine.explain.deterministic import upgrade_paragraph, with_upgrade
 from service.engine.explain.deterministic import with_fix as summary_with_fix
 from service.engine.explain.display import (
+    command_note,
     edit_lines,
     fix_search_line,
     hardware_line,
@@ -118,7 +119,7 @@ __all__ = [
     "UnknownRelease",
     "HardwareProfile", "LinePrefix", "LintReport", "LintRequest", "MessageTemplate", "ParsedLog", "PathEvaluation", "Provenance",
     "RuleVerdict", "TriageResult", "UpgradeFix", "Value", "apply_earlier_writes", "apply_edits", "bare_rank", "base_attrs",
-    "cache_stats", "call_site_guards", "clear_caches", "dispatcher_position", "earlier_writes", "edit_lines", "elsewhere_release", "evaluate",
+    "cache_stats", "call_site_guards", "clear_caches", "command_note", "dispatcher_position", "earlier_writes", "edit_lines", "elsewhere_release", "evaluate",
     "evaluate_path", "fact_key", "fix_search_line", "hardware_line", "model_facts_line", "printed_line",
     "fact_values", "get_profile", "is_feature", "line_prefix", "lint", "lint_payload", "message_pattern", "model_arch_for", "parse_argv",
     "parse_input", "parse_log", "prepared_pieces", "probe_values", "profile_from_gpus", "redact", "redact_payload",

@@ -19,6 +19,7 @@ from typing import Any
 from service.engine import (
     FixOut,
     TriageResult,
+    command_note,
     edit_lines,
     fix_search_line,
     hardware_line,
@@ -171,7 +172,8 @@ _VERDICT_ICON = {
 
 def fix_text(fix: FixOut) -> str:
     """A fix as mrkdwn: heading and verdict, its edit lines (``+ --flag value`` / ``- --flag``),
-    what it gives up, then the full command in a code block of its own (copied whole)."""
+    what it gives up, then the full command in a code block of its own (copied whole), or,
+    when the log showed no full launch command, a sentence saying so."""
     head = "*Fix* (recommended)" if fix.recommended else f"*Fix {fix.rank}* (not verified)"
     rows = [f"{head}: {esc(trunc(fix.verdict, 600))}"]
     edits = edit_lines(fix)
@@ -179,7 +181,8 @@ def fix_text(fix: FixOut) -> str:
         rows.append(code("\n".join(edits), 600))
     if fix.gives_up:
         rows.append(f"_Gives up:_ {esc(trunc(fix.gives_up, 400))}")
-    rows.append(code(fix.command))
+    note = command_note(fix)  # the log showed no full command: none to copy
+    rows.append(code(fix.command) if note is None else f"_{esc(trunc(note, 600))}_")
     return "\n".join(rows)
 
 
@@ -291,7 +294,11 @@ def triage_blocks(
         blocks.append(context(f"<{report_url}|Full report> · triage `{esc(result.id or '')}`"))
     blocks.extend(action_blocks(result, report_url))
     blocks.append(context(FOLLOW_UP_HINT))
-    fallback = result.summary + (f"\nFix: {fix.command}" if fix is not None else "")
+    fallback = result.summary + (
+        f"\nFix: {fix.command if fix.command_complete else ' '.join(edit_lines(fix))}"
+        if fix is not None
+        else ""
+    )
     return fallback, blocks[:MAX_BLOCKS]
 
 

@@ -3,6 +3,8 @@
 * :func:`edit_lines` — a fix's edit, one line each (``+ --speculative-num-steps 3``,
   ``- --dp 3``): :attr:`FixOut.edits` when the engine filled it, else derived from
   ``set``/``remove`` (answers stored before ``edits`` existed);
+* :func:`command_note` — what to show in place of a fix's command that is not the user's
+  whole command (the log showed none);
 * :func:`fix_search_line` — the replay-backed fix search in one line;
 * :func:`model_facts_line` — the checkpoint facts the answer used, compactly;
 * :func:`hardware_line` — the hardware profile used and where it came from;
@@ -36,6 +38,19 @@ def edit_lines(fix: FixOut) -> list[str]:
     for flag, value in fix.set.items():
         lines.append(f"+ {flag}" if value is True else f"+ {flag} {_value_text(value)}")
     return lines
+
+
+def command_note(fix: FixOut) -> str | None:
+    """None when ``fix.command`` is the user's whole command, changed (run it as it is);
+    else the sentence a front end shows in its place: the log showed no full launch
+    command, so the change is to be made in the user's own (``command`` holds only the
+    flags the log showed, changed)."""
+    if fix.command_complete:
+        return None
+    return (
+        "The log shows no full launch command: make the change above in yours "
+        f"(the flags the log showed, changed: {fix.command})"
+    )
 
 
 def fix_search_line(search: FixSearch | None) -> str | None:
@@ -107,6 +122,7 @@ def hardware_line(hardware: HardwareSource | None) -> str | None:
 
 __all__ = [
     "EVIDENCE_LIMIT",
+    "command_note",
     "edit_lines",
     "fix_search_line",
     "hardware_line",

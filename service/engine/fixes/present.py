@@ -7,7 +7,10 @@ user's own words.
   command keeps their spelling in place (:func:`~service.engine.flags.edit.apply_edits`).
 * **edits**: one line per change, read off the command before and after the fix:
   ``- --dp 3`` for a removed flag, ``+ --speculative-num-steps 5`` for an added one, a
-  changed value as its ``-`` line then its ``+`` line, switches without a value.
+  changed value as its ``-`` line then its ``+`` line, switches without a value. When the
+  log showed no full command (``command_complete`` false: no model path), a flag the fix
+  drops that the log did not show (one it assumed) gets its ``-`` line too, and the
+  command holds only the flags the log showed.
 * **gives_up** / **keeps_features**: the feature flags of the command that the fix does
   not keep with the user's value (:func:`~service.engine.fixes.intent.losses`), as one
   sentence, and whether there are none.
@@ -22,6 +25,7 @@ user's own words.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 
 from kb.catalog_types import Catalog
 from service.engine.answer import FixOut, jsonable, tri
@@ -48,8 +52,17 @@ def spelled(attr: str, parsed: ParsedArgs, catalog: Catalog) -> str:
     return spec.flags[0] if spec is not None and spec.flags else attr
 
 
-def edit_lines(attrs: list[str], before: ParsedArgs, after: ParsedArgs) -> list[str]:
-    """``- old`` / ``+ new`` lines for ``attrs``, from the two parsed command lines."""
+def edit_lines(
+    attrs: list[str],
+    before: ParsedArgs,
+    after: ParsedArgs,
+    dropped: Mapping[str, str] | None = None,
+) -> list[str]:
+    """``- old`` / ``+ new`` lines for ``attrs``, from the two parsed command lines.
+
+    ``dropped`` (attribute -> spelling): flags the fix removes although the command as
+    logged does not show them (the log showed no full command; the fix assumed them): each
+    gets its ``- flag`` line all the same."""
     lines: list[str] = []
     for attr in attrs:
         old, new = before.values.get(attr), after.values.get(attr)
@@ -57,6 +70,8 @@ def edit_lines(attrs: list[str], before: ParsedArgs, after: ParsedArgs) -> list[
             continue
         if old is not None:
             lines.append("- " + shlex.join(old.raw))
+        elif dropped and attr in dropped:
+            lines.append("- " + dropped[attr])
         if new is not None:
             lines.append("+ " + shlex.join(new.raw))
     return lines
@@ -108,25 +123,32 @@ def fix_out(
     version: str,
     *,
     prefix: str,
+    complete: bool = True,
 ) -> FixOut:
-    """The :class:`FixOut` of ``v`` for the user's ``argv`` (parsed as ``parsed``)."""
+    """The :class:`FixOut` of ``v`` for the user's ``argv`` (parsed as ``parsed``).
+
+    ``complete``: ``argv`` is the user's whole command. When it is not (the log showed no
+    full command), the command shown is marked incomplete and every flag the fix drops has
+    its ``-`` line, shown or assumed."""
     edit = v.edit
     new_argv = apply_edits(argv, catalog, set=dict(edit.set), remove=list(edit.remove))
     after = parse_argv(new_argv, catalog)
     touched = list(edit.remove) + [a for a in edit.set if a not in edit.remove]
     lost = gives_up_sentence(losses(dict(edit.set), list(edit.remove), parsed, catalog))
+    dropped = None if complete else {a: spelled(a, parsed, catalog) for a in edit.remove}
     return FixOut(
         rank=rank,
         set={spelled(a, parsed, catalog): jsonable(val) for a, val in edit.set.items()},
         remove=[spelled(a, parsed, catalog) for a in edit.remove],
         argv=new_argv,
         command=render_command(new_argv, prefix=prefix),
+        command_complete=complete,
         origin=f"{edit.origin} ({SKIP_NOTE})" if edit.skips else edit.origin,
         fixes_check=tri(v.fixes_check),
         trips=v.trips,
         unknown_neighbours=v.unknown_neighbours,
         verdict=_verdict(v, version, lost),
-        edits=edit_lines(touched, parsed, after),
+        edits=edit_lines(touched, parsed, after, dropped),
         gives_up=lost,
         keeps_features=not lost,
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from service.engine.answer import FixOut, UnknownFact
 from service.engine.evaluate.context import CheckContext
 from service.engine.fixes.candidates import post_validation_verdicts
+from service.engine.fixes.implied import command_unknown
 from service.engine.fixes.model import Verdict
 from service.engine.fixes.present import fix_out, with_bases
 from service.engine.fixes.propose import propose
@@ -48,6 +49,8 @@ def list_fixes(
     ctx = evaluated.ctx
     version, catalog, argv, pargs = ctx.release, ctx.catalog, ctx.argv, ctx.parsed
     prefix = command_prefix(inp.parsed)
+    # without the model path (or the logged server arguments) the command is not whole
+    complete = not command_unknown(pargs, ctx.attrs, catalog)
     t = time.perf_counter()
     post = post_validation_verdicts(ctx, evaluated.printed, exc.message)
     verdicts, registered = post.verdicts, post.citations
@@ -59,7 +62,7 @@ def list_fixes(
     verdicts += [v for v in post.tripped if all(v.edit.key() != r.edit.key() for r in verdicts)]
     timings["fixes"] = ms(t)
     fixes = [
-        fix_out(i + 1, v, argv, catalog, pargs, version, prefix=prefix)
+        fix_out(i + 1, v, argv, catalog, pargs, version, prefix=prefix, complete=complete)
         for i, v in enumerate(verdicts)
     ]
     t = time.perf_counter()
@@ -70,7 +73,16 @@ def list_fixes(
     repaired = repair(ctx, pairs)
     if repaired:  # no fix was clean: the clean extensions join the list
         added = [
-            fix_out(len(fixes) + i + 1, v, argv, catalog, pargs, version, prefix=prefix)
+            fix_out(
+                len(fixes) + i + 1,
+                v,
+                argv,
+                catalog,
+                pargs,
+                version,
+                prefix=prefix,
+                complete=complete,
+            )
             for i, (_, v) in enumerate(repaired)
         ]
         rule_verdicts(ctx, fixes + added, judged)

@@ -294,11 +294,22 @@ function fixCard(record, fix, ctx, confirmed) {
     h("span", { class: "muted" }, ")")),
   editBlock(fix),
   fix.gives_up ? h("p", { class: "gives-up note warn" }, h("strong", {}, "Gives up: "), fix.gives_up) : null,
-  h("div", { class: "command" },
-    h("pre", { class: "cmd", id: `${id}-cmd` }, h("code", {}, fix.command)),
-    copyButton("Copy", () => fix.command, ctx.announce, { "aria-label": `Copy the command of fix ${fix.rank}` })),
+  commandBlock(fix, id, ctx),
   trips, replayBadge(fix.replay), ruleVerdicts(fix),
   record.id ? h("div", { class: "actions" }, confirmBtn) : null);
+}
+
+// The fix's command to copy; when the log showed no full launch command
+// (command_complete false) a note takes its place: the change is made in the user's own.
+function commandBlock(fix, id, ctx) {
+  if (fix.command_complete === false) {
+    return h("p", { class: "command-note note warn" },
+      "The log shows no full launch command: make the change above in yours (the flags the log showed, changed: ",
+      h("code", {}, fix.command), ")");
+  }
+  return h("div", { class: "command" },
+    h("pre", { class: "cmd", id: `${id}-cmd` }, h("code", {}, fix.command)),
+    copyButton("Copy", () => fix.command, ctx.announce, { "aria-label": `Copy the command of fix ${fix.rank}` }));
 }
 
 // An upgrade as the fix (result.upgrade_fix): what to install, why, both citations,

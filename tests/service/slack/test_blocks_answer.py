@@ -149,3 +149,20 @@ def test_main_reply_leads_with_a_sure_upgrade() -> None:
     ]
     assert at < blocks.index(sb.fix_blocks(_fix())[0])  # before the flag fix
     assert "Upgrade" not in _texts(sb.triage_blocks(_result(_fix()), None)[1])
+
+
+def test_a_command_the_log_did_not_show_whole_is_not_offered_to_copy() -> None:
+    partial = "python -m sglang.launch_server --moe-a2a-backend deepep"
+    fix = _fix(
+        set={"--moe-a2a-backend": "deepep"},
+        remove=["--enable-two-batch-overlap"],
+        argv=partial.split()[3:],
+        command=partial,
+        command_complete=False,
+    )
+    text = sb.fix_text(fix)
+    assert "```- --enable-two-batch-overlap\n+ --moe-a2a-backend deepep```" in text
+    assert f"```{partial}```" not in text
+    assert "_The log shows no full launch command: make the change above in yours" in text
+    fallback, _ = sb.triage_blocks(_result(fix), None)
+    assert fallback.endswith("Fix: - --enable-two-batch-overlap + --moe-a2a-backend deepep")

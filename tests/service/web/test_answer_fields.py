@@ -31,6 +31,7 @@ def record_id(web_server: WebServer) -> str:
     result = json.loads(json.dumps(rec["result"]))
     result["fixes"][0].update(edits=EDITS, gives_up="the draft tree you chose (top-k 4, 8 tokens)")
     result["fixes"][1]["edits"] = []  # an older answer: derived from set/remove
+    result["fixes"][1]["command_complete"] = False  # as if the log showed no full command
     result["model_facts"] = [{"name": "mla", "value": True, "source": "known_model", "detail": ""}]
     result["fix_search"] = {
         "status": "verified",
@@ -99,6 +100,11 @@ def test_fix_edits_gives_up_rule_facts_and_search(
         f"+ {k}" if v is True else f"+ {k} {v}" for k, v in fix2["set"].items()
     ]
     assert page.inner_text("#fix-2 pre.edits").strip().splitlines() == derived
+    # no full command in the log: no command to copy, a note saying what to do instead
+    assert page.locator("#fix-2 pre.cmd").count() == 0
+    note = page.inner_text("#fix-2 .command-note")
+    assert note.startswith("The log shows no full launch command: make the change above")
+    assert fix2["command"] in note
     assert page.locator("#fix-2 .gives-up").count() == 0
     page.screenshot(path=str(shots / "10-edits-rule.png"), full_page=True)
     narrow = new_page(width=375, height=812)

@@ -99,6 +99,28 @@ def test_a_fix_resting_on_implied_flags_says_so_and_does_not_restate_them(answer
     assert said >= len(answered) // 2
 
 
+def test_without_the_command_no_fix_claims_a_whole_command(answered, kb) -> None:
+    """No command in the log: each fix's command is marked incomplete (it holds only the
+    flags the log showed) and each flag it changes, shown or assumed, has its edit line.
+    The same crash posted with its launch command gets whole commands."""
+    fixes = [fix for _, _, result in answered for fix in result.fixes]
+    assert any(fix.remove for fix in fixes)
+    for fix in fixes:
+        assert fix.command_complete is False
+        dropped = [e.split()[1] for e in fix.edits if e[0] == "-"]
+        assert set(fix.remove) <= set(dropped), (fix.remove, fix.edits)
+        assert {e.split()[1] for e in fix.edits if e[0] == "+"} == set(fix.set), fix.edits
+    inc = answered[0][0]
+    whole = Engine(kb).triage(
+        {"log": inc.crash_log},
+        release=inc.expected.release,
+        hardware=inc.hardware,
+        model=inc.model,
+        model_arch=inc.model_arch,
+    )
+    assert whole.fixes and all(fix.command_complete for fix in whole.fixes)
+
+
 def _part(
     cond: str,
     polarity: bool,
