@@ -17,6 +17,7 @@ from service.engine.answer import (
     UnknownFact,
     UpgradeFix,
 )
+from service.engine.explain.display import command_markdown
 
 
 def _flagish(attr: str) -> str:
@@ -187,7 +188,7 @@ def markdown(
     if fixes:
         lines.append("\n**Fixes** (re-checked against the release's other checks):")
         for f in fixes[:3]:
-            lines.append(f"{f.rank}. {f.verdict}\n\n   ```\n   {f.command}\n   ```")
+            lines.append(f"{f.rank}. {f.verdict}\n\n{command_markdown(f, '   ')}")
     elif res.get("no_flag_fix"):
         lines.append(f"\n**No flag fix:** {res['no_flag_fix']}")
     if unknowns:

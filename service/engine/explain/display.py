@@ -4,7 +4,7 @@
   ``- --dp 3``): :attr:`FixOut.edits` when the engine filled it, else derived from
   ``set``/``remove`` (answers stored before ``edits`` existed);
 * :func:`command_note` — what to show in place of a fix's command that is not the user's
-  whole command (the log showed none);
+  whole command (the log showed none); :func:`command_markdown` — either, fenced;
 * :func:`fix_search_line` — the replay-backed fix search in one line;
 * :func:`model_facts_line` — the checkpoint facts the answer used, compactly;
 * :func:`hardware_line` — the hardware profile used and where it came from;
@@ -51,6 +51,16 @@ def command_note(fix: FixOut) -> str | None:
         "The log shows no full launch command: make the change above in yours "
         f"(the flags the log showed, changed: {fix.command})"
     )
+
+
+def command_markdown(fix: FixOut, indent: str = "") -> str:
+    """The fix's command as a fenced block (each line indented by ``indent``); when it is
+    not the user's whole command, the fix's edit lines fenced instead, then
+    :func:`command_note`."""
+    note = command_note(fix)
+    body = [fix.command] if note is None else edit_lines(fix)
+    fenced = "\n".join(f"{indent}{line}" for line in ["```", *body, "```"])
+    return fenced if note is None else f"{fenced}\n\n{indent}{note}"
 
 
 def fix_search_line(search: FixSearch | None) -> str | None:
@@ -122,6 +132,7 @@ def hardware_line(hardware: HardwareSource | None) -> str | None:
 
 __all__ = [
     "EVIDENCE_LIMIT",
+    "command_markdown",
     "command_note",
     "edit_lines",
     "fix_search_line",

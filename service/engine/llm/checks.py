@@ -28,6 +28,8 @@ from typing import Any
 
 from kb.catalog_types import FlagSpec
 from service.engine.answer import FixOut, LLMInfo, LLMRejection, RuleVerdict, TriageResult, tri
+from service.engine.explain.display import command_markdown
+from service.engine.fixes.implied import command_unknown
 from service.engine.fixes.propose import Edit, verify
 from service.engine.flags.edit import apply_edits, render_command
 from service.engine.flags.parse import parse_argv
@@ -248,6 +250,7 @@ def check_edit(
             remove=to_remove,
             argv=new_argv,
             command=render_command(new_argv, prefix=ctx.prefix),
+            command_complete=not command_unknown(before, ctx.attrs, cat),
             origin="llm",
             fixes_check="unknown" if undecided else tri(passes),
             trips=trips,
@@ -266,7 +269,7 @@ def _footer(result: TriageResult, release: str) -> str:
     if rec is not None:
         who = "the model's fix, " if rec.origin == "llm" else ""
         return (
-            f"\n\n**Verified fix** ({who}checked against {release}):\n\n```\n{rec.command}\n```"
+            f"\n\n**Verified fix** ({who}checked against {release}):\n\n{command_markdown(rec)}"
             f"\n\n{rec.verdict}"
         )
     if result.no_flag_fix:

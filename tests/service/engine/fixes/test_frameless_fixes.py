@@ -110,6 +110,9 @@ def test_without_the_command_no_fix_claims_a_whole_command(answered, kb) -> None
         dropped = [e.split()[1] for e in fix.edits if e[0] == "-"]
         assert set(fix.remove) <= set(dropped), (fix.remove, fix.edits)
         assert {e.split()[1] for e in fix.edits if e[0] == "+"} == set(fix.set), fix.edits
+    for _, _, result in answered:  # the explanation says so too, with the change fenced
+        if result.fixes:
+            assert "The log shows no full launch command" in result.explanation
     inc = answered[0][0]
     whole = Engine(kb).triage(
         {"log": inc.crash_log},
