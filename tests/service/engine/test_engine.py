@@ -143,6 +143,37 @@ def test_argparse_spelling_error_gets_the_dash_spelling(engine) -> None:
     assert result.citations and result.citations[0].startswith("0.5.11:sglang/srt/server_args.py:")
 
 
+@pytest.mark.parametrize(
+    ("line", "want_set", "want_remove"),
+    [
+        (
+            "unrecognized arguments: --tool_call_parser qwen25",
+            {"--tool-call-parser": "qwen25"},
+            ["--tool_call_parser"],
+        ),
+        (
+            "argument --attention-backend: invalid choice: 'flashinfr' (choose from "
+            "'triton', 'torch_native', 'flashinfer', 'fa3')",
+            {"--attention-backend": "flashinfer"},
+            [],
+        ),
+    ],
+)
+def test_an_argparse_line_alone_gets_the_fix_of_the_tokens_it_shows(
+    engine, line: str, want_set: dict, want_remove: list
+) -> None:
+    """No command in the log: the fix is of the tokens the error line shows, its edit lines
+    say what to change, and it is not offered as a whole command."""
+    result = engine.triage(f"launch_server.py: error: {line}\n", release="0.5.23")
+    assert result.status == "argparse"
+    (fix,) = result.fixes
+    assert (fix.set, fix.remove) == (want_set, want_remove)
+    assert fix.command_complete is False and fix.recommended
+    assert fix.edits == [f"- {f}" for f in want_remove] + [
+        f"+ {k} {v}" for k, v in want_set.items()
+    ]
+
+
 def test_message_only_value_error_finds_the_raise(kb, engine) -> None:
     log = "ValueError: trtllm_mha backend only supports topk = 1 for speculative decoding.\n"
     result = engine.triage(
