@@ -43,14 +43,14 @@ def edit_lines(fix: FixOut) -> list[str]:
 def command_note(fix: FixOut) -> str | None:
     """None when ``fix.command`` is the user's whole command, changed (run it as it is);
     else the sentence a front end shows in its place: the log showed no full launch
-    command, so the change is to be made in the user's own (``command`` holds only the
-    flags the log showed, changed)."""
+    command, so the change is to be made in the user's own (``command``, quoted when the
+    log showed flags besides those the fix sets, holds only those flags, changed)."""
     if fix.command_complete:
         return None
-    return (
-        "The log shows no full launch command: make the change above in yours "
-        f"(the flags the log showed, changed: {fix.command})"
-    )
+    note = "The log shows no full launch command: make the change above in yours"
+    # the flags the log did show, when there are any besides those the fix sets
+    shown = [t for t in fix.argv if t.startswith("-") and t.split("=", 1)[0] not in fix.set]
+    return f"{note} (the flags the log showed, changed: {fix.command})" if shown else f"{note}."
 
 
 def command_markdown(fix: FixOut, indent: str = "") -> str:

@@ -303,9 +303,12 @@ function fixCard(record, fix, ctx, confirmed) {
 // (command_complete false) a note takes its place: the change is made in the user's own.
 function commandBlock(fix, id, ctx) {
   if (fix.command_complete === false) {
-    return h("p", { class: "command-note note warn" },
-      "The log shows no full launch command: make the change above in yours (the flags the log showed, changed: ",
-      h("code", {}, fix.command), ")");
+    const note = "The log shows no full launch command: make the change above in yours";
+    const set = Object.keys(fix.set || {});
+    const shown = (fix.argv || []).some((t) => t.startsWith("-") && !set.includes(t.split("=")[0]));
+    return h("p", { class: "command-note note warn" }, ...(shown
+      ? [`${note} (the flags the log showed, changed: `, h("code", {}, fix.command), ")"]
+      : [`${note}.`]));
   }
   return h("div", { class: "command" },
     h("pre", { class: "cmd", id: `${id}-cmd` }, h("code", {}, fix.command)),

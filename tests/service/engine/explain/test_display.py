@@ -30,9 +30,16 @@ def test_a_whole_command_is_fenced_to_copy() -> None:
 
 def test_without_the_whole_command_the_change_is_fenced_and_the_note_follows() -> None:
     fix = _fix(command_complete=False)
-    note = command_note(fix)
-    assert note is not None and note.startswith("The log shows no full launch command")
-    assert note.endswith("(the flags the log showed, changed: " + fix.command + ")")
+    note = "The log shows no full launch command: make the change above in yours."
+    assert command_note(fix) == note  # the log showed no flag the fix does not set
     assert command_markdown(fix) == (
         "```\n- --enable-two-batch-overlap\n+ --moe-a2a-backend deepep\n```\n\n" + note
+    )
+    shown = _fix(
+        command_complete=False,
+        argv=["--tp", "2", "--moe-a2a-backend", "deepep"],
+        command="python -m sglang.launch_server --tp 2 --moe-a2a-backend deepep",
+    )
+    assert command_note(shown) == (
+        f"{note[:-1]} (the flags the log showed, changed: {shown.command})"
     )
