@@ -28,6 +28,17 @@ def shown_tokens(err: ArgparseError) -> list[str]:
     return []
 
 
+def _dropped_line(line: str, shown: list[str]) -> str:
+    """An edit line ``- --flag`` with the values that follow ``--flag`` in ``shown`` (the
+    tokens of the error line: ``- --reasoning_parser kimi_k2``); other lines as they are."""
+    flag = line[2:]
+    if not line.startswith("- ") or flag not in shown:
+        return line
+    at = shown.index(flag) + 1
+    end = next((i for i in range(at, len(shown)) if shown[i].startswith("-")), len(shown))
+    return " ".join([line, *shown[at:end]])
+
+
 def argparse_answer(
     store: Store, inp: TriageInput, timings: dict[str, float], t0: float
 ) -> TriageResult:
@@ -58,8 +69,8 @@ def argparse_answer(
                 verdict=diag.explanation,
                 recommended=True,
             )
-            if not argv:
-                fix.edits = edit_lines(fix)
+            if not argv:  # each dropped flag with the values the line shows after it
+                fix.edits = [_dropped_line(line, shown) for line in edit_lines(fix)]
             fixes.append(fix)
     cite = f"{version}:{diag.flag_line[0]}:{diag.flag_line[1]}" if diag.flag_line else None
     summary = diag.explanation.split(". ")[0][:200]
