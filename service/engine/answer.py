@@ -135,9 +135,10 @@ class FixOut(BaseModel):
     remove: list[str] = Field(default_factory=list)  # flag spellings
     argv: list[str]
     command: str
-    #: False when the log showed no full launch command (no model path, no logged server
-    #: arguments): ``command`` then holds only the flags the log showed, changed, and cannot
-    #: be run as it is; the edit lines say what to change in the user's own command
+    #: False when the log showed no full launch command (no model path, no config file, no
+    #: logged server arguments): ``command`` then holds only the flags the log showed,
+    #: changed, and cannot be run as it is; the edit lines say what to change in the user's
+    #: own command
     command_complete: bool = True
     origin: str
     fixes_check: Literal["true", "false", "unknown"]

@@ -60,7 +60,14 @@ from service.engine.evaluate.path_condition import PathEvaluation, evaluate_path
 from service.engine.expr.interpreter import UNKNOWN, Provenance, Value
 from service.engine.flags.parse import ParsedArgs, ParsedFlag
 
-__all__ = ["ImpliedLaunch", "assumed_launch", "command_unknown", "implied_launch"]
+__all__ = [
+    "CONFIG_ATTR",
+    "ImpliedLaunch",
+    "assumed_launch",
+    "command_unknown",
+    "command_whole",
+    "implied_launch",
+]
 
 #: a value the launch had that is not known here (the flag was set)
 _SOME = object()
@@ -113,6 +120,17 @@ def command_unknown(parsed: ParsedArgs, attrs: dict[str, Value], catalog: Catalo
     if any(a == "model_path" or (a in by_attr and by_attr[a].required) for a in parsed.values):
         return False
     return not any(v.provenance.kind == "derived" for v in attrs.values())
+
+
+#: the attribute of ``--config``: a file holding the rest of the command
+CONFIG_ATTR = "config"
+
+
+def command_whole(parsed: ParsedArgs, attrs: dict[str, Value], catalog: Catalog) -> bool:
+    """Whether the command the log shows can be run as it is, once changed: the user's
+    flags are known (:func:`command_unknown`), or it names a config file holding the rest
+    (``--config``; the file is never read, so its flags stay unknown to the checks)."""
+    return CONFIG_ATTR in parsed.values or not command_unknown(parsed, attrs, catalog)
 
 
 @functools.lru_cache(maxsize=4096)

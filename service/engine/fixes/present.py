@@ -8,7 +8,8 @@ user's own words.
 * **edits**: one line per change, read off the command before and after the fix:
   ``- --dp 3`` for a removed flag, ``+ --speculative-num-steps 5`` for an added one, a
   changed value as its ``-`` line then its ``+`` line, switches without a value. When the
-  log showed no full command (``command_complete`` false: no model path), a flag the fix
+  log showed no full command (``command_complete`` false: no model path, no config file;
+  :func:`~service.engine.fixes.implied.command_whole`), a flag the fix
   drops that the log did not show (one it assumed) gets its ``-`` line too, and the
   command holds only the flags the log showed.
 * **gives_up** / **keeps_features**: the feature flags of the command that the fix does

@@ -29,7 +29,7 @@ from typing import Any
 from kb.catalog_types import FlagSpec
 from service.engine.answer import FixOut, LLMInfo, LLMRejection, RuleVerdict, TriageResult, tri
 from service.engine.explain.display import command_markdown
-from service.engine.fixes.implied import command_unknown
+from service.engine.fixes.implied import command_whole
 from service.engine.fixes.propose import Edit, verify
 from service.engine.flags.edit import apply_edits, render_command
 from service.engine.flags.parse import parse_argv
@@ -250,7 +250,7 @@ def check_edit(
             remove=to_remove,
             argv=new_argv,
             command=render_command(new_argv, prefix=ctx.prefix),
-            command_complete=not command_unknown(before, ctx.attrs, cat),
+            command_complete=command_whole(before, ctx.attrs, cat),
             origin="llm",
             fixes_check="unknown" if undecided else tri(passes),
             trips=trips,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from service.engine.answer import FixOut, UnknownFact
 from service.engine.evaluate.context import CheckContext
 from service.engine.fixes.candidates import post_validation_verdicts
-from service.engine.fixes.implied import command_unknown
+from service.engine.fixes.implied import command_whole
 from service.engine.fixes.model import Verdict
 from service.engine.fixes.present import fix_out, with_bases
 from service.engine.fixes.propose import propose
@@ -49,8 +49,8 @@ def list_fixes(
     ctx = evaluated.ctx
     version, catalog, argv, pargs = ctx.release, ctx.catalog, ctx.argv, ctx.parsed
     prefix = command_prefix(inp.parsed)
-    # without the model path (or the logged server arguments) the command is not whole
-    complete = not command_unknown(pargs, ctx.attrs, catalog)
+    # without the model path (the logged server arguments, a config file) it is not whole
+    complete = command_whole(pargs, ctx.attrs, catalog)
     t = time.perf_counter()
     post = post_validation_verdicts(ctx, evaluated.printed, exc.message)
     verdicts, registered = post.verdicts, post.citations

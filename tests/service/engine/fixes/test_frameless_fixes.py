@@ -122,6 +122,17 @@ def test_without_the_command_no_fix_claims_a_whole_command(answered, kb) -> None
         model_arch=inc.model_arch,
     )
     assert whole.fixes and all(fix.command_complete for fix in whole.fixes)
+    # a command naming a config file is whole as typed (the file holds the rest)
+    variant = answered[0][1]
+    configured = Engine(kb).triage(
+        {"log": variant.crash_log, "command": "--config /etc/sglang/launch.yaml"},
+        release=inc.expected.release,
+        hardware=inc.hardware,
+        model=inc.model,
+        model_arch=inc.model_arch,
+    )
+    assert configured.fixes and all(fix.command_complete for fix in configured.fixes)
+    assert all(fix.argv[:2] == ["--config", "/etc/sglang/launch.yaml"] for fix in configured.fixes)
 
 
 def _part(
