@@ -61,7 +61,6 @@ from service.engine.expr.interpreter import UNKNOWN, Provenance, Value
 from service.engine.flags.parse import ParsedArgs, ParsedFlag
 
 __all__ = [
-    "CONFIG_ATTR",
     "ImpliedLaunch",
     "assumed_launch",
     "command_unknown",
@@ -123,14 +122,14 @@ def command_unknown(parsed: ParsedArgs, attrs: dict[str, Value], catalog: Catalo
 
 
 #: the attribute of ``--config``: a file holding the rest of the command
-CONFIG_ATTR = "config"
+_CONFIG_ATTR = "config"
 
 
 def command_whole(parsed: ParsedArgs, attrs: dict[str, Value], catalog: Catalog) -> bool:
     """Whether the command the log shows can be run as it is, once changed: the user's
     flags are known (:func:`command_unknown`), or it names a config file holding the rest
     (``--config``; the file is never read, so its flags stay unknown to the checks)."""
-    return CONFIG_ATTR in parsed.values or not command_unknown(parsed, attrs, catalog)
+    return _CONFIG_ATTR in parsed.values or not command_unknown(parsed, attrs, catalog)
 
 
 @functools.lru_cache(maxsize=4096)

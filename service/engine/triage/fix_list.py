@@ -49,7 +49,7 @@ def list_fixes(
     ctx = evaluated.ctx
     version, catalog, argv, pargs = ctx.release, ctx.catalog, ctx.argv, ctx.parsed
     prefix = command_prefix(inp.parsed)
-    # without the model path (the logged server arguments, a config file) it is not whole
+    # whole: it has the model path, names a config file, or the log gave the server arguments
     complete = command_whole(pargs, ctx.attrs, catalog)
     t = time.perf_counter()
     post = post_validation_verdicts(ctx, evaluated.printed, exc.message)

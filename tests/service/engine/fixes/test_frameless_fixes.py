@@ -102,7 +102,8 @@ def test_a_fix_resting_on_implied_flags_says_so_and_does_not_restate_them(answer
 def test_without_the_command_no_fix_claims_a_whole_command(answered, kb) -> None:
     """No command in the log: each fix's command is marked incomplete (it holds only the
     flags the log showed) and each flag it changes, shown or assumed, has its edit line.
-    The same crash posted with its launch command gets whole commands."""
+    The same crash posted with its launch command, or with a command naming a config file,
+    gets whole commands."""
     fixes = [fix for _, _, result in answered for fix in result.fixes]
     assert any(fix.remove for fix in fixes)
     for fix in fixes:
