@@ -3,7 +3,11 @@
 A verdict is looked up, in order:
 
 * in the per-card memo, keyed on the values (and provenance) of every dependency of the
-  card and, per variant, on the facts it read;
+  card, a model path by its class (:mod:`~service.engine.evaluate.path_classes`), and, per
+  variant, on the facts it read: a verdict whose evaluation read the paths by class alone
+  serves every path of the class, rebased to show it
+  (:func:`~service.engine.rules.value_classes.rebased`), another only the paths it was
+  judged with;
 * among the records of other commands by the attributes their evaluations read
   (:mod:`~service.engine.rules.attr_reads`, kept by class or by tests' answers where the
   verdict allows: :mod:`~service.engine.rules.value_classes`);
@@ -29,11 +33,13 @@ from kb.catalogs import load_catalog
 from kb.store import Store
 from service.engine.cache import LRUCache, cached, release_key
 from service.engine.evaluate.fold_slice import Made, inherited
+from service.engine.evaluate.path_classes import CLASSED, Origin, class_signature, origin_of
 from service.engine.evaluate.path_condition import value_signature
 from service.engine.expr.interpreter import Value
 from service.engine.expr.trace import Reads, reads_match, shared_answers
 from service.engine.flags.parse import ParsedArgs
-from service.engine.rules.attr_reads import attrs_match
+from service.engine.rules.attr_reads import CLASS_MARK, attrs_match
+from service.engine.rules.attr_reads import Reads as AttrReadsT
 from service.engine.rules.card_env import CARD_FUNCTIONS
 from service.engine.rules.card_records import (
     Judging,
@@ -51,11 +57,13 @@ __all__ = ["Deps", "differing", "judge_entries"]
 #: the attributes a verdict rests on, those read by the folds of earlier writes included
 #: (``None``: not known; every dependency of the card then)
 Deps = frozenset[str] | None
-# (release, card, values of its dependencies) -> its verdicts, each with the facts it read
-# and the attributes it rests on
-_memo: LRUCache[tuple[tuple[Reads, CardResult, Deps], ...]] = LRUCache(
-    "rules.card_verdicts", 100_000
-)
+#: a verdict in the per-card memo: the facts it read, the verdict, the attributes it rests
+#: on, the model paths it was judged with and whether it holds for every path of their
+#: class (it is then rebased to the paths of the command it serves)
+_Variant = tuple[Reads, CardResult, Deps, Origin, bool]
+# (release, card, values of its dependencies, each model path of ``CLASSED`` by its class)
+# -> its verdicts (:data:`_Variant`)
+_memo: LRUCache[tuple[_Variant, ...]] = LRUCache("rules.card_verdicts", 100_000)
 #: per card and dependency values, this many verdicts are kept (one per way facts answered)
 _VARIANTS = 8
 # (release, card, typed spellings if it asks) -> verdicts, each with the attributes and facts
@@ -134,6 +142,8 @@ def judge_entries(
         shared.guard_memo,
     )
     sigs = _Signatures(attrs)  # the signatures of ``attrs`` read so far
+    memo_sigs = _ClassSignatures(sigs)
+    paths = origin_of(CLASSED, attrs)
     fact_sigs = ctx.fact_sigs
     rkey = release_key(store, release, "rules:verdict")
     out: list[tuple[CardResult, Deps]] = []
@@ -144,15 +154,13 @@ def judge_entries(
             card.id,
             card.when,
             card.require,
-            tuple(map(sigs.__getitem__, e.deps)),
+            tuple(map(memo_sigs.__getitem__, e.deps)),
             typed if e.uses_given else (),
         )
-        # one entry per way the facts answered the card's reads of them
+        # one entry per way the facts answered the card's reads of them (and per path of
+        # the class, for a verdict that holds for these paths alone)
         variants = _memo.get(key) or ()
-        hit = next(
-            ((r, deps) for reads, r, deps in variants if reads_match(reads, facts, fact_sigs)),
-            None,
-        )
+        hit = _memo_served(variants, paths, attrs, facts, fact_sigs)
         if hit is not None:
             out.append(hit)
             continue
@@ -164,27 +172,71 @@ def judge_entries(
                 served = rebased(result, origin, attrs, shown)
                 if served is None:  # its reason quotes another value: judge afresh
                     continue
-                _memo.put(key, (*variants, (fact_reads, served, deps))[-_VARIANTS:])
+                classed = _by_class_alone(attr_reads)
+                _memo.put(key, (*variants, (fact_reads, served, deps, paths, classed))[-_VARIANTS:])
                 out.append((served, deps))
                 break
         else:
             viewed = _by_view.get(rkey_card) or ()
             got = view_served(store, release, e, ctx, viewed) if viewed else None
             if got is not None:
-                served, fact_reads, deps = got
-                _memo.put(key, (*variants, (fact_reads, served, deps))[-_VARIANTS:])
+                served, fact_reads, deps, classed = got
+                _memo.put(key, (*variants, (fact_reads, served, deps, paths, classed))[-_VARIANTS:])
                 out.append((served, deps))
                 continue
             judged = judge_fresh(store, release, e, ctx)
-            entry = (judged.fact_reads, judged.result, judged.deps)
+            record = judged.record
+            classed = record is not None and _by_class_alone(record[0])
+            entry = (judged.fact_reads, judged.result, judged.deps, paths, classed)
             _memo.put(key, (*variants, entry)[-_VARIANTS:])
-            if judged.record is not None:
-                _by_reads.put(rkey_card, (*seen, judged.record)[-_READ_VARIANTS:])
+            if record is not None:
+                _by_reads.put(rkey_card, (*seen, record)[-_READ_VARIANTS:])
             if judged.view is not None:
                 _by_view.put(rkey_card, (*viewed, judged.view)[-_READ_VARIANTS:])
             out.append((judged.result, judged.deps))
     _last_folds.put(fkey, (dict(attrs), ctx.made))
     return out
+
+
+def _by_class_alone(reads: AttrReadsT) -> bool:
+    """Did an evaluation whose record holds ``reads`` read the model paths by class alone
+    (or not at all)?"""
+    return all(k.partition("#")[0] not in CLASSED or k.endswith(CLASS_MARK) for k, _ in reads)
+
+
+def _memo_served(
+    variants: tuple[_Variant, ...],
+    paths: Origin,
+    attrs: Mapping[str, Value],
+    facts: Mapping[str, Value],
+    fact_sigs: dict[object, object],
+) -> tuple[CardResult, Deps] | None:
+    """The verdict of the first variant whose facts ``facts`` answer alike and that was
+    judged with the model paths ``paths`` or holds for every path of their class (rebased
+    to those of ``attrs``: ``None`` when its texts quote the old path)."""
+    for reads, result, deps, origin, classed in variants:
+        if (origin == paths or classed) and reads_match(reads, facts, fact_sigs):
+            served = result if origin == paths else rebased(result, origin, attrs)
+            if served is not None:
+                return served, deps
+    return None
+
+
+class _ClassSignatures(dict[str, object]):
+    """The memo view of one command's attributes: each model path of ``CLASSED`` by its
+    class (how it was given included), every other attribute by its signature."""
+
+    __slots__ = ("sigs",)
+
+    def __init__(self, sigs: _Signatures) -> None:
+        super().__init__()
+        self.sigs = sigs
+
+    def __missing__(self, key: str) -> object:
+        sig = self[key] = (
+            class_signature(self.sigs.attrs, key) if key in CLASSED else self.sigs[key]
+        )
+        return sig
 
 
 class _Signatures(dict[str, object]):

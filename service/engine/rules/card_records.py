@@ -196,11 +196,13 @@ def judge_fresh(store: Store, release: str, entry: CardEntry, ctx: Judging) -> J
 
 def view_served(
     store: Store, release: str, entry: CardEntry, ctx: Judging, records: tuple[ViewRecord, ...]
-) -> tuple[CardResult, Reads, frozenset[str]] | None:
+) -> tuple[CardResult, Reads, frozenset[str], bool] | None:
     """The verdict of the first of ``records`` (view records of ``entry``'s card) whose
     reads ``ctx``'s folded view and facts answer alike, with the facts that answer rests on
-    (those the folds of its reads asked and the record's) and the attributes (those read
-    and those their slices read); ``None`` when none does.
+    (those the folds of its reads asked and the record's), the attributes (those read
+    and those their slices read) and whether it holds for every model path of the class of
+    ``ctx``'s (the card's conditions and the writes of those slices read the paths by class,
+    :mod:`~service.engine.rules.value_classes`); ``None`` when none does.
 
     Each attribute is seen through its own slice (:func:`seen_through`), once per command
     and check (``ctx.seen``); the slices are folded once per command (``ctx.made``), and
@@ -250,14 +252,20 @@ def view_served(
             trace = FactsTrace(ctx.facts, ctx.fact_sigs)
             trace.replay(planned[1])
             deps: set[str] = set()
+            slices = []
             for k, _, _ in reads:
                 _, _, piece, folded = seen[k]
                 deps.add(k)
                 if piece is not None:
                     deps.update(piece.reads)
+                    slices.append(piece)
                     trace.replay(folded)
             trace.replay(fact_reads)
-            return result, trace.snapshot(), frozenset(deps)
+            answered = trace.snapshot()
+            classed = bool(card_classed(entry.card.when, entry.card.require)) and (
+                not slices or bool(folds_classed(slices, answered))
+            )
+            return result, answered, frozenset(deps), classed
     return None
 
 

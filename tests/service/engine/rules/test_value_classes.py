@@ -250,3 +250,53 @@ def test_new_backend_values_reuse_verdicts_equal_to_fresh_ones(store: Store, mon
     monkeypatch.setattr(card_records, "card_tests", lambda *args: {})
     assert run() == tested
     assert 0 < with_tests < judged[0]
+
+
+def test_the_card_memo_serves_a_verdict_to_every_path_of_its_class(
+    store: Store, monkeypatch
+) -> None:
+    """A verdict the per-card memo holds for one model path serves a command that differs
+    from that one in the path alone (a path of the same class, under a base command that
+    differs more): fewer cards go on to the records, the view records or a fresh judging
+    than with a memo that serves the path it was judged with alone, and every verdict
+    (reason, inputs, notes) is the same."""
+    from service.engine.rules import card_memo
+
+    release = "0.5.23"
+    facts = facts_for("h100-x8", None, "/models/Qwen3-8B")
+    tail = ["--attention-backend", "triton", "--speculative-algorithm", "NEXTN"]
+    commands = [
+        ["--model-path", "/models/Qwen3-8B", "--tp", "2", *tail],
+        ["--model-path", "/models/Qwen3-8B", "--tp", "4", "--kv-cache-dtype", "bf16"],
+        ["--model-path", "/data/qwen3-8b-ft", "--tp", "2", *tail],
+    ]
+    beyond = [
+        calls_of(monkeypatch, card_memo, "attrs_match"),
+        calls_of(monkeypatch, card_memo, "view_served"),
+        calls_of(monkeypatch, card_records, "judge_card"),
+    ]
+
+    def run() -> tuple[list[tuple], int]:
+        """From cold caches: the last command's verdicts, and how many lookups and
+        judgings past the memo it took."""
+        clear_all()
+        for argv in commands:
+            for counter in beyond:
+                counter[0] = 0
+            attrs, parsed = prepare_flags(store, release, argv)
+            results = evaluate_cards(store, release, attrs, facts, parsed)
+        verdicts = [(r.card.id, r.verdict, r.reason, r.inputs, r.notes) for r in results]
+        return verdicts, sum(c[0] for c in beyond)
+
+    by_class, past_memo = run()
+    shown = {v for *_, inputs, _ in by_class for n, v, _ in inputs if n == "model_path"}
+    assert shown == {"/data/qwen3-8b-ft"}
+    real = card_memo._memo_served
+
+    def own_path_only(variants, paths, *args):
+        return real(tuple(v for v in variants if v[3] == paths), paths, *args)
+
+    monkeypatch.setattr(card_memo, "_memo_served", own_path_only)
+    by_path, past_memo_by_path = run()
+    assert by_path == by_class
+    assert past_memo < past_memo_by_path
