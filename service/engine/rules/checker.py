@@ -26,7 +26,8 @@ the flags as given.
 
 Speed: each card's verdict is memoised on the values (and provenance) of
 everything it depends on (the attributes its conditions read, plus those read
-by the guards and values of the writes folded in for it) and on the facts.
+by the guards and values of the writes folded in for it; a model path by its class when
+the evaluation read it only so) and on the facts.
 On a miss, a verdict of another command is reused when the attributes and facts
 its evaluation actually read (:mod:`service.engine.rules.attr_reads`) are answered
 alike: ``when`` usually stops at its first false operand, and a card that does not apply
