@@ -195,6 +195,11 @@ def _cite(release: str, row: Check) -> str:
     return f"{release}:{row.path}:{s}" + (f"-{e}" if e and e != s else "")
 
 
+def _identity(check: Check) -> tuple[object, ...]:
+    """What :func:`_find` reads of ``check`` besides its key (and what picks its index)."""
+    return (check.path, check.function, check.kind, check.message)
+
+
 def _find(idx: _Index, check: Check, key: _Key) -> tuple[Check, str] | None:
     """The best row of ``idx`` for ``check`` and how it matched:
     exact | guards | message | cond | similar (see the module docstring)."""
@@ -254,7 +259,11 @@ def _ratio(a: str, b: str) -> float:
 
 def _one(store: Store, release: str, check: Check, key: _Key, other: str) -> CheckChange:
     here = _cite(release, check)
-    found = _find(_index(store, other, check), check, key)
+    # the scan reads every row of the other release's index: once per check and release
+    found = cached(
+        (*release_key(store, other, "check-history:found"), *_identity(check), key),
+        lambda: _find(_index(store, other, check), check, key),
+    )
     if found is None:
         cites = [here]
         fn = store.function(other, check.function) if check.function else None

@@ -202,3 +202,24 @@ def test_validation_checks_are_indexed_once_per_release(store: Store, ingested: 
         (r.path, r.start_line, r.id) for r in expected
     ]
     assert list(first.keys) == [_key(r) for r in expected]
+
+
+def test_each_release_is_scanned_once_per_check(
+    store: Store, ingested: list[str], monkeypatch
+) -> None:
+    """Asking again how a check stands in the other releases scans no release's index: the
+    answers are the first ones."""
+    from service.engine.cache import clear_all
+    from service.engine.locate import check_history
+    from tests.service.engine.counting import calls_of
+
+    rel = ingested[-1]
+    check = next(_candidates(store, rel))
+    others = ingested[:-1]
+    clear_all()
+    scans = calls_of(monkeypatch, check_history, "_find")
+    first = check_across(store, rel, check, others)
+    assert scans[0] == len(others) > 0
+    again = check_across(store, rel, check, others)
+    assert scans[0] == len(others)
+    assert again == first
