@@ -102,13 +102,13 @@ def _verdict(
     server_args: dict[str, Any] | None,
     facts: dict[str, Value],
     fired_here: bool,
+    fsig: str,
 ) -> Verdict:
     """``fires`` when a row fires with the user's values in ``release``; ``passes`` when
     every row is false and the diagnosed check fired with them; else ``may_pass``. Stops
     at the first row that fires."""
     catalog = load_catalog(store, release)
     attrs = base_attrs(catalog, parse_argv(argv, catalog), server_args)
-    fsig = facts_signature(facts)
     fired = []
     for row in rows:
         fired.append(evaluate_path(store, release, row, attrs, facts, facts_sig=fsig).fired)
@@ -129,6 +129,7 @@ def _status(
     server_args: dict[str, Any] | None,
     facts: dict[str, Value],
     fired_here: bool,
+    fsig: str,
 ) -> tuple[Status, str | None]:
     """(``removed`` / ``passes`` / ``may_pass`` / ``fires``, a check of the release that
     reads the same flags) for one later release. A changed check that evaluates false is
@@ -143,11 +144,12 @@ def _status(
         if row is None:
             return "may_pass", None
         rows = list({r.id: r for r in [row, *kin]}.values())
-        return _verdict(store, change.release, rows, argv, server_args, facts, fired_here), None
+        verdict = _verdict(store, change.release, rows, argv, server_args, facts, fired_here, fsig)
+        return verdict, None
     rows = list({r.id: r for r in kin}.values())
     if not rows:
         return "removed", None
-    verdict = _verdict(store, change.release, rows, argv, server_args, facts, fired_here)
+    verdict = _verdict(store, change.release, rows, argv, server_args, facts, fired_here, fsig)
     row = rows[0]
     return verdict, f"{change.release}:{row.path}:{row.start_line}"
 
@@ -199,19 +201,22 @@ def upgrade_fix(
     *,
     prefix: str,
     fired_here: bool = True,
+    facts_sig: str | None = None,
 ) -> UpgradeFix | None:
     """Upgrading as the fix of ``check`` (a ``checks`` row of ``version``; see the module
     docstring); None when the newest ingested release still refuses the command.
-    ``fired_here``: the check evaluated true in ``version`` with the same values."""
+    ``fired_here``: the check evaluated true in ``version`` with the same values.
+    ``facts_sig``: :func:`~service.engine.cache.facts_signature` of ``facts`` when known."""
     changes = [c for c in later if c.subject == "check"]
     if not changes:
         return None
     # newest first: the releases before the newest one that still refuses are never needed
     judged: dict[int, tuple[Passing, str | None]] = {}
+    fsig = facts_sig or facts_signature(facts)
     start = len(changes)
     while start > 0:
         judgement, kin_at = _status(
-            store, changes[start - 1], check, argv, server_args, facts, fired_here
+            store, changes[start - 1], check, argv, server_args, facts, fired_here, fsig
         )
         if not _passing(judgement):
             break

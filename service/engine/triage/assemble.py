@@ -120,6 +120,7 @@ def located_answer(
         facts,
         prefix=command_prefix(parsed),
         fired_here=ev.fired is True,
+        facts_sig=ctx.facts_key,
     )
     if up is not None and up.sure:
         no_fix = no_fix and upgrade_no_fix(up, no_fix)
