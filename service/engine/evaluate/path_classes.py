@@ -319,6 +319,8 @@ def swapped(text: str, old: str | None, moved: Mapping[str, str]) -> str | None:
     olds = sorted(moved, key=len, reverse=True)
     if any(_overlap(a, b) for i, a in enumerate(olds) for b in olds[i + 1 :]):
         return None
+    if not any(o in text for o in olds):  # the usual case: nothing to replace
+        return text
     found = re.findall("|".join(map(re.escape, olds)), text)
     if any(f != old for f in found):
         return None

@@ -166,6 +166,7 @@ def rebased(
     if any(f"{name}=" in result.reason for name in changed):
         return None  # a violated card's reason quotes the values: judged afresh
     inputs: list[tuple[str, object, str]] = []
+    same = True
     for name, value, detail in result.inputs:
         entry = moved_entry(name, value, detail, moved) if moved else (value, detail)
         if entry is None:
@@ -175,5 +176,6 @@ def rebased(
             entry = _moved(entry[0], entry[1], pair[0], pair[1])
             if entry is None:
                 return None
+        same = same and entry[0] is value and entry[1] == detail
         inputs.append((name, *entry))
-    return replace(result, inputs=inputs)
+    return result if same else replace(result, inputs=inputs)

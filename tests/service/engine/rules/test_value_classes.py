@@ -117,6 +117,9 @@ def test_rebased_shows_the_new_paths_and_refuses_a_text_quoting_an_old_one(
         ("speculative_draft_model_path", "/models/B", "derived: copied"),
     ]
     assert old.inputs == inputs  # the record is untouched
+    # a verdict showing no path is served as it is
+    pathless = CardResult(card, "satisfied", "ok", [], [("tp_size", 2, "flag: --tp 2")])
+    assert rebased(pathless, origin, now) is pathless
     quoting = CardResult(card, "violated", "needs X with model_path='/models/A'", [], inputs)
     assert rebased(quoting, origin, now) is None
     elsewhere = CardResult(card, "satisfied", "ok", [], [("tokenizer_path", "/models/A", "x")])
