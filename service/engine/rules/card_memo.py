@@ -212,8 +212,8 @@ def _memo_served(
     fact_sigs: dict[object, object],
 ) -> tuple[CardResult, Deps] | None:
     """The verdict of the first variant whose facts ``facts`` answer alike and that was
-    judged with the model paths ``paths`` or holds for every path of their class (rebased
-    to those of ``attrs``: ``None`` when its texts quote the old path)."""
+    judged with the model paths ``paths`` or holds for every path of their class, rebased
+    to those of ``attrs`` (a variant whose texts quote an old path is passed over)."""
     for reads, result, deps, origin, classed in variants:
         if (origin == paths or classed) and reads_match(reads, facts, fact_sigs):
             served = result if origin == paths else rebased(result, origin, attrs)
