@@ -262,8 +262,9 @@ def view_served(
                     trace.replay(folded)
             trace.replay(fact_reads)
             answered = trace.snapshot()
-            classed = bool(card_classed(entry.card.when, entry.card.require)) and (
-                not slices or bool(folds_classed(slices, answered))
+            classed = bool(
+                card_classed(entry.card.when, entry.card.require)
+                and folds_classed(slices, answered)
             )
             return result, answered, frozenset(deps), classed
     return None
